@@ -1,0 +1,25 @@
+// Which backends this build has, and how to make one by name. The CLI and the sweep go through here.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "batchsweep/backend.hpp"
+
+namespace bsw {
+
+// "cpu", "cuda" (when compiled in), "scripted" (test backend, needs a script file).
+[[nodiscard]] std::vector<std::string> compiled_backends();
+[[nodiscard]] bool cuda_compiled();
+// True when the CUDA backend is compiled in and a device answers.
+[[nodiscard]] bool cuda_device_present();
+
+// name: auto | cpu | cuda | scripted. `auto` picks cuda when a device is present, else cpu. `scripted` reads
+// script_path (a JSON file, see src/backends/scripted). Throws UsageError naming --backend for an unknown
+// name, a backend not compiled in, or `cuda` without a device ("no CUDA device: ...").
+[[nodiscard]] std::unique_ptr<Backend> make_backend(std::string_view name,
+                                                    const std::string& script_path = {});
+
+}  // namespace bsw

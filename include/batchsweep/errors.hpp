@@ -1,0 +1,68 @@
+// Typed errors and the exit codes they map to. Library code throws; only main() turns errors into exit codes.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace bsw {
+
+// Process exit codes, documented in README.md and `--help`.
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitRuntime = 1,        // a backend or I/O failure while running
+  kExitUsage = 2,          // bad flag, config or input file
+  kExitRegression = 3,     // `compare --fail-on-regression` found one
+  kExitInterrupted = 130,  // SIGINT; SIGTERM gives 143
+};
+
+// Base of every error batchsweep throws on purpose.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+  [[nodiscard]] virtual int exit_code() const { return kExitRuntime; }
+};
+
+// Bad command-line usage; the message names the flag.
+class UsageError : public Error {
+ public:
+  using Error::Error;
+  [[nodiscard]] int exit_code() const override { return kExitUsage; }
+};
+
+// A model config that is not valid. what() is "<source>: <json path>: <message>".
+class ConfigError : public Error {
+ public:
+  ConfigError(std::string source, std::string json_path, const std::string& message)
+      : Error(source + ": " + (json_path.empty() ? std::string() : json_path + ": ") + message),
+        source_(std::move(source)),
+        json_path_(std::move(json_path)) {}
+  [[nodiscard]] int exit_code() const override { return kExitUsage; }
+  [[nodiscard]] const std::string& source() const { return source_; }
+  [[nodiscard]] const std::string& json_path() const { return json_path_; }
+
+ private:
+  std::string source_;
+  std::string json_path_;
+};
+
+// An input file (report, output path) that cannot be used; the message names the file.
+class InputError : public Error {
+ public:
+  using Error::Error;
+  [[nodiscard]] int exit_code() const override { return kExitUsage; }
+};
+
+// The device (or --memory-limit) cannot hold a plan. A measurement, not a crash: the sweep records an `oom`
+// point.
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
+// A backend failed in a way that is not out-of-memory (driver error, library error, numerical failure).
+class BackendError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace bsw

@@ -1,0 +1,175 @@
+// The plan: a ModelSpec lowered to primitive ops with per-sample shapes (the Graph), and for one
+// (batch, precision, mode, accumulation, backend) every buffer a backend allocates, with its exact byte size.
+// This is the single source of buffer sizes and FLOP counts; backends allocate exactly Plan::buffers.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "batchsweep/model.hpp"
+
+namespace bsw {
+
+enum class Precision { fp32, tf32, fp16, bf16 };
+enum class Mode { train, infer };
+enum class BackendKind { cpu, cuda, scripted };
+enum class DType { f32, bf16, f16, i32 };
+
+[[nodiscard]] std::string_view to_string(Precision v);
+[[nodiscard]] std::string_view to_string(Mode v);
+[[nodiscard]] std::string_view to_string(BackendKind v);
+[[nodiscard]] std::string_view to_string(DType v);
+[[nodiscard]] uint64_t dtype_bytes(DType t);
+// Storage type of activations and parameters: f32 for fp32/tf32, bf16/f16 otherwise.
+[[nodiscard]] DType storage_dtype(Precision p);
+
+// ---------------------------------------------------------------------------------------------------------------
+// Graph: primitive ops. Shapes are per sample, batch-first, row-major:
+//   vector [F]; image [C, H, W]; tokens [T, D]; token ids [T] (i32).
+// Linear acts on the last dimension: rows = numel(in) / in_features.
+// ---------------------------------------------------------------------------------------------------------------
+enum class OpKind {
+  linear,          // y = act(x W^T + b); W [out, in], b [out]
+  conv2d,          // NCHW, W [cout, cin, k, k], b [cout], zero padding, then act
+  maxpool2d,       // no padding; out = (h - k) / stride + 1
+  avgpool2d,       // no padding
+  global_avgpool,  // image [C, H, W] -> [C] (spatial = H*W, channels = C); tokens [T, D] -> [D] (mean over T)
+  layernorm,       // over the last dim, gamma [dim], beta [dim], eps 1e-5
+  embedding,       // ids [T] -> [T, D]: token table [vocab, D] + position table [T, D]
+  patch_embedding,  // image [C, H, W] -> [N, D], N = (H/p)(W/p): conv k=p stride=p (W [D, C, p, p], b [D]) +
+                    // pos [N, D]
+  attention_core,   // qkv [T, 3D] (q | k | v, heads interleaved as [h, hd]) -> [T, D]; softmax(q k^T /
+                    // sqrt(hd)) v
+  residual_save,    // pushes its input on the residual stack (no buffer, no math)
+  residual_add,     // out = in + popped residual input
+};
+[[nodiscard]] std::string_view to_string(OpKind v);
+
+struct Op {
+  OpKind kind = OpKind::linear;
+  std::string path;  // JSON path of the layer it came from, e.g. "layers[1][0].attention.qkv"
+  std::vector<int64_t> in_shape, out_shape;  // per sample
+
+  // linear
+  int64_t rows = 1, in_features = 0, out_features = 0;
+  bool bias = false;
+  Activation activation = Activation::none;
+  // conv2d, pools, patch_embedding (kernel = patch), global_avgpool (channels, spatial)
+  int64_t channels = 0, height = 0, width = 0, out_channels = 0, kernel = 0, stride = 1, padding = 0;
+  int64_t out_height = 0, out_width = 0, spatial = 0;
+  bool tokens_layout = false;  // global_avgpool over [T, D]
+  // layernorm (rows, dim), embedding (vocab, seq, dim), attention_core (seq, heads, dim), patch_embedding
+  // (seq, dim)
+  int64_t dim = 0, vocab = 0, seq = 0, heads = 0;
+  bool causal = false;
+  int residual_depth = -1;  // residual_save / residual_add: nesting depth of the residual (0 = outermost)
+
+  // Parameter tensors of this op, in order, inside the flat parameter buffer.
+  struct Param {
+    std::string name;    // "weight", "bias", "gamma", "beta", "tokens", "positions"
+    int64_t offset = 0;  // elements from the start of the flat parameter buffer
+    int64_t elements = 0;
+  };
+  std::vector<Param> params;
+  int64_t param_elements = 0;  // sum of params[i].elements
+  double forward_flops = 0;    // per sample; matmul/conv work only, multiply-add = 2
+
+  [[nodiscard]] int64_t in_elements() const;   // per sample
+  [[nodiscard]] int64_t out_elements() const;  // per sample
+  [[nodiscard]] bool has_preactivation() const { return activation != Activation::none; }
+};
+
+struct Graph {
+  std::string model_name;
+  InputType input_type = InputType::vector;
+  std::vector<int64_t> input_shape;   // per sample (token ids: [T])
+  std::vector<int64_t> output_shape;  // per sample, the last op's output
+  std::vector<Op> ops;
+  LossType loss = LossType::cross_entropy;
+  OptimizerSpec optimizer;
+  int64_t loss_rows = 1;     // cross_entropy: predictions per sample (T for [T, C] outputs, else 1)
+  int64_t loss_classes = 0;  // cross_entropy: classes (last dim of the output)
+  int64_t parameters = 0;
+  double forward_flops_per_sample = 0;
+  int64_t tokens_per_sample = 0;  // T for token inputs, else 0
+  int max_residual_depth = 0;     // number of residual nesting levels
+};
+
+// Lowers a ModelSpec, checking shapes through the whole stack. Throws ConfigError naming model.source and the
+// layer's JSON path (e.g. "layers[2].heads: 12 does not divide dim 768").
+[[nodiscard]] Graph lower(const ModelSpec& model);
+
+// ---------------------------------------------------------------------------------------------------------------
+// Plan: buffers for one configuration.
+// ---------------------------------------------------------------------------------------------------------------
+enum class MemoryCategory {
+  parameters,         // the weights the step computes with (storage dtype)
+  master_weights,     // fp32 copy updated by the optimizer (fp16/bf16 only)
+  gradients,          // fp32, one per parameter, accumulated over micro-batches
+  optimizer_state,    // adamw m and v, or sgd momentum (fp32)
+  saved_activations,  // forward outputs kept for backward (train) — or the live ping-pong buffers (infer)
+  transient,          // activation gradients, residual stashes, per-op scratch
+  workspace,          // backend and library workspaces (precision conversion, im2col, cuBLASLt, cuDNN)
+  data,               // the synthetic inputs and targets of one micro-batch
+};
+[[nodiscard]] std::string_view to_string(MemoryCategory v);
+
+struct BufferSpec {
+  std::string
+      name;  // unique within the plan, e.g. "parameters", "ops[3].out", "grad.a", "workspace.cublaslt"
+  MemoryCategory category = MemoryCategory::transient;
+  DType dtype = DType::f32;
+  uint64_t elements = 0;
+  uint64_t bytes = 0;  // elements * dtype_bytes, rounded up to kBufferAlignment
+  int op = -1;         // index into Graph::ops, when the buffer belongs to one op
+};
+
+// Every buffer starts on this boundary (and so its size is rounded up to it), on every backend.
+inline constexpr uint64_t kBufferAlignment = 256;
+
+struct PlanRequest {
+  int64_t batch = 1;  // micro-batch
+  Precision precision = Precision::fp32;
+  Mode mode = Mode::train;
+  int64_t accumulation = 1;
+  BackendKind backend = BackendKind::cpu;
+};
+
+struct MemoryBreakdown {
+  uint64_t parameters = 0, master_weights = 0, gradients = 0, optimizer_state = 0;
+  uint64_t saved_activations = 0, transient = 0, workspace = 0, data = 0;
+  [[nodiscard]] uint64_t total_bytes() const {
+    return parameters + master_weights + gradients + optimizer_state + saved_activations + transient +
+           workspace + data;
+  }
+};
+
+struct Plan {
+  PlanRequest request;
+  std::vector<BufferSpec> buffers;
+  MemoryBreakdown memory;
+  double flops_per_sample = 0;  // forward, or 3x forward in training
+  double flops_per_step = 0;    // flops_per_sample * batch * accumulation
+
+  // The buffer of that name; throws std::out_of_range naming it when absent.
+  [[nodiscard]] const BufferSpec& buffer(std::string_view name) const;
+  [[nodiscard]] const BufferSpec* find(std::string_view name) const;
+};
+
+// Throws UsageError for batch < 1 or accumulation < 1, and OutOfMemory-free: sizes are computed in 128 bits
+// and a plan whose total would not fit in 64 bits throws UsageError naming the batch.
+[[nodiscard]] Plan make_plan(const Graph& graph, const PlanRequest& request);
+
+// Fraction of a memory budget a plan may take in plan --memory / run --memory-limit: the rest is headroom for
+// the runtime (CUDA context, allocator fragmentation, the framework). Documented in README.md.
+inline constexpr double kMemorySafetyFraction = 0.95;
+
+// The largest batch whose plan fits in memory_bytes * kMemorySafetyFraction, or nullopt when batch 1 does
+// not.
+[[nodiscard]] std::optional<int64_t> max_fit_batch(const Graph& graph, PlanRequest request,
+                                                   uint64_t memory_bytes);
+
+}  // namespace bsw

@@ -1,0 +1,133 @@
+// The report model (JSON schema v1): one data structure that every printer renders and every reader fills.
+// Nothing here knows a backend exists; DeviceInfo is plain data.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "batchsweep/backend.hpp"
+
+namespace bsw {
+
+inline constexpr int kSchemaVersion = 1;
+
+enum class PointStatus { ok, oom, over_limit, error };
+[[nodiscard]] std::string_view to_string(PointStatus v);
+
+struct StepStats {
+  double mean = 0, median = 0, stddev = 0, min = 0, max = 0;
+  double p50 = 0, p90 = 0, p95 = 0, p99 = 0;
+};
+
+struct PointMemory {
+  uint64_t planned_bytes = 0;
+  std::optional<uint64_t> measured_bytes;     // the backend's allocator
+  std::optional<uint64_t> device_used_bytes;  // cudaMemGetInfo delta, where the backend can read it
+};
+
+// GPU telemetry over a point's timed window (issue 7); absent where unavailable.
+struct PointTelemetry {
+  std::optional<double> power_w_mean, power_w_max;
+  std::optional<double> energy_j, joules_per_sample;
+  std::optional<double> sm_clock_mhz_min, sm_clock_mhz_median;
+  std::optional<double> utilization_pct, memory_utilization_pct, temperature_c;
+  std::vector<std::string> throttle_reasons;
+  std::optional<double> cost_per_million_samples;  // with --price-per-hour
+};
+
+struct Point {
+  int64_t batch = 0;  // micro-batch
+  int64_t accumulation = 1;
+  int64_t effective_batch = 0;  // batch * accumulation = samples per step
+  PointStatus status = PointStatus::ok;
+  std::string reason;  // why not ok, or empty
+  double samples_per_second = 0;
+  std::optional<double> tokens_per_second;  // token inputs
+  StepStats step_ms;
+  std::vector<double> samples_ms;  // raw per-step samples
+  std::optional<double> tflops;
+  std::optional<double> mfu;  // fraction of DeviceInfo::peak_flops, 0..1
+  PointMemory memory;
+  bool refinement = false;  // chosen by --batch auto's refinement stage
+  // Extras a demanding user wants next to the timings.
+  std::optional<double> noise_pct;  // relative noise (stddev/mean * 100) of samples_ms
+  std::string stop_reason;          // which stopping rule ended the point ("noise target", "timeout", ...)
+  std::optional<int64_t> skipped_steps;  // fp16 overflow skips during the timed window
+  std::optional<double> loss;            // last loss seen (train)
+  std::optional<PointTelemetry> telemetry;
+};
+
+struct KneeResult {
+  std::optional<int64_t> batch;
+  std::string reason;      // why there is none, or how it was found
+  std::string confidence;  // "stable", or "range" when a noise-perturbed curve moves the knee
+  std::optional<int64_t> range_low, range_high;  // the batches the knee moves between (confidence == "range")
+};
+
+struct BatchChoice {
+  std::optional<int64_t> batch;
+  std::optional<double> samples_per_second;
+  std::string reason;  // why there is none, or a note
+};
+
+struct Recommendation {
+  std::optional<int64_t> batch;
+  std::string why;  // one line
+};
+
+struct Analysis {
+  KneeResult knee;
+  BatchChoice saturation;
+  BatchChoice max_fit;
+  BatchChoice best_throughput;
+  std::optional<BatchChoice> latency_slo;     // only with --latency-slo
+  std::optional<BatchChoice> energy_optimal;  // only with telemetry
+  std::optional<BatchChoice>
+      effective_batch_split;  // --effective-batch: the fastest micro x accumulation split
+  Recommendation recommended;
+};
+
+struct AnalysisOptions {
+  double knee_sensitivity = 1.0;         // Kneedle S
+  double saturation_pct = 95.0;          // of the best throughput
+  std::optional<double> latency_slo_ms;  // p99 step latency budget
+  std::optional<double> price_per_hour;  // USD per device-hour: cost_per_million_samples per point
+};
+
+struct ToolInfo {
+  std::string name = "batchsweep";
+  std::string version;
+  std::string git_commit;
+};
+
+struct Report {
+  int schema_version = kSchemaVersion;
+  ToolInfo tool;
+  std::string created_at;  // ISO 8601 UTC
+  std::vector<std::string> command;
+  DeviceInfo device;
+  nlohmann::json settings = nlohmann::json::object();  // model (resolved), mode, precision, accumulation, ...
+  std::vector<Point> points;
+  Analysis analysis;
+  std::vector<std::string> warnings;
+};
+
+// Reading and writing reports (src/report/json.cpp, src/report/atomic_write.cpp).
+// The JSON form of a report, schema v1 (configs/schema/report-v1.schema.json). Non-finite numbers become
+// null.
+[[nodiscard]] nlohmann::json to_json(const Report& report);
+// Reads a schema v1 document. Throws InputError "<source>: <field path>: <problem>" for anything it cannot
+// use. Only schema_version and points are required; per point only batch, status and samples_per_second.
+[[nodiscard]] Report report_from_json(const nlohmann::json& doc, const std::string& source);
+// Reads and parses a report file (at most 256 MiB, at most 64 levels of nesting). Throws InputError naming
+// the file.
+[[nodiscard]] Report read_report(const std::string& path);
+// Writes `path.tmp.<pid>` beside `path`, fsyncs it and renames it over `path`, so readers never see a partial
+// file;
+// "-" writes to stdout. Throws InputError naming the path (and leaves an existing file untouched) on failure.
+void write_file_atomic(const std::string& path, const std::string& content);
+
+}  // namespace bsw

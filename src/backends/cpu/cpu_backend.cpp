@@ -1,0 +1,710 @@
+// The CPU reference backend: a Session allocates the plan's buffers from one arena and runs real training or
+// inference steps with the math of ops.hpp. Every tensor lives in a plan buffer; nothing else allocates
+// tensor data.
+#include "backends/cpu/cpu_backend.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <new>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "backends/cpu/ops.hpp"
+#include "batchsweep/errors.hpp"
+
+extern "C" {
+int openblas_get_num_threads(void);
+char* openblas_get_config(void);
+}
+
+namespace bsw::cpu {
+namespace {
+
+constexpr double kInitialLossScale = 65536.0;
+constexpr int64_t kLossScaleGrowthInterval = 2000;
+constexpr uint64_t kDataStream = 1u << 20;    // streams of the synthetic data, apart from parameter streams
+constexpr uint64_t kTargetStream = 1u << 21;  // streams of the targets
+
+// One plan buffer inside the arena.
+struct Ref {
+  void* ptr = nullptr;
+  DType dtype = DType::f32;
+  uint64_t elements = 0;
+  [[nodiscard]] float* f32() const { return static_cast<float*>(ptr); }
+  [[nodiscard]] uint16_t* u16() const { return static_cast<uint16_t*>(ptr); }
+  [[nodiscard]] int32_t* i32() const { return static_cast<int32_t*>(ptr); }
+  [[nodiscard]] explicit operator bool() const { return ptr != nullptr; }
+};
+
+// splitmix64 over a global element index: the synthetic data of sample s is the same whether it is drawn in
+// one big batch or in micro-batches, which makes accumulation equivalence testable.
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+float data_value(uint64_t seed, uint64_t stream, uint64_t index) {
+  const uint64_t h = splitmix64(seed ^ splitmix64(stream ^ splitmix64(index)));
+  return static_cast<float>(static_cast<double>(h >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+int32_t data_label(uint64_t seed, uint64_t stream, uint64_t index, int64_t classes) {
+  const uint64_t h = splitmix64(seed ^ splitmix64(stream ^ splitmix64(index)));
+  return static_cast<int32_t>(h % static_cast<uint64_t>(classes));
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "CPU";
+}
+
+uint64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+class CpuSession final : public Session, public CpuSessionProbe {
+ public:
+  CpuSession(const Graph& graph, const Plan& plan, const SessionOptions& options)
+      : graph_(graph), plan_(plan), options_(options), storage_(storage_dtype(plan.request.precision)) {
+    allocate();
+    initialise_parameters();
+    if (plan_.request.mode == Mode::infer || plan_.request.accumulation == 1) fill_data(0);
+  }
+
+  ~CpuSession() override { std::free(arena_); }
+
+  CpuSession(const CpuSession&) = delete;
+  CpuSession& operator=(const CpuSession&) = delete;
+
+  StepResult step() override {
+    const auto start = std::chrono::steady_clock::now();
+    StepResult result = plan_.request.mode == Mode::train ? train_step() : infer_step();
+    result.step_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return result;
+  }
+
+  SessionMemory memory() const override {
+    return {plan_.memory.total_bytes(), allocated_bytes_, std::nullopt};
+  }
+
+  nlohmann::json details() const override {
+    nlohmann::json d = {{"math", "fp32 (OpenBLAS sgemm)"}, {"storage", std::string(to_string(storage_))}};
+    if (plan_.request.precision == Precision::tf32) d["note"] = "tf32 runs as fp32 on the CPU";
+    if (plan_.request.precision == Precision::fp16) d["loss_scale"] = loss_scale_;
+    return d;
+  }
+
+  // ---- CpuSessionProbe
+  // ---------------------------------------------------------------------------------------
+  std::vector<float> parameters_f32() const override {
+    std::vector<float> out(static_cast<size_t>(graph_.parameters));
+    const Ref master = master_ref();
+    if (master.dtype == DType::f32) {
+      std::memcpy(out.data(), master.ptr, out.size() * sizeof(float));
+    } else {
+      convert_to_f32(master, out.data(), out.size());
+    }
+    return out;
+  }
+  std::vector<float> gradients_f32() const override {
+    const Ref g = ref("gradients");
+    if (!g) return {};
+    return {g.f32(), g.f32() + graph_.parameters};
+  }
+  double loss_scale() const override { return loss_scale_; }
+  int64_t skipped_steps() const override { return skipped_steps_; }
+  void set_parameters(const std::vector<float>& values) override {
+    if (values.size() != static_cast<size_t>(graph_.parameters))
+      throw BackendError(
+          fmt::format("set_parameters: {} values for {} parameters", values.size(), graph_.parameters));
+    const Ref master = master_ref();
+    std::memcpy(master.ptr, values.data(), values.size() * sizeof(float));
+    sync_parameters_from_master();
+  }
+
+ private:
+  // ---- buffers
+  // ------------------------------------------------------------------------------------------------
+  void allocate() {
+    const uint64_t total = plan_.memory.total_bytes();
+    if (options_.memory_limit_bytes && total > *options_.memory_limit_bytes)
+      throw OutOfMemory(fmt::format("the plan needs {} bytes, over the memory limit of {} bytes", total,
+                                    *options_.memory_limit_bytes));
+    arena_ = std::aligned_alloc(kBufferAlignment, std::max<uint64_t>(total, kBufferAlignment));
+    if (arena_ == nullptr)
+      throw OutOfMemory(fmt::format("could not allocate {} bytes of host memory for the plan", total));
+    allocated_bytes_ = total;
+    auto* base = static_cast<unsigned char*>(arena_);
+    uint64_t offset = 0;
+    for (const BufferSpec& b : plan_.buffers) {
+      buffers_[b.name] = Ref{base + offset, b.dtype, b.elements};
+      offset += b.bytes;
+    }
+    // Gradients and optimizer state start at zero; the rest is written before it is read.
+    for (const char* name : {"gradients", "optimizer.m", "optimizer.v", "optimizer.momentum"})
+      if (Ref r = ref(name)) std::memset(r.ptr, 0, r.elements * dtype_bytes(r.dtype));
+  }
+
+  [[nodiscard]] Ref ref(const std::string& name) const {
+    const auto it = buffers_.find(name);
+    return it == buffers_.end() ? Ref{} : it->second;
+  }
+  [[nodiscard]] Ref need(const std::string& name) const {
+    Ref r = ref(name);
+    if (!r) throw BackendError(fmt::format("cpu backend: the plan has no buffer '{}'", name));
+    return r;
+  }
+  [[nodiscard]] float* workspace(const char* name) const { return need(name).f32(); }
+  [[nodiscard]] Ref master_ref() const {
+    const Ref m = ref("master_weights");
+    return m ? m : need("parameters");
+  }
+  [[nodiscard]] bool sixteen_bit() const { return storage_ != DType::f32; }
+
+  // A view of `n` elements at element offset `offset` inside a buffer.
+  static Ref slice(const Ref& r, uint64_t offset, uint64_t n) {
+    return Ref{static_cast<unsigned char*>(r.ptr) + offset * dtype_bytes(r.dtype), r.dtype, n};
+  }
+
+  static void convert_to_f32(const Ref& r, float* out, uint64_t n) {
+    if (r.dtype == DType::bf16) {
+      from_bf16(r.u16(), out, static_cast<int64_t>(n));
+    } else if (r.dtype == DType::f16) {
+      from_fp16(r.u16(), out, static_cast<int64_t>(n));
+    } else {
+      std::memcpy(out, r.ptr, n * sizeof(float));
+    }
+  }
+  static void convert_from_f32(const float* in, const Ref& r, uint64_t n) {
+    if (r.dtype == DType::bf16) {
+      to_bf16(in, r.u16(), static_cast<int64_t>(n));
+    } else if (r.dtype == DType::f16) {
+      to_fp16(in, r.u16(), static_cast<int64_t>(n));
+    } else if (in != r.ptr) {
+      std::memcpy(r.ptr, in, n * sizeof(float));
+    }
+  }
+  // fp32 view of a storage buffer: the buffer itself in fp32, else a converted copy in the workspace `ws`.
+  static const float* load(const Ref& r, uint64_t n, float* ws) {
+    if (r.dtype == DType::f32) return r.f32();
+    convert_to_f32(r, ws, n);
+    return ws;
+  }
+  // Where an fp32 result for buffer `r` is computed: in place for fp32 storage, else in `ws` (then commit()).
+  static float* target(const Ref& r, float* ws) { return r.dtype == DType::f32 ? r.f32() : ws; }
+  static void commit(const float* computed, const Ref& r, uint64_t n) {
+    if (r.dtype != DType::f32) convert_from_f32(computed, r, n);
+  }
+
+  // ---- initialisation
+  // -------------------------------------------------------------------------------------------
+  void initialise_parameters() {
+    const Ref master = master_ref();
+    float* w = master.f32();
+    uint64_t stream = 0;
+    for (const Op& op : graph_.ops) {
+      for (const Op::Param& p : op.params) {
+        float* dst = w + p.offset;
+        const int64_t n = p.elements;
+        if (p.name == "gamma") {
+          std::fill(dst, dst + n, 1.0f);
+        } else if (p.name == "beta") {
+          std::fill(dst, dst + n, 0.0f);
+        } else if (p.name == "tokens" || p.name == "positions") {
+          fill_uniform(dst, n, 0.02f * std::sqrt(3.0f), options_.seed, stream);  // std 0.02 (GPT-2)
+        } else {
+          fill_uniform(dst, n, 1.0f / std::sqrt(static_cast<float>(fan_in(op))), options_.seed, stream);
+        }
+        ++stream;
+      }
+    }
+    sync_parameters_from_master();
+  }
+
+  static int64_t fan_in(const Op& op) {
+    switch (op.kind) {
+      case OpKind::linear:
+        return op.in_features;
+      case OpKind::conv2d:
+      case OpKind::patch_embedding:
+        return op.channels * op.kernel * op.kernel;
+      default:
+        return 1;
+    }
+  }
+
+  void sync_parameters_from_master() {
+    if (!sixteen_bit()) return;
+    convert_from_f32(need("master_weights").f32(), need("parameters"),
+                     static_cast<uint64_t>(graph_.parameters));
+  }
+
+  // Synthetic inputs and targets of micro-batch `micro`, indexed by global sample so accumulation is exact.
+  void fill_data(int64_t micro) {
+    const uint64_t b = static_cast<uint64_t>(plan_.request.batch);
+    const uint64_t first_sample = static_cast<uint64_t>(micro) * b;
+    const Ref input = need("data.input");
+    const uint64_t per_sample = input.elements / b;
+    if (graph_.input_type == InputType::tokens) {
+      const int64_t vocab = graph_.ops.front().vocab;
+      for (uint64_t i = 0; i < input.elements; ++i)
+        input.i32()[i] = data_label(options_.seed, kDataStream, first_sample * per_sample + i, vocab);
+    } else {
+      fill_values(input, first_sample * per_sample, kDataStream);
+    }
+    const Ref targets = ref("data.targets");
+    if (!targets) return;
+    const uint64_t per_sample_targets = targets.elements / b;
+    if (graph_.loss == LossType::cross_entropy) {
+      for (uint64_t i = 0; i < targets.elements; ++i)
+        targets.i32()[i] = data_label(options_.seed, kTargetStream, first_sample * per_sample_targets + i,
+                                      graph_.loss_classes);
+    } else {
+      fill_values(targets, first_sample * per_sample_targets, kTargetStream);
+    }
+  }
+
+  void fill_values(const Ref& r, uint64_t first_index, uint64_t stream) {
+    for (uint64_t i = 0; i < r.elements; ++i) {
+      const float v = data_value(options_.seed, stream, first_index + i);
+      if (r.dtype == DType::f32) {
+        r.f32()[i] = v;
+      } else if (r.dtype == DType::bf16) {
+        r.u16()[i] = float_to_bf16(v);
+      } else {
+        r.u16()[i] = float_to_fp16(v);
+      }
+    }
+  }
+
+  // ---- forward
+  // ----------------------------------------------------------------------------------------------------
+  // Where op i reads its input and writes its output, per mode.
+  struct Io {
+    Ref in;   // storage (or i32 ids)
+    Ref out;  // storage
+  };
+
+  [[nodiscard]] Ref param_slice(const Op& op) const {
+    return slice(need("parameters"), static_cast<uint64_t>(op.params.front().offset),
+                 static_cast<uint64_t>(op.param_elements));
+  }
+  [[nodiscard]] float* grad_slice(const Op& op) const {
+    return need("gradients").f32() + op.params.front().offset;
+  }
+  [[nodiscard]] uint64_t batch() const { return static_cast<uint64_t>(plan_.request.batch); }
+  [[nodiscard]] uint64_t n_in(const Op& op) const {
+    return batch() * static_cast<uint64_t>(op.in_elements());
+  }
+  [[nodiscard]] uint64_t n_out(const Op& op) const {
+    return batch() * static_cast<uint64_t>(op.out_elements());
+  }
+
+  // Runs the forward pass; returns the buffer holding the network output.
+  Ref forward() {
+    const bool train = plan_.request.mode == Mode::train;
+    Ref current = need("data.input");
+    Ref ping = train ? Ref{} : need("act.a");
+    Ref pong = train ? Ref{} : need("act.b");
+    for (size_t i = 0; i < graph_.ops.size(); ++i) {
+      const Op& op = graph_.ops[i];
+      if (op.kind == OpKind::residual_save) {
+        if (!train) {
+          const Ref stash = need(fmt::format("act.residual[{}]", op.residual_depth));
+          std::memcpy(stash.ptr, current.ptr, n_in(op) * dtype_bytes(current.dtype));
+        }
+        input_of_[i] = current;
+        continue;
+      }
+      Ref out;
+      if (train) {
+        out = need(fmt::format("ops[{}].out", i));
+      } else {
+        out = current.ptr == ping.ptr ? pong : ping;
+        out = slice(out, 0, n_out(op));
+      }
+      input_of_[i] = current;
+      forward_op(i, op, current, out, train);
+      current = out;
+    }
+    return current;
+  }
+
+  [[nodiscard]] Ref residual_source(size_t i, const Op& op, bool train) const {
+    if (!train) return need(fmt::format("act.residual[{}]", op.residual_depth));
+    // The matching residual_save: the nearest earlier save of the same depth still open.
+    int open = 0;
+    for (size_t j = i; j-- > 0;) {
+      const Op& prev = graph_.ops[j];
+      if (prev.residual_depth != op.residual_depth) continue;
+      if (prev.kind == OpKind::residual_add) ++open;
+      if (prev.kind == OpKind::residual_save) {
+        if (open == 0) return input_of_.at(j);
+        --open;
+      }
+    }
+    throw BackendError(fmt::format("{}: residual add without a matching save", op.path));
+  }
+
+  void forward_op(size_t i, const Op& op, const Ref& in_ref, const Ref& out_ref, bool train) {
+    const uint64_t nin = n_in(op), nout = n_out(op);
+    const int64_t b = plan_.request.batch;
+    float* ws_x = sixteen_bit() ? workspace("workspace.x") : nullptr;
+    float* ws_y = sixteen_bit() ? workspace("workspace.y") : nullptr;
+    float* ws_w = sixteen_bit() ? workspace("workspace.w") : nullptr;
+    float* ws_aux = sixteen_bit() ? workspace("workspace.aux") : nullptr;
+    const float* x = op.kind == OpKind::embedding ? nullptr : load(in_ref, nin, ws_x);
+    float* y = target(out_ref, ws_y);
+    const float* w = op.param_elements > 0
+                         ? load(param_slice(op), static_cast<uint64_t>(op.param_elements), ws_w)
+                         : nullptr;
+    // Pre-activation: saved in training (ops[i].pre), scratch in inference.
+    Ref pre_ref;
+    float* z = nullptr;
+    if (op.has_preactivation()) {
+      if (train) {
+        pre_ref = need(fmt::format("ops[{}].pre", i));
+        z = target(pre_ref, ws_aux);
+      } else {
+        z = sixteen_bit() ? ws_aux : workspace("workspace.z");
+      }
+    }
+    switch (op.kind) {
+      case OpKind::linear:
+        linear_forward(x, w, op.bias ? w + op.in_features * op.out_features : nullptr, z, y, b * op.rows,
+                       op.in_features, op.out_features, op.activation);
+        break;
+      case OpKind::conv2d: {
+        const ConvShape s = conv_shape(op);
+        const float* bias = op.bias ? w + op.out_channels * op.channels * op.kernel * op.kernel : nullptr;
+        conv2d_forward(s, x, w, bias, z, y, op.activation, workspace("workspace.scratch"));
+        break;
+      }
+      case OpKind::maxpool2d:
+        maxpool2d_forward(pool_shape(op), x, y);
+        break;
+      case OpKind::avgpool2d:
+        avgpool2d_forward(pool_shape(op), x, y);
+        break;
+      case OpKind::global_avgpool:
+        global_avgpool_forward(x, y, b, op.channels, op.spatial, op.tokens_layout);
+        break;
+      case OpKind::layernorm: {
+        const Ref stats = train ? need(fmt::format("ops[{}].stats", i)) : need("act.stats");
+        const int64_t rows = b * op.rows;
+        layernorm_forward(x, w, w + op.dim, y, stats.f32(), stats.f32() + rows, rows, op.dim);
+        break;
+      }
+      case OpKind::embedding:
+        embedding_forward(in_ref.i32(), w, w + op.vocab * op.dim, y, b, op.seq, op.dim);
+        break;
+      case OpKind::patch_embedding: {
+        const PatchShape s{b, op.channels, op.height, op.width, op.kernel, op.dim};
+        const int64_t wn = op.dim * op.channels * op.kernel * op.kernel;
+        patch_embedding_forward(s, x, w, w + wn, w + wn + op.dim, y, workspace("workspace.scratch"));
+        break;
+      }
+      case OpKind::attention_core: {
+        const Ref probs_ref = train ? need(fmt::format("ops[{}].probs", i)) : need("act.probs");
+        float* probs = target(probs_ref, ws_aux);
+        attention_forward(x, y, probs, b, op.seq, op.dim, op.heads, op.causal);
+        if (train) commit(probs, probs_ref, probs_ref.elements);
+        break;
+      }
+      case OpKind::residual_add: {
+        const Ref res = residual_source(i, op, train);
+        // y = x + residual; with 16-bit storage the residual is converted into y's fp32 workspace, then
+        // added.
+        if (res.dtype == DType::f32) {
+          add(x, res.f32(), y, static_cast<int64_t>(nout));
+        } else {
+          convert_to_f32(res, y, nout);
+          add(x, y, y, static_cast<int64_t>(nout));
+        }
+        break;
+      }
+      case OpKind::residual_save:
+        break;
+    }
+    if (pre_ref) commit(z, pre_ref, nout);
+    commit(y, out_ref, nout);
+  }
+
+  ConvShape conv_shape(const Op& op) const {
+    return ConvShape{plan_.request.batch, op.channels, op.height,  op.width,      op.out_channels,
+                     op.kernel,           op.stride,   op.padding, op.out_height, op.out_width};
+  }
+  PoolShape pool_shape(const Op& op) const {
+    return PoolShape{plan_.request.batch, op.channels, op.height,     op.width,
+                     op.kernel,           op.stride,   op.out_height, op.out_width};
+  }
+
+  // ---- loss and backward
+  // -------------------------------------------------------------------------------------------- Computes the
+  // loss of the network output and writes its gradient (scaled) into grad.a. Returns the mean loss.
+  double loss_and_gradient(const Ref& output, float grad_scale) {
+    const uint64_t n = output.elements;
+    float* ws_x = sixteen_bit() ? workspace("workspace.x") : nullptr;
+    float* ws_y = sixteen_bit() ? workspace("workspace.y") : nullptr;
+    float* ws_dx = sixteen_bit() ? workspace("workspace.dx") : nullptr;
+    const float* logits = load(output, n, ws_x);
+    const Ref grad = slice(need("grad.a"), 0, n);
+    float* dlogits = target(grad, ws_dx);
+    double loss = 0;
+    if (graph_.loss == LossType::cross_entropy) {
+      loss = cross_entropy(logits, need("data.targets").i32(), dlogits,
+                           static_cast<int64_t>(batch()) * graph_.loss_rows, graph_.loss_classes, grad_scale);
+    } else {
+      const float* t = load(need("data.targets"), n, ws_y);
+      loss = mse(logits, t, dlogits, static_cast<int64_t>(n), grad_scale);
+    }
+    commit(dlogits, grad, n);
+    return loss;
+  }
+
+  void backward() {
+    Ref current = need("grad.a");  // holds the gradient of the op's output
+    Ref other = need("grad.b");
+    const Ref data = need("data.input");
+    for (size_t i = graph_.ops.size(); i-- > 0;) {
+      const Op& op = graph_.ops[i];
+      const Ref in = input_of_[i];
+      const bool need_dx = in.ptr != data.ptr;
+      if (op.kind == OpKind::residual_add) {
+        const Ref stash = need(fmt::format("grad.residual[{}]", op.residual_depth));
+        std::memcpy(stash.ptr, current.ptr, n_out(op) * dtype_bytes(current.dtype));
+        continue;  // the gradient flows unchanged into the inner layers
+      }
+      if (op.kind == OpKind::residual_save) {
+        if (!need_dx) continue;
+        const Ref stash = need(fmt::format("grad.residual[{}]", op.residual_depth));
+        const uint64_t n = n_in(op);
+        if (sixteen_bit()) {
+          float* a = workspace("workspace.dy");
+          float* bsum = workspace("workspace.dx");
+          convert_to_f32(current, a, n);
+          convert_to_f32(stash, bsum, n);
+          add(a, bsum, a, static_cast<int64_t>(n));
+          convert_from_f32(a, current, n);
+        } else {
+          add(current.f32(), stash.f32(), current.f32(), static_cast<int64_t>(n));
+        }
+        continue;
+      }
+      backward_op(i, op, in, current, need_dx ? other : Ref{});
+      if (!need_dx) break;  // nothing before the first op that reads the data has a gradient to compute
+      std::swap(current, other);
+    }
+  }
+
+  void backward_op(size_t i, const Op& op, const Ref& in_ref, const Ref& dy_ref, const Ref& dx_full) {
+    const uint64_t nin = n_in(op), nout = n_out(op);
+    const int64_t b = plan_.request.batch;
+    const bool s16 = sixteen_bit();
+    const float* x =
+        op.kind == OpKind::embedding ? nullptr : load(in_ref, nin, s16 ? workspace("workspace.x") : nullptr);
+    const float* dy = load(slice(dy_ref, 0, nout), nout, s16 ? workspace("workspace.dy") : nullptr);
+    const Ref dx_ref = dx_full ? slice(dx_full, 0, nin) : Ref{};
+    float* dx = dx_ref ? target(dx_ref, s16 ? workspace("workspace.dx") : nullptr) : nullptr;
+    const float* w = op.param_elements > 0 ? load(param_slice(op), static_cast<uint64_t>(op.param_elements),
+                                                  s16 ? workspace("workspace.w") : nullptr)
+                                           : nullptr;
+    float* dw = op.param_elements > 0 ? grad_slice(op) : nullptr;
+    auto saved = [&](const char* what, float* ws) {
+      const Ref r = need(fmt::format("ops[{}].{}", i, what));
+      return load(r, r.elements, ws);
+    };
+    switch (op.kind) {
+      case OpKind::linear: {
+        const float* z =
+            op.has_preactivation() ? saved("pre", s16 ? workspace("workspace.aux") : nullptr) : nullptr;
+        const float* y = saved("out", s16 ? workspace("workspace.y") : nullptr);
+        float* dz = op.has_preactivation() ? workspace("workspace.z") : nullptr;
+        linear_backward(x, w, z, y, dy, dz, dx, dw, op.bias ? dw + op.in_features * op.out_features : nullptr,
+                        b * op.rows, op.in_features, op.out_features, op.activation);
+        break;
+      }
+      case OpKind::conv2d: {
+        const float* z =
+            op.has_preactivation() ? saved("pre", s16 ? workspace("workspace.aux") : nullptr) : nullptr;
+        const float* y = saved("out", s16 ? workspace("workspace.y") : nullptr);
+        float* dz = op.has_preactivation() ? workspace("workspace.z") : nullptr;
+        const int64_t wn = op.out_channels * op.channels * op.kernel * op.kernel;
+        conv2d_backward(conv_shape(op), x, w, z, y, dy, dz, dx, dw, op.bias ? dw + wn : nullptr,
+                        op.activation, workspace("workspace.scratch"));
+        break;
+      }
+      case OpKind::maxpool2d: {
+        const float* y = saved("out", s16 ? workspace("workspace.y") : nullptr);
+        if (dx) maxpool2d_backward(pool_shape(op), x, y, dy, dx);
+        break;
+      }
+      case OpKind::avgpool2d:
+        if (dx) avgpool2d_backward(pool_shape(op), dy, dx);
+        break;
+      case OpKind::global_avgpool:
+        if (dx) global_avgpool_backward(dy, dx, b, op.channels, op.spatial, op.tokens_layout);
+        break;
+      case OpKind::layernorm: {
+        const Ref stats = need(fmt::format("ops[{}].stats", i));
+        const int64_t rows = b * op.rows;
+        layernorm_backward(x, w, stats.f32(), stats.f32() + rows, dy, dx, dw, dw + op.dim, rows, op.dim);
+        break;
+      }
+      case OpKind::embedding:
+        embedding_backward(in_ref.i32(), dy, dw, dw + op.vocab * op.dim, b, op.seq, op.dim);
+        break;
+      case OpKind::patch_embedding: {
+        const PatchShape s{b, op.channels, op.height, op.width, op.kernel, op.dim};
+        const int64_t wn = op.dim * op.channels * op.kernel * op.kernel;
+        patch_embedding_backward(s, x, w, dy, dx, dw, dw + wn, dw + wn + op.dim,
+                                 workspace("workspace.scratch"));
+        break;
+      }
+      case OpKind::attention_core: {
+        const float* probs = saved("probs", s16 ? workspace("workspace.aux") : nullptr);
+        if (dx)
+          attention_backward(x, probs, dy, dx, b, op.seq, op.dim, op.heads, op.causal,
+                             workspace("workspace.scratch"));
+        break;
+      }
+      case OpKind::residual_save:
+      case OpKind::residual_add:
+        break;
+    }
+    if (dx) commit(dx, dx_ref, nin);
+  }
+
+  // ---- steps
+  // ---------------------------------------------------------------------------------------------------
+  StepResult infer_step() {
+    forward();
+    StepResult r;
+    r.loss = std::numeric_limits<double>::quiet_NaN();
+    return r;
+  }
+
+  StepResult train_step() {
+    const Ref grads = need("gradients");
+    const int64_t p = graph_.parameters;
+    std::memset(grads.ptr, 0, static_cast<size_t>(p) * sizeof(float));
+    const int64_t accumulation = plan_.request.accumulation;
+    const bool fp16 = plan_.request.precision == Precision::fp16;
+    const double scale = fp16 ? loss_scale_ : 1.0;
+    double loss_sum = 0;
+    for (int64_t micro = 0; micro < accumulation; ++micro) {
+      if (accumulation > 1) fill_data(micro);
+      const Ref output = forward();
+      loss_sum += loss_and_gradient(output, static_cast<float>(scale / static_cast<double>(accumulation)));
+      backward();
+    }
+    StepResult r;
+    r.loss = loss_sum / static_cast<double>(accumulation);
+    if (fp16) cpu::scale(grads.f32(), p, static_cast<float>(1.0 / scale));
+    const bool finite = std::isfinite(r.loss) && all_finite(grads.f32(), p);
+    if (!finite) {
+      if (fp16) {
+        // Overflow under loss scaling: skip the update and lower the scale, as torch.cuda.amp.GradScaler
+        // does.
+        r.skipped = true;
+        ++skipped_steps_;
+        loss_scale_ = std::max(1.0, loss_scale_ / 2);
+        clean_steps_ = 0;
+        return r;
+      }
+      r.finite = false;
+      return r;
+    }
+    if (fp16 && ++clean_steps_ >= kLossScaleGrowthInterval) {
+      loss_scale_ *= 2;
+      clean_steps_ = 0;
+    }
+    optimizer_step();
+    return r;
+  }
+
+  void optimizer_step() {
+    ++optimizer_steps_;
+    const OptimizerSpec& o = graph_.optimizer;
+    float* w = master_ref().f32();
+    const float* g = need("gradients").f32();
+    const int64_t p = graph_.parameters;
+    if (o.type == OptimizerType::adamw) {
+      adamw_step(w, g, need("optimizer.m").f32(), need("optimizer.v").f32(), p,
+                 static_cast<float>(o.learning_rate), static_cast<float>(o.beta1),
+                 static_cast<float>(o.beta2), static_cast<float>(o.eps), static_cast<float>(o.weight_decay),
+                 optimizer_steps_);
+    } else {
+      sgd_step(w, g, need("optimizer.momentum").f32(), p, static_cast<float>(o.learning_rate),
+               static_cast<float>(o.momentum), optimizer_steps_);
+    }
+    sync_parameters_from_master();
+  }
+
+  Graph graph_;
+  Plan plan_;
+  SessionOptions options_;
+  DType storage_;
+  void* arena_ = nullptr;
+  uint64_t allocated_bytes_ = 0;
+  std::unordered_map<std::string, Ref> buffers_;
+  std::vector<Ref> input_of_ = std::vector<Ref>(graph_.ops.size());
+  double loss_scale_ = kInitialLossScale;
+  int64_t clean_steps_ = 0;
+  int64_t skipped_steps_ = 0;
+  int64_t optimizer_steps_ = 0;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  BackendKind kind() const override { return BackendKind::cpu; }
+
+  DeviceInfo device(Precision precision) const override {
+    DeviceInfo info;
+    info.backend = "cpu";
+    info.name = cpu_model_name();
+    info.memory_total_bytes = physical_memory_bytes();
+    info.details = {{"threads", openblas_get_num_threads()},
+                    {"hardware_threads", std::thread::hardware_concurrency()},
+                    {"blas", std::string(openblas_get_config())}};
+    if (precision == Precision::tf32) info.details["note"] = "tf32 runs as fp32 on the CPU";
+    if (precision == Precision::bf16 || precision == Precision::fp16)
+      info.details["note"] = "16-bit storage, fp32 math on the CPU";
+    return info;
+  }
+
+  std::unique_ptr<Session> prepare(const Graph& graph, const Plan& plan,
+                                   const SessionOptions& options) override {
+    if (plan.request.backend != BackendKind::cpu)
+      throw BackendError(
+          fmt::format("cpu backend given a plan made for the {} backend", to_string(plan.request.backend)));
+    return std::make_unique<CpuSession>(graph, plan, options);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() {
+  return std::make_unique<CpuBackend>();
+}
+
+}  // namespace bsw::cpu

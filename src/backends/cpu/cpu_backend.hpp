@@ -1,0 +1,27 @@
+// The CPU reference backend: real forward, backward and optimizer math for every layer, on seeded synthetic
+// data, allocating exactly the plan's buffers. fp32 and tf32 (= fp32 on the CPU) compute in place; bf16/fp16
+// store in 16 bits and compute in fp32 through the plan's workspaces; fp16 trains with dynamic loss scaling.
+#pragma once
+
+#include <memory>
+
+#include "batchsweep/backend.hpp"
+
+namespace bsw::cpu {
+
+[[nodiscard]] std::unique_ptr<Backend> make_cpu_backend();
+
+// The CPU session's extra surface for tests: read back the fp32 master copy of the parameters and the
+// gradients of the last step, and the loss of the last step without a timing.
+class CpuSessionProbe {
+ public:
+  virtual ~CpuSessionProbe() = default;
+  [[nodiscard]] virtual std::vector<float> parameters_f32() const = 0;
+  [[nodiscard]] virtual std::vector<float> gradients_f32() const = 0;  // unscaled, after the last step
+  [[nodiscard]] virtual double loss_scale() const = 0;
+  [[nodiscard]] virtual int64_t skipped_steps() const = 0;
+  // Re-initialise parameters from `values` (fp32, graph.parameters elements) — tests set identical weights.
+  virtual void set_parameters(const std::vector<float>& values) = 0;
+};
+
+}  // namespace bsw::cpu

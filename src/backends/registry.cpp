@@ -1,0 +1,58 @@
+// Backend registry: which backends this build has, and making one by name for --backend.
+#include <fmt/format.h>
+
+#include "backends/cpu/cpu_backend.hpp"
+#include "backends/scripted/scripted_backend.hpp"
+#include "batchsweep/backends.hpp"
+#include "batchsweep/errors.hpp"
+#ifdef BATCHSWEEP_HAVE_CUDA
+#include "backends/cuda/cuda_backend.hpp"
+#endif
+
+namespace bsw {
+
+std::vector<std::string> compiled_backends() {
+  std::vector<std::string> names{"cpu"};
+  if (cuda_compiled()) names.emplace_back("cuda");
+  names.emplace_back("scripted");
+  return names;
+}
+
+bool cuda_compiled() {
+#ifdef BATCHSWEEP_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool cuda_device_present() {
+#ifdef BATCHSWEEP_HAVE_CUDA
+  return cuda::device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(std::string_view name, const std::string& script_path) {
+  if (name == "auto") return cuda_device_present() ? make_backend("cuda") : make_backend("cpu");
+  if (name == "cpu") return cpu::make_cpu_backend();
+  if (name == "scripted") {
+    if (script_path.empty())
+      throw UsageError("--backend scripted needs --script FILE (a JSON step-time script)");
+    return make_scripted_backend(script_path);
+  }
+  if (name == "cuda") {
+#ifdef BATCHSWEEP_HAVE_CUDA
+    if (!cuda_device_present())
+      throw UsageError(fmt::format("--backend cuda: no CUDA device: {}", cuda::no_device_reason()));
+    return cuda::make_cuda_backend();
+#else
+    throw UsageError(
+        "--backend cuda: this batchsweep was built without the CUDA backend (-DBATCHSWEEP_CUDA=OFF)");
+#endif
+  }
+  throw UsageError(fmt::format("--backend: unknown backend '{}' (choose auto, cpu, cuda or scripted)", name));
+}
+
+}  // namespace bsw

@@ -1,0 +1,397 @@
+// Lowers a ModelSpec to primitive ops with per-sample shapes, checking shapes through the whole stack, and
+// counts parameters and forward FLOPs by the conventions of the model format (README "Conventions").
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "batchsweep/errors.hpp"
+#include "batchsweep/plan.hpp"
+
+namespace bsw {
+namespace {
+
+// Per-sample element counts above this are refused: with batches up to 2^24 every buffer size then fits in 64
+// bits.
+constexpr int64_t kMaxSampleElements = int64_t{1} << 36;
+constexpr int64_t kMaxParameters = int64_t{1} << 40;
+constexpr int kMaxResidualDepth = 32;
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  if (s.empty()) return "[]";
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+class Lowerer {
+ public:
+  explicit Lowerer(const ModelSpec& model) : model_(model) {}
+
+  Graph run() {
+    graph_.model_name = model_.name;
+    graph_.input_type = model_.input.type;
+    graph_.loss = model_.loss;
+    graph_.optimizer = model_.optimizer;
+    const InputSpec& in = model_.input;
+    switch (in.type) {
+      case InputType::vector:
+        shape_ = {in.features};
+        break;
+      case InputType::image:
+        shape_ = {in.channels, in.height, in.width};
+        break;
+      case InputType::tokens:
+        shape_ = {in.sequence_length};
+        token_ids_ = true;
+        graph_.tokens_per_sample = in.sequence_length;
+        break;
+    }
+    check_elements(shape_, "input");
+    graph_.input_shape = shape_;
+    if (model_.layers.empty()) fail("layers", "a model needs at least one layer");
+    for (const LayerSpec& layer : model_.layers) lower_repeated(layer, 0);
+    if (token_ids_) fail("layers", "token inputs need an `embedding` layer first");
+    if (graph_.ops.empty())
+      fail("layers", "no layer computes anything (a model of only `flatten` has nothing to run)");
+    graph_.output_shape = shape_;
+    finish_loss();
+    return std::move(graph_);
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& path, const std::string& message) const {
+    throw ConfigError(model_.source, path, message);
+  }
+
+  int64_t numel(const std::vector<int64_t>& s) const {
+    int64_t n = 1;
+    for (int64_t d : s) n *= d;
+    return n;
+  }
+
+  // Checked product of a shape: refuses per-sample sizes that would overflow once multiplied by a batch.
+  void check_elements(const std::vector<int64_t>& s, const std::string& path) const {
+    __int128 n = 1;
+    for (int64_t d : s) {
+      if (d <= 0) fail(path, fmt::format("shape {} has a non-positive dimension", shape_text(s)));
+      n *= d;
+      if (n > kMaxSampleElements)
+        fail(path, fmt::format("shape {} has more than 2^36 elements per sample: sizes would overflow",
+                               shape_text(s)));
+    }
+  }
+
+  void require_not_ids(const LayerSpec& l) const {
+    if (token_ids_)
+      fail(l.json_path,
+           fmt::format("`{}` cannot take token ids: put an `embedding` layer first", to_string(l.type)));
+  }
+
+  void require_image(const LayerSpec& l) const {
+    require_not_ids(l);
+    if (shape_.size() != 3)
+      fail(l.json_path, fmt::format("`{}` needs an image-shaped input [channels, height, width], got {}",
+                                    to_string(l.type), shape_text(shape_)));
+  }
+
+  void require_tokens(const LayerSpec& l) const {
+    require_not_ids(l);
+    if (shape_.size() != 2)
+      fail(l.json_path, fmt::format("`{}` needs a token sequence [tokens, dim], got {}", to_string(l.type),
+                                    shape_text(shape_)));
+  }
+
+  Op& push(OpKind kind, std::string path, std::vector<int64_t> out_shape) {
+    check_elements(out_shape, path);
+    Op op;
+    op.kind = kind;
+    op.path = std::move(path);
+    op.in_shape = shape_;
+    op.out_shape = std::move(out_shape);
+    graph_.ops.push_back(std::move(op));
+    shape_ = graph_.ops.back().out_shape;
+    return graph_.ops.back();
+  }
+
+  void add_param(Op& op, const std::string& name, int64_t elements, const std::string& path) {
+    if (elements <= 0) return;
+    if (elements > kMaxParameters || graph_.parameters + elements > kMaxParameters)
+      fail(path, "more than 2^40 parameters: sizes would overflow");
+    op.params.push_back({name, graph_.parameters, elements});
+    op.param_elements += elements;
+    graph_.parameters += elements;
+  }
+
+  void add_flops(Op& op, double flops) {
+    op.forward_flops = flops;
+    graph_.forward_flops_per_sample += flops;
+  }
+
+  void lower_repeated(const LayerSpec& layer, int depth) {
+    for (int64_t r = 0; r < layer.repeat; ++r) {
+      const std::string path = layer.repeat > 1 ? fmt::format("{}#{}", layer.json_path, r) : layer.json_path;
+      lower_layer(layer, path, depth);
+    }
+  }
+
+  void linear(const LayerSpec& l, const std::string& path, int64_t out_features, bool bias, Activation act) {
+    require_not_ids(l);
+    const int64_t in = shape_.back();
+    std::vector<int64_t> out = shape_;
+    out.back() = out_features;
+    const int64_t rows = numel(shape_) / in;
+    Op& op = push(OpKind::linear, path, out);
+    op.rows = rows;
+    op.in_features = in;
+    op.out_features = out_features;
+    op.bias = bias;
+    op.activation = act;
+    add_param(op, "weight", in * out_features, path);
+    if (bias) add_param(op, "bias", out_features, path);
+    add_flops(op,
+              2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(out_features));
+  }
+
+  void layernorm(const LayerSpec& l, const std::string& path) {
+    require_not_ids(l);
+    const int64_t dim = shape_.back();
+    const int64_t rows = numel(shape_) / dim;
+    Op& op = push(OpKind::layernorm, path, shape_);
+    op.rows = rows;
+    op.dim = dim;
+    add_param(op, "gamma", dim, path);
+    add_param(op, "beta", dim, path);
+  }
+
+  void attention(const LayerSpec& l, const std::string& path) {
+    require_tokens(l);
+    const int64_t seq = shape_[0], dim = shape_[1];
+    if (l.heads <= 0) fail(l.json_path + ".heads", "must be a positive integer");
+    if (dim % l.heads != 0)
+      fail(l.json_path + ".heads", fmt::format("{} does not divide dim {}", l.heads, dim));
+    linear(l, path + ".qkv", 3 * dim, true, Activation::none);
+    Op& core = push(OpKind::attention_core, path + ".core", {seq, dim});
+    core.seq = seq;
+    core.dim = dim;
+    core.heads = l.heads;
+    core.causal = l.causal;
+    // q k^T and p v: 2 * T * T * D each, counted in full also when causal (README conventions).
+    add_flops(core, 4.0 * static_cast<double>(seq) * static_cast<double>(seq) * static_cast<double>(dim));
+    linear(l, path + ".out", dim, true, Activation::none);
+  }
+
+  void residual_open(const std::string& path, int depth) {
+    if (depth >= kMaxResidualDepth) fail(path, "residual nesting too deep (more than 32 levels)");
+    Op& op = push(OpKind::residual_save, path + ".save", shape_);
+    op.residual_depth = depth;
+    graph_.max_residual_depth = std::max(graph_.max_residual_depth, depth + 1);
+  }
+
+  void residual_close(const std::vector<int64_t>& in_shape, const std::string& path, int depth) {
+    if (shape_ != in_shape)
+      fail(path, fmt::format(
+                     "residual: inner layers change the shape from {} to {}; they must keep it so the input "
+                     "can be added",
+                     shape_text(in_shape), shape_text(shape_)));
+    Op& op = push(OpKind::residual_add, path + ".add", shape_);
+    op.residual_depth = depth;
+  }
+
+  void conv_like(const LayerSpec& l, const std::string& path, OpKind kind, int64_t k, int64_t stride,
+                 int64_t pad) {
+    require_image(l);
+    const int64_t c = shape_[0], h = shape_[1], w = shape_[2];
+    if (k <= 0) fail(l.json_path + ".kernel_size", "must be a positive integer");
+    if (stride <= 0) fail(l.json_path + ".stride", "must be a positive integer");
+    if (h + 2 * pad < k || w + 2 * pad < k)
+      fail(l.json_path + ".kernel_size",
+           fmt::format("kernel {} is larger than the {}x{} input{}", k, h, w,
+                       pad ? fmt::format(" padded by {}", pad) : std::string()));
+    const int64_t hout = (h + 2 * pad - k) / stride + 1;
+    const int64_t wout = (w + 2 * pad - k) / stride + 1;
+    const int64_t cout = kind == OpKind::conv2d ? l.out_channels : c;
+    Op& op = push(kind, path, {cout, hout, wout});
+    op.channels = c;
+    op.height = h;
+    op.width = w;
+    op.out_channels = cout;
+    op.kernel = k;
+    op.stride = stride;
+    op.padding = pad;
+    op.out_height = hout;
+    op.out_width = wout;
+    if (kind == OpKind::conv2d) {
+      op.bias = l.bias;
+      op.activation = l.activation;
+      add_param(op, "weight", cout * c * k * k, path);
+      if (l.bias) add_param(op, "bias", cout, path);
+      add_flops(op, 2.0 * static_cast<double>(cout) * static_cast<double>(c * k * k) *
+                        static_cast<double>(hout * wout));
+    }
+  }
+
+  void lower_layer(const LayerSpec& l, const std::string& path, int depth) {
+    switch (l.type) {
+      case LayerType::linear:
+        if (l.out_features <= 0) fail(l.json_path + ".out_features", "must be a positive integer");
+        linear(l, path, l.out_features, l.bias, l.activation);
+        break;
+      case LayerType::conv2d:
+        if (l.out_channels <= 0) fail(l.json_path + ".out_channels", "must be a positive integer");
+        if (l.padding < 0) fail(l.json_path + ".padding", "must not be negative");
+        conv_like(l, path, OpKind::conv2d, l.kernel_size, l.stride, l.padding);
+        break;
+      case LayerType::maxpool2d:
+        conv_like(l, path, OpKind::maxpool2d, l.kernel_size, l.stride, 0);
+        break;
+      case LayerType::avgpool2d:
+        conv_like(l, path, OpKind::avgpool2d, l.kernel_size, l.stride, 0);
+        break;
+      case LayerType::global_avgpool: {
+        require_not_ids(l);
+        if (shape_.size() == 3) {
+          const int64_t c = shape_[0], s = shape_[1] * shape_[2];
+          Op& op = push(OpKind::global_avgpool, path, {c});
+          op.channels = c;
+          op.spatial = s;
+        } else if (shape_.size() == 2) {
+          const int64_t t = shape_[0], d = shape_[1];
+          Op& op = push(OpKind::global_avgpool, path, {d});
+          op.channels = d;
+          op.spatial = t;
+          op.tokens_layout = true;
+        } else {
+          fail(l.json_path, fmt::format("`global_avgpool` needs an image [C, H, W] or tokens [T, D], got {}",
+                                        shape_text(shape_)));
+        }
+        break;
+      }
+      case LayerType::flatten:
+        require_not_ids(l);
+        shape_ = {numel(shape_)};
+        break;
+      case LayerType::layernorm:
+        layernorm(l, path);
+        break;
+      case LayerType::embedding: {
+        if (!token_ids_)
+          fail(l.json_path, fmt::format("`embedding` needs token ids (input type \"tokens\"), got {}",
+                                        shape_text(shape_)));
+        if (l.dim <= 0) fail(l.json_path + ".dim", "must be a positive integer");
+        token_ids_ = false;
+        const int64_t seq = shape_[0];
+        Op& op = push(OpKind::embedding, path, {seq, l.dim});
+        op.seq = seq;
+        op.dim = l.dim;
+        op.vocab = model_.input.vocab_size;
+        add_param(op, "tokens", op.vocab * l.dim, path);
+        add_param(op, "positions", seq * l.dim, path);
+        break;
+      }
+      case LayerType::patch_embedding: {
+        require_image(l);
+        const int64_t p = l.patch_size, c = shape_[0], h = shape_[1], w = shape_[2];
+        if (p <= 0) fail(l.json_path + ".patch_size", "must be a positive integer");
+        if (l.dim <= 0) fail(l.json_path + ".dim", "must be a positive integer");
+        if (h % p != 0 || w % p != 0)
+          fail(l.json_path + ".patch_size", fmt::format("{} does not divide the {}x{} image", p, h, w));
+        const int64_t n = (h / p) * (w / p);
+        Op& op = push(OpKind::patch_embedding, path, {n, l.dim});
+        op.channels = c;
+        op.height = h;
+        op.width = w;
+        op.kernel = p;
+        op.stride = p;
+        op.out_height = h / p;
+        op.out_width = w / p;
+        op.seq = n;
+        op.dim = l.dim;
+        op.bias = true;
+        add_param(op, "weight", l.dim * c * p * p, path);
+        add_param(op, "bias", l.dim, path);
+        add_param(op, "positions", n * l.dim, path);
+        add_flops(op,
+                  2.0 * static_cast<double>(l.dim) * static_cast<double>(c * p * p) * static_cast<double>(n));
+        break;
+      }
+      case LayerType::attention:
+        attention(l, path);
+        break;
+      case LayerType::transformer_block: {
+        require_tokens(l);
+        if (l.mlp_ratio <= 0) fail(l.json_path + ".mlp_ratio", "must be a positive integer");
+        const std::vector<int64_t> in = shape_;
+        const int64_t dim = shape_[1];
+        residual_open(path + ".attn", depth);
+        layernorm(l, path + ".ln1");
+        attention(l, path + ".attn");
+        residual_close(in, path + ".attn", depth);
+        residual_open(path + ".mlp", depth);
+        layernorm(l, path + ".ln2");
+        linear(l, path + ".mlp.fc", l.mlp_ratio * dim, true, Activation::gelu);
+        linear(l, path + ".mlp.proj", dim, true, Activation::none);
+        residual_close(in, path + ".mlp", depth);
+        break;
+      }
+      case LayerType::residual: {
+        if (l.layers.empty()) fail(l.json_path + ".layers", "a residual needs at least one inner layer");
+        require_not_ids(l);
+        const std::vector<int64_t> in = shape_;
+        residual_open(path, depth);
+        for (const LayerSpec& inner : l.layers) lower_repeated(inner, depth + 1);
+        residual_close(in, path, depth);
+        break;
+      }
+    }
+  }
+
+  void finish_loss() {
+    const auto& out = shape_;
+    if (model_.loss == LossType::cross_entropy) {
+      if (out.size() == 1) {
+        graph_.loss_rows = 1;
+        graph_.loss_classes = out[0];
+      } else if (out.size() == 2) {
+        graph_.loss_rows = out[0];
+        graph_.loss_classes = out[1];
+      } else {
+        fail("loss", fmt::format("cross_entropy needs a [classes] or [tokens, classes] output, got {} (add "
+                                 "`global_avgpool` or `flatten` and a `linear`)",
+                                 shape_text(out)));
+      }
+      if (graph_.loss_classes < 2)
+        fail("loss",
+             fmt::format("cross_entropy needs at least 2 classes, the output has {}", graph_.loss_classes));
+      if (graph_.loss_classes > std::numeric_limits<int32_t>::max())
+        fail("loss", "cross_entropy: too many classes for 32-bit labels");
+    } else {
+      graph_.loss_rows = numel(out);
+      graph_.loss_classes = 0;
+    }
+  }
+
+  const ModelSpec& model_;
+  Graph graph_;
+  std::vector<int64_t> shape_;
+  bool token_ids_ = false;
+};
+
+}  // namespace
+
+int64_t Op::in_elements() const {
+  int64_t n = 1;
+  for (int64_t d : in_shape) n *= d;
+  return n;
+}
+
+int64_t Op::out_elements() const {
+  int64_t n = 1;
+  for (int64_t d : out_shape) n *= d;
+  return n;
+}
+
+Graph lower(const ModelSpec& model) {
+  return Lowerer(model).run();
+}
+
+}  // namespace bsw

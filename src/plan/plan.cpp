@@ -1,0 +1,426 @@
+// The planner: every buffer a backend allocates for one (graph, batch, precision, mode, accumulation,
+// backend), itemised by category, plus FLOPs per step. Backends allocate exactly Plan::buffers — nothing else
+// holds tensor data.
+//
+// Buffer layout (B = micro-batch, S = storage dtype: f32 for fp32/tf32, bf16/f16 otherwise):
+//   parameters (S, all op parameters in one flat buffer), master_weights (f32, 16-bit only), gradients (f32),
+//   optimizer.m / optimizer.v (adamw) or optimizer.momentum (sgd) (f32)           — training only but
+//   parameters data.input (i32 token ids, or S), data.targets (i32 labels, or S for mse)       — targets in
+//   training only train: ops[i].out (S) for every op with an output; ops[i].pre (S) before an activation;
+//   ops[i].stats (f32,
+//          mean+rstd per row) for layernorm; ops[i].probs (S, [B, heads, T, T]) for attention —
+//          saved_activations; grad.a / grad.b (S) ping-pong activation gradients and grad.residual[d] (S) per
+//          residual depth — transient
+//   infer: act.a / act.b (S) ping-pong, act.residual[d] (S), act.stats (f32), act.probs (S) — transient
+//   workspaces per backend, see append_workspaces().
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "batchsweep/errors.hpp"
+#include "batchsweep/plan.hpp"
+
+namespace bsw {
+
+std::string_view to_string(Precision v) {
+  switch (v) {
+    case Precision::fp32:
+      return "fp32";
+    case Precision::tf32:
+      return "tf32";
+    case Precision::fp16:
+      return "fp16";
+    case Precision::bf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+std::string_view to_string(Mode v) {
+  return v == Mode::train ? "train" : "infer";
+}
+
+std::string_view to_string(BackendKind v) {
+  switch (v) {
+    case BackendKind::cpu:
+      return "cpu";
+    case BackendKind::cuda:
+      return "cuda";
+    case BackendKind::scripted:
+      return "scripted";
+  }
+  return "?";
+}
+
+std::string_view to_string(DType v) {
+  switch (v) {
+    case DType::f32:
+      return "f32";
+    case DType::bf16:
+      return "bf16";
+    case DType::f16:
+      return "f16";
+    case DType::i32:
+      return "i32";
+  }
+  return "?";
+}
+
+std::string_view to_string(OpKind v) {
+  switch (v) {
+    case OpKind::linear:
+      return "linear";
+    case OpKind::conv2d:
+      return "conv2d";
+    case OpKind::maxpool2d:
+      return "maxpool2d";
+    case OpKind::avgpool2d:
+      return "avgpool2d";
+    case OpKind::global_avgpool:
+      return "global_avgpool";
+    case OpKind::layernorm:
+      return "layernorm";
+    case OpKind::embedding:
+      return "embedding";
+    case OpKind::patch_embedding:
+      return "patch_embedding";
+    case OpKind::attention_core:
+      return "attention_core";
+    case OpKind::residual_save:
+      return "residual_save";
+    case OpKind::residual_add:
+      return "residual_add";
+  }
+  return "?";
+}
+
+std::string_view to_string(MemoryCategory v) {
+  switch (v) {
+    case MemoryCategory::parameters:
+      return "parameters";
+    case MemoryCategory::master_weights:
+      return "master_weights";
+    case MemoryCategory::gradients:
+      return "gradients";
+    case MemoryCategory::optimizer_state:
+      return "optimizer_state";
+    case MemoryCategory::saved_activations:
+      return "saved_activations";
+    case MemoryCategory::transient:
+      return "transient";
+    case MemoryCategory::workspace:
+      return "workspace";
+    case MemoryCategory::data:
+      return "data";
+  }
+  return "?";
+}
+
+uint64_t dtype_bytes(DType t) {
+  return t == DType::bf16 || t == DType::f16 ? 2 : 4;
+}
+
+DType storage_dtype(Precision p) {
+  switch (p) {
+    case Precision::bf16:
+      return DType::bf16;
+    case Precision::fp16:
+      return DType::f16;
+    default:
+      return DType::f32;
+  }
+}
+
+const BufferSpec* Plan::find(std::string_view name) const {
+  for (const BufferSpec& b : buffers)
+    if (b.name == name) return &b;
+  return nullptr;
+}
+
+const BufferSpec& Plan::buffer(std::string_view name) const {
+  if (const BufferSpec* b = find(name)) return *b;
+  throw std::out_of_range(fmt::format("plan has no buffer named '{}'", name));
+}
+
+namespace {
+
+constexpr uint64_t kCublasLtWorkspaceBytes = uint64_t{32} << 20;  // NVIDIA's recommendation for Hopper
+
+class Builder {
+ public:
+  Builder(const Graph& g, const PlanRequest& r) : g_(g), r_(r), s_(storage_dtype(r.precision)) {}
+
+  Plan build() {
+    Plan plan;
+    plan.request = r_;
+    const bool train = r_.mode == Mode::train;
+    const uint64_t p = static_cast<uint64_t>(g_.parameters);
+    add("parameters", MemoryCategory::parameters, s_, p);
+    if (train) {
+      if (s_ != DType::f32) add("master_weights", MemoryCategory::master_weights, DType::f32, p);
+      add("gradients", MemoryCategory::gradients, DType::f32, p);
+      if (g_.optimizer.type == OptimizerType::adamw) {
+        add("optimizer.m", MemoryCategory::optimizer_state, DType::f32, p);
+        add("optimizer.v", MemoryCategory::optimizer_state, DType::f32, p);
+      } else {
+        add("optimizer.momentum", MemoryCategory::optimizer_state, DType::f32, p);
+      }
+    }
+    add_data(train);
+    if (train) {
+      add_training_activations();
+    } else {
+      add_inference_activations();
+    }
+    append_workspaces();
+
+    plan.buffers = std::move(buffers_);
+    for (const BufferSpec& b : plan.buffers) item(plan.memory, b.category) += b.bytes;
+    const double forward = g_.forward_flops_per_sample;
+    plan.flops_per_sample = train ? 3.0 * forward : forward;
+    plan.flops_per_step = plan.flops_per_sample * static_cast<double>(r_.batch) *
+                          static_cast<double>(train ? r_.accumulation : 1);
+    return plan;
+  }
+
+ private:
+  static uint64_t& item(MemoryBreakdown& m, MemoryCategory c) {
+    switch (c) {
+      case MemoryCategory::parameters:
+        return m.parameters;
+      case MemoryCategory::master_weights:
+        return m.master_weights;
+      case MemoryCategory::gradients:
+        return m.gradients;
+      case MemoryCategory::optimizer_state:
+        return m.optimizer_state;
+      case MemoryCategory::saved_activations:
+        return m.saved_activations;
+      case MemoryCategory::transient:
+        return m.transient;
+      case MemoryCategory::workspace:
+        return m.workspace;
+      case MemoryCategory::data:
+        return m.data;
+    }
+    return m.transient;
+  }
+
+  uint64_t batch() const { return static_cast<uint64_t>(r_.batch); }
+
+  void add(std::string name, MemoryCategory c, DType t, uint64_t elements, int op = -1) {
+    if (elements == 0) return;
+    const unsigned __int128 raw = static_cast<unsigned __int128>(elements) * dtype_bytes(t);
+    const unsigned __int128 rounded = (raw + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+    total_ += rounded;
+    if (total_ > (static_cast<unsigned __int128>(1) << 62))
+      throw UsageError(
+          fmt::format("--batch {}: the plan for this batch is larger than 2^62 bytes", r_.batch));
+    buffers_.push_back({std::move(name), c, t, elements, static_cast<uint64_t>(rounded), op});
+  }
+
+  void add_data(bool train) {
+    const uint64_t in =
+        static_cast<uint64_t>(g_.tokens_per_sample > 0 ? g_.tokens_per_sample : numel(g_.input_shape));
+    add("data.input", MemoryCategory::data, g_.input_type == InputType::tokens ? DType::i32 : s_,
+        batch() * in);
+    if (!train) return;
+    if (g_.loss == LossType::cross_entropy) {
+      add("data.targets", MemoryCategory::data, DType::i32, batch() * static_cast<uint64_t>(g_.loss_rows));
+    } else {
+      add("data.targets", MemoryCategory::data, s_, batch() * static_cast<uint64_t>(numel(g_.output_shape)));
+    }
+  }
+
+  static int64_t numel(const std::vector<int64_t>& s) {
+    int64_t n = 1;
+    for (int64_t d : s) n *= d;
+    return n;
+  }
+
+  static bool has_output(const Op& op) { return op.kind != OpKind::residual_save; }
+  static uint64_t probs_elements(const Op& op) {
+    return static_cast<uint64_t>(op.heads) * static_cast<uint64_t>(op.seq) * static_cast<uint64_t>(op.seq);
+  }
+
+  // Largest per-sample activation seen anywhere (inputs and outputs of every op, and the network input).
+  uint64_t max_activation() const {
+    uint64_t m = static_cast<uint64_t>(numel(g_.input_shape));
+    for (const Op& op : g_.ops) {
+      m = std::max(m, static_cast<uint64_t>(op.in_elements()));
+      m = std::max(m, static_cast<uint64_t>(op.out_elements()));
+    }
+    return m;
+  }
+
+  // Per depth, the largest per-sample residual input.
+  std::vector<uint64_t> residual_sizes() const {
+    std::vector<uint64_t> sizes(static_cast<size_t>(g_.max_residual_depth), 0);
+    for (const Op& op : g_.ops)
+      if (op.kind == OpKind::residual_save)
+        sizes[op.residual_depth] =
+            std::max(sizes[op.residual_depth], static_cast<uint64_t>(op.in_elements()));
+    return sizes;
+  }
+
+  void add_training_activations() {
+    const uint64_t b = batch();
+    for (size_t i = 0; i < g_.ops.size(); ++i) {
+      const Op& op = g_.ops[i];
+      const int idx = static_cast<int>(i);
+      if (!has_output(op)) continue;
+      const uint64_t out = b * static_cast<uint64_t>(op.out_elements());
+      add(fmt::format("ops[{}].out", i), MemoryCategory::saved_activations, s_, out, idx);
+      if (op.has_preactivation())
+        add(fmt::format("ops[{}].pre", i), MemoryCategory::saved_activations, s_, out, idx);
+      if (op.kind == OpKind::layernorm)
+        add(fmt::format("ops[{}].stats", i), MemoryCategory::saved_activations, DType::f32,
+            2 * b * static_cast<uint64_t>(op.rows), idx);
+      if (op.kind == OpKind::attention_core)
+        add(fmt::format("ops[{}].probs", i), MemoryCategory::saved_activations, s_, b * probs_elements(op),
+            idx);
+    }
+    const uint64_t grad = b * max_activation();
+    add("grad.a", MemoryCategory::transient, s_, grad);
+    add("grad.b", MemoryCategory::transient, s_, grad);
+    const auto residual = residual_sizes();
+    for (size_t d = 0; d < residual.size(); ++d)
+      add(fmt::format("grad.residual[{}]", d), MemoryCategory::transient, s_, b * residual[d]);
+  }
+
+  void add_inference_activations() {
+    const uint64_t b = batch();
+    const uint64_t act = b * max_activation();
+    add("act.a", MemoryCategory::transient, s_, act);
+    add("act.b", MemoryCategory::transient, s_, act);
+    const auto residual = residual_sizes();
+    for (size_t d = 0; d < residual.size(); ++d)
+      add(fmt::format("act.residual[{}]", d), MemoryCategory::transient, s_, b * residual[d]);
+    uint64_t stats = 0, probs = 0;
+    for (const Op& op : g_.ops) {
+      if (op.kind == OpKind::layernorm) stats = std::max(stats, 2 * b * static_cast<uint64_t>(op.rows));
+      if (op.kind == OpKind::attention_core) probs = std::max(probs, b * probs_elements(op));
+    }
+    add("act.stats", MemoryCategory::transient, DType::f32, stats);
+    add("act.probs", MemoryCategory::transient, s_, probs);
+  }
+
+  // Per-sample-independent scratch of one op on the CPU: im2col for conv, patch gather, attention T x T.
+  static uint64_t cpu_op_scratch(const Op& op) {
+    switch (op.kind) {
+      case OpKind::conv2d:
+        return static_cast<uint64_t>(op.channels * op.kernel * op.kernel * op.out_height * op.out_width);
+      case OpKind::patch_embedding:
+        return static_cast<uint64_t>(op.seq * op.channels * op.kernel * op.kernel);
+      case OpKind::attention_core:
+        return static_cast<uint64_t>(op.seq * op.seq);
+      default:
+        return 0;
+    }
+  }
+
+  void append_workspaces() {
+    switch (r_.backend) {
+      case BackendKind::cpu:
+        append_cpu_workspaces();
+        break;
+      case BackendKind::cuda:
+        append_cuda_workspaces();
+        break;
+      case BackendKind::scripted:
+        break;
+    }
+  }
+
+  // CPU: fp32 math everywhere. workspace.z holds pre-activations (inference) or their gradient (training);
+  // workspace.scratch the per-op scratch. With 16-bit storage every op converts its operands to fp32 first:
+  // workspace.x (input), .y (output), .dy, .dx (training), .w (the op's parameters), .aux (pre-activation or
+  // attention probabilities in fp32).
+  void append_cpu_workspaces() {
+    const uint64_t b = batch();
+    const bool train = r_.mode == Mode::train;
+    uint64_t z = 0, scratch = 0, x = 0, y = 0, w = 0, aux = 0;
+    for (const Op& op : g_.ops) {
+      const uint64_t in = b * static_cast<uint64_t>(op.in_elements());
+      const uint64_t out = b * static_cast<uint64_t>(op.out_elements());
+      if (op.has_preactivation()) z = std::max(z, out);
+      scratch = std::max(scratch, cpu_op_scratch(op));
+      x = std::max(x, in);
+      y = std::max(y, out);
+      w = std::max(w, static_cast<uint64_t>(op.param_elements));
+      if (op.has_preactivation()) aux = std::max(aux, out);
+      if (op.kind == OpKind::attention_core) aux = std::max(aux, b * probs_elements(op));
+    }
+    // The loss reads the logits (and mse targets) in fp32 and writes their gradient in fp32.
+    const uint64_t logits = b * static_cast<uint64_t>(numel(g_.output_shape));
+    add("workspace.z", MemoryCategory::workspace, DType::f32, z);
+    add("workspace.scratch", MemoryCategory::workspace, DType::f32, scratch);
+    if (s_ == DType::f32) return;
+    add("workspace.x", MemoryCategory::workspace, DType::f32, std::max(x, logits));
+    add("workspace.y", MemoryCategory::workspace, DType::f32, std::max(y, logits));
+    add("workspace.w", MemoryCategory::workspace, DType::f32, w);
+    add("workspace.aux", MemoryCategory::workspace, DType::f32, aux);
+    if (train) {
+      add("workspace.dy", MemoryCategory::workspace, DType::f32, y);
+      add("workspace.dx", MemoryCategory::workspace, DType::f32, std::max(x, logits));
+    }
+  }
+
+  // CUDA: the cuBLASLt workspace (32 MiB, NVIDIA's recommendation on Hopper), per-row loss/norm reductions,
+  // and the fp32 scratch of the non-fused attention path ([B, heads, T, T] scores' gradient).
+  void append_cuda_workspaces() {
+    const uint64_t b = batch();
+    add("workspace.cublaslt", MemoryCategory::workspace, DType::f32, kCublasLtWorkspaceBytes / 4);
+    uint64_t attention = 0, z = 0;
+    for (const Op& op : g_.ops) {
+      if (op.kind == OpKind::attention_core) attention = std::max(attention, b * probs_elements(op));
+      if (op.has_preactivation() && r_.mode == Mode::infer)
+        z = std::max(z, b * static_cast<uint64_t>(op.out_elements()));
+    }
+    if (r_.mode == Mode::train) add("workspace.attention", MemoryCategory::workspace, DType::f32, attention);
+    add("workspace.z", MemoryCategory::workspace, s_, z);
+    const uint64_t rows = b * static_cast<uint64_t>(g_.loss_rows);
+    add("workspace.loss", MemoryCategory::workspace, DType::f32, std::max<uint64_t>(rows, 1));
+  }
+
+  const Graph& g_;
+  const PlanRequest& r_;
+  DType s_;
+  std::vector<BufferSpec> buffers_;
+  unsigned __int128 total_ = 0;
+};
+
+}  // namespace
+
+Plan make_plan(const Graph& graph, const PlanRequest& request) {
+  if (request.batch < 1)
+    throw UsageError(fmt::format("--batch: {} is not a positive batch size", request.batch));
+  if (request.accumulation < 1)
+    throw UsageError(fmt::format("--accumulation: {} must be at least 1", request.accumulation));
+  return Builder(graph, request).build();
+}
+
+std::optional<int64_t> max_fit_batch(const Graph& graph, PlanRequest request, uint64_t memory_bytes) {
+  const long double budget = static_cast<long double>(memory_bytes) * kMemorySafetyFraction;
+  auto fits = [&](int64_t b) {
+    request.batch = b;
+    return static_cast<long double>(make_plan(graph, request).memory.total_bytes()) <= budget;
+  };
+  if (!fits(1)) return std::nullopt;
+  // Memory grows monotonically with the batch: double to find an upper bound, then bisect.
+  constexpr int64_t kMaxBatch = int64_t{1} << 24;
+  int64_t lo = 1, hi = 2;
+  while (hi <= kMaxBatch && fits(hi)) {
+    lo = hi;
+    hi *= 2;
+  }
+  if (hi > kMaxBatch) return kMaxBatch;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+}  // namespace bsw
