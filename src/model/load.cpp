@@ -1,0 +1,162 @@
+// load_model: a preset embedded at build time, or a JSON file read with guards (size, nesting depth, binary
+// data) so that a wrong file gives a clear ConfigError instead of a crash or a cryptic parser message.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "batchsweep/errors.hpp"
+#include "batchsweep/model.hpp"
+#include "model/suggest.hpp"
+
+namespace bsw {
+namespace detail {
+// Generated from configs/models/*.json by cmake/EmbedPresets.cmake: name -> JSON text, sorted by name.
+extern const std::vector<std::pair<std::string_view, std::string_view>> kPresets;
+}  // namespace detail
+
+namespace {
+
+using nlohmann::json;
+
+// A model config is a small document; anything larger is a wrong file.
+constexpr size_t kMaxDocumentBytes = size_t{16} << 20;
+// nlohmann's parser recurses once per level: deeper documents are refused before parsing.
+constexpr int kMaxJsonDepth = 64;
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
+[[noreturn]] void fail(const std::string& source, const std::string& message) {
+  throw ConfigError(source, "", message);
+}
+
+std::string preset_list() {
+  std::vector<std::string> names = preset_names();
+  std::string out;
+  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+// Reads at most kMaxDocumentBytes; regular files, pipes and devices alike (process substitution works).
+std::string read_config_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (!fs::exists(status)) {
+    std::string message = "no such preset or file";
+    std::vector<std::string> names = preset_names();
+    const std::vector<std::string_view> views(names.begin(), names.end());
+    if (const auto near = model_detail::nearest_name(path, views))
+      message += fmt::format("; did you mean '{}'?", *near);
+    fail(path, fmt::format("{} (presets: {})", message, preset_list()));
+  }
+  if (fs::is_directory(status)) fail(path, "is a directory, not a model config file");
+
+  const std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
+  if (!file) fail(path, fmt::format("cannot be opened: {}", std::strerror(errno)));
+  std::string text;
+  char buffer[1 << 16];
+  while (true) {
+    const size_t n = std::fread(buffer, 1, sizeof buffer, file.get());
+    text.append(buffer, n);
+    if (text.size() > kMaxDocumentBytes)
+      fail(path, fmt::format("is larger than {} MiB: a model config is a small JSON document",
+                             kMaxDocumentBytes >> 20));
+    if (n < sizeof buffer) break;
+  }
+  if (std::ferror(file.get())) fail(path, fmt::format("cannot be read: {}", std::strerror(errno)));
+  return text;
+}
+
+bool looks_binary(std::string_view text) {
+  return text.find('\0') != std::string_view::npos;
+}
+
+// Refuses documents nested deeper than kMaxJsonDepth by counting brackets outside strings, without parsing.
+void check_nesting(std::string_view text, const std::string& source) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        fail(source, fmt::format("is nested deeper than {} levels (at byte {}): not a model config",
+                                 kMaxJsonDepth, i + 1));
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
+// The text after nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 2: " prefix.
+std::string parse_error_detail(const json::parse_error& e) {
+  const std::string what = e.what();
+  const size_t column = what.find("column ");
+  const size_t colon = what.find(": ", column == std::string::npos ? 0 : column);
+  return colon == std::string::npos ? what : what.substr(colon + 2);
+}
+
+json parse_text(std::string_view text, const std::string& source) {
+  if (std::all_of(text.begin(), text.end(),
+                  [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }))
+    fail(source, "is empty: expected a JSON model config");
+  check_nesting(text, source);
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    fail(source, fmt::format("is not valid JSON{}: at byte {}: {}",
+                             looks_binary(text) ? " (it looks like a binary file)" : "", e.byte,
+                             parse_error_detail(e)));
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  names.reserve(detail::kPresets.size());
+  for (const auto& [name, text] : detail::kPresets) names.emplace_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string_view preset_text(std::string_view name) {
+  for (const auto& [preset, text] : detail::kPresets)
+    if (preset == name) return text;
+  return {};
+}
+
+ModelSpec load_model(std::string_view name_or_path) {
+  if (const std::string_view text = preset_text(name_or_path); !text.empty()) {
+    const std::string source = fmt::format("preset:{}", name_or_path);
+    return parse_model(parse_text(text, source), source);
+  }
+  const std::string path(name_or_path);
+  if (path.empty())
+    fail("(model)", fmt::format("an empty name is neither a preset nor a file (presets: {})", preset_list()));
+  const std::string text = read_config_file(path);
+  return parse_model(parse_text(text, path), path);
+}
+
+}  // namespace bsw

@@ -1,0 +1,388 @@
+// Config JSON -> ModelSpec: checks every key and value against the tables in schema.hpp, applies defaults,
+// and reports each problem as a ConfigError with the JSON path of the offending value. Shapes are left to
+// lower().
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "batchsweep/errors.hpp"
+#include "batchsweep/model.hpp"
+#include "batchsweep/plan.hpp"
+#include "model/schema.hpp"
+#include "model/suggest.hpp"
+
+namespace bsw {
+namespace {
+
+using nlohmann::json;
+namespace schema = model_schema;
+
+// Longest model name accepted: it names reports and files.
+constexpr size_t kMaxNameBytes = 200;
+// User-supplied text quoted in a message is cut to this many bytes.
+constexpr size_t kMaxQuotedBytes = 48;
+
+constexpr std::string_view kTopLevelKeys[] = {"name", "input", "layers", "loss", "optimizer"};
+
+std::string child(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : fmt::format("{}.{}", path, key);
+}
+
+std::string element(const std::string& path, size_t index) {
+  return fmt::format("{}[{}]", path, index);
+}
+
+// Cuts text to at most `limit` bytes without splitting a UTF-8 sequence, marking the cut with "...".
+std::string clip(std::string text, size_t limit) {
+  if (text.size() <= limit) return text;
+  size_t end = limit;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  text.resize(end);
+  text.append("...");
+  return text;
+}
+
+// User-written text (a key, a name) as a message or path shows it: control characters replaced, clipped.
+std::string user_text(std::string_view text) {
+  std::string out(text);
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return clip(std::move(out), kMaxQuotedBytes);
+}
+
+std::string quote_user(std::string_view text) {
+  return fmt::format("'{}'", user_text(text));
+}
+
+// A JSON value as a message shows it: scalars as written, containers by kind (never dumped: they may be
+// deep).
+std::string describe(const json& v) {
+  switch (v.type()) {
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::discarded:
+      return "a discarded value";
+    default:
+      return clip(v.dump(-1, ' ', false, json::error_handler_t::replace), kMaxQuotedBytes);
+  }
+}
+
+template <typename Table, typename NameOf>
+std::vector<std::string_view> names_of(const Table& table, NameOf name_of) {
+  std::vector<std::string_view> names;
+  for (const auto& entry : table) names.push_back(name_of(entry));
+  return names;
+}
+
+class Parser {
+ public:
+  explicit Parser(const std::string& source) : source_(source) {}
+
+  ModelSpec run(const json& doc) {
+    if (!doc.is_object())
+      fail("", fmt::format("a model config must be a JSON object, got {}", describe(doc)));
+    check_keys(doc, "", kTopLevelKeys, "in a model config", {});
+
+    ModelSpec model;
+    model.source = source_;
+    model.name = parse_name(doc);
+    model.input = parse_input(doc);
+    model.layers = parse_top_layers(doc);
+    if (const auto it = doc.find("loss"); it != doc.end()) model.loss = parse_loss(*it);
+    if (const auto it = doc.find("optimizer"); it != doc.end()) model.optimizer = parse_optimizer(*it);
+    return model;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& path, const std::string& message) const {
+    throw ConfigError(source_, path, message);
+  }
+
+  void require_object(const json& v, const std::string& path, std::string_view what) const {
+    if (!v.is_object()) fail(path, fmt::format("expected {} (a JSON object), got {}", what, describe(v)));
+  }
+
+  // Every key of `obj` must be in `allowed`. `elsewhere` lists, per unknown key, where it would have been
+  // valid.
+  void check_keys(const json& obj, const std::string& path, std::span<const std::string_view> allowed,
+                  std::string_view what,
+                  const std::vector<std::pair<std::string_view, std::string_view>>& elsewhere) const {
+    for (const auto& [key, value] : obj.items()) {
+      if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+      std::string message = fmt::format("unknown key {} {}", quote_user(key), what);
+      if (const auto near = model_detail::nearest_name(key, allowed)) {
+        message += fmt::format("; did you mean '{}'?", *near);
+      } else {
+        std::vector<std::string_view> owners;
+        for (const auto& [owner_key, owner] : elsewhere)
+          if (owner_key == key) owners.push_back(owner);
+        if (!owners.empty()) message += fmt::format(": it belongs to {}", model_detail::join_names(owners));
+        message += fmt::format(" (allowed here: {})", model_detail::join_names(allowed));
+      }
+      fail(child(path, user_text(key)), message);
+    }
+  }
+
+  [[noreturn]] void missing(const std::string& path, const std::string& why) const {
+    fail(path, fmt::format("missing: {}", why));
+  }
+
+  // An integer field: a JSON integer (or a float with an integral value) in [1 or 0, kMaxIntField].
+  int64_t read_int(const json& v, const std::string& path, schema::IntRule rule) const {
+    const std::string_view wanted =
+        rule == schema::IntRule::positive ? "a positive integer" : "a non-negative integer";
+    const auto wrong = [&] { fail(path, fmt::format("expected {}, got {}", wanted, describe(v))); };
+    const auto too_large = [&] {
+      fail(path, fmt::format("{} is too large: at most {} is allowed", describe(v), schema::kMaxIntField));
+    };
+    int64_t value = 0;
+    if (v.is_number_unsigned()) {
+      const uint64_t u = v.get<uint64_t>();
+      if (u > static_cast<uint64_t>(schema::kMaxIntField)) too_large();
+      value = static_cast<int64_t>(u);
+    } else if (v.is_number_integer()) {
+      value = v.get<int64_t>();
+    } else if (v.is_number_float()) {
+      const double d = v.get<double>();
+      if (!std::isfinite(d) || d != std::floor(d)) wrong();
+      if (d > static_cast<double>(schema::kMaxIntField)) too_large();
+      if (d < static_cast<double>(std::numeric_limits<int32_t>::min())) wrong();
+      value = static_cast<int64_t>(d);
+    } else {
+      wrong();
+    }
+    if (value > schema::kMaxIntField) too_large();
+    if (value < 0 || (value == 0 && rule == schema::IntRule::positive)) wrong();
+    return value;
+  }
+
+  bool read_bool(const json& v, const std::string& path) const {
+    if (!v.is_boolean()) fail(path, fmt::format("expected true or false, got {}", describe(v)));
+    return v.get<bool>();
+  }
+
+  double read_number(const json& v, const std::string& path, const schema::OptimizerField& field) const {
+    if (!v.is_number()) fail(path, fmt::format("expected {}, got {}", field.range_text, describe(v)));
+    const double d = v.get<double>();
+    const bool above_min = field.min_inclusive ? d >= field.min : d > field.min;
+    const bool below_max = !field.max || d < *field.max;
+    if (!std::isfinite(d) || !above_min || !below_max)
+      fail(path, fmt::format("expected {}, got {}", field.range_text, describe(v)));
+    return d;
+  }
+
+  const std::string& read_string(const json& v, const std::string& path) const {
+    if (!v.is_string()) fail(path, fmt::format("expected a string, got {}", describe(v)));
+    return v.get_ref<const std::string&>();
+  }
+
+  // A string naming one entry of an enum table; an unknown one lists the allowed names.
+  template <typename Table, typename NameOf>
+  const auto& read_choice(const json& v, const std::string& path, const Table& table, NameOf name_of,
+                          std::string_view what) const {
+    const std::string& text = read_string(v, path);
+    for (const auto& entry : table)
+      if (name_of(entry) == text) return entry;
+    const std::vector<std::string_view> names = names_of(table, name_of);
+    std::string message = fmt::format("unknown {} {}", what, quote_user(text));
+    if (const auto near = model_detail::nearest_name(text, names))
+      message += fmt::format("; did you mean '{}'?", *near);
+    message += fmt::format(" (allowed: {})", model_detail::join_names(names));
+    fail(path, message);
+  }
+
+  std::string parse_name(const json& doc) const {
+    const auto it = doc.find("name");
+    if (it == doc.end()) missing("name", "a model config needs a \"name\" (a non-empty string)");
+    const std::string& name = read_string(*it, "name");
+    if (name.empty()) fail("name", "must not be empty");
+    if (name.size() > kMaxNameBytes)
+      fail("name", fmt::format("is {} bytes long: at most {} are allowed", name.size(), kMaxNameBytes));
+    for (const char c : name)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+        fail("name", "must not contain control characters");
+    return name;
+  }
+
+  InputSpec parse_input(const json& doc) const {
+    const auto types = schema::input_infos();
+    const auto type_names = names_of(types, [](const schema::InputInfo& i) { return i.name; });
+    const auto it = doc.find("input");
+    if (it == doc.end())
+      missing("input", fmt::format("a model config needs an \"input\" object with a type ({})",
+                                   model_detail::join_names(type_names)));
+    const json& in = *it;
+    require_object(in, "input", "the input description");
+    const auto type_it = in.find("type");
+    if (type_it == in.end())
+      missing("input.type", fmt::format("the input needs a type ({})", model_detail::join_names(type_names)));
+    const schema::InputInfo& info = read_choice(
+        *type_it, "input.type", types, [](const schema::InputInfo& i) { return i.name; }, "input type");
+
+    std::vector<std::string_view> allowed{"type"};
+    for (const auto& f : info.fields) allowed.push_back(f.key);
+    std::vector<std::pair<std::string_view, std::string_view>> elsewhere;
+    for (const auto& other : types)
+      for (const auto& f : other.fields) elsewhere.emplace_back(f.key, other.name);
+    check_keys(in, "input", allowed, fmt::format("for input type `{}`", info.name), elsewhere);
+
+    InputSpec spec;
+    spec.type = info.type;
+    for (const auto& f : info.fields) {
+      const std::string path = child("input", f.key);
+      const auto field_it = in.find(f.key);
+      if (field_it == in.end()) missing(path, fmt::format("input type `{}` needs '{}'", info.name, f.key));
+      spec.*f.member = read_int(*field_it, path, schema::IntRule::positive);
+    }
+    return spec;
+  }
+
+  std::vector<LayerSpec> parse_top_layers(const json& doc) {
+    const auto it = doc.find("layers");
+    if (it == doc.end()) missing("layers", "a model config needs a non-empty \"layers\" list");
+    if (!it->is_array()) fail("layers", fmt::format("expected a list of layers, got {}", describe(*it)));
+    if (it->empty()) fail("layers", "empty: a model needs at least one layer");
+    int64_t expanded = 0;
+    return parse_layers(*it, "layers", 0, expanded);
+  }
+
+  // Parses the layers of one list, `depth` residual levels deep; adds their expanded count (repeats
+  // multiplied through) to `expanded`. Recursion is bounded by kMaxResidualDepth.
+  std::vector<LayerSpec> parse_layers(const json& list, const std::string& path, int depth,
+                                      int64_t& expanded) {
+    std::vector<LayerSpec> layers;
+    layers.reserve(list.size());
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string layer_path = element(path, i);
+      int64_t layer_expanded = 0;
+      layers.push_back(parse_layer(list[i], layer_path, depth, layer_expanded));
+      expanded += layer_expanded;
+      if (expanded > schema::kMaxExpandedLayers)
+        fail(layer_path,
+             fmt::format("the model expands to more than {} layers (counting repeats); that is more "
+                         "than batchsweep plans",
+                         schema::kMaxExpandedLayers));
+    }
+    return layers;
+  }
+
+  LayerSpec parse_layer(const json& v, const std::string& path, int depth, int64_t& expanded) {
+    const auto types = schema::layer_infos();
+    const auto name_of = [](const schema::LayerInfo& i) { return i.name; };
+    const auto type_names = names_of(types, name_of);
+    require_object(v, path, "a layer");
+    const auto type_it = v.find(schema::kLayerTypeKey);
+    if (type_it == v.end())
+      missing(child(path, schema::kLayerTypeKey),
+              fmt::format("every layer needs a type ({})", model_detail::join_names(type_names)));
+    const schema::LayerInfo& info =
+        read_choice(*type_it, child(path, schema::kLayerTypeKey), types, name_of, "layer type");
+
+    std::vector<std::string_view> allowed{schema::kLayerTypeKey, schema::kRepeatKey};
+    for (const auto& f : info.fields) allowed.push_back(f.key);
+    if (info.has_layers) allowed.push_back(schema::kInnerLayersKey);
+    std::vector<std::pair<std::string_view, std::string_view>> elsewhere;
+    for (const auto& other : types) {
+      for (const auto& f : other.fields) elsewhere.emplace_back(f.key, other.name);
+      if (other.has_layers) elsewhere.emplace_back(schema::kInnerLayersKey, other.name);
+    }
+    const std::string what = fmt::format("layer type `{}`", info.name);
+    check_keys(v, path, allowed, "for " + what, elsewhere);
+
+    LayerSpec layer;
+    layer.type = info.type;
+    layer.json_path = path;
+    for (const auto& f : info.fields) {
+      const std::string field_path = child(path, f.key);
+      const auto it = v.find(f.key);
+      if (it == v.end()) {
+        if (f.required) missing(field_path, fmt::format("{} needs '{}'", what, f.key));
+        continue;
+      }
+      if (f.int_member) layer.*f.int_member = read_int(*it, field_path, f.rule);
+      if (f.bool_member) layer.*f.bool_member = read_bool(*it, field_path);
+      if (f.activation_member)
+        layer.*f.activation_member = read_choice(
+                                         *it, field_path, schema::activation_names(),
+                                         [](const schema::ActivationName& a) { return a.name; }, "activation")
+                                         .value;
+    }
+    // A pool's stride defaults to its kernel size (non-overlapping windows).
+    if ((info.type == LayerType::maxpool2d || info.type == LayerType::avgpool2d) && !v.contains("stride"))
+      layer.stride = layer.kernel_size;
+    if (const auto it = v.find(schema::kRepeatKey); it != v.end())
+      layer.repeat = read_int(*it, child(path, schema::kRepeatKey), schema::IntRule::positive);
+
+    int64_t inner_expanded = 1;
+    if (info.has_layers) {
+      if (depth >= schema::kMaxResidualDepth)
+        fail(path, fmt::format("nesting too deep: residual layers may nest at most {} levels",
+                               schema::kMaxResidualDepth));
+      const std::string inner_path = child(path, schema::kInnerLayersKey);
+      const auto it = v.find(schema::kInnerLayersKey);
+      if (it == v.end()) missing(inner_path, fmt::format("{} needs a non-empty list of inner layers", what));
+      if (!it->is_array()) fail(inner_path, fmt::format("expected a list of layers, got {}", describe(*it)));
+      if (it->empty()) fail(inner_path, fmt::format("empty: {} needs at least one inner layer", what));
+      inner_expanded = 0;
+      layer.layers = parse_layers(*it, inner_path, depth + 1, inner_expanded);
+    }
+    // Both factors are at most kMaxIntField and kMaxExpandedLayers, so the product fits in 64 bits.
+    expanded = layer.repeat * inner_expanded;
+    if (expanded > schema::kMaxExpandedLayers)
+      fail(child(path, schema::kRepeatKey), fmt::format("{} repeats make {} layers: at most {} are allowed",
+                                                        layer.repeat, expanded, schema::kMaxExpandedLayers));
+    return layer;
+  }
+
+  LossType parse_loss(const json& v) const {
+    return read_choice(
+               v, "loss", schema::loss_names(), [](const schema::LossName& l) { return l.name; }, "loss")
+        .value;
+  }
+
+  OptimizerSpec parse_optimizer(const json& v) const {
+    require_object(v, "optimizer", "the optimizer settings");
+    const auto types = schema::optimizer_infos();
+    const auto name_of = [](const schema::OptimizerInfo& i) { return i.name; };
+    const schema::OptimizerInfo* info = &schema::optimizer_info(OptimizerSpec{}.type);
+    if (const auto it = v.find("type"); it != v.end())
+      info = &read_choice(*it, "optimizer.type", types, name_of, "optimizer type");
+
+    std::vector<std::string_view> allowed{"type"};
+    for (const auto& f : info->fields) allowed.push_back(f.key);
+    std::vector<std::pair<std::string_view, std::string_view>> elsewhere;
+    for (const auto& other : types)
+      for (const auto& f : other.fields) elsewhere.emplace_back(f.key, other.name);
+    check_keys(v, "optimizer", allowed, fmt::format("for optimizer `{}`", info->name), elsewhere);
+
+    OptimizerSpec spec;
+    spec.type = info->type;
+    for (const auto& f : info->fields) {
+      const auto it = v.find(f.key);
+      spec.*f.member = it == v.end() ? f.default_value : read_number(*it, child("optimizer", f.key), f);
+    }
+    return spec;
+  }
+
+  const std::string& source_;
+};
+
+}  // namespace
+
+ModelSpec parse_model(const nlohmann::json& doc, const std::string& source) {
+  ModelSpec model = Parser(source).run(doc);
+  // Shapes through the stack: lower() throws a ConfigError naming the layer when they do not fit.
+  static_cast<void>(lower(model));
+  return model;
+}
+
+}  // namespace bsw

@@ -1,0 +1,143 @@
+// load_model on files: valid files, and every way a file can be wrong, each a ConfigError naming the file.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "batchsweep/errors.hpp"
+#include "batchsweep/model.hpp"
+#include "unit/model/model_test_util.hpp"
+
+namespace bsw {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr const char* kValid = R"({"name": "m", "input": {"type": "vector", "features": 4},
+  "layers": [{"type": "linear", "out_features": 3}]})";
+
+// Loads `path` expecting a whole-file ConfigError; returns its message.
+std::string file_error(const std::string& path) {
+  try {
+    static_cast<void>(load_model(path));
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.source(), path);
+    EXPECT_EQ(e.json_path(), "");
+    EXPECT_EQ(e.exit_code(), kExitUsage);
+    EXPECT_THAT(e.what(), ::testing::StartsWith(path + ": "));
+    return e.what();
+  }
+  ADD_FAILURE() << "no error loading " << path;
+  return {};
+}
+
+TEST(LoadModel, ReadsAValidFile) {
+  const test::TempDir dir;
+  const std::string path = dir.write("model.json", kValid);
+  const ModelSpec m = load_model(path);
+  EXPECT_EQ(m.name, "m");
+  EXPECT_EQ(m.source, path);
+  ASSERT_EQ(m.layers.size(), 1u);
+  EXPECT_EQ(m.layers[0].out_features, 3);
+}
+
+TEST(LoadModel, AcceptsBracketsInsideStringsAndAByteOrderMark) {
+  const test::TempDir dir;
+  const std::string text =
+      std::string(R"({"name": ")") + std::string(150, '[') + R"(\"{{{{", "input": {"type":
+    "vector", "features": 4}, "layers": [{"type": "linear", "out_features": 3}]})";
+  EXPECT_EQ(load_model(dir.write("brackets.json", text)).name, std::string(150, '[') + "\"{{{{");
+  EXPECT_EQ(load_model(dir.write("bom.json", "\xEF\xBB\xBF" + std::string(kValid))).name, "m");
+}
+
+TEST(LoadModel, ErrorsInsideAFileNameTheFileAndThePath) {
+  const test::TempDir dir;
+  const std::string path = dir.write("bad.json", R"({"name": "m", "input": {"type": "vector", "features": 4},
+    "layers": [{"type": "linear", "out_features": 3, "activation": "gelu2"}]})");
+  try {
+    static_cast<void>(load_model(path));
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.source(), path);
+    EXPECT_EQ(e.json_path(), "layers[0].activation");
+    EXPECT_THAT(e.what(), HasSubstr(path + ": layers[0].activation: unknown activation 'gelu2'"));
+  }
+}
+
+TEST(LoadModel, MissingFileListsThePresets) {
+  const test::TempDir dir;
+  const std::string message = file_error((dir.path() / "absent.json").string());
+  EXPECT_THAT(message, HasSubstr("no such preset or file"));
+  EXPECT_THAT(message,
+              HasSubstr("presets: bert-base, gpt2-small, mlp, mlp-large, resnet-small, tiny-lm, vit-base"));
+}
+
+TEST(LoadModel, UnknownNameListsThePresetsAndSuggestsOne) {
+  const std::string message = file_error("gpt2");
+  EXPECT_THAT(message, HasSubstr("no such preset or file"));
+  EXPECT_THAT(message, HasSubstr("did you mean 'gpt2-small'?"));
+  EXPECT_THAT(message, HasSubstr("tiny-lm"));
+  EXPECT_THAT(file_error("bert_base"), HasSubstr("did you mean 'bert-base'?"));
+}
+
+TEST(LoadModel, RefusesADirectory) {
+  const test::TempDir dir;
+  EXPECT_THAT(file_error(dir.path().string()), HasSubstr("is a directory"));
+}
+
+TEST(LoadModel, RefusesAnEmptyFile) {
+  const test::TempDir dir;
+  EXPECT_THAT(file_error(dir.write("empty.json", "")), HasSubstr("is empty"));
+  EXPECT_THAT(file_error(dir.write("blank.json", " \n\t\r\n")), HasSubstr("is empty"));
+}
+
+TEST(LoadModel, RefusesABinaryFileWithTheParserPosition) {
+  const test::TempDir dir;
+  std::string bytes =
+      "\x7f"
+      "ELF";
+  for (int i = 0; i < 256; ++i) bytes.push_back(static_cast<char>(i));
+  const std::string message = file_error(dir.write("model.bin", bytes));
+  EXPECT_THAT(message, HasSubstr("is not valid JSON"));
+  EXPECT_THAT(message, HasSubstr("binary"));
+  EXPECT_THAT(message, HasSubstr("at byte 1"));
+}
+
+TEST(LoadModel, RefusesInvalidJsonWithTheParserPosition) {
+  const test::TempDir dir;
+  const std::string message = file_error(dir.write("broken.json", R"({"name": "m", "layers": [}")"));
+  EXPECT_THAT(message, HasSubstr("is not valid JSON: at byte 26"));
+  EXPECT_THAT(message, ::testing::Not(HasSubstr("binary")));
+  EXPECT_THAT(message, ::testing::Not(HasSubstr("json.exception")));
+}
+
+TEST(LoadModel, RefusesDeepNestingBeforeParsing) {
+  const test::TempDir dir;
+  const std::string deep = std::string(512 * 1024, '[') + std::string(512 * 1024, ']');
+  EXPECT_THAT(file_error(dir.write("deep.json", deep)),
+              HasSubstr("nested deeper than 64 levels (at byte 65)"));
+}
+
+TEST(LoadModel, RefusesAHugeDocument) {
+  const test::TempDir dir;
+  std::string huge = kValid;
+  huge.resize((size_t{16} << 20) + 1, ' ');
+  EXPECT_THAT(file_error(dir.write("huge.json", huge)), HasSubstr("larger than 16 MiB"));
+  // Exactly at the limit is still read.
+  huge.resize(size_t{16} << 20);
+  EXPECT_EQ(load_model(dir.write("limit.json", huge)).name, "m");
+}
+
+TEST(LoadModel, PresetsWinOverNothingElse) {
+  const ModelSpec m = load_model("tiny-lm");
+  EXPECT_EQ(m.source, "preset:tiny-lm");
+  try {
+    static_cast<void>(load_model(""));
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("presets: "));
+  }
+}
+
+}  // namespace
+}  // namespace bsw

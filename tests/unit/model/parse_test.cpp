@@ -1,0 +1,371 @@
+// parse_model: defaults, JSON paths, and a table of bad documents with the path and words each error must
+// carry.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "batchsweep/errors.hpp"
+#include "batchsweep/model.hpp"
+#include "unit/model/model_test_util.hpp"
+
+namespace bsw {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+constexpr const char* kSource = "test.json";
+
+// A small valid model; bad cases below edit one thing in it.
+json base_model() {
+  return json::parse(R"({
+    "name": "t",
+    "input": {"type": "vector", "features": 16},
+    "layers": [{"type": "linear", "out_features": 8, "activation": "relu"},
+               {"type": "linear", "out_features": 4}]
+  })");
+}
+
+json token_model() {
+  return json::parse(R"({
+    "name": "t",
+    "input": {"type": "tokens", "sequence_length": 8, "vocab_size": 50},
+    "layers": [{"type": "embedding", "dim": 32},
+               {"type": "transformer_block", "heads": 4},
+               {"type": "linear", "out_features": 50}]
+  })");
+}
+
+json image_model() {
+  return json::parse(R"({
+    "name": "t",
+    "input": {"type": "image", "channels": 3, "height": 8, "width": 8},
+    "layers": [{"type": "conv2d", "out_channels": 4, "kernel_size": 3, "padding": 1},
+               {"type": "residual", "layers": [{"type": "conv2d", "out_channels": 4, "kernel_size": 3,
+                                                "padding": 1, "activation": "relu"}]},
+               {"type": "maxpool2d", "kernel_size": 2},
+               {"type": "flatten"},
+               {"type": "linear", "out_features": 10}]
+  })");
+}
+
+TEST(ParseModel, AppliesDefaults) {
+  const ModelSpec m = parse_model(base_model(), kSource);
+  EXPECT_EQ(m.name, "t");
+  EXPECT_EQ(m.source, kSource);
+  EXPECT_EQ(m.input.type, InputType::vector);
+  EXPECT_EQ(m.input.features, 16);
+  ASSERT_EQ(m.layers.size(), 2u);
+  EXPECT_EQ(m.layers[0].activation, Activation::relu);
+  EXPECT_TRUE(m.layers[0].bias);
+  EXPECT_EQ(m.layers[0].repeat, 1);
+  EXPECT_EQ(m.layers[1].activation, Activation::none);
+  EXPECT_EQ(m.loss, LossType::cross_entropy);
+  EXPECT_EQ(m.optimizer.type, OptimizerType::adamw);
+  EXPECT_DOUBLE_EQ(m.optimizer.learning_rate, 3e-4);
+  EXPECT_DOUBLE_EQ(m.optimizer.beta1, 0.9);
+  EXPECT_DOUBLE_EQ(m.optimizer.beta2, 0.999);
+  EXPECT_DOUBLE_EQ(m.optimizer.eps, 1e-8);
+  EXPECT_DOUBLE_EQ(m.optimizer.weight_decay, 0.01);
+}
+
+TEST(ParseModel, SgdDefaultsAndOverrides) {
+  json doc = base_model();
+  doc["optimizer"] = {{"type", "sgd"}};
+  ModelSpec m = parse_model(doc, kSource);
+  EXPECT_EQ(m.optimizer.type, OptimizerType::sgd);
+  EXPECT_DOUBLE_EQ(m.optimizer.learning_rate, 0.01);
+  EXPECT_DOUBLE_EQ(m.optimizer.momentum, 0.9);
+  doc["optimizer"] = {{"type", "sgd"}, {"learning_rate", 0.5}, {"momentum", 0}};
+  m = parse_model(doc, kSource);
+  EXPECT_DOUBLE_EQ(m.optimizer.learning_rate, 0.5);
+  EXPECT_DOUBLE_EQ(m.optimizer.momentum, 0.0);
+  doc["optimizer"] = {{"beta2", 0.95}};  // type defaults to adamw
+  m = parse_model(doc, kSource);
+  EXPECT_EQ(m.optimizer.type, OptimizerType::adamw);
+  EXPECT_DOUBLE_EQ(m.optimizer.beta2, 0.95);
+  EXPECT_DOUBLE_EQ(m.optimizer.learning_rate, 3e-4);
+}
+
+TEST(ParseModel, TransformerDefaultsAndIntegralFloats) {
+  json doc = token_model();
+  ModelSpec m = parse_model(doc, kSource);
+  EXPECT_EQ(m.layers[1].type, LayerType::transformer_block);
+  EXPECT_EQ(m.layers[1].heads, 4);
+  EXPECT_EQ(m.layers[1].mlp_ratio, 4);
+  EXPECT_FALSE(m.layers[1].causal);
+  doc["layers"][1]["mlp_ratio"] = 2.0;  // an integral value written as a float is an integer
+  doc["layers"][1]["causal"] = true;
+  m = parse_model(doc, kSource);
+  EXPECT_EQ(m.layers[1].mlp_ratio, 2);
+  EXPECT_TRUE(m.layers[1].causal);
+}
+
+TEST(ParseModel, PoolStrideDefaultsToKernelAndPathsAreSet) {
+  const ModelSpec m = parse_model(image_model(), kSource);
+  ASSERT_EQ(m.layers.size(), 5u);
+  EXPECT_EQ(m.layers[0].stride, 1);
+  EXPECT_EQ(m.layers[0].padding, 1);
+  EXPECT_EQ(m.layers[2].type, LayerType::maxpool2d);
+  EXPECT_EQ(m.layers[2].kernel_size, 2);
+  EXPECT_EQ(m.layers[2].stride, 2);
+  EXPECT_EQ(m.layers[0].json_path, "layers[0]");
+  EXPECT_EQ(m.layers[1].json_path, "layers[1]");
+  ASSERT_EQ(m.layers[1].layers.size(), 1u);
+  EXPECT_EQ(m.layers[1].layers[0].json_path, "layers[1].layers[0]");
+  EXPECT_EQ(m.layers[1].layers[0].activation, Activation::relu);
+}
+
+TEST(ParseModel, AcceptsNestingUpToTheLimit) {
+  json inner = json::array({{{"type", "linear"}, {"out_features", 16}}});
+  for (int i = 0; i < 32; ++i) inner = json::array({{{"type", "residual"}, {"layers", inner}}});
+  json doc = base_model();
+  doc["layers"] = inner;
+  doc["layers"].push_back({{"type", "linear"}, {"out_features", 4}});
+  const ModelSpec m = parse_model(doc, kSource);
+  const LayerSpec* deepest = &m.layers[0];
+  int levels = 1;
+  while (deepest->type == LayerType::residual && deepest->layers[0].type == LayerType::residual) {
+    deepest = &deepest->layers[0];
+    ++levels;
+  }
+  EXPECT_EQ(levels, 32);
+}
+
+struct BadCase {
+  const char* label;
+  json doc;
+  std::string path;                // expected ConfigError::json_path
+  std::vector<std::string> words;  // each must appear in what()
+};
+
+json with(json doc, const json::json_pointer& where, json value) {
+  doc[where] = std::move(value);
+  return doc;
+}
+
+json without(json doc, const json::json_pointer& parent, const std::string& key) {
+  doc[parent].erase(key);
+  return doc;
+}
+
+json nested_residuals(int levels) {
+  json inner = json::array({{{"type", "linear"}, {"out_features", 16}}});
+  for (int i = 0; i < levels; ++i) inner = json::array({{{"type", "residual"}, {"layers", inner}}});
+  json doc = base_model();
+  doc["layers"] = inner;
+  return doc;
+}
+
+// The path of the 33rd nested residual: layers[0].layers[0]... with 32 ".layers[0]" after the first.
+std::string deep_residual_path() {
+  std::string path = "layers[0]";
+  for (int i = 0; i < 32; ++i) path += ".layers[0]";
+  return path;
+}
+
+std::vector<BadCase> bad_cases() {
+  using P = json::json_pointer;
+  const json b = base_model();
+  const json t = token_model();
+  const json im = image_model();
+  return {
+      {"not an object", json::array({1, 2}), "", {"must be a JSON object", "an array"}},
+      {"unknown top-level key with suggestion",
+       with(b, P("/layer"), json::array()),
+       "layer",
+       {"unknown key 'layer'", "did you mean 'layers'?"}},
+      {"unknown layer key with suggestion",
+       with(b, P("/layers/0/out_feature"), 3),
+       "layers[0].out_feature",
+       {"unknown key 'out_feature'", "for layer type `linear`", "did you mean 'out_features'?"}},
+      {"key of another layer type",
+       with(b, P("/layers/1/heads"), 2),
+       "layers[1].heads",
+       {"unknown key 'heads'", "belongs to attention, transformer_block",
+        "allowed here: type, repeat, out_features"}},
+      {"unknown key without suggestion",
+       with(b, P("/layers/0/zzzzzz"), 1),
+       "layers[0].zzzzzz",
+       {"unknown key 'zzzzzz'", "allowed here"}},
+      {"wrong type string",
+       with(b, P("/layers/0/out_features"), "abc"),
+       "layers[0].out_features",
+       {"expected a positive integer, got \"abc\""}},
+      {"wrong type bool", with(b, P("/layers/0/bias"), "yes"), "layers[0].bias", {"expected true or false"}},
+      {"zero size",
+       with(b, P("/layers/0/out_features"), 0),
+       "layers[0].out_features",
+       {"expected a positive integer, got 0"}},
+      {"negative size", with(b, P("/input/features"), -5), "input.features", {"positive integer, got -5"}},
+      {"negative padding",
+       with(im, P("/layers/0/padding"), -1),
+       "layers[0].padding",
+       {"expected a non-negative integer, got -1"}},
+      {"size above bound",
+       with(b, P("/layers/0/out_features"), 4294967296LL),
+       "layers[0].out_features",
+       {"too large", "2147483647"}},
+      {"huge float size",
+       with(b, P("/layers/0/out_features"), 1e300),
+       "layers[0].out_features",
+       {"too large"}},
+      {"mlp_ratio 2.5",
+       with(t, P("/layers/1/mlp_ratio"), 2.5),
+       "layers[1].mlp_ratio",
+       {"expected a positive integer, got 2.5"}},
+      {"repeat zero", with(b, P("/layers/0/repeat"), 0), "layers[0].repeat", {"positive integer, got 0"}},
+      {"repeat explodes", with(b, P("/layers/0/repeat"), 2000000000), "layers[0].repeat", {"at most 10000"}},
+      {"unknown layer type",
+       with(b, P("/layers/1/type"), "dense"),
+       "layers[1].type",
+       {"unknown layer type 'dense'", "allowed: linear, conv2d, maxpool2d", "residual"}},
+      {"layer type typo",
+       with(b, P("/layers/1/type"), "Conv2D"),
+       "layers[1].type",
+       {"did you mean 'conv2d'?"}},
+      {"missing layer type",
+       without(b, P("/layers/0"), "type"),
+       "layers[0].type",
+       {"missing", "needs a type"}},
+      {"unknown activation",
+       with(b, P("/layers/0/activation"), "relu6"),
+       "layers[0].activation",
+       {"unknown activation 'relu6'", "did you mean 'relu'?", "none, relu, gelu, silu, tanh"}},
+      {"unknown input type",
+       with(b, P("/input/type"), "audio"),
+       "input.type",
+       {"unknown input type 'audio'", "vector, image, tokens"}},
+      {"input key of another input",
+       with(b, P("/input/height"), 3),
+       "input.height",
+       {"unknown key 'height'", "for input type `vector`", "belongs to image"}},
+      {"missing input", without(b, P(""), "input"), "input", {"missing"}},
+      {"missing input field", without(im, P("/input"), "width"), "input.width", {"missing", "'width'"}},
+      {"unknown loss", with(b, P("/loss"), "hinge"), "loss", {"unknown loss 'hinge'", "cross_entropy, mse"}},
+      {"unknown optimizer",
+       with(b, P("/optimizer"), {{"type", "adam"}}),
+       "optimizer.type",
+       {"unknown optimizer type 'adam'", "did you mean 'adamw'?", "adamw, sgd"}},
+      {"optimizer key of the other optimizer",
+       with(b, P("/optimizer"), {{"type", "sgd"}, {"beta1", 0.9}}),
+       "optimizer.beta1",
+       {"unknown key 'beta1'", "for optimizer `sgd`", "belongs to adamw"}},
+      {"negative learning rate",
+       with(b, P("/optimizer"), {{"learning_rate", -1}}),
+       "optimizer.learning_rate",
+       {"expected a number > 0, got -1"}},
+      {"beta2 of one", with(b, P("/optimizer"), {{"beta2", 1.0}}), "optimizer.beta2", {"in [0, 1)"}},
+      {"learning rate as text",
+       with(b, P("/optimizer"), {{"learning_rate", "fast"}}),
+       "optimizer.learning_rate",
+       {"expected a number > 0, got \"fast\""}},
+      {"optimizer not an object",
+       with(b, P("/optimizer"), "adamw"),
+       "optimizer",
+       {"expected", "JSON object"}},
+      {"empty layers", with(b, P("/layers"), json::array()), "layers", {"at least one layer"}},
+      {"layers not a list", with(b, P("/layers"), json::object()), "layers", {"expected a list of layers"}},
+      {"missing layers", without(b, P(""), "layers"), "layers", {"missing"}},
+      {"non-object layer", with(b, P("/layers/1"), 5), "layers[1]", {"expected a layer", "got 5"}},
+      {"missing required field",
+       without(b, P("/layers/0"), "out_features"),
+       "layers[0].out_features",
+       {"missing", "layer type `linear` needs 'out_features'"}},
+      {"missing name", without(b, P(""), "name"), "name", {"missing"}},
+      {"empty name", with(b, P("/name"), ""), "name", {"must not be empty"}},
+      {"name not a string", with(b, P("/name"), 7), "name", {"expected a string, got 7"}},
+      {"residual without layers",
+       with(im, P("/layers/1"), {{"type", "residual"}}),
+       "layers[1].layers",
+       {"missing", "inner layers"}},
+      {"residual with empty layers",
+       with(im, P("/layers/1/layers"), json::array()),
+       "layers[1].layers",
+       {"at least one inner layer"}},
+      {"bad key inside a residual",
+       with(im, P("/layers/1/layers/0/kernel"), 3),
+       "layers[1].layers[0].kernel",
+       {"did you mean 'kernel_size'?"}},
+      {"deep nesting", nested_residuals(40), deep_residual_path(), {"nesting too deep", "at most 32 levels"}},
+      {"shape error from lower",
+       with(t, P("/layers/1/heads"), 5),
+       "layers[1].heads",
+       {"does not divide dim 32"}},
+      {"token ids into a linear",
+       with(t, P("/layers/0"), {{"type", "linear"}, {"out_features", 4}}),
+       "layers[0]",
+       {"embedding"}},
+  };
+}
+
+TEST(ParseModel, RejectsBadDocumentsWithPathAndMessage) {
+  for (const BadCase& c : bad_cases()) {
+    SCOPED_TRACE(c.label);
+    try {
+      static_cast<void>(parse_model(c.doc, kSource));
+      ADD_FAILURE() << "no error for: " << c.label;
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(e.source(), kSource);
+      EXPECT_EQ(e.json_path(), c.path);
+      EXPECT_EQ(e.exit_code(), kExitUsage);
+      const std::string prefix =
+          c.path.empty() ? std::string(kSource) + ": " : std::string(kSource) + ": " + c.path + ": ";
+      EXPECT_THAT(e.what(), ::testing::StartsWith(prefix));
+      for (const std::string& word : c.words) EXPECT_THAT(e.what(), HasSubstr(word));
+    }
+  }
+}
+
+TEST(ParseModel, CountsRepeatsThroughResiduals) {
+  // 200 x (100 inner layers) = 20000 expanded layers: refused though each repeat alone is small.
+  json inner = json::array();
+  for (int i = 0; i < 100; ++i) inner.push_back({{"type", "linear"}, {"out_features", 16}});
+  json doc = base_model();
+  doc["layers"] = json::array({{{"type", "residual"}, {"repeat", 200}, {"layers", inner}}});
+  try {
+    static_cast<void>(parse_model(doc, kSource));
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.json_path(), "layers[0].repeat");
+    EXPECT_THAT(e.what(), HasSubstr("20000 layers"));
+  }
+}
+
+TEST(ParseModel, ClipsLongUserTextInMessages) {
+  json doc = base_model();
+  doc["layers"][0]["type"] = std::string(100000, 'x');
+  try {
+    static_cast<void>(parse_model(doc, kSource));
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_LT(std::string(e.what()).size(), 400u);
+    EXPECT_THAT(e.what(), HasSubstr("..."));
+  }
+}
+
+TEST(ParseModel, ClipsLongUnknownKeysInThePath) {
+  json doc = base_model();
+  doc["layers"][0][std::string(100000, 'k')] = 1;
+  try {
+    static_cast<void>(parse_model(doc, kSource));
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_LT(e.json_path().size(), 80u);
+    EXPECT_THAT(e.json_path(), ::testing::StartsWith("layers[0].kkk"));
+  }
+}
+
+TEST(ToString, NamesMatchTheConfigFormat) {
+  EXPECT_EQ(to_string(InputType::tokens), "tokens");
+  EXPECT_EQ(to_string(LayerType::transformer_block), "transformer_block");
+  EXPECT_EQ(to_string(LayerType::global_avgpool), "global_avgpool");
+  EXPECT_EQ(to_string(Activation::silu), "silu");
+  EXPECT_EQ(to_string(LossType::mse), "mse");
+  EXPECT_EQ(to_string(OptimizerType::sgd), "sgd");
+}
+
+}  // namespace
+}  // namespace bsw
