@@ -1,0 +1,94 @@
+// Analysis of a sweep: the knee of the throughput curve (Kneedle) and how stable it is under the measured
+// noise, the saturation batch, the largest batch that fits, the best throughput, the latency budget, the
+// energy optimum, the per-point cost, the fastest micro-batch x accumulation split, and ONE recommended
+// batch. Pure logic on the report's data types; nothing here knows a backend.
+//
+// Which points count. Only "ok" points take part: status ok and samples_per_second > 0 (and finite). The
+// curve the knee and saturation run on has one point per distinct micro-batch (Point::batch): where several
+// points share a batch (different accumulation) the one of highest throughput stands for it. max_fit,
+// best_throughput, latency_slo, energy_optimal and effective_batch_split look at every ok point; each
+// BatchChoice names the micro-batch of the point it chose.
+//
+// The knee (Kneedle: Satopaa, Albrecht, Irwin, Raghavan, "Finding a 'Kneedle' in a Haystack", ICDCS-W 2011),
+// on x = log2(batch), y = log2(samples/s), as a concave increasing curve:
+//   1. fewer than kMinKneePoints ok batches: no knee ("too few points (N ok, need 4)").
+//   2. a flat curve: when the best throughput is within kFlatThroughputGain (5%) of the smallest batch's, the
+//      normalised curve would be pure noise, so there is no knee ("no knee: throughput curve has no concave
+//      bend (...)"). This also covers curves that only fall.
+//   3. Kneedle proper (see `kneedle`): normalise x and y to [0, 1], difference curve y_d = y_n - x_n,
+//      local maxima of y_d are candidates, threshold T = y_d(candidate) - S * mean(diff(x_n)); the FIRST
+//      candidate whose y_d falls to or below T before the next local maximum is the knee (kneed's
+//      online=false). y is the running maximum of log2(samples/s) over the batches so far: identical for an
+//      increasing curve, while for one that dips or falls a slower larger batch reads as "no gain" (a flat
+//      step), never as a bend, so the knee is always a batch faster than every smaller one.
+//   4. no knee from Kneedle: "throughput still scaling at the largest batch (...)" when the largest batch has
+//      the best throughput and beats the batch before it; otherwise "no knee: throughput curve has no concave
+//      bend". A candidate the sweep ended before confirming is NOT declared a knee (as in the paper and
+//      kneed: the drop after a maximum is what makes it a knee); the reason names it and says to extend the
+//      sweep.
+// Knee confidence: each curve point's throughput is moved within its own step-time spread, between
+// samples/s * median/p90 (slow steps) and samples/s * median/p10 (fast steps) of its samples_ms (points with
+// fewer than 2 samples do not move), and steps 1-4 are rerun on: every point moved alone up and alone down,
+// every "tilt" (points below a split moved one way, the rest the other), all up, all down, and
+// kKneePerturbations seeded pseudo-random patterns (half at full magnitude with random signs, half with
+// random magnitudes in [-1, 1] of the spread). The same inputs always give the same answer. "stable" when
+// every curve gives the same knee batch (or every one gives none), else "range" with range_low / range_high
+// the smallest and largest knee batch seen; the reason then says so, and how often the knee vanished.
+//
+// The recommendation (Analysis::recommended), first rule that applies:
+//   1. no ok point: none.
+//   2. a latency SLO is given: the latency_slo batch (highest throughput whose p99 step fits the
+//      budget); none when nothing fits, and `why` gives the smallest p99 seen.
+//   3. an effective-batch sweep (one effective batch, accumulation varies): the fastest split.
+//   4. a knee whose throughput reaches saturation_pct of the best: the knee, where throughput stops scaling
+//      well; below that, the saturation batch (the knee came too early to be worth it). The knee is never
+//      past the best batch: it is faster than every smaller batch (step 3).
+//   5. no knee and throughput still scaling at the largest batch: max_fit (the largest batch that fits).
+//   6. otherwise (too few points, flat curve, no concave bend): the saturation batch.
+// `why` is one line and cites numbers, e.g. "knee at 256: 94% of the best throughput (batch 1024) with 25% of
+// its memory". Every recommended batch is an ok point.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "batchsweep/report.hpp"
+
+namespace bsw {
+
+inline constexpr std::size_t kMinKneePoints = 4;
+inline constexpr double kFlatThroughputGain = 0.05;  // best within 5% of the smallest batch: a flat curve
+inline constexpr int kKneePerturbations = 200;       // seeded random noise patterns for the knee confidence
+inline constexpr uint64_t kKneePerturbationSeed = 0x6b6e6565646c65ULL;
+
+// Kneedle on one concave increasing curve. x must be strictly increasing and the same length as y (at least 2
+// values, all finite), else std::invalid_argument. `knee` is the index of the confirmed knee. `unconfirmed`
+// is the index of the last candidate that lies above the diagonal (y_d > 0) but that the data ended before
+// confirming (never the last index). Confirmation is "y_d <= T" with a 1e-9 tolerance, so that a perfectly
+// flat step after a corner, which lands exactly on T with S = 1, counts; candidates on or below the diagonal
+// (y_d <= 0) are not a concave bend and are skipped. A constant y has no knee.
+struct KneedleResult {
+  std::optional<std::size_t> knee;
+  std::optional<std::size_t> unconfirmed;
+};
+[[nodiscard]] KneedleResult kneedle(std::span<const double> x, std::span<const double> y, double sensitivity);
+
+// The knee of a sweep's points (steps 1-4 above) with its confidence. Does not modify the points.
+[[nodiscard]] KneeResult find_knee(std::span<const Point> points, double sensitivity);
+
+// Throws UsageError naming the flag for options out of range: --knee-sensitivity (> 0), --saturation
+// (0 < pct <= 100), --latency-slo (> 0 ms), --price-per-hour (>= 0); all must be finite.
+void validate(const AnalysisOptions& options);
+
+// Sets telemetry->cost_per_million_samples = price_per_hour / 3600 / samples_per_second * 1e6 on every ok
+// point (creating the telemetry object where absent) and clears it on the others.
+void annotate_cost(std::vector<Point>& points, double price_per_hour);
+
+// The whole analysis. Validates the options (UsageError), then, when options.price_per_hour is set, annotates
+// the points' cost in place (annotate_cost) — the only change it makes to them; their order is kept.
+[[nodiscard]] Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options);
+
+}  // namespace bsw

@@ -1,0 +1,74 @@
+// Statistics on step-time samples: summaries and percentiles, relative noise, the Mann-Whitney U test that
+// `compare` uses to call a batch same / faster / slower, and the geometric mean of ratios.
+// Pure functions on plain numbers; nothing here knows a backend or a report file.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "batchsweep/report.hpp"
+
+namespace bsw {
+
+// The q-th percentile (q in [0, 100]) with linear interpolation between closest ranks: numpy's default
+// `np.percentile(x, q, method="linear")`. With the samples sorted as x[0..n-1], h = (n - 1) * q / 100 and the
+// result is x[floor(h)] + (h - floor(h)) * (x[floor(h) + 1] - x[floor(h)]). Empty input gives 0.
+// Throws std::invalid_argument when q is outside [0, 100] or a sample is not finite.
+[[nodiscard]] double percentile(std::span<const double> samples, double q);
+
+// mean, median (= p50), sample standard deviation (n - 1 denominator; 0 for one sample), min, max and the
+// p50/p90/p95/p99 percentiles (method as `percentile`). Empty input gives all zeros.
+// Throws std::invalid_argument when a sample is not finite.
+[[nodiscard]] StepStats summarize(std::span<const double> samples_ms);
+
+// stddev / mean as a fraction (0.01 = 1%); 0 for fewer than two samples or a zero mean.
+[[nodiscard]] double relative_noise(std::span<const double> samples);
+[[nodiscard]] double relative_noise(const StepStats& stats);
+
+// Two-sided Mann-Whitney U test of sample a against sample b (scipy.stats.mannwhitneyu conventions).
+struct MannWhitneyResult {
+  double u = 0;  // U of sample a: R_a - n_a (n_a + 1) / 2, ranks averaged over ties (scipy's `statistic`)
+  double z = 0;  // (U - n_a n_b / 2) / sigma, continuity-corrected towards 0; > 0 when a tends to be larger
+  double p_value = 1;  // two-sided
+  // p comes from the exact null distribution (n_a, n_b <= 20 and no ties), else the normal approximation.
+  bool exact = false;
+  // Hodges-Lehmann estimate of the shift a - b: the median of all n_a * n_b pairwise differences a_i - b_j.
+  double hodges_lehmann_shift = 0;
+  double median_ratio = 0;  // median(a) / median(b); 0 when median(b) is 0
+  std::size_t n_a = 0, n_b = 0;
+};
+
+// Largest sample size for which the exact null distribution is used (when there are no ties).
+inline constexpr std::size_t kMannWhitneyExactMaxN = 20;
+
+// The test: tie-corrected variance, normal approximation with continuity correction, and the exact
+// distribution for n_a, n_b <= kMannWhitneyExactMaxN without ties. When every value is equal, z = 0 and
+// p = 1. Throws std::invalid_argument when either sample is empty or holds a non-finite value.
+[[nodiscard]] MannWhitneyResult mann_whitney_u(std::span<const double> a, std::span<const double> b);
+
+// A candidate's step times against a baseline's, at one batch.
+enum class Change { same, faster, slower };
+[[nodiscard]] std::string_view to_string(Change v);
+
+struct StepTimeComparison {
+  MannWhitneyResult test;  // a = candidate, b = baseline
+  double time_ratio = 1;   // median(candidate) / median(baseline): < 1 is faster
+  Change change = Change::same;
+};
+
+// `faster` / `slower` when the test rejects "same distribution" at `alpha` AND the median step time moved by
+// at least `min_change_fraction` (0.02 = 2%) in that direction; `same` otherwise. The Hodges-Lehmann shift
+// (candidate - baseline) and the median ratio must agree on the direction (< 0 and < 1 is faster). Throws
+// std::invalid_argument for an empty or non-finite sample, alpha outside (0, 1) or a negative
+// min_change_fraction.
+[[nodiscard]] StepTimeComparison compare_step_times(std::span<const double> baseline_ms,
+                                                    std::span<const double> candidate_ms, double alpha = 0.05,
+                                                    double min_change_fraction = 0.0);
+
+// exp(mean(log r)) of ratios (e.g. candidate / baseline throughput per batch); nullopt for no ratios.
+// Throws std::invalid_argument naming the index of a ratio that is not finite and > 0.
+[[nodiscard]] std::optional<double> geometric_mean(std::span<const double> ratios);
+
+}  // namespace bsw

@@ -1,0 +1,359 @@
+// The analysis of a sweep's points: saturation, max-fit, best throughput, latency budget, energy, cost, the
+// effective-batch split and the one recommended batch. The rules are documented in
+// include/batchsweep/analysis.hpp.
+#include "batchsweep/analysis.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "analysis/curve.hpp"
+#include "batchsweep/errors.hpp"
+#include "batchsweep/stats.hpp"
+
+namespace bsw {
+namespace {
+
+using analysis_detail::CurvePoint;
+using analysis_detail::format_number;
+using analysis_detail::format_percent;
+using analysis_detail::format_rate;
+using analysis_detail::is_ok;
+using analysis_detail::KneeCall;
+
+std::string_view status_name(PointStatus status) {
+  switch (status) {
+    case PointStatus::ok:
+      return "ok";
+    case PointStatus::oom:
+      return "oom";
+    case PointStatus::over_limit:
+      return "over_limit";
+    case PointStatus::error:
+      return "error";
+  }
+  return "error";
+}
+
+int64_t effective_batch(const Point& point) {
+  return point.effective_batch > 0 ? point.effective_batch : point.batch * point.accumulation;
+}
+
+uint64_t memory_bytes(const Point& point) {
+  return point.memory.measured_bytes.value_or(point.memory.planned_bytes);
+}
+
+std::string split_name(const Point& point) {
+  return fmt::format("batch {} x accumulation {}", point.batch, point.accumulation);
+}
+
+// "batch 512 did not fit (oom: needs 90 GiB)" / "batch 64 failed (error: ...)".
+std::string failure_text(const Point& point) {
+  const bool did_not_fit = point.status == PointStatus::oom || point.status == PointStatus::over_limit;
+  std::string detail(status_name(point.status));
+  if (point.status == PointStatus::ok) detail = "ok but no throughput measured";
+  if (!point.reason.empty()) detail += ": " + point.reason;
+  return fmt::format("batch {} {} ({})", point.batch, did_not_fit ? "did not fit" : "failed", detail);
+}
+
+// The smallest not-ok point whose batch is above `batch` (all not-ok points when batch is nullopt).
+const Point* first_failure_above(std::span<const Point> points, std::optional<int64_t> batch) {
+  const Point* first = nullptr;
+  for (const Point& point : points) {
+    if (is_ok(point) || (batch && point.batch <= *batch)) continue;
+    if (!first || point.batch < first->batch) first = &point;
+  }
+  return first;
+}
+
+// The ok point of highest throughput among those `eligible` accepts (the smaller batch on a tie).
+template <typename Eligible>
+const Point* fastest(std::span<const Point> points, Eligible eligible) {
+  const Point* best = nullptr;
+  for (const Point& point : points) {
+    if (!is_ok(point) || !eligible(point)) continue;
+    if (!best || point.samples_per_second > best->samples_per_second ||
+        (point.samples_per_second == best->samples_per_second && point.batch < best->batch))
+      best = &point;
+  }
+  return best;
+}
+
+BatchChoice choose(const Point& point, std::string reason) {
+  return {point.batch, point.samples_per_second, std::move(reason)};
+}
+
+BatchChoice none(std::string reason) {
+  return {std::nullopt, std::nullopt, std::move(reason)};
+}
+
+std::string no_ok_reason(std::span<const Point> points) {
+  const Point* failure = first_failure_above(points, std::nullopt);
+  return failure ? "no batch ran ok: " + failure_text(*failure) : std::string("no batch ran ok");
+}
+
+BatchChoice best_throughput(std::span<const Point> points) {
+  const Point* best = fastest(points, [](const Point&) { return true; });
+  if (!best) return none(no_ok_reason(points));
+  std::string reason = fmt::format("highest throughput: {} samples/s", format_rate(best->samples_per_second));
+  if (best->accumulation != 1) reason += " (" + split_name(*best) + ")";
+  return choose(*best, std::move(reason));
+}
+
+BatchChoice saturation(std::span<const Point> points, const std::vector<CurvePoint>& curve, double pct) {
+  if (curve.empty()) return none(no_ok_reason(points));
+  const auto best = std::max_element(
+      curve.begin(), curve.end(),
+      [](const CurvePoint& l, const CurvePoint& r) { return l.samples_per_second < r.samples_per_second; });
+  const double threshold = best->samples_per_second * pct / 100.0;
+  const auto first = std::find_if(curve.begin(), curve.end(),
+                                  [&](const CurvePoint& c) { return c.samples_per_second >= threshold; });
+  if (first->batch == best->batch)
+    return choose(*first->point,
+                  fmt::format("the best throughput ({} samples/s); no smaller batch reaches {}% of it",
+                              format_rate(best->samples_per_second), format_number(pct)));
+  return choose(
+      *first->point,
+      fmt::format("smallest batch reaching {}% of the best throughput: {} of {} samples/s (batch {})",
+                  format_number(pct), format_percent(first->samples_per_second / best->samples_per_second),
+                  format_rate(best->samples_per_second), best->batch));
+}
+
+BatchChoice max_fit(std::span<const Point> points) {
+  const Point* largest = nullptr;
+  for (const Point& point : points) {
+    if (!is_ok(point)) continue;
+    if (!largest || point.batch > largest->batch ||
+        (point.batch == largest->batch && point.samples_per_second > largest->samples_per_second))
+      largest = &point;
+  }
+  if (!largest) return none(no_ok_reason(points));
+  const Point* failure = first_failure_above(points, largest->batch);
+  return choose(*largest, failure ? failure_text(*failure) : std::string("the largest batch swept"));
+}
+
+// The p99 step time of a point: its summary, or its raw samples when the summary is empty.
+std::optional<double> p99_ms(const Point& point) {
+  if (point.step_ms.p99 > 0.0) return point.step_ms.p99;
+  if (!point.samples_ms.empty()) return percentile(point.samples_ms, 99.0);
+  return std::nullopt;
+}
+
+// The fastest ok point whose p99 step fits the budget.
+const Point* within_budget(std::span<const Point> points, double budget_ms) {
+  return fastest(points, [&](const Point& p) {
+    const std::optional<double> p99 = p99_ms(p);
+    return p99 && *p99 <= budget_ms;
+  });
+}
+
+BatchChoice latency_slo(std::span<const Point> points, double budget_ms) {
+  const Point* chosen = within_budget(points, budget_ms);
+  if (chosen)
+    return choose(*chosen, fmt::format("p99 step {:.3g} ms within the {} ms budget", *p99_ms(*chosen),
+                                       format_number(budget_ms)));
+  const Point* quickest = nullptr;
+  for (const Point& point : points) {
+    if (!is_ok(point) || !p99_ms(point)) continue;
+    if (!quickest || *p99_ms(point) < *p99_ms(*quickest)) quickest = &point;
+  }
+  if (!quickest) {
+    const bool any_ok = std::any_of(points.begin(), points.end(), is_ok);
+    return none(any_ok ? std::string("no ok point has step-time samples") : no_ok_reason(points));
+  }
+  return none(fmt::format("no batch meets the {} ms p99 budget: the smallest p99 is {:.3g} ms (batch {})",
+                          format_number(budget_ms), *p99_ms(*quickest), quickest->batch));
+}
+
+bool has_joules(const Point& point) {
+  return point.telemetry && point.telemetry->joules_per_sample &&
+         std::isfinite(*point.telemetry->joules_per_sample) && *point.telemetry->joules_per_sample > 0.0;
+}
+
+std::optional<BatchChoice> energy_optimal(std::span<const Point> points) {
+  const bool any_reading = std::any_of(points.begin(), points.end(), [](const Point& p) {
+    return p.telemetry && p.telemetry->joules_per_sample.has_value();
+  });
+  if (!any_reading) return std::nullopt;
+  const Point* chosen = nullptr;
+  for (const Point& point : points) {
+    if (!is_ok(point) || !has_joules(point)) continue;
+    const double joules = *point.telemetry->joules_per_sample;
+    if (!chosen || joules < *chosen->telemetry->joules_per_sample) chosen = &point;
+  }
+  if (!chosen) return none("no ok point has a joules_per_sample reading");
+  return choose(*chosen,
+                fmt::format("fewest joules per sample: {:.3g} J/sample at {} samples/s",
+                            *chosen->telemetry->joules_per_sample, format_rate(chosen->samples_per_second)));
+}
+
+// Set when every point has one effective batch and the accumulation varies.
+std::optional<int64_t> swept_effective_batch(std::span<const Point> points) {
+  if (points.empty()) return std::nullopt;
+  std::set<int64_t> accumulations;
+  for (const Point& point : points) {
+    if (effective_batch(point) != effective_batch(points.front())) return std::nullopt;
+    accumulations.insert(point.accumulation);
+  }
+  if (accumulations.size() < 2) return std::nullopt;
+  return effective_batch(points.front());
+}
+
+std::optional<BatchChoice> effective_batch_split(std::span<const Point> points) {
+  const std::optional<int64_t> effective = swept_effective_batch(points);
+  if (!effective) return std::nullopt;
+  const Point* chosen = fastest(points, [](const Point&) { return true; });
+  if (!chosen) return none(fmt::format("no split of effective batch {} ran ok", *effective));
+  return choose(*chosen, split_name(*chosen));
+}
+
+// " with 25% of its memory", when the chosen point needs less memory than the best one and both are known.
+std::string memory_clause(const Point& chosen, const Point& best) {
+  const uint64_t chosen_bytes = memory_bytes(chosen), best_bytes = memory_bytes(best);
+  if (chosen_bytes == 0 || best_bytes == 0 || chosen_bytes >= best_bytes) return {};
+  return fmt::format(" with {} of its memory",
+                     format_percent(static_cast<double>(chosen_bytes) / static_cast<double>(best_bytes)));
+}
+
+const Point* point_at(const std::vector<CurvePoint>& curve, int64_t batch) {
+  for (const CurvePoint& c : curve) {
+    if (c.batch == batch) return c.point;
+  }
+  return nullptr;
+}
+
+// "saturation at 512: 96% of the best throughput (batch 2048) with 30% of its memory".
+std::string saturation_why(const Point& chosen, const Point& best, double pct) {
+  if (chosen.batch == best.batch)
+    return fmt::format(
+        "batch {} has the best throughput ({} samples/s) and no smaller batch reaches {}% of it",
+        chosen.batch, format_rate(best.samples_per_second), format_number(pct));
+  return fmt::format("batch {} is the smallest reaching {}% of the best throughput: {} of batch {}{}",
+                     chosen.batch, format_number(pct),
+                     format_percent(chosen.samples_per_second / best.samples_per_second), best.batch,
+                     memory_clause(chosen, best));
+}
+
+struct RecommendationInputs {
+  std::span<const Point> points;
+  const std::vector<CurvePoint>& curve;
+  const Analysis& analysis;
+  KneeCall knee_call;
+  const AnalysisOptions& options;
+};
+
+Recommendation recommend_from_curve(const RecommendationInputs& in) {
+  const Analysis& a = in.analysis;
+  const Point& best = *point_at(in.curve, *a.best_throughput.batch);
+  const Point& saturated = *point_at(in.curve, *a.saturation.batch);
+  const double pct = in.options.saturation_pct;
+  if (a.knee.batch) {
+    const Point& knee = *point_at(in.curve, *a.knee.batch);
+    const double share = knee.samples_per_second / best.samples_per_second;
+    if (share >= pct / 100.0) {
+      if (knee.batch == best.batch)
+        return {knee.batch, fmt::format("knee at {}, also the best throughput ({} samples/s)", knee.batch,
+                                        format_rate(best.samples_per_second))};
+      return {knee.batch, fmt::format("knee at {}: {} of the best throughput (batch {}){}", knee.batch,
+                                      format_percent(share), best.batch, memory_clause(knee, best))};
+    }
+    const std::string knee_note = fmt::format("the knee at {} reaches only {} of the best throughput",
+                                              knee.batch, format_percent(share));
+    return {saturated.batch, fmt::format("{}; {}", knee_note, saturation_why(saturated, best, pct))};
+  }
+  if (in.knee_call == KneeCall::still_scaling) {
+    const Point& largest = *point_at(in.curve, *a.max_fit.batch);
+    return {largest.batch,
+            fmt::format("throughput still rising: use the largest batch that fits ({}, {} samples/s)",
+                        largest.batch, format_rate(largest.samples_per_second))};
+  }
+  std::string prefix = "no knee";
+  if (in.knee_call == KneeCall::too_few)
+    prefix = fmt::format("too few points for a knee ({} ok)", in.curve.size());
+  if (in.knee_call == KneeCall::flat) prefix = "throughput is flat";
+  return {saturated.batch, fmt::format("{}: {}", prefix, saturation_why(saturated, best, pct))};
+}
+
+Recommendation recommend(const RecommendationInputs& in) {
+  const Analysis& a = in.analysis;
+  if (in.curve.empty()) return {std::nullopt, no_ok_reason(in.points)};
+  if (a.latency_slo) {
+    const Point* chosen = within_budget(in.points, *in.options.latency_slo_ms);
+    if (!chosen) return {std::nullopt, a.latency_slo->reason};
+    return {chosen->batch,
+            fmt::format("highest throughput within the {} ms p99 budget: batch {} ({} samples/s, p99 "
+                        "{:.3g} ms)",
+                        format_number(*in.options.latency_slo_ms), chosen->batch,
+                        format_rate(chosen->samples_per_second), *p99_ms(*chosen))};
+  }
+  if (a.effective_batch_split && a.effective_batch_split->batch) {
+    const Point* slowest = nullptr;
+    for (const Point& point : in.points) {
+      if (is_ok(point) && (!slowest || point.samples_per_second < slowest->samples_per_second))
+        slowest = &point;
+    }
+    const double gain = *a.effective_batch_split->samples_per_second / slowest->samples_per_second - 1.0;
+    return {a.effective_batch_split->batch,
+            fmt::format(
+                "fastest split of effective batch {}: {} ({} samples/s, {} faster than the slowest split)",
+                *swept_effective_batch(in.points), a.effective_batch_split->reason,
+                format_rate(*a.effective_batch_split->samples_per_second), format_percent(gain))};
+  }
+  return recommend_from_curve(in);
+}
+
+void require(bool valid, std::string_view flag, std::string_view rule, double value) {
+  if (!valid) throw UsageError(fmt::format("{}: must be {}, got {}", flag, rule, value));
+}
+
+}  // namespace
+
+void validate(const AnalysisOptions& options) {
+  require(std::isfinite(options.knee_sensitivity) && options.knee_sensitivity > 0.0, "--knee-sensitivity",
+          "a number > 0", options.knee_sensitivity);
+  require(std::isfinite(options.saturation_pct) && options.saturation_pct > 0.0 &&
+              options.saturation_pct <= 100.0,
+          "--saturation", "a percentage in (0, 100]", options.saturation_pct);
+  if (options.latency_slo_ms)
+    require(std::isfinite(*options.latency_slo_ms) && *options.latency_slo_ms > 0.0, "--latency-slo",
+            "a p99 step time in ms > 0", *options.latency_slo_ms);
+  if (options.price_per_hour)
+    require(std::isfinite(*options.price_per_hour) && *options.price_per_hour >= 0.0, "--price-per-hour",
+            "a price per device-hour >= 0", *options.price_per_hour);
+}
+
+void annotate_cost(std::vector<Point>& points, double price_per_hour) {
+  require(std::isfinite(price_per_hour) && price_per_hour >= 0.0, "--price-per-hour",
+          "a price per device-hour >= 0", price_per_hour);
+  for (Point& point : points) {
+    if (is_ok(point)) {
+      if (!point.telemetry) point.telemetry.emplace();
+      point.telemetry->cost_per_million_samples = price_per_hour / 3600.0 / point.samples_per_second * 1e6;
+    } else if (point.telemetry) {
+      point.telemetry->cost_per_million_samples.reset();
+    }
+  }
+}
+
+Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
+  validate(options);
+  if (options.price_per_hour) annotate_cost(points, *options.price_per_hour);
+  const std::span<const Point> view(points);
+  const std::vector<CurvePoint> curve = analysis_detail::throughput_curve(view);
+
+  Analysis analysis;
+  const analysis_detail::KneeDetail knee = analysis_detail::find_knee_detail(view, options.knee_sensitivity);
+  analysis.knee = knee.result;
+  analysis.saturation = saturation(view, curve, options.saturation_pct);
+  analysis.max_fit = max_fit(view);
+  analysis.best_throughput = best_throughput(view);
+  if (options.latency_slo_ms) analysis.latency_slo = latency_slo(view, *options.latency_slo_ms);
+  analysis.energy_optimal = energy_optimal(view);
+  analysis.effective_batch_split = effective_batch_split(view);
+  analysis.recommended = recommend({view, curve, analysis, knee.call, options});
+  return analysis;
+}
+
+}  // namespace bsw

@@ -1,0 +1,48 @@
+// The throughput curve the knee and saturation run on, and the number formats of reasons.
+#include "analysis/curve.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace bsw::analysis_detail {
+
+bool is_ok(const Point& point) {
+  return point.status == PointStatus::ok && point.batch >= 1 && std::isfinite(point.samples_per_second) &&
+         point.samples_per_second > 0.0;
+}
+
+std::vector<CurvePoint> throughput_curve(std::span<const Point> points) {
+  std::vector<CurvePoint> curve;
+  for (const Point& point : points) {
+    if (!is_ok(point)) continue;
+    auto same =
+        std::find_if(curve.begin(), curve.end(), [&](const CurvePoint& c) { return c.batch == point.batch; });
+    if (same == curve.end()) {
+      curve.push_back({&point, point.batch, point.samples_per_second});
+    } else if (point.samples_per_second > same->samples_per_second) {
+      *same = {&point, point.batch, point.samples_per_second};
+    }
+  }
+  std::sort(curve.begin(), curve.end(),
+            [](const CurvePoint& l, const CurvePoint& r) { return l.batch < r.batch; });
+  return curve;
+}
+
+std::string format_rate(double samples_per_second) {
+  if (samples_per_second >= 1000.0) return fmt::format("{:.0f}", samples_per_second);
+  return fmt::format("{:.3g}", samples_per_second);
+}
+
+std::string format_percent(double fraction) {
+  const double percent = fraction * 100.0;
+  if (fraction < 1.0 && std::round(percent) >= 100.0) return fmt::format("{:.1f}%", std::min(percent, 99.9));
+  return fmt::format("{:.0f}%", percent);
+}
+
+std::string format_number(double value) {
+  return fmt::format("{:g}", value);
+}
+
+}  // namespace bsw::analysis_detail

@@ -1,0 +1,46 @@
+// Internal to src/analysis: the throughput curve (one ok point per distinct micro-batch), how the knee was
+// called, and the number formats the reasons and the recommendation's `why` share.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "batchsweep/report.hpp"
+
+namespace bsw::analysis_detail {
+
+// status ok, batch >= 1 and a finite samples_per_second > 0.
+[[nodiscard]] bool is_ok(const Point& point);
+
+struct CurvePoint {
+  const Point* point = nullptr;
+  int64_t batch = 0;
+  double samples_per_second = 0;
+};
+
+// The ok points, one per distinct batch (the highest throughput where several share one; the first on a tie),
+// sorted by batch.
+[[nodiscard]] std::vector<CurvePoint> throughput_curve(std::span<const Point> points);
+
+// Which rule of analysis.hpp decided the knee.
+enum class KneeCall { found, too_few, flat, still_scaling, no_bend };
+
+struct KneeDetail {
+  KneeResult result;
+  KneeCall call = KneeCall::no_bend;
+};
+
+// find_knee, plus the rule that decided it (the recommendation branches on it).
+[[nodiscard]] KneeDetail find_knee_detail(std::span<const Point> points, double sensitivity);
+
+// "12345" for rates of 1000 and more, else three significant digits ("98.7", "0.123").
+[[nodiscard]] std::string format_rate(double samples_per_second);
+// A fraction as a whole percentage ("94%"), with one decimal where rounding would print 100% for less than
+// all.
+[[nodiscard]] std::string format_percent(double fraction);
+// "%g"-style number for option values in reasons ("1", "0.5", "12.5").
+[[nodiscard]] std::string format_number(double value);
+
+}  // namespace bsw::analysis_detail

@@ -1,0 +1,307 @@
+// The knee of the throughput curve: Kneedle on log2(batch) vs log2(samples/s), the rules around it (too few
+// points, flat curve, still scaling), and its confidence under each point's measured step-time noise.
+// The rules are documented in include/batchsweep/analysis.hpp.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "analysis/curve.hpp"
+#include "batchsweep/analysis.hpp"
+#include "batchsweep/stats.hpp"
+
+namespace bsw {
+namespace {
+
+using analysis_detail::CurvePoint;
+using analysis_detail::format_number;
+using analysis_detail::format_percent;
+using analysis_detail::KneeCall;
+
+// Slack on "y_d at or below the threshold" and "above the diagonal", for values that are equal on paper.
+constexpr double kKneedleTolerance = 1e-9;
+
+std::vector<double> normalized(std::span<const double> values) {
+  const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+  const double range = *hi - *lo;
+  std::vector<double> out(values.size(), 0.0);
+  if (range <= 0.0) return out;
+  for (std::size_t i = 0; i < values.size(); ++i) out[i] = (values[i] - *lo) / range;
+  return out;
+}
+
+// Local maxima of y_d (>= both neighbours; an end compares with its one neighbour), in order.
+std::vector<std::size_t> local_maxima(const std::vector<double>& y_d) {
+  std::vector<std::size_t> maxima;
+  for (std::size_t i = 0; i < y_d.size(); ++i) {
+    const bool left = i == 0 || y_d[i] >= y_d[i - 1];
+    const bool right = i + 1 == y_d.size() || y_d[i] >= y_d[i + 1];
+    if (left && right) maxima.push_back(i);
+  }
+  return maxima;
+}
+
+void require_curve(std::span<const double> x, std::span<const double> y, double sensitivity) {
+  if (x.size() != y.size())
+    throw std::invalid_argument(fmt::format("kneedle: {} x values but {} y values", x.size(), y.size()));
+  if (x.size() < 2) throw std::invalid_argument("kneedle: needs at least 2 points");
+  if (!std::isfinite(sensitivity) || sensitivity <= 0.0)
+    throw std::invalid_argument(fmt::format("kneedle: sensitivity must be > 0, got {}", sensitivity));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(x[i]) || !std::isfinite(y[i]))
+      throw std::invalid_argument(fmt::format("kneedle: point {} is not finite ({}, {})", i, x[i], y[i]));
+    if (i > 0 && !(x[i] > x[i - 1]))
+      throw std::invalid_argument(fmt::format("kneedle: x is not strictly increasing at index {}", i));
+  }
+}
+
+struct KneeOutcome {
+  KneeCall call = KneeCall::no_bend;
+  std::optional<std::size_t> index;        // into the curve, when found
+  std::optional<std::size_t> unconfirmed;  // Kneedle's unconfirmed candidate
+};
+
+// Steps 1-4 of analysis.hpp on a curve given as log2(batch) and log2(samples/s).
+KneeOutcome call_knee(const std::vector<double>& log2_batch, const std::vector<double>& log2_rate,
+                      double sensitivity) {
+  KneeOutcome outcome;
+  const std::size_t n = log2_rate.size();
+  if (n < kMinKneePoints) {
+    outcome.call = KneeCall::too_few;
+    return outcome;
+  }
+  const double best = *std::max_element(log2_rate.begin(), log2_rate.end());
+  if (best <= log2_rate.front() + std::log2(1.0 + kFlatThroughputGain)) {
+    outcome.call = KneeCall::flat;
+    return outcome;
+  }
+  // Kneedle sees the best throughput reachable at or below each batch (the running maximum): a larger batch
+  // that is slower than a smaller one is never the better choice, and a dip must not read as a bend.
+  std::vector<double> envelope(log2_rate);
+  for (std::size_t i = 1; i < n; ++i) envelope[i] = std::max(envelope[i], envelope[i - 1]);
+  const KneedleResult result = kneedle(log2_batch, envelope, sensitivity);
+  outcome.unconfirmed = result.unconfirmed;
+  if (result.knee) {
+    outcome.call = KneeCall::found;
+    outcome.index = result.knee;
+  } else if (log2_rate[n - 1] >= best && log2_rate[n - 1] > log2_rate[n - 2]) {
+    outcome.call = KneeCall::still_scaling;
+  } else {
+    outcome.call = KneeCall::no_bend;
+  }
+  return outcome;
+}
+
+std::string knee_reason(const KneeOutcome& outcome, const std::vector<CurvePoint>& curve,
+                        double sensitivity) {
+  switch (outcome.call) {
+    case KneeCall::found:
+      return fmt::format("Kneedle S={} on log2(batch) vs log2(samples/s)", format_number(sensitivity));
+    case KneeCall::too_few:
+      return fmt::format("too few points ({} ok, need {})", curve.size(), kMinKneePoints);
+    case KneeCall::flat: {
+      const auto best = std::max_element(curve.begin(), curve.end(), [](const auto& l, const auto& r) {
+        return l.samples_per_second < r.samples_per_second;
+      });
+      return fmt::format(
+          "no knee: throughput curve has no concave bend (the smallest batch, {}, already reaches {} of "
+          "the best throughput, batch {})",
+          curve.front().batch, format_percent(curve.front().samples_per_second / best->samples_per_second),
+          best->batch);
+    }
+    case KneeCall::still_scaling: {
+      const CurvePoint& last = curve[curve.size() - 1];
+      const CurvePoint& before = curve[curve.size() - 2];
+      std::string reason = fmt::format(
+          "throughput still scaling at the largest batch ({}: +{} over batch {})", last.batch,
+          format_percent(last.samples_per_second / before.samples_per_second - 1.0), before.batch);
+      if (outcome.unconfirmed)
+        reason += fmt::format("; a bend near batch {} is not confirmed before the sweep ends",
+                              curve[*outcome.unconfirmed].batch);
+      return reason;
+    }
+    case KneeCall::no_bend:
+      if (outcome.unconfirmed)
+        return fmt::format(
+            "no knee: throughput curve has no concave bend confirmed before the sweep ends (a candidate at "
+            "batch "
+            "{}; extend the sweep past batch {})",
+            curve[*outcome.unconfirmed].batch, curve.back().batch);
+      return "no knee: throughput curve has no concave bend";
+  }
+  return {};
+}
+
+// How far one point's throughput may move, in log2(samples/s): up to the fast steps' rate, down to the
+// slow's.
+struct NoiseBand {
+  double up = 0;    // log2(median / p10) >= 0
+  double down = 0;  // log2(median / p90) <= 0
+};
+
+NoiseBand noise_band(const Point& point) {
+  NoiseBand band;
+  if (point.samples_ms.size() < 2) return band;
+  const double median = percentile(point.samples_ms, 50.0);
+  const double p10 = percentile(point.samples_ms, 10.0);
+  const double p90 = percentile(point.samples_ms, 90.0);
+  if (!(p10 > 0.0) || !(median > 0.0)) return band;
+  band.up = std::log2(median / p10);
+  band.down = std::log2(median / p90);
+  return band;
+}
+
+// A perturbation assigns each point a weight in [-1, 1]: + moves it towards `up`, - towards `down`.
+using Weights = std::vector<double>;
+
+std::vector<Weights> systematic_perturbations(std::size_t n) {
+  std::vector<Weights> patterns;
+  for (std::size_t i = 0; i < n; ++i) {
+    for (double sign : {1.0, -1.0}) {
+      Weights alone(n, 0.0);
+      alone[i] = sign;
+      patterns.push_back(std::move(alone));
+    }
+  }
+  for (std::size_t split = 1; split < n; ++split) {
+    for (double sign : {1.0, -1.0}) {
+      Weights tilt(n, 0.0);
+      for (std::size_t i = 0; i < n; ++i) tilt[i] = i < split ? -sign : sign;
+      patterns.push_back(std::move(tilt));
+    }
+  }
+  patterns.emplace_back(n, 1.0);
+  patterns.emplace_back(n, -1.0);
+  return patterns;
+}
+
+// Uniform in [-1, 1] from the top 53 bits of the generator, so the patterns are the same with every standard
+// library (std::uniform_real_distribution is not specified bit for bit).
+double unit_weight(std::mt19937_64& generator) {
+  return static_cast<double>(generator() >> 11) * 0x1.0p-53 * 2.0 - 1.0;
+}
+
+std::vector<Weights> random_perturbations(std::size_t n) {
+  std::mt19937_64 generator(kKneePerturbationSeed);
+  std::vector<Weights> patterns;
+  for (int k = 0; k < kKneePerturbations; ++k) {
+    const bool full_magnitude = k % 2 == 0;
+    Weights weights(n);
+    for (double& w : weights) {
+      const double u = unit_weight(generator);
+      w = full_magnitude ? (u < 0.0 ? -1.0 : 1.0) : u;
+    }
+    patterns.push_back(std::move(weights));
+  }
+  return patterns;
+}
+
+// Runs the knee rules on every perturbed curve and fills confidence, range and the reason's note.
+void add_confidence(KneeResult& knee, const std::vector<CurvePoint>& curve,
+                    const std::vector<double>& log2_batch, const std::vector<double>& log2_rate,
+                    double sensitivity) {
+  knee.confidence = "stable";
+  const std::size_t n = curve.size();
+  if (n < kMinKneePoints) return;
+  std::vector<NoiseBand> bands;
+  bands.reserve(n);
+  for (const CurvePoint& c : curve) bands.push_back(noise_band(*c.point));
+
+  std::vector<Weights> patterns = systematic_perturbations(n);
+  std::vector<Weights> random = random_perturbations(n);
+  patterns.insert(patterns.end(), random.begin(), random.end());
+
+  std::optional<int64_t> low = knee.batch, high = knee.batch;
+  std::size_t moved = 0, vanished = 0;
+  std::vector<double> perturbed(n);
+  for (const Weights& weights : patterns) {
+    for (std::size_t i = 0; i < n; ++i)
+      perturbed[i] =
+          log2_rate[i] + (weights[i] >= 0.0 ? weights[i] * bands[i].up : -weights[i] * bands[i].down);
+    const KneeOutcome outcome = call_knee(log2_batch, perturbed, sensitivity);
+    const std::optional<int64_t> batch =
+        outcome.index ? std::optional<int64_t>(curve[*outcome.index].batch) : std::nullopt;
+    if (batch != knee.batch) ++moved;
+    if (!batch) {
+      ++vanished;
+      continue;
+    }
+    low = low ? std::min(*low, *batch) : *batch;
+    high = high ? std::max(*high, *batch) : *batch;
+  }
+  if (moved == 0) return;
+  knee.confidence = "range";
+  knee.range_low = low;
+  knee.range_high = high;
+  if (knee.batch) {
+    knee.reason += fmt::format("; under measured noise the knee moves between batch {} and {}", *low, *high);
+    if (vanished > 0)
+      knee.reason += fmt::format(" and vanishes in {} of {} perturbed curves", vanished, patterns.size());
+  } else {
+    knee.reason +=
+        fmt::format("; under measured noise a knee appears in {} of {} perturbed curves (batch {} to {})",
+                    patterns.size() - vanished, patterns.size(), *low, *high);
+  }
+}
+
+}  // namespace
+
+KneedleResult kneedle(std::span<const double> x, std::span<const double> y, double sensitivity) {
+  require_curve(x, y, sensitivity);
+  const std::size_t n = x.size();
+  const std::vector<double> x_n = normalized(x);
+  const std::vector<double> y_n = normalized(y);
+  std::vector<double> y_d(n);
+  for (std::size_t i = 0; i < n; ++i) y_d[i] = y_n[i] - x_n[i];
+  // x_n runs from 0 to 1, so mean(diff(x_n)) = 1 / (n - 1).
+  const double threshold_drop = sensitivity / static_cast<double>(n - 1);
+
+  KneedleResult result;
+  const std::vector<std::size_t> maxima = local_maxima(y_d);
+  for (std::size_t k = 0; k < maxima.size(); ++k) {
+    const std::size_t candidate = maxima[k];
+    if (y_d[candidate] <= kKneedleTolerance) continue;  // on or below the diagonal: not a concave bend
+    const std::size_t next = k + 1 < maxima.size() ? maxima[k + 1] : n - 1;
+    const double threshold = y_d[candidate] - threshold_drop;
+    for (std::size_t j = candidate + 1; j <= next && j < n; ++j) {
+      if (y_d[j] <= threshold + kKneedleTolerance) {
+        result.knee = candidate;
+        return result;
+      }
+    }
+    if (k + 1 == maxima.size() && candidate + 1 < n) result.unconfirmed = candidate;
+  }
+  return result;
+}
+
+namespace analysis_detail {
+
+KneeDetail find_knee_detail(std::span<const Point> points, double sensitivity) {
+  if (!std::isfinite(sensitivity) || sensitivity <= 0.0)
+    throw std::invalid_argument(fmt::format("find_knee: sensitivity must be > 0, got {}", sensitivity));
+  const std::vector<CurvePoint> curve = analysis_detail::throughput_curve(points);
+  std::vector<double> log2_batch, log2_rate;
+  for (const CurvePoint& c : curve) {
+    log2_batch.push_back(std::log2(static_cast<double>(c.batch)));
+    log2_rate.push_back(std::log2(c.samples_per_second));
+  }
+  const KneeOutcome outcome = call_knee(log2_batch, log2_rate, sensitivity);
+  KneeDetail detail;
+  detail.call = outcome.call;
+  if (outcome.index) detail.result.batch = curve[*outcome.index].batch;
+  detail.result.reason = knee_reason(outcome, curve, sensitivity);
+  add_confidence(detail.result, curve, log2_batch, log2_rate, sensitivity);
+  return detail;
+}
+
+}  // namespace analysis_detail
+
+KneeResult find_knee(std::span<const Point> points, double sensitivity) {
+  return analysis_detail::find_knee_detail(points, sensitivity).result;
+}
+
+}  // namespace bsw

@@ -1,0 +1,272 @@
+// Tests of analyze(): saturation, max-fit, best throughput, latency budget, energy, cost, effective-batch
+// split, option validation, and the recommendation in each of its branches.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "batchsweep/analysis.hpp"
+#include "batchsweep/errors.hpp"
+#include "sweep_points.hpp"
+
+namespace bsw {
+namespace {
+
+using test::failed_point;
+using test::measured_point;
+using test::powers_of_two;
+using test::roofline;
+using test::saturating;
+using test::sweep;
+
+const std::vector<int64_t> kBatches = powers_of_two(1, 4096);
+
+bool starts_with(const std::string& text, const std::string& prefix) {
+  return text.rfind(prefix, 0) == 0;
+}
+
+TEST(Saturation, SmallestBatchReachingThePercentOfTheBest) {
+  // b / (b + 64) reaches 95% of the best (batch 4096) first at batch 1024.
+  std::vector<Point> points = sweep(kBatches, saturating(50000, 64));
+  const Analysis a = analyze(points, {});
+  EXPECT_EQ(a.saturation.batch, 1024);
+  ASSERT_TRUE(a.saturation.samples_per_second.has_value());
+  EXPECT_NEAR(*a.saturation.samples_per_second, 50000.0 * 1024 / 1088, 1e-6);
+  EXPECT_EQ(a.saturation.reason,
+            "smallest batch reaching 95% of the best throughput: 96% of 49231 samples/s (batch 4096)");
+
+  AnalysisOptions half;
+  half.saturation_pct = 50;
+  EXPECT_EQ(analyze(points, half).saturation.batch, 64);
+}
+
+TEST(Saturation, BestBatchItself) {
+  std::vector<Point> points = sweep(kBatches, [](double b) { return 10.0 * b; });
+  const Analysis a = analyze(points, {});
+  EXPECT_EQ(a.saturation.batch, 4096);
+  EXPECT_EQ(a.saturation.reason, "the best throughput (40960 samples/s); no smaller batch reaches 95% of it");
+}
+
+TEST(MaxFit, NamesTheFirstBatchThatDidNotFit) {
+  std::vector<Point> points = sweep(powers_of_two(1, 256), saturating(50000, 64));
+  points.push_back(failed_point(1024, PointStatus::oom, "needs 95.0 GiB of 80.0 GiB"));
+  points.push_back(failed_point(512, PointStatus::oom, "needs 48.2 GiB of 40.0 GiB"));
+  const Analysis a = analyze(points, {});
+  EXPECT_EQ(a.max_fit.batch, 256);
+  EXPECT_EQ(a.max_fit.reason, "batch 512 did not fit (oom: needs 48.2 GiB of 40.0 GiB)");
+  EXPECT_EQ(a.best_throughput.batch, 256);
+}
+
+TEST(MaxFit, OverLimitErrorsAndNoFailures) {
+  std::vector<Point> points = sweep(powers_of_two(1, 8), saturating(1000, 4));
+  EXPECT_EQ(analyze(points, {}).max_fit.reason, "the largest batch swept");
+  points.push_back(failed_point(16, PointStatus::over_limit, ""));
+  EXPECT_EQ(analyze(points, {}).max_fit.reason, "batch 16 did not fit (over_limit)");
+  points.push_back(failed_point(12, PointStatus::error, "cuBLAS failed"));
+  EXPECT_EQ(analyze(points, {}).max_fit.reason, "batch 12 failed (error: cuBLAS failed)");
+}
+
+TEST(MaxFit, NothingRanOk) {
+  std::vector<Point> points{failed_point(2, PointStatus::oom, "needs 2 GiB"),
+                            failed_point(1, PointStatus::oom, "needs 1 GiB")};
+  const Analysis a = analyze(points, {});
+  EXPECT_FALSE(a.max_fit.batch.has_value());
+  EXPECT_EQ(a.max_fit.reason, "no batch ran ok: batch 1 did not fit (oom: needs 1 GiB)");
+  EXPECT_FALSE(a.best_throughput.batch.has_value());
+  EXPECT_FALSE(a.saturation.batch.has_value());
+  EXPECT_FALSE(a.knee.batch.has_value());
+  EXPECT_EQ(a.knee.reason, "too few points (0 ok, need 4)");
+  EXPECT_FALSE(a.recommended.batch.has_value());
+  EXPECT_EQ(a.recommended.why, "no batch ran ok: batch 1 did not fit (oom: needs 1 GiB)");
+}
+
+TEST(LatencySlo, HighestThroughputWithinTheBudget) {
+  // step = (b + 64) / 50 ms: batch 1024 takes 21.8 ms, batch 2048 takes 42.2 ms.
+  std::vector<Point> points = sweep(kBatches, saturating(50000, 64));
+  AnalysisOptions options;
+  options.latency_slo_ms = 25.0;
+  const Analysis a = analyze(points, options);
+  ASSERT_TRUE(a.latency_slo.has_value());
+  EXPECT_EQ(a.latency_slo->batch, 1024);
+  EXPECT_EQ(a.latency_slo->reason, "p99 step 21.8 ms within the 25 ms budget");
+  EXPECT_EQ(a.recommended.batch, 1024);
+  EXPECT_EQ(a.recommended.why,
+            "highest throughput within the 25 ms p99 budget: batch 1024 (47059 samples/s, p99 21.8 ms)");
+}
+
+TEST(LatencySlo, NothingFitsTheBudget) {
+  std::vector<Point> points = sweep(kBatches, saturating(50000, 64));
+  AnalysisOptions options;
+  options.latency_slo_ms = 1.0;
+  const Analysis a = analyze(points, options);
+  ASSERT_TRUE(a.latency_slo.has_value());
+  EXPECT_FALSE(a.latency_slo->batch.has_value());
+  EXPECT_EQ(a.latency_slo->reason,
+            "no batch meets the 1 ms p99 budget: the smallest p99 is 1.3 ms (batch 1)");
+  EXPECT_FALSE(a.recommended.batch.has_value());
+  EXPECT_EQ(a.recommended.why, a.latency_slo->reason);
+}
+
+TEST(LatencySlo, AbsentWithoutTheOption) {
+  std::vector<Point> points = sweep(kBatches, saturating(50000, 64));
+  EXPECT_FALSE(analyze(points, {}).latency_slo.has_value());
+}
+
+TEST(EnergyOptimal, FewestJoulesPerSample) {
+  std::vector<Point> points = sweep(powers_of_two(1, 16), saturating(1000, 4));
+  EXPECT_FALSE(analyze(points, {}).energy_optimal.has_value());
+  const std::vector<double> joules{0.9, 0.5, 0.3, 0.35, 0.4};
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    points[i].telemetry.emplace();
+    points[i].telemetry->joules_per_sample = joules[i];
+  }
+  const Analysis a = analyze(points, {});
+  ASSERT_TRUE(a.energy_optimal.has_value());
+  EXPECT_EQ(a.energy_optimal->batch, 4);
+  EXPECT_EQ(a.energy_optimal->reason, "fewest joules per sample: 0.3 J/sample at 500 samples/s");
+}
+
+TEST(Cost, AnnotatesOkPointsWhenPriced) {
+  std::vector<Point> points = sweep(powers_of_two(1, 4), [](double b) { return 1000.0 * b; });
+  points.push_back(failed_point(8, PointStatus::oom, "too big"));
+  (void)analyze(points, {});
+  EXPECT_FALSE(points[0].telemetry.has_value());
+
+  AnalysisOptions options;
+  options.price_per_hour = 3.6;  // 0.001 USD per second
+  (void)analyze(points, options);
+  ASSERT_TRUE(points[0].telemetry.has_value());
+  ASSERT_TRUE(points[0].telemetry->cost_per_million_samples.has_value());
+  EXPECT_NEAR(*points[0].telemetry->cost_per_million_samples, 1.0, 1e-12);   // 1000 samples/s
+  EXPECT_NEAR(*points[2].telemetry->cost_per_million_samples, 0.25, 1e-12);  // 4000 samples/s
+  EXPECT_FALSE(points[3].telemetry.has_value());
+  EXPECT_EQ(points[3].batch, 8);  // order kept
+}
+
+TEST(EffectiveBatchSplit, FastestSplitIsRecommended) {
+  std::vector<Point> points{measured_point(128, 900, 0.002, 21, 2), measured_point(64, 1000, 0.002, 21, 4),
+                            measured_point(32, 800, 0.002, 21, 8)};
+  Point too_big = failed_point(256, PointStatus::oom, "needs 90 GiB");
+  too_big.effective_batch = 256;
+  points.push_back(too_big);
+  const Analysis a = analyze(points, {});
+  ASSERT_TRUE(a.effective_batch_split.has_value());
+  EXPECT_EQ(a.effective_batch_split->batch, 64);
+  EXPECT_EQ(a.effective_batch_split->reason, "batch 64 x accumulation 4");
+  EXPECT_EQ(a.recommended.batch, 64);
+  EXPECT_EQ(
+      a.recommended.why,
+      "fastest split of effective batch 256: batch 64 x accumulation 4 (1000 samples/s, 25% faster than the "
+      "slowest split)");
+  EXPECT_EQ(a.best_throughput.reason, "highest throughput: 1000 samples/s (batch 64 x accumulation 4)");
+}
+
+TEST(EffectiveBatchSplit, AbsentInAPlainSweep) {
+  std::vector<Point> points = sweep(kBatches, saturating(50000, 64));
+  EXPECT_FALSE(analyze(points, {}).effective_batch_split.has_value());
+}
+
+TEST(Recommendation, KneeWhenItReachesSaturation) {
+  // A roof at batch 128 that still creeps up 1% per doubling: the knee has 95.2% of the best throughput.
+  std::vector<Point> points = sweep(kBatches, [](double b) {
+    return roofline(1.0, 128.0)(b) * (b > 128 ? 1.0 + 0.01 * std::log2(b / 128) : 1.0);
+  });
+  const Analysis a = analyze(points, {});
+  EXPECT_EQ(a.knee.batch, 128);
+  EXPECT_EQ(a.recommended.batch, 128);
+  EXPECT_EQ(a.recommended.why, "knee at 128: 95% of the best throughput (batch 4096) with 5% of its memory");
+}
+
+TEST(Recommendation, KneeThatIsAlsoTheBest) {
+  std::vector<Point> points = sweep(kBatches, roofline(1.0, 128.0));
+  const Analysis a = analyze(points, {});
+  EXPECT_EQ(a.recommended.batch, 128);
+  EXPECT_EQ(a.recommended.why, "knee at 128, also the best throughput (128000 samples/s)");
+}
+
+TEST(Recommendation, SaturationWhenTheKneeComesTooEarly) {
+  std::vector<Point> points = sweep(kBatches, saturating(50000, 64));
+  const Analysis a = analyze(points, {});
+  EXPECT_EQ(a.knee.batch, 64);
+  EXPECT_EQ(a.recommended.batch, 1024);
+  EXPECT_EQ(
+      a.recommended.why,
+      "the knee at 64 reaches only 51% of the best throughput; batch 1024 is the smallest reaching 95% of "
+      "the best throughput: 96% of batch 4096 with 27% of its memory");
+}
+
+TEST(Recommendation, LargestBatchThatFitsWhileStillScaling) {
+  std::vector<Point> points = sweep(kBatches, [](double b) { return 100.0 * b; });
+  points.push_back(failed_point(8192, PointStatus::oom, "needs 90 GiB"));
+  const Analysis a = analyze(points, {});
+  EXPECT_FALSE(a.knee.batch.has_value());
+  EXPECT_EQ(a.max_fit.batch, 4096);
+  EXPECT_EQ(a.recommended.batch, 4096);
+  EXPECT_EQ(a.recommended.why,
+            "throughput still rising: use the largest batch that fits (4096, 409600 samples/s)");
+}
+
+TEST(Recommendation, SmallestSaturatingBatchOnAFlatCurve) {
+  const std::vector<double> rate{1000, 1010, 995, 1015, 990, 1005, 1000, 1012, 998};
+  std::vector<Point> points;
+  for (std::size_t i = 0; i < rate.size(); ++i) points.push_back(measured_point(int64_t{1} << i, rate[i]));
+  const Analysis a = analyze(points, {});
+  EXPECT_EQ(a.recommended.batch, 1);
+  EXPECT_EQ(
+      a.recommended.why,
+      "throughput is flat: batch 1 is the smallest reaching 95% of the best throughput: 99% of batch 8 with "
+      "94% of its memory");
+}
+
+TEST(Recommendation, TooFewPointsForAKnee) {
+  std::vector<Point> points = sweep(powers_of_two(1, 4), [](double b) { return 100.0 * b; });
+  const Analysis a = analyze(points, {});
+  EXPECT_EQ(a.recommended.batch, 4);
+  EXPECT_EQ(a.recommended.why,
+            "too few points for a knee (3 ok): batch 4 has the best throughput (400 samples/s) and no "
+            "smaller batch "
+            "reaches 95% of it");
+}
+
+TEST(Recommendation, NeverANotOkBatch) {
+  // The fastest-looking batch failed: it must not be chosen by any rule.
+  std::vector<Point> points = sweep(kBatches, saturating(50000, 64));
+  Point broken = measured_point(8192, 1e9);
+  broken.status = PointStatus::error;
+  broken.reason = "loss became NaN";
+  points.push_back(broken);
+  const Analysis a = analyze(points, {});
+  EXPECT_EQ(a.best_throughput.batch, 4096);
+  EXPECT_EQ(a.max_fit.batch, 4096);
+  EXPECT_EQ(a.max_fit.reason, "batch 8192 failed (error: loss became NaN)");
+  EXPECT_EQ(a.recommended.batch, 1024);
+}
+
+TEST(Validate, NamesTheFlag) {
+  auto message = [](AnalysisOptions options) {
+    std::vector<Point> points;
+    try {
+      (void)analyze(points, options);
+    } catch (const UsageError& e) {
+      EXPECT_EQ(e.exit_code(), kExitUsage);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  AnalysisOptions options;
+  options.knee_sensitivity = 0;
+  EXPECT_TRUE(starts_with(message(options), "--knee-sensitivity: must be a number > 0, got 0"));
+  options = {};
+  options.saturation_pct = 120;
+  EXPECT_TRUE(starts_with(message(options), "--saturation: must be a percentage in (0, 100], got 120"));
+  options = {};
+  options.latency_slo_ms = -5;
+  EXPECT_TRUE(starts_with(message(options), "--latency-slo: must be a p99 step time in ms > 0, got -5"));
+  options = {};
+  options.price_per_hour = NAN;
+  EXPECT_TRUE(starts_with(message(options), "--price-per-hour: must be"));
+  EXPECT_EQ(message(AnalysisOptions{}), "no error");
+}
+
+}  // namespace
+}  // namespace bsw

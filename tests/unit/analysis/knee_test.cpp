@@ -1,0 +1,239 @@
+// Tests of the knee: Kneedle itself, the rules around it (too few points, flat, still scaling) on synthetic
+// throughput curves, and its confidence under each point's measured noise.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "batchsweep/analysis.hpp"
+#include "sweep_points.hpp"
+
+namespace bsw {
+namespace {
+
+using test::measured_point;
+using test::powers_of_two;
+using test::roofline;
+using test::saturating;
+using test::sweep;
+
+const std::vector<int64_t> kBatches = powers_of_two(1, 4096);
+
+TEST(Kneedle, FindsTheCornerOfAPiecewiseLinearCurve) {
+  const std::vector<double> x{0, 1, 2, 3, 4, 5, 6, 7};
+  const std::vector<double> y{0, 1, 2, 3, 3, 3, 3, 3};
+  const KneedleResult r = kneedle(x, y, 1.0);
+  ASSERT_TRUE(r.knee.has_value());
+  EXPECT_EQ(*r.knee, 3u);
+}
+
+TEST(Kneedle, MatchesKneedOnSaturatingCurves) {
+  // kneed 0.8 KneeLocator(log2 b, log2 y, S=1, curve="concave", direction="increasing") gives these knees.
+  const std::vector<std::pair<double, int64_t>> expected{
+      {16, 32}, {64, 64}, {256, 128}, {512, 256}, {1024, 256}};
+  for (const auto& [b0, knee_batch] : expected) {
+    std::vector<double> x, y;
+    for (int64_t b : kBatches) {
+      x.push_back(std::log2(static_cast<double>(b)));
+      y.push_back(std::log2(saturating(1000, b0)(static_cast<double>(b))));
+    }
+    const KneedleResult r = kneedle(x, y, 1.0);
+    ASSERT_TRUE(r.knee.has_value()) << "b0 " << b0;
+    EXPECT_EQ(kBatches[*r.knee], knee_batch) << "b0 " << b0;
+  }
+}
+
+TEST(Kneedle, AStraightLineOrAConstantHasNoKnee) {
+  const std::vector<double> x{0, 1, 2, 3, 4, 5};
+  const std::vector<double> line{2, 3, 4, 5, 6, 7};
+  const std::vector<double> constant{4, 4, 4, 4, 4, 4};
+  EXPECT_FALSE(kneedle(x, line, 1.0).knee.has_value());
+  EXPECT_FALSE(kneedle(x, constant, 1.0).knee.has_value());
+}
+
+TEST(Kneedle, ACandidateTheDataEndsBeforeConfirmingIsNotAKnee) {
+  // y_d peaks at index 4 and only falls by half a step before the data end.
+  const std::vector<double> x{0, 1, 2, 3, 4, 5};
+  const std::vector<double> y{0, 1.2, 2.4, 3.6, 4.8, 5.3};
+  const KneedleResult r = kneedle(x, y, 1.0);
+  EXPECT_FALSE(r.knee.has_value());
+  ASSERT_TRUE(r.unconfirmed.has_value());
+  EXPECT_EQ(*r.unconfirmed, 4u);
+}
+
+TEST(Kneedle, HigherSensitivityNeedsALongerDrop) {
+  const std::vector<double> x{0, 1, 2, 3, 4, 5, 6, 7};
+  const std::vector<double> y{0, 1, 2, 3, 3.5, 3.8, 4.0, 4.1};
+  EXPECT_TRUE(kneedle(x, y, 1.0).knee.has_value());
+  EXPECT_FALSE(kneedle(x, y, 10.0).knee.has_value());
+}
+
+TEST(Kneedle, RejectsMalformedCurves) {
+  const std::vector<double> x{0, 1, 1, 3};
+  const std::vector<double> y{0, 1, 2, 3};
+  const std::vector<double> short_y{0, 1};
+  EXPECT_THROW((void)kneedle(x, y, 1.0), std::invalid_argument);
+  EXPECT_THROW((void)kneedle(y, short_y, 1.0), std::invalid_argument);
+  EXPECT_THROW((void)kneedle(y, y, 0.0), std::invalid_argument);
+  EXPECT_THROW((void)kneedle(std::vector<double>{1.0}, std::vector<double>{1.0}, 1.0), std::invalid_argument);
+}
+
+class SaturatingKnee : public ::testing::TestWithParam<double> {};
+
+TEST_P(SaturatingKnee, IsNearB0) {
+  const double b0 = GetParam();
+  const KneeResult knee = find_knee(sweep(kBatches, saturating(50000, b0)), 1.0);
+  ASSERT_TRUE(knee.batch.has_value()) << knee.reason;
+  EXPECT_GE(static_cast<double>(*knee.batch), b0 / 2) << knee.reason;
+  EXPECT_LE(static_cast<double>(*knee.batch), b0 * 2) << knee.reason;
+  EXPECT_EQ(knee.reason, "Kneedle S=1 on log2(batch) vs log2(samples/s)");
+  EXPECT_EQ(knee.confidence, "stable") << knee.reason;
+  EXPECT_FALSE(knee.range_low.has_value());
+}
+
+INSTANTIATE_TEST_SUITE_P(B0, SaturatingKnee, ::testing::Values(16.0, 64.0, 256.0));
+
+TEST(FindKnee, LinearThroughputIsStillScaling) {
+  const KneeResult knee = find_knee(sweep(kBatches, [](double b) { return 100.0 * b; }), 1.0);
+  EXPECT_FALSE(knee.batch.has_value());
+  EXPECT_EQ(knee.reason.rfind("throughput still scaling at the largest batch", 0), 0u) << knee.reason;
+  EXPECT_NE(knee.reason.find("4096: +100% over batch 2048"), std::string::npos) << knee.reason;
+  EXPECT_EQ(knee.confidence, "stable");
+}
+
+TEST(FindKnee, RooflineKneeIsAtTheCorner) {
+  // step = max(1 ms, b / 128 per ms): the roof starts at batch 128.
+  const KneeResult knee = find_knee(sweep(kBatches, roofline(1.0, 128.0)), 1.0);
+  ASSERT_TRUE(knee.batch.has_value()) << knee.reason;
+  EXPECT_EQ(*knee.batch, 128);
+  EXPECT_EQ(knee.confidence, "stable");
+}
+
+TEST(FindKnee, RooflineCornerAtTheNextToLastBatchIsConfirmedByOneFlatStep) {
+  const KneeResult knee = find_knee(sweep(kBatches, roofline(1.0, 2048.0)), 1.0);
+  ASSERT_TRUE(knee.batch.has_value()) << knee.reason;
+  EXPECT_EQ(*knee.batch, 2048);
+}
+
+TEST(FindKnee, TooFewPoints) {
+  const KneeResult knee = find_knee(sweep(powers_of_two(1, 4), saturating(1000, 2)), 1.0);
+  EXPECT_FALSE(knee.batch.has_value());
+  EXPECT_EQ(knee.reason, "too few points (3 ok, need 4)");
+  EXPECT_EQ(knee.confidence, "stable");
+}
+
+TEST(FindKnee, OnlyOkPointsCountAndDuplicatesCollapse) {
+  std::vector<Point> points = sweep(powers_of_two(1, 4), saturating(1000, 2));
+  points.push_back(test::failed_point(8, PointStatus::oom, "needs 90 GiB"));
+  points.push_back(measured_point(4, 10.0, 0.002, 21, 2));  // a slower split of batch 4: ignored
+  Point zero = measured_point(16, 1000.0);
+  zero.samples_per_second = 0;
+  points.push_back(zero);
+  EXPECT_EQ(find_knee(points, 1.0).reason, "too few points (3 ok, need 4)");
+}
+
+TEST(FindKnee, FlatCurveHasNoBend) {
+  // Within +-1.5% of 1000 samples/s everywhere: no bend worth naming, whatever the normalised curve says.
+  const std::vector<double> wiggle{1.0, 1.01, 0.995, 1.015, 0.99, 1.005, 1.0, 1.012, 0.998};
+  std::vector<Point> points;
+  for (std::size_t i = 0; i < wiggle.size(); ++i)
+    points.push_back(measured_point(int64_t{1} << i, 1000 * wiggle[i]));
+  const KneeResult knee = find_knee(points, 1.0);
+  EXPECT_FALSE(knee.batch.has_value());
+  EXPECT_EQ(knee.reason.rfind("no knee: throughput curve has no concave bend", 0), 0u) << knee.reason;
+  EXPECT_NE(knee.reason.find("already reaches"), std::string::npos) << knee.reason;
+}
+
+TEST(FindKnee, FallingCurveHasNoBend) {
+  const KneeResult knee = find_knee(sweep(kBatches, [](double b) { return 5000.0 / std::sqrt(b); }), 1.0);
+  EXPECT_FALSE(knee.batch.has_value());
+  EXPECT_EQ(knee.reason.rfind("no knee: throughput curve has no concave bend", 0), 0u) << knee.reason;
+}
+
+TEST(FindKnee, ConvexCurveIsStillScaling) {
+  // Throughput grows faster and faster (in log-log): the diagonal is never crossed from above, no bend.
+  const std::vector<double> rate{100, 101, 103, 110, 130, 200, 400, 1000, 3000};
+  std::vector<Point> points;
+  for (std::size_t i = 0; i < rate.size(); ++i) points.push_back(measured_point(int64_t{1} << i, rate[i]));
+  const KneeResult knee = find_knee(points, 1.0);
+  EXPECT_FALSE(knee.batch.has_value()) << *knee.batch;
+  EXPECT_EQ(knee.reason.rfind("throughput still scaling at the largest batch (256: +200% over batch 128)", 0),
+            0u)
+      << knee.reason;
+}
+
+TEST(FindKnee, DipsDoNotReadAsBends) {
+  // Throughput falls from batch 1 to 8, recovers, and peaks at 64: the knee is the peak, not batch 1.
+  const std::vector<double> rate{400, 300, 200, 100, 150, 300, 800, 700};
+  std::vector<Point> points;
+  for (std::size_t i = 0; i < rate.size(); ++i) points.push_back(measured_point(int64_t{1} << i, rate[i]));
+  const KneeResult knee = find_knee(points, 1.0);
+  ASSERT_TRUE(knee.batch.has_value()) << knee.reason;
+  EXPECT_EQ(*knee.batch, 64);
+}
+
+TEST(FindKnee, PeakThenDeclineHasItsKneeAtThePeak) {
+  std::vector<Point> points = sweep(powers_of_two(1, 256), [](double b) { return 100.0 * b; });
+  points.push_back(measured_point(512, 100.0 * 256 * 0.9));
+  points.push_back(measured_point(1024, 100.0 * 256 * 0.7));
+  const KneeResult knee = find_knee(points, 1.0);
+  ASSERT_TRUE(knee.batch.has_value()) << knee.reason;
+  EXPECT_EQ(*knee.batch, 256);
+}
+
+TEST(FindKnee, BendTooLateToConfirmSaysSo) {
+  // Linear up to 2048, then +10% at 4096: the bend at 2048 has only a partial drop after it.
+  std::vector<Point> points = sweep(powers_of_two(1, 2048), [](double b) { return 10.0 * b; });
+  points.push_back(measured_point(4096, 2048 * 10.0 * 1.1));
+  const KneeResult knee = find_knee(points, 1.0);
+  EXPECT_FALSE(knee.batch.has_value());
+  EXPECT_EQ(knee.reason.rfind("throughput still scaling at the largest batch", 0), 0u) << knee.reason;
+  EXPECT_NE(knee.reason.find("a bend near batch 2048 is not confirmed"), std::string::npos) << knee.reason;
+}
+
+TEST(FindKnee, NoiseCanMakeAKneeAppear) {
+  // The unconfirmed bend of the test above, measured with +-20% step times: some perturbed curves confirm it.
+  std::vector<Point> points = sweep(
+      powers_of_two(1, 2048), [](double b) { return 10.0 * b; }, 0.2);
+  points.push_back(measured_point(4096, 2048 * 10.0 * 1.1, 0.2));
+  const KneeResult knee = find_knee(points, 1.0);
+  EXPECT_FALSE(knee.batch.has_value());
+  EXPECT_EQ(knee.confidence, "range");
+  ASSERT_TRUE(knee.range_low.has_value());
+  ASSERT_TRUE(knee.range_high.has_value());
+  EXPECT_LE(*knee.range_low, *knee.range_high);
+  EXPECT_NE(knee.reason.find("under measured noise a knee appears in"), std::string::npos) << knee.reason;
+}
+
+TEST(FindKnee, VeryNoisyDataGivesARange) {
+  const KneeResult knee = find_knee(sweep(kBatches, saturating(50000, 64), 0.4), 1.0);
+  ASSERT_TRUE(knee.batch.has_value()) << knee.reason;
+  EXPECT_EQ(knee.confidence, "range") << knee.reason;
+  ASSERT_TRUE(knee.range_low.has_value());
+  ASSERT_TRUE(knee.range_high.has_value());
+  EXPECT_LT(*knee.range_low, *knee.range_high);
+  EXPECT_LE(*knee.range_low, *knee.batch);
+  EXPECT_GE(*knee.range_high, *knee.batch);
+  EXPECT_NE(knee.reason.find("under measured noise the knee moves between batch"), std::string::npos)
+      << knee.reason;
+}
+
+TEST(FindKnee, ConfidenceIsDeterministic) {
+  const std::vector<Point> points = sweep(kBatches, saturating(50000, 64), 0.4);
+  const KneeResult first = find_knee(points, 1.0);
+  const KneeResult second = find_knee(points, 1.0);
+  EXPECT_EQ(first.reason, second.reason);
+  EXPECT_EQ(first.range_low, second.range_low);
+  EXPECT_EQ(first.range_high, second.range_high);
+}
+
+TEST(FindKnee, PointsWithoutSamplesDoNotMove) {
+  std::vector<Point> points = sweep(kBatches, saturating(50000, 64), 0.4);
+  for (Point& p : points) p.samples_ms.clear();
+  EXPECT_EQ(find_knee(points, 1.0).confidence, "stable");
+}
+
+}  // namespace
+}  // namespace bsw

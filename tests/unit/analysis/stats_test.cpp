@@ -1,0 +1,102 @@
+// Tests of the sample statistics: numpy-compatible percentiles, summaries, relative noise, geometric mean.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+#include "batchsweep/stats.hpp"
+
+namespace bsw {
+namespace {
+
+// Reference values from numpy 2.4: np.percentile(x, q) (method="linear"), np.std(x, ddof=1).
+const std::vector<double> kSamples{12.5, 10.1, 11.7, 13.9, 10.4, 15.2, 11.1, 10.9, 12.0, 30.3};
+
+TEST(Percentile, MatchesNumpyLinear) {
+  EXPECT_DOUBLE_EQ(percentile(kSamples, 0), 10.1);
+  EXPECT_NEAR(percentile(kSamples, 10), 10.370000000000001, 1e-12);
+  EXPECT_NEAR(percentile(kSamples, 25), 10.95, 1e-12);
+  EXPECT_NEAR(percentile(kSamples, 33.3), 11.0994, 1e-12);
+  EXPECT_NEAR(percentile(kSamples, 50), 11.85, 1e-12);
+  EXPECT_NEAR(percentile(kSamples, 90), 16.709999999999994, 1e-12);
+  EXPECT_NEAR(percentile(kSamples, 95), 23.504999999999985, 1e-12);
+  EXPECT_NEAR(percentile(kSamples, 99), 28.941000000000003, 1e-12);
+  EXPECT_DOUBLE_EQ(percentile(kSamples, 100), 30.3);
+}
+
+TEST(Percentile, SmallUnsortedSample) {
+  const std::vector<double> three{4.0, 1.0, 3.0};
+  EXPECT_DOUBLE_EQ(percentile(three, 0), 1.0);
+  EXPECT_NEAR(percentile(three, 10), 1.4, 1e-12);
+  EXPECT_DOUBLE_EQ(percentile(three, 50), 3.0);
+  EXPECT_NEAR(percentile(three, 90), 3.8, 1e-12);
+  EXPECT_NEAR(percentile(three, 99), 3.98, 1e-12);
+}
+
+TEST(Percentile, EmptyAndSingleAndInvalid) {
+  EXPECT_EQ(percentile({}, 50), 0.0);
+  const std::vector<double> one{7.5};
+  EXPECT_EQ(percentile(one, 0), 7.5);
+  EXPECT_EQ(percentile(one, 99), 7.5);
+  EXPECT_THROW((void)percentile(kSamples, -1), std::invalid_argument);
+  EXPECT_THROW((void)percentile(kSamples, 100.5), std::invalid_argument);
+  EXPECT_THROW((void)percentile(kSamples, NAN), std::invalid_argument);
+  const std::vector<double> with_nan{1.0, NAN};
+  EXPECT_THROW((void)percentile(with_nan, 50), std::invalid_argument);
+}
+
+TEST(Summarize, MatchesNumpy) {
+  const StepStats s = summarize(kSamples);
+  EXPECT_NEAR(s.mean, 13.810000000000002, 1e-12);
+  EXPECT_NEAR(s.stddev, 6.00471111341383, 1e-12);
+  EXPECT_NEAR(s.median, 11.85, 1e-12);
+  EXPECT_EQ(s.median, s.p50);
+  EXPECT_DOUBLE_EQ(s.min, 10.1);
+  EXPECT_DOUBLE_EQ(s.max, 30.3);
+  EXPECT_NEAR(s.p90, 16.709999999999994, 1e-12);
+  EXPECT_NEAR(s.p95, 23.504999999999985, 1e-12);
+  EXPECT_NEAR(s.p99, 28.941000000000003, 1e-12);
+}
+
+TEST(Summarize, EmptyIsAllZerosAndOneSampleHasNoSpread) {
+  const StepStats empty = summarize({});
+  EXPECT_EQ(empty.mean, 0.0);
+  EXPECT_EQ(empty.stddev, 0.0);
+  EXPECT_EQ(empty.p99, 0.0);
+  EXPECT_EQ(empty.max, 0.0);
+  const std::vector<double> one{3.25};
+  const StepStats single = summarize(one);
+  EXPECT_EQ(single.mean, 3.25);
+  EXPECT_EQ(single.stddev, 0.0);
+  EXPECT_EQ(single.p99, 3.25);
+  EXPECT_EQ(single.min, 3.25);
+}
+
+TEST(Summarize, StddevUsesNMinusOne) {
+  const std::vector<double> values{2, 4, 4, 4, 5, 5, 7, 9};  // population stddev 2, sample sqrt(32/7)
+  EXPECT_NEAR(summarize(values).stddev, std::sqrt(32.0 / 7.0), 1e-14);
+}
+
+TEST(RelativeNoise, IsStddevOverMean) {
+  EXPECT_NEAR(relative_noise(kSamples), 6.00471111341383 / 13.810000000000002, 1e-12);
+  const std::vector<double> flat{5.0, 5.0, 5.0};
+  EXPECT_EQ(relative_noise(flat), 0.0);
+  const std::vector<double> one{5.0};
+  EXPECT_EQ(relative_noise(one), 0.0);
+  EXPECT_EQ(relative_noise(StepStats{}), 0.0);
+}
+
+TEST(GeometricMean, MatchesScipy) {
+  const std::vector<double> ratios{1.1, 0.9, 1.25, 2.0};
+  ASSERT_TRUE(geometric_mean(ratios).has_value());
+  EXPECT_NEAR(*geometric_mean(ratios), 1.2542779884280946, 1e-12);  // scipy.stats.gmean
+  EXPECT_FALSE(geometric_mean({}).has_value());
+  const std::vector<double> bad{1.0, 0.0};
+  EXPECT_THROW((void)geometric_mean(bad), std::invalid_argument);
+  const std::vector<double> negative{-1.0};
+  EXPECT_THROW((void)geometric_mean(negative), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace bsw
