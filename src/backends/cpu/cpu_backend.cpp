@@ -24,6 +24,7 @@
 extern "C" {
 int openblas_get_num_threads(void);
 char* openblas_get_config(void);
+char* openblas_get_corename(void);
 }
 
 namespace bsw::cpu {
@@ -137,7 +138,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
       throw BackendError(
           fmt::format("set_parameters: {} values for {} parameters", values.size(), graph_.parameters));
     const Ref master = master_ref();
-    std::memcpy(master.ptr, values.data(), values.size() * sizeof(float));
+    convert_from_f32(values.data(), master, values.size());
     sync_parameters_from_master();
   }
 
@@ -173,7 +174,8 @@ class CpuSession final : public Session, public CpuSessionProbe {
     if (!r) throw BackendError(fmt::format("cpu backend: the plan has no buffer '{}'", name));
     return r;
   }
-  [[nodiscard]] float* workspace(const char* name) const { return need(name).f32(); }
+  // An fp32 workspace, or nullptr when the plan needs none of that name (no op of this model uses it).
+  [[nodiscard]] float* workspace(const char* name) const { return ref(name).f32(); }
   [[nodiscard]] Ref master_ref() const {
     const Ref m = ref("master_weights");
     return m ? m : need("parameters");
@@ -217,11 +219,15 @@ class CpuSession final : public Session, public CpuSessionProbe {
 
   // ---- initialisation
   // -------------------------------------------------------------------------------------------
+  // Seeded initialisation in fp32: into the master weights (or fp32 parameters), or — 16-bit inference, which
+  // has no master copy — op by op through workspace.w, then converted into the parameters.
   void initialise_parameters() {
-    const Ref master = master_ref();
-    float* w = master.f32();
+    const bool direct = ref("master_weights") || !sixteen_bit();
     uint64_t stream = 0;
     for (const Op& op : graph_.ops) {
+      if (op.params.empty()) continue;
+      const int64_t first = op.params.front().offset;
+      float* w = direct ? master_ref().f32() : workspace("workspace.w") - first;
       for (const Op::Param& p : op.params) {
         float* dst = w + p.offset;
         const int64_t n = p.elements;
@@ -236,8 +242,9 @@ class CpuSession final : public Session, public CpuSessionProbe {
         }
         ++stream;
       }
+      if (!direct) convert_from_f32(w + first, param_slice(op), static_cast<uint64_t>(op.param_elements));
     }
-    sync_parameters_from_master();
+    if (direct) sync_parameters_from_master();
   }
 
   static int64_t fan_in(const Op& op) {
@@ -253,7 +260,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
   }
 
   void sync_parameters_from_master() {
-    if (!sixteen_bit()) return;
+    if (!ref("master_weights")) return;
     convert_from_f32(need("master_weights").f32(), need("parameters"),
                      static_cast<uint64_t>(graph_.parameters));
   }
@@ -603,13 +610,12 @@ class CpuSession final : public Session, public CpuSessionProbe {
     return r;
   }
 
-  StepResult train_step() {
+  // Zeroes the gradients, then forward, loss and backward over every micro-batch; gradients are scaled by
+  // `scale`.
+  double accumulate_gradients(double scale) {
     const Ref grads = need("gradients");
-    const int64_t p = graph_.parameters;
-    std::memset(grads.ptr, 0, static_cast<size_t>(p) * sizeof(float));
+    std::memset(grads.ptr, 0, static_cast<size_t>(graph_.parameters) * sizeof(float));
     const int64_t accumulation = plan_.request.accumulation;
-    const bool fp16 = plan_.request.precision == Precision::fp16;
-    const double scale = fp16 ? loss_scale_ : 1.0;
     double loss_sum = 0;
     for (int64_t micro = 0; micro < accumulation; ++micro) {
       if (accumulation > 1) fill_data(micro);
@@ -617,8 +623,21 @@ class CpuSession final : public Session, public CpuSessionProbe {
       loss_sum += loss_and_gradient(output, static_cast<float>(scale / static_cast<double>(accumulation)));
       backward();
     }
+    return loss_sum / static_cast<double>(accumulation);
+  }
+
+  double loss_and_gradients() override {
+    if (plan_.request.mode != Mode::train) throw BackendError("loss_and_gradients needs a training session");
+    return accumulate_gradients(1.0);
+  }
+
+  StepResult train_step() {
+    const Ref grads = need("gradients");
+    const int64_t p = graph_.parameters;
+    const bool fp16 = plan_.request.precision == Precision::fp16;
+    const double scale = fp16 ? loss_scale_ : 1.0;
     StepResult r;
-    r.loss = loss_sum / static_cast<double>(accumulation);
+    r.loss = accumulate_gradients(scale);
     if (fp16) cpu::scale(grads.f32(), p, static_cast<float>(1.0 / scale));
     const bool finite = std::isfinite(r.loss) && all_finite(grads.f32(), p);
     if (!finite) {
@@ -685,7 +704,8 @@ class CpuBackend final : public Backend {
     info.memory_total_bytes = physical_memory_bytes();
     info.details = {{"threads", openblas_get_num_threads()},
                     {"hardware_threads", std::thread::hardware_concurrency()},
-                    {"blas", std::string(openblas_get_config())}};
+                    {"blas", std::string(openblas_get_config())},
+                    {"blas_core", std::string(openblas_get_corename())}};
     if (precision == Precision::tf32) info.details["note"] = "tf32 runs as fp32 on the CPU";
     if (precision == Precision::bf16 || precision == Precision::fp16)
       info.details["note"] = "16-bit storage, fp32 math on the CPU";

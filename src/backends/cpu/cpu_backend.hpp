@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "batchsweep/backend.hpp"
 
@@ -22,6 +23,9 @@ class CpuSessionProbe {
   [[nodiscard]] virtual int64_t skipped_steps() const = 0;
   // Re-initialise parameters from `values` (fp32, graph.parameters elements) — tests set identical weights.
   virtual void set_parameters(const std::vector<float>& values) = 0;
+  // Training sessions: forward, loss and backward over the step's micro-batches without an optimizer update.
+  // Returns the mean loss; gradients_f32() then holds d(loss)/d(parameters).
+  [[nodiscard]] virtual double loss_and_gradients() = 0;
 };
 
 }  // namespace bsw::cpu

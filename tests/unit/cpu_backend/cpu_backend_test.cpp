@@ -1,0 +1,240 @@
+// CPU backend tests: allocated bytes equal the plan for every preset, whole-network gradients against finite
+// differences, accumulation equivalent to one big batch, training lowers the loss in every precision.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "backends/cpu/cpu_backend.hpp"
+#include "batchsweep/backends.hpp"
+#include "batchsweep/errors.hpp"
+#include "batchsweep/model.hpp"
+#include "batchsweep/plan.hpp"
+
+namespace bsw {
+namespace {
+
+Graph graph_of(const std::string& text) {
+  return lower(parse_model(nlohmann::json::parse(text), "test.json"));
+}
+
+struct Prepared {
+  Graph graph;
+  Plan plan;
+  std::unique_ptr<Session> session;
+  cpu::CpuSessionProbe* probe = nullptr;
+};
+
+Prepared prepare(const Graph& g, int64_t batch, Precision p, Mode m, int64_t accumulation = 1,
+                 uint64_t seed = 7) {
+  Prepared out{g, make_plan(g, {batch, p, m, accumulation, BackendKind::cpu}), nullptr, nullptr};
+  SessionOptions options;
+  options.seed = seed;
+  out.session = cpu::make_cpu_backend()->prepare(out.graph, out.plan, options);
+  out.probe = dynamic_cast<cpu::CpuSessionProbe*>(out.session.get());
+  return out;
+}
+
+// Every layer type, smooth activations (finite differences need no kinks).
+constexpr const char* kAllLayersImage = R"({"name": "all-image",
+  "input": {"type": "image", "channels": 2, "height": 8, "width": 8},
+  "layers": [{"type": "conv2d", "out_channels": 3, "kernel_size": 3, "padding": 1, "activation": "tanh"},
+             {"type": "residual", "layers": [{"type": "conv2d", "out_channels": 3, "kernel_size": 3, "padding": 1,
+                                              "activation": "silu"}]},
+             {"type": "avgpool2d", "kernel_size": 2},
+             {"type": "conv2d", "out_channels": 4, "kernel_size": 2, "stride": 2, "activation": "gelu"},
+             {"type": "global_avgpool"},
+             {"type": "linear", "out_features": 5}],
+  "loss": "cross_entropy"})";
+
+constexpr const char* kAllLayersTokens = R"({"name": "all-tokens",
+  "input": {"type": "tokens", "sequence_length": 6, "vocab_size": 11},
+  "layers": [{"type": "embedding", "dim": 8},
+             {"type": "transformer_block", "heads": 2, "mlp_ratio": 2, "causal": true},
+             {"type": "attention", "heads": 4},
+             {"type": "layernorm"},
+             {"type": "linear", "out_features": 11}]})";
+
+constexpr const char* kVitMse = R"({"name": "vit-mse",
+  "input": {"type": "image", "channels": 3, "height": 8, "width": 8},
+  "layers": [{"type": "patch_embedding", "patch_size": 4, "dim": 8},
+             {"type": "transformer_block", "heads": 2},
+             {"type": "global_avgpool"}, {"type": "linear", "out_features": 3, "activation": "tanh"}],
+  "loss": "mse"})";
+
+constexpr const char* kPools = R"({"name": "pools",
+  "input": {"type": "image", "channels": 2, "height": 6, "width": 6},
+  "layers": [{"type": "maxpool2d", "kernel_size": 2}, {"type": "flatten"},
+             {"type": "linear", "out_features": 4, "activation": "gelu"},
+             {"type": "linear", "out_features": 3}]})";
+
+// Central differences of the whole network's loss against the backend's gradients: a few entries of every
+// parameter tensor of every op, so each layer's backward is reached through the whole stack.
+void check_gradients(const char* text, int64_t batch) {
+  const Graph g = graph_of(text);
+  Prepared s = prepare(g, batch, Precision::fp32, Mode::train);
+  const std::vector<float> params = s.probe->parameters_f32();
+  (void)s.probe->loss_and_gradients();
+  const std::vector<float> grads = s.probe->gradients_f32();
+  std::mt19937 rng(3);
+  int checked = 0;
+  for (const Op& op : g.ops) {
+    for (const Op::Param& p : op.params) {
+      std::uniform_int_distribution<int64_t> pick(p.offset, p.offset + p.elements - 1);
+      for (int k = 0; k < 3; ++k) {
+        const size_t i = static_cast<size_t>(pick(rng));
+        const float eps = 1e-3f * std::max(1.0f, std::abs(params[i]));
+        std::vector<float> moved = params;
+        moved[i] = params[i] + eps;
+        s.probe->set_parameters(moved);
+        const double lp = s.probe->loss_and_gradients();
+        moved[i] = params[i] - eps;
+        s.probe->set_parameters(moved);
+        const double lm = s.probe->loss_and_gradients();
+        const double numeric = (lp - lm) / (2.0 * static_cast<double>(eps));
+        const double analytic = grads[i];
+        // 5% relative, plus what fp32 rounding of the loss (~1e-7 of it) leaves in a difference over 2 eps.
+        const double tolerance = 0.05 * std::max(std::abs(numeric), std::abs(analytic)) + 5e-4;
+        EXPECT_LT(std::abs(numeric - analytic), tolerance)
+            << g.model_name << " " << op.path << "." << p.name << "[" << i - p.offset << "]: numeric "
+            << numeric << " analytic " << analytic;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+TEST(CpuBackend, GradientsOfEveryLayerMatchFiniteDifferences) {
+  check_gradients(kAllLayersImage, 3);
+  check_gradients(kAllLayersTokens, 2);
+  check_gradients(kVitMse, 2);
+  check_gradients(kPools, 2);
+}
+
+// Exact by construction (the session allocates Plan::buffers and nothing else); this pins it for the small
+// presets in every precision and mode, and for the large ones in bf16 inference (training them needs
+// gigabytes).
+TEST(CpuBackend, AllocatesExactlyThePlan) {
+  for (const std::string& name : preset_names()) {
+    const Graph g = lower(load_model(name));
+    const bool small = g.parameters < 5'000'000;
+    for (Precision p : {Precision::fp32, Precision::tf32, Precision::bf16, Precision::fp16}) {
+      for (Mode m : {Mode::train, Mode::infer}) {
+        if (!small && (m == Mode::train || p != Precision::bf16)) continue;
+        Prepared s = prepare(g, 1, p, m);
+        const SessionMemory mem = s.session->memory();
+        EXPECT_EQ(mem.allocated_bytes, s.plan.memory.total_bytes()) << name;
+        EXPECT_EQ(mem.planned_bytes, s.plan.memory.total_bytes()) << name;
+        if (small) {
+          EXPECT_NO_THROW((void)s.session->step()) << name << " " << to_string(p) << " " << to_string(m);
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuBackend, AccumulationEqualsOneBigBatch) {
+  const Graph g = graph_of(kAllLayersTokens);
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    Prepared big = prepare(g, 8, p, Mode::train, 1);
+    Prepared split = prepare(g, 2, p, Mode::train, 4);
+    const double loss_big = big.probe->loss_and_gradients();
+    const double loss_split = split.probe->loss_and_gradients();
+    EXPECT_NEAR(loss_big, loss_split, 1e-5 * std::abs(loss_big));
+    const auto a = big.probe->gradients_f32(), b = split.probe->gradients_f32();
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      num += (a[i] - b[i]) * (a[i] - b[i]);
+      den += a[i] * a[i];
+    }
+    EXPECT_LT(std::sqrt(num / den), p == Precision::fp32 ? 1e-5 : 1e-2) << to_string(p);
+    // One optimizer step each: the same weights afterwards.
+    (void)big.session->step();
+    (void)split.session->step();
+    const auto wa = big.probe->parameters_f32(), wb = split.probe->parameters_f32();
+    double diff = 0;
+    for (size_t i = 0; i < wa.size(); ++i)
+      diff = std::max(diff, static_cast<double>(std::abs(wa[i] - wb[i])));
+    EXPECT_LT(diff, p == Precision::fp32 ? 1e-5 : 1e-3);
+  }
+}
+
+TEST(CpuBackend, TrainingLowersTheLossInEveryPrecision) {
+  for (const char* text : {kAllLayersTokens, kAllLayersImage, kVitMse}) {
+    nlohmann::json doc = nlohmann::json::parse(text);
+    doc["optimizer"] = {{"type", "adamw"}, {"learning_rate", 0.01}};
+    const Graph g = lower(parse_model(doc, "test.json"));
+    for (Precision p : {Precision::fp32, Precision::tf32, Precision::bf16, Precision::fp16}) {
+      Prepared s = prepare(g, 4, p, Mode::train);
+      const StepResult first = s.session->step();
+      StepResult last;
+      for (int i = 0; i < 40; ++i) last = s.session->step();
+      ASSERT_TRUE(std::isfinite(last.loss)) << g.model_name << " " << to_string(p);
+      EXPECT_LT(last.loss, first.loss * 0.9) << g.model_name << " " << to_string(p);
+      EXPECT_GT(last.step_ms, 0.0);
+    }
+  }
+}
+
+TEST(CpuBackend, SgdAndInference) {
+  const Graph g = graph_of(R"({"name": "s", "input": {"type": "vector", "features": 6},
+    "layers": [{"type": "linear", "out_features": 8, "activation": "relu"}, {"type": "linear", "out_features": 3}],
+    "optimizer": {"type": "sgd", "learning_rate": 0.1}})");
+  Prepared t = prepare(g, 8, Precision::fp32, Mode::train);
+  const double first = t.session->step().loss;
+  double last = first;
+  for (int i = 0; i < 30; ++i) last = t.session->step().loss;
+  EXPECT_LT(last, first);
+  for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16}) {
+    Prepared inf = prepare(g, 16, p, Mode::infer);
+    const StepResult r = inf.session->step();
+    EXPECT_TRUE(std::isnan(r.loss));
+    EXPECT_EQ(inf.session->memory().allocated_bytes, inf.plan.memory.total_bytes());
+  }
+}
+
+TEST(CpuBackend, Fp16LossScalingSkipsOverflowingSteps) {
+  // A huge learning-rate-free setup: logits of large magnitude make scaled fp16 gradients overflow at 65536.
+  const Graph g = graph_of(R"({"name": "f", "input": {"type": "vector", "features": 512},
+    "layers": [{"type": "linear", "out_features": 512}, {"type": "linear", "out_features": 512},
+               {"type": "linear", "out_features": 2}], "loss": "mse"})");
+  Prepared s = prepare(g, 64, Precision::fp16, Mode::train);
+  int skipped = 0;
+  for (int i = 0; i < 20; ++i) skipped += s.session->step().skipped ? 1 : 0;
+  EXPECT_EQ(skipped, s.probe->skipped_steps());
+  EXPECT_LE(s.probe->loss_scale(), 65536.0);
+  if (skipped > 0) {
+    EXPECT_LT(s.probe->loss_scale(), 65536.0);
+  }
+}
+
+TEST(CpuBackend, MemoryLimitRefusesThePlan) {
+  const Graph g = lower(load_model("mlp"));
+  const Plan plan = make_plan(g, {64, Precision::fp32, Mode::train, 1, BackendKind::cpu});
+  SessionOptions options;
+  options.memory_limit_bytes = plan.memory.total_bytes() / 2;
+  EXPECT_THROW((void)cpu::make_cpu_backend()->prepare(g, plan, options), OutOfMemory);
+}
+
+TEST(CpuBackend, TrainsEverySmallPresetAStep) {
+  for (const char* name : {"mlp", "resnet-small", "tiny-lm"}) {
+    const Graph g = lower(load_model(name));
+    Prepared s = prepare(g, 2, Precision::bf16, Mode::train);
+    const StepResult r = s.session->step();
+    EXPECT_TRUE(std::isfinite(r.loss)) << name;
+  }
+}
+
+TEST(Registry, BackendsByName) {
+  EXPECT_EQ(make_backend("cpu")->kind(), BackendKind::cpu);
+  EXPECT_THROW((void)make_backend("tpu"), UsageError);
+  EXPECT_THROW((void)make_backend("scripted"), UsageError);
+  if (!cuda_device_present()) {
+    EXPECT_THROW((void)make_backend("cuda"), UsageError);
+    EXPECT_EQ(make_backend("auto")->kind(), BackendKind::cpu);
+  }
+}
+
+}  // namespace
+}  // namespace bsw

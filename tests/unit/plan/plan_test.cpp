@@ -1,0 +1,200 @@
+// Planner tests: parameter and FLOP counts by the model format's conventions on hand-computed models, shape
+// errors with JSON paths, and the buffer accounting (categories, precisions, modes, backends, max-fit
+// search).
+#include <gtest/gtest.h>
+
+#include "batchsweep/errors.hpp"
+#include "batchsweep/model.hpp"
+#include "batchsweep/plan.hpp"
+
+namespace bsw {
+namespace {
+
+Graph graph_of(const std::string& text) {
+  return lower(parse_model(nlohmann::json::parse(text), "test.json"));
+}
+
+uint64_t rounded(uint64_t bytes) {
+  return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+}
+
+TEST(Lower, LinearParametersAndFlops) {
+  const Graph g = graph_of(R"({"name": "m", "input": {"type": "vector", "features": 10},
+    "layers": [{"type": "linear", "out_features": 20, "activation": "relu"},
+               {"type": "linear", "out_features": 5, "bias": false}]})");
+  EXPECT_EQ(g.parameters, 10 * 20 + 20 + 20 * 5);
+  EXPECT_DOUBLE_EQ(g.forward_flops_per_sample, 2.0 * 10 * 20 + 2.0 * 20 * 5);
+  ASSERT_EQ(g.ops.size(), 2u);
+  EXPECT_EQ(g.loss_classes, 5);
+  EXPECT_EQ(g.loss_rows, 1);
+}
+
+TEST(Lower, ConvPoolShapesAndCounts) {
+  const Graph g =
+      graph_of(R"({"name": "c", "input": {"type": "image", "channels": 3, "height": 8, "width": 8},
+    "layers": [{"type": "conv2d", "out_channels": 4, "kernel_size": 3, "padding": 1},
+               {"type": "maxpool2d", "kernel_size": 2},
+               {"type": "conv2d", "out_channels": 6, "kernel_size": 3, "stride": 2, "bias": false},
+               {"type": "flatten"}, {"type": "linear", "out_features": 2}]})");
+  // conv1: 4*3*3*3 + 4; conv2: 6*4*3*3; 8x8 -> pool 4x4 -> conv k3 s2 -> 1x1; linear 6 -> 2.
+  EXPECT_EQ(g.parameters, 4 * 3 * 9 + 4 + 6 * 4 * 9 + 6 * 2 + 2);
+  EXPECT_EQ(g.ops[1].out_shape, (std::vector<int64_t>{4, 4, 4}));
+  EXPECT_EQ(g.ops[2].out_shape, (std::vector<int64_t>{6, 1, 1}));
+  const double conv1 = 2.0 * 4 * 3 * 9 * 64, conv2 = 2.0 * 6 * 4 * 9 * 1, fc = 2.0 * 6 * 2;
+  EXPECT_DOUBLE_EQ(g.forward_flops_per_sample, conv1 + conv2 + fc);
+}
+
+TEST(Lower, TransformerConventions) {
+  const Graph g =
+      graph_of(R"({"name": "t", "input": {"type": "tokens", "sequence_length": 16, "vocab_size": 100},
+    "layers": [{"type": "embedding", "dim": 32},
+               {"type": "transformer_block", "heads": 4, "mlp_ratio": 4, "causal": true, "repeat": 2},
+               {"type": "layernorm"}, {"type": "linear", "out_features": 100}]})");
+  const int64_t d = 32, t = 16, v = 100;
+  const int64_t block = 2 * (2 * d) + 4 * (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d);
+  EXPECT_EQ(g.parameters, v * d + t * d + 2 * block + 2 * d + d * v + v);
+  const double attn = 2.0 * t * d * 3 * d + 4.0 * t * t * d + 2.0 * t * d * d;
+  const double mlp = 2.0 * t * d * 4 * d * 2;
+  EXPECT_DOUBLE_EQ(g.forward_flops_per_sample, 2 * (attn + mlp) + 2.0 * t * d * v);
+  EXPECT_EQ(g.loss_rows, 16);
+  EXPECT_EQ(g.tokens_per_sample, 16);
+  EXPECT_EQ(g.max_residual_depth, 1);
+}
+
+TEST(Lower, PatchEmbeddingAndGlobalPoolOverTokens) {
+  const Graph g =
+      graph_of(R"({"name": "v", "input": {"type": "image", "channels": 3, "height": 32, "width": 32},
+    "layers": [{"type": "patch_embedding", "patch_size": 8, "dim": 16}, {"type": "attention", "heads": 2},
+               {"type": "global_avgpool"}, {"type": "linear", "out_features": 10}]})");
+  EXPECT_EQ(g.parameters, (16 * 3 * 64 + 16 + 16 * 16) + 4 * (16 * 16 + 16) + 16 * 10 + 10);
+  EXPECT_EQ(g.output_shape, (std::vector<int64_t>{10}));
+}
+
+void expect_config_error(const std::string& text, const std::string& words) {
+  try {
+    (void)graph_of(text);
+    FAIL() << "expected a ConfigError containing: " << words;
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("test.json"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Lower, ShapeErrorsNameThePath) {
+  expect_config_error(R"({"name": "x", "input": {"type": "tokens", "sequence_length": 8, "vocab_size": 10},
+    "layers": [{"type": "embedding", "dim": 768}, {"type": "attention", "heads": 12},
+               {"type": "transformer_block", "heads": 7}]})",
+                      "layers[2].heads: 7 does not divide dim 768");
+  expect_config_error(R"({"name": "x", "input": {"type": "image", "channels": 1, "height": 4, "width": 4},
+    "layers": [{"type": "conv2d", "out_channels": 2, "kernel_size": 5}]})",
+                      "layers[0].kernel_size: kernel 5 is larger than the 4x4 input");
+  expect_config_error(R"({"name": "x", "input": {"type": "vector", "features": 8},
+    "layers": [{"type": "residual", "layers": [{"type": "linear", "out_features": 4}]}]})",
+                      "residual: inner layers change the shape from [8] to [4]");
+  expect_config_error(R"({"name": "x", "input": {"type": "vector", "features": 8},
+    "layers": [{"type": "conv2d", "out_channels": 2, "kernel_size": 1}]})",
+                      "needs an image-shaped input");
+  expect_config_error(R"({"name": "x", "input": {"type": "tokens", "sequence_length": 8, "vocab_size": 10},
+    "layers": [{"type": "linear", "out_features": 2}]})",
+                      "put an `embedding` layer first");
+  expect_config_error(R"({"name": "x", "input": {"type": "vector", "features": 2000000},
+    "layers": [{"type": "linear", "out_features": 2000000}, {"type": "linear", "out_features": 2}]})",
+                      "parameters: sizes would overflow");
+  expect_config_error(R"({"name": "x", "input": {"type": "image", "channels": 3, "height": 30, "width": 30},
+    "layers": [{"type": "patch_embedding", "patch_size": 16, "dim": 8}]})",
+                      "16 does not divide the 30x30 image");
+}
+
+TEST(Plan, TrainingBuffersByCategory) {
+  const Graph g = graph_of(R"({"name": "m", "input": {"type": "vector", "features": 10},
+    "layers": [{"type": "linear", "out_features": 20, "activation": "relu"},
+               {"type": "linear", "out_features": 5}]})");
+  const int64_t p = g.parameters;
+  const Plan plan = make_plan(g, {4, Precision::fp32, Mode::train, 1, BackendKind::cpu});
+  EXPECT_EQ(plan.memory.parameters, rounded(p * 4));
+  EXPECT_EQ(plan.memory.master_weights, 0u);
+  EXPECT_EQ(plan.memory.gradients, rounded(p * 4));
+  EXPECT_EQ(plan.memory.optimizer_state, 2 * rounded(p * 4));
+  // ops[0].out and ops[0].pre (4 x 20), ops[1].out (4 x 5)
+  EXPECT_EQ(plan.memory.saved_activations, 2 * rounded(4 * 20 * 4) + rounded(4 * 5 * 4));
+  EXPECT_EQ(plan.memory.data, rounded(4 * 10 * 4) + rounded(4 * 4));
+  EXPECT_EQ(plan.buffer("grad.a").elements, 4u * 20u);
+  EXPECT_DOUBLE_EQ(plan.flops_per_step, 3.0 * g.forward_flops_per_sample * 4);
+  uint64_t sum = 0;
+  for (const BufferSpec& b : plan.buffers) {
+    sum += b.bytes;
+    EXPECT_EQ(b.bytes % kBufferAlignment, 0u) << b.name;
+    EXPECT_GE(b.bytes, b.elements * dtype_bytes(b.dtype)) << b.name;
+  }
+  EXPECT_EQ(sum, plan.memory.total_bytes());
+}
+
+TEST(Plan, PrecisionsModesAndOptimizers) {
+  const Graph g = graph_of(R"({"name": "m", "input": {"type": "vector", "features": 64},
+    "layers": [{"type": "linear", "out_features": 64}], "optimizer": {"type": "sgd"}})");
+  const Plan bf16 = make_plan(g, {8, Precision::bf16, Mode::train, 1, BackendKind::cpu});
+  EXPECT_EQ(bf16.memory.parameters, rounded(g.parameters * 2));
+  EXPECT_EQ(bf16.memory.master_weights, rounded(g.parameters * 4));
+  EXPECT_EQ(bf16.memory.optimizer_state, rounded(g.parameters * 4));  // one momentum buffer
+  EXPECT_NE(bf16.find("workspace.x"), nullptr);
+  const Plan infer = make_plan(g, {8, Precision::fp32, Mode::infer, 1, BackendKind::cpu});
+  EXPECT_EQ(infer.memory.gradients, 0u);
+  EXPECT_EQ(infer.memory.optimizer_state, 0u);
+  EXPECT_EQ(infer.memory.saved_activations, 0u);
+  EXPECT_EQ(infer.find("data.targets"), nullptr);
+  EXPECT_DOUBLE_EQ(infer.flops_per_step, g.forward_flops_per_sample * 8);
+  const Plan cuda = make_plan(g, {8, Precision::bf16, Mode::train, 1, BackendKind::cuda});
+  EXPECT_EQ(cuda.buffer("workspace.cublaslt").bytes, uint64_t{32} << 20);
+  const Plan accum = make_plan(g, {8, Precision::fp32, Mode::train, 4, BackendKind::cpu});
+  EXPECT_EQ(accum.memory.total_bytes(),
+            make_plan(g, {8, Precision::fp32, Mode::train, 1, BackendKind::cpu}).memory.total_bytes());
+  EXPECT_DOUBLE_EQ(accum.flops_per_step, 3.0 * g.forward_flops_per_sample * 32);
+}
+
+TEST(Plan, MaxFitBatchIsTheEdge) {
+  const Graph g = graph_of(R"({"name": "m", "input": {"type": "vector", "features": 256},
+    "layers": [{"type": "linear", "out_features": 256, "activation": "gelu"}, {"type": "linear", "out_features": 8}]})");
+  PlanRequest r{1, Precision::bf16, Mode::train, 1, BackendKind::cpu};
+  const uint64_t memory = uint64_t{64} << 20;
+  const auto fit = max_fit_batch(g, r, memory);
+  ASSERT_TRUE(fit.has_value());
+  r.batch = *fit;
+  EXPECT_LE(static_cast<double>(make_plan(g, r).memory.total_bytes()), memory * kMemorySafetyFraction);
+  r.batch = *fit + 1;
+  EXPECT_GT(static_cast<double>(make_plan(g, r).memory.total_bytes()), memory * kMemorySafetyFraction);
+  EXPECT_FALSE(max_fit_batch(g, r, 1024).has_value());
+}
+
+TEST(Plan, RejectsBadRequests) {
+  const Graph g = graph_of(R"({"name": "m", "input": {"type": "vector", "features": 4},
+    "layers": [{"type": "linear", "out_features": 2}]})");
+  EXPECT_THROW((void)make_plan(g, {0, Precision::fp32, Mode::train, 1, BackendKind::cpu}), UsageError);
+  EXPECT_THROW((void)make_plan(g, {1, Precision::fp32, Mode::train, 0, BackendKind::cpu}), UsageError);
+}
+
+TEST(Plan, EveryPresetPlansQuickly) {
+  for (const std::string& name : preset_names()) {
+    const Graph g = lower(load_model(name));
+    for (Precision p : {Precision::fp32, Precision::bf16})
+      for (Mode m : {Mode::train, Mode::infer}) {
+        const Plan plan = make_plan(g, {64, p, m, 1, BackendKind::cuda});
+        EXPECT_GT(plan.memory.total_bytes(), 0u) << name;
+      }
+  }
+}
+
+TEST(Plan, PublishedParameterCounts) {
+  // GPT-2 small without weight tying (its own lm head, no bias): 124.4M + 38.6M.
+  const Graph gpt2 = lower(load_model("gpt2-small"));
+  EXPECT_EQ(gpt2.parameters, 124439808 + 50257 * 768);
+  // BERT-base: 12 x 7,087,872 per block, embeddings 30522x768 + 512x768, two layernorms, and an untied MLM
+  // head 768x30522 + bias (no token-type embeddings, no pooler).
+  const Graph bert = lower(load_model("bert-base"));
+  EXPECT_EQ(bert.parameters, 12 * 7087872 + 30522 * 768 + 512 * 768 + 2 * 1536 + 768 * 30522 + 30522);
+  // ViT-B/16 without the class token (mean-pooled): 86,567,656 - 768 (cls) - 768 (its position).
+  const Graph vit = lower(load_model("vit-base"));
+  EXPECT_EQ(vit.parameters, 86567656 - 768 - 768);
+}
+
+}  // namespace
+}  // namespace bsw
