@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs batchsweep's build dependencies (Debian packages, run as root; idempotent) and builds build/.
+# Extra CMake arguments come from BSW_CMAKE_ARGS (e.g. "-DBATCHSWEEP_WERROR=ON" in CI, "-DBATCHSWEEP_CUDA=OFF").
+# BSW_SKIP_APT=1 skips the package step (a machine that already has them, or no root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(cmake ninja-build g++ git pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev libgtest-dev libgmock-dev
+          libopenblas-dev clang libclang-rt-14-dev clang-format python3 python3-pip)
+if [[ "${BSW_SKIP_APT:-0}" != 1 ]]; then
+  missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "bootstrap: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+fi
+
+# Python: jsonschema validates reports against configs/schema in the tests.
+if ! python3 -c 'import jsonschema' 2>/dev/null; then
+  python3 -m pip install --quiet jsonschema || python3 -m pip install --quiet --break-system-packages jsonschema
+fi
+
+# The CUDA backend builds where nvcc is found (CUDA toolkit at /usr/local/cuda); without it the CPU build is made.
+if [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH=/usr/local/cuda/bin:$PATH; fi
+
+# shellcheck disable=SC2086
+cmake -S . -B build -G Ninja ${BSW_CMAKE_ARGS:-} >/dev/null
+cmake --build build -j "$(nproc)"
+echo "bootstrap: built build/batchsweep"
