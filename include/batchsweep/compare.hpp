@@ -1,0 +1,98 @@
+// Comparing sweeps: the first report is the baseline A, the others (B, C, ...) are set against it batch by
+// batch. A verdict needs both a significant Mann-Whitney U test on the raw step times (alpha 0.01) and a
+// throughput change beyond a minimum effect (1%), so noise alone never reads as a regression.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "batchsweep/report.hpp"
+
+namespace bsw {
+
+inline constexpr double kCompareAlpha = 0.01;
+inline constexpr double kCompareMinEffectPct = 1.0;
+
+struct CompareOptions {
+  // One per report, in order: the file names, used in errors and output. Missing names read "run 1", "run 2",
+  // ...
+  std::vector<std::string> names;
+  // Compare reports of different models (settings.model.name), e.g. to set two model sizes side by side.
+  // Devices and precisions may always differ (two GPU types, bf16 against fp16); both are shown.
+  bool allow_model_mismatch = false;
+  double alpha = kCompareAlpha;                  // Mann-Whitney significance level
+  double min_effect_pct = kCompareMinEffectPct;  // |B/A - 1| must exceed this to call a change
+};
+
+enum class Verdict { same, faster, slower, not_comparable };
+[[nodiscard]] std::string_view to_string(Verdict v);
+
+// What a run looks like at a glance: where it came from and what its analysis chose.
+struct RunSummary {
+  std::string name;  // CompareOptions::names, or "run N"
+  std::string model, device, backend, mode, precision;
+  KneeResult knee;
+  BatchChoice max_fit;
+  Recommendation recommended;
+};
+
+// One run's point at a compared batch.
+struct CompareCell {
+  PointStatus status = PointStatus::ok;
+  std::string reason;
+  double samples_per_second = 0;
+  size_t samples = 0;  // raw step-time samples the verdict could use
+};
+
+// A run (B, C, ...) against the baseline at one batch.
+struct CompareDelta {
+  double ratio = 0;  // B/A samples per second; NaN when either point is not ok
+  Verdict verdict = Verdict::not_comparable;
+  bool from_samples = false;      // false: a throughput threshold only, shown as "(no samples)"
+  std::optional<double> p_value;  // two-sided Mann-Whitney p, when from_samples
+};
+
+// A (batch, accumulation) present in every run.
+struct CompareRow {
+  int64_t batch = 0;
+  int64_t accumulation = 1;
+  std::vector<CompareCell> runs;     // one per report
+  std::vector<CompareDelta> deltas;  // one per report after the baseline
+};
+
+// Geometric means over the batches that are ok in every run; verdicts by threshold only.
+struct CompareGeomean {
+  size_t batches = 0;
+  std::vector<std::optional<double>> samples_per_second;  // one per report
+  std::vector<CompareDelta> deltas;                       // one per report after the baseline
+};
+
+struct CompareResult {
+  std::vector<RunSummary> runs;  // runs[0] is the baseline
+  std::vector<CompareRow> rows;  // ascending batch, then accumulation
+  CompareGeomean geomean;
+  double alpha = kCompareAlpha;
+  double min_effect_pct = kCompareMinEffectPct;
+  std::vector<std::string> notes;  // batches not in every run, differing devices or precisions, ...
+};
+
+// Needs at least two reports (UsageError otherwise). Reports of different schema versions or modes, or of
+// different models without allow_model_mismatch, throw InputError naming both files.
+[[nodiscard]] CompareResult compare_reports(const std::vector<Report>& reports,
+                                            const CompareOptions& options);
+
+// True when some run is "slower" than the baseline at some batch with B/A < 1 - pct/100 (`compare
+// --fail-on-regression PCT`, exit code 3).
+[[nodiscard]] bool has_regression(const CompareResult& result, double pct);
+
+// Console table: per batch the throughput of each run, B/A and the verdict; the geometric-mean row; then each
+// run's knee, max fit and recommendation. ANSI colors (faster green, slower red) when `color`.
+[[nodiscard]] std::string format_compare(const CompareResult& result, bool color);
+[[nodiscard]] std::string format_compare_markdown(const CompareResult& result);
+[[nodiscard]] nlohmann::json to_json(const CompareResult& result);
+
+}  // namespace bsw

@@ -1,0 +1,32 @@
+// Views of plans for `batchsweep plan`: the JSON document (schema in README "plan JSON") and the console
+// table.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "batchsweep/plan.hpp"
+
+namespace bsw {
+
+struct PlanSummary {
+  const Graph* graph = nullptr;
+  std::vector<Plan> plans;               // one per batch, sorted by batch
+  std::optional<uint64_t> memory_bytes;  // --memory
+  std::optional<int64_t> max_fit_batch;  // with --memory: the largest batch that fits (nullopt: not even 1)
+  bool with_buffers = false;             // --buffers: list every buffer of each plan
+};
+
+// {model, parameters, flops_per_sample {forward, train}, precision, mode, accumulation, backend, points:
+// [{batch, effective_batch, flops_per_step, memory {total_bytes, parameters, master_weights, gradients,
+// optimizer_state, saved_activations, transient, workspace, data}, buffers?}], memory_bytes, safety_fraction,
+// max_fit_batch}
+[[nodiscard]] nlohmann::json plan_to_json(const PlanSummary& summary);
+
+// Header lines (model, parameters, FLOPs) and a table with one row per batch, itemised memory and the total.
+[[nodiscard]] std::string format_plan_table(const PlanSummary& summary);
+
+}  // namespace bsw

@@ -1,0 +1,35 @@
+// The printers: one Report, many views (console table, markdown, CSV, SVG, JSON). Each is a pure function of
+// the report, so the same data prints the same text every time (tests/golden pins each one).
+#pragma once
+
+#include <string>
+
+#include "batchsweep/report.hpp"
+
+namespace bsw {
+
+struct ConsoleOptions {
+  bool color = false;  // ANSI styles: bold header and knee row, dimmed oom/over_limit rows, yellow warnings
+};
+
+// The console table (only the columns that carry information for this report: accumulation when it varies,
+// tokens/s for token models, MFU when the peak is known, ...), the knee and other choices marked in the last
+// column, then a summary of the analysis and the warnings.
+[[nodiscard]] std::string format_console(const Report& report, const ConsoleOptions& options);
+
+// A header line (model, device, mode, precision), the same table as GitHub markdown, and the summary as a
+// list.
+[[nodiscard]] std::string format_markdown(const Report& report);
+
+// One row per point; the header holds the JSON field names, dotted for nested fields (`step_ms.p99`,
+// `memory.planned_bytes`); raw samples are left out. RFC 4180 quoting, "\n" line ends, empty cells for null.
+[[nodiscard]] std::string format_csv(const Report& report);
+
+// A self-contained SVG plot: throughput and p99 step latency against batch (log2 axis), planned memory as
+// bars, knee / saturation / max-fit lines, oom points on the axis. Deterministic.
+[[nodiscard]] std::string format_svg(const Report& report);
+
+// to_json(report).dump(2), with invalid UTF-8 in strings replaced rather than thrown on; ends with a newline.
+[[nodiscard]] std::string format_json(const Report& report);
+
+}  // namespace bsw

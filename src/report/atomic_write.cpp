@@ -1,0 +1,91 @@
+// Atomic file replacement for reports and exports: a crash or Ctrl-C between points leaves either the
+// previous file or the new one, never half of one. Write `<path>.tmp.<pid>` in the same directory, fsync,
+// rename over `path`.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include "batchsweep/errors.hpp"
+#include "batchsweep/report.hpp"
+
+namespace bsw {
+
+namespace {
+
+// Closes a file descriptor on every path out of a scope.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  [[nodiscard]] int get() const { return fd_; }
+  // Closes now, reporting the error close() found (on some file systems, the write error).
+  [[nodiscard]] int close() {
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    return rc;
+  }
+
+ private:
+  int fd_;
+};
+
+std::string describe_open_failure(const std::string& path, int error) {
+  namespace fs = std::filesystem;
+  const fs::path parent = fs::path(path).parent_path();
+  std::error_code ec;
+  if (error == ENOENT && !parent.empty() && !fs::is_directory(parent, ec)) {
+    return path + ": cannot write: directory " + parent.string() + " does not exist";
+  }
+  return path + ": cannot write: " + std::strerror(error);
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  if (path == "-") {
+    std::cout << content << std::flush;
+    if (!std::cout) throw InputError("-: cannot write to stdout");
+    return;
+  }
+  if (path.empty()) throw InputError("cannot write a file with an empty name");
+  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  FileDescriptor fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) throw InputError(describe_open_failure(path, errno));
+
+  auto fail = [&](const char* what, int error) {
+    ::unlink(temp.c_str());
+    throw InputError(path + ": " + what + ": " + std::strerror(error));
+  };
+  const char* data = content.data();
+  size_t left = content.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd.get(), data, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("cannot write", errno);
+    }
+    data += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (::fsync(fd.get()) != 0) fail("cannot flush to disk", errno);
+  if (fd.close() != 0) fail("cannot write", errno);
+  if (::rename(temp.c_str(), path.c_str()) != 0) fail("cannot replace", errno);
+
+  // Make the rename itself durable; a directory that cannot be opened or synced is not an error for the
+  // report.
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::string dir = parent.empty() ? std::string(".") : parent.string();
+  FileDescriptor dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir_fd.get() >= 0) (void)::fsync(dir_fd.get());
+}
+
+}  // namespace bsw

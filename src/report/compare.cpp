@@ -1,0 +1,478 @@
+// Compare: set each run against the baseline batch by batch (Mann-Whitney U on the raw step times plus a
+// minimum effect on throughput), a geometric-mean row, and what each run's analysis chose; console, markdown
+// and JSON.
+#include "batchsweep/compare.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "batchsweep/errors.hpp"
+#include "batchsweep/stats.hpp"
+#include "report/format.hpp"
+#include "report/json_pieces.hpp"
+#include "report/view.hpp"
+
+namespace bsw {
+
+std::string_view to_string(Verdict v) {
+  switch (v) {
+    case Verdict::same:
+      return "same";
+    case Verdict::faster:
+      return "faster";
+    case Verdict::slower:
+      return "slower";
+    case Verdict::not_comparable:
+      return "not comparable";
+  }
+  return "not comparable";
+}
+
+namespace {
+
+namespace rf = report_format;
+using Key = std::pair<int64_t, int64_t>;  // (batch, accumulation)
+
+std::string run_name(const CompareOptions& options, size_t i) {
+  return i < options.names.size() && !options.names[i].empty() ? options.names[i]
+                                                               : fmt::format("run {}", i + 1);
+}
+
+// A, B, C, ... for the column headers; R27, R28, ... past Z.
+std::string letter(size_t i) {
+  return i < 26 ? std::string(1, static_cast<char>('A' + i)) : fmt::format("R{}", i + 1);
+}
+
+bool usable_samples(const std::vector<double>& samples) {
+  return samples.size() >= 2 &&
+         std::all_of(samples.begin(), samples.end(), [](double v) { return std::isfinite(v); });
+}
+
+bool ran(const Point& p) {
+  return p.status == PointStatus::ok && std::isfinite(p.samples_per_second) && p.samples_per_second > 0;
+}
+
+// The point a run has for `key`: its first ok point with that key, else its first point with that key.
+const Point* find_point(const Report& report, const Key& key) {
+  const Point* found = nullptr;
+  for (const auto& p : report.points) {
+    if (p.batch != key.first || p.accumulation != key.second) continue;
+    if (p.status == PointStatus::ok) return &p;
+    if (!found) found = &p;
+  }
+  return found;
+}
+
+Verdict direction(double ratio) {
+  return ratio > 1 ? Verdict::faster : Verdict::slower;
+}
+
+bool beyond_effect(double ratio, const CompareOptions& options) {
+  return std::fabs(ratio - 1) * 100 > options.min_effect_pct;
+}
+
+CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions& options) {
+  CompareDelta d;
+  if (!ran(baseline) || !ran(run)) {
+    d.ratio = std::nan("");
+    return d;
+  }
+  d.ratio = run.samples_per_second / baseline.samples_per_second;
+  const bool effect = beyond_effect(d.ratio, options);
+  if (usable_samples(baseline.samples_ms) && usable_samples(run.samples_ms)) {
+    // a = the run, b = the baseline: z > 0 when the run's steps tend to take longer.
+    const MannWhitneyResult test = mann_whitney_u(run.samples_ms, baseline.samples_ms);
+    d.from_samples = true;
+    d.p_value = test.p_value;
+    const Verdict dir = direction(d.ratio);
+    const bool agrees = dir == Verdict::slower ? test.z > 0 : test.z < 0;
+    d.verdict = test.p_value < options.alpha && effect && agrees ? dir : Verdict::same;
+  } else {
+    d.verdict = effect ? direction(d.ratio) : Verdict::same;
+  }
+  return d;
+}
+
+RunSummary summarize_run(const Report& report, std::string name) {
+  const report_view::Title t = report_view::title(report);
+  RunSummary s;
+  s.name = std::move(name);
+  s.model = t.model;
+  s.device = report.device.name;
+  s.backend = report.device.backend;
+  s.mode = t.mode;
+  s.precision = t.precision;
+  s.knee = report.analysis.knee;
+  s.max_fit = report.analysis.max_fit;
+  s.recommended = report.analysis.recommended;
+  return s;
+}
+
+void check_comparable(const std::vector<Report>& reports, const std::vector<RunSummary>& runs,
+                      const CompareOptions& options) {
+  const Report& a = reports.front();
+  for (size_t i = 1; i < reports.size(); ++i) {
+    const std::string both = fmt::format("{} and {}", runs[0].name, runs[i].name);
+    if (reports[i].schema_version != a.schema_version) {
+      throw InputError(fmt::format("{}: different schema versions ({} vs {})", both, a.schema_version,
+                                   reports[i].schema_version));
+    }
+    if (runs[i].mode != runs[0].mode) {
+      throw InputError(
+          fmt::format("{}: different modes ({} vs {}); a training step and an inference batch are not "
+                      "comparable",
+                      both, runs[0].mode, runs[i].mode));
+    }
+    if (runs[i].model != runs[0].model && !options.allow_model_mismatch) {
+      throw InputError(
+          fmt::format("{}: different models ({} vs {}); pass --allow-model-mismatch to compare them "
+                      "anyway",
+                      both, runs[0].model, runs[i].model));
+    }
+  }
+}
+
+// "devices differ: A x, B y" when some run's value differs from the baseline's.
+void note_difference(const std::vector<RunSummary>& runs, const char* what,
+                     std::string (*value)(const RunSummary&), std::vector<std::string>& notes) {
+  bool differs = false;
+  for (const auto& r : runs) differs |= value(r) != value(runs.front());
+  if (!differs) return;
+  std::string note = fmt::format("{} differ:", what);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    note += fmt::format("{} {} {}", i ? "," : "", letter(i),
+                        value(runs[i]).empty() ? "(unknown)" : value(runs[i]));
+  }
+  notes.push_back(std::move(note));
+}
+
+std::string device_of(const RunSummary& r) {
+  if (r.backend.empty()) return r.device;
+  return r.device.empty() ? fmt::format("({})", r.backend) : fmt::format("{} ({})", r.device, r.backend);
+}
+
+CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, const CompareOptions& options) {
+  CompareGeomean g;
+  std::vector<std::vector<double>> rates(runs);
+  for (const auto& row : rows) {
+    const bool all_ran = std::all_of(row.runs.begin(), row.runs.end(), [](const CompareCell& c) {
+      return c.status == PointStatus::ok && std::isfinite(c.samples_per_second) && c.samples_per_second > 0;
+    });
+    if (!all_ran) continue;
+    ++g.batches;
+    for (size_t i = 0; i < runs; ++i) rates[i].push_back(row.runs[i].samples_per_second);
+  }
+  for (size_t i = 0; i < runs; ++i) g.samples_per_second.push_back(geometric_mean(rates[i]));
+  for (size_t i = 1; i < runs; ++i) {
+    CompareDelta d;
+    if (g.samples_per_second[0] && g.samples_per_second[i]) {
+      d.ratio = *g.samples_per_second[i] / *g.samples_per_second[0];
+      d.verdict = beyond_effect(d.ratio, options) ? direction(d.ratio) : Verdict::same;
+    } else {
+      d.ratio = std::nan("");
+    }
+    g.deltas.push_back(d);
+  }
+  return g;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Printing
+// ---------------------------------------------------------------------------------------------------------------
+
+std::string ratio_text(const CompareDelta& d) {
+  return std::isfinite(d.ratio) ? rf::fixed(d.ratio, 3) + "\u00d7" : std::string(rf::kAbsent);
+}
+
+// `threshold_note` says why a verdict did not come from the test: "no samples" for a batch, "threshold" for
+// the geometric mean.
+std::string verdict_text(const CompareDelta& d, const char* threshold_note = "no samples") {
+  if (d.verdict == Verdict::not_comparable) return std::string(to_string(d.verdict));
+  if (!d.from_samples) return fmt::format("{} ({})", to_string(d.verdict), threshold_note);
+  return fmt::format("{} (p={:.2g})", to_string(d.verdict), d.p_value.value_or(1.0));
+}
+
+std::string cell_text(const CompareCell& c) {
+  return c.status == PointStatus::ok ? rf::human_rate(c.samples_per_second)
+                                     : std::string(to_string(c.status));
+}
+
+std::string batch_text(int64_t batch) {
+  return fmt::format("batch {}", batch);
+}
+
+std::string run_line(const RunSummary& r) {
+  std::string knee = r.knee.batch ? batch_text(*r.knee.batch) : std::string("none");
+  if (r.knee.batch && r.knee.confidence == "range" && r.knee.range_low && r.knee.range_high) {
+    knee += fmt::format(" (range {}\u2013{})", *r.knee.range_low, *r.knee.range_high);
+  } else if (r.knee.batch && !r.knee.confidence.empty()) {
+    knee += fmt::format(" ({})", r.knee.confidence);
+  }
+  std::string line =
+      fmt::format("knee {}, max fit {}, recommended {}", knee,
+                  r.max_fit.batch ? batch_text(*r.max_fit.batch) : std::string("none"),
+                  r.recommended.batch ? batch_text(*r.recommended.batch) : std::string("none"));
+  if (!r.recommended.why.empty()) line += " \u2014 " + r.recommended.why;
+  return line;
+}
+
+std::string run_title(const RunSummary& r) {
+  std::string out;
+  for (const std::string& piece : {r.model, device_of(r), r.mode, r.precision}) {
+    if (piece.empty()) continue;
+    if (!out.empty()) out += " \u00b7 ";
+    out += piece;
+  }
+  return out;
+}
+
+rf::TextTable compare_table(const CompareResult& result) {
+  const size_t runs = result.runs.size();
+  const bool show_accumulation = std::any_of(result.rows.begin(), result.rows.end(),
+                                             [](const CompareRow& r) { return r.accumulation != 1; });
+  rf::TextTable table;
+  auto column = [&](std::string header, rf::Align align) {
+    table.headers.push_back(std::move(header));
+    table.align.push_back(align);
+  };
+  column("batch", rf::Align::right);
+  if (show_accumulation) column("accum", rf::Align::right);
+  for (size_t i = 0; i < runs; ++i) column(letter(i) + " samples/s", rf::Align::right);
+  for (size_t i = 1; i < runs; ++i) {
+    column(letter(i) + "/A", rf::Align::right);
+    column(runs == 2 ? std::string("verdict") : letter(i) + " verdict", rf::Align::left);
+  }
+  for (const auto& row : result.rows) {
+    std::vector<std::string> cells{std::to_string(row.batch)};
+    if (show_accumulation) cells.push_back(std::to_string(row.accumulation));
+    for (const auto& c : row.runs) cells.push_back(cell_text(c));
+    for (const auto& d : row.deltas) {
+      cells.push_back(ratio_text(d));
+      cells.push_back(verdict_text(d));
+    }
+    table.rows.push_back(std::move(cells));
+  }
+  if (result.geomean.batches > 0) {
+    std::vector<std::string> cells{"geomean"};
+    if (show_accumulation) cells.emplace_back();
+    for (const auto& v : result.geomean.samples_per_second) {
+      cells.push_back(v ? rf::human_rate(*v) : std::string(rf::kAbsent));
+    }
+    for (const auto& d : result.geomean.deltas) {
+      cells.push_back(ratio_text(d));
+      cells.push_back(verdict_text(d, "threshold"));
+    }
+    table.rows.push_back(std::move(cells));
+  }
+  return table;
+}
+
+// Which verdict colors a console line: slower wins over faster.
+std::optional<Verdict> line_verdict(const std::vector<CompareDelta>& deltas) {
+  std::optional<Verdict> out;
+  for (const auto& d : deltas) {
+    if (d.verdict == Verdict::slower) return Verdict::slower;
+    if (d.verdict == Verdict::faster) out = Verdict::faster;
+  }
+  return out;
+}
+
+std::string colored(const std::string& line, std::optional<Verdict> v, bool color) {
+  if (!color || !v) return line;
+  return (*v == Verdict::slower ? "\x1b[31m" : "\x1b[32m") + line + "\x1b[0m";
+}
+
+nlohmann::json number_or_null(double v) {
+  return report_json::number_or_null<nlohmann::json>(v);
+}
+
+nlohmann::json delta_json(const CompareDelta& d, const std::string& run) {
+  return {{"run", run},
+          {"ratio", number_or_null(d.ratio)},
+          {"verdict", to_string(d.verdict)},
+          {"from_samples", d.from_samples},
+          {"p_value", d.p_value ? number_or_null(*d.p_value) : nlohmann::json(nullptr)}};
+}
+
+}  // namespace
+
+CompareResult compare_reports(const std::vector<Report>& reports, const CompareOptions& options) {
+  if (reports.size() < 2) {
+    throw UsageError(fmt::format("compare needs at least two reports (the first is the baseline), got {}",
+                                 reports.size()));
+  }
+  CompareResult result;
+  result.alpha = options.alpha;
+  result.min_effect_pct = options.min_effect_pct;
+  for (size_t i = 0; i < reports.size(); ++i)
+    result.runs.push_back(summarize_run(reports[i], run_name(options, i)));
+  check_comparable(reports, result.runs, options);
+
+  std::set<Key> all_keys;
+  for (const auto& r : reports) {
+    for (const auto& p : r.points) all_keys.insert({p.batch, p.accumulation});
+  }
+  std::vector<std::string> missing;
+  for (const Key& key : all_keys) {
+    std::vector<const Point*> points;
+    for (const auto& r : reports) points.push_back(find_point(r, key));
+    if (std::find(points.begin(), points.end(), nullptr) != points.end()) {
+      missing.push_back(key.second == 1 ? std::to_string(key.first)
+                                        : fmt::format("{}x{}", key.first, key.second));
+      continue;
+    }
+    CompareRow row;
+    row.batch = key.first;
+    row.accumulation = key.second;
+    for (const Point* p : points) {
+      row.runs.push_back({p->status, p->reason, p->samples_per_second,
+                          usable_samples(p->samples_ms) ? p->samples_ms.size() : size_t{0}});
+    }
+    for (size_t i = 1; i < points.size(); ++i) row.deltas.push_back(delta(*points[0], *points[i], options));
+    result.rows.push_back(std::move(row));
+  }
+  result.geomean = geomean_row(result.rows, reports.size(), options);
+
+  if (!missing.empty()) {
+    std::string list;
+    for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+    result.notes.push_back(fmt::format("not in every run, not compared: batch {}", list));
+  }
+  note_difference(
+      result.runs, "models", [](const RunSummary& r) { return r.model; }, result.notes);
+  note_difference(
+      result.runs, "devices", [](const RunSummary& r) { return device_of(r); }, result.notes);
+  note_difference(
+      result.runs, "precisions", [](const RunSummary& r) { return r.precision; }, result.notes);
+  return result;
+}
+
+bool has_regression(const CompareResult& result, double pct) {
+  const double min_ratio = 1 - pct / 100;
+  for (const auto& row : result.rows) {
+    for (const auto& d : row.deltas) {
+      if (d.verdict == Verdict::slower && d.ratio < min_ratio) return true;
+    }
+  }
+  return false;
+}
+
+std::string format_compare(const CompareResult& result, bool color) {
+  std::string out = "compare (A is the baseline)\n";
+  for (size_t i = 0; i < result.runs.size(); ++i) {
+    const std::string title = run_title(result.runs[i]);
+    out += fmt::format("  {}  {}{}{}\n", letter(i), result.runs[i].name, title.empty() ? "" : "  ", title);
+  }
+  out += "\n";
+  if (result.rows.empty()) {
+    out += "no batch is in every run\n";
+  } else {
+    const auto lines = rf::render_lines(compare_table(result));
+    out += (color ? "\x1b[1m" + lines[0] + "\x1b[0m" : lines[0]) + "\n";
+    for (size_t i = 0; i < result.rows.size(); ++i) {
+      out += colored(lines[i + 1], line_verdict(result.rows[i].deltas), color) + "\n";
+    }
+    if (lines.size() > result.rows.size() + 1) {
+      out += colored(lines.back(), line_verdict(result.geomean.deltas), color) + "\n";
+    }
+  }
+  out += "\n";
+  for (size_t i = 0; i < result.runs.size(); ++i) {
+    out += fmt::format("{}: {}\n", letter(i), run_line(result.runs[i]));
+  }
+  out += fmt::format(
+      "\nverdicts: Mann-Whitney U on the step times (alpha {}) and a throughput change beyond {}%; without "
+      "raw "
+      "samples (and for the geometric mean) the threshold alone\n",
+      result.alpha, result.min_effect_pct);
+  for (const auto& note : result.notes) out += "note: " + note + "\n";
+  return out;
+}
+
+std::string format_compare_markdown(const CompareResult& result) {
+  std::string out = "## batchsweep compare\n\n";
+  for (size_t i = 0; i < result.runs.size(); ++i) {
+    const std::string title = run_title(result.runs[i]);
+    out += fmt::format("- **{}**{}: {}{}{}\n", letter(i), i == 0 ? " (baseline)" : "",
+                       rf::markdown_cell(result.runs[i].name), title.empty() ? "" : " \u2014 ",
+                       rf::markdown_cell(title));
+  }
+  out += "\n";
+  if (result.rows.empty()) {
+    out += "No batch is in every run.\n";
+  } else {
+    out += rf::render_markdown(compare_table(result));
+  }
+  out += "\n";
+  for (size_t i = 0; i < result.runs.size(); ++i) {
+    out += fmt::format("- **{}**: {}\n", letter(i), rf::markdown_cell(run_line(result.runs[i])));
+  }
+  out += fmt::format(
+      "\n_Verdicts: Mann-Whitney U on the step times (alpha {}) and a throughput change beyond {}%; without "
+      "raw "
+      "samples (and for the geometric mean) the threshold alone._\n",
+      result.alpha, result.min_effect_pct);
+  if (!result.notes.empty()) {
+    out += "\n";
+    for (const auto& note : result.notes) out += "- " + rf::markdown_cell(note) + "\n";
+  }
+  return out;
+}
+
+nlohmann::json to_json(const CompareResult& result) {
+  using nlohmann::json;
+  json runs = json::array();
+  for (const auto& r : result.runs) {
+    runs.push_back({{"name", r.name},
+                    {"model", r.model},
+                    {"device", r.device},
+                    {"backend", r.backend},
+                    {"mode", r.mode},
+                    {"precision", r.precision},
+                    {"knee", report_json::knee_json<json>(r.knee)},
+                    {"max_fit", report_json::choice_json<json>(r.max_fit)},
+                    {"recommended", report_json::recommendation_json<json>(r.recommended)}});
+  }
+  json rows = json::array();
+  for (const auto& row : result.rows) {
+    json cells = json::array();
+    for (size_t i = 0; i < row.runs.size(); ++i) {
+      const CompareCell& c = row.runs[i];
+      cells.push_back({{"run", result.runs[i].name},
+                       {"status", to_string(c.status)},
+                       {"reason", c.reason},
+                       {"samples_per_second", number_or_null(c.samples_per_second)},
+                       {"samples", c.samples}});
+    }
+    json deltas = json::array();
+    for (size_t i = 0; i < row.deltas.size(); ++i)
+      deltas.push_back(delta_json(row.deltas[i], result.runs[i + 1].name));
+    rows.push_back(
+        {{"batch", row.batch}, {"accumulation", row.accumulation}, {"runs", cells}, {"deltas", deltas}});
+  }
+  json geomean_rates = json::array();
+  for (const auto& v : result.geomean.samples_per_second) {
+    geomean_rates.push_back(v ? number_or_null(*v) : json(nullptr));
+  }
+  json geomean_deltas = json::array();
+  for (size_t i = 0; i < result.geomean.deltas.size(); ++i) {
+    geomean_deltas.push_back(delta_json(result.geomean.deltas[i], result.runs[i + 1].name));
+  }
+  return {{"baseline", result.runs.empty() ? std::string() : result.runs.front().name},
+          {"alpha", result.alpha},
+          {"min_effect_pct", result.min_effect_pct},
+          {"runs", runs},
+          {"rows", rows},
+          {"geomean",
+           {{"batches", result.geomean.batches},
+            {"samples_per_second", geomean_rates},
+            {"deltas", geomean_deltas}}},
+          {"notes", result.notes}};
+}
+
+}  // namespace bsw

@@ -1,0 +1,94 @@
+// The CSV printer: one row per point. Columns are the point's JSON fields in the writer's order, flattened
+// with dots (`step_ms.p99`), taken from the same code that writes the JSON, so the two cannot drift apart.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "batchsweep/printers.hpp"
+#include "report/json_pieces.hpp"
+
+namespace bsw {
+
+namespace {
+
+using ordered = nlohmann::ordered_json;
+
+// Leaves of a point's JSON, in order; arrays other than the raw samples are leaves too.
+void flatten(const ordered& doc, const std::string& prefix,
+             std::vector<std::pair<std::string, ordered>>& out) {
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    const std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
+    if (key == "samples_ms") continue;
+    if (it->is_object()) {
+      flatten(*it, key, out);
+    } else {
+      out.emplace_back(key, *it);
+    }
+  }
+}
+
+// A point with every optional field set, so that its flattened JSON names every column a report can have.
+Point point_with_every_field() {
+  Point p;
+  p.tokens_per_second = 0;
+  p.tflops = 0;
+  p.mfu = 0;
+  p.memory.measured_bytes = 0;
+  p.memory.device_used_bytes = 0;
+  p.noise_pct = 0;
+  p.stop_reason.push_back('-');
+  p.skipped_steps = 0;
+  p.loss = 0;
+  p.telemetry = PointTelemetry{};
+  return p;
+}
+
+std::string quote(const std::string& field) {
+  if (field.find_first_of(",\"\r\n") == std::string::npos) return field;
+  std::string out = "\"";
+  for (char c : field) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string cell(const ordered& v) {
+  if (v.is_null()) return {};
+  if (v.is_string()) return quote(v.get<std::string>());
+  if (v.is_array()) {
+    std::string joined;
+    for (const auto& item : v) {
+      if (!joined.empty()) joined += ';';
+      joined += item.is_string() ? item.get<std::string>() : item.dump();
+    }
+    return quote(joined);
+  }
+  return v.dump();
+}
+
+}  // namespace
+
+std::string format_csv(const Report& report) {
+  std::vector<std::pair<std::string, ordered>> columns;
+  flatten(report_json::point_json<ordered>(point_with_every_field()), "", columns);
+  std::string out;
+  for (size_t i = 0; i < columns.size(); ++i) {
+    if (i) out += ',';
+    out += quote(columns[i].first);
+  }
+  out += "\n";
+  for (const auto& p : report.points) {
+    std::vector<std::pair<std::string, ordered>> leaves;
+    flatten(report_json::point_json<ordered>(p), "", leaves);
+    const std::map<std::string, ordered> by_name(leaves.begin(), leaves.end());
+    for (size_t i = 0; i < columns.size(); ++i) {
+      if (i) out += ",";
+      if (auto it = by_name.find(columns[i].first); it != by_name.end()) out += cell(it->second);
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace bsw

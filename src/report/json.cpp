@@ -1,0 +1,500 @@
+// The report's JSON form (schema v1, configs/schema/report-v1.schema.json): the writer, and a reader that
+// checks every field it uses and names the file and the field in each error. Built with nlohmann only.
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <string_view>
+
+#include "batchsweep/errors.hpp"
+#include "batchsweep/printers.hpp"
+#include "batchsweep/report.hpp"
+#include "report/json_pieces.hpp"
+
+namespace bsw {
+
+using nlohmann::json;
+
+std::string_view to_string(PointStatus v) {
+  switch (v) {
+    case PointStatus::ok:
+      return "ok";
+    case PointStatus::oom:
+      return "oom";
+    case PointStatus::over_limit:
+      return "over_limit";
+    case PointStatus::error:
+      return "error";
+  }
+  return "error";
+}
+
+namespace {
+
+constexpr uint64_t kMaxReportBytes = uint64_t{256} << 20;
+constexpr int kMaxNestingDepth = 64;
+
+// ---------------------------------------------------------------------------------------------------------------
+// Writer
+// ---------------------------------------------------------------------------------------------------------------
+
+json number_or_null(double v) {
+  return report_json::number_or_null<json>(v);
+}
+
+json optional_number(const std::optional<double>& v) {
+  return report_json::optional_number<json>(v);
+}
+
+// A copy of `doc` where every non-finite number is null, so user-supplied settings cannot smuggle NaN out.
+json without_non_finite(const json& doc) {
+  if (doc.is_number_float()) return number_or_null(doc.get<double>());
+  if (!doc.is_structured()) return doc;
+  json out = doc.is_object() ? json::object() : json::array();
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    if (doc.is_object()) {
+      out[it.key()] = without_non_finite(it.value());
+    } else {
+      out.push_back(without_non_finite(it.value()));
+    }
+  }
+  return out;
+}
+
+json analysis_json(const Analysis& a) {
+  using report_json::choice_json;
+  json out = {{"knee", report_json::knee_json<json>(a.knee)},
+              {"saturation", choice_json<json>(a.saturation)},
+              {"max_fit", choice_json<json>(a.max_fit)},
+              {"best_throughput", choice_json<json>(a.best_throughput)},
+              {"recommended", report_json::recommendation_json<json>(a.recommended)}};
+  if (a.latency_slo) out["latency_slo"] = choice_json<json>(*a.latency_slo);
+  if (a.energy_optimal) out["energy_optimal"] = choice_json<json>(*a.energy_optimal);
+  if (a.effective_batch_split) out["effective_batch_split"] = choice_json<json>(*a.effective_batch_split);
+  return out;
+}
+
+constexpr std::string_view kDeviceKeys[] = {"backend", "name", "memory_total_bytes", "peak_flops",
+                                            "peak_flops_source"};
+
+bool is_device_key(std::string_view key) {
+  for (std::string_view k : kDeviceKeys) {
+    if (k == key) return true;
+  }
+  return false;
+}
+
+json device_json(const DeviceInfo& d) {
+  json out = {{"backend", d.backend},
+              {"name", d.name},
+              {"memory_total_bytes", d.memory_total_bytes},
+              {"peak_flops", optional_number(d.peak_flops)},
+              {"peak_flops_source", d.peak_flops_source}};
+  if (d.details.is_object()) {
+    for (auto it = d.details.begin(); it != d.details.end(); ++it) {
+      if (!is_device_key(it.key())) out[it.key()] = without_non_finite(it.value());
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Reader
+// ---------------------------------------------------------------------------------------------------------------
+
+std::string child(const std::string& parent, std::string_view key) {
+  return parent.empty() ? std::string(key) : parent + "." + std::string(key);
+}
+
+std::string element(const std::string& parent, size_t index) {
+  return parent + "[" + std::to_string(index) + "]";
+}
+
+class Reader {
+ public:
+  explicit Reader(std::string source) : source_(std::move(source)) {}
+
+  [[noreturn]] void fail(const std::string& path, const std::string& problem) const {
+    throw InputError(source_ + ": " + path + ": " + problem);
+  }
+
+  // The value of `key` in `obj`, or nullptr when absent or null (optional fields accept both).
+  [[nodiscard]] const json* optional(const json& obj, const std::string& path, std::string_view key) const {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  [[nodiscard]] const json& required(const json& obj, const std::string& path, std::string_view key) const {
+    auto it = obj.find(key);
+    if (it == obj.end()) fail(child(path, key), "missing (required)");
+    return *it;
+  }
+
+  [[nodiscard]] const json* optional_object(const json& obj, const std::string& path,
+                                            std::string_view key) const {
+    const json* v = optional(obj, path, key);
+    if (v && !v->is_object()) fail(child(path, key), "expected an object");
+    return v;
+  }
+
+  [[nodiscard]] double number(const json& v, const std::string& path) const {
+    if (!v.is_number()) fail(path, "expected a number");
+    return v.get<double>();
+  }
+
+  [[nodiscard]] std::optional<double> optional_number(const json& obj, const std::string& path,
+                                                      std::string_view key) const {
+    const json* v = optional(obj, path, key);
+    if (!v) return std::nullopt;
+    return number(*v, child(path, key));
+  }
+
+  [[nodiscard]] int64_t integer(const json& v, const std::string& path) const {
+    if (v.is_number_integer()) {
+      if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) {
+        fail(path, "integer out of range");
+      }
+      return v.get<int64_t>();
+    }
+    if (v.is_number_float()) {
+      double d = v.get<double>();
+      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e18) return static_cast<int64_t>(d);
+    }
+    fail(path, "expected an integer");
+  }
+
+  [[nodiscard]] std::optional<int64_t> optional_integer(const json& obj, const std::string& path,
+                                                        std::string_view key) const {
+    const json* v = optional(obj, path, key);
+    if (!v) return std::nullopt;
+    return integer(*v, child(path, key));
+  }
+
+  [[nodiscard]] uint64_t byte_count(const json& v, const std::string& path) const {
+    if (v.is_number_unsigned()) return v.get<uint64_t>();
+    if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());
+    if (v.is_number_float()) {
+      double d = v.get<double>();
+      if (std::isfinite(d) && d >= 0 && d == std::floor(d) && d < 1.8e19) return static_cast<uint64_t>(d);
+    }
+    fail(path, "expected a non-negative integer (bytes)");
+  }
+
+  [[nodiscard]] std::optional<uint64_t> optional_bytes(const json& obj, const std::string& path,
+                                                       std::string_view key) const {
+    const json* v = optional(obj, path, key);
+    if (!v) return std::nullopt;
+    return byte_count(*v, child(path, key));
+  }
+
+  [[nodiscard]] std::string optional_string(const json& obj, const std::string& path,
+                                            std::string_view key) const {
+    const json* v = optional(obj, path, key);
+    if (!v) return {};
+    if (!v->is_string()) fail(child(path, key), "expected a string");
+    return v->get<std::string>();
+  }
+
+  [[nodiscard]] bool optional_bool(const json& obj, const std::string& path, std::string_view key) const {
+    const json* v = optional(obj, path, key);
+    if (!v) return false;
+    if (!v->is_boolean()) fail(child(path, key), "expected true or false");
+    return v->get<bool>();
+  }
+
+  [[nodiscard]] std::vector<std::string> string_list(const json& obj, const std::string& path,
+                                                     std::string_view key) const {
+    std::vector<std::string> out;
+    const json* v = optional(obj, path, key);
+    if (!v) return out;
+    const std::string here = child(path, key);
+    if (!v->is_array()) fail(here, "expected an array of strings");
+    for (size_t i = 0; i < v->size(); ++i) {
+      if (!(*v)[i].is_string()) fail(element(here, i), "expected a string");
+      out.push_back((*v)[i].get<std::string>());
+    }
+    return out;
+  }
+
+  [[nodiscard]] PointStatus status(const json& v, const std::string& path) const {
+    if (v.is_string()) {
+      for (PointStatus s : {PointStatus::ok, PointStatus::oom, PointStatus::over_limit, PointStatus::error}) {
+        if (v.get<std::string>() == to_string(s)) return s;
+      }
+    }
+    fail(path, "expected one of \"ok\", \"oom\", \"over_limit\", \"error\"");
+  }
+
+  [[nodiscard]] StepStats step_stats(const json& v, const std::string& path) const {
+    StepStats s;
+    const std::pair<std::string_view, double*> fields[] = {
+        {"mean", &s.mean}, {"median", &s.median}, {"stddev", &s.stddev}, {"min", &s.min}, {"max", &s.max},
+        {"p50", &s.p50},   {"p90", &s.p90},       {"p95", &s.p95},       {"p99", &s.p99}};
+    for (const auto& [key, target] : fields) *target = optional_number(v, path, key).value_or(0.0);
+    return s;
+  }
+
+  [[nodiscard]] PointTelemetry telemetry(const json& v, const std::string& path) const {
+    PointTelemetry t;
+    if (const json* power = optional_object(v, path, "power_w")) {
+      t.power_w_mean = optional_number(*power, child(path, "power_w"), "mean");
+      t.power_w_max = optional_number(*power, child(path, "power_w"), "max");
+    }
+    t.energy_j = optional_number(v, path, "energy_j");
+    t.joules_per_sample = optional_number(v, path, "joules_per_sample");
+    if (const json* clock = optional_object(v, path, "sm_clock_mhz")) {
+      t.sm_clock_mhz_min = optional_number(*clock, child(path, "sm_clock_mhz"), "min");
+      t.sm_clock_mhz_median = optional_number(*clock, child(path, "sm_clock_mhz"), "median");
+    }
+    t.utilization_pct = optional_number(v, path, "utilization_pct");
+    t.memory_utilization_pct = optional_number(v, path, "memory_utilization_pct");
+    t.temperature_c = optional_number(v, path, "temperature_c");
+    t.throttle_reasons = string_list(v, path, "throttle_reasons");
+    t.cost_per_million_samples = optional_number(v, path, "cost_per_million_samples");
+    return t;
+  }
+
+  [[nodiscard]] Point point(const json& v, const std::string& path) const {
+    if (!v.is_object()) fail(path, "expected an object");
+    Point p;
+    p.batch = integer(required(v, path, "batch"), child(path, "batch"));
+    if (p.batch < 1) fail(child(path, "batch"), "must be at least 1");
+    p.accumulation = optional_integer(v, path, "accumulation").value_or(1);
+    if (p.accumulation < 1) fail(child(path, "accumulation"), "must be at least 1");
+    if (auto effective = optional_integer(v, path, "effective_batch")) {
+      p.effective_batch = *effective;
+    } else if (__builtin_mul_overflow(p.batch, p.accumulation, &p.effective_batch)) {
+      fail(child(path, "accumulation"), "batch * accumulation overflows");
+    }
+    p.status = status(required(v, path, "status"), child(path, "status"));
+    p.reason = optional_string(v, path, "reason");
+    const json& sps = required(v, path, "samples_per_second");
+    if (sps.is_null() && p.status != PointStatus::ok) {
+      p.samples_per_second = 0;  // a point that did not run has no throughput
+    } else {
+      p.samples_per_second = number(sps, child(path, "samples_per_second"));
+      if (p.samples_per_second < 0) fail(child(path, "samples_per_second"), "must be >= 0");
+    }
+    p.tokens_per_second = optional_number(v, path, "tokens_per_second");
+    if (const json* stats = optional_object(v, path, "step_ms"))
+      p.step_ms = step_stats(*stats, child(path, "step_ms"));
+    if (const json* samples = optional(v, path, "samples_ms")) {
+      const std::string here = child(path, "samples_ms");
+      if (!samples->is_array()) fail(here, "expected an array of numbers");
+      p.samples_ms.reserve(samples->size());
+      for (size_t i = 0; i < samples->size(); ++i)
+        p.samples_ms.push_back(number((*samples)[i], element(here, i)));
+    }
+    p.tflops = optional_number(v, path, "tflops");
+    p.mfu = optional_number(v, path, "mfu");
+    if (const json* memory = optional_object(v, path, "memory")) {
+      const std::string here = child(path, "memory");
+      p.memory.planned_bytes = optional_bytes(*memory, here, "planned_bytes").value_or(0);
+      p.memory.measured_bytes = optional_bytes(*memory, here, "measured_bytes");
+      p.memory.device_used_bytes = optional_bytes(*memory, here, "device_used_bytes");
+    }
+    p.refinement = optional_bool(v, path, "refinement");
+    p.noise_pct = optional_number(v, path, "noise_pct");
+    p.stop_reason = optional_string(v, path, "stop_reason");
+    p.skipped_steps = optional_integer(v, path, "skipped_steps");
+    p.loss = optional_number(v, path, "loss");
+    if (const json* t = optional_object(v, path, "telemetry"))
+      p.telemetry = telemetry(*t, child(path, "telemetry"));
+    return p;
+  }
+
+  [[nodiscard]] BatchChoice choice(const json& v, const std::string& path) const {
+    BatchChoice c;
+    c.batch = optional_integer(v, path, "batch");
+    c.samples_per_second = optional_number(v, path, "samples_per_second");
+    c.reason = optional_string(v, path, "reason");
+    return c;
+  }
+
+  [[nodiscard]] std::optional<BatchChoice> optional_choice(const json& obj, const std::string& path,
+                                                           std::string_view key) const {
+    const json* v = optional_object(obj, path, key);
+    if (!v) return std::nullopt;
+    return choice(*v, child(path, key));
+  }
+
+  [[nodiscard]] Analysis analysis(const json& v, const std::string& path) const {
+    Analysis a;
+    if (const json* knee = optional_object(v, path, "knee")) {
+      const std::string here = child(path, "knee");
+      a.knee.batch = optional_integer(*knee, here, "batch");
+      a.knee.reason = optional_string(*knee, here, "reason");
+      a.knee.confidence = optional_string(*knee, here, "confidence");
+      a.knee.range_low = optional_integer(*knee, here, "range_low");
+      a.knee.range_high = optional_integer(*knee, here, "range_high");
+    }
+    a.saturation = optional_choice(v, path, "saturation").value_or(BatchChoice{});
+    a.max_fit = optional_choice(v, path, "max_fit").value_or(BatchChoice{});
+    a.best_throughput = optional_choice(v, path, "best_throughput").value_or(BatchChoice{});
+    a.latency_slo = optional_choice(v, path, "latency_slo");
+    a.energy_optimal = optional_choice(v, path, "energy_optimal");
+    a.effective_batch_split = optional_choice(v, path, "effective_batch_split");
+    if (const json* rec = optional_object(v, path, "recommended")) {
+      a.recommended.batch = optional_integer(*rec, child(path, "recommended"), "batch");
+      a.recommended.why = optional_string(*rec, child(path, "recommended"), "why");
+    }
+    return a;
+  }
+
+  [[nodiscard]] DeviceInfo device(const json& v, const std::string& path) const {
+    DeviceInfo d;
+    d.backend = optional_string(v, path, "backend");
+    d.name = optional_string(v, path, "name");
+    d.memory_total_bytes = optional_bytes(v, path, "memory_total_bytes").value_or(0);
+    d.peak_flops = optional_number(v, path, "peak_flops");
+    d.peak_flops_source = optional_string(v, path, "peak_flops_source");
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (!is_device_key(it.key())) d.details[it.key()] = it.value();
+    }
+    return d;
+  }
+
+  [[nodiscard]] Report report(const json& doc) const {
+    if (!doc.is_object()) throw InputError(source_ + ": expected a JSON object (a batchsweep report)");
+    const std::string top;
+    auto version_it = doc.find("schema_version");
+    if (version_it == doc.end()) fail("schema_version", "missing (required): is this a batchsweep report?");
+    const int64_t version = integer(*version_it, "schema_version");
+    if (version != kSchemaVersion) {
+      throw InputError(source_ + ": schema_version " + std::to_string(version) +
+                       " is not supported (this batchsweep reads " + std::to_string(kSchemaVersion) + ")");
+    }
+    Report r;
+    r.schema_version = static_cast<int>(version);
+    if (const json* tool = optional_object(doc, top, "tool")) {
+      r.tool.name = optional_string(*tool, "tool", "name");
+      r.tool.version = optional_string(*tool, "tool", "version");
+      r.tool.git_commit = optional_string(*tool, "tool", "git_commit");
+    }
+    r.created_at = optional_string(doc, top, "created_at");
+    r.command = string_list(doc, top, "command");
+    if (const json* device_doc = optional_object(doc, top, "device"))
+      r.device = device(*device_doc, "device");
+    if (const json* settings = optional_object(doc, top, "settings")) r.settings = *settings;
+    const json& points = required(doc, top, "points");
+    if (!points.is_array()) fail("points", "expected an array");
+    r.points.reserve(points.size());
+    for (size_t i = 0; i < points.size(); ++i) r.points.push_back(point(points[i], element("points", i)));
+    if (const json* analysis_doc = optional_object(doc, top, "analysis")) {
+      r.analysis = analysis(*analysis_doc, "analysis");
+    }
+    r.warnings = string_list(doc, top, "warnings");
+    return r;
+  }
+
+ private:
+  std::string source_;
+};
+
+// Rejects documents nested deeper than kMaxNestingDepth before nlohmann's recursive parser sees them.
+void check_nesting(std::string_view text, const std::string& path) {
+  int depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxNestingDepth) {
+        throw InputError(path + ": JSON nested deeper than " + std::to_string(kMaxNestingDepth) +
+                         " levels; not a batchsweep report");
+      }
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
+// nlohmann's what() starts with "[json.exception.parse_error.101] "; the rest is the useful part.
+std::string parse_problem(const char* what) {
+  std::string_view text(what);
+  if (!text.empty() && text.front() == '[') {
+    const auto end = text.find("] ");
+    if (end != std::string_view::npos) text.remove_prefix(end + 2);
+  }
+  return std::string(text);
+}
+
+}  // namespace
+
+json to_json(const Report& report) {
+  json command = json::array();
+  for (const auto& arg : report.command) command.push_back(arg);
+  json points = json::array();
+  for (const auto& p : report.points) points.push_back(report_json::point_json<json>(p));
+  return {{"schema_version", report.schema_version},
+          {"tool",
+           {{"name", report.tool.name},
+            {"version", report.tool.version},
+            {"git_commit", report.tool.git_commit}}},
+          {"created_at", report.created_at},
+          {"command", std::move(command)},
+          {"device", device_json(report.device)},
+          {"settings", report.settings.is_object() ? without_non_finite(report.settings) : json::object()},
+          {"points", std::move(points)},
+          {"analysis", analysis_json(report.analysis)},
+          {"warnings", report.warnings}};
+}
+
+Report report_from_json(const json& doc, const std::string& source) {
+  return Reader(source).report(doc);
+}
+
+Report read_report(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) throw InputError(path + ": no such file");
+  if (fs::is_directory(st)) throw InputError(path + ": is a directory, expected a report file");
+  if (!fs::is_regular_file(st)) throw InputError(path + ": not a regular file");
+  const uintmax_t size = fs::file_size(path, ec);
+  if (ec) throw InputError(path + ": cannot read its size: " + ec.message());
+  if (size > kMaxReportBytes) {
+    throw InputError(path + ": " + std::to_string(size) + " bytes is over the 256 MiB limit for a report");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open: " + std::strerror(errno));
+  std::string text;
+  text.reserve(static_cast<size_t>(size));
+  text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (in.bad()) throw InputError(path + ": read failed: " + std::strerror(errno));
+  if (text.size() > kMaxReportBytes) throw InputError(path + ": over the 256 MiB limit for a report");
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
+    throw InputError(path + ": file is empty, expected a batchsweep report (JSON)");
+  }
+  check_nesting(text, path);
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw InputError(path + ": not valid JSON: " + parse_problem(e.what()));
+  } catch (const json::out_of_range& e) {  // a number beyond a double's range, e.g. 1e400 (out_of_range.406)
+    throw InputError(path + ": not valid JSON: " + parse_problem(e.what()));
+  }
+  return report_from_json(doc, path);
+}
+
+std::string format_json(const Report& report) {
+  return to_json(report).dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace bsw

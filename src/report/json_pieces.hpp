@@ -1,0 +1,120 @@
+// Pieces of the report's JSON form, written once as templates over the JSON type: the report writer
+// instantiates them with nlohmann::json, the CSV printer with nlohmann::ordered_json (to keep the field order
+// for its columns), compare reuses the analysis pieces.
+#pragma once
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "batchsweep/report.hpp"
+
+namespace bsw::report_json {
+
+// NaN and Inf never reach a report: they are written as null.
+template <class Json>
+Json number_or_null(double v) {
+  return std::isfinite(v) ? Json(v) : Json(nullptr);
+}
+
+template <class Json>
+Json optional_number(const std::optional<double>& v) {
+  return v ? number_or_null<Json>(*v) : Json(nullptr);
+}
+
+template <class Json, class T>
+Json optional_integer(const std::optional<T>& v) {
+  return v ? Json(*v) : Json(nullptr);
+}
+
+template <class Json>
+Json step_stats_json(const StepStats& s) {
+  Json out = Json::object();
+  out["mean"] = number_or_null<Json>(s.mean);
+  out["median"] = number_or_null<Json>(s.median);
+  out["stddev"] = number_or_null<Json>(s.stddev);
+  out["min"] = number_or_null<Json>(s.min);
+  out["max"] = number_or_null<Json>(s.max);
+  out["p50"] = number_or_null<Json>(s.p50);
+  out["p90"] = number_or_null<Json>(s.p90);
+  out["p95"] = number_or_null<Json>(s.p95);
+  out["p99"] = number_or_null<Json>(s.p99);
+  return out;
+}
+
+template <class Json>
+Json telemetry_json(const PointTelemetry& t) {
+  Json out = Json::object();
+  out["power_w"]["mean"] = optional_number<Json>(t.power_w_mean);
+  out["power_w"]["max"] = optional_number<Json>(t.power_w_max);
+  out["energy_j"] = optional_number<Json>(t.energy_j);
+  out["joules_per_sample"] = optional_number<Json>(t.joules_per_sample);
+  out["sm_clock_mhz"]["min"] = optional_number<Json>(t.sm_clock_mhz_min);
+  out["sm_clock_mhz"]["median"] = optional_number<Json>(t.sm_clock_mhz_median);
+  out["utilization_pct"] = optional_number<Json>(t.utilization_pct);
+  out["memory_utilization_pct"] = optional_number<Json>(t.memory_utilization_pct);
+  out["temperature_c"] = optional_number<Json>(t.temperature_c);
+  out["throttle_reasons"] = Json::array();
+  for (const auto& reason : t.throttle_reasons) out["throttle_reasons"].push_back(reason);
+  out["cost_per_million_samples"] = optional_number<Json>(t.cost_per_million_samples);
+  return out;
+}
+
+// Every point carries the same core fields; the extras (noise_pct, stop_reason, skipped_steps, loss,
+// telemetry) appear only when present.
+template <class Json>
+Json point_json(const Point& p) {
+  Json out = Json::object();
+  out["batch"] = p.batch;
+  out["accumulation"] = p.accumulation;
+  out["effective_batch"] = p.effective_batch;
+  out["status"] = std::string(to_string(p.status));
+  out["reason"] = p.reason;
+  out["samples_per_second"] = number_or_null<Json>(p.samples_per_second);
+  out["tokens_per_second"] = optional_number<Json>(p.tokens_per_second);
+  out["step_ms"] = step_stats_json<Json>(p.step_ms);
+  out["samples_ms"] = Json::array();
+  for (double v : p.samples_ms) out["samples_ms"].push_back(number_or_null<Json>(v));
+  out["tflops"] = optional_number<Json>(p.tflops);
+  out["mfu"] = optional_number<Json>(p.mfu);
+  out["memory"]["planned_bytes"] = p.memory.planned_bytes;
+  out["memory"]["measured_bytes"] = optional_integer<Json>(p.memory.measured_bytes);
+  out["memory"]["device_used_bytes"] = optional_integer<Json>(p.memory.device_used_bytes);
+  out["refinement"] = p.refinement;
+  if (p.noise_pct) out["noise_pct"] = number_or_null<Json>(*p.noise_pct);
+  if (!p.stop_reason.empty()) out["stop_reason"] = p.stop_reason;
+  if (p.skipped_steps) out["skipped_steps"] = *p.skipped_steps;
+  if (p.loss) out["loss"] = number_or_null<Json>(*p.loss);
+  if (p.telemetry) out["telemetry"] = telemetry_json<Json>(*p.telemetry);
+  return out;
+}
+
+template <class Json>
+Json knee_json(const KneeResult& k) {
+  Json out = Json::object();
+  out["batch"] = optional_integer<Json>(k.batch);
+  out["reason"] = k.reason;
+  out["confidence"] = k.confidence;
+  out["range_low"] = optional_integer<Json>(k.range_low);
+  out["range_high"] = optional_integer<Json>(k.range_high);
+  return out;
+}
+
+template <class Json>
+Json choice_json(const BatchChoice& c) {
+  Json out = Json::object();
+  out["batch"] = optional_integer<Json>(c.batch);
+  out["samples_per_second"] = optional_number<Json>(c.samples_per_second);
+  out["reason"] = c.reason;
+  return out;
+}
+
+template <class Json>
+Json recommendation_json(const Recommendation& r) {
+  Json out = Json::object();
+  out["batch"] = optional_integer<Json>(r.batch);
+  out["why"] = r.why;
+  return out;
+}
+
+}  // namespace bsw::report_json

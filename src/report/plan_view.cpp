@@ -1,0 +1,122 @@
+// `batchsweep plan` output: the plan JSON document and its console table.
+#include "batchsweep/plan_view.hpp"
+
+#include <fmt/format.h>
+
+#include "report/format.hpp"
+
+namespace bsw {
+namespace {
+
+nlohmann::json memory_json(const MemoryBreakdown& m) {
+  return {{"total_bytes", m.total_bytes()},
+          {"parameters", m.parameters},
+          {"master_weights", m.master_weights},
+          {"gradients", m.gradients},
+          {"optimizer_state", m.optimizer_state},
+          {"saved_activations", m.saved_activations},
+          {"transient", m.transient},
+          {"workspace", m.workspace},
+          {"data", m.data}};
+}
+
+std::string flops_text(double flops) {
+  return report_format::human_rate(flops) + "FLOP";
+}
+
+}  // namespace
+
+nlohmann::json plan_to_json(const PlanSummary& s) {
+  const Graph& g = *s.graph;
+  nlohmann::json doc = {
+      {"model", g.model_name},
+      {"parameters", g.parameters},
+      {"flops_per_sample",
+       {{"forward", g.forward_flops_per_sample}, {"train", 3.0 * g.forward_flops_per_sample}}}};
+  if (!s.plans.empty()) {
+    const PlanRequest& r = s.plans.front().request;
+    doc["precision"] = to_string(r.precision);
+    doc["mode"] = to_string(r.mode);
+    doc["accumulation"] = r.accumulation;
+    doc["backend"] = to_string(r.backend);
+  }
+  nlohmann::json points = nlohmann::json::array();
+  for (const Plan& p : s.plans) {
+    nlohmann::json point = {{"batch", p.request.batch},
+                            {"effective_batch", p.request.batch * p.request.accumulation},
+                            {"flops_per_step", p.flops_per_step},
+                            {"memory", memory_json(p.memory)}};
+    if (s.with_buffers) {
+      nlohmann::json buffers = nlohmann::json::array();
+      for (const BufferSpec& b : p.buffers)
+        buffers.push_back({{"name", b.name},
+                           {"category", to_string(b.category)},
+                           {"dtype", to_string(b.dtype)},
+                           {"elements", b.elements},
+                           {"bytes", b.bytes}});
+      point["buffers"] = std::move(buffers);
+    }
+    points.push_back(std::move(point));
+  }
+  doc["points"] = std::move(points);
+  if (s.memory_bytes) {
+    doc["memory_bytes"] = *s.memory_bytes;
+    doc["safety_fraction"] = kMemorySafetyFraction;
+    doc["max_fit_batch"] = s.max_fit_batch ? nlohmann::json(*s.max_fit_batch) : nlohmann::json(nullptr);
+  }
+  return doc;
+}
+
+std::string format_plan_table(const PlanSummary& s) {
+  using report_format::Align;
+  using report_format::human_bytes;
+  const Graph& g = *s.graph;
+  std::string out = fmt::format("model {}: {} parameters, {} per sample forward, {} per sample training\n",
+                                g.model_name, g.parameters, flops_text(g.forward_flops_per_sample),
+                                flops_text(3.0 * g.forward_flops_per_sample));
+  if (!s.plans.empty()) {
+    const PlanRequest& r = s.plans.front().request;
+    out += fmt::format("{} {} on {}, accumulation {}\n\n", to_string(r.precision), to_string(r.mode),
+                       to_string(r.backend), r.accumulation);
+  }
+  report_format::TextTable t;
+  t.headers = {"batch",     "params",    "master", "grads", "optimizer", "activations",
+               "transient", "workspace", "data",   "total", "FLOP/step"};
+  t.align.assign(t.headers.size(), Align::right);
+  for (const Plan& p : s.plans) {
+    const MemoryBreakdown& m = p.memory;
+    t.rows.push_back({std::to_string(p.request.batch), human_bytes(m.parameters),
+                      human_bytes(m.master_weights), human_bytes(m.gradients), human_bytes(m.optimizer_state),
+                      human_bytes(m.saved_activations), human_bytes(m.transient), human_bytes(m.workspace),
+                      human_bytes(m.data), human_bytes(m.total_bytes()),
+                      report_format::human_rate(p.flops_per_step)});
+  }
+  for (const std::string& line : report_format::render_lines(t)) out += line + "\n";
+  if (s.with_buffers) {
+    for (const Plan& p : s.plans) {
+      out += fmt::format("\nbuffers at batch {}:\n", p.request.batch);
+      report_format::TextTable b;
+      b.headers = {"buffer", "category", "dtype", "elements", "bytes"};
+      b.align = {Align::left, Align::left, Align::left, Align::right, Align::right};
+      for (const BufferSpec& buf : p.buffers)
+        b.rows.push_back({buf.name, std::string(to_string(buf.category)), std::string(to_string(buf.dtype)),
+                          std::to_string(buf.elements), std::to_string(buf.bytes)});
+      for (const std::string& line : report_format::render_lines(b)) out += line + "\n";
+    }
+  }
+  if (s.memory_bytes) {
+    out += "\n";
+    if (s.max_fit_batch) {
+      out += fmt::format(
+          "largest batch that fits in {}: {} (plans may use {:.0f}% of it; the rest is headroom for "
+          "the runtime)\n",
+          human_bytes(*s.memory_bytes), *s.max_fit_batch, kMemorySafetyFraction * 100);
+    } else {
+      out += fmt::format("not even batch 1 fits in {} (plans may use {:.0f}% of it)\n",
+                         human_bytes(*s.memory_bytes), kMemorySafetyFraction * 100);
+    }
+  }
+  return out;
+}
+
+}  // namespace bsw

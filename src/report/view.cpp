@@ -1,0 +1,242 @@
+// Columns, marks, title and summary shared by the console and markdown printers; see view.hpp.
+#include "report/view.hpp"
+
+#include <fmt/format.h>
+
+#include <functional>
+#include <optional>
+#include <utility>
+
+namespace bsw::report_view {
+
+namespace rf = report_format;
+
+namespace {
+
+struct Mark {
+  const char* tag;
+  const char* meaning;
+  std::optional<int64_t> batch;
+};
+
+std::vector<Mark> marks_of(const Analysis& a) {
+  std::vector<Mark> marks = {
+      {"\u25c0 knee", "the knee of the throughput curve", a.knee.batch},
+      {"sat", "throughput saturates", a.saturation.batch},
+      {"fit", "largest batch that fits", a.max_fit.batch},
+      {"best", "highest throughput", a.best_throughput.batch},
+  };
+  if (a.latency_slo) marks.push_back({"slo", "largest batch within the latency SLO", a.latency_slo->batch});
+  if (a.energy_optimal) marks.push_back({"energy", "fewest joules per sample", a.energy_optimal->batch});
+  if (a.effective_batch_split) {
+    marks.push_back({"split", "fastest micro-batch x accumulation split", a.effective_batch_split->batch});
+  }
+  marks.push_back({"rec", "recommended", a.recommended.batch});
+  return marks;
+}
+
+bool has_step_stats(const Point& p) {
+  return p.status == PointStatus::ok && (p.step_ms.p50 > 0 || p.step_ms.p99 > 0);
+}
+
+std::string optional_cell(bool ok, const std::optional<double>& v,
+                          const std::function<std::string(double)>& f) {
+  return ok && v ? f(*v) : std::string(rf::kAbsent);
+}
+
+struct Column {
+  std::string header;
+  rf::Align align;
+  std::function<std::string(const Point&)> cell;
+};
+
+template <class Pred>
+bool any_point(const Report& r, Pred pred) {
+  for (const auto& p : r.points) {
+    if (pred(p)) return true;
+  }
+  return false;
+}
+
+std::string choice_line(const std::string& label, const BatchChoice& c) {
+  if (!c.batch && c.reason.empty()) return {};
+  std::string line = label + ": " + (c.batch ? "batch " + std::to_string(*c.batch) : std::string("none"));
+  if (c.batch && c.samples_per_second) line += ", " + rf::human_rate(*c.samples_per_second) + " samples/s";
+  if (!c.reason.empty()) line += " \u2014 " + c.reason;
+  return line;
+}
+
+std::string json_string(const nlohmann::json& doc, const char* key) {
+  auto it = doc.find(key);
+  return it != doc.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+}  // namespace
+
+std::string point_marks(const Report& report, const Point& point) {
+  if (point.status != PointStatus::ok) return {};
+  std::string out;
+  for (const Mark& m : marks_of(report.analysis)) {
+    if (m.batch && *m.batch == point.batch) {
+      if (!out.empty()) out += ' ';
+      out += m.tag;
+    }
+  }
+  return out;
+}
+
+std::string marks_legend(const Report& report) {
+  std::string out;
+  for (const Mark& m : marks_of(report.analysis)) {
+    const bool used = any_point(report, [&](const Point& p) {
+      return m.batch && p.status == PointStatus::ok && p.batch == *m.batch;
+    });
+    if (!used) continue;
+    out += (out.empty() ? "" : "; ") + std::string(m.tag) + " = " + m.meaning;
+  }
+  if (any_point(report, [](const Point& p) { return p.refinement; })) {
+    out += (out.empty() ? "" : "; ") + std::string("* = added by the refinement stage");
+  }
+  return out;
+}
+
+rf::TextTable point_table(const Report& report) {
+  using rf::Align;
+  const auto ok = [](const Point& p) { return p.status == PointStatus::ok; };
+  std::vector<Column> columns;
+  columns.push_back({"batch", Align::right,
+                     [](const Point& p) { return std::to_string(p.batch) + (p.refinement ? "*" : ""); }});
+  if (any_point(report, [](const Point& p) { return p.accumulation != 1; })) {
+    columns.push_back({"accum", Align::right, [](const Point& p) { return std::to_string(p.accumulation); }});
+    columns.push_back(
+        {"eff batch", Align::right, [](const Point& p) { return std::to_string(p.effective_batch); }});
+  }
+  columns.push_back({"samples/s", Align::right, [&](const Point& p) {
+                       return ok(p) ? rf::human_rate(p.samples_per_second) : std::string(rf::kAbsent);
+                     }});
+  if (any_point(report, [](const Point& p) { return p.tokens_per_second.has_value(); })) {
+    columns.push_back({"tokens/s", Align::right, [&](const Point& p) {
+                         return optional_cell(ok(p), p.tokens_per_second, rf::human_rate);
+                       }});
+  }
+  if (any_point(report, has_step_stats)) {
+    columns.push_back({"p50 ms", Align::right, [](const Point& p) {
+                         return has_step_stats(p) ? rf::sig3(p.step_ms.p50) : std::string(rf::kAbsent);
+                       }});
+    columns.push_back({"p99 ms", Align::right, [](const Point& p) {
+                         return has_step_stats(p) ? rf::sig3(p.step_ms.p99) : std::string(rf::kAbsent);
+                       }});
+  }
+  if (any_point(report, [](const Point& p) { return p.noise_pct.has_value(); })) {
+    columns.push_back({"noise %", Align::right, [&](const Point& p) {
+                         return optional_cell(ok(p), p.noise_pct, [](double v) { return rf::fixed(v, 1); });
+                       }});
+  }
+  if (any_point(report, [](const Point& p) { return p.tflops.has_value(); })) {
+    columns.push_back(
+        {"TFLOP/s", Align::right, [&](const Point& p) { return optional_cell(ok(p), p.tflops, rf::sig3); }});
+  }
+  if (any_point(report, [](const Point& p) { return p.mfu.has_value(); })) {
+    columns.push_back({"MFU %", Align::right, [&](const Point& p) {
+                         return optional_cell(ok(p), p.mfu, [](double v) { return rf::fixed(v * 100, 1); });
+                       }});
+  }
+  if (any_point(report, [](const Point& p) { return p.memory.planned_bytes > 0; })) {
+    columns.push_back({"planned", Align::right, [](const Point& p) {
+                         return p.memory.planned_bytes > 0 ? rf::human_bytes(p.memory.planned_bytes)
+                                                           : std::string(rf::kAbsent);
+                       }});
+  }
+  if (any_point(report, [](const Point& p) { return p.memory.measured_bytes.has_value(); })) {
+    columns.push_back({"measured", Align::right, [](const Point& p) {
+                         return p.memory.measured_bytes ? rf::human_bytes(*p.memory.measured_bytes)
+                                                        : std::string(rf::kAbsent);
+                       }});
+  }
+  if (any_point(report, [&](const Point& p) { return !point_marks(report, p).empty(); })) {
+    columns.push_back({"marks", Align::left, [&](const Point& p) { return point_marks(report, p); }});
+  }
+  if (any_point(report, [&](const Point& p) { return !ok(p); })) {
+    columns.push_back({"status", Align::left, [](const Point& p) {
+                         std::string s(to_string(p.status));
+                         if (!p.reason.empty()) s += ": " + p.reason;
+                         return s;
+                       }});
+  }
+
+  rf::TextTable table;
+  for (const auto& c : columns) {
+    table.headers.push_back(c.header);
+    table.align.push_back(c.align);
+  }
+  for (const auto& p : report.points) {
+    std::vector<std::string> row;
+    row.reserve(columns.size());
+    for (const auto& c : columns) row.push_back(c.cell(p));
+    table.rows.push_back(std::move(row));
+  }
+  return table;
+}
+
+int marks_column(const rf::TextTable& table) {
+  for (size_t i = 0; i < table.headers.size(); ++i) {
+    if (table.headers[i] == "marks") return static_cast<int>(i);
+  }
+  return -1;
+}
+
+Title title(const Report& report) {
+  Title t;
+  if (auto it = report.settings.find("model"); it != report.settings.end()) {
+    t.model = it->is_string()   ? it->get<std::string>()
+              : it->is_object() ? json_string(*it, "name")
+                                : std::string();
+  }
+  t.device = report.device.name;
+  if (!report.device.backend.empty()) {
+    t.device = t.device.empty() ? fmt::format("({})", report.device.backend)
+                                : fmt::format("{} ({})", t.device, report.device.backend);
+  }
+  t.mode = json_string(report.settings, "mode");
+  t.precision = json_string(report.settings, "precision");
+  return t;
+}
+
+std::vector<std::string> summary_lines(const Report& report) {
+  const Analysis& a = report.analysis;
+  std::vector<std::string> lines;
+  if (a.knee.batch || !a.knee.reason.empty()) {
+    std::string line =
+        "knee: " + (a.knee.batch ? "batch " + std::to_string(*a.knee.batch) : std::string("none"));
+    if (a.knee.batch && a.knee.range_low && a.knee.range_high && a.knee.confidence == "range") {
+      line += " (range " + std::to_string(*a.knee.range_low) + "\u2013" + std::to_string(*a.knee.range_high) +
+              ")";
+    } else if (a.knee.batch && !a.knee.confidence.empty()) {
+      line += " (" + a.knee.confidence + ")";
+    }
+    if (!a.knee.reason.empty()) line += " \u2014 " + a.knee.reason;
+    lines.push_back(std::move(line));
+  }
+  const std::pair<const char*, const BatchChoice*> choices[] = {
+      {"saturation", &a.saturation},
+      {"max fit", &a.max_fit},
+      {"best throughput", &a.best_throughput},
+      {"latency SLO", a.latency_slo ? &*a.latency_slo : nullptr},
+      {"energy optimal", a.energy_optimal ? &*a.energy_optimal : nullptr},
+      {"effective batch split", a.effective_batch_split ? &*a.effective_batch_split : nullptr},
+  };
+  for (const auto& [label, choice] : choices) {
+    if (!choice) continue;
+    if (std::string line = choice_line(label, *choice); !line.empty()) lines.push_back(std::move(line));
+  }
+  if (a.recommended.batch || !a.recommended.why.empty()) {
+    std::string line =
+        "recommended: " +
+        (a.recommended.batch ? "batch " + std::to_string(*a.recommended.batch) : std::string("none"));
+    if (!a.recommended.why.empty()) line += " \u2014 " + a.recommended.why;
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+}  // namespace bsw::report_view

@@ -1,0 +1,35 @@
+// What the human-facing printers (console, markdown) show of a report: which columns carry information, the
+// cells of each point, the marks (knee, saturation, ...), the title line and the analysis summary. One place,
+// so the console and the markdown tables never disagree.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "batchsweep/report.hpp"
+#include "report/format.hpp"
+
+namespace bsw::report_view {
+
+// The table of a report's points: only the columns that vary or are known for some point.
+[[nodiscard]] report_format::TextTable point_table(const Report& report);
+
+// Index of the "marks" column in point_table's headers, or -1 when no point carries a mark.
+[[nodiscard]] int marks_column(const report_format::TextTable& table);
+
+// The marks of one point, e.g. "◀ knee sat rec", or empty.
+[[nodiscard]] std::string point_marks(const Report& report, const Point& point);
+
+// One line explaining the marks used in this report (empty when none is used).
+[[nodiscard]] std::string marks_legend(const Report& report);
+
+// Title pieces from settings and device: model, device (backend), mode, precision; empty when unknown.
+struct Title {
+  std::string model, device, mode, precision;
+};
+[[nodiscard]] Title title(const Report& report);
+
+// "knee: batch 64 (stable) — reason", one line per analysis result that is set.
+[[nodiscard]] std::vector<std::string> summary_lines(const Report& report);
+
+}  // namespace bsw::report_view

@@ -1,0 +1,74 @@
+// Golden tests: every printer's output for the fixed report in sample_report.hpp, compared byte for byte with
+// the files in tests/golden/data/. After an intended change to a printer, regenerate them with
+//   BSW_UPDATE_GOLDEN=1 build/tests/test_golden
+// and review the diff (git diff tests/golden/data) before committing.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "batchsweep/compare.hpp"
+#include "batchsweep/printers.hpp"
+#include "golden/sample_report.hpp"
+
+namespace {
+
+std::filesystem::path golden_path(const std::string& name) {
+  return std::filesystem::path(BSW_TEST_DATA) / "golden" / "data" / name;
+}
+
+bool updating() {
+  const char* env = std::getenv("BSW_UPDATE_GOLDEN");
+  return env && std::string(env) == "1";
+}
+
+void expect_golden(const std::string& name, const std::string& actual) {
+  const auto path = golden_path(name);
+  if (updating()) {
+    std::ofstream(path, std::ios::binary) << actual;
+    GTEST_SKIP() << "wrote " << path;
+  }
+  std::ifstream in(path, std::ios::binary);
+  ASSERT_TRUE(in) << path << " is missing; run with BSW_UPDATE_GOLDEN=1 to create it";
+  std::stringstream expected;
+  expected << in.rdbuf();
+  EXPECT_EQ(expected.str(), actual) << name << " differs from " << path
+                                    << "; if the change is intended, rerun with BSW_UPDATE_GOLDEN=1";
+}
+
+TEST(Golden, Console) {
+  expect_golden("console.txt", bsw::format_console(bsw::testing::sample_report(), {.color = false}));
+}
+
+TEST(Golden, ConsoleColor) {
+  expect_golden("console-color.txt", bsw::format_console(bsw::testing::sample_report(), {.color = true}));
+}
+
+TEST(Golden, Markdown) {
+  expect_golden("report.md", bsw::format_markdown(bsw::testing::sample_report()));
+}
+
+TEST(Golden, Csv) {
+  expect_golden("report.csv", bsw::format_csv(bsw::testing::sample_report()));
+}
+
+TEST(Golden, Svg) {
+  expect_golden("report.svg", bsw::format_svg(bsw::testing::sample_report()));
+}
+
+TEST(Golden, Json) {
+  expect_golden("report.json", bsw::format_json(bsw::testing::sample_report()));
+}
+
+TEST(Golden, Compare) {
+  bsw::CompareOptions options;
+  options.names = {"a100.json", "h100.json"};
+  const auto result =
+      bsw::compare_reports({bsw::testing::sample_report(), bsw::testing::sample_candidate()}, options);
+  expect_golden("compare.txt", bsw::format_compare(result, false));
+}
+
+}  // namespace

@@ -1,0 +1,184 @@
+// compare_reports: verdicts from the Mann-Whitney test plus the minimum effect, threshold-only verdicts
+// without samples, the geometric mean, the regression rule, mismatch errors, and the printers.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "batchsweep/compare.hpp"
+#include "batchsweep/errors.hpp"
+#include "golden/sample_report.hpp"
+
+namespace bsw {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+CompareResult compare_pair(const Report& a, const Report& b, CompareOptions options = {}) {
+  options.names = {"a.json", "b.json"};
+  return compare_reports({a, b}, options);
+}
+
+const CompareRow& row_at(const CompareResult& r, int64_t batch) {
+  for (const auto& row : r.rows) {
+    if (row.batch == batch) return row;
+  }
+  throw std::out_of_range("no row for batch " + std::to_string(batch));
+}
+
+// `a` with every ok point's steps scaled by 1/speedup.
+Report sped_up(const Report& a, double speedup, bool keep_samples = true) {
+  Report b = a;
+  for (auto& p : b.points) {
+    if (p.status != PointStatus::ok) continue;
+    for (double& v : p.samples_ms) v /= speedup;
+    p.samples_per_second *= speedup;
+    if (!keep_samples) p.samples_ms.clear();
+  }
+  return b;
+}
+
+TEST(Compare, VerdictsFromSamples) {
+  const auto result = compare_pair(testing::sample_report(), testing::sample_candidate());
+  ASSERT_EQ(result.runs.size(), 2u);
+  EXPECT_EQ(result.runs[0].name, "a.json");
+  EXPECT_EQ(row_at(result, 4).deltas[0].verdict, Verdict::faster);
+  EXPECT_TRUE(row_at(result, 4).deltas[0].from_samples);
+  EXPECT_LT(*row_at(result, 4).deltas[0].p_value, 0.01);
+  EXPECT_NEAR(row_at(result, 4).deltas[0].ratio, 1.2, 1e-12);
+  EXPECT_EQ(row_at(result, 16).deltas[0].verdict, Verdict::slower);
+  // 0.4% is inside the minimum effect however clean the samples are.
+  EXPECT_EQ(row_at(result, 64).deltas[0].verdict, Verdict::same);
+  EXPECT_EQ(row_at(result, 128).deltas[0].verdict, Verdict::same);
+  // Batch 1 has no samples in B: threshold only.
+  EXPECT_FALSE(row_at(result, 1).deltas[0].from_samples);
+  EXPECT_EQ(row_at(result, 1).deltas[0].verdict, Verdict::same);
+  // over_limit in A, ok in B.
+  EXPECT_EQ(row_at(result, 256).deltas[0].verdict, Verdict::not_comparable);
+  EXPECT_EQ(row_at(result, 256).runs[0].status, PointStatus::over_limit);
+  // Batch 96 is only in A.
+  EXPECT_THROW((void)row_at(result, 96), std::out_of_range);
+  EXPECT_THAT(result.notes, ::testing::Contains(HasSubstr("not in every run, not compared: batch 96")));
+  EXPECT_THAT(result.notes, ::testing::Contains(HasSubstr("precisions differ: A bf16, B fp16")));
+  EXPECT_THAT(result.notes, ::testing::Contains(HasSubstr("devices differ")));
+}
+
+TEST(Compare, NoiseAloneIsNotAChange) {
+  // Overlapping samples with a 3% shift in the means of a very noisy run: the test does not reject.
+  Report a = testing::sample_report();
+  Report b = a;
+  for (size_t i = 0; i < b.points.size(); ++i) {
+    if (b.points[i].status != PointStatus::ok) continue;
+    b.points[i].samples_ms = testing::sample_steps(b.points[i].step_ms.median * 1.03, 0.3);
+    a.points[i].samples_ms = testing::sample_steps(a.points[i].step_ms.median, 0.3);
+    b.points[i].samples_per_second = a.points[i].samples_per_second / 1.03;
+  }
+  const auto result = compare_pair(a, b);
+  for (const auto& row : result.rows) {
+    if (row.runs[0].status != PointStatus::ok) continue;
+    EXPECT_EQ(row.deltas[0].verdict, Verdict::same) << "batch " << row.batch;
+    EXPECT_TRUE(row.deltas[0].from_samples);
+  }
+  EXPECT_FALSE(has_regression(result, 1.0));
+}
+
+TEST(Compare, ThresholdOnlyWithoutSamples) {
+  const Report a = testing::sample_report();
+  const auto slower = compare_pair(a, sped_up(a, 0.9, false));
+  for (const auto& row : slower.rows) {
+    if (row.runs[0].status != PointStatus::ok) continue;
+    EXPECT_EQ(row.deltas[0].verdict, Verdict::slower);
+    EXPECT_FALSE(row.deltas[0].from_samples);
+    EXPECT_FALSE(row.deltas[0].p_value);
+  }
+  EXPECT_EQ(compare_pair(a, sped_up(a, 1.005, false)).rows[0].deltas[0].verdict, Verdict::same);
+  EXPECT_THAT(format_compare(slower, false), HasSubstr("slower (no samples)"));
+}
+
+TEST(Compare, GeometricMean) {
+  const Report a = testing::sample_report();
+  const auto result = compare_pair(a, sped_up(a, 1.1));
+  EXPECT_EQ(result.geomean.batches, 6u);  // the ok batches: 1, 4, 16, 64, 96, 128
+  ASSERT_EQ(result.geomean.deltas.size(), 1u);
+  EXPECT_NEAR(result.geomean.deltas[0].ratio, 1.1, 1e-12);
+  EXPECT_EQ(result.geomean.deltas[0].verdict, Verdict::faster);
+  EXPECT_THAT(format_compare(result, false), HasSubstr("geomean"));
+}
+
+TEST(Compare, RegressionThreshold) {
+  const Report a = testing::sample_report();
+  const auto result = compare_pair(a, sped_up(a, 0.9));  // 10% slower, with clean samples
+  EXPECT_TRUE(has_regression(result, 5.0));
+  EXPECT_FALSE(has_regression(result, 15.0));
+  EXPECT_FALSE(has_regression(compare_pair(a, sped_up(a, 1.2)), 0.0));
+  EXPECT_FALSE(has_regression(compare_pair(a, a), 0.0));
+}
+
+TEST(Compare, MismatchedModelsNameBothFiles) {
+  const Report a = testing::sample_report();
+  Report b = a;
+  b.settings["model"]["name"] = "resnet-ish";
+  try {
+    (void)compare_pair(a, b);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("a.json and b.json: different models (mlp-small vs resnet-ish)"));
+  }
+  CompareOptions allow;
+  allow.allow_model_mismatch = true;
+  const auto result = compare_pair(a, b, allow);
+  EXPECT_THAT(result.notes, ::testing::Contains(HasSubstr("models differ: A mlp-small, B resnet-ish")));
+}
+
+TEST(Compare, MismatchedModeOrSchemaIsAnError) {
+  const Report a = testing::sample_report();
+  Report b = a;
+  b.settings["mode"] = "infer";
+  CompareOptions allow;
+  allow.allow_model_mismatch = true;
+  EXPECT_THROW((void)compare_pair(a, b, allow), InputError);
+  b = a;
+  b.schema_version = 2;
+  EXPECT_THROW((void)compare_pair(a, b), InputError);
+  EXPECT_THROW((void)compare_reports({a}, {}), UsageError);
+}
+
+TEST(Compare, ThreeRunsAndDefaultNames) {
+  const Report a = testing::sample_report();
+  const auto result = compare_reports({a, sped_up(a, 1.1), sped_up(a, 0.9)}, {});
+  ASSERT_EQ(result.runs.size(), 3u);
+  EXPECT_EQ(result.runs[2].name, "run 3");
+  EXPECT_EQ(result.rows[0].deltas.size(), 2u);
+  EXPECT_EQ(result.rows[1].deltas[0].verdict, Verdict::faster);
+  EXPECT_EQ(result.rows[1].deltas[1].verdict, Verdict::slower);
+  const std::string text = format_compare(result, false);
+  EXPECT_THAT(text, HasSubstr("C samples/s"));
+  EXPECT_THAT(text, HasSubstr("C verdict"));
+}
+
+TEST(Compare, Printers) {
+  const auto result = compare_pair(testing::sample_report(), testing::sample_candidate());
+  const std::string plain = format_compare(result, false);
+  EXPECT_THAT(plain, Not(HasSubstr("\x1b[")));
+  EXPECT_THAT(plain, HasSubstr("A: knee batch 64 (stable), max fit batch 128, recommended batch 64"));
+  const std::string colored = format_compare(result, true);
+  EXPECT_THAT(colored, HasSubstr("\x1b[31m"));  // the slower row
+  EXPECT_THAT(colored, HasSubstr("\x1b[32m"));  // the faster row
+  const std::string md = format_compare_markdown(result);
+  EXPECT_THAT(md, HasSubstr("| batch | A samples/s | B samples/s | B/A | verdict |"));
+  EXPECT_THAT(md, HasSubstr("- **A** (baseline): a.json"));
+
+  const nlohmann::json doc = to_json(result);
+  EXPECT_EQ(doc["baseline"], "a.json");
+  EXPECT_EQ(doc["runs"][1]["precision"], "fp16");
+  EXPECT_EQ(doc["runs"][0]["knee"]["batch"], 64);
+  const auto& row4 = doc["rows"][1];
+  EXPECT_EQ(row4["batch"], 4);
+  EXPECT_EQ(row4["deltas"][0]["verdict"], "faster");
+  EXPECT_EQ(row4["deltas"][0]["from_samples"], true);
+  EXPECT_TRUE(row4["deltas"][0]["p_value"].is_number());
+  EXPECT_TRUE(doc["rows"].back()["deltas"][0]["ratio"].is_null());  // 512: oom in both
+  EXPECT_EQ(doc["geomean"]["batches"], 5);
+}
+
+}  // namespace
+}  // namespace bsw

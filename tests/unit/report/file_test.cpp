@@ -1,0 +1,185 @@
+// Reading report files (every way a file can be unusable gives an InputError naming it) and the atomic
+// writer.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "batchsweep/errors.hpp"
+#include "batchsweep/printers.hpp"
+#include "batchsweep/report.hpp"
+#include "golden/sample_report.hpp"
+
+namespace bsw {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+class ReportFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("bsw_report_test_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(dir_, ec);
+  }
+  [[nodiscard]] std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  [[nodiscard]] std::string write(const std::string& name, const std::string& content) const {
+    std::ofstream(path(name), std::ios::binary) << content;
+    return path(name);
+  }
+  static std::string read(const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+  static std::string error_of(const std::string& p) {
+    try {
+      (void)read_report(p);
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.exit_code(), kExitUsage);
+      return e.what();
+    }
+    ADD_FAILURE() << "no InputError for " << p;
+    return {};
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ReportFiles, ReadsWhatItWrites) {
+  const Report r = testing::sample_report();
+  const std::string p = path("report.json");
+  write_file_atomic(p, format_json(r));
+  EXPECT_EQ(to_json(read_report(p)), to_json(r));
+}
+
+TEST_F(ReportFiles, MissingFile) {
+  EXPECT_EQ(error_of(path("nope.json")), path("nope.json") + ": no such file");
+}
+
+TEST_F(ReportFiles, Directory) {
+  EXPECT_EQ(error_of(dir_.string()), dir_.string() + ": is a directory, expected a report file");
+}
+
+TEST_F(ReportFiles, EmptyFile) {
+  EXPECT_EQ(error_of(write("empty.json", "")),
+            path("empty.json") + ": file is empty, expected a batchsweep report (JSON)");
+  EXPECT_THAT(error_of(write("blank.json", " \n\t")), StartsWith(path("blank.json") + ": file is empty"));
+}
+
+TEST_F(ReportFiles, InvalidJson) {
+  const std::string message = error_of(write("bad.json", "{\"schema_version\": 1, \"points\": [}"));
+  EXPECT_THAT(message, StartsWith(path("bad.json") + ": not valid JSON: parse error at line 1, column"));
+  EXPECT_THAT(message, ::testing::Not(HasSubstr("[json.exception")));
+}
+
+TEST_F(ReportFiles, FieldErrorsNameTheFile) {
+  const std::string p = write("b.json", R"({"schema_version": 1, "points": [{"batch": 2, "status": "ok",
+      "samples_per_second": "x"}]})");
+  EXPECT_EQ(error_of(p), p + ": points[0].samples_per_second: expected a number");
+  const std::string v2 = write("v2.json", R"({"schema_version": 2, "points": []})");
+  EXPECT_EQ(error_of(v2), v2 + ": schema_version 2 is not supported (this batchsweep reads 1)");
+}
+
+TEST_F(ReportFiles, DeepNestingIsRejectedBeforeParsing) {
+  const std::string deep =
+      "{\"schema_version\": 1, \"points\": [], \"settings\": {\"x\": " + std::string(100000, '[') +
+      std::string(100000, ']') + "}}";
+  EXPECT_EQ(error_of(write("deep.json", deep)),
+            path("deep.json") + ": JSON nested deeper than 64 levels; not a batchsweep report");
+  // Brackets inside strings (with escaped quotes) do not count.
+  const std::string in_strings =
+      R"({"schema_version": 1, "points": [], "warnings": [")" + std::string(500, '[') + R"(\" {{{{"]})";
+  EXPECT_EQ(read_report(write("strings.json", in_strings)).warnings.size(), 1u);
+  // 60 levels is fine.
+  const std::string ok_depth =
+      "{\"schema_version\": 1, \"points\": [], \"settings\": {\"x\": " + std::string(60, '[') +
+      std::string(60, ']') + "}}";
+  EXPECT_NO_THROW((void)read_report(write("ok.json", ok_depth)));
+}
+
+TEST_F(ReportFiles, OverSizeLimit) {
+  const std::string p = path("huge.json");
+  {
+    std::ofstream out(p, std::ios::binary);
+    out << "{}";
+  }
+  fs::resize_file(p, (uint64_t{256} << 20) + 1);  // sparse: no real disk use
+  EXPECT_EQ(error_of(p), p + ": 268435457 bytes is over the 256 MiB limit for a report");
+}
+
+TEST_F(ReportFiles, UnreadableFile) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads files regardless of permissions";
+  const std::string p = write("secret.json", "{}");
+  fs::permissions(p, fs::perms::none);
+  EXPECT_THAT(error_of(p), StartsWith(p + ": cannot open: "));
+}
+
+TEST_F(ReportFiles, AtomicWriteReplacesAndLeavesNoTemporary) {
+  const std::string p = path("out.json");
+  write_file_atomic(p, "first");
+  write_file_atomic(p, "second, longer content");
+  EXPECT_EQ(read(p), "second, longer content");
+  size_t files = 0;
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    ++files;
+    EXPECT_EQ(entry.path().filename(), "out.json");
+  }
+  EXPECT_EQ(files, 1u);
+}
+
+TEST_F(ReportFiles, AtomicWriteToMissingDirectory) {
+  const std::string p = path("no/such/dir/out.json");
+  try {
+    write_file_atomic(p, "x");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              p + ": cannot write: directory " + path("no/such/dir") + " does not exist");
+  }
+}
+
+TEST_F(ReportFiles, AtomicWriteFailureLeavesExistingFile) {
+  const std::string p = write("keep.json", "original");
+  // A directory in the way of the rename: the write fails and the original stays.
+  const std::string blocked = path("blocked");
+  fs::create_directories(fs::path(blocked) / "child");
+  EXPECT_THROW(write_file_atomic(blocked, "new"), InputError);
+  EXPECT_TRUE(fs::is_directory(blocked));
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    EXPECT_THAT(entry.path().filename().string(), ::testing::Not(HasSubstr(".tmp.")));
+  }
+  if (::geteuid() != 0) {
+    fs::permissions(dir_, fs::perms::owner_read | fs::perms::owner_exec);
+    try {
+      write_file_atomic(p, "replacement");
+      ADD_FAILURE() << "wrote into a read-only directory";
+    } catch (const InputError& e) {
+      EXPECT_THAT(e.what(), StartsWith(p + ": cannot write: "));
+    }
+    fs::permissions(dir_, fs::perms::owner_all);
+  }
+  EXPECT_EQ(read(p), "original");
+}
+
+TEST_F(ReportFiles, AtomicWriteDashIsStdout) {
+  ::testing::internal::CaptureStdout();
+  write_file_atomic("-", "to stdout\n");
+  EXPECT_EQ(::testing::internal::GetCapturedStdout(), "to stdout\n");
+}
+
+}  // namespace
+}  // namespace bsw

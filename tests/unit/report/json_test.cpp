@@ -1,0 +1,324 @@
+// The report's JSON form: exact field names, NaN never written, round trips, and reader errors that name the
+// file and the field.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+
+#include "batchsweep/errors.hpp"
+#include "batchsweep/printers.hpp"
+#include "batchsweep/report.hpp"
+#include "golden/sample_report.hpp"
+
+namespace bsw {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+// Runs `f`, expects InputError, returns its message.
+template <class F>
+std::string input_error(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no InputError thrown";
+  return {};
+}
+
+json minimal_doc() {
+  return json::parse(R"({"schema_version": 1, "points": [
+    {"batch": 1, "status": "ok", "samples_per_second": 100},
+    {"batch": 8, "status": "ok", "samples_per_second": 700.5},
+    {"batch": 64, "status": "oom", "samples_per_second": 0, "reason": "does not fit"}]})");
+}
+
+TEST(ReportJson, TopLevelNames) {
+  const json doc = to_json(testing::sample_report());
+  for (const char* key : {"schema_version", "tool", "created_at", "command", "device", "settings", "points",
+                          "analysis", "warnings"}) {
+    EXPECT_TRUE(doc.contains(key)) << key;
+  }
+  EXPECT_EQ(doc.size(), 9u);
+  EXPECT_EQ(doc["schema_version"], 1);
+  EXPECT_EQ(doc["tool"],
+            json({{"name", "batchsweep"}, {"version", "0.1.0"}, {"git_commit", "0123456789ab"}}));
+  EXPECT_EQ(doc["command"][0], "batchsweep");
+  EXPECT_EQ(doc["settings"]["precision"], "bf16");
+}
+
+TEST(ReportJson, DeviceMergesDetails) {
+  Report r = testing::sample_report();
+  r.device.details["name"] = "must not overwrite the device name";
+  r.device.peak_flops.reset();
+  const json device = to_json(r)["device"];
+  EXPECT_EQ(device["backend"], "scripted");
+  EXPECT_EQ(device["name"], "Scripted A&B GPU <24 GiB>");
+  EXPECT_EQ(device["memory_total_bytes"], 24 * testing::kGiB);
+  EXPECT_TRUE(device["peak_flops"].is_null());
+  EXPECT_EQ(device["peak_flops_source"], "script");
+  EXPECT_EQ(device["sm_count"], 108);
+  EXPECT_EQ(device["driver_version"], "555.42");
+}
+
+TEST(ReportJson, PointNames) {
+  const json doc = to_json(testing::sample_report());
+  const json& p = doc["points"][3];  // batch 64, with telemetry
+  for (const char* key :
+       {"batch", "accumulation", "effective_batch", "status", "reason", "samples_per_second",
+        "tokens_per_second", "step_ms", "samples_ms", "tflops", "mfu", "memory", "refinement", "noise_pct",
+        "stop_reason", "skipped_steps", "loss", "telemetry"}) {
+    EXPECT_TRUE(p.contains(key)) << key;
+  }
+  EXPECT_EQ(p.size(), 18u);
+  EXPECT_TRUE(p["tokens_per_second"].is_null());
+  for (const char* key : {"mean", "median", "stddev", "min", "max", "p50", "p90", "p95", "p99"}) {
+    EXPECT_TRUE(p["step_ms"][key].is_number()) << key;
+  }
+  EXPECT_EQ(p["memory"]["planned_bytes"], p["memory"]["measured_bytes"]);
+  EXPECT_TRUE(p["memory"]["device_used_bytes"].is_null());
+  EXPECT_EQ(p["telemetry"]["power_w"]["mean"], 312.5);
+  EXPECT_EQ(p["telemetry"]["sm_clock_mhz"]["min"], 1755.0);
+  EXPECT_EQ(p["telemetry"]["throttle_reasons"], json::array({"sw_power_cap"}));
+  // Extras are left out when absent.
+  const json& oom = doc["points"][7];
+  EXPECT_EQ(oom["status"], "oom");
+  EXPECT_FALSE(oom.contains("telemetry"));
+  EXPECT_FALSE(oom.contains("noise_pct"));
+  EXPECT_FALSE(oom.contains("stop_reason"));
+  EXPECT_EQ(doc["points"][6]["status"], "over_limit");
+}
+
+TEST(ReportJson, AnalysisNames) {
+  Report r = testing::sample_report();
+  json a = to_json(r)["analysis"];
+  EXPECT_EQ(a["knee"], json({{"batch", 64},
+                             {"reason", "Kneedle on log2 throughput"},
+                             {"confidence", "stable"},
+                             {"range_low", nullptr},
+                             {"range_high", nullptr}}));
+  EXPECT_EQ(a["max_fit"]["batch"], 128);
+  EXPECT_EQ(a["best_throughput"]["reason"], "");
+  EXPECT_EQ(a["recommended"]["batch"], 64);
+  EXPECT_TRUE(a.contains("latency_slo"));
+  EXPECT_FALSE(a.contains("energy_optimal"));
+  EXPECT_FALSE(a.contains("effective_batch_split"));
+
+  r.analysis = Analysis{};
+  a = to_json(r)["analysis"];
+  EXPECT_TRUE(a["knee"]["batch"].is_null());
+  EXPECT_TRUE(a["saturation"]["batch"].is_null());
+  EXPECT_TRUE(a["saturation"]["samples_per_second"].is_null());
+  EXPECT_TRUE(a["recommended"]["batch"].is_null());
+  EXPECT_FALSE(a.contains("latency_slo"));
+}
+
+TEST(ReportJson, NonFiniteBecomesNull) {
+  Report r = testing::sample_report();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  r.points[0].samples_per_second = inf;
+  r.points[0].step_ms.p99 = nan;
+  r.points[0].samples_ms[2] = nan;
+  r.points[0].mfu = nan;
+  r.points[0].loss = -inf;
+  r.device.peak_flops = nan;
+  r.settings["weird"] = nan;
+  r.device.details["clock"] = inf;
+  r.analysis.saturation.samples_per_second = nan;
+  const json doc = to_json(r);
+  EXPECT_TRUE(doc["points"][0]["samples_per_second"].is_null());
+  EXPECT_TRUE(doc["points"][0]["step_ms"]["p99"].is_null());
+  EXPECT_TRUE(doc["points"][0]["samples_ms"][2].is_null());
+  EXPECT_TRUE(doc["points"][0]["mfu"].is_null());
+  EXPECT_TRUE(doc["points"][0]["loss"].is_null());
+  EXPECT_TRUE(doc["device"]["peak_flops"].is_null());
+  EXPECT_TRUE(doc["device"]["clock"].is_null());
+  EXPECT_TRUE(doc["settings"]["weird"].is_null());
+  EXPECT_TRUE(doc["analysis"]["saturation"]["samples_per_second"].is_null());
+  const std::string text = format_json(r);
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("nan")));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("inf")));
+}
+
+TEST(ReportJson, RoundTrip) {
+  const Report original = testing::sample_report();
+  const json doc = to_json(original);
+  const Report back = report_from_json(doc, "sample.json");
+  EXPECT_EQ(to_json(back), doc);
+  ASSERT_EQ(back.points.size(), original.points.size());
+  EXPECT_EQ(back.points[4].refinement, true);
+  EXPECT_EQ(back.points[3].telemetry->throttle_reasons, original.points[3].telemetry->throttle_reasons);
+  EXPECT_EQ(back.points[3].samples_ms, original.points[3].samples_ms);
+  EXPECT_EQ(back.points[7].status, PointStatus::oom);
+  EXPECT_EQ(back.points[7].reason, original.points[7].reason);
+  EXPECT_EQ(back.device.details["sm_count"], 108);
+  EXPECT_FALSE(back.device.details.contains("name"));
+  EXPECT_EQ(back.analysis.latency_slo->batch, 64);
+  EXPECT_EQ(back.warnings, original.warnings);
+  // And through text.
+  EXPECT_EQ(to_json(report_from_json(json::parse(format_json(original)), "sample.json")), doc);
+}
+
+TEST(ReportJson, MinimalPointsAreValid) {
+  const Report r = report_from_json(minimal_doc(), "curve.json");
+  ASSERT_EQ(r.points.size(), 3u);
+  EXPECT_EQ(r.points[1].batch, 8);
+  EXPECT_EQ(r.points[1].accumulation, 1);
+  EXPECT_EQ(r.points[1].effective_batch, 8);
+  EXPECT_DOUBLE_EQ(r.points[1].samples_per_second, 700.5);
+  EXPECT_TRUE(r.points[1].samples_ms.empty());
+  EXPECT_EQ(r.points[2].status, PointStatus::oom);
+  EXPECT_EQ(r.points[2].reason, "does not fit");
+  EXPECT_FALSE(r.analysis.knee.batch);
+  EXPECT_TRUE(r.warnings.empty());
+}
+
+TEST(ReportJson, PartialStepStatsForLatencyBudgets) {
+  json doc = minimal_doc();
+  doc["points"][0]["step_ms"] = {{"p99", 3.5}};
+  doc["points"][1]["accumulation"] = 4;
+  const Report r = report_from_json(doc, "curve.json");
+  EXPECT_DOUBLE_EQ(r.points[0].step_ms.p99, 3.5);
+  EXPECT_DOUBLE_EQ(r.points[0].step_ms.p50, 0.0);
+  EXPECT_EQ(r.points[1].effective_batch, 32);
+}
+
+TEST(ReportJson, NullThroughputOnlyForPointsThatDidNotRun) {
+  json doc = minimal_doc();
+  doc["points"][2]["samples_per_second"] = nullptr;
+  EXPECT_DOUBLE_EQ(report_from_json(doc, "b.json").points[2].samples_per_second, 0.0);
+  doc["points"][1]["samples_per_second"] = nullptr;
+  EXPECT_EQ(input_error([&] { (void)report_from_json(doc, "b.json"); }),
+            "b.json: points[1].samples_per_second: expected a number");
+}
+
+TEST(ReportJson, ErrorsNameFileAndField) {
+  struct Case {
+    std::function<void(json&)> edit;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](json& d) { d["points"][2]["samples_per_second"] = "fast"; },
+       "b.json: points[2].samples_per_second: expected a number"},
+      {[](json& d) { d["points"][0].erase("batch"); }, "b.json: points[0].batch: missing (required)"},
+      {[](json& d) { d["points"][1].erase("status"); }, "b.json: points[1].status: missing (required)"},
+      {[](json& d) { d["points"][1].erase("samples_per_second"); },
+       "b.json: points[1].samples_per_second: missing (required)"},
+      {[](json& d) { d["points"][1]["status"] = "great"; },
+       "b.json: points[1].status: expected one of \"ok\", \"oom\", \"over_limit\", \"error\""},
+      {[](json& d) { d["points"][0]["batch"] = 1.5; }, "b.json: points[0].batch: expected an integer"},
+      {[](json& d) { d["points"][0]["batch"] = 0; }, "b.json: points[0].batch: must be at least 1"},
+      {[](json& d) { d["points"][0]["accumulation"] = -2; },
+       "b.json: points[0].accumulation: must be at least 1"},
+      {[](json& d) { d["points"][0]["samples_per_second"] = -1; },
+       "b.json: points[0].samples_per_second: must be >= 0"},
+      {[](json& d) {
+         d["points"][0]["samples_ms"] = {1.0, "x"};
+       },
+       "b.json: points[0].samples_ms[1]: expected a number"},
+      {[](json& d) { d["points"][0]["step_ms"] = 3; }, "b.json: points[0].step_ms: expected an object"},
+      {[](json& d) {
+         d["points"][0]["step_ms"] = {{"p99", true}};
+       },
+       "b.json: points[0].step_ms.p99: expected a number"},
+      {[](json& d) {
+         d["points"][0]["memory"] = {{"planned_bytes", -5}};
+       },
+       "b.json: points[0].memory.planned_bytes: expected a non-negative integer (bytes)"},
+      {[](json& d) { d["points"][0]["refinement"] = "yes"; },
+       "b.json: points[0].refinement: expected true or false"},
+      {[](json& d) {
+         d["points"][0]["telemetry"] = {{"power_w", {{"mean", "hot"}}}};
+       },
+       "b.json: points[0].telemetry.power_w.mean: expected a number"},
+      {[](json& d) { d["points"][0] = 7; }, "b.json: points[0]: expected an object"},
+      {[](json& d) { d["points"] = json::object(); }, "b.json: points: expected an array"},
+      {[](json& d) { d.erase("points"); }, "b.json: points: missing (required)"},
+      {[](json& d) {
+         d["analysis"] = {{"knee", {{"batch", "64"}}}};
+       },
+       "b.json: analysis.knee.batch: expected an integer"},
+      {[](json& d) {
+         d["analysis"] = {{"recommended", {{"why", 3}}}};
+       },
+       "b.json: analysis.recommended.why: expected a string"},
+      {[](json& d) {
+         d["warnings"] = {"ok", 3};
+       },
+       "b.json: warnings[1]: expected a string"},
+      {[](json& d) {
+         d["device"] = {{"memory_total_bytes", "lots"}};
+       },
+       "b.json: device.memory_total_bytes: expected a non-negative integer (bytes)"},
+      {[](json& d) { d["settings"] = "fast"; }, "b.json: settings: expected an object"},
+      {[](json& d) { d["schema_version"] = 2; },
+       "b.json: schema_version 2 is not supported (this batchsweep reads 1)"},
+      {[](json& d) { d["schema_version"] = "1"; }, "b.json: schema_version: expected an integer"},
+      {[](json& d) { d.erase("schema_version"); },
+       "b.json: schema_version: missing (required): is this a batchsweep report?"},
+      {[](json& d) { d = json::array(); }, "b.json: expected a JSON object (a batchsweep report)"},
+  };
+  for (const auto& c : cases) {
+    json doc = minimal_doc();
+    c.edit(doc);
+    EXPECT_EQ(input_error([&] { (void)report_from_json(doc, "b.json"); }), c.message);
+  }
+}
+
+// Replaces random nodes of a real report with values of other types: the reader either accepts the document
+// or throws InputError, never anything else (no nlohmann type_error, no crash).
+TEST(ReportJson, MutatedDocumentsOnlyThrowInputError) {
+  const json original = to_json(testing::sample_report());
+  std::vector<json::json_pointer> pointers;
+  const json flat = original.flatten();
+  for (auto it = flat.begin(); it != flat.end(); ++it) {
+    json::json_pointer leaf(it.key());
+    pointers.push_back(leaf);
+    if (!leaf.empty()) pointers.push_back(leaf.parent_pointer());
+  }
+  const json replacements[] = {nullptr,        true,  -1,   1.5,          "x", json::array(),
+                               json::object(), 1e308, -0.0, uint64_t(-1), 0,   json::array({1, "a"})};
+  std::mt19937 rng(20240601);
+  int accepted = 0;
+  for (int i = 0; i < 3000; ++i) {
+    json doc = original;
+    const int edits = 1 + static_cast<int>(rng() % 3);
+    for (int e = 0; e < edits; ++e) {
+      const auto& where = pointers[rng() % pointers.size()];
+      if (where.empty() || !doc.contains(where)) continue;
+      doc[where] = replacements[rng() % std::size(replacements)];
+    }
+    try {
+      (void)report_from_json(doc, "fuzz.json");
+      ++accepted;
+    } catch (const InputError& e) {
+      EXPECT_THAT(e.what(), ::testing::StartsWith("fuzz.json: "));
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "unexpected " << e.what() << " for " << doc.dump();
+      break;
+    }
+  }
+  EXPECT_GT(accepted, 0);
+}
+
+TEST(ReportJson, PointStatusNames) {
+  EXPECT_EQ(to_string(PointStatus::ok), "ok");
+  EXPECT_EQ(to_string(PointStatus::oom), "oom");
+  EXPECT_EQ(to_string(PointStatus::over_limit), "over_limit");
+  EXPECT_EQ(to_string(PointStatus::error), "error");
+}
+
+TEST(ReportJson, InvalidUtf8DoesNotThrowWhenPrinted) {
+  Report r = testing::sample_report();
+  r.warnings.push_back(std::string("bad byte \xff here"));
+  EXPECT_NO_THROW((void)format_json(r));
+}
+
+}  // namespace
+}  // namespace bsw

@@ -1,0 +1,241 @@
+// The printers beyond their golden files: human units, which columns appear, color on and off, CSV quoting
+// and its agreement with the JSON names, markdown and SVG escaping.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+#include <sstream>
+
+#include "batchsweep/printers.hpp"
+#include "golden/sample_report.hpp"
+#include "report/format.hpp"
+
+namespace bsw {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+namespace rf = report_format;
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// Splits one CSV record (RFC 4180, no embedded newlines in this test data).
+std::vector<std::string> csv_fields(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        out.back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        out.back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      out.emplace_back();
+    } else {
+      out.back() += c;
+    }
+  }
+  return out;
+}
+
+void flatten_keys(const nlohmann::json& doc, const std::string& prefix, std::set<std::string>& out) {
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    const std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
+    if (it->is_object()) {
+      flatten_keys(*it, key, out);
+    } else {
+      out.insert(key);
+    }
+  }
+}
+
+TEST(Format, SignificantDigits) {
+  EXPECT_EQ(rf::sig3(0.98123), "0.981");
+  EXPECT_EQ(rf::sig3(12.345), "12.3");
+  EXPECT_EQ(rf::sig3(123.4), "123");
+  EXPECT_EQ(rf::sig3(1235.6), "1236");
+  EXPECT_EQ(rf::sig3(9.996), "10.0");
+  EXPECT_EQ(rf::sig3(0.0), "0");
+  EXPECT_EQ(rf::sig3(-0.0001234), "-0.000123");
+  EXPECT_EQ(rf::sig3(std::nan("")), "\u2014");
+  EXPECT_EQ(rf::fixed(-0.01, 1), "0.0");
+}
+
+TEST(Format, HumanRates) {
+  EXPECT_EQ(rf::human_rate(950), "950");
+  EXPECT_EQ(rf::human_rate(999.7), "1.00k");
+  EXPECT_EQ(rf::human_rate(12345), "12.3k");
+  EXPECT_EQ(rf::human_rate(1.234e6), "1.23M");
+  EXPECT_EQ(rf::human_rate(4.56e9), "4.56G");
+  EXPECT_EQ(rf::human_rate(9.5), "9.50");
+}
+
+TEST(Format, HumanBytes) {
+  EXPECT_EQ(rf::human_bytes(512), "512 B");
+  EXPECT_EQ(rf::human_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(rf::human_bytes(uint64_t{1} << 30), "1.00 GiB");
+  EXPECT_EQ(rf::human_bytes(static_cast<uint64_t>(1.23 * (uint64_t{1} << 30))), "1.23 GiB");
+  EXPECT_EQ(rf::human_bytes((uint64_t{1} << 30) - 1), "1.00 GiB");
+  EXPECT_EQ(rf::human_bytes(80 * (uint64_t{1} << 30)), "80.0 GiB");
+}
+
+TEST(Format, TableAlignsByDisplayWidth) {
+  rf::TextTable t{{"a", "mark", "end"}, {rf::Align::right, rf::Align::left, rf::Align::left}, {}};
+  t.rows = {{"1", "\u25c0 knee", "x"}, {"100", "", "long last column"}};
+  const auto lines = rf::render_lines(t);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "  a  mark    end");
+  EXPECT_EQ(lines[1], "  1  \u25c0 knee  x");
+  EXPECT_EQ(lines[2], "100          long last column");
+}
+
+TEST(Console, NoEscapeCodesWithoutColor) {
+  const std::string text = format_console(testing::sample_report(), {.color = false});
+  EXPECT_THAT(text, Not(HasSubstr("\x1b[")));
+  EXPECT_THAT(text, HasSubstr("\u25c0 knee"));
+  EXPECT_THAT(text, HasSubstr("96*"));
+  EXPECT_THAT(text, HasSubstr("oom: cudaMalloc failed"));
+  EXPECT_THAT(text, HasSubstr("recommended: batch 64"));
+  EXPECT_THAT(text, HasSubstr("warning: knee found next to the sweep's edge"));
+}
+
+TEST(Console, ColorDimsRowsThatDidNotRun) {
+  const std::string text = format_console(testing::sample_report(), {.color = true});
+  bool dimmed_oom = false, bold_knee = false;
+  for (const auto& line : lines_of(text)) {
+    if (line.find("oom: ") != std::string::npos) dimmed_oom = line.rfind("\x1b[2m", 0) == 0;
+    if (line.find("\u25c0 knee sat") != std::string::npos) bold_knee = line.rfind("\x1b[1m", 0) == 0;
+  }
+  EXPECT_TRUE(dimmed_oom);
+  EXPECT_TRUE(bold_knee);
+}
+
+TEST(Console, OnlyColumnsThatCarryInformation) {
+  Report r = testing::sample_report();
+  std::string header = lines_of(format_console(r, {}))[2];
+  EXPECT_THAT(header, Not(HasSubstr("accum")));
+  EXPECT_THAT(header, Not(HasSubstr("tokens/s")));
+  EXPECT_THAT(header, HasSubstr("MFU %"));
+  EXPECT_THAT(header, HasSubstr("status"));
+
+  r.points.resize(4);  // all ok, accumulation 2 on one, tokens known, MFU not known
+  r.points[1].accumulation = 2;
+  r.points[1].effective_batch = 8;
+  for (auto& p : r.points) {
+    p.mfu.reset();
+    p.tokens_per_second = p.samples_per_second * 128;
+  }
+  header = lines_of(format_console(r, {}))[2];
+  EXPECT_THAT(header, HasSubstr("accum"));
+  EXPECT_THAT(header, HasSubstr("eff batch"));
+  EXPECT_THAT(header, HasSubstr("tokens/s"));
+  EXPECT_THAT(header, Not(HasSubstr("MFU")));
+  EXPECT_THAT(header, Not(HasSubstr("status")));
+}
+
+TEST(Console, EmptyReport) {
+  Report r;
+  EXPECT_EQ(format_console(r, {}), "no points measured\n");
+  EXPECT_THAT(format_markdown(r), HasSubstr("No points measured."));
+  EXPECT_THAT(format_svg(r), HasSubstr("no points measured"));
+  EXPECT_EQ(lines_of(format_csv(r)).size(), 1u);
+}
+
+TEST(Console, KneeRange) {
+  Report r = testing::sample_report();
+  r.analysis.knee.confidence = "range";
+  r.analysis.knee.range_low = 16;
+  r.analysis.knee.range_high = 96;
+  EXPECT_THAT(format_console(r, {}), HasSubstr("knee: batch 64 (range 16\u201396)"));
+}
+
+TEST(Csv, HeaderIsTheJsonNames) {
+  const Report r = testing::sample_report();
+  const auto lines = lines_of(format_csv(r));
+  ASSERT_EQ(lines.size(), r.points.size() + 1);
+  const auto header = csv_fields(lines[0]);
+  EXPECT_EQ(header[0], "batch");
+  // Every leaf of the richest point's JSON is a column, and nothing else is (raw samples left out).
+  std::set<std::string> keys;
+  flatten_keys(to_json(r)["points"][3], "", keys);
+  keys.erase("samples_ms");
+  EXPECT_EQ(std::set<std::string>(header.begin(), header.end()), keys);
+  EXPECT_EQ(header.size(), keys.size());
+  for (const auto& line : lines) EXPECT_EQ(csv_fields(line).size(), header.size()) << line;
+}
+
+TEST(Csv, QuotingAndValues) {
+  const Report r = testing::sample_report();
+  const auto lines = lines_of(format_csv(r));
+  const auto header = csv_fields(lines[0]);
+  auto column = [&](const std::string& name) {
+    return static_cast<size_t>(std::find(header.begin(), header.end(), name) - header.begin());
+  };
+  const auto oom = csv_fields(lines[8]);
+  EXPECT_EQ(oom[column("status")], "oom");
+  EXPECT_EQ(oom[column("reason")], "cudaMalloc failed: out of memory, \"needs 49.0 GiB\"");
+  EXPECT_THAT(lines[8], HasSubstr("\"cudaMalloc failed: out of memory, \"\"needs 49.0 GiB\"\"\""));
+  EXPECT_EQ(oom[column("step_ms.p99")], "0.0");
+  EXPECT_EQ(oom[column("tflops")], "");
+  const auto knee = csv_fields(lines[4]);
+  EXPECT_EQ(knee[column("batch")], "64");
+  EXPECT_EQ(knee[column("telemetry.throttle_reasons")], "sw_power_cap");
+  EXPECT_EQ(knee[column("refinement")], "false");
+  EXPECT_EQ(knee[column("memory.planned_bytes")], std::to_string(r.points[3].memory.planned_bytes));
+}
+
+TEST(Markdown, HeaderTableAndSummary) {
+  Report r = testing::sample_report();
+  r.settings["model"]["name"] = "my_model|v2";
+  const std::string md = format_markdown(r);
+  EXPECT_THAT(md, HasSubstr("**Model** my\\_model\\|v2"));
+  EXPECT_THAT(md, HasSubstr("**Mode** train"));
+  EXPECT_THAT(md, HasSubstr("**Precision** bf16"));
+  EXPECT_THAT(md, HasSubstr("| batch | samples/s |"));
+  EXPECT_THAT(md, HasSubstr("- **recommended**: batch 64"));
+  EXPECT_THAT(md, Not(HasSubstr("accum")));
+}
+
+TEST(Svg, EscapedDeterministicAndComplete) {
+  Report r = testing::sample_report();
+  r.settings["model"]["name"] = "<script>alert('x')</script>";
+  const std::string svg = format_svg(r);
+  EXPECT_EQ(svg, format_svg(r));
+  EXPECT_THAT(svg, Not(HasSubstr("<script>")));
+  EXPECT_THAT(svg, HasSubstr("&lt;script&gt;alert(&apos;x&apos;)&lt;/script&gt;"));
+  EXPECT_THAT(svg, HasSubstr("Scripted A&amp;B GPU &lt;24 GiB&gt;"));
+  EXPECT_THAT(svg, HasSubstr(">knee 64<"));
+  EXPECT_THAT(svg, HasSubstr(">saturation 64<"));
+  EXPECT_THAT(svg, HasSubstr(">max fit 128<"));
+  EXPECT_THAT(svg, HasSubstr("batch 512: oom: cudaMalloc failed"));
+  EXPECT_THAT(svg, HasSubstr("over memory limit"));
+  EXPECT_THAT(svg, Not(HasSubstr("nan")));
+  EXPECT_EQ(svg.rfind("</svg>\n"), svg.size() - 7);
+}
+
+TEST(Svg, SurvivesOddCurves) {
+  Report r;
+  Point p;
+  p.batch = 3;
+  p.effective_batch = 3;
+  p.samples_per_second = std::nan("");
+  r.points = {p};
+  EXPECT_THAT(format_svg(r), Not(HasSubstr("nan")));
+  r.points[0].samples_per_second = 0;
+  EXPECT_THAT(format_svg(r), HasSubstr("</svg>"));
+}
+
+}  // namespace
+}  // namespace bsw

@@ -1,0 +1,82 @@
+// The published JSON Schema (configs/schema/report-v1.schema.json) against what the writer writes: a report
+// is validated by tests/validate_schema.py (python3 + jsonschema), skipped with the reason when those are
+// missing.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "batchsweep/printers.hpp"
+#include "golden/sample_report.hpp"
+
+namespace bsw {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Exit status of `command` run by the shell, or -1 when it did not exit normally.
+int run(const std::string& command) {
+  const int status = std::system(command.c_str());
+  return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+class Schema : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (run("python3 -c 'import jsonschema' >/dev/null 2>&1") != 0) {
+      GTEST_SKIP() << "python3 with the jsonschema module is not available (pip install jsonschema)";
+    }
+  }
+
+  // 0 when valid, 1 when not (errors on stderr).
+  static int validate(const Report& report, const std::string& name) {
+    const fs::path file =
+        fs::temp_directory_path() / ("bsw_schema_" + std::to_string(::getpid()) + "_" + name);
+    write_file_atomic(file.string(), format_json(report));
+    const std::string command = std::string("python3 '") + BSW_SOURCE_DIR + "/tests/validate_schema.py' '" +
+                                BSW_SOURCE_DIR + "/configs/schema/report-v1.schema.json' '" + file.string() +
+                                "'";
+    const int rc = run(command);
+    fs::remove(file);
+    return rc;
+  }
+};
+
+TEST_F(Schema, SampleReportIsValid) {
+  EXPECT_EQ(validate(testing::sample_report(), "sample.json"), 0);
+}
+
+TEST_F(Schema, BareReportIsValid) {
+  Report r;
+  Point p;
+  p.batch = 1;
+  p.effective_batch = 1;
+  p.samples_per_second = std::nan("");
+  r.points.push_back(p);
+  EXPECT_EQ(validate(r, "bare.json"), 0);
+}
+
+TEST_F(Schema, EveryOptionalSectionIsValid) {
+  Report r = testing::sample_report();
+  r.analysis.energy_optimal = BatchChoice{16, 8000.0, "fewest joules per sample"};
+  r.analysis.effective_batch_split = BatchChoice{64, std::nullopt, "64 x 1"};
+  r.analysis.knee.confidence = "range";
+  r.analysis.knee.range_low = 16;
+  r.analysis.knee.range_high = 96;
+  r.points[0].tokens_per_second = 1e5;
+  r.points[0].memory.device_used_bytes = 12345;
+  r.points[1].status = PointStatus::error;
+  r.points[1].reason = "loss is NaN";
+  EXPECT_EQ(validate(r, "full.json"), 0);
+}
+
+TEST_F(Schema, CatchesAWrongDocument) {
+  Report r = testing::sample_report();
+  r.points[0].batch = 0;  // the schema says minimum 1
+  EXPECT_EQ(validate(r, "wrong.json"), 1);
+}
+
+}  // namespace
+}  // namespace bsw
