@@ -59,6 +59,10 @@ class Backend {
   virtual ~Backend() = default;
   [[nodiscard]] virtual BackendKind kind() const = 0;
   [[nodiscard]] virtual DeviceInfo device(Precision precision) const = 0;
+  // Whether prepare() can run out of memory below the plan's budget (a GPU: other tenants, fragmentation).
+  // When false — the CPU, whose host allocator overcommits — the plan alone decides what fits, and sweeps
+  // need not prepare a batch just to learn whether it fits.
+  [[nodiscard]] virtual bool reports_out_of_memory() const { return true; }
   // Allocates exactly plan.buffers and initialises them (seeded). Throws OutOfMemory when they do not fit
   // (the backend stays usable), BackendError otherwise.
   [[nodiscard]] virtual std::unique_ptr<Session> prepare(const Graph& graph, const Plan& plan,

@@ -1,0 +1,265 @@
+// The sweep: which batches to measure (the --batch grammar, --batch auto, --effective-batch splits), when to
+// stop measuring one point (stopping criteria), and the runner that turns (backend, graph, settings) into
+// Points. The sweep knows backends only through backend.hpp and knows nothing of how points are printed.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "batchsweep/backend.hpp"
+#include "batchsweep/plan.hpp"
+#include "batchsweep/report.hpp"
+
+namespace bsw {
+
+// -------------------------------------------------------------------------------------------------------------
+// Batch grammar and sizes
+// -------------------------------------------------------------------------------------------------------------
+
+inline constexpr int64_t kMaxBatch = int64_t{1} << 24;  // largest batch any sweep measures (2^24)
+inline constexpr std::size_t kMaxBatchCount = 4096;     // most batches one --batch list may expand to
+
+// A parsed --batch value: either `auto` or an explicit, sorted, de-duplicated list of batches
+// in 1..kMaxBatch.
+struct BatchSpec {
+  bool auto_search = false;
+  std::vector<int64_t> batches;  // empty when auto_search
+  std::string text;              // the text as given, for reports
+
+  [[nodiscard]] bool operator==(const BatchSpec&) const = default;
+};
+
+// Parses the --batch grammar. Comma-separated items, mixable:
+//   `64`              one batch
+//   `8:256:+8`        arithmetic range start:stop:+step (stop included when the steps land on it)
+//   `1:4096:*2`       geometric range start:stop:*factor (factor an integer >= 2)
+//   `16:128`          shorthand for `16:128:*2` (batch sweeps are geometric by convention)
+//   `auto`            alone: the auto search (see run_sweep)
+// Numbers are integers; an integral scientific form (`1e3`) is accepted so that `1:1e9` fails on its range.
+// Throws UsageError naming `flag` and the bad item for: a batch < 1 or > 2^24, stop < start, a step or factor
+// that does not advance (`+0`, `*1`), text that is not a number, an empty list or item, `auto` mixed with
+// batches, and more than kMaxBatchCount batches.
+[[nodiscard]] BatchSpec parse_batch_spec(std::string_view text, std::string_view flag);
+
+// Parses a byte size: `4096` (bytes), `512MiB`, `24GiB`, `1.5TiB` (binary, 1024^k), `80GB`, `500MB` (decimal,
+// 1000^k), units B/KB/MB/GB/TB/PB and KiB/MiB/GiB/TiB/PiB, case-insensitive, an optional space before the
+// unit. Fractions are rounded to the nearest byte. Throws UsageError naming `flag` for an unknown unit
+// (`12XB`), a size of zero, a negative or malformed number, and a size that does not fit in 64 bits.
+[[nodiscard]] uint64_t parse_size(std::string_view text, std::string_view flag);
+
+// "512 B", "1.50 KiB", "74.10 GiB": binary units, two decimals above bytes.
+[[nodiscard]] std::string format_bytes(uint64_t bytes);
+
+// -------------------------------------------------------------------------------------------------------------
+// Stopping criteria (after nvbench's stopping_criterion)
+// -------------------------------------------------------------------------------------------------------------
+
+struct StoppingSettings {
+  int64_t warmup_steps = 3;     // untimed steps after prepare (kernels selected, caches and clocks warm)
+  int64_t min_samples = 10;     // timed steps at least
+  double min_time_s = 0.5;      // sum of the timed step times at least
+  double max_noise_pct = 1.0;   // relative noise (stddev / mean * 100 of all timed samples) at most
+  double timeout_s = 5.0;       // wall clock per point (warm-up included): stop with a warning when reached
+  int64_t max_samples = 10000;  // hard cap so a 1 us step cannot run forever
+
+  [[nodiscard]] bool operator==(const StoppingSettings&) const = default;
+};
+
+// Throws UsageError naming the flag (--warmup, --min-samples, --min-time, --max-noise, --timeout) for a value
+// out of range: warmup >= 0, min_samples in 1..max_samples, min_time >= 0, max_noise > 0, timeout > 0, all
+// finite.
+void validate(const StoppingSettings& stopping);
+
+// Decides when a point has been measured enough. The runner feeds every timed step and asks after each one.
+class StoppingCriterion {
+ public:
+  virtual ~StoppingCriterion() = default;
+  virtual void add_measurement(double step_ms) = 0;
+  [[nodiscard]] virtual bool is_finished() = 0;
+  // Which rule ended the point ("noise target", "timeout", "sample cap"); empty while not finished.
+  [[nodiscard]] virtual std::string stop_reason() const = 0;
+  // When the point ended short of its targets: a sentence saying which limit was hit, by how much, and the
+  // flag that helps. nullopt when the targets were met.
+  [[nodiscard]] virtual std::optional<std::string> warning() const = 0;
+};
+
+// The default criterion. Finished when
+//   (a) samples >= min_samples AND sum(step_ms) >= min_time_s AND noise <= max_noise_pct: "noise target";
+//   (b) the wall clock since construction reaches timeout_s: "timeout";
+//   (c) samples reach max_samples: "sample cap".
+// Noise is relative_noise() (analysis) of ALL timed samples of the point, the same number reported as the
+// point's noise_pct, so the stop rule and the report never disagree. The wall clock is injectable for tests.
+class NoiseCriterion final : public StoppingCriterion {
+ public:
+  using Clock = std::function<double()>;  // seconds, monotonic
+  explicit NoiseCriterion(StoppingSettings settings, Clock clock = {});
+
+  void add_measurement(double step_ms) override;
+  [[nodiscard]] bool is_finished() override;
+  [[nodiscard]] std::string stop_reason() const override;
+  [[nodiscard]] std::optional<std::string> warning() const override;
+
+  [[nodiscard]] double noise_pct() const;  // of the samples so far, 0 with fewer than 2
+  [[nodiscard]] std::size_t samples() const { return samples_ms_.size(); }
+  [[nodiscard]] double measured_s() const { return measured_ms_ / 1000.0; }
+
+ private:
+  enum class Stop { none, noise_target, timeout, sample_cap };
+  StoppingSettings settings_;
+  Clock clock_;
+  double start_s_ = 0;
+  double elapsed_at_stop_s_ = 0;
+  std::vector<double> samples_ms_;
+  double measured_ms_ = 0;
+  Stop stop_ = Stop::none;
+};
+
+// -------------------------------------------------------------------------------------------------------------
+// The runner
+// -------------------------------------------------------------------------------------------------------------
+
+struct SweepSettings {
+  BatchSpec batches;  // explicit list or auto; ignored when effective_batch is set
+  Precision precision = Precision::fp32;
+  Mode mode = Mode::train;
+  int64_t accumulation = 1;  // micro-batches per optimizer step for every listed batch
+  std::optional<int64_t>
+      effective_batch;  // --effective-batch N: sweep the splits micro x accumulation = N instead
+  std::optional<uint64_t>
+      memory_limit_bytes;  // --memory-limit: plans above limit * kMemorySafetyFraction are skipped
+  double memory_warn_fraction =
+      0.9;  // warn when a point's planned or device-used memory passes this of the budget
+  StoppingSettings stopping;
+  SessionOptions session;
+  double knee_sensitivity = 1.0;  // --batch auto: Kneedle S for the knee the refinement measures around
+};
+
+// What on_point_start is told. `planned_total` is the number of points the sweep expects; for --batch auto
+// and
+// --effective-batch it is an estimate (total_is_estimate) that may change as the search learns.
+struct PointStart {
+  int index = 0;  // 1-based
+  int planned_total = 0;
+  bool total_is_estimate = false;
+  int64_t batch = 0;
+  int64_t accumulation = 1;
+  bool refinement = false;
+};
+
+// Hooks the runner calls on the calling thread. Every method has a do-nothing default.
+class SweepObserver {
+ public:
+  virtual ~SweepObserver() = default;
+  virtual void on_point_start(const PointStart& /*start*/) {}
+  // After each finished point (any status); `all_so_far` holds every finished point including this one,
+  // sorted by (effective_batch, batch) as in SweepOutcome::points.
+  virtual void on_point_done(const Point& /*point*/, const std::vector<Point>& /*all_so_far*/) {}
+  // Asked before each point and between timed steps; true drops the unfinished point and ends the sweep.
+  [[nodiscard]] virtual bool should_stop() { return false; }
+  // Once, at the end (also after an interrupt).
+  virtual void on_sweep_end(bool /*interrupted*/) {}
+};
+
+struct SweepOutcome {
+  std::vector<Point> points;          // finished points, sorted by (effective_batch, batch)
+  std::vector<std::string> warnings;  // sentences for stderr and the report, each saying how to fix
+  bool interrupted = false;           // should_stop() ended the sweep; points holds everything finished
+  int measured_points = 0;            // points that ran timed steps (prepared: ok, or error after prepare)
+  int probed_points = 0;       // prepares that failed or were only probed (auto), plans over the budget
+  std::string search_summary;  // auto / effective-batch: how the search went; empty for a plain list
+};
+
+// Runs the sweep the settings describe:
+//   - effective_batch set: the splits micro x accumulation = N (accumulation 1, 2, 4, ... dividing N),
+//     from the largest micro-batch down; stops early once a split has fit and two successive smaller
+//     micro-batches were each more than 5% slower than the one before (kEffectiveBatchStopSlowdown).
+//   - batches.auto_search: the auto search (src/sweep/auto_search.cpp): doubling from 1 until the memory
+//     budget, an oom or a plateau, bisection of the fit edge to a multiple of 8, points around the knee.
+//   - otherwise every listed batch, in the order given, with settings.accumulation.
+// Per point: make_plan; a plan above the budget (the smaller of memory_limit_bytes and the device's
+// memory_total_bytes) times kMemorySafetyFraction is recorded `over_limit` without prepare; prepare throwing
+// OutOfMemory gives `oom`, BackendError `error`; then warmup_steps untimed steps and timed steps until
+// NoiseCriterion finishes. A non-finite loss makes the point `error` ("non-finite loss (NaN/Inf) at step N",
+// N counting timed steps from 1, or "at warm-up step N"); its samples are kept, its throughput stays 0.
+// samples_per_second = effective_batch / mean step time (the mean, not the median: throughput over a long run
+// is total samples / total time). The Session is destroyed before the next prepare. Throws UsageError for
+// invalid settings and anything a backend throws that is not an OutOfMemory or BackendError.
+[[nodiscard]] SweepOutcome run_sweep(Backend& backend, const Graph& graph, const SweepSettings& settings,
+                                     SweepObserver& observer);
+
+// --effective-batch: stop once two successive smaller micro-batches are each this much slower than the last.
+inline constexpr double kEffectiveBatchStopSlowdown = 0.05;
+// --batch auto: timing stops when each of the last two doublings gained less than this fraction.
+inline constexpr double kAutoPlateauGain = 0.03;
+
+// The splits of --effective-batch N, largest micro-batch first: {micro, accumulation} with accumulation a
+// power of two dividing N. Throws UsageError naming --effective-batch for N < 1 or N > kMaxBatch.
+struct BatchSplit {
+  int64_t micro_batch = 1;
+  int64_t accumulation = 1;
+  [[nodiscard]] bool operator==(const BatchSplit&) const = default;
+};
+[[nodiscard]] std::vector<BatchSplit> effective_batch_splits(int64_t effective_batch);
+
+// -------------------------------------------------------------------------------------------------------------
+// Progress on stderr
+// -------------------------------------------------------------------------------------------------------------
+
+// Everything one progress line shows; format_progress_line is pure so tests pin the text.
+struct ProgressLine {
+  int index = 0;  // 1-based, the point being measured
+  int planned_total = 0;
+  bool total_is_estimate = false;
+  int64_t batch = 0;
+  int64_t accumulation = 1;
+  bool refinement = false;
+  double elapsed_s = 0;
+  std::optional<double> eta_s;  // none before the first point finished
+};
+
+// "[3/9] batch 64 · elapsed 12.4 s · ETA ~31 s"; an estimated total reads "[3/~9]", an accumulation
+// "batch 16x4", a refinement point "batch 184 (refine)". `color` adds ANSI bold/dim (never with NO_COLOR).
+[[nodiscard]] std::string format_progress_line(const ProgressLine& line, bool color);
+// "12.4 s", "59.9 s", "2 min 05 s", "1 h 02 min".
+[[nodiscard]] std::string format_duration(double seconds);
+
+struct ProgressOptions {
+  bool quiet = false;                    // print nothing
+  bool terminal = false;                 // redraw one line in place with \r (stderr is a terminal)
+  bool color = false;                    // ANSI styling (terminal and NO_COLOR unset)
+  std::function<bool()> stop_requested;  // answers should_stop() (the CLI's signal flag); none = never
+  std::function<double()> clock;         // seconds, monotonic; none = steady_clock
+};
+
+// Options for the real stderr: terminal = isatty(stderr), color = terminal and NO_COLOR unset or empty.
+[[nodiscard]] ProgressOptions stderr_progress_options(bool quiet);
+
+// A SweepObserver that prints progress. In a terminal the line is redrawn in place and a point that is not ok
+// leaves one line ("batch 4096: oom — <reason>"); otherwise each point start prints its own line.
+// ETA = mean wall time per finished point x points remaining.
+class ProgressPrinter : public SweepObserver {
+ public:
+  ProgressPrinter(std::FILE* stream, ProgressOptions options);
+  void on_point_start(const PointStart& start) override;
+  void on_point_done(const Point& point, const std::vector<Point>& all_so_far) override;
+  [[nodiscard]] bool should_stop() override;
+  void on_sweep_end(bool interrupted) override;
+
+ private:
+  [[nodiscard]] double now_s() const;
+  void clear_line();
+
+  std::FILE* stream_;
+  ProgressOptions options_;
+  double start_s_ = 0;
+  int finished_ = 0;
+  std::size_t drawn_width_ = 0;  // characters of the line drawn in place
+};
+
+}  // namespace bsw

@@ -1,0 +1,274 @@
+// The scripted backend: a formula for the step time, seeded noise, and scripted failures (oom, NaN, hang),
+// read from a JSON script. See scripted_backend.hpp for the script format.
+#include "backends/scripted/scripted_backend.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <numbers>
+#include <sstream>
+#include <thread>
+
+#include "batchsweep/errors.hpp"
+
+namespace bsw {
+namespace {
+
+constexpr double kHangSleepMs = 50.0;
+constexpr std::array<double, 2> kHangReportedMs{25.0, 75.0};
+
+// splitmix64: a small, portable generator, so noise is identical on every standard library.
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// Uniform in (0, 1).
+double uniform_open(uint64_t& state) {
+  return (static_cast<double>(splitmix64(state) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+// Standard normal by Box-Muller.
+double gaussian(uint64_t& state) {
+  const double u1 = uniform_open(state);
+  const double u2 = uniform_open(state);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+}
+
+class ScriptedSession final : public Session {
+ public:
+  ScriptedSession(const ScriptedConfig& config, const Plan& plan)
+      : config_(config),
+        micro_batch_(plan.request.batch),
+        accumulation_(plan.request.accumulation),
+        train_(plan.request.mode == Mode::train),
+        planned_bytes_(plan.memory.total_bytes()),
+        base_ms_(config.step_ms(plan.request.batch, plan.request.accumulation)) {
+    rng_state_ = config.seed ^ (static_cast<uint64_t>(micro_batch_) * 0x9E3779B97F4A7C15ULL) ^
+                 (static_cast<uint64_t>(accumulation_) * 0xC2B2AE3D27D4EB4FULL);
+  }
+
+  StepResult step() override {
+    ++steps_;
+    StepResult result;
+    if (config_.hang_at_batch && *config_.hang_at_batch == micro_batch_) {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(kHangSleepMs));
+      result.step_ms = kHangReportedMs[static_cast<std::size_t>(steps_ % 2)];
+    } else {
+      double ms = base_ms_;
+      if (config_.noise_pct > 0) ms *= 1.0 + config_.noise_pct / 100.0 * gaussian(rng_state_);
+      result.step_ms = std::max(ms, base_ms_ * 0.01);  // noise never makes a step free or negative
+      if (config_.sleep)
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(result.step_ms));
+    }
+    if (config_.nan_at_batch && *config_.nan_at_batch == micro_batch_) {
+      result.finite = false;
+      result.loss = std::numeric_limits<double>::quiet_NaN();
+      return result;
+    }
+    result.skipped = config_.skip_every_steps && steps_ % *config_.skip_every_steps == 0;
+    // A loss that falls slowly, like the first steps of training on synthetic data; NaN in inference.
+    result.loss =
+        train_ ? 2.3 / (1.0 + 0.01 * static_cast<double>(steps_)) : std::numeric_limits<double>::quiet_NaN();
+    return result;
+  }
+
+  SessionMemory memory() const override {
+    SessionMemory memory;
+    memory.planned_bytes = planned_bytes_;
+    memory.allocated_bytes = planned_bytes_;
+    return memory;
+  }
+
+  nlohmann::json details() const override {
+    return {{"formula_step_ms", base_ms_}, {"micro_batch", micro_batch_}, {"accumulation", accumulation_}};
+  }
+
+ private:
+  ScriptedConfig config_;  // a copy, so a session never points into its backend
+  int64_t micro_batch_;
+  int64_t accumulation_;
+  bool train_;
+  uint64_t planned_bytes_;
+  double base_ms_;
+  uint64_t rng_state_ = 0;
+  int64_t steps_ = 0;
+};
+
+class ScriptedBackend final : public Backend {
+ public:
+  explicit ScriptedBackend(ScriptedConfig config) : config_(std::move(config)) {}
+
+  BackendKind kind() const override { return BackendKind::scripted; }
+
+  DeviceInfo device(Precision /*precision*/) const override {
+    DeviceInfo info;
+    info.backend = "scripted";
+    info.name = config_.name;
+    info.memory_total_bytes = config_.memory_total_bytes;
+    info.peak_flops = config_.peak_flops;
+    if (config_.peak_flops) info.peak_flops_source = "script";
+    info.details = {{"script", config_.source},
+                    {"curve", config_.curve == ScriptedConfig::Curve::roofline ? "roofline" : "saturating"},
+                    {"t0_ms", config_.t0_ms},
+                    {"noise_pct", config_.noise_pct},
+                    {"seed", config_.seed}};
+    if (config_.curve == ScriptedConfig::Curve::roofline)
+      info.details["samples_per_ms"] = config_.samples_per_ms;
+    else
+      info.details["b0"] = config_.b0;
+    return info;
+  }
+
+  std::unique_ptr<Session> prepare(const Graph& /*graph*/, const Plan& plan,
+                                   const SessionOptions& options) override {
+    const uint64_t total = plan.memory.total_bytes();
+    const int64_t batch = plan.request.batch;
+    if (config_.oom_above_batch && batch > *config_.oom_above_batch)
+      throw OutOfMemory(
+          fmt::format("scripted device '{}': out of memory at batch {} (the script fails above {})",
+                      config_.name, batch, *config_.oom_above_batch));
+    if (total > config_.memory_total_bytes)
+      throw OutOfMemory(fmt::format("scripted device '{}': out of memory: the plan needs {} bytes of {}",
+                                    config_.name, total, config_.memory_total_bytes));
+    if (options.memory_limit_bytes && total > *options.memory_limit_bytes)
+      throw OutOfMemory(
+          fmt::format("scripted device '{}': the plan needs {} bytes, above the memory limit of {}",
+                      config_.name, total, *options.memory_limit_bytes));
+    return std::make_unique<ScriptedSession>(config_, plan);
+  }
+
+ private:
+  ScriptedConfig config_;
+};
+
+// Typed accessors that name the source and key in every error.
+struct ScriptReader {
+  const nlohmann::json& doc;
+  const std::string& source;
+
+  [[noreturn]] void fail(std::string_view key, const std::string& why) const {
+    throw UsageError(fmt::format("{}: {}: {}", source, key, why));
+  }
+  [[nodiscard]] const nlohmann::json* find(std::string_view key) const {
+    const auto it = doc.find(key);
+    return it == doc.end() ? nullptr : &*it;
+  }
+  [[nodiscard]] std::optional<double> positive_number(std::string_view key, bool allow_zero = false) const {
+    const nlohmann::json* value = find(key);
+    if (!value) return std::nullopt;
+    if (!value->is_number()) fail(key, fmt::format("must be a number, got {}", value->dump()));
+    const double v = value->get<double>();
+    if (!std::isfinite(v) || v < 0 || (v == 0 && !allow_zero))
+      fail(key, fmt::format("must be {}, got {}", allow_zero ? ">= 0" : "> 0", value->dump()));
+    return v;
+  }
+  [[nodiscard]] std::optional<int64_t> integer(std::string_view key, int64_t minimum) const {
+    const nlohmann::json* value = find(key);
+    if (!value) return std::nullopt;
+    if (!value->is_number_integer()) fail(key, fmt::format("must be an integer, got {}", value->dump()));
+    if (value->is_number_unsigned() && value->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      fail(key, fmt::format("{} is too large", value->dump()));
+    const int64_t v = value->get<int64_t>();
+    if (v < minimum) fail(key, fmt::format("must be at least {}, got {}", minimum, v));
+    return v;
+  }
+};
+
+}  // namespace
+
+double ScriptedConfig::step_ms(int64_t micro_batch, int64_t accumulation) const {
+  const double b = static_cast<double>(micro_batch);
+  const double micro_ms =
+      curve == Curve::roofline ? std::max(t0_ms, b / samples_per_ms) : t0_ms * (1.0 + b / b0);
+  return static_cast<double>(accumulation) * micro_ms;
+}
+
+ScriptedConfig parse_scripted_config(const nlohmann::json& doc, const std::string& source) {
+  if (!doc.is_object())
+    throw UsageError(fmt::format("{}: a scripted backend script must be a JSON object", source));
+  static constexpr std::array<std::string_view, 14> kKeys{
+      "name",  "memory_total_bytes", "peak_flops", "t0_ms",           "curve",        "samples_per_ms",
+      "b0",    "noise_pct",          "seed",       "oom_above_batch", "nan_at_batch", "skip_every_steps",
+      "sleep", "hang_at_batch"};
+  for (const auto& [key, value] : doc.items()) {
+    if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end())
+      throw UsageError(fmt::format("{}: unknown key '{}' (known: {})", source, key, fmt::join(kKeys, ", ")));
+  }
+
+  const ScriptReader in{doc, source};
+  ScriptedConfig config;
+  config.source = source;
+  if (const nlohmann::json* name = in.find("name")) {
+    if (!name->is_string() || name->get<std::string>().empty()) in.fail("name", "must be a non-empty string");
+    config.name = name->get<std::string>();
+  }
+  const auto memory = in.integer("memory_total_bytes", 1);
+  if (!memory) in.fail("memory_total_bytes", "is required (the device memory in bytes)");
+  config.memory_total_bytes = static_cast<uint64_t>(*memory);
+  config.peak_flops = in.positive_number("peak_flops");
+  const auto t0 = in.positive_number("t0_ms");
+  if (!t0) in.fail("t0_ms", "is required (the fixed cost of one micro-batch in ms)");
+  config.t0_ms = *t0;
+
+  std::string curve = "roofline";
+  if (const nlohmann::json* value = in.find("curve")) {
+    if (!value->is_string()) in.fail("curve", "must be \"roofline\" or \"saturating\"");
+    curve = value->get<std::string>();
+  }
+  if (curve == "roofline") {
+    config.curve = ScriptedConfig::Curve::roofline;
+    const auto rate = in.positive_number("samples_per_ms");
+    if (!rate) in.fail("samples_per_ms", "is required by the roofline curve");
+    if (in.find("b0")) in.fail("b0", "belongs to the saturating curve; the roofline uses samples_per_ms");
+    config.samples_per_ms = *rate;
+  } else if (curve == "saturating") {
+    config.curve = ScriptedConfig::Curve::saturating;
+    const auto b0 = in.positive_number("b0");
+    if (!b0) in.fail("b0", "is required by the saturating curve");
+    if (in.find("samples_per_ms"))
+      in.fail("samples_per_ms", "belongs to the roofline curve; saturating uses b0");
+    config.b0 = *b0;
+  } else {
+    in.fail("curve", fmt::format("must be \"roofline\" or \"saturating\", got \"{}\"", curve));
+  }
+
+  config.noise_pct = in.positive_number("noise_pct", /*allow_zero=*/true).value_or(0.0);
+  if (const auto seed = in.integer("seed", 0)) config.seed = static_cast<uint64_t>(*seed);
+  config.oom_above_batch = in.integer("oom_above_batch", 1);
+  config.nan_at_batch = in.integer("nan_at_batch", 1);
+  config.skip_every_steps = in.integer("skip_every_steps", 1);
+  config.hang_at_batch = in.integer("hang_at_batch", 1);
+  if (const nlohmann::json* value = in.find("sleep")) {
+    if (!value->is_boolean()) in.fail("sleep", fmt::format("must be true or false, got {}", value->dump()));
+    config.sleep = value->get<bool>();
+  }
+  return config;
+}
+
+std::unique_ptr<Backend> make_scripted_backend(ScriptedConfig config) {
+  return std::make_unique<ScriptedBackend>(std::move(config));
+}
+
+std::unique_ptr<Backend> make_scripted_backend(const std::string& script_path) {
+  std::ifstream file(script_path);
+  if (!file) throw UsageError(fmt::format("--script: cannot read '{}'", script_path));
+  std::stringstream text;
+  text << file.rdbuf();
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw UsageError(fmt::format("{}: not valid JSON: {}", script_path, e.what()));
+  }
+  return make_scripted_backend(parse_scripted_config(doc, script_path));
+}
+
+}  // namespace bsw

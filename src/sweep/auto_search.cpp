@@ -1,0 +1,316 @@
+// --batch auto: find the knee region and the largest batch that fits with few measured points.
+//
+// 1. Growth. Measure 1, 2, 4, ... until a batch does not fit (its plan is over the memory budget: recorded
+//    `over_limit` without prepare; or prepare runs out of memory: `oom`) or the 2^24 cap. Once throughput
+//    has plateaued (each of the last two doublings gained less than kAutoPlateauGain, 3%), larger batches
+//    are only probed (prepare, then release; no timed steps) while the doubling goes on: the fit edge still
+//    matters (it is the max-fit answer) but timing a flat curve teaches nothing. A point that fails for
+//    another reason (non-finite loss, backend error) ends the growth.
+// 2. Fit edge. Between the largest batch that fit and the smallest that did not, bisect with prepare-only
+//    probes until the two are one multiple-of-8 step apart (1 apart below 8), picking multiples of 8
+//    (tensor-core friendly). Where the budget is plan-based, max_fit_batch() names the edge outright: the
+//    search jumps there, and batches the plan rejects are neither prepared nor recorded again (the growth's
+//    one over_limit point stands for them). Then the largest batch that fits is measured, and the smallest
+//    real oom recorded, both as refinement points, so the report shows the two sides of the edge.
+// 3. Knee. find_knee() on the ok points so far; when it names a knee K, measure the geometric midpoints
+//    between K and its ok neighbours below and above (rounded to a multiple of 8 from 8 up) when they fit
+//    and are new. Refinement points carry `refinement = true`.
+//
+// What other tools need for a roofline whose knee is at 256 and that runs out of memory above 2048 (the case
+// tests/unit/sweep/auto_search_test.cpp pins):
+//   - Lightning BatchSizeFinder, mode="power": trials 1, 2, 4, ..., 4096 (13 trials of steps_per_trial = 3
+//     steps, no statistics), answer 2048, the largest power of two that fits; no knee, and a real edge at,
+//     say, 3000 is still reported as 2048.
+//   - mode="binsearch": the same 13 trials, then bisection between 2048 and 4096 until high - low <= 1:
+//     about 11 more (24 in all, each running training steps) for the exact edge; still no knee.
+//   - DeepSpeed autotuning (autotuner.py, get_min_max_micro_batch_size, per ZeRO stage): a launch at the
+//     minimum micro-batch, up to three at 1.05x / 1x / 0.95x of a memory-model estimate of the maximum, a
+//     binary search between them when those fail (~log2(max) launches, stopping early on a throughput
+//     plateau), then num_tuning_micro_batch_sizes (default 3) launches between max/2 and max; every one a
+//     separate profiled process launch, repeated per ZeRO stage; it optimises one throughput number.
+//   Growth also stops timing once the next doubling could not finish --warmup + --min-samples steps inside
+//   --timeout (its step time extrapolated linearly); then the edge is probed, not timed, and a largest fit too
+//   slow to time is reported with a warning instead of stalling the sweep.
+//   - here: 11 timed growth points (1..1024: the plateau after the knee stops timing), prepare-only probes
+//     at 2048 (fits) and 4096 (oom, recorded), 8 prepare-only bisection probes down to 2048 | 2056, then 3
+//     timed refinement points (2048 for max-fit, 184 and 360 around the knee): 14 timed points with full
+//     statistics, the knee region, and the fit edge to a multiple of 8.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <algorithm>
+#include <cmath>
+
+#include "batchsweep/analysis.hpp"
+#include "batchsweep/sweep.hpp"
+#include "sweep/point_runner.hpp"
+
+namespace bsw::sweep_detail {
+namespace {
+
+constexpr int kKneeRefinementPoints = 2;
+
+// Stop bisecting when lo and hi are this close: one multiple-of-8 step from 8 up, exact below.
+int64_t edge_tolerance(int64_t lo) {
+  return lo >= 8 ? 8 : 1;
+}
+
+// A batch strictly between lo and hi (hi - lo >= 2): the middle, moved to a multiple of 8 when that stays
+// inside.
+int64_t bisect(int64_t lo, int64_t hi) {
+  const int64_t middle = lo + (hi - lo) / 2;
+  if (middle < 8) return middle;
+  int64_t rounded = (middle + 4) / 8 * 8;
+  if (rounded <= lo) rounded = (lo / 8 + 1) * 8;
+  return rounded < hi ? rounded : middle;
+}
+
+// sqrt(a * b) rounded to the nearest multiple of 8 from 8 up, else to the nearest integer.
+int64_t geometric_midpoint(int64_t a, int64_t b) {
+  const double middle = std::sqrt(static_cast<double>(a) * static_cast<double>(b));
+  if (middle >= 8) return static_cast<int64_t>(std::llround(middle / 8.0)) * 8;
+  return static_cast<int64_t>(std::llround(middle));
+}
+
+// The throughput gain of `to` over `from`, as a fraction.
+double gain(const Point& from, const Point& to) {
+  return to.samples_per_second / from.samples_per_second - 1.0;
+}
+
+PointStatus status_of(Fit fit) {
+  switch (fit) {
+    case Fit::oom:
+      return PointStatus::oom;
+    case Fit::over_limit:
+      return PointStatus::over_limit;
+    case Fit::error:
+    case Fit::fits:
+      break;
+  }
+  return PointStatus::error;
+}
+
+struct Edge {
+  int64_t largest_fit = 0;            // 0: not even batch 1 fits
+  bool largest_fit_measured = false;  // a timed point exists for it
+  std::optional<int64_t> smallest_unfit;
+  Fit unfit_kind = Fit::oom;
+  std::string unfit_reason;
+};
+
+class AutoSearch {
+ public:
+  AutoSearch(PointRunner& runner) : runner_(runner), accumulation_(runner.settings().accumulation) {}
+
+  // Returns false when interrupted.
+  bool grow() {
+    // A first estimate for the progress line: doublings up to the plan's fit edge, then the refinements.
+    const int64_t top = runner_.plan_max_fit(accumulation_).value_or(kMaxBatch);
+    runner_.set_planned_total(
+        static_cast<int>(std::log2(static_cast<double>(top))) + 2 + 1 + kKneeRefinementPoints, true);
+    for (int64_t batch = 1; batch <= kMaxBatch; batch *= 2) {
+      if (plateau_at_) {
+        const auto probe = runner_.probe(batch, accumulation_);
+        if (!probe) return false;
+        ++growth_probes_;
+        if (probe->fit == Fit::fits) {
+          edge_.largest_fit = batch;
+          edge_.largest_fit_measured = false;
+          continue;
+        }
+        runner_.record_unfit(batch, accumulation_, status_of(probe->fit), probe->reason, false);
+        if (probe->fit == Fit::error) {
+          growth_end_ = fmt::format("stopped at batch {}: {}", batch, probe->reason);
+          return true;
+        }
+        note_unfit(batch, probe->fit, probe->reason);
+        return true;
+      }
+      const auto point = runner_.measure(batch, accumulation_, false);
+      if (!point) return false;
+      switch (point->status) {
+        case PointStatus::ok:
+          edge_.largest_fit = batch;
+          edge_.largest_fit_measured = true;
+          growth_.push_back(*point);
+          check_plateau();
+          if (!plateau_at_ && too_slow_to_time(2 * batch)) slow_at_ = plateau_at_ = batch;
+          break;
+        case PointStatus::oom:
+          note_unfit(batch, Fit::oom, point->reason);
+          return true;
+        case PointStatus::over_limit:
+          note_unfit(batch, Fit::over_limit, point->reason);
+          return true;
+        case PointStatus::error:
+          growth_end_ = fmt::format("stopped at batch {}: {}", batch, point->reason);
+          return true;
+      }
+    }
+    growth_end_ = fmt::format("reached the cap of {} (2^24) without running out of memory", kMaxBatch);
+    return true;
+  }
+
+  // Bisects the fit edge with probes, then measures the largest batch that fits. Returns false when
+  // interrupted.
+  bool refine_edge() {
+    if (!edge_.smallest_unfit || edge_.largest_fit == 0) return true;
+    int64_t lo = edge_.largest_fit;
+    int64_t hi = *edge_.smallest_unfit;
+    Fit hi_kind = edge_.unfit_kind;
+    std::string hi_reason = edge_.unfit_reason;
+    bool lo_measured = edge_.largest_fit_measured;
+
+    // The plan knows where the budget ends: no need to prepare anything above it.
+    int64_t jump = 0;  // the first batch to try when the plan names the edge; 0: plain bisection
+    if (const auto plan_edge = runner_.plan_max_fit(accumulation_);
+        plan_edge && *plan_edge > lo && *plan_edge < hi) {
+      hi = *plan_edge + 1;
+      hi_kind = Fit::over_limit;
+      jump = *plan_edge >= 8 && *plan_edge / 8 * 8 > lo ? *plan_edge / 8 * 8 : *plan_edge;
+    }
+    while (hi - lo > edge_tolerance(lo)) {
+      const int64_t batch = jump > lo && jump < hi ? jump : bisect(lo, hi);
+      jump = 0;
+      if (auto over = runner_.plan_over_budget(batch, accumulation_)) {
+        hi = batch;  // the plan says no: neither prepared nor recorded
+        hi_kind = Fit::over_limit;
+        continue;
+      }
+      const auto probe = runner_.probe(batch, accumulation_);
+      if (!probe) return false;
+      ++edge_probes_;
+      if (probe->fit == Fit::fits) {
+        lo = batch;
+        lo_measured = false;
+      } else if (probe->fit == Fit::error) {
+        edge_note_ = fmt::format(" (bisection stopped at batch {}: {})", batch, probe->reason);
+        break;
+      } else {
+        hi = batch;
+        hi_kind = probe->fit;
+        hi_reason = probe->reason;
+      }
+    }
+    if (hi != *edge_.smallest_unfit && hi_kind == Fit::oom)
+      runner_.record_unfit(hi, accumulation_, PointStatus::oom, hi_reason, true);
+    edge_summary_ = fmt::format("largest fit {}, {} at {}{}", lo,
+                                hi_kind == Fit::oom ? "oom" : "over the memory budget", hi, edge_note_);
+    if (!lo_measured && !runner_.find(lo, accumulation_)) {
+      if (too_slow_to_time(lo)) {
+        edge_summary_ += fmt::format(" (not timed: a step would take about {} s; raise --timeout to time it)",
+                                     fmt::format("{:.3g}", predicted_step_s(lo)));
+        runner_.warn(
+            fmt::format("batch {} fits but was not timed: a step would take about {:.3g} s, more than "
+                        "--timeout {} s allows for --warmup and --min-samples; raise --timeout to time it",
+                        lo, predicted_step_s(lo), runner_.settings().stopping.timeout_s));
+      } else {
+        const auto point = runner_.measure(lo, accumulation_, true);
+        if (!point) return false;
+      }
+    }
+    largest_fit_ = lo;
+    return true;
+  }
+
+  // Measures the geometric midpoints around the knee. Returns false when interrupted.
+  bool refine_knee() {
+    const KneeResult knee = find_knee(runner_.points(), runner_.settings().knee_sensitivity);
+    if (!knee.batch) {
+      knee_summary_ = fmt::format("no knee to refine ({})", knee.reason);
+      return true;
+    }
+    std::vector<int64_t> ok_batches;
+    for (const Point& p : runner_.points())
+      if (p.status == PointStatus::ok && p.accumulation == accumulation_) ok_batches.push_back(p.batch);
+    const auto at = std::find(ok_batches.begin(), ok_batches.end(), *knee.batch);
+    std::vector<int64_t> targets;
+    if (at != ok_batches.end()) {
+      if (at != ok_batches.begin()) targets.push_back(geometric_midpoint(*(at - 1), *at));
+      if (at + 1 != ok_batches.end()) targets.push_back(geometric_midpoint(*at, *(at + 1)));
+    }
+    std::vector<int64_t> measured;
+    for (const int64_t batch : targets) {
+      const bool inside = batch > 0 && (largest_fit_ == 0 || batch <= largest_fit_);
+      if (!inside || runner_.find(batch, accumulation_)) continue;
+      const auto point = runner_.measure(batch, accumulation_, true);
+      if (!point) return false;
+      measured.push_back(batch);
+    }
+    knee_summary_ = measured.empty()
+                        ? fmt::format("knee at {}, its neighbours already measured", *knee.batch)
+                        : fmt::format("knee at {}, refined at {}", *knee.batch, fmt::join(measured, ", "));
+    return true;
+  }
+
+  [[nodiscard]] std::string summary(bool interrupted) const {
+    std::string text = fmt::format("auto: {} points timed, {} prepare-only probes; growth ",
+                                   runner_.measured_points(), growth_probes_ + edge_probes_);
+    if (slow_at_)
+      text += fmt::format("timed up to {} (a larger batch would not fit --timeout {} s), then ", *slow_at_,
+                          runner_.settings().stopping.timeout_s);
+    else if (plateau_at_)
+      text += fmt::format("timed up to {} (plateau: the last two doublings each gained < {:.0f}%), then ",
+                          *plateau_at_, kAutoPlateauGain * 100.0);
+    text += growth_end_.empty() ? "interrupted" : growth_end_;
+    if (!edge_summary_.empty()) text += "; fit edge: " + edge_summary_;
+    if (!knee_summary_.empty()) text += "; " + knee_summary_;
+    if (interrupted && !growth_end_.empty()) text += "; interrupted";
+    return text;
+  }
+
+ private:
+  void note_unfit(int64_t batch, Fit kind, const std::string& reason) {
+    edge_.smallest_unfit = batch;
+    edge_.unfit_kind = kind;
+    edge_.unfit_reason = reason;
+    growth_end_ =
+        fmt::format("doubled to {} ({})", batch, kind == Fit::oom ? "oom" : "over the memory budget");
+  }
+
+  // Step time of `batch` extrapolated linearly from the largest timed ok batch (step time grows at most
+  // linearly with the batch once the device is busy).
+  [[nodiscard]] double predicted_step_s(int64_t batch) const {
+    if (growth_.empty()) return 0;
+    const Point& last = growth_.back();
+    return last.step_ms.mean / 1000.0 * static_cast<double>(batch) / static_cast<double>(last.batch);
+  }
+
+  // True when warm-up and the minimum samples of `batch` would not fit in the per-point timeout: such a point
+  // cannot be measured properly, so growth stops timing and the fit edge is found without timing it.
+  [[nodiscard]] bool too_slow_to_time(int64_t batch) const {
+    const StoppingSettings& s = runner_.settings().stopping;
+    const double steps = static_cast<double>(s.warmup_steps + s.min_samples);
+    return predicted_step_s(batch) * steps > s.timeout_s;
+  }
+
+  void check_plateau() {
+    const std::size_t n = growth_.size();
+    if (n < 3) return;
+    const Point& a = growth_[n - 3];
+    const Point& b = growth_[n - 2];
+    const Point& c = growth_[n - 1];
+    if (b.batch != 2 * a.batch || c.batch != 2 * b.batch) return;
+    if (gain(a, b) < kAutoPlateauGain && gain(b, c) < kAutoPlateauGain) plateau_at_ = c.batch;
+  }
+
+  PointRunner& runner_;
+  int64_t accumulation_;
+  std::vector<Point> growth_;  // ok growth points, ascending
+  std::optional<int64_t> plateau_at_;
+  std::optional<int64_t> slow_at_;  // growth stopped timing here: the next batch would not fit the timeout
+  Edge edge_;
+  int64_t largest_fit_ = 0;  // after the edge refinement; 0 when unknown
+  int growth_probes_ = 0;
+  int edge_probes_ = 0;
+  std::string growth_end_, edge_summary_, edge_note_, knee_summary_;
+};
+
+}  // namespace
+
+void run_auto_search(PointRunner& runner, std::string& summary) {
+  AutoSearch search(runner);
+  const bool finished = search.grow() && search.refine_edge() && search.refine_knee();
+  summary = search.summary(!finished);
+}
+
+}  // namespace bsw::sweep_detail

@@ -1,0 +1,66 @@
+// --effective-batch N: the splits micro-batch x accumulation = N (accumulation a power of two), measured from
+// the largest micro-batch down, stopping once smaller micro-batches keep getting slower.
+//
+// Stop rule: after at least one split has fit (status ok), stop when two successive ok splits were each more
+// than kEffectiveBatchStopSlowdown (5%) slower than the ok split measured just before them. Halving the
+// micro-batch again only adds per-micro-batch overhead once it is below the knee, so after two such drops the
+// fastest split is behind us; a single drop may be noise or a kernel-selection step. Splits that do not fit
+// (oom, over_limit) do not count either way: the largest micro-batches usually do not fit, which is why the
+// sweep starts there.
+#include <fmt/format.h>
+
+#include "batchsweep/errors.hpp"
+#include "batchsweep/sweep.hpp"
+#include "sweep/point_runner.hpp"
+
+namespace bsw {
+
+std::vector<BatchSplit> effective_batch_splits(int64_t effective_batch) {
+  if (effective_batch < 1 || effective_batch > kMaxBatch)
+    throw UsageError(
+        fmt::format("--effective-batch: must be in 1..{} (2^24), got {}", kMaxBatch, effective_batch));
+  std::vector<BatchSplit> splits;
+  for (int64_t accumulation = 1; accumulation <= effective_batch && effective_batch % accumulation == 0;
+       accumulation *= 2)
+    splits.push_back(BatchSplit{effective_batch / accumulation, accumulation});
+  return splits;
+}
+
+namespace sweep_detail {
+
+void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::string& summary) {
+  const std::vector<BatchSplit> splits = effective_batch_splits(effective_batch);
+  runner.set_planned_total(static_cast<int>(splits.size()),
+                           /*estimate=*/splits.size() > 1);  // may stop early
+
+  std::optional<double> previous_ok_throughput;
+  int slower_in_a_row = 0;
+  std::size_t done = 0;
+  std::string stopped_early;
+  for (const BatchSplit& split : splits) {
+    const auto point = runner.measure(split.micro_batch, split.accumulation, false);
+    if (!point) return;
+    ++done;
+    if (point->status != PointStatus::ok) continue;
+    const double throughput = point->samples_per_second;
+    if (previous_ok_throughput &&
+        throughput < *previous_ok_throughput * (1.0 - kEffectiveBatchStopSlowdown)) {
+      ++slower_in_a_row;
+    } else {
+      slower_in_a_row = 0;
+    }
+    previous_ok_throughput = throughput;
+    if (slower_in_a_row >= 2 && done < splits.size()) {
+      stopped_early = fmt::format(
+          "; stopped after micro-batch {}: two successive smaller micro-batches were each more than {:.0f}% "
+          "slower",
+          split.micro_batch, kEffectiveBatchStopSlowdown * 100.0);
+      break;
+    }
+  }
+  summary = fmt::format("effective batch {}: {} of {} splits (micro-batch x accumulation) measured{}",
+                        effective_batch, done, splits.size(), stopped_early);
+}
+
+}  // namespace sweep_detail
+}  // namespace bsw

@@ -1,0 +1,240 @@
+// The --batch grammar (lists, arithmetic and geometric ranges, `auto`), byte sizes (--memory-limit) and their
+// formatting. Every error is a UsageError that names the flag and the item that is wrong.
+#include <fmt/format.h>
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <string>
+
+#include "batchsweep/errors.hpp"
+#include "batchsweep/sweep.hpp"
+
+namespace bsw {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> parts;
+  std::size_t begin = 0;
+  while (true) {
+    const std::size_t end = s.find(sep, begin);
+    parts.push_back(s.substr(begin, end == std::string_view::npos ? std::string_view::npos : end - begin));
+    if (end == std::string_view::npos) break;
+    begin = end + 1;
+  }
+  return parts;
+}
+
+// Context for error messages: "--batch: '8:2' in '1,8:2': stop 2 is below start 8".
+struct ItemContext {
+  std::string_view flag;
+  std::string_view text;
+  std::string_view item;
+
+  [[noreturn]] void fail(const std::string& why) const {
+    if (trim(text) == trim(item)) throw UsageError(fmt::format("{}: '{}': {}", flag, trim(item), why));
+    throw UsageError(fmt::format("{}: '{}' in '{}': {}", flag, trim(item), trim(text), why));
+  }
+};
+
+// An integer in [lowest, highest]; `what` names the number in errors ("batch", "step", "factor").
+int64_t parse_integer(std::string_view token, const ItemContext& ctx, std::string_view what, int64_t lowest,
+                      int64_t highest) {
+  token = trim(token);
+  if (token.empty()) ctx.fail(fmt::format("the {} is missing", what));
+  const std::string maximum = what == "batch" ? fmt::format("the maximum {} (2^24)", highest)
+                                              : fmt::format("the maximum {}", highest);
+  int64_t value = 0;
+  const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
+  if (ec != std::errc() || end != token.data() + token.size()) {
+    // Integral scientific notation ("1e9") or a number too large for 64 bits: read as a double to say how
+    // large.
+    double real = 0;
+    const auto [rend, rec] = std::from_chars(token.data(), token.data() + token.size(), real);
+    const bool is_number = (rec == std::errc() || rec == std::errc::result_out_of_range) &&
+                           rend == token.data() + token.size() && !std::isnan(real);
+    if (!is_number || (std::isfinite(real) && real != std::floor(real)))
+      ctx.fail(fmt::format("{} '{}' is not an integer", what, token));
+    if (real < static_cast<double>(lowest))
+      ctx.fail(fmt::format("{} {} is below the minimum {}", what, token, lowest));
+    if (real > static_cast<double>(highest)) ctx.fail(fmt::format("{} {} is above {}", what, token, maximum));
+    value = static_cast<int64_t>(real);
+  }
+  if (value < lowest) ctx.fail(fmt::format("{} {} is below the minimum {}", what, value, lowest));
+  if (value > highest) ctx.fail(fmt::format("{} {} is above {}", what, token, maximum));
+  return value;
+}
+
+void check_count(std::size_t count, const ItemContext& ctx) {
+  if (count > kMaxBatchCount)
+    ctx.fail(fmt::format("expands to more than {} batches; use a larger step or `auto`", kMaxBatchCount));
+}
+
+// Appends the batches of one range item "start:stop[:+step|:*factor]".
+void expand_range(std::string_view item, const ItemContext& ctx, std::vector<int64_t>& out) {
+  const auto fields = split(item, ':');
+  if (fields.size() > 3) ctx.fail("a range is start:stop, start:stop:+step or start:stop:*factor");
+  const int64_t start = parse_integer(fields[0], ctx, "batch", 1, kMaxBatch);
+  const int64_t stop = parse_integer(fields[1], ctx, "batch", 1, kMaxBatch);
+  if (stop < start) ctx.fail(fmt::format("stop {} is below start {}", stop, start));
+
+  bool geometric = true;  // `16:128` means `16:128:*2`
+  int64_t step = 2;
+  if (fields.size() == 3) {
+    const std::string_view spec = trim(fields[2]);
+    if (spec.empty()) ctx.fail("the step is missing (write +N or *N)");
+    if (spec.front() == '+') {
+      geometric = false;
+      step = parse_integer(spec.substr(1), ctx, "step", 1, kMaxBatch);
+    } else if (spec.front() == '*') {
+      step = parse_integer(spec.substr(1), ctx, "factor", 2, kMaxBatch);
+    } else {
+      ctx.fail(fmt::format("step '{}' must start with + (arithmetic) or * (geometric)", spec));
+    }
+  }
+
+  if (geometric) {
+    std::size_t count = 0;
+    for (int64_t b = start; b <= stop; b *= step) {
+      check_count(++count, ctx);
+      out.push_back(b);
+      if (b > stop / step) break;  // the next one is past stop (and would overflow for huge factors)
+    }
+  } else {
+    check_count(static_cast<std::size_t>((stop - start) / step) + 1, ctx);
+    for (int64_t b = start; b <= stop; b += step) out.push_back(b);
+  }
+}
+
+struct Unit {
+  std::string_view name;  // lower case
+  uint64_t bytes;
+};
+
+// Sizes are accumulated in 128 bits so that overflow past 64 bits is detected, not wrapped.
+__extension__ using u128 = unsigned __int128;
+
+constexpr uint64_t kKi = 1024;
+constexpr std::array<Unit, 11> kUnits{{
+    {"b", 1},
+    {"kb", 1000},
+    {"mb", 1000 * 1000},
+    {"gb", 1000ULL * 1000 * 1000},
+    {"tb", 1000ULL * 1000 * 1000 * 1000},
+    {"pb", 1000ULL * 1000 * 1000 * 1000 * 1000},
+    {"kib", kKi},
+    {"mib", kKi* kKi},
+    {"gib", kKi* kKi* kKi},
+    {"tib", kKi* kKi* kKi* kKi},
+    {"pib", kKi* kKi* kKi* kKi* kKi},
+}};
+
+}  // namespace
+
+BatchSpec parse_batch_spec(std::string_view text, std::string_view flag) {
+  BatchSpec spec;
+  spec.text = std::string(trim(text));
+  if (spec.text.empty()) throw UsageError(fmt::format("{}: the batch list is empty", flag));
+
+  std::vector<int64_t> batches;
+  for (const std::string_view raw : split(text, ',')) {
+    const ItemContext ctx{flag, text, raw};
+    const std::string_view item = trim(raw);
+    if (item.empty()) ctx.fail("empty item in the batch list");
+    if (item == "auto") {
+      if (trim(text) != "auto") ctx.fail("`auto` cannot be combined with other batches");
+      spec.auto_search = true;
+      return spec;
+    }
+    if (item.find(':') != std::string_view::npos) {
+      expand_range(item, ctx, batches);
+    } else {
+      batches.push_back(parse_integer(item, ctx, "batch", 1, kMaxBatch));
+    }
+    if (batches.size() > kMaxBatchCount) {
+      std::sort(batches.begin(), batches.end());
+      batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+      if (batches.size() > kMaxBatchCount)
+        throw UsageError(fmt::format("{}: '{}' expands to more than {} batches; use larger steps or `auto`",
+                                     flag, spec.text, kMaxBatchCount));
+    }
+  }
+  std::sort(batches.begin(), batches.end());
+  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+  spec.batches = std::move(batches);
+  return spec;
+}
+
+uint64_t parse_size(std::string_view text, std::string_view flag) {
+  const std::string_view s = trim(text);
+  const auto fail = [&](const std::string& why) -> uint64_t {
+    throw UsageError(
+        fmt::format("{}: invalid size '{}': {} (examples: 24GiB, 80GB, 512MiB, 4096)", flag, s, why));
+  };
+  if (s.empty()) return fail("empty");
+  if (s.front() == '-') return fail("a size cannot be negative");
+
+  // Digits, an optional fraction, then the unit.
+  std::size_t pos = 0;
+  u128 integer_part = 0;
+  std::size_t integer_digits = 0;
+  while (pos < s.size() && std::isdigit(static_cast<unsigned char>(s[pos]))) {
+    integer_part = integer_part * 10 + static_cast<unsigned>(s[pos] - '0');
+    if (++integer_digits > 20) return fail("does not fit in 64 bits");
+    ++pos;
+  }
+  u128 fraction = 0;
+  u128 fraction_scale = 1;
+  std::size_t fraction_digits = 0;
+  if (pos < s.size() && s[pos] == '.') {
+    ++pos;
+    while (pos < s.size() && std::isdigit(static_cast<unsigned char>(s[pos]))) {
+      if (++fraction_digits > 18) return fail("more than 18 digits after the decimal point");
+      fraction = fraction * 10 + static_cast<unsigned>(s[pos] - '0');
+      fraction_scale *= 10;
+      ++pos;
+    }
+  }
+  if (integer_digits == 0 && fraction_digits == 0) return fail("it does not start with a number");
+
+  std::string unit(trim(s.substr(pos)));
+  std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::tolower(c); });
+  uint64_t multiplier = 1;
+  if (!unit.empty()) {
+    const auto it = std::find_if(kUnits.begin(), kUnits.end(), [&](const Unit& u) { return u.name == unit; });
+    if (it == kUnits.end())
+      return fail(fmt::format("unknown unit '{}' (use B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB)",
+                              trim(s.substr(pos))));
+    multiplier = it->bytes;
+  }
+
+  const u128 whole_bytes = integer_part * multiplier;
+  // Round the fractional bytes to the nearest byte.
+  const u128 fraction_bytes = (fraction * multiplier * 2 + fraction_scale) / (fraction_scale * 2);
+  const u128 total = whole_bytes + fraction_bytes;
+  if (total > static_cast<u128>(UINT64_MAX)) return fail("does not fit in 64 bits");
+  if (total == 0) return fail("a size must be at least 1 byte");
+  return static_cast<uint64_t>(total);
+}
+
+std::string format_bytes(uint64_t bytes) {
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  static constexpr std::array<std::string_view, 6> kNames{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double value = static_cast<double>(bytes) / 1024.0;
+  std::size_t unit = 0;
+  // Move up while the value would print as 1024.00 or more.
+  while (unit + 1 < kNames.size() && value >= 1024.0 - 0.005) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return fmt::format("{:.2f} {}", value, kNames[unit]);
+}
+
+}  // namespace bsw

@@ -1,0 +1,99 @@
+// Internal to src/sweep: measures one point (plan check, prepare, warm-up, timed steps until the stopping
+// criterion) and keeps the sweep's bookkeeping (points so far, warnings, counts, interrupt), so the three
+// strategies — a plain list, --batch auto and --effective-batch — only decide which batches to ask for.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "batchsweep/sweep.hpp"
+
+namespace bsw::sweep_detail {
+
+// The answer of a prepare-only probe (auto search's fit-edge bisection).
+enum class Fit { fits, oom, over_limit, error };
+
+struct FitProbe {
+  Fit fit = Fit::fits;
+  std::string reason;  // the oom / over_limit / error message
+};
+
+class PointRunner {
+ public:
+  PointRunner(Backend& backend, const Graph& graph, const SweepSettings& settings, SweepObserver& observer);
+
+  // Measures (batch, accumulation) and records the point. nullopt when should_stop() interrupted it (the
+  // unfinished point is dropped and interrupted() turns true).
+  [[nodiscard]] std::optional<Point> measure(int64_t batch, int64_t accumulation, bool refinement);
+
+  // Whether the plan of (batch, accumulation) fits the memory budget (no prepare, no point recorded); the
+  // reason when it does not.
+  [[nodiscard]] std::optional<std::string> plan_over_budget(int64_t batch, int64_t accumulation) const;
+
+  // Prepares (batch, accumulation) and releases the session at once: does it fit? Records no point; counts a
+  // probe. nullopt when should_stop() says to stop.
+  [[nodiscard]] std::optional<FitProbe> probe(int64_t batch, int64_t accumulation);
+
+  // Records a point that a probe found not to fit (status oom, over_limit or error), without measuring it.
+  void record_unfit(int64_t batch, int64_t accumulation, PointStatus status, std::string reason,
+                    bool refinement);
+
+  // The largest batch whose plan fits the budget (capped at kMaxBatch); nullopt without a budget or when
+  // batch 1 does not fit.
+  [[nodiscard]] std::optional<int64_t> plan_max_fit(int64_t accumulation) const;
+  [[nodiscard]] bool has_budget() const { return budget_bytes_ > 0; }
+
+  [[nodiscard]] const Point* find(int64_t batch, int64_t accumulation) const;
+  [[nodiscard]] const std::vector<Point>& points() const { return points_; }
+  [[nodiscard]] bool interrupted() const { return interrupted_; }
+  [[nodiscard]] int measured_points() const { return measured_; }
+  [[nodiscard]] int probed_points() const { return probed_; }
+  [[nodiscard]] const Graph& graph() const { return graph_; }
+  [[nodiscard]] const SweepSettings& settings() const { return settings_; }
+
+  // What on_point_start reports as the total: an exact count or an estimate.
+  void set_planned_total(int total, bool estimate);
+  void warn(std::string warning) { warnings_.push_back(std::move(warning)); }
+
+  // Ends the sweep: on_sweep_end, then the outcome with the points sorted.
+  [[nodiscard]] SweepOutcome finish(std::string search_summary);
+
+ private:
+  [[nodiscard]] PlanRequest request(int64_t batch, int64_t accumulation) const;
+  // Warm-up, then timed steps until the criterion holds, a non-finite loss or a backend error (recorded in
+  // the point). False when should_stop() interrupted.
+  [[nodiscard]] bool time_steps(Session& session, Point& point, NoiseCriterion& criterion);
+  // Statistics, throughput, TFLOP/s, MFU and the stop reason of a timed point; a stopping warning when due.
+  void summarize_point(Point& point, const Plan& plan, const NoiseCriterion& criterion);
+  void add_memory_warning(const Point& point);
+  void insert(Point point);
+
+  Backend& backend_;
+  const Graph& graph_;
+  const SweepSettings& settings_;
+  SweepObserver& observer_;
+  DeviceInfo device_;
+  SessionOptions session_options_;
+  uint64_t budget_bytes_ = 0;  // 0: no budget known
+  std::string budget_name_;    // "device memory", "--memory-limit"
+  std::vector<Point> points_;  // sorted by (effective_batch, batch)
+  std::vector<std::string> warnings_;
+  int started_ = 0;
+  int planned_total_ = 0;
+  bool total_is_estimate_ = false;
+  bool interrupted_ = false;
+  int measured_ = 0;
+  int probed_ = 0;
+};
+
+// "64", or "16x4" with accumulation.
+[[nodiscard]] std::string batch_label(int64_t batch, int64_t accumulation);
+
+// The strategies, each in its own file.
+void run_batch_list(PointRunner& runner, const std::vector<int64_t>& batches, int64_t accumulation);
+void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::string& summary);
+void run_auto_search(PointRunner& runner, std::string& summary);
+
+}  // namespace bsw::sweep_detail

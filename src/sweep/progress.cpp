@@ -1,0 +1,135 @@
+// Sweep progress on stderr: "[3/9] batch 64 · elapsed 12.4 s · ETA ~31 s", redrawn in place on a terminal,
+// one line per point otherwise, nothing with --quiet. The text comes from pure functions the tests pin.
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+
+#include "batchsweep/sweep.hpp"
+
+namespace bsw {
+namespace {
+
+constexpr std::string_view kBold = "\x1b[1m";
+constexpr std::string_view kDim = "\x1b[2m";
+constexpr std::string_view kReset = "\x1b[0m";
+
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Display width of a line: code points, not bytes ("·" is two bytes), escape sequences excluded.
+std::size_t display_width(std::string_view text) {
+  std::size_t width = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\x1b') {
+      while (i < text.size() && text[i] != 'm') ++i;
+      continue;
+    }
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) ++width;
+  }
+  return width;
+}
+
+}  // namespace
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) seconds = 0;
+  if (seconds < 59.95) return fmt::format("{:.1f} s", seconds);
+  const auto whole = static_cast<int64_t>(std::llround(seconds));
+  if (whole < 3600) return fmt::format("{} min {:02} s", whole / 60, whole % 60);
+  return fmt::format("{} h {:02} min", whole / 3600, whole % 3600 / 60);
+}
+
+std::string format_progress_line(const ProgressLine& line, bool color) {
+  const std::string total = line.planned_total > 0
+                                ? fmt::format("{}{}", line.total_is_estimate ? "~" : "", line.planned_total)
+                                : std::string("?");
+  const std::string batch = line.accumulation == 1 ? fmt::format("{}", line.batch)
+                                                   : fmt::format("{}x{}", line.batch, line.accumulation);
+  std::string eta;
+  if (line.eta_s) {
+    // The ETA is an estimate: whole seconds under a minute, the duration format above.
+    eta = *line.eta_s < 59.5 ? fmt::format(" · ETA ~{:.0f} s", std::max(0.0, *line.eta_s))
+                             : fmt::format(" · ETA ~{}", format_duration(*line.eta_s));
+  }
+  const std::string_view bold = color ? kBold : "";
+  const std::string_view dim = color ? kDim : "";
+  const std::string_view reset = color ? kReset : "";
+  return fmt::format("{}[{}/{}] batch {}{}{}{} · elapsed {}{}{}", bold, line.index, total, batch, reset,
+                     line.refinement ? " (refine)" : "", dim, format_duration(line.elapsed_s), eta, reset);
+}
+
+ProgressOptions stderr_progress_options(bool quiet) {
+  ProgressOptions options;
+  options.quiet = quiet;
+  options.terminal = isatty(STDERR_FILENO) == 1;
+  const char* no_color = std::getenv("NO_COLOR");
+  options.color = options.terminal && (no_color == nullptr || no_color[0] == '\0');
+  return options;
+}
+
+ProgressPrinter::ProgressPrinter(std::FILE* stream, ProgressOptions options)
+    : stream_(stream), options_(std::move(options)) {
+  start_s_ = now_s();
+}
+
+double ProgressPrinter::now_s() const {
+  return options_.clock ? options_.clock() : steady_seconds();
+}
+
+void ProgressPrinter::clear_line() {
+  if (!options_.terminal || drawn_width_ == 0) return;
+  fmt::print(stream_, "\r{}\r", std::string(drawn_width_, ' '));
+  drawn_width_ = 0;
+}
+
+void ProgressPrinter::on_point_start(const PointStart& start) {
+  if (options_.quiet) return;
+  const double elapsed_s = now_s() - start_s_;
+  ProgressLine line{start.index, start.planned_total, start.total_is_estimate,
+                    start.batch, start.accumulation,  start.refinement,
+                    elapsed_s,   std::nullopt};
+  if (finished_ > 0) {
+    const int remaining = std::max(0, start.planned_total - finished_);
+    line.eta_s = elapsed_s / finished_ * remaining;
+  }
+  const std::string text = format_progress_line(line, options_.color);
+  if (options_.terminal) {
+    clear_line();
+    fmt::print(stream_, "{}", text);
+    drawn_width_ = display_width(text);
+  } else {
+    fmt::print(stream_, "{}\n", text);
+  }
+  std::fflush(stream_);
+}
+
+void ProgressPrinter::on_point_done(const Point& point, const std::vector<Point>& /*all_so_far*/) {
+  ++finished_;
+  if (options_.quiet || point.status == PointStatus::ok) return;
+  // A point that did not run leaves a line, also on a terminal where the progress line is redrawn.
+  clear_line();
+  const std::string batch = point.accumulation == 1 ? fmt::format("{}", point.batch)
+                                                    : fmt::format("{}x{}", point.batch, point.accumulation);
+  fmt::print(stream_, "batch {}: {} — {}\n", batch, to_string(point.status), point.reason);
+  std::fflush(stream_);
+}
+
+bool ProgressPrinter::should_stop() {
+  return options_.stop_requested && options_.stop_requested();
+}
+
+void ProgressPrinter::on_sweep_end(bool interrupted) {
+  if (options_.quiet) return;
+  clear_line();
+  const double elapsed_s = now_s() - start_s_;
+  fmt::print(stream_, "{} {} point{} in {}\n", interrupted ? "interrupted after" : "sweep done:", finished_,
+             finished_ == 1 ? "" : "s", format_duration(elapsed_s));
+  std::fflush(stream_);
+}
+
+}  // namespace bsw

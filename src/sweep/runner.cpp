@@ -1,0 +1,343 @@
+// The runner: one point at a time — plan against the memory budget, prepare, warm up, time steps until the
+// stopping criterion holds — and run_sweep, which hands the choice of batches to a strategy (list, auto,
+// effective batch).
+#include <fmt/format.h>
+#include <algorithm>
+#include <cmath>
+
+#include "batchsweep/errors.hpp"
+#include "batchsweep/stats.hpp"
+#include "batchsweep/sweep.hpp"
+#include "sweep/point_runner.hpp"
+
+namespace bsw {
+namespace sweep_detail {
+namespace {
+
+bool point_order(const Point& a, const Point& b) {
+  if (a.effective_batch != b.effective_batch) return a.effective_batch < b.effective_batch;
+  return a.batch < b.batch;
+}
+
+double pct(uint64_t part, uint64_t whole) {
+  return 100.0 * static_cast<double>(part) / static_cast<double>(whole);
+}
+
+}  // namespace
+
+std::string batch_label(int64_t batch, int64_t accumulation) {
+  return accumulation == 1 ? fmt::format("{}", batch) : fmt::format("{}x{}", batch, accumulation);
+}
+
+PointRunner::PointRunner(Backend& backend, const Graph& graph, const SweepSettings& settings,
+                         SweepObserver& observer)
+    : backend_(backend),
+      graph_(graph),
+      settings_(settings),
+      observer_(observer),
+      device_(backend.device(settings.precision)),
+      session_options_(settings.session) {
+  if (settings.memory_limit_bytes) {
+    budget_bytes_ = *settings.memory_limit_bytes;
+    budget_name_ = "--memory-limit";
+    if (!session_options_.memory_limit_bytes)
+      session_options_.memory_limit_bytes = settings.memory_limit_bytes;
+  }
+  const uint64_t device_bytes = device_.memory_total_bytes;
+  if (device_bytes > 0 && (budget_bytes_ == 0 || device_bytes < budget_bytes_)) {
+    if (budget_bytes_ > 0)
+      warn(fmt::format("--memory-limit {} is above the device's {}; the device's memory is the budget",
+                       format_bytes(budget_bytes_), format_bytes(device_bytes)));
+    budget_bytes_ = device_bytes;
+    budget_name_ = "device memory";
+  }
+}
+
+PlanRequest PointRunner::request(int64_t batch, int64_t accumulation) const {
+  return PlanRequest{batch, settings_.precision, settings_.mode, accumulation, backend_.kind()};
+}
+
+std::optional<std::string> PointRunner::plan_over_budget(int64_t batch, int64_t accumulation) const {
+  if (budget_bytes_ == 0) return std::nullopt;
+  uint64_t planned_bytes = 0;
+  try {
+    planned_bytes = make_plan(graph_, request(batch, accumulation)).memory.total_bytes();
+  } catch (const UsageError& e) {
+    if (batch < 1 || accumulation < 1) throw;
+    return fmt::format("the plan is too large to size: {}", e.what());  // beyond 64 bits: it cannot fit
+  }
+  // The same comparison as max_fit_batch (plan.cpp), so the plan's edge and this check agree to the byte.
+  const long double usable_bytes = static_cast<long double>(budget_bytes_) * kMemorySafetyFraction;
+  if (static_cast<long double>(planned_bytes) <= usable_bytes) return std::nullopt;
+  return fmt::format("planned {} exceeds {:.0f}% of the {} {} ({})", format_bytes(planned_bytes),
+                     kMemorySafetyFraction * 100.0, format_bytes(budget_bytes_), budget_name_,
+                     format_bytes(static_cast<uint64_t>(usable_bytes)));
+}
+
+std::optional<int64_t> PointRunner::plan_max_fit(int64_t accumulation) const {
+  if (budget_bytes_ == 0) return std::nullopt;
+  try {
+    const auto fit = max_fit_batch(graph_, request(1, accumulation), budget_bytes_);
+    if (!fit) return std::nullopt;
+    return std::min(*fit, kMaxBatch);
+  } catch (const UsageError&) {
+    return std::nullopt;  // some plan on the way did not fit in 64 bits: fall back to probing
+  }
+}
+
+const Point* PointRunner::find(int64_t batch, int64_t accumulation) const {
+  const auto it = std::find_if(points_.begin(), points_.end(), [&](const Point& p) {
+    return p.batch == batch && p.accumulation == accumulation;
+  });
+  return it == points_.end() ? nullptr : &*it;
+}
+
+void PointRunner::set_planned_total(int total, bool estimate) {
+  planned_total_ = total;
+  total_is_estimate_ = estimate;
+}
+
+void PointRunner::insert(Point point) {
+  const auto at = std::upper_bound(points_.begin(), points_.end(), point, point_order);
+  const Point& stored = *points_.insert(at, std::move(point));
+  observer_.on_point_done(stored, points_);
+}
+
+void PointRunner::record_unfit(int64_t batch, int64_t accumulation, PointStatus status, std::string reason,
+                               bool refinement) {
+  Point point;
+  point.batch = batch;
+  point.accumulation = accumulation;
+  point.effective_batch = batch * accumulation;
+  point.status = status;
+  point.reason = std::move(reason);
+  point.stop_reason = std::string(to_string(status));
+  point.refinement = refinement;
+  try {
+    point.memory.planned_bytes = make_plan(graph_, request(batch, accumulation)).memory.total_bytes();
+  } catch (const UsageError&) {
+    // The plan does not fit in 64 bits: planned_bytes stays 0 and the reason says why.
+  }
+  ++started_;
+  insert(std::move(point));
+}
+
+void PointRunner::add_memory_warning(const Point& point) {
+  if (budget_bytes_ == 0) return;
+  const uint64_t used_bytes =
+      std::max(point.memory.planned_bytes, point.memory.device_used_bytes.value_or(0));
+  if (static_cast<double>(used_bytes) <= settings_.memory_warn_fraction * static_cast<double>(budget_bytes_))
+    return;
+  const bool measured =
+      point.memory.device_used_bytes && *point.memory.device_used_bytes > point.memory.planned_bytes;
+  warn(fmt::format("batch {} uses {:.0f}% of the {} ({} {} of {}): close to out-of-memory",
+                   batch_label(point.batch, point.accumulation), pct(used_bytes, budget_bytes_), budget_name_,
+                   measured ? "device-used" : "planned", format_bytes(used_bytes),
+                   format_bytes(budget_bytes_)));
+}
+
+std::optional<FitProbe> PointRunner::probe(int64_t batch, int64_t accumulation) {
+  if (observer_.should_stop()) {
+    interrupted_ = true;
+    return std::nullopt;
+  }
+  ++probed_;
+  if (auto over = plan_over_budget(batch, accumulation)) return FitProbe{Fit::over_limit, std::move(*over)};
+  // Where only the plan can say no, preparing (gigabytes allocated and filled) would teach nothing.
+  if (!backend_.reports_out_of_memory()) return FitProbe{Fit::fits, {}};
+  const Plan plan = make_plan(graph_, request(batch, accumulation));
+  try {
+    const auto session = backend_.prepare(graph_, plan, session_options_);
+    return FitProbe{Fit::fits, {}};
+  } catch (const OutOfMemory& e) {
+    return FitProbe{Fit::oom, e.what()};
+  } catch (const BackendError& e) {
+    return FitProbe{Fit::error, e.what()};
+  }
+}
+
+std::optional<Point> PointRunner::measure(int64_t batch, int64_t accumulation, bool refinement) {
+  if (observer_.should_stop()) {
+    interrupted_ = true;
+    return std::nullopt;
+  }
+  observer_.on_point_start(PointStart{++started_, std::max(planned_total_, started_), total_is_estimate_,
+                                      batch, accumulation, refinement});
+
+  if (auto over = plan_over_budget(batch, accumulation)) {
+    ++probed_;
+    --started_;  // record_unfit counts it
+    record_unfit(batch, accumulation, PointStatus::over_limit, std::move(*over), refinement);
+    return *find(batch, accumulation);
+  }
+  Point point;
+  point.batch = batch;
+  point.accumulation = accumulation;
+  point.effective_batch = batch * accumulation;
+  point.refinement = refinement;
+  const Plan plan = make_plan(graph_, request(batch, accumulation));
+  point.memory.planned_bytes = plan.memory.total_bytes();
+
+  NoiseCriterion criterion(settings_.stopping);  // the per-point wall clock starts before prepare and warm-up
+  std::unique_ptr<Session> session;
+  try {
+    session = backend_.prepare(graph_, plan, session_options_);
+  } catch (const OutOfMemory& e) {
+    point.status = PointStatus::oom;
+    point.reason = e.what();
+  } catch (const BackendError& e) {
+    point.status = PointStatus::error;
+    point.reason = e.what();
+  }
+  if (!session) {
+    ++probed_;
+    point.stop_reason = std::string(to_string(point.status));
+    insert(point);
+    return point;
+  }
+  ++measured_;
+  if (!time_steps(*session, point, criterion)) return std::nullopt;
+  const SessionMemory memory = session->memory();
+  point.memory.measured_bytes = memory.allocated_bytes;
+  point.memory.device_used_bytes = memory.device_used_bytes;
+  session.reset();  // release the device before anything else is prepared
+
+  summarize_point(point, plan, criterion);
+  add_memory_warning(point);
+  insert(point);
+  return point;
+}
+
+bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& criterion) {
+  int64_t skipped_steps = 0;
+  try {
+    for (int64_t warm = 1; warm <= settings_.stopping.warmup_steps; ++warm) {
+      if (observer_.should_stop()) {
+        interrupted_ = true;
+        return false;
+      }
+      if (!session.step().finite) {
+        point.status = PointStatus::error;
+        point.reason = fmt::format("non-finite loss (NaN/Inf) at warm-up step {}", warm);
+        return true;
+      }
+    }
+    for (int64_t step = 1;; ++step) {
+      if (observer_.should_stop()) {
+        interrupted_ = true;
+        return false;
+      }
+      const StepResult result = session.step();
+      if (!std::isfinite(result.step_ms) || result.step_ms < 0)
+        throw BackendError(
+            fmt::format("the backend reported a step time of {} ms at step {}", result.step_ms, step));
+      point.samples_ms.push_back(result.step_ms);
+      criterion.add_measurement(result.step_ms);
+      if (result.skipped) ++skipped_steps;
+      if (settings_.precision == Precision::fp16 || skipped_steps > 0) point.skipped_steps = skipped_steps;
+      if (!result.finite) {
+        point.status = PointStatus::error;
+        point.reason = fmt::format("non-finite loss (NaN/Inf) at step {}", step);
+        return true;
+      }
+      if (settings_.mode == Mode::train && std::isfinite(result.loss)) point.loss = result.loss;
+      if (criterion.is_finished()) return true;
+    }
+  } catch (const OutOfMemory& e) {
+    point.status = PointStatus::oom;
+    point.reason = e.what();
+  } catch (const BackendError& e) {
+    point.status = PointStatus::error;
+    point.reason = e.what();
+  }
+  return true;
+}
+
+void PointRunner::summarize_point(Point& point, const Plan& plan, const NoiseCriterion& criterion) {
+  if (!point.samples_ms.empty()) {
+    point.step_ms = summarize(point.samples_ms);
+    point.noise_pct = relative_noise(point.samples_ms) * 100.0;
+  }
+  if (point.status != PointStatus::ok) {
+    // Samples of a failed point are kept for the record, but it has no throughput.
+    point.stop_reason = point.reason.starts_with("non-finite") ? "non-finite loss" : to_string(point.status);
+    return;
+  }
+  point.stop_reason = criterion.stop_reason();
+  const double mean_s = point.step_ms.mean / 1000.0;
+  if (mean_s > 0) {
+    point.samples_per_second = static_cast<double>(point.effective_batch) / mean_s;
+    if (graph_.tokens_per_sample > 0)
+      point.tokens_per_second = point.samples_per_second * static_cast<double>(graph_.tokens_per_sample);
+    const double flops_per_second = plan.flops_per_step / mean_s;
+    point.tflops = flops_per_second / 1e12;
+    if (device_.peak_flops && *device_.peak_flops > 0) point.mfu = flops_per_second / *device_.peak_flops;
+  }
+  if (auto warning = criterion.warning())
+    warn(fmt::format("batch {}: {}", batch_label(point.batch, point.accumulation), *warning));
+}
+
+SweepOutcome PointRunner::finish(std::string search_summary) {
+  observer_.on_sweep_end(interrupted_);
+  SweepOutcome outcome;
+  outcome.points = points_;
+  outcome.warnings = warnings_;
+  outcome.interrupted = interrupted_;
+  outcome.measured_points = measured_;
+  outcome.probed_points = probed_;
+  outcome.search_summary = std::move(search_summary);
+  return outcome;
+}
+
+void run_batch_list(PointRunner& runner, const std::vector<int64_t>& batches, int64_t accumulation) {
+  runner.set_planned_total(static_cast<int>(batches.size()), false);
+  for (const int64_t batch : batches) {
+    if (!runner.measure(batch, accumulation, false)) return;
+  }
+}
+
+}  // namespace sweep_detail
+
+void validate(const StoppingSettings& stopping) {
+  const auto fail = [](std::string_view flag, const std::string& why) {
+    throw UsageError(fmt::format("{}: {}", flag, why));
+  };
+  if (stopping.warmup_steps < 0)
+    fail("--warmup", fmt::format("must be at least 0, got {}", stopping.warmup_steps));
+  if (stopping.min_samples < 1)
+    fail("--min-samples", fmt::format("must be at least 1, got {}", stopping.min_samples));
+  if (!(std::isfinite(stopping.min_time_s) && stopping.min_time_s >= 0))
+    fail("--min-time", fmt::format("must be a number of seconds >= 0, got {}", stopping.min_time_s));
+  if (!(std::isfinite(stopping.max_noise_pct) && stopping.max_noise_pct > 0))
+    fail("--max-noise", fmt::format("must be a percentage > 0, got {}", stopping.max_noise_pct));
+  if (!(std::isfinite(stopping.timeout_s) && stopping.timeout_s > 0))
+    fail("--timeout", fmt::format("must be a number of seconds > 0, got {}", stopping.timeout_s));
+  if (stopping.max_samples < stopping.min_samples)
+    fail("--min-samples",
+         fmt::format("{} is above the sample cap {}", stopping.min_samples, stopping.max_samples));
+}
+
+SweepOutcome run_sweep(Backend& backend, const Graph& graph, const SweepSettings& settings,
+                       SweepObserver& observer) {
+  if (settings.accumulation < 1)
+    throw UsageError(fmt::format("--accumulation: must be at least 1, got {}", settings.accumulation));
+  if (!settings.effective_batch && !settings.batches.auto_search && settings.batches.batches.empty())
+    throw UsageError("--batch: no batches to measure");
+  if (!(settings.memory_warn_fraction > 0 && settings.memory_warn_fraction <= 1))
+    throw UsageError(
+        fmt::format("memory warning fraction must be in (0, 1], got {}", settings.memory_warn_fraction));
+  validate(settings.stopping);
+
+  sweep_detail::PointRunner runner(backend, graph, settings, observer);
+  std::string summary;
+  if (settings.effective_batch) {
+    sweep_detail::run_effective_batch(runner, *settings.effective_batch, summary);
+  } else if (settings.batches.auto_search) {
+    sweep_detail::run_auto_search(runner, summary);
+  } else {
+    sweep_detail::run_batch_list(runner, settings.batches.batches, settings.accumulation);
+  }
+  return runner.finish(std::move(summary));
+}
+
+}  // namespace bsw

@@ -1,0 +1,215 @@
+// --batch auto on scripted devices: the knee region and the fit edge found with few timed points, plan-based
+// edges found without preparing what the plan rejects, plateaus, and the batch cap.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "batchsweep/analysis.hpp"
+#include "sweep_test_support.hpp"
+
+namespace bsw {
+namespace {
+
+using testing::find_point;
+using testing::planned_bytes;
+using testing::RecordingObserver;
+using testing::tiny_graph;
+
+SweepSettings auto_settings() {
+  SweepSettings settings;
+  settings.batches.auto_search = true;
+  settings.batches.text = "auto";
+  return settings;
+}
+
+int64_t largest_ok(const std::vector<Point>& points) {
+  int64_t batch = 0;
+  for (const Point& p : points)
+    if (p.status == PointStatus::ok) batch = std::max(batch, p.batch);
+  return batch;
+}
+
+int64_t smallest_failed_above(const std::vector<Point>& points, int64_t batch) {
+  int64_t smallest = INT64_MAX;
+  for (const Point& p : points)
+    if (p.status != PointStatus::ok && p.batch > batch) smallest = std::min(smallest, p.batch);
+  return smallest;
+}
+
+TEST(AutoSearch, RooflineFindsTheKneeRegionAndTheFitEdgeWithFewPoints) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline(2.0, 128.0, 0.5);  // knee at 256
+  config.oom_above_batch = 2048;
+  const auto backend = make_scripted_backend(config);
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, auto_settings(), observer);
+  ASSERT_FALSE(outcome.interrupted);
+  RecordProperty("search_summary", outcome.search_summary);
+
+  // The fit edge, to one multiple of 8: 2048 runs, 2056 does not.
+  const int64_t fit = largest_ok(outcome.points);
+  EXPECT_EQ(fit, 2048);
+  const int64_t failed = smallest_failed_above(outcome.points, fit);
+  EXPECT_LE(failed - fit, 8) << "edge " << fit << " | " << failed;
+  EXPECT_EQ(find_point(outcome.points, failed)->status, PointStatus::oom);
+  EXPECT_TRUE(find_point(outcome.points, failed)->refinement);
+
+  // The knee region: the knee of the final points lies between the growth points around 256, and the
+  // refinement measured the midpoints there.
+  const KneeResult knee = find_knee(outcome.points, 1.0);
+  ASSERT_TRUE(knee.batch.has_value()) << knee.reason;
+  EXPECT_GE(*knee.batch, 128);
+  EXPECT_LE(*knee.batch, 512);
+  const Point* below = find_point(outcome.points, 184);
+  const Point* above = find_point(outcome.points, 360);
+  ASSERT_NE(below, nullptr);
+  ASSERT_NE(above, nullptr);
+  EXPECT_TRUE(below->refinement);
+  EXPECT_TRUE(above->refinement);
+  EXPECT_NEAR(below->samples_per_second, 92000.0, 920.0);    // 184 / 2 ms
+  EXPECT_NEAR(above->samples_per_second, 128000.0, 1280.0);  // flat past the knee
+
+  // Few timed points: growth to the plateau (1..1024), the fit edge, two around the knee.
+  EXPECT_LE(outcome.measured_points, 20);
+  EXPECT_EQ(outcome.measured_points, 14);
+  int timed = 0;
+  for (const Point& p : outcome.points) timed += p.samples_ms.empty() ? 0 : 1;
+  EXPECT_EQ(timed, outcome.measured_points);
+  EXPECT_LE(outcome.points.size(), 20u);
+  EXPECT_NE(outcome.search_summary.find("auto: 14 points timed"), std::string::npos)
+      << outcome.search_summary;
+  EXPECT_NE(outcome.search_summary.find("largest fit 2048, oom at 2056"), std::string::npos)
+      << outcome.search_summary;
+
+  // The growth points are not refinements; the progress total was an estimate.
+  EXPECT_FALSE(find_point(outcome.points, 64)->refinement);
+  EXPECT_TRUE(observer.starts.front().total_is_estimate);
+  for (const Point& p : outcome.points) EXPECT_EQ(p.effective_batch, p.batch);
+}
+
+TEST(AutoSearch, PlanBasedEdgeIsFoundWithoutPreparingWhatThePlanRejects) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline(2.0, 128.0);
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = auto_settings();
+  // A budget whose edge is 3003 by the plan.
+  settings.memory_limit_bytes =
+      static_cast<uint64_t>(static_cast<double>(planned_bytes(graph, 3003)) / 0.95) + 1;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  RecordProperty("search_summary", outcome.search_summary);
+  const auto plan_edge =
+      max_fit_batch(graph, PlanRequest{1, Precision::fp32, Mode::train, 1, BackendKind::scripted},
+                    *settings.memory_limit_bytes);
+  ASSERT_TRUE(plan_edge.has_value());
+  ASSERT_GE(*plan_edge, 3003);
+  ASSERT_LT(*plan_edge, 3010);
+  // The largest multiple of 8 the plan allows is measured; nothing above the plan edge is recorded twice.
+  EXPECT_EQ(largest_ok(outcome.points), *plan_edge / 8 * 8);
+  int over_limit = 0;
+  for (const Point& p : outcome.points) over_limit += p.status == PointStatus::over_limit ? 1 : 0;
+  EXPECT_EQ(over_limit, 1);
+  EXPECT_EQ(find_point(outcome.points, 4096)->status, PointStatus::over_limit);
+  EXPECT_NE(outcome.search_summary.find("over the memory budget"), std::string::npos)
+      << outcome.search_summary;
+  EXPECT_LE(outcome.measured_points, 20);
+}
+
+TEST(AutoSearch, SaturatingCurveStopsTimingAtThePlateau) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline(2.0, 128.0);
+  config.curve = ScriptedConfig::Curve::saturating;
+  config.b0 = 32;  // samples/s = b / (2 ms (1 + b/32)): each doubling gains < 3% from 1024 up
+  config.oom_above_batch = 1 << 14;
+  const auto backend = make_scripted_backend(config);
+  // A step of 16384 takes 2 ms (1 + 16384/32) = 1.03 s: 3 warm-up + 10 timed steps need a 14 s timeout.
+  SweepSettings settings = auto_settings();
+  settings.stopping.timeout_s = 30;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  RecordProperty("search_summary", outcome.search_summary);
+  EXPECT_NE(outcome.search_summary.find("growth timed up to 4096 (plateau"), std::string::npos)
+      << outcome.search_summary;
+  // The edge is still found, by prepare-only probes, and the largest fitting batch is measured.
+  EXPECT_EQ(largest_ok(outcome.points), 1 << 14);
+  EXPECT_EQ(smallest_failed_above(outcome.points, 1 << 14), (1 << 14) + 8);
+  EXPECT_LE(outcome.measured_points, 20);
+}
+
+TEST(AutoSearch, LargestFitTooSlowToTimeIsReportedNotTimed) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline(2.0, 128.0);
+  config.curve = ScriptedConfig::Curve::saturating;
+  config.b0 = 32;
+  config.oom_above_batch = 1 << 14;
+  const auto backend = make_scripted_backend(config);
+  RecordingObserver observer;
+  // The default 5 s timeout cannot hold 13 steps of 1.03 s: the edge is found by probes but not timed.
+  const SweepOutcome outcome = run_sweep(*backend, graph, auto_settings(), observer);
+  EXPECT_LT(largest_ok(outcome.points), 1 << 14);
+  EXPECT_EQ(smallest_failed_above(outcome.points, 1 << 14), (1 << 14) + 8);
+  EXPECT_NE(outcome.search_summary.find("largest fit 16384"), std::string::npos) << outcome.search_summary;
+  EXPECT_NE(outcome.search_summary.find("not timed"), std::string::npos) << outcome.search_summary;
+  bool warned = false;
+  for (const std::string& w : outcome.warnings) warned |= w.find("batch 16384 fits but was not timed") == 0;
+  EXPECT_TRUE(warned);
+}
+
+TEST(AutoSearch, GrowthStopsTimingWhenTheNextBatchWouldOutlastTheTimeout) {
+  const Graph graph = tiny_graph();
+  // Throughput still scales (each doubling gains > 40%) while steps grow: step = 100 ms (1 + b / 100000).
+  ScriptedConfig config = testing::roofline(100.0, 128.0);
+  config.curve = ScriptedConfig::Curve::saturating;
+  config.b0 = 100000;
+  config.memory_total_bytes = uint64_t{1} << 40;
+  const auto backend = make_scripted_backend(config);
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, auto_settings(), observer);
+  // After 131072 (231 ms a step) the next doubling would need 13 steps of ~462 ms > the 5 s timeout.
+  EXPECT_EQ(largest_ok(outcome.points), 131072) << outcome.search_summary;
+  EXPECT_NE(outcome.search_summary.find("growth timed up to 131072 (a larger batch would not fit --timeout"),
+            std::string::npos)
+      << outcome.search_summary;
+}
+
+TEST(AutoSearch, StopsAtTheBatchCapWithoutAnEdge) {
+  const Graph graph = tiny_graph();
+  // Throughput keeps scaling: t0 large, so step time stays t0 far beyond 2^24 — no plateau, no oom.
+  ScriptedConfig config = testing::roofline(1.0, 1e9);
+  config.memory_total_bytes = UINT64_MAX / 2;
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = auto_settings();
+  settings.stopping.min_samples = 2;
+  settings.stopping.min_time_s = 0;
+  settings.stopping.warmup_steps = 0;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  EXPECT_EQ(largest_ok(outcome.points), kMaxBatch);
+  EXPECT_NE(outcome.search_summary.find("reached the cap"), std::string::npos) << outcome.search_summary;
+}
+
+TEST(AutoSearch, InterruptKeepsFinishedPoints) {
+  const Graph graph = tiny_graph();
+  const auto backend = make_scripted_backend(testing::roofline());
+  RecordingObserver observer;
+  observer.stop_when = [](const RecordingObserver& o) { return o.done.size() == 4; };
+  const SweepOutcome outcome = run_sweep(*backend, graph, auto_settings(), observer);
+  EXPECT_TRUE(outcome.interrupted);
+  EXPECT_EQ(outcome.points.size(), 4u);
+  EXPECT_NE(outcome.search_summary.find("interrupted"), std::string::npos) << outcome.search_summary;
+}
+
+TEST(AutoSearch, NothingFits) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline();
+  config.memory_total_bytes = 1024;  // not even batch 1
+  const auto backend = make_scripted_backend(config);
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, auto_settings(), observer);
+  ASSERT_EQ(outcome.points.size(), 1u);
+  EXPECT_EQ(outcome.points[0].status, PointStatus::over_limit);
+  EXPECT_EQ(outcome.measured_points, 0);
+}
+
+}  // namespace
+}  // namespace bsw

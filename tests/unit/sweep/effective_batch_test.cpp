@@ -1,0 +1,97 @@
+// --effective-batch N: the micro-batch x accumulation splits, measured from the largest micro-batch down, and
+// the early stop once smaller micro-batches keep getting slower.
+#include <gtest/gtest.h>
+
+#include "batchsweep/errors.hpp"
+#include "sweep_test_support.hpp"
+
+namespace bsw {
+namespace {
+
+using testing::find_point;
+using testing::RecordingObserver;
+using testing::tiny_graph;
+
+TEST(EffectiveBatchSplits, PowersOfTwoThatDivide) {
+  EXPECT_EQ(effective_batch_splits(1), (std::vector<BatchSplit>{{1, 1}}));
+  EXPECT_EQ(effective_batch_splits(8), (std::vector<BatchSplit>{{8, 1}, {4, 2}, {2, 4}, {1, 8}}));
+  EXPECT_EQ(effective_batch_splits(96),
+            (std::vector<BatchSplit>{{96, 1}, {48, 2}, {24, 4}, {12, 8}, {6, 16}, {3, 32}}));
+  EXPECT_EQ(effective_batch_splits(7), (std::vector<BatchSplit>{{7, 1}}));
+  EXPECT_EQ(effective_batch_splits(kMaxBatch).size(), 25u);
+}
+
+TEST(EffectiveBatchSplits, RejectsOutOfRange) {
+  EXPECT_THROW((void)effective_batch_splits(0), UsageError);
+  EXPECT_THROW((void)effective_batch_splits(kMaxBatch + 1), UsageError);
+  try {
+    (void)effective_batch_splits(-3);
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--effective-batch:", 0), 0u);
+  }
+}
+
+TEST(EffectiveBatch, StopsAfterTwoSlowerSplits) {
+  const Graph graph = tiny_graph();
+  // Knee at 256: 256x1 takes 2 ms, 128x2 4 ms, 64x4 8 ms: each halving is 50% slower.
+  const auto backend = make_scripted_backend(testing::roofline(2.0, 128.0));
+  SweepSettings settings;
+  settings.effective_batch = 256;
+  settings.batches.batches = {1, 2, 3};  // ignored with an effective batch
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  ASSERT_EQ(outcome.points.size(), 3u);
+  for (const Point& p : outcome.points) {
+    EXPECT_EQ(p.effective_batch, 256);
+    EXPECT_EQ(p.batch * p.accumulation, 256);
+    EXPECT_EQ(p.status, PointStatus::ok);
+  }
+  EXPECT_NEAR(find_point(outcome.points, 256, 1)->samples_per_second, 128000.0, 1.0);
+  EXPECT_NEAR(find_point(outcome.points, 128, 2)->samples_per_second, 64000.0, 1.0);
+  EXPECT_NEAR(find_point(outcome.points, 64, 4)->samples_per_second, 32000.0, 1.0);
+  // Measured from the largest micro-batch down.
+  ASSERT_EQ(observer.starts.size(), 3u);
+  EXPECT_EQ(observer.starts[0].batch, 256);
+  EXPECT_EQ(observer.starts[1].batch, 128);
+  EXPECT_EQ(observer.starts[1].accumulation, 2);
+  EXPECT_EQ(observer.starts[0].planned_total, 9);
+  EXPECT_NE(outcome.search_summary.find("3 of 9 splits"), std::string::npos) << outcome.search_summary;
+  EXPECT_NE(outcome.search_summary.find("stopped after micro-batch 64"), std::string::npos)
+      << outcome.search_summary;
+}
+
+TEST(EffectiveBatch, SkipsSplitsThatDoNotFitAndKeepsGoingWhileFlat) {
+  const Graph graph = tiny_graph();
+  // Knee at 16: micro-batches from 16 up all run at 8 samples/ms; the two above 32 run out of memory.
+  ScriptedConfig config = testing::roofline(2.0, 8.0);
+  config.oom_above_batch = 32;
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings;
+  settings.effective_batch = 128;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  // 128x1 oom, 64x2 oom, 32x4 ok, 16x8 as fast (flat), 8x16 50% slower, 4x32 slower again: stop.
+  ASSERT_EQ(outcome.points.size(), 6u);
+  EXPECT_EQ(find_point(outcome.points, 128, 1)->status, PointStatus::oom);
+  EXPECT_EQ(find_point(outcome.points, 64, 2)->status, PointStatus::oom);
+  EXPECT_EQ(find_point(outcome.points, 32, 4)->status, PointStatus::ok);
+  EXPECT_NEAR(find_point(outcome.points, 16, 8)->samples_per_second,
+              find_point(outcome.points, 32, 4)->samples_per_second, 1.0);
+  EXPECT_EQ(find_point(outcome.points, 2, 64), nullptr);
+  for (const Point& p : outcome.points) EXPECT_EQ(p.effective_batch, 128);
+}
+
+TEST(EffectiveBatch, MeasuresEverySplitWhenNoneGetsSlower) {
+  const Graph graph = tiny_graph();
+  // t0 tiny: micro_ms = b / rate, so every split takes the same time.
+  const auto backend = make_scripted_backend(testing::roofline(1e-6, 16.0));
+  SweepSettings settings;
+  settings.effective_batch = 16;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  EXPECT_EQ(outcome.points.size(), 5u);
+  EXPECT_NE(outcome.search_summary.find("5 of 5 splits"), std::string::npos) << outcome.search_summary;
+}
+
+}  // namespace
+}  // namespace bsw

@@ -1,0 +1,172 @@
+// Progress on stderr: the pure line formatting, durations, and the printer's behaviour on a terminal (redrawn
+// in place), off a terminal (one line per point), with colour, and quiet.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "sweep_test_support.hpp"
+
+namespace bsw {
+namespace {
+
+TEST(FormatDuration, Ranges) {
+  EXPECT_EQ(format_duration(0), "0.0 s");
+  EXPECT_EQ(format_duration(12.44), "12.4 s");
+  EXPECT_EQ(format_duration(59.9), "59.9 s");
+  EXPECT_EQ(format_duration(59.97), "1 min 00 s");
+  EXPECT_EQ(format_duration(125), "2 min 05 s");
+  EXPECT_EQ(format_duration(3725), "1 h 02 min");
+  EXPECT_EQ(format_duration(-3), "0.0 s");
+}
+
+TEST(FormatProgressLine, TheDocumentedLine) {
+  ProgressLine line;
+  line.index = 3;
+  line.planned_total = 9;
+  line.batch = 64;
+  line.elapsed_s = 12.4;
+  line.eta_s = 31.2;
+  EXPECT_EQ(format_progress_line(line, false), "[3/9] batch 64 · elapsed 12.4 s · ETA ~31 s");
+}
+
+TEST(FormatProgressLine, Variants) {
+  ProgressLine line;
+  line.index = 1;
+  line.planned_total = 14;
+  line.total_is_estimate = true;
+  line.batch = 16;
+  line.accumulation = 4;
+  line.elapsed_s = 0;
+  EXPECT_EQ(format_progress_line(line, false), "[1/~14] batch 16x4 · elapsed 0.0 s");
+  line.accumulation = 1;
+  line.batch = 184;
+  line.refinement = true;
+  line.eta_s = 150;
+  EXPECT_EQ(format_progress_line(line, false),
+            "[1/~14] batch 184 (refine) · elapsed 0.0 s · ETA ~2 min 30 s");
+  line.planned_total = 0;
+  line.refinement = false;
+  line.eta_s.reset();
+  EXPECT_EQ(format_progress_line(line, false), "[1/?] batch 184 · elapsed 0.0 s");
+}
+
+TEST(FormatProgressLine, ColorOnlyWhenAsked) {
+  ProgressLine line{2, 5, false, 8, 1, false, 1.0, 2.0};
+  const std::string plain = format_progress_line(line, false);
+  const std::string colored = format_progress_line(line, true);
+  EXPECT_EQ(plain.find('\x1b'), std::string::npos);
+  EXPECT_NE(colored.find("\x1b[1m[2/5] batch 8\x1b[0m"), std::string::npos) << colored;
+  EXPECT_NE(colored.find("\x1b[2m"), std::string::npos);
+}
+
+// Captures what the printer writes.
+class Capture {
+ public:
+  Capture() : file_(std::tmpfile()) {}
+  ~Capture() { std::fclose(file_); }
+  std::FILE* file() { return file_; }
+  std::string text() {
+    std::fflush(file_);
+    std::rewind(file_);
+    std::string out;
+    char buffer[512];
+    std::size_t n = 0;
+    while ((n = std::fread(buffer, 1, sizeof buffer, file_)) > 0) out.append(buffer, n);
+    return out;
+  }
+
+ private:
+  std::FILE* file_;
+};
+
+Point point_of(int64_t batch, PointStatus status, std::string reason = {}) {
+  Point p;
+  p.batch = batch;
+  p.effective_batch = batch;
+  p.status = status;
+  p.reason = std::move(reason);
+  return p;
+}
+
+TEST(ProgressPrinter, OneLinePerPointOffATerminalWithAnEta) {
+  Capture out;
+  double now_s = 0;
+  ProgressOptions options;
+  options.clock = [&] { return now_s; };
+  ProgressPrinter printer(out.file(), options);
+  std::vector<Point> all;
+  printer.on_point_start(PointStart{1, 3, false, 1, 1, false});
+  now_s = 10;
+  all.push_back(point_of(1, PointStatus::ok));
+  printer.on_point_done(all.back(), all);
+  printer.on_point_start(PointStart{2, 3, false, 2, 1, false});
+  now_s = 20;
+  all.push_back(point_of(2, PointStatus::oom, "out of memory at batch 2"));
+  printer.on_point_done(all.back(), all);
+  printer.on_point_start(PointStart{3, 3, false, 4, 1, false});
+  printer.on_sweep_end(false);
+  EXPECT_EQ(out.text(),
+            "[1/3] batch 1 · elapsed 0.0 s\n"
+            "[2/3] batch 2 · elapsed 10.0 s · ETA ~20 s\n"
+            "batch 2: oom — out of memory at batch 2\n"
+            "[3/3] batch 4 · elapsed 20.0 s · ETA ~10 s\n"
+            "sweep done: 2 points in 20.0 s\n");
+}
+
+TEST(ProgressPrinter, RedrawsInPlaceOnATerminal) {
+  Capture out;
+  double now_s = 0;
+  ProgressOptions options;
+  options.terminal = true;
+  options.clock = [&] { return now_s; };
+  ProgressPrinter printer(out.file(), options);
+  std::vector<Point> all{point_of(1, PointStatus::ok)};
+  printer.on_point_start(PointStart{1, 2, false, 1, 1, false});
+  now_s = 1;
+  printer.on_point_done(all.back(), all);
+  printer.on_point_start(PointStart{2, 2, false, 2, 1, false});
+  printer.on_sweep_end(true);
+  const std::string text = out.text();
+  const std::string first = "[1/2] batch 1 · elapsed 0.0 s";
+  // The second line overwrites the first: \r, blanks as wide as the first line (in characters), \r.
+  EXPECT_EQ(text.rfind(first, 0), 0u) << text;
+  const std::string blank = "\r" + std::string(29, ' ') + "\r";
+  EXPECT_NE(text.find(first + blank + "[2/2] batch 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("interrupted after 1 point in 1.0 s\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find('\n'), text.size() - 1) << text;  // the only newline ends the summary
+}
+
+TEST(ProgressPrinter, QuietPrintsNothingAndShouldStopAsksTheFlag) {
+  Capture out;
+  bool stop = false;
+  ProgressOptions options;
+  options.quiet = true;
+  options.stop_requested = [&] { return stop; };
+  ProgressPrinter printer(out.file(), options);
+  std::vector<Point> all{point_of(1, PointStatus::error, "bad")};
+  printer.on_point_start(PointStart{1, 1, false, 1, 1, false});
+  printer.on_point_done(all.back(), all);
+  printer.on_sweep_end(false);
+  EXPECT_EQ(out.text(), "");
+  EXPECT_FALSE(printer.should_stop());
+  stop = true;
+  EXPECT_TRUE(printer.should_stop());
+  ProgressPrinter no_flag(out.file(), ProgressOptions{});
+  EXPECT_FALSE(no_flag.should_stop());
+}
+
+TEST(ProgressPrinter, StderrOptionsFollowNoColor) {
+  // Under the test runner stderr may or may not be a terminal; colour never appears without one.
+  const ProgressOptions options = stderr_progress_options(false);
+  if (!options.terminal) {
+    EXPECT_FALSE(options.color);
+  }
+  setenv("NO_COLOR", "1", 1);
+  EXPECT_FALSE(stderr_progress_options(false).color);
+  unsetenv("NO_COLOR");
+  EXPECT_TRUE(stderr_progress_options(true).quiet);
+}
+
+}  // namespace
+}  // namespace bsw

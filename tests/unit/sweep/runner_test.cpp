@@ -1,0 +1,314 @@
+// run_sweep over a batch list with the scripted backend: throughput from the formula, oom / over_limit / NaN
+// points that do not stop the sweep, memory warnings, timeouts, observer callbacks and interrupts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "batchsweep/errors.hpp"
+#include "batchsweep/stats.hpp"
+#include "sweep_test_support.hpp"
+
+namespace bsw {
+namespace {
+
+using testing::find_point;
+using testing::list_settings;
+using testing::planned_bytes;
+using testing::RecordingObserver;
+using testing::tiny_graph;
+
+bool contains(const std::string& text, const std::string& piece) {
+  return text.find(piece) != std::string::npos;
+}
+
+TEST(Runner, RooflineGivesTheExpectedThroughput) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline(2.0, 128.0, 0.5);
+  config.peak_flops = 1e12;
+  const auto backend = make_scripted_backend(config);
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, list_settings({512, 1, 64}), observer);
+
+  ASSERT_EQ(outcome.points.size(), 3u);
+  EXPECT_FALSE(outcome.interrupted);
+  EXPECT_EQ(outcome.measured_points, 3);
+  EXPECT_EQ(outcome.probed_points, 0);
+  EXPECT_TRUE(outcome.search_summary.empty());
+  EXPECT_EQ(outcome.points[0].batch, 1);  // sorted
+  EXPECT_EQ(outcome.points[2].batch, 512);
+  // samples/s = batch / max(2 ms, batch / 128 per ms)
+  const std::vector<std::pair<int64_t, double>> expected{{1, 500.0}, {64, 32000.0}, {512, 128000.0}};
+  for (const auto& [batch, samples_per_second] : expected) {
+    const Point* p = find_point(outcome.points, batch);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(p->status, PointStatus::ok);
+    EXPECT_EQ(p->effective_batch, batch);
+    EXPECT_NEAR(p->samples_per_second, samples_per_second, samples_per_second * 0.01) << batch;
+    EXPECT_GE(p->samples_ms.size(), 10u);
+    EXPECT_DOUBLE_EQ(p->step_ms.mean, summarize(p->samples_ms).mean);
+    // The mean step time defines the throughput.
+    EXPECT_NEAR(p->samples_per_second, batch / (p->step_ms.mean / 1000.0), 1e-6 * samples_per_second);
+    ASSERT_TRUE(p->noise_pct.has_value());
+    EXPECT_LE(*p->noise_pct, 1.0);
+    EXPECT_EQ(p->stop_reason, "noise target");
+    const Plan plan =
+        make_plan(graph, PlanRequest{batch, Precision::fp32, Mode::train, 1, BackendKind::scripted});
+    ASSERT_TRUE(p->tflops.has_value());
+    EXPECT_NEAR(*p->tflops, plan.flops_per_step / (p->step_ms.mean / 1000.0) / 1e12, 1e-12);
+    ASSERT_TRUE(p->mfu.has_value());
+    EXPECT_NEAR(*p->mfu, *p->tflops * 1e12 / *config.peak_flops, 1e-12);
+    EXPECT_EQ(p->memory.planned_bytes, plan.memory.total_bytes());
+    EXPECT_EQ(p->memory.measured_bytes, plan.memory.total_bytes());
+    EXPECT_TRUE(p->loss.has_value());
+    EXPECT_FALSE(p->tokens_per_second.has_value());  // vector inputs
+    EXPECT_FALSE(p->skipped_steps.has_value());      // fp32
+    EXPECT_FALSE(p->refinement);
+  }
+  // Observer: starts in the order of the list (the grammar sorts it; run_sweep keeps what it is given) with
+  // an exact total, done after each, end once.
+  ASSERT_EQ(observer.starts.size(), 3u);
+  EXPECT_EQ(observer.starts[0].index, 1);
+  EXPECT_EQ(observer.starts[2].index, 3);
+  EXPECT_EQ(observer.starts[0].planned_total, 3);
+  EXPECT_FALSE(observer.starts[0].total_is_estimate);
+  EXPECT_EQ(observer.starts[0].batch, 512);
+  EXPECT_EQ(observer.starts[2].batch, 64);
+  EXPECT_EQ(observer.sizes_seen, (std::vector<std::size_t>{1, 2, 3}));
+  EXPECT_TRUE(observer.ended);
+  EXPECT_FALSE(observer.ended_interrupted);
+  EXPECT_TRUE(outcome.warnings.empty()) << outcome.warnings.front();
+}
+
+TEST(Runner, OomPointIsRecordedAndTheSweepGoesOn) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline();
+  config.oom_above_batch = 100;
+  const auto backend = make_scripted_backend(config);
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, list_settings({64, 128, 256}), observer);
+  ASSERT_EQ(outcome.points.size(), 3u);
+  EXPECT_EQ(find_point(outcome.points, 64)->status, PointStatus::ok);
+  for (const int64_t batch : {128, 256}) {
+    const Point* p = find_point(outcome.points, batch);
+    EXPECT_EQ(p->status, PointStatus::oom);
+    EXPECT_TRUE(contains(p->reason, "out of memory at batch " + std::to_string(batch))) << p->reason;
+    EXPECT_TRUE(p->samples_ms.empty());
+    EXPECT_EQ(p->samples_per_second, 0.0);
+    EXPECT_EQ(p->memory.planned_bytes, planned_bytes(graph, batch));
+  }
+  EXPECT_EQ(outcome.measured_points, 1);
+  EXPECT_EQ(outcome.probed_points, 2);
+}
+
+TEST(Runner, OverLimitFromMemoryLimitSkipsPrepareAndQuotesBothSizes) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline();
+  config.oom_above_batch = 64;  // would throw if the runner prepared 1024
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = list_settings({64, 1024});
+  // Between what 64 and 1024 need, leaving the 5% headroom.
+  const uint64_t limit = static_cast<uint64_t>(static_cast<double>(planned_bytes(graph, 1024)) / 0.95) - 4096;
+  ASSERT_GT(limit * 0.95, static_cast<double>(planned_bytes(graph, 64)));
+  settings.memory_limit_bytes = limit;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  const Point* p = find_point(outcome.points, 1024);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->status, PointStatus::over_limit);
+  EXPECT_TRUE(contains(p->reason, "planned " + format_bytes(planned_bytes(graph, 1024)))) << p->reason;
+  EXPECT_TRUE(contains(p->reason, format_bytes(limit) + " --memory-limit")) << p->reason;
+  EXPECT_TRUE(contains(p->reason, "95%")) << p->reason;
+  EXPECT_EQ(p->memory.planned_bytes, planned_bytes(graph, 1024));
+  EXPECT_EQ(find_point(outcome.points, 64)->status, PointStatus::ok);
+  // 64's plan is far below the limit: no memory warning for it.
+  for (const auto& w : outcome.warnings) EXPECT_FALSE(contains(w, "batch 64 ")) << w;
+}
+
+TEST(Runner, WarnsWhenAPointIsCloseToTheMemoryBudget) {
+  const Graph graph = tiny_graph();
+  const auto backend = make_scripted_backend(testing::roofline());
+  SweepSettings settings = list_settings({8, 512});
+  settings.memory_limit_bytes = static_cast<uint64_t>(static_cast<double>(planned_bytes(graph, 512)) / 0.93);
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  EXPECT_EQ(find_point(outcome.points, 512)->status, PointStatus::ok);
+  ASSERT_EQ(outcome.warnings.size(), 1u);
+  const std::string& w = outcome.warnings[0];
+  EXPECT_TRUE(contains(w, "batch 512 uses 93% of the --memory-limit")) << w;
+  EXPECT_TRUE(contains(w, "planned " + format_bytes(planned_bytes(graph, 512)) + " of " +
+                              format_bytes(*settings.memory_limit_bytes)))
+      << w;
+  EXPECT_TRUE(contains(w, "close to out-of-memory")) << w;
+}
+
+TEST(Runner, MemoryLimitAboveTheDeviceWarnsAndUsesTheDevice) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline();
+  config.memory_total_bytes = planned_bytes(graph, 256);  // 256 itself needs the 5% headroom: over the budget
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = list_settings({8, 256});
+  settings.memory_limit_bytes = 2 * config.memory_total_bytes;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  EXPECT_EQ(find_point(outcome.points, 256)->status, PointStatus::over_limit);
+  EXPECT_TRUE(contains(find_point(outcome.points, 256)->reason, "device memory"));
+  ASSERT_FALSE(outcome.warnings.empty());
+  EXPECT_TRUE(contains(outcome.warnings[0], "--memory-limit")) << outcome.warnings[0];
+}
+
+TEST(Runner, NonFiniteLossMakesAnErrorPointThatKeepsItsSamples) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline();
+  config.nan_at_batch = 32;
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = list_settings({16, 32, 64});
+  settings.stopping.warmup_steps = 0;
+  RecordingObserver observer;
+  SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  const Point* p = find_point(outcome.points, 32);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->status, PointStatus::error);
+  EXPECT_EQ(p->reason, "non-finite loss (NaN/Inf) at step 1");
+  EXPECT_EQ(p->stop_reason, "non-finite loss");
+  EXPECT_EQ(p->samples_ms.size(), 1u);
+  EXPECT_DOUBLE_EQ(p->step_ms.mean, 2.0);
+  EXPECT_EQ(p->samples_per_second, 0.0);  // not ok: no throughput
+  EXPECT_EQ(find_point(outcome.points, 64)->status, PointStatus::ok);
+
+  // With warm-up the NaN is caught there, before any timed step.
+  settings.stopping.warmup_steps = 3;
+  outcome = run_sweep(*backend, graph, settings, observer);
+  p = find_point(outcome.points, 32);
+  EXPECT_EQ(p->reason, "non-finite loss (NaN/Inf) at warm-up step 1");
+  EXPECT_TRUE(p->samples_ms.empty());
+}
+
+TEST(Runner, Fp16SkippedStepsAreCounted) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline();
+  config.skip_every_steps = 5;
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = list_settings({64});
+  settings.precision = Precision::fp16;
+  settings.stopping.warmup_steps = 0;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  const Point& p = outcome.points.at(0);
+  ASSERT_TRUE(p.skipped_steps.has_value());
+  EXPECT_EQ(*p.skipped_steps, static_cast<int64_t>(p.samples_ms.size()) / 5);
+  EXPECT_GT(*p.skipped_steps, 0);
+}
+
+TEST(Runner, TimeoutEndsAHangingPointWithAWarning) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline();
+  config.hang_at_batch = 8;
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = list_settings({4, 8});
+  settings.stopping.timeout_s = 0.3;
+  settings.stopping.warmup_steps = 1;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  const Point* p = find_point(outcome.points, 8);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->status, PointStatus::ok);  // measured, just noisier than asked
+  EXPECT_EQ(p->stop_reason, "timeout");
+  EXPECT_GE(p->samples_ms.size(), 3u);
+  EXPECT_LE(p->samples_ms.size(), 7u);
+  EXPECT_GT(*p->noise_pct, 40.0);
+  ASSERT_EQ(outcome.warnings.size(), 1u);
+  EXPECT_TRUE(contains(outcome.warnings[0], "batch 8: timeout 0.3 s reached")) << outcome.warnings[0];
+  EXPECT_TRUE(contains(outcome.warnings[0], "--max-noise")) << outcome.warnings[0];
+  EXPECT_EQ(find_point(outcome.points, 4)->stop_reason, "noise target");
+}
+
+TEST(Runner, InterruptBetweenSamplesDropsTheUnfinishedPoint) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline();
+  config.sleep = true;  // real time passes, as with a device
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = list_settings({1, 2, 4, 8});
+  settings.stopping.min_time_s = 0.02;
+  RecordingObserver observer;
+  int questions_in_third = 0;
+  observer.stop_when = [&](const RecordingObserver& o) {
+    return o.starts.size() == 3 && ++questions_in_third > 5;  // a few steps into the third point
+  };
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  EXPECT_TRUE(outcome.interrupted);
+  ASSERT_EQ(outcome.points.size(), 2u);
+  EXPECT_EQ(outcome.points[0].batch, 1);
+  EXPECT_EQ(outcome.points[1].batch, 2);
+  EXPECT_EQ(outcome.points[1].status, PointStatus::ok);
+  EXPECT_EQ(observer.done.size(), 2u);
+  EXPECT_TRUE(observer.ended);
+  EXPECT_TRUE(observer.ended_interrupted);
+}
+
+TEST(Runner, InterruptBeforeAPointStartsNothing) {
+  const Graph graph = tiny_graph();
+  const auto backend = make_scripted_backend(testing::roofline());
+  RecordingObserver observer;
+  observer.stop_when = [](const RecordingObserver& o) { return o.done.size() == 1; };
+  const SweepOutcome outcome = run_sweep(*backend, graph, list_settings({1, 2, 4}), observer);
+  EXPECT_TRUE(outcome.interrupted);
+  EXPECT_EQ(outcome.points.size(), 1u);
+  EXPECT_EQ(observer.starts.size(), 1u);
+}
+
+TEST(Runner, TokenInputsReportTokensPerSecond) {
+  ModelSpec model;
+  model.name = "tokens";
+  model.source = "test:tokens";
+  model.input.type = InputType::tokens;
+  model.input.sequence_length = 8;
+  model.input.vocab_size = 32;
+  LayerSpec embedding;
+  embedding.type = LayerType::embedding;
+  embedding.json_path = "layers[0]";
+  embedding.dim = 16;
+  LayerSpec head;
+  head.type = LayerType::linear;
+  head.json_path = "layers[1]";
+  head.out_features = 32;
+  model.layers = {embedding, head};
+  const Graph graph = lower(model);
+  ASSERT_EQ(graph.tokens_per_sample, 8);
+  const auto backend = make_scripted_backend(testing::roofline());
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, list_settings({64}), observer);
+  const Point& p = outcome.points.at(0);
+  ASSERT_TRUE(p.tokens_per_second.has_value());
+  EXPECT_DOUBLE_EQ(*p.tokens_per_second, p.samples_per_second * 8);
+}
+
+TEST(Runner, AccumulationMultipliesTheEffectiveBatch) {
+  const Graph graph = tiny_graph();
+  const auto backend = make_scripted_backend(testing::roofline(2.0, 128.0));
+  SweepSettings settings = list_settings({64});
+  settings.accumulation = 4;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  const Point& p = outcome.points.at(0);
+  EXPECT_EQ(p.batch, 64);
+  EXPECT_EQ(p.accumulation, 4);
+  EXPECT_EQ(p.effective_batch, 256);
+  EXPECT_NEAR(p.samples_per_second, 256 / 0.008, 1e-6);
+}
+
+TEST(Runner, RejectsSettingsThatCannotRun) {
+  const Graph graph = tiny_graph();
+  const auto backend = make_scripted_backend(testing::roofline());
+  RecordingObserver observer;
+  EXPECT_THROW((void)run_sweep(*backend, graph, list_settings({}), observer), UsageError);
+  SweepSettings settings = list_settings({8});
+  settings.accumulation = 0;
+  EXPECT_THROW((void)run_sweep(*backend, graph, settings, observer), UsageError);
+  settings = list_settings({8});
+  settings.stopping.timeout_s = -1;
+  EXPECT_THROW((void)run_sweep(*backend, graph, settings, observer), UsageError);
+}
+
+}  // namespace
+}  // namespace bsw

@@ -1,0 +1,176 @@
+// NoiseCriterion: each stop rule (noise target, min samples, min time, timeout, sample cap) on a fake clock,
+// and the warnings that say which limit was missed and the flag that helps.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "batchsweep/errors.hpp"
+#include "batchsweep/sweep.hpp"
+
+namespace bsw {
+namespace {
+
+struct FakeClock {
+  double now_s = 100.0;
+  NoiseCriterion::Clock clock() {
+    return [this] { return now_s; };
+  }
+};
+
+TEST(NoiseCriterion, FinishesWhenAllTargetsHold) {
+  FakeClock time;
+  NoiseCriterion criterion(StoppingSettings{}, time.clock());
+  for (int i = 0; i < 9; ++i) {
+    criterion.add_measurement(60.0);
+    EXPECT_FALSE(criterion.is_finished()) << "sample " << i + 1;  // fewer than 10 samples
+  }
+  criterion.add_measurement(60.0);
+  EXPECT_TRUE(criterion.is_finished());
+  EXPECT_EQ(criterion.stop_reason(), "noise target");
+  EXPECT_FALSE(criterion.warning().has_value());
+  EXPECT_EQ(criterion.samples(), 10u);
+  EXPECT_DOUBLE_EQ(criterion.measured_s(), 0.6);
+}
+
+TEST(NoiseCriterion, WaitsForMinSamples) {
+  FakeClock time;
+  StoppingSettings settings;
+  settings.min_samples = 20;
+  NoiseCriterion criterion(settings, time.clock());
+  for (int i = 0; i < 19; ++i) criterion.add_measurement(200.0);  // 3.8 s measured, noise 0
+  EXPECT_FALSE(criterion.is_finished());
+  EXPECT_EQ(criterion.stop_reason(), "");
+  criterion.add_measurement(200.0);
+  EXPECT_TRUE(criterion.is_finished());
+}
+
+TEST(NoiseCriterion, WaitsForMinTime) {
+  FakeClock time;
+  NoiseCriterion criterion(StoppingSettings{}, time.clock());
+  for (int i = 0; i < 499; ++i) {
+    criterion.add_measurement(1.0);
+    ASSERT_FALSE(criterion.is_finished()) << i;  // 0.499 s < 0.5 s
+  }
+  criterion.add_measurement(1.0);
+  EXPECT_TRUE(criterion.is_finished());
+  EXPECT_EQ(criterion.stop_reason(), "noise target");
+}
+
+TEST(NoiseCriterion, WaitsForTheNoiseTargetThenStops) {
+  FakeClock time;
+  StoppingSettings settings;
+  settings.max_noise_pct = 5.0;
+  NoiseCriterion criterion(settings, time.clock());
+  // Ten samples alternating 90 / 110 ms: noise ~10.5%.
+  for (int i = 0; i < 10; ++i) criterion.add_measurement(i % 2 ? 110.0 : 90.0);
+  EXPECT_FALSE(criterion.is_finished());
+  EXPECT_NEAR(criterion.noise_pct(), 10.54, 0.01);
+  // Many samples at 100 ms pull the relative noise under 5%.
+  int added = 0;
+  while (!criterion.is_finished()) {
+    criterion.add_measurement(100.0);
+    ASSERT_LT(++added, 100);
+  }
+  EXPECT_LE(criterion.noise_pct(), 5.0);
+  EXPECT_EQ(criterion.stop_reason(), "noise target");
+}
+
+TEST(NoiseCriterion, TimeoutSaysWhichLimitAndByHowMuch) {
+  FakeClock time;
+  StoppingSettings settings;
+  settings.timeout_s = 5.0;
+  NoiseCriterion criterion(settings, time.clock());
+  for (int i = 0; i < 40; ++i) {
+    criterion.add_measurement(i % 2 ? 3.0 : 1.0);  // noise 50.6%
+    time.now_s += 0.1;
+    ASSERT_FALSE(criterion.is_finished()) << i;
+  }
+  time.now_s += 1.5;  // 5.5 s since the start
+  criterion.add_measurement(1.0);
+  EXPECT_TRUE(criterion.is_finished());
+  EXPECT_EQ(criterion.stop_reason(), "timeout");
+  const auto warning = criterion.warning();
+  ASSERT_TRUE(warning.has_value());
+  EXPECT_NE(warning->find("timeout 5 s reached after 5.5 s"), std::string::npos) << *warning;
+  EXPECT_NE(warning->find("% > 1% target"), std::string::npos) << *warning;
+  EXPECT_NE(warning->find("0.08 s measured < 0.5 s minimum"), std::string::npos) << *warning;
+  EXPECT_NE(warning->find("--timeout"), std::string::npos) << *warning;
+  EXPECT_NE(warning->find("--max-noise"), std::string::npos) << *warning;
+  // Finished stays finished.
+  time.now_s += 100;
+  EXPECT_TRUE(criterion.is_finished());
+  EXPECT_EQ(criterion.stop_reason(), "timeout");
+}
+
+TEST(NoiseCriterion, TimeoutWithFewSamplesNamesTheMinimum) {
+  FakeClock time;
+  StoppingSettings settings;
+  settings.timeout_s = 2.0;
+  NoiseCriterion criterion(settings, time.clock());
+  for (int i = 0; i < 3; ++i) {
+    time.now_s += 0.8;
+    criterion.add_measurement(800.0);
+  }
+  EXPECT_TRUE(criterion.is_finished());
+  const auto warning = criterion.warning();
+  ASSERT_TRUE(warning.has_value());
+  EXPECT_NE(warning->find("3 samples < 10 minimum"), std::string::npos) << *warning;
+  EXPECT_EQ(warning->find("--max-noise"), std::string::npos) << *warning;  // the noise was fine
+}
+
+TEST(NoiseCriterion, SampleCapStopsAFastNoisyStep) {
+  FakeClock time;
+  StoppingSettings settings;
+  settings.max_samples = 50;
+  NoiseCriterion criterion(settings, time.clock());
+  int added = 0;
+  while (!criterion.is_finished()) {
+    criterion.add_measurement(added % 2 ? 0.003 : 0.001);
+    ++added;
+    ASSERT_LE(added, 50);
+  }
+  EXPECT_EQ(added, 50);
+  EXPECT_EQ(criterion.stop_reason(), "sample cap");
+  const auto warning = criterion.warning();
+  ASSERT_TRUE(warning.has_value());
+  EXPECT_NE(warning->find("sample cap 50 reached"), std::string::npos) << *warning;
+}
+
+TEST(NoiseCriterion, UsesTheSteadyClockByDefault) {
+  NoiseCriterion criterion(StoppingSettings{});
+  criterion.add_measurement(1.0);
+  EXPECT_FALSE(criterion.is_finished());  // nowhere near 10 s
+}
+
+TEST(StoppingSettings, ValidateNamesTheFlag) {
+  const auto message_of = [](StoppingSettings s) {
+    try {
+      validate(s);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(message_of(StoppingSettings{}), "");
+  StoppingSettings s;
+  s.warmup_steps = -1;
+  EXPECT_EQ(message_of(s).rfind("--warmup:", 0), 0u);
+  s = {};
+  s.min_samples = 0;
+  EXPECT_EQ(message_of(s).rfind("--min-samples:", 0), 0u);
+  s = {};
+  s.min_time_s = -0.5;
+  EXPECT_EQ(message_of(s).rfind("--min-time:", 0), 0u);
+  s = {};
+  s.max_noise_pct = 0;
+  EXPECT_EQ(message_of(s).rfind("--max-noise:", 0), 0u);
+  s = {};
+  s.timeout_s = 0;
+  EXPECT_EQ(message_of(s).rfind("--timeout:", 0), 0u);
+  s = {};
+  s.min_samples = 20000;
+  EXPECT_NE(message_of(s).find("above the sample cap 10000"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace bsw
