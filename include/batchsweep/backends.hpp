@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,5 +22,11 @@ namespace bsw {
 // name, a backend not compiled in, or `cuda` without a device ("no CUDA device: ...").
 [[nodiscard]] std::unique_ptr<Backend> make_backend(std::string_view name,
                                                     const std::string& script_path = {});
+
+// For `batchsweep devices`: {"compiled": bool, "devices": [...], "reason": "..." when there is none}.
+[[nodiscard]] nlohmann::json describe_cuda_devices();
+// Measured GEMM rates per precision and copy bandwidth of CUDA device `device`. Throws UsageError naming
+// --calibrate when there is no device or no CUDA backend in this build.
+[[nodiscard]] nlohmann::json calibrate_cuda(int device);
 
 }  // namespace bsw

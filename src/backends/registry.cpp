@@ -55,4 +55,27 @@ std::unique_ptr<Backend> make_backend(std::string_view name, const std::string& 
   throw UsageError(fmt::format("--backend: unknown backend '{}' (choose auto, cpu, cuda or scripted)", name));
 }
 
+nlohmann::json describe_cuda_devices() {
+#ifdef BATCHSWEEP_HAVE_CUDA
+  nlohmann::json out = {{"compiled", true}, {"devices", cuda::describe_devices()}};
+  if (cuda::device_count() == 0) out["reason"] = cuda::no_device_reason();
+  return out;
+#else
+  return {{"compiled", false},
+          {"devices", nlohmann::json::array()},
+          {"reason", "this batchsweep was built without the CUDA backend (-DBATCHSWEEP_CUDA=OFF)"}};
+#endif
+}
+
+nlohmann::json calibrate_cuda(int device) {
+#ifdef BATCHSWEEP_HAVE_CUDA
+  if (cuda::device_count() <= device)
+    throw UsageError(fmt::format("--calibrate needs a CUDA device: {}", cuda::no_device_reason()));
+  return cuda::calibrate(device);
+#else
+  throw UsageError(
+      "--calibrate needs the CUDA backend: this batchsweep was built with -DBATCHSWEEP_CUDA=OFF");
+#endif
+}
+
 }  // namespace bsw

@@ -696,6 +696,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
 class CpuBackend final : public Backend {
  public:
   BackendKind kind() const override { return BackendKind::cpu; }
+  bool reports_out_of_memory() const override { return false; }
 
   DeviceInfo device(Precision precision) const override {
     DeviceInfo info;

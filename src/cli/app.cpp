@@ -1,0 +1,294 @@
+// CLI11 definitions of every subcommand, in one place, validated into the Settings structs of settings.hpp.
+// No logic beyond turning text into settings; the commands live in commands.cpp.
+#include "cli/app.hpp"
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "batchsweep/errors.hpp"
+#include "batchsweep/model.hpp"
+#include "cli/commands.hpp"
+
+namespace bsw::cli {
+namespace {
+
+constexpr const char* kExitCodes =
+    "Exit codes: 0 success; 1 runtime failure; 2 usage, config or input error; 3 regression found by "
+    "compare;\n"
+    "130 interrupted by SIGINT (143 SIGTERM) - the report of finished points is still written.";
+
+constexpr const char* kExamples = R"(Examples:
+  batchsweep run                                    # default sweep: preset mlp, best backend, auto batches
+  batchsweep run --model gpt2-small --precision bf16 --batch 1:64:*2 --json gpt2.json
+  batchsweep run --model my-model.json --latency-slo 50 --markdown sweep.md --svg sweep.svg
+  batchsweep run --model bert-base --effective-batch 256 --precision bf16
+  batchsweep plan --model gpt2-small --precision bf16 --batch 1:64:*2 --memory 80GB
+  batchsweep analyze sweep.json --latency-slo 20 --saturation 90
+  batchsweep compare h100.json h200.json --fail-on-regression 5
+  batchsweep presets
+  batchsweep devices --calibrate)";
+
+Precision parse_precision(const std::string& text) {
+  if (text == "fp32") return Precision::fp32;
+  if (text == "tf32") return Precision::tf32;
+  if (text == "fp16") return Precision::fp16;
+  if (text == "bf16") return Precision::bf16;
+  throw UsageError(
+      fmt::format("--precision: unknown precision '{}' (choose fp32, tf32, fp16 or bf16)", text));
+}
+
+Mode parse_mode(const std::string& text) {
+  if (text == "train") return Mode::train;
+  if (text == "infer" || text == "inference") return Mode::infer;
+  throw UsageError(fmt::format("--mode: unknown mode '{}' (choose train or infer)", text));
+}
+
+void check_backend_name(const std::string& name) {
+  if (name != "auto" && name != "cpu" && name != "cuda" && name != "scripted")
+    throw UsageError(
+        fmt::format("--backend: unknown backend '{}' (choose auto, cpu, cuda or scripted)", name));
+}
+
+void add_exports(CLI::App* cmd, ExportSettings& e) {
+  cmd->add_option("--json", e.json_path, "Write the JSON report (schema v1) to FILE, or - for stdout")
+      ->type_name("FILE|-");
+  cmd->add_option("--csv", e.csv_path, "Write one CSV row per point to FILE")->type_name("FILE");
+  cmd->add_option("--markdown", e.markdown_path, "Write a markdown report to FILE")->type_name("FILE");
+  cmd->add_option("--svg", e.svg_path, "Write an SVG plot (throughput, p99 latency, memory) to FILE")
+      ->type_name("FILE");
+}
+
+void add_analysis(CLI::App* cmd, AnalysisFlags& a) {
+  cmd->add_option("--latency-slo", a.latency_slo_ms,
+                  "p99 step latency budget in ms: report the best batch within it")
+      ->type_name("MS")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--saturation", a.saturation_pct,
+                  "Saturation: smallest batch reaching PCT% of the best throughput")
+      ->type_name("PCT")
+      ->check(CLI::Range(1.0, 100.0))
+      ->capture_default_str();
+  cmd->add_option("--knee-sensitivity", a.knee_sensitivity, "Kneedle sensitivity S")
+      ->type_name("S")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--price-per-hour", a.price_per_hour,
+                  "Device price in USD per hour: cost per million samples")
+      ->type_name("USD")
+      ->check(CLI::PositiveNumber);
+}
+
+struct Raw {
+  std::string precision = "fp32", mode = "train", batch = "auto", memory_limit, memory, graphs = "on";
+  std::optional<int64_t> effective_batch;
+  double memory_warn_pct = 90.0;
+};
+
+}  // namespace
+
+int run_app(int argc, char** argv) {
+  CLI::App app{
+      "batchsweep: which batch size should this model use on this GPU?\n"
+      "Sweeps batch sizes of a configurable model (MLP, conv, transformer, ViT) in training or inference "
+      "and\n"
+      "reports throughput, latency percentiles, memory, the knee, the largest batch that fits and the best\n"
+      "batch under a latency budget.",
+      "batchsweep"};
+  app.footer(std::string(kExamples) + "\n\n" + kExitCodes);
+  app.set_version_flag("--version", std::string(BSW_VERSION) + " (" + BSW_GIT_COMMIT + ")");
+  app.require_subcommand(1);
+  app.fallthrough(false);
+
+  // ---- run
+  // ------------------------------------------------------------------------------------------------------
+  RunSettings run;
+  Raw run_raw;
+  CLI::App* run_cmd =
+      app.add_subcommand("run", "Sweep batch sizes and report the knee, max fit and best batch");
+  run_cmd->footer(std::string(kExamples) + "\n\n" + kExitCodes);
+  run_cmd->add_option("--model,-m", run.model, "Preset name (see `batchsweep presets`) or a model JSON file")
+      ->capture_default_str();
+  run_cmd->add_option("--backend", run.backend, "auto | cpu | cuda | scripted")->capture_default_str();
+  run_cmd->add_option("--script", run.script, "Step-time script for --backend scripted (testing)")
+      ->type_name("FILE");
+  run_cmd->add_option("--mode", run_raw.mode, "train | infer")->capture_default_str();
+  run_cmd->add_option("--precision,-p", run_raw.precision, "fp32 | tf32 | fp16 | bf16")
+      ->capture_default_str();
+  CLI::Option* batch_opt = run_cmd
+                               ->add_option("--batch,-b", run_raw.batch,
+                                            "Batches: auto, a list and ranges: 1,8,64  8:256:+8  1:4096:*2")
+                               ->type_name("SPEC|auto")
+                               ->capture_default_str();
+  CLI::Option* accum_opt = run_cmd
+                               ->add_option("--accumulation", run.sweep.accumulation,
+                                            "Micro-batches per optimizer step (gradient accumulation)")
+                               ->check(CLI::PositiveNumber)
+                               ->capture_default_str();
+  CLI::Option* effective_opt =
+      run_cmd
+          ->add_option("--effective-batch", run_raw.effective_batch,
+                       "Sweep the splits of N samples per step into micro-batch x accumulation")
+          ->type_name("N")
+          ->check(CLI::PositiveNumber);
+  effective_opt->excludes(accum_opt)->excludes(batch_opt);
+  run_cmd->add_option("--memory-limit", run_raw.memory_limit, "Refuse plans above SIZE (e.g. 24GiB, 80GB)")
+      ->type_name("SIZE");
+  run_cmd
+      ->add_option("--memory-warn", run_raw.memory_warn_pct,
+                   "Warn when a point uses more than PCT% of the memory")
+      ->type_name("PCT")
+      ->check(CLI::Range(1.0, 100.0))
+      ->capture_default_str();
+  add_analysis(run_cmd, run.analysis);
+  StoppingSettings& stop = run.sweep.stopping;
+  run_cmd->add_option("--warmup", stop.warmup_steps, "Untimed steps before each point")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  run_cmd->add_option("--min-samples", stop.min_samples, "Timed steps per point, at least")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  run_cmd->add_option("--min-time", stop.min_time_s, "Measured seconds per point, at least")
+      ->type_name("S")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  run_cmd->add_option("--max-noise", stop.max_noise_pct, "Stop a point once its relative noise is below PCT%")
+      ->type_name("PCT")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  run_cmd
+      ->add_option("--timeout", stop.timeout_s, "Wall-clock seconds per point before it stops with a warning")
+      ->type_name("S")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  run_cmd->add_option("--seed", run.sweep.session.seed, "Seed of the synthetic weights and data")
+      ->capture_default_str();
+  run_cmd->add_option("--graphs", run_raw.graphs, "cuda: capture each step as a CUDA graph (on|off)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  add_exports(run_cmd, run.exports);
+  run_cmd->add_flag("--quiet,-q", run.quiet, "No progress on stderr");
+
+  // ---- plan
+  // -----------------------------------------------------------------------------------------------------
+  PlanSettings plan;
+  Raw plan_raw;
+  CLI::App* plan_cmd = app.add_subcommand(
+      "plan", "Print the exact memory plan and FLOPs per batch; with --memory, the max batch");
+  plan_cmd->add_option("--model,-m", plan.model, "Preset name or model JSON file")->capture_default_str();
+  plan_cmd->add_option("--backend", plan.backend, "Plan for auto | cpu | cuda (workspaces differ)")
+      ->capture_default_str();
+  plan_cmd->add_option("--batch,-b", plan.batch, "Batches: 1,8,64  8:256:+8  1:4096:*2")
+      ->type_name("SPEC")
+      ->capture_default_str();
+  plan_cmd->add_option("--precision,-p", plan_raw.precision, "fp32 | tf32 | fp16 | bf16")
+      ->capture_default_str();
+  plan_cmd->add_option("--mode", plan_raw.mode, "train | infer")->capture_default_str();
+  plan_cmd->add_option("--accumulation", plan.accumulation, "Micro-batches per optimizer step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  plan_cmd
+      ->add_option("--memory", plan_raw.memory, "Device memory (e.g. 80GB, 24GiB): report the largest batch")
+      ->type_name("SIZE");
+  plan_cmd->add_option("--json", plan.json_path, "Write the plan JSON to FILE, or - for stdout")
+      ->type_name("FILE|-");
+  plan_cmd->add_flag("--buffers", plan.buffers, "List every buffer of each plan");
+
+  // ---- analyze
+  // --------------------------------------------------------------------------------------------------
+  AnalyzeSettings analyze;
+  CLI::App* analyze_cmd = app.add_subcommand(
+      "analyze", "Recompute the analysis of a report (other SLO, saturation, sensitivity)");
+  analyze_cmd->add_option("report", analyze.report_path, "A batchsweep JSON report")
+      ->required()
+      ->type_name("REPORT");
+  add_analysis(analyze_cmd, analyze.analysis);
+  add_exports(analyze_cmd, analyze.exports);
+
+  // ---- compare
+  // --------------------------------------------------------------------------------------------------
+  CompareSettings compare;
+  CLI::App* compare_cmd = app.add_subcommand(
+      "compare", "Compare runs per batch (the first is the baseline) with a noise-aware verdict");
+  compare_cmd->add_option("reports", compare.report_paths, "Two or more JSON reports")
+      ->required()
+      ->expected(2, 64)
+      ->type_name("A.json B.json ...");
+  compare_cmd
+      ->add_option("--fail-on-regression", compare.fail_on_regression_pct,
+                   "Exit 3 when a run is slower than the baseline beyond noise and PCT%")
+      ->type_name("PCT")
+      ->check(CLI::Range(0.0, 100.0));
+  compare_cmd->add_flag("--allow-model-mismatch", compare.allow_model_mismatch,
+                        "Compare reports of different models");
+  compare_cmd->add_option("--json", compare.json_path, "Write the comparison as JSON to FILE, or -")
+      ->type_name("FILE|-");
+  compare_cmd->add_option("--markdown", compare.markdown_path, "Write the comparison as markdown to FILE")
+      ->type_name("FILE");
+
+  // ---- devices, presets
+  // -------------------------------------------------------------------------------------------
+  DevicesSettings devices;
+  CLI::App* devices_cmd =
+      app.add_subcommand("devices", "List backends and devices; --calibrate measures GEMM rates");
+  devices_cmd->add_flag("--calibrate", devices.calibrate, "Measure this GPU's GEMM rates and copy bandwidth");
+  devices_cmd->add_flag("--json", devices.json, "Print JSON");
+  CLI::App* presets_cmd = app.add_subcommand("presets", "List the embedded model presets");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "batchsweep: error: %s\nRun with --help for usage.\n", e.what());
+    return kExitUsage;
+  }
+
+  if (run_cmd->parsed()) {
+    check_backend_name(run.backend);
+    run.sweep.precision = parse_precision(run_raw.precision);
+    run.sweep.mode = parse_mode(run_raw.mode);
+    if (run_raw.effective_batch) {
+      if (run.sweep.mode != Mode::train)
+        throw UsageError("--effective-batch: gradient accumulation only applies to --mode train");
+      run.sweep.effective_batch = *run_raw.effective_batch;
+    } else {
+      run.sweep.batches = parse_batch_spec(run_raw.batch, "--batch");
+    }
+    if (run.sweep.mode == Mode::infer && run.sweep.accumulation != 1)
+      throw UsageError("--accumulation: gradient accumulation only applies to --mode train");
+    if (!run_raw.memory_limit.empty())
+      run.sweep.memory_limit_bytes = parse_size(run_raw.memory_limit, "--memory-limit");
+    run.sweep.memory_warn_fraction = run_raw.memory_warn_pct / 100.0;
+    run.sweep.session.cuda_graphs = run_raw.graphs == "on";
+    run.sweep.session.memory_limit_bytes = run.sweep.memory_limit_bytes;
+    run.sweep.knee_sensitivity = run.analysis.knee_sensitivity;
+    validate(run.sweep.stopping);
+    if (run.backend == "scripted" && run.script.empty())
+      throw UsageError("--script: --backend scripted needs a step-time script (see tests/data/scripted)");
+    std::vector<std::string> args(argv, argv + argc);
+    return run_command(run, args);
+  }
+  if (plan_cmd->parsed()) {
+    check_backend_name(plan.backend);
+    if (plan.backend == "scripted") throw UsageError("--backend: plans are for cpu or cuda");
+    plan.precision = parse_precision(plan_raw.precision);
+    plan.mode = parse_mode(plan_raw.mode);
+    if (plan.mode == Mode::infer && plan.accumulation != 1)
+      throw UsageError("--accumulation: gradient accumulation only applies to --mode train");
+    if (!plan_raw.memory.empty()) plan.memory_bytes = parse_size(plan_raw.memory, "--memory");
+    return plan_command(plan);
+  }
+  if (analyze_cmd->parsed()) return analyze_command(analyze);
+  if (compare_cmd->parsed()) return compare_command(compare);
+  if (devices_cmd->parsed()) return devices_command(devices);
+  if (presets_cmd->parsed()) return presets_command();
+  return kExitUsage;
+}
+
+}  // namespace bsw::cli

@@ -1,0 +1,342 @@
+// The subcommands: glue from settings to the pipeline (model -> plan -> backend -> sweep -> analysis ->
+// report) and to the printers. Signals, exports after every point, and what goes to stdout (data) vs stderr
+// (progress, warnings).
+#include "cli/commands.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+
+#include "batchsweep/analysis.hpp"
+#include "batchsweep/backends.hpp"
+#include "batchsweep/compare.hpp"
+#include "batchsweep/errors.hpp"
+#include "batchsweep/model.hpp"
+#include "batchsweep/plan_view.hpp"
+#include "batchsweep/printers.hpp"
+#include "batchsweep/report.hpp"
+#include "batchsweep/sweep.hpp"
+
+namespace bsw::cli {
+namespace {
+
+std::atomic<int> g_signal{0};
+
+extern "C" void on_signal(int sig) {
+  g_signal.store(sig);
+}
+
+// SIGINT/SIGTERM set a flag the sweep checks between steps; a second signal kills as usual.
+class SignalGuard {
+ public:
+  SignalGuard() {
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~SignalGuard() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  SignalGuard(const SignalGuard&) = delete;
+  SignalGuard& operator=(const SignalGuard&) = delete;
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
+
+bool color_allowed(std::FILE* stream) {
+  return isatty(fileno(stream)) && std::getenv("NO_COLOR") == nullptr;
+}
+
+void write_output(const std::string& path, const std::string& content) {
+  if (path == "-") {
+    std::fwrite(content.data(), 1, content.size(), stdout);
+    std::fflush(stdout);
+    return;
+  }
+  write_file_atomic(path, content);
+}
+
+// Fails early (exit 2, before any measurement) when an export cannot be written: a missing directory, a
+// directory in place of the file, or no permission.
+void check_writable(const std::string& path, std::string_view flag) {
+  if (path.empty() || path == "-") return;
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  std::error_code ec;
+  if (fs::is_directory(p, ec)) throw InputError(fmt::format("{} {}: is a directory", flag, path));
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir, ec))
+    throw InputError(fmt::format("{} {}: the directory {} does not exist", flag, path, dir.string()));
+  if (access(dir.c_str(), W_OK) != 0)
+    throw InputError(fmt::format("{} {}: the directory {} is not writable", flag, path, dir.string()));
+  if (fs::exists(p, ec) && access(p.c_str(), W_OK) != 0)
+    throw InputError(fmt::format("{} {}: the file is not writable", flag, path));
+}
+
+void check_exports(const ExportSettings& e) {
+  check_writable(e.json_path, "--json");
+  check_writable(e.csv_path, "--csv");
+  check_writable(e.markdown_path, "--markdown");
+  check_writable(e.svg_path, "--svg");
+  int to_stdout = 0;
+  for (const std::string* p : {&e.json_path, &e.csv_path, &e.markdown_path, &e.svg_path})
+    to_stdout += *p == "-";
+  if (to_stdout > 1) throw UsageError("only one export may go to stdout (-)");
+  if (e.csv_path == "-" || e.markdown_path == "-" || e.svg_path == "-")
+    throw UsageError("only --json accepts - (stdout)");
+}
+
+void write_exports(const Report& report, const ExportSettings& e) {
+  if (!e.json_path.empty() && e.json_path != "-") write_output(e.json_path, format_json(report));
+  if (!e.csv_path.empty()) write_output(e.csv_path, format_csv(report));
+  if (!e.markdown_path.empty()) write_output(e.markdown_path, format_markdown(report));
+  if (!e.svg_path.empty()) write_output(e.svg_path, format_svg(report));
+}
+
+// Data on stdout: the JSON when --json -, else the console table; the table then goes to stderr.
+void print_final(const Report& report, const ExportSettings& e) {
+  write_exports(report, e);
+  if (e.json_path == "-") {
+    write_output("-", format_json(report));
+    const std::string table = format_console(report, {color_allowed(stderr)});
+    std::fwrite(table.data(), 1, table.size(), stderr);
+  } else {
+    const std::string table = format_console(report, {color_allowed(stdout)});
+    std::fwrite(table.data(), 1, table.size(), stdout);
+  }
+}
+
+AnalysisOptions analysis_options(const AnalysisFlags& a) {
+  AnalysisOptions o;
+  o.knee_sensitivity = a.knee_sensitivity;
+  o.saturation_pct = a.saturation_pct;
+  o.latency_slo_ms = a.latency_slo_ms;
+  o.price_per_hour = a.price_per_hour;
+  validate(o);
+  return o;
+}
+
+std::string now_iso8601() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::string_view backend_kind) {
+  const SweepSettings& w = s.sweep;
+  nlohmann::json j = {
+      {"model", to_json(model)},
+      {"model_source", model.source},
+      {"backend", backend_kind},
+      {"mode", to_string(w.mode)},
+      {"precision", to_string(w.precision)},
+      {"accumulation", w.accumulation},
+      {"batch", w.effective_batch ? std::string() : w.batches.text},
+      {"effective_batch", w.effective_batch ? nlohmann::json(*w.effective_batch) : nlohmann::json(nullptr)},
+      {"memory_limit_bytes",
+       w.memory_limit_bytes ? nlohmann::json(*w.memory_limit_bytes) : nlohmann::json(nullptr)},
+      {"memory_warn_fraction", w.memory_warn_fraction},
+      {"stopping",
+       {{"warmup_steps", w.stopping.warmup_steps},
+        {"min_samples", w.stopping.min_samples},
+        {"min_time_s", w.stopping.min_time_s},
+        {"max_noise_pct", w.stopping.max_noise_pct},
+        {"timeout_s", w.stopping.timeout_s},
+        {"max_samples", w.stopping.max_samples}}},
+      {"seed", w.session.seed},
+      {"cuda_graphs", w.session.cuda_graphs},
+      {"knee_sensitivity", s.analysis.knee_sensitivity},
+      {"saturation_pct", s.analysis.saturation_pct},
+      {"latency_slo_ms",
+       s.analysis.latency_slo_ms ? nlohmann::json(*s.analysis.latency_slo_ms) : nlohmann::json()},
+      {"price_per_hour",
+       s.analysis.price_per_hour ? nlohmann::json(*s.analysis.price_per_hour) : nlohmann::json()},
+  };
+  return j;
+}
+
+// Rewrites every export after each finished point (atomically), so an interrupt or a crash leaves a valid
+// report of everything finished; forwards progress to the stderr printer.
+class ExportingObserver final : public SweepObserver {
+ public:
+  ExportingObserver(Report& report, const ExportSettings& exports, const AnalysisOptions& options, bool quiet)
+      : report_(report), exports_(exports), options_(options), progress_(stderr, [&] {
+          ProgressOptions p = stderr_progress_options(quiet);
+          p.stop_requested = [] { return g_signal.load() != 0; };
+          return p;
+        }()) {}
+
+  void on_point_start(const PointStart& start) override { progress_.on_point_start(start); }
+  void on_point_done(const Point& point, const std::vector<Point>& all_so_far) override {
+    progress_.on_point_done(point, all_so_far);
+    if (!exports_.any()) return;
+    report_.points = all_so_far;
+    report_.analysis = analyze(report_.points, options_);
+    write_exports(report_, exports_);
+  }
+  bool should_stop() override { return progress_.should_stop(); }
+  void on_sweep_end(bool interrupted) override { progress_.on_sweep_end(interrupted); }
+
+ private:
+  Report& report_;
+  const ExportSettings& exports_;
+  AnalysisOptions options_;
+  ProgressPrinter progress_;
+};
+
+void print_warnings(const std::vector<std::string>& warnings) {
+  const bool color = color_allowed(stderr);
+  for (const std::string& w : warnings)
+    std::fprintf(stderr, "%swarning:%s %s\n", color ? "\033[33m" : "", color ? "\033[0m" : "", w.c_str());
+}
+
+}  // namespace
+
+int plan_command(const PlanSettings& s) {
+  check_writable(s.json_path, "--json");
+  const ModelSpec model = load_model(s.model);
+  const Graph graph = lower(model);
+  const BatchSpec spec = parse_batch_spec(s.batch, "--batch");
+  if (spec.auto_search) throw UsageError("--batch: plan needs explicit batches (auto is for run)");
+  BackendKind kind = BackendKind::cpu;
+  if (s.backend == "cuda" || (s.backend == "auto" && cuda_device_present())) kind = BackendKind::cuda;
+  PlanSummary summary;
+  summary.graph = &graph;
+  summary.with_buffers = s.buffers;
+  PlanRequest request{1, s.precision, s.mode, s.accumulation, kind};
+  for (int64_t b : spec.batches) {
+    request.batch = b;
+    summary.plans.push_back(make_plan(graph, request));
+  }
+  if (s.memory_bytes) {
+    summary.memory_bytes = s.memory_bytes;
+    summary.max_fit_batch = max_fit_batch(graph, request, *s.memory_bytes);
+  }
+  if (!s.json_path.empty()) write_output(s.json_path, plan_to_json(summary).dump(2) + "\n");
+  if (s.json_path != "-") std::fputs(format_plan_table(summary).c_str(), stdout);
+  return kExitOk;
+}
+
+int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
+  check_exports(s.exports);
+  const ModelSpec model = load_model(s.model);
+  const Graph graph = lower(model);
+  std::unique_ptr<Backend> backend = make_backend(s.backend, s.script);
+  const AnalysisOptions options = analysis_options(s.analysis);
+
+  Report report;
+  report.tool.version = BSW_VERSION;
+  report.tool.git_commit = BSW_GIT_COMMIT;
+  report.created_at = now_iso8601();
+  report.command = argv;
+  report.device = backend->device(s.sweep.precision);
+  report.settings = settings_json(s, model, to_string(backend->kind()));
+
+  SignalGuard signals;
+  ExportingObserver observer(report, s.exports, options, s.quiet);
+  SweepOutcome outcome = run_sweep(*backend, graph, s.sweep, observer);
+
+  report.points = std::move(outcome.points);
+  report.warnings = std::move(outcome.warnings);
+  if (!outcome.search_summary.empty()) report.settings["search"] = outcome.search_summary;
+  report.settings["measured_points"] = outcome.measured_points;
+  const int sig = g_signal.load();
+  if (outcome.interrupted)
+    report.warnings.push_back(fmt::format("interrupted by {}: the report holds the {} finished point(s)",
+                                          sig == SIGTERM ? "SIGTERM" : "SIGINT", report.points.size()));
+  report.analysis = analyze(report.points, options);
+  print_warnings(report.warnings);
+  print_final(report, s.exports);
+  if (outcome.interrupted) return sig == SIGTERM ? 143 : kExitInterrupted;
+  return kExitOk;
+}
+
+int analyze_command(const AnalyzeSettings& s) {
+  check_exports(s.exports);
+  Report report = read_report(s.report_path);
+  report.analysis = analyze(report.points, analysis_options(s.analysis));
+  report.settings["knee_sensitivity"] = s.analysis.knee_sensitivity;
+  report.settings["saturation_pct"] = s.analysis.saturation_pct;
+  report.settings["latency_slo_ms"] =
+      s.analysis.latency_slo_ms ? nlohmann::json(*s.analysis.latency_slo_ms) : nlohmann::json();
+  print_final(report, s.exports);
+  return kExitOk;
+}
+
+int compare_command(const CompareSettings& s) {
+  check_writable(s.json_path, "--json");
+  check_writable(s.markdown_path, "--markdown");
+  std::vector<Report> reports;
+  for (const std::string& path : s.report_paths) reports.push_back(read_report(path));
+  CompareOptions options;
+  options.allow_model_mismatch = s.allow_model_mismatch;
+  options.names = s.report_paths;
+  const CompareResult result = compare_reports(reports, options);
+  if (!s.markdown_path.empty()) write_output(s.markdown_path, format_compare_markdown(result));
+  if (!s.json_path.empty()) write_output(s.json_path, to_json(result).dump(2) + "\n");
+  if (s.json_path != "-") std::fputs(format_compare(result, color_allowed(stdout)).c_str(), stdout);
+  if (s.fail_on_regression_pct && has_regression(result, *s.fail_on_regression_pct)) {
+    std::fprintf(
+        stderr,
+        "batchsweep: regression: a run is slower than the baseline by more than %.3g%% beyond noise\n",
+        *s.fail_on_regression_pct);
+    return kExitRegression;
+  }
+  return kExitOk;
+}
+
+int devices_command(const DevicesSettings& s) {
+  nlohmann::json doc;
+  doc["backends"] = compiled_backends();
+  const DeviceInfo cpu = make_backend("cpu")->device(Precision::fp32);
+  doc["cpu"] = {{"name", cpu.name}, {"memory_total_bytes", cpu.memory_total_bytes}, {"details", cpu.details}};
+  doc["cuda"] = describe_cuda_devices();
+  if (s.calibrate) doc["calibration"] = calibrate_cuda(0);
+  if (s.json) {
+    std::cout << doc.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::cout << "backends compiled in: " << fmt::format("{}", fmt::join(compiled_backends(), ", ")) << "\n";
+  std::cout << fmt::format("cpu: {} ({:.1f} GiB memory, {} BLAS threads)\n", cpu.name,
+                           static_cast<double>(cpu.memory_total_bytes) / (1u << 30),
+                           cpu.details.value("threads", 0));
+  const nlohmann::json& cuda = doc["cuda"];
+  if (cuda["devices"].empty()) {
+    std::cout << "cuda: no device: " << cuda.value("reason", std::string("none found")) << "\n";
+  } else {
+    for (const nlohmann::json& d : cuda["devices"]) std::cout << "cuda: " << d.dump() << "\n";
+  }
+  if (s.calibrate) std::cout << "calibration: " << doc["calibration"].dump(2) << "\n";
+  return kExitOk;
+}
+
+int presets_command() {
+  std::cout << fmt::format("{:<14} {:>14} {:>16}  {}\n", "preset", "parameters", "GFLOP/sample", "input");
+  for (const std::string& name : preset_names()) {
+    const ModelSpec m = load_model(name);
+    const Graph g = lower(m);
+    const std::string input = fmt::format("{}", fmt::join(g.input_shape, "x"));
+    std::cout << fmt::format("{:<14} {:>14} {:>16.3f}  {} {}\n", name, g.parameters,
+                             g.forward_flops_per_sample / 1e9, to_string(m.input.type), input);
+  }
+  return kExitOk;
+}
+
+}  // namespace bsw::cli

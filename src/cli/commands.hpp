@@ -1,0 +1,19 @@
+// The subcommands, each taking its validated settings and the argv it was called with; they return exit
+// codes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cli/settings.hpp"
+
+namespace bsw::cli {
+
+[[nodiscard]] int plan_command(const PlanSettings& settings);
+[[nodiscard]] int run_command(const RunSettings& settings, const std::vector<std::string>& argv);
+[[nodiscard]] int analyze_command(const AnalyzeSettings& settings);
+[[nodiscard]] int compare_command(const CompareSettings& settings);
+[[nodiscard]] int devices_command(const DevicesSettings& settings);
+[[nodiscard]] int presets_command();
+
+}  // namespace bsw::cli

@@ -1,0 +1,71 @@
+// The validated settings of each subcommand, filled by the CLI11 definitions in app.cpp. Defaults live here,
+// once;
+// `--help` prints them from the same values.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "batchsweep/plan.hpp"
+#include "batchsweep/sweep.hpp"
+
+namespace bsw::cli {
+
+// Where a report goes besides the console table. "-" for --json means stdout (the table then goes to stderr).
+struct ExportSettings {
+  std::string json_path, csv_path, markdown_path, svg_path;
+  [[nodiscard]] bool any() const {
+    return !json_path.empty() || !csv_path.empty() || !markdown_path.empty() || !svg_path.empty();
+  }
+};
+
+struct AnalysisFlags {
+  std::optional<double> latency_slo_ms;
+  double saturation_pct = 95.0;
+  double knee_sensitivity = 1.0;
+  std::optional<double> price_per_hour;
+};
+
+struct PlanSettings {
+  std::string model = "mlp";
+  std::string backend = "auto";
+  std::string batch = "1,8,64,512";
+  Precision precision = Precision::fp32;
+  Mode mode = Mode::train;
+  int64_t accumulation = 1;
+  std::optional<uint64_t> memory_bytes;
+  std::string json_path;
+  bool buffers = false;
+};
+
+struct RunSettings {
+  std::string model = "mlp";
+  std::string backend = "auto";
+  std::string script;  // --script, for --backend scripted
+  SweepSettings sweep;
+  AnalysisFlags analysis;
+  ExportSettings exports;
+  bool quiet = false;
+};
+
+struct AnalyzeSettings {
+  std::string report_path;
+  AnalysisFlags analysis;
+  ExportSettings exports;
+};
+
+struct CompareSettings {
+  std::vector<std::string> report_paths;
+  std::optional<double> fail_on_regression_pct;
+  bool allow_model_mismatch = false;
+  std::string json_path, markdown_path;
+};
+
+struct DevicesSettings {
+  bool calibrate = false;
+  bool json = false;
+};
+
+}  // namespace bsw::cli
