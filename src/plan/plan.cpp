@@ -146,6 +146,8 @@ const BufferSpec& Plan::buffer(std::string_view name) const {
 namespace {
 
 constexpr uint64_t kCublasLtWorkspaceBytes = uint64_t{32} << 20;  // NVIDIA's recommendation for Hopper
+constexpr uint64_t kCudaIm2colElements = uint64_t{1} << 25;       // im2col columns per conv op, per chunk of samples
+constexpr uint64_t kCudaScalars = 16;                              // fp32 slots of the CUDA step's device scalars
 
 class Builder {
  public:
@@ -367,21 +369,42 @@ class Builder {
     }
   }
 
-  // CUDA: the cuBLASLt workspace (32 MiB, NVIDIA's recommendation on Hopper), per-row loss/norm reductions,
-  // and the fp32 scratch of the non-fused attention path ([B, heads, T, T] scores' gradient).
+  // CUDA (src/backends/cuda): workspace.cublaslt (32 MiB, NVIDIA's recommendation on Hopper); the non-fused attention
+  // path's fp32 scores and score gradients (workspace.attention, [B, heads, T, T]), its head-major copies of q|k|v and
+  // of the output (workspace.qkv, workspace.attn_o) and, in training, of dq|dk|dv (workspace.dqkv); pre-activations
+  // in inference (workspace.z); conv and patch-embedding im2col columns and the conv GEMM's [C, chunk*HW] output for
+  // a chunk of samples (workspace.im2col, workspace.conv_out; the chunk keeps the columns under 2^25 elements per op);
+  // per-row losses (workspace.loss) and the step's device scalars (workspace.scalars, 64 bytes).
   void append_cuda_workspaces() {
     const uint64_t b = batch();
+    const bool train = r_.mode == Mode::train;
     add("workspace.cublaslt", MemoryCategory::workspace, DType::f32, kCublasLtWorkspaceBytes / 4);
-    uint64_t attention = 0, z = 0;
+    uint64_t scores = 0, heads = 0, z = 0, col = 0, conv_out = 0;
     for (const Op& op : g_.ops) {
-      if (op.kind == OpKind::attention_core) attention = std::max(attention, b * probs_elements(op));
-      if (op.has_preactivation() && r_.mode == Mode::infer)
-        z = std::max(z, b * static_cast<uint64_t>(op.out_elements()));
+      if (op.kind == OpKind::attention_core) {
+        scores = std::max(scores, b * probs_elements(op));
+        heads = std::max(heads, b * static_cast<uint64_t>(op.seq * op.dim));
+      }
+      if (op.has_preactivation() && !train) z = std::max(z, b * static_cast<uint64_t>(op.out_elements()));
+      if (op.kind == OpKind::conv2d || op.kind == OpKind::patch_embedding) {
+        const uint64_t spatial = static_cast<uint64_t>(op.out_height * op.out_width);
+        const uint64_t per_sample = static_cast<uint64_t>(op.channels * op.kernel * op.kernel) * spatial;
+        const uint64_t chunk = std::min(b, std::max<uint64_t>(1, kCudaIm2colElements / per_sample));
+        col = std::max(col, chunk * per_sample);
+        if (op.kind == OpKind::conv2d)
+          conv_out = std::max(conv_out, chunk * static_cast<uint64_t>(op.out_channels) * spatial);
+      }
     }
-    if (r_.mode == Mode::train) add("workspace.attention", MemoryCategory::workspace, DType::f32, attention);
+    add("workspace.attention", MemoryCategory::workspace, DType::f32, scores);
+    add("workspace.qkv", MemoryCategory::workspace, s_, 3 * heads);
+    add("workspace.attn_o", MemoryCategory::workspace, s_, heads);
+    if (train) add("workspace.dqkv", MemoryCategory::workspace, s_, 3 * heads);
     add("workspace.z", MemoryCategory::workspace, s_, z);
+    add("workspace.im2col", MemoryCategory::workspace, s_, col);
+    add("workspace.conv_out", MemoryCategory::workspace, s_, conv_out);
     const uint64_t rows = b * static_cast<uint64_t>(g_.loss_rows);
     add("workspace.loss", MemoryCategory::workspace, DType::f32, std::max<uint64_t>(rows, 1));
+    add("workspace.scalars", MemoryCategory::workspace, DType::f32, kCudaScalars);
   }
 
   const Graph& g_;

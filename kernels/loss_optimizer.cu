@@ -1,0 +1,172 @@
+// Losses and the optimizer step: softmax + cross-entropy (one block per row, log-sum-exp) and mse forward and
+// backward, the loss mean, gradient unscaling with the overflow check of fp16 loss scaling, and fused AdamW /
+// SGD over the flat fp32 parameter buffer writing the storage-dtype copy. Step values come from StepScalars
+// in device memory so a captured CUDA graph replays every step. Kernels first, then their launchers.
+#include "common.cuh"
+
+namespace bsw::cuda::kernels {
+namespace {
+
+constexpr int kRowThreads = 256;
+
+template <class T>
+__global__ void cross_entropy_kernel(const T* logits, const int32_t* labels, T* dlogits, float* row_loss,
+                                     int64_t rows, int64_t classes, StepScalars* scalars) {
+  __shared__ float shared[32];
+  __shared__ double shared_d[32];
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * classes;
+  float local_max = -INFINITY;
+  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) local_max = fmaxf(local_max, to_f32(x[c]));
+  const float max_logit = block_max(local_max, shared);
+  double local_sum = 0.0;
+  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x)
+    local_sum += static_cast<double>(expf(to_f32(x[c]) - max_logit));
+  const double sum_exp = block_sum(local_sum, shared_d);
+  const int32_t label = labels[row];
+  const bool valid = label >= 0 && label < classes;
+  if (threadIdx.x == 0) {
+    if (!valid) atomicExch(&scalars->bad_label, 1);
+    const double lse = static_cast<double>(max_logit) + log(sum_exp);
+    row_loss[row] = valid ? static_cast<float>(lse - static_cast<double>(to_f32(x[label]))) : 0.0f;
+  }
+  if (dlogits == nullptr) return;
+  const double dscale = static_cast<double>(scalars->grad_scale) / static_cast<double>(rows);
+  const double inv_sum = 1.0 / sum_exp;
+  T* dx = dlogits + row * classes;
+  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
+    const double p = static_cast<double>(expf(to_f32(x[c]) - max_logit)) * inv_sum;
+    dx[c] = from_f32<T>(static_cast<float>((p - (c == label ? 1.0 : 0.0)) * dscale));
+  }
+}
+
+template <class T>
+__global__ void mse_kernel(const T* y, const T* target, T* dy, float* elem_loss, int64_t n,
+                           const StepScalars* scalars) {
+  const float dscale =
+      static_cast<float>(2.0 * static_cast<double>(scalars->grad_scale) / static_cast<double>(n));
+  for (int64_t i = global_index(); i < n; i += grid_stride()) {
+    const float diff = to_f32(y[i]) - to_f32(target[i]);
+    elem_loss[i] = diff * diff;
+    if (dy != nullptr) dy[i] = from_f32<T>(diff * dscale);
+  }
+}
+
+__global__ void accumulate_mean_kernel(const float* values, int64_t n, StepScalars* scalars) {
+  __shared__ double shared[32];
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += static_cast<double>(values[i]);
+  const double total = block_sum(sum, shared);
+  if (threadIdx.x == 0) scalars->loss_sum += static_cast<float>(total / static_cast<double>(n));
+}
+
+__global__ void unscale_and_check_kernel(float* grads, int64_t n, StepScalars* scalars) {
+  const float inv = scalars->inv_loss_scale;
+  bool bad = false;
+  for (int64_t i = global_index(); i < n; i += grid_stride()) {
+    const float g = grads[i] * inv;
+    grads[i] = g;
+    bad |= !isfinite(g);
+  }
+  if (global_index() == 0) bad |= !isfinite(scalars->loss_sum);
+  if (__any_sync(0xFFFFFFFFu, bad) && threadIdx.x % 32 == 0) atomicExch(&scalars->nonfinite, 1);
+}
+
+template <class T>
+__global__ void adamw_kernel(float* master, T* params, const float* grads, float* m, float* v, int64_t n,
+                             const StepScalars* scalars) {
+  if (scalars->nonfinite != 0) return;
+  const float beta1 = scalars->beta1, beta2 = scalars->beta2, eps = scalars->eps, decay = scalars->decay;
+  const float step_size = scalars->step_size, bc2 = scalars->bias_correction2_sqrt;
+  for (int64_t i = global_index(); i < n; i += grid_stride()) {
+    const float gi = grads[i];
+    const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    const float denom = sqrtf(vi) / bc2 + eps;
+    const float w = master[i] * decay - step_size * (mi / denom);
+    master[i] = w;
+    if (params != nullptr) params[i] = from_f32<T>(w);
+  }
+}
+
+template <class T>
+__global__ void sgd_kernel(float* master, T* params, const float* grads, float* buf, int64_t n,
+                           const StepScalars* scalars) {
+  if (scalars->nonfinite != 0) return;
+  const float lr = scalars->lr, momentum = scalars->momentum;
+  const bool first = scalars->t <= 1 || momentum == 0.0f;
+  for (int64_t i = global_index(); i < n; i += grid_stride()) {
+    const float gi = grads[i];
+    const float bi = first ? gi : momentum * buf[i] + gi;
+    if (buf != nullptr) buf[i] = bi;
+    const float w = master[i] - lr * (momentum == 0.0f ? gi : bi);
+    master[i] = w;
+    if (params != nullptr) params[i] = from_f32<T>(w);
+  }
+}
+
+}  // namespace
+
+void cross_entropy(DType t, const void* logits, const int32_t* labels, void* dlogits, float* row_loss,
+                   int64_t rows, int64_t classes, StepScalars* scalars, cudaStream_t stream) {
+  BSW_REQUIRE(rows >= 1 && rows <= 0x7FFFFFFF && classes >= 2, "cross_entropy");
+  dispatch(t, "cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    cross_entropy_kernel<T><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+        static_cast<const T*>(logits), labels, static_cast<T*>(dlogits), row_loss, rows, classes, scalars);
+  });
+  BSW_CUDA_LAUNCHED();
+}
+
+void mse(DType t, const void* y, const void* target, void* dy, float* elem_loss, int64_t n,
+         StepScalars* scalars, cudaStream_t stream) {
+  BSW_REQUIRE(n >= 1, "mse");
+  dispatch(t, "mse", [&](auto tag) {
+    using T = decltype(tag);
+    mse_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(
+        static_cast<const T*>(y), static_cast<const T*>(target), static_cast<T*>(dy), elem_loss, n, scalars);
+  });
+  BSW_CUDA_LAUNCHED();
+}
+
+void accumulate_mean_loss(const float* values, int64_t n, StepScalars* scalars, cudaStream_t stream) {
+  BSW_REQUIRE(n >= 1, "accumulate_mean_loss");
+  accumulate_mean_kernel<<<1, 1024, 0, stream>>>(values, n, scalars);
+  BSW_CUDA_LAUNCHED();
+}
+
+void unscale_and_check(float* grads, int64_t n, StepScalars* scalars, cudaStream_t stream) {
+  BSW_REQUIRE(n >= 0, "unscale_and_check");
+  unscale_and_check_kernel<<<grid_for(n), kThreads, 0, stream>>>(grads, n, scalars);
+  BSW_CUDA_LAUNCHED();
+}
+
+void adamw(float* master, void* params, DType param_type, const float* grads, float* m, float* v, int64_t n,
+           const StepScalars* scalars, cudaStream_t stream) {
+  BSW_REQUIRE(n >= 0 && master != nullptr && m != nullptr && v != nullptr, "adamw");
+  if (n == 0) return;
+  void* copy = params == master ? nullptr : params;
+  dispatch(param_type, "adamw", [&](auto tag) {
+    using T = decltype(tag);
+    adamw_kernel<T>
+        <<<grid_for(n), kThreads, 0, stream>>>(master, static_cast<T*>(copy), grads, m, v, n, scalars);
+  });
+  BSW_CUDA_LAUNCHED();
+}
+
+void sgd(float* master, void* params, DType param_type, const float* grads, float* momentum_buffer, int64_t n,
+         const StepScalars* scalars, cudaStream_t stream) {
+  BSW_REQUIRE(n >= 0 && master != nullptr, "sgd");
+  if (n == 0) return;
+  void* copy = params == master ? nullptr : params;
+  dispatch(param_type, "sgd", [&](auto tag) {
+    using T = decltype(tag);
+    sgd_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(master, static_cast<T*>(copy), grads, momentum_buffer,
+                                                        n, scalars);
+  });
+  BSW_CUDA_LAUNCHED();
+}
+
+}  // namespace bsw::cuda::kernels

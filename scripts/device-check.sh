@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Device check of the CUDA backend, for a session that has the H200 machine (see ../shared/DEVICE.md).
+#
+# The GPU machine has no Debian packages and reaches no registry, so the binaries are built HERE and carried:
+#
+#   cmake -S . -B build-dev -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DBATCHSWEEP_STATIC_RUNTIME=ON \
+#         -DBATCHSWEEP_WERROR=ON -DCMAKE_BUILD_TYPE=Release
+#   cmake --build build-dev --target batchsweep test_gpu -j2
+#   scripts/device-check.sh stage build-dev            # -> .device/ (bin/ and lib/), a few tens of MiB
+#   echo /.device/ >> .git/info/exclude                 # ignored, so it travels only through `carry`
+#
+# then, on the device (run tool: carry [".device"], timeout_s ~ 540):
+#
+#   scripts/device-check.sh run                         # everything under $OUT, a short table at the end
+#
+# fmt is header-only, GoogleTest static, libstdc++/libgcc static with BATCHSWEEP_STATIC_RUNTIME. OpenBLAS is linked
+# from Debian as a shared library, so `stage` copies libopenblas.so.0 (and libgfortran/libquadmath) into .device/lib;
+# linking the static /usr/lib/x86_64-linux-gnu/libopenblas.a instead would keep only the sgemm kernels and make the
+# carried folder ~35 MiB smaller. cuBLASLt and cuDNN are NOT carried (hundreds of MiB): `run` finds the device's own
+# (CUDA toolkit, or PyTorch's nvidia-* wheels) and puts them on LD_LIBRARY_PATH.
+set -euo pipefail
+
+stage() {
+  local build=${1:?usage: device-check.sh stage BUILD_DIR [STAGE_DIR]} dir=${2:-.device}
+  rm -rf "$dir" && mkdir -p "$dir/bin" "$dir/lib"
+  cp "$build/batchsweep" "$build/tests/test_gpu" "$dir/bin/"
+  # Shared libraries the binaries need that the GPU machine does not have: everything but the C library, the
+  # dynamic loader and the CUDA libraries (the device brings its own driver-matched ones).
+  ldd "$dir/bin/batchsweep" "$dir/bin/test_gpu" | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libcuda.so*|libcublas*|libcudnn*|libcudart*) ;;
+      *) cp -L "$lib" "$dir/lib/" ;;
+    esac
+  done
+  strip --strip-unneeded "$dir/bin/"* 2>/dev/null || true
+  du -sh "$dir" "$dir"/bin/* "$dir"/lib/* 2>/dev/null
+}
+
+run() {
+  local dir=${1:-.device}
+  local out=${OUT:-/tmp/device-check}
+  mkdir -p "$out"
+  local started=$SECONDS
+  exec > >(tee "$out/device-check.log") 2>&1
+
+  echo "== nvidia-smi"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.max.sm,power.draw,temperature.gpu \
+    --format=csv || true
+  nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv || true
+
+  echo "== libraries"
+  local libdirs
+  libdirs=$(find / -xdev \( -name 'libcudnn.so.9*' -o -name 'libcublasLt.so.13*' -o -name 'libcublas.so.13*' \) \
+    -not -path '*/proc/*' 2>/dev/null | xargs -r -n1 dirname | sort -u | tr '\n' ':')
+  export LD_LIBRARY_PATH="$PWD/$dir/lib:${libdirs}${LD_LIBRARY_PATH:-}"
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  if ldd "$dir/bin/test_gpu" "$dir/bin/batchsweep" | grep 'not found'; then
+    echo "missing shared libraries (above): rebuild or stage again" >&2
+    exit 1
+  fi
+  ldd "$dir/bin/test_gpu" | grep -E 'cublas|cudnn|openblas' || true
+
+  echo "== gpu tests"
+  local tests_rc=0
+  timeout 240 "$dir/bin/test_gpu" --gtest_brief=1 --gtest_output="json:$out/test_gpu.json" || tests_rc=$?
+  echo "test_gpu exit code: $tests_rc"
+
+  echo "== compute-sanitizer memcheck (a small subset)"
+  local sanitizer=not-run
+  if command -v compute-sanitizer >/dev/null 2>&1; then
+    if timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$dir/bin/test_gpu" \
+      --gtest_filter='Storage/GpuOps.*/f32:Storage/GpuOps.*/bf16:Models/GpuSession.*/tokens_bf16:Models/GpuSession.*/image_fp32' \
+      --gtest_brief=1 >"$out/memcheck.log" 2>&1; then
+      sanitizer=clean
+    else
+      sanitizer="failed (rc $?, see memcheck.log)"
+    fi
+    tail -n 5 "$out/memcheck.log"
+  fi
+  echo "memcheck: $sanitizer"
+
+  echo "== devices --calibrate"
+  timeout 120 "$dir/bin/batchsweep" devices --calibrate --json >"$out/devices.json" || echo "devices failed: rc $?"
+  head -c 3000 "$out/devices.json" || true
+  echo
+
+  echo "== sweeps"
+  local common=(--backend cuda --quiet --warmup 3 --min-samples 10 --min-time 0.3 --timeout 20)
+  local sweeps=(
+    "mlp-large train bf16 1:65536:*4"
+    "resnet-small train bf16 16:4096:*4"
+    "bert-base train bf16 1:512:*4"
+    "gpt2-small train bf16 1:64:*2"
+    "gpt2-small infer bf16 1:256:*4"
+  )
+  for s in "${sweeps[@]}"; do
+    read -r model mode precision batches <<<"$s"
+    local name="$model-$mode-$precision"
+    if (( SECONDS - started > 420 )); then echo "skipping $name: the 8-minute budget is spent"; continue; fi
+    echo "-- $name ($batches)"
+    timeout 150 "$dir/bin/batchsweep" run --model "$model" --mode "$mode" --precision "$precision" \
+      --batch "$batches" "${common[@]}" --json "$out/$name.json" || echo "$name: rc $?"
+  done
+
+  echo "== summary ($((SECONDS - started)) s)"
+  python3 - "$out" <<'PY' || true
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+t = out / "test_gpu.json"
+if t.exists():
+    r = json.loads(t.read_text())
+    print(f"test_gpu: {r.get('tests')} tests, {r.get('failures')} failures, {r.get('disabled', 0)} disabled")
+    for suite in r.get("testsuites", []):
+        for case in suite.get("testsuite", []):
+            if case.get("failures"):
+                print("  FAILED", suite["name"] + "." + case["name"], case["failures"][0]["failure"][:300])
+d = out / "devices.json"
+if d.exists():
+    try:
+        print("devices:", d.read_text()[:600].replace("\n", " "))
+    except Exception as e:
+        print("devices.json unreadable:", e)
+for f in sorted(out.glob("*-*-*.json")):
+    try:
+        rep = json.loads(f.read_text())
+    except Exception as e:
+        print(f"{f.name}: unreadable ({e})")
+        continue
+    pts = rep.get("points", [])
+    ok = [p for p in pts if p.get("status", "ok") == "ok"]
+    best = max(ok, key=lambda p: p.get("samples_per_s", p.get("throughput", 0)) or 0, default=None)
+    print(f"{f.stem:28s} points {len(pts):3d} ok {len(ok):3d} best: "
+          + (json.dumps({k: best.get(k) for k in ("batch", "samples_per_s", "step_ms", "mfu", "memory")})[:200]
+             if best else "-"))
+PY
+  exit "$tests_rc"
+}
+
+case "${1:-}" in
+  stage) shift; stage "$@" ;;
+  run) shift; run "$@" ;;
+  *) echo "usage: $0 stage BUILD_DIR [STAGE_DIR] | run [STAGE_DIR]" >&2; exit 2 ;;
+esac

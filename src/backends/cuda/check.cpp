@@ -1,0 +1,83 @@
+// The throwing side of check.hpp: formats "file:line: call: error name: description" and picks the error
+// type.
+#include "backends/cuda/check.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "batchsweep/errors.hpp"
+
+namespace bsw::cuda::detail {
+namespace {
+
+// Only the file's name: full build paths make messages long without helping.
+const char* base_name(const char* file) {
+  const char* name = file;
+  for (const char* p = file; *p != '\0'; ++p)
+    if (*p == '/') name = p + 1;
+  return name;
+}
+
+}  // namespace
+
+const char* cublas_status_name(cublasStatus_t status) noexcept {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS:
+      return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR:
+      return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR:
+      return "CUBLAS_STATUS_LICENSE_ERROR";
+  }
+  return "CUBLAS_STATUS_UNKNOWN";
+}
+
+void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
+  const std::string message = fmt::format("{}:{}: {}: {}: {}", base_name(file), line, call,
+                                          cudaGetErrorName(status), cudaGetErrorString(status));
+  if (status == cudaErrorMemoryAllocation) {
+    static_cast<void>(
+        cudaGetLastError());  // allocation failures are not sticky: clear them for the next call
+    throw OutOfMemory(message);
+  }
+  throw BackendError(message);
+}
+
+void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
+  const std::string message =
+      fmt::format("{}:{}: {}: {}", base_name(file), line, call, cublas_status_name(status));
+  if (status == CUBLAS_STATUS_ALLOC_FAILED) throw OutOfMemory(message);
+  throw BackendError(message);
+}
+
+void throw_cudnn_error(cudnnStatus_t status, const char* call, const char* file, int line) {
+  const std::string message = fmt::format("{}:{}: {}: {} ({})", base_name(file), line, call,
+                                          cudnnGetErrorString(status), static_cast<int>(status));
+  // cuDNN 9 reports allocation failures as internal errors 4003 (host) and 4004 (device).
+  if (status == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
+      status == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED)
+    throw OutOfMemory(message);
+  throw BackendError(message);
+}
+
+void report_cuda_error(cudaError_t status, const char* call, const char* file, int line) noexcept {
+  std::fprintf(stderr, "batchsweep: warning: %s:%d: %s: %s: %s\n", base_name(file), line, call,
+               cudaGetErrorName(status), cudaGetErrorString(status));
+}
+
+}  // namespace bsw::cuda::detail

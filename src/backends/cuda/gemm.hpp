@@ -1,0 +1,80 @@
+// GEMMs through cuBLASLt, described in row-major terms (as the CPU reference's cblas calls are) and mapped
+// onto cuBLASLt's column-major convention by swapping the operands. The heuristic's algorithm and the
+// descriptors are cached per shape, so a step only pays for them the first time it meets a shape.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "batchsweep/plan.hpp"
+
+namespace bsw::cuda {
+
+enum class Epilogue {
+  none,
+  bias,           // C = op(A) op(B) + bias[N]
+  gelu_bias,      // C = gelu(op(A) op(B) + bias[N])                      (inference)
+  gelu_aux_bias,  // C = gelu(z), aux = z = op(A) op(B) + bias[N]        (training: z saved for backward)
+};
+
+// Row-major C[M, N] = alpha * op(A) op(B) + beta * C, op(A) [M, K], op(B) [K, N]; `batch` independent
+// products at the given element strides. A and B share ab_type; C has c_type (the storage dtype, or f32 for
+// weight gradients).
+struct GemmArgs {
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  void* c = nullptr;
+  int64_t ldc = 0;
+  DType ab_type = DType::f32, c_type = DType::f32;
+  float alpha = 1, beta = 0;
+  int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
+  Epilogue epilogue = Epilogue::none;
+  const void* bias = nullptr;  // [N], c_type
+  void* aux = nullptr;         // gelu_aux_bias: row-major [M, ld_aux], c_type
+  int64_t ld_aux = 0;          // a multiple of 8, at least N
+};
+
+class Gemm {
+ public:
+  // precision picks the compute type: tf32 -> CUBLAS_COMPUTE_32F_FAST_TF32, everything else
+  // CUBLAS_COMPUTE_32F.
+  Gemm(Precision precision, void* workspace, uint64_t workspace_bytes);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  // Throws BackendError for an impossible shape or when cuBLASLt has no algorithm for it.
+  void run(const GemmArgs& args, cudaStream_t stream);
+
+  [[nodiscard]] std::size_t cached_shapes() const { return cache_.size(); }
+  [[nodiscard]] static std::string version();
+
+  // Epilogues with a GELU need the aux leading dimension a multiple of 8 and 16-byte aligned pointers.
+  [[nodiscard]] static bool gelu_epilogue_supported(int64_t n, const void* c, const void* aux);
+
+ private:
+  struct Entry;
+  using Key =
+      std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int64_t, int64_t,
+                 int64_t, int64_t, int, int64_t, uint32_t, uint32_t, uint32_t, uint32_t, bool>;
+
+  Entry& entry(const GemmArgs& args);
+
+  Precision precision_;
+  void* workspace_;
+  uint64_t workspace_bytes_;
+  cublasLtHandle_t handle_ = nullptr;
+  std::map<Key, std::unique_ptr<Entry>> cache_;
+};
+
+}  // namespace bsw::cuda

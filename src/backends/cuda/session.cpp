@@ -1,0 +1,975 @@
+// The CUDA session: one cudaMalloc holds exactly the plan's buffers; a step runs forward, loss, backward and
+// the optimizer over `accumulation` micro-batches on one stream (cuBLASLt GEMMs, kernels/*.cu elsewhere),
+// timed with CUDA events, and from the second step on replays a CUDA graph captured from the first (plain
+// launches when capture fails). Its math mirrors the CPU backend op for op, so the two are compared in
+// tests/gpu.
+#include "backends/cuda/session.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <new>
+#include <unordered_map>
+
+#include "backends/cuda/check.hpp"
+#include "backends/cuda/gemm.hpp"
+#include "backends/cuda/kernels.hpp"
+#include "batchsweep/errors.hpp"
+
+namespace bsw::cuda {
+namespace {
+
+constexpr double kInitialLossScale = 65536.0;
+constexpr int64_t kLossScaleGrowthInterval = 2000;
+constexpr uint64_t kDataStream = 1u << 20;    // the CPU backend's streams of the synthetic data
+constexpr uint64_t kTargetStream = 1u << 21;  // and of the targets
+constexpr uint64_t kOtherProcessWarnBytes = uint64_t{1} << 30;
+
+static_assert(kernels::kStepScalarsBytes <= 64, "workspace.scalars holds 16 fp32 slots");
+
+// One plan buffer (or a slice of one) on the device.
+struct Ref {
+  void* ptr = nullptr;
+  DType dtype = DType::f32;
+  uint64_t elements = 0;
+  [[nodiscard]] explicit operator bool() const { return ptr != nullptr; }
+  [[nodiscard]] float* f32() const { return static_cast<float*>(ptr); }
+  [[nodiscard]] int32_t* i32() const { return static_cast<int32_t*>(ptr); }
+  [[nodiscard]] Ref at(uint64_t offset, uint64_t n) const {
+    return Ref{static_cast<unsigned char*>(ptr) + offset * dtype_bytes(dtype), dtype, n};
+  }
+};
+
+// The same parameter initialisation as the CPU backend: gamma 1, beta 0, embeddings uniform with std 0.02,
+// weights and biases uniform in +-1/sqrt(fan_in), one fill stream per parameter tensor in graph order.
+int64_t fan_in(const Op& op) {
+  switch (op.kind) {
+    case OpKind::linear:
+      return op.in_features;
+    case OpKind::conv2d:
+    case OpKind::patch_embedding:
+      return op.channels * op.kernel * op.kernel;
+    default:
+      return 1;
+  }
+}
+
+class CudaSession final : public Session {
+ public:
+  CudaSession(const Graph& graph, const Plan& plan, const SessionOptions& options, int device)
+      : graph_(graph),
+        plan_(plan),
+        options_(options),
+        device_(device),
+        s_(storage_dtype(plan.request.precision)) {
+    try {
+      setup();
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+
+  ~CudaSession() override { release(); }
+  CudaSession(const CudaSession&) = delete;
+  CudaSession& operator=(const CudaSession&) = delete;
+
+  StepResult step() override {
+    BSW_CUDA(cudaSetDevice(device_));
+    const bool train = plan_.request.mode == Mode::train;
+    write_step_inputs();
+    BSW_CUDA(cudaMemcpyAsync(scalars_dev_, host_scalars_, sizeof(kernels::StepScalars),
+                             cudaMemcpyHostToDevice, stream_));
+    BSW_CUDA(cudaEventRecord(start_, stream_));
+    if (graph_exec_ != nullptr) {
+      BSW_CUDA(cudaGraphLaunch(graph_exec_, stream_));
+    } else {
+      body();
+    }
+    BSW_CUDA(cudaEventRecord(stop_, stream_));
+    BSW_CUDA(cudaMemcpyAsync(host_scalars_, scalars_dev_, sizeof(kernels::StepScalars),
+                             cudaMemcpyDeviceToHost, stream_));
+    BSW_CUDA(cudaStreamSynchronize(stream_));
+    float ms = 0;
+    BSW_CUDA(cudaEventElapsedTime(&ms, start_, stop_));
+    ++steps_;
+
+    StepResult r;
+    r.step_ms = ms;
+    if (host_scalars_->bad_label != 0)
+      throw BackendError(
+          "cross_entropy: a label is outside [0, classes) (the synthetic targets are corrupt)");
+    if (train) {
+      r.loss = static_cast<double>(host_scalars_->loss_sum) / static_cast<double>(plan_.request.accumulation);
+      finish_train_step(r);
+    } else {
+      r.loss = std::numeric_limits<double>::quiet_NaN();
+    }
+    if (options_.cuda_graphs && graph_exec_ == nullptr && graph_status_.empty()) capture_graph();
+    return r;
+  }
+
+  SessionMemory memory() const override {
+    return {plan_.memory.total_bytes(), allocated_bytes_, device_used_bytes_};
+  }
+
+  nlohmann::json details() const override {
+    nlohmann::json d = {
+        {"device", device_},
+        {"storage", std::string(to_string(s_))},
+        {"math", plan_.request.precision == Precision::tf32
+                     ? "tf32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32)"
+                 : s_ == DType::f32 ? "fp32"
+                                    : "16-bit storage, fp32 accumulation"},
+        {"gemm", "cuBLASLt (heuristic algorithm cached per shape)"},
+        {"gemm_shapes", gemm_ ? gemm_->cached_shapes() : 0},
+        {"conv", "im2col + cuBLASLt GEMM"},
+        {"cuda_graphs", graph_exec_ != nullptr  ? std::string("captured, replayed from step 2")
+                        : !options_.cuda_graphs ? std::string("off (plain launches)")
+                        : graph_status_.empty() ? std::string("not captured yet (step 1 runs plain launches)")
+                                                : graph_status_},
+        {"memory_free_before_prepare_bytes", free_before_},
+        {"steps", steps_},
+        {"optimizer_steps", optimizer_steps_},
+    };
+    if (has_attention_)
+      d["attention"] =
+          "non-fused: strided-batched cuBLASLt GEMMs with fp32 scores and a softmax kernel (cuDNN SDPA not "
+          "used)";
+    if (gelu_epilogue_used_) d["gelu"] = "fused into the GEMM (CUBLASLT_EPILOGUE_GELU_AUX_BIAS / GELU_BIAS)";
+    if (plan_.request.precision == Precision::fp16) {
+      d["loss_scale"] = loss_scale_;
+      d["skipped_steps"] = skipped_steps_;
+    }
+    if (!warnings_.empty()) d["warnings"] = warnings_;
+    return d;
+  }
+
+ private:
+  // ---- setup
+  // ------------------------------------------------------------------------------------------------------
+  void setup() {
+    BSW_CUDA(cudaSetDevice(device_));
+    const uint64_t total = plan_.memory.total_bytes();
+    if (options_.memory_limit_bytes && total > *options_.memory_limit_bytes)
+      throw OutOfMemory(fmt::format("the plan needs {} bytes, over the memory limit of {} bytes", total,
+                                    *options_.memory_limit_bytes));
+    BSW_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    BSW_CUDA(cudaEventCreate(&start_));
+    BSW_CUDA(cudaEventCreate(&stop_));
+    void* pinned = nullptr;
+    BSW_CUDA(cudaMallocHost(&pinned, sizeof(kernels::StepScalars)));
+    host_scalars_ = new (pinned) kernels::StepScalars{};
+
+    size_t free_before = 0, device_total = 0;
+    BSW_CUDA(cudaMemGetInfo(&free_before, &device_total));
+    free_before_ = free_before;
+    if (total > free_before)
+      throw OutOfMemory(fmt::format("the plan needs {} bytes; the device has {} bytes free of {}", total,
+                                    free_before, device_total));
+    try {
+      BSW_CUDA(cudaMalloc(&arena_, std::max<uint64_t>(total, kBufferAlignment)));
+    } catch (const OutOfMemory& e) {
+      throw OutOfMemory(fmt::format("the plan needs {} bytes; cudaMalloc failed with {} bytes free ({})",
+                                    total, free_before, e.what()));
+    }
+    allocated_bytes_ = total;
+    size_t free_after = 0;
+    BSW_CUDA(cudaMemGetInfo(&free_after, &device_total));
+    if (free_before >= free_after) device_used_bytes_ = free_before - free_after;
+    const uint64_t in_use_before = device_total - free_before;
+    if (in_use_before > kOtherProcessWarnBytes)
+      warnings_.push_back(
+          fmt::format("{:.1f} GiB of device memory was already in use before prepare (another process or "
+                      "session): timings and "
+                      "the largest batch may differ on an idle device",
+                      static_cast<double>(in_use_before) / static_cast<double>(uint64_t{1} << 30)));
+
+    auto* base = static_cast<unsigned char*>(arena_);
+    uint64_t offset = 0;
+    for (const BufferSpec& b : plan_.buffers) {
+      buffers_[b.name] = Ref{base + offset, b.dtype, b.elements};
+      offset += b.bytes;
+    }
+    const Ref ws = need("workspace.cublaslt");
+    gemm_ = std::make_unique<Gemm>(plan_.request.precision, ws.ptr, ws.elements * dtype_bytes(ws.dtype));
+    scalars_dev_ = static_cast<kernels::StepScalars*>(need("workspace.scalars").ptr);
+    for (const Op& op : graph_.ops) has_attention_ |= op.kind == OpKind::attention_core;
+
+    for (const char* name : {"gradients", "optimizer.m", "optimizer.v", "optimizer.momentum"})
+      if (const Ref r = ref(name))
+        BSW_CUDA(cudaMemsetAsync(r.ptr, 0, r.elements * dtype_bytes(r.dtype), stream_));
+    initialise_parameters();
+    if (plan_.request.mode == Mode::infer || plan_.request.accumulation == 1) fill_data(0);
+    BSW_CUDA(cudaStreamSynchronize(stream_));
+  }
+
+  void release() noexcept {
+    if (stream_ != nullptr) BSW_CUDA_NOEXCEPT(cudaStreamSynchronize(stream_));
+    if (graph_exec_ != nullptr) BSW_CUDA_NOEXCEPT(cudaGraphExecDestroy(graph_exec_));
+    graph_exec_ = nullptr;
+    gemm_.reset();
+    if (arena_ != nullptr) BSW_CUDA_NOEXCEPT(cudaFree(arena_));
+    arena_ = nullptr;
+    if (host_scalars_ != nullptr) BSW_CUDA_NOEXCEPT(cudaFreeHost(host_scalars_));
+    host_scalars_ = nullptr;
+    if (start_ != nullptr) BSW_CUDA_NOEXCEPT(cudaEventDestroy(start_));
+    if (stop_ != nullptr) BSW_CUDA_NOEXCEPT(cudaEventDestroy(stop_));
+    start_ = stop_ = nullptr;
+    if (stream_ != nullptr) BSW_CUDA_NOEXCEPT(cudaStreamDestroy(stream_));
+    stream_ = nullptr;
+  }
+
+  [[nodiscard]] Ref ref(const std::string& name) const {
+    const auto it = buffers_.find(name);
+    return it == buffers_.end() ? Ref{} : it->second;
+  }
+  [[nodiscard]] Ref need(const std::string& name) const {
+    const Ref r = ref(name);
+    if (!r) throw BackendError(fmt::format("cuda backend: the plan has no buffer '{}'", name));
+    return r;
+  }
+  [[nodiscard]] Ref master() const {
+    const Ref m = ref("master_weights");
+    return m ? m : need("parameters");
+  }
+  [[nodiscard]] int64_t batch() const { return plan_.request.batch; }
+  [[nodiscard]] uint64_t n_in(const Op& op) const {
+    return static_cast<uint64_t>(batch() * op.in_elements());
+  }
+  [[nodiscard]] uint64_t n_out(const Op& op) const {
+    return static_cast<uint64_t>(batch() * op.out_elements());
+  }
+  [[nodiscard]] Ref params_of(const Op& op) const {
+    return need("parameters")
+        .at(static_cast<uint64_t>(op.params.front().offset), static_cast<uint64_t>(op.param_elements));
+  }
+  [[nodiscard]] float* grads_of(const Op& op) const {
+    return need("gradients").f32() + op.params.front().offset;
+  }
+
+  void initialise_parameters() {
+    const Ref m = master();
+    uint64_t stream_id = 0;
+    for (const Op& op : graph_.ops) {
+      for (const Op::Param& p : op.params) {
+        float* dst = m.f32() + p.offset;
+        if (p.name == "gamma") {
+          kernels::fill_constant(DType::f32, dst, p.elements, 1.0f, stream_);
+        } else if (p.name == "beta") {
+          kernels::fill_constant(DType::f32, dst, p.elements, 0.0f, stream_);
+        } else {
+          const float bound = p.name == "tokens" || p.name == "positions"
+                                  ? 0.02f * std::sqrt(3.0f)
+                                  : 1.0f / std::sqrt(static_cast<float>(fan_in(op)));
+          kernels::fill_uniform(DType::f32, dst, p.elements, bound,
+                                kernels::fill_key(options_.seed, stream_id), stream_);
+        }
+        ++stream_id;
+      }
+    }
+    if (s_ != DType::f32)
+      kernels::cast(DType::f32, m.ptr, s_, need("parameters").ptr, graph_.parameters, stream_);
+  }
+
+  // Synthetic inputs and targets of micro-batch `micro`, indexed by global sample as on the CPU backend.
+  void fill_data(int64_t micro) {
+    const uint64_t b = static_cast<uint64_t>(batch());
+    const uint64_t first_sample = static_cast<uint64_t>(micro) * b;
+    const Ref input = need("data.input");
+    const uint64_t per_sample = input.elements / b;
+    const int64_t n = static_cast<int64_t>(input.elements);
+    if (graph_.input_type == InputType::tokens) {
+      kernels::fill_data_labels(input.i32(), n, options_.seed, kDataStream, first_sample * per_sample,
+                                graph_.ops.front().vocab, stream_);
+    } else {
+      kernels::fill_data_values(input.dtype, input.ptr, n, options_.seed, kDataStream,
+                                first_sample * per_sample, stream_);
+    }
+    const Ref targets = ref("data.targets");
+    if (!targets) return;
+    const uint64_t per_sample_targets = targets.elements / b;
+    const int64_t nt = static_cast<int64_t>(targets.elements);
+    if (graph_.loss == LossType::cross_entropy) {
+      kernels::fill_data_labels(targets.i32(), nt, options_.seed, kTargetStream,
+                                first_sample * per_sample_targets, graph_.loss_classes, stream_);
+    } else {
+      kernels::fill_data_values(targets.dtype, targets.ptr, nt, options_.seed, kTargetStream,
+                                first_sample * per_sample_targets, stream_);
+    }
+  }
+
+  // ---- the step's host-side state
+  // -------------------------------------------------------------------------------
+  void write_step_inputs() {
+    kernels::StepScalars& s = *host_scalars_;
+    s = kernels::StepScalars{};
+    const bool fp16 = plan_.request.precision == Precision::fp16;
+    const double scale = fp16 ? loss_scale_ : 1.0;
+    s.grad_scale = static_cast<float>(scale / static_cast<double>(plan_.request.accumulation));
+    s.inv_loss_scale = static_cast<float>(1.0 / scale);
+    const OptimizerSpec& o = graph_.optimizer;
+    const int64_t t = optimizer_steps_ + 1;
+    s.t = static_cast<int32_t>(std::min<int64_t>(t, std::numeric_limits<int32_t>::max()));
+    s.lr = static_cast<float>(o.learning_rate);
+    s.momentum = static_cast<float>(o.momentum);
+    s.beta1 = static_cast<float>(o.beta1);
+    s.beta2 = static_cast<float>(o.beta2);
+    s.eps = static_cast<float>(o.eps);
+    // The CPU reference's arithmetic: fp32 hyperparameters, bias corrections in double.
+    const float beta1 = s.beta1, beta2 = s.beta2, lr = s.lr;
+    const double td = static_cast<double>(t);
+    const float bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), td));
+    s.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(beta2), td)));
+    s.step_size = lr / bias_correction1;
+    s.decay = 1.0f - lr * static_cast<float>(o.weight_decay);
+  }
+
+  void finish_train_step(StepResult& r) {
+    const bool fp16 = plan_.request.precision == Precision::fp16;
+    if (host_scalars_->nonfinite != 0) {
+      if (fp16) {
+        r.skipped = true;
+        ++skipped_steps_;
+        loss_scale_ = std::max(1.0, loss_scale_ / 2);
+        clean_steps_ = 0;
+      } else {
+        r.finite = false;
+      }
+      return;
+    }
+    if (fp16 && ++clean_steps_ >= kLossScaleGrowthInterval) {
+      loss_scale_ *= 2;
+      clean_steps_ = 0;
+    }
+    ++optimizer_steps_;
+  }
+
+  // ---- CUDA graph
+  // ------------------------------------------------------------------------------------------------
+  void capture_graph() {
+    cudaGraph_t graph = nullptr;
+    const cudaError_t begin = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
+    if (begin != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      graph_status_ = fmt::format("capture failed, plain launches: cudaStreamBeginCapture: {}",
+                                  cudaGetErrorString(begin));
+      return;
+    }
+    try {
+      body();
+    } catch (const std::exception& e) {
+      static_cast<void>(cudaStreamEndCapture(stream_, &graph));
+      if (graph != nullptr) static_cast<void>(cudaGraphDestroy(graph));
+      static_cast<void>(cudaGetLastError());
+      graph_status_ = fmt::format("capture failed, plain launches: {}", e.what());
+      return;
+    }
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    if (end != cudaSuccess || graph == nullptr) {
+      if (graph != nullptr) static_cast<void>(cudaGraphDestroy(graph));
+      static_cast<void>(cudaGetLastError());
+      graph_status_ =
+          fmt::format("capture failed, plain launches: cudaStreamEndCapture: {}", cudaGetErrorString(end));
+      return;
+    }
+    const cudaError_t instantiated = cudaGraphInstantiate(&graph_exec_, graph, 0);
+    static_cast<void>(cudaGraphDestroy(graph));
+    if (instantiated != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      graph_exec_ = nullptr;
+      graph_status_ = fmt::format("capture failed, plain launches: cudaGraphInstantiate: {}",
+                                  cudaGetErrorString(instantiated));
+      return;
+    }
+    graph_status_ = "captured";
+  }
+
+  // Everything between the step's two events: what the graph captures.
+  void body() {
+    if (plan_.request.mode == Mode::infer) {
+      forward();
+      return;
+    }
+    const Ref grads = need("gradients");
+    BSW_CUDA(cudaMemsetAsync(grads.ptr, 0, grads.elements * sizeof(float), stream_));
+    const int64_t accumulation = plan_.request.accumulation;
+    for (int64_t micro = 0; micro < accumulation; ++micro) {
+      if (accumulation > 1) fill_data(micro);
+      const Ref output = forward();
+      loss_and_gradient(output);
+      backward();
+    }
+    kernels::unscale_and_check(grads.f32(), graph_.parameters, scalars_dev_, stream_);
+    optimizer();
+  }
+
+  void optimizer() {
+    const Ref m = master();
+    const Ref params = need("parameters");
+    const float* g = need("gradients").f32();
+    const int64_t p = graph_.parameters;
+    if (graph_.optimizer.type == OptimizerType::adamw) {
+      kernels::adamw(m.f32(), params.ptr, s_, g, need("optimizer.m").f32(), need("optimizer.v").f32(), p,
+                     scalars_dev_, stream_);
+    } else {
+      kernels::sgd(m.f32(), params.ptr, s_, g, need("optimizer.momentum").f32(), p, scalars_dev_, stream_);
+    }
+  }
+
+  // ---- forward
+  // ----------------------------------------------------------------------------------------------------
+  Ref forward() {
+    const bool train = plan_.request.mode == Mode::train;
+    Ref current = need("data.input");
+    const Ref ping = train ? Ref{} : need("act.a");
+    const Ref pong = train ? Ref{} : need("act.b");
+    residual_stack_.clear();
+    for (size_t i = 0; i < graph_.ops.size(); ++i) {
+      const Op& op = graph_.ops[i];
+      input_of_[i] = current;
+      if (op.kind == OpKind::residual_save) {
+        if (train) {
+          residual_stack_.push_back(current);
+        } else {
+          const Ref stash = need(fmt::format("act.residual[{}]", op.residual_depth));
+          BSW_CUDA(cudaMemcpyAsync(stash.ptr, current.ptr, n_in(op) * dtype_bytes(current.dtype),
+                                   cudaMemcpyDeviceToDevice, stream_));
+          residual_stack_.push_back(stash.at(0, n_in(op)));
+        }
+        continue;
+      }
+      Ref out = train ? need(fmt::format("ops[{}].out", i))
+                      : (current.ptr == ping.ptr ? pong : ping).at(0, n_out(op));
+      forward_op(i, op, current, out, train);
+      current = out;
+    }
+    return current;
+  }
+
+  void forward_op(size_t i, const Op& op, const Ref& in, const Ref& out, bool train) {
+    const int64_t b = batch();
+    const Ref w = op.param_elements > 0 ? params_of(op) : Ref{};
+    Ref z;  // pre-activation: saved in training, scratch in inference
+    if (op.has_preactivation()) z = train ? need(fmt::format("ops[{}].pre", i)) : need("workspace.z");
+    switch (op.kind) {
+      case OpKind::linear:
+        linear_forward(op, in, w, z, out, train);
+        return;
+      case OpKind::conv2d:
+        conv_forward(op, in, w, z, out);
+        return;
+      case OpKind::maxpool2d:
+        kernels::maxpool_forward(s_, pool(op), in.ptr, out.ptr, stream_);
+        return;
+      case OpKind::avgpool2d:
+        kernels::avgpool_forward(s_, pool(op), in.ptr, out.ptr, stream_);
+        return;
+      case OpKind::global_avgpool:
+        kernels::global_avgpool_forward(s_, in.ptr, out.ptr, b, op.channels, op.spatial, op.tokens_layout,
+                                        stream_);
+        return;
+      case OpKind::layernorm: {
+        const Ref stats = train ? need(fmt::format("ops[{}].stats", i)) : need("act.stats");
+        const int64_t rows = b * op.rows;
+        kernels::layernorm_forward(s_, in.ptr, w.ptr, w.at(static_cast<uint64_t>(op.dim), 0).ptr, out.ptr,
+                                   stats.f32(), stats.f32() + rows, rows, op.dim, stream_);
+        return;
+      }
+      case OpKind::embedding:
+        kernels::embedding_forward(s_, in.i32(), w.ptr, w.at(static_cast<uint64_t>(op.vocab * op.dim), 0).ptr,
+                                   out.ptr, b, op.seq, op.dim, stream_);
+        return;
+      case OpKind::patch_embedding:
+        patch_forward(op, in, w, out);
+        return;
+      case OpKind::attention_core:
+        attention_forward(op, in, train ? need(fmt::format("ops[{}].probs", i)) : need("act.probs"), out);
+        return;
+      case OpKind::residual_add: {
+        if (residual_stack_.empty())
+          throw BackendError(fmt::format("{}: residual_add without a save", op.path));
+        const Ref res = residual_stack_.back();
+        residual_stack_.pop_back();
+        kernels::add(s_, in.ptr, res.ptr, out.ptr, static_cast<int64_t>(n_out(op)), stream_);
+        return;
+      }
+      case OpKind::residual_save:
+        return;
+    }
+  }
+
+  [[nodiscard]] kernels::PoolGeometry pool(const Op& op) const {
+    return {batch(), op.channels, op.height, op.width, op.kernel, op.stride, op.out_height, op.out_width};
+  }
+  [[nodiscard]] static kernels::ConvGeometry conv(const Op& op) {
+    return {op.channels, op.height, op.width, op.kernel, op.stride, op.padding, op.out_height, op.out_width};
+  }
+
+  // Samples per im2col chunk: as many as workspace.im2col (and workspace.conv_out for conv2d) hold.
+  [[nodiscard]] int64_t conv_chunk(const Op& op, bool with_conv_out) const {
+    const kernels::ConvGeometry g = conv(op);
+    const uint64_t per_col = static_cast<uint64_t>(g.patch() * g.spatial());
+    uint64_t chunk = need("workspace.im2col").elements / per_col;
+    if (with_conv_out)
+      chunk = std::min(
+          chunk, need("workspace.conv_out").elements / static_cast<uint64_t>(op.out_channels * g.spatial()));
+    chunk = std::min<uint64_t>(chunk, static_cast<uint64_t>(batch()));
+    if (chunk < 1)
+      throw BackendError(fmt::format("{}: the planned im2col workspace cannot hold one sample", op.path));
+    return static_cast<int64_t>(chunk);
+  }
+
+  void linear_forward(const Op& op, const Ref& in, const Ref& w, const Ref& z, const Ref& out, bool train) {
+    const int64_t m = batch() * op.rows, k = op.in_features, n = op.out_features;
+    GemmArgs g;
+    g.trans_b = true;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.a = in.ptr;
+    g.lda = k;
+    g.b = w.ptr;
+    g.ldb = k;
+    g.ldc = n;
+    g.ab_type = g.c_type = s_;
+    const void* bias = op.bias ? w.at(static_cast<uint64_t>(k * n), 0).ptr : nullptr;
+    const bool fuse_gelu = op.activation == Activation::gelu && bias != nullptr && s_ != DType::f32 &&
+                           Gemm::gelu_epilogue_supported(n, out.ptr, train ? z.ptr : nullptr);
+    if (fuse_gelu) {
+      gelu_epilogue_used_ = true;
+      g.c = out.ptr;
+      g.bias = bias;
+      if (train) {
+        g.epilogue = Epilogue::gelu_aux_bias;
+        g.aux = z.ptr;
+        g.ld_aux = n;
+      } else {
+        g.epilogue = Epilogue::gelu_bias;
+      }
+      gemm_->run(g, stream_);
+      return;
+    }
+    g.c = op.has_preactivation() ? z.ptr : out.ptr;
+    if (bias != nullptr) {
+      g.epilogue = Epilogue::bias;
+      g.bias = bias;
+    }
+    gemm_->run(g, stream_);
+    if (op.has_preactivation())
+      kernels::activation_forward(op.activation, s_, z.ptr, out.ptr, m * n, stream_);
+  }
+
+  void conv_forward(const Op& op, const Ref& in, const Ref& w, const Ref& z, const Ref& out) {
+    const kernels::ConvGeometry geo = conv(op);
+    const int64_t hw = geo.spatial(), patch = geo.patch(), cout = op.out_channels;
+    const int64_t chunk = conv_chunk(op, true);
+    const Ref col = need("workspace.im2col"), perm = need("workspace.conv_out");
+    const Ref target = op.has_preactivation() ? z : out;
+    const void* bias = op.bias ? w.at(static_cast<uint64_t>(cout * patch), 0).ptr : nullptr;
+    const uint64_t in_sample = static_cast<uint64_t>(op.in_elements()),
+                   out_sample = static_cast<uint64_t>(cout * hw);
+    for (int64_t n0 = 0; n0 < batch(); n0 += chunk) {
+      const int64_t c = std::min(chunk, batch() - n0);
+      kernels::im2col(s_, geo, in.at(static_cast<uint64_t>(n0) * in_sample, 0).ptr, col.ptr, c, stream_);
+      GemmArgs g;  // perm[cout, c*HW] = W[cout, CKK] col[CKK, c*HW]
+      g.m = cout;
+      g.n = c * hw;
+      g.k = patch;
+      g.a = w.ptr;
+      g.lda = patch;
+      g.b = col.ptr;
+      g.ldb = c * hw;
+      g.c = perm.ptr;
+      g.ldc = c * hw;
+      g.ab_type = g.c_type = s_;
+      gemm_->run(g, stream_);
+      kernels::channels_to_nchw(s_, perm.ptr, bias, target.at(static_cast<uint64_t>(n0) * out_sample, 0).ptr,
+                                c, cout, hw, stream_);
+    }
+    if (op.has_preactivation())
+      kernels::activation_forward(op.activation, s_, z.ptr, out.ptr, static_cast<int64_t>(n_out(op)),
+                                  stream_);
+  }
+
+  void patch_forward(const Op& op, const Ref& in, const Ref& w, const Ref& out) {
+    const kernels::ConvGeometry geo = conv(op);
+    const int64_t count = geo.spatial(), patch = geo.patch(), dim = op.dim;
+    const int64_t chunk = conv_chunk(op, false);
+    const Ref col = need("workspace.im2col");
+    const uint64_t in_sample = static_cast<uint64_t>(op.in_elements()),
+                   out_sample = static_cast<uint64_t>(count * dim);
+    for (int64_t n0 = 0; n0 < batch(); n0 += chunk) {
+      const int64_t c = std::min(chunk, batch() - n0);
+      kernels::im2col(s_, geo, in.at(static_cast<uint64_t>(n0) * in_sample, 0).ptr, col.ptr, c, stream_);
+      GemmArgs g;  // y[c*N, D] = col^T [c*N, CPP] W^T [CPP, D] + b
+      g.trans_a = true;
+      g.trans_b = true;
+      g.m = c * count;
+      g.n = dim;
+      g.k = patch;
+      g.a = col.ptr;
+      g.lda = c * count;
+      g.b = w.ptr;
+      g.ldb = patch;
+      g.c = out.at(static_cast<uint64_t>(n0) * out_sample, 0).ptr;
+      g.ldc = dim;
+      g.ab_type = g.c_type = s_;
+      g.epilogue = Epilogue::bias;
+      g.bias = w.at(static_cast<uint64_t>(dim * patch), 0).ptr;
+      gemm_->run(g, stream_);
+    }
+    kernels::add_positions(s_, out.ptr, w.at(static_cast<uint64_t>(dim * patch + dim), 0).ptr, batch(),
+                           count * dim, stream_);
+  }
+
+  // Strided-batched GEMM over the B*heads attention matrices (row-major, [T, T] and [T, hd] blocks).
+  void attention_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda,
+                      int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b, void* c, int64_t ldc,
+                      int64_t stride_c, DType c_type, float alpha, int64_t count) {
+    GemmArgs g;
+    g.trans_a = trans_a;
+    g.trans_b = trans_b;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.a = a;
+    g.lda = lda;
+    g.stride_a = stride_a;
+    g.b = b;
+    g.ldb = ldb;
+    g.stride_b = stride_b;
+    g.c = c;
+    g.ldc = ldc;
+    g.stride_c = stride_c;
+    g.ab_type = s_;
+    g.c_type = c_type;
+    g.alpha = alpha;
+    g.batch = count;
+    gemm_->run(g, stream_);
+  }
+
+  struct AttentionViews {
+    int64_t t, hd, bh;
+    float scale;
+    Ref q, k, v;
+  };
+  AttentionViews attention_views(const Op& op) const {
+    const int64_t t = op.seq, hd = op.dim / op.heads, bh = batch() * op.heads;
+    const uint64_t part = static_cast<uint64_t>(batch() * t * op.dim);
+    const Ref qkv = need("workspace.qkv");
+    return {t,
+            hd,
+            bh,
+            1.0f / std::sqrt(static_cast<float>(hd)),
+            qkv.at(0, part),
+            qkv.at(part, part),
+            qkv.at(2 * part, part)};
+  }
+
+  void attention_forward(const Op& op, const Ref& in, const Ref& probs, const Ref& out) {
+    const AttentionViews a = attention_views(op);
+    const int64_t t = a.t, hd = a.hd;
+    kernels::split_heads(s_, in.ptr, a.q.ptr, batch(), t, 3, op.heads, hd, stream_);
+    const Ref scores = need("workspace.attention");
+    attention_gemm(false, true, t, t, hd, a.q.ptr, hd, t * hd, a.k.ptr, hd, t * hd, scores.ptr, t, t * t,
+                   DType::f32, a.scale, a.bh);
+    kernels::softmax_forward(s_, scores.f32(), probs.ptr, a.bh * t, t, op.causal, stream_);
+    const Ref o = need("workspace.attn_o");
+    attention_gemm(false, false, t, hd, t, probs.ptr, t, t * t, a.v.ptr, hd, t * hd, o.ptr, hd, t * hd, s_,
+                   1.0f, a.bh);
+    kernels::merge_heads(s_, o.ptr, out.ptr, batch(), t, 1, op.heads, hd, stream_);
+  }
+
+  // ---- loss and backward
+  // --------------------------------------------------------------------------------------------
+  void loss_and_gradient(const Ref& output) {
+    const Ref grad = need("grad.a");
+    const Ref row_loss = need("workspace.loss");
+    if (graph_.loss == LossType::cross_entropy) {
+      const int64_t rows = batch() * graph_.loss_rows;
+      kernels::cross_entropy(s_, output.ptr, need("data.targets").i32(), grad.ptr, row_loss.f32(), rows,
+                             graph_.loss_classes, scalars_dev_, stream_);
+      kernels::accumulate_mean_loss(row_loss.f32(), rows, scalars_dev_, stream_);
+    } else {
+      const int64_t n = static_cast<int64_t>(output.elements);
+      kernels::mse(s_, output.ptr, need("data.targets").ptr, grad.ptr, row_loss.f32(), n, scalars_dev_,
+                   stream_);
+      kernels::accumulate_mean_loss(row_loss.f32(), n, scalars_dev_, stream_);
+    }
+  }
+
+  void backward() {
+    Ref current = need("grad.a");
+    Ref other = need("grad.b");
+    const Ref data = need("data.input");
+    for (size_t i = graph_.ops.size(); i-- > 0;) {
+      const Op& op = graph_.ops[i];
+      const Ref in = input_of_[i];
+      const bool need_dx = in.ptr != data.ptr;
+      if (op.kind == OpKind::residual_add) {
+        const Ref stash = need(fmt::format("grad.residual[{}]", op.residual_depth));
+        BSW_CUDA(cudaMemcpyAsync(stash.ptr, current.ptr, n_out(op) * dtype_bytes(s_),
+                                 cudaMemcpyDeviceToDevice, stream_));
+        continue;
+      }
+      if (op.kind == OpKind::residual_save) {
+        if (!need_dx) continue;
+        const Ref stash = need(fmt::format("grad.residual[{}]", op.residual_depth));
+        kernels::add(s_, current.ptr, stash.ptr, current.ptr, static_cast<int64_t>(n_in(op)), stream_);
+        continue;
+      }
+      backward_op(i, op, in, current, need_dx ? other.at(0, n_in(op)) : Ref{});
+      if (!need_dx) break;
+      std::swap(current, other);
+    }
+  }
+
+  void backward_op(size_t i, const Op& op, const Ref& in, const Ref& dy, const Ref& dx) {
+    const int64_t b = batch();
+    const Ref w = op.param_elements > 0 ? params_of(op) : Ref{};
+    float* dw = op.param_elements > 0 ? grads_of(op) : nullptr;
+    switch (op.kind) {
+      case OpKind::linear:
+        linear_backward(i, op, in, w, dy, dx, dw);
+        return;
+      case OpKind::conv2d:
+        conv_backward(i, op, in, w, dy, dx, dw);
+        return;
+      case OpKind::maxpool2d:
+        if (dx) kernels::maxpool_backward(s_, pool(op), in.ptr, dy.ptr, dx.ptr, stream_);
+        return;
+      case OpKind::avgpool2d:
+        if (dx) kernels::avgpool_backward(s_, pool(op), dy.ptr, dx.ptr, stream_);
+        return;
+      case OpKind::global_avgpool:
+        if (dx)
+          kernels::global_avgpool_backward(s_, dy.ptr, dx.ptr, b, op.channels, op.spatial, op.tokens_layout,
+                                           stream_);
+        return;
+      case OpKind::layernorm: {
+        const Ref stats = need(fmt::format("ops[{}].stats", i));
+        const int64_t rows = b * op.rows;
+        kernels::layernorm_backward(s_, in.ptr, w.ptr, stats.f32(), stats.f32() + rows, dy.ptr, dx.ptr, dw,
+                                    dw + op.dim, rows, op.dim, stream_);
+        return;
+      }
+      case OpKind::embedding:
+        kernels::embedding_backward(s_, in.i32(), dy.ptr, dw, dw + op.vocab * op.dim, b, op.seq, op.dim,
+                                    stream_);
+        return;
+      case OpKind::patch_embedding:
+        patch_backward(op, in, w, dy, dx, dw);
+        return;
+      case OpKind::attention_core:
+        if (dx) attention_backward(i, op, in, dy, dx);
+        return;
+      case OpKind::residual_save:
+      case OpKind::residual_add:
+        return;
+    }
+  }
+
+  void linear_backward(size_t i, const Op& op, const Ref& in, const Ref& w, const Ref& dy, const Ref& dx,
+                       float* dw) {
+    const int64_t m = batch() * op.rows, k = op.in_features, n = op.out_features;
+    if (op.has_preactivation())  // dz = dy * act'(z), in place in the gradient buffer
+      kernels::activation_backward(op.activation, s_, need(fmt::format("ops[{}].pre", i)).ptr,
+                                   need(fmt::format("ops[{}].out", i)).ptr, dy.ptr, dy.ptr, m * n, stream_);
+    GemmArgs gw;  // dW[N, K] += dz^T [N, M] x [M, K]
+    gw.trans_a = true;
+    gw.m = n;
+    gw.n = k;
+    gw.k = m;
+    gw.a = dy.ptr;
+    gw.lda = n;
+    gw.b = in.ptr;
+    gw.ldb = k;
+    gw.c = dw;
+    gw.ldc = k;
+    gw.ab_type = s_;
+    gw.c_type = DType::f32;
+    gw.beta = 1.0f;
+    gemm_->run(gw, stream_);
+    if (op.bias) kernels::column_sum_accumulate(s_, dy.ptr, dw + k * n, m, n, stream_);
+    if (!dx) return;
+    GemmArgs gx;  // dx[M, K] = dz[M, N] W[N, K]
+    gx.m = m;
+    gx.n = k;
+    gx.k = n;
+    gx.a = dy.ptr;
+    gx.lda = n;
+    gx.b = w.ptr;
+    gx.ldb = k;
+    gx.c = dx.ptr;
+    gx.ldc = k;
+    gx.ab_type = gx.c_type = s_;
+    gemm_->run(gx, stream_);
+  }
+
+  void conv_backward(size_t i, const Op& op, const Ref& in, const Ref& w, const Ref& dy, const Ref& dx,
+                     float* dw) {
+    const kernels::ConvGeometry geo = conv(op);
+    const int64_t hw = geo.spatial(), patch = geo.patch(), cout = op.out_channels;
+    if (op.has_preactivation())
+      kernels::activation_backward(op.activation, s_, need(fmt::format("ops[{}].pre", i)).ptr,
+                                   need(fmt::format("ops[{}].out", i)).ptr, dy.ptr, dy.ptr,
+                                   static_cast<int64_t>(n_out(op)), stream_);
+    if (op.bias) kernels::channel_sum_accumulate(s_, dy.ptr, dw + cout * patch, batch(), cout, hw, stream_);
+    const int64_t chunk = conv_chunk(op, true);
+    const Ref col = need("workspace.im2col"), perm = need("workspace.conv_out");
+    const uint64_t in_sample = static_cast<uint64_t>(op.in_elements()),
+                   out_sample = static_cast<uint64_t>(cout * hw);
+    for (int64_t n0 = 0; n0 < batch(); n0 += chunk) {
+      const int64_t c = std::min(chunk, batch() - n0);
+      kernels::nchw_to_channels(s_, dy.at(static_cast<uint64_t>(n0) * out_sample, 0).ptr, perm.ptr, c, cout,
+                                hw, stream_);
+      kernels::im2col(s_, geo, in.at(static_cast<uint64_t>(n0) * in_sample, 0).ptr, col.ptr, c, stream_);
+      GemmArgs gw;  // dW[cout, CKK] += g[cout, c*HW] col^T [c*HW, CKK]
+      gw.trans_b = true;
+      gw.m = cout;
+      gw.n = patch;
+      gw.k = c * hw;
+      gw.a = perm.ptr;
+      gw.lda = c * hw;
+      gw.b = col.ptr;
+      gw.ldb = c * hw;
+      gw.c = dw;
+      gw.ldc = patch;
+      gw.ab_type = s_;
+      gw.c_type = DType::f32;
+      gw.beta = 1.0f;
+      gemm_->run(gw, stream_);
+      if (!dx) continue;
+      GemmArgs gx;  // dcol[CKK, c*HW] = W^T [CKK, cout] g[cout, c*HW]
+      gx.trans_a = true;
+      gx.m = patch;
+      gx.n = c * hw;
+      gx.k = cout;
+      gx.a = w.ptr;
+      gx.lda = patch;
+      gx.b = perm.ptr;
+      gx.ldb = c * hw;
+      gx.c = col.ptr;
+      gx.ldc = c * hw;
+      gx.ab_type = gx.c_type = s_;
+      gemm_->run(gx, stream_);
+      kernels::col2im(s_, geo, col.ptr, dx.at(static_cast<uint64_t>(n0) * in_sample, 0).ptr, c, stream_);
+    }
+  }
+
+  void patch_backward(const Op& op, const Ref& in, const Ref& w, const Ref& dy, const Ref& dx, float* dw) {
+    const kernels::ConvGeometry geo = conv(op);
+    const int64_t count = geo.spatial(), patch = geo.patch(), dim = op.dim;
+    kernels::column_sum_accumulate(s_, dy.ptr, dw + dim * patch, batch() * count, dim, stream_);
+    kernels::column_sum_accumulate(s_, dy.ptr, dw + dim * patch + dim, batch(), count * dim, stream_);
+    const int64_t chunk = conv_chunk(op, false);
+    const Ref col = need("workspace.im2col");
+    const uint64_t in_sample = static_cast<uint64_t>(op.in_elements()),
+                   out_sample = static_cast<uint64_t>(count * dim);
+    for (int64_t n0 = 0; n0 < batch(); n0 += chunk) {
+      const int64_t c = std::min(chunk, batch() - n0);
+      const void* dy_chunk = dy.at(static_cast<uint64_t>(n0) * out_sample, 0).ptr;
+      kernels::im2col(s_, geo, in.at(static_cast<uint64_t>(n0) * in_sample, 0).ptr, col.ptr, c, stream_);
+      GemmArgs gw;  // dW[D, CPP] += dy^T [D, c*N] col^T [c*N, CPP]
+      gw.trans_a = true;
+      gw.trans_b = true;
+      gw.m = dim;
+      gw.n = patch;
+      gw.k = c * count;
+      gw.a = dy_chunk;
+      gw.lda = dim;
+      gw.b = col.ptr;
+      gw.ldb = c * count;
+      gw.c = dw;
+      gw.ldc = patch;
+      gw.ab_type = s_;
+      gw.c_type = DType::f32;
+      gw.beta = 1.0f;
+      gemm_->run(gw, stream_);
+      if (!dx) continue;
+      GemmArgs gx;  // dcol[CPP, c*N] = W^T [CPP, D] dy^T [D, c*N]
+      gx.trans_a = true;
+      gx.trans_b = true;
+      gx.m = patch;
+      gx.n = c * count;
+      gx.k = dim;
+      gx.a = w.ptr;
+      gx.lda = patch;
+      gx.b = dy_chunk;
+      gx.ldb = dim;
+      gx.c = col.ptr;
+      gx.ldc = c * count;
+      gx.ab_type = gx.c_type = s_;
+      gemm_->run(gx, stream_);
+      kernels::col2im(s_, geo, col.ptr, dx.at(static_cast<uint64_t>(n0) * in_sample, 0).ptr, c, stream_);
+    }
+  }
+
+  void attention_backward(size_t i, const Op& op, const Ref& in, const Ref& dout, const Ref& dx) {
+    const AttentionViews a = attention_views(op);
+    const int64_t t = a.t, hd = a.hd;
+    const Ref probs = need(fmt::format("ops[{}].probs", i));
+    kernels::split_heads(s_, in.ptr, a.q.ptr, batch(), t, 3, op.heads, hd, stream_);
+    const Ref d_o = need("workspace.attn_o");
+    kernels::split_heads(s_, dout.ptr, d_o.ptr, batch(), t, 1, op.heads, hd, stream_);
+    const Ref dqkv = need("workspace.dqkv");
+    const uint64_t part = a.q.elements;
+    const Ref dq = dqkv.at(0, part), dk = dqkv.at(part, part), dv = dqkv.at(2 * part, part);
+    // dv = P^T dO
+    attention_gemm(true, false, t, hd, t, probs.ptr, t, t * t, d_o.ptr, hd, t * hd, dv.ptr, hd, t * hd, s_,
+                   1.0f, a.bh);
+    // dP = dO v^T (fp32), then dS = P (dP - rowsum(P dP)) in place of P
+    const Ref dp = need("workspace.attention");
+    attention_gemm(false, true, t, t, hd, d_o.ptr, hd, t * hd, a.v.ptr, hd, t * hd, dp.ptr, t, t * t,
+                   DType::f32, 1.0f, a.bh);
+    kernels::softmax_backward(s_, probs.ptr, dp.f32(), a.bh * t, t, stream_);
+    // dq = scale dS k;  dk = scale dS^T q
+    attention_gemm(false, false, t, hd, t, probs.ptr, t, t * t, a.k.ptr, hd, t * hd, dq.ptr, hd, t * hd, s_,
+                   a.scale, a.bh);
+    attention_gemm(true, false, t, hd, t, probs.ptr, t, t * t, a.q.ptr, hd, t * hd, dk.ptr, hd, t * hd, s_,
+                   a.scale, a.bh);
+    kernels::merge_heads(s_, dqkv.ptr, dx.ptr, batch(), t, 3, op.heads, hd, stream_);
+  }
+
+  const Graph& graph_;
+  Plan plan_;
+  SessionOptions options_;
+  int device_;
+  DType s_;
+
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  void* arena_ = nullptr;
+  kernels::StepScalars* host_scalars_ = nullptr;  // pinned
+  kernels::StepScalars* scalars_dev_ = nullptr;   // inside workspace.scalars
+  std::unique_ptr<Gemm> gemm_;
+  cudaGraphExec_t graph_exec_ = nullptr;
+  std::string graph_status_;
+
+  uint64_t allocated_bytes_ = 0;
+  std::optional<uint64_t> device_used_bytes_;
+  uint64_t free_before_ = 0;
+  std::vector<std::string> warnings_;
+  std::unordered_map<std::string, Ref> buffers_;
+  std::vector<Ref> input_of_ = std::vector<Ref>(graph_.ops.size());
+  std::vector<Ref> residual_stack_;
+  bool has_attention_ = false;
+  bool gelu_epilogue_used_ = false;
+
+  double loss_scale_ = kInitialLossScale;
+  int64_t clean_steps_ = 0;
+  int64_t skipped_steps_ = 0;
+  int64_t optimizer_steps_ = 0;
+  int64_t steps_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Session> make_cuda_session(const Graph& graph, const Plan& plan,
+                                           const SessionOptions& options, int device) {
+  return std::make_unique<CudaSession>(graph, plan, options, device);
+}
+
+}  // namespace bsw::cuda

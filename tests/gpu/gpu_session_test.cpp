@@ -1,0 +1,211 @@
+// Whole CUDA sessions against the CPU backend: the same seed gives the same initial weights and data, so the
+// losses of the first training steps must agree per precision; plus planned against measured device memory,
+// an out-of-memory point followed by a successful smaller one, and graph replay against plain launches.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "backends/cpu/cpu_backend.hpp"
+#include "backends/cuda/cuda_backend.hpp"
+#include "batchsweep/errors.hpp"
+#include "batchsweep/model.hpp"
+#include "batchsweep/plan.hpp"
+#include "gpu_test_util.hpp"
+
+namespace bsw {
+namespace {
+
+Graph graph_of(const char* text) {
+  return lower(parse_model(nlohmann::json::parse(text), "gpu-test.json"));
+}
+
+constexpr const char* kMlp = R"({"name": "mlp",
+  "input": {"type": "vector", "features": 40},
+  "layers": [{"type": "linear", "out_features": 64, "activation": "gelu"},
+             {"type": "linear", "out_features": 32, "activation": "silu"},
+             {"type": "residual", "layers": [{"type": "linear", "out_features": 32, "activation": "tanh"}]},
+             {"type": "linear", "out_features": 48, "activation": "relu"},
+             {"type": "linear", "out_features": 10}],
+  "loss": "cross_entropy"})";
+
+constexpr const char* kImage = R"({"name": "image",
+  "input": {"type": "image", "channels": 3, "height": 12, "width": 12},
+  "layers": [{"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "activation": "relu"},
+             {"type": "residual", "layers": [{"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1,
+                                              "activation": "silu"}]},
+             {"type": "maxpool2d", "kernel_size": 2},
+             {"type": "conv2d", "out_channels": 16, "kernel_size": 3, "stride": 2, "activation": "gelu"},
+             {"type": "avgpool2d", "kernel_size": 2},
+             {"type": "global_avgpool"},
+             {"type": "linear", "out_features": 7}],
+  "loss": "cross_entropy",
+  "optimizer": {"type": "sgd", "learning_rate": 0.05, "momentum": 0.9}})";
+
+constexpr const char* kTokens = R"({"name": "tokens",
+  "input": {"type": "tokens", "sequence_length": 24, "vocab_size": 50},
+  "layers": [{"type": "embedding", "dim": 32},
+             {"type": "transformer_block", "heads": 4, "mlp_ratio": 2, "causal": true, "repeat": 2},
+             {"type": "attention", "heads": 2},
+             {"type": "layernorm"},
+             {"type": "linear", "out_features": 50}],
+  "loss": "cross_entropy"})";
+
+constexpr const char* kVitMse = R"({"name": "vit-mse",
+  "input": {"type": "image", "channels": 3, "height": 16, "width": 16},
+  "layers": [{"type": "patch_embedding", "patch_size": 4, "dim": 32},
+             {"type": "transformer_block", "heads": 2, "mlp_ratio": 2},
+             {"type": "global_avgpool"},
+             {"type": "linear", "out_features": 6}],
+  "loss": "mse",
+  "optimizer": {"type": "sgd", "learning_rate": 0.01, "momentum": 0.0}})";
+
+std::vector<double> run_losses(const Graph& g, BackendKind kind, Precision p, int64_t batch,
+                               int64_t accumulation, int steps, bool graphs = true) {
+  const Plan plan = make_plan(g, {batch, p, Mode::train, accumulation, kind});
+  SessionOptions options;
+  options.seed = 42;
+  options.cuda_graphs = graphs;
+  std::unique_ptr<Backend> backend =
+      kind == BackendKind::cpu ? cpu::make_cpu_backend() : cuda::make_cuda_backend(0);
+  std::unique_ptr<Session> session = backend->prepare(g, plan, options);
+  std::vector<double> losses;
+  for (int i = 0; i < steps; ++i) {
+    const StepResult r = session->step();
+    EXPECT_TRUE(r.finite);
+    EXPECT_FALSE(r.skipped);
+    EXPECT_GT(r.step_ms, 0.0);
+    losses.push_back(r.loss);
+  }
+  return losses;
+}
+
+struct Case {
+  const char* name;
+  const char* model;
+  Precision precision;
+  int64_t accumulation;
+};
+
+class GpuSession : public testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override { BSW_REQUIRE_DEVICE(); }
+};
+
+TEST_P(GpuSession, TrainingLossesMatchTheCpuBackend) {
+  const Case c = GetParam();
+  const Graph g = graph_of(c.model);
+  const double tol = c.precision == Precision::fp32 ? 1e-4 : c.precision == Precision::tf32 ? 1e-2 : 3e-2;
+  const std::vector<double> cpu = run_losses(g, BackendKind::cpu, c.precision, 4, c.accumulation, 3);
+  const std::vector<double> gpu = run_losses(g, BackendKind::cuda, c.precision, 4, c.accumulation, 3);
+  for (size_t i = 0; i < cpu.size(); ++i)
+    EXPECT_NEAR(gpu[i], cpu[i], tol * std::abs(cpu[i])) << c.name << " step " << i + 1;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, GpuSession,
+    testing::Values(
+        Case{"mlp_fp32", kMlp, Precision::fp32, 1}, Case{"mlp_tf32", kMlp, Precision::tf32, 1},
+        Case{"mlp_bf16", kMlp, Precision::bf16, 1}, Case{"mlp_fp16", kMlp, Precision::fp16, 1},
+        Case{"mlp_fp32_accumulate", kMlp, Precision::fp32, 2}, Case{"image_fp32", kImage, Precision::fp32, 1},
+        Case{"image_bf16", kImage, Precision::bf16, 2}, Case{"tokens_fp32", kTokens, Precision::fp32, 1},
+        Case{"tokens_bf16", kTokens, Precision::bf16, 1}, Case{"tokens_fp16", kTokens, Precision::fp16, 1},
+        Case{"vit_mse_fp32", kVitMse, Precision::fp32, 1}, Case{"vit_mse_bf16", kVitMse, Precision::bf16, 2}),
+    [](const testing::TestParamInfo<Case>& p) { return std::string(p.param.name); });
+
+TEST(GpuSessionGraphs, ReplayMatchesPlainLaunches) {
+  BSW_REQUIRE_DEVICE();
+  const Graph g = graph_of(kTokens);
+  const std::vector<double> graphs = run_losses(g, BackendKind::cuda, Precision::fp32, 4, 1, 4, true);
+  const std::vector<double> plain = run_losses(g, BackendKind::cuda, Precision::fp32, 4, 1, 4, false);
+  for (size_t i = 0; i < graphs.size(); ++i) EXPECT_NEAR(graphs[i], plain[i], 1e-5 * std::abs(plain[i]));
+  const Plan plan = make_plan(g, {4, Precision::fp32, Mode::train, 1, BackendKind::cuda});
+  auto session = cuda::make_cuda_backend(0)->prepare(g, plan, SessionOptions{});
+  static_cast<void>(session->step());
+  static_cast<void>(session->step());
+  const nlohmann::json d = session->details();
+  EXPECT_EQ(d.at("cuda_graphs"), "captured, replayed from step 2") << d.dump();
+  EXPECT_TRUE(d.contains("attention"));
+}
+
+TEST(GpuSessionInference, RunsEveryModelInEveryPrecision) {
+  BSW_REQUIRE_DEVICE();
+  for (const char* model : {kMlp, kImage, kTokens, kVitMse}) {
+    const Graph g = graph_of(model);
+    for (Precision p : {Precision::fp32, Precision::tf32, Precision::bf16, Precision::fp16}) {
+      const Plan plan = make_plan(g, {3, p, Mode::infer, 1, BackendKind::cuda});
+      auto session = cuda::make_cuda_backend(0)->prepare(g, plan, SessionOptions{});
+      for (int i = 0; i < 3; ++i) {
+        const StepResult r = session->step();
+        EXPECT_TRUE(std::isnan(r.loss));
+        EXPECT_GT(r.step_ms, 0.0);
+      }
+    }
+  }
+}
+
+constexpr const char* kWide = R"({"name": "wide",
+  "input": {"type": "vector", "features": 1024},
+  "layers": [{"type": "linear", "out_features": 4096, "activation": "gelu"},
+             {"type": "linear", "out_features": 4096, "activation": "gelu"},
+             {"type": "linear", "out_features": 10}]})";
+
+TEST(GpuSessionMemory, MeasuredDeviceMemoryMatchesThePlan) {
+  BSW_REQUIRE_DEVICE();
+  const Graph g = graph_of(kWide);
+  const Plan plan = make_plan(g, {8192, Precision::bf16, Mode::train, 1, BackendKind::cuda});
+  ASSERT_GT(plan.memory.total_bytes(), uint64_t{512} << 20);
+  auto session = cuda::make_cuda_backend(0)->prepare(g, plan, SessionOptions{});
+  const SessionMemory m = session->memory();
+  EXPECT_EQ(m.planned_bytes, plan.memory.total_bytes());
+  EXPECT_EQ(m.allocated_bytes, plan.memory.total_bytes());
+  ASSERT_TRUE(m.device_used_bytes.has_value());
+  const double ratio = static_cast<double>(*m.device_used_bytes) / static_cast<double>(m.planned_bytes);
+  EXPECT_NEAR(ratio, 1.0, 0.02) << *m.device_used_bytes << " measured, " << m.planned_bytes << " planned";
+  EXPECT_TRUE(session->step().finite);
+}
+
+TEST(GpuSessionMemory, OutOfMemoryAtPrepareThenASmallerBatchRuns) {
+  BSW_REQUIRE_DEVICE();
+  const Graph g = graph_of(kWide);
+  auto backend = cuda::make_cuda_backend(0);
+  const uint64_t device_bytes = backend->device(Precision::fp32).memory_total_bytes;
+  int64_t batch = 8192;
+  while (make_plan(g, {batch, Precision::fp32, Mode::train, 1, BackendKind::cuda}).memory.total_bytes() <=
+         device_bytes + (device_bytes >> 3))
+    batch *= 2;
+  const Plan too_big = make_plan(g, {batch, Precision::fp32, Mode::train, 1, BackendKind::cuda});
+  EXPECT_THROW(static_cast<void>(backend->prepare(g, too_big, SessionOptions{})), OutOfMemory);
+  const Plan small = make_plan(g, {64, Precision::fp32, Mode::train, 1, BackendKind::cuda});
+  auto session = backend->prepare(g, small, SessionOptions{});
+  EXPECT_TRUE(session->step().finite);
+
+  SessionOptions limited;
+  limited.memory_limit_bytes = small.memory.total_bytes() - 1;
+  EXPECT_THROW(static_cast<void>(backend->prepare(g, small, limited)), OutOfMemory);
+}
+
+TEST(GpuDevices, DescribeAndSpecSheet) {
+  const nlohmann::json d = cuda::describe_devices();
+  EXPECT_TRUE(d.contains("versions"));
+  ASSERT_TRUE(cuda::spec_peak_flops("NVIDIA H200", Precision::bf16).has_value());
+  EXPECT_DOUBLE_EQ(*cuda::spec_peak_flops("NVIDIA H200", Precision::bf16), 989.5e12);
+  EXPECT_DOUBLE_EQ(*cuda::spec_peak_flops("NVIDIA H100 PCIe", Precision::bf16), 756.5e12);
+  EXPECT_DOUBLE_EQ(*cuda::spec_peak_flops("NVIDIA A100-SXM4-80GB", Precision::tf32), 156e12);
+  EXPECT_DOUBLE_EQ(*cuda::spec_peak_flops("NVIDIA L40S", Precision::fp16), 362.05e12);
+  EXPECT_FALSE(cuda::spec_peak_flops("Tesla V100-SXM2-16GB", Precision::bf16).has_value());
+  EXPECT_FALSE(cuda::spec_peak_flops("Some Future GPU", Precision::fp32).has_value());
+  if (cuda::device_count() == 0) {
+    EXPECT_TRUE(d.at("devices").empty());
+    EXPECT_FALSE(d.at("reason").get<std::string>().empty());
+    EXPECT_THROW(static_cast<void>(cuda::make_cuda_backend(0)), UsageError);
+    GTEST_SKIP() << "no CUDA device: " << cuda::no_device_reason()
+                 << " (spec sheet and no-device paths checked)";
+  }
+  const nlohmann::json& first = d.at("devices").at(0);
+  for (const char* key :
+       {"name", "sms", "memory_total_bytes", "compute_capability", "pci_bus_id", "sm_clock_mhz"})
+    EXPECT_TRUE(first.contains(key)) << key;
+}
+
+}  // namespace
+}  // namespace bsw
