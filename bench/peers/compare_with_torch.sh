@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Runs batchsweep and the PyTorch peer on the same model, batches, mode and precision, then prints per batch the
+# samples/s ratio batchsweep / PyTorch eager (and / torch.compile with --compile), each run's knee, saturation and
+# max fit (recomputed by `batchsweep analyze`), and batchsweep's planned bytes next to PyTorch's peak allocated.
+#
+#   bench/peers/compare_with_torch.sh BATCHSWEEP [--model M] [--batch B] [--mode train|infer]
+#       [--precision fp32|tf32|fp16|bf16] [--backend auto|cpu|cuda] [--compile] [--out DIR] [-- FLAGS...]
+#
+# FLAGS after `--` go to both tools (the stopping flags they share: --warmup, --min-samples, --min-time,
+# --max-noise, --timeout, --seed). Reports land in DIR (default: a new temporary folder): batchsweep.json,
+# torch-eager.json, torch-compile.json and their analyzed copies *.analyzed.json. Exit 2 on usage errors;
+# otherwise the exit code of the first tool that failed.
+set -euo pipefail
+
+usage() {
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+[[ $# -ge 1 ]] || usage
+bsw=$1
+shift
+[[ -x $bsw && ! -d $bsw ]] || { echo "compare_with_torch.sh: BATCHSWEEP '$bsw' is not an executable file" >&2; exit 2; }
+
+model=mlp batch=1,8,64,512 mode=train precision=fp32 backend=auto compile=0 out=""
+shared=()
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --model|--batch|--mode|--precision|--backend|--out)
+      [[ $# -ge 2 ]] || { echo "compare_with_torch.sh: $1 needs a value" >&2; exit 2; }
+      declare "${1#--}=$2"
+      shift 2 ;;
+    --compile) compile=1; shift ;;
+    --) shift; shared=("$@"); break ;;
+    -h|--help) usage ;;
+    *) echo "compare_with_torch.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+case $backend in
+  auto) device=auto ;;
+  cpu) device=cpu ;;
+  cuda) device=cuda ;;
+  *) echo "compare_with_torch.sh: --backend: '$backend' is not auto, cpu or cuda" >&2; exit 2 ;;
+esac
+[[ -n $out ]] || out=$(mktemp -d "${TMPDIR:-/tmp}/compare-with-torch.XXXXXX")
+mkdir -p "$out"
+python=${PYTHON:-python3}
+
+common=(--model "$model" --batch "$batch" --mode "$mode" --precision "$precision" --quiet ${shared[@]+"${shared[@]}"})
+echo "== batchsweep ($backend): $model $mode $precision, batches $batch" >&2
+"$bsw" run "${common[@]}" --backend "$backend" --json "$out/batchsweep.json" >/dev/null
+runs=(batchsweep)
+
+echo "== PyTorch eager ($device)" >&2
+"$python" "$here/torch_sweep.py" "${common[@]}" --device "$device" --batchsweep "$bsw" --json "$out/torch-eager.json"
+runs+=(torch-eager)
+if [[ $compile == 1 ]]; then
+  echo "== PyTorch torch.compile ($device)" >&2
+  "$python" "$here/torch_sweep.py" "${common[@]}" --device "$device" --batchsweep "$bsw" --compile \
+    --json "$out/torch-compile.json"
+  runs+=(torch-compile)
+fi
+
+for run in "${runs[@]}"; do
+  "$bsw" analyze "$out/$run.json" --json - >"$out/$run.analyzed.json" 2>/dev/null
+done
+
+"$python" - "$out" "${runs[@]}" <<'PY'
+"""Prints the comparison table from the analyzed reports."""
+import json
+import os
+import sys
+
+out, names = sys.argv[1], sys.argv[2:]
+reports = {}
+for name in names:
+    with open(os.path.join(out, name + ".analyzed.json"), encoding="utf-8") as f:
+        reports[name] = json.load(f)
+
+
+def points(report):
+    return {(p["batch"], p.get("accumulation", 1)): p for p in report["points"]}
+
+
+def rate(p):
+    if p is None:
+        return "-"
+    if p["status"] != "ok":
+        return p["status"]
+    return f"{p['samples_per_second']:,.1f}"
+
+
+def mib(v):
+    return "-" if v is None else f"{v / 2**20:,.1f}"
+
+
+def ratio(a, b):
+    if a is None or b is None or a["status"] != "ok" or b["status"] != "ok" or not b["samples_per_second"]:
+        return "-"
+    return f"{a['samples_per_second'] / b['samples_per_second']:.2f}x"
+
+
+bsw = points(reports["batchsweep"])
+torch_runs = [n for n in names if n != "batchsweep"]
+columns = ["batch", "batchsweep/s"]
+for n in torch_runs:
+    columns += [f"{n}/s", f"bsw/{n.split('-')[1]}"]
+columns += ["planned MiB", "torch peak MiB"]
+rows = []
+keys = sorted(set(bsw).union(*(points(reports[n]) for n in torch_runs)))
+for key in keys:
+    label = str(key[0]) if key[1] == 1 else f"{key[0]}x{key[1]}"
+    b = bsw.get(key)
+    row = [label, rate(b)]
+    for n in torch_runs:
+        t = points(reports[n]).get(key)
+        row += [rate(t), ratio(b, t)]
+    eager = points(reports[torch_runs[0]]).get(key)
+    row += [mib(b["memory"]["planned_bytes"] if b else None),
+            mib(eager["memory"].get("measured_bytes") if eager else None)]
+    rows.append(row)
+widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(columns)]
+print("  ".join(c.rjust(w) for c, w in zip(columns, widths)))
+for r in rows:
+    print("  ".join(v.rjust(w) for v, w in zip(r, widths)))
+print()
+
+
+def choice(c):
+    if not c or c.get("batch") is None:
+        return "none" + (f" ({c['reason']})" if c and c.get("reason") else "")
+    return str(c["batch"])
+
+
+for name in names:
+    a = reports[name]["analysis"]
+    device = reports[name]["device"]
+    print(f"{name:14s} on {device.get('name', '?')} ({device.get('backend', '?')}): knee {choice(a['knee'])}, "
+          f"saturation {choice(a['saturation'])}, max fit {choice(a['max_fit'])}, "
+          f"best {choice(a['best_throughput'])}")
+print(f"\nreports: {out}")
+PY

@@ -1,0 +1,281 @@
+"""The command line of torch_sweep.py: flags named as batchsweep's `run` flags, checked into one settings
+object before torch is imported (so --help and usage errors work without it), the parameter check against
+`batchsweep plan`, then the sweep with the report rewritten after every point."""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Optional
+
+from . import PEER_NAME
+from .config import LoadedModel, load_model, lower, repo_root
+from .errors import EXIT_FAILURE, EXIT_OK, InputError, ParameterMismatch, PeerError, UsageError
+from .grammar import parse_batches
+from .report import Report, check_writable, write_file_atomic
+from .stopping import StoppingSettings
+
+EXIT_INTERRUPTED = 130
+PLAN_TIMEOUT_S = 120
+
+EXAMPLES = """examples:
+  torch_sweep.py --model tiny-lm --batch 1:64:*2 --json tiny-lm-torch.json
+  torch_sweep.py --model gpt2-small --precision bf16 --batch 1:32:*2 --compile --json gpt2-compile.json
+  torch_sweep.py --model my-model.json --mode infer --precision fp16 --batch 8:256:+8 --peak-flops 989e12
+then: batchsweep analyze tiny-lm-torch.json;  batchsweep compare batchsweep.json tiny-lm-torch.json"""
+
+
+@dataclass
+class Settings:
+    model: str = "mlp"
+    batch: str = "1,8,64,512"
+    batches: list = field(default_factory=list)
+    mode: str = "train"
+    precision: str = "fp32"
+    accumulation: int = 1
+    compile: bool = False
+    compile_mode: str = "default"
+    device: str = "auto"
+    seed: int = 1234
+    peak_flops: Optional[float] = None
+    json_path: str = ""
+    batchsweep: Optional[str] = None  # binary for the parameter check; None: build/batchsweep if present
+    quiet: bool = False
+    stopping: StoppingSettings = field(default_factory=StoppingSettings)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError (exit 2, message naming the flag) instead of exiting itself."""
+
+    def error(self, message):
+        raise UsageError(message)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    d, s = Settings(), StoppingSettings()
+    p = _Parser(prog="torch_sweep.py", allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+                description="Sweep batch sizes of a batchsweep model in PyTorch and write a batchsweep report "
+                            "(schema v1) that `batchsweep analyze` and `batchsweep compare` read.",
+                epilog=EXAMPLES)
+    p.add_argument("--model", "-m", default=d.model, help="preset name (configs/models/NAME.json) or a model "
+                   "JSON file (default: %(default)s)")
+    p.add_argument("--batch", "-b", default=d.batch, help="batches: 1,8,64  8:256:+8  1:4096:*2 (default: "
+                   "%(default)s)")
+    p.add_argument("--mode", choices=["train", "infer"], default=d.mode, help="default: %(default)s")
+    p.add_argument("--precision", "-p", choices=["fp32", "tf32", "fp16", "bf16"], default=d.precision,
+                   help="default: %(default)s")
+    p.add_argument("--accumulation", type=int, default=d.accumulation,
+                   help="micro-batches per optimizer step (train only; default: %(default)s)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (default: eager)")
+    p.add_argument("--compile-mode", choices=["default", "reduce-overhead", "max-autotune"], default=d.compile_mode,
+                   help="torch.compile mode with --compile (default: %(default)s)")
+    p.add_argument("--device", default=d.device, help="auto | cpu | cuda | cuda:N (default: %(default)s)")
+    p.add_argument("--warmup", type=int, default=s.warmup_steps, help="untimed steps per point (default: "
+                   "%(default)s)")
+    p.add_argument("--min-samples", type=int, default=s.min_samples, help="timed steps per point, at least "
+                   "(default: %(default)s)")
+    p.add_argument("--min-time", type=float, default=s.min_time_s, help="measured seconds per point, at least "
+                   "(default: %(default)s)")
+    p.add_argument("--max-noise", type=float, default=s.max_noise_pct, help="stop a point once its relative "
+                   "noise is below PCT%% (default: %(default)s)")
+    p.add_argument("--timeout", type=float, default=s.timeout_s, help="wall-clock seconds per point before it "
+                   "stops with a warning (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of the weights and data (default: %(default)s)")
+    p.add_argument("--peak-flops", type=float, default=None, help="the device's peak FLOP/s at this precision "
+                   "(e.g. 989e12): fills mfu")
+    p.add_argument("--json", dest="json_path", default="", metavar="FILE", help="write the report to FILE, or - "
+                   "for stdout; rewritten after every point")
+    p.add_argument("--batchsweep", default=None, metavar="PATH", help="batchsweep binary for the parameter check "
+                   "(default: build/batchsweep when it exists)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+    return p
+
+
+def parse_settings(argv: list) -> Settings:
+    """The checked settings of a command line. Raises UsageError naming the flag."""
+    a = make_parser().parse_args(argv)
+    s = Settings(model=a.model, batch=a.batch, mode=a.mode, precision=a.precision, accumulation=a.accumulation,
+                 compile=a.compile, compile_mode=a.compile_mode, device=a.device, seed=a.seed,
+                 peak_flops=a.peak_flops, json_path=a.json_path, batchsweep=a.batchsweep, quiet=a.quiet)
+    s.stopping = StoppingSettings(warmup_steps=a.warmup, min_samples=a.min_samples, min_time_s=a.min_time,
+                                  max_noise_pct=a.max_noise, timeout_s=a.timeout)
+    s.stopping.validate()
+    s.batches = parse_batches(a.batch, "--batch")
+    if s.accumulation < 1:
+        raise UsageError(f"--accumulation: must be at least 1, got {s.accumulation}")
+    if s.mode == "infer" and s.accumulation != 1:
+        raise UsageError("--accumulation: gradient accumulation only applies to --mode train")
+    if s.peak_flops is not None and not (math.isfinite(s.peak_flops) and s.peak_flops > 0):
+        raise UsageError(f"--peak-flops: must be a number of FLOP/s > 0, got {s.peak_flops}")
+    if s.device != "auto" and s.device != "cpu" and not (s.device == "cuda" or s.device.startswith("cuda:")):
+        raise UsageError(f"--device: '{s.device}' is not auto, cpu, cuda or cuda:N")
+    if s.seed < 0:
+        raise UsageError(f"--seed: must be at least 0, got {s.seed}")
+    if s.compile_mode != "default" and not s.compile:
+        raise UsageError("--compile-mode: needs --compile")
+    check_writable(s.json_path, "--json")
+    return s
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The parameter check against batchsweep's plan
+# ---------------------------------------------------------------------------------------------------------------
+
+def find_batchsweep(explicit: Optional[str]) -> Optional[str]:
+    """The binary named by --batchsweep (which must exist), else build/batchsweep in the checkout, else None."""
+    if explicit:
+        path = explicit if os.sep in explicit else (shutil.which(explicit) or explicit)
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise UsageError(f"--batchsweep: '{explicit}' is not an executable file")
+        return path
+    default = os.path.join(repo_root(), "build", "batchsweep")
+    return default if os.path.isfile(default) and os.access(default, os.X_OK) else None
+
+
+def batchsweep_parameters(binary: str, model: LoadedModel) -> int:
+    """`batchsweep plan --model M --json -`'s "parameters". Raises InputError when the plan cannot be read."""
+    argument = model.argument if model.source.startswith("preset:") else os.path.abspath(model.path)
+    command = [binary, "plan", "--model", argument, "--batch", "1", "--backend", "cpu", "--json", "-"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=PLAN_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise InputError(f"--batchsweep {binary}: cannot run `{' '.join(command)}`: {e}") from None
+    if done.returncode != 0:
+        raise InputError(f"--batchsweep {binary}: `{' '.join(command)}` failed (exit {done.returncode}): "
+                         f"{done.stderr.strip()[:500]}")
+    try:
+        plan = json.loads(done.stdout)
+        parameters = plan["parameters"]
+    except (ValueError, KeyError, TypeError):
+        raise InputError(f"--batchsweep {binary}: `plan --json -` printed no \"parameters\" field") from None
+    if not isinstance(parameters, int):
+        raise InputError(f"--batchsweep {binary}: \"parameters\" is not an integer: {parameters!r}")
+    return parameters
+
+
+def check_parameters(module_parameters: int, counted: int, binary: Optional[str], model: LoadedModel) -> str:
+    """Compares the PyTorch module with the count from the config and with batchsweep's plan; returns what
+    was checked, for the report. Raises ParameterMismatch (exit 2) with both numbers."""
+    name = model.config["name"]
+    if module_parameters != counted:
+        raise ParameterMismatch(f"model {name}: the PyTorch module has {module_parameters} parameters, the config "
+                                f"counts {counted} by batchsweep's conventions")
+    if binary is None:
+        return "config count only (no batchsweep binary: pass --batchsweep PATH or build build/batchsweep)"
+    planned = batchsweep_parameters(binary, model)
+    if planned != module_parameters:
+        raise ParameterMismatch(f"model {name}: the PyTorch module has {module_parameters} parameters, "
+                                f"`batchsweep plan` says {planned}")
+    return f"matches `batchsweep plan` ({planned})"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------------------------
+
+def settings_json(s: Settings, model: LoadedModel, backend: str, graph, parameter_check: str, torch_notes: dict):
+    """The report's settings: batchsweep's keys (model, mode, precision, accumulation, batch, stopping, ...)
+    plus what is particular to the peer under "torch"."""
+    return {
+        "model": model.config,
+        "model_source": model.source,
+        "backend": backend,
+        "mode": s.mode,
+        "precision": s.precision,
+        "accumulation": s.accumulation,
+        "batch": s.batch,
+        "effective_batch": None,
+        "memory_limit_bytes": None,
+        "stopping": s.stopping.to_json(),
+        "seed": s.seed,
+        "parameters": graph.parameters,
+        "parameter_check": parameter_check,
+        "flops_per_sample": {"forward": graph.forward_flops_per_sample,
+                             "train": 3.0 * graph.forward_flops_per_sample},
+        "torch": torch_notes,
+    }
+
+
+def _progress(i: int, total: int, point) -> str:
+    label = str(point.batch) if point.accumulation == 1 else f"{point.batch}x{point.accumulation}"
+    if point.status != "ok":
+        return f"[{i}/{total}] batch {label}: {point.status}: {point.reason}"
+    peak = "" if point.measured_bytes is None else f", peak {point.measured_bytes / 2**30:.2f} GiB"
+    return (f"[{i}/{total}] batch {label}: {point.samples_per_second:,.1f} samples/s, step "
+            f"{point.step_ms.mean:.3f} ms ±{point.noise_pct or 0:.1f}% ({len(point.samples_ms)} samples, "
+            f"{point.stop_reason}){peak}")
+
+
+def run(s: Settings, argv: list) -> int:
+    model = load_model(s.model)
+    graph = lower(model.config, model.source)
+    binary = find_batchsweep(s.batchsweep)
+    try:
+        import torch  # noqa: F401 - only here: everything before works without torch
+    except ImportError as e:
+        print(f"{PEER_NAME}: PyTorch is not importable ({e}); install torch to run the sweep", file=sys.stderr)
+        return EXIT_FAILURE
+    from .torch_model import build_model, count_parameters
+    from .torch_runner import RunOptions, TorchRunner, pick_device
+
+    with torch.device("meta"):  # counts without allocating, whatever the model's size
+        module_parameters = count_parameters(build_model(model.config, model.source))
+    parameter_check = check_parameters(module_parameters, graph.parameters, binary, model)
+
+    device = pick_device(s.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device: {s.device} requested but torch.cuda.is_available() is false")
+    options = RunOptions(mode=s.mode, precision=s.precision, accumulation=s.accumulation, compile=s.compile,
+                         compile_mode=s.compile_mode, seed=s.seed, peak_flops=s.peak_flops, stopping=s.stopping)
+    runner = TorchRunner(model, graph, options, device)
+    info = runner.device_info()
+    report = Report(command=["torch_sweep.py"] + list(argv), device=info,
+                    settings=settings_json(s, model, info["backend"], graph, parameter_check, runner.describe()))
+    own_warnings = []  # the sweep's; the runner keeps the per-point ones
+    if device.type == "cpu" and s.precision == "tf32":
+        own_warnings.append("--precision tf32 has no effect on the CPU: the steps run in fp32")
+
+    def export():
+        report.settings["torch"] = runner.describe()
+        report.warnings = own_warnings + runner.warnings
+        if s.json_path and s.json_path != "-":
+            write_file_atomic(s.json_path, report.dumps())
+
+    if not s.quiet:
+        print(f"{PEER_NAME}: {model.config['name']} ({graph.parameters:,} parameters) {s.mode} {s.precision} on "
+              f"{info['name']} ({info['backend']}, torch {torch.__version__}); {parameter_check}", file=sys.stderr)
+    interrupted = False
+    for i, batch in enumerate(s.batches, 1):
+        try:
+            point = runner.measure(batch)
+        except KeyboardInterrupt:
+            interrupted = True
+            own_warnings.append(f"interrupted by SIGINT: the report holds the {len(report.points)} finished "
+                                   "point(s)")
+            break
+        report.add(point)
+        export()
+        if not s.quiet:
+            print(_progress(i, len(s.batches), point), file=sys.stderr)
+    export()
+    for w in report.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    if s.json_path == "-":
+        write_file_atomic("-", report.dumps())
+    return EXIT_INTERRUPTED if interrupted else EXIT_OK
+
+
+def main(argv: Optional[list] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        settings = parse_settings(argv)
+        return run(settings, argv)
+    except PeerError as e:
+        print(f"{PEER_NAME}: {e}", file=sys.stderr)
+        if isinstance(e, UsageError) and "presets" not in str(e):
+            print("run torch_sweep.py --help for the flags", file=sys.stderr)
+        return e.exit_code

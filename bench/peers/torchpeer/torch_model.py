@@ -1,0 +1,191 @@
+"""The batchsweep model as a torch.nn.Module: the layers, shapes and parameters that src/plan/lower.cpp counts,
+built by the same walk (config.lower with a builder), so the module and the counts cannot disagree.
+
+Conventions (README "Conventions", lower.cpp): linear acts on the last dim; GELU is the tanh approximation;
+layernorm has eps 1e-5 over the last dim; embedding = token table + learned positions; patch_embedding = conv
+k=p stride=p with bias + learned positions, no class token; attention = one qkv Linear(dim, 3 dim) with bias,
+scaled_dot_product_attention, an out Linear, no residual; transformer_block is pre-LN with residual adds;
+repeat makes independent copies."""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import Graph, lower
+
+
+def _activation(name: str):
+    if name == "none":
+        return None
+    if name == "relu":
+        return F.relu
+    if name == "gelu":
+        return lambda x: F.gelu(x, approximate="tanh")
+    if name == "silu":
+        return F.silu
+    if name == "tanh":
+        return torch.tanh
+    raise ValueError(f"unknown activation {name!r}")
+
+
+def _init_normal(*tensors):
+    """N(0, 0.02) as GPT-2 and ViT initialise embeddings; nothing to do on the meta device."""
+    for t in tensors:
+        if t.device.type != "meta":
+            nn.init.normal_(t, std=0.02)
+
+
+class LinearAct(nn.Linear):
+    def __init__(self, in_features: int, out_features: int, bias: bool, activation: str):
+        super().__init__(in_features, out_features, bias=bias)
+        self.activation_name = activation
+        self._act = _activation(activation)
+
+    def forward(self, x):
+        y = super().forward(x)
+        return self._act(y) if self._act else y
+
+
+class Conv2dAct(nn.Conv2d):
+    def __init__(self, in_channels, out_channels, kernel_size, stride, padding, bias, activation):
+        super().__init__(in_channels, out_channels, kernel_size, stride=stride, padding=padding, bias=bias)
+        self.activation_name = activation
+        self._act = _activation(activation)
+
+    def forward(self, x):
+        y = super().forward(x)
+        return self._act(y) if self._act else y
+
+
+class GlobalAvgPool(nn.Module):
+    """Mean over H x W of an image [B, C, H, W], or over the tokens of [B, T, D]."""
+
+    def __init__(self, tokens_layout: bool):
+        super().__init__()
+        self.tokens_layout = tokens_layout
+
+    def forward(self, x):
+        return x.mean(dim=1) if self.tokens_layout else x.mean(dim=(2, 3))
+
+
+class Flatten(nn.Module):
+    def forward(self, x):
+        return x.flatten(1)
+
+
+class TokenEmbedding(nn.Module):
+    """Token table [vocab, dim] plus learned positions [sequence_length, dim]."""
+
+    def __init__(self, vocab_size: int, sequence_length: int, dim: int):
+        super().__init__()
+        # _weight skips nn.Embedding's own initialisation, which on the meta device (parameter counting) would
+        # load torch's reference kernels and take seconds.
+        self.tokens = nn.Embedding(vocab_size, dim, _weight=torch.empty(vocab_size, dim))
+        self.positions = nn.Parameter(torch.empty(sequence_length, dim))
+        _init_normal(self.tokens.weight, self.positions)
+
+    def forward(self, ids):
+        return self.tokens(ids) + self.positions
+
+
+class PatchEmbedding(nn.Module):
+    """Conv k=p stride=p with bias, flattened to [B, patches, dim], plus learned positions; no class token."""
+
+    def __init__(self, in_channels: int, dim: int, patch_size: int, patches: int):
+        super().__init__()
+        self.proj = nn.Conv2d(in_channels, dim, patch_size, stride=patch_size, bias=True)
+        self.positions = nn.Parameter(torch.empty(patches, dim))
+        _init_normal(self.positions)
+
+    def forward(self, x):
+        return self.proj(x).flatten(2).transpose(1, 2) + self.positions
+
+
+class SelfAttention(nn.Module):
+    """qkv projection, multi-head scaled_dot_product_attention (is_causal), out projection; no residual."""
+
+    def __init__(self, dim: int, heads: int, causal: bool, qkv: nn.Module, out: nn.Module):
+        super().__init__()
+        self.heads, self.causal = heads, causal
+        self.qkv, self.out = qkv, out
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return self.out(y.transpose(1, 2).reshape(b, t, d))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-LN: x + attn(ln1(x)), then x + proj(gelu_tanh(fc(ln2(x))))."""
+
+    def __init__(self, ln1, attn, ln2, fc, proj):
+        super().__init__()
+        self.ln1, self.attn, self.ln2, self.fc, self.proj = ln1, attn, ln2, fc, proj
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.proj(self.fc(self.ln2(x)))
+
+
+class Residual(nn.Module):
+    def __init__(self, inner: list):
+        super().__init__()
+        self.inner = nn.Sequential(*inner)
+
+    def forward(self, x):
+        return x + self.inner(x)
+
+
+def _build(kind: str, **d) -> nn.Module:
+    if kind == "linear":
+        return LinearAct(d["in_features"], d["out_features"], d["bias"], d["activation"])
+    if kind == "conv2d":
+        return Conv2dAct(d["in_channels"], d["out_channels"], d["kernel_size"], d["stride"], d["padding"],
+                         d["bias"], d["activation"])
+    if kind == "maxpool2d":
+        return nn.MaxPool2d(d["kernel_size"], stride=d["stride"], padding=0)
+    if kind == "avgpool2d":
+        return nn.AvgPool2d(d["kernel_size"], stride=d["stride"], padding=0)
+    if kind == "global_avgpool":
+        return GlobalAvgPool(d["tokens_layout"])
+    if kind == "flatten":
+        return Flatten()
+    if kind == "layernorm":
+        return nn.LayerNorm(d["dim"], eps=1e-5)
+    if kind == "embedding":
+        return TokenEmbedding(d["vocab_size"], d["sequence_length"], d["dim"])
+    if kind == "patch_embedding":
+        return PatchEmbedding(d["in_channels"], d["dim"], d["patch_size"], d["patches"])
+    if kind == "attention":
+        return SelfAttention(d["dim"], d["heads"], d["causal"], d["qkv"], d["out"])
+    if kind == "transformer_block":
+        return TransformerBlock(d["ln1"], d["attn"], d["ln2"], d["fc"], d["proj"])
+    if kind == "residual":
+        return Residual(d["inner"])
+    raise ValueError(f"unknown layer kind {kind!r}")
+
+
+class PeerModel(nn.Sequential):
+    """The whole stack; `graph` holds the counts of the walk that built it."""
+
+    def __init__(self, graph: Graph):
+        super().__init__(*graph.modules)
+        self.graph = graph
+
+
+def build_model(config: dict, source: str) -> PeerModel:
+    """The module for a resolved config, parameters in fp32 on the CPU (the caller moves it)."""
+    graph = lower(config, source, builder=_build)
+    return PeerModel(graph)
+
+
+def count_parameters(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def loss_fn(output, target, graph: Graph):
+    """Mean cross entropy per sample ([B, C]) or per token ([B, T, C]), or mean squared error."""
+    if graph.loss == "cross_entropy":
+        return F.cross_entropy(output.reshape(-1, graph.loss_classes).float(), target.reshape(-1))
+    return F.mse_loss(output.float(), target)
