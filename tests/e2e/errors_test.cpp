@@ -1,0 +1,242 @@
+// The bad-input table: what users throw at batchsweep and what they must get — exit code 2 (or the documented
+// code), one message naming the flag, field or file, and nothing half-written.
+#include <gtest/gtest.h>
+
+#include "e2e/e2e_support.hpp"
+
+namespace bsw::e2e {
+namespace {
+
+struct Case {
+  std::string name;
+  std::vector<std::string> args;  // "{dir}" is replaced by the scratch directory
+  int exit_code;
+  std::vector<std::string> words;  // each must appear in stderr
+  std::string file_name = {};      // written into the scratch directory first, with file_text
+  std::string file_text = {};
+};
+
+std::string expand(const std::string& s, const std::string& dir) {
+  std::string out = s;
+  for (size_t at = out.find("{dir}"); at != std::string::npos; at = out.find("{dir}"))
+    out.replace(at, 5, dir);
+  return out;
+}
+
+class BadInput : public ::testing::TestWithParam<Case> {};
+
+TEST_P(BadInput, ExitsWithAClearMessage) {
+  const Case& c = GetParam();
+  ScratchDir dir;
+  if (!c.file_name.empty()) std::ofstream(dir / c.file_name, std::ios::binary) << c.file_text;
+  std::vector<std::string> args;
+  for (const std::string& a : c.args) args.push_back(expand(a, dir.path().string()));
+  const Result r = run(args);
+  EXPECT_EQ(r.exit_code, c.exit_code) << r.err;
+  for (const std::string& w : c.words)
+    EXPECT_NE(r.err.find(expand(w, dir.path().string())), std::string::npos)
+        << "missing '" << w << "' in: " << r.err;
+  EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+}
+
+const std::string kRun = "run";
+const std::vector<std::string> kQuick = {"--backend", "cpu", "--min-time", "0.01", "--quiet"};
+
+std::vector<std::string> run_with(std::vector<std::string> extra) {
+  std::vector<std::string> args = {kRun};
+  args.insert(args.end(), kQuick.begin(), kQuick.end());
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+std::string nested(int depth) {
+  return std::string(depth, '[') + std::string(depth, ']');
+}
+
+std::string residual_nest(int depth) {
+  std::string s = R"({"type": "linear", "out_features": 8})";
+  for (int i = 0; i < depth; ++i) s = R"({"type": "residual", "layers": [)" + s + "]}";
+  return R"({"name": "deep", "input": {"type": "vector", "features": 8}, "layers": [)" + s + "]}";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, BadInput,
+    ::testing::Values(
+        Case{"invalid_json",
+             {"plan", "--model", "{dir}/m.json"},
+             2,
+             {"{dir}/m.json", "not valid JSON"},
+             "m.json",
+             "{\"name\": "},
+        Case{"empty_file", {"plan", "--model", "{dir}/m.json"}, 2, {"{dir}/m.json"}, "m.json", ""},
+        Case{"binary_file",
+             {"plan", "--model", "{dir}/m.json"},
+             2,
+             {"{dir}/m.json", "binary"},
+             "m.json",
+             std::string("\x7f"
+                         "ELF\0\0\x01",
+                         7)},
+        Case{"directory", {"plan", "--model", "{dir}"}, 2, {"{dir}"}},
+        Case{"unknown_name", {"plan", "--model", "gpt3-xxl"}, 2, {"gpt3-xxl", "gpt2-small"}},
+        Case{"unknown_layer",
+             {"plan", "--model", "{dir}/m.json"},
+             2,
+             {"layers[0]", "lstm"},
+             "m.json",
+             R"({"name": "x", "input": {"type": "vector", "features": 4}, "layers": [{"type": "lstm"}]})"},
+        Case{"unknown_key",
+             {"plan", "--model", "{dir}/m.json"},
+             2,
+             {"layers[0].outfeatures", "out_features"},
+             "m.json",
+             R"({"name": "x", "input": {"type": "vector", "features": 4},
+                 "layers": [{"type": "linear", "outfeatures": 2}]})"},
+        Case{"wrong_type",
+             {"plan", "--model", "{dir}/m.json"},
+             2,
+             {"layers[0].out_features"},
+             "m.json",
+             R"({"name": "x", "input": {"type": "vector", "features": 4},
+                 "layers": [{"type": "linear", "out_features": "ten"}]})"},
+        Case{"zero_size",
+             {"plan", "--model", "{dir}/m.json"},
+             2,
+             {"input.features"},
+             "m.json",
+             R"({"name": "x", "input": {"type": "vector", "features": 0},
+                 "layers": [{"type": "linear", "out_features": 2}]})"},
+        Case{"negative_size",
+             {"plan", "--model", "{dir}/m.json"},
+             2,
+             {"layers[0].out_features"},
+             "m.json",
+             R"({"name": "x", "input": {"type": "vector", "features": 4},
+                 "layers": [{"type": "linear", "out_features": -3}]})"},
+        Case{"huge_product",
+             {"plan", "--model", "{dir}/m.json"},
+             2,
+             {"overflow"},
+             "m.json",
+             R"({"name": "x", "input": {"type": "vector", "features": 2000000000},
+                 "layers": [{"type": "linear", "out_features": 2000000000}]})"},
+        Case{"heads_do_not_divide",
+             {"plan", "--model", "{dir}/m.json"},
+             2,
+             {"layers[1].heads: 12 does not divide dim 100"},
+             "m.json",
+             R"({"name": "x", "input": {"type": "tokens", "sequence_length": 8, "vocab_size": 50},
+                 "layers": [{"type": "embedding", "dim": 100}, {"type": "attention", "heads": 12},
+                            {"type": "linear", "out_features": 50}]})"},
+        Case{"kernel_too_large",
+             {"plan", "--model", "{dir}/m.json"},
+             2,
+             {"layers[0].kernel_size", "larger"},
+             "m.json",
+             R"({"name": "x", "input": {"type": "image", "channels": 3, "height": 4, "width": 4},
+                 "layers": [{"type": "conv2d", "out_channels": 8, "kernel_size": 7}]})"},
+        Case{"residual_shape",
+             {"plan", "--model", "{dir}/m.json"},
+             2,
+             {"layers[0]", "residual"},
+             "m.json",
+             R"({"name": "x", "input": {"type": "vector", "features": 8},
+                 "layers": [{"type": "residual", "layers": [{"type": "linear", "out_features": 3}]}]})"},
+        Case{"deep_json",
+             {"plan", "--model", "{dir}/m.json"},
+             2,
+             {"{dir}/m.json", "nest"},
+             "m.json",
+             nested(100000)},
+        Case{"deep_residuals",
+             {"plan", "--model", "{dir}/m.json"},
+             2,
+             {"{dir}/m.json"},
+             "m.json",
+             residual_nest(40)}),
+    [](const auto& test_info) { return test_info.param.name; });
+
+INSTANTIATE_TEST_SUITE_P(
+    Flags, BadInput,
+    ::testing::Values(Case{"batch_zero", run_with({"--batch", "0"}), 2, {"--batch", "0"}},
+                      Case{"batch_negative", run_with({"--batch=-4"}), 2, {"--batch"}},
+                      Case{"batch_range_backwards", run_with({"--batch", "8:2"}), 2, {"--batch", "8:2"}},
+                      Case{"batch_huge", run_with({"--batch", "1:1e9"}), 2, {"--batch"}},
+                      Case{"batch_word", run_with({"--batch", "abc"}), 2, {"--batch", "abc"}},
+                      Case{"batch_empty", run_with({"--batch", ","}), 2, {"--batch"}},
+                      Case{"accumulation_zero", run_with({"--accumulation", "0"}), 2, {"--accumulation"}},
+                      Case{"negative_time", run_with({"--min-time=-1"}), 2, {"--min-time"}},
+                      Case{"bad_size", run_with({"--memory-limit", "12XB"}), 2, {"--memory-limit", "12XB"}},
+                      Case{"bad_precision", run_with({"--precision", "fp8"}), 2, {"--precision", "fp8"}},
+                      Case{"bad_backend", {"run", "--backend", "tpu"}, 2, {"--backend", "tpu"}},
+                      Case{"bad_mode", run_with({"--mode", "serve"}), 2, {"--mode", "serve"}},
+                      Case{"unknown_flag", {"run", "--batchsize", "8"}, 2, {"--batchsize"}},
+                      Case{"accumulation_and_effective",
+                           run_with({"--accumulation", "2", "--effective-batch", "64"}),
+                           2,
+                           {"--effective-batch"}},
+                      Case{"plan_auto", {"plan", "--batch", "auto"}, 2, {"--batch"}},
+                      Case{"no_subcommand", {}, 2, {"subcommand"}}),
+    [](const auto& test_info) { return test_info.param.name; });
+
+INSTANTIATE_TEST_SUITE_P(
+    Files, BadInput,
+    ::testing::Values(
+        Case{"missing_output_dir",
+             run_with({"--batch", "1", "--json", "{dir}/no/such/dir/r.json"}),
+             2,
+             {"--json", "does not exist"}},
+        Case{"output_is_directory",
+             run_with({"--batch", "1", "--csv", "{dir}"}),
+             2,
+             {"--csv", "is a directory"}},
+        Case{"analyze_garbage", {"analyze", "{dir}/r.json"}, 2, {"{dir}/r.json"}, "r.json", "garbage{"},
+        Case{"analyze_missing", {"analyze", "{dir}/none.json"}, 2, {"{dir}/none.json"}},
+        Case{"analyze_other_schema",
+             {"analyze", "{dir}/r.json"},
+             2,
+             {"schema_version"},
+             "r.json",
+             R"({"schema_version": 2, "points": []})"},
+        Case{"analyze_missing_fields",
+             {"analyze", "{dir}/r.json"},
+             2,
+             {"points[0]"},
+             "r.json",
+             R"({"schema_version": 1, "points": [{"batch": 8}]})"},
+        Case{"compare_garbage",
+             {"compare", "{dir}/r.json", "{dir}/r.json"},
+             2,
+             {"{dir}/r.json"},
+             "r.json",
+             "[1,"}),
+    [](const auto& test_info) { return test_info.param.name; });
+
+TEST(BadInput, CudaWithoutADeviceSaysSoPlainly) {
+  const Result r = run({"run", "--backend", "cuda", "--quiet"});
+  if (r.exit_code == 0) GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--backend cuda"), std::string::npos) << r.err;
+}
+
+TEST(BadInput, AFailedRunLeavesAnExistingReportUntouched) {
+  ScratchDir dir;
+  const auto path = dir / "keep.json";
+  std::ofstream(path) << "{\"precious\": true}";
+  const Result r = run(run_with({"--batch", "abc", "--json", path.string()}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(slurp(path), "{\"precious\": true}");
+}
+
+TEST(Help, ListsExamplesAndExitCodes) {
+  const Result r = run({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("Exit codes"), std::string::npos);
+  EXPECT_NE(r.out.find("Examples"), std::string::npos);
+  const Result h = run({"-h"});
+  EXPECT_EQ(h.exit_code, 0);
+}
+
+}  // namespace
+}  // namespace bsw::e2e

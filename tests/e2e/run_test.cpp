@@ -1,0 +1,238 @@
+// End-to-end tests of `batchsweep run`, `analyze` and `compare` on the real binary, driven by the scripted
+// backend (deterministic step times: knee, saturation, max-fit, SLO, exports, auto search, compare's exit
+// code, interrupt) and one short real CPU sweep.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
+
+#include "e2e/e2e_support.hpp"
+
+namespace bsw::e2e {
+namespace {
+
+// Fast stopping settings: the scripted backend reports formula times, so few samples settle.
+const std::vector<std::string> kFast = {"--warmup",   "1",    "--min-samples", "10",
+                                        "--min-time", "0.01", "--quiet"};
+
+std::vector<std::string> scripted_run(const std::string& script, std::vector<std::string> extra) {
+  std::vector<std::string> args = {"run",     "--backend", "scripted", "--script", scripted(script),
+                                   "--model", "mlp"};
+  args.insert(args.end(), kFast.begin(), kFast.end());
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+const nlohmann::json* point_at(const nlohmann::json& report, int64_t batch) {
+  for (const auto& p : report["points"])
+    if (p["batch"] == batch) return &p;
+  return nullptr;
+}
+
+TEST(Run, RooflineKneeSaturationMaxFitAndExports) {
+  ScratchDir dir;
+  const Result r =
+      run(scripted_run("roofline.json", {"--batch", "1:4096:*2", "--json", (dir / "r.json").string(), "--csv",
+                                         (dir / "r.csv").string(), "--markdown", (dir / "r.md").string(),
+                                         "--svg", (dir / "r.svg").string(), "--latency-slo", "3"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(dir / "r.json");
+  EXPECT_EQ(report["schema_version"], 1);
+  EXPECT_EQ(report["device"]["backend"], "scripted");
+  ASSERT_EQ(report["points"].size(), 13u);
+  EXPECT_EQ((*point_at(report, 4096))["status"], "oom");
+  EXPECT_EQ((*point_at(report, 2048))["status"], "ok");
+  // t(b) = max(2 ms, b / 128 per ms): the roof's corner is at 256.
+  const nlohmann::json& a = report["analysis"];
+  EXPECT_EQ(a["knee"]["batch"], 256) << a.dump(2);
+  EXPECT_EQ(a["max_fit"]["batch"], 2048);
+  EXPECT_EQ(a["saturation"]["batch"], 256);
+  // p99 within 3 ms: b / 128 <= 3 -> 384; the largest power of two below is 256.
+  EXPECT_EQ(a["latency_slo"]["batch"], 256);
+  EXPECT_TRUE(a["recommended"]["batch"].is_number());
+  EXPECT_FALSE(a["recommended"]["why"].get<std::string>().empty());
+  const double sps = (*point_at(report, 1024))["samples_per_second"];
+  EXPECT_NEAR(sps, 128000.0, 128000.0 * 0.02);
+  EXPECT_EQ((*point_at(report, 1024))["samples_ms"].size(), (*point_at(report, 1024))["samples_ms"].size());
+  EXPECT_GE((*point_at(report, 1024))["samples_ms"].size(), 10u);
+  // Exports: CSV one row per point plus the header, markdown table, SVG document.
+  const std::string csv = slurp(dir / "r.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 14);
+  EXPECT_NE(slurp(dir / "r.md").find("| batch"), std::string::npos);
+  EXPECT_NE(slurp(dir / "r.svg").find("<svg"), std::string::npos);
+  // The console table on stdout marks the knee.
+  EXPECT_NE(r.out.find("knee"), std::string::npos) << r.out;
+}
+
+TEST(Run, JsonToStdoutPutsTheTableOnStderr) {
+  const Result r = run(scripted_run("roofline.json", {"--batch", "8,64", "--json", "-"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["points"].size(), 2u);
+  EXPECT_NE(r.err.find("batch"), std::string::npos);
+}
+
+TEST(Run, AutoSearchFindsKneeAndFitEdgeWithFewPoints) {
+  ScratchDir dir;
+  const Result r =
+      run(scripted_run("roofline.json", {"--batch", "auto", "--json", (dir / "a.json").string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(dir / "a.json");
+  const nlohmann::json& a = report["analysis"];
+  EXPECT_GE(a["max_fit"]["batch"].get<int64_t>(), 2040);
+  EXPECT_LE(a["max_fit"]["batch"].get<int64_t>(), 2048);
+  ASSERT_TRUE(a["knee"]["batch"].is_number()) << a.dump(2);
+  EXPECT_GE(a["knee"]["batch"].get<int64_t>(), 128);
+  EXPECT_LE(a["knee"]["batch"].get<int64_t>(), 512);
+  int timed = 0, refinements = 0;
+  for (const auto& p : report["points"]) {
+    timed += p["status"] == "ok" ? 1 : 0;
+    refinements += p["refinement"].get<bool>() ? 1 : 0;
+  }
+  EXPECT_LE(timed, 20);
+  EXPECT_GE(refinements, 1);
+  EXPECT_NE(report["settings"]["search"].get<std::string>().find("auto:"), std::string::npos);
+}
+
+TEST(Run, EffectiveBatchReportsTheFastestSplit) {
+  ScratchDir dir;
+  const Result r =
+      run(scripted_run("roofline.json", {"--effective-batch", "1024", "--json", (dir / "e.json").string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(dir / "e.json");
+  for (const auto& p : report["points"]) EXPECT_EQ(p["effective_batch"], 1024);
+  EXPECT_TRUE(report["analysis"]["effective_batch_split"]["batch"].is_number());
+}
+
+TEST(Run, RealCpuSweepOfATransformer) {
+  const Result r =
+      run({"run", "--backend", "cpu", "--model", "tiny-lm", "--batch", "1,2", "--min-time", "0.05",
+           "--min-samples", "3", "--timeout", "3", "--warmup", "1", "--quiet", "--json", "-"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["device"]["backend"], "cpu");
+  for (const auto& p : report["points"]) {
+    EXPECT_EQ(p["status"], "ok");
+    EXPECT_GT(p["samples_per_second"].get<double>(), 0);
+    EXPECT_NEAR(p["tokens_per_second"].get<double>(), 64 * p["samples_per_second"].get<double>(), 1e-6);
+    EXPECT_EQ(p["memory"]["planned_bytes"], p["memory"]["measured_bytes"]);
+    EXPECT_TRUE(p["loss"].is_number());
+  }
+}
+
+TEST(Analyze, RecomputesFromAHandWrittenCurve) {
+  ScratchDir dir;
+  nlohmann::json doc = {{"schema_version", 1}, {"points", nlohmann::json::array()}};
+  for (int b = 1; b <= 1024; b *= 2) {
+    const double sps = 10000.0 * b / (b + 64.0);
+    const double ms = b / sps * 1000.0;
+    doc["points"].push_back({{"batch", b},
+                             {"status", "ok"},
+                             {"samples_per_second", sps},
+                             {"step_ms", {{"p99", ms}, {"mean", ms}, {"median", ms}}}});
+  }
+  std::ofstream(dir / "curve.json") << doc.dump();
+  const Result r = run({"analyze", (dir / "curve.json").string(), "--latency-slo", "20", "--json", "-"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json a = nlohmann::json::parse(r.out)["analysis"];
+  ASSERT_TRUE(a["knee"]["batch"].is_number()) << a.dump(2);
+  EXPECT_GE(a["knee"]["batch"].get<int64_t>(), 32);
+  EXPECT_LE(a["knee"]["batch"].get<int64_t>(), 128);
+  // p99 = (b + 64) / 10 ms <= 20 -> b <= 136: the best within budget is 128.
+  EXPECT_EQ(a["latency_slo"]["batch"], 128);
+}
+
+TEST(Compare, RegressionExitsThreeAndSameRunPasses) {
+  ScratchDir dir;
+  const std::string a = (dir / "a.json").string(), b = (dir / "b.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "64,512,1024", "--json", a})).exit_code, 0);
+  ASSERT_EQ(run(scripted_run("roofline-slower.json", {"--batch", "64,512,1024", "--json", b})).exit_code, 0);
+  const Result slower = run({"compare", a, b, "--fail-on-regression", "5"});
+  EXPECT_EQ(slower.exit_code, 3) << slower.out << slower.err;
+  EXPECT_NE(slower.out.find("slower"), std::string::npos) << slower.out;
+  const Result same = run({"compare", a, a, "--fail-on-regression", "5"});
+  EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
+  const Result faster = run({"compare", b, a, "--fail-on-regression", "5"});
+  EXPECT_EQ(faster.exit_code, 0) << faster.out << faster.err;
+}
+
+TEST(Compare, MismatchedModelsAreAnInputError) {
+  ScratchDir dir;
+  const std::string a = (dir / "a.json").string(), b = (dir / "b.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "8", "--json", a})).exit_code, 0);
+  std::vector<std::string> args = scripted_run("roofline.json", {"--batch", "8", "--json", b});
+  args[6] = "tiny-lm";
+  ASSERT_EQ(run(args).exit_code, 0);
+  const Result r = run({"compare", a, b});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--allow-model-mismatch"), std::string::npos) << r.err;
+}
+
+// SIGINT (exit 130) and SIGTERM (143) mid-sweep: every finished point is in a valid report.
+void interrupt_keeps_finished_points(int sig, int expected_exit) {
+  ScratchDir dir;
+  const std::string json = (dir / "i.json").string();
+  std::vector<std::string> args = scripted_run("sleepy.json", {"--batch", "1:64:*2", "--json", json});
+  const pid_t pid = fork();
+  if (pid == 0) {
+    freopen("/dev/null", "w", stdout);
+    freopen("/dev/null", "w", stderr);
+    std::vector<char*> argv{const_cast<char*>(BSW_BINARY)};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(BSW_BINARY, argv.data());
+    _exit(127);
+  }
+  size_t seen = 0;
+  for (int i = 0; i < 400 && seen < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    try {
+      seen = read_json(json)["points"].size();
+    } catch (const std::exception&) {
+      seen = 0;  // not written yet
+    }
+  }
+  ASSERT_GE(seen, 2u) << "the sweep never wrote two points";
+  kill(pid, sig);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), expected_exit);
+  const nlohmann::json report = read_json(json);
+  EXPECT_GE(report["points"].size(), seen);
+  EXPECT_LT(report["points"].size(), 7u);
+  bool warned = false;
+  for (const auto& w : report["warnings"])
+    warned |= w.get<std::string>().find("interrupted") != std::string::npos;
+  EXPECT_TRUE(warned) << report["warnings"].dump();
+}
+
+TEST(Run, SigintKeepsEveryFinishedPoint) {
+  interrupt_keeps_finished_points(SIGINT, 130);
+}
+TEST(Run, SigtermKeepsEveryFinishedPoint) {
+  interrupt_keeps_finished_points(SIGTERM, 143);
+}
+
+TEST(Plan, EveryPresetAnswersQuickly) {
+  for (const char* name :
+       {"mlp", "mlp-large", "resnet-small", "bert-base", "gpt2-small", "vit-base", "tiny-lm"}) {
+    const auto start = std::chrono::steady_clock::now();
+    const Result r = run({"plan", "--model", name, "--precision", "bf16", "--batch", "1:1024:*2", "--memory",
+                          "80GB", "--json", "-"});
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_EQ(r.exit_code, 0) << name << r.err;
+    EXPECT_LT(seconds, 1.0) << name;
+    const nlohmann::json plan = nlohmann::json::parse(r.out);
+    EXPECT_GT(plan["parameters"].get<int64_t>(), 0);
+    EXPECT_DOUBLE_EQ(plan["flops_per_sample"]["train"].get<double>(),
+                     3 * plan["flops_per_sample"]["forward"].get<double>());
+    EXPECT_EQ(plan["points"].size(), 11u);
+    EXPECT_TRUE(plan["max_fit_batch"].is_number() || plan["max_fit_batch"].is_null());
+    for (const auto& p : plan["points"]) EXPECT_GT(p["memory"]["total_bytes"].get<uint64_t>(), 0u);
+  }
+}
+
+}  // namespace
+}  // namespace bsw::e2e
