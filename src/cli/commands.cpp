@@ -262,7 +262,8 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
     report.warnings.push_back(fmt::format("interrupted by {}: the report holds the {} finished point(s)",
                                           sig == SIGTERM ? "SIGTERM" : "SIGINT", report.points.size()));
   report.analysis = analyze(report.points, options);
-  print_warnings(report.warnings);
+  // The console table ends with the warnings; say them on stderr too when that table is not on a terminal.
+  if (s.exports.json_path != "-" && !isatty(fileno(stdout))) print_warnings(report.warnings);
   print_final(report, s.exports);
   if (outcome.interrupted) return sig == SIGTERM ? 143 : kExitInterrupted;
   return kExitOk;
