@@ -160,6 +160,10 @@ class SweepObserver {
   // After each finished point (any status); `all_so_far` holds every finished point including this one,
   // sorted by (effective_batch, batch) as in SweepOutcome::points.
   virtual void on_point_done(const Point& /*point*/, const std::vector<Point>& /*all_so_far*/) {}
+  // Around a point's timed steps (after its warm-up): telemetry samplers start here and stop in on_timed_end,
+  // which may annotate the point (its samples are in) and returns warnings to record with the sweep's.
+  virtual void on_timed_start(const Point& /*point*/) {}
+  [[nodiscard]] virtual std::vector<std::string> on_timed_end(Point& /*point*/) { return {}; }
   // Asked before each point and between timed steps; true drops the unfinished point and ends the sweep.
   [[nodiscard]] virtual bool should_stop() { return false; }
   // Once, at the end (also after an interrupt).

@@ -167,6 +167,11 @@ int run_app(int argc, char** argv) {
   run_cmd->add_option("--graphs", run_raw.graphs, "cuda: capture each step as a CUDA graph (on|off)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  run_cmd
+      ->add_option("--telemetry", run.telemetry,
+                   "NVML power/energy/clock sampling per point (auto: on for cuda)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   add_exports(run_cmd, run.exports);
   run_cmd->add_flag("--quiet,-q", run.quiet, "No progress on stderr");
 

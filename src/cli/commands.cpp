@@ -24,6 +24,7 @@
 #include "batchsweep/printers.hpp"
 #include "batchsweep/report.hpp"
 #include "batchsweep/sweep.hpp"
+#include "batchsweep/telemetry.hpp"
 
 namespace bsw::cli {
 namespace {
@@ -162,6 +163,7 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
         {"max_samples", w.stopping.max_samples}}},
       {"seed", w.session.seed},
       {"cuda_graphs", w.session.cuda_graphs},
+      {"telemetry", s.telemetry},
       {"knee_sensitivity", s.analysis.knee_sensitivity},
       {"saturation_pct", s.analysis.saturation_pct},
       {"latency_slo_ms",
@@ -176,8 +178,9 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
 // report of everything finished; forwards progress to the stderr printer.
 class ExportingObserver final : public SweepObserver {
  public:
-  ExportingObserver(Report& report, const ExportSettings& exports, const AnalysisOptions& options, bool quiet)
-      : report_(report), exports_(exports), options_(options), progress_(stderr, [&] {
+  ExportingObserver(Report& report, const ExportSettings& exports, const AnalysisOptions& options, bool quiet,
+                    Telemetry* telemetry)
+      : telemetry_(telemetry), report_(report), exports_(exports), options_(options), progress_(stderr, [&] {
           ProgressOptions p = stderr_progress_options(quiet);
           p.stop_requested = [] { return g_signal.load() != 0; };
           return p;
@@ -194,7 +197,25 @@ class ExportingObserver final : public SweepObserver {
   bool should_stop() override { return progress_.should_stop(); }
   void on_sweep_end(bool interrupted) override { progress_.on_sweep_end(interrupted); }
 
+  void on_timed_start(const Point& /*point*/) override {
+    if (telemetry_ != nullptr && telemetry_->available()) telemetry_->start();
+  }
+  std::vector<std::string> on_timed_end(Point& point) override {
+    if (telemetry_ == nullptr || !telemetry_->running()) return {};
+    const TelemetryWindow window = telemetry_->stop();
+    const int64_t samples = static_cast<int64_t>(point.samples_ms.size()) * point.effective_batch;
+    point.telemetry = to_point_telemetry(window, samples);
+    std::vector<std::string> warnings;
+    const std::string prefix = point.accumulation == 1
+                                   ? fmt::format("batch {}: ", point.batch)
+                                   : fmt::format("batch {} x {}: ", point.batch, point.accumulation);
+    for (const std::string& w : trust_warnings(window)) warnings.push_back(prefix + w);
+    if (!window.energy_note.empty()) warnings.push_back(prefix + window.energy_note);
+    return warnings;
+  }
+
  private:
+  Telemetry* telemetry_;
   Report& report_;
   const ExportSettings& exports_;
   AnalysisOptions options_;
@@ -249,12 +270,26 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   report.device = backend->device(s.sweep.precision);
   report.settings = settings_json(s, model, to_string(backend->kind()));
 
+  std::optional<Telemetry> telemetry;
+  if (s.telemetry == "on" || (s.telemetry == "auto" && backend->kind() == BackendKind::cuda)) {
+    TelemetryOptions telemetry_options;
+    if (report.device.details.contains("pci_bus_id"))
+      telemetry_options.device = report.device.details["pci_bus_id"].get<std::string>();
+    telemetry = Telemetry::open(telemetry_options);
+    report.device.details["telemetry"] =
+        telemetry->available() ? nlohmann::json{{"library", telemetry->library_path()},
+                                                {"device", telemetry->device().name},
+                                                {"unsupported", telemetry->unsupported_readings()}}
+                               : nlohmann::json{{"unavailable", telemetry->unavailable_reason()}};
+    if (!telemetry->available()) report.warnings.push_back(telemetry->unavailable_reason());
+  }
+
   SignalGuard signals;
-  ExportingObserver observer(report, s.exports, options, s.quiet);
+  ExportingObserver observer(report, s.exports, options, s.quiet, telemetry ? &*telemetry : nullptr);
   SweepOutcome outcome = run_sweep(*backend, graph, s.sweep, observer);
 
   report.points = std::move(outcome.points);
-  report.warnings = std::move(outcome.warnings);
+  report.warnings.insert(report.warnings.end(), outcome.warnings.begin(), outcome.warnings.end());
   if (!outcome.search_summary.empty()) report.settings["search"] = outcome.search_summary;
   report.settings["measured_points"] = outcome.measured_points;
   const int sig = g_signal.load();

@@ -43,7 +43,8 @@ struct PlanSettings {
 struct RunSettings {
   std::string model = "mlp";
   std::string backend = "auto";
-  std::string script;  // --script, for --backend scripted
+  std::string script;              // --script, for --backend scripted
+  std::string telemetry = "auto";  // --telemetry auto|on|off: NVML sampling per point (auto: on for cuda)
   SweepSettings sweep;
   AnalysisFlags analysis;
   ExportSettings exports;

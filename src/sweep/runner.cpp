@@ -196,7 +196,9 @@ std::optional<Point> PointRunner::measure(int64_t batch, int64_t accumulation, b
     return point;
   }
   ++measured_;
-  if (!time_steps(*session, point, criterion)) return std::nullopt;
+  const bool finished = time_steps(*session, point, criterion);
+  for (std::string& warning : observer_.on_timed_end(point)) warnings_.push_back(std::move(warning));
+  if (!finished) return std::nullopt;
   const SessionMemory memory = session->memory();
   point.memory.measured_bytes = memory.allocated_bytes;
   point.memory.device_used_bytes = memory.device_used_bytes;
@@ -222,6 +224,7 @@ bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& cri
         return true;
       }
     }
+    observer_.on_timed_start(point);
     for (int64_t step = 1;; ++step) {
       if (observer_.should_stop()) {
         interrupted_ = true;

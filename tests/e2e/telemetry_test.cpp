@@ -1,0 +1,63 @@
+// End-to-end telemetry: the real binary samples a fake NVML (tests/fake_nvml) during each point's timed
+// window and reports energy per sample, the energy-optimal batch and the cost per million samples; without
+// NVML it says so.
+#include <gtest/gtest.h>
+
+#include "e2e/e2e_support.hpp"
+
+namespace bsw::e2e {
+namespace {
+
+#ifdef BSW_FAKE_NVML
+TEST(Telemetry, EnergyPerSampleAndTheEnergyOptimalBatch) {
+  ScratchDir dir;
+  // Steps sleep 20 ms at every batch here, so energy per sample falls with the batch: 8 is energy-optimal.
+  const Result r = run({"run",
+                        "--backend",
+                        "scripted",
+                        "--script",
+                        scripted("sleepy.json"),
+                        "--batch",
+                        "1,2,4,8",
+                        "--telemetry",
+                        "on",
+                        "--price-per-hour",
+                        "3.5",
+                        "--warmup",
+                        "1",
+                        "--min-samples",
+                        "10",
+                        "--min-time",
+                        "0.2",
+                        "--quiet",
+                        "--json",
+                        (dir / "t.json").string()},
+                       {std::string("BATCHSWEEP_NVML_LIBRARY=") + BSW_FAKE_NVML});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(dir / "t.json");
+  EXPECT_TRUE(report["device"]["telemetry"].contains("library")) << report["device"].dump(2);
+  for (const auto& p : report["points"]) {
+    ASSERT_TRUE(p.contains("telemetry")) << p.dump(2);
+    const auto& t = p["telemetry"];
+    EXPECT_GT(t["energy_j"].get<double>(), 0.0);
+    EXPECT_GT(t["joules_per_sample"].get<double>(), 0.0);
+    EXPECT_GT(t["power_w"]["mean"].get<double>(), 0.0);
+    EXPECT_GT(t["cost_per_million_samples"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(report["analysis"]["energy_optimal"]["batch"], 8) << report["analysis"].dump(2);
+}
+#endif
+
+TEST(Telemetry, UnavailableWithoutNvmlIsAWarningNotAFailure) {
+  const Result r = run({"run", "--backend", "scripted", "--script", scripted("roofline.json"), "--batch", "8",
+                        "--telemetry", "on", "--min-time", "0.01", "--quiet", "--json", "-"},
+                       {"BATCHSWEEP_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_NE(report["device"]["telemetry"]["unavailable"].get<std::string>().find("NVML not found"),
+            std::string::npos);
+  EXPECT_FALSE(report["points"][0].contains("telemetry") && !report["points"][0]["telemetry"].is_null());
+}
+
+}  // namespace
+}  // namespace bsw::e2e
