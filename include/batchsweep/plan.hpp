@@ -80,6 +80,10 @@ struct Op {
   [[nodiscard]] int64_t in_elements() const;   // per sample
   [[nodiscard]] int64_t out_elements() const;  // per sample
   [[nodiscard]] bool has_preactivation() const { return activation != Activation::none; }
+  // Inputs feeding one output: in_features (linear), channels * kernel^2 (conv2d, patch_embedding), else 1.
+  // Weights and biases are initialised uniform in +-1/sqrt(fan_in) on every backend (PyTorch's default
+  // bound).
+  [[nodiscard]] int64_t fan_in() const;
 };
 
 struct Graph {

@@ -23,20 +23,6 @@ using analysis_detail::format_rate;
 using analysis_detail::is_ok;
 using analysis_detail::KneeCall;
 
-std::string_view status_name(PointStatus status) {
-  switch (status) {
-    case PointStatus::ok:
-      return "ok";
-    case PointStatus::oom:
-      return "oom";
-    case PointStatus::over_limit:
-      return "over_limit";
-    case PointStatus::error:
-      return "error";
-  }
-  return "error";
-}
-
 int64_t effective_batch(const Point& point) {
   return point.effective_batch > 0 ? point.effective_batch : point.batch * point.accumulation;
 }
@@ -52,7 +38,7 @@ std::string split_name(const Point& point) {
 // "batch 512 did not fit (oom: needs 90 GiB)" / "batch 64 failed (error: ...)".
 std::string failure_text(const Point& point) {
   const bool did_not_fit = point.status == PointStatus::oom || point.status == PointStatus::over_limit;
-  std::string detail(status_name(point.status));
+  std::string detail(to_string(point.status));
   if (point.status == PointStatus::ok) detail = "ok but no throughput measured";
   if (!point.reason.empty()) detail += ": " + point.reason;
   return fmt::format("batch {} {} ({})", point.batch, did_not_fit ? "did not fit" : "failed", detail);

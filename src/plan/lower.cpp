@@ -384,6 +384,18 @@ int64_t Op::in_elements() const {
   return n;
 }
 
+int64_t Op::fan_in() const {
+  switch (kind) {
+    case OpKind::linear:
+      return in_features;
+    case OpKind::conv2d:
+    case OpKind::patch_embedding:
+      return channels * kernel * kernel;
+    default:
+      return 1;
+  }
+}
+
 int64_t Op::out_elements() const {
   int64_t n = 1;
   for (int64_t d : out_shape) n *= d;

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "batchsweep/errors.hpp"
+#include "batchsweep/json_depth.hpp"
 #include "batchsweep/printers.hpp"
 #include "batchsweep/report.hpp"
 #include "report/json_pieces.hpp"
@@ -18,24 +19,9 @@ namespace bsw {
 
 using nlohmann::json;
 
-std::string_view to_string(PointStatus v) {
-  switch (v) {
-    case PointStatus::ok:
-      return "ok";
-    case PointStatus::oom:
-      return "oom";
-    case PointStatus::over_limit:
-      return "over_limit";
-    case PointStatus::error:
-      return "error";
-  }
-  return "error";
-}
-
 namespace {
 
 constexpr uint64_t kMaxReportBytes = uint64_t{256} << 20;
-constexpr int kMaxNestingDepth = 64;
 
 // ---------------------------------------------------------------------------------------------------------------
 // Writer
@@ -395,33 +381,11 @@ class Reader {
   std::string source_;
 };
 
-// Rejects documents nested deeper than kMaxNestingDepth before nlohmann's recursive parser sees them.
+// Rejects documents nested deeper than kMaxJsonDepth before nlohmann's recursive parser sees them.
 void check_nesting(std::string_view text, const std::string& path) {
-  int depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxNestingDepth) {
-        throw InputError(path + ": JSON nested deeper than " + std::to_string(kMaxNestingDepth) +
-                         " levels; not a batchsweep report");
-      }
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
+  if (json_too_deep_at(text))
+    throw InputError(path + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                     " levels; not a batchsweep report");
 }
 
 // nlohmann's what() starts with "[json.exception.parse_error.101] "; the rest is the useful part.

@@ -238,25 +238,13 @@ class CpuSession final : public Session, public CpuSessionProbe {
         } else if (p.name == "tokens" || p.name == "positions") {
           fill_uniform(dst, n, 0.02f * std::sqrt(3.0f), options_.seed, stream);  // std 0.02 (GPT-2)
         } else {
-          fill_uniform(dst, n, 1.0f / std::sqrt(static_cast<float>(fan_in(op))), options_.seed, stream);
+          fill_uniform(dst, n, 1.0f / std::sqrt(static_cast<float>(op.fan_in())), options_.seed, stream);
         }
         ++stream;
       }
       if (!direct) convert_from_f32(w + first, param_slice(op), static_cast<uint64_t>(op.param_elements));
     }
     if (direct) sync_parameters_from_master();
-  }
-
-  static int64_t fan_in(const Op& op) {
-    switch (op.kind) {
-      case OpKind::linear:
-        return op.in_features;
-      case OpKind::conv2d:
-      case OpKind::patch_embedding:
-        return op.channels * op.kernel * op.kernel;
-      default:
-        return 1;
-    }
   }
 
   void sync_parameters_from_master() {
