@@ -146,8 +146,9 @@ const BufferSpec& Plan::buffer(std::string_view name) const {
 namespace {
 
 constexpr uint64_t kCublasLtWorkspaceBytes = uint64_t{32} << 20;  // NVIDIA's recommendation for Hopper
-constexpr uint64_t kCudaIm2colElements = uint64_t{1} << 25;       // im2col columns per conv op, per chunk of samples
-constexpr uint64_t kCudaScalars = 16;                              // fp32 slots of the CUDA step's device scalars
+constexpr uint64_t kCudaIm2colElements = uint64_t{1}
+                                         << 25;  // im2col columns per conv op, per chunk of samples
+constexpr uint64_t kCudaScalars = 16;            // fp32 slots of the CUDA step's device scalars
 
 class Builder {
  public:
@@ -369,12 +370,13 @@ class Builder {
     }
   }
 
-  // CUDA (src/backends/cuda): workspace.cublaslt (32 MiB, NVIDIA's recommendation on Hopper); the non-fused attention
-  // path's fp32 scores and score gradients (workspace.attention, [B, heads, T, T]), its head-major copies of q|k|v and
-  // of the output (workspace.qkv, workspace.attn_o) and, in training, of dq|dk|dv (workspace.dqkv); pre-activations
-  // in inference (workspace.z); conv and patch-embedding im2col columns and the conv GEMM's [C, chunk*HW] output for
-  // a chunk of samples (workspace.im2col, workspace.conv_out; the chunk keeps the columns under 2^25 elements per op);
-  // per-row losses (workspace.loss) and the step's device scalars (workspace.scalars, 64 bytes).
+  // CUDA (src/backends/cuda): workspace.cublaslt (32 MiB, NVIDIA's recommendation on Hopper); the non-fused
+  // attention path's fp32 scores and score gradients (workspace.attention, [B, heads, T, T]), its head-major
+  // copies of q|k|v and of the output (workspace.qkv, workspace.attn_o) and, in training, of dq|dk|dv
+  // (workspace.dqkv); pre-activations in inference (workspace.z); conv and patch-embedding im2col columns and
+  // the conv GEMM's [C, chunk*HW] output for a chunk of samples (workspace.im2col, workspace.conv_out; the
+  // chunk keeps the columns under 2^25 elements per op); per-row losses (workspace.loss) and the step's
+  // device scalars (workspace.scalars, 64 bytes).
   void append_cuda_workspaces() {
     const uint64_t b = batch();
     const bool train = r_.mode == Mode::train;
@@ -405,6 +407,12 @@ class Builder {
     const uint64_t rows = b * static_cast<uint64_t>(g_.loss_rows);
     add("workspace.loss", MemoryCategory::workspace, DType::f32, std::max<uint64_t>(rows, 1));
     add("workspace.scalars", MemoryCategory::workspace, DType::f32, kCudaScalars);
+    // 16-bit inference has no fp32 master copy: parameters are drawn in fp32 one op at a time, then cast.
+    if (!train && s_ != DType::f32) {
+      uint64_t largest = 0;
+      for (const Op& op : g_.ops) largest = std::max(largest, static_cast<uint64_t>(op.param_elements));
+      add("workspace.init", MemoryCategory::workspace, DType::f32, largest);
+    }
   }
 
   const Graph& g_;

@@ -41,20 +41,6 @@ struct Ref {
   }
 };
 
-// The same parameter initialisation as the CPU backend: gamma 1, beta 0, embeddings uniform with std 0.02,
-// weights and biases uniform in +-1/sqrt(fan_in), one fill stream per parameter tensor in graph order.
-int64_t fan_in(const Op& op) {
-  switch (op.kind) {
-    case OpKind::linear:
-      return op.in_features;
-    case OpKind::conv2d:
-    case OpKind::patch_embedding:
-      return op.channels * op.kernel * op.kernel;
-    default:
-      return 1;
-  }
-}
-
 class CudaSession final : public Session {
  public:
   CudaSession(const Graph& graph, const Plan& plan, const SessionOptions& options, int device)
@@ -249,12 +235,18 @@ class CudaSession final : public Session {
     return need("gradients").f32() + op.params.front().offset;
   }
 
+  // The same initialisation as the CPU backend: gamma 1, beta 0, embeddings uniform with std 0.02, weights
+  // and biases uniform in +-1/sqrt(Op::fan_in()), one fill stream per parameter tensor in graph order. 16-bit
+  // inference keeps no fp32 copy: each op's tensors are drawn into workspace.init, then cast.
   void initialise_parameters() {
-    const Ref m = master();
+    const bool direct = static_cast<bool>(ref("master_weights")) || s_ == DType::f32;
     uint64_t stream_id = 0;
     for (const Op& op : graph_.ops) {
+      if (op.params.empty()) continue;
+      const int64_t first = op.params.front().offset;
+      float* base = direct ? master().f32() : need("workspace.init").f32() - first;
       for (const Op::Param& p : op.params) {
-        float* dst = m.f32() + p.offset;
+        float* dst = base + p.offset;
         if (p.name == "gamma") {
           kernels::fill_constant(DType::f32, dst, p.elements, 1.0f, stream_);
         } else if (p.name == "beta") {
@@ -262,15 +254,20 @@ class CudaSession final : public Session {
         } else {
           const float bound = p.name == "tokens" || p.name == "positions"
                                   ? 0.02f * std::sqrt(3.0f)
-                                  : 1.0f / std::sqrt(static_cast<float>(fan_in(op)));
+                                  : 1.0f / std::sqrt(static_cast<float>(op.fan_in()));
           kernels::fill_uniform(DType::f32, dst, p.elements, bound,
                                 kernels::fill_key(options_.seed, stream_id), stream_);
         }
         ++stream_id;
       }
+      if (!direct)
+        kernels::cast(
+            DType::f32, base + first, s_,
+            need("parameters").at(static_cast<uint64_t>(first), static_cast<uint64_t>(op.param_elements)).ptr,
+            op.param_elements, stream_);
     }
-    if (s_ != DType::f32)
-      kernels::cast(DType::f32, m.ptr, s_, need("parameters").ptr, graph_.parameters, stream_);
+    if (direct && s_ != DType::f32)
+      kernels::cast(DType::f32, master().ptr, s_, need("parameters").ptr, graph_.parameters, stream_);
   }
 
   // Synthetic inputs and targets of micro-batch `micro`, indexed by global sample as on the CPU backend.
