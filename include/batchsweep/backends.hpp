@@ -23,7 +23,8 @@ namespace bsw {
 [[nodiscard]] std::unique_ptr<Backend> make_backend(std::string_view name,
                                                     const std::string& script_path = {});
 
-// For `batchsweep devices`: {"compiled": bool, "devices": [...], "reason": "..." when there is none}.
+// For `batchsweep devices`: {"compiled": bool, "devices": [...], "versions": {...} (driver, runtime, cuDNN,
+// cuBLASLt), "reason": "..." when there is no device}.
 [[nodiscard]] nlohmann::json describe_cuda_devices();
 // Measured GEMM rates per precision and copy bandwidth of CUDA device `device`. Throws UsageError naming
 // --calibrate when there is no device or no CUDA backend in this build.

@@ -57,8 +57,9 @@ std::unique_ptr<Backend> make_backend(std::string_view name, const std::string& 
 
 nlohmann::json describe_cuda_devices() {
 #ifdef BATCHSWEEP_HAVE_CUDA
-  nlohmann::json out = {{"compiled", true}, {"devices", cuda::describe_devices()}};
-  if (cuda::device_count() == 0) out["reason"] = cuda::no_device_reason();
+  nlohmann::json out = cuda::describe_devices();  // {backend, versions, devices, reason when there is none}
+  out["compiled"] = true;
+  if (cuda::device_count() == 0 && !out.contains("reason")) out["reason"] = cuda::no_device_reason();
   return out;
 #else
   return {{"compiled", false},

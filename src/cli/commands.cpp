@@ -354,10 +354,22 @@ int devices_command(const DevicesSettings& s) {
                            static_cast<double>(cpu.memory_total_bytes) / (1u << 30),
                            cpu.details.value("threads", 0));
   const nlohmann::json& cuda = doc["cuda"];
-  if (cuda["devices"].empty()) {
+  if (cuda.contains("versions")) {
+    std::cout << "cuda libraries:";
+    for (const auto& [name, version] : cuda["versions"].items())
+      std::cout << " " << name << " " << (version.is_string() ? version.get<std::string>() : version.dump());
+    std::cout << "\n";
+  }
+  const nlohmann::json devices = cuda.value("devices", nlohmann::json::array());
+  if (devices.empty()) {
     std::cout << "cuda: no device: " << cuda.value("reason", std::string("none found")) << "\n";
   } else {
-    for (const nlohmann::json& d : cuda["devices"]) std::cout << "cuda: " << d.dump() << "\n";
+    for (const nlohmann::json& d : devices)
+      std::cout << fmt::format("cuda:{} {} (sm {}, {} SMs, {:.1f} GiB, bus {})\n", d.value("index", 0),
+                               d.value("name", std::string("?")),
+                               d.value("compute_capability", std::string("?")), d.value("sms", 0),
+                               d.value("memory_total_bytes", uint64_t{0}) / double(1u << 30),
+                               d.value("pci_bus_id", std::string("?")));
   }
   if (s.calibrate) std::cout << "calibration: " << doc["calibration"].dump(2) << "\n";
   return kExitOk;

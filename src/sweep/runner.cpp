@@ -274,7 +274,15 @@ void PointRunner::summarize_point(Point& point, const Plan& plan, const NoiseCri
       point.tokens_per_second = point.samples_per_second * static_cast<double>(graph_.tokens_per_sample);
     const double flops_per_second = plan.flops_per_step / mean_s;
     point.tflops = flops_per_second / 1e12;
-    if (device_.peak_flops && *device_.peak_flops > 0) point.mfu = flops_per_second / *device_.peak_flops;
+    if (device_.peak_flops && *device_.peak_flops > 0) {
+      point.mfu = flops_per_second / *device_.peak_flops;
+      if (*point.mfu > 1.0)
+        warn(fmt::format(
+            "batch {}: {:.1f} TFLOP/s is {:.0f}% of the device peak ({:.1f} TFLOP/s, {}): the peak or the "
+            "step timing is wrong; run `batchsweep devices --calibrate`",
+            point.batch, flops_per_second / 1e12, *point.mfu * 100, *device_.peak_flops / 1e12,
+            device_.peak_flops_source.empty() ? "source unknown" : device_.peak_flops_source));
+    }
   }
   if (auto warning = criterion.warning())
     warn(fmt::format("batch {}: {}", batch_label(point.batch, point.accumulation), *warning));
