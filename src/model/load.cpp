@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "batchsweep/errors.hpp"
+#include "batchsweep/json_depth.hpp"
 #include "batchsweep/model.hpp"
 #include "model/suggest.hpp"
 
@@ -29,7 +30,6 @@ using nlohmann::json;
 // A model config is a small document; anything larger is a wrong file.
 constexpr size_t kMaxDocumentBytes = size_t{16} << 20;
 // nlohmann's parser recurses once per level: deeper documents are refused before parsing.
-constexpr int kMaxJsonDepth = 64;
 
 struct FileCloser {
   void operator()(std::FILE* f) const { std::fclose(f); }
@@ -81,32 +81,11 @@ bool looks_binary(std::string_view text) {
   return text.find('\0') != std::string_view::npos;
 }
 
-// Refuses documents nested deeper than kMaxJsonDepth by counting brackets outside strings, without parsing.
+// Refuses documents nested deeper than kMaxJsonDepth before nlohmann's recursive parser sees them.
 void check_nesting(std::string_view text, const std::string& source) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth)
-        fail(source, fmt::format("is nested deeper than {} levels (at byte {}): not a model config",
-                                 kMaxJsonDepth, i + 1));
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
+  if (const auto at = json_too_deep_at(text))
+    fail(source, fmt::format("is nested deeper than {} levels (at byte {}): not a model config",
+                             kMaxJsonDepth, *at + 1));
 }
 
 // The text after nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 2: " prefix.
@@ -128,6 +107,12 @@ json parse_text(std::string_view text, const std::string& source) {
     fail(source, fmt::format("is not valid JSON{}: at byte {}: {}",
                              looks_binary(text) ? " (it looks like a binary file)" : "", e.byte,
                              parse_error_detail(e)));
+  } catch (const json::out_of_range& e) {
+    // nlohmann refuses numbers beyond a double's range (e.g. 1e400) with out_of_range.406, not a parse_error.
+    const std::string what = e.what();
+    const size_t prefix_end = what.find("] ");
+    fail(source, fmt::format("is not valid JSON: {}",
+                             prefix_end == std::string::npos ? what : what.substr(prefix_end + 2)));
   }
 }
 

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds everything host-side with ASan+UBSan in build-asan (CPU-only) and runs every test that needs no GPU,
+# with leak detection on and undefined behaviour fatal. Exits non-zero on any failing test or sanitizer report.
+#
+#   scripts/sanitize.sh              env: BUILD_DIR (build-asan), BUILD_TYPE (RelWithDebInfo), JOBS (2),
+#                                         CTEST_ARGS (extra ctest arguments, e.g. "-L unit")
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${BUILD_DIR:-$root/build-asan}
+jobs=${JOBS:-2}
+
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" -DBATCHSWEEP_CUDA=OFF \
+  -DBATCHSWEEP_SANITIZE=ON -DBATCHSWEEP_WERROR=ON >/dev/null
+start=$SECONDS
+cmake --build "$build" -j"$jobs"
+echo "sanitized build: $((SECONDS - start)) s"
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+start=$SECONDS
+# shellcheck disable=SC2086  # CTEST_ARGS is a list of arguments
+ctest --test-dir "$build" --output-on-failure -j"$jobs" -LE gpu ${CTEST_ARGS:-}
+echo "sanitized tests: $((SECONDS - start)) s"
