@@ -168,9 +168,9 @@ TEST_F(TelemetryFake, WindowEnergyFromTheCounterMatchesPowerTimesDuration) {
   EXPECT_THAT(w.energy_note, IsEmpty());
   EXPECT_GE(w.duration_s, 0.19);
   ASSERT_TRUE(w.energy_j.has_value());
-  // Exact up to the few microseconds between each counter read and its timestamp; 3% allows for a loaded
-  // machine.
-  EXPECT_NEAR(*w.energy_j, 250.0 * w.duration_s, 0.03 * 250.0 * w.duration_s);
+  // Exact up to the time between each counter read and its timestamp: 3%, plus 10 ms at 250 W for a thread
+  // descheduled between the two on a loaded CI machine (sanitizers, both cores busy).
+  EXPECT_NEAR(*w.energy_j, 250.0 * w.duration_s, 0.03 * 250.0 * w.duration_s + 2.5);
   EXPECT_DOUBLE_EQ(*w.power_w_mean, 250.0);
   EXPECT_DOUBLE_EQ(*w.power_w_max, 250.0);
   EXPECT_DOUBLE_EQ(*w.sm_clock_mhz_median, 1980.0);
