@@ -210,7 +210,13 @@ INSTANTIATE_TEST_SUITE_P(
              2,
              {"{dir}/r.json"},
              "r.json",
-             "[1,"}),
+             "[1,"},
+        Case{"script_number_overflow",
+             {"run", "--backend", "scripted", "--script", "{dir}/s.json", "--quiet"},
+             2,
+             {"{dir}/s.json", "not valid JSON"},
+             "s.json",
+             R"({"name": "x", "t0_ms": 1e400})"}),
     [](const auto& test_info) { return test_info.param.name; });
 
 TEST(BadInput, CudaWithoutADeviceSaysSoPlainly) {

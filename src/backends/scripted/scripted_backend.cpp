@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "batchsweep/errors.hpp"
+#include "batchsweep/json_depth.hpp"
 
 namespace bsw {
 namespace {
@@ -262,10 +263,13 @@ std::unique_ptr<Backend> make_scripted_backend(const std::string& script_path) {
   if (!file) throw UsageError(fmt::format("--script: cannot read '{}'", script_path));
   std::stringstream text;
   text << file.rdbuf();
+  if (json_too_deep_at(text.str()))
+    throw UsageError(fmt::format("{}: JSON nested deeper than {} levels; not a step-time script", script_path,
+                                 kMaxJsonDepth));
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for numbers like 1e400
     throw UsageError(fmt::format("{}: not valid JSON: {}", script_path, e.what()));
   }
   return make_scripted_backend(parse_scripted_config(doc, script_path));
