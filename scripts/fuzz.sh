@@ -21,7 +21,16 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="${CXX_FUZZ:-clang++}
 cmake --build "$build" --target "${targets[@]}" -j"$jobs"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/batchsweep-fuzz.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+# Where the harness writes each input before loading it (memory-backed where possible: one write per
+# execution); inputs that crash leave their scratch file here, and it goes with the rest at exit.
+if [[ -d /dev/shm && -w /dev/shm ]]; then
+  BSW_FUZZ_SCRATCH_DIR=$(mktemp -d /dev/shm/batchsweep-fuzz.XXXXXX)
+else
+  BSW_FUZZ_SCRATCH_DIR=$work/scratch
+  mkdir -p "$BSW_FUZZ_SCRATCH_DIR"
+fi
+export BSW_FUZZ_SCRATCH_DIR
+trap 'rm -rf "$work" "$BSW_FUZZ_SCRATCH_DIR"' EXIT
 
 # Runs one target in the background: corpus copy in $work/<target>/corpus, crashes in $work/<target>/artifacts.
 start() {

@@ -29,8 +29,8 @@
 //     plateau), then num_tuning_micro_batch_sizes (default 3) launches between max/2 and max; every one a
 //     separate profiled process launch, repeated per ZeRO stage; it optimises one throughput number.
 //   Growth also stops timing once the next doubling could not finish --warmup + --min-samples steps inside
-//   --timeout (its step time extrapolated linearly); then the edge is probed, not timed, and a largest fit too
-//   slow to time is reported with a warning instead of stalling the sweep.
+//   --timeout (its step time extrapolated linearly); then the edge is probed, not timed, and a largest fit
+//   too slow to time is reported with a warning instead of stalling the sweep.
 //   - here: 11 timed growth points (1..1024: the plateau after the knee stops timing), prepare-only probes
 //     at 2048 (fits) and 4096 (oom, recorded), 8 prepare-only bisection probes down to 2048 | 2056, then 3
 //     timed refinement points (2048 for max-fit, 184 and 360 around the knee): 14 timed points with full

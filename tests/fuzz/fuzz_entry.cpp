@@ -137,7 +137,8 @@ Verdict check_report_round_trip(const Report& report) {
 std::string scratch_path(const std::string& target) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  fs::path dir = "/dev/shm";
+  const char* chosen = std::getenv("BSW_FUZZ_SCRATCH_DIR");
+  fs::path dir = chosen && *chosen ? fs::path(chosen) : fs::path("/dev/shm");
   if (!fs::is_directory(dir, ec)) dir = fs::temp_directory_path();
   return (dir / ("batchsweep-fuzz-" + target + "-" + std::to_string(::getpid()) + ".json")).string();
 }

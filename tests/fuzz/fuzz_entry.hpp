@@ -24,7 +24,7 @@ struct Verdict {
   std::string detail;  // the error message (rejected) or what went wrong (finding); empty when accepted
 };
 
-// Writes `bytes` to one scratch file per process (in /dev/shm where it exists) and calls bsw::load_model on
+// Writes `bytes` to one scratch file per process (see scratch_path) and calls bsw::load_model on
 // it, so the size, binary and nesting guards of the real loader run. Rejected: any bsw::Error. Accepted only
 // if the resolved model's JSON (bsw::to_json) parses back through parse_model to the same JSON.
 [[nodiscard]] Verdict fuzz_model_config(std::span<const uint8_t> bytes);
@@ -34,7 +34,9 @@ struct Verdict {
 // report_from_json without error, and writes the same JSON again.
 [[nodiscard]] Verdict fuzz_report_reader(std::span<const uint8_t> bytes);
 
-// The scratch file the entry points write, for this process and `target` ("model" or "report").
+// The scratch file the entry points write, for this process and `target` ("model" or "report"): in
+// $BSW_FUZZ_SCRATCH_DIR when that names a folder (scripts/fuzz.sh points it at a temporary one, so inputs
+// that crash leave nothing behind), else /dev/shm, else the system's temporary folder.
 [[nodiscard]] std::string scratch_path(const std::string& target);
 
 }  // namespace bsw::fuzz
