@@ -102,6 +102,15 @@ run() {
       --batch "$batches" "${common[@]}" --json "$out/$name.json" || echo "$name: rc $?"
   done
 
+  echo "== PyTorch peer (issue 6): same model, same batches, eager"
+  if (( SECONDS - started < 360 )) && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    timeout 120 bench/peers/compare_with_torch.sh "$dir/bin/batchsweep" --model gpt2-small --mode train \
+      --precision bf16 --batch 1:16:*2 --backend cuda --out "$out/peer-gpt2-small" \
+      -- --warmup 3 --min-samples 10 --min-time 0.3 --timeout 15 || echo "peer gpt2-small: rc $?"
+  else
+    echo "skipping the PyTorch peer: no time left or no CUDA PyTorch"
+  fi
+
   echo "== summary ($((SECONDS - started)) s)"
   python3 - "$out" <<'PY' || true
 import json, pathlib, sys
@@ -127,11 +136,17 @@ for f in sorted(out.glob("*-*-*.json")):
         print(f"{f.name}: unreadable ({e})")
         continue
     pts = rep.get("points", [])
-    ok = [p for p in pts if p.get("status", "ok") == "ok"]
-    best = max(ok, key=lambda p: p.get("samples_per_s", p.get("throughput", 0)) or 0, default=None)
-    print(f"{f.stem:28s} points {len(pts):3d} ok {len(ok):3d} best: "
-          + (json.dumps({k: best.get(k) for k in ("batch", "samples_per_s", "step_ms", "mfu", "memory")})[:200]
-             if best else "-"))
+    ok = [p for p in pts if p.get("status") == "ok"]
+    a = rep.get("analysis", {})
+    pick = lambda k: (a.get(k) or {}).get("batch")
+    print(f"{f.stem:28s} points {len(pts):3d} ok {len(ok):3d} knee {pick('knee')} max_fit {pick('max_fit')} "
+          f"recommended {pick('recommended')}")
+    for p in ok:
+        mem = p.get("memory", {})
+        planned, used = mem.get("planned_bytes"), mem.get("device_used_bytes")
+        tel = p.get("telemetry") or {}
+        print(f"  batch {p['batch']:6d} {p['samples_per_second']:12.1f} samples/s  p99 {p['step_ms']['p99']:9.3f} ms"
+              f"  mfu {p.get('mfu')}  planned {planned}  device_used {used}  J/sample {tel.get('joules_per_sample')}")
 PY
   exit "$tests_rc"
 }
