@@ -63,6 +63,12 @@ __global__ void channels_to_nchw_kernel(const T* in, const T* bias, T* out, int6
 }
 
 template <class T>
+__global__ void bias_add_nchw_kernel(T* y, const T* bias, int64_t n_total, int64_t channels, int64_t hw) {
+  for (int64_t i = global_index(); i < n_total; i += grid_stride())
+    y[i] = from_f32<T>(to_f32(y[i]) + to_f32(bias[(i / hw) % channels]));
+}
+
+template <class T>
 __global__ void nchw_to_channels_kernel(const T* in, T* out, int64_t chunk, int64_t channels, int64_t hw) {
   const int64_t n_total = chunk * channels * hw;
   for (int64_t i = global_index(); i < n_total; i += grid_stride()) {
@@ -259,6 +265,18 @@ void nchw_to_channels(DType t, const void* in, void* out, int64_t chunk, int64_t
     using T = decltype(tag);
     nchw_to_channels_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(
         static_cast<const T*>(in), static_cast<T*>(out), chunk, channels, hw);
+  });
+  BSW_CUDA_LAUNCHED();
+}
+
+void bias_add_nchw(DType t, void* y, const void* bias, int64_t batch, int64_t channels, int64_t hw,
+                   cudaStream_t stream) {
+  BSW_REQUIRE(batch >= 1 && channels >= 1 && hw >= 1 && bias != nullptr, "bias_add_nchw");
+  const int64_t n = batch * channels * hw;
+  dispatch(t, "bias_add_nchw", [&](auto tag) {
+    using T = decltype(tag);
+    bias_add_nchw_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(
+        static_cast<T*>(y), static_cast<const T*>(bias), n, channels, hw);
   });
   BSW_CUDA_LAUNCHED();
 }

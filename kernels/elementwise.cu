@@ -1,5 +1,6 @@
 // Elementwise kernels: seeded init and synthetic data (bit-identical to the CPU reference), dtype casts, the
-// activations GELU (tanh approximation) / ReLU / SiLU / tanh forward and backward, residual add, and the
+// activations GELU (tanh approximation) / ReLU / SiLU / tanh forward and backward, residual add, fp32
+// accumulation of a storage-dtype tensor, and the
 // column sums behind bias and position gradients. Kernels first, then their launchers.
 #include <algorithm>
 
@@ -122,6 +123,11 @@ __global__ void add_kernel(const T* a, const T* b, T* out, int64_t n) {
     out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
 }
 
+template <class T>
+__global__ void accumulate_f32_kernel(const T* in, float* out, int64_t n) {
+  for (int64_t i = global_index(); i < n; i += grid_stride()) out[i] += to_f32(in[i]);
+}
+
 // Block (32 x 8) owns 32 columns and a slab of rows; partial sums meet in shared memory, then one atomicAdd
 // per column and slab.
 constexpr int64_t kColumnRowsPerSlab = 256;
@@ -242,6 +248,16 @@ void add(DType t, const void* a, const void* b, void* out, int64_t n, cudaStream
     using T = decltype(tag);
     add_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(a), static_cast<const T*>(b),
                                                         static_cast<T*>(out), n);
+  });
+  BSW_CUDA_LAUNCHED();
+}
+
+void accumulate_f32(DType t, const void* in, float* out, int64_t n, cudaStream_t stream) {
+  BSW_REQUIRE(n >= 0, "accumulate_f32");
+  if (n == 0) return;
+  dispatch(t, "accumulate_f32", [&](auto tag) {
+    using T = decltype(tag);
+    accumulate_f32_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const T*>(in), out, n);
   });
   BSW_CUDA_LAUNCHED();
 }

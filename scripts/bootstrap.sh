@@ -25,6 +25,28 @@ if ! python3 -c 'import jsonschema' 2>/dev/null; then
   python3 -m pip install --quiet jsonschema || python3 -m pip install --quiet --break-system-packages jsonschema
 fi
 
+# cuDNN's header-only C++ frontend (graph API: convolutions, fused SDPA attention), pinned, from NVIDIA's PyPI wheel
+# (Debian has no package): the headers are unpacked under .deps/, which CMake finds. Only the CUDA build needs them.
+cudnn_frontend_version=1.32.0
+cudnn_frontend_dir=.deps/cudnn-frontend-$cudnn_frontend_version
+if [[ -x /usr/local/cuda/bin/nvcc && ! -f $cudnn_frontend_dir/include/cudnn_frontend.h ]]; then
+  echo "bootstrap: fetching cudnn-frontend $cudnn_frontend_version headers"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$tmp" \
+    --platform manylinux_2_28_x86_64 --python-version 3.11 --implementation cp --abi cp311 \
+    "nvidia-cudnn-frontend==$cudnn_frontend_version"
+  python3 - "$tmp" "$cudnn_frontend_dir" <<'PY'
+import glob, os, shutil, sys, zipfile
+shutil.rmtree(sys.argv[2] + ".tmp", ignore_errors=True)
+wheel = glob.glob(os.path.join(sys.argv[1], "*.whl"))[0]
+with zipfile.ZipFile(wheel) as z:
+    headers = [n for n in z.namelist() if n.startswith("include/")]
+    z.extractall(sys.argv[2] + ".tmp", headers)
+os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+PY
+fi
+
 # The CUDA backend builds where nvcc is found (CUDA toolkit at /usr/local/cuda); without it the CPU build is made.
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 

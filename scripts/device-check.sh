@@ -69,7 +69,7 @@ run() {
   local sanitizer=not-run
   if command -v compute-sanitizer >/dev/null 2>&1; then
     if timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$dir/bin/test_gpu" \
-      --gtest_filter='Storage/GpuOps.*/f32:Storage/GpuOps.*/bf16:Models/GpuSession.*/tokens_bf16:Models/GpuSession.*/image_fp32' \
+      --gtest_filter='Storage/GpuOps.*/f32:Storage/GpuOps.*/bf16:Models/GpuSession.*/tokens_bf16:Models/GpuSession.*/image_fp32:Storage/GpuCudnnConv.*/bf16:Shapes/GpuCudnnSdpa.*/bf16_causal_64' \
       --gtest_brief=1 >"$out/memcheck.log" 2>&1; then
       sanitizer=clean
     else
@@ -102,13 +102,26 @@ run() {
       --batch "$batches" "${common[@]}" --json "$out/$name.json" || echo "$name: rc $?"
   done
 
-  echo "== PyTorch peer (issue 6): same model, same batches, eager"
-  if (( SECONDS - started < 360 )) && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-    timeout 120 bench/peers/compare_with_torch.sh "$dir/bin/batchsweep" --model gpt2-small --mode train \
-      --precision bf16 --batch 1:16:*2 --backend cuda --out "$out/peer-gpt2-small" \
-      -- --warmup 3 --min-samples 10 --min-time 0.3 --timeout 15 || echo "peer gpt2-small: rc $?"
+  echo "== PyTorch peer (issue 6): same model, same batches, same GPU; eager, then torch.compile while time lasts"
+  if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    local peers=(
+      "gpt2-small 1:16:*2"
+      "bert-base 1:64:*4"
+      "resnet-small 16:1024:*4"
+      "gpt2-small 1:16:*2 --compile"
+    )
+    for p in "${peers[@]}"; do
+      read -r model batches extra <<<"$p"
+      local tag="peer-$model${extra:+-compile}"
+      if (( SECONDS - started > 440 )); then echo "skipping $tag: the 8-minute budget is spent"; continue; fi
+      echo "-- $tag ($batches)"
+      # shellcheck disable=SC2086
+      timeout 100 bench/peers/compare_with_torch.sh "$dir/bin/batchsweep" --model "$model" --mode train \
+        --precision bf16 --batch "$batches" --backend cuda --out "$out/$tag" $extra \
+        -- --warmup 3 --min-samples 10 --min-time 0.3 --timeout 15 || echo "$tag: rc $?"
+    done
   else
-    echo "skipping the PyTorch peer: no time left or no CUDA PyTorch"
+    echo "skipping the PyTorch peer: no CUDA PyTorch on this machine"
   fi
 
   echo "== summary ($((SECONDS - started)) s)"
@@ -140,7 +153,7 @@ for f in sorted(out.glob("*-*-*.json")):
     a = rep.get("analysis", {})
     pick = lambda k: (a.get(k) or {}).get("batch")
     print(f"{f.stem:28s} points {len(pts):3d} ok {len(ok):3d} knee {pick('knee')} max_fit {pick('max_fit')} "
-          f"recommended {pick('recommended')}")
+          f"recommended {pick('recommended')}  paths {rep.get('device', {}).get('execution_paths')}")
     for p in ok:
         mem = p.get("memory", {})
         planned, used = mem.get("planned_bytes"), mem.get("device_used_bytes")

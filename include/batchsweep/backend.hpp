@@ -63,6 +63,16 @@ class Backend {
   // When false — the CPU, whose host allocator overcommits — the plan alone decides what fits, and sweeps
   // need not prepare a batch just to learn whether it fits.
   [[nodiscard]] virtual bool reports_out_of_memory() const { return true; }
+  // The execution paths this backend takes for the graph at this precision and mode; they decide the plan's
+  // buffers, so a sweep asks once and plans every point with them. The CUDA backend prefers cuDNN
+  // (preferred_cuda_paths) and checks on the device that cuDNN accepts the shapes, else falls back to the
+  // explicit path. The other backends have one path.
+  [[nodiscard]] virtual ExecutionPaths execution_paths(const Graph& graph, Precision precision, Mode mode) {
+    static_cast<void>(graph);
+    static_cast<void>(precision);
+    static_cast<void>(mode);
+    return {};
+  }
   // Allocates exactly plan.buffers and initialises them (seeded). Throws OutOfMemory when they do not fit
   // (the backend stays usable), BackendError otherwise.
   [[nodiscard]] virtual std::unique_ptr<Session> prepare(const Graph& graph, const Plan& plan,

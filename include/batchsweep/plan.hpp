@@ -134,13 +134,42 @@ struct BufferSpec {
 // Every buffer starts on this boundary (and so its size is rounded up to it), on every backend.
 inline constexpr uint64_t kBufferAlignment = 256;
 
+// How the CUDA backend runs attention and convolutions; the planner sizes their buffers from it (the other
+// backends have one path each and ignore it).
+//   attention: explicit_softmax — strided-batched GEMMs with the [B, heads, T, T] probabilities saved for
+//              backward (our kernels, every precision); cudnn_sdpa — cuDNN's fused flash attention, which
+//              keeps only per-row softmax statistics ([B, heads, T] fp32) and needs fp16/bf16.
+//   conv:      im2col_gemm — im2col columns and a cuBLASLt GEMM; cudnn — cuDNN fprop/dgrad/wgrad.
+enum class AttentionPath { explicit_softmax, cudnn_sdpa };
+enum class ConvPath { im2col_gemm, cudnn };
+[[nodiscard]] std::string_view to_string(AttentionPath v);
+[[nodiscard]] std::string_view to_string(ConvPath v);
+
+struct ExecutionPaths {
+  AttentionPath attention = AttentionPath::explicit_softmax;
+  ConvPath conv = ConvPath::im2col_gemm;
+  std::string note;  // why a preferred path was not taken (cuDNN's reason), for the report; empty otherwise
+};
+
 struct PlanRequest {
   int64_t batch = 1;  // micro-batch
   Precision precision = Precision::fp32;
   Mode mode = Mode::train;
   int64_t accumulation = 1;
   BackendKind backend = BackendKind::cpu;
+  ExecutionPaths paths{};  // cuda only
 };
+
+// The paths the CUDA backend takes when cuDNN accepts the shapes: cuDNN convolutions whenever the graph has a
+// conv2d; cuDNN SDPA in fp16/bf16 when every attention op's head dim is a multiple of 8 and at most 128.
+// The backend checks support on the device and falls back to the explicit path (Backend::execution_paths).
+[[nodiscard]] ExecutionPaths preferred_cuda_paths(const Graph& graph, Precision precision);
+
+// Bytes of cuDNN workspace the plan reserves (workspace.cudnn) for one (graph, request): 64 MiB when a conv2d
+// runs through cuDNN; for cuDNN SDPA, 16 MiB plus, in training, the backward pass's fp32 dQ accumulator and
+// softmax sums (B * heads * T * (head_dim + 2) * 4 bytes). The CUDA backend only builds cuDNN plans whose
+// workspace fits this budget.
+[[nodiscard]] uint64_t cudnn_workspace_bytes(const Graph& graph, const PlanRequest& request);
 
 struct MemoryBreakdown {
   uint64_t parameters = 0, master_weights = 0, gradients = 0, optimizer_state = 0;

@@ -242,6 +242,9 @@ int plan_command(const PlanSettings& s) {
   summary.graph = &graph;
   summary.with_buffers = s.buffers;
   PlanRequest request{1, s.precision, s.mode, s.accumulation, kind};
+  // The paths the CUDA backend prefers; where cuDNN rejects a shape on the device, `run` falls back and plans
+  // the explicit path instead (its report says which ran).
+  if (kind == BackendKind::cuda) request.paths = preferred_cuda_paths(graph, s.precision);
   for (int64_t b : spec.batches) {
     request.batch = b;
     summary.plans.push_back(make_plan(graph, request));
@@ -269,6 +272,16 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   report.command = argv;
   report.device = backend->device(s.sweep.precision);
   report.settings = settings_json(s, model, to_string(backend->kind()));
+  if (backend->kind() == BackendKind::cuda) {
+    // The sweep asks again (answered from the backend's cache) and plans every point with these paths.
+    const ExecutionPaths paths = backend->execution_paths(graph, s.sweep.precision, s.sweep.mode);
+    nlohmann::json p = {{"attention", to_string(paths.attention)}, {"conv", to_string(paths.conv)}};
+    if (!paths.note.empty()) {
+      p["note"] = paths.note;
+      report.warnings.push_back(paths.note);
+    }
+    report.device.details["execution_paths"] = std::move(p);
+  }
 
   std::optional<Telemetry> telemetry;
   if (s.telemetry == "on" || (s.telemetry == "auto" && backend->kind() == BackendKind::cuda)) {

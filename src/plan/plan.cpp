@@ -8,7 +8,8 @@
 //   parameters data.input (i32 token ids, or S), data.targets (i32 labels, or S for mse)       — targets in
 //   training only train: ops[i].out (S) for every op with an output; ops[i].pre (S) before an activation;
 //   ops[i].stats (f32,
-//          mean+rstd per row) for layernorm; ops[i].probs (S, [B, heads, T, T]) for attention —
+//          mean+rstd per row) for layernorm; ops[i].probs (S, [B, heads, T, T]) for attention on the
+//          explicit path, ops[i].stats (f32, [B, heads, T] softmax statistics) on the cuDNN SDPA path —
 //          saved_activations; grad.a / grad.b (S) ping-pong activation gradients and grad.residual[d] (S) per
 //          residual depth — transient
 //   infer: act.a / act.b (S) ping-pong, act.residual[d] (S), act.stats (f32), act.probs (S) — transient
@@ -35,6 +36,14 @@ std::string_view to_string(Precision v) {
       return "bf16";
   }
   return "?";
+}
+
+std::string_view to_string(AttentionPath v) {
+  return v == AttentionPath::cudnn_sdpa ? "cudnn_sdpa" : "explicit_softmax";
+}
+
+std::string_view to_string(ConvPath v) {
+  return v == ConvPath::cudnn ? "cudnn" : "im2col_gemm";
 }
 
 std::string_view to_string(Mode v) {
@@ -148,7 +157,9 @@ namespace {
 constexpr uint64_t kCublasLtWorkspaceBytes = uint64_t{32} << 20;  // NVIDIA's recommendation for Hopper
 constexpr uint64_t kCudaIm2colElements = uint64_t{1}
                                          << 25;  // im2col columns per conv op, per chunk of samples
-constexpr uint64_t kCudaScalars = 16;            // fp32 slots of the CUDA step's device scalars
+constexpr uint64_t kCudnnConvWorkspaceBytes = uint64_t{64} << 20;
+constexpr uint64_t kCudnnSdpaBaseWorkspaceBytes = uint64_t{16} << 20;
+constexpr uint64_t kCudaScalars = 16;  // fp32 slots of the CUDA step's device scalars
 
 class Builder {
  public:
@@ -280,7 +291,10 @@ class Builder {
       if (op.kind == OpKind::layernorm)
         add(fmt::format("ops[{}].stats", i), MemoryCategory::saved_activations, DType::f32,
             2 * b * static_cast<uint64_t>(op.rows), idx);
-      if (op.kind == OpKind::attention_core)
+      if (op.kind == OpKind::attention_core && fused_attention())
+        add(fmt::format("ops[{}].stats", i), MemoryCategory::saved_activations, DType::f32,
+            b * static_cast<uint64_t>(op.heads * op.seq), idx);
+      else if (op.kind == OpKind::attention_core)
         add(fmt::format("ops[{}].probs", i), MemoryCategory::saved_activations, s_, b * probs_elements(op),
             idx);
     }
@@ -303,7 +317,8 @@ class Builder {
     uint64_t stats = 0, probs = 0;
     for (const Op& op : g_.ops) {
       if (op.kind == OpKind::layernorm) stats = std::max(stats, 2 * b * static_cast<uint64_t>(op.rows));
-      if (op.kind == OpKind::attention_core) probs = std::max(probs, b * probs_elements(op));
+      if (op.kind == OpKind::attention_core && !fused_attention())
+        probs = std::max(probs, b * probs_elements(op));
     }
     add("act.stats", MemoryCategory::transient, DType::f32, stats);
     add("act.probs", MemoryCategory::transient, s_, probs);
@@ -381,13 +396,20 @@ class Builder {
     const uint64_t b = batch();
     const bool train = r_.mode == Mode::train;
     add("workspace.cublaslt", MemoryCategory::workspace, DType::f32, kCublasLtWorkspaceBytes / 4);
-    uint64_t scores = 0, heads = 0, z = 0, col = 0, conv_out = 0;
+    const uint64_t cudnn = cudnn_workspace_bytes(g_, r_);
+    if (cudnn > 0) add("workspace.cudnn", MemoryCategory::workspace, DType::f32, cudnn / 4);
+    uint64_t scores = 0, heads = 0, z = 0, col = 0, conv_out = 0, conv_dw = 0;
     for (const Op& op : g_.ops) {
-      if (op.kind == OpKind::attention_core) {
+      if (op.kind == OpKind::attention_core && !fused_attention()) {
         scores = std::max(scores, b * probs_elements(op));
         heads = std::max(heads, b * static_cast<uint64_t>(op.seq * op.dim));
       }
       if (op.has_preactivation() && !train) z = std::max(z, b * static_cast<uint64_t>(op.out_elements()));
+      if (op.kind == OpKind::conv2d && r_.paths.conv == ConvPath::cudnn) {
+        conv_dw =
+            std::max(conv_dw, static_cast<uint64_t>(op.out_channels * op.channels * op.kernel * op.kernel));
+        continue;
+      }
       if (op.kind == OpKind::conv2d || op.kind == OpKind::patch_embedding) {
         const uint64_t spatial = static_cast<uint64_t>(op.out_height * op.out_width);
         const uint64_t per_sample = static_cast<uint64_t>(op.channels * op.kernel * op.kernel) * spatial;
@@ -404,6 +426,8 @@ class Builder {
     add("workspace.z", MemoryCategory::workspace, s_, z);
     add("workspace.im2col", MemoryCategory::workspace, s_, col);
     add("workspace.conv_out", MemoryCategory::workspace, s_, conv_out);
+    // cuDNN's weight gradient lands here (storage dtype), then is added to the fp32 gradients.
+    if (train && conv_dw > 0) add("workspace.conv_dw", MemoryCategory::workspace, s_, conv_dw);
     const uint64_t rows = b * static_cast<uint64_t>(g_.loss_rows);
     add("workspace.loss", MemoryCategory::workspace, DType::f32, std::max<uint64_t>(rows, 1));
     add("workspace.scalars", MemoryCategory::workspace, DType::f32, kCudaScalars);
@@ -414,6 +438,8 @@ class Builder {
       add("workspace.init", MemoryCategory::workspace, DType::f32, largest);
     }
   }
+
+  [[nodiscard]] bool fused_attention() const { return r_.paths.attention == AttentionPath::cudnn_sdpa; }
 
   const Graph& g_;
   const PlanRequest& r_;
@@ -429,7 +455,43 @@ Plan make_plan(const Graph& graph, const PlanRequest& request) {
     throw UsageError(fmt::format("--batch: {} is not a positive batch size", request.batch));
   if (request.accumulation < 1)
     throw UsageError(fmt::format("--accumulation: {} must be at least 1", request.accumulation));
-  return Builder(graph, request).build();
+  PlanRequest normalised = request;
+  if (request.backend != BackendKind::cuda) normalised.paths = ExecutionPaths{};
+  if (normalised.paths.attention == AttentionPath::cudnn_sdpa &&
+      storage_dtype(request.precision) == DType::f32)
+    throw UsageError(
+        fmt::format("cuDNN SDPA attention needs fp16 or bf16, not {}", to_string(request.precision)));
+  return Builder(graph, normalised).build();
+}
+
+ExecutionPaths preferred_cuda_paths(const Graph& graph, Precision precision) {
+  ExecutionPaths paths;
+  bool attention = false, sdpa_ok = storage_dtype(precision) != DType::f32;
+  for (const Op& op : graph.ops) {
+    if (op.kind == OpKind::conv2d) paths.conv = ConvPath::cudnn;
+    if (op.kind != OpKind::attention_core) continue;
+    attention = true;
+    const int64_t head_dim = op.dim / op.heads;
+    sdpa_ok = sdpa_ok && head_dim % 8 == 0 && head_dim <= 128;
+  }
+  if (attention && sdpa_ok) paths.attention = AttentionPath::cudnn_sdpa;
+  return paths;
+}
+
+uint64_t cudnn_workspace_bytes(const Graph& graph, const PlanRequest& request) {
+  if (request.backend != BackendKind::cuda) return 0;
+  uint64_t bytes = 0;
+  for (const Op& op : graph.ops) {
+    if (op.kind == OpKind::conv2d && request.paths.conv == ConvPath::cudnn)
+      bytes = std::max(bytes, kCudnnConvWorkspaceBytes);
+    if (op.kind != OpKind::attention_core || request.paths.attention != AttentionPath::cudnn_sdpa) continue;
+    uint64_t sdpa = kCudnnSdpaBaseWorkspaceBytes;
+    if (request.mode == Mode::train)
+      sdpa += static_cast<uint64_t>(request.batch) * static_cast<uint64_t>(op.heads * op.seq) *
+              static_cast<uint64_t>(op.dim / op.heads + 2) * 4;
+    bytes = std::max(bytes, sdpa);
+  }
+  return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
 }
 
 std::optional<int64_t> max_fit_batch(const Graph& graph, PlanRequest request, uint64_t memory_bytes) {

@@ -39,6 +39,8 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
     doc["mode"] = to_string(r.mode);
     doc["accumulation"] = r.accumulation;
     doc["backend"] = to_string(r.backend);
+    if (r.backend == BackendKind::cuda)
+      doc["paths"] = {{"attention", to_string(r.paths.attention)}, {"conv", to_string(r.paths.conv)}};
   }
   nlohmann::json points = nlohmann::json::array();
   for (const Plan& p : s.plans) {
@@ -76,8 +78,11 @@ std::string format_plan_table(const PlanSummary& s) {
                                 flops_text(3.0 * g.forward_flops_per_sample));
   if (!s.plans.empty()) {
     const PlanRequest& r = s.plans.front().request;
-    out += fmt::format("{} {} on {}, accumulation {}\n\n", to_string(r.precision), to_string(r.mode),
+    out += fmt::format("{} {} on {}, accumulation {}", to_string(r.precision), to_string(r.mode),
                        to_string(r.backend), r.accumulation);
+    if (r.backend == BackendKind::cuda)
+      out += fmt::format("; attention {}, conv {}", to_string(r.paths.attention), to_string(r.paths.conv));
+    out += "\n\n";
   }
   report_format::TextTable t;
   t.headers = {"batch",     "params",    "master", "grads", "optimizer", "activations",

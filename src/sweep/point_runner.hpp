@@ -75,6 +75,7 @@ class PointRunner {
   const SweepSettings& settings_;
   SweepObserver& observer_;
   DeviceInfo device_;
+  ExecutionPaths paths_;  // asked of the backend once: every point is planned with them
   SessionOptions session_options_;
   uint64_t budget_bytes_ = 0;  // 0: no budget known
   std::string budget_name_;    // "device memory", "--memory-limit"

@@ -36,6 +36,7 @@ PointRunner::PointRunner(Backend& backend, const Graph& graph, const SweepSettin
       settings_(settings),
       observer_(observer),
       device_(backend.device(settings.precision)),
+      paths_(backend.execution_paths(graph, settings.precision, settings.mode)),
       session_options_(settings.session) {
   if (settings.memory_limit_bytes) {
     budget_bytes_ = *settings.memory_limit_bytes;
@@ -54,7 +55,7 @@ PointRunner::PointRunner(Backend& backend, const Graph& graph, const SweepSettin
 }
 
 PlanRequest PointRunner::request(int64_t batch, int64_t accumulation) const {
-  return PlanRequest{batch, settings_.precision, settings_.mode, accumulation, backend_.kind()};
+  return PlanRequest{batch, settings_.precision, settings_.mode, accumulation, backend_.kind(), paths_};
 }
 
 std::optional<std::string> PointRunner::plan_over_budget(int64_t batch, int64_t accumulation) const {

@@ -1,10 +1,15 @@
 // The CUDA Backend object: what the device is (name, memory, MFU peak: calibrated when calibrate() ran in
-// this process, else the spec sheet) and prepare(), which hands the plan to a CudaSession.
+// this process, else the spec sheet), which execution paths cuDNN accepts for a graph (checked on the device,
+// falling back to our own paths), and prepare(), which hands the plan to a CudaSession.
 #include <fmt/format.h>
+
+#include <string>
+#include <vector>
 
 #include "backends/cuda/calibration.hpp"
 #include "backends/cuda/check.hpp"
 #include "backends/cuda/cuda_backend.hpp"
+#include "backends/cuda/cudnn_graphs.hpp"
 #include "backends/cuda/session.hpp"
 #include "batchsweep/errors.hpp"
 
@@ -44,11 +49,72 @@ class CudaBackend final : public Backend {
       throw BackendError(
           fmt::format("cuda backend given a plan made for the {} backend", to_string(plan.request.backend)));
     BSW_CUDA(cudaSetDevice(device_));
-    return make_cuda_session(graph, plan, options, device_);
+    const ExecutionPaths& p = plan.request.paths;
+    const bool uses_cudnn = p.conv == ConvPath::cudnn || p.attention == AttentionPath::cudnn_sdpa;
+    return make_cuda_session(graph, plan, options, device_, uses_cudnn ? cudnn() : nullptr);
+  }
+
+  // The preferred paths, each checked at batch 1 on this device: a pass cuDNN rejects (or whose plans all
+  // need more workspace than the planner reserves) sends that op kind to our own path, and the note says why.
+  ExecutionPaths execution_paths(const Graph& graph, Precision precision, Mode mode) override {
+    ExecutionPaths paths = preferred_cuda_paths(graph, precision);
+    if (paths.conv == ConvPath::im2col_gemm && paths.attention == AttentionPath::explicit_softmax)
+      return paths;
+    if (!cudnn_error_.empty() || !cudnn()) {
+      paths.note =
+          fmt::format("cuDNN unavailable ({}): our own attention and convolution paths run", cudnn_error_);
+      paths.conv = ConvPath::im2col_gemm;
+      paths.attention = AttentionPath::explicit_softmax;
+      return paths;
+    }
+    const bool train = mode == Mode::train;
+    const PlanRequest request{1, precision, mode, 1, BackendKind::cuda, paths};
+    const uint64_t limit = cudnn_workspace_bytes(graph, request);
+    std::vector<std::string> notes;
+    for (const Op& op : graph.ops) {
+      if (op.kind == OpKind::conv2d && paths.conv == ConvPath::cudnn) {
+        const ConvShape shape = conv_shape(op, 1, precision);
+        std::string error = graphs_->conv_support(ConvPass::fprop, shape, limit);
+        if (error.empty() && train) error = graphs_->conv_support(ConvPass::wgrad, shape, limit);
+        if (error.empty() && train && &op != &graph.ops.front())
+          error = graphs_->conv_support(ConvPass::dgrad, shape, limit);
+        if (!error.empty()) {
+          paths.conv = ConvPath::im2col_gemm;
+          notes.push_back(fmt::format("conv: {} fell back to im2col + GEMM: {}", op.path, error));
+        }
+      }
+      if (op.kind == OpKind::attention_core && paths.attention == AttentionPath::cudnn_sdpa) {
+        const SdpaShape shape = sdpa_shape(op, 1, storage_dtype(precision), train);
+        std::string error = graphs_->sdpa_support(false, shape, limit);
+        if (error.empty() && train) error = graphs_->sdpa_support(true, shape, limit);
+        if (!error.empty()) {
+          paths.attention = AttentionPath::explicit_softmax;
+          notes.push_back(fmt::format("attention: {} fell back to the explicit path: {}", op.path, error));
+        }
+      }
+    }
+    for (const std::string& n : notes) {
+      if (!paths.note.empty()) paths.note += "; ";
+      paths.note += n;
+    }
+    return paths;
   }
 
  private:
+  // The cuDNN handle and graph cache, made on first use; null (with cudnn_error_) when cuDNN cannot start.
+  std::shared_ptr<CudnnGraphs> cudnn() {
+    if (graphs_ || !cudnn_error_.empty()) return graphs_;
+    try {
+      graphs_ = std::make_shared<CudnnGraphs>(device_);
+    } catch (const BackendError& e) {
+      cudnn_error_ = e.what();
+    }
+    return graphs_;
+  }
+
   int device_;
+  std::shared_ptr<CudnnGraphs> graphs_;
+  std::string cudnn_error_;
 };
 
 }  // namespace

@@ -56,6 +56,8 @@ void activation_backward(Activation act, DType t, const void* z, const void* y, 
                          int64_t n, cudaStream_t stream);
 void add(DType t, const void* a, const void* b, void* out, int64_t n,
          cudaStream_t stream);  // out may alias a or b
+// out[i] += in[i] (fp32 accumulation of a storage-dtype gradient, e.g. cuDNN's weight gradient).
+void accumulate_f32(DType t, const void* in, float* out, int64_t n, cudaStream_t stream);
 // out[c] += sum over r of in[r * cols + c] (fp32 accumulation, fp32 out): bias and position gradients.
 void column_sum_accumulate(DType t, const void* in, float* out, int64_t rows, int64_t cols,
                            cudaStream_t stream);
@@ -96,6 +98,9 @@ void channels_to_nchw(DType t, const void* in, const void* bias, void* out, int6
                       int64_t hw, cudaStream_t stream);
 void nchw_to_channels(DType t, const void* in, void* out, int64_t chunk, int64_t channels, int64_t hw,
                       cudaStream_t stream);
+// y[n][c][p] += bias[c] in place (after a cuDNN convolution, which writes NCHW directly).
+void bias_add_nchw(DType t, void* y, const void* bias, int64_t batch, int64_t channels, int64_t hw,
+                   cudaStream_t stream);
 // out[c] += sum over n, p of in[n][c][p] (conv bias gradient), deterministic.
 void channel_sum_accumulate(DType t, const void* in, float* out, int64_t batch, int64_t channels, int64_t hw,
                             cudaStream_t stream);

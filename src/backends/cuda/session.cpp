@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "backends/cuda/check.hpp"
+#include "backends/cuda/cudnn_graphs.hpp"
 #include "backends/cuda/gemm.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "batchsweep/errors.hpp"
@@ -43,12 +44,14 @@ struct Ref {
 
 class CudaSession final : public Session {
  public:
-  CudaSession(const Graph& graph, const Plan& plan, const SessionOptions& options, int device)
+  CudaSession(const Graph& graph, const Plan& plan, const SessionOptions& options, int device,
+              std::shared_ptr<CudnnGraphs> cudnn)
       : graph_(graph),
         plan_(plan),
         options_(options),
         device_(device),
-        s_(storage_dtype(plan.request.precision)) {
+        s_(storage_dtype(plan.request.precision)),
+        cudnn_(std::move(cudnn)) {
     try {
       setup();
     } catch (...) {
@@ -110,7 +113,7 @@ class CudaSession final : public Session {
                                     : "16-bit storage, fp32 accumulation"},
         {"gemm", "cuBLASLt (heuristic algorithm cached per shape)"},
         {"gemm_shapes", gemm_ ? gemm_->cached_shapes() : 0},
-        {"conv", "im2col + cuBLASLt GEMM"},
+        {"conv", cudnn_conv() ? "cuDNN graph API (fprop, dgrad, wgrad), NCHW" : "im2col + cuBLASLt GEMM"},
         {"cuda_graphs", graph_exec_ != nullptr  ? std::string("captured, replayed from step 2")
                         : !options_.cuda_graphs ? std::string("off (plain launches)")
                         : graph_status_.empty() ? std::string("not captured yet (step 1 runs plain launches)")
@@ -121,8 +124,11 @@ class CudaSession final : public Session {
     };
     if (has_attention_)
       d["attention"] =
-          "non-fused: strided-batched cuBLASLt GEMMs with fp32 scores and a softmax kernel (cuDNN SDPA not "
-          "used)";
+          fused_attention()
+              ? "fused: cuDNN SDPA (flash attention) forward and backward, softmax statistics saved"
+              : "non-fused: strided-batched cuBLASLt GEMMs with fp32 scores and a softmax kernel";
+    if (!plan_.request.paths.note.empty()) d["paths_note"] = plan_.request.paths.note;
+    if (cudnn_) d["cudnn_graphs"] = cudnn_->cached_graphs();
     if (gelu_epilogue_used_) d["gelu"] = "fused into the GEMM (CUBLASLT_EPILOGUE_GELU_AUX_BIAS / GELU_BIAS)";
     if (plan_.request.precision == Precision::fp16) {
       d["loss_scale"] = loss_scale_;
@@ -182,6 +188,7 @@ class CudaSession final : public Session {
     gemm_ = std::make_unique<Gemm>(plan_.request.precision, ws.ptr, ws.elements * dtype_bytes(ws.dtype));
     scalars_dev_ = static_cast<kernels::StepScalars*>(need("workspace.scalars").ptr);
     for (const Op& op : graph_.ops) has_attention_ |= op.kind == OpKind::attention_core;
+    build_cudnn_graphs();
 
     for (const char* name : {"gradients", "optimizer.m", "optimizer.v", "optimizer.momentum"})
       if (const Ref r = ref(name))
@@ -233,6 +240,40 @@ class CudaSession final : public Session {
   }
   [[nodiscard]] float* grads_of(const Op& op) const {
     return need("gradients").f32() + op.params.front().offset;
+  }
+
+  [[nodiscard]] bool cudnn_conv() const { return plan_.request.paths.conv == ConvPath::cudnn; }
+  [[nodiscard]] bool fused_attention() const {
+    return plan_.request.paths.attention == AttentionPath::cudnn_sdpa;
+  }
+  [[nodiscard]] uint64_t cudnn_workspace_size() const {
+    const Ref ws = need("workspace.cudnn");
+    return ws.elements * dtype_bytes(ws.dtype);
+  }
+
+  // Builds this batch's cuDNN graphs now, so neither the first step nor its timing pays for them; a shape
+  // cuDNN rejects at this batch fails the point here with cuDNN's reason.
+  void build_cudnn_graphs() {
+    if (!cudnn_conv() && !fused_attention()) return;
+    if (!cudnn_) throw BackendError("the plan uses cuDNN paths but cuDNN is not available in this backend");
+    const bool train = plan_.request.mode == Mode::train;
+    const uint64_t limit = cudnn_workspace_size();
+    for (const Op& op : graph_.ops) {
+      std::string error;
+      if (op.kind == OpKind::conv2d && cudnn_conv()) {
+        const ConvShape shape = conv_shape(op, batch(), plan_.request.precision);
+        error = cudnn_->conv_support(ConvPass::fprop, shape, limit);
+        if (error.empty() && train) error = cudnn_->conv_support(ConvPass::wgrad, shape, limit);
+        if (error.empty() && train && &op != &graph_.ops.front())
+          error = cudnn_->conv_support(ConvPass::dgrad, shape, limit);
+      }
+      if (op.kind == OpKind::attention_core && fused_attention()) {
+        const SdpaShape shape = sdpa_shape(op, batch(), s_, train);
+        error = cudnn_->sdpa_support(false, shape, limit);
+        if (error.empty() && train) error = cudnn_->sdpa_support(true, shape, limit);
+      }
+      if (!error.empty()) throw BackendError(fmt::format("{} at batch {}: {}", op.path, batch(), error));
+    }
   }
 
   // The same initialisation as the CPU backend: gamma 1, beta 0, embeddings uniform with std 0.02, weights
@@ -482,7 +523,11 @@ class CudaSession final : public Session {
         patch_forward(op, in, w, out);
         return;
       case OpKind::attention_core:
-        attention_forward(op, in, train ? need(fmt::format("ops[{}].probs", i)) : need("act.probs"), out);
+        if (fused_attention()) {
+          sdpa_forward(i, op, in, out, train);
+        } else {
+          attention_forward(op, in, train ? need(fmt::format("ops[{}].probs", i)) : need("act.probs"), out);
+        }
         return;
       case OpKind::residual_add: {
         if (residual_stack_.empty())
@@ -559,6 +604,10 @@ class CudaSession final : public Session {
   }
 
   void conv_forward(const Op& op, const Ref& in, const Ref& w, const Ref& z, const Ref& out) {
+    if (cudnn_conv()) {
+      cudnn_conv_forward(op, in, w, z, out);
+      return;
+    }
     const kernels::ConvGeometry geo = conv(op);
     const int64_t hw = geo.spatial(), patch = geo.patch(), cout = op.out_channels;
     const int64_t chunk = conv_chunk(op, true);
@@ -585,6 +634,21 @@ class CudaSession final : public Session {
       kernels::channels_to_nchw(s_, perm.ptr, bias, target.at(static_cast<uint64_t>(n0) * out_sample, 0).ptr,
                                 c, cout, hw, stream_);
     }
+    if (op.has_preactivation())
+      kernels::activation_forward(op.activation, s_, z.ptr, out.ptr, static_cast<int64_t>(n_out(op)),
+                                  stream_);
+  }
+
+  // y = conv(x, W) by cuDNN straight into NCHW, then the bias and the activation.
+  void cudnn_conv_forward(const Op& op, const Ref& in, const Ref& w, const Ref& z, const Ref& out) {
+    const Ref target = op.has_preactivation() ? z : out;
+    const Ref ws = need("workspace.cudnn");
+    cudnn_->conv(ConvPass::fprop, conv_shape(op, batch(), plan_.request.precision), in.ptr, w.ptr, target.ptr,
+                 ws.ptr, cudnn_workspace_size(), stream_);
+    if (op.bias)
+      kernels::bias_add_nchw(s_, target.ptr,
+                             w.at(static_cast<uint64_t>(op.out_channels * conv(op).patch()), 0).ptr, batch(),
+                             op.out_channels, op.out_height * op.out_width, stream_);
     if (op.has_preactivation())
       kernels::activation_forward(op.activation, s_, z.ptr, out.ptr, static_cast<int64_t>(n_out(op)),
                                   stream_);
@@ -679,6 +743,16 @@ class CudaSession final : public Session {
     kernels::merge_heads(s_, o.ptr, out.ptr, batch(), t, 1, op.heads, hd, stream_);
   }
 
+  // Fused attention: q, k and v are strided views of the op's [B, T, 3, heads, hd] input and the output is
+  // written [B, T, heads, hd]; no head-major copies, no [T, T] matrices.
+  void sdpa_forward(size_t i, const Op& op, const Ref& in, const Ref& out, bool train) {
+    const auto d = static_cast<uint64_t>(op.dim);
+    const Ref ws = need("workspace.cudnn");
+    cudnn_->sdpa_forward(sdpa_shape(op, batch(), s_, train), in.ptr, in.at(d, 0).ptr, in.at(2 * d, 0).ptr,
+                         out.ptr, train ? need(fmt::format("ops[{}].stats", i)).f32() : nullptr, ws.ptr,
+                         cudnn_workspace_size(), stream_);
+  }
+
   // ---- loss and backward
   // --------------------------------------------------------------------------------------------
   void loss_and_gradient(const Ref& output) {
@@ -760,7 +834,11 @@ class CudaSession final : public Session {
         patch_backward(op, in, w, dy, dx, dw);
         return;
       case OpKind::attention_core:
-        if (dx) attention_backward(i, op, in, dy, dx);
+        if (dx && fused_attention()) {
+          sdpa_backward(i, op, in, dy, dx);
+        } else if (dx) {
+          attention_backward(i, op, in, dy, dx);
+        }
         return;
       case OpKind::residual_save:
       case OpKind::residual_add:
@@ -814,6 +892,10 @@ class CudaSession final : public Session {
                                    need(fmt::format("ops[{}].out", i)).ptr, dy.ptr, dy.ptr,
                                    static_cast<int64_t>(n_out(op)), stream_);
     if (op.bias) kernels::channel_sum_accumulate(s_, dy.ptr, dw + cout * patch, batch(), cout, hw, stream_);
+    if (cudnn_conv()) {
+      cudnn_conv_backward(op, in, w, dy, dx, dw);
+      return;
+    }
     const int64_t chunk = conv_chunk(op, true);
     const Ref col = need("workspace.im2col"), perm = need("workspace.conv_out");
     const uint64_t in_sample = static_cast<uint64_t>(op.in_elements()),
@@ -854,6 +936,21 @@ class CudaSession final : public Session {
       gemm_->run(gx, stream_);
       kernels::col2im(s_, geo, col.ptr, dx.at(static_cast<uint64_t>(n0) * in_sample, 0).ptr, c, stream_);
     }
+  }
+
+  // cuDNN wgrad writes the batch's weight gradient (storage dtype) to workspace.conv_dw, which is added to
+  // the fp32 gradients (they accumulate over micro-batches); dgrad writes dx.
+  void cudnn_conv_backward(const Op& op, const Ref& in, const Ref& w, const Ref& dy, const Ref& dx,
+                           float* dw) {
+    const ConvShape shape = conv_shape(op, batch(), plan_.request.precision);
+    const Ref ws = need("workspace.cudnn");
+    const Ref dw_batch = need("workspace.conv_dw");
+    const int64_t weights = op.out_channels * conv(op).patch();
+    cudnn_->conv(ConvPass::wgrad, shape, in.ptr, dw_batch.ptr, dy.ptr, ws.ptr, cudnn_workspace_size(),
+                 stream_);
+    kernels::accumulate_f32(s_, dw_batch.ptr, dw, weights, stream_);
+    if (dx)
+      cudnn_->conv(ConvPass::dgrad, shape, dx.ptr, w.ptr, dy.ptr, ws.ptr, cudnn_workspace_size(), stream_);
   }
 
   void patch_backward(const Op& op, const Ref& in, const Ref& w, const Ref& dy, const Ref& dx, float* dw) {
@@ -930,11 +1027,22 @@ class CudaSession final : public Session {
     kernels::merge_heads(s_, dqkv.ptr, dx.ptr, batch(), t, 3, op.heads, hd, stream_);
   }
 
+  // dq|dk|dv land in dx with the input's [B, T, 3, heads, hd] layout; o is the op's saved output.
+  void sdpa_backward(size_t i, const Op& op, const Ref& in, const Ref& dout, const Ref& dx) {
+    const auto d = static_cast<uint64_t>(op.dim);
+    const Ref ws = need("workspace.cudnn");
+    cudnn_->sdpa_backward(sdpa_shape(op, batch(), s_, true), in.ptr, in.at(d, 0).ptr, in.at(2 * d, 0).ptr,
+                          need(fmt::format("ops[{}].out", i)).ptr, dout.ptr,
+                          need(fmt::format("ops[{}].stats", i)).f32(), dx.ptr, dx.at(d, 0).ptr,
+                          dx.at(2 * d, 0).ptr, ws.ptr, cudnn_workspace_size(), stream_);
+  }
+
   const Graph& graph_;
   Plan plan_;
   SessionOptions options_;
   int device_;
   DType s_;
+  std::shared_ptr<CudnnGraphs> cudnn_;  // shared with the backend: graphs are built once per shape
 
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
@@ -965,8 +1073,9 @@ class CudaSession final : public Session {
 }  // namespace
 
 std::unique_ptr<Session> make_cuda_session(const Graph& graph, const Plan& plan,
-                                           const SessionOptions& options, int device) {
-  return std::make_unique<CudaSession>(graph, plan, options, device);
+                                           const SessionOptions& options, int device,
+                                           std::shared_ptr<CudnnGraphs> cudnn) {
+  return std::make_unique<CudaSession>(graph, plan, options, device, std::move(cudnn));
 }
 
 }  // namespace bsw::cuda

@@ -183,6 +183,119 @@ TEST(Plan, EveryPresetPlansQuickly) {
   }
 }
 
+constexpr const char* kTokens =
+    R"({"name": "t", "input": {"type": "tokens", "sequence_length": 64, "vocab_size": 100},
+  "layers": [{"type": "embedding", "dim": 256}, {"type": "transformer_block", "heads": 4, "causal": true},
+             {"type": "linear", "out_features": 100}]})";
+constexpr const char* kImage =
+    R"({"name": "i", "input": {"type": "image", "channels": 3, "height": 16, "width": 16},
+  "layers": [{"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "activation": "relu"},
+             {"type": "conv2d", "out_channels": 16, "kernel_size": 5, "stride": 2},
+             {"type": "global_avgpool"}, {"type": "linear", "out_features": 4}]})";
+
+TEST(ExecutionPaths, PreferredCudaPathsFollowTheRule) {
+  const Graph tokens = graph_of(kTokens);  // head dim 64
+  EXPECT_EQ(preferred_cuda_paths(tokens, Precision::bf16).attention, AttentionPath::cudnn_sdpa);
+  EXPECT_EQ(preferred_cuda_paths(tokens, Precision::fp16).attention, AttentionPath::cudnn_sdpa);
+  EXPECT_EQ(preferred_cuda_paths(tokens, Precision::fp32).attention, AttentionPath::explicit_softmax);
+  EXPECT_EQ(preferred_cuda_paths(tokens, Precision::tf32).attention, AttentionPath::explicit_softmax);
+  EXPECT_EQ(preferred_cuda_paths(tokens, Precision::bf16).conv, ConvPath::im2col_gemm);
+  // Head dims that are not a multiple of 8, or above 128, stay on the explicit path.
+  const Graph odd =
+      graph_of(R"({"name": "t", "input": {"type": "tokens", "sequence_length": 8, "vocab_size": 10},
+    "layers": [{"type": "embedding", "dim": 36}, {"type": "attention", "heads": 3}]})");
+  EXPECT_EQ(preferred_cuda_paths(odd, Precision::bf16).attention, AttentionPath::explicit_softmax);
+  const Graph wide =
+      graph_of(R"({"name": "t", "input": {"type": "tokens", "sequence_length": 8, "vocab_size": 10},
+    "layers": [{"type": "embedding", "dim": 512}, {"type": "attention", "heads": 2}]})");
+  EXPECT_EQ(preferred_cuda_paths(wide, Precision::bf16).attention, AttentionPath::explicit_softmax);
+  const Graph image = graph_of(kImage);
+  EXPECT_EQ(preferred_cuda_paths(image, Precision::fp32).conv, ConvPath::cudnn);
+  EXPECT_EQ(preferred_cuda_paths(image, Precision::fp32).attention, AttentionPath::explicit_softmax);
+  // Every preset: the transformers' head dim is 64, so 16-bit attention is fused; resnet's convs use cuDNN.
+  for (const char* name : {"gpt2-small", "bert-base", "vit-base", "tiny-lm"})
+    EXPECT_EQ(preferred_cuda_paths(lower(load_model(name)), Precision::bf16).attention,
+              AttentionPath::cudnn_sdpa)
+        << name;
+  EXPECT_EQ(preferred_cuda_paths(lower(load_model("resnet-small")), Precision::bf16).conv, ConvPath::cudnn);
+}
+
+TEST(ExecutionPaths, FusedAttentionSavesStatisticsNotProbabilities) {
+  const Graph g = graph_of(kTokens);
+  const int64_t b = 8, heads = 4, seq = 64, dim = 256;
+  PlanRequest r{b, Precision::bf16, Mode::train, 1, BackendKind::cuda};
+  const Plan explicit_plan = make_plan(g, r);
+  r.paths.attention = AttentionPath::cudnn_sdpa;
+  const Plan fused = make_plan(g, r);
+  int attention = -1;
+  for (size_t i = 0; i < g.ops.size(); ++i)
+    if (g.ops[i].kind == OpKind::attention_core) attention = static_cast<int>(i);
+  ASSERT_GE(attention, 0);
+  const std::string probs = "ops[" + std::to_string(attention) + "].probs";
+  const std::string stats = "ops[" + std::to_string(attention) + "].stats";
+  EXPECT_EQ(explicit_plan.buffer(probs).bytes, rounded(b * heads * seq * seq * 2));
+  EXPECT_EQ(explicit_plan.find(stats), nullptr);
+  EXPECT_EQ(fused.find(probs), nullptr);
+  EXPECT_EQ(fused.buffer(stats).dtype, DType::f32);
+  EXPECT_EQ(fused.buffer(stats).bytes, rounded(b * heads * seq * 4));
+  for (const char* name : {"workspace.attention", "workspace.qkv", "workspace.attn_o", "workspace.dqkv"}) {
+    EXPECT_GT(explicit_plan.buffer(name).elements, 0u) << name;
+    EXPECT_EQ(fused.find(name), nullptr) << name;  // empty buffers are left out
+  }
+  EXPECT_EQ(explicit_plan.find("workspace.cudnn"), nullptr);
+  // 16 MiB plus the backward pass's fp32 dQ accumulator and softmax sums.
+  const uint64_t cudnn = (uint64_t{16} << 20) + b * heads * seq * (dim / heads + 2) * 4;
+  EXPECT_EQ(fused.buffer("workspace.cudnn").bytes, rounded(cudnn));
+  EXPECT_EQ(cudnn_workspace_bytes(g, fused.request), rounded(cudnn));
+  // Inference keeps neither probabilities nor statistics, and reserves the base workspace only.
+  r.mode = Mode::infer;
+  const Plan infer = make_plan(g, r);
+  EXPECT_EQ(infer.find("act.probs"), nullptr);
+  EXPECT_EQ(infer.buffer("workspace.cudnn").bytes, uint64_t{16} << 20);
+  // The CPU backend has one path: the request's paths do not change its plan.
+  PlanRequest on_cpu{b, Precision::bf16, Mode::train, 1, BackendKind::cpu};
+  const uint64_t cpu_bytes = make_plan(g, on_cpu).memory.total_bytes();
+  on_cpu.paths.attention = AttentionPath::cudnn_sdpa;
+  EXPECT_EQ(make_plan(g, on_cpu).memory.total_bytes(), cpu_bytes);
+  EXPECT_EQ(make_plan(g, on_cpu).request.paths.attention, AttentionPath::explicit_softmax);
+  // Fused attention is 16-bit only.
+  r.precision = Precision::fp32;
+  EXPECT_THROW((void)make_plan(g, r), UsageError);
+}
+
+TEST(ExecutionPaths, CudnnConvReplacesIm2colWithItsWorkspace) {
+  const Graph g = graph_of(kImage);
+  PlanRequest r{16, Precision::fp32, Mode::train, 1, BackendKind::cuda};
+  const Plan im2col = make_plan(g, r);
+  r.paths.conv = ConvPath::cudnn;
+  const Plan cudnn = make_plan(g, r);
+  EXPECT_GT(im2col.buffer("workspace.im2col").elements, 0u);
+  EXPECT_EQ(cudnn.find("workspace.im2col"), nullptr);
+  EXPECT_EQ(cudnn.find("workspace.conv_out"), nullptr);
+  EXPECT_EQ(cudnn.buffer("workspace.cudnn").bytes, uint64_t{64} << 20);
+  // The weight gradient of the largest conv, in the storage dtype (training only).
+  EXPECT_EQ(cudnn.buffer("workspace.conv_dw").elements, 16u * 8 * 5 * 5);
+  EXPECT_EQ(im2col.find("workspace.conv_dw"), nullptr);
+  r.mode = Mode::infer;
+  EXPECT_EQ(make_plan(g, r).find("workspace.conv_dw"), nullptr);
+  // A patch embedding stays an im2col GEMM on either path.
+  const Graph vit = lower(load_model("vit-base"));
+  PlanRequest v{2, Precision::bf16,   Mode::train,
+                1, BackendKind::cuda, preferred_cuda_paths(vit, Precision::bf16)};
+  EXPECT_GT(make_plan(vit, v).buffer("workspace.im2col").elements, 0u);
+}
+
+TEST(ExecutionPaths, FusedAttentionLetsGpt2FitLargerBatches) {
+  const Graph g = lower(load_model("gpt2-small"));
+  PlanRequest r{1, Precision::bf16, Mode::train, 1, BackendKind::cuda};
+  const uint64_t memory = uint64_t{80} << 30;
+  const auto explicit_fit = max_fit_batch(g, r, memory);
+  r.paths = preferred_cuda_paths(g, Precision::bf16);
+  const auto fused_fit = max_fit_batch(g, r, memory);
+  ASSERT_TRUE(explicit_fit && fused_fit);
+  EXPECT_GT(*fused_fit, *explicit_fit);
+}
+
 TEST(Plan, PublishedParameterCounts) {
   // GPT-2 small without weight tying (its own lm head, no bias): 124.4M + 38.6M.
   const Graph gpt2 = lower(load_model("gpt2-small"));

@@ -1,0 +1,330 @@
+// cuDNN graphs through the frontend (see cudnn_graphs.hpp). Tensor UIDs are fixed per role so one variant
+// pack layout serves every shape; graphs are keyed by every number that shapes them, including the workspace
+// limit their plan was chosen under.
+#include "backends/cuda/cudnn_graphs.hpp"
+
+#include <cudnn_frontend.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <unordered_map>
+
+#include "backends/cuda/check.hpp"
+#include "batchsweep/errors.hpp"
+
+namespace bsw::cuda {
+namespace fe = cudnn_frontend;
+namespace {
+
+// Tensor UIDs by role.
+enum Uid : int64_t { kX = 1, kW, kY, kQ, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
+
+struct Entry {
+  std::shared_ptr<fe::graph::Graph> graph;  // null when unsupported
+  int64_t workspace_bytes = 0;
+  std::string error;  // why unsupported
+};
+
+fe::DataType_t io_type(DType t) {
+  switch (t) {
+    case DType::f32:
+      return fe::DataType_t::FLOAT;
+    case DType::bf16:
+      return fe::DataType_t::BFLOAT16;
+    case DType::f16:
+      return fe::DataType_t::HALF;
+    case DType::i32:
+      break;
+  }
+  throw BackendError("cuDNN graphs: integer tensors are not supported");
+}
+
+std::vector<int64_t> nchw_strides(int64_t c, int64_t h, int64_t w) {
+  return {c * h * w, h * w, w, 1};
+}
+
+std::shared_ptr<fe::graph::Tensor_attributes> tensor(fe::graph::Graph& g, const char* name, int64_t uid,
+                                                     std::vector<int64_t> dims,
+                                                     std::vector<int64_t> strides) {
+  return g.tensor(
+      fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dims).set_stride(strides));
+}
+
+}  // namespace
+
+ConvShape conv_shape(const Op& op, int64_t batch, Precision precision) {
+  ConvShape s;
+  s.batch = batch;
+  s.channels = op.channels;
+  s.height = op.height;
+  s.width = op.width;
+  s.out_channels = op.out_channels;
+  s.kernel = op.kernel;
+  s.stride = op.stride;
+  s.padding = op.padding;
+  s.out_height = op.out_height;
+  s.out_width = op.out_width;
+  s.precision = precision;
+  return s;
+}
+
+SdpaShape sdpa_shape(const Op& op, int64_t batch, DType dtype, bool training) {
+  return SdpaShape{batch, op.heads, op.seq, op.dim / op.heads, op.causal, dtype, training};
+}
+
+struct CudnnGraphs::Cache {
+  int device = 0;
+  cudnnHandle_t handle = nullptr;
+  std::map<std::string, Entry> entries;
+
+  // validate -> operation graph -> heuristics (A, then the fallback list) -> filters -> support -> plan.
+  Entry finish(std::shared_ptr<fe::graph::Graph> g, uint64_t workspace_limit, bool strict_fp32) {
+    Entry e;
+    auto fail = [&](const char* stage, fe::error_t status) {
+      e.error = fmt::format("cuDNN {}: {}", stage, status.get_message());
+      return e;
+    };
+    if (auto s = g->validate(); s.is_bad()) return fail("validate", s);
+    if (auto s = g->build_operation_graph(handle); s.is_bad()) return fail("build_operation_graph", s);
+    if (auto s = g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}); s.is_bad())
+      return fail("heuristics", s);
+    // fp32 means fp32: no engine that rounds the inputs to TF32 (or lower) on tensor cores.
+    if (strict_fp32)
+      g->deselect_numeric_notes({fe::NumericalNote_t::TENSOR_CORE, fe::NumericalNote_t::DOWN_CONVERT_INPUTS});
+    g->deselect_workspace_greater_than(static_cast<int64_t>(workspace_limit));
+    if (auto s = g->check_support(handle); s.is_bad()) return fail("check_support", s);
+    if (auto s = g->build_plans(handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE); s.is_bad())
+      return fail("build_plans", s);
+    if (auto s = g->get_workspace_size(e.workspace_bytes); s.is_bad()) return fail("get_workspace_size", s);
+    if (e.workspace_bytes > static_cast<int64_t>(workspace_limit)) {
+      e.error = fmt::format("cuDNN: the chosen plan needs {} bytes of workspace, over the planned {}",
+                            e.workspace_bytes, workspace_limit);
+      return e;
+    }
+    e.graph = std::move(g);
+    return e;
+  }
+
+  Entry build_conv(ConvPass pass, const ConvShape& s, uint64_t workspace_limit) {
+    auto g = std::make_shared<fe::graph::Graph>();
+    const fe::DataType_t io = io_type(storage_dtype(s.precision));
+    g->set_io_data_type(io)
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    const std::vector<int64_t> x_dims{s.batch, s.channels, s.height, s.width};
+    const std::vector<int64_t> w_dims{s.out_channels, s.channels, s.kernel, s.kernel};
+    const std::vector<int64_t> y_dims{s.batch, s.out_channels, s.out_height, s.out_width};
+    const auto x_strides = nchw_strides(s.channels, s.height, s.width);
+    const auto w_strides = nchw_strides(s.channels, s.kernel, s.kernel);
+    const auto y_strides = nchw_strides(s.out_channels, s.out_height, s.out_width);
+    const std::vector<int64_t> pad{s.padding, s.padding}, stride{s.stride, s.stride}, dilation{1, 1};
+    switch (pass) {
+      case ConvPass::fprop: {
+        auto x = tensor(*g, "x", kX, x_dims, x_strides);
+        auto w = tensor(*g, "w", kW, w_dims, w_strides);
+        auto y = g->conv_fprop(
+            x, w,
+            fe::graph::Conv_fprop_attributes().set_padding(pad).set_stride(stride).set_dilation(dilation));
+        y->set_output(true).set_uid(kY).set_dim(y_dims).set_stride(y_strides);
+        break;
+      }
+      case ConvPass::dgrad: {
+        auto dy = tensor(*g, "dy", kY, y_dims, y_strides);
+        auto w = tensor(*g, "w", kW, w_dims, w_strides);
+        auto dx = g->conv_dgrad(
+            dy, w,
+            fe::graph::Conv_dgrad_attributes().set_padding(pad).set_stride(stride).set_dilation(dilation));
+        dx->set_output(true).set_uid(kX).set_dim(x_dims).set_stride(x_strides);
+        break;
+      }
+      case ConvPass::wgrad: {
+        auto dy = tensor(*g, "dy", kY, y_dims, y_strides);
+        auto x = tensor(*g, "x", kX, x_dims, x_strides);
+        auto dw = g->conv_wgrad(
+            dy, x,
+            fe::graph::Conv_wgrad_attributes().set_padding(pad).set_stride(stride).set_dilation(dilation));
+        dw->set_output(true).set_uid(kW).set_dim(w_dims).set_stride(w_strides);
+        break;
+      }
+    }
+    return finish(std::move(g), workspace_limit, s.precision == Precision::fp32);
+  }
+
+  Entry build_sdpa(bool backward, const SdpaShape& s, uint64_t workspace_limit) {
+    if (s.dtype != DType::bf16 && s.dtype != DType::f16) {
+      Entry e;
+      e.error = "cuDNN SDPA runs in fp16 or bf16 only";
+      return e;
+    }
+    auto g = std::make_shared<fe::graph::Graph>();
+    g->set_io_data_type(io_type(s.dtype))
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    const int64_t d_model = s.heads * s.head_dim;
+    const std::vector<int64_t> dims{s.batch, s.heads, s.seq, s.head_dim};
+    const std::vector<int64_t> qkv_strides{s.seq * 3 * d_model, s.head_dim, 3 * d_model, 1};
+    const std::vector<int64_t> o_strides{s.seq * d_model, s.head_dim, d_model, 1};
+    const std::vector<int64_t> stats_dims{s.batch, s.heads, s.seq, 1};
+    const std::vector<int64_t> stats_strides{s.heads * s.seq, s.seq, 1, 1};
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+    auto q = tensor(*g, "q", kQ, dims, qkv_strides);
+    auto k = tensor(*g, "k", kK, dims, qkv_strides);
+    auto v = tensor(*g, "v", kV, dims, qkv_strides);
+    if (!backward) {
+      auto options = fe::graph::SDPA_attributes()
+                         .set_name("sdpa")
+                         .set_generate_stats(s.training)
+                         .set_attn_scale(scale)
+                         .set_causal_mask(s.causal);
+      auto [o, stats] = g->sdpa(q, k, v, options);
+      o->set_output(true).set_uid(kO).set_dim(dims).set_stride(o_strides);
+      if (s.training)
+        stats->set_output(true)
+            .set_uid(kStats)
+            .set_data_type(fe::DataType_t::FLOAT)
+            .set_dim(stats_dims)
+            .set_stride(stats_strides);
+    } else {
+      auto o = tensor(*g, "o", kO, dims, o_strides);
+      auto d_o = tensor(*g, "dO", kDO, dims, o_strides);
+      auto stats = g->tensor(fe::graph::Tensor_attributes()
+                                 .set_name("stats")
+                                 .set_uid(kStats)
+                                 .set_dim(stats_dims)
+                                 .set_stride(stats_strides)
+                                 .set_data_type(fe::DataType_t::FLOAT));
+      auto options = fe::graph::SDPA_backward_attributes()
+                         .set_name("sdpa_backward")
+                         .set_attn_scale(scale)
+                         .set_causal_mask(s.causal);
+      auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, d_o, stats, options);
+      dq->set_output(true).set_uid(kDQ).set_dim(dims).set_stride(qkv_strides);
+      dk->set_output(true).set_uid(kDK).set_dim(dims).set_stride(qkv_strides);
+      dv->set_output(true).set_uid(kDV).set_dim(dims).set_stride(qkv_strides);
+    }
+    return finish(std::move(g), workspace_limit, false);
+  }
+
+  const Entry& get(const std::string& key, const std::function<Entry()>& build) {
+    auto it = entries.find(key);
+    if (it == entries.end()) {
+      BSW_CUDA(cudaSetDevice(device));
+      it = entries.emplace(key, build()).first;
+    }
+    return it->second;
+  }
+
+  void execute(const Entry& e, const char* what, std::unordered_map<int64_t, void*>& pack, void* workspace,
+               uint64_t workspace_bytes, cudaStream_t stream) {
+    if (!e.graph) throw BackendError(fmt::format("{}: {}", what, e.error));
+    if (static_cast<uint64_t>(e.workspace_bytes) > workspace_bytes)
+      throw BackendError(
+          fmt::format("{}: the plan needs {} bytes of cuDNN workspace, workspace.cudnn holds {}", what,
+                      e.workspace_bytes, workspace_bytes));
+    BSW_CUDNN(cudnnSetStream(handle, stream));
+    if (auto s = e.graph->execute(handle, pack, workspace); s.is_bad())
+      throw BackendError(fmt::format("{}: cuDNN execute: {}", what, s.get_message()));
+  }
+};
+
+namespace {
+
+const char* pass_name(ConvPass p) {
+  switch (p) {
+    case ConvPass::fprop:
+      return "fprop";
+    case ConvPass::dgrad:
+      return "dgrad";
+    case ConvPass::wgrad:
+      return "wgrad";
+  }
+  return "?";
+}
+
+std::string conv_key(ConvPass pass, const ConvShape& s, uint64_t limit) {
+  return fmt::format("conv {} n{} c{} {}x{} k{} r{} s{} p{} {} ws{}", pass_name(pass), s.batch, s.channels,
+                     s.height, s.width, s.out_channels, s.kernel, s.stride, s.padding, to_string(s.precision),
+                     limit);
+}
+
+std::string sdpa_key(bool backward, const SdpaShape& s, uint64_t limit) {
+  return fmt::format("sdpa {} b{} h{} t{} d{} {} {} {} ws{}", backward ? "bwd" : "fwd", s.batch, s.heads,
+                     s.seq, s.head_dim, s.causal ? "causal" : "full", to_string(s.dtype),
+                     s.training ? "train" : "infer", limit);
+}
+
+}  // namespace
+
+CudnnGraphs::CudnnGraphs(int device) : cache_(std::make_unique<Cache>()) {
+  cache_->device = device;
+  BSW_CUDA(cudaSetDevice(device));
+  BSW_CUDNN(cudnnCreate(&cache_->handle));
+}
+
+CudnnGraphs::~CudnnGraphs() {
+  cache_->entries.clear();
+  if (cache_->handle != nullptr) BSW_CUDNN_NOEXCEPT(cudnnDestroy(cache_->handle));
+}
+
+std::string CudnnGraphs::conv_support(ConvPass pass, const ConvShape& shape, uint64_t workspace_limit) {
+  return cache_
+      ->get(conv_key(pass, shape, workspace_limit),
+            [&] { return cache_->build_conv(pass, shape, workspace_limit); })
+      .error;
+}
+
+std::string CudnnGraphs::sdpa_support(bool backward, const SdpaShape& shape, uint64_t workspace_limit) {
+  return cache_
+      ->get(sdpa_key(backward, shape, workspace_limit),
+            [&] { return cache_->build_sdpa(backward, shape, workspace_limit); })
+      .error;
+}
+
+void CudnnGraphs::conv(ConvPass pass, const ConvShape& shape, void* x, void* w, void* y, void* workspace,
+                       uint64_t workspace_bytes, cudaStream_t stream) {
+  const Entry& e = cache_->get(conv_key(pass, shape, workspace_bytes),
+                               [&] { return cache_->build_conv(pass, shape, workspace_bytes); });
+  std::unordered_map<int64_t, void*> pack{{kX, x}, {kW, w}, {kY, y}};
+  cache_->execute(e,
+                  pass == ConvPass::fprop   ? "cuDNN conv fprop"
+                  : pass == ConvPass::dgrad ? "cuDNN conv dgrad"
+                                            : "cuDNN conv wgrad",
+                  pack, workspace, workspace_bytes, stream);
+}
+
+void CudnnGraphs::sdpa_forward(const SdpaShape& shape, const void* q, const void* k, const void* v, void* o,
+                               float* stats, void* workspace, uint64_t workspace_bytes, cudaStream_t stream) {
+  if (shape.training && stats == nullptr)
+    throw BackendError("cuDNN SDPA forward: training needs the statistics");
+  const Entry& e = cache_->get(sdpa_key(false, shape, workspace_bytes),
+                               [&] { return cache_->build_sdpa(false, shape, workspace_bytes); });
+  std::unordered_map<int64_t, void*> pack{
+      {kQ, const_cast<void*>(q)}, {kK, const_cast<void*>(k)}, {kV, const_cast<void*>(v)}, {kO, o}};
+  if (shape.training) pack[kStats] = stats;
+  cache_->execute(e, "cuDNN SDPA forward", pack, workspace, workspace_bytes, stream);
+}
+
+void CudnnGraphs::sdpa_backward(const SdpaShape& shape, const void* q, const void* k, const void* v,
+                                const void* o, const void* d_o, const float* stats, void* dq, void* dk,
+                                void* dv, void* workspace, uint64_t workspace_bytes, cudaStream_t stream) {
+  const Entry& e = cache_->get(sdpa_key(true, shape, workspace_bytes),
+                               [&] { return cache_->build_sdpa(true, shape, workspace_bytes); });
+  std::unordered_map<int64_t, void*> pack{{kQ, const_cast<void*>(q)},
+                                          {kK, const_cast<void*>(k)},
+                                          {kV, const_cast<void*>(v)},
+                                          {kO, const_cast<void*>(o)},
+                                          {kDO, const_cast<void*>(d_o)},
+                                          {kStats, const_cast<float*>(stats)},
+                                          {kDQ, dq},
+                                          {kDK, dk},
+                                          {kDV, dv}};
+  cache_->execute(e, "cuDNN SDPA backward", pack, workspace, workspace_bytes, stream);
+}
+
+size_t CudnnGraphs::cached_graphs() const {
+  return cache_->entries.size();
+}
+
+}  // namespace bsw::cuda

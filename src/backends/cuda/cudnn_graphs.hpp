@@ -1,0 +1,70 @@
+// cuDNN graphs (cuDNN 9's graph API through NVIDIA's header-only frontend): convolution fprop / dgrad / wgrad
+// and fused SDPA (flash) attention forward / backward. Each is built once per shape and cached; cuDNN's
+// heuristics choose the plan among those whose workspace fits the plan's workspace.cudnn, so the workspace
+// the step uses is the one the planner counted. A shape cuDNN rejects is remembered with the reason, which
+// the backend uses to fall back to its own path and to say why in the report.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "batchsweep/plan.hpp"
+
+namespace bsw::cuda {
+
+// NCHW input [batch, channels, height, width], weights [out_channels, channels, kernel, kernel], zero
+// padding.
+struct ConvShape {
+  int64_t batch = 1, channels = 0, height = 0, width = 0, out_channels = 0, kernel = 1, stride = 1,
+          padding = 0;
+  int64_t out_height = 0, out_width = 0;
+  Precision precision = Precision::fp32;  // fp32: no tensor-core (TF32) engines; tf32 allows them
+};
+[[nodiscard]] ConvShape conv_shape(const Op& op, int64_t batch, Precision precision);
+
+// Attention over our qkv layout: q|k|v [batch, seq, 3, heads, head_dim] in, out [batch, seq, heads,
+// head_dim]. Statistics (training) are [batch, heads, seq] fp32.
+struct SdpaShape {
+  int64_t batch = 1, heads = 1, seq = 1, head_dim = 1;
+  bool causal = false;
+  DType dtype = DType::bf16;  // bf16 or f16
+  bool training = true;       // forward also writes the statistics the backward pass reads
+};
+[[nodiscard]] SdpaShape sdpa_shape(const Op& op, int64_t batch, DType dtype, bool training);
+
+enum class ConvPass { fprop, dgrad, wgrad };
+
+class CudnnGraphs {
+ public:
+  explicit CudnnGraphs(int device);  // creates the cuDNN handle on `device`; throws BackendError
+  ~CudnnGraphs();
+  CudnnGraphs(const CudnnGraphs&) = delete;
+  CudnnGraphs& operator=(const CudnnGraphs&) = delete;
+
+  // Builds (once per shape and limit) the graph; empty when cuDNN runs it within workspace_limit bytes, else
+  // why not ("cuDNN: ... not supported ...").
+  [[nodiscard]] std::string conv_support(ConvPass pass, const ConvShape& shape, uint64_t workspace_limit);
+  [[nodiscard]] std::string sdpa_support(bool backward, const SdpaShape& shape, uint64_t workspace_limit);
+
+  // The passes, on `stream` (graph-capturable). Tensors by role: fprop x, w -> y; dgrad dy (in y), w -> dx
+  // (in x); wgrad x, dy (in y) -> dw (in w). Throws BackendError when the shape is unsupported.
+  void conv(ConvPass pass, const ConvShape& shape, void* x, void* w, void* y, void* workspace,
+            uint64_t workspace_bytes, cudaStream_t stream);
+  // q, k, v point at the q|k|v parts of one qkv buffer (strided views); stats may be null in inference.
+  void sdpa_forward(const SdpaShape& shape, const void* q, const void* k, const void* v, void* o,
+                    float* stats, void* workspace, uint64_t workspace_bytes, cudaStream_t stream);
+  void sdpa_backward(const SdpaShape& shape, const void* q, const void* k, const void* v, const void* o,
+                     const void* d_o, const float* stats, void* dq, void* dk, void* dv, void* workspace,
+                     uint64_t workspace_bytes, cudaStream_t stream);
+
+  [[nodiscard]] size_t cached_graphs() const;
+
+ private:
+  struct Cache;
+  std::unique_ptr<Cache> cache_;
+};
+
+}  // namespace bsw::cuda
