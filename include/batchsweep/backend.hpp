@@ -63,14 +63,16 @@ class Backend {
   // When false — the CPU, whose host allocator overcommits — the plan alone decides what fits, and sweeps
   // need not prepare a batch just to learn whether it fits.
   [[nodiscard]] virtual bool reports_out_of_memory() const { return true; }
-  // The execution paths this backend takes for the graph at this precision and mode; they decide the plan's
-  // buffers, so a sweep asks once and plans every point with them. The CUDA backend prefers cuDNN
-  // (preferred_cuda_paths) and checks on the device that cuDNN accepts the shapes, else falls back to the
-  // explicit path. The other backends have one path.
-  [[nodiscard]] virtual ExecutionPaths execution_paths(const Graph& graph, Precision precision, Mode mode) {
+  // The execution paths this backend takes for the graph at this precision and mode, given the ones asked for
+  // (requested_cuda_paths); they decide the plan's buffers, so a sweep asks once and plans every point with
+  // them. The CUDA backend checks on the device that cuDNN accepts each requested cuDNN path and falls back
+  // to its own path where not, saying why in ExecutionPaths::note. The other backends have one path.
+  [[nodiscard]] virtual ExecutionPaths execution_paths(const Graph& graph, Precision precision, Mode mode,
+                                                       const ExecutionPaths& requested) {
     static_cast<void>(graph);
     static_cast<void>(precision);
     static_cast<void>(mode);
+    static_cast<void>(requested);
     return {};
   }
   // Allocates exactly plan.buffers and initialises them (seeded). Throws OutOfMemory when they do not fit

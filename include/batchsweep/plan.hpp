@@ -160,10 +160,20 @@ struct PlanRequest {
   ExecutionPaths paths{};  // cuda only
 };
 
+// What the user asked for (--attention, --conv); nullopt leaves the choice to the backend.
+struct PathChoice {
+  std::optional<AttentionPath> attention;
+  std::optional<ConvPath> conv;
+};
+
 // The paths the CUDA backend takes when cuDNN accepts the shapes: cuDNN convolutions whenever the graph has a
 // conv2d; cuDNN SDPA in fp16/bf16 when every attention op's head dim is a multiple of 8 and at most 128.
 // The backend checks support on the device and falls back to the explicit path (Backend::execution_paths).
 [[nodiscard]] ExecutionPaths preferred_cuda_paths(const Graph& graph, Precision precision);
+// preferred_cuda_paths with the user's choices on top. Throws UsageError naming --attention when cuDNN SDPA
+// is forced in fp32/tf32.
+[[nodiscard]] ExecutionPaths requested_cuda_paths(const Graph& graph, Precision precision,
+                                                  const PathChoice& choice);
 
 // Bytes of cuDNN workspace the plan reserves (workspace.cudnn) for one (graph, request): 64 MiB when a conv2d
 // runs through cuDNN; for cuDNN SDPA, 16 MiB plus, in training, the backward pass's fp32 dQ accumulator and

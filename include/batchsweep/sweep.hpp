@@ -138,7 +138,15 @@ struct SweepSettings {
   StoppingSettings stopping;
   SessionOptions session;
   double knee_sensitivity = 1.0;  // --batch auto: Kneedle S for the knee the refinement measures around
+  PathChoice paths;               // --attention, --conv (cuda)
 };
+
+// The execution paths a sweep plans every point with: on the cuda backend, requested_cuda_paths as the
+// backend answers them (cuDNN where it accepts the shapes, else our own paths, with a note); the other
+// backends have one path. Throws UsageError naming --attention / --conv when a path the user forced cannot
+// run.
+[[nodiscard]] ExecutionPaths resolve_execution_paths(Backend& backend, const Graph& graph,
+                                                     const SweepSettings& settings);
 
 // What on_point_start is told. `planned_total` is the number of points the sweep expects; for --batch auto
 // and

@@ -80,7 +80,27 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a) {
       ->check(CLI::PositiveNumber);
 }
 
+// --attention auto|cudnn|explicit and --conv auto|cudnn|im2col (CLI11 has checked the words).
+PathChoice parse_paths(const std::string& attention, const std::string& conv) {
+  PathChoice c;
+  if (attention != "auto")
+    c.attention = attention == "cudnn" ? AttentionPath::cudnn_sdpa : AttentionPath::explicit_softmax;
+  if (conv != "auto") c.conv = conv == "cudnn" ? ConvPath::cudnn : ConvPath::im2col_gemm;
+  return c;
+}
+
+void add_path_options(CLI::App* cmd, std::string& attention, std::string& conv) {
+  cmd->add_option("--attention", attention,
+                  "cuda: auto (cuDNN SDPA in fp16/bf16 where cuDNN takes the shape) | cudnn | explicit")
+      ->check(CLI::IsMember({"auto", "cudnn", "explicit"}))
+      ->capture_default_str();
+  cmd->add_option("--conv", conv, "cuda: auto (cuDNN where it takes the shape) | cudnn | im2col")
+      ->check(CLI::IsMember({"auto", "cudnn", "im2col"}))
+      ->capture_default_str();
+}
+
 struct Raw {
+  std::string attention = "auto", conv = "auto";
   std::string precision = "fp32", mode = "train", batch = "auto", memory_limit, memory, graphs = "on";
   std::optional<int64_t> effective_batch;
   double memory_warn_pct = 90.0;
@@ -167,6 +187,7 @@ int run_app(int argc, char** argv) {
   run_cmd->add_option("--graphs", run_raw.graphs, "cuda: capture each step as a CUDA graph (on|off)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  add_path_options(run_cmd, run_raw.attention, run_raw.conv);
   run_cmd
       ->add_option("--telemetry", run.telemetry,
                    "NVML power/energy/clock sampling per point (auto: on for cuda)")
@@ -196,6 +217,7 @@ int run_app(int argc, char** argv) {
   plan_cmd
       ->add_option("--memory", plan_raw.memory, "Device memory (e.g. 80GB, 24GiB): report the largest batch")
       ->type_name("SIZE");
+  add_path_options(plan_cmd, plan_raw.attention, plan_raw.conv);
   plan_cmd->add_option("--json", plan.json_path, "Write the plan JSON to FILE, or - for stdout")
       ->type_name("FILE|-");
   plan_cmd->add_flag("--buffers", plan.buffers, "List every buffer of each plan");
@@ -271,6 +293,7 @@ int run_app(int argc, char** argv) {
       run.sweep.memory_limit_bytes = parse_size(run_raw.memory_limit, "--memory-limit");
     run.sweep.memory_warn_fraction = run_raw.memory_warn_pct / 100.0;
     run.sweep.session.cuda_graphs = run_raw.graphs == "on";
+    run.sweep.paths = parse_paths(run_raw.attention, run_raw.conv);
     run.sweep.session.memory_limit_bytes = run.sweep.memory_limit_bytes;
     run.sweep.knee_sensitivity = run.analysis.knee_sensitivity;
     validate(run.sweep.stopping);
@@ -287,6 +310,7 @@ int run_app(int argc, char** argv) {
     if (plan.mode == Mode::infer && plan.accumulation != 1)
       throw UsageError("--accumulation: gradient accumulation only applies to --mode train");
     if (!plan_raw.memory.empty()) plan.memory_bytes = parse_size(plan_raw.memory, "--memory");
+    plan.paths = parse_paths(plan_raw.attention, plan_raw.conv);
     return plan_command(plan);
   }
   if (analyze_cmd->parsed()) return analyze_command(analyze);

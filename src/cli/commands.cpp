@@ -163,6 +163,8 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
         {"max_samples", w.stopping.max_samples}}},
       {"seed", w.session.seed},
       {"cuda_graphs", w.session.cuda_graphs},
+      {"attention", w.paths.attention ? std::string(to_string(*w.paths.attention)) : std::string("auto")},
+      {"conv", w.paths.conv ? std::string(to_string(*w.paths.conv)) : std::string("auto")},
       {"telemetry", s.telemetry},
       {"knee_sensitivity", s.analysis.knee_sensitivity},
       {"saturation_pct", s.analysis.saturation_pct},
@@ -242,9 +244,16 @@ int plan_command(const PlanSettings& s) {
   summary.graph = &graph;
   summary.with_buffers = s.buffers;
   PlanRequest request{1, s.precision, s.mode, s.accumulation, kind};
-  // The paths the CUDA backend prefers; where cuDNN rejects a shape on the device, `run` falls back and plans
-  // the explicit path instead (its report says which ran).
-  if (kind == BackendKind::cuda) request.paths = preferred_cuda_paths(graph, s.precision);
+  // The paths the CUDA backend prefers (or the ones forced); where cuDNN rejects a shape on the device, `run`
+  // falls back and plans our own path instead (its report says which ran).
+  if (kind == BackendKind::cuda) {
+    request.paths = requested_cuda_paths(graph, s.precision, s.paths);
+  } else if (s.paths.attention == AttentionPath::cudnn_sdpa || s.paths.conv == ConvPath::cudnn) {
+    throw UsageError(
+        fmt::format("{}: cuDNN paths are planned for --backend cuda, not {}",
+                    s.paths.attention == AttentionPath::cudnn_sdpa ? "--attention cudnn" : "--conv cudnn",
+                    to_string(kind)));
+  }
   for (int64_t b : spec.batches) {
     request.batch = b;
     summary.plans.push_back(make_plan(graph, request));
@@ -273,8 +282,8 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   report.device = backend->device(s.sweep.precision);
   report.settings = settings_json(s, model, to_string(backend->kind()));
   if (backend->kind() == BackendKind::cuda) {
-    // The sweep asks again (answered from the backend's cache) and plans every point with these paths.
-    const ExecutionPaths paths = backend->execution_paths(graph, s.sweep.precision, s.sweep.mode);
+    // The sweep resolves them again (from the backend's cache) and plans every point with them.
+    const ExecutionPaths paths = resolve_execution_paths(*backend, graph, s.sweep);
     nlohmann::json p = {{"attention", to_string(paths.attention)}, {"conv", to_string(paths.conv)}};
     if (!paths.note.empty()) {
       p["note"] = paths.note;

@@ -38,6 +38,7 @@ struct PlanSettings {
   std::optional<uint64_t> memory_bytes;
   std::string json_path;
   bool buffers = false;
+  PathChoice paths;  // --attention, --conv
 };
 
 struct RunSettings {

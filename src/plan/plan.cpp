@@ -478,6 +478,20 @@ ExecutionPaths preferred_cuda_paths(const Graph& graph, Precision precision) {
   return paths;
 }
 
+ExecutionPaths requested_cuda_paths(const Graph& graph, Precision precision, const PathChoice& choice) {
+  ExecutionPaths paths = preferred_cuda_paths(graph, precision);
+  if (choice.attention) {
+    if (*choice.attention == AttentionPath::cudnn_sdpa && storage_dtype(precision) == DType::f32)
+      throw UsageError(
+          fmt::format("--attention cudnn: cuDNN SDPA runs in fp16 or bf16, not {} (use --precision "
+                      "bf16 or fp16, or --attention explicit)",
+                      to_string(precision)));
+    paths.attention = *choice.attention;
+  }
+  if (choice.conv) paths.conv = *choice.conv;
+  return paths;
+}
+
 uint64_t cudnn_workspace_bytes(const Graph& graph, const PlanRequest& request) {
   if (request.backend != BackendKind::cuda) return 0;
   uint64_t bytes = 0;

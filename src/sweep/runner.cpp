@@ -36,7 +36,7 @@ PointRunner::PointRunner(Backend& backend, const Graph& graph, const SweepSettin
       settings_(settings),
       observer_(observer),
       device_(backend.device(settings.precision)),
-      paths_(backend.execution_paths(graph, settings.precision, settings.mode)),
+      paths_(resolve_execution_paths(backend, graph, settings)),
       session_options_(settings.session) {
   if (settings.memory_limit_bytes) {
     budget_bytes_ = *settings.memory_limit_bytes;
@@ -309,6 +309,30 @@ void run_batch_list(PointRunner& runner, const std::vector<int64_t>& batches, in
 }
 
 }  // namespace sweep_detail
+
+ExecutionPaths resolve_execution_paths(Backend& backend, const Graph& graph, const SweepSettings& settings) {
+  const PathChoice& choice = settings.paths;
+  if (backend.kind() != BackendKind::cuda) {
+    if (choice.attention == AttentionPath::cudnn_sdpa)
+      throw UsageError(
+          fmt::format("--attention cudnn: only the cuda backend has a cuDNN path (this sweep runs on "
+                      "{})",
+                      to_string(backend.kind())));
+    if (choice.conv == ConvPath::cudnn)
+      throw UsageError(
+          fmt::format("--conv cudnn: only the cuda backend has a cuDNN path (this sweep runs on {})",
+                      to_string(backend.kind())));
+    return {};
+  }
+  const ExecutionPaths requested = requested_cuda_paths(graph, settings.precision, choice);
+  ExecutionPaths paths = backend.execution_paths(graph, settings.precision, settings.mode, requested);
+  if (choice.attention == AttentionPath::cudnn_sdpa && paths.attention != AttentionPath::cudnn_sdpa)
+    throw UsageError(
+        fmt::format("--attention cudnn: cuDNN cannot run this model's attention: {}", paths.note));
+  if (choice.conv == ConvPath::cudnn && paths.conv != ConvPath::cudnn)
+    throw UsageError(fmt::format("--conv cudnn: cuDNN cannot run this model's convolutions: {}", paths.note));
+  return paths;
+}
 
 void validate(const StoppingSettings& stopping) {
   const auto fail = [](std::string_view flag, const std::string& why) {

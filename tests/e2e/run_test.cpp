@@ -234,5 +234,27 @@ TEST(Plan, EveryPresetAnswersQuickly) {
   }
 }
 
+TEST(Plan, CudaPathsAreShownAndCanBeForced) {
+  auto plan = [](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"plan", "--model", "gpt2-small", "--backend", "cuda", "--precision",
+                                     "bf16", "--batch", "16",         "--json",    "-"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const Result r = run(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out);
+  };
+  const nlohmann::json fused = plan({});
+  EXPECT_EQ(fused["paths"]["attention"], "cudnn_sdpa");
+  EXPECT_EQ(fused["paths"]["conv"], "im2col_gemm");
+  const nlohmann::json explicit_plan = plan({"--attention", "explicit"});
+  EXPECT_EQ(explicit_plan["paths"]["attention"], "explicit_softmax");
+  // The [B, heads, T, T] probabilities the explicit path saves are what fused attention spares.
+  EXPECT_GT(explicit_plan["points"][0]["memory"]["saved_activations"].get<uint64_t>(),
+            fused["points"][0]["memory"]["saved_activations"].get<uint64_t>());
+  const Result table = run({"plan", "--model", "resnet-small", "--backend", "cuda", "--precision", "bf16"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("attention explicit_softmax, conv cudnn"), std::string::npos) << table.out;
+}
+
 }  // namespace
 }  // namespace bsw::e2e

@@ -203,7 +203,8 @@ TEST_P(GpuCudnnSession, TrainingLossesMatchTheCpuBackend) {
   const PathCase c = GetParam();
   const Graph g = graph_of(c.model);
   std::unique_ptr<Backend> gpu = cuda::make_cuda_backend(0);
-  const ExecutionPaths paths = gpu->execution_paths(g, c.precision, Mode::train);
+  const ExecutionPaths paths =
+      gpu->execution_paths(g, c.precision, Mode::train, preferred_cuda_paths(g, c.precision));
   EXPECT_EQ(paths.conv == ConvPath::cudnn, c.expect_conv) << paths.note;
   EXPECT_EQ(paths.attention == AttentionPath::cudnn_sdpa, c.expect_sdpa) << paths.note;
   EXPECT_EQ(paths.note, "");
@@ -217,8 +218,13 @@ TEST_P(GpuCudnnSession, TrainingLossesMatchTheCpuBackend) {
     EXPECT_NEAR(got[i], ref[i], tol * std::abs(ref[i])) << c.name << " step " << i;
 
   // Inference on the same paths runs, and the session says which paths ran.
-  const PlanRequest infer{3, c.precision,       Mode::infer,
-                          1, BackendKind::cuda, gpu->execution_paths(g, c.precision, Mode::infer)};
+  const PlanRequest infer{
+      3,
+      c.precision,
+      Mode::infer,
+      1,
+      BackendKind::cuda,
+      gpu->execution_paths(g, c.precision, Mode::infer, preferred_cuda_paths(g, c.precision))};
   auto session = gpu->prepare(g, make_plan(g, infer), SessionOptions{});
   static_cast<void>(session->step());
   const nlohmann::json d = session->details();
@@ -244,7 +250,8 @@ TEST(GpuCudnnMemory, MeasuredDeviceMemoryMatchesThePlanWithCudnnWorkspace) {
   BSW_REQUIRE_DEVICE();
   const Graph g = lower(load_model("gpt2-small"));
   std::unique_ptr<Backend> gpu = cuda::make_cuda_backend(0);
-  const ExecutionPaths paths = gpu->execution_paths(g, Precision::bf16, Mode::train);
+  const ExecutionPaths paths =
+      gpu->execution_paths(g, Precision::bf16, Mode::train, preferred_cuda_paths(g, Precision::bf16));
   ASSERT_EQ(paths.attention, AttentionPath::cudnn_sdpa) << paths.note;
   const Plan plan = make_plan(g, {8, Precision::bf16, Mode::train, 1, BackendKind::cuda, paths});
   ASSERT_NE(plan.find("workspace.cudnn"), nullptr);

@@ -54,10 +54,12 @@ class CudaBackend final : public Backend {
     return make_cuda_session(graph, plan, options, device_, uses_cudnn ? cudnn() : nullptr);
   }
 
-  // The preferred paths, each checked at batch 1 on this device: a pass cuDNN rejects (or whose plans all
+  // The requested paths, each checked at batch 1 on this device: a pass cuDNN rejects (or whose plans all
   // need more workspace than the planner reserves) sends that op kind to our own path, and the note says why.
-  ExecutionPaths execution_paths(const Graph& graph, Precision precision, Mode mode) override {
-    ExecutionPaths paths = preferred_cuda_paths(graph, precision);
+  ExecutionPaths execution_paths(const Graph& graph, Precision precision, Mode mode,
+                                 const ExecutionPaths& requested) override {
+    ExecutionPaths paths = requested;
+    paths.note.clear();
     if (paths.conv == ConvPath::im2col_gemm && paths.attention == AttentionPath::explicit_softmax)
       return paths;
     if (!cudnn_error_.empty() || !cudnn()) {
