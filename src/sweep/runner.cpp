@@ -2,6 +2,8 @@
 // stopping criterion holds — and run_sweep, which hands the choice of batches to a strategy (list, auto,
 // effective batch).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -286,10 +288,25 @@ void PointRunner::summarize_point(Point& point, const Plan& plan, const NoiseCri
     }
   }
   if (auto warning = criterion.warning())
-    warn(fmt::format("batch {}: {}", batch_label(point.batch, point.accumulation), *warning));
+    stop_warnings_.emplace_back(batch_label(point.batch, point.accumulation), std::move(*warning));
+}
+
+void PointRunner::add_stop_warnings() {
+  if (stop_warnings_.size() <= kStopWarningsListed) {
+    for (const auto& [label, why] : stop_warnings_) warn(fmt::format("batch {}: {}", label, why));
+    return;
+  }
+  std::vector<std::string> labels;
+  for (const auto& entry : stop_warnings_) labels.push_back(entry.first);
+  warn(fmt::format(
+      "{} points stopped before meeting their measurement targets (batches {}); the first, batch {}: "
+      "{}. Each point's stop_reason and noise_pct are in the report",
+      stop_warnings_.size(), fmt::join(labels, ", "), stop_warnings_.front().first,
+      stop_warnings_.front().second));
 }
 
 SweepOutcome PointRunner::finish(std::string search_summary) {
+  add_stop_warnings();
   observer_.on_sweep_end(interrupted_);
   SweepOutcome outcome;
   outcome.points = points_;

@@ -223,6 +223,32 @@ TEST(Runner, TimeoutEndsAHangingPointWithAWarning) {
   EXPECT_EQ(find_point(outcome.points, 4)->stop_reason, "noise target");
 }
 
+TEST(Runner, ManyPointsMissingTheirTargetsMakeOneWarning) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline();
+  config.noise_pct = 30;  // never within 1%: every point ends at the sample cap
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = list_settings({1, 2, 4, 8, 16});
+  settings.stopping.max_samples = 20;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  for (const Point& p : outcome.points) EXPECT_EQ(p.stop_reason, "sample cap");
+  ASSERT_EQ(outcome.warnings.size(), 1u);
+  const std::string& w = outcome.warnings[0];
+  EXPECT_TRUE(
+      contains(w, "5 points stopped before meeting their measurement targets (batches 1, 2, 4, 8, 16)"))
+      << w;
+  EXPECT_TRUE(contains(w, "batch 1: sample cap 20 reached")) << w;
+  EXPECT_TRUE(contains(w, "--max-noise")) << w;
+
+  // Three or fewer are listed one by one.
+  SweepSettings few = list_settings({1, 2});
+  few.stopping.max_samples = 20;
+  const SweepOutcome two = run_sweep(*backend, graph, few, observer);
+  ASSERT_EQ(two.warnings.size(), 2u);
+  EXPECT_TRUE(contains(two.warnings[1], "batch 2: sample cap 20 reached")) << two.warnings[1];
+}
+
 TEST(Runner, InterruptBetweenSamplesDropsTheUnfinishedPoint) {
   const Graph graph = tiny_graph();
   ScriptedConfig config = testing::roofline();
