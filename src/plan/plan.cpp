@@ -428,6 +428,13 @@ class Builder {
     add("workspace.conv_out", MemoryCategory::workspace, s_, conv_out);
     // cuDNN's weight gradient lands here (storage dtype), then is added to the fp32 gradients.
     if (train && conv_dw > 0) add("workspace.conv_dw", MemoryCategory::workspace, s_, conv_dw);
+    // 16-bit training: a linear+GELU+bias followed by a linear gets its GELU backward and bias gradient from
+    // the next linear's input-gradient GEMM (cuBLASLt DGELU_BGRAD); the bias gradient lands here first.
+    uint64_t bgrad = 0;
+    for (size_t i = 0; train && s_ != DType::f32 && i + 1 < g_.ops.size(); ++i)
+      if (dgelu_fusable(g_.ops[i], g_.ops[i + 1]))
+        bgrad = std::max(bgrad, static_cast<uint64_t>(g_.ops[i].out_features));
+    add("workspace.bgrad", MemoryCategory::workspace, s_, bgrad);
     const uint64_t rows = b * static_cast<uint64_t>(g_.loss_rows);
     add("workspace.loss", MemoryCategory::workspace, DType::f32, std::max<uint64_t>(rows, 1));
     add("workspace.scalars", MemoryCategory::workspace, DType::f32, kCudaScalars);
@@ -437,6 +444,11 @@ class Builder {
       for (const Op& op : g_.ops) largest = std::max(largest, static_cast<uint64_t>(op.param_elements));
       add("workspace.init", MemoryCategory::workspace, DType::f32, largest);
     }
+  }
+
+  [[nodiscard]] static bool dgelu_fusable(const Op& op, const Op& next) {
+    return op.kind == OpKind::linear && op.activation == Activation::gelu && op.bias &&
+           next.kind == OpKind::linear;
   }
 
   [[nodiscard]] bool fused_attention() const { return r_.paths.attention == AttentionPath::cudnn_sdpa; }

@@ -483,6 +483,52 @@ TEST_P(GpuGemm, LinearForwardAndWeightGradient) {
   EXPECT_LE(rel_error(dwg.download(), dw_ref), tol);
 }
 
+TEST_P(GpuGemm, DgeluBgradEpilogueIsTheGeluBackwardAndBiasGradient) {
+  // dx = dz W of a linear, with the previous linear's GELU backward and bias-gradient sum fused in.
+  const Precision p = GetParam();
+  const DType t = storage_dtype(p);
+  if (t == DType::f32) GTEST_SKIP() << "the session fuses GELU epilogues in 16-bit only";
+  const int64_t m = 72, n = 40, k = 56;  // dz [M, N], W [N, K], z_prev [M, K]
+  const std::vector<float> dz = quantize(random_values(m * n, 33), t),
+                           w = quantize(random_values(n * k, 34), t),
+                           z = quantize(random_values(m * k, 35, -3.0f, 3.0f), t);
+  std::vector<float> dx(m * k, 0.0f), y(m * k), dz_prev(m * k), bias_ref(k, 0.0f);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c = 0; c < k; ++c)
+      for (int64_t j = 0; j < n; ++j) dx[r * k + c] += dz[r * n + j] * w[j * k + c];
+  dx = quantize(dx, t);  // the CPU session rounds dx to storage before the activation's backward
+  cpu::activation_forward(Activation::gelu, z.data(), y.data(), m * k);
+  cpu::activation_backward(Activation::gelu, z.data(), y.data(), dx.data(), dz_prev.data(), m * k);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c = 0; c < k; ++c) bias_ref[c] += dz_prev[r * k + c];
+
+  DeviceArray ddz(t, dz), dw(t, w), dz_aux(t, z), out(t, m * k), bias(t, k), ws(DType::f32, (32u << 20) / 4);
+  cuda::Gemm gemm(p, ws.get(), ws.bytes());
+  cuda::GemmArgs g;
+  g.m = m;
+  g.n = k;
+  g.k = n;
+  g.a = ddz.get();
+  g.lda = n;
+  g.b = dw.get();
+  g.ldb = k;
+  g.c = out.get();
+  g.ldc = k;
+  g.ab_type = g.c_type = t;
+  g.epilogue = Epilogue::dgelu_bgrad;
+  g.aux = dz_aux.get();
+  g.ld_aux = k;
+  g.bias = bias.get();
+  gemm.run(g, nullptr);
+  EXPECT_LE(rel_error(out.download(), dz_prev), 2e-2);
+  EXPECT_LE(rel_error(bias.download(), bias_ref), 2e-2);
+  DeviceArray acc(DType::f32, std::vector<float>(k, 1.0f));
+  k::accumulate_f32(t, bias.get(), acc.f32(), k, nullptr);
+  std::vector<float> acc_ref(k);
+  for (int64_t c = 0; c < k; ++c) acc_ref[c] = 1.0f + bias_ref[c];
+  EXPECT_LE(rel_error(acc.download(), acc_ref), 2e-2);
+}
+
 INSTANTIATE_TEST_SUITE_P(Precisions, GpuGemm,
                          testing::Values(Precision::fp32, Precision::tf32, Precision::bf16, Precision::fp16),
                          [](const testing::TestParamInfo<Precision>& p) {

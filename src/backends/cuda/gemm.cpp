@@ -58,6 +58,8 @@ cublasLtEpilogue_t epilogue_of(Epilogue e) {
       return CUBLASLT_EPILOGUE_GELU_BIAS;
     case Epilogue::gelu_aux_bias:
       return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case Epilogue::dgelu_bgrad:
+      return CUBLASLT_EPILOGUE_DGELU_BGRAD;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -88,8 +90,11 @@ void check_args(const GemmArgs& g) {
   if (g.ldc < g.n) fail("ldc is smaller than a row of C");
   if (g.a == nullptr || g.b == nullptr || g.c == nullptr) fail("a null operand");
   if (g.epilogue != Epilogue::none && g.bias == nullptr) fail("a bias epilogue without a bias");
-  if (g.epilogue == Epilogue::gelu_aux_bias && (g.aux == nullptr || g.ld_aux < g.n || g.ld_aux % 8 != 0))
-    fail("gelu_aux_bias needs an aux buffer whose leading dimension is a multiple of 8 and at least N");
+  const bool with_aux = g.epilogue == Epilogue::gelu_aux_bias || g.epilogue == Epilogue::dgelu_bgrad;
+  if (with_aux && (g.aux == nullptr || g.ld_aux < g.n || g.ld_aux % 8 != 0))
+    fail("a GELU aux epilogue needs an aux buffer whose leading dimension is a multiple of 8 and at least N");
+  if (g.epilogue == Epilogue::dgelu_bgrad && (g.batch != 1 || g.beta != 0.0f))
+    fail("dgelu_bgrad writes C and the bias gradient: no batch, no beta");
 }
 
 }  // namespace
@@ -154,7 +159,7 @@ Gemm::Entry& Gemm::entry(const GemmArgs& g) {
   if (g.epilogue != Epilogue::none)
     BSW_CUBLAS(
         cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
-  if (g.epilogue == Epilogue::gelu_aux_bias) {
+  if (g.epilogue == Epilogue::gelu_aux_bias || g.epilogue == Epilogue::dgelu_bgrad) {
     BSW_CUBLAS(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
                                               sizeof(g.aux)));
     BSW_CUBLAS(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &g.ld_aux,
@@ -207,7 +212,7 @@ void Gemm::run(const GemmArgs& g, cudaStream_t stream) {
   if (g.epilogue != Epilogue::none)
     BSW_CUBLAS(
         cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
-  if (g.epilogue == Epilogue::gelu_aux_bias)
+  if (g.epilogue == Epilogue::gelu_aux_bias || g.epilogue == Epilogue::dgelu_bgrad)
     BSW_CUBLAS(cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
                                               sizeof(g.aux)));
   BSW_CUBLAS(cublasLtMatmul(handle_, e.desc, &g.alpha, g.b, e.a, g.a, e.b, &g.beta, g.c, e.c, g.c, e.c,

@@ -21,6 +21,8 @@ enum class Epilogue {
   bias,           // C = op(A) op(B) + bias[N]
   gelu_bias,      // C = gelu(op(A) op(B) + bias[N])                      (inference)
   gelu_aux_bias,  // C = gelu(z), aux = z = op(A) op(B) + bias[N]        (training: z saved for backward)
+  dgelu_bgrad,    // C = (op(A) op(B)) * gelu'(aux), bias[N] = column sums of C, overwritten (backward: the
+                  // next linear's input gradient becomes this linear's pre-activation gradient and bias grad)
 };
 
 // Row-major C[M, N] = alpha * op(A) op(B) + beta * C, op(A) [M, K], op(B) [K, N]; `batch` independent
@@ -39,8 +41,8 @@ struct GemmArgs {
   float alpha = 1, beta = 0;
   int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
   Epilogue epilogue = Epilogue::none;
-  const void* bias = nullptr;  // [N], c_type
-  void* aux = nullptr;         // gelu_aux_bias: row-major [M, ld_aux], c_type
+  const void* bias = nullptr;  // [N], c_type (dgelu_bgrad: written)
+  void* aux = nullptr;         // gelu_aux_bias (written), dgelu_bgrad (read): row-major [M, ld_aux], c_type
   int64_t ld_aux = 0;          // a multiple of 8, at least N
 };
 

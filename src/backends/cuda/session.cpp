@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <new>
@@ -130,6 +131,10 @@ class CudaSession final : public Session {
     if (!plan_.request.paths.note.empty()) d["paths_note"] = plan_.request.paths.note;
     if (cudnn_) d["cudnn_graphs"] = cudnn_->cached_graphs();
     if (gelu_epilogue_used_) d["gelu"] = "fused into the GEMM (CUBLASLT_EPILOGUE_GELU_AUX_BIAS / GELU_BIAS)";
+    if (dgelu_epilogue_used_)
+      d["gelu_backward"] =
+          "fused with the bias gradient into the next linear's input-gradient GEMM "
+          "(CUBLASLT_EPILOGUE_DGELU_BGRAD)";
     if (plan_.request.precision == Precision::fp16) {
       d["loss_scale"] = loss_scale_;
       d["skipped_steps"] = skipped_steps_;
@@ -772,6 +777,7 @@ class CudaSession final : public Session {
   }
 
   void backward() {
+    std::fill(dgelu_done_.begin(), dgelu_done_.end(), false);
     Ref current = need("grad.a");
     Ref other = need("grad.b");
     const Ref data = need("data.input");
@@ -849,7 +855,9 @@ class CudaSession final : public Session {
   void linear_backward(size_t i, const Op& op, const Ref& in, const Ref& w, const Ref& dy, const Ref& dx,
                        float* dw) {
     const int64_t m = batch() * op.rows, k = op.in_features, n = op.out_features;
-    if (op.has_preactivation())  // dz = dy * act'(z), in place in the gradient buffer
+    if (dgelu_done_[i]) {
+      // The next linear's GEMM already turned dy into dz and summed the bias gradient (DGELU_BGRAD).
+    } else if (op.has_preactivation())  // dz = dy * act'(z), in place in the gradient buffer
       kernels::activation_backward(op.activation, s_, need(fmt::format("ops[{}].pre", i)).ptr,
                                    need(fmt::format("ops[{}].out", i)).ptr, dy.ptr, dy.ptr, m * n, stream_);
     GemmArgs gw;  // dW[N, K] += dz^T [N, M] x [M, K]
@@ -867,7 +875,7 @@ class CudaSession final : public Session {
     gw.c_type = DType::f32;
     gw.beta = 1.0f;
     gemm_->run(gw, stream_);
-    if (op.bias) kernels::column_sum_accumulate(s_, dy.ptr, dw + k * n, m, n, stream_);
+    if (op.bias && !dgelu_done_[i]) kernels::column_sum_accumulate(s_, dy.ptr, dw + k * n, m, n, stream_);
     if (!dx) return;
     GemmArgs gx;  // dx[M, K] = dz[M, N] W[N, K]
     gx.m = m;
@@ -880,7 +888,26 @@ class CudaSession final : public Session {
     gx.c = dx.ptr;
     gx.ldc = k;
     gx.ab_type = gx.c_type = s_;
+    const Op* prev = i > 0 ? &graph_.ops[i - 1] : nullptr;
+    const Ref bgrad = ref("workspace.bgrad");
+    const bool fuse = bgrad && prev != nullptr && prev->kind == OpKind::linear &&
+                      prev->activation == Activation::gelu && prev->bias &&
+                      Gemm::gelu_epilogue_supported(k, dx.ptr, need(fmt::format("ops[{}].pre", i - 1)).ptr);
+    if (!fuse) {
+      gemm_->run(gx, stream_);
+      return;
+    }
+    // dx becomes the previous linear's dz = (dz W) * gelu'(z_prev); its bias gradient lands in
+    // workspace.bgrad.
+    gx.epilogue = Epilogue::dgelu_bgrad;
+    gx.aux = need(fmt::format("ops[{}].pre", i - 1)).ptr;
+    gx.ld_aux = k;
+    gx.bias = bgrad.ptr;
     gemm_->run(gx, stream_);
+    kernels::accumulate_f32(s_, bgrad.ptr, grads_of(*prev) + prev->in_features * prev->out_features, k,
+                            stream_);
+    dgelu_done_[i - 1] = true;
+    dgelu_epilogue_used_ = true;
   }
 
   void conv_backward(size_t i, const Op& op, const Ref& in, const Ref& w, const Ref& dy, const Ref& dx,
@@ -1062,6 +1089,8 @@ class CudaSession final : public Session {
   std::vector<Ref> residual_stack_;
   bool has_attention_ = false;
   bool gelu_epilogue_used_ = false;
+  bool dgelu_epilogue_used_ = false;
+  std::vector<bool> dgelu_done_ = std::vector<bool>(graph_.ops.size(), false);  // per op, this backward pass
 
   double loss_scale_ = kInitialLossScale;
   int64_t clean_steps_ = 0;

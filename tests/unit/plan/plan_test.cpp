@@ -285,6 +285,29 @@ TEST(ExecutionPaths, CudnnConvReplacesIm2colWithItsWorkspace) {
   EXPECT_GT(make_plan(vit, v).buffer("workspace.im2col").elements, 0u);
 }
 
+TEST(Plan, DgeluBgradScratchOnlyWhereTheSessionFuses) {
+  const Graph g = graph_of(R"({"name": "m", "input": {"type": "vector", "features": 64},
+    "layers": [{"type": "linear", "out_features": 96, "activation": "gelu"},
+               {"type": "linear", "out_features": 48, "activation": "gelu"},
+               {"type": "linear", "out_features": 8}]})");
+  const Plan bf16 = make_plan(g, {4, Precision::bf16, Mode::train, 1, BackendKind::cuda});
+  EXPECT_EQ(bf16.buffer("workspace.bgrad").elements, 96u);  // the widest GELU linear followed by a linear
+  EXPECT_EQ(bf16.buffer("workspace.bgrad").dtype, DType::bf16);
+  EXPECT_EQ(make_plan(g, {4, Precision::fp32, Mode::train, 1, BackendKind::cuda}).find("workspace.bgrad"),
+            nullptr);
+  EXPECT_EQ(make_plan(g, {4, Precision::bf16, Mode::infer, 1, BackendKind::cuda}).find("workspace.bgrad"),
+            nullptr);
+  EXPECT_EQ(make_plan(g, {4, Precision::bf16, Mode::train, 1, BackendKind::cpu}).find("workspace.bgrad"),
+            nullptr);
+  // A GELU linear whose output feeds a residual or a non-linear op is not fused.
+  const Graph res = graph_of(R"({"name": "m", "input": {"type": "vector", "features": 64},
+    "layers": [{"type": "linear", "out_features": 64, "activation": "gelu"},
+               {"type": "residual", "layers": [{"type": "linear", "out_features": 64}]},
+               {"type": "layernorm"}]})");
+  EXPECT_EQ(make_plan(res, {4, Precision::bf16, Mode::train, 1, BackendKind::cuda}).find("workspace.bgrad"),
+            nullptr);
+}
+
 TEST(ExecutionPaths, FusedAttentionLetsGpt2FitLargerBatches) {
   const Graph g = lower(load_model("gpt2-small"));
   PlanRequest r{1, Precision::bf16, Mode::train, 1, BackendKind::cuda};
