@@ -175,9 +175,10 @@ struct PathChoice {
 [[nodiscard]] ExecutionPaths requested_cuda_paths(const Graph& graph, Precision precision,
                                                   const PathChoice& choice);
 
-// Bytes of cuDNN workspace the plan reserves (workspace.cudnn) for one (graph, request): 64 MiB when a conv2d
-// runs through cuDNN; for cuDNN SDPA, 16 MiB plus, in training, the backward pass's fp32 dQ accumulator and
-// softmax sums (B * heads * T * (head_dim + 2) * 4 bytes). The CUDA backend only builds cuDNN plans whose
+// Bytes of cuDNN workspace the plan reserves (workspace.cudnn) for one (graph, request): when a conv2d runs
+// through cuDNN, 64 MiB or, if larger, its input, output and weights at this batch (room for NCHW engines
+// that transpose to NHWC); for cuDNN SDPA, 16 MiB plus, in training, the backward pass's fp32 dQ accumulator
+// and softmax sums (B * heads * T * (head_dim + 2) * 4 bytes). The CUDA backend only builds cuDNN plans whose
 // workspace fits this budget.
 [[nodiscard]] uint64_t cudnn_workspace_bytes(const Graph& graph, const PlanRequest& request);
 

@@ -427,7 +427,10 @@ class Builder {
     add("workspace.im2col", MemoryCategory::workspace, s_, col);
     add("workspace.conv_out", MemoryCategory::workspace, s_, conv_out);
     // cuDNN's weight gradient lands here (storage dtype), then is added to the fp32 gradients.
-    if (train && conv_dw > 0) add("workspace.conv_dw", MemoryCategory::workspace, s_, conv_dw);
+    // fp16 keeps it in fp32: the loss-scaled weight gradient would overflow fp16.
+    if (train && conv_dw > 0)
+      add("workspace.conv_dw", MemoryCategory::workspace, r_.precision == Precision::fp16 ? DType::f32 : s_,
+          conv_dw);
     // 16-bit training: a linear+GELU+bias followed by a linear gets its GELU backward and bias gradient from
     // the next linear's input-gradient GEMM (cuBLASLt DGELU_BGRAD); the bias gradient lands here first.
     uint64_t bgrad = 0;
@@ -508,8 +511,14 @@ uint64_t cudnn_workspace_bytes(const Graph& graph, const PlanRequest& request) {
   if (request.backend != BackendKind::cuda) return 0;
   uint64_t bytes = 0;
   for (const Op& op : graph.ops) {
-    if (op.kind == OpKind::conv2d && request.paths.conv == ConvPath::cudnn)
-      bytes = std::max(bytes, kCudnnConvWorkspaceBytes);
+    if (op.kind == OpKind::conv2d && request.paths.conv == ConvPath::cudnn) {
+      // NCHW engines may transpose x, w and y (or dy, w, dx) to NHWC in the workspace.
+      const uint64_t tensors = (static_cast<uint64_t>(request.batch) *
+                                    static_cast<uint64_t>(op.in_elements() + op.out_elements()) +
+                                static_cast<uint64_t>(op.param_elements)) *
+                               dtype_bytes(storage_dtype(request.precision));
+      bytes = std::max({bytes, kCudnnConvWorkspaceBytes, tensors});
+    }
     if (op.kind != OpKind::attention_core || request.paths.attention != AttentionPath::cudnn_sdpa) continue;
     uint64_t sdpa = kCudnnSdpaBaseWorkspaceBytes;
     if (request.mode == Mode::train)

@@ -234,6 +234,24 @@ TEST(Plan, EveryPresetAnswersQuickly) {
   }
 }
 
+TEST(Devices, ListsBackendsAndSaysWhyThereIsNoGpu) {
+  const Result r = run({"devices", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json d = nlohmann::json::parse(r.out);
+  EXPECT_GT(d["cpu"]["memory_total_bytes"].get<uint64_t>(), 0u);
+  if (!d["cuda"].value("compiled", false)) GTEST_SKIP() << "built without the CUDA backend";
+  const nlohmann::json& versions = d["cuda"]["versions"];
+  for (const char* key : {"cudnn", "cudnn_frontend", "cublaslt", "cuda_runtime"})
+    EXPECT_TRUE(versions.contains(key)) << key << " in " << versions.dump();
+  EXPECT_EQ(versions["cudnn_frontend"], "1.32.0");
+  if (d["cuda"]["devices"].empty()) {
+    EXPECT_FALSE(d["cuda"]["reason"].get<std::string>().empty());
+    const Result text = run({"devices"});
+    EXPECT_EQ(text.exit_code, 0) << text.err;
+    EXPECT_NE(text.out.find("cuda: no device"), std::string::npos) << text.out;
+  }
+}
+
 TEST(Plan, CudaPathsAreShownAndCanBeForced) {
   auto plan = [](std::vector<std::string> extra) {
     std::vector<std::string> args = {"plan", "--model", "gpt2-small", "--backend", "cuda", "--precision",

@@ -4,6 +4,7 @@
 // device every test skips.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "backends/cpu/cpu_backend.hpp"
@@ -69,7 +70,8 @@ TEST_P(GpuCudnnConv, FpropWgradDgradMatchTheCpu) {
     ASSERT_EQ(graphs.conv_support(pass, shape, kWorkspaceBytes), "");
 
   DeviceArray dx_in(t(), x), dw(t(), wt), dbias(t(), b), y(t(), y_ref.size()), ddy(t(), dy),
-      dx(t(), x.size()), dw_batch(t(), wt.size()), ws(DType::f32, kWorkspaceBytes / 4);
+      dx(t(), x.size()), dw_batch(t() == DType::f16 ? DType::f32 : t(), wt.size()),
+      ws(DType::f32, kWorkspaceBytes / 4);
   DeviceArray dwg(DType::f32, std::vector<float>(cout * patch, 0.5f));
   graphs.conv(cuda::ConvPass::fprop, shape, dx_in.get(), dw.get(), y.get(), ws.get(), kWorkspaceBytes,
               nullptr);
@@ -78,13 +80,26 @@ TEST_P(GpuCudnnConv, FpropWgradDgradMatchTheCpu) {
 
   graphs.conv(cuda::ConvPass::wgrad, shape, dx_in.get(), dw_batch.get(), ddy.get(), ws.get(), kWorkspaceBytes,
               nullptr);
-  k::accumulate_f32(t(), dw_batch.get(), dwg.f32(), cout * patch, nullptr);
+  k::accumulate_f32(dw_batch.type(), dw_batch.get(), dwg.f32(), cout * patch, nullptr);
   EXPECT_LE(rel_error(dwg.download(), dw_ref), tolerance(t()));
 
   graphs.conv(cuda::ConvPass::dgrad, shape, dx.get(), dw.get(), ddy.get(), ws.get(), kWorkspaceBytes,
               nullptr);
   EXPECT_LE(rel_error(dx.download(), dx_ref), tolerance(t()));
   EXPECT_EQ(graphs.cached_graphs(), 3u);
+
+  // Packed parameters can put a conv's weights 2 bytes into a 16-byte line: the graph is told so.
+  std::vector<float> shifted(wt.size() + 1, 0.0f);
+  std::copy(wt.begin(), wt.end(), shifted.begin() + 1);
+  DeviceArray dw_shifted(t(), shifted), y2(t(), y_ref.size());
+  cuda::ConvShape unaligned = shape;
+  unaligned.w_alignment = static_cast<int64_t>(dtype_bytes(t()));
+  ASSERT_EQ(graphs.conv_support(cuda::ConvPass::fprop, unaligned, kWorkspaceBytes), "");
+  graphs.conv(cuda::ConvPass::fprop, unaligned, dx_in.get(),
+              static_cast<unsigned char*>(dw_shifted.get()) + dtype_bytes(t()), y2.get(), ws.get(),
+              kWorkspaceBytes, nullptr);
+  k::bias_add_nchw(t(), y2.get(), dbias.get(), batch, cout, hw, nullptr);
+  EXPECT_LE(rel_error(y2.download(), y_ref), tolerance(t()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Storage, GpuCudnnConv, testing::Values(DType::f32, DType::bf16, DType::f16),

@@ -108,7 +108,7 @@ class CudaBackend final : public Backend {
     if (graphs_ || !cudnn_error_.empty()) return graphs_;
     try {
       graphs_ = std::make_shared<CudnnGraphs>(device_);
-    } catch (const BackendError& e) {
+    } catch (const std::exception& e) {  // BackendError, or OutOfMemory from cuDNN's handle allocation
       cudnn_error_ = e.what();
     }
     return graphs_;

@@ -22,6 +22,7 @@ namespace {
 enum Uid : int64_t { kX = 1, kW, kY, kQ, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
 
 struct Entry {
+  int64_t batch = 0;
   std::shared_ptr<fe::graph::Graph> graph;  // null when unsupported
   int64_t workspace_bytes = 0;
   std::string error;  // why unsupported
@@ -67,6 +68,10 @@ ConvShape conv_shape(const Op& op, int64_t batch, Precision precision) {
   s.out_height = op.out_height;
   s.out_width = op.out_width;
   s.precision = precision;
+  // The arena and every buffer start on 256 bytes; the weights sit at their offset in the packed parameters.
+  const uint64_t offset_bytes =
+      static_cast<uint64_t>(op.params.front().offset) * dtype_bytes(storage_dtype(precision));
+  while (s.w_alignment > 1 && offset_bytes % static_cast<uint64_t>(s.w_alignment) != 0) s.w_alignment /= 2;
   return s;
 }
 
@@ -80,8 +85,16 @@ struct CudnnGraphs::Cache {
   std::map<std::string, Entry> entries;
 
   // validate -> operation graph -> heuristics (A, then the fallback list) -> filters -> support -> plan.
-  Entry finish(std::shared_ptr<fe::graph::Graph> g, uint64_t workspace_limit, bool strict_fp32) {
+  // frontend_workspace: what the frontend adds to the engine's own workspace (SDPA backward's dQ accumulator
+  // and softmax sums); the engine filter gets what is left of the limit.
+  Entry finish(std::shared_ptr<fe::graph::Graph> g, uint64_t workspace_limit, bool strict_fp32,
+               uint64_t frontend_workspace = 0) {
     Entry e;
+    if (frontend_workspace > workspace_limit) {
+      e.error = fmt::format("cuDNN: the frontend alone needs {} bytes of workspace, over the planned {}",
+                            frontend_workspace, workspace_limit);
+      return e;
+    }
     auto fail = [&](const char* stage, fe::error_t status) {
       e.error = fmt::format("cuDNN {}: {}", stage, status.get_message());
       return e;
@@ -93,7 +106,7 @@ struct CudnnGraphs::Cache {
     // fp32 means fp32: no engine that rounds the inputs to TF32 (or lower) on tensor cores.
     if (strict_fp32)
       g->deselect_numeric_notes({fe::NumericalNote_t::TENSOR_CORE, fe::NumericalNote_t::DOWN_CONVERT_INPUTS});
-    g->deselect_workspace_greater_than(static_cast<int64_t>(workspace_limit));
+    g->deselect_workspace_greater_than(static_cast<int64_t>(workspace_limit - frontend_workspace));
     if (auto s = g->check_support(handle); s.is_bad()) return fail("check_support", s);
     if (auto s = g->build_plans(handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE); s.is_bad())
       return fail("build_plans", s);
@@ -124,6 +137,7 @@ struct CudnnGraphs::Cache {
       case ConvPass::fprop: {
         auto x = tensor(*g, "x", kX, x_dims, x_strides);
         auto w = tensor(*g, "w", kW, w_dims, w_strides);
+        w->set_alignment(s.w_alignment);
         auto y = g->conv_fprop(
             x, w,
             fe::graph::Conv_fprop_attributes().set_padding(pad).set_stride(stride).set_dilation(dilation));
@@ -133,6 +147,7 @@ struct CudnnGraphs::Cache {
       case ConvPass::dgrad: {
         auto dy = tensor(*g, "dy", kY, y_dims, y_strides);
         auto w = tensor(*g, "w", kW, w_dims, w_strides);
+        w->set_alignment(s.w_alignment);
         auto dx = g->conv_dgrad(
             dy, w,
             fe::graph::Conv_dgrad_attributes().set_padding(pad).set_stride(stride).set_dilation(dilation));
@@ -146,6 +161,9 @@ struct CudnnGraphs::Cache {
             dy, x,
             fe::graph::Conv_wgrad_attributes().set_padding(pad).set_stride(stride).set_dilation(dilation));
         dw->set_output(true).set_uid(kW).set_dim(w_dims).set_stride(w_strides);
+        // fp16 weight gradients carry the loss scale (65536 at first): fp32 keeps them finite, as on the
+        // im2col path. bf16 has fp32's range and stays 16-bit.
+        if (s.precision == Precision::fp16) dw->set_data_type(fe::DataType_t::FLOAT);
         break;
       }
     }
@@ -177,7 +195,8 @@ struct CudnnGraphs::Cache {
                          .set_name("sdpa")
                          .set_generate_stats(s.training)
                          .set_attn_scale(scale)
-                         .set_causal_mask(s.causal);
+                         .set_causal_mask(s.causal)
+                         .set_implementation(fe::AttentionImplementation_t::COMPOSITE);
       auto [o, stats] = g->sdpa(q, k, v, options);
       o->set_output(true).set_uid(kO).set_dim(dims).set_stride(o_strides);
       if (s.training)
@@ -204,16 +223,29 @@ struct CudnnGraphs::Cache {
       dk->set_output(true).set_uid(kDK).set_dim(dims).set_stride(qkv_strides);
       dv->set_output(true).set_uid(kDV).set_dim(dims).set_stride(qkv_strides);
     }
-    return finish(std::move(g), workspace_limit, false);
+    // The frontend's own share of the backward workspace: the fp32 dQ accumulator and the softmax sums.
+    const uint64_t frontend =
+        backward ? static_cast<uint64_t>(s.batch * s.heads * s.seq * (s.head_dim + 1) * 4) : 0;
+    return finish(std::move(g), workspace_limit, false, frontend);
   }
 
-  const Entry& get(const std::string& key, const std::function<Entry()>& build) {
+  // The cached graph of `key`, built on first use. A build that runs out of device memory is not remembered
+  // (OutOfMemory reaches the caller); any other exception becomes the entry's error.
+  const Entry& get(const std::string& key, int64_t batch, const std::function<Entry()>& build) {
     auto it = entries.find(key);
-    if (it == entries.end()) {
+    if (it != entries.end()) return it->second;
+    Entry e;
+    try {
       BSW_CUDA(cudaSetDevice(device));
-      it = entries.emplace(key, build()).first;
+      e = build();
+    } catch (const OutOfMemory&) {
+      throw;
+    } catch (const std::exception& ex) {
+      e = Entry{};
+      e.error = fmt::format("cuDNN graph build failed: {}", ex.what());
     }
-    return it->second;
+    e.batch = batch;
+    return entries.emplace(key, std::move(e)).first->second;
   }
 
   void execute(const Entry& e, const char* what, std::unordered_map<int64_t, void*>& pack, void* workspace,
@@ -244,9 +276,9 @@ const char* pass_name(ConvPass p) {
 }
 
 std::string conv_key(ConvPass pass, const ConvShape& s, uint64_t limit) {
-  return fmt::format("conv {} n{} c{} {}x{} k{} r{} s{} p{} {} ws{}", pass_name(pass), s.batch, s.channels,
-                     s.height, s.width, s.out_channels, s.kernel, s.stride, s.padding, to_string(s.precision),
-                     limit);
+  return fmt::format("conv {} n{} c{} {}x{} k{} r{} s{} p{} {} a{} ws{}", pass_name(pass), s.batch,
+                     s.channels, s.height, s.width, s.out_channels, s.kernel, s.stride, s.padding,
+                     to_string(s.precision), s.w_alignment, limit);
 }
 
 std::string sdpa_key(bool backward, const SdpaShape& s, uint64_t limit) {
@@ -263,6 +295,17 @@ CudnnGraphs::CudnnGraphs(int device) : cache_(std::make_unique<Cache>()) {
   BSW_CUDNN(cudnnCreate(&cache_->handle));
 }
 
+void CudnnGraphs::retain_batch(int64_t batch) {
+  std::erase_if(cache_->entries, [&](const auto& entry) { return entry.second.batch != batch; });
+}
+
+std::vector<std::shared_ptr<const void>> CudnnGraphs::hold(int64_t batch) const {
+  std::vector<std::shared_ptr<const void>> held;
+  for (const auto& [key, entry] : cache_->entries)
+    if (entry.batch == batch && entry.graph) held.push_back(entry.graph);
+  return held;
+}
+
 CudnnGraphs::~CudnnGraphs() {
   cache_->entries.clear();
   if (cache_->handle != nullptr) BSW_CUDNN_NOEXCEPT(cudnnDestroy(cache_->handle));
@@ -270,21 +313,21 @@ CudnnGraphs::~CudnnGraphs() {
 
 std::string CudnnGraphs::conv_support(ConvPass pass, const ConvShape& shape, uint64_t workspace_limit) {
   return cache_
-      ->get(conv_key(pass, shape, workspace_limit),
+      ->get(conv_key(pass, shape, workspace_limit), shape.batch,
             [&] { return cache_->build_conv(pass, shape, workspace_limit); })
       .error;
 }
 
 std::string CudnnGraphs::sdpa_support(bool backward, const SdpaShape& shape, uint64_t workspace_limit) {
   return cache_
-      ->get(sdpa_key(backward, shape, workspace_limit),
+      ->get(sdpa_key(backward, shape, workspace_limit), shape.batch,
             [&] { return cache_->build_sdpa(backward, shape, workspace_limit); })
       .error;
 }
 
 void CudnnGraphs::conv(ConvPass pass, const ConvShape& shape, void* x, void* w, void* y, void* workspace,
                        uint64_t workspace_bytes, cudaStream_t stream) {
-  const Entry& e = cache_->get(conv_key(pass, shape, workspace_bytes),
+  const Entry& e = cache_->get(conv_key(pass, shape, workspace_bytes), shape.batch,
                                [&] { return cache_->build_conv(pass, shape, workspace_bytes); });
   std::unordered_map<int64_t, void*> pack{{kX, x}, {kW, w}, {kY, y}};
   cache_->execute(e,
@@ -298,7 +341,7 @@ void CudnnGraphs::sdpa_forward(const SdpaShape& shape, const void* q, const void
                                float* stats, void* workspace, uint64_t workspace_bytes, cudaStream_t stream) {
   if (shape.training && stats == nullptr)
     throw BackendError("cuDNN SDPA forward: training needs the statistics");
-  const Entry& e = cache_->get(sdpa_key(false, shape, workspace_bytes),
+  const Entry& e = cache_->get(sdpa_key(false, shape, workspace_bytes), shape.batch,
                                [&] { return cache_->build_sdpa(false, shape, workspace_bytes); });
   std::unordered_map<int64_t, void*> pack{
       {kQ, const_cast<void*>(q)}, {kK, const_cast<void*>(k)}, {kV, const_cast<void*>(v)}, {kO, o}};
@@ -309,7 +352,7 @@ void CudnnGraphs::sdpa_forward(const SdpaShape& shape, const void* q, const void
 void CudnnGraphs::sdpa_backward(const SdpaShape& shape, const void* q, const void* k, const void* v,
                                 const void* o, const void* d_o, const float* stats, void* dq, void* dk,
                                 void* dv, void* workspace, uint64_t workspace_bytes, cudaStream_t stream) {
-  const Entry& e = cache_->get(sdpa_key(true, shape, workspace_bytes),
+  const Entry& e = cache_->get(sdpa_key(true, shape, workspace_bytes), shape.batch,
                                [&] { return cache_->build_sdpa(true, shape, workspace_bytes); });
   std::unordered_map<int64_t, void*> pack{{kQ, const_cast<void*>(q)},
                                           {kK, const_cast<void*>(k)},
@@ -321,6 +364,11 @@ void CudnnGraphs::sdpa_backward(const SdpaShape& shape, const void* q, const voi
                                           {kDK, dk},
                                           {kDV, dv}};
   cache_->execute(e, "cuDNN SDPA backward", pack, workspace, workspace_bytes, stream);
+}
+
+std::string cudnn_frontend_version() {
+  return fmt::format("{}.{}.{}", CUDNN_FRONTEND_MAJOR_VERSION, CUDNN_FRONTEND_MINOR_VERSION,
+                     CUDNN_FRONTEND_PATCH_VERSION);
 }
 
 size_t CudnnGraphs::cached_graphs() const {

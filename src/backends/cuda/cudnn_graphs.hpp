@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "batchsweep/plan.hpp"
 
@@ -22,11 +23,15 @@ struct ConvShape {
           padding = 0;
   int64_t out_height = 0, out_width = 0;
   Precision precision = Precision::fp32;  // fp32: no tensor-core (TF32) engines; tf32 allows them
+  // Bytes the weight pointer is aligned to (parameters are packed, so a conv's weights may start 2 or 8
+  // bytes into a 16-byte line); cuDNN otherwise assumes 16 when it picks engines.
+  int64_t w_alignment = 16;
 };
 [[nodiscard]] ConvShape conv_shape(const Op& op, int64_t batch, Precision precision);
 
 // Attention over our qkv layout: q|k|v [batch, seq, 3, heads, head_dim] in, out [batch, seq, heads,
-// head_dim]. Statistics (training) are [batch, heads, seq] fp32.
+// head_dim]. Statistics (training) are [batch, heads, seq] fp32. The forward pass uses cuDNN's long-standing
+// composite (flash) SDPA implementation on every cuDNN version.
 struct SdpaShape {
   int64_t batch = 1, heads = 1, seq = 1, head_dim = 1;
   bool causal = false;
@@ -37,6 +42,9 @@ struct SdpaShape {
 
 enum class ConvPass { fprop, dgrad, wgrad };
 
+// The cuDNN frontend's version these graphs were compiled with, e.g. "1.32.0".
+[[nodiscard]] std::string cudnn_frontend_version();
+
 class CudnnGraphs {
  public:
   explicit CudnnGraphs(int device);  // creates the cuDNN handle on `device`; throws BackendError
@@ -45,9 +53,17 @@ class CudnnGraphs {
   CudnnGraphs& operator=(const CudnnGraphs&) = delete;
 
   // Builds (once per shape and limit) the graph; empty when cuDNN runs it within workspace_limit bytes, else
-  // why not ("cuDNN: ... not supported ...").
+  // why not ("cuDNN: ... not supported ..."). Throws OutOfMemory when the build ran out of device memory
+  // (not remembered: a smaller batch may build).
   [[nodiscard]] std::string conv_support(ConvPass pass, const ConvShape& shape, uint64_t workspace_limit);
   [[nodiscard]] std::string sdpa_support(bool backward, const SdpaShape& shape, uint64_t workspace_limit);
+
+  // Drops the graphs built for other batches: a sweep meets each batch once, and built plans hold memory
+  // (loaded kernels) that no plan counts.
+  void retain_batch(int64_t batch);
+  // Keeps the built graphs of `batch` alive for as long as the caller holds the result (a session whose CUDA
+  // graph replays their kernels), whatever retain_batch later drops from the cache.
+  [[nodiscard]] std::vector<std::shared_ptr<const void>> hold(int64_t batch) const;
 
   // The passes, on `stream` (graph-capturable). Tensors by role: fprop x, w -> y; dgrad dy (in y), w -> dx
   // (in x); wgrad x, dy (in y) -> dw (in w). Throws BackendError when the shape is unsupported.

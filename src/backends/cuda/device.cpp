@@ -13,6 +13,7 @@
 #include "backends/cuda/calibration.hpp"
 #include "backends/cuda/check.hpp"
 #include "backends/cuda/cuda_backend.hpp"
+#include "backends/cuda/cudnn_graphs.hpp"
 #include "backends/cuda/gemm.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "batchsweep/errors.hpp"
@@ -203,6 +204,7 @@ nlohmann::json library_versions() {
   static_cast<void>(cudaGetLastError());
   const size_t cudnn = cudnnGetVersion();
   v["cudnn"] = fmt::format("{}.{}.{}", cudnn / 10000, (cudnn / 100) % 100, cudnn % 100);
+  v["cudnn_frontend"] = cudnn_frontend_version();
   v["cublaslt"] = Gemm::version();
   return v;
 }

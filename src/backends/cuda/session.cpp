@@ -261,6 +261,7 @@ class CudaSession final : public Session {
   void build_cudnn_graphs() {
     if (!cudnn_conv() && !fused_attention()) return;
     if (!cudnn_) throw BackendError("the plan uses cuDNN paths but cuDNN is not available in this backend");
+    cudnn_->retain_batch(batch());
     const bool train = plan_.request.mode == Mode::train;
     const uint64_t limit = cudnn_workspace_size();
     for (const Op& op : graph_.ops) {
@@ -279,6 +280,7 @@ class CudaSession final : public Session {
       }
       if (!error.empty()) throw BackendError(fmt::format("{} at batch {}: {}", op.path, batch(), error));
     }
+    cudnn_held_ = cudnn_->hold(batch());
   }
 
   // The same initialisation as the CPU backend: gamma 1, beta 0, embeddings uniform with std 0.02, weights
@@ -971,11 +973,11 @@ class CudaSession final : public Session {
                            float* dw) {
     const ConvShape shape = conv_shape(op, batch(), plan_.request.precision);
     const Ref ws = need("workspace.cudnn");
-    const Ref dw_batch = need("workspace.conv_dw");
+    const Ref dw_batch = need("workspace.conv_dw");  // fp32 for fp16 (cuDNN writes it so), else storage
     const int64_t weights = op.out_channels * conv(op).patch();
     cudnn_->conv(ConvPass::wgrad, shape, in.ptr, dw_batch.ptr, dy.ptr, ws.ptr, cudnn_workspace_size(),
                  stream_);
-    kernels::accumulate_f32(s_, dw_batch.ptr, dw, weights, stream_);
+    kernels::accumulate_f32(dw_batch.dtype, dw_batch.ptr, dw, weights, stream_);
     if (dx)
       cudnn_->conv(ConvPass::dgrad, shape, dx.ptr, w.ptr, dy.ptr, ws.ptr, cudnn_workspace_size(), stream_);
   }
@@ -1070,6 +1072,7 @@ class CudaSession final : public Session {
   int device_;
   DType s_;
   std::shared_ptr<CudnnGraphs> cudnn_;  // shared with the backend: graphs are built once per shape
+  std::vector<std::shared_ptr<const void>> cudnn_held_;  // this batch's built graphs, alive while we are
 
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;

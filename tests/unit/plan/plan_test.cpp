@@ -276,6 +276,17 @@ TEST(ExecutionPaths, CudnnConvReplacesIm2colWithItsWorkspace) {
   // The weight gradient of the largest conv, in the storage dtype (training only).
   EXPECT_EQ(cudnn.buffer("workspace.conv_dw").elements, 16u * 8 * 5 * 5);
   EXPECT_EQ(im2col.find("workspace.conv_dw"), nullptr);
+  // At a large batch the budget grows to hold the largest conv's input, output and weights.
+  PlanRequest big = r;
+  big.batch = 8192;
+  EXPECT_EQ(make_plan(g, big).buffer("workspace.cudnn").bytes,
+            rounded((8192ull * (3 * 16 * 16 + 8 * 16 * 16) + 8 * 3 * 9 + 8) * 4));
+  // fp16 keeps cuDNN's weight gradient in fp32 (the loss scale would overflow fp16); bf16 in bf16.
+  PlanRequest half = r;
+  half.precision = Precision::fp16;
+  EXPECT_EQ(make_plan(g, half).buffer("workspace.conv_dw").dtype, DType::f32);
+  half.precision = Precision::bf16;
+  EXPECT_EQ(make_plan(g, half).buffer("workspace.conv_dw").dtype, DType::bf16);
   r.mode = Mode::infer;
   EXPECT_EQ(make_plan(g, r).find("workspace.conv_dw"), nullptr);
   // A patch embedding stays an im2col GEMM on either path.
