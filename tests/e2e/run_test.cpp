@@ -93,6 +93,10 @@ TEST(Run, AutoSearchFindsKneeAndFitEdgeWithFewPoints) {
   EXPECT_LE(timed, 20);
   EXPECT_GE(refinements, 1);
   EXPECT_NE(report["settings"]["search"].get<std::string>().find("auto:"), std::string::npos);
+  // The path choices are recorded; only cuda reports execution paths.
+  EXPECT_EQ(report["settings"]["attention"], "auto");
+  EXPECT_EQ(report["settings"]["conv"], "auto");
+  EXPECT_FALSE(report["device"].contains("execution_paths"));
 }
 
 TEST(Run, EffectiveBatchReportsTheFastestSplit) {

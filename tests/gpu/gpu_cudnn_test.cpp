@@ -27,6 +27,40 @@ namespace k = cuda::kernels;
 
 constexpr uint64_t kWorkspaceBytes = uint64_t{64} << 20;
 
+// Host-side: the shapes handed to cuDNN, including where a conv's packed weights sit (runs without a device).
+TEST(CudnnShapes, FromOpsWithTheWeightAlignment) {
+  const Graph g = lower(parse_model(nlohmann::json::parse(R"({"name": "c",
+    "input": {"type": "image", "channels": 1, "height": 12, "width": 12},
+    "layers": [{"type": "conv2d", "out_channels": 6, "kernel_size": 5},
+               {"type": "conv2d", "out_channels": 4, "kernel_size": 3, "stride": 2, "padding": 1},
+               {"type": "global_avgpool"}, {"type": "linear", "out_features": 3}]})"),
+                                    "shapes.json"));
+  // The first conv has 6*1*25 + 6 = 156 parameters: the second's weights start 312 bytes in (bf16), 624
+  // (fp32).
+  const cuda::ConvShape first = cuda::conv_shape(g.ops[0], 8, Precision::bf16);
+  const cuda::ConvShape bf16 = cuda::conv_shape(g.ops[1], 8, Precision::bf16);
+  const cuda::ConvShape fp32 = cuda::conv_shape(g.ops[1], 8, Precision::fp32);
+  EXPECT_EQ(first.w_alignment, 16);
+  EXPECT_EQ(bf16.w_alignment, 8);
+  EXPECT_EQ(fp32.w_alignment, 16);
+  EXPECT_EQ(bf16.batch, 8);
+  EXPECT_EQ(bf16.channels, 6);
+  EXPECT_EQ(bf16.height, 8);
+  EXPECT_EQ(bf16.out_channels, 4);
+  EXPECT_EQ(bf16.out_height, 4);
+  EXPECT_EQ(bf16.padding, 1);
+  EXPECT_EQ(bf16.stride, 2);
+  const Graph t = lower(load_model("gpt2-small"));
+  for (const Op& op : t.ops) {
+    if (op.kind != OpKind::attention_core) continue;
+    const cuda::SdpaShape s = cuda::sdpa_shape(op, 4, DType::bf16, true);
+    EXPECT_EQ(s.heads, 12);
+    EXPECT_EQ(s.head_dim, 64);
+    EXPECT_EQ(s.seq, 1024);
+    EXPECT_TRUE(s.causal);
+  }
+}
+
 Precision precision_of(DType t) {
   return t == DType::f32 ? Precision::fp32 : t == DType::bf16 ? Precision::bf16 : Precision::fp16;
 }
