@@ -13,12 +13,15 @@
 #include "backends/cuda/cudnn_graphs.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "batchsweep/model.hpp"
+#include "gpu_test_models.hpp"
 #include "gpu_test_util.hpp"
 
 namespace bsw {
 namespace {
 
 using gputest::DeviceArray;
+using gputest::graph_of;
+using gputest::kImage;
 using gputest::quantize;
 using gputest::random_values;
 using gputest::rel_error;
@@ -196,22 +199,6 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GpuCudnnSdpa,
 
 // ---- whole sessions on the paths the backend chooses
 // ----------------------------------------------------------
-
-Graph graph_of(const char* text) {
-  return lower(parse_model(nlohmann::json::parse(text), "gpu-cudnn-test.json"));
-}
-
-constexpr const char* kImage = R"({"name": "image",
-  "input": {"type": "image", "channels": 3, "height": 12, "width": 12},
-  "layers": [{"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "activation": "relu"},
-             {"type": "residual", "layers": [{"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1,
-                                              "activation": "silu"}]},
-             {"type": "maxpool2d", "kernel_size": 2},
-             {"type": "conv2d", "out_channels": 16, "kernel_size": 3, "stride": 2, "activation": "gelu"},
-             {"type": "global_avgpool"},
-             {"type": "linear", "out_features": 7}],
-  "loss": "cross_entropy",
-  "optimizer": {"type": "sgd", "learning_rate": 0.05, "momentum": 0.9}})";
 
 constexpr const char* kTokens = R"({"name": "tokens",
   "input": {"type": "tokens", "sequence_length": 48, "vocab_size": 64},

@@ -10,14 +10,14 @@
 #include "batchsweep/errors.hpp"
 #include "batchsweep/model.hpp"
 #include "batchsweep/plan.hpp"
+#include "gpu_test_models.hpp"
 #include "gpu_test_util.hpp"
 
 namespace bsw {
 namespace {
 
-Graph graph_of(const char* text) {
-  return lower(parse_model(nlohmann::json::parse(text), "gpu-test.json"));
-}
+using gputest::graph_of;
+using gputest::kImage;
 
 constexpr const char* kMlp = R"({"name": "mlp",
   "input": {"type": "vector", "features": 40},
@@ -27,19 +27,6 @@ constexpr const char* kMlp = R"({"name": "mlp",
              {"type": "linear", "out_features": 48, "activation": "relu"},
              {"type": "linear", "out_features": 10}],
   "loss": "cross_entropy"})";
-
-constexpr const char* kImage = R"({"name": "image",
-  "input": {"type": "image", "channels": 3, "height": 12, "width": 12},
-  "layers": [{"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "activation": "relu"},
-             {"type": "residual", "layers": [{"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1,
-                                              "activation": "silu"}]},
-             {"type": "maxpool2d", "kernel_size": 2},
-             {"type": "conv2d", "out_channels": 16, "kernel_size": 3, "stride": 2, "activation": "gelu"},
-             {"type": "avgpool2d", "kernel_size": 2},
-             {"type": "global_avgpool"},
-             {"type": "linear", "out_features": 7}],
-  "loss": "cross_entropy",
-  "optimizer": {"type": "sgd", "learning_rate": 0.05, "momentum": 0.9}})";
 
 constexpr const char* kTokens = R"({"name": "tokens",
   "input": {"type": "tokens", "sequence_length": 24, "vocab_size": 50},
