@@ -69,26 +69,19 @@ class CudaBackend final : public Backend {
       paths.attention = AttentionPath::explicit_softmax;
       return paths;
     }
-    const bool train = mode == Mode::train;
     const PlanRequest request{1, precision, mode, 1, BackendKind::cuda, paths};
     const uint64_t limit = cudnn_workspace_bytes(graph, request);
     std::vector<std::string> notes;
     for (const Op& op : graph.ops) {
       if (op.kind == OpKind::conv2d && paths.conv == ConvPath::cudnn) {
-        const ConvShape shape = conv_shape(op, 1, precision);
-        std::string error = graphs_->conv_support(ConvPass::fprop, shape, limit);
-        if (error.empty() && train) error = graphs_->conv_support(ConvPass::wgrad, shape, limit);
-        if (error.empty() && train && &op != &graph.ops.front())
-          error = graphs_->conv_support(ConvPass::dgrad, shape, limit);
+        const std::string error = graphs_->op_support(graph, op, 1, precision, mode, limit);
         if (!error.empty()) {
           paths.conv = ConvPath::im2col_gemm;
           notes.push_back(fmt::format("conv: {} fell back to im2col + GEMM: {}", op.path, error));
         }
       }
       if (op.kind == OpKind::attention_core && paths.attention == AttentionPath::cudnn_sdpa) {
-        const SdpaShape shape = sdpa_shape(op, 1, storage_dtype(precision), train);
-        std::string error = graphs_->sdpa_support(false, shape, limit);
-        if (error.empty() && train) error = graphs_->sdpa_support(true, shape, limit);
+        const std::string error = graphs_->op_support(graph, op, 1, precision, mode, limit);
         if (!error.empty()) {
           paths.attention = AttentionPath::explicit_softmax;
           notes.push_back(fmt::format("attention: {} fell back to the explicit path: {}", op.path, error));

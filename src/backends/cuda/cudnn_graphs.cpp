@@ -53,6 +53,30 @@ std::shared_ptr<fe::graph::Tensor_attributes> tensor(fe::graph::Graph& g, const 
       fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dims).set_stride(strides));
 }
 
+const char* pass_name(ConvPass p) {
+  switch (p) {
+    case ConvPass::fprop:
+      return "fprop";
+    case ConvPass::dgrad:
+      return "dgrad";
+    case ConvPass::wgrad:
+      return "wgrad";
+  }
+  return "?";
+}
+
+std::string conv_key(ConvPass pass, const ConvShape& s, uint64_t limit) {
+  return fmt::format("conv {} n{} c{} {}x{} k{} r{} s{} p{} {} a{} ws{}", pass_name(pass), s.batch,
+                     s.channels, s.height, s.width, s.out_channels, s.kernel, s.stride, s.padding,
+                     to_string(s.precision), s.w_alignment, limit);
+}
+
+std::string sdpa_key(bool backward, const SdpaShape& s, uint64_t limit) {
+  return fmt::format("sdpa {} b{} h{} t{} d{} {} {} {} ws{}", backward ? "bwd" : "fwd", s.batch, s.heads,
+                     s.seq, s.head_dim, s.causal ? "causal" : "full", to_string(s.dtype),
+                     s.training ? "train" : "infer", limit);
+}
+
 }  // namespace
 
 ConvShape conv_shape(const Op& op, int64_t batch, Precision precision) {
@@ -248,6 +272,15 @@ struct CudnnGraphs::Cache {
     return entries.emplace(key, std::move(e)).first->second;
   }
 
+  const Entry& conv_entry(ConvPass pass, const ConvShape& shape, uint64_t limit) {
+    return get(conv_key(pass, shape, limit), shape.batch, [&] { return build_conv(pass, shape, limit); });
+  }
+
+  const Entry& sdpa_entry(bool backward, const SdpaShape& shape, uint64_t limit) {
+    return get(sdpa_key(backward, shape, limit), shape.batch,
+               [&] { return build_sdpa(backward, shape, limit); });
+  }
+
   void execute(const Entry& e, const char* what, std::unordered_map<int64_t, void*>& pack, void* workspace,
                uint64_t workspace_bytes, cudaStream_t stream) {
     if (!e.graph) throw BackendError(fmt::format("{}: {}", what, e.error));
@@ -260,34 +293,6 @@ struct CudnnGraphs::Cache {
       throw BackendError(fmt::format("{}: cuDNN execute: {}", what, s.get_message()));
   }
 };
-
-namespace {
-
-const char* pass_name(ConvPass p) {
-  switch (p) {
-    case ConvPass::fprop:
-      return "fprop";
-    case ConvPass::dgrad:
-      return "dgrad";
-    case ConvPass::wgrad:
-      return "wgrad";
-  }
-  return "?";
-}
-
-std::string conv_key(ConvPass pass, const ConvShape& s, uint64_t limit) {
-  return fmt::format("conv {} n{} c{} {}x{} k{} r{} s{} p{} {} a{} ws{}", pass_name(pass), s.batch,
-                     s.channels, s.height, s.width, s.out_channels, s.kernel, s.stride, s.padding,
-                     to_string(s.precision), s.w_alignment, limit);
-}
-
-std::string sdpa_key(bool backward, const SdpaShape& s, uint64_t limit) {
-  return fmt::format("sdpa {} b{} h{} t{} d{} {} {} {} ws{}", backward ? "bwd" : "fwd", s.batch, s.heads,
-                     s.seq, s.head_dim, s.causal ? "causal" : "full", to_string(s.dtype),
-                     s.training ? "train" : "infer", limit);
-}
-
-}  // namespace
 
 CudnnGraphs::CudnnGraphs(int device) : cache_(std::make_unique<Cache>()) {
   cache_->device = device;
@@ -312,37 +317,46 @@ CudnnGraphs::~CudnnGraphs() {
 }
 
 std::string CudnnGraphs::conv_support(ConvPass pass, const ConvShape& shape, uint64_t workspace_limit) {
-  return cache_
-      ->get(conv_key(pass, shape, workspace_limit), shape.batch,
-            [&] { return cache_->build_conv(pass, shape, workspace_limit); })
-      .error;
+  return cache_->conv_entry(pass, shape, workspace_limit).error;
 }
 
 std::string CudnnGraphs::sdpa_support(bool backward, const SdpaShape& shape, uint64_t workspace_limit) {
-  return cache_
-      ->get(sdpa_key(backward, shape, workspace_limit), shape.batch,
-            [&] { return cache_->build_sdpa(backward, shape, workspace_limit); })
-      .error;
+  return cache_->sdpa_entry(backward, shape, workspace_limit).error;
+}
+
+std::string CudnnGraphs::op_support(const Graph& graph, const Op& op, int64_t batch, Precision precision,
+                                    Mode mode, uint64_t workspace_limit) {
+  const bool train = mode == Mode::train;
+  std::string error;
+  if (op.kind == OpKind::conv2d) {
+    const ConvShape shape = conv_shape(op, batch, precision);
+    error = conv_support(ConvPass::fprop, shape, workspace_limit);
+    if (error.empty() && train) error = conv_support(ConvPass::wgrad, shape, workspace_limit);
+    // The first op reads the network input, which needs no gradient.
+    if (error.empty() && train && &op != &graph.ops.front())
+      error = conv_support(ConvPass::dgrad, shape, workspace_limit);
+  } else if (op.kind == OpKind::attention_core) {
+    const SdpaShape shape = sdpa_shape(op, batch, storage_dtype(precision), train);
+    error = sdpa_support(false, shape, workspace_limit);
+    if (error.empty() && train) error = sdpa_support(true, shape, workspace_limit);
+  }
+  return error;
 }
 
 void CudnnGraphs::conv(ConvPass pass, const ConvShape& shape, void* x, void* w, void* y, void* workspace,
                        uint64_t workspace_bytes, cudaStream_t stream) {
-  const Entry& e = cache_->get(conv_key(pass, shape, workspace_bytes), shape.batch,
-                               [&] { return cache_->build_conv(pass, shape, workspace_bytes); });
+  const Entry& e = cache_->conv_entry(pass, shape, workspace_bytes);
   std::unordered_map<int64_t, void*> pack{{kX, x}, {kW, w}, {kY, y}};
-  cache_->execute(e,
-                  pass == ConvPass::fprop   ? "cuDNN conv fprop"
-                  : pass == ConvPass::dgrad ? "cuDNN conv dgrad"
-                                            : "cuDNN conv wgrad",
-                  pack, workspace, workspace_bytes, stream);
+  // Constant names: this runs every step (outside CUDA-graph replay), and `what` only names an error.
+  static constexpr const char* kWhat[] = {"cuDNN conv fprop", "cuDNN conv dgrad", "cuDNN conv wgrad"};
+  cache_->execute(e, kWhat[static_cast<int>(pass)], pack, workspace, workspace_bytes, stream);
 }
 
 void CudnnGraphs::sdpa_forward(const SdpaShape& shape, const void* q, const void* k, const void* v, void* o,
                                float* stats, void* workspace, uint64_t workspace_bytes, cudaStream_t stream) {
   if (shape.training && stats == nullptr)
     throw BackendError("cuDNN SDPA forward: training needs the statistics");
-  const Entry& e = cache_->get(sdpa_key(false, shape, workspace_bytes), shape.batch,
-                               [&] { return cache_->build_sdpa(false, shape, workspace_bytes); });
+  const Entry& e = cache_->sdpa_entry(false, shape, workspace_bytes);
   std::unordered_map<int64_t, void*> pack{
       {kQ, const_cast<void*>(q)}, {kK, const_cast<void*>(k)}, {kV, const_cast<void*>(v)}, {kO, o}};
   if (shape.training) pack[kStats] = stats;
@@ -352,8 +366,7 @@ void CudnnGraphs::sdpa_forward(const SdpaShape& shape, const void* q, const void
 void CudnnGraphs::sdpa_backward(const SdpaShape& shape, const void* q, const void* k, const void* v,
                                 const void* o, const void* d_o, const float* stats, void* dq, void* dk,
                                 void* dv, void* workspace, uint64_t workspace_bytes, cudaStream_t stream) {
-  const Entry& e = cache_->get(sdpa_key(true, shape, workspace_bytes), shape.batch,
-                               [&] { return cache_->build_sdpa(true, shape, workspace_bytes); });
+  const Entry& e = cache_->sdpa_entry(true, shape, workspace_bytes);
   std::unordered_map<int64_t, void*> pack{{kQ, const_cast<void*>(q)},
                                           {kK, const_cast<void*>(k)},
                                           {kV, const_cast<void*>(v)},

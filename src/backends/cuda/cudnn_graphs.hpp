@@ -57,6 +57,11 @@ class CudnnGraphs {
   // (not remembered: a smaller batch may build).
   [[nodiscard]] std::string conv_support(ConvPass pass, const ConvShape& shape, uint64_t workspace_limit);
   [[nodiscard]] std::string sdpa_support(bool backward, const SdpaShape& shape, uint64_t workspace_limit);
+  // Every pass `op` of `graph` needs at this batch (conv2d: fprop, and in training wgrad and, unless it reads
+  // the network input, dgrad; attention_core: forward, and backward in training), checked as above: empty
+  // when cuDNN runs them all, else the first reason. Other ops need nothing from cuDNN.
+  [[nodiscard]] std::string op_support(const Graph& graph, const Op& op, int64_t batch, Precision precision,
+                                       Mode mode, uint64_t workspace_limit);
 
   // Drops the graphs built for other batches: a sweep meets each batch once, and built plans hold memory
   // (loaded kernels) that no plan counts.

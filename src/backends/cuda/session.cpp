@@ -262,22 +262,13 @@ class CudaSession final : public Session {
     if (!cudnn_conv() && !fused_attention()) return;
     if (!cudnn_) throw BackendError("the plan uses cuDNN paths but cuDNN is not available in this backend");
     cudnn_->retain_batch(batch());
-    const bool train = plan_.request.mode == Mode::train;
     const uint64_t limit = cudnn_workspace_size();
     for (const Op& op : graph_.ops) {
-      std::string error;
-      if (op.kind == OpKind::conv2d && cudnn_conv()) {
-        const ConvShape shape = conv_shape(op, batch(), plan_.request.precision);
-        error = cudnn_->conv_support(ConvPass::fprop, shape, limit);
-        if (error.empty() && train) error = cudnn_->conv_support(ConvPass::wgrad, shape, limit);
-        if (error.empty() && train && &op != &graph_.ops.front())
-          error = cudnn_->conv_support(ConvPass::dgrad, shape, limit);
-      }
-      if (op.kind == OpKind::attention_core && fused_attention()) {
-        const SdpaShape shape = sdpa_shape(op, batch(), s_, train);
-        error = cudnn_->sdpa_support(false, shape, limit);
-        if (error.empty() && train) error = cudnn_->sdpa_support(true, shape, limit);
-      }
+      const bool on_cudnn = (op.kind == OpKind::conv2d && cudnn_conv()) ||
+                            (op.kind == OpKind::attention_core && fused_attention());
+      if (!on_cudnn) continue;
+      const std::string error =
+          cudnn_->op_support(graph_, op, batch(), plan_.request.precision, plan_.request.mode, limit);
       if (!error.empty()) throw BackendError(fmt::format("{} at batch {}: {}", op.path, batch(), error));
     }
     cudnn_held_ = cudnn_->hold(batch());
