@@ -93,8 +93,9 @@ void check_args(const GemmArgs& g) {
   const bool with_aux = g.epilogue == Epilogue::gelu_aux_bias || g.epilogue == Epilogue::dgelu_bgrad;
   if (with_aux && (g.aux == nullptr || g.ld_aux < g.n || g.ld_aux % 8 != 0))
     fail("a GELU aux epilogue needs an aux buffer whose leading dimension is a multiple of 8 and at least N");
-  if (g.epilogue == Epilogue::dgelu_bgrad && (g.batch != 1 || g.beta != 0.0f))
-    fail("dgelu_bgrad writes C and the bias gradient: no batch, no beta");
+  if (with_aux && g.batch != 1) fail("GELU aux epilogues take one product (the aux batch stride is not set)");
+  if (g.epilogue == Epilogue::dgelu_bgrad && g.beta != 0.0f)
+    fail("dgelu_bgrad writes C and the bias gradient: no beta");
 }
 
 }  // namespace
@@ -139,6 +140,7 @@ Gemm::Entry& Gemm::entry(const GemmArgs& g) {
                 alignment(g.b),
                 alignment(g.c),
                 g.bias != nullptr ? alignment(g.bias) : 0u,
+                g.aux != nullptr ? alignment(g.aux) : 0u,
                 g.beta != 0.0f};
   if (auto it = cache_.find(key); it != cache_.end()) return *it->second;
 

@@ -68,7 +68,7 @@ class Gemm {
   struct Entry;
   using Key =
       std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int64_t, int64_t,
-                 int64_t, int64_t, int, int64_t, uint32_t, uint32_t, uint32_t, uint32_t, bool>;
+                 int64_t, int64_t, int, int64_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, bool>;
 
   Entry& entry(const GemmArgs& args);
 
