@@ -58,6 +58,9 @@ struct Point {
   std::optional<int64_t> skipped_steps;  // fp16 overflow skips during the timed window
   std::optional<double> loss;            // last loss seen (train)
   std::optional<PointTelemetry> telemetry;
+  // The backend's own account of how the step ran (Session::details): for CUDA the graph capture, the
+  // attention and convolution paths, the fused epilogues, the fp16 loss scale and any warning of prepare.
+  nlohmann::json execution = nlohmann::json::object();
 };
 
 struct KneeResult {

@@ -290,6 +290,7 @@ class Reader {
     p.loss = optional_number(v, path, "loss");
     if (const json* t = optional_object(v, path, "telemetry"))
       p.telemetry = telemetry(*t, child(path, "telemetry"));
+    if (const json* e = optional_object(v, path, "execution")) p.execution = *e;
     return p;
   }
 

@@ -61,7 +61,7 @@ Json telemetry_json(const PointTelemetry& t) {
 }
 
 // Every point carries the same core fields; the extras (noise_pct, stop_reason, skipped_steps, loss,
-// telemetry) appear only when present.
+// telemetry, execution) appear only when present.
 template <class Json>
 Json point_json(const Point& p) {
   Json out = Json::object();
@@ -86,6 +86,7 @@ Json point_json(const Point& p) {
   if (p.skipped_steps) out["skipped_steps"] = *p.skipped_steps;
   if (p.loss) out["loss"] = number_or_null<Json>(*p.loss);
   if (p.telemetry) out["telemetry"] = telemetry_json<Json>(*p.telemetry);
+  if (p.execution.is_object() && !p.execution.empty()) out["execution"] = Json::parse(p.execution.dump());
   return out;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,6 +70,7 @@ class PointRunner {
   // Statistics, throughput, TFLOP/s, MFU and the stop reason of a timed point; a stopping warning when due.
   void summarize_point(Point& point, const Plan& plan, const NoiseCriterion& criterion);
   void add_memory_warning(const Point& point);
+  void add_session_warnings(const Point& point);
   void add_stop_warnings();
   static constexpr size_t kStopWarningsListed = 3;
   void insert(Point point);
@@ -84,6 +86,7 @@ class PointRunner {
   std::string budget_name_;    // "device memory", "--memory-limit"
   std::vector<Point> points_;  // sorted by (effective_batch, batch)
   std::vector<std::string> warnings_;
+  std::set<std::string> session_warnings_seen_;
   // Points that stopped at --timeout or the sample cap before meeting their targets: (batch label, why).
   // A few are warned one by one; many (a noisy machine) become one line, see finish().
   std::vector<std::pair<std::string, std::string>> stop_warnings_;

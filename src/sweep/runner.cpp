@@ -205,6 +205,8 @@ std::optional<Point> PointRunner::measure(int64_t batch, int64_t accumulation, b
   const SessionMemory memory = session->memory();
   point.memory.measured_bytes = memory.allocated_bytes;
   point.memory.device_used_bytes = memory.device_used_bytes;
+  point.execution = session->details();
+  add_session_warnings(point);
   session.reset();  // release the device before anything else is prepared
 
   summarize_point(point, plan, criterion);
@@ -289,6 +291,16 @@ void PointRunner::summarize_point(Point& point, const Plan& plan, const NoiseCri
   }
   if (auto warning = criterion.warning())
     stop_warnings_.emplace_back(batch_label(point.batch, point.accumulation), std::move(*warning));
+}
+
+// What prepare or the steps warned about (memory other processes hold, a fallback): said once per sweep,
+// however many points repeat it.
+void PointRunner::add_session_warnings(const Point& point) {
+  const auto it = point.execution.find("warnings");
+  if (it == point.execution.end() || !it->is_array()) return;
+  for (const auto& w : *it)
+    if (w.is_string() && session_warnings_seen_.insert(w.get<std::string>()).second)
+      warn(w.get<std::string>());
 }
 
 void PointRunner::add_stop_warnings() {

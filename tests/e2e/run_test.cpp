@@ -122,6 +122,8 @@ TEST(Run, RealCpuSweepOfATransformer) {
     EXPECT_NEAR(p["tokens_per_second"].get<double>(), 64 * p["samples_per_second"].get<double>(), 1e-6);
     EXPECT_EQ(p["memory"]["planned_bytes"], p["memory"]["measured_bytes"]);
     EXPECT_TRUE(p["loss"].is_number());
+    // The backend's account of how the step ran, per point.
+    EXPECT_EQ(p["execution"]["math"], "fp32 (OpenBLAS sgemm)") << p.dump();
   }
 }
 

@@ -147,8 +147,12 @@ TEST(ReportJson, NonFiniteBecomesNull) {
 }
 
 TEST(ReportJson, RoundTrip) {
-  const Report original = testing::sample_report();
+  Report original = testing::sample_report();
+  original.points[3].execution = {{"cuda_graphs", "captured, replayed from step 2"},
+                                  {"warnings", json::array({"memory in use before prepare"})}};
   const json doc = to_json(original);
+  EXPECT_EQ(doc["points"][3]["execution"]["cuda_graphs"], "captured, replayed from step 2");
+  EXPECT_FALSE(doc["points"][2].contains("execution")) << "absent when the backend said nothing";
   const Report back = report_from_json(doc, "sample.json");
   EXPECT_EQ(to_json(back), doc);
   ASSERT_EQ(back.points.size(), original.points.size());
@@ -157,6 +161,7 @@ TEST(ReportJson, RoundTrip) {
   EXPECT_EQ(back.points[3].samples_ms, original.points[3].samples_ms);
   EXPECT_EQ(back.points[7].status, PointStatus::oom);
   EXPECT_EQ(back.points[7].reason, original.points[7].reason);
+  EXPECT_EQ(back.points[3].execution, original.points[3].execution);
   EXPECT_EQ(back.device.details["sm_count"], 108);
   EXPECT_FALSE(back.device.details.contains("name"));
   EXPECT_EQ(back.analysis.latency_slo->batch, 64);
