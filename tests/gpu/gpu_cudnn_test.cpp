@@ -70,7 +70,7 @@ Precision precision_of(DType t) {
 
 class GpuCudnnConv : public testing::TestWithParam<DType> {
  protected:
-  void SetUp() override { BSW_REQUIRE_DEVICE(); }
+  void SetUp() override { BSW_REQUIRE_CUDNN(); }
   [[nodiscard]] DType t() const { return GetParam(); }
 };
 
@@ -151,7 +151,7 @@ struct SdpaCase {
 
 class GpuCudnnSdpa : public testing::TestWithParam<SdpaCase> {
  protected:
-  void SetUp() override { BSW_REQUIRE_DEVICE(); }
+  void SetUp() override { BSW_REQUIRE_CUDNN(); }
 };
 
 TEST_P(GpuCudnnSdpa, ForwardAndBackwardMatchTheCpu) {
@@ -219,7 +219,7 @@ struct PathCase {
 
 class GpuCudnnSession : public testing::TestWithParam<PathCase> {
  protected:
-  void SetUp() override { BSW_REQUIRE_DEVICE(); }
+  void SetUp() override { BSW_REQUIRE_CUDNN(); }
 };
 
 std::vector<double> losses(const Graph& g, Backend& backend, const PlanRequest& request, int steps) {
@@ -283,7 +283,7 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuCudnnSession,
                          [](const testing::TestParamInfo<PathCase>& p) { return std::string(p.param.name); });
 
 TEST(GpuCudnnMemory, MeasuredDeviceMemoryMatchesThePlanWithCudnnWorkspace) {
-  BSW_REQUIRE_DEVICE();
+  BSW_REQUIRE_CUDNN();
   const Graph g = lower(load_model("gpt2-small"));
   std::unique_ptr<Backend> gpu = cuda::make_cuda_backend(0);
   const ExecutionPaths paths =

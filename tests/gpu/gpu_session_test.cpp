@@ -139,8 +139,13 @@ constexpr const char* kWide = R"({"name": "wide",
 TEST(GpuSessionMemory, MeasuredDeviceMemoryMatchesThePlan) {
   BSW_REQUIRE_DEVICE();
   const Graph g = graph_of(kWide);
-  const Plan plan = make_plan(g, {8192, Precision::bf16, Mode::train, 1, BackendKind::cuda});
-  ASSERT_GT(plan.memory.total_bytes(), uint64_t{512} << 20);
+  // On a GPU the plan is large enough that the driver's allocation granularity is noise; the emulator
+  // counts bytes exactly, and computes the step's GEMMs on the CPU, so a small batch does there.
+  const int64_t batch = gputest::kEmulated ? 256 : 8192;
+  const Plan plan = make_plan(g, {batch, Precision::bf16, Mode::train, 1, BackendKind::cuda});
+  if (!gputest::kEmulated) {
+    ASSERT_GT(plan.memory.total_bytes(), uint64_t{512} << 20);
+  }
   auto session = cuda::make_cuda_backend(0)->prepare(g, plan, SessionOptions{});
   const SessionMemory m = session->memory();
   EXPECT_EQ(m.planned_bytes, plan.memory.total_bytes());

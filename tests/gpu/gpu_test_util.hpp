@@ -1,6 +1,7 @@
-// Helpers of the GPU tests: skip without a device, device arrays that upload fp32 data in a storage dtype
-// (and download it as fp32), NaN poisoning of outputs, and the relative error ||out - ref|| / ||ref|| the
-// tolerances are written in (fp32 1e-5, tf32 1e-3, bf16/fp16 1e-2).
+// Helpers of the GPU tests (built for a GPU as test_gpu and for the CPU emulator as test_gpu_emu): skip
+// without a device, device arrays that upload fp32 data in a storage dtype (and download it as fp32), NaN
+// poisoning of outputs, and the relative error ||out - ref|| / ||ref|| the tolerances are written in (fp32
+// 1e-5, tf32 1e-3, bf16/fp16 1e-2).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -23,7 +24,23 @@
       GTEST_SKIP() << "no CUDA device: " << ::bsw::cuda::no_device_reason(); \
   } while (false)
 
+// cuDNN runs only on a GPU: the CPU emulator of the runtime (tests/emu) does not reach it.
+#ifdef BSW_CUDA_EMULATOR
+#define BSW_REQUIRE_CUDNN() \
+  GTEST_SKIP() << "cuDNN is not emulated on the CPU (tests/emu): this test needs a GPU"
+#else
+#define BSW_REQUIRE_CUDNN() BSW_REQUIRE_DEVICE()
+#endif
+
 namespace bsw::gputest {
+
+// True when this suite runs on the CPU emulator (test_gpu_emu) rather than a GPU: a few tests shrink their
+// problems there, as every GEMM is computed on the CPU.
+#ifdef BSW_CUDA_EMULATOR
+inline constexpr bool kEmulated = true;
+#else
+inline constexpr bool kEmulated = false;
+#endif
 
 [[nodiscard]] inline double tolerance(DType t) {
   return t == DType::f32 ? 1e-5 : 1e-2;

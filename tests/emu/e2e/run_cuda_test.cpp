@@ -1,0 +1,157 @@
+// `batchsweep run --backend cuda` end to end on the CPU emulator (batchsweep-emu): the CUDA session,
+// cuBLASLt's fake, our kernels, graph capture, events and the allocator behave as on a GPU, so the sweep's
+// handling of the CUDA backend can be held to what a user would see: every point measured, device memory
+// equal to the plan, out-of-memory as a point followed by smaller batches that run, cuDNN's absence said out
+// loud, telemetry matched to the device by PCI bus id.
+#include <gtest/gtest.h>
+
+#include "e2e/e2e_support.hpp"
+
+namespace bsw::e2e {
+namespace {
+
+std::vector<std::string> quick(std::vector<std::string> args) {
+  // The emulator's timings are CPU timings and noisy: three samples a point, whatever their noise.
+  for (const char* a : {"--warmup", "1", "--min-samples", "3", "--min-time", "0", "--max-noise", "100",
+                        "--timeout", "60", "--quiet"})
+    args.emplace_back(a);
+  return args;
+}
+
+TEST(EmulatedCuda, DevicesListsTheEmulatedGpu) {
+  const Result r = run({"devices", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json d = nlohmann::json::parse(r.out);
+  const nlohmann::json& devices = d.at("cuda").at("devices");
+  ASSERT_EQ(devices.size(), 1u) << r.out;
+  EXPECT_EQ(devices[0].at("name"), "batchsweep CPU emulator");
+  EXPECT_EQ(devices[0].at("memory_total_bytes"), uint64_t{16384} << 20);
+  EXPECT_EQ(devices[0].at("pci_bus_id"), "00000000:1B:00.0");
+}
+
+TEST(EmulatedCuda, TrainingSweepMeasuresEveryPointAndTheMemoryIsThePlan) {
+  ScratchDir dir;
+  const Result r =
+      run(quick({"run", "--backend", "cuda", "--model", "tiny-lm", "--mode", "train", "--precision", "bf16",
+                 "--batch", "1,2,4", "--json", (dir / "r.json").string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(dir / "r.json");
+  EXPECT_EQ(report["device"].at("backend"), "cuda");
+  EXPECT_EQ(report["device"].at("name"), "batchsweep CPU emulator");
+  ASSERT_EQ(report["points"].size(), 3u);
+  for (const nlohmann::json& p : report["points"]) {
+    EXPECT_EQ(p.at("status"), "ok") << p.dump();
+    EXPECT_TRUE(p.at("loss").is_number()) << p.dump();
+    EXPECT_GT(p.at("samples_per_second").get<double>(), 0.0);
+    // The emulator counts device bytes exactly: what prepare took is what the plan said.
+    EXPECT_EQ(p["memory"].at("device_used_bytes"), p["memory"].at("planned_bytes")) << p.dump();
+    // How the step ran, per point: the CUDA graph, the attention path, the fused GELU epilogues of bf16.
+    const nlohmann::json& execution = p.at("execution");
+    EXPECT_EQ(execution.at("cuda_graphs"), "captured, replayed from step 2") << execution.dump();
+    EXPECT_NE(execution.at("attention").get<std::string>().find("non-fused"), std::string::npos);
+    EXPECT_TRUE(execution.contains("gelu")) << execution.dump();
+  }
+  // No cuDNN without a GPU: auto falls back to our own attention and says why.
+  const nlohmann::json& paths = report["device"].at("execution_paths");
+  EXPECT_EQ(paths.at("attention"), "explicit_softmax") << paths.dump();
+  EXPECT_FALSE(paths.at("note").get<std::string>().empty()) << paths.dump();
+}
+
+TEST(EmulatedCuda, ForcingCudnnWithoutOneIsAUsageError) {
+  ScratchDir dir;
+  const Result r = run(quick({"run", "--backend", "cuda", "--model", "tiny-lm", "--precision", "bf16",
+                              "--batch", "2", "--attention", "cudnn", "--json", (dir / "r.json").string()}));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--attention"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "r.json"));
+}
+
+TEST(EmulatedCuda, OutOfMemoryIsAPointAndTheSweepGoesOn) {
+  ScratchDir dir;
+  // A 4 GiB device of which another process holds all but 196 MiB: the mlp's fp32 plans are 36.6 MiB at
+  // batch 256 (fits), 214 MiB at 16384 (under the device, over what is free: cudaMalloc fails at prepare)
+  // and about 6 GiB at 524288 (over the device: refused without preparing).
+  const Result r = run(quick({"run", "--backend", "cuda", "--model", "mlp", "--precision", "fp32", "--batch",
+                              "256,16384,524288,512", "--json", (dir / "r.json").string()}),
+                       {"BSW_EMU_MEMORY_MIB=4096", "BSW_EMU_RESERVED_MIB=3900"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(dir / "r.json");
+  std::map<int64_t, std::string> status;
+  for (const nlohmann::json& p : report["points"]) status[p.at("batch").get<int64_t>()] = p.at("status");
+  EXPECT_EQ(status[256], "ok");
+  EXPECT_EQ(status[16384], "oom");
+  EXPECT_EQ(status[524288], "over_limit");
+  EXPECT_EQ(status[512], "ok") << "the context stays usable after an out-of-memory point";
+  EXPECT_EQ(report["analysis"]["max_fit"].at("batch"), 512) << report["analysis"].dump();
+  // Memory another process holds is said, on stderr and in the report.
+  bool warned = false;
+  for (const nlohmann::json& w : report["warnings"])
+    warned = warned || w.get<std::string>().find("other process") != std::string::npos;
+  EXPECT_TRUE(warned) << report["warnings"].dump();
+}
+
+TEST(EmulatedCuda, AutoSearchFindsTheFitEdgeOfASmallDevice) {
+  ScratchDir dir;
+  const Result r = run(quick({"run", "--backend", "cuda", "--model", "mlp", "--precision", "bf16", "--batch",
+                              "auto", "--json", (dir / "r.json").string()}),
+                       {"BSW_EMU_MEMORY_MIB=40"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(dir / "r.json");
+  const nlohmann::json& fit = report["analysis"]["max_fit"];
+  ASSERT_TRUE(fit.at("batch").is_number()) << report["analysis"].dump();
+  bool saw_edge = false;
+  for (const nlohmann::json& p : report["points"]) {
+    if (p.at("status") == "oom" || p.at("status") == "over_limit") {
+      saw_edge = true;
+      EXPECT_GT(p.at("batch").get<int64_t>(), fit["batch"].get<int64_t>());
+    } else {
+      EXPECT_EQ(p.at("status"), "ok") << p.dump();
+      EXPECT_EQ(p["memory"].at("device_used_bytes"), p["memory"].at("planned_bytes")) << p.dump();
+    }
+  }
+  EXPECT_TRUE(saw_edge) << "the search reached the device's edge";
+}
+
+TEST(EmulatedCuda, MemoryLimitRefusesPlansOverIt) {
+  ScratchDir dir;
+  // The mlp's plans: 34 MiB at batch 16 (32 MiB of it cuBLASLt's workspace), 79 MiB at 4096.
+  const Result r = run(quick({"run", "--backend", "cuda", "--model", "mlp", "--batch", "16,4096",
+                              "--memory-limit", "60MB", "--json", (dir / "r.json").string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(dir / "r.json");
+  ASSERT_EQ(report["points"].size(), 2u);
+  EXPECT_EQ(report["points"][0].at("status"), "ok") << report["points"][0].dump();
+  EXPECT_EQ(report["points"][1].at("status"), "over_limit") << report["points"][1].dump();
+  EXPECT_NE(report["points"][1].at("reason").get<std::string>().find("--memory-limit"), std::string::npos);
+}
+
+TEST(EmulatedCuda, InferenceInEveryPrecision) {
+  for (const char* precision : {"fp32", "tf32", "bf16", "fp16"}) {
+    ScratchDir dir;
+    const Result r =
+        run(quick({"run", "--backend", "cuda", "--model", "tiny-lm", "--mode", "infer", "--precision",
+                   precision, "--batch", "1,8", "--json", (dir / "r.json").string()}));
+    ASSERT_EQ(r.exit_code, 0) << precision << ": " << r.err;
+    for (const nlohmann::json& p : read_json(dir / "r.json")["points"])
+      EXPECT_EQ(p.at("status"), "ok") << precision << ": " << p.dump();
+  }
+}
+
+#ifdef BSW_FAKE_NVML
+TEST(EmulatedCuda, TelemetryIsMatchedToTheDeviceByBusId) {
+  ScratchDir dir;
+  const Result r = run(quick({"run", "--backend", "cuda", "--model", "mlp", "--batch", "64,256",
+                              "--telemetry", "on", "--json", (dir / "r.json").string()}),
+                       {std::string("BATCHSWEEP_NVML_LIBRARY=") + BSW_FAKE_NVML});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(dir / "r.json");
+  EXPECT_FALSE(report["device"]["telemetry"].contains("unavailable")) << report["device"].dump();
+  for (const nlohmann::json& p : report["points"]) {
+    ASSERT_TRUE(p.contains("telemetry")) << p.dump();
+    EXPECT_GT(p["telemetry"].at("joules_per_sample").get<double>(), 0.0) << p.dump();
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace bsw::e2e

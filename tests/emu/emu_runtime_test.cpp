@@ -1,0 +1,218 @@
+// The emulator itself: kernels written here run through the same launch path as kernels/*.cu, and the checks
+// that make the emulator worth running (barriers, warp collectives, exited lanes, guard pages, allocation
+// failures, capture rules) are shown to fire. If these pass, a passing gpu test on the emulator means what it
+// says: the code did what CUDA's programming model would have it do.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "cuda_emu.hpp"
+
+namespace {
+
+// One value per thread, summed per block by warp shuffles and a shared-memory barrier (the block_sum of
+// kernels/common.cuh).
+__global__ void block_sum_kernel(const float* x, float* out, int n) {
+  __shared__ float partial[32];
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  float v = i < n ? x[i] : 0.0f;
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0;
+    for (unsigned w = 0; w < blockDim.x / 32; ++w) total += partial[w];
+    out[blockIdx.x] = total;
+  }
+}
+
+// The same without the barrier: thread 0 reads partial sums other warps have not written yet.
+__global__ void racy_block_sum_kernel(const float* x, float* out, int n) {
+  __shared__ float partial[32];
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  float v = i < n ? x[i] : 0.0f;
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  if (threadIdx.x == 0) {
+    float total = 0;
+    for (unsigned w = 0; w < blockDim.x / 32; ++w) total += partial[w];
+    out[blockIdx.x] = total;
+  }
+}
+
+// Lanes past n return before a full-mask shuffle: undefined on a GPU (it may hang), an error here.
+__global__ void early_exit_shuffle_kernel(const float* x, float* out, int n) {
+  const int i = static_cast<int>(threadIdx.x);
+  if (i >= n) return;
+  out[i] = __shfl_xor_sync(0xFFFFFFFFu, x[i], 1);
+}
+
+__global__ void write_past_end_kernel(float* y, int n) {
+  if (threadIdx.x == 0) y[n + 64] = 1.0f;
+}
+
+__global__ void fill_kernel(float* y, float value, int n) {
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
+       i += static_cast<int>(gridDim.x * blockDim.x))
+    y[i] = value;
+}
+
+__global__ void any_kernel(const int* flags, int* out) {
+  const int any = __any_sync(0xFFFFFFFFu, flags[threadIdx.x]);
+  if (threadIdx.x % 32 == 0) out[threadIdx.x / 32] = any;
+}
+
+struct Device {
+  float* p = nullptr;
+  explicit Device(size_t n) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(float)), cudaSuccess);
+  }
+  ~Device() { static_cast<void>(cudaFree(p)); }
+};
+
+std::vector<float> download(const float* p, size_t n) {
+  std::vector<float> h(n);
+  EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  return h;
+}
+
+TEST(Emulator, BlockReductionWithShufflesAndABarrier) {
+  constexpr int n = 1000;
+  std::vector<float> x(n);
+  std::iota(x.begin(), x.end(), 1.0f);
+  Device dx(n), dout(4);
+  ASSERT_EQ(cudaMemcpy(dx.p, x.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  block_sum_kernel | bsw::emu::Launch{4, 256}(dx.p, dout.p, n);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess) << bsw::emu::error_log();
+  const std::vector<float> out = download(dout.p, 4);
+  for (int b = 0; b < 4; ++b) {
+    const int lo = b * 256, hi = std::min(n, lo + 256);
+    EXPECT_FLOAT_EQ(out[b], static_cast<float>((lo + 1 + hi) * (hi - lo)) / 2.0f) << b;
+  }
+}
+
+TEST(Emulator, AMissingBarrierGivesTheWrongSum) {
+  constexpr int n = 256;
+  std::vector<float> x(n, 1.0f);
+  Device dx(n), dout(1);
+  ASSERT_EQ(cudaMemcpy(dx.p, x.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemset(dout.p, 0, sizeof(float)), cudaSuccess);
+  racy_block_sum_kernel | bsw::emu::Launch{1, 256}(dx.p, dout.p, n);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  // Warp 0 runs to the end before warps 1..7 start, so thread 0 sums unwritten (NaN-poisoned or stale) slots.
+  EXPECT_NE(download(dout.p, 1)[0], 256.0f);
+}
+
+TEST(Emulator, AShuffleAfterLanesExitedFailsTheLaunch) {
+  Device dx(32), dout(32);
+  ASSERT_EQ(cudaMemset(dx.p, 0, 32 * sizeof(float)), cudaSuccess);
+  early_exit_shuffle_kernel | bsw::emu::Launch{1, 32}(dx.p, dout.p, 20);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
+  EXPECT_NE(std::string(cudaGetErrorString(cudaErrorLaunchFailure)).find("has exited"), std::string::npos)
+      << cudaGetErrorString(cudaErrorLaunchFailure);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // read once, then cleared
+  early_exit_shuffle_kernel | bsw::emu::Launch{1, 32}(dx.p, dout.p, 32);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+TEST(Emulator, AnyIsTheWarpsOr) {
+  std::vector<int> flags(64, 0);
+  flags[40] = 1;
+  int* d_flags = nullptr;
+  int* d_out = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_flags), 64 * sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_out), 2 * sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d_flags, flags.data(), 64 * sizeof(int), cudaMemcpyHostToDevice), cudaSuccess);
+  any_kernel | bsw::emu::Launch{1, 64}(d_flags, d_out);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  int out[2] = {-1, -1};
+  ASSERT_EQ(cudaMemcpy(out, d_out, sizeof(out), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(out[0], 0);
+  EXPECT_EQ(out[1], 1);
+  static_cast<void>(cudaFree(d_flags));
+  static_cast<void>(cudaFree(d_out));
+}
+
+TEST(Emulator, BadLaunchConfigurationsAreRefused) {
+  Device y(8);
+  fill_kernel | bsw::emu::Launch{1, 2048}(y.p, 1.0f, 8);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  fill_kernel | bsw::emu::Launch{0, 32}(y.p, 1.0f, 8);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+}
+
+void write_past_an_allocation() {
+  Device y(256);
+  write_past_end_kernel | bsw::emu::Launch{1, 32}(y.p, 256);
+}
+
+TEST(EmulatorDeathTest, AWritePastAnAllocationFaults) {
+  EXPECT_DEATH(write_past_an_allocation(), "");
+}
+
+TEST(Emulator, AllocationsAreNaNPoisonedAndAccounted) {
+  size_t free_before = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  {
+    Device y(1000);
+    size_t free_now = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free_now, &total), cudaSuccess);
+    EXPECT_EQ(free_before - free_now, 1000 * sizeof(float));
+    for (float v : download(y.p, 1000)) EXPECT_TRUE(std::isnan(v));
+  }
+  size_t free_after = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+  EXPECT_EQ(free_after, free_before);
+}
+
+TEST(Emulator, AnAllocationOverTheDeviceFailsAndTheErrorIsReadOnce) {
+  size_t free_bytes = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, free_bytes + 1), cudaErrorMemoryAllocation);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorMemoryAllocation);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+TEST(Emulator, CopiesOutsideAnAllocationAreRefused) {
+  Device y(16);
+  std::vector<float> h(32);
+  EXPECT_EQ(cudaMemcpy(y.p, h.data(), 32 * sizeof(float), cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemcpy(h.data(), y.p + 8, 16 * sizeof(float), cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+  static_cast<void>(cudaGetLastError());
+}
+
+TEST(Emulator, CaptureRecordsWorkThatTheGraphReplays) {
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  Device y(64);
+  ASSERT_EQ(cudaMemset(y.p, 0, 64 * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  fill_kernel | bsw::emu::Launch{2, 32, 0, s}(y.p, 3.0f, 64);
+  // A synchronous copy during the capture: the real runtime refuses it and invalidates the capture.
+  float first = -1.0f;
+  EXPECT_EQ(cudaMemcpy(&first, y.p, sizeof(float), cudaMemcpyDeviceToHost),
+            cudaErrorStreamCaptureUnsupported);
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  static_cast<void>(cudaGetLastError());
+  EXPECT_EQ(download(y.p, 64)[0], 0.0f) << "captured work does not run until the graph is launched";
+
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  fill_kernel | bsw::emu::Launch{2, 32, 0, s}(y.p, 5.0f, 64);
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  EXPECT_EQ(download(y.p, 64)[63], 0.0f);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(download(y.p, 64)[63], 5.0f);
+  static_cast<void>(cudaGraphExecDestroy(exec));
+  static_cast<void>(cudaGraphDestroy(graph));
+  static_cast<void>(cudaStreamDestroy(s));
+}
+
+}  // namespace
