@@ -13,6 +13,12 @@
 #
 #   scripts/device-check.sh run                         # everything under $OUT, a short table at the end
 #
+# Before spending device time, rehearse the whole flow here on the CPU emulator (tests/emu): the same steps and
+# summary with batchsweep-emu and test_gpu_emu, small models instead of the presets (which the emulator would
+# take hours over). It checks the script, not the GPU:
+#
+#   scripts/device-check.sh rehearse build              # -> /tmp/device-check-rehearsal (or $OUT)
+#
 # fmt is header-only, GoogleTest static, libstdc++/libgcc static with BATCHSWEEP_STATIC_RUNTIME. OpenBLAS is linked
 # from Debian as a shared library, so `stage` copies libopenblas.so.0 (and libgfortran/libquadmath) into .device/lib;
 # linking the static /usr/lib/x86_64-linux-gnu/libopenblas.a instead would keep only the sgemm kernels and make the
@@ -49,10 +55,10 @@ run() {
   nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv || true
 
   echo "== libraries"
-  local libdirs
-  libdirs=$(find / -xdev \( -name 'libcudnn.so.9*' -o -name 'libcublasLt.so.13*' -o -name 'libcublas.so.13*' \) \
+  local libdirs=""
+  [[ -z "${DEVICE_CHECK_REHEARSAL:-}" ]] && libdirs=$(find / -xdev \( -name 'libcudnn.so.9*' -o -name 'libcublasLt.so.13*' -o -name 'libcublas.so.13*' \) \
     -not -path '*/proc/*' 2>/dev/null | xargs -r -n1 dirname | sort -u | tr '\n' ':')
-  export LD_LIBRARY_PATH="$PWD/$dir/lib:${libdirs}${LD_LIBRARY_PATH:-}"
+  export LD_LIBRARY_PATH="$(cd "$dir" && pwd)/lib:${libdirs}${LD_LIBRARY_PATH:-}"
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   if ldd "$dir/bin/test_gpu" "$dir/bin/batchsweep" | grep 'not found'; then
     echo "missing shared libraries (above): rebuild or stage again" >&2
@@ -66,7 +72,9 @@ run() {
   echo "test_gpu exit code: $tests_rc"
 
   echo "== devices --calibrate"
-  timeout 120 "$dir/bin/batchsweep" devices --calibrate --json >"$out/devices.json" || echo "devices failed: rc $?"
+  local calibrate=(--calibrate)
+  [[ -n "${DEVICE_CHECK_REHEARSAL:-}" ]] && calibrate=()  # the emulator's GEMMs would take minutes
+  timeout 120 "$dir/bin/batchsweep" devices "${calibrate[@]}" --json >"$out/devices.json" || echo "devices failed: rc $?"
   head -c 3000 "$out/devices.json" || true
   echo
 
@@ -79,6 +87,10 @@ run() {
     "gpt2-small train bf16 1:64:*2"
     "gpt2-small infer bf16 1:256:*4"
   )
+  if [[ -n "${DEVICE_CHECK_REHEARSAL:-}" ]]; then
+    common=(--backend cuda --quiet --warmup 1 --min-samples 3 --min-time 0 --max-noise 100 --timeout 20)
+    sweeps=("mlp train bf16 1:256:*4" "tiny-lm train bf16 1:4:*2" "tiny-lm infer fp16 1:4:*4")
+  fi
   for s in "${sweeps[@]}"; do
     read -r model mode precision batches <<<"$s"
     local name="$model-$mode-$precision"
@@ -128,7 +140,8 @@ run() {
   echo "memcheck: $sanitizer"
 
   echo "== summary ($((SECONDS - started)) s)"
-  python3 - "$out" <<'PY' || true
+  local summary_rc=0
+  python3 - "$out" <<'PY' || summary_rc=$?
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
 t = out / "test_gpu.json"
@@ -164,11 +177,36 @@ for f in sorted(out.glob("*-*-*.json")):
         print(f"  batch {p['batch']:6d} {p['samples_per_second']:12.1f} samples/s  p99 {p['step_ms']['p99']:9.3f} ms"
               f"  mfu {p.get('mfu')}  planned {planned}  device_used {used}  J/sample {tel.get('joules_per_sample')}")
 PY
+  if (( summary_rc != 0 )); then
+    echo "the summary failed (rc $summary_rc)"
+    # A rehearsal exists to catch exactly this before device time is spent on it.
+    [[ -n "${DEVICE_CHECK_REHEARSAL:-}" ]] && exit 1
+  fi
   exit "$tests_rc"
+}
+
+# The run above, here, on the CPU emulator's binaries (built with the default CUDA build: batchsweep-emu and
+# tests/emu/test_gpu_emu), with small sweeps. Exit code: run's (test_gpu_emu's).
+rehearse() {
+  local build=${1:?usage: device-check.sh rehearse BUILD_DIR}
+  local dir
+  dir=$(mktemp -d /tmp/device-check-stage.XXXXXX)
+  mkdir -p "$dir/bin" "$dir/lib"
+  cp "$build/batchsweep-emu" "$dir/bin/batchsweep"
+  cp "$build/tests/emu/test_gpu_emu" "$dir/bin/test_gpu"
+  export OUT=${OUT:-/tmp/device-check-rehearsal} DEVICE_CHECK_REHEARSAL=1
+  # A part of the emulated gpu suite (ctest runs all of it): the script's handling of the results is the point.
+  export GTEST_FILTER=${GTEST_FILTER:-'Emulator*:GpuInit*:Storage/GpuOps.Layernorm*:Models/GpuSession.*mlp*:GpuSessionMemory.OutOfMemory*'}
+  rm -rf "$OUT"
+  local rc=0
+  (run "$dir") || rc=$?
+  rm -rf "$dir"
+  return "$rc"
 }
 
 case "${1:-}" in
   stage) shift; stage "$@" ;;
   run) shift; run "$@" ;;
-  *) echo "usage: $0 stage BUILD_DIR [STAGE_DIR] | run [STAGE_DIR]" >&2; exit 2 ;;
+  rehearse) shift; rehearse "$@" ;;
+  *) echo "usage: $0 stage BUILD_DIR [STAGE_DIR] | run [STAGE_DIR] | rehearse BUILD_DIR" >&2; exit 2 ;;
 esac
