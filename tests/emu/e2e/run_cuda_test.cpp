@@ -137,6 +137,48 @@ TEST(EmulatedCuda, InferenceInEveryPrecision) {
   }
 }
 
+TEST(EmulatedCuda, PlainLaunchesFp16LossScalingAndAccumulation) {
+  ScratchDir dir;
+  const Result r =
+      run(quick({"run", "--backend", "cuda", "--model", "tiny-lm", "--precision", "fp16", "--graphs", "off",
+                 "--effective-batch", "4", "--json", (dir / "r.json").string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(dir / "r.json");
+  ASSERT_FALSE(report["points"].empty());
+  for (const nlohmann::json& p : report["points"]) {
+    EXPECT_EQ(p.at("status"), "ok") << p.dump();
+    EXPECT_EQ(p.at("effective_batch"), 4) << p.dump();
+    const nlohmann::json& execution = p.at("execution");
+    EXPECT_EQ(execution.at("cuda_graphs"), "off (plain launches)") << execution.dump();
+    EXPECT_GT(execution.at("loss_scale").get<double>(), 0.0) << execution.dump();
+    EXPECT_EQ(execution.at("skipped_steps"), 0) << "tiny-lm's gradients fit fp16 at the initial scale";
+    EXPECT_TRUE(p.at("loss").is_number());
+  }
+  EXPECT_TRUE(report["analysis"]["effective_batch_split"].at("batch").is_number());
+}
+
+TEST(EmulatedCuda, ConvolutionsRunOnTheIm2colPathWithoutCudnn) {
+  ScratchDir dir;
+  const Result r = run(quick({"run", "--backend", "cuda", "--model",
+                              std::string(BSW_TEST_DATA) + "/data/models/small-convnet.json", "--precision",
+                              "bf16", "--batch", "1,4,16", "--json", (dir / "r.json").string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(dir / "r.json");
+  EXPECT_EQ(report["device"]["execution_paths"].at("conv"), "im2col_gemm");
+  EXPECT_NE(report["device"]["execution_paths"].at("note").get<std::string>().find("cuDNN"),
+            std::string::npos);
+  for (const nlohmann::json& p : report["points"]) {
+    EXPECT_EQ(p.at("status"), "ok") << p.dump();
+    EXPECT_EQ(p["memory"].at("device_used_bytes"), p["memory"].at("planned_bytes")) << p.dump();
+  }
+  // The same sweep asking for cuDNN convolutions: a usage error naming the flag.
+  const Result forced = run(quick({"run", "--backend", "cuda", "--model",
+                                   std::string(BSW_TEST_DATA) + "/data/models/small-convnet.json", "--conv",
+                                   "cudnn", "--batch", "4"}));
+  EXPECT_EQ(forced.exit_code, 2) << forced.err;
+  EXPECT_NE(forced.err.find("--conv"), std::string::npos) << forced.err;
+}
+
 #ifdef BSW_FAKE_NVML
 TEST(EmulatedCuda, TelemetryIsMatchedToTheDeviceByBusId) {
   ScratchDir dir;
