@@ -224,6 +224,18 @@ class FakeCublasLt : public ::testing::Test {
     if (s == CUBLAS_STATUS_SUCCESS && *found == 1) *algo = result.algo;
     return s;
   }
+  // Packed fp32 D[m, n] = A[m, k] B[k, n] (C is D): descriptor, layouts, preference and the algorithm.
+  void plain_fp32(Descriptors& ds, int64_t m, int64_t n, int64_t k, cublasLtMatmulAlgo_t* algo) {
+    ASSERT_EQ(cublasLtMatmulDescCreate(&ds.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+    ds.a = make_layout(CUDA_R_32F, {m, k, m, 0}, 1);
+    ds.b = make_layout(CUDA_R_32F, {k, n, k, 0}, 1);
+    ds.c = make_layout(CUDA_R_32F, {m, n, m, 0}, 1);
+    ds.d = make_layout(CUDA_R_32F, {m, n, m, 0}, 1);
+    make_preference(ds);
+    int found = 0;
+    ASSERT_EQ(heuristic(ds, algo, &found), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(found, 1);
+  }
   void make_preference(Descriptors& ds, uint64_t workspace = kWorkspaceBytes) {
     ASSERT_EQ(cublasLtMatmulPreferenceCreate(&ds.pref), CUBLAS_STATUS_SUCCESS);
     ASSERT_EQ(cublasLtMatmulPreferenceSetAttribute(ds.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -426,15 +438,8 @@ TEST_F(FakeCublasLt, BetaZeroNeverReadsC) {
   void* d = nullptr;
   ASSERT_EQ(cudaMalloc(&d, m * n * 4), cudaSuccess);
   Descriptors ds;
-  ASSERT_EQ(cublasLtMatmulDescCreate(&ds.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
-  ds.a = make_layout(CUDA_R_32F, {m, k, m, 0}, 1);
-  ds.b = make_layout(CUDA_R_32F, {k, n, k, 0}, 1);
-  ds.c = make_layout(CUDA_R_32F, {m, n, m, 0}, 1);
-  ds.d = make_layout(CUDA_R_32F, {m, n, m, 0}, 1);
-  make_preference(ds);
   cublasLtMatmulAlgo_t algo{};
-  int found = 0;
-  ASSERT_EQ(heuristic(ds, &algo, &found), CUBLAS_STATUS_SUCCESS);
+  ASSERT_NO_FATAL_FAILURE(plain_fp32(ds, m, n, k, &algo));
   const float alpha = 1, beta = 0;
   ASSERT_EQ(cublasLtMatmul(handle_, ds.desc, &alpha, a.dev(), ds.a, b.dev(), ds.b, &beta, d, ds.c, d, ds.d,
                            &algo, workspace_, kWorkspaceBytes, stream_),
@@ -601,15 +606,8 @@ TEST_F(FakeCublasLt, AGraphReplayedAfterItsBufferWasFreedFails) {
   void* d = nullptr;
   ASSERT_EQ(cudaMalloc(&d, m * n * 4), cudaSuccess);
   Descriptors ds;
-  ASSERT_EQ(cublasLtMatmulDescCreate(&ds.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
-  ds.a = make_layout(CUDA_R_32F, {m, k, m, 0}, 1);
-  ds.b = make_layout(CUDA_R_32F, {k, n, k, 0}, 1);
-  ds.c = make_layout(CUDA_R_32F, {m, n, m, 0}, 1);
-  ds.d = make_layout(CUDA_R_32F, {m, n, m, 0}, 1);
-  make_preference(ds);
   cublasLtMatmulAlgo_t algo{};
-  int found = 0;
-  ASSERT_EQ(heuristic(ds, &algo, &found), CUBLAS_STATUS_SUCCESS);
+  ASSERT_NO_FATAL_FAILURE(plain_fp32(ds, m, n, k, &algo));
   const float alpha = 1, beta = 0;
   ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
   ASSERT_EQ(cublasLtMatmul(handle_, ds.desc, &alpha, a.dev(), ds.a, b.dev(), ds.b, &beta, d, ds.c, d, ds.d,
