@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -33,10 +34,25 @@ struct ThreadContext {
 // The emulated thread running now (valid only inside a kernel).
 [[nodiscard]] const ThreadContext& current();
 
-void syncthreads();
+// Where a collective is written. Threads of a block (lanes of a warp) meeting at different ones is undefined
+// on a GPU (__syncthreads is barrier.sync.aligned) and an error here.
+struct Site {
+  const char* file;
+  int line;
+};
+
+void syncthreads_at(Site site);
 // A warp-wide exchange: every lane of the warp passes its 8 bytes and the index of the lane it reads.
-[[nodiscard]] uint64_t warp_shuffle(unsigned mask, uint64_t bits, int source_lane);
-[[nodiscard]] bool warp_any(unsigned mask, bool predicate);
+[[nodiscard]] uint64_t warp_shuffle(unsigned mask, uint64_t bits, int source_lane, Site site);
+[[nodiscard]] bool warp_any(unsigned mask, bool predicate, Site site);
+
+// Registers a __shared__ array (the translated kernels call this after each declaration): the first thread of
+// each block to reach it fills it with NaN bits, so a read before any write of this block shows.
+void shared_memory(void* p, std::size_t bytes);
+
+// Pointer arguments of a kernel must point into live device memory (a host pointer faults on a GPU).
+// Returns an empty string, or what is wrong with argument `index`.
+[[nodiscard]] std::string check_pointer_argument(const void* p, int index);
 
 // Runs body once per thread of the grid (through enqueue, so a capturing stream records the launch).
 void launch(dim3 grid, dim3 block, std::size_t shared_bytes, cudaStream_t stream, const char* file, int line,
@@ -76,12 +92,29 @@ struct Launch {
 
 template <class Kernel, class... A>
 void operator|(Kernel kernel, PendingLaunch<A...>&& pending) {
+  std::string wrong;
+  int index = 0;
+  std::apply(
+      [&](const auto&... arg) {
+        const auto check = [&](const auto& v) {
+          if constexpr (std::is_pointer_v<std::decay_t<decltype(v)>>)
+            if (wrong.empty()) wrong = check_pointer_argument(v, index);
+          ++index;
+        };
+        (check(arg), ...);
+      },
+      pending.args);
+  if (!wrong.empty()) {
+    set_launch_error(cudaErrorIllegalAddress,
+                     std::string(pending.file) + ":" + std::to_string(pending.line) + ": " + wrong);
+    return;
+  }
   launch(pending.grid, pending.block, pending.shared_bytes, pending.stream, pending.file, pending.line,
          [kernel, args = std::move(pending.args)]() { std::apply(kernel, args); });
 }
 
 template <class T>
-T shuffle_xor(unsigned mask, T v, int lane_mask) {
+T shuffle_xor(unsigned mask, T v, int lane_mask, Site site) {
   static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
@@ -89,7 +122,7 @@ T shuffle_xor(unsigned mask, T v, int lane_mask) {
       ((current().thread.z * current().block_dim.y + current().thread.y) * current().block_dim.x +
        current().thread.x) %
       32);
-  bits = warp_shuffle(mask, bits, lane ^ lane_mask);
+  bits = warp_shuffle(mask, bits, lane ^ lane_mask, site);
   T out;
   std::memcpy(&out, &bits, sizeof(T));
   return out;
@@ -112,14 +145,17 @@ T shuffle_xor(unsigned mask, T v, int lane_mask) {
 #define blockIdx (::bsw::emu::current().block)
 #define blockDim (::bsw::emu::current().block_dim)
 #define gridDim (::bsw::emu::current().grid_dim)
-#define __syncthreads() ::bsw::emu::syncthreads()
+#define __syncthreads() ::bsw::emu::syncthreads_at(::bsw::emu::Site{__FILE__, __LINE__})
 
+// The call site comes from the default arguments, evaluated where the kernel calls these.
 template <class T>
-inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
-  return ::bsw::emu::shuffle_xor(mask, v, lane_mask);
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, const char* file = __builtin_FILE(),
+                         int line = __builtin_LINE()) {
+  return ::bsw::emu::shuffle_xor(mask, v, lane_mask, ::bsw::emu::Site{file, line});
 }
-inline int __any_sync(unsigned mask, int predicate) {
-  return ::bsw::emu::warp_any(mask, predicate != 0) ? 1 : 0;
+inline int __any_sync(unsigned mask, int predicate, const char* file = __builtin_FILE(),
+                      int line = __builtin_LINE()) {
+  return ::bsw::emu::warp_any(mask, predicate != 0, ::bsw::emu::Site{file, line}) ? 1 : 0;
 }
 
 // One host thread runs every emulated thread, so atomics are plain read-modify-writes.

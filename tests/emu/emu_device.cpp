@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -113,6 +114,7 @@ struct Thread {
   ThreadContext where;
   Wait wait = Wait::running;
   unsigned mask = 0;
+  Site site{"", 0};
   uint64_t bits = 0;
   int source = 0;
   bool predicate = false;
@@ -128,7 +130,26 @@ struct Block {
   bool synchronised = false;  // some thread waited at a barrier or a warp collective
   bool direct = false;        // threads run as plain calls, one after another (no fibers)
   std::string direct_error;
+  std::set<void*> shared_seen;  // __shared__ arrays this block has reached (and NaN-filled)
 };
+
+bool same_site(const Site& a, const Site& b) {
+  return a.line == b.line && std::strcmp(a.file, b.file) == 0;
+}
+
+std::string site_name(const Site& s) {
+  return std::string(s.file) + ":" + std::to_string(s.line);
+}
+
+// BSW_EMU_ORDER=reverse runs the threads of a block, and the blocks of a grid, last first: a race that the
+// default order hides (a thread reading what a later one writes without a barrier) shows in the other.
+bool reverse_order() {
+  static const bool reverse = [] {
+    const char* v = std::getenv("BSW_EMU_ORDER");
+    return v != nullptr && std::string(v) == "reverse";
+  }();
+  return reverse;
+}
 
 Block* g_block = nullptr;
 std::unique_ptr<char[]> g_stacks;
@@ -165,7 +186,7 @@ void suspend(Wait w) {
     // kernel whose synchronisation depends on the block, which the emulator will not guess about.
     if (b.direct_error.empty())
       b.direct_error = std::string(wait_name(w)) +
-                       " in a block although block (0, 0, 0) of the launch never synchronised (set "
+                       " in a block although the first block the launch ran never synchronised (set "
                        "BSW_EMU_FIBERS=always to run every block on fibers)";
     t.result_bits = t.bits;
     t.result_any = t.predicate;
@@ -196,9 +217,21 @@ bool release_warp(Block& b, std::size_t w, bool& released, std::string& error) {
     }
   }
   if (waiting == 0 || waiting != alive) return true;
+  const Thread* leader = nullptr;
   for (std::size_t i = first; i < last; ++i) {
     const Thread& t = b.threads[i];
     if (t.wait != kind) continue;
+    if (leader == nullptr) leader = &t;
+    const unsigned own = static_cast<unsigned>(i - first);
+    if (!same_site(t.site, leader->site) || t.mask != leader->mask || (t.mask >> own & 1u) == 0) {
+      std::ostringstream m;
+      m << "lanes of warp " << w << " meet in " << wait_name(kind) << " at " << site_name(leader->site)
+        << " with mask 0x" << std::hex << leader->mask << std::dec << " and at " << site_name(t.site)
+        << " with mask 0x" << std::hex << t.mask << std::dec << " (lane " << own
+        << "): a collective needs every lane of its mask at the same call with the same mask";
+      error = m.str();
+      return false;
+    }
     for (unsigned lane = 0; lane < 32; ++lane) {
       if ((t.mask >> lane & 1u) == 0) continue;
       const std::size_t j = first + lane;
@@ -213,7 +246,8 @@ bool release_warp(Block& b, std::size_t w, bool& released, std::string& error) {
   }
   bool any = false;
   for (std::size_t i = first; i < last; ++i)
-    if (b.threads[i].wait == kind) any = any || b.threads[i].predicate;
+    if (b.threads[i].wait == kind && (leader->mask >> (i - first) & 1u) != 0)
+      any = any || b.threads[i].predicate;
   for (std::size_t i = first; i < last; ++i) {
     Thread& t = b.threads[i];
     if (t.wait != kind) continue;
@@ -242,8 +276,11 @@ std::string run_block(Block& b) {
     prepare(t.fiber, g_stacks.get() + i * kStackBytes, kStackBytes, thread_entry);
     t.wait = Wait::running;
   }
+  b.shared_seen.clear();
+  const std::size_t n = b.threads.size();
   for (;;) {
-    for (Thread& t : b.threads) {
+    for (std::size_t k = 0; k < n; ++k) {
+      Thread& t = b.threads[reverse_order() ? n - 1 - k : k];
       if (t.wait != Wait::running) continue;
       b.running = &t;
       switch_to(b.scheduler, t.fiber);
@@ -255,6 +292,14 @@ std::string run_block(Block& b) {
     }
     if (alive == 0) return {};
     if (at_barrier == alive) {
+      const Thread* first = nullptr;
+      for (const Thread& t : b.threads) {
+        if (t.wait != Wait::barrier) continue;
+        if (first == nullptr) first = &t;
+        if (!same_site(t.site, first->site))
+          return "threads of the block wait at different __syncthreads() calls (" + site_name(first->site) +
+                 " and " + site_name(t.site) + "): undefined on a GPU";
+      }
       for (Thread& t : b.threads)
         if (t.wait == Wait::barrier) t.wait = Wait::running;
       continue;
@@ -280,7 +325,10 @@ std::string run_block(Block& b) {
 
 // Runs one block's threads as plain calls (a launch whose first block never synchronised).
 std::string run_block_direct(Block& b) {
-  for (Thread& t : b.threads) {
+  b.shared_seen.clear();
+  const std::size_t n = b.threads.size();
+  for (std::size_t k = 0; k < n; ++k) {
+    Thread& t = b.threads[reverse_order() ? n - 1 - k : k];
     b.running = &t;
     (*b.body)();
     if (!b.direct_error.empty()) return b.direct_error;
@@ -302,12 +350,14 @@ const ThreadContext& current() {
   return g_block->running->where;
 }
 
-void syncthreads() {
+void syncthreads_at(Site site) {
+  g_block->running->site = site;
   suspend(Wait::barrier);
 }
 
-uint64_t warp_shuffle(unsigned mask, uint64_t bits, int source_lane) {
+uint64_t warp_shuffle(unsigned mask, uint64_t bits, int source_lane, Site site) {
   Thread& t = *g_block->running;
+  t.site = site;
   t.mask = mask;
   t.bits = bits;
   t.source = source_lane;
@@ -315,12 +365,24 @@ uint64_t warp_shuffle(unsigned mask, uint64_t bits, int source_lane) {
   return t.result_bits;
 }
 
-bool warp_any(unsigned mask, bool predicate) {
+bool warp_any(unsigned mask, bool predicate, Site site) {
   Thread& t = *g_block->running;
+  t.site = site;
   t.mask = mask;
   t.predicate = predicate;
   suspend(Wait::any);
   return t.result_any;
+}
+
+void shared_memory(void* p, std::size_t bytes) {
+  if (g_block->shared_seen.insert(p).second) std::memset(p, 0xFF, bytes);
+}
+
+std::string check_pointer_argument(const void* p, int index) {
+  if (p == nullptr || device_range_ok(p, 1)) return {};
+  std::ostringstream m;
+  m << "kernel argument " << index << " (" << p << ") points outside every device allocation";
+  return m.str();
 }
 
 void launch(dim3 grid, dim3 block, std::size_t shared_bytes, cudaStream_t stream, const char* file, int line,
@@ -354,22 +416,25 @@ void launch(dim3 grid, dim3 block, std::size_t shared_bytes, cudaStream_t stream
     }
     Block* outer = g_block;
     g_block = &b;
-    for (unsigned z = 0; z < grid.z; ++z)
-      for (unsigned y = 0; y < grid.y; ++y)
-        for (unsigned x = 0; x < grid.x; ++x) {
-          for (Thread& t : b.threads) t.where.block = uint3{x, y, z};
-          const std::string error = b.direct ? run_block_direct(b) : run_block(b);
-          // Most kernels (grid-stride elementwise loops) never synchronise: after a first block that shows
-          // it, the others run without the cost of a fiber per thread.
-          if (x == 0 && y == 0 && z == 0 && !b.synchronised && !fibers_always()) b.direct = true;
-          if (!error.empty()) {
-            g_block = outer;
-            set_launch_error(cudaErrorLaunchFailure, where + ": block (" + std::to_string(x) + ", " +
-                                                         std::to_string(y) + ", " + std::to_string(z) +
-                                                         "): " + error);
-            return;
-          }
-        }
+    const uint64_t blocks = static_cast<uint64_t>(grid.x) * grid.y * grid.z;
+    for (uint64_t k = 0; k < blocks; ++k) {
+      const uint64_t linear = reverse_order() ? blocks - 1 - k : k;
+      const auto x = static_cast<unsigned>(linear % grid.x),
+                 y = static_cast<unsigned>(linear / grid.x % grid.y),
+                 z = static_cast<unsigned>(linear / (static_cast<uint64_t>(grid.x) * grid.y));
+      for (Thread& t : b.threads) t.where.block = uint3{x, y, z};
+      const std::string error = b.direct ? run_block_direct(b) : run_block(b);
+      // Most kernels (grid-stride elementwise loops) never synchronise: after a first block that shows it,
+      // the others run without the cost of a fiber per thread.
+      if (k == 0 && !b.synchronised && !fibers_always()) b.direct = true;
+      if (!error.empty()) {
+        g_block = outer;
+        set_launch_error(cudaErrorLaunchFailure, where + ": block (" + std::to_string(x) + ", " +
+                                                     std::to_string(y) + ", " + std::to_string(z) +
+                                                     "): " + error);
+        return;
+      }
+    }
     g_block = outer;
   };
   const cudaError_t status = enqueue(stream, std::move(run));

@@ -622,6 +622,9 @@ TEST_F(FakeCublasLt, AGraphReplayedAfterItsBufferWasFreedFails) {
   EXPECT_EQ(cudaGetLastError(), cudaErrorIllegalAddress);
   EXPECT_NE(std::string(cudaGetErrorString(cudaErrorIllegalAddress)).find("no longer inside"),
             std::string::npos);
+  // An illegal address poisons the context, as on a GPU, until the device is reset.
+  EXPECT_EQ(cudaStreamSynchronize(stream_), cudaErrorIllegalAddress);
+  ASSERT_EQ(cudaDeviceReset(), cudaSuccess);
   EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
   EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
 }

@@ -2,8 +2,9 @@
 // allocation between guard pages and filled with NaN bits, as a GPU's memory holds whatever was there),
 // streams that run their work at once, events that read the host clock, and graph capture that records a
 // stream's work for cudaGraphLaunch to replay. It is strict where the real runtime is: synchronous calls
-// during a capture invalidate it, a failed call is what the next cudaGetLastError() returns, an allocation
-// over the device's memory fails with cudaErrorMemoryAllocation.
+// during a capture invalidate it, a failed call is what the next cudaGetLastError() returns, a fault in a
+// kernel is sticky (every synchronising call returns it until cudaDeviceReset), an allocation over the
+// device's memory fails with cudaErrorMemoryAllocation.
 //
 // Environment: BSW_EMU_MEMORY_MIB sets the device's memory (default 16384); BSW_EMU_RESERVED_MIB holds some
 // of it as another process would; BSW_EMU_NO_DEVICE=1 makes cudaGetDeviceCount answer cudaErrorNoDevice.
@@ -60,6 +61,9 @@ struct State {
   std::set<cudaStream_t> streams;
   uint64_t used = reserved_memory();  // another process's share, then our allocations
   cudaError_t last_error = cudaSuccess;
+  // A fault inside a kernel (or a library call) poisons the context as on a GPU: every later synchronising
+  // call returns it, until cudaDeviceReset.
+  cudaError_t sticky = cudaSuccess;
   std::map<cudaError_t, std::string> messages;
   std::string log;
   int capturing = 0;  // streams capturing now
@@ -188,6 +192,7 @@ cudaError_t enqueue(cudaStream_t stream, std::function<void()> work) {
 void set_launch_error(cudaError_t error, const std::string& message) {
   State& s = state();
   s.last_error = error;
+  if (error == cudaErrorLaunchFailure || error == cudaErrorIllegalAddress) s.sticky = error;
   s.messages[error] = message;
   s.log += message + "\n";
   std::cerr << "[cuda emulator] " << message << "\n";
@@ -211,12 +216,28 @@ using bsw::emu::state;
 
 cudaError_t cudaGetLastError() {
   const cudaError_t e = state().last_error;
-  state().last_error = cudaSuccess;
+  state().last_error = state().sticky;
   return e;
 }
 
 cudaError_t cudaPeekAtLastError() {
   return state().last_error;
+}
+
+namespace bsw::emu {
+namespace {
+// What a synchronising call returns: the sticky fault, if any.
+cudaError_t synchronised() {
+  return state().sticky == cudaSuccess ? cudaSuccess : fail(state().sticky);
+}
+}  // namespace
+}  // namespace bsw::emu
+
+cudaError_t cudaDeviceReset() {
+  std::lock_guard lock(state().mutex);
+  state().sticky = cudaSuccess;
+  state().last_error = cudaSuccess;
+  return cudaSuccess;
 }
 
 const char* cudaGetErrorName(cudaError_t error) {
@@ -337,7 +358,9 @@ cudaError_t cudaRuntimeGetVersion(int* version) {
 
 cudaError_t cudaDeviceSynchronize() {
   std::lock_guard lock(state().mutex);
-  return bsw::emu::refuse_during_capture("cudaDeviceSynchronize");
+  if (const cudaError_t e = bsw::emu::refuse_during_capture("cudaDeviceSynchronize"); e != cudaSuccess)
+    return e;
+  return bsw::emu::synchronised();
 }
 
 // ---- memory ----
@@ -401,6 +424,7 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
   std::lock_guard lock(state().mutex);
   if (const cudaError_t e = bsw::emu::refuse_during_capture("cudaMemcpy"); e != cudaSuccess) return e;
+  if (const cudaError_t e = bsw::emu::synchronised(); e != cudaSuccess) return e;
   if (const cudaError_t e = bsw::emu::check_copy(dst, src, n, kind, "cudaMemcpy"); e != cudaSuccess) return e;
   if (n > 0) std::memmove(dst, src, n);
   return cudaSuccess;
@@ -455,7 +479,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   std::lock_guard lock(state().mutex);
   if (!bsw::emu::known_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
-  return bsw::emu::refuse_during_capture("cudaStreamSynchronize");
+  if (const cudaError_t e = bsw::emu::refuse_during_capture("cudaStreamSynchronize"); e != cudaSuccess)
+    return e;
+  return bsw::emu::synchronised();
 }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode /*mode*/) {
@@ -494,10 +520,17 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsig
 
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   if (exec == nullptr) return fail(cudaErrorInvalidValue);
+  if (const cudaError_t e = bsw::emu::synchronised(); e != cudaSuccess) return e;
   const cudaError_t e = bsw::emu::enqueue(stream, [exec] {
     for (const auto& work : exec->work) work();
   });
   return e == cudaSuccess ? e : fail(e);
+}
+
+cudaError_t cudaGraphUpload(cudaGraphExec_t exec, cudaStream_t stream) {
+  if (exec == nullptr) return fail(cudaErrorInvalidValue);
+  std::lock_guard lock(state().mutex);
+  return bsw::emu::known_stream(stream) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
 }
 
 cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
@@ -532,7 +565,9 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (event == nullptr) return fail(cudaErrorInvalidResourceHandle);
   std::lock_guard lock(state().mutex);
-  return bsw::emu::refuse_during_capture("cudaEventSynchronize");
+  if (const cudaError_t e = bsw::emu::refuse_during_capture("cudaEventSynchronize"); e != cudaSuccess)
+    return e;
+  return bsw::emu::synchronised();
 }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
