@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Every preset's first bf16 training step on the CUDA backend under the CPU emulator (tests/emu) against the CPU
+# backend: the same seed gives the same weights and data, so the losses must agree (to bf16 rounding) and the
+# emulated device memory must equal the plan. The presets at full size are too slow for CI (minutes on 2 cores);
+# run this after changing the CUDA backend. Usage: scripts/emu-presets.sh [BUILD_DIR] (default build).
+set -euo pipefail
+build=${1:-build}
+out=$(mktemp -d /tmp/emu-presets.XXXXXX)
+common=(--mode train --precision bf16 --batch 1 --warmup 0 --min-samples 1 --min-time 0 --max-noise 100
+  --timeout 1200 --quiet)
+status=0
+printf '%-14s %14s %14s %10s  %s\n' model "cpu loss" "cuda loss" "rel diff" "cuda device bytes = planned"
+for model in resnet-small vit-base bert-base gpt2-small mlp-large; do
+  "$build/batchsweep" run --backend cpu --model "$model" "${common[@]}" --json "$out/$model-cpu.json" \
+    >/dev/null 2>&1
+  "$build/batchsweep-emu" run --backend cuda --model "$model" "${common[@]}" --json "$out/$model-cuda.json" \
+    >/dev/null 2>&1
+  python3 - "$out/$model-cpu.json" "$out/$model-cuda.json" "$model" <<'PY' || status=1
+import json, sys
+cpu, cuda = (json.load(open(p))["points"][0] for p in sys.argv[1:3])
+diff = abs(cpu["loss"] - cuda["loss"]) / abs(cpu["loss"])
+mem = cuda["memory"]
+same = mem["device_used_bytes"] == mem["planned_bytes"]
+print(f"{sys.argv[3]:14s} {cpu['loss']:14.6f} {cuda['loss']:14.6f} {diff:10.2e}  {same} ({mem['planned_bytes']})")
+sys.exit(0 if cpu["status"] == cuda["status"] == "ok" and diff < 1e-3 and same else 1)
+PY
+done
+rm -rf "$out"
+exit "$status"
