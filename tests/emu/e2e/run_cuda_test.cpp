@@ -29,6 +29,22 @@ TEST(EmulatedCuda, DevicesListsTheEmulatedGpu) {
   EXPECT_EQ(devices[0].at("pci_bus_id"), "00000000:1B:00.0");
 }
 
+TEST(EmulatedCuda, WithoutADeviceTheCudaBackendSaysWhyAndAutoRunsOnTheCpu) {
+  const std::vector<std::string> no_device = {"BSW_EMU_NO_DEVICE=1"};
+  const Result devices = run({"devices"}, no_device);
+  ASSERT_EQ(devices.exit_code, 0) << devices.err;
+  EXPECT_NE(devices.out.find("cuda: no device"), std::string::npos) << devices.out;
+  const Result cuda = run(quick({"run", "--backend", "cuda", "--model", "mlp", "--batch", "2"}), no_device);
+  EXPECT_EQ(cuda.exit_code, 2) << cuda.err;
+  EXPECT_NE(cuda.err.find("--backend cuda: no CUDA device"), std::string::npos) << cuda.err;
+  ScratchDir dir;
+  const Result automatic = run(quick({"run", "--backend", "auto", "--model", "mlp", "--batch", "2", "--json",
+                                      (dir / "r.json").string()}),
+                               no_device);
+  ASSERT_EQ(automatic.exit_code, 0) << automatic.err;
+  EXPECT_EQ(read_json(dir / "r.json")["device"].at("backend"), "cpu");
+}
+
 TEST(EmulatedCuda, TrainingSweepMeasuresEveryPointAndTheMemoryIsThePlan) {
   ScratchDir dir;
   const Result r =
