@@ -247,6 +247,13 @@ class FakeCublasLt : public ::testing::Test {
     ASSERT_EQ(heuristic(ds, algo, &found), CUBLAS_STATUS_SUCCESS);
     ASSERT_EQ(found, 1);
   }
+  // D = A B (alpha 1, beta 0, C is D) on stream_.
+  cublasStatus_t matmul(const Descriptors& ds, const void* a, const void* b, void* d,
+                        const cublasLtMatmulAlgo_t* algo, uint64_t workspace_bytes = kWorkspaceBytes) {
+    const float alpha = 1, beta = 0;
+    return cublasLtMatmul(handle_, ds.desc, &alpha, a, ds.a, b, ds.b, &beta, d, ds.c, d, ds.d, algo,
+                          workspace_, workspace_bytes, stream_);
+  }
   void make_preference(Descriptors& ds, uint64_t workspace = kWorkspaceBytes) {
     ASSERT_EQ(cublasLtMatmulPreferenceCreate(&ds.pref), CUBLAS_STATUS_SUCCESS);
     ASSERT_EQ(cublasLtMatmulPreferenceSetAttribute(ds.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -443,10 +450,7 @@ TEST_F(FakeCublasLt, BetaZeroNeverReadsC) {
   Descriptors ds;
   cublasLtMatmulAlgo_t algo{};
   ASSERT_NO_FATAL_FAILURE(plain_fp32(ds, m, n, k, &algo));
-  const float alpha = 1, beta = 0;
-  ASSERT_EQ(cublasLtMatmul(handle_, ds.desc, &alpha, a.dev(), ds.a, b.dev(), ds.b, &beta, d, ds.c, d, ds.d,
-                           &algo, workspace_, kWorkspaceBytes, stream_),
-            CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(matmul(ds, a.dev(), b.dev(), d, &algo), CUBLAS_STATUS_SUCCESS);
   std::vector<float> out(m * n);
   ASSERT_EQ(cudaMemcpy(out.data(), d, out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
   for (const float v : out) EXPECT_TRUE(std::isfinite(v));
@@ -469,10 +473,7 @@ TEST_F(FakeCublasLt, FastTf32RoundsFp32InputsToTenMantissaBits) {
     cublasLtMatmulAlgo_t algo{};
     int found = 0;
     ASSERT_EQ(heuristic(ds, &algo, &found), CUBLAS_STATUS_SUCCESS);
-    const float alpha = 1, beta = 0;
-    ASSERT_EQ(cublasLtMatmul(handle_, ds.desc, &alpha, a.dev(), ds.a, b.dev(), ds.b, &beta, d.dev(), ds.c,
-                             d.dev(), ds.d, &algo, workspace_, kWorkspaceBytes, stream_),
-              CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(matmul(ds, a.dev(), b.dev(), d.dev(), &algo), CUBLAS_STATUS_SUCCESS);
     d.download();
     if (compute == CUBLAS_COMPUTE_32F_FAST_TF32)
       EXPECT_EQ(d[0], 1.0f + 0x1p-10f);
@@ -507,10 +508,7 @@ TEST_F(FakeCublasLt, SixteenBitOutputsRoundToNearestEven) {
     cublasLtMatmulAlgo_t algo{};
     int found = 0;
     ASSERT_EQ(heuristic(ds, &algo, &found), CUBLAS_STATUS_SUCCESS);
-    const float alpha = 1, beta = 0;
-    ASSERT_EQ(cublasLtMatmul(handle_, ds.desc, &alpha, a.dev(), ds.a, b.dev(), ds.b, &beta, d.dev(), ds.c,
-                             d.dev(), ds.d, &algo, workspace_, kWorkspaceBytes, stream_),
-              CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(matmul(ds, a.dev(), b.dev(), d.dev(), &algo), CUBLAS_STATUS_SUCCESS);
     d.download();
     EXPECT_EQ(d[0], 1.0f + 2 * ulp) << "type " << t;
     EXPECT_EQ(d[1], 1.0f) << "type " << t;
@@ -611,11 +609,8 @@ TEST_F(FakeCublasLt, AGraphReplayedAfterItsBufferWasFreedFails) {
   Descriptors ds;
   cublasLtMatmulAlgo_t algo{};
   ASSERT_NO_FATAL_FAILURE(plain_fp32(ds, m, n, k, &algo));
-  const float alpha = 1, beta = 0;
   ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  ASSERT_EQ(cublasLtMatmul(handle_, ds.desc, &alpha, a.dev(), ds.a, b.dev(), ds.b, &beta, d, ds.c, d, ds.d,
-                           &algo, workspace_, kWorkspaceBytes, stream_),
-            CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(matmul(ds, a.dev(), b.dev(), d, &algo), CUBLAS_STATUS_SUCCESS);
   cudaGraph_t graph = nullptr;
   ASSERT_EQ(cudaStreamEndCapture(stream_, &graph), cudaSuccess);
   cudaGraphExec_t exec = nullptr;
@@ -667,9 +662,7 @@ class FakeCublasLtStrict : public FakeCublasLt {
 
   cublasStatus_t matmul(const void* a, const void* b, void* d, const cublasLtMatmulAlgo_t* algo,
                         uint64_t workspace_bytes = kWorkspaceBytes) {
-    const float alpha = 1, beta = 0;
-    return cublasLtMatmul(handle_, ds_.desc, &alpha, a, ds_.a, b, ds_.b, &beta, d, ds_.c, d, ds_.d, algo,
-                          workspace_, workspace_bytes, stream_);
+    return FakeCublasLt::matmul(ds_, a, b, d, algo, workspace_bytes);
   }
   cublasStatus_t matmul(const cublasLtMatmulAlgo_t* algo) {
     return matmul(a_->dev(), b_->dev(), d_->dev(), algo);
