@@ -11,6 +11,8 @@
 // algorithm's, a missing bias or aux buffer, and outputs that overlap an input or each other. The product is
 // then queued on the stream as a closure holding copies of every parameter, so a captured graph replays what
 // was asked at capture time, whatever the cached descriptors say by then (as cuBLASLt freezes them).
+// BSW_EMU_CUBLASLT_REFUSE (epilogue names, comma-separated) makes the heuristic answer NOT_SUPPORTED for
+// those epilogues, as a cuBLASLt without kernels for them does.
 //
 // Numbers: inputs are widened to fp32 (FAST_TF32 rounds fp32 inputs to 10 mantissa bits, to nearest with ties
 // away from zero as PTX's cvt.rna.tf32.f32), products are summed in fp32 in order of k, and outputs are
@@ -26,6 +28,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <iostream>
@@ -334,6 +337,21 @@ std::string epilogue_name(uint32_t epilogue) {
     default:
       return fmt::format("epilogue {}", epilogue);
   }
+}
+
+// BSW_EMU_CUBLASLT_REFUSE: a comma-separated list of epilogue names (as epilogue_name writes them) for which
+// the heuristic finds no algorithm, read at each call.
+bool epilogue_refused(uint32_t epilogue) {
+  const char* v = std::getenv("BSW_EMU_CUBLASLT_REFUSE");
+  if (v == nullptr) return false;
+  const std::string name = epilogue_name(epilogue), list = v;
+  size_t begin = 0;
+  while (begin <= list.size()) {
+    const size_t end = std::min(list.find(',', begin), list.size());
+    if (list.compare(begin, end - begin, name) == 0) return true;
+    begin = end + 1;
+  }
+  return false;
 }
 
 struct Problem {
@@ -963,6 +981,9 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(
     complain(fmt::format("{}: no algorithm: {}", call, v.why));
     return v.status;
   }
+  // A GPU whose cuBLASLt has no kernel for an epilogue answers NOT_SUPPORTED with no result; the knob
+  // plays that GPU (quietly, as the real library is).
+  if (epilogue_refused(desc.epilogue)) return CUBLAS_STATUS_NOT_SUPPORTED;
   AlgoData data{};
   data.magic = kAlgoMagic;
   data.problem = fingerprint(problem);

@@ -24,6 +24,22 @@ struct Gemm::Entry {
   }
 };
 
+const char* epilogue_name(Epilogue e) {
+  switch (e) {
+    case Epilogue::none:
+      return "DEFAULT";
+    case Epilogue::bias:
+      return "BIAS";
+    case Epilogue::gelu_bias:
+      return "GELU_BIAS";
+    case Epilogue::gelu_aux_bias:
+      return "GELU_AUX_BIAS";
+    case Epilogue::dgelu_bgrad:
+      return "DGELU_BGRAD";
+  }
+  return "?";
+}
+
 namespace {
 
 cudaDataType_t cuda_type(DType t) {
@@ -119,7 +135,7 @@ bool Gemm::gelu_epilogue_supported(int64_t n, const void* c, const void* aux) {
   return n % 8 == 0 && alignment(c) >= 16 && (aux == nullptr || alignment(aux) >= 16);
 }
 
-Gemm::Entry& Gemm::entry(const GemmArgs& g) {
+Gemm::Entry* Gemm::find(const GemmArgs& g) {
   const Key key{g.trans_a,
                 g.trans_b,
                 g.m,
@@ -142,7 +158,8 @@ Gemm::Entry& Gemm::entry(const GemmArgs& g) {
                 g.bias != nullptr ? alignment(g.bias) : 0u,
                 g.aux != nullptr ? alignment(g.aux) : 0u,
                 g.beta != 0.0f};
-  if (auto it = cache_.find(key); it != cache_.end()) return *it->second;
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second.get();
+  if (unsupported_.count(key) != 0) return nullptr;
 
   auto e = std::make_unique<Entry>();
   const cublasComputeType_t compute =
@@ -190,27 +207,41 @@ Gemm::Entry& Gemm::entry(const GemmArgs& g) {
                                                     &align_c, sizeof(align_c)));
     BSW_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                     &align_c, sizeof(align_c)));
-    BSW_CUBLAS(cublasLtMatmulAlgoGetHeuristic(handle_, e->desc, e->a, e->b, e->c, e->c, preference, 1,
-                                              &result, &found));
+    // NOT_SUPPORTED is cuBLASLt's "no algorithm for this configuration" (as is a zero count).
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, e->desc, e->a, e->b, e->c, e->c,
+                                                                 preference, 1, &result, &found);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED)
+      found = 0;
+    else
+      BSW_CUBLAS(status);
   } catch (...) {
     destroy_preference();
     throw;
   }
   destroy_preference();
-  if (found < 1)
-    throw BackendError(
-        fmt::format("cuBLASLt has no algorithm for a {} GEMM {}x{}x{} (trans {}{}, batch {}, {} output, "
-                    "epilogue {}) with a {} "
-                    "byte workspace",
-                    to_string(g.ab_type), g.m, g.n, g.k, g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N',
-                    g.batch, to_string(g.c_type), static_cast<int>(g.epilogue), workspace_bytes_));
+  if (found < 1) {
+    unsupported_.insert(key);
+    return nullptr;
+  }
   e->algo = result.algo;
-  return *cache_.emplace(key, std::move(e)).first->second;
+  return cache_.emplace(key, std::move(e)).first->second.get();
+}
+
+bool Gemm::available(const GemmArgs& g) {
+  check_args(g);
+  return find(g) != nullptr;
 }
 
 void Gemm::run(const GemmArgs& g, cudaStream_t stream) {
   check_args(g);
-  Entry& e = entry(g);
+  Entry* found = find(g);
+  if (found == nullptr)
+    throw BackendError(
+        fmt::format("cuBLASLt has no algorithm for a {} GEMM {}x{}x{} (trans {}{}, batch {}, {} output, "
+                    "epilogue {}) with a {} byte workspace",
+                    to_string(g.ab_type), g.m, g.n, g.k, g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N',
+                    g.batch, to_string(g.c_type), epilogue_name(g.epilogue), workspace_bytes_));
+  Entry& e = *found;
   if (g.epilogue != Epilogue::none)
     BSW_CUBLAS(
         cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));

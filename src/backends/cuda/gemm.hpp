@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -24,6 +25,9 @@ enum class Epilogue {
   dgelu_bgrad,    // C = (op(A) op(B)) * gelu'(aux), bias[N] = column sums of C, overwritten (backward: the
                   // next linear's input gradient becomes this linear's pre-activation gradient and bias grad)
 };
+
+// cuBLASLt's name of the epilogue ("GELU_AUX_BIAS").
+[[nodiscard]] const char* epilogue_name(Epilogue e);
 
 // Row-major C[M, N] = alpha * op(A) op(B) + beta * C, op(A) [M, K], op(B) [K, N]; `batch` independent
 // products at the given element strides. A and B share ab_type; C has c_type (the storage dtype, or f32 for
@@ -58,6 +62,12 @@ class Gemm {
   // Throws BackendError for an impossible shape or when cuBLASLt has no algorithm for it.
   void run(const GemmArgs& args, cudaStream_t stream);
 
+  // Whether cuBLASLt has an algorithm for these arguments (pointers included: alignment counts), asked of
+  // the heuristic once and cached either way. A fused epilogue is only worth asking for where it is
+  // available; the caller falls back to a plain product and separate kernels where it is not. Throws
+  // BackendError for an impossible shape.
+  [[nodiscard]] bool available(const GemmArgs& args);
+
   [[nodiscard]] std::size_t cached_shapes() const { return cache_.size(); }
   [[nodiscard]] static std::string version();
 
@@ -70,13 +80,15 @@ class Gemm {
       std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int64_t, int64_t,
                  int64_t, int64_t, int, int64_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, bool>;
 
-  Entry& entry(const GemmArgs& args);
+  // The cached entry for these arguments, or nullptr when cuBLASLt has no algorithm for them.
+  Entry* find(const GemmArgs& args);
 
   Precision precision_;
   void* workspace_;
   uint64_t workspace_bytes_;
   cublasLtHandle_t handle_ = nullptr;
   std::map<Key, std::unique_ptr<Entry>> cache_;
+  std::set<Key> unsupported_;
 };
 
 }  // namespace bsw::cuda

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <limits>
 #include <new>
+#include <set>
+#include <string>
 #include <unordered_map>
 
 #include "backends/cuda/check.hpp"
@@ -147,6 +149,12 @@ class CudaSession final : public Session {
       d["gelu_backward"] =
           "fused with the bias gradient into the next linear's input-gradient GEMM "
           "(CUBLASLT_EPILOGUE_DGELU_BGRAD)";
+    if (!unfused_epilogues_.empty())
+      d["epilogues_unavailable"] = {{"note",
+                                     "cuBLASLt offered no algorithm for these fused epilogues (epilogue "
+                                     "MxNxK dtype); the plain GEMM and "
+                                     "separate GELU / bias-gradient kernels ran instead"},
+                                    {"gemms", unfused_epilogues_}};
     if (plan_.request.precision == Precision::fp16) {
       d["loss_scale"] = loss_scale_;
       d["skipped_steps"] = skipped_steps_;
@@ -592,18 +600,21 @@ class CudaSession final : public Session {
     const bool fuse_gelu = op.activation == Activation::gelu && bias != nullptr && s_ != DType::f32 &&
                            Gemm::gelu_epilogue_supported(n, out.ptr, train ? z.ptr : nullptr);
     if (fuse_gelu) {
-      gelu_epilogue_used_ = true;
-      g.c = out.ptr;
-      g.bias = bias;
+      GemmArgs fused = g;
+      fused.c = out.ptr;
+      fused.bias = bias;
       if (train) {
-        g.epilogue = Epilogue::gelu_aux_bias;
-        g.aux = z.ptr;
-        g.ld_aux = n;
+        fused.epilogue = Epilogue::gelu_aux_bias;
+        fused.aux = z.ptr;
+        fused.ld_aux = n;
       } else {
-        g.epilogue = Epilogue::gelu_bias;
+        fused.epilogue = Epilogue::gelu_bias;
       }
-      gemm_->run(g, stream_);
-      return;
+      if (fused_gemm_available(fused)) {
+        gelu_epilogue_used_ = true;
+        gemm_->run(fused, stream_);
+        return;
+      }
     }
     g.c = op.has_preactivation() ? z.ptr : out.ptr;
     if (bias != nullptr) {
@@ -613,6 +624,15 @@ class CudaSession final : public Session {
     gemm_->run(g, stream_);
     if (op.has_preactivation())
       kernels::activation_forward(op.activation, s_, z.ptr, out.ptr, m * n, stream_);
+  }
+
+  // Whether cuBLASLt has an algorithm for a fused epilogue here; where it has none, the caller runs the plain
+  // product and separate kernels (the CPU reference's sequence), and the report says so.
+  bool fused_gemm_available(const GemmArgs& g) {
+    if (gemm_->available(g)) return true;
+    unfused_epilogues_.insert(
+        fmt::format("{} {}x{}x{} {}", epilogue_name(g.epilogue), g.m, g.n, g.k, to_string(g.ab_type)));
+    return false;
   }
 
   void conv_forward(const Op& op, const Ref& in, const Ref& w, const Ref& z, const Ref& out) {
@@ -906,11 +926,16 @@ class CudaSession final : public Session {
     }
     // dx becomes the previous linear's dz = (dz W) * gelu'(z_prev); its bias gradient lands in
     // workspace.bgrad.
-    gx.epilogue = Epilogue::dgelu_bgrad;
-    gx.aux = need(fmt::format("ops[{}].pre", i - 1)).ptr;
-    gx.ld_aux = k;
-    gx.bias = bgrad.ptr;
-    gemm_->run(gx, stream_);
+    GemmArgs fused = gx;
+    fused.epilogue = Epilogue::dgelu_bgrad;
+    fused.aux = need(fmt::format("ops[{}].pre", i - 1)).ptr;
+    fused.ld_aux = k;
+    fused.bias = bgrad.ptr;
+    if (!fused_gemm_available(fused)) {
+      gemm_->run(gx, stream_);  // the previous linear's backward applies gelu' and sums its bias gradient
+      return;
+    }
+    gemm_->run(fused, stream_);
     kernels::accumulate_f32(s_, bgrad.ptr, grads_of(*prev) + prev->in_features * prev->out_features, k,
                             stream_);
     dgelu_done_[i - 1] = true;
@@ -1098,6 +1123,7 @@ class CudaSession final : public Session {
   bool has_attention_ = false;
   bool gelu_epilogue_used_ = false;
   bool dgelu_epilogue_used_ = false;
+  std::set<std::string> unfused_epilogues_;  // fused epilogues cuBLASLt had no algorithm for
   std::vector<bool> dgelu_done_ = std::vector<bool>(graph_.ops.size(), false);  // per op, this backward pass
 
   double loss_scale_ = kInitialLossScale;

@@ -73,6 +73,26 @@ TEST(EmulatedCuda, TrainingSweepMeasuresEveryPointAndTheMemoryIsThePlan) {
   EXPECT_FALSE(paths.at("note").get<std::string>().empty()) << paths.dump();
 }
 
+TEST(EmulatedCuda, FusedEpilogueTheGpuLacksRunsUnfusedAndTheReportSaysSo) {
+  ScratchDir dir;
+  const Result r = run(quick({"run", "--backend", "cuda", "--model", "tiny-lm", "--precision", "bf16",
+                              "--batch", "2", "--json", (dir / "r.json").string()}),
+                       {"BSW_EMU_CUBLASLT_REFUSE=GELU_AUX_BIAS,DGELU_BGRAD"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(dir / "r.json");
+  ASSERT_EQ(report["points"].size(), 1u);
+  const nlohmann::json& p = report["points"][0];
+  EXPECT_EQ(p.at("status"), "ok") << p.dump();
+  const nlohmann::json& execution = p.at("execution");
+  EXPECT_FALSE(execution.contains("gelu")) << execution.dump();
+  const nlohmann::json& gemms = execution.at("epilogues_unavailable").at("gemms");
+  ASSERT_FALSE(gemms.empty()) << execution.dump();
+  for (const nlohmann::json& g : gemms) {
+    const std::string name = g.get<std::string>();
+    EXPECT_TRUE(name.starts_with("GELU_AUX_BIAS ") || name.starts_with("DGELU_BGRAD ")) << name;
+  }
+}
+
 TEST(EmulatedCuda, ForcingCudnnWithoutOneIsAUsageError) {
   ScratchDir dir;
   const Result r = run(quick({"run", "--backend", "cuda", "--model", "tiny-lm", "--precision", "bf16",
