@@ -1,5 +1,7 @@
-// Sweep progress on stderr: "[3/9] batch 64 · elapsed 12.4 s · ETA ~31 s", redrawn in place on a terminal,
-// one line per point otherwise, nothing with --quiet. The text comes from pure functions the tests pin.
+// Sweep progress on stderr: "[3/9] batch 64 · elapsed 12.4 s · ETA ~31 s", redrawn in place, only on a
+// terminal; everywhere a line for each point that did not run (oom, error, ...) and one at the end; nothing
+// with
+// --quiet. The text comes from pure functions the tests pin.
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -88,7 +90,7 @@ void ProgressPrinter::clear_line() {
 }
 
 void ProgressPrinter::on_point_start(const PointStart& start) {
-  if (options_.quiet) return;
+  if (options_.quiet || !options_.terminal) return;  // a log file or a pipe gets no progress lines
   const double elapsed_s = now_s() - start_s_;
   ProgressLine line{start.index, start.planned_total, start.total_is_estimate,
                     start.batch, start.accumulation,  start.refinement,
@@ -98,13 +100,9 @@ void ProgressPrinter::on_point_start(const PointStart& start) {
     line.eta_s = elapsed_s / finished_ * remaining;
   }
   const std::string text = format_progress_line(line, options_.color);
-  if (options_.terminal) {
-    clear_line();
-    fmt::print(stream_, "{}", text);
-    drawn_width_ = display_width(text);
-  } else {
-    fmt::print(stream_, "{}\n", text);
-  }
+  clear_line();
+  fmt::print(stream_, "{}", text);
+  drawn_width_ = display_width(text);
   std::fflush(stream_);
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -28,6 +29,17 @@ const nlohmann::json* point_at(const nlohmann::json& report, int64_t batch) {
   for (const auto& p : report["points"])
     if (p["batch"] == batch) return &p;
   return nullptr;
+}
+
+TEST(Run, StderrThatIsNotATerminalGetsNoProgressLines) {
+  std::vector<std::string> args = scripted_run("roofline.json", {"--batch", "1024,4096"});
+  args.erase(std::find(args.begin(), args.end(), "--quiet"));
+  const Result r = run(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The test captures stderr in a pipe: the points that did not run and the end are said, progress is not.
+  EXPECT_EQ(r.err.find("[1/"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("batch 4096: oom"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("sweep done: 2 points"), std::string::npos) << r.err;
 }
 
 TEST(Run, RooflineKneeSaturationMaxFitAndExports) {
