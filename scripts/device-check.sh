@@ -48,6 +48,9 @@ run() {
   mkdir -p "$out"
   local started=$SECONDS
   exec > >(tee "$out/device-check.log") 2>&1
+  # `devices --calibrate` saves its rates here and the sweeps after it take their MFU peak from them, so each
+  # report's mfu is a ratio to this GPU's measured GEMM rate (issue 4's targets); the cache comes back too.
+  export BATCHSWEEP_CACHE_DIR="$out/calibration"
 
   echo "== nvidia-smi"
   nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.max.sm,power.draw,temperature.gpu \
@@ -168,8 +171,12 @@ for f in sorted(out.glob("*-*-*.json")):
     ok = [p for p in pts if p.get("status") == "ok"]
     a = rep.get("analysis", {})
     pick = lambda k: (a.get(k) or {}).get("batch")
+    dev = rep.get("device", {})
+    at_knee = next((p for p in ok if p.get("batch") == pick("knee")), None)
     print(f"{f.stem:28s} points {len(pts):3d} ok {len(ok):3d} knee {pick('knee')} max_fit {pick('max_fit')} "
-          f"recommended {pick('recommended')}  paths {rep.get('device', {}).get('execution_paths')}")
+          f"recommended {pick('recommended')}  paths {dev.get('execution_paths')}")
+    print(f"  mfu at the knee {at_knee.get('mfu') if at_knee else None} of peak {dev.get('peak_flops')} "
+          f"({dev.get('peak_flops_source')})")
     for p in ok:
         mem = p.get("memory", {})
         planned, used = mem.get("planned_bytes"), mem.get("device_used_bytes")

@@ -308,6 +308,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (device != 0 || bsw::emu::no_device()) return fail(cudaErrorInvalidDevice);
   std::memset(prop, 0, sizeof(*prop));
   std::strncpy(prop->name, "batchsweep CPU emulator", sizeof(prop->name) - 1);
+  static_assert(sizeof(prop->uuid.bytes) == 16);
+  std::memcpy(prop->uuid.bytes, "bsw-emulator-gpu", 16);
   prop->totalGlobalMem = bsw::emu::device_memory();
   prop->sharedMemPerBlock = 48 * 1024;
   prop->warpSize = 32;

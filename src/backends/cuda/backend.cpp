@@ -1,6 +1,7 @@
 // The CUDA Backend object: what the device is (name, memory, MFU peak: calibrated when calibrate() ran in
-// this process, else the spec sheet), which execution paths cuDNN accepts for a graph (checked on the device,
-// falling back to our own paths), and prepare(), which hands the plan to a CudaSession.
+// this process or the calibration cache holds a `devices --calibrate` of this GPU, else the spec sheet), which
+// execution paths cuDNN accepts for a graph (checked on the device, falling back to our own paths), and
+// prepare(), which hands the plan to a CudaSession.
 #include <fmt/format.h>
 
 #include <string>
@@ -30,7 +31,12 @@ class CudaBackend final : public Backend {
     info.memory_total_bytes = d.at("memory_total_bytes").get<uint64_t>();
     if (auto measured = calibrated_peak_flops(device_, precision)) {
       info.peak_flops = *measured;
-      info.peak_flops_source = "calibrated (cuBLASLt GEMM, this process)";
+      const std::optional<nlohmann::json> c = calibrated(device_);
+      info.peak_flops_source = c && c->contains("measured_at")
+                                   ? fmt::format("calibrated by `batchsweep devices --calibrate` at {} ({})",
+                                                 c->value("measured_at", std::string("?")),
+                                                 c->value("cache_file", std::string("?")))
+                                   : std::string("calibrated (cuBLASLt GEMM, this process)");
     } else if (auto spec = spec_peak_flops(info.name, precision)) {
       info.peak_flops = *spec;
       info.peak_flops_source = "spec sheet (configs/gpus.json), dense";

@@ -27,8 +27,10 @@ namespace bsw::cuda {
 [[nodiscard]] nlohmann::json describe_devices();
 
 // Measures bf16 / fp16 / tf32 / fp32 GEMM TFLOP/s with cuBLASLt on large square matrices and device-to-device
-// copy GB/s on `device` (a few seconds). The result is remembered for this process: backends made afterwards
-// use the measured rate for MFU. Throws UsageError without such a device, BackendError on failure.
+// copy GB/s on `device` (a few seconds). The result is remembered for this process and saved to the
+// calibration cache (calibration.hpp; its "cache" says where, or why not): backends made afterwards, here or
+// in a later process on the same GPU, driver and cuBLASLt, use the measured rate for MFU. Throws UsageError
+// without such a device, BackendError on failure.
 [[nodiscard]] nlohmann::json calibrate(int device);
 
 // Datasheet dense FLOP/s (per second, not TFLOP/s) of a GPU by its CUDA name, from configs/gpus.json; nullopt

@@ -50,6 +50,24 @@ int device_attribute(cudaDeviceAttr attribute, int device) {
   return value;
 }
 
+// nvidia-smi's form: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
+std::string uuid_text(const cudaUUID_t& uuid) {
+  std::string hex;
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) hex += '-';
+    hex += fmt::format("{:02x}", static_cast<unsigned char>(uuid.bytes[i]));
+  }
+  return "GPU-" + hex;
+}
+
+// The calibration cache's identity of a device, without describe_device() (which consults the cache).
+nlohmann::json device_identity(int device) {
+  cudaDeviceProp p{};
+  BSW_CUDA(cudaGetDeviceProperties(&p, device));
+  return calibration_identity({{"name", std::string(p.name)}, {"uuid", uuid_text(p.uuid)}},
+                              library_versions());
+}
+
 void require_device(int device) {
   const int count = device_count();
   if (count == 0) throw UsageError(fmt::format("--backend cuda: no CUDA device: {}", no_device_reason()));
@@ -225,6 +243,7 @@ nlohmann::json describe_device(int device) {
       {"memory_clock_mhz", device_attribute(cudaDevAttrMemoryClockRate, device) / 1000},
       {"l2_cache_bytes", p.l2CacheSize},
       {"pci_bus_id", std::string(bus_id)},
+      {"uuid", uuid_text(p.uuid)},
   };
   int previous = 0;
   BSW_CUDA(cudaGetDevice(&previous));
@@ -256,11 +275,13 @@ nlohmann::json describe_devices() {
 }
 
 std::optional<nlohmann::json> calibrated(int device) {
-  CalibrationStore& store = calibration_store();
-  const std::lock_guard<std::mutex> lock(store.mutex);
-  const auto it = store.results.find(device);
-  if (it == store.results.end()) return std::nullopt;
-  return it->second;
+  {
+    CalibrationStore& store = calibration_store();
+    const std::lock_guard<std::mutex> lock(store.mutex);
+    const auto it = store.results.find(device);
+    if (it != store.results.end()) return it->second;
+  }
+  return load_calibration(device_identity(device));
 }
 
 std::optional<double> calibrated_peak_flops(int device, Precision precision) {
@@ -292,9 +313,12 @@ nlohmann::json calibrate(int device) {
     throw;
   }
   BSW_CUDA(cudaStreamDestroy(stream));
-  CalibrationStore& store = calibration_store();
-  const std::lock_guard<std::mutex> lock(store.mutex);
-  store.results[device] = result;
+  {
+    CalibrationStore& store = calibration_store();
+    const std::lock_guard<std::mutex> lock(store.mutex);
+    store.results[device] = result;
+  }
+  result["cache"] = save_calibration(device_identity(device), result);
   return result;
 }
 

@@ -5,6 +5,8 @@
 // loud, telemetry matched to the device by PCI bus id.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "e2e/e2e_support.hpp"
 
 namespace bsw::e2e {
@@ -91,6 +93,49 @@ TEST(EmulatedCuda, FusedEpilogueTheGpuLacksRunsUnfusedAndTheReportSaysSo) {
     const std::string name = g.get<std::string>();
     EXPECT_TRUE(name.starts_with("GELU_AUX_BIAS ") || name.starts_with("DGELU_BGRAD ")) << name;
   }
+}
+
+TEST(EmulatedCuda, MfuUsesTheRateDevicesCalibrateCachedForThisGpu) {
+  ScratchDir dir;
+  const std::vector<std::string> env = {"BATCHSWEEP_CACHE_DIR=" + dir.path().string()};
+  const auto sweep = [&] {
+    const Result r = run(quick({"run", "--backend", "cuda", "--model", "mlp", "--precision", "bf16",
+                                "--batch", "4", "--json", (dir / "r.json").string()}),
+                         env);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return read_json(dir / "r.json");
+  };
+  // The emulator is on no spec sheet: no peak, no MFU.
+  const nlohmann::json before = sweep();
+  EXPECT_FALSE(before["device"].contains("peak_flops") && before["device"]["peak_flops"].is_number())
+      << before["device"].dump();
+  // What `devices --calibrate` writes (the emulator's GEMMs are too slow to measure 8192^3 products here).
+  const nlohmann::json devices = nlohmann::json::parse(run({"devices", "--json"}, env).out);
+  const nlohmann::json& gpu = devices["cuda"]["devices"][0];
+  const nlohmann::json& versions = devices["cuda"]["versions"];
+  const nlohmann::json cache = {{"batchsweep_calibration", 1},
+                                {"entries",
+                                 {{{"identity",
+                                    {{"name", gpu.at("name")},
+                                     {"uuid", gpu.at("uuid")},
+                                     {"cuda_driver", versions.at("cuda_driver")},
+                                     {"cublaslt", versions.at("cublaslt")}}},
+                                   {"measured_at", "2026-11-30T08:00:00Z"},
+                                   {"result", {{"bf16_tflops", 0.001}}}}}}};
+  std::ofstream(dir / "calibration.json") << cache.dump();
+  const nlohmann::json after = sweep();
+  EXPECT_EQ(after["device"].at("peak_flops"), 1e9);
+  EXPECT_NE(after["device"]
+                .at("peak_flops_source")
+                .get<std::string>()
+                .find("calibrated by `batchsweep devices --calibrate` at 2026-11-30T08:00:00Z"),
+            std::string::npos)
+      << after["device"].dump();
+  const nlohmann::json& p = after["points"][0];
+  EXPECT_NEAR(p.at("mfu").get<double>(), p.at("tflops").get<double>() / 0.001, 1e-9) << p.dump();
+  // `devices` shows the cached calibration beside the spec sheet.
+  const nlohmann::json listed = nlohmann::json::parse(run({"devices", "--json"}, env).out);
+  EXPECT_EQ(listed["cuda"]["devices"][0]["calibrated"].at("bf16_tflops"), 0.001) << listed.dump();
 }
 
 TEST(EmulatedCuda, ForcingCudnnWithoutOneIsAUsageError) {

@@ -1,0 +1,126 @@
+// The calibration cache: `batchsweep devices --calibrate` keeps what it measured in a JSON file, so a later
+// `batchsweep run` on the same GPU uses the measured GEMM rate for MFU instead of the spec sheet. An entry
+// serves only the GPU it was measured on, with the same driver and cuBLASLt (a new driver or library can move
+// the rate); a newer measurement of that GPU replaces it.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+
+#include "backends/cuda/calibration.hpp"
+
+namespace bsw::cuda {
+namespace {
+
+constexpr const char* kFormatKey = "batchsweep_calibration";
+constexpr int kFormatVersion = 1;
+
+std::string utc_now() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[32] = {};
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
+// The file's entries, or none when it is missing or not a cache this version wrote (it is then rewritten).
+nlohmann::json read_entries(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in) return nlohmann::json::array();
+  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || doc.value(kFormatKey, 0) != kFormatVersion || !doc.contains("entries") ||
+      !doc["entries"].is_array())
+    return nlohmann::json::array();
+  return doc["entries"];
+}
+
+}  // namespace
+
+std::optional<std::filesystem::path> calibration_cache_file() {
+  const auto env = [](const char* name) -> std::optional<std::filesystem::path> {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    return std::filesystem::path(v);
+  };
+  if (auto dir = env("BATCHSWEEP_CACHE_DIR")) return *dir / "calibration.json";
+  if (auto dir = env("XDG_CACHE_HOME")) return *dir / "batchsweep" / "calibration.json";
+  if (auto home = env("HOME")) return *home / ".cache" / "batchsweep" / "calibration.json";
+  return std::nullopt;
+}
+
+nlohmann::json calibration_identity(const nlohmann::json& device, const nlohmann::json& versions) {
+  return {{"name", device.value("name", std::string())},
+          {"uuid", device.value("uuid", std::string())},
+          {"cuda_driver", versions.value("cuda_driver", std::string())},
+          {"cublaslt", versions.value("cublaslt", std::string())}};
+}
+
+nlohmann::json select_calibration(const nlohmann::json& entries, const nlohmann::json& identity) {
+  if (!entries.is_array()) return nullptr;
+  for (const nlohmann::json& e : entries)
+    if (e.is_object() && e.contains("identity") && e["identity"] == identity && e.contains("result") &&
+        e["result"].is_object())
+      return e;
+  return nullptr;
+}
+
+nlohmann::json merge_calibration(const nlohmann::json& entries, const nlohmann::json& identity,
+                                 const nlohmann::json& result, const std::string& measured_at) {
+  nlohmann::json out = nlohmann::json::array();
+  if (entries.is_array())
+    for (const nlohmann::json& e : entries) {
+      const bool same_gpu =
+          e.is_object() && e.contains("identity") && e["identity"].is_object() &&
+          e["identity"].value("uuid", std::string()) == identity.value("uuid", std::string()) &&
+          e["identity"].value("name", std::string()) == identity.value("name", std::string());
+      if (!same_gpu) out.push_back(e);
+    }
+  out.push_back({{"identity", identity}, {"measured_at", measured_at}, {"result", result}});
+  return out;
+}
+
+std::string save_calibration(const nlohmann::json& identity, const nlohmann::json& result) {
+  const auto file = calibration_cache_file();
+  if (!file) return "not saved: none of BATCHSWEEP_CACHE_DIR, XDG_CACHE_HOME, HOME is set";
+  std::error_code ec;
+  std::filesystem::create_directories(file->parent_path(), ec);
+  if (ec) return fmt::format("not saved: cannot create {}: {}", file->parent_path().string(), ec.message());
+  const nlohmann::json doc = {
+      {kFormatKey, kFormatVersion},
+      {"entries", merge_calibration(read_entries(*file), identity, result, utc_now())}};
+  // Written next to the file and renamed over it: a reader never sees half a cache.
+  const std::filesystem::path tmp = file->string() + fmt::format(".tmp.{}", ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << doc.dump(2) << "\n";
+    out.close();
+    if (!out) {
+      std::filesystem::remove(tmp, ec);
+      return fmt::format("not saved: cannot write {}", tmp.string());
+    }
+  }
+  std::filesystem::rename(tmp, *file, ec);
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    return fmt::format("not saved: cannot replace {}: {}", file->string(), ec.message());
+  }
+  return fmt::format("saved to {}", file->string());
+}
+
+std::optional<nlohmann::json> load_calibration(const nlohmann::json& identity) {
+  const auto file = calibration_cache_file();
+  if (!file) return std::nullopt;
+  const nlohmann::json entry = select_calibration(read_entries(*file), identity);
+  if (entry.is_null()) return std::nullopt;
+  nlohmann::json result = entry["result"];
+  result["measured_at"] = entry.value("measured_at", std::string("?"));
+  result["cache_file"] = file->string();
+  return result;
+}
+
+}  // namespace bsw::cuda
