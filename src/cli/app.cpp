@@ -5,7 +5,10 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <cstdio>
+#include <optional>
+#include <string>
 
 #include "batchsweep/errors.hpp"
 #include "batchsweep/model.hpp"
@@ -51,6 +54,46 @@ void check_backend_name(const std::string& name) {
         fmt::format("--backend: unknown backend '{}' (choose auto, cpu, cuda or scripted)", name));
 }
 
+// Number checks whose messages read as the rule ("must be > 0, got 0"); CLI11's own print the bounds as
+// floats, DBL_MAX in full for an open end. CLI11 puts the option's name in front.
+std::optional<double> number_of(const std::string& text) {
+  try {
+    size_t used = 0;
+    const double v = std::stod(text, &used);
+    if (used == text.size() && std::isfinite(v)) return v;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+CLI::Validator positive() {
+  return {[](std::string& text) -> std::string {
+            const auto v = number_of(text);
+            if (!v) return fmt::format("'{}' is not a number", text);
+            return *v > 0 ? std::string() : fmt::format("must be greater than 0, got {}", text);
+          },
+          "POSITIVE"};
+}
+
+CLI::Validator non_negative() {
+  return {[](std::string& text) -> std::string {
+            const auto v = number_of(text);
+            if (!v) return fmt::format("'{}' is not a number", text);
+            return *v >= 0 ? std::string() : fmt::format("must be 0 or more, got {}", text);
+          },
+          "NONNEGATIVE"};
+}
+
+CLI::Validator between(double lo, double hi) {
+  return {[lo, hi](std::string& text) -> std::string {
+            const auto v = number_of(text);
+            if (!v) return fmt::format("'{}' is not a number", text);
+            return *v >= lo && *v <= hi ? std::string()
+                                        : fmt::format("must be between {} and {}, got {}", lo, hi, text);
+          },
+          fmt::format("FLOAT in [{} - {}]", lo, hi)};
+}
+
 void add_exports(CLI::App* cmd, ExportSettings& e) {
   cmd->add_option("--json", e.json_path, "Write the JSON report (schema v1) to FILE, or - for stdout")
       ->type_name("FILE|-");
@@ -64,20 +107,20 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a) {
   cmd->add_option("--latency-slo", a.latency_slo_ms,
                   "p99 step latency budget in ms: report the best batch within it")
       ->type_name("MS")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--saturation", a.saturation_pct,
                   "Saturation: smallest batch reaching PCT% of the best throughput")
       ->type_name("PCT")
-      ->check(CLI::Range(1.0, 100.0))
+      ->check(between(1.0, 100.0))
       ->capture_default_str();
   cmd->add_option("--knee-sensitivity", a.knee_sensitivity, "Kneedle sensitivity S")
       ->type_name("S")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
   cmd->add_option("--price-per-hour", a.price_per_hour,
                   "Device price in USD per hour: cost per million samples")
       ->type_name("USD")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
 }
 
 // --attention auto|cudnn|explicit and --conv auto|cudnn|im2col (CLI11 has checked the words).
@@ -144,14 +187,14 @@ int run_app(int argc, char** argv) {
   CLI::Option* accum_opt = run_cmd
                                ->add_option("--accumulation", run.sweep.accumulation,
                                             "Micro-batches per optimizer step (gradient accumulation)")
-                               ->check(CLI::PositiveNumber)
+                               ->check(positive())
                                ->capture_default_str();
   CLI::Option* effective_opt =
       run_cmd
           ->add_option("--effective-batch", run_raw.effective_batch,
                        "Sweep the splits of N samples per step into micro-batch x accumulation")
           ->type_name("N")
-          ->check(CLI::PositiveNumber);
+          ->check(positive());
   effective_opt->excludes(accum_opt)->excludes(batch_opt);
   run_cmd->add_option("--memory-limit", run_raw.memory_limit, "Refuse plans above SIZE (e.g. 24GiB, 80GB)")
       ->type_name("SIZE");
@@ -159,28 +202,28 @@ int run_app(int argc, char** argv) {
       ->add_option("--memory-warn", run_raw.memory_warn_pct,
                    "Warn when a point uses more than PCT% of the memory")
       ->type_name("PCT")
-      ->check(CLI::Range(1.0, 100.0))
+      ->check(between(1.0, 100.0))
       ->capture_default_str();
   add_analysis(run_cmd, run.analysis);
   StoppingSettings& stop = run.sweep.stopping;
   run_cmd->add_option("--warmup", stop.warmup_steps, "Untimed steps before each point")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative())
       ->capture_default_str();
   run_cmd->add_option("--min-samples", stop.min_samples, "Timed steps per point, at least")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
   run_cmd->add_option("--min-time", stop.min_time_s, "Measured seconds per point, at least")
       ->type_name("S")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative())
       ->capture_default_str();
   run_cmd->add_option("--max-noise", stop.max_noise_pct, "Stop a point once its relative noise is below PCT%")
       ->type_name("PCT")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
   run_cmd
       ->add_option("--timeout", stop.timeout_s, "Wall-clock seconds per point before it stops with a warning")
       ->type_name("S")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
   run_cmd->add_option("--seed", run.sweep.session.seed, "Seed of the synthetic weights and data")
       ->capture_default_str();
@@ -212,7 +255,7 @@ int run_app(int argc, char** argv) {
       ->capture_default_str();
   plan_cmd->add_option("--mode", plan_raw.mode, "train | infer")->capture_default_str();
   plan_cmd->add_option("--accumulation", plan.accumulation, "Micro-batches per optimizer step")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
   plan_cmd
       ->add_option("--memory", plan_raw.memory, "Device memory (e.g. 80GB, 24GiB): report the largest batch")
@@ -246,7 +289,7 @@ int run_app(int argc, char** argv) {
       ->add_option("--fail-on-regression", compare.fail_on_regression_pct,
                    "Exit 3 when a run is slower than the baseline beyond noise and PCT%")
       ->type_name("PCT")
-      ->check(CLI::Range(0.0, 100.0));
+      ->check(between(0.0, 100.0));
   compare_cmd->add_flag("--allow-model-mismatch", compare.allow_model_mismatch,
                         "Compare reports of different models");
   compare_cmd->add_option("--json", compare.json_path, "Write the comparison as JSON to FILE, or -")

@@ -3,16 +3,20 @@
 // (progress, warnings).
 #include "cli/commands.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 
 #include "batchsweep/analysis.hpp"
@@ -86,6 +90,19 @@ void check_writable(const std::string& path, std::string_view flag) {
     throw InputError(fmt::format("{} {}: the directory {} is not writable", flag, path, dir.string()));
   if (fs::exists(p, ec) && access(p.c_str(), W_OK) != 0)
     throw InputError(fmt::format("{} {}: the file is not writable", flag, path));
+  // access() says yes to root everywhere: create (and remove) the temporary file the export will be written
+  // through, so a read-only or special file system is refused now, not after the measurements.
+  const std::string probe = fmt::format("{}.tmp.{}", path, ::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int error = errno;
+    if (error != EEXIST)
+      throw InputError(fmt::format("{} {}: cannot create a file in {}: {}", flag, path, dir.string(),
+                                   std::strerror(error)));
+    return;  // our own leftover: the write replaces it
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 void check_exports(const ExportSettings& e) {
@@ -101,11 +118,22 @@ void check_exports(const ExportSettings& e) {
     throw UsageError("only --json accepts - (stdout)");
 }
 
+// Writes one export, naming its flag when the write fails.
+void write_export(std::string_view flag, const std::string& path,
+                  const std::function<std::string()>& format) {
+  if (path.empty()) return;
+  try {
+    write_output(path, format());
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: {}", flag, e.what()));
+  }
+}
+
 void write_exports(const Report& report, const ExportSettings& e) {
-  if (!e.json_path.empty() && e.json_path != "-") write_output(e.json_path, format_json(report));
-  if (!e.csv_path.empty()) write_output(e.csv_path, format_csv(report));
-  if (!e.markdown_path.empty()) write_output(e.markdown_path, format_markdown(report));
-  if (!e.svg_path.empty()) write_output(e.svg_path, format_svg(report));
+  if (e.json_path != "-") write_export("--json", e.json_path, [&] { return format_json(report); });
+  write_export("--csv", e.csv_path, [&] { return format_csv(report); });
+  write_export("--markdown", e.markdown_path, [&] { return format_markdown(report); });
+  write_export("--svg", e.svg_path, [&] { return format_svg(report); });
 }
 
 // Data on stdout: the JSON when --json -, else the console table; the table then goes to stderr.
