@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ git pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev libgtest-dev libgmock-dev
-          libopenblas-dev clang libclang-rt-14-dev clang-format python3 python3-pip)
+          libopenblas-dev clang libclang-rt-14-dev clang-format python3 python3-pip python3-jsonschema)
 if [[ "${BSW_SKIP_APT:-0}" != 1 ]]; then
   missing=()
   for p in "${packages[@]}"; do
@@ -20,8 +20,9 @@ if [[ "${BSW_SKIP_APT:-0}" != 1 ]]; then
   fi
 fi
 
-# Python: jsonschema validates reports against configs/schema in the tests.
-if ! python3 -c 'import jsonschema' 2>/dev/null; then
+# Python: jsonschema validates reports against configs/schema in the tests, which use the python3 on PATH or
+# Debian's /usr/bin/python3 (python3-jsonschema above). Only a machine where neither has it gets it from PyPI.
+if ! python3 -c 'import jsonschema' 2>/dev/null && ! /usr/bin/python3 -c 'import jsonschema' 2>/dev/null; then
   python3 -m pip install --quiet jsonschema || python3 -m pip install --quiet --break-system-packages jsonschema
 fi
 

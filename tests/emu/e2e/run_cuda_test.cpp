@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "e2e/e2e_support.hpp"
+#include "schema_support.hpp"
 
 namespace bsw::e2e {
 namespace {
@@ -54,6 +55,10 @@ TEST(EmulatedCuda, TrainingSweepMeasuresEveryPointAndTheMemoryIsThePlan) {
                  "--batch", "1,2,4", "--json", (dir / "r.json").string()}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json report = read_json(dir / "r.json");
+  // A cuda report (execution paths, per-point execution) against the published schema.
+  if (!testing::python_with_jsonschema().empty()) {
+    EXPECT_EQ(testing::validate_report_file(dir / "r.json"), 0);
+  }
   EXPECT_EQ(report["device"].at("backend"), "cuda");
   EXPECT_EQ(report["device"].at("name"), "batchsweep CPU emulator");
   ASSERT_EQ(report["points"].size(), 3u);

@@ -2,32 +2,23 @@
 // is validated by tests/validate_schema.py (python3 + jsonschema), skipped with the reason when those are
 // missing.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 
 #include "batchsweep/printers.hpp"
 #include "golden/sample_report.hpp"
+#include "schema_support.hpp"
 
 namespace bsw {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Exit status of `command` run by the shell, or -1 when it did not exit normally.
-int run(const std::string& command) {
-  const int status = std::system(command.c_str());
-  return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 class Schema : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (run("python3 -c 'import jsonschema' >/dev/null 2>&1") != 0) {
-      GTEST_SKIP() << "python3 with the jsonschema module is not available (pip install jsonschema)";
-    }
+    if (testing::python_with_jsonschema().empty()) GTEST_SKIP() << testing::kNoJsonschema;
   }
 
   // 0 when valid, 1 when not (errors on stderr).
@@ -35,10 +26,7 @@ class Schema : public ::testing::Test {
     const fs::path file =
         fs::temp_directory_path() / ("bsw_schema_" + std::to_string(::getpid()) + "_" + name);
     write_file_atomic(file.string(), format_json(report));
-    const std::string command = std::string("python3 '") + BSW_SOURCE_DIR + "/tests/validate_schema.py' '" +
-                                BSW_SOURCE_DIR + "/configs/schema/report-v1.schema.json' '" + file.string() +
-                                "'";
-    const int rc = run(command);
+    const int rc = testing::validate_report_file(file);
     fs::remove(file);
     return rc;
   }
