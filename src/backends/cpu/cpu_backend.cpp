@@ -133,6 +133,10 @@ class CpuSession final : public Session, public CpuSessionProbe {
   }
   double loss_scale() const override { return loss_scale_; }
   int64_t skipped_steps() const override { return skipped_steps_; }
+  void set_loss_scale(double scale) override {
+    loss_scale_ = scale;
+    clean_steps_ = 0;
+  }
   void set_parameters(const std::vector<float>& values) override {
     if (values.size() != static_cast<size_t>(graph_.parameters))
       throw BackendError(

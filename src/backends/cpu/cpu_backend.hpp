@@ -21,6 +21,8 @@ class CpuSessionProbe {
   [[nodiscard]] virtual std::vector<float> gradients_f32() const = 0;  // unscaled, after the last step
   [[nodiscard]] virtual double loss_scale() const = 0;
   [[nodiscard]] virtual int64_t skipped_steps() const = 0;
+  // fp16: sets the dynamic loss scale, the growth interval counting from here (tests force an overflow).
+  virtual void set_loss_scale(double scale) = 0;
   // Re-initialise parameters from `values` (fp32, graph.parameters elements) — tests set identical weights.
   virtual void set_parameters(const std::vector<float>& values) = 0;
   // Training sessions: forward, loss and backward over the step's micro-batches without an optimizer update.

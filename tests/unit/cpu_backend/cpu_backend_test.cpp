@@ -194,19 +194,34 @@ TEST(CpuBackend, SgdAndInference) {
   }
 }
 
-TEST(CpuBackend, Fp16LossScalingSkipsOverflowingSteps) {
-  // A huge learning-rate-free setup: logits of large magnitude make scaled fp16 gradients overflow at 65536.
-  const Graph g = graph_of(R"({"name": "f", "input": {"type": "vector", "features": 512},
-    "layers": [{"type": "linear", "out_features": 512}, {"type": "linear", "out_features": 512},
-               {"type": "linear", "out_features": 2}], "loss": "mse"})");
-  Prepared s = prepare(g, 64, Precision::fp16, Mode::train);
-  int skipped = 0;
-  for (int i = 0; i < 20; ++i) skipped += s.session->step().skipped ? 1 : 0;
-  EXPECT_EQ(skipped, s.probe->skipped_steps());
-  EXPECT_LE(s.probe->loss_scale(), 65536.0);
-  if (skipped > 0) {
-    EXPECT_LT(s.probe->loss_scale(), 65536.0);
-  }
+TEST(CpuBackend, Fp16LossScalingSkipsOverflowingStepsThenRecovers) {
+  const Graph g = graph_of(R"({"name": "f", "input": {"type": "vector", "features": 64},
+    "layers": [{"type": "linear", "out_features": 64, "activation": "gelu"}, {"type": "linear", "out_features": 4}],
+    "loss": "cross_entropy", "optimizer": {"type": "sgd", "learning_rate": 0.1, "momentum": 0.0}})");
+  Prepared s = prepare(g, 16, Precision::fp16, Mode::train);
+  // A scale that overflows the fp16 gradients: the step is skipped, the weights stay, the scale halves.
+  s.probe->set_loss_scale(1e30);
+  const std::vector<float> before = s.probe->parameters_f32();
+  const StepResult first = s.session->step();
+  EXPECT_TRUE(first.skipped);
+  EXPECT_TRUE(first.finite);
+  EXPECT_EQ(s.probe->skipped_steps(), 1);
+  EXPECT_DOUBLE_EQ(s.probe->loss_scale(), 5e29);
+  EXPECT_EQ(s.probe->parameters_f32(), before);
+  // It keeps halving until the scaled gradients fit in fp16, then the update happens.
+  int steps = 1;
+  while (s.session->step().skipped && steps < 200) ++steps;
+  ASSERT_LT(steps, 200) << "the loss scale never came down";
+  EXPECT_EQ(s.probe->skipped_steps(), steps);
+  EXPECT_DOUBLE_EQ(s.probe->loss_scale(), 1e30 / std::exp2(steps));
+  EXPECT_LT(s.probe->loss_scale(), 65504.0 * 65504.0);
+  EXPECT_NE(s.probe->parameters_f32(), before);
+  // 2000 clean steps double it (torch.cuda.amp.GradScaler's growth interval).
+  s.probe->set_loss_scale(1024);
+  for (int i = 0; i < 1999; ++i) ASSERT_FALSE(s.session->step().skipped) << "step " << i;
+  EXPECT_DOUBLE_EQ(s.probe->loss_scale(), 1024);
+  static_cast<void>(s.session->step());
+  EXPECT_DOUBLE_EQ(s.probe->loss_scale(), 2048);
 }
 
 TEST(CpuBackend, MemoryLimitRefusesThePlan) {
