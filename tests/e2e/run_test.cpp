@@ -55,6 +55,34 @@ TEST(Run, StderrThatIsNotATerminalGetsNoProgressLines) {
   EXPECT_NE(r.err.find("sweep done: 2 points"), std::string::npos) << r.err;
 }
 
+// Out of memory, a NaN loss and a point whose steps never settle, in the middle of a sweep: each is a point
+// of the report, said on stderr, and the batches after them still run (issue 5).
+TEST(Run, FailuresMidSweepAreMeasurementsAndTheSweepGoesOn) {
+  ScratchDir dir;
+  std::vector<std::string> args = scripted_run(
+      "failures.json", {"--batch", "8,16,32,4096,64", "--timeout", "1", "--json", (dir / "f.json").string()});
+  args.erase(std::find(args.begin(), args.end(), "--quiet"));
+  const Result r = run(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(dir / "f.json");
+  expect_valid_report(dir / "f.json");
+  ASSERT_EQ(report["points"].size(), 5u);
+  EXPECT_EQ((*point_at(report, 8))["status"], "ok");
+  EXPECT_EQ((*point_at(report, 16))["status"], "error");
+  EXPECT_NE((*point_at(report, 16))["reason"].get<std::string>().find("non-finite loss"), std::string::npos);
+  EXPECT_EQ((*point_at(report, 32))["status"], "ok");
+  EXPECT_EQ((*point_at(report, 32))["stop_reason"], "timeout");
+  EXPECT_EQ((*point_at(report, 4096))["status"], "oom");
+  EXPECT_EQ((*point_at(report, 64))["status"], "ok");  // measured after the oom
+  EXPECT_EQ(report["analysis"]["max_fit"]["batch"], 64);
+  bool timeout_warned = false;
+  for (const auto& w : report["warnings"])
+    timeout_warned |= w.get<std::string>().find("batch 32: timeout") == 0;
+  EXPECT_TRUE(timeout_warned) << report["warnings"].dump();
+  for (const char* said : {"batch 16: error", "batch 4096: oom", "warning: batch 32: timeout"})
+    EXPECT_NE(r.err.find(said), std::string::npos) << said << "\n" << r.err;
+}
+
 TEST(Run, RooflineKneeSaturationMaxFitAndExports) {
   ScratchDir dir;
   const Result r =
