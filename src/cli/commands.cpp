@@ -83,6 +83,11 @@ void check_writable(const std::string& path, std::string_view flag) {
   const fs::path p(path);
   std::error_code ec;
   if (fs::is_directory(p, ec)) throw InputError(fmt::format("{} {}: is a directory", flag, path));
+  if (is_stream_target(path)) {  // a pipe, FIFO or device: written in place, once, at the end
+    if (access(path.c_str(), W_OK) != 0)
+      throw InputError(fmt::format("{} {}: not writable: {}", flag, path, std::strerror(errno)));
+    return;
+  }
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
   if (!fs::is_directory(dir, ec))
     throw InputError(fmt::format("{} {}: the directory {} does not exist", flag, path, dir.string()));
@@ -118,10 +123,11 @@ void check_exports(const ExportSettings& e) {
     throw UsageError("only --json accepts - (stdout)");
 }
 
-// Writes one export, naming its flag when the write fails.
-void write_export(std::string_view flag, const std::string& path,
-                  const std::function<std::string()>& format) {
-  if (path.empty()) return;
+// Writes one export, naming its flag when the write fails. Between points (final = false) a pipe or device
+// is left alone: it gets the one complete report at the end.
+void write_export(std::string_view flag, const std::string& path, const std::function<std::string()>& format,
+                  bool final) {
+  if (path.empty() || (!final && is_stream_target(path))) return;
   try {
     write_output(path, format());
   } catch (const InputError& e) {
@@ -129,16 +135,21 @@ void write_export(std::string_view flag, const std::string& path,
   }
 }
 
-void write_exports(const Report& report, const ExportSettings& e) {
-  if (e.json_path != "-") write_export("--json", e.json_path, [&] { return format_json(report); });
-  write_export("--csv", e.csv_path, [&] { return format_csv(report); });
-  write_export("--markdown", e.markdown_path, [&] { return format_markdown(report); });
-  write_export("--svg", e.svg_path, [&] { return format_svg(report); });
+void write_exports(const Report& report, const ExportSettings& e, bool final) {
+  if (e.json_path != "-")
+    write_export(
+        "--json", e.json_path, [&] { return format_json(report); }, final);
+  write_export(
+      "--csv", e.csv_path, [&] { return format_csv(report); }, final);
+  write_export(
+      "--markdown", e.markdown_path, [&] { return format_markdown(report); }, final);
+  write_export(
+      "--svg", e.svg_path, [&] { return format_svg(report); }, final);
 }
 
 // Data on stdout: the JSON when --json -, else the console table; the table then goes to stderr.
 void print_final(const Report& report, const ExportSettings& e) {
-  write_exports(report, e);
+  write_exports(report, e, true);
   if (e.json_path == "-") {
     write_output("-", format_json(report));
     const std::string table = format_console(report, {color_allowed(stderr)});
@@ -222,7 +233,7 @@ class ExportingObserver final : public SweepObserver {
     if (!exports_.any()) return;
     report_.points = all_so_far;
     report_.analysis = analyze(report_.points, options_);
-    write_exports(report_, exports_);
+    write_exports(report_, exports_, false);
   }
   bool should_stop() override { return progress_.should_stop(); }
   void on_sweep_end(bool interrupted) override { progress_.on_sweep_end(interrupted); }

@@ -1,6 +1,6 @@
 // Atomic file replacement for reports and exports: a crash or Ctrl-C between points leaves either the
 // previous file or the new one, never half of one. Write `<path>.tmp.<pid>` in the same directory, fsync,
-// rename over `path`.
+// rename over `path`. Pipes, FIFOs and devices are written in place instead (a rename would replace them).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -48,7 +48,31 @@ std::string describe_open_failure(const std::string& path, int error) {
   return path + ": cannot write: " + std::strerror(error);
 }
 
+// Writes all of `content` to fd; false with errno set on failure.
+bool write_all(int fd, const std::string& content) {
+  const char* data = content.data();
+  size_t left = content.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, data, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    data += n;
+    left -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
 }  // namespace
+
+bool is_stream_target(const std::string& path) {
+  if (path.empty() || path == "-") return false;
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);  // follows symlinks
+  return !ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st) &&
+         !std::filesystem::is_directory(st);
+}
 
 void write_file_atomic(const std::string& path, const std::string& content) {
   if (path == "-") {
@@ -57,6 +81,13 @@ void write_file_atomic(const std::string& path, const std::string& content) {
     return;
   }
   if (path.empty()) throw InputError("cannot write a file with an empty name");
+  if (is_stream_target(path)) {
+    FileDescriptor fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (fd.get() < 0) throw InputError(path + ": cannot write: " + std::strerror(errno));
+    if (!write_all(fd.get(), content) || fd.close() != 0)
+      throw InputError(path + ": cannot write: " + std::strerror(errno));
+    return;
+  }
   const std::string temp = path + ".tmp." + std::to_string(::getpid());
   FileDescriptor fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) throw InputError(describe_open_failure(path, errno));
@@ -65,17 +96,7 @@ void write_file_atomic(const std::string& path, const std::string& content) {
     ::unlink(temp.c_str());
     throw InputError(path + ": " + what + ": " + std::strerror(error));
   };
-  const char* data = content.data();
-  size_t left = content.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd.get(), data, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail("cannot write", errno);
-    }
-    data += n;
-    left -= static_cast<size_t>(n);
-  }
+  if (!write_all(fd.get(), content)) fail("cannot write", errno);
   if (::fsync(fd.get()) != 0) fail("cannot flush to disk", errno);
   if (fd.close() != 0) fail("cannot write", errno);
   if (::rename(temp.c_str(), path.c_str()) != 0) fail("cannot replace", errno);

@@ -1,14 +1,17 @@
 // End-to-end tests of `batchsweep run`, `analyze` and `compare` on the real binary, driven by the scripted
 // backend (deterministic step times: knee, saturation, max-fit, SLO, exports, auto search, compare's exit
 // code, interrupt) and one short real CPU sweep.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <thread>
 
 #include "e2e/e2e_support.hpp"
@@ -81,6 +84,39 @@ TEST(Run, FailuresMidSweepAreMeasurementsAndTheSweepGoesOn) {
   EXPECT_TRUE(timeout_warned) << report["warnings"].dump();
   for (const char* said : {"batch 16: error", "batch 4096: oom", "warning: batch 32: timeout"})
     EXPECT_NE(r.err.find(said), std::string::npos) << said << "\n" << r.err;
+}
+
+// `--json >(jq .)`, a FIFO, /dev/stdout: the report is written into the pipe once, complete, at the end, and
+// the pipe stays a pipe (an atomic rename would have replaced it with a regular file, and as root /dev/null
+// too).
+TEST(Run, ExportsToAPipeAreWrittenOnceInPlace) {
+  ScratchDir dir;
+  const std::filesystem::path fifo = dir / "report.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  // Both ends held open here: the reader sees end-of-file only when the run and this test have closed theirs,
+  // whatever the run does with the path.
+  const int read_end = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(read_end, 0);
+  const int write_end = open(fifo.c_str(), O_WRONLY);
+  ASSERT_GE(write_end, 0);
+  fcntl(read_end, F_SETFL, fcntl(read_end, F_GETFL) & ~O_NONBLOCK);
+  std::string received;
+  std::thread reader([&] {
+    char buffer[4096];
+    for (ssize_t n; (n = read(read_end, buffer, sizeof(buffer))) > 0;)
+      received.append(buffer, static_cast<size_t>(n));
+  });
+  const Result r = run(scripted_run("roofline.json", {"--batch", "1,2,4", "--json", fifo.string()}));
+  close(write_end);
+  reader.join();
+  close(read_end);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+  const nlohmann::json report = nlohmann::json::parse(received);  // one document, not one per point
+  EXPECT_EQ(report["points"].size(), 3u);
+  int files = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++files;
+  EXPECT_EQ(files, 1);  // no temporary file left beside the pipe
 }
 
 TEST(Run, RooflineKneeSaturationMaxFitAndExports) {
