@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backends/cuda/calibration.hpp"
 #include "backends/cuda/cuda_backend.hpp"
@@ -121,21 +123,50 @@ TEST_F(CalibrationCache, SavedResultsComeBackWithTheirDateAndFile) {
   nlohmann::json other = kH200;
   other["cublaslt"] = "13.2.0";
   EXPECT_EQ(cuda::load_calibration(other), std::nullopt);
-  // No temporary file is left beside the cache.
-  int files = 0;
-  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++files;
-  EXPECT_EQ(files, 1);
+  // No temporary file is left beside the cache (and its lock file).
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir_)) files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"calibration.json", "calibration.json.lock"}));
 }
 
 TEST_F(CalibrationCache, ABrokenCacheIsIgnoredThenRewritten) {
   fs::create_directories(dir_);
-  for (const char* text : {"{ not json", "[]", R"({"batchsweep_calibration": 2, "entries": []})",
-                           R"({"batchsweep_calibration": 1, "entries": {}})"}) {
+  const std::string id = kH200.dump();
+  for (const std::string& text :
+       {std::string("{ not json"), std::string("[]"),
+        std::string(R"({"batchsweep_calibration": 2, "entries": []})"),
+        std::string(R"({"batchsweep_calibration": "1", "entries": []})"),
+        std::string(R"({"batchsweep_calibration": 1, "entries": {}})"),
+        std::string(R"({"batchsweep_calibration": 1, "entries": [1, "x", null, {"identity": 5}]})"),
+        R"({"batchsweep_calibration": 1, "entries": [{"identity": )" + id + R"(, "result": [1]}]})"}) {
     std::ofstream(dir_ / "calibration.json") << text;
     EXPECT_EQ(cuda::load_calibration(kH200), std::nullopt) << text;
+    EXPECT_EQ(cuda::save_calibration(kH200, kRates).rfind("saved to ", 0), 0U) << text;
+    EXPECT_TRUE(cuda::load_calibration(kH200).has_value()) << text;
   }
-  EXPECT_EQ(cuda::save_calibration(kH200, kRates).rfind("saved to ", 0), 0U);
-  EXPECT_TRUE(cuda::load_calibration(kH200).has_value());
+  // Fields of the wrong type in a matching entry: the date is unknown, the rates are no peak.
+  std::ofstream(dir_ / "calibration.json")
+      << R"({"batchsweep_calibration": 1, "entries": [{"identity": )" + id +
+             R"(, "measured_at": 5, "result": {"bf16_tflops": "fast", "fp16_tflops": -3}}]})";
+  const std::optional<nlohmann::json> odd = cuda::load_calibration(kH200);
+  ASSERT_TRUE(odd.has_value());
+  EXPECT_EQ(odd->at("measured_at"), "an unknown time");
+}
+
+TEST_F(CalibrationCache, AnEditedCacheNeverTakesARunDown) {
+  BSW_REQUIRE_DEVICE();
+  const nlohmann::json identity =
+      cuda::calibration_identity(cuda::describe_device(0), cuda::library_versions());
+  fs::create_directories(dir_);
+  std::ofstream(dir_ / "calibration.json")
+      << R"({"batchsweep_calibration": 1, "entries": [{"identity": )" + identity.dump() +
+             R"(, "measured_at": [], "result": {"bf16_tflops": "fast", "fp16_tflops": -3, "tf32_tflops": 0}}]})";
+  for (Precision p : {Precision::bf16, Precision::fp16, Precision::tf32, Precision::fp32}) {
+    const DeviceInfo info = cuda::make_cuda_backend(0)->device(p);
+    EXPECT_FALSE(info.peak_flops.has_value()) << to_string(p);  // the emulator is on no spec sheet either
+  }
+  EXPECT_NO_THROW(static_cast<void>(cuda::describe_device(0)));
 }
 
 TEST_F(CalibrationCache, AnUnwritableCacheSaysWhyAndThrowsNothing) {

@@ -2,7 +2,9 @@
 // `batchsweep run` on the same GPU uses the measured GEMM rate for MFU instead of the spec sheet. An entry
 // serves only the GPU it was measured on, with the same driver and cuBLASLt (a new driver or library can move
 // the rate); a newer measurement of that GPU replaces it.
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -27,16 +29,44 @@ std::string utc_now() {
   return text;
 }
 
+// A string field of an object, or "" when it is missing or not a string: the cache is a file anyone can edit,
+// and nothing in it may take a run down.
+std::string text_field(const nlohmann::json& object, const char* key) {
+  if (!object.is_object()) return {};
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 // The file's entries, or none when it is missing or not a cache this version wrote (it is then rewritten).
 nlohmann::json read_entries(const std::filesystem::path& file) {
   std::ifstream in(file);
   if (!in) return nlohmann::json::array();
   const nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_object() || doc.value(kFormatKey, 0) != kFormatVersion || !doc.contains("entries") ||
-      !doc["entries"].is_array())
+  if (!doc.is_object()) return nlohmann::json::array();
+  const auto version = doc.find(kFormatKey);
+  const auto entries = doc.find("entries");
+  if (version == doc.end() || !version->is_number_integer() || version->get<int64_t>() != kFormatVersion ||
+      entries == doc.end() || !entries->is_array())
     return nlohmann::json::array();
-  return doc["entries"];
+  return *entries;
 }
+
+// Serialises read-merge-write of the cache between processes (two GPUs of one machine calibrating at once).
+class CacheLock {
+ public:
+  explicit CacheLock(const std::filesystem::path& file) {
+    fd_ = ::open((file.string() + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ >= 0) static_cast<void>(::flock(fd_, LOCK_EX));  // without the lock the save still happens
+  }
+  ~CacheLock() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
+  }
+  CacheLock(const CacheLock&) = delete;
+  CacheLock& operator=(const CacheLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 }  // namespace
 
@@ -73,10 +103,10 @@ nlohmann::json merge_calibration(const nlohmann::json& entries, const nlohmann::
   nlohmann::json out = nlohmann::json::array();
   if (entries.is_array())
     for (const nlohmann::json& e : entries) {
-      const bool same_gpu =
-          e.is_object() && e.contains("identity") && e["identity"].is_object() &&
-          e["identity"].value("uuid", std::string()) == identity.value("uuid", std::string()) &&
-          e["identity"].value("name", std::string()) == identity.value("name", std::string());
+      if (!e.is_object() || !e.contains("identity")) continue;  // not an entry: dropped
+      const nlohmann::json& id = e["identity"];
+      const bool same_gpu = text_field(id, "uuid") == text_field(identity, "uuid") &&
+                            text_field(id, "name") == text_field(identity, "name");
       if (!same_gpu) out.push_back(e);
     }
   out.push_back({{"identity", identity}, {"measured_at", measured_at}, {"result", result}});
@@ -89,11 +119,15 @@ std::string save_calibration(const nlohmann::json& identity, const nlohmann::jso
   std::error_code ec;
   std::filesystem::create_directories(file->parent_path(), ec);
   if (ec) return fmt::format("not saved: cannot create {}: {}", file->parent_path().string(), ec.message());
+  const CacheLock lock(*file);
   const nlohmann::json doc = {
       {kFormatKey, kFormatVersion},
       {"entries", merge_calibration(read_entries(*file), identity, result, utc_now())}};
-  // Written next to the file and renamed over it: a reader never sees half a cache.
-  const std::filesystem::path tmp = file->string() + fmt::format(".tmp.{}", ::getpid());
+  // Written next to the file and renamed over it: a reader never sees half a cache. The host name keeps two
+  // machines sharing a home directory apart.
+  char host[256] = {};
+  static_cast<void>(::gethostname(host, sizeof(host) - 1));
+  const std::filesystem::path tmp = file->string() + fmt::format(".tmp.{}.{}", host, ::getpid());
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << doc.dump(2) << "\n";
@@ -118,7 +152,8 @@ std::optional<nlohmann::json> load_calibration(const nlohmann::json& identity) {
   const nlohmann::json entry = select_calibration(read_entries(*file), identity);
   if (entry.is_null()) return std::nullopt;
   nlohmann::json result = entry["result"];
-  result["measured_at"] = entry.value("measured_at", std::string("?"));
+  const std::string when = text_field(entry, "measured_at");
+  result["measured_at"] = when.empty() ? std::string("an unknown time") : when;
   result["cache_file"] = file->string();
   return result;
 }

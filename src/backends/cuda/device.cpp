@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <string_view>
@@ -287,9 +288,12 @@ std::optional<nlohmann::json> calibrated(int device) {
 std::optional<double> calibrated_peak_flops(int device, Precision precision) {
   const auto c = calibrated(device);
   if (!c) return std::nullopt;
-  const std::string key = std::string(to_string(precision)) + "_tflops";
-  if (!c->contains(key)) return std::nullopt;
-  return c->at(key).get<double>() * 1e12;
+  const auto it = c->find(std::string(to_string(precision)) + "_tflops");
+  if (it == c->end() || !it->is_number()) return std::nullopt;
+  const double tflops = it->get<double>();
+  // A rate no GEMM can have (an edited cache) is no peak: MFU then falls back to the spec sheet.
+  if (!std::isfinite(tflops) || tflops <= 0) return std::nullopt;
+  return tflops * 1e12;
 }
 
 nlohmann::json calibrate(int device) {
