@@ -13,6 +13,7 @@
 #include "batchsweep/errors.hpp"
 #include "batchsweep/model.hpp"
 #include "cli/commands.hpp"
+#include "git_commit.hpp"
 
 namespace bsw::cli {
 namespace {
@@ -56,40 +57,43 @@ void check_backend_name(const std::string& name) {
 
 // Number checks whose messages read as the rule ("must be > 0, got 0"); CLI11's own print the bounds as
 // floats, DBL_MAX in full for an open end. CLI11 puts the option's name in front.
-std::optional<double> number_of(const std::string& text) {
+// Parses a whole, finite number into v; otherwise says what is wrong with the text.
+std::string parse_number(const std::string& text, double& v) {
   try {
     size_t used = 0;
-    const double v = std::stod(text, &used);
-    if (used == text.size() && std::isfinite(v)) return v;
-  } catch (const std::exception&) {
+    v = std::stod(text, &used);
+    if (used == text.size() && std::isfinite(v)) return {};
+  } catch (const std::out_of_range&) {
+    return fmt::format("{} is out of range", text);
+  } catch (const std::invalid_argument&) {
   }
-  return std::nullopt;
+  return fmt::format("'{}' is not a number", text);
 }
 
 CLI::Validator positive() {
   return {[](std::string& text) -> std::string {
-            const auto v = number_of(text);
-            if (!v) return fmt::format("'{}' is not a number", text);
-            return *v > 0 ? std::string() : fmt::format("must be greater than 0, got {}", text);
+            double v = 0;
+            if (std::string why = parse_number(text, v); !why.empty()) return why;
+            return v > 0 ? std::string() : fmt::format("must be greater than 0, got {}", text);
           },
           "POSITIVE"};
 }
 
 CLI::Validator non_negative() {
   return {[](std::string& text) -> std::string {
-            const auto v = number_of(text);
-            if (!v) return fmt::format("'{}' is not a number", text);
-            return *v >= 0 ? std::string() : fmt::format("must be 0 or more, got {}", text);
+            double v = 0;
+            if (std::string why = parse_number(text, v); !why.empty()) return why;
+            return v >= 0 ? std::string() : fmt::format("must be 0 or more, got {}", text);
           },
           "NONNEGATIVE"};
 }
 
 CLI::Validator between(double lo, double hi) {
   return {[lo, hi](std::string& text) -> std::string {
-            const auto v = number_of(text);
-            if (!v) return fmt::format("'{}' is not a number", text);
-            return *v >= lo && *v <= hi ? std::string()
-                                        : fmt::format("must be between {} and {}, got {}", lo, hi, text);
+            double v = 0;
+            if (std::string why = parse_number(text, v); !why.empty()) return why;
+            return v >= lo && v <= hi ? std::string()
+                                      : fmt::format("must be between {} and {}, got {}", lo, hi, text);
           },
           fmt::format("FLOAT in [{} - {}]", lo, hi)};
 }

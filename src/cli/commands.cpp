@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -29,6 +30,7 @@
 #include "batchsweep/report.hpp"
 #include "batchsweep/sweep.hpp"
 #include "batchsweep/telemetry.hpp"
+#include "git_commit.hpp"
 
 namespace bsw::cli {
 namespace {
@@ -110,7 +112,40 @@ void check_writable(const std::string& path, std::string_view flag) {
   ::unlink(probe.c_str());
 }
 
-void check_exports(const ExportSettings& e) {
+// Whether an existing path is the very file behind a file descriptor (/dev/stdout, /proc/self/fd/1, or the
+// file stdout is redirected to).
+bool same_file_as_fd(const std::string& path, int fd) {
+  struct stat a {};
+  struct stat b {};
+  return ::stat(path.c_str(), &a) == 0 && ::fstat(fd, &b) == 0 && a.st_dev == b.st_dev &&
+         a.st_ino == b.st_ino;
+}
+
+// What each export path really names: stdout by another name (/dev/stdout, or the file stdout goes to)
+// becomes
+// "-", so the report is written through stdout once and the table moves to stderr; a symlink to a file
+// becomes that file, which is replaced atomically while the link stays. stderr is refused: the progress
+// shares it.
+std::string resolve_export_path(const std::string& path, std::string_view flag) {
+  namespace fs = std::filesystem;
+  if (path.empty() || path == "-") return path;
+  if (same_file_as_fd(path, STDOUT_FILENO)) return "-";
+  if (same_file_as_fd(path, STDERR_FILENO))
+    throw UsageError(fmt::format(
+        "{} {}: that is stderr, where progress and warnings go (use {} - for stdout)", flag, path, flag));
+  std::error_code ec;
+  if (fs::is_symlink(fs::symlink_status(path, ec)) && fs::is_regular_file(fs::status(path, ec))) {
+    const fs::path target = fs::canonical(path, ec);
+    if (!ec) return target.string();
+  }
+  return path;
+}
+
+void check_exports(ExportSettings& e) {
+  e.json_path = resolve_export_path(e.json_path, "--json");
+  e.csv_path = resolve_export_path(e.csv_path, "--csv");
+  e.markdown_path = resolve_export_path(e.markdown_path, "--markdown");
+  e.svg_path = resolve_export_path(e.svg_path, "--svg");
   check_writable(e.json_path, "--json");
   check_writable(e.csv_path, "--csv");
   check_writable(e.markdown_path, "--markdown");
@@ -120,7 +155,7 @@ void check_exports(const ExportSettings& e) {
     to_stdout += *p == "-";
   if (to_stdout > 1) throw UsageError("only one export may go to stdout (-)");
   if (e.csv_path == "-" || e.markdown_path == "-" || e.svg_path == "-")
-    throw UsageError("only --json accepts - (stdout)");
+    throw UsageError("only --json goes to stdout (- or /dev/stdout): stdout carries the table otherwise");
 }
 
 // Writes one export, naming its flag when the write fails. Between points (final = false) a pipe or device
@@ -307,7 +342,8 @@ int plan_command(const PlanSettings& s) {
 }
 
 int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
-  check_exports(s.exports);
+  ExportSettings exports = s.exports;
+  check_exports(exports);
   const ModelSpec model = load_model(s.model);
   const Graph graph = lower(model);
   std::unique_ptr<Backend> backend = make_backend(s.backend, s.script);
@@ -346,7 +382,7 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   }
 
   SignalGuard signals;
-  ExportingObserver observer(report, s.exports, options, s.quiet, telemetry ? &*telemetry : nullptr);
+  ExportingObserver observer(report, exports, options, s.quiet, telemetry ? &*telemetry : nullptr);
   SweepOutcome outcome = run_sweep(*backend, graph, s.sweep, observer);
 
   report.points = std::move(outcome.points);
@@ -359,21 +395,22 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
                                           sig == SIGTERM ? "SIGTERM" : "SIGINT", report.points.size()));
   report.analysis = analyze(report.points, options);
   // The console table ends with the warnings; say them on stderr too when that table is not on a terminal.
-  if (s.exports.json_path != "-" && !isatty(fileno(stdout))) print_warnings(report.warnings);
-  print_final(report, s.exports);
+  if (exports.json_path != "-" && !isatty(fileno(stdout))) print_warnings(report.warnings);
+  print_final(report, exports);
   if (outcome.interrupted) return sig == SIGTERM ? 143 : kExitInterrupted;
   return kExitOk;
 }
 
 int analyze_command(const AnalyzeSettings& s) {
-  check_exports(s.exports);
+  ExportSettings exports = s.exports;
+  check_exports(exports);
   Report report = read_report(s.report_path);
   report.analysis = analyze(report.points, analysis_options(s.analysis));
   report.settings["knee_sensitivity"] = s.analysis.knee_sensitivity;
   report.settings["saturation_pct"] = s.analysis.saturation_pct;
   report.settings["latency_slo_ms"] =
       s.analysis.latency_slo_ms ? nlohmann::json(*s.analysis.latency_slo_ms) : nlohmann::json();
-  print_final(report, s.exports);
+  print_final(report, exports);
   return kExitOk;
 }
 
@@ -404,8 +441,9 @@ int devices_command(const DevicesSettings& s) {
   doc["backends"] = compiled_backends();
   const DeviceInfo cpu = make_backend("cpu")->device(Precision::fp32);
   doc["cpu"] = {{"name", cpu.name}, {"memory_total_bytes", cpu.memory_total_bytes}, {"details", cpu.details}};
-  doc["cuda"] = describe_cuda_devices();
+  // Calibrate first: the devices described afterwards then show the new rates, not the cached ones.
   if (s.calibrate) doc["calibration"] = calibrate_cuda(0);
+  doc["cuda"] = describe_cuda_devices();
   if (s.json) {
     std::cout << doc.dump(2) << "\n";
     return kExitOk;
@@ -425,12 +463,25 @@ int devices_command(const DevicesSettings& s) {
   if (devices.empty()) {
     std::cout << "cuda: no device: " << cuda.value("reason", std::string("none found")) << "\n";
   } else {
-    for (const nlohmann::json& d : devices)
-      std::cout << fmt::format("cuda:{} {} (sm {}, {} SMs, {:.1f} GiB, bus {})\n", d.value("index", 0),
+    for (const nlohmann::json& d : devices) {
+      std::cout << fmt::format("cuda:{} {} (sm {}, {} SMs, {:.1f} GiB, bus {}, {})\n", d.value("index", 0),
                                d.value("name", std::string("?")),
                                d.value("compute_capability", std::string("?")), d.value("sms", 0),
                                d.value("memory_total_bytes", uint64_t{0}) / double(1u << 30),
-                               d.value("pci_bus_id", std::string("?")));
+                               d.value("pci_bus_id", std::string("?")), d.value("uuid", std::string("?")));
+      if (!d.contains("calibrated")) continue;
+      const nlohmann::json& c = d["calibrated"];
+      const auto rate = [&](const char* key) {
+        const auto it = c.find(key);
+        return it != c.end() && it->is_number() ? fmt::format("{:.1f}", it->get<double>()) : std::string("?");
+      };
+      std::cout << fmt::format("  calibrated TFLOP/s: bf16 {} fp16 {} tf32 {} fp32 {}; copy {} GB/s{}\n",
+                               rate("bf16_tflops"), rate("fp16_tflops"), rate("tf32_tflops"),
+                               rate("fp32_tflops"), rate("copy_gbps"),
+                               c.contains("measured_at") && c["measured_at"].is_string()
+                                   ? fmt::format(" (measured {})", c["measured_at"].get<std::string>())
+                                   : std::string(" (this run)"));
+    }
   }
   if (s.calibrate) std::cout << "calibration: " << doc["calibration"].dump(2) << "\n";
   return kExitOk;

@@ -1,4 +1,5 @@
 // Entry point: runs the command line and maps typed errors to exit codes (the only place that does).
+#include <csignal>
 #include <cstdio>
 #include <exception>
 
@@ -6,6 +7,8 @@
 #include "cli/app.hpp"
 
 int main(int argc, char** argv) {
+  // A closed pipe (`--json >(head -c 1)`, `| head`) is a write error naming the export, not a silent death.
+  std::signal(SIGPIPE, SIG_IGN);
   try {
     return bsw::cli::run_app(argc, argv);
   } catch (const bsw::Error& e) {

@@ -82,8 +82,15 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   }
   if (path.empty()) throw InputError("cannot write a file with an empty name");
   if (is_stream_target(path)) {
-    FileDescriptor fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
-    if (fd.get() < 0) throw InputError(path + ": cannot write: " + std::strerror(errno));
+    // Non-blocking open: a FIFO nobody reads fails (ENXIO) instead of hanging after the measurements; the
+    // writes then block as usual.
+    FileDescriptor fd(::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
+    if (fd.get() < 0) {
+      if (errno == ENXIO) throw InputError(path + ": cannot write: no process is reading this pipe");
+      throw InputError(path + ": cannot write: " + std::strerror(errno));
+    }
+    const int flags = ::fcntl(fd.get(), F_GETFL);
+    if (flags >= 0) static_cast<void>(::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK));
     if (!write_all(fd.get(), content) || fd.close() != 0)
       throw InputError(path + ": cannot write: " + std::strerror(errno));
     return;

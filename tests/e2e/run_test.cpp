@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -117,6 +118,56 @@ TEST(Run, ExportsToAPipeAreWrittenOnceInPlace) {
   int files = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++files;
   EXPECT_EQ(files, 1);  // no temporary file left beside the pipe
+}
+
+// A FIFO nobody reads: after the sweep the export fails, naming the flag, instead of hanging in open().
+TEST(Run, AnExportIntoAPipeNobodyReadsFailsInsteadOfHanging) {
+  ScratchDir dir;
+  const std::filesystem::path fifo = dir / "unread.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  // Should the run block on the pipe after all, a reader turns up after 20 s and the test fails, not hangs.
+  std::atomic<bool> done = false;
+  std::thread watchdog([&] {
+    for (int i = 0; i < 200 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (done) return;
+    const int fd = open(fifo.c_str(), O_RDONLY);
+    char buffer[4096];
+    while (read(fd, buffer, sizeof(buffer)) > 0) {
+    }
+    close(fd);
+  });
+  const Result r = run(scripted_run("roofline.json", {"--batch", "1,2", "--json", fifo.string()}));
+  done = true;
+  watchdog.join();
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--json: " + fifo.string() + ": cannot write: no process is reading this pipe"),
+            std::string::npos)
+      << r.err;
+}
+
+// stdout by another name (/dev/stdout, /proc/self/fd/1; here the file the test redirects stdout to) is
+// stdout: the JSON alone goes there, the table to stderr, and nothing is renamed over the name.
+TEST(Run, JsonToStdoutByAnotherNameIsJsonToStdout) {
+  const Result r = run(scripted_run("roofline.json", {"--batch", "1,2", "--json", "/proc/self/fd/1"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["points"].size(), 2u) << r.out;
+  EXPECT_NE(r.err.find("samples/s"), std::string::npos) << r.err;  // the table
+  const Result to_stderr = run(scripted_run("roofline.json", {"--batch", "1", "--csv", "/proc/self/fd/2"}));
+  EXPECT_EQ(to_stderr.exit_code, 2);
+  EXPECT_NE(to_stderr.err.find("--csv /proc/self/fd/2: that is stderr"), std::string::npos) << to_stderr.err;
+}
+
+// An export through a symlink replaces the file it points to; the link stays a link.
+TEST(Run, AnExportThroughASymlinkKeepsTheLink) {
+  ScratchDir dir;
+  std::ofstream(dir / "real.csv") << "old\n";
+  std::filesystem::create_symlink(dir / "real.csv", dir / "link.csv");
+  const Result r =
+      run(scripted_run("roofline.json", {"--batch", "1,2", "--csv", (dir / "link.csv").string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / "link.csv"));
+  const std::string csv = slurp(dir / "real.csv");
+  EXPECT_EQ(csv.rfind("batch,", 0), 0u) << csv;
 }
 
 TEST(Run, RooflineKneeSaturationMaxFitAndExports) {
