@@ -158,7 +158,7 @@ void check_exports(ExportSettings& e) {
     throw UsageError("only --json goes to stdout (- or /dev/stdout): stdout carries the table otherwise");
 }
 
-// Writes one export, naming its flag when the write fails. Between points (final = false) a pipe or device
+// Writes one export, naming its flag when the write fails (exit 1). Between points (final = false) a pipe or device
 // is left alone: it gets the one complete report at the end.
 void write_export(std::string_view flag, const std::string& path, const std::function<std::string()>& format,
                   bool final) {
@@ -166,7 +166,9 @@ void write_export(std::string_view flag, const std::string& path, const std::fun
   try {
     write_output(path, format());
   } catch (const InputError& e) {
-    throw InputError(fmt::format("{}: {}", flag, e.what()));
+    // The path passed check_exports before the sweep: failing now (a full disk, a pipe nobody reads or a
+    // reader that left) is an I/O failure while running, exit 1, not a usage error.
+    throw Error(fmt::format("{}: {}", flag, e.what()));
   }
 }
 
