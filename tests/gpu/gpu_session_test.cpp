@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -104,6 +105,38 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"vit_mse_fp32", kVitMse, Precision::fp32, 1}, Case{"vit_mse_bf16", kVitMse, Precision::bf16, 2}),
     [](const testing::TestParamInfo<Case>& p) { return std::string(p.param.name); });
 
+// Every preset's first bf16 training step (batch 1) against the CPU backend: the full-size models, with the
+// paths the GPU picks for them (cuDNN SDPA and convolutions where it takes them). On the emulator these take
+// minutes each; scripts/emu-presets.sh runs them there.
+class GpuPresetStep : public testing::TestWithParam<const char*> {};
+
+TEST_P(GpuPresetStep, FirstBf16StepMatchesTheCpu) {
+  BSW_REQUIRE_DEVICE();
+  if (gputest::kEmulated)
+    GTEST_SKIP() << "full-size presets: scripts/emu-presets.sh runs them on the emulator";
+  const Graph g = lower(load_model(GetParam()));
+  const double cpu = run_losses(g, BackendKind::cpu, Precision::bf16, 1, 1, 1).at(0);
+  std::unique_ptr<Backend> gpu = cuda::make_cuda_backend(0);
+  const ExecutionPaths paths =
+      gpu->execution_paths(g, Precision::bf16, Mode::train, preferred_cuda_paths(g, Precision::bf16));
+  const Plan plan = make_plan(g, {1, Precision::bf16, Mode::train, 1, BackendKind::cuda, paths});
+  SessionOptions options;
+  options.seed = 42;
+  const StepResult r = gpu->prepare(g, plan, options)->step();
+  EXPECT_TRUE(r.finite);
+  EXPECT_NEAR(r.loss, cpu, 3e-2 * std::abs(cpu)) << GetParam() << " (attention " << to_string(paths.attention)
+                                                 << ", conv " << to_string(paths.conv) << ")";
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, GpuPresetStep,
+                         testing::Values("mlp", "mlp-large", "resnet-small", "tiny-lm", "bert-base",
+                                         "gpt2-small", "vit-base"),
+                         [](const testing::TestParamInfo<const char*>& p) {
+                           std::string name = p.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
 TEST(GpuSessionGraphs, ReplayMatchesPlainLaunches) {
   BSW_REQUIRE_DEVICE();
   const Graph g = graph_of(kTokens);
@@ -191,6 +224,19 @@ TEST(GpuDevices, DescribeAndSpecSheet) {
   EXPECT_DOUBLE_EQ(*cuda::spec_peak_flops("NVIDIA L40S", Precision::fp16), 362.05e12);
   EXPECT_FALSE(cuda::spec_peak_flops("Tesla V100-SXM2-16GB", Precision::bf16).has_value());
   EXPECT_FALSE(cuda::spec_peak_flops("Some Future GPU", Precision::fp32).has_value());
+  // Names as CUDA reports them, and near misses that are other GPUs: whole model numbers only.
+  EXPECT_DOUBLE_EQ(*cuda::spec_peak_flops("NVIDIA H100 80GB HBM3", Precision::bf16), 989.5e12);
+  EXPECT_LT(*cuda::spec_peak_flops("NVIDIA H200 NVL", Precision::bf16),
+            *cuda::spec_peak_flops("NVIDIA H200", Precision::bf16));  // the NVL entry, not the SXM one
+  EXPECT_TRUE(cuda::spec_peak_flops("NVIDIA L4", Precision::bf16).has_value());
+  EXPECT_TRUE(cuda::spec_peak_flops("NVIDIA A10", Precision::bf16).has_value());
+  EXPECT_TRUE(cuda::spec_peak_flops("Tesla V100-SXM2-32GB", Precision::fp16).has_value());
+  EXPECT_TRUE(cuda::spec_peak_flops("NVIDIA GeForce RTX 3090", Precision::fp16).has_value());
+  for (const char* other : {"NVIDIA GH200 480GB", "NVIDIA A10G", "NVIDIA L40", "NVIDIA GeForce RTX 3090 Ti",
+                            "NVIDIA GeForce RTX 4090 D", "Tesla V100S-PCIE-32GB", "NVIDIA H20"})
+    EXPECT_FALSE(cuda::spec_peak_flops(other, Precision::fp16).has_value()) << other;
+  EXPECT_NE(*cuda::spec_peak_flops("NVIDIA L40S", Precision::bf16),
+            *cuda::spec_peak_flops("NVIDIA L4", Precision::bf16));
   if (cuda::device_count() == 0) {
     EXPECT_TRUE(d.at("devices").empty());
     EXPECT_FALSE(d.at("reason").get<std::string>().empty());

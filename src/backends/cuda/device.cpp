@@ -36,12 +36,31 @@ std::string version_text(int v) {
   return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
 }
 
-// The spec-sheet entry for a CUDA device name: the first entry with a matching substring.
+// Whether `pattern` occurs in `name` (both lower case) as whole tokens: no letter or digit right before or
+// after it, so "h200" is not found in "nvidia gh200 480gb", nor "a10" in "nvidia a10g".
+bool contains_tokens(const std::string& name, const std::string& pattern) {
+  const auto alnum = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
+  for (size_t at = name.find(pattern); at != std::string::npos; at = name.find(pattern, at + 1)) {
+    const size_t end = at + pattern.size();
+    const bool left = at == 0 || !alnum(name[at - 1]) || !alnum(pattern.front());
+    const bool right = end == name.size() || !alnum(name[end]) || !alnum(pattern.back());
+    if (left && right) return true;
+  }
+  return false;
+}
+
+// The spec-sheet entry for a CUDA device name: the first entry one of whose `match` strings the name contains
+// as whole tokens and none of whose `exclude` tokens it contains.
 const nlohmann::json* spec_entry(const std::string& gpu_name) {
   const std::string name = lower(gpu_name);
+  const auto any_in_name = [&](const nlohmann::json& gpu, const char* key) {
+    if (!gpu.contains(key)) return false;
+    for (const nlohmann::json& pattern : gpu.at(key))
+      if (contains_tokens(name, lower(pattern.get<std::string>()))) return true;
+    return false;
+  };
   for (const nlohmann::json& gpu : spec_sheet().at("gpus"))
-    for (const nlohmann::json& pattern : gpu.at("match"))
-      if (name.find(lower(pattern.get<std::string>())) != std::string::npos) return &gpu;
+    if (any_in_name(gpu, "match") && !any_in_name(gpu, "exclude")) return &gpu;
   return nullptr;
 }
 
