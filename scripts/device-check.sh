@@ -47,6 +47,12 @@ run() {
   local out=${OUT:-/tmp/device-check}
   mkdir -p "$out"
   local started=$SECONDS
+  # A step's time limit: its own, or what is left of the 8 minutes (at least 10 s), whichever is less.
+  step_limit() {
+    local left=$((480 - (SECONDS - started)))
+    (( left < 10 )) && left=10
+    echo $(( left < $1 ? left : $1 ))
+  }
   exec > >(tee "$out/device-check.log") 2>&1
   # `devices --calibrate` saves its rates here and the sweeps after it take their MFU peak from them, so each
   # report's mfu is a ratio to this GPU's measured GEMM rate (issue 4's targets); the cache comes back too.
@@ -115,7 +121,7 @@ PY
     local name="$model-$mode-$precision"
     if (( SECONDS - started > 420 )); then echo "skipping $name: the 8-minute budget is spent"; continue; fi
     echo "-- $name ($batches)"
-    timeout 150 "$dir/bin/batchsweep" run --model "$model" --mode "$mode" --precision "$precision" \
+    timeout "$(step_limit 150)" "$dir/bin/batchsweep" run --model "$model" --mode "$mode" --precision "$precision" \
       --batch "$batches" "${common[@]}" --json "$out/$name.json" || echo "$name: rc $?"
   done
 
@@ -126,6 +132,8 @@ PY
       "bert-base 1:64:*4"
       "resnet-small 16:1024:*4"
       "gpt2-small 1:16:*2 --compile"
+      "bert-base 1:64:*4 --compile"
+      "resnet-small 16:1024:*4 --compile"
     )
     for p in "${peers[@]}"; do
       read -r model batches extra <<<"$p"
@@ -133,7 +141,7 @@ PY
       if (( SECONDS - started > 440 )); then echo "skipping $tag: the 8-minute budget is spent"; continue; fi
       echo "-- $tag ($batches)"
       # shellcheck disable=SC2086
-      timeout 100 bench/peers/compare_with_torch.sh "$dir/bin/batchsweep" --model "$model" --mode train \
+      timeout "$(step_limit 100)" bench/peers/compare_with_torch.sh "$dir/bin/batchsweep" --model "$model" --mode train \
         --precision bf16 --batch "$batches" --backend cuda --out "$out/$tag" $extra \
         -- --warmup 3 --min-samples 10 --min-time 0.3 --timeout 15 || echo "$tag: rc $?"
     done
@@ -147,7 +155,7 @@ PY
   if (( SECONDS - started > 380 )); then
     sanitizer="skipped: the 8-minute budget is spent"
   elif command -v compute-sanitizer >/dev/null 2>&1; then
-    if timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$dir/bin/test_gpu" \
+    if timeout "$(step_limit 100)" compute-sanitizer --tool memcheck --error-exitcode 9 "$dir/bin/test_gpu" \
       --gtest_filter='Storage/GpuOps.*/f32:Storage/GpuOps.*/bf16:Models/GpuSession.*/tokens_bf16:Models/GpuSession.*/image_fp32:Storage/GpuCudnnConv.*/bf16:Shapes/GpuCudnnSdpa.*/bf16_causal_64' \
       --gtest_brief=1 >"$out/memcheck.log" 2>&1; then
       sanitizer=clean

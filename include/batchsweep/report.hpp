@@ -91,6 +91,7 @@ struct Analysis {
   std::optional<BatchChoice>
       effective_batch_split;  // --effective-batch: the fastest micro x accumulation split
   Recommendation recommended;
+  std::optional<double> recommended_cost_per_million_samples;  // USD, with --price-per-hour
 };
 
 struct AnalysisOptions {

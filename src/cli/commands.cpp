@@ -158,8 +158,8 @@ void check_exports(ExportSettings& e) {
     throw UsageError("only --json goes to stdout (- or /dev/stdout): stdout carries the table otherwise");
 }
 
-// Writes one export, naming its flag when the write fails (exit 1). Between points (final = false) a pipe or device
-// is left alone: it gets the one complete report at the end.
+// Writes one export, naming its flag when the write fails (exit 1). Between points (final = false) a pipe or
+// device is left alone: it gets the one complete report at the end.
 void write_export(std::string_view flag, const std::string& path, const std::function<std::string()>& format,
                   bool final) {
   if (path.empty() || (!final && is_stream_target(path))) return;
@@ -466,11 +466,13 @@ int devices_command(const DevicesSettings& s) {
     std::cout << "cuda: no device: " << cuda.value("reason", std::string("none found")) << "\n";
   } else {
     for (const nlohmann::json& d : devices) {
-      std::cout << fmt::format("cuda:{} {} (sm {}, {} SMs, {:.1f} GiB, bus {}, {})\n", d.value("index", 0),
-                               d.value("name", std::string("?")),
-                               d.value("compute_capability", std::string("?")), d.value("sms", 0),
-                               d.value("memory_total_bytes", uint64_t{0}) / double(1u << 30),
-                               d.value("pci_bus_id", std::string("?")), d.value("uuid", std::string("?")));
+      std::cout << fmt::format(
+          "cuda:{} {} (sm {}, {} SMs, {:.1f} GiB, clocks {} MHz SM / {} MHz memory, bus {}, {})\n",
+          d.value("index", 0), d.value("name", std::string("?")),
+          d.value("compute_capability", std::string("?")), d.value("sms", 0),
+          d.value("memory_total_bytes", uint64_t{0}) / double(1u << 30), d.value("sm_clock_mhz", 0),
+          d.value("memory_clock_mhz", 0), d.value("pci_bus_id", std::string("?")),
+          d.value("uuid", std::string("?")));
       if (!d.contains("calibrated")) continue;
       const nlohmann::json& c = d["calibrated"];
       const auto rate = [&](const char* key) {

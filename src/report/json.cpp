@@ -57,6 +57,8 @@ json analysis_json(const Analysis& a) {
               {"max_fit", choice_json<json>(a.max_fit)},
               {"best_throughput", choice_json<json>(a.best_throughput)},
               {"recommended", report_json::recommendation_json<json>(a.recommended)}};
+  if (a.recommended_cost_per_million_samples)
+    out["recommended"]["cost_per_million_samples"] = *a.recommended_cost_per_million_samples;
   if (a.latency_slo) out["latency_slo"] = choice_json<json>(*a.latency_slo);
   if (a.energy_optimal) out["energy_optimal"] = choice_json<json>(*a.energy_optimal);
   if (a.effective_batch_split) out["effective_batch_split"] = choice_json<json>(*a.effective_batch_split);
@@ -328,6 +330,8 @@ class Reader {
     if (const json* rec = optional_object(v, path, "recommended")) {
       a.recommended.batch = optional_integer(*rec, child(path, "recommended"), "batch");
       a.recommended.why = optional_string(*rec, child(path, "recommended"), "why");
+      a.recommended_cost_per_million_samples =
+          optional_number(*rec, child(path, "recommended"), "cost_per_million_samples");
     }
     return a;
   }

@@ -234,6 +234,8 @@ std::vector<std::string> summary_lines(const Report& report) {
         "recommended: " +
         (a.recommended.batch ? "batch " + std::to_string(*a.recommended.batch) : std::string("none"));
     if (!a.recommended.why.empty()) line += " \u2014 " + a.recommended.why;
+    if (a.recommended_cost_per_million_samples)
+      line += fmt::format("; ${:.4g} per million samples", *a.recommended_cost_per_million_samples);
     lines.push_back(std::move(line));
   }
   return lines;

@@ -40,6 +40,11 @@ PointRunner::PointRunner(Backend& backend, const Graph& graph, const SweepSettin
       device_(backend.device(settings.precision)),
       paths_(resolve_execution_paths(backend, graph, settings)),
       session_options_(settings.session) {
+  if (backend.kind() == BackendKind::cuda && settings.stopping.warmup_steps == 0)
+    warn(
+        "--warmup 0 on cuda: each point's first timed step includes one-time work (cuBLASLt heuristics, "
+        "loading kernels on first use, capturing the CUDA graph); use --warmup 1 or more for steady-state "
+        "numbers");
   if (settings.memory_limit_bytes) {
     budget_bytes_ = *settings.memory_limit_bytes;
     budget_name_ = "--memory-limit";

@@ -45,6 +45,17 @@ TEST(Telemetry, EnergyPerSampleAndTheEnergyOptimalBatch) {
     EXPECT_GT(t["cost_per_million_samples"].get<double>(), 0.0);
   }
   EXPECT_EQ(report["analysis"]["energy_optimal"]["batch"], 8) << report["analysis"].dump(2);
+  // The recommended batch's cost per million samples: its point's, at 3.5 USD per hour.
+  const nlohmann::json& rec = report["analysis"]["recommended"];
+  for (const auto& p : report["points"]) {
+    if (p["batch"] == rec["batch"]) {
+      EXPECT_DOUBLE_EQ(rec.at("cost_per_million_samples").get<double>(),
+                       p["telemetry"]["cost_per_million_samples"].get<double>());
+      EXPECT_NEAR(rec.at("cost_per_million_samples").get<double>(),
+                  3.5 / 3600.0 * 1e6 / p["samples_per_second"].get<double>(), 1e-9)
+          << rec.dump();
+    }
+  }
 }
 #endif
 

@@ -7,7 +7,8 @@
 // device's memory fails with cudaErrorMemoryAllocation.
 //
 // Environment: BSW_EMU_MEMORY_MIB sets the device's memory (default 16384); BSW_EMU_RESERVED_MIB holds some
-// of it as another process would; BSW_EMU_NO_DEVICE=1 makes cudaGetDeviceCount answer cudaErrorNoDevice.
+// of it as another process would; BSW_EMU_MALLOC_LIMIT_MIB fails any single cudaMalloc above it, whatever is
+// free; BSW_EMU_NO_DEVICE=1 makes cudaGetDeviceCount answer cudaErrorNoDevice.
 #include <cuda_runtime_api.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -373,6 +374,11 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   *p = nullptr;
   if (const cudaError_t e = bsw::emu::refuse_during_capture("cudaMalloc"); e != cudaSuccess) return e;
   if (bytes > bsw::emu::device_memory() - s.used) return fail(cudaErrorMemoryAllocation);
+  // BSW_EMU_MALLOC_LIMIT_MIB: no single allocation above it succeeds, though cudaMemGetInfo says there is
+  // room (a fragmented device, or another process allocating between the check and the call).
+  if (const char* v = std::getenv("BSW_EMU_MALLOC_LIMIT_MIB");
+      v != nullptr && bytes > std::strtoull(v, nullptr, 10) << 20)
+    return fail(cudaErrorMemoryAllocation);
   // The buffer ends (rounded to 256 bytes) at a PROT_NONE page, so a kernel that runs past it faults.
   const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 255) / 256 * 256;

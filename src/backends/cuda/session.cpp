@@ -172,6 +172,11 @@ class CudaSession final : public Session {
     if (options_.memory_limit_bytes && total > *options_.memory_limit_bytes)
       throw OutOfMemory(fmt::format("the plan needs {} bytes, over the memory limit of {} bytes", total,
                                     *options_.memory_limit_bytes));
+    // device_used_bytes spans all of prepare: the arena, and whatever the stream, the cuBLASLt handle,
+    // cuDNN's graphs and the initialisation kernels take beside it, as a user's nvidia-smi would see.
+    size_t free_before = 0, device_total = 0;
+    BSW_CUDA(cudaMemGetInfo(&free_before, &device_total));
+    free_before_ = free_before;
     BSW_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     BSW_CUDA(cudaEventCreate(&start_));
     BSW_CUDA(cudaEventCreate(&stop_));
@@ -179,9 +184,6 @@ class CudaSession final : public Session {
     BSW_CUDA(cudaMallocHost(&pinned, sizeof(kernels::StepScalars)));
     host_scalars_ = new (pinned) kernels::StepScalars{};
 
-    size_t free_before = 0, device_total = 0;
-    BSW_CUDA(cudaMemGetInfo(&free_before, &device_total));
-    free_before_ = free_before;
     if (total > free_before)
       throw OutOfMemory(fmt::format("the plan needs {} bytes; the device has {} bytes free of {}", total,
                                     free_before, device_total));
@@ -192,9 +194,6 @@ class CudaSession final : public Session {
                                     total, free_before, e.what()));
     }
     allocated_bytes_ = total;
-    size_t free_after = 0;
-    BSW_CUDA(cudaMemGetInfo(&free_after, &device_total));
-    if (free_before >= free_after) device_used_bytes_ = free_before - free_after;
     const uint64_t in_use_before = device_total - free_before;
     if (in_use_before > kOtherProcessWarnBytes)
       warnings_.push_back(
@@ -221,6 +220,9 @@ class CudaSession final : public Session {
     initialise_parameters();
     if (plan_.request.mode == Mode::infer || plan_.request.accumulation == 1) fill_data(0);
     BSW_CUDA(cudaStreamSynchronize(stream_));
+    size_t free_after = 0;
+    BSW_CUDA(cudaMemGetInfo(&free_after, &device_total));
+    if (free_before >= free_after) device_used_bytes_ = free_before - free_after;
   }
 
   void release() noexcept {

@@ -5,6 +5,7 @@
 // loud, telemetry matched to the device by PCI bus id.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "e2e/e2e_support.hpp"
@@ -155,8 +156,8 @@ TEST(EmulatedCuda, ForcingCudnnWithoutOneIsAUsageError) {
 TEST(EmulatedCuda, OutOfMemoryIsAPointAndTheSweepGoesOn) {
   ScratchDir dir;
   // A 4 GiB device of which another process holds all but 196 MiB: the mlp's fp32 plans are 36.6 MiB at
-  // batch 256 (fits), 214 MiB at 16384 (under the device, over what is free: cudaMalloc fails at prepare)
-  // and about 6 GiB at 524288 (over the device: refused without preparing).
+  // batch 256 (fits), 214 MiB at 16384 (under the device, over what cudaMemGetInfo says is free: refused at
+  // prepare before cudaMalloc) and about 6 GiB at 524288 (over the device: refused without preparing).
   const Result r = run(quick({"run", "--backend", "cuda", "--model", "mlp", "--precision", "fp32", "--batch",
                               "256,16384,524288,512", "--json", (dir / "r.json").string()}),
                        {"BSW_EMU_MEMORY_MIB=4096", "BSW_EMU_RESERVED_MIB=3900"});
@@ -174,6 +175,39 @@ TEST(EmulatedCuda, OutOfMemoryIsAPointAndTheSweepGoesOn) {
   for (const nlohmann::json& w : report["warnings"])
     warned = warned || w.get<std::string>().find("other process") != std::string::npos;
   EXPECT_TRUE(warned) << report["warnings"].dump();
+}
+
+// cudaMalloc itself failing while cudaMemGetInfo says there is room (fragmentation, a race with another
+// process): cudaErrorMemoryAllocation is an oom point too, and the context stays usable.
+TEST(EmulatedCuda, ACudaMallocThatFailsDespiteFreeMemoryIsAnOomPoint) {
+  ScratchDir dir;
+  const Result r = run(quick({"run", "--backend", "cuda", "--model", "mlp", "--precision", "fp32", "--batch",
+                              "256,16384,512", "--json", (dir / "r.json").string()}),
+                       {"BSW_EMU_MALLOC_LIMIT_MIB=100"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(dir / "r.json");
+  std::map<int64_t, nlohmann::json> points;
+  for (const nlohmann::json& p : report["points"]) points[p.at("batch").get<int64_t>()] = p;
+  EXPECT_EQ(points[256].at("status"), "ok");
+  EXPECT_EQ(points[16384].at("status"), "oom") << points[16384].dump();
+  EXPECT_NE(points[16384].at("reason").get<std::string>().find("cudaMalloc failed"), std::string::npos)
+      << points[16384].dump();
+  EXPECT_EQ(points[512].at("status"), "ok") << "the context stays usable after cudaMalloc failed";
+}
+
+TEST(EmulatedCuda, WarmupZeroIsWarnedAbout) {
+  std::vector<std::string> args =
+      quick({"run", "--backend", "cuda", "--model", "mlp", "--batch", "2", "--json", "-"});
+  const auto warmup = std::find(args.begin(), args.end(), "--warmup");
+  ASSERT_NE(warmup, args.end());
+  *(warmup + 1) = "0";
+  const Result r = run(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  bool warned = false;
+  for (const nlohmann::json& w : report["warnings"])
+    warned = warned || w.get<std::string>().rfind("--warmup 0 on cuda", 0) == 0;
+  EXPECT_TRUE(warned) << r.out;
 }
 
 TEST(EmulatedCuda, AutoSearchFindsTheFitEdgeOfASmallDevice) {
@@ -218,7 +252,9 @@ TEST(EmulatedCuda, InferenceInEveryPrecision) {
         run(quick({"run", "--backend", "cuda", "--model", "tiny-lm", "--mode", "infer", "--precision",
                    precision, "--batch", "1,8", "--json", (dir / "r.json").string()}));
     ASSERT_EQ(r.exit_code, 0) << precision << ": " << r.err;
-    for (const nlohmann::json& p : read_json(dir / "r.json")["points"])
+    const nlohmann::json report = read_json(dir / "r.json");  // kept: the loop must not outlive it
+    ASSERT_EQ(report["points"].size(), 2u) << precision;
+    for (const nlohmann::json& p : report["points"])
       EXPECT_EQ(p.at("status"), "ok") << precision << ": " << p.dump();
   }
 }

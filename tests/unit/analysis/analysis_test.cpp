@@ -141,6 +141,16 @@ TEST(Cost, AnnotatesOkPointsWhenPriced) {
   EXPECT_NEAR(*points[2].telemetry->cost_per_million_samples, 0.25, 1e-12);  // 4000 samples/s
   EXPECT_FALSE(points[3].telemetry.has_value());
   EXPECT_EQ(points[3].batch, 8);  // order kept
+  // The recommended batch's cost, beside its why.
+  const Analysis a = analyze(points, options);
+  ASSERT_TRUE(a.recommended.batch.has_value());
+  ASSERT_TRUE(a.recommended_cost_per_million_samples.has_value());
+  for (const Point& p : points) {
+    if (p.batch == *a.recommended.batch) {
+      EXPECT_DOUBLE_EQ(*a.recommended_cost_per_million_samples, *p.telemetry->cost_per_million_samples);
+    }
+  }
+  EXPECT_FALSE(analyze(points, {}).recommended_cost_per_million_samples.has_value());
 }
 
 TEST(EffectiveBatchSplit, FastestSplitIsRecommended) {
