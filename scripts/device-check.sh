@@ -209,6 +209,14 @@ for f in sorted(out.glob("*-*-*.json")):
         tel = p.get("telemetry") or {}
         print(f"  batch {p['batch']:6d} {p['samples_per_second']:12.1f} samples/s  p99 {p['step_ms']['p99']:9.3f} ms"
               f"  mfu {p.get('mfu')}  planned {planned}  device_used {used}  J/sample {tel.get('joules_per_sample')}")
+        if tel:  # issue 7: what nvidia-smi would have shown during the point
+            print(f"      power {(tel.get('power_w') or {}).get('mean')} W (max {(tel.get('power_w') or {}).get('max')})"
+                  f"  SM clock median {(tel.get('sm_clock_mhz') or {}).get('median')} MHz"
+                  f"  memory clock median {(tel.get('mem_clock_mhz') or {}).get('median')} MHz"
+                  f"  util {tel.get('utilization_pct')}%  {tel.get('temperature_c')} C"
+                  f"  throttle {tel.get('throttle_reasons')}")
+    if (a.get("energy_optimal") or {}).get("batch") is not None:
+        print(f"  energy optimal: batch {a['energy_optimal']['batch']} ({a['energy_optimal'].get('reason')})")
 PY
   if (( summary_rc != 0 )); then
     echo "the summary failed (rc $summary_rc)"
@@ -228,6 +236,9 @@ rehearse() {
   cp "$build/batchsweep-emu" "$dir/bin/batchsweep"
   cp "$build/tests/emu/test_gpu_emu" "$dir/bin/test_gpu"
   export OUT=${OUT:-/tmp/device-check-rehearsal} DEVICE_CHECK_REHEARSAL=1
+  # The fake NVML (tests/fake_nvml; its GPU 0 sits at the emulator's PCI bus id), so the telemetry columns of
+  # the summary are rehearsed too.
+  [[ -f "$build/tests/libfake_nvml.so" ]] && export BATCHSWEEP_NVML_LIBRARY="$build/tests/libfake_nvml.so"
   # A part of the emulated gpu suite (ctest runs all of it): the script's handling of the results is the point.
   export GTEST_FILTER=${GTEST_FILTER:-'Emulator*:GpuInit*:Storage/GpuOps.Layernorm*:Models/GpuSession.*mlp*:GpuSessionMemory.OutOfMemory*'}
   rm -rf "$OUT"

@@ -33,6 +33,7 @@ struct PointTelemetry {
   std::optional<double> power_w_mean, power_w_max;
   std::optional<double> energy_j, joules_per_sample;
   std::optional<double> sm_clock_mhz_min, sm_clock_mhz_median;
+  std::optional<double> mem_clock_mhz_min, mem_clock_mhz_median;
   std::optional<double> utilization_pct, memory_utilization_pct, temperature_c;
   std::vector<std::string> throttle_reasons;
   std::optional<double> cost_per_million_samples;  // with --price-per-hour

@@ -56,6 +56,7 @@ struct TelemetrySample {
   double t_s = 0;  // seconds since the window started
   std::optional<double> power_w;
   std::optional<double> sm_clock_mhz;
+  std::optional<double> mem_clock_mhz;
   std::optional<double> utilization_pct;         // GPU busy, %
   std::optional<double> memory_utilization_pct;  // memory controller busy, %
   std::optional<double> temperature_c;
@@ -85,6 +86,7 @@ struct TelemetryWindow {
   EnergySource energy_source = EnergySource::none;
   std::string energy_note;  // why the counter was not used, when it was not
   std::optional<double> sm_clock_mhz_min, sm_clock_mhz_median;
+  std::optional<double> mem_clock_mhz_min, mem_clock_mhz_median;
   std::optional<double> reference_sm_clock_mhz;  // TelemetryDevice's, for the low-clock warning
   std::optional<double> utilization_pct_mean, memory_utilization_pct_mean;
   std::optional<double> temperature_c_max;

@@ -381,6 +381,13 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
                                                 {"unsupported", telemetry->unsupported_readings()}}
                                : nlohmann::json{{"unavailable", telemetry->unavailable_reason()}};
     if (!telemetry->available()) report.warnings.push_back(telemetry->unavailable_reason());
+  } else {
+    // Said in the report, not warned about: nothing was asked for that could not be done.
+    report.device.details["telemetry"] = {
+        {"unavailable", s.telemetry == "off" ? std::string("--telemetry off")
+                                             : fmt::format("--telemetry auto samples GPUs only ({} backend); "
+                                                           "--telemetry on asks NVML anyway",
+                                                           to_string(backend->kind()))}};
   }
 
   SignalGuard signals;

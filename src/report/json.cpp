@@ -238,6 +238,10 @@ class Reader {
       t.sm_clock_mhz_min = optional_number(*clock, child(path, "sm_clock_mhz"), "min");
       t.sm_clock_mhz_median = optional_number(*clock, child(path, "sm_clock_mhz"), "median");
     }
+    if (const json* clock = optional_object(v, path, "mem_clock_mhz")) {
+      t.mem_clock_mhz_min = optional_number(*clock, child(path, "mem_clock_mhz"), "min");
+      t.mem_clock_mhz_median = optional_number(*clock, child(path, "mem_clock_mhz"), "median");
+    }
     t.utilization_pct = optional_number(v, path, "utilization_pct");
     t.memory_utilization_pct = optional_number(v, path, "memory_utilization_pct");
     t.temperature_c = optional_number(v, path, "temperature_c");

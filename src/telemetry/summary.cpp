@@ -164,6 +164,8 @@ std::optional<PointTelemetry> to_point_telemetry(const TelemetryWindow& window, 
   }
   t.sm_clock_mhz_min = window.sm_clock_mhz_min;
   t.sm_clock_mhz_median = window.sm_clock_mhz_median;
+  t.mem_clock_mhz_min = window.mem_clock_mhz_min;
+  t.mem_clock_mhz_median = window.mem_clock_mhz_median;
   t.utilization_pct = window.utilization_pct_mean;
   t.memory_utilization_pct = window.memory_utilization_pct_mean;
   t.temperature_c = window.temperature_c_max;
@@ -212,6 +214,9 @@ TelemetryWindow summarize_window(WindowInputs inputs) {
   const auto sm_clock = values_of(inputs.samples, &TelemetrySample::sm_clock_mhz);
   w.sm_clock_mhz_min = min_of(sm_clock);
   w.sm_clock_mhz_median = median(sm_clock);
+  const auto mem_clock = values_of(inputs.samples, &TelemetrySample::mem_clock_mhz);
+  w.mem_clock_mhz_min = min_of(mem_clock);
+  w.mem_clock_mhz_median = median(mem_clock);
   w.utilization_pct_mean = mean_of(inputs.samples, &TelemetrySample::utilization_pct);
   w.memory_utilization_pct_mean = mean_of(inputs.samples, &TelemetrySample::memory_utilization_pct);
   w.temperature_c_max = max_of(values_of(inputs.samples, &TelemetrySample::temperature_c));

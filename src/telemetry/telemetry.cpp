@@ -37,7 +37,8 @@ struct Telemetry::Impl {
   std::vector<std::string> unsupported;
   // Which readings to take; false when the symbol is missing or the device answered Not Supported when
   // probed.
-  bool read_power = false, read_energy = false, read_sm_clock = false, read_utilization = false;
+  bool read_power = false, read_energy = false, read_sm_clock = false, read_mem_clock = false,
+       read_utilization = false;
   bool read_temperature = false, read_reasons = false, read_processes = false;
   std::string energy_unsupported;  // the unsupported[] entry for the energy counter, when it is one
 
@@ -197,6 +198,8 @@ void Telemetry::Impl::probe_readings() {
   if (unsupported.size() > before) energy_unsupported = unsupported.back();
   read_sm_clock = probe(
       l, "SM clock", l.get_clock, [&](auto fn) { return fn(d, NVML_CLOCK_SM, &value); }, unsupported);
+  read_mem_clock = probe(
+      l, "memory clock", l.get_clock, [&](auto fn) { return fn(d, NVML_CLOCK_MEM, &value); }, unsupported);
   read_utilization = probe(
       l, "utilization", l.get_utilization, [&](auto fn) { return fn(d, &utilization); }, unsupported);
   read_temperature = probe(
@@ -221,6 +224,8 @@ TelemetrySample Telemetry::Impl::read_sample() const {
   if (read_power && lib->get_power.fn(device, &value) == NVML_SUCCESS) s.power_w = value / 1000.0;
   if (read_sm_clock && lib->get_clock.fn(device, NVML_CLOCK_SM, &value) == NVML_SUCCESS)
     s.sm_clock_mhz = value;
+  if (read_mem_clock && lib->get_clock.fn(device, NVML_CLOCK_MEM, &value) == NVML_SUCCESS)
+    s.mem_clock_mhz = value;
   nvmlUtilization_t utilization{};
   if (read_utilization && lib->get_utilization.fn(device, &utilization) == NVML_SUCCESS) {
     s.utilization_pct = utilization.gpu;

@@ -262,6 +262,12 @@ TEST(Run, RealCpuSweepOfATransformer) {
   std::ofstream(dir / "cpu.json") << r.out;
   expect_valid_report(dir / "cpu.json");
   EXPECT_EQ(report["device"]["backend"], "cpu");
+  // No telemetry on the CPU, and the report says so (issue 7), without a warning.
+  EXPECT_NE(report["device"]["telemetry"]["unavailable"].get<std::string>().find("GPUs only"),
+            std::string::npos)
+      << report["device"].dump();
+  for (const auto& w : report["warnings"])
+    EXPECT_EQ(w.get<std::string>().find("NVML"), std::string::npos) << w;
   for (const auto& p : report["points"]) {
     EXPECT_EQ(p["status"], "ok");
     EXPECT_GT(p["samples_per_second"].get<double>(), 0);

@@ -57,6 +57,36 @@ TEST(Telemetry, EnergyPerSampleAndTheEnergyOptimalBatch) {
     }
   }
 }
+
+// What DCGM or nvidia-smi would have shown, turned into trust warnings: a GPU at 30% of its clock, thermal
+// and power throttling, and another process on it. Each is said on stderr and kept in the report's warnings,
+// and the points carry the throttle reasons.
+TEST(Telemetry, TrustWarningsFromTheReadings) {
+  ScratchDir dir;
+  const Result r = run(
+      {"run", "--backend", "scripted", "--script", scripted("sleepy.json"), "--batch", "1,2", "--telemetry",
+       "on", "--warmup", "1", "--min-samples", "5", "--min-time", "0.1", "--json", (dir / "t.json").string()},
+      {std::string("BATCHSWEEP_NVML_LIBRARY=") + BSW_FAKE_NVML,
+       "FAKE_NVML_SCRIPT=sm_clock_mhz=600;clock_event_reasons=36;temperature_c=91;"
+       "process=4242:1073741824"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(dir / "t.json");
+  std::string warnings;
+  for (const auto& w : report["warnings"]) warnings += w.get<std::string>() + "\n";
+  for (const char* expected :
+       {"SM clock median 600 MHz is 30% of the reference 1980 MHz", "thermal throttling during the point",
+        "power throttling during the point", "another process used the GPU during the point (pid 4242"}) {
+    EXPECT_NE(warnings.find(expected), std::string::npos) << expected << "\n" << warnings;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << expected << "\n" << r.err;
+  }
+  for (const auto& p : report["points"]) {
+    const auto& reasons = p["telemetry"]["throttle_reasons"];
+    EXPECT_EQ(reasons.size(), 2u) << p["telemetry"].dump();
+    EXPECT_DOUBLE_EQ(p["telemetry"]["sm_clock_mhz"]["median"].get<double>(), 600.0);
+    EXPECT_DOUBLE_EQ(p["telemetry"]["mem_clock_mhz"]["median"].get<double>(),
+                     2619.0);  // the fake's HBM clock
+  }
+}
 #endif
 
 TEST(Telemetry, UnavailableWithoutNvmlIsAWarningNotAFailure) {

@@ -8,11 +8,13 @@
 // Keys: device_count (device i is "Fake GPU i" at bus 0x1B + 0x20*i), power_w, sm_clock_mhz,
 // app_sm_clock_mhz, default_app_sm_clock_mhz, gpu_util_pct, mem_util_pct, temperature_c, clock_event_reasons
 // (bit mask). The total energy counter advances in real time at the scripted power, so counter energy = power
-// x duration. Built twice: fake_nvml (a current driver) and, with FAKE_NVML_LEGACY, fake_nvml_legacy (an old
-// driver without the _v2 bus-id lookup, the energy counter, ...ClocksEventReasons, processes _v3 and default
-// applications clocks).
+// x duration. A process that cannot call those functions (the batchsweep binary in an e2e test) scripts the
+// readings with FAKE_NVML_SCRIPT, read at the first nvmlInit: "key=value;...;process=PID:BYTES". Built twice:
+// fake_nvml (a current driver) and, with FAKE_NVML_LEGACY, fake_nvml_legacy (an old driver without the _v2
+// bus-id lookup, the energy counter, ...ClocksEventReasons, processes _v3 and default applications clocks).
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -164,6 +166,36 @@ void fake_nvml_add_process(unsigned pid, unsigned long long used_bytes) {
   g_state.processes.push_back({pid, used_bytes, 0xFFFFFFFFu, 0xFFFFFFFFu});
 }
 
+// FAKE_NVML_SCRIPT: "key=value" settings (the keys of fake_nvml_set) and "process=PID:BYTES" entries,
+// separated by ';'. Applied once; an unknown key is reported on stderr and skipped.
+static void apply_script_locked() {
+  static bool applied = false;
+  if (applied) return;
+  applied = true;
+  const char* script = std::getenv("FAKE_NVML_SCRIPT");
+  if (script == nullptr) return;
+  std::string rest = script;
+  while (!rest.empty()) {
+    const size_t end = rest.find(';');
+    const std::string item = rest.substr(0, end);
+    rest = end == std::string::npos ? std::string() : rest.substr(end + 1);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "process") {
+      const size_t colon = value.find(':');
+      g_state.processes.push_back(
+          {static_cast<unsigned>(std::strtoul(value.substr(0, colon).c_str(), nullptr, 10)),
+           colon == std::string::npos ? 0ULL : std::strtoull(value.c_str() + colon + 1, nullptr, 10),
+           0xFFFFFFFFu, 0xFFFFFFFFu});
+    } else if (g_state.values.count(key) != 0) {
+      g_state.values[key] = std::strtod(value.c_str(), nullptr);
+    } else {
+      std::fprintf(stderr, "fake NVML: FAKE_NVML_SCRIPT: unknown key '%s'\n", key.c_str());
+    }
+  }
+}
+
 nvmlReturn_t nvmlInit_v2() {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_state.calls["nvmlInit_v2"] += 1;
@@ -171,6 +203,7 @@ nvmlReturn_t nvmlInit_v2() {
     return it->second;
   }
   if (g_state.values.empty()) g_state.values = default_values();
+  apply_script_locked();
   ++g_state.init_refcount;
   return NVML_SUCCESS;
 }
