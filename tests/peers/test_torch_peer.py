@@ -633,5 +633,37 @@ class TorchSweepTest(unittest.TestCase):
                          ("error", "non-finite loss (NaN/Inf) at warm-up step 1", "non-finite loss"))
 
 
+@unittest.skipIf(torch is None or find_batchsweep() is None, "needs PyTorch and the batchsweep binary")
+class CompareWithTorchScriptTest(unittest.TestCase):
+    """bench/peers/compare_with_torch.sh, the comparison scripts/device-check.sh runs on the GPU, on the CPU."""
+
+    def test_table_ratios_and_reports(self):
+        script = os.path.join(PEERS, "compare_with_torch.sh")
+        shared = [a for a in FAST if a != "--quiet"]
+        with tempfile.TemporaryDirectory() as tmp:
+            model = write_json(tmp, "tiny.json", TINY_MLP)
+            out = os.path.join(tmp, "out")
+            done = subprocess.run(
+                [script, find_batchsweep(), "--model", model, "--batch", "1,4", "--backend", "cpu", "--out", out,
+                 "--", *shared],
+                capture_output=True, text=True, timeout=300, check=False,
+                env=dict(os.environ, PYTHON=sys.executable))
+            self.assertEqual(done.returncode, 0, done.stderr)
+            for name in ("batchsweep", "torch-eager"):
+                for suffix in (".json", ".analyzed.json"):
+                    self.assertTrue(os.path.exists(os.path.join(out, name + suffix)), name + suffix)
+        lines = done.stdout.splitlines()
+        header = lines[0].split()
+        self.assertEqual(header, ["batch", "batchsweep/s", "torch-eager/s", "bsw/eager", "planned", "MiB", "torch",
+                                  "peak", "MiB"])
+        rows = {line.split()[0]: line.split() for line in lines[1:3]}
+        self.assertEqual(sorted(rows), ["1", "4"])
+        for row in rows.values():
+            ratio = row[3]
+            self.assertTrue(ratio.endswith("x") and float(ratio[:-1]) > 0, row)
+        self.assertTrue(any(line.startswith("batchsweep ") and "knee" in line for line in lines), done.stdout)
+        self.assertTrue(any(line.startswith("torch-eager ") and "max fit" in line for line in lines), done.stdout)
+
+
 if __name__ == "__main__":
     unittest.main()
