@@ -1,6 +1,6 @@
 // The CUDA Backend object: what the device is (name, memory, MFU peak: calibrated when calibrate() ran in
-// this process or the calibration cache holds a `devices --calibrate` of this GPU, else the spec sheet), which
-// execution paths cuDNN accepts for a graph (checked on the device, falling back to our own paths), and
+// this process or the calibration cache holds a `devices --calibrate` of this GPU, else the spec sheet),
+// which execution paths cuDNN accepts for a graph (checked on the device, falling back to our own paths), and
 // prepare(), which hands the plan to a CudaSession.
 #include <fmt/format.h>
 
