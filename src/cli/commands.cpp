@@ -121,11 +121,9 @@ bool same_file_as_fd(const std::string& path, int fd) {
          a.st_ino == b.st_ino;
 }
 
-// What each export path really names: stdout by another name (/dev/stdout, or the file stdout goes to)
-// becomes
-// "-", so the report is written through stdout once and the table moves to stderr; a symlink to a file
-// becomes that file, which is replaced atomically while the link stays. stderr is refused: the progress
-// shares it.
+// What each export path really names. Stdout by another name (/dev/stdout, the file stdout goes to) is "-":
+// the report goes through stdout once and the table moves to stderr. A symlink to a file becomes that file,
+// replaced atomically while the link stays. Stderr is refused: the progress shares it.
 std::string resolve_export_path(const std::string& path, std::string_view flag) {
   namespace fs = std::filesystem;
   if (path.empty() || path == "-") return path;

@@ -150,11 +150,11 @@ class CudaSession final : public Session {
           "fused with the bias gradient into the next linear's input-gradient GEMM "
           "(CUBLASLT_EPILOGUE_DGELU_BGRAD)";
     if (!unfused_epilogues_.empty())
-      d["epilogues_unavailable"] = {{"note",
-                                     "cuBLASLt offered no algorithm for these fused epilogues (epilogue "
-                                     "MxNxK dtype); the plain GEMM and "
-                                     "separate GELU / bias-gradient kernels ran instead"},
-                                    {"gemms", unfused_epilogues_}};
+      d["epilogues_unavailable"] = {
+          {"note",
+           "cuBLASLt offered no algorithm for these fused epilogues (epilogue MxNxK dtype); the plain GEMM "
+           "and separate GELU / bias-gradient kernels ran instead"},
+          {"gemms", unfused_epilogues_}};
     if (plan_.request.precision == Precision::fp16) {
       d["loss_scale"] = loss_scale_;
       d["skipped_steps"] = skipped_steps_;
