@@ -340,12 +340,9 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
   analysis.effective_batch_split = effective_batch_split(view);
   analysis.recommended = recommend({view, curve, analysis, knee.call, options});
   if (options.price_per_hour && analysis.recommended.batch) {
-    for (const Point& p : view)
-      if (is_ok(p) && p.batch == *analysis.recommended.batch && p.telemetry &&
-          p.telemetry->cost_per_million_samples) {
-        analysis.recommended_cost_per_million_samples = p.telemetry->cost_per_million_samples;
-        break;
-      }
+    const Point* p = point_at(curve, *analysis.recommended.batch);
+    if (p != nullptr && p->telemetry)
+      analysis.recommended_cost_per_million_samples = p->telemetry->cost_per_million_samples;
   }
   return analysis;
 }

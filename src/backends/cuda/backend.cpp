@@ -29,13 +29,14 @@ class CudaBackend final : public Backend {
     info.backend = "cuda";
     info.name = d.at("name").get<std::string>();
     info.memory_total_bytes = d.at("memory_total_bytes").get<uint64_t>();
-    if (auto measured = calibrated_peak_flops(device_, precision)) {
+    // describe_device() holds the calibration (this process's, else the cache's) when there is one.
+    const nlohmann::json calibration = d.value("calibrated", nlohmann::json());
+    if (auto measured = calibrated_peak_flops(calibration, precision)) {
       info.peak_flops = *measured;
-      const std::optional<nlohmann::json> c = calibrated(device_);
-      info.peak_flops_source = c && c->contains("measured_at")
+      info.peak_flops_source = calibration.contains("measured_at")
                                    ? fmt::format("calibrated by `batchsweep devices --calibrate` at {} ({})",
-                                                 c->value("measured_at", std::string("?")),
-                                                 c->value("cache_file", std::string("?")))
+                                                 calibration.value("measured_at", std::string("?")),
+                                                 calibration.value("cache_file", std::string("?")))
                                    : std::string("calibrated (cuBLASLt GEMM, this process)");
     } else if (auto spec = spec_peak_flops(info.name, precision)) {
       info.peak_flops = *spec;

@@ -15,7 +15,9 @@ namespace bsw::cuda {
 [[nodiscard]] nlohmann::json library_versions();
 [[nodiscard]] nlohmann::json describe_device(int device);
 [[nodiscard]] std::optional<nlohmann::json> calibrated(int device);
-[[nodiscard]] std::optional<double> calibrated_peak_flops(int device, Precision precision);
+// The peak FLOP/s of a calibrated() result at this precision, when it holds a usable rate.
+[[nodiscard]] std::optional<double> calibrated_peak_flops(const nlohmann::json& calibration,
+                                                          Precision precision);
 
 // ---- the calibration cache (calibration_cache.cpp)
 // $BATCHSWEEP_CACHE_DIR/calibration.json, else $XDG_CACHE_HOME/batchsweep/calibration.json, else

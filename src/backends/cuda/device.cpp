@@ -304,11 +304,10 @@ std::optional<nlohmann::json> calibrated(int device) {
   return load_calibration(device_identity(device));
 }
 
-std::optional<double> calibrated_peak_flops(int device, Precision precision) {
-  const auto c = calibrated(device);
-  if (!c) return std::nullopt;
-  const auto it = c->find(std::string(to_string(precision)) + "_tflops");
-  if (it == c->end() || !it->is_number()) return std::nullopt;
+std::optional<double> calibrated_peak_flops(const nlohmann::json& calibration, Precision precision) {
+  if (!calibration.is_object()) return std::nullopt;
+  const auto it = calibration.find(std::string(to_string(precision)) + "_tflops");
+  if (it == calibration.end() || !it->is_number()) return std::nullopt;
   const double tflops = it->get<double>();
   // A rate no GEMM can have (an edited cache) is no peak: MFU then falls back to the spec sheet.
   if (!std::isfinite(tflops) || tflops <= 0) return std::nullopt;
