@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "batchsweep/errors.hpp"
 #include "batchsweep/model.hpp"
@@ -70,32 +71,34 @@ std::string parse_number(const std::string& text, double& v) {
   return fmt::format("'{}' is not a number", text);
 }
 
-CLI::Validator positive() {
-  return {[](std::string& text) -> std::string {
+// A validator that parses the number, then applies `rule` (an empty string when the value is allowed).
+template <class Rule>
+CLI::Validator number_check(std::string description, Rule rule) {
+  return {[rule](std::string& text) -> std::string {
             double v = 0;
             if (std::string why = parse_number(text, v); !why.empty()) return why;
-            return v > 0 ? std::string() : fmt::format("must be greater than 0, got {}", text);
+            return rule(v, text);
           },
-          "POSITIVE"};
+          std::move(description)};
+}
+
+CLI::Validator positive() {
+  return number_check("POSITIVE", [](double v, const std::string& text) {
+    return v > 0 ? std::string() : fmt::format("must be greater than 0, got {}", text);
+  });
 }
 
 CLI::Validator non_negative() {
-  return {[](std::string& text) -> std::string {
-            double v = 0;
-            if (std::string why = parse_number(text, v); !why.empty()) return why;
-            return v >= 0 ? std::string() : fmt::format("must be 0 or more, got {}", text);
-          },
-          "NONNEGATIVE"};
+  return number_check("NONNEGATIVE", [](double v, const std::string& text) {
+    return v >= 0 ? std::string() : fmt::format("must be 0 or more, got {}", text);
+  });
 }
 
 CLI::Validator between(double lo, double hi) {
-  return {[lo, hi](std::string& text) -> std::string {
-            double v = 0;
-            if (std::string why = parse_number(text, v); !why.empty()) return why;
-            return v >= lo && v <= hi ? std::string()
-                                      : fmt::format("must be between {} and {}, got {}", lo, hi, text);
-          },
-          fmt::format("FLOAT in [{} - {}]", lo, hi)};
+  return number_check(fmt::format("FLOAT in [{} - {}]", lo, hi), [lo, hi](double v, const std::string& text) {
+    return v >= lo && v <= hi ? std::string()
+                              : fmt::format("must be between {} and {}, got {}", lo, hi, text);
+  });
 }
 
 void add_exports(CLI::App* cmd, ExportSettings& e) {

@@ -1,7 +1,6 @@
-// Sweep progress on stderr: "[3/9] batch 64 · elapsed 12.4 s · ETA ~31 s", redrawn in place, only on a
-// terminal; everywhere a line for each point that did not run (oom, error, ...) and one at the end; nothing
-// with
-// --quiet. The text comes from pure functions the tests pin.
+// Sweep progress on stderr, only on a terminal: "[3/9] batch 64 · elapsed 12.4 s · ETA ~31 s", redrawn in
+// place. Everywhere, unless --quiet: a line for each point that did not run (oom, error, ...) and one at the
+// end. The text comes from pure functions the tests pin.
 #include <unistd.h>
 
 #include <fmt/format.h>
