@@ -65,4 +65,18 @@ class BackendError : public Error {
   using Error::Error;
 };
 
+// A library (cuDNN) has no way to run one of the plan's execution paths at this batch, though it accepted the
+// path at batch 1. The sweep plans and prepares the point again on our own path, unless the user forced the
+// library's path (--attention cudnn, --conv cudnn): then the point is an `error` with this message.
+enum class RejectedPath { attention, conv };
+
+class PathRejected : public BackendError {
+ public:
+  PathRejected(RejectedPath path, const std::string& message) : BackendError(message), path_(path) {}
+  [[nodiscard]] RejectedPath path() const { return path_; }
+
+ private:
+  RejectedPath path_;
+};
+
 }  // namespace bsw

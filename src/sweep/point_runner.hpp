@@ -4,12 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "batchsweep/errors.hpp"
 #include "batchsweep/sweep.hpp"
 
 namespace bsw::sweep_detail {
@@ -64,6 +66,24 @@ class PointRunner {
 
  private:
   [[nodiscard]] PlanRequest request(int64_t batch, int64_t accumulation) const;
+  [[nodiscard]] PlanRequest request(int64_t batch, int64_t accumulation, const ExecutionPaths& paths) const;
+  [[nodiscard]] std::optional<std::string> plan_over_budget(const PlanRequest& request) const;
+
+  // What preparing one point gave: a session, or the status and reason it failed with. `plan` is the plan
+  // the session was (or would have been) prepared with: on another path where the backend rejected one.
+  struct Prepared {
+    std::unique_ptr<Session> session;
+    Plan plan;
+    PointStatus status = PointStatus::ok;
+    std::string reason;
+  };
+  // Prepares (batch, accumulation) with the sweep's paths. Where the backend rejects a library path at this
+  // batch (PathRejected) that the user did not force, plans the point again on our own path, checks that plan
+  // against the budget and prepares it; the plan's paths note says so.
+  [[nodiscard]] Prepared prepare_point(int64_t batch, int64_t accumulation);
+  // The sweep's paths with the rejected one replaced by our own; nullopt where the user forced it.
+  [[nodiscard]] std::optional<ExecutionPaths> fallback_paths(const ExecutionPaths& paths,
+                                                             const PathRejected& rejected);
   // Warm-up, then timed steps until the criterion holds, a non-finite loss or a backend error (recorded in
   // the point). False when should_stop() interrupted.
   [[nodiscard]] bool time_steps(Session& session, Point& point, NoiseCriterion& criterion);
@@ -87,6 +107,7 @@ class PointRunner {
   std::vector<Point> points_;  // sorted by (effective_batch, batch)
   std::vector<std::string> warnings_;
   std::set<std::string> session_warnings_seen_;
+  std::set<RejectedPath> fallbacks_warned_;  // a per-point path fallback is warned once per path
   // Points that stopped at --timeout or the sample cap before meeting their targets: (batch label, why).
   // A few are warned one by one; many (a noisy machine) become one line, see finish().
   std::vector<std::pair<std::string, std::string>> stop_warnings_;

@@ -62,16 +62,24 @@ PointRunner::PointRunner(Backend& backend, const Graph& graph, const SweepSettin
 }
 
 PlanRequest PointRunner::request(int64_t batch, int64_t accumulation) const {
-  return PlanRequest{batch, settings_.precision, settings_.mode, accumulation, backend_.kind(), paths_};
+  return request(batch, accumulation, paths_);
+}
+
+PlanRequest PointRunner::request(int64_t batch, int64_t accumulation, const ExecutionPaths& paths) const {
+  return PlanRequest{batch, settings_.precision, settings_.mode, accumulation, backend_.kind(), paths};
 }
 
 std::optional<std::string> PointRunner::plan_over_budget(int64_t batch, int64_t accumulation) const {
+  return plan_over_budget(request(batch, accumulation));
+}
+
+std::optional<std::string> PointRunner::plan_over_budget(const PlanRequest& request) const {
   if (budget_bytes_ == 0) return std::nullopt;
   uint64_t planned_bytes = 0;
   try {
-    planned_bytes = make_plan(graph_, request(batch, accumulation)).memory.total_bytes();
+    planned_bytes = make_plan(graph_, request).memory.total_bytes();
   } catch (const UsageError& e) {
-    if (batch < 1 || accumulation < 1) throw;
+    if (request.batch < 1 || request.accumulation < 1) throw;
     return fmt::format("the plan is too large to size: {}", e.what());  // beyond 64 bits: it cannot fit
   }
   // The same comparison as max_fit_batch (plan.cpp), so the plan's edge and this check agree to the byte.
@@ -153,14 +161,77 @@ std::optional<FitProbe> PointRunner::probe(int64_t batch, int64_t accumulation) 
   if (auto over = plan_over_budget(batch, accumulation)) return FitProbe{Fit::over_limit, std::move(*over)};
   // Where only the plan can say no, preparing (gigabytes allocated and filled) would teach nothing.
   if (!backend_.reports_out_of_memory()) return FitProbe{Fit::fits, {}};
-  const Plan plan = make_plan(graph_, request(batch, accumulation));
-  try {
-    const auto session = backend_.prepare(graph_, plan, session_options_);
-    return FitProbe{Fit::fits, {}};
-  } catch (const OutOfMemory& e) {
-    return FitProbe{Fit::oom, e.what()};
-  } catch (const BackendError& e) {
-    return FitProbe{Fit::error, e.what()};
+  Prepared prepared = prepare_point(batch, accumulation);
+  switch (prepared.status) {
+    case PointStatus::ok:
+      return FitProbe{Fit::fits, {}};
+    case PointStatus::oom:
+      return FitProbe{Fit::oom, std::move(prepared.reason)};
+    case PointStatus::over_limit:
+      return FitProbe{Fit::over_limit, std::move(prepared.reason)};
+    case PointStatus::error:
+      break;
+  }
+  return FitProbe{Fit::error, std::move(prepared.reason)};
+}
+
+std::optional<ExecutionPaths> PointRunner::fallback_paths(const ExecutionPaths& paths,
+                                                          const PathRejected& rejected) {
+  ExecutionPaths fallback = paths;
+  std::string_view what;
+  if (rejected.path() == RejectedPath::attention) {
+    if (settings_.paths.attention == AttentionPath::cudnn_sdpa ||
+        paths.attention != AttentionPath::cudnn_sdpa)
+      return std::nullopt;
+    fallback.attention = AttentionPath::explicit_softmax;
+    what = "attention";
+  } else {
+    if (settings_.paths.conv == ConvPath::cudnn || paths.conv != ConvPath::cudnn) return std::nullopt;
+    fallback.conv = ConvPath::im2col_gemm;
+    what = "convolution";
+  }
+  const std::string note =
+      fmt::format("cuDNN rejected {}: our own {} path ran at this batch", rejected.what(), what);
+  fallback.note = fallback.note.empty() ? note : fmt::format("{}; {}", fallback.note, note);
+  if (fallbacks_warned_.insert(rejected.path()).second)
+    warn(fmt::format(
+        "cuDNN accepted the model's {} at batch 1 but rejected {}: that point, and any other it rejects, ran "
+        "(and was planned with) our own {} path; each such point's execution.paths_note says so",
+        what, rejected.what(), what));
+  return fallback;
+}
+
+PointRunner::Prepared PointRunner::prepare_point(int64_t batch, int64_t accumulation) {
+  ExecutionPaths paths = paths_;
+  Prepared prepared{nullptr, make_plan(graph_, request(batch, accumulation, paths)), PointStatus::ok, {}};
+  // Each retry takes one library path away (attention, conv), so this ends after three attempts at most.
+  for (;;) {
+    try {
+      prepared.session = backend_.prepare(graph_, prepared.plan, session_options_);
+      return prepared;
+    } catch (const OutOfMemory& e) {
+      prepared.status = PointStatus::oom;
+      prepared.reason = e.what();
+    } catch (const PathRejected& e) {
+      auto fallback = fallback_paths(paths, e);
+      if (fallback) {
+        paths = std::move(*fallback);
+        const PlanRequest again = request(batch, accumulation, paths);
+        prepared.plan = make_plan(graph_, again);
+        if (auto over = plan_over_budget(again)) {
+          prepared.status = PointStatus::over_limit;
+          prepared.reason = fmt::format("{}; on our own path: {}", paths.note, *over);
+          return prepared;
+        }
+        continue;
+      }
+      prepared.status = PointStatus::error;
+      prepared.reason = e.what();
+    } catch (const BackendError& e) {
+      prepared.status = PointStatus::error;
+      prepared.reason = e.what();
+    }
+    return prepared;
   }
 }
 
@@ -183,21 +254,15 @@ std::optional<Point> PointRunner::measure(int64_t batch, int64_t accumulation, b
   point.accumulation = accumulation;
   point.effective_batch = batch * accumulation;
   point.refinement = refinement;
-  const Plan plan = make_plan(graph_, request(batch, accumulation));
-  point.memory.planned_bytes = plan.memory.total_bytes();
 
   NoiseCriterion criterion(settings_.stopping);  // the per-point wall clock starts before prepare and warm-up
-  std::unique_ptr<Session> session;
-  try {
-    session = backend_.prepare(graph_, plan, session_options_);
-  } catch (const OutOfMemory& e) {
-    point.status = PointStatus::oom;
-    point.reason = e.what();
-  } catch (const BackendError& e) {
-    point.status = PointStatus::error;
-    point.reason = e.what();
-  }
+  Prepared prepared = prepare_point(batch, accumulation);
+  const Plan& plan = prepared.plan;
+  point.memory.planned_bytes = plan.memory.total_bytes();
+  std::unique_ptr<Session> session = std::move(prepared.session);
   if (!session) {
+    point.status = prepared.status;
+    point.reason = std::move(prepared.reason);
     ++probed_;
     point.stop_reason = std::string(to_string(point.status));
     insert(point);

@@ -279,7 +279,7 @@ class CudaSession final : public Session {
   }
 
   // Builds this batch's cuDNN graphs now, so neither the first step nor its timing pays for them; a shape
-  // cuDNN rejects at this batch fails the point here with cuDNN's reason.
+  // cuDNN rejects at this batch throws PathRejected with cuDNN's reason (the sweep then runs our own path).
   void build_cudnn_graphs() {
     if (!cudnn_conv() && !fused_attention()) return;
     if (!cudnn_) throw BackendError("the plan uses cuDNN paths but cuDNN is not available in this backend");
@@ -291,7 +291,9 @@ class CudaSession final : public Session {
       if (!on_cudnn) continue;
       const std::string error =
           cudnn_->op_support(graph_, op, batch(), plan_.request.precision, plan_.request.mode, limit);
-      if (!error.empty()) throw BackendError(fmt::format("{} at batch {}: {}", op.path, batch(), error));
+      if (!error.empty())
+        throw PathRejected(op.kind == OpKind::conv2d ? RejectedPath::conv : RejectedPath::attention,
+                           fmt::format("{} at batch {}: {}", op.path, batch(), error));
     }
     cudnn_held_ = cudnn_->hold(batch());
   }

@@ -3,7 +3,13 @@
 // backend (the scripted one under another kind) stands in for the GPU.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "batchsweep/errors.hpp"
 #include "sweep_test_support.hpp"
@@ -40,10 +46,17 @@ class FakeCudaBackend final : public Backend {
   std::unique_ptr<Session> prepare(const Graph& graph, const Plan& plan,
                                    const SessionOptions& options) override {
     plans_.push_back(plan);
+    if (plan.request.paths.attention == AttentionPath::cudnn_sdpa && plan.request.batch > reject_above_)
+      throw PathRejected(
+          RejectedPath::attention,
+          fmt::format("layers[1].attention at batch {}: cuDNN check_support: no engine fits the "
+                      "workspace",
+                      plan.request.batch));
     return inner_->prepare(graph, plan, options);
   }
 
   bool decline_;
+  int64_t reject_above_ = INT64_MAX;  // prepare rejects the cuDNN attention above this batch
   std::unique_ptr<Backend> inner_;
   std::vector<ExecutionPaths> requested_;
   std::vector<Plan> plans_;
@@ -75,6 +88,99 @@ TEST(ExecutionPathsInASweep, AutoRequestsCudnnAndPlansEveryPointWithWhatTheBacke
     EXPECT_EQ(plan.find("workspace.cudnn"), nullptr);
   }
   EXPECT_EQ(outcome.points[0].memory.planned_bytes, declining.plans_[0].memory.total_bytes());
+}
+
+size_t count_containing(const std::vector<std::string>& lines, std::string_view part) {
+  return static_cast<size_t>(std::count_if(lines.begin(), lines.end(),
+                                           [&](const std::string& l) { return l.find(part) != l.npos; }));
+}
+
+// cuDNN took batch 1 but rejects a larger one: that point is planned and run on our own path, the rest stay
+// on cuDNN, and one warning says so.
+TEST(ExecutionPathsInASweep, APointCudnnRejectsRunsOnOurOwnPath) {
+  const Graph g = transformer();
+  FakeCudaBackend backend(false);
+  backend.reject_above_ = 2;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(backend, g, bf16({2, 4, 8}), observer);
+  ASSERT_EQ(outcome.points.size(), 3u);
+  for (const Point& p : outcome.points) EXPECT_EQ(p.status, PointStatus::ok) << p.batch << ": " << p.reason;
+  // 2 on cuDNN; 4 and 8 each asked of cuDNN, then planned again on the explicit path.
+  ASSERT_EQ(backend.plans_.size(), 5u);
+  EXPECT_EQ(backend.plans_[0].request.paths.attention, AttentionPath::cudnn_sdpa);
+  for (const size_t i : {1u, 3u})
+    EXPECT_EQ(backend.plans_[i].request.paths.attention, AttentionPath::cudnn_sdpa);
+  for (const size_t i : {2u, 4u}) {
+    const Plan& fallback = backend.plans_[i];
+    EXPECT_EQ(fallback.request.paths.attention, AttentionPath::explicit_softmax);
+    EXPECT_NE(fallback.find("workspace.attention"), nullptr);
+    EXPECT_EQ(fallback.find("workspace.cudnn"), nullptr);
+    EXPECT_NE(fallback.request.paths.note.find("cuDNN rejected layers[1].attention at batch"),
+              std::string::npos)
+        << fallback.request.paths.note;
+    EXPECT_NE(fallback.request.paths.note.find("no engine fits the workspace"), std::string::npos);
+  }
+  // Each point's planned bytes are those of the plan it ran with.
+  EXPECT_EQ(outcome.points[0].memory.planned_bytes, backend.plans_[0].memory.total_bytes());
+  EXPECT_EQ(outcome.points[1].memory.planned_bytes, backend.plans_[2].memory.total_bytes());
+  EXPECT_EQ(outcome.points[2].memory.planned_bytes, backend.plans_[4].memory.total_bytes());
+  EXPECT_NE(backend.plans_[1].memory.total_bytes(), backend.plans_[2].memory.total_bytes());
+  EXPECT_EQ(count_containing(outcome.warnings, "rejected"), 1u);
+  EXPECT_EQ(count_containing(outcome.warnings, "accepted the model's attention at batch 1"), 1u);
+}
+
+// --attention cudnn: no fallback; the rejected point is an error with cuDNN's reason and the sweep goes on.
+TEST(ExecutionPathsInASweep, AForcedPathCudnnRejectsIsAnErrorPoint) {
+  const Graph g = transformer();
+  FakeCudaBackend backend(false);
+  backend.reject_above_ = 2;
+  SweepSettings forced = bf16({2, 4});
+  forced.paths.attention = AttentionPath::cudnn_sdpa;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(backend, g, forced, observer);
+  ASSERT_EQ(outcome.points.size(), 2u);
+  EXPECT_EQ(outcome.points[0].status, PointStatus::ok);
+  EXPECT_EQ(outcome.points[1].status, PointStatus::error);
+  EXPECT_NE(outcome.points[1].reason.find("layers[1].attention at batch 4"), std::string::npos)
+      << outcome.points[1].reason;
+  ASSERT_EQ(backend.plans_.size(), 2u);  // never planned on the explicit path
+  for (const Plan& plan : backend.plans_) EXPECT_EQ(plan.request.paths.attention, AttentionPath::cudnn_sdpa);
+  EXPECT_EQ(count_containing(outcome.warnings, "rejected"), 0u);
+}
+
+// Our own path keeps the [B, heads, T, T] probabilities: where its plan is over the budget the point is
+// over_limit, saying both why cuDNN was not used and what did not fit; it is never prepared.
+TEST(ExecutionPathsInASweep, AFallbackOverTheBudgetIsOverLimit) {
+  const Graph g = lower(parse_model(nlohmann::json::parse(R"({"name": "long",
+    "input": {"type": "tokens", "sequence_length": 512, "vocab_size": 64},
+    "layers": [{"type": "embedding", "dim": 128}, {"type": "transformer_block", "heads": 2},
+               {"type": "linear", "out_features": 64}]})"),
+                                    "paths-long.json"));
+  const auto bytes = [&](int64_t batch, AttentionPath attention) {
+    ExecutionPaths paths;
+    paths.attention = attention;
+    return make_plan(g, PlanRequest{batch, Precision::bf16, Mode::train, 1, BackendKind::cuda, paths})
+        .memory.total_bytes();
+  };
+  const uint64_t on_cudnn = bytes(64, AttentionPath::cudnn_sdpa);
+  const uint64_t explicit_path = bytes(64, AttentionPath::explicit_softmax);
+  ASSERT_LT(on_cudnn, explicit_path);
+  FakeCudaBackend backend(false);
+  backend.reject_above_ = 8;
+  SweepSettings s = bf16({8, 64});
+  s.memory_limit_bytes =
+      static_cast<uint64_t>(static_cast<double>(on_cudnn + explicit_path) / 2.0 / kMemorySafetyFraction);
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(backend, g, s, observer);
+  ASSERT_EQ(outcome.points.size(), 2u);
+  EXPECT_EQ(outcome.points[0].status, PointStatus::ok);
+  const Point& over = outcome.points[1];
+  EXPECT_EQ(over.status, PointStatus::over_limit);
+  EXPECT_NE(over.reason.find("cuDNN rejected layers[1].attention at batch 64"), std::string::npos)
+      << over.reason;
+  EXPECT_NE(over.reason.find("on our own path: planned"), std::string::npos) << over.reason;
+  EXPECT_EQ(over.memory.planned_bytes, explicit_path);
+  ASSERT_EQ(backend.plans_.size(), 2u);  // batch 8, and batch 64 on cuDNN; the fallback was never prepared
 }
 
 TEST(ExecutionPathsInASweep, ForcedPathsAreUsageErrorsWhenTheyCannotRun) {
