@@ -130,13 +130,5 @@ struct Report {
 // Reads and parses a report file (at most 256 MiB, at most 64 levels of nesting). Throws InputError naming
 // the file.
 [[nodiscard]] Report read_report(const std::string& path);
-// True for an existing path that is neither a regular file nor a directory once symlinks are followed: a pipe
-// (`--json >(jq .)`), a FIFO, a terminal, /dev/stdout, /dev/null. Such a target is written in place, once,
-// at the end of a sweep: a rename would replace the pipe or device node itself.
-[[nodiscard]] bool is_stream_target(const std::string& path);
-// Writes `path.tmp.<pid>` beside `path`, fsyncs it and renames it over `path`, so readers never see a partial
-// file; a stream target (above) is written in place; "-" writes to stdout. Throws InputError naming the path
-// (and leaves an existing file untouched) on failure.
-void write_file_atomic(const std::string& path, const std::string& content);
 
 }  // namespace bsw

@@ -24,6 +24,7 @@
 #include "batchsweep/backends.hpp"
 #include "batchsweep/compare.hpp"
 #include "batchsweep/errors.hpp"
+#include "batchsweep/files.hpp"
 #include "batchsweep/model.hpp"
 #include "batchsweep/plan_view.hpp"
 #include "batchsweep/printers.hpp"
@@ -99,7 +100,7 @@ void check_writable(const std::string& path, std::string_view flag) {
     throw InputError(fmt::format("{} {}: the file is not writable", flag, path));
   // access() says yes to root everywhere: create (and remove) the temporary file the export will be written
   // through, so a read-only or special file system is refused now, not after the measurements.
-  const std::string probe = fmt::format("{}.tmp.{}", path, ::getpid());
+  const std::string probe = temp_path_beside(path);
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     const int error = errno;

@@ -13,6 +13,8 @@
 #include <fstream>
 
 #include "backends/cuda/calibration.hpp"
+#include "batchsweep/errors.hpp"
+#include "batchsweep/files.hpp"
 
 namespace bsw::cuda {
 namespace {
@@ -123,25 +125,11 @@ std::string save_calibration(const nlohmann::json& identity, const nlohmann::jso
   const nlohmann::json doc = {
       {kFormatKey, kFormatVersion},
       {"entries", merge_calibration(read_entries(*file), identity, result, utc_now())}};
-  // Written next to the file and renamed over it: a reader never sees half a cache. The host name keeps two
-  // machines sharing a home directory apart.
-  char host[256] = {};
-  static_cast<void>(::gethostname(host, sizeof(host) - 1));
-  const std::filesystem::path tmp = file->string() + fmt::format(".tmp.{}.{}", host, ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << doc.dump(2) << "\n";
-    out.close();
-    if (!out) {
-      std::filesystem::remove(tmp, ec);
-      return fmt::format("not saved: cannot write {}", tmp.string());
-    }
-  }
-  std::filesystem::rename(tmp, *file, ec);
-  if (ec) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    return fmt::format("not saved: cannot replace {}: {}", file->string(), ec.message());
+  // Written next to the file and renamed over it: a reader never sees half a cache.
+  try {
+    write_file_atomic(file->string(), doc.dump(2) + "\n");
+  } catch (const InputError& e) {
+    return fmt::format("not saved: {}", e.what());
   }
   return fmt::format("saved to {}", file->string());
 }

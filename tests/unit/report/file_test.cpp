@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "batchsweep/errors.hpp"
+#include "batchsweep/files.hpp"
 #include "batchsweep/printers.hpp"
 #include "batchsweep/report.hpp"
 #include "golden/sample_report.hpp"

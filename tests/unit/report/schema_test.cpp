@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "batchsweep/files.hpp"
 #include "batchsweep/printers.hpp"
 #include "golden/sample_report.hpp"
 #include "schema_support.hpp"

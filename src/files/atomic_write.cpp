@@ -1,9 +1,11 @@
 // Atomic file replacement for reports and exports: a crash or Ctrl-C between points leaves either the
-// previous file or the new one, never half of one. Write `<path>.tmp.<pid>` in the same directory, fsync,
-// rename over `path`. Pipes, FIFOs and devices are written in place instead (a rename would replace them).
+// previous file or the new one, never half of one. Write `<path>.tmp.<host>.<pid>` in the same directory,
+// fsync, rename over `path`. Pipes, FIFOs and devices are written in place instead (a rename would replace
+// them).
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -11,7 +13,7 @@
 #include <string>
 
 #include "batchsweep/errors.hpp"
-#include "batchsweep/report.hpp"
+#include "batchsweep/files.hpp"
 
 namespace bsw {
 
@@ -66,6 +68,14 @@ bool write_all(int fd, const std::string& content) {
 
 }  // namespace
 
+std::string temp_path_beside(const std::string& path) {
+  char host[256] = {};
+  std::string name = ::gethostname(host, sizeof(host) - 1) == 0 ? host : "";
+  if (name.empty()) name = "localhost";
+  name.resize(std::min<size_t>(name.size(), 64));  // the whole file name stays within NAME_MAX
+  return path + ".tmp." + name + "." + std::to_string(::getpid());
+}
+
 bool is_stream_target(const std::string& path) {
   if (path.empty() || path == "-") return false;
   std::error_code ec;
@@ -95,7 +105,7 @@ void write_file_atomic(const std::string& path, const std::string& content) {
       throw InputError(path + ": cannot write: " + std::strerror(errno));
     return;
   }
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  const std::string temp = temp_path_beside(path);
   FileDescriptor fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) throw InputError(describe_open_failure(path, errno));
 

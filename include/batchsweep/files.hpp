@@ -1,0 +1,21 @@
+// Files written whole or not at all: reports, exports and caches. Below every other library (it knows only
+// errors.hpp), so a backend's cache and the report's exports share one way to replace a file.
+#pragma once
+
+#include <string>
+
+namespace bsw {
+
+// `<path>.tmp.<host>.<pid>`: the temporary file a replacement of `path` is written through. The host name
+// keeps two machines that share a directory (NFS home) apart; the pid, two processes on one machine.
+[[nodiscard]] std::string temp_path_beside(const std::string& path);
+// True for an existing path that is neither a regular file nor a directory once symlinks are followed: a pipe
+// (`--json >(jq .)`), a FIFO, a terminal, /dev/stdout, /dev/null. Such a target is written in place, once,
+// at the end of a sweep: a rename would replace the pipe or device node itself.
+[[nodiscard]] bool is_stream_target(const std::string& path);
+// Writes temp_path_beside(path), fsyncs it and renames it over `path`, so readers never see a partial
+// file; a stream target (above) is written in place; "-" writes to stdout. Throws InputError naming the path
+// (and leaves an existing file untouched) on failure.
+void write_file_atomic(const std::string& path, const std::string& content);
+
+}  // namespace bsw
