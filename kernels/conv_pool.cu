@@ -1,12 +1,17 @@
 // Image kernels: im2col / col2im for the conv2d and patch-embedding GEMMs (a chunk of samples at a time,
 // column layout [C*k*k, chunk*HW]), the [C, N*HW] <-> NCHW permutes (with the conv bias), the conv bias
 // gradient, max and average pooling (no padding) and global average pooling, forward and backward. Backward
-// kernels gather instead of scattering, so they need no atomics and are deterministic. Kernels first, then
-// their launchers.
+// kernels gather instead of scattering, so they need no atomics and are deterministic (except the bias
+// gradient's slabs, which add atomically). Kernels first, then their launchers.
+#include <algorithm>
+
 #include "common.cuh"
 
 namespace bsw::cuda::kernels {
 namespace {
+
+// About how many blocks the conv bias gradient spreads over (several per SM on any GPU we list).
+constexpr int64_t kChannelSumBlocks = 2048;
 
 template <class T>
 __global__ void im2col_kernel(ConvGeometry g, const T* x, T* col, int64_t chunk) {
@@ -77,17 +82,26 @@ __global__ void nchw_to_channels_kernel(const T* in, T* out, int64_t chunk, int6
   }
 }
 
+// Block (c, s) sums channel c over samples [s * per_slab, (s + 1) * per_slab). One slab adds its total
+// (deterministic); several add theirs atomically, as column_sum_kernel does.
 template <class T>
-__global__ void channel_sum_kernel(const T* in, float* out, int64_t batch, int64_t channels, int64_t hw) {
+__global__ void channel_sum_kernel(const T* in, float* out, int64_t batch, int64_t channels, int64_t hw,
+                                   int64_t per_slab) {
   __shared__ float shared[32];
   const int64_t c = blockIdx.x;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * per_slab, n1 = min(batch, n0 + per_slab);
   float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < batch * hw; j += blockDim.x) {
-    const int64_t n = j / hw, p = j % hw;
+  for (int64_t j = threadIdx.x; j < (n1 - n0) * hw; j += blockDim.x) {
+    const int64_t n = n0 + j / hw, p = j % hw;
     sum += to_f32(in[(n * channels + c) * hw + p]);
   }
   const float total = block_sum(sum, shared);
-  if (threadIdx.x == 0) out[c] += total;
+  if (threadIdx.x != 0) return;
+  if (gridDim.y == 1) {
+    out[c] += total;
+  } else {
+    atomicAdd(out + c, total);
+  }
 }
 
 // The index (within the plane) of the maximum bsw::cpu picks: the first of equal maxima, a NaN always wins.
@@ -284,10 +298,18 @@ void bias_add_nchw(DType t, void* y, const void* bias, int64_t batch, int64_t ch
 void channel_sum_accumulate(DType t, const void* in, float* out, int64_t batch, int64_t channels, int64_t hw,
                             cudaStream_t stream) {
   BSW_REQUIRE(batch >= 1 && channels >= 1 && channels <= 0x7FFFFFFF && hw >= 1, "channel_sum_accumulate");
+  // One block per channel leaves most of the GPU idle (a conv has 16-512 channels) and each block walking
+  // all of B*H*W: split the samples into slabs for about kChannelSumBlocks blocks, each at least
+  // kThreads elements of work.
+  const int64_t slabs_wanted = std::max<int64_t>(1, kChannelSumBlocks / channels);
+  const int64_t slabs_useful = std::max<int64_t>(1, batch * hw / kThreads);
+  const int64_t slabs = std::min({slabs_wanted, slabs_useful, batch, int64_t{65535}});
+  const int64_t per_slab = (batch + slabs - 1) / slabs;
+  const dim3 grid(static_cast<unsigned>(channels), static_cast<unsigned>((batch + per_slab - 1) / per_slab));
   dispatch(t, "channel_sum_accumulate", [&](auto tag) {
     using T = decltype(tag);
-    channel_sum_kernel<T><<<static_cast<unsigned>(channels), kThreads, 0, stream>>>(static_cast<const T*>(in),
-                                                                                    out, batch, channels, hw);
+    channel_sum_kernel<T>
+        <<<grid, kThreads, 0, stream>>>(static_cast<const T*>(in), out, batch, channels, hw, per_slab);
   });
   BSW_CUDA_LAUNCHED();
 }

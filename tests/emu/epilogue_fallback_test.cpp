@@ -98,6 +98,18 @@ TEST_F(EpilogueFallback, OnlyTheBackwardEpilogueRefused) {
   expect_losses_near(gpu, cpu, 5e-4);
 }
 
+// Without the BIAS epilogue (the head, and GELU linears once GELU_AUX_BIAS is refused too) the plain product
+// runs and a kernel adds the bias.
+TEST_F(EpilogueFallback, WithoutTheBiasEpilogueAKernelAddsTheBias) {
+  const Outcome cpu = run_model(BackendKind::cpu, Precision::bf16, Mode::train, 4);
+  setenv(kRefuse, "BIAS,GELU_AUX_BIAS", 1);
+  const Outcome gpu = run_model(BackendKind::cuda, Precision::bf16, Mode::train, 4);
+  EXPECT_EQ(gpu.details["epilogues_unavailable"].at("gemms"),
+            nlohmann::json::array({"BIAS 16x32x24 bf16", "BIAS 16x40x32 bf16", "BIAS 16x8x40 bf16",
+                                   "GELU_AUX_BIAS 16x32x24 bf16", "GELU_AUX_BIAS 16x40x32 bf16"}));
+  expect_losses_near(gpu, cpu, 5e-4);
+}
+
 TEST_F(EpilogueFallback, InferenceWithoutGeluBias) {
   setenv(kRefuse, "GELU_BIAS", 1);
   const Outcome gpu = run_model(BackendKind::cuda, Precision::fp16, Mode::infer, 2);

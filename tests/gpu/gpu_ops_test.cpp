@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <tuple>
+#include <vector>
 
 #include "backends/cuda/gemm.hpp"
 #include "backends/cuda/kernels.hpp"
@@ -93,6 +95,21 @@ TEST_P(GpuOps, AddAndColumnSums) {
   DeviceArray dsum(DType::f32, std::vector<float>(cols, 0.5f));
   k::column_sum_accumulate(t(), da.get(), dsum.f32(), rows, cols, stream_);
   EXPECT_LE(rel_error(dsum.download(), sums), 1e-5);
+}
+
+// The conv bias gradient: out[c] += sum over samples and pixels. Few channels and many samples spread over
+// slabs of samples (here 12 of 6 samples, the last one short) that add atomically; one slab adds directly.
+TEST_P(GpuOps, ChannelSumsOverSlabsOfSamples) {
+  for (const auto& [batch, channels, hw] : {std::tuple<int64_t, int64_t, int64_t>{67, 3, 49}, {2, 5, 9}}) {
+    const std::vector<float> in = input(batch * channels * hw, 8);
+    std::vector<float> sums(channels, -0.25f);  // accumulates onto what is there
+    for (int64_t n = 0; n < batch; ++n)
+      for (int64_t c = 0; c < channels; ++c)
+        for (int64_t p = 0; p < hw; ++p) sums[c] += in[(n * channels + c) * hw + p];
+    DeviceArray din(t(), in), dsum(DType::f32, std::vector<float>(channels, -0.25f));
+    k::channel_sum_accumulate(t(), din.get(), dsum.f32(), batch, channels, hw, stream_);
+    EXPECT_LE(rel_error(dsum.download(), sums), 1e-5) << batch << "x" << channels << "x" << hw;
+  }
 }
 
 TEST_P(GpuOps, LayernormForwardAndBackward) {
@@ -527,6 +544,48 @@ TEST_P(GpuGemm, DgeluBgradEpilogueIsTheGeluBackwardAndBiasGradient) {
   std::vector<float> acc_ref(k);
   for (int64_t c = 0; c < k; ++c) acc_ref[c] = 1.0f + bias_ref[c];
   EXPECT_LE(rel_error(acc.download(), acc_ref), 2e-2);
+}
+
+// The non-fused attention path asks for batch * heads products; past cuBLASLt's 65535 they run in slices.
+TEST_P(GpuGemm, BatchedProductsBeyondTheBatchCountLimitRunInSlices) {
+  const Precision p = GetParam();
+  const DType t = storage_dtype(p);
+  const double tol = p == Precision::fp32 ? 1e-5 : p == Precision::tf32 ? 1e-3 : 1e-2;
+  const int64_t batch = cuda::Gemm::kMaxBatchCount + 7, m = 2, n = 3, kk = 4;
+  const std::vector<float> a = quantize(random_values(batch * m * kk, 36), t),
+                           b = quantize(random_values(batch * kk * n, 37), t);
+  std::vector<float> ref(batch * m * n, 0.0f);
+  for (int64_t i = 0; i < batch; ++i)
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < n; ++c)
+        for (int64_t j = 0; j < kk; ++j)
+          ref[(i * m + r) * n + c] += a[(i * m + r) * kk + j] * b[(i * kk + j) * n + c];
+  DeviceArray da(t, a), db(t, b), dc(t, batch * m * n), ws(DType::f32, (32u << 20) / 4);
+  cuda::Gemm gemm(p, ws.get(), ws.bytes());
+  cuda::GemmArgs g;
+  g.m = m;
+  g.n = n;
+  g.k = kk;
+  g.a = da.get();
+  g.lda = kk;
+  g.b = db.get();
+  g.ldb = n;
+  g.c = dc.get();
+  g.ldc = n;
+  g.ab_type = g.c_type = t;
+  g.batch = batch;
+  g.stride_a = m * kk;
+  g.stride_b = kk * n;
+  g.stride_c = m * n;
+  EXPECT_TRUE(gemm.available(g));
+  gemm.run(g, nullptr);
+  const std::vector<float> got = dc.download();
+  EXPECT_LE(rel_error(got, ref), tol);
+  // The last products, in the second slice, were computed too.
+  const std::vector<float> tail_got(got.end() - 7 * m * n, got.end()),
+      tail_ref(ref.end() - 7 * m * n, ref.end());
+  EXPECT_LE(rel_error(tail_got, tail_ref), tol);
+  EXPECT_EQ(gemm.cached_shapes(), 2u);  // a full slice and the rest
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, GpuGemm,

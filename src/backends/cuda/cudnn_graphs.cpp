@@ -304,6 +304,10 @@ void CudnnGraphs::retain_batch(int64_t batch) {
   std::erase_if(cache_->entries, [&](const auto& entry) { return entry.second.batch != batch; });
 }
 
+void CudnnGraphs::detach_stream() noexcept {
+  if (cache_->handle != nullptr) BSW_CUDNN_NOEXCEPT(cudnnSetStream(cache_->handle, nullptr));
+}
+
 std::vector<std::shared_ptr<const void>> CudnnGraphs::hold(int64_t batch) const {
   std::vector<std::shared_ptr<const void>> held;
   for (const auto& [key, entry] : cache_->entries)

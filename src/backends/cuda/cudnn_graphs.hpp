@@ -66,6 +66,9 @@ class CudnnGraphs {
   // Drops the graphs built for other batches: a sweep meets each batch once, and built plans hold memory
   // (loaded kernels) that no plan counts.
   void retain_batch(int64_t batch);
+  // Points the handle back at the default stream: called before a session destroys the stream it ran on,
+  // so the handle, which outlives sessions, never refers to a destroyed stream.
+  void detach_stream() noexcept;
   // Keeps the built graphs of `batch` alive for as long as the caller holds the result (a session whose CUDA
   // graph replays their kernels), whatever retain_batch later drops from the cache.
   [[nodiscard]] std::vector<std::shared_ptr<const void>> hold(int64_t batch) const;

@@ -109,7 +109,8 @@ void check_args(const GemmArgs& g) {
   const bool with_aux = g.epilogue == Epilogue::gelu_aux_bias || g.epilogue == Epilogue::dgelu_bgrad;
   if (with_aux && (g.aux == nullptr || g.ld_aux < g.n || g.ld_aux % 8 != 0))
     fail("a GELU aux epilogue needs an aux buffer whose leading dimension is a multiple of 8 and at least N");
-  if (with_aux && g.batch != 1) fail("GELU aux epilogues take one product (the aux batch stride is not set)");
+  if (g.epilogue != Epilogue::none && g.batch != 1)
+    fail("bias epilogues take one product (the bias batch stride is not set)");
   if (g.epilogue == Epilogue::dgelu_bgrad && g.beta != 0.0f)
     fail("dgelu_bgrad writes C and the bias gradient: no beta");
 }
@@ -207,13 +208,18 @@ Gemm::Entry* Gemm::find(const GemmArgs& g) {
                                                     &align_c, sizeof(align_c)));
     BSW_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                     &align_c, sizeof(align_c)));
-    // NOT_SUPPORTED is cuBLASLt's "no algorithm for this configuration" (as is a zero count).
+    // NOT_SUPPORTED is cuBLASLt's "no algorithm for this configuration" (as is a zero count, or a result
+    // whose state is not success). An epilogue with a type combination cuBLASLt does not take is refused
+    // with INVALID_VALUE instead (cublasLt.h): for a fused epilogue that is an answer too, and the caller
+    // falls back; for a plain product it is our error, and thrown.
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, e->desc, e->a, e->b, e->c, e->c,
                                                                  preference, 1, &result, &found);
-    if (status == CUBLAS_STATUS_NOT_SUPPORTED)
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED ||
+        (status == CUBLAS_STATUS_INVALID_VALUE && g.epilogue != Epilogue::none))
       found = 0;
     else
       BSW_CUBLAS(status);
+    if (found > 0 && result.state != CUBLAS_STATUS_SUCCESS) found = 0;
   } catch (...) {
     destroy_preference();
     throw;
@@ -227,13 +233,40 @@ Gemm::Entry* Gemm::find(const GemmArgs& g) {
   return cache_.emplace(key, std::move(e)).first->second.get();
 }
 
+namespace {
+
+// Bytes per element of a GEMM operand type.
+uint64_t element_bytes(DType t) {
+  return t == DType::f32 ? 4 : 2;
+}
+
+// The products [first, first + count) of a batched product: the same shapes with the pointers moved on.
+GemmArgs batch_slice(const GemmArgs& g, int64_t first, int64_t count) {
+  GemmArgs part = g;
+  part.batch = count;
+  const auto advance = [&](const void* p, int64_t stride, DType t) {
+    return static_cast<const char*>(p) + static_cast<uint64_t>(first * stride) * element_bytes(t);
+  };
+  part.a = advance(g.a, g.stride_a, g.ab_type);
+  part.b = advance(g.b, g.stride_b, g.ab_type);
+  part.c = const_cast<char*>(advance(g.c, g.stride_c, g.c_type));
+  return part;
+}
+
+}  // namespace
+
 bool Gemm::available(const GemmArgs& g) {
   check_args(g);
-  return find(g) != nullptr;
+  return find(g.batch > kMaxBatchCount ? batch_slice(g, 0, kMaxBatchCount) : g) != nullptr;
 }
 
 void Gemm::run(const GemmArgs& g, cudaStream_t stream) {
   check_args(g);
+  if (g.batch > kMaxBatchCount) {
+    for (int64_t first = 0; first < g.batch; first += kMaxBatchCount)
+      run(batch_slice(g, first, std::min(kMaxBatchCount, g.batch - first)), stream);
+    return;
+  }
   Entry* found = find(g);
   if (found == nullptr)
     throw BackendError(

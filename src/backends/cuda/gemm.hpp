@@ -59,8 +59,12 @@ class Gemm {
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
-  // Throws BackendError for an impossible shape or when cuBLASLt has no algorithm for it.
+  // Throws BackendError for an impossible shape or when cuBLASLt has no algorithm for it. A batched product
+  // of more than kMaxBatchCount runs as several: cuBLASLt's kernels put the batch index in the grid's y or z
+  // dimension, and have been reported to find no algorithm (or skip batches) past it; the non-fused
+  // attention path asks for batch * heads products, which a batch sweep easily takes past 65535.
   void run(const GemmArgs& args, cudaStream_t stream);
+  static constexpr int64_t kMaxBatchCount = 65535;
 
   // Whether cuBLASLt has an algorithm for these arguments (pointers included: alignment counts), asked of
   // the heuristic once and cached either way. A fused epilogue is only worth asking for where it is

@@ -237,6 +237,7 @@ class CudaSession final : public Session {
     if (start_ != nullptr) BSW_CUDA_NOEXCEPT(cudaEventDestroy(start_));
     if (stop_ != nullptr) BSW_CUDA_NOEXCEPT(cudaEventDestroy(stop_));
     start_ = stop_ = nullptr;
+    if (cudnn_) cudnn_->detach_stream();
     if (stream_ != nullptr) BSW_CUDA_NOEXCEPT(cudaStreamDestroy(stream_));
     stream_ = nullptr;
   }
@@ -621,13 +622,27 @@ class CudaSession final : public Session {
       }
     }
     g.c = op.has_preactivation() ? z.ptr : out.ptr;
-    if (bias != nullptr) {
-      g.epilogue = Epilogue::bias;
-      g.bias = bias;
-    }
-    gemm_->run(g, stream_);
+    run_with_bias(g, bias);
     if (op.has_preactivation())
       kernels::activation_forward(op.activation, s_, z.ptr, out.ptr, m * n, stream_);
+  }
+
+  // C = op(A) op(B) (+ bias[N] on every row when bias is not null): the BIAS epilogue, or where cuBLASLt has
+  // no algorithm for it, the plain product and a bias kernel.
+  void run_with_bias(GemmArgs g, const void* bias) {
+    if (bias != nullptr) {
+      GemmArgs fused = g;
+      fused.epilogue = Epilogue::bias;
+      fused.bias = bias;
+      if (fused_gemm_available(fused)) {
+        gemm_->run(fused, stream_);
+        return;
+      }
+    }
+    gemm_->run(g, stream_);
+    if (bias == nullptr) return;
+    if (g.ldc != g.n) throw BackendError("run_with_bias: the bias kernel needs C's rows packed (ldc = N)");
+    kernels::bias_add_nchw(s_, g.c, bias, g.m, g.n, 1, stream_);
   }
 
   // Whether cuBLASLt has an algorithm for a fused epilogue here; where it has none, the caller runs the plain
@@ -713,9 +728,7 @@ class CudaSession final : public Session {
       g.c = out.at(static_cast<uint64_t>(n0) * out_sample, 0).ptr;
       g.ldc = dim;
       g.ab_type = g.c_type = s_;
-      g.epilogue = Epilogue::bias;
-      g.bias = w.at(static_cast<uint64_t>(dim * patch), 0).ptr;
-      gemm_->run(g, stream_);
+      run_with_bias(g, w.at(static_cast<uint64_t>(dim * patch), 0).ptr);
     }
     kernels::add_positions(s_, out.ptr, w.at(static_cast<uint64_t>(dim * patch + dim), 0).ptr, batch(),
                            count * dim, stream_);
