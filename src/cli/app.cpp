@@ -101,13 +101,39 @@ CLI::Validator between(double lo, double hi) {
   });
 }
 
+// An output path: an empty one (`--json ''`, an unset shell variable) would write nothing, silently.
+CLI::Validator file_path() {
+  return {[](std::string& text) -> std::string {
+            return text.empty() ? std::string("needs a file name (or - for stdout), got an empty one")
+                                : std::string();
+          },
+          ""};
+}
+
+// A whole number from 0 to 2^64-1, written in decimal: CLI11 would take "-1" as 2^64-1.
+CLI::Validator unsigned_64() {
+  return {[](std::string& text) -> std::string {
+            const bool digits = !text.empty() && text.size() <= 20 &&
+                                text.find_first_not_of("0123456789") == std::string::npos;
+            if (digits && (text.size() < 20 || text <= "18446744073709551615")) return std::string();
+            return fmt::format("must be a whole number from 0 to 18446744073709551615, got {}", text);
+          },
+          "UINT64"};
+}
+
 void add_exports(CLI::App* cmd, ExportSettings& e) {
   cmd->add_option("--json", e.json_path, "Write the JSON report (schema v1) to FILE, or - for stdout")
-      ->type_name("FILE|-");
-  cmd->add_option("--csv", e.csv_path, "Write one CSV row per point to FILE")->type_name("FILE");
-  cmd->add_option("--markdown", e.markdown_path, "Write a markdown report to FILE")->type_name("FILE");
+      ->type_name("FILE|-")
+      ->check(file_path());
+  cmd->add_option("--csv", e.csv_path, "Write one CSV row per point to FILE")
+      ->type_name("FILE")
+      ->check(file_path());
+  cmd->add_option("--markdown", e.markdown_path, "Write a markdown report to FILE")
+      ->type_name("FILE")
+      ->check(file_path());
   cmd->add_option("--svg", e.svg_path, "Write an SVG plot (throughput, p99 latency, memory) to FILE")
-      ->type_name("FILE");
+      ->type_name("FILE")
+      ->check(file_path());
 }
 
 void add_analysis(CLI::App* cmd, AnalysisFlags& a) {
@@ -233,6 +259,7 @@ int run_app(int argc, char** argv) {
       ->check(positive())
       ->capture_default_str();
   run_cmd->add_option("--seed", run.sweep.session.seed, "Seed of the synthetic weights and data")
+      ->check(unsigned_64())
       ->capture_default_str();
   run_cmd->add_option("--graphs", run_raw.graphs, "cuda: capture each step as a CUDA graph (on|off)")
       ->check(CLI::IsMember({"on", "off"}))
@@ -269,7 +296,8 @@ int run_app(int argc, char** argv) {
       ->type_name("SIZE");
   add_path_options(plan_cmd, plan_raw.attention, plan_raw.conv);
   plan_cmd->add_option("--json", plan.json_path, "Write the plan JSON to FILE, or - for stdout")
-      ->type_name("FILE|-");
+      ->type_name("FILE|-")
+      ->check(file_path());
   plan_cmd->add_flag("--buffers", plan.buffers, "List every buffer of each plan");
 
   // ---- analyze
@@ -300,9 +328,11 @@ int run_app(int argc, char** argv) {
   compare_cmd->add_flag("--allow-model-mismatch", compare.allow_model_mismatch,
                         "Compare reports of different models");
   compare_cmd->add_option("--json", compare.json_path, "Write the comparison as JSON to FILE, or -")
-      ->type_name("FILE|-");
+      ->type_name("FILE|-")
+      ->check(file_path());
   compare_cmd->add_option("--markdown", compare.markdown_path, "Write the comparison as markdown to FILE")
-      ->type_name("FILE");
+      ->type_name("FILE")
+      ->check(file_path());
 
   // ---- devices, presets
   // -------------------------------------------------------------------------------------------

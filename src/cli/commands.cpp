@@ -19,6 +19,9 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "batchsweep/analysis.hpp"
 #include "batchsweep/backends.hpp"
@@ -140,6 +143,33 @@ std::string resolve_export_path(const std::string& path, std::string_view flag) 
   return path;
 }
 
+// Two exports to one file would leave only the last one written: refused, as is more than one on stdout.
+void check_distinct_exports(const std::vector<std::pair<std::string_view, std::string>>& exports) {
+  namespace fs = std::filesystem;
+  for (size_t i = 0; i < exports.size(); ++i) {
+    const auto& [flag, path] = exports[i];
+    if (path.empty()) continue;
+    for (size_t j = i + 1; j < exports.size(); ++j) {
+      const auto& [other_flag, other] = exports[j];
+      if (other.empty()) continue;
+      if (path == "-" || other == "-") {
+        if (path == other)
+          throw UsageError(
+              fmt::format("{} - and {} -: only one export may go to stdout (-)", flag, other_flag));
+        continue;
+      }
+      std::error_code ec_a, ec_b;
+      const fs::path a = fs::weakly_canonical(fs::absolute(path, ec_a), ec_a),
+                     b = fs::weakly_canonical(fs::absolute(other, ec_b), ec_b);
+      if (path == other || (!ec_a && !ec_b && a == b))
+        throw UsageError(
+            fmt::format("{} {} and {} {}: both name the same file, and the second would "
+                        "overwrite the first; give each export its own file",
+                        flag, path, other_flag, other));
+    }
+  }
+}
+
 void check_exports(ExportSettings& e) {
   e.json_path = resolve_export_path(e.json_path, "--json");
   e.csv_path = resolve_export_path(e.csv_path, "--csv");
@@ -149,10 +179,10 @@ void check_exports(ExportSettings& e) {
   check_writable(e.csv_path, "--csv");
   check_writable(e.markdown_path, "--markdown");
   check_writable(e.svg_path, "--svg");
-  int to_stdout = 0;
-  for (const std::string* p : {&e.json_path, &e.csv_path, &e.markdown_path, &e.svg_path})
-    to_stdout += *p == "-";
-  if (to_stdout > 1) throw UsageError("only one export may go to stdout (-)");
+  check_distinct_exports({{"--json", e.json_path},
+                          {"--csv", e.csv_path},
+                          {"--markdown", e.markdown_path},
+                          {"--svg", e.svg_path}});
   if (e.csv_path == "-" || e.markdown_path == "-" || e.svg_path == "-")
     throw UsageError("only --json goes to stdout (- or /dev/stdout): stdout carries the table otherwise");
 }
@@ -413,7 +443,15 @@ int analyze_command(const AnalyzeSettings& s) {
   ExportSettings exports = s.exports;
   check_exports(exports);
   Report report = read_report(s.report_path);
-  report.analysis = analyze(report.points, analysis_options(s.analysis));
+  // A price given now replaces the run's; without one the run's price still holds, so the recommended
+  // batch's cost and the points' costs stay together.
+  AnalysisFlags flags = s.analysis;
+  if (!flags.price_per_hour && report.settings.is_object()) {
+    const auto it = report.settings.find("price_per_hour");
+    if (it != report.settings.end() && it->is_number()) flags.price_per_hour = it->get<double>();
+  }
+  report.analysis = analyze(report.points, analysis_options(flags));
+  if (flags.price_per_hour) report.settings["price_per_hour"] = *flags.price_per_hour;
   report.settings["knee_sensitivity"] = s.analysis.knee_sensitivity;
   report.settings["saturation_pct"] = s.analysis.saturation_pct;
   report.settings["latency_slo_ms"] =
@@ -422,9 +460,13 @@ int analyze_command(const AnalyzeSettings& s) {
   return kExitOk;
 }
 
-int compare_command(const CompareSettings& s) {
+int compare_command(const CompareSettings& input) {
+  CompareSettings s = input;
+  s.json_path = resolve_export_path(s.json_path, "--json");
+  s.markdown_path = resolve_export_path(s.markdown_path, "--markdown");
   check_writable(s.json_path, "--json");
   check_writable(s.markdown_path, "--markdown");
+  check_distinct_exports({{"--json", s.json_path}, {"--markdown", s.markdown_path}});
   std::vector<Report> reports;
   for (const std::string& path : s.report_paths) reports.push_back(read_report(path));
   CompareOptions options;
@@ -433,7 +475,11 @@ int compare_command(const CompareSettings& s) {
   const CompareResult result = compare_reports(reports, options);
   if (!s.markdown_path.empty()) write_output(s.markdown_path, format_compare_markdown(result));
   if (!s.json_path.empty()) write_output(s.json_path, to_json(result).dump(2) + "\n");
-  if (s.json_path != "-") std::fputs(format_compare(result, color_allowed(stdout)).c_str(), stdout);
+  // An export on stdout keeps it to itself; the table then goes to stderr, as run's does.
+  if (s.json_path == "-" || s.markdown_path == "-")
+    std::fputs(format_compare(result, color_allowed(stderr)).c_str(), stderr);
+  else
+    std::fputs(format_compare(result, color_allowed(stdout)).c_str(), stdout);
   if (s.fail_on_regression_pct && has_regression(result, *s.fail_on_regression_pct)) {
     std::fprintf(
         stderr,

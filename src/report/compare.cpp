@@ -122,7 +122,8 @@ void check_comparable(const std::vector<Report>& reports, const std::vector<RunS
       throw InputError(fmt::format("{}: different schema versions ({} vs {})", both, a.schema_version,
                                    reports[i].schema_version));
     }
-    if (runs[i].mode != runs[0].mode) {
+    // A minimal report (schema_version and points) may not say its mode: only two known modes conflict.
+    if (!runs[i].mode.empty() && !runs[0].mode.empty() && runs[i].mode != runs[0].mode) {
       throw InputError(
           fmt::format("{}: different modes ({} vs {}); a training step and an inference batch are not "
                       "comparable",

@@ -298,6 +298,14 @@ bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& cri
         point.reason = fmt::format("non-finite loss (NaN/Inf) at warm-up step {}", warm);
         return true;
       }
+      if (warm < settings_.stopping.warmup_steps && criterion.past_timeout()) {
+        // Steps this slow would spend the whole --timeout (and more) warming up: time one now.
+        stop_warnings_.emplace_back(
+            batch_label(point.batch, point.accumulation),
+            fmt::format("warm-up cut to {} of {} steps by the {:g} s --timeout", warm,
+                        settings_.stopping.warmup_steps, settings_.stopping.timeout_s));
+        break;
+      }
     }
     observer_.on_timed_start(point);
     for (int64_t step = 1;; ++step) {

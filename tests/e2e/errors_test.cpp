@@ -16,10 +16,14 @@ struct Case {
   std::string file_text = {};
 };
 
+// "{dir}" becomes the scratch directory, "{dir_name}" its last component.
 std::string expand(const std::string& s, const std::string& dir) {
   std::string out = s;
   for (size_t at = out.find("{dir}"); at != std::string::npos; at = out.find("{dir}"))
     out.replace(at, 5, dir);
+  const std::string name = std::filesystem::path(dir).filename().string();
+  for (size_t at = out.find("{dir_name}"); at != std::string::npos; at = out.find("{dir_name}"))
+    out.replace(at, 10, name);
   return out;
 }
 
@@ -195,6 +199,18 @@ INSTANTIATE_TEST_SUITE_P(
              {"plan", "--backend", "cuda", "--model", "gpt2-small", "--attention", "cudnn"},
              2,
              {"--attention cudnn", "fp32"}},
+        Case{"seed_negative",
+             run_with({"--seed=-1"}),
+             2,
+             {"--seed: must be a whole number from 0 to 18446744073709551615, got -1"}},
+        Case{"seed_too_large",
+             run_with({"--seed", "18446744073709551616"}),
+             2,
+             {"--seed", "18446744073709551616"}},
+        Case{"seed_word", run_with({"--seed", "0x10"}), 2, {"--seed", "0x10"}},
+        Case{"empty_json_path", run_with({"--json", ""}), 2, {"--json: needs a file name"}},
+        Case{"empty_svg_path", run_with({"--svg="}), 2, {"--svg"}},
+        Case{"plan_empty_json_path", {"plan", "--json", ""}, 2, {"--json: needs a file name"}},
         Case{"no_subcommand", {}, 2, {"subcommand"}}),
     [](const auto& test_info) { return test_info.param.name; });
 
@@ -214,6 +230,26 @@ INSTANTIATE_TEST_SUITE_P(
              run_with({"--batch", "1", "--csv", "{dir}"}),
              2,
              {"--csv", "is a directory"}},
+        Case{"two_exports_one_file",
+             run_with({"--batch", "1", "--json", "{dir}/r.json", "--csv", "{dir}/../{dir_name}/r.json"}),
+             2,
+             {"--json {dir}/r.json and --csv", "both name the same file"}},
+        Case{"two_exports_on_stdout",
+             run_with({"--batch", "1", "--json", "-", "--markdown", "-"}),
+             2,
+             {"--json - and --markdown -: only one export may go to stdout"}},
+        Case{"compare_two_exports_on_stdout",
+             {"compare", "{dir}/r.json", "{dir}/r.json", "--json", "-", "--markdown", "-"},
+             2,
+             {"only one export may go to stdout"},
+             "r.json",
+             R"({"schema_version": 1, "points": []})"},
+        Case{"compare_two_exports_one_file",
+             {"compare", "{dir}/r.json", "{dir}/r.json", "--json", "{dir}/c", "--markdown", "{dir}/./c"},
+             2,
+             {"both name the same file"},
+             "r.json",
+             R"({"schema_version": 1, "points": []})"},
         Case{"analyze_garbage", {"analyze", "{dir}/r.json"}, 2, {"{dir}/r.json"}, "r.json", "garbage{"},
         Case{"analyze_missing", {"analyze", "{dir}/none.json"}, 2, {"{dir}/none.json"}},
         Case{"analyze_other_schema",

@@ -301,6 +301,49 @@ TEST(Analyze, RecomputesFromAHandWrittenCurve) {
   EXPECT_EQ(a["latency_slo"]["batch"], 128);
 }
 
+// The run's price holds in a re-analysis unless another is given, which then replaces it everywhere.
+TEST(Analyze, KeepsTheRunsPriceOrReplacesItEverywhere) {
+  ScratchDir dir;
+  const std::string report = (dir / "r.json").string();
+  ASSERT_EQ(
+      run(scripted_run("roofline.json", {"--batch", "64,512", "--price-per-hour", "3.6", "--json", report}))
+          .exit_code,
+      0);
+  const double at_run = read_json(report)["analysis"]["recommended"].at("cost_per_million_samples");
+  const Result kept = run({"analyze", report, "--json", "-"});
+  ASSERT_EQ(kept.exit_code, 0) << kept.err;
+  const nlohmann::json k = nlohmann::json::parse(kept.out);
+  EXPECT_EQ(k["settings"]["price_per_hour"], 3.6);
+  EXPECT_DOUBLE_EQ(k["analysis"]["recommended"].at("cost_per_million_samples").get<double>(), at_run);
+  const Result doubled = run({"analyze", report, "--price-per-hour", "7.2", "--json", "-"});
+  ASSERT_EQ(doubled.exit_code, 0) << doubled.err;
+  const nlohmann::json d = nlohmann::json::parse(doubled.out);
+  EXPECT_EQ(d["settings"]["price_per_hour"], 7.2);
+  EXPECT_NEAR(d["analysis"]["recommended"].at("cost_per_million_samples").get<double>(), 2 * at_run,
+              1e-9 * at_run);
+  for (const auto& p : d["points"])
+    if (p["status"] == "ok") {
+      EXPECT_NEAR(
+          p["telemetry"]["cost_per_million_samples"].get<double>() * p["samples_per_second"].get<double>(),
+          7.2 / 3600.0 * 1e6, 1e-6);
+    }
+}
+
+TEST(Compare, AnExportOnStdoutMovesTheTableToStderr) {
+  ScratchDir dir;
+  const std::string a = (dir / "a.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "64,512", "--json", a})).exit_code, 0);
+  const Result md = run({"compare", a, a, "--markdown", "-"});
+  ASSERT_EQ(md.exit_code, 0) << md.err;
+  EXPECT_EQ(md.out.rfind("## batchsweep compare", 0), 0u) << md.out;
+  EXPECT_EQ(md.out.find("verdict:"), std::string::npos) << md.out;  // only the markdown on stdout
+  EXPECT_NE(md.err.find("compare (A is the baseline)"), std::string::npos) << md.err;
+  const Result js = run({"compare", a, a, "--json", "-"});
+  ASSERT_EQ(js.exit_code, 0) << js.err;
+  EXPECT_TRUE(nlohmann::json::accept(js.out)) << js.out;
+  EXPECT_NE(js.err.find("compare (A is the baseline)"), std::string::npos) << js.err;
+}
+
 TEST(Compare, RegressionExitsThreeAndSameRunPasses) {
   ScratchDir dir;
   const std::string a = (dir / "a.json").string(), b = (dir / "b.json").string();

@@ -142,6 +142,21 @@ TEST(Compare, MismatchedModeOrSchemaIsAnError) {
   EXPECT_THROW((void)compare_reports({a}, {}), UsageError);
 }
 
+// A minimal report (schema_version and points, as the schema allows) says no mode: it conflicts with none.
+TEST(Compare, AReportWithoutAModeComparesWithAnyMode) {
+  Report a = testing::sample_report();
+  Report b = a;
+  b.settings = nlohmann::json::object();
+  CompareOptions allow;
+  allow.allow_model_mismatch = true;  // nor does it name its model
+  const auto result = compare_pair(a, b, allow);
+  EXPECT_FALSE(result.rows.empty());
+  b = a;
+  b.settings["mode"] = "infer";
+  a.settings.erase("mode");
+  EXPECT_NO_THROW((void)compare_pair(b, a, allow));
+}
+
 TEST(Compare, ThreeRunsAndDefaultNames) {
   const Report a = testing::sample_report();
   const auto result = compare_reports({a, sped_up(a, 1.1), sped_up(a, 0.9)}, {});

@@ -223,6 +223,33 @@ TEST(Runner, TimeoutEndsAHangingPointWithAWarning) {
   EXPECT_EQ(find_point(outcome.points, 4)->stop_reason, "noise target");
 }
 
+// --timeout bounds the whole point: steps so slow that warm-up alone would pass it stop warming up there
+// and time one step, instead of running every warm-up step first.
+TEST(Runner, TimeoutCutsAWarmUpThatWouldOutlastIt) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline();
+  config.hang_at_batch = 8;  // 50 ms a step
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = list_settings({8});
+  settings.stopping.timeout_s = 0.12;
+  settings.stopping.warmup_steps = 40;  // 2 s of warm-up
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  const Point* p = find_point(outcome.points, 8);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->status, PointStatus::ok);
+  EXPECT_EQ(p->stop_reason, "timeout");
+  EXPECT_EQ(p->samples_ms.size(), 1u);
+  ASSERT_EQ(outcome.warnings.size(), 2u);
+  const std::string& cut = outcome.warnings[0];
+  EXPECT_TRUE(contains(cut, "batch 8: warm-up cut to ")) << cut;
+  EXPECT_TRUE(contains(cut, " of 40 steps by the 0.12 s --timeout")) << cut;
+  const int warm = std::stoi(cut.substr(cut.find("cut to ") + 7));
+  EXPECT_GE(warm, 1);
+  EXPECT_LT(warm, 40);
+  EXPECT_TRUE(contains(outcome.warnings[1], "batch 8: timeout 0.12 s reached")) << outcome.warnings[1];
+}
+
 TEST(Runner, ManyPointsMissingTheirTargetsMakeOneWarning) {
   const Graph graph = tiny_graph();
   ScriptedConfig config = testing::roofline();
