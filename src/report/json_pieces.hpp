@@ -27,18 +27,23 @@ Json optional_integer(const std::optional<T>& v) {
   return v ? Json(*v) : Json(nullptr);
 }
 
+// `measured`: the statistics come from samples. Without samples (a point that never ran, or a report that
+// gave only some statistics) a 0 is a statistic nobody measured, and unknown numbers are null.
 template <class Json>
-Json step_stats_json(const StepStats& s) {
+Json step_stats_json(const StepStats& s, bool measured) {
+  const auto value = [&](double v) {
+    return !measured && v == 0.0 ? Json(nullptr) : number_or_null<Json>(v);
+  };
   Json out = Json::object();
-  out["mean"] = number_or_null<Json>(s.mean);
-  out["median"] = number_or_null<Json>(s.median);
-  out["stddev"] = number_or_null<Json>(s.stddev);
-  out["min"] = number_or_null<Json>(s.min);
-  out["max"] = number_or_null<Json>(s.max);
-  out["p50"] = number_or_null<Json>(s.p50);
-  out["p90"] = number_or_null<Json>(s.p90);
-  out["p95"] = number_or_null<Json>(s.p95);
-  out["p99"] = number_or_null<Json>(s.p99);
+  out["mean"] = value(s.mean);
+  out["median"] = value(s.median);
+  out["stddev"] = value(s.stddev);
+  out["min"] = value(s.min);
+  out["max"] = value(s.max);
+  out["p50"] = value(s.p50);
+  out["p90"] = value(s.p90);
+  out["p95"] = value(s.p95);
+  out["p99"] = value(s.p99);
   return out;
 }
 
@@ -74,9 +79,11 @@ Json point_json(const Point& p) {
   out["effective_batch"] = p.effective_batch;
   out["status"] = std::string(to_string(p.status));
   out["reason"] = p.reason;
-  out["samples_per_second"] = number_or_null<Json>(p.samples_per_second);
+  // A point that failed has no throughput (not a throughput of 0).
+  out["samples_per_second"] =
+      p.status == PointStatus::ok ? number_or_null<Json>(p.samples_per_second) : Json(nullptr);
   out["tokens_per_second"] = optional_number<Json>(p.tokens_per_second);
-  out["step_ms"] = step_stats_json<Json>(p.step_ms);
+  out["step_ms"] = step_stats_json<Json>(p.step_ms, !p.samples_ms.empty());
   out["samples_ms"] = Json::array();
   for (double v : p.samples_ms) out["samples_ms"].push_back(number_or_null<Json>(v));
   out["tflops"] = optional_number<Json>(p.tflops);

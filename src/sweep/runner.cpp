@@ -342,7 +342,8 @@ bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& cri
 void PointRunner::summarize_point(Point& point, const Plan& plan, const NoiseCriterion& criterion) {
   if (!point.samples_ms.empty()) {
     point.step_ms = summarize(point.samples_ms);
-    point.noise_pct = relative_noise(point.samples_ms) * 100.0;
+    // One sample has no spread to measure: its noise is unknown, not 0%.
+    if (point.samples_ms.size() >= 2) point.noise_pct = relative_noise(point.samples_ms) * 100.0;
   }
   if (point.status != PointStatus::ok) {
     // Samples of a failed point are kept for the record, but it has no throughput.

@@ -367,7 +367,10 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(ok["stop_reason"], "noise target")
         self.assertEqual(doc["points"][0]["tokens_per_second"], 64 * 1000.0)
         oom = doc["points"][2]
-        self.assertEqual((oom["status"], oom["samples_per_second"], oom["tflops"]), ("oom", 0.0, None))
+        # A point that never ran: no throughput and no step statistics (null, as batchsweep writes them).
+        self.assertEqual((oom["status"], oom["samples_per_second"], oom["tflops"]), ("oom", None, None))
+        self.assertEqual(set(oom["step_ms"].values()), {None})
+        self.assertNotIn("noise_pct", oom)
         self.assertIsNone(doc["settings"]["nan"])
         self.assertEqual(doc["tool"]["name"], PEER_NAME)
         self.assertEqual(doc["schema_version"], 1)

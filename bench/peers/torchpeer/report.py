@@ -58,7 +58,8 @@ class Point:
         step time (total samples over total time), rates only for ok points."""
         if self.samples_ms:
             self.step_ms = summarize(self.samples_ms)
-            self.noise_pct = relative_noise(self.samples_ms) * 100.0
+            # One sample has no spread: its noise is unknown (None), not 0%.
+            self.noise_pct = relative_noise(self.samples_ms) * 100.0 if len(self.samples_ms) >= 2 else None
         mean_s = self.step_ms.mean / 1000.0
         if self.status != "ok" or mean_s <= 0:
             return
@@ -79,9 +80,10 @@ class Point:
             "effective_batch": self.effective_batch,
             "status": self.status,
             "reason": self.reason,
-            "samples_per_second": _number_or_null(self.samples_per_second),
+            # A failed point has no throughput (not a throughput of 0).
+            "samples_per_second": _number_or_null(self.samples_per_second) if self.status == "ok" else None,
             "tokens_per_second": _number_or_null(self.tokens_per_second),
-            "step_ms": self.step_ms.to_json(),
+            "step_ms": self.step_ms.to_json(measured=bool(self.samples_ms)),
             "samples_ms": [_number_or_null(v) for v in self.samples_ms],
             "tflops": _number_or_null(self.tflops),
             "mfu": _number_or_null(self.mfu),

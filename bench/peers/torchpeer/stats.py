@@ -17,8 +17,9 @@ class StepStats:
     p95: float = 0.0
     p99: float = 0.0
 
-    def to_json(self) -> dict:
-        return {k: (v if math.isfinite(v) else None) for k, v in asdict(self).items()}
+    def to_json(self, measured: bool = True) -> dict:
+        """Without samples (`measured` false) a 0 is a statistic nobody measured: null, as batchsweep writes it."""
+        return {k: (v if math.isfinite(v) and (measured or v != 0.0) else None) for k, v in asdict(self).items()}
 
 
 def _require_finite(samples, what: str):
