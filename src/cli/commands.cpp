@@ -126,8 +126,9 @@ bool same_file_as_fd(const std::string& path, int fd) {
 }
 
 // What each export path really names. Stdout by another name (/dev/stdout, the file stdout goes to) is "-":
-// the report goes through stdout once and the table moves to stderr. A symlink to a file becomes that file,
-// replaced atomically while the link stays. Stderr is refused: the progress shares it.
+// the report goes through stdout once and the table moves to stderr. A symlink to a file (or to no file
+// yet) becomes that file, replaced (or created) atomically while the link stays. Stderr is refused: the
+// progress shares it.
 std::string resolve_export_path(const std::string& path, std::string_view flag) {
   namespace fs = std::filesystem;
   if (path.empty() || path == "-") return path;
@@ -136,9 +137,20 @@ std::string resolve_export_path(const std::string& path, std::string_view flag) 
     throw UsageError(fmt::format(
         "{} {}: that is stderr, where progress and warnings go (use {} - for stdout)", flag, path, flag));
   std::error_code ec;
-  if (fs::is_symlink(fs::symlink_status(path, ec)) && fs::is_regular_file(fs::status(path, ec))) {
+  if (!fs::is_symlink(fs::symlink_status(path, ec))) return path;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::is_regular_file(st)) {
     const fs::path target = fs::canonical(path, ec);
     if (!ec) return target.string();
+  } else if (!fs::exists(st)) {
+    // A dangling link: the export creates the file it names (following a chain of links, as open() would).
+    fs::path link = path;
+    for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(link, ec)); ++hops) {
+      fs::path target = fs::read_symlink(link, ec);
+      if (ec) return path;
+      link = target.is_relative() ? link.parent_path() / target : target;
+    }
+    return link.lexically_normal().string();
   }
   return path;
 }

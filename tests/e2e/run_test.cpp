@@ -171,6 +171,20 @@ TEST(Run, AnExportThroughASymlinkKeepsTheLink) {
   EXPECT_EQ(csv.rfind("batch,", 0), 0u) << csv;
 }
 
+// A link to a file that does not exist yet: the export creates that file, through a chain of two links.
+TEST(Run, AnExportThroughADanglingSymlinkCreatesItsTarget) {
+  ScratchDir dir;
+  std::filesystem::create_directory(dir / "out");
+  std::filesystem::create_symlink("out/new.json", dir / "hop.json");
+  std::filesystem::create_symlink("hop.json", dir / "link.json");
+  const Result r =
+      run(scripted_run("roofline.json", {"--batch", "1,2", "--json", (dir / "link.json").string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / "link.json"));
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / "hop.json"));
+  EXPECT_EQ(read_json(dir / "out" / "new.json")["points"].size(), 2u);
+}
+
 TEST(Run, RooflineKneeSaturationMaxFitAndExports) {
   ScratchDir dir;
   const Result r =
