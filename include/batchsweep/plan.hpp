@@ -211,8 +211,11 @@ struct Plan {
 // the runtime (CUDA context, allocator fragmentation, the framework). Documented in README.md.
 inline constexpr double kMemorySafetyFraction = 0.95;
 
+// The largest batch batchsweep plans or sweeps (2^24).
+inline constexpr int64_t kMaxBatch = int64_t{1} << 24;
+
 // The largest batch whose plan fits in memory_bytes * kMemorySafetyFraction, or nullopt when batch 1 does
-// not.
+// not. kMaxBatch means "at least kMaxBatch": memory is not what limits the batch.
 [[nodiscard]] std::optional<int64_t> max_fit_batch(const Graph& graph, PlanRequest request,
                                                    uint64_t memory_bytes);
 

@@ -22,8 +22,7 @@ namespace bsw {
 // Batch grammar and sizes
 // -------------------------------------------------------------------------------------------------------------
 
-inline constexpr int64_t kMaxBatch = int64_t{1} << 24;  // largest batch any sweep measures (2^24)
-inline constexpr std::size_t kMaxBatchCount = 4096;     // most batches one --batch list may expand to
+inline constexpr std::size_t kMaxBatchCount = 4096;  // most batches one --batch list may expand to
 
 // A parsed --batch value: either `auto` or an explicit, sorted, de-duplicated list of batches
 // in 1..kMaxBatch.

@@ -537,7 +537,6 @@ std::optional<int64_t> max_fit_batch(const Graph& graph, PlanRequest request, ui
   };
   if (!fits(1)) return std::nullopt;
   // Memory grows monotonically with the batch: double to find an upper bound, then bisect.
-  constexpr int64_t kMaxBatch = int64_t{1} << 24;
   int64_t lo = 1, hi = 2;
   while (hi <= kMaxBatch && fits(hi)) {
     lo = hi;

@@ -111,7 +111,11 @@ std::string format_plan_table(const PlanSummary& s) {
   }
   if (s.memory_bytes) {
     out += "\n";
-    if (s.max_fit_batch) {
+    if (s.max_fit_batch && *s.max_fit_batch >= kMaxBatch) {
+      out +=
+          fmt::format("every batch batchsweep plans (up to {}) fits in {}: memory does not limit the batch\n",
+                      kMaxBatch, human_bytes(*s.memory_bytes));
+    } else if (s.max_fit_batch) {
       out += fmt::format(
           "largest batch that fits in {}: {} (plans may use {:.0f}% of it; the rest is headroom for "
           "the runtime)\n",

@@ -468,6 +468,19 @@ TEST(Devices, ListsBackendsAndSaysWhyThereIsNoGpu) {
   }
 }
 
+// The fit search stops at the largest batch batchsweep plans: there it says memory is not the limit, rather
+// than presenting 2^24 as the edge.
+TEST(Plan, MemoryThatHoldsEveryBatchSaysSo) {
+  const Result huge = run({"plan", "--model", "mlp", "--memory", "1.5TiB"});
+  ASSERT_EQ(huge.exit_code, 0) << huge.err;
+  EXPECT_NE(huge.out.find("every batch batchsweep plans (up to 16777216) fits in 1.50 TiB"),
+            std::string::npos)
+      << huge.out;
+  const Result small = run({"plan", "--model", "mlp", "--memory", "1GiB"});
+  ASSERT_EQ(small.exit_code, 0) << small.err;
+  EXPECT_NE(small.out.find("largest batch that fits in 1.00 GiB: "), std::string::npos) << small.out;
+}
+
 TEST(Plan, CudaPathsAreShownAndCanBeForced) {
   auto plan = [](std::vector<std::string> extra) {
     std::vector<std::string> args = {"plan", "--model", "gpt2-small", "--backend", "cuda", "--precision",
