@@ -85,8 +85,10 @@ struct CompareResult {
 [[nodiscard]] CompareResult compare_reports(const std::vector<Report>& reports,
                                             const CompareOptions& options);
 
-// True when some run is "slower" than the baseline at some batch with B/A < 1 - pct/100 (`compare
-// --fail-on-regression PCT`, exit code 3).
+// What `compare --fail-on-regression PCT` (exit code 3) counts, one line each: a run "slower" than the
+// baseline at some batch with B/A < 1 - pct/100, and a batch that ran in the baseline but failed in a run
+// (oom, over_limit, error: a batch that no longer fits is a regression a CI gate must catch).
+[[nodiscard]] std::vector<std::string> regressions(const CompareResult& result, double pct);
 [[nodiscard]] bool has_regression(const CompareResult& result, double pct);
 
 // Console table: per batch the throughput of each run, B/A and the verdict; the geometric-mean row; then each

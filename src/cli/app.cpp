@@ -321,8 +321,10 @@ int run_app(int argc, char** argv) {
       ->expected(2, 64)
       ->type_name("A.json B.json ...");
   compare_cmd
-      ->add_option("--fail-on-regression", compare.fail_on_regression_pct,
-                   "Exit 3 when a run is slower than the baseline beyond noise and PCT%")
+      ->add_option(
+          "--fail-on-regression", compare.fail_on_regression_pct,
+          "Exit 3 when a run is slower than the baseline beyond noise and PCT%, or fails a batch the "
+          "baseline ran")
       ->type_name("PCT")
       ->check(between(0.0, 100.0));
   compare_cmd->add_flag("--allow-model-mismatch", compare.allow_model_mismatch,

@@ -492,11 +492,10 @@ int compare_command(const CompareSettings& input) {
     std::fputs(format_compare(result, color_allowed(stderr)).c_str(), stderr);
   else
     std::fputs(format_compare(result, color_allowed(stdout)).c_str(), stdout);
-  if (s.fail_on_regression_pct && has_regression(result, *s.fail_on_regression_pct)) {
-    std::fprintf(
-        stderr,
-        "batchsweep: regression: a run is slower than the baseline by more than %.3g%% beyond noise\n",
-        *s.fail_on_regression_pct);
+  if (s.fail_on_regression_pct) {
+    const std::vector<std::string> found = regressions(result, *s.fail_on_regression_pct);
+    for (const std::string& line : found) std::fprintf(stderr, "batchsweep: regression: %s\n", line.c_str());
+    if (found.empty()) return kExitOk;
     return kExitRegression;
   }
   return kExitOk;

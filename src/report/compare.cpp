@@ -353,14 +353,30 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   return result;
 }
 
-bool has_regression(const CompareResult& result, double pct) {
+std::vector<std::string> regressions(const CompareResult& result, double pct) {
   const double min_ratio = 1 - pct / 100;
+  std::vector<std::string> found;
   for (const auto& row : result.rows) {
-    for (const auto& d : row.deltas) {
-      if (d.verdict == Verdict::slower && d.ratio < min_ratio) return true;
+    const std::string batch = row.accumulation == 1 ? fmt::format("{}", row.batch)
+                                                    : fmt::format("{}x{}", row.batch, row.accumulation);
+    for (size_t i = 0; i < row.deltas.size(); ++i) {
+      const CompareDelta& d = row.deltas[i];
+      const CompareCell& base = row.runs.front();
+      const CompareCell& run = row.runs[i + 1];
+      if (d.verdict == Verdict::slower && d.ratio < min_ratio)
+        found.push_back(fmt::format("batch {}: {} is {:.1f}% slower than A beyond noise", batch,
+                                    letter(i + 1), (1 - d.ratio) * 100));
+      else if (base.status == PointStatus::ok && run.status != PointStatus::ok)
+        found.push_back(fmt::format("batch {}: ran in A, {} in {}{}", batch, to_string(run.status),
+                                    letter(i + 1),
+                                    run.reason.empty() ? "" : fmt::format(" ({})", run.reason)));
     }
   }
-  return false;
+  return found;
+}
+
+bool has_regression(const CompareResult& result, double pct) {
+  return !regressions(result, pct).empty();
 }
 
 std::string format_compare(const CompareResult& result, bool color) {

@@ -113,6 +113,27 @@ TEST(Compare, RegressionThreshold) {
   EXPECT_FALSE(has_regression(compare_pair(a, a), 0.0));
 }
 
+// A batch that ran in the baseline and no longer fits (or fails) in a candidate is a regression; one that
+// fits only in the candidate is not.
+TEST(Compare, ABatchThatStopsFittingIsARegression) {
+  const Report a = testing::sample_report();
+  Report b = a;
+  for (Point& p : b.points)
+    if (p.batch == 128) {
+      p.status = PointStatus::oom;
+      p.reason = "out of memory";
+      p.samples_ms.clear();
+    }
+  const auto lines = regressions(compare_pair(a, b), 50.0);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0], "batch 128: ran in A, oom in B (out of memory)");
+  EXPECT_TRUE(has_regression(compare_pair(a, b), 50.0));
+  EXPECT_FALSE(has_regression(compare_pair(b, a), 0.0));  // the candidate fits more: no regression
+  const auto slower = regressions(compare_pair(a, sped_up(a, 0.9)), 5.0);
+  ASSERT_FALSE(slower.empty());
+  EXPECT_THAT(slower[0], HasSubstr("B is 10.0% slower than A beyond noise"));
+}
+
 TEST(Compare, MismatchedModelsNameBothFiles) {
   const Report a = testing::sample_report();
   Report b = a;
