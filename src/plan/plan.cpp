@@ -4,9 +4,9 @@
 //
 // Buffer layout (B = micro-batch, S = storage dtype: f32 for fp32/tf32, bf16/f16 otherwise):
 //   parameters (S, all op parameters in one flat buffer), master_weights (f32, 16-bit only), gradients (f32),
-//   optimizer.m / optimizer.v (adamw) or optimizer.momentum (sgd) (f32)           — training only but
-//   parameters data.input (i32 token ids, or S), data.targets (i32 labels, or S for mse)       — targets in
-//   training only train: ops[i].out (S) for every op with an output; ops[i].pre (S) before an activation;
+//   optimizer.m / optimizer.v (adamw) or optimizer.momentum (sgd, momentum ≠ 0) (f32)       — training only
+//   but parameters data.input (i32 token ids, or S), data.targets (i32 labels, or S for mse)       — targets
+//   in training only train: ops[i].out (S) for every op with an output; ops[i].pre (S) before an activation;
 //   ops[i].stats (f32,
 //          mean+rstd per row) for layernorm; ops[i].probs (S, [B, heads, T, T]) for attention on the
 //          explicit path, ops[i].stats (f32, [B, heads, T] softmax statistics) on the cuDNN SDPA path —
@@ -177,7 +177,8 @@ class Builder {
       if (g_.optimizer.type == OptimizerType::adamw) {
         add("optimizer.m", MemoryCategory::optimizer_state, DType::f32, p);
         add("optimizer.v", MemoryCategory::optimizer_state, DType::f32, p);
-      } else {
+      } else if (g_.optimizer.momentum != 0.0) {
+        // Plain SGD (momentum 0) keeps no state, as torch.optim.SGD keeps no momentum buffer.
         add("optimizer.momentum", MemoryCategory::optimizer_state, DType::f32, p);
       }
     }

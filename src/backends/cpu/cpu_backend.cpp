@@ -665,7 +665,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
                  static_cast<float>(o.beta2), static_cast<float>(o.eps), static_cast<float>(o.weight_decay),
                  optimizer_steps_);
     } else {
-      sgd_step(w, g, need("optimizer.momentum").f32(), p, static_cast<float>(o.learning_rate),
+      sgd_step(w, g, ref("optimizer.momentum").f32(), p, static_cast<float>(o.learning_rate),
                static_cast<float>(o.momentum), optimizer_steps_);
     }
     sync_parameters_from_master();

@@ -477,7 +477,7 @@ class CudaSession final : public Session {
       kernels::adamw(m.f32(), params.ptr, s_, g, need("optimizer.m").f32(), need("optimizer.v").f32(), p,
                      scalars_dev_, stream_);
     } else {
-      kernels::sgd(m.f32(), params.ptr, s_, g, need("optimizer.momentum").f32(), p, scalars_dev_, stream_);
+      kernels::sgd(m.f32(), params.ptr, s_, g, ref("optimizer.momentum").f32(), p, scalars_dev_, stream_);
     }
   }
 

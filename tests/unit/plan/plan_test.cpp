@@ -137,6 +137,12 @@ TEST(Plan, PrecisionsModesAndOptimizers) {
   EXPECT_EQ(bf16.memory.master_weights, rounded(g.parameters * 4));
   EXPECT_EQ(bf16.memory.optimizer_state, rounded(g.parameters * 4));  // one momentum buffer
   EXPECT_NE(bf16.find("workspace.x"), nullptr);
+  // Plain SGD keeps no state (torch.optim.SGD with momentum 0 has no momentum buffer either).
+  const Graph plain = graph_of(R"({"name": "m", "input": {"type": "vector", "features": 64},
+    "layers": [{"type": "linear", "out_features": 64}], "optimizer": {"type": "sgd", "momentum": 0}})");
+  const Plan no_state = make_plan(plain, {8, Precision::bf16, Mode::train, 1, BackendKind::cpu});
+  EXPECT_EQ(no_state.memory.optimizer_state, 0u);
+  EXPECT_EQ(no_state.find("optimizer.momentum"), nullptr);
   const Plan infer = make_plan(g, {8, Precision::fp32, Mode::infer, 1, BackendKind::cpu});
   EXPECT_EQ(infer.memory.gradients, 0u);
   EXPECT_EQ(infer.memory.optimizer_state, 0u);
