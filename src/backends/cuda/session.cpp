@@ -942,7 +942,9 @@ class CudaSession final : public Session {
       return;
     }
     // dx becomes the previous linear's dz = (dz W) * gelu'(z_prev); its bias gradient lands in
-    // workspace.bgrad.
+    // workspace.bgrad, in the storage dtype (cuBLASLt writes bias gradients in C's type). In fp16 a large
+    // loss-scaled sum can overflow there and skip the step, as PyTorch's autocast does with its fp16 bias
+    // gradient; dynamic loss scaling then halves the scale.
     GemmArgs fused = gx;
     fused.epilogue = Epilogue::dgelu_bgrad;
     fused.aux = need(fmt::format("ops[{}].pre", i - 1)).ptr;
