@@ -205,6 +205,9 @@ Title title(const Report& report) {
 std::vector<std::string> summary_lines(const Report& report) {
   const Analysis& a = report.analysis;
   std::vector<std::string> lines;
+  // How --batch auto or --effective-batch chose what to measure (and what it left out).
+  if (const std::string search = json_string(report.settings, "search"); !search.empty())
+    lines.push_back("search: " + search);
   if (a.knee.batch || !a.knee.reason.empty()) {
     std::string line =
         "knee: " + (a.knee.batch ? "batch " + std::to_string(*a.knee.batch) : std::string("none"));

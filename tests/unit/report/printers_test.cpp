@@ -101,6 +101,17 @@ TEST(Format, TableAlignsByDisplayWidth) {
   EXPECT_EQ(lines[2], "100          long last column");
 }
 
+// What the auto search or --effective-batch left out is said with the analysis, not only in the JSON.
+TEST(Console, SaysHowTheSearchChoseItsPoints) {
+  Report r = testing::sample_report();
+  EXPECT_THAT(format_console(r, {false}), Not(HasSubstr("search:")));
+  r.settings["search"] = "effective batch 256: 3 of 9 splits (micro-batch x accumulation) measured";
+  const std::string text = format_console(r, {false});
+  EXPECT_THAT(text, HasSubstr("\nsearch: effective batch 256: 3 of 9 splits (micro-batch x accumulation) "
+                              "measured\nknee: "));
+  EXPECT_THAT(format_markdown(r), HasSubstr("- **search**: effective batch 256: 3 of 9 splits"));
+}
+
 TEST(Console, NoEscapeCodesWithoutColor) {
   const std::string text = format_console(testing::sample_report(), {.color = false});
   EXPECT_THAT(text, Not(HasSubstr("\x1b[")));
