@@ -434,11 +434,17 @@ ExecutionPaths resolve_execution_paths(Backend& backend, const Graph& graph, con
   }
   const ExecutionPaths requested = requested_cuda_paths(graph, settings.precision, choice);
   ExecutionPaths paths = backend.execution_paths(graph, settings.precision, settings.mode, requested);
+  // The note says what --attention/--conv auto would do; forced, the sweep does not start.
   if (choice.attention == AttentionPath::cudnn_sdpa && paths.attention != AttentionPath::cudnn_sdpa)
-    throw UsageError(
-        fmt::format("--attention cudnn: cuDNN cannot run this model's attention: {}", paths.note));
+    throw UsageError(fmt::format(
+        "--attention cudnn: cuDNN cannot run this model's attention here; --attention auto would run our own "
+        "path ({})",
+        paths.note));
   if (choice.conv == ConvPath::cudnn && paths.conv != ConvPath::cudnn)
-    throw UsageError(fmt::format("--conv cudnn: cuDNN cannot run this model's convolutions: {}", paths.note));
+    throw UsageError(fmt::format(
+        "--conv cudnn: cuDNN cannot run this model's convolutions here; --conv auto would run our own path "
+        "({})",
+        paths.note));
   return paths;
 }
 
