@@ -107,9 +107,8 @@ class NoiseCriterion final : public StoppingCriterion {
   [[nodiscard]] double noise_pct() const;  // of the samples so far, 0 with fewer than 2
   [[nodiscard]] std::size_t samples() const { return samples_ms_.size(); }
   [[nodiscard]] double measured_s() const { return measured_ms_ / 1000.0; }
-  // Whether the point's wall clock (started with the criterion, before prepare) has reached --timeout:
-  // warm-up stops there, and the timed loop takes its one sample.
-  [[nodiscard]] bool past_timeout() const { return clock_() - start_s_ >= settings_.timeout_s; }
+  // Seconds on the point's wall clock, which started with the criterion (before prepare).
+  [[nodiscard]] double elapsed_s() const { return clock_() - start_s_; }
 
  private:
   enum class Stop { none, noise_target, timeout, sample_cap };

@@ -148,7 +148,9 @@ std::string resolve_export_path(const std::string& path, std::string_view flag) 
     for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(link, ec)); ++hops) {
       fs::path target = fs::read_symlink(link, ec);
       if (ec) return path;
-      link = target.is_relative() ? link.parent_path() / target : target;
+      // Relative to the directory the link really sits in (its parent may be reached through links).
+      link =
+          target.is_relative() ? fs::weakly_canonical(fs::absolute(link.parent_path()), ec) / target : target;
     }
     return link.lexically_normal().string();
   }

@@ -72,8 +72,13 @@ std::string temp_path_beside(const std::string& path) {
   char host[256] = {};
   std::string name = ::gethostname(host, sizeof(host) - 1) == 0 ? host : "";
   if (name.empty()) name = "localhost";
-  name.resize(std::min<size_t>(name.size(), 64));  // the whole file name stays within NAME_MAX
-  return path + ".tmp." + name + "." + std::to_string(::getpid());
+  name.resize(std::min<size_t>(name.size(), 64));
+  const std::string pid = std::to_string(::getpid());
+  // The temporary name must stay within NAME_MAX (255) wherever the export's own name does: a long export
+  // name gives up the host name first.
+  const size_t base = std::filesystem::path(path).filename().string().size();
+  if (base + 6 + name.size() + pid.size() > 255) return path + ".tmp." + pid;
+  return path + ".tmp." + name + "." + pid;
 }
 
 bool is_stream_target(const std::string& path) {

@@ -116,6 +116,9 @@ RunSummary summarize_run(const Report& report, std::string name) {
 void check_comparable(const std::vector<Report>& reports, const std::vector<RunSummary>& runs,
                       const CompareOptions& options) {
   const Report& a = reports.front();
+  // The first run that says its mode is what the others' modes are held to.
+  size_t moded = 0;
+  while (moded + 1 < runs.size() && runs[moded].mode.empty()) ++moded;
   for (size_t i = 1; i < reports.size(); ++i) {
     const std::string both = fmt::format("{} and {}", runs[0].name, runs[i].name);
     if (reports[i].schema_version != a.schema_version) {
@@ -123,11 +126,11 @@ void check_comparable(const std::vector<Report>& reports, const std::vector<RunS
                                    reports[i].schema_version));
     }
     // A minimal report (schema_version and points) may not say its mode: only two known modes conflict.
-    if (!runs[i].mode.empty() && !runs[0].mode.empty() && runs[i].mode != runs[0].mode) {
+    if (!runs[i].mode.empty() && !runs[moded].mode.empty() && runs[i].mode != runs[moded].mode) {
       throw InputError(
-          fmt::format("{}: different modes ({} vs {}); a training step and an inference batch are not "
+          fmt::format("{} and {}: different modes ({} vs {}); a training step and an inference batch are not "
                       "comparable",
-                      both, runs[0].mode, runs[i].mode));
+                      runs[moded].name, runs[i].name, runs[moded].mode, runs[i].mode));
     }
     if (runs[i].model != runs[0].model && !options.allow_model_mismatch) {
       throw InputError(

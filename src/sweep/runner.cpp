@@ -217,13 +217,17 @@ PointRunner::Prepared PointRunner::prepare_point(int64_t batch, int64_t accumula
       if (fallback) {
         paths = std::move(*fallback);
         const PlanRequest again = request(batch, accumulation, paths);
-        prepared.plan = make_plan(graph_, again);
-        if (auto over = plan_over_budget(again)) {
-          prepared.status = PointStatus::over_limit;
-          prepared.reason = fmt::format("{}; on our own path: {}", paths.note, *over);
-          return prepared;
+        std::optional<std::string> over = plan_over_budget(again);
+        try {
+          prepared.plan = make_plan(graph_, again);
+        } catch (const UsageError& size) {
+          prepared.plan = Plan{};  // beyond 64 bits: no planned bytes to show
+          over = fmt::format("the plan is too large to size: {}", size.what());
         }
-        continue;
+        if (!over) continue;
+        prepared.status = PointStatus::over_limit;
+        prepared.reason = fmt::format("{}; on our own path: {}", paths.note, *over);
+        return prepared;
       }
       prepared.status = PointStatus::error;
       prepared.reason = e.what();
@@ -287,7 +291,9 @@ std::optional<Point> PointRunner::measure(int64_t batch, int64_t accumulation, b
 
 bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& criterion) {
   int64_t skipped_steps = 0;
+  warmup_cut_.clear();
   try {
+    const double warmup_start_s = criterion.elapsed_s();
     for (int64_t warm = 1; warm <= settings_.stopping.warmup_steps; ++warm) {
       if (observer_.should_stop()) {
         interrupted_ = true;
@@ -298,12 +304,12 @@ bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& cri
         point.reason = fmt::format("non-finite loss (NaN/Inf) at warm-up step {}", warm);
         return true;
       }
-      if (warm < settings_.stopping.warmup_steps && criterion.past_timeout()) {
-        // Steps this slow would spend the whole --timeout (and more) warming up: time one now.
-        stop_warnings_.emplace_back(
-            batch_label(point.batch, point.accumulation),
-            fmt::format("warm-up cut to {} of {} steps by the {:g} s --timeout", warm,
-                        settings_.stopping.warmup_steps, settings_.stopping.timeout_s));
+      // Steps so slow that warming up alone has spent the --timeout: time one now. (A slow prepare does not
+      // cut warm-up: the first steps' one-time work must stay out of the sample.)
+      if (warm < settings_.stopping.warmup_steps &&
+          criterion.elapsed_s() - warmup_start_s >= settings_.stopping.timeout_s) {
+        warmup_cut_ = fmt::format("warm-up cut to {} of {} steps by the {:g} s --timeout", warm,
+                                  settings_.stopping.warmup_steps, settings_.stopping.timeout_s);
         break;
       }
     }
@@ -368,8 +374,10 @@ void PointRunner::summarize_point(Point& point, const Plan& plan, const NoiseCri
             device_.peak_flops_source.empty() ? "source unknown" : device_.peak_flops_source));
     }
   }
-  if (auto warning = criterion.warning())
-    stop_warnings_.emplace_back(batch_label(point.batch, point.accumulation), std::move(*warning));
+  // One entry per point: a cut warm-up joins the point's timeout warning.
+  std::optional<std::string> warning = criterion.warning();
+  if (!warmup_cut_.empty()) warning = warning ? fmt::format("{} ({})", *warning, warmup_cut_) : warmup_cut_;
+  if (warning) stop_warnings_.emplace_back(batch_label(point.batch, point.accumulation), std::move(*warning));
 }
 
 // What prepare or the steps warned about (memory other processes hold, a fallback): said once per sweep,

@@ -101,7 +101,8 @@ void nchw_to_channels(DType t, const void* in, void* out, int64_t chunk, int64_t
 // y[n][c][p] += bias[c] in place (after a cuDNN convolution, which writes NCHW directly).
 void bias_add_nchw(DType t, void* y, const void* bias, int64_t batch, int64_t channels, int64_t hw,
                    cudaStream_t stream);
-// out[c] += sum over n, p of in[n][c][p] (conv bias gradient), deterministic.
+// out[c] += sum over n, p of in[n][c][p] (conv bias gradient): deterministic with one slab of samples; with
+// several (few channels, many samples) the slabs add atomically, so the last bits may vary run to run.
 void channel_sum_accumulate(DType t, const void* in, float* out, int64_t batch, int64_t channels, int64_t hw,
                             cudaStream_t stream);
 

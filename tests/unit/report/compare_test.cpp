@@ -176,6 +176,9 @@ TEST(Compare, AReportWithoutAModeComparesWithAnyMode) {
   b.settings["mode"] = "infer";
   a.settings.erase("mode");
   EXPECT_NO_THROW((void)compare_pair(b, a, allow));
+  // A mode-less baseline does not let a training run and an inference run through together.
+  const Report train = testing::sample_report();
+  EXPECT_THROW((void)compare_reports({a, train, b}, allow), InputError);
 }
 
 TEST(Compare, ThreeRunsAndDefaultNames) {
