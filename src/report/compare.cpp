@@ -48,6 +48,11 @@ std::string letter(size_t i) {
   return i < 26 ? std::string(1, static_cast<char>('A' + i)) : fmt::format("R{}", i + 1);
 }
 
+// "64", or "16x4" with accumulation.
+std::string batch_key(int64_t batch, int64_t accumulation) {
+  return accumulation == 1 ? std::to_string(batch) : fmt::format("{}x{}", batch, accumulation);
+}
+
 bool usable_samples(const std::vector<double>& samples) {
   return samples.size() >= 2 &&
          std::all_of(samples.begin(), samples.end(), [](double v) { return std::isfinite(v); });
@@ -326,8 +331,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     std::vector<const Point*> points;
     for (const auto& r : reports) points.push_back(find_point(r, key));
     if (std::find(points.begin(), points.end(), nullptr) != points.end()) {
-      missing.push_back(key.second == 1 ? std::to_string(key.first)
-                                        : fmt::format("{}x{}", key.first, key.second));
+      missing.push_back(batch_key(key.first, key.second));
       continue;
     }
     CompareRow row;
@@ -360,8 +364,7 @@ std::vector<std::string> regressions(const CompareResult& result, double pct) {
   const double min_ratio = 1 - pct / 100;
   std::vector<std::string> found;
   for (const auto& row : result.rows) {
-    const std::string batch = row.accumulation == 1 ? fmt::format("{}", row.batch)
-                                                    : fmt::format("{}x{}", row.batch, row.accumulation);
+    const std::string batch = batch_key(row.batch, row.accumulation);
     for (size_t i = 0; i < row.deltas.size(); ++i) {
       const CompareDelta& d = row.deltas[i];
       const CompareCell& base = row.runs.front();
