@@ -71,6 +71,18 @@ struct CompareGeomean {
   std::vector<CompareDelta> deltas;                       // one per report after the baseline
 };
 
+// A batch that a run could not fit (oom or over_limit) although the baseline fit a micro-batch at least as
+// large with the same accumulation, found where the two runs swept different batches (--batch auto puts its
+// edges where each run's memory ran out), so no compared row shows it.
+struct LostFit {
+  size_t run = 0;  // index into CompareResult::runs, >= 1
+  int64_t batch = 0;
+  int64_t accumulation = 1;
+  PointStatus status = PointStatus::oom;
+  std::string reason;
+  int64_t baseline_max_fit = 0;  // the baseline's largest ok micro-batch at this accumulation
+};
+
 struct CompareResult {
   std::vector<RunSummary> runs;  // runs[0] is the baseline
   std::vector<CompareRow> rows;  // ascending batch, then accumulation
@@ -78,6 +90,7 @@ struct CompareResult {
   double alpha = kCompareAlpha;
   double min_effect_pct = kCompareMinEffectPct;
   std::vector<std::string> notes;  // batches not in every run, differing devices or precisions, ...
+  std::vector<LostFit> lost_fits;
 };
 
 // Needs at least two reports (UsageError otherwise). Reports of different schema versions or modes, or of
@@ -86,8 +99,9 @@ struct CompareResult {
                                             const CompareOptions& options);
 
 // What `compare --fail-on-regression PCT` (exit code 3) counts, one line each: a run "slower" than the
-// baseline at some batch with B/A < 1 - pct/100, and a batch that ran in the baseline but failed in a run
-// (oom, over_limit, error: a batch that no longer fits is a regression a CI gate must catch).
+// baseline at some batch with B/A < 1 - pct/100, a batch that ran in the baseline but failed in a run
+// (oom, over_limit, error: a batch that no longer fits is a regression a CI gate must catch), and each
+// LostFit (a batch only the run swept, that no longer fits although the baseline fit a larger one).
 [[nodiscard]] std::vector<std::string> regressions(const CompareResult& result, double pct);
 [[nodiscard]] bool has_regression(const CompareResult& result, double pct);
 

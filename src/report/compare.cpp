@@ -300,6 +300,41 @@ nlohmann::json number_or_null(double v) {
   return report_json::number_or_null<nlohmann::json>(v);
 }
 
+bool unfit(PointStatus s) {
+  return s == PointStatus::oom || s == PointStatus::over_limit;
+}
+
+// Batches a run failed to fit that the baseline never swept, though it fit a larger micro-batch with the same
+// accumulation. Memory grows with the micro-batch, so the baseline fit these too: the run needs more memory.
+std::vector<LostFit> lost_fits(const std::vector<Report>& reports) {
+  std::map<int64_t, int64_t> baseline_fit;  // accumulation -> largest ok micro-batch
+  for (const Point& p : reports.front().points) {
+    if (!ran(p)) continue;
+    int64_t& largest = baseline_fit[p.accumulation];
+    largest = std::max(largest, p.batch);
+  }
+  std::vector<LostFit> lost;
+  for (size_t i = 1; i < reports.size(); ++i) {
+    std::set<Key> seen;
+    for (const Point& p : reports[i].points) {
+      const Key key{p.batch, p.accumulation};
+      const auto fit = baseline_fit.find(p.accumulation);
+      if (!unfit(p.status) || fit == baseline_fit.end() || p.batch > fit->second || !seen.insert(key).second)
+        continue;
+      if (find_point(reports.front(), key) || find_point(reports[i], key)->status == PointStatus::ok)
+        continue;
+      lost.push_back({i, p.batch, p.accumulation, p.status, p.reason, fit->second});
+    }
+  }
+  return lost;
+}
+
+std::string lost_fit_text(const LostFit& f) {
+  return fmt::format("batch {}: {} in {}{}, though A fit batch {}", batch_key(f.batch, f.accumulation),
+                     to_string(f.status), letter(f.run),
+                     f.reason.empty() ? "" : fmt::format(" ({})", f.reason), f.baseline_max_fit);
+}
+
 nlohmann::json delta_json(const CompareDelta& d, const std::string& run) {
   return {{"run", run},
           {"ratio", number_or_null(d.ratio)},
@@ -345,12 +380,14 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     result.rows.push_back(std::move(row));
   }
   result.geomean = geomean_row(result.rows, reports.size(), options);
+  result.lost_fits = lost_fits(reports);
 
   if (!missing.empty()) {
     std::string list;
     for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
     result.notes.push_back(fmt::format("not in every run, not compared: batch {}", list));
   }
+  for (const LostFit& f : result.lost_fits) result.notes.push_back(lost_fit_text(f));
   note_difference(
       result.runs, "models", [](const RunSummary& r) { return r.model; }, result.notes);
   note_difference(
@@ -378,6 +415,7 @@ std::vector<std::string> regressions(const CompareResult& result, double pct) {
                                     run.reason.empty() ? "" : fmt::format(" ({})", run.reason)));
     }
   }
+  for (const LostFit& f : result.lost_fits) found.push_back(lost_fit_text(f));
   return found;
 }
 
@@ -486,6 +524,15 @@ nlohmann::json to_json(const CompareResult& result) {
   for (size_t i = 0; i < result.geomean.deltas.size(); ++i) {
     geomean_deltas.push_back(delta_json(result.geomean.deltas[i], result.runs[i + 1].name));
   }
+  json lost = json::array();
+  for (const LostFit& f : result.lost_fits) {
+    lost.push_back({{"run", result.runs.at(f.run).name},
+                    {"batch", f.batch},
+                    {"accumulation", f.accumulation},
+                    {"status", to_string(f.status)},
+                    {"reason", f.reason},
+                    {"baseline_max_fit", f.baseline_max_fit}});
+  }
   return {{"baseline", result.runs.empty() ? std::string() : result.runs.front().name},
           {"alpha", result.alpha},
           {"min_effect_pct", result.min_effect_pct},
@@ -495,6 +542,7 @@ nlohmann::json to_json(const CompareResult& result) {
            {{"batches", result.geomean.batches},
             {"samples_per_second", geomean_rates},
             {"deltas", geomean_deltas}}},
+          {"lost_fits", lost},
           {"notes", result.notes}};
 }
 

@@ -134,6 +134,48 @@ TEST(Compare, ABatchThatStopsFittingIsARegression) {
   EXPECT_THAT(slower[0], HasSubstr("B is 10.0% slower than A beyond noise"));
 }
 
+// --batch auto puts each run's edge where its memory ran out, so the baseline's max fit and the candidate's
+// first unfit batch need not share a row. A batch the candidate could not fit, no larger than a batch the
+// baseline fit, is still a regression; an unfit batch above the baseline's max fit is not.
+TEST(Compare, AnUnfitBatchBelowTheBaselinesMaxFitIsARegression) {
+  const Report a = testing::sample_report();  // max fit 128
+  ASSERT_EQ(compare_pair(a, a).runs[0].max_fit.batch, std::optional<int64_t>(128));
+  Report b = a;
+  Point unfit = b.points.front();
+  unfit.batch = 112;
+  unfit.status = PointStatus::oom;
+  unfit.reason = "out of memory";
+  unfit.samples_ms.clear();
+  b.points.push_back(unfit);
+  unfit.batch = 192;  // above A's max fit: no evidence either way
+  b.points.push_back(unfit);
+  const CompareResult result = compare_pair(a, b);
+  ASSERT_EQ(result.lost_fits.size(), 1u);
+  EXPECT_EQ(result.lost_fits[0].batch, 112);
+  EXPECT_EQ(result.lost_fits[0].run, 1u);
+  const auto lines = regressions(result, 50.0);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0], "batch 112: oom in B (out of memory), though A fit batch 128");
+  EXPECT_THAT(result.notes, ::testing::Contains(lines[0]));
+  const nlohmann::json j = to_json(result);
+  ASSERT_EQ(j["lost_fits"].size(), 1u);
+  EXPECT_EQ(j["lost_fits"][0]["batch"], 112);
+  EXPECT_EQ(j["lost_fits"][0]["baseline_max_fit"], 128);
+  EXPECT_EQ(j["lost_fits"][0]["run"], "b.json");
+  // The other way round, 112 ran in neither, and A's unfit batches are not the candidate's regressions.
+  EXPECT_TRUE(compare_pair(b, a).lost_fits.empty());
+  // A batch the candidate also ran ok (a retry) is not lost.
+  Report retried = b;
+  retried.points.push_back(testing::ok_point(112, testing::roofline_step_ms(112)));
+  EXPECT_EQ(compare_pair(a, retried).lost_fits.size(), 0u);
+  // Accumulation needs its own buffers: A's fit without it says nothing about 112x4.
+  Report accumulated = a;
+  unfit.batch = 112;
+  unfit.accumulation = 4;
+  accumulated.points.push_back(unfit);
+  EXPECT_TRUE(compare_pair(a, accumulated).lost_fits.empty());
+}
+
 TEST(Compare, MismatchedModelsNameBothFiles) {
   const Report a = testing::sample_report();
   Report b = a;
