@@ -2,6 +2,9 @@
 // code), one message naming the flag, field or file, and nothing half-written.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+
 #include "e2e/e2e_support.hpp"
 
 namespace bsw::e2e {
@@ -14,6 +17,7 @@ struct Case {
   std::vector<std::string> words;  // each must appear in stderr
   std::string file_name = {};      // written into the scratch directory first, with file_text
   std::string file_text = {};
+  std::vector<std::string> kept = {};  // other names the case itself makes in the scratch directory
 };
 
 // "{dir}" becomes the scratch directory, "{dir_name}" its last component.
@@ -35,6 +39,16 @@ TEST_P(BadInput, ExitsWithAClearMessage) {
   if (!c.file_name.empty()) std::ofstream(dir / c.file_name, std::ios::binary) << c.file_text;
   std::vector<std::string> args;
   for (const std::string& a : c.args) args.push_back(expand(a, dir.path().string()));
+  // A run or plan that names no export gets one, to show that bad input leaves no file behind.
+  const bool exports = std::any_of(args.begin(), args.end(), [](const std::string& a) {
+    for (const char* flag : {"--json", "--csv", "--markdown", "--svg"})
+      if (a.rfind(flag, 0) == 0) return true;  // also --svg=FILE
+    return false;
+  });
+  if (!exports && !args.empty() && (args.front() == "run" || args.front() == "plan")) {
+    args.push_back("--json");
+    args.push_back((dir / "out.json").string());
+  }
   const Result r = run(args);
   EXPECT_EQ(r.exit_code, c.exit_code) << r.err;
   for (const std::string& w : c.words)
@@ -42,6 +56,14 @@ TEST_P(BadInput, ExitsWithAClearMessage) {
         << "missing '" << w << "' in: " << r.err;
   EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+  // Nothing half-written: the directory holds what the case put there, and nothing else.
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    const std::string name = entry.path().filename().string();
+    if (name != c.file_name && std::find(c.kept.begin(), c.kept.end(), name) == c.kept.end())
+      left.push_back(name);
+  }
+  EXPECT_TRUE(left.empty()) << "left behind: " << ::testing::PrintToString(left);
 }
 
 const std::string kRun = "run";

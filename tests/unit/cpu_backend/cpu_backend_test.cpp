@@ -127,7 +127,12 @@ TEST(CpuBackend, AllocatesExactlyThePlan) {
         EXPECT_EQ(mem.allocated_bytes, s.plan.memory.total_bytes()) << name;
         EXPECT_EQ(mem.planned_bytes, s.plan.memory.total_bytes()) << name;
         if (small) {
-          EXPECT_NO_THROW((void)s.session->step()) << name << " " << to_string(p) << " " << to_string(m);
+          const StepResult r = s.session->step();
+          EXPECT_TRUE(r.finite) << name << " " << to_string(p) << " " << to_string(m);
+          EXPECT_GT(r.step_ms, 0.0) << name;
+          if (m == Mode::train) {
+            EXPECT_TRUE(std::isfinite(r.loss)) << name << " " << to_string(p);
+          }
         }
       }
     }

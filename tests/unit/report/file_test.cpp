@@ -2,8 +2,12 @@
 // writer.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <filesystem>
 #include <fstream>
@@ -174,6 +178,36 @@ TEST_F(ReportFiles, AtomicWriteFailureLeavesExistingFile) {
     fs::permissions(dir_, fs::perms::owner_all);
   }
   EXPECT_EQ(read(p), "original");
+}
+
+// A write that fails part-way (here a file size limit, which root cannot bypass as it does permissions)
+// throws, keeps the file it would have replaced and leaves no temporary file. Run in a child so the limit
+// stays there.
+TEST_F(ReportFiles, AFailedWriteKeepsTheOriginalEvenForRoot) {
+  const std::string p = write("keep.json", "original");
+  const pid_t child = ::fork();
+  ASSERT_NE(child, -1);
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);  // write() then fails with EFBIG instead of killing the process
+    const rlimit limit{4, 4};
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(3);
+    try {
+      write_file_atomic(p, std::string(1 << 16, 'x'));
+    } catch (const InputError& e) {
+      ::_exit(std::string(e.what()).rfind(p + ": cannot write", 0) == 0 ? 0 : 4);
+    } catch (...) {
+      ::_exit(2);
+    }
+    ::_exit(1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: no error, 2: not an InputError, 3: setrlimit, 4: the message";
+  EXPECT_EQ(read(p), "original");
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    EXPECT_THAT(entry.path().filename().string(), ::testing::Not(HasSubstr(".tmp.")));
+  }
 }
 
 TEST_F(ReportFiles, AtomicWriteDashIsStdout) {

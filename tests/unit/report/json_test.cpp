@@ -322,7 +322,13 @@ TEST(ReportJson, PointStatusNames) {
 TEST(ReportJson, InvalidUtf8DoesNotThrowWhenPrinted) {
   Report r = testing::sample_report();
   r.warnings.push_back(std::string("bad byte \xff here"));
-  EXPECT_NO_THROW((void)format_json(r));
+  std::string text;
+  ASSERT_NO_THROW(text = format_json(r));
+  const nlohmann::json doc = nlohmann::json::parse(text);
+  bool replaced = false;
+  for (const auto& w : doc["warnings"])
+    replaced = replaced || w.get<std::string>() == "bad byte \xEF\xBF\xBD here";  // U+FFFD for the bad byte
+  EXPECT_TRUE(replaced) << doc["warnings"].dump();
 }
 
 }  // namespace

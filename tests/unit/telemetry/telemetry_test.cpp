@@ -274,10 +274,17 @@ TEST_F(TelemetryFake, ThrottleReasonNamesAndWarnings) {
 TEST_F(TelemetryFake, ReasonsSeenOnceInAWindowAreKept) {
   Telemetry telemetry = Telemetry::open(options());
   telemetry.start();
+  // Wait for the sampler thread to read each setting at least once, however loaded the machine is.
+  const auto sampled_after = [&](double calls) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (fake_.get("calls.nvmlDeviceGetCurrentClocksEventReasons") < calls + 2 &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  };
   fake_.set("clock_event_reasons", 0x20);
-  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  sampled_after(fake_.get("calls.nvmlDeviceGetCurrentClocksEventReasons"));
   fake_.set("clock_event_reasons", 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  sampled_after(fake_.get("calls.nvmlDeviceGetCurrentClocksEventReasons"));
   const TelemetryWindow w = telemetry.stop();
   EXPECT_THAT(w.clock_event_reason_names, ElementsAre("sw_thermal_slowdown"));
   EXPECT_THAT(trust_warnings(w), Contains(HasSubstr("sw_thermal_slowdown")));
