@@ -81,7 +81,8 @@ class StoppingCriterion {
   virtual ~StoppingCriterion() = default;
   virtual void add_measurement(double step_ms) = 0;
   [[nodiscard]] virtual bool is_finished() = 0;
-  // Which rule ended the point ("noise target", "timeout", "sample cap"); empty while not finished.
+  // Which rule ended the point ("noise target", "noise settled", "timeout", "sample cap"); empty while not
+  // finished.
   [[nodiscard]] virtual std::string stop_reason() const = 0;
   // When the point ended short of its targets: a sentence saying which limit was hit, by how much, and the
   // flag that helps. nullopt when the targets were met.
@@ -90,10 +91,15 @@ class StoppingCriterion {
 
 // The default criterion. Finished when
 //   (a) samples >= min_samples AND sum(step_ms) >= min_time_s AND noise <= max_noise_pct: "noise target";
-//   (b) the wall clock since construction reaches timeout_s: "timeout";
-//   (c) samples reach max_samples: "sample cap".
-// Noise is relative_noise() (analysis) of ALL timed samples of the point, the same number reported as the
-// point's noise_pct, so the stop rule and the report never disagree. The wall clock is injectable for tests.
+//   (b) as (a) but with the noise above the target and settled: over the last kSettleWindow steps its
+//       standard deviation is under 5% of its current value (nvbench's stdrel rule). Steps vary that much,
+//       and more of them would not lower it: "noise settled", with a warning giving the noise and how well
+//       the mean is known;
+//   (c) the wall clock since construction reaches timeout_s: "timeout";
+//   (d) samples reach max_samples: "sample cap".
+// Noise is stddev / mean of ALL timed samples of the point, kept as running sums (O(1) a step), the number
+// reported as the point's noise_pct up to rounding, so the stop rule and the report never disagree. The wall
+// clock is injectable for tests.
 class NoiseCriterion final : public StoppingCriterion {
  public:
   using Clock = std::function<double()>;  // seconds, monotonic
@@ -105,19 +111,28 @@ class NoiseCriterion final : public StoppingCriterion {
   [[nodiscard]] std::optional<std::string> warning() const override;
 
   [[nodiscard]] double noise_pct() const;  // of the samples so far, 0 with fewer than 2
-  [[nodiscard]] std::size_t samples() const { return samples_ms_.size(); }
+  [[nodiscard]] std::size_t samples() const { return samples_; }
   [[nodiscard]] double measured_s() const { return measured_ms_ / 1000.0; }
   // Seconds on the point's wall clock, which started with the criterion (before prepare).
   [[nodiscard]] double elapsed_s() const { return clock_() - start_s_; }
 
  private:
-  enum class Stop { none, noise_target, timeout, sample_cap };
+  static constexpr std::size_t kSettleWindow = 64;  // noise readings a settled noise is judged over
+  static constexpr std::size_t kSettleEvery = 16;   // steps between two such judgements
+  static constexpr double kSettledSpread = 0.05;    // their stddev / the current noise, at most
+
+  [[nodiscard]] bool noise_settled() const;
+
+  enum class Stop { none, noise_target, noise_settled, timeout, sample_cap };
   StoppingSettings settings_;
   Clock clock_;
   double start_s_ = 0;
   double elapsed_at_stop_s_ = 0;
-  std::vector<double> samples_ms_;
+  std::size_t samples_ = 0;
   double measured_ms_ = 0;
+  double mean_ms_ = 0;                 // Welford's running mean
+  double squares_ms2_ = 0;             // and sum of squared deviations from it
+  std::vector<double> noise_history_;  // noise_pct() after each step once min_samples and min_time hold
   Stop stop_ = Stop::none;
 };
 

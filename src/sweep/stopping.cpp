@@ -2,7 +2,10 @@
 // timeout, or a hard sample cap — whichever comes first — with a warning that says which limit was missed.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <span>
 
 #include "batchsweep/stats.hpp"
 #include "batchsweep/sweep.hpp"
@@ -20,26 +23,50 @@ NoiseCriterion::NoiseCriterion(StoppingSettings settings, Clock clock)
     : settings_(settings), clock_(clock ? std::move(clock) : Clock(steady_seconds)), start_s_(clock_()) {}
 
 void NoiseCriterion::add_measurement(double step_ms) {
-  samples_ms_.push_back(step_ms);
+  ++samples_;
   measured_ms_ += step_ms;
+  const double delta = step_ms - mean_ms_;
+  mean_ms_ += delta / static_cast<double>(samples_);
+  squares_ms2_ += delta * (step_ms - mean_ms_);
 }
 
 double NoiseCriterion::noise_pct() const {
-  return relative_noise(samples_ms_) * 100.0;
+  if (samples_ < 2 || mean_ms_ <= 0.0) return 0.0;
+  const double stddev = std::sqrt(std::max(0.0, squares_ms2_) / static_cast<double>(samples_ - 1));
+  return stddev / mean_ms_ * 100.0;
+}
+
+bool NoiseCriterion::noise_settled() const {
+  if (noise_history_.size() < kSettleWindow || samples_ % kSettleEvery != 0) return false;
+  const double current = noise_history_.back();
+  if (current <= 0.0) return false;
+  const std::span<const double> window(noise_history_.end() - kSettleWindow, noise_history_.end());
+  double mean = 0.0;
+  for (double v : window) mean += v;
+  mean /= static_cast<double>(window.size());
+  double squares = 0.0;
+  for (double v : window) squares += (v - mean) * (v - mean);
+  const double spread = std::sqrt(squares / static_cast<double>(window.size() - 1));
+  return spread / current < kSettledSpread;
 }
 
 bool NoiseCriterion::is_finished() {
   if (stop_ != Stop::none) return true;
   const double elapsed_s = clock_() - start_s_;
-  const auto samples = static_cast<int64_t>(samples_ms_.size());
-  // The cheap conditions first: the noise (a pass over the samples) is only computed once they hold.
-  if (samples >= settings_.min_samples && measured_ms_ >= settings_.min_time_s * 1000.0 &&
-      noise_pct() <= settings_.max_noise_pct) {
-    stop_ = Stop::noise_target;
-  } else if (elapsed_s >= settings_.timeout_s) {
-    stop_ = Stop::timeout;
-  } else if (samples >= settings_.max_samples) {
-    stop_ = Stop::sample_cap;
+  const auto samples = static_cast<int64_t>(samples_);
+  if (samples >= settings_.min_samples && measured_ms_ >= settings_.min_time_s * 1000.0) {
+    const double noise = noise_pct();
+    noise_history_.push_back(noise);
+    if (noise <= settings_.max_noise_pct)
+      stop_ = Stop::noise_target;
+    else if (noise_settled())
+      stop_ = Stop::noise_settled;
+  }
+  if (stop_ == Stop::none) {
+    if (elapsed_s >= settings_.timeout_s)
+      stop_ = Stop::timeout;
+    else if (samples >= settings_.max_samples)
+      stop_ = Stop::sample_cap;
   }
   if (stop_ != Stop::none) elapsed_at_stop_s_ = elapsed_s;
   return stop_ != Stop::none;
@@ -51,6 +78,8 @@ std::string NoiseCriterion::stop_reason() const {
       return {};
     case Stop::noise_target:
       return "noise target";
+    case Stop::noise_settled:
+      return "noise settled";
     case Stop::timeout:
       return "timeout";
     case Stop::sample_cap:
@@ -60,27 +89,39 @@ std::string NoiseCriterion::stop_reason() const {
 }
 
 std::optional<std::string> NoiseCriterion::warning() const {
-  if (stop_ != Stop::timeout && stop_ != Stop::sample_cap) return std::nullopt;
-  const auto samples = static_cast<int64_t>(samples_ms_.size());
+  if (stop_ == Stop::none || stop_ == Stop::noise_target) return std::nullopt;
+  const auto samples = static_cast<int64_t>(samples_);
+  const double noise = noise_pct();
+  const bool noisy = noise > settings_.max_noise_pct;
+  if (stop_ == Stop::noise_settled) {
+    // 95% confidence half-width of the mean step time, relative: 1.96 * cv / sqrt(n).
+    const double mean_pct = 1.96 * noise / std::sqrt(static_cast<double>(samples));
+    return fmt::format(
+        "noise settled at {:.1f}% above the {:g}% target after {} samples: steps vary that much, and more of "
+        "them would not lower it; the mean step is known to ±{:.2f}% (relax --max-noise to stop sooner)",
+        noise, settings_.max_noise_pct, samples, mean_pct);
+  }
   // The targets that were not met, each with how far off it was and the flag that moves it.
   std::vector<std::string> missed;
-  const double noise = noise_pct();
-  if (noise > settings_.max_noise_pct)
-    missed.push_back(fmt::format("noise {:.1f}% > {:g}% target", noise, settings_.max_noise_pct));
+  if (noisy) missed.push_back(fmt::format("noise {:.1f}% > {:g}% target", noise, settings_.max_noise_pct));
   if (samples < settings_.min_samples)
     missed.push_back(fmt::format("{} samples < {} minimum", samples, settings_.min_samples));
-  if (measured_ms_ < settings_.min_time_s * 1000.0)
+  const bool short_time = measured_ms_ < settings_.min_time_s * 1000.0;
+  if (short_time)
     missed.push_back(fmt::format("{:.2f} s measured < {:g} s minimum", measured_s(), settings_.min_time_s));
   const std::string what = missed.empty() ? std::string("all targets met at the same moment")
                                           : fmt::format("{}", fmt::join(missed, ", "));
   if (stop_ == Stop::timeout) {
-    const bool noisy = noise > settings_.max_noise_pct;
     return fmt::format("timeout {:g} s reached after {:.1f} s with {} ({})", settings_.timeout_s,
                        elapsed_at_stop_s_, what,
                        noisy ? "raise --timeout or relax --max-noise" : "raise --timeout");
   }
-  return fmt::format("sample cap {} reached with {} (relax --max-noise or raise --min-time)",
-                     settings_.max_samples, what);
+  // The cap is reached by steps so short that min_time needs more of them, or by noise that never settled.
+  std::vector<std::string> advice;
+  if (short_time) advice.emplace_back("lower --min-time");
+  if (noisy) advice.emplace_back("relax --max-noise");
+  return fmt::format("sample cap {} reached with {}{}", settings_.max_samples, what,
+                     advice.empty() ? std::string() : fmt::format(" ({})", fmt::join(advice, " or ")));
 }
 
 }  // namespace bsw

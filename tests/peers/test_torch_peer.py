@@ -248,6 +248,18 @@ class StoppingTest(unittest.TestCase):
         self.assertEqual(c.stop_reason(), "sample cap")
         self.assertIn("sample cap 4 reached with noise", c.warning())
 
+    def test_a_noise_that_settled_above_the_target_stops(self):
+        c, now = self.make()
+        added = 0
+        while not c.is_finished() and added < 1000:
+            c.add_measurement(98.0 if added % 2 else 102.0)
+            now[0] += 0.001
+            added += 1
+        self.assertEqual(added, 80)  # the same rule, and the same step, as batchsweep's criterion
+        self.assertEqual(c.stop_reason(), "noise settled")
+        self.assertIn("noise settled at 2.0% above the 1% target after 80 samples", c.warning())
+        self.assertIn("the mean step is known to \u00b10.44%", c.warning())
+
     def test_validate_names_flags(self):
         for kw, flag in (({"warmup_steps": -1}, "--warmup"), ({"min_samples": 0}, "--min-samples"),
                          ({"min_time_s": math.inf}, "--min-time"), ({"max_noise_pct": 0}, "--max-noise"),

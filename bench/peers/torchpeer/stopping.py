@@ -7,7 +7,6 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Optional
 
 from .errors import UsageError
-from .stats import relative_noise
 
 
 @dataclass
@@ -40,69 +39,106 @@ class StoppingSettings:
 
 class NoiseCriterion:
     """Finished when (a) samples >= min_samples and their sum >= min_time_s and noise <= max_noise_pct
-    ("noise target"), or (b) the wall clock since construction reaches timeout_s ("timeout"), or (c) samples
-    reach max_samples ("sample cap"). The clock (seconds, monotonic) is injectable for tests."""
+    ("noise target"), or (b) as (a) with the noise above the target but settled: over the last SETTLE_WINDOW
+    steps its standard deviation is under 5% of its current value ("noise settled", with a warning), or (c) the
+    wall clock since construction reaches timeout_s ("timeout"), or (d) samples reach max_samples ("sample
+    cap"). The same rules as batchsweep's NoiseCriterion (src/sweep/stopping.cpp). The clock (seconds,
+    monotonic) is injectable for tests."""
+
+    SETTLE_WINDOW = 64
+    SETTLE_EVERY = 16
+    SETTLED_SPREAD = 0.05
 
     def __init__(self, settings: StoppingSettings, clock: Optional[Callable[[], float]] = None):
         self._settings = settings
         self._clock = clock or time.monotonic
         self._start_s = self._clock()
         self._elapsed_at_stop_s = 0.0
-        self._samples_ms = []
+        self._samples = 0
         self._measured_ms = 0.0
+        self._mean_ms = 0.0  # Welford's running mean
+        self._squares = 0.0  # and sum of squared deviations from it
+        self._noise_history = []
         self._stop = ""
 
     def add_measurement(self, step_ms: float):
-        self._samples_ms.append(step_ms)
+        self._samples += 1
         self._measured_ms += step_ms
+        delta = step_ms - self._mean_ms
+        self._mean_ms += delta / self._samples
+        self._squares += delta * (step_ms - self._mean_ms)
 
     def noise_pct(self) -> float:
-        return relative_noise(self._samples_ms) * 100.0
+        if self._samples < 2 or self._mean_ms <= 0:
+            return 0.0
+        return math.sqrt(max(0.0, self._squares) / (self._samples - 1)) / self._mean_ms * 100.0
 
     @property
     def samples(self) -> int:
-        return len(self._samples_ms)
+        return self._samples
 
     @property
     def measured_s(self) -> float:
         return self._measured_ms / 1000.0
+
+    def _noise_settled(self) -> bool:
+        history = self._noise_history
+        if len(history) < self.SETTLE_WINDOW or self._samples % self.SETTLE_EVERY != 0 or history[-1] <= 0:
+            return False
+        window = history[-self.SETTLE_WINDOW:]
+        mean = sum(window) / len(window)
+        spread = math.sqrt(sum((v - mean) ** 2 for v in window) / (len(window) - 1))
+        return spread / history[-1] < self.SETTLED_SPREAD
 
     def is_finished(self) -> bool:
         if self._stop:
             return True
         s = self._settings
         elapsed_s = self._clock() - self._start_s
-        if (len(self._samples_ms) >= s.min_samples and self._measured_ms >= s.min_time_s * 1000.0
-                and self.noise_pct() <= s.max_noise_pct):
-            self._stop = "noise target"
-        elif elapsed_s >= s.timeout_s:
-            self._stop = "timeout"
-        elif len(self._samples_ms) >= s.max_samples:
-            self._stop = "sample cap"
+        if self._samples >= s.min_samples and self._measured_ms >= s.min_time_s * 1000.0:
+            noise = self.noise_pct()
+            self._noise_history.append(noise)
+            if noise <= s.max_noise_pct:
+                self._stop = "noise target"
+            elif self._noise_settled():
+                self._stop = "noise settled"
+        if not self._stop:
+            if elapsed_s >= s.timeout_s:
+                self._stop = "timeout"
+            elif self._samples >= s.max_samples:
+                self._stop = "sample cap"
         if self._stop:
             self._elapsed_at_stop_s = elapsed_s
         return bool(self._stop)
 
     def stop_reason(self) -> str:
-        """"noise target", "timeout" or "sample cap"; empty while not finished."""
+        """"noise target", "noise settled", "timeout" or "sample cap"; empty while not finished."""
         return self._stop
 
     def warning(self) -> Optional[str]:
         """Which limit ended the point short of its targets, by how much, and the flag that helps; else None."""
-        if self._stop not in ("timeout", "sample cap"):
+        if self._stop in ("", "noise target"):
             return None
         s = self._settings
-        missed = []
         noise = self.noise_pct()
-        if noise > s.max_noise_pct:
+        noisy = noise > s.max_noise_pct
+        if self._stop == "noise settled":
+            mean_pct = 1.96 * noise / math.sqrt(self._samples)
+            return (f"noise settled at {noise:.1f}% above the {s.max_noise_pct:g}% target after {self._samples} "
+                    f"samples: steps vary that much, and more of them would not lower it; the mean step is known "
+                    f"to \u00b1{mean_pct:.2f}% (relax --max-noise to stop sooner)")
+        missed = []
+        if noisy:
             missed.append(f"noise {noise:.1f}% > {s.max_noise_pct:g}% target")
-        if len(self._samples_ms) < s.min_samples:
-            missed.append(f"{len(self._samples_ms)} samples < {s.min_samples} minimum")
-        if self._measured_ms < s.min_time_s * 1000.0:
+        if self._samples < s.min_samples:
+            missed.append(f"{self._samples} samples < {s.min_samples} minimum")
+        short_time = self._measured_ms < s.min_time_s * 1000.0
+        if short_time:
             missed.append(f"{self.measured_s:.2f} s measured < {s.min_time_s:g} s minimum")
         what = ", ".join(missed) if missed else "all targets met at the same moment"
         if self._stop == "timeout":
-            hint = "raise --timeout or relax --max-noise" if noise > s.max_noise_pct else "raise --timeout"
+            hint = "raise --timeout or relax --max-noise" if noisy else "raise --timeout"
             return (f"timeout {s.timeout_s:g} s reached after {self._elapsed_at_stop_s:.1f} s with {what} "
                     f"({hint})")
-        return f"sample cap {s.max_samples} reached with {what} (relax --max-noise or raise --min-time)"
+        advice = (["lower --min-time"] if short_time else []) + (["relax --max-noise"] if noisy else [])
+        return f"sample cap {s.max_samples} reached with {what}" + (f" ({' or '.join(advice)})" if advice else "")

@@ -1,10 +1,15 @@
 // NoiseCriterion: each stop rule (noise target, min samples, min time, timeout, sample cap) on a fake clock,
 // and the warnings that say which limit was missed and the flag that helps.
 #include <gtest/gtest.h>
+#include <chrono>
+#include <cmath>
+#include <thread>
+#include <vector>
 
 #include <string>
 
 #include "batchsweep/errors.hpp"
+#include "batchsweep/stats.hpp"
 #include "batchsweep/sweep.hpp"
 
 namespace bsw {
@@ -136,10 +141,66 @@ TEST(NoiseCriterion, SampleCapStopsAFastNoisyStep) {
   EXPECT_NE(warning->find("sample cap 50 reached"), std::string::npos) << *warning;
 }
 
-TEST(NoiseCriterion, UsesTheSteadyClockByDefault) {
+// Steps that vary by 2% never meet a 1% target however many are taken; once the noise has settled the point
+// stops and says how well the mean is known, rather than running to the timeout and advising a longer one.
+TEST(NoiseCriterion, ANoiseThatSettledAboveTheTargetStops) {
+  FakeClock time;
+  NoiseCriterion criterion(StoppingSettings{}, time.clock());
+  int added = 0;
+  while (!criterion.is_finished() && added < 1000) {
+    criterion.add_measurement(added % 2 ? 98.0 : 102.0);
+    time.now_s += 0.001;  // far from the timeout
+    ++added;
+  }
+  // 64 noise readings from sample 10 on, judged every 16 steps: 80 is the first chance.
+  EXPECT_EQ(added, 80);
+  EXPECT_EQ(criterion.stop_reason(), "noise settled");
+  const auto warning = criterion.warning();
+  ASSERT_TRUE(warning.has_value());
+  EXPECT_NE(warning->find("noise settled at 2.0% above the 1% target after 80 samples"), std::string::npos)
+      << *warning;
+  EXPECT_NE(warning->find("the mean step is known to ±0.44%"), std::string::npos) << *warning;
+}
+
+// A noise that is still moving (the steps drift, as with a GPU heating up) has not settled: the point goes
+// on.
+TEST(NoiseCriterion, ADriftingNoiseHasNotSettled) {
+  FakeClock time;
+  StoppingSettings settings;
+  settings.timeout_s = 0.2;
+  NoiseCriterion criterion(settings, time.clock());
+  int added = 0;
+  while (!criterion.is_finished()) {
+    criterion.add_measurement(100.0 + 0.5 * added);
+    time.now_s += 0.001;
+    ++added;
+  }
+  EXPECT_EQ(criterion.stop_reason(), "timeout");
+  EXPECT_EQ(added, 200);
+}
+
+// The running sums give the same noise as the two-pass summary the report prints.
+TEST(NoiseCriterion, RunningNoiseMatchesTheSummary) {
   NoiseCriterion criterion(StoppingSettings{});
+  std::vector<double> samples;
+  for (int i = 0; i < 500; ++i) {
+    const double v = 1e3 + 37.0 * std::sin(i * 0.7) + (i % 7);
+    samples.push_back(v);
+    criterion.add_measurement(v);
+  }
+  EXPECT_NEAR(criterion.noise_pct(), relative_noise(samples) * 100.0, 1e-10);
+}
+
+TEST(NoiseCriterion, UsesTheSteadyClockByDefault) {
+  StoppingSettings settings;
+  settings.timeout_s = 0.05;
+  NoiseCriterion criterion(settings);
   criterion.add_measurement(1.0);
-  EXPECT_FALSE(criterion.is_finished());  // nowhere near 10 s
+  EXPECT_FALSE(criterion.is_finished());  // one sample of 10, and no time has passed
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  criterion.add_measurement(1.0);
+  EXPECT_TRUE(criterion.is_finished());  // only the real clock can have reached the timeout
+  EXPECT_EQ(criterion.stop_reason(), "timeout");
 }
 
 TEST(StoppingSettings, ValidateNamesTheFlag) {
