@@ -22,10 +22,11 @@
 //      increasing curve, while for one that dips or falls a slower larger batch reads as "no gain" (a flat
 //      step), never as a bend, so the knee is always a batch faster than every smaller one.
 //   4. no knee from Kneedle: "throughput still scaling at the largest batch (...)" when the largest batch has
-//      the best throughput and beats the batch before it; otherwise "no knee: throughput curve has no concave
-//      bend". A candidate the sweep ended before confirming is NOT declared a knee (as in the paper and
-//      kneed: the drop after a maximum is what makes it a knee); the reason names it and says to extend the
-//      sweep.
+//      the best throughput and beats the batch before it by more than kStillScalingGain (3%) per doubling of
+//      the batch (a smaller gain is within a measurement's noise); otherwise "no knee: throughput curve has
+//      no concave bend". A candidate the sweep ended before confirming is NOT declared a knee (as in the
+//      paper and kneed: the drop after a maximum is what makes it a knee); the reason names it and says to
+//      extend the sweep.
 // Knee confidence: each curve point's throughput is moved within its own step-time spread, between
 // samples/s * median/p90 (slow steps) and samples/s * median/p10 (fast steps) of its samples_ms (points with
 // fewer than 2 samples do not move), and steps 1-4 are rerun on: every point moved alone up and alone down,
@@ -34,6 +35,7 @@
 // random magnitudes in [-1, 1] of the spread). The same inputs always give the same answer. "stable" when
 // every curve gives the same knee batch (or every one gives none), else "range" with range_low / range_high
 // the smallest and largest knee batch seen; the reason then says so, and how often the knee vanished.
+// "unknown" when no point has two samples: nothing can be moved, which says nothing about stability.
 //
 // The recommendation (Analysis::recommended), first rule that applies:
 //   1. no ok point: none.
@@ -61,6 +63,7 @@ namespace bsw {
 
 inline constexpr std::size_t kMinKneePoints = 4;
 inline constexpr double kFlatThroughputGain = 0.05;  // best within 5% of the smallest batch: a flat curve
+inline constexpr double kStillScalingGain = 0.03;    // per doubling at the largest batch: "still scaling"
 inline constexpr int kKneePerturbations = 200;       // seeded random noise patterns for the knee confidence
 inline constexpr uint64_t kKneePerturbationSeed = 0x6b6e6565646c65ULL;
 

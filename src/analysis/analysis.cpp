@@ -127,6 +127,13 @@ std::optional<double> p99_ms(const Point& point) {
   return std::nullopt;
 }
 
+// Under 100 steps a p99 is close to the slowest step seen, so the reason says how many it rests on.
+std::string p99_basis(const Point& point) {
+  const size_t n = point.samples_ms.size();
+  if (n == 0 || n >= 100) return {};
+  return fmt::format(" (p99 of {} step{}: near the slowest)", n, n == 1 ? "" : "s");
+}
+
 // The fastest ok point whose p99 step fits the budget.
 const Point* within_budget(std::span<const Point> points, double budget_ms) {
   return fastest(points, [&](const Point& p) {
@@ -138,8 +145,8 @@ const Point* within_budget(std::span<const Point> points, double budget_ms) {
 BatchChoice latency_slo(std::span<const Point> points, double budget_ms) {
   const Point* chosen = within_budget(points, budget_ms);
   if (chosen)
-    return choose(*chosen, fmt::format("p99 step {:.3g} ms within the {} ms budget", *p99_ms(*chosen),
-                                       format_number(budget_ms)));
+    return choose(*chosen, fmt::format("p99 step {:.3g} ms within the {} ms budget{}", *p99_ms(*chosen),
+                                       format_number(budget_ms), p99_basis(*chosen)));
   const Point* quickest = nullptr;
   for (const Point& point : points) {
     if (!is_ok(point) || !p99_ms(point)) continue;

@@ -88,7 +88,10 @@ KneeOutcome call_knee(const std::vector<double>& log2_batch, const std::vector<d
   if (result.knee) {
     outcome.call = KneeCall::found;
     outcome.index = result.knee;
-  } else if (log2_rate[n - 1] >= best && log2_rate[n - 1] > log2_rate[n - 2]) {
+  } else if (log2_rate[n - 1] >= best &&
+             log2_rate[n - 1] - log2_rate[n - 2] >
+                 std::log2(1.0 + kStillScalingGain) * (log2_batch[n - 1] - log2_batch[n - 2])) {
+    // A last step gaining less than kStillScalingGain per doubling is inside the noise, not scaling.
     outcome.call = KneeCall::still_scaling;
   } else {
     outcome.call = KneeCall::no_bend;
@@ -210,6 +213,13 @@ void add_confidence(KneeResult& knee, const std::vector<CurvePoint>& curve,
   std::vector<NoiseBand> bands;
   bands.reserve(n);
   for (const CurvePoint& c : curve) bands.push_back(noise_band(*c.point));
+  // Without raw samples (a minimal report, or one step per point) nothing can move: that is not stability.
+  if (std::all_of(bands.begin(), bands.end(),
+                  [](const NoiseBand& b) { return b.up == 0.0 && b.down == 0.0; })) {
+    knee.confidence = "unknown";
+    if (knee.batch) knee.reason += "; no point has the raw step samples to show how noise moves it";
+    return;
+  }
 
   std::vector<Weights> patterns = systematic_perturbations(n);
   std::vector<Weights> random = random_perturbations(n);

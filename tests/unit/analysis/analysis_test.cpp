@@ -88,7 +88,8 @@ TEST(LatencySlo, HighestThroughputWithinTheBudget) {
   const Analysis a = analyze(points, options);
   ASSERT_TRUE(a.latency_slo.has_value());
   EXPECT_EQ(a.latency_slo->batch, 1024);
-  EXPECT_EQ(a.latency_slo->reason, "p99 step 21.8 ms within the 25 ms budget");
+  EXPECT_EQ(a.latency_slo->reason,
+            "p99 step 21.8 ms within the 25 ms budget (p99 of 21 steps: near the slowest)");
   EXPECT_EQ(a.recommended.batch, 1024);
   EXPECT_EQ(a.recommended.why,
             "highest throughput within the 25 ms p99 budget: batch 1024 (47059 samples/s, p99 21.8 ms)");

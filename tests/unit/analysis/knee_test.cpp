@@ -103,6 +103,40 @@ TEST(FindKnee, LinearThroughputIsStillScaling) {
   EXPECT_EQ(knee.confidence, "stable");
 }
 
+// Linear up to 512, then a last doubling that gains almost nothing: that is noise, not scaling, and must not
+// send the recommendation to the largest batch (twice the memory for nothing).
+TEST(FindKnee, ALastStepWithinTheNoiseIsNotStillScaling) {
+  const auto rate_with_last_gain = [](double gain) {
+    return [gain](double b) { return b <= 512 ? 100.0 * b : 100.0 * 512 * (1.0 + gain); };
+  };
+  const std::vector<int64_t> batches = powers_of_two(1, 1024);
+  const KneeResult flat_end = find_knee(sweep(batches, rate_with_last_gain(0.003)), 1.0);
+  EXPECT_EQ(flat_end.reason.find("still scaling"), std::string::npos) << flat_end.reason;
+  const KneeResult rising = find_knee(sweep(batches, rate_with_last_gain(0.10)), 1.0);
+  EXPECT_EQ(rising.reason.rfind("throughput still scaling at the largest batch (1024: +10%", 0), 0u)
+      << rising.reason;
+  // Per doubling: +2% from 448 to 512 (a seventh more batch) is +11% a doubling, still scaling.
+  std::vector<Point> linear_steps =
+      sweep({64, 128, 192, 256, 320, 384, 448}, [](double b) { return 100.0 * b; });
+  linear_steps.push_back(test::measured_point(512, 100.0 * 448 * 1.02));
+  EXPECT_EQ(find_knee(linear_steps, 1.0).reason.rfind("throughput still scaling", 0), 0u)
+      << find_knee(linear_steps, 1.0).reason;
+}
+
+// Points without raw samples cannot be moved by their noise: the knee's confidence is unknown, not stable.
+TEST(FindKnee, WithoutSamplesTheConfidenceIsUnknown) {
+  std::vector<Point> points;
+  for (int64_t b : kBatches)
+    points.push_back(measured_point(b, roofline(1.0, 128.0)(static_cast<double>(b)), 0.002, 1));
+  const KneeResult knee = find_knee(points, 1.0);
+  ASSERT_TRUE(knee.batch.has_value()) << knee.reason;
+  EXPECT_EQ(*knee.batch, 128);
+  EXPECT_EQ(knee.confidence, "unknown");
+  EXPECT_NE(knee.reason.find("no point has the raw step samples"), std::string::npos) << knee.reason;
+  for (Point& p : points) p.samples_ms.clear();
+  EXPECT_EQ(find_knee(points, 1.0).confidence, "unknown");
+}
+
 TEST(FindKnee, RooflineKneeIsAtTheCorner) {
   // step = max(1 ms, b / 128 per ms): the roof starts at batch 128.
   const KneeResult knee = find_knee(sweep(kBatches, roofline(1.0, 128.0)), 1.0);
@@ -229,10 +263,16 @@ TEST(FindKnee, ConfidenceIsDeterministic) {
   EXPECT_EQ(first.range_high, second.range_high);
 }
 
+// However noisy their summaries, points without raw samples cannot be moved: the knee stays, its confidence
+// is unknown.
 TEST(FindKnee, PointsWithoutSamplesDoNotMove) {
   std::vector<Point> points = sweep(kBatches, saturating(50000, 64), 0.4);
+  const KneeResult measured = find_knee(points, 1.0);
   for (Point& p : points) p.samples_ms.clear();
-  EXPECT_EQ(find_knee(points, 1.0).confidence, "stable");
+  const KneeResult bare = find_knee(points, 1.0);
+  EXPECT_EQ(bare.batch, measured.batch);
+  EXPECT_EQ(bare.confidence, "unknown");
+  EXPECT_FALSE(bare.range_low.has_value());
 }
 
 }  // namespace
