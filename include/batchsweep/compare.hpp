@@ -1,6 +1,7 @@
 // Comparing sweeps: the first report is the baseline A, the others (B, C, ...) are set against it batch by
 // batch. A verdict needs both a significant Mann-Whitney U test on the raw step times (alpha 0.01) and a
-// throughput change beyond a minimum effect (1%), so noise alone never reads as a regression.
+// throughput change beyond a minimum effect (1%), so noise alone never reads as a regression. Where the
+// samples are too few for the test ever to reach alpha, the minimum effect alone decides.
 #pragma once
 
 #include <cstdint>
@@ -52,7 +53,10 @@ struct CompareCell {
 struct CompareDelta {
   double ratio = 0;  // B/A samples per second; NaN when either point is not ok
   Verdict verdict = Verdict::not_comparable;
-  bool from_samples = false;      // false: a throughput threshold only, shown as "(no samples)"
+  bool from_samples = false;  // false: a throughput threshold only, shown as "(no samples)"
+  // Samples on both sides, but too few for the exact test ever to reach alpha (3 a side: p >= 0.1): the
+  // threshold decides, shown as "(few samples)".
+  bool few_samples = false;
   std::optional<double> p_value;  // two-sided Mann-Whitney p, when from_samples
 };
 

@@ -81,6 +81,14 @@ bool beyond_effect(double ratio, const CompareOptions& options) {
   return std::fabs(ratio - 1) * 100 > options.min_effect_pct;
 }
 
+// The smallest two-sided p the exact Mann-Whitney test can give for these sample sizes: 2 / C(n_a + n_b,
+// n_a).
+double smallest_p(size_t n_a, size_t n_b) {
+  const auto a = static_cast<double>(n_a), b = static_cast<double>(n_b);
+  const double log_choose = std::lgamma(a + b + 1) - std::lgamma(a + 1) - std::lgamma(b + 1);
+  return std::min(1.0, 2.0 * std::exp(-log_choose));
+}
+
 CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions& options) {
   CompareDelta d;
   if (!ran(baseline) || !ran(run)) {
@@ -89,7 +97,12 @@ CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions
   }
   d.ratio = run.samples_per_second / baseline.samples_per_second;
   const bool effect = beyond_effect(d.ratio, options);
-  if (usable_samples(baseline.samples_ms) && usable_samples(run.samples_ms)) {
+  const bool samples = usable_samples(baseline.samples_ms) && usable_samples(run.samples_ms);
+  if (samples && smallest_p(run.samples_ms.size(), baseline.samples_ms.size()) >= options.alpha) {
+    // Three samples a side can never give p below 0.1: the test could only ever say "same".
+    d.few_samples = true;
+    d.verdict = effect ? direction(d.ratio) : Verdict::same;
+  } else if (samples) {
     // a = the run, b = the baseline: z > 0 when the run's steps tend to take longer.
     const MannWhitneyResult test = mann_whitney_u(run.samples_ms, baseline.samples_ms);
     d.from_samples = true;
@@ -202,6 +215,7 @@ std::string ratio_text(const CompareDelta& d) {
 // the geometric mean.
 std::string verdict_text(const CompareDelta& d, const char* threshold_note = "no samples") {
   if (d.verdict == Verdict::not_comparable) return std::string(to_string(d.verdict));
+  if (d.few_samples) return fmt::format("{} (few samples)", to_string(d.verdict));
   if (!d.from_samples) return fmt::format("{} ({})", to_string(d.verdict), threshold_note);
   return fmt::format("{} (p={:.2g})", to_string(d.verdict), d.p_value.value_or(1.0));
 }
@@ -340,6 +354,7 @@ nlohmann::json delta_json(const CompareDelta& d, const std::string& run) {
           {"ratio", number_or_null(d.ratio)},
           {"verdict", to_string(d.verdict)},
           {"from_samples", d.from_samples},
+          {"few_samples", d.few_samples},
           {"p_value", d.p_value ? number_or_null(*d.p_value) : nlohmann::json(nullptr)}};
 }
 
@@ -448,8 +463,8 @@ std::string format_compare(const CompareResult& result, bool color) {
   }
   out += fmt::format(
       "\nverdicts: Mann-Whitney U on the step times (alpha {}) and a throughput change beyond {}%; without "
-      "raw "
-      "samples (and for the geometric mean) the threshold alone\n",
+      "raw samples, with too few for the test to reach alpha, and for the geometric mean, the threshold "
+      "alone\n",
       result.alpha, result.min_effect_pct);
   for (const auto& note : result.notes) out += "note: " + note + "\n";
   return out;
@@ -475,8 +490,8 @@ std::string format_compare_markdown(const CompareResult& result) {
   }
   out += fmt::format(
       "\n_Verdicts: Mann-Whitney U on the step times (alpha {}) and a throughput change beyond {}%; without "
-      "raw "
-      "samples (and for the geometric mean) the threshold alone._\n",
+      "raw samples, with too few for the test to reach alpha, and for the geometric mean, the threshold "
+      "alone._\n",
       result.alpha, result.min_effect_pct);
   if (!result.notes.empty()) {
     out += "\n";

@@ -176,6 +176,30 @@ TEST(Compare, AnUnfitBatchBelowTheBaselinesMaxFitIsARegression) {
   EXPECT_TRUE(compare_pair(a, accumulated).lost_fits.empty());
 }
 
+// With 3 samples a side the exact test's smallest p is 2 / C(6, 3) = 0.1: it could never call a change at
+// alpha 0.01, so a 23% regression read "same". The threshold decides there instead, and says so.
+TEST(Compare, TooFewSamplesForTheTestFallBackToTheThreshold) {
+  Report a = testing::sample_report();
+  for (Point& p : a.points)
+    if (p.samples_ms.size() > 3) p.samples_ms.resize(3);
+  const CompareResult result = compare_pair(a, sped_up(a, 1.0 / 1.3));
+  const CompareDelta& d = row_at(result, 64).deltas[0];
+  EXPECT_TRUE(d.few_samples);
+  EXPECT_FALSE(d.from_samples);
+  EXPECT_EQ(d.verdict, Verdict::slower);
+  EXPECT_THAT(format_compare(result, false), HasSubstr("slower (few samples)"));
+  EXPECT_FALSE(regressions(result, 5.0).empty());
+  EXPECT_EQ(to_json(result)["rows"][3]["deltas"][0]["few_samples"], true);
+  // Six a side can reach p = 2 / C(12, 6) = 0.002: the test decides again.
+  Report six = testing::sample_report();
+  for (Point& p : six.points)
+    if (p.samples_ms.size() > 6) p.samples_ms.resize(6);
+  const CompareDelta& tested = row_at(compare_pair(six, sped_up(six, 1.0 / 1.3)), 64).deltas[0];
+  EXPECT_FALSE(tested.few_samples);
+  EXPECT_TRUE(tested.from_samples);
+  EXPECT_EQ(tested.verdict, Verdict::slower);
+}
+
 TEST(Compare, MismatchedModelsNameBothFiles) {
   const Report a = testing::sample_report();
   Report b = a;
