@@ -22,6 +22,7 @@ namespace {
 
 constexpr double kHangSleepMs = 50.0;
 constexpr std::array<double, 2> kHangReportedMs{25.0, 75.0};
+constexpr int64_t kFailingStep = 3;  // step_oom_at_batch / step_error_at_batch: past a warm-up of up to 2
 
 // splitmix64: a small, portable generator, so noise is identical on every standard library.
 uint64_t splitmix64(uint64_t& state) {
@@ -58,6 +59,12 @@ class ScriptedSession final : public Session {
 
   StepResult step() override {
     ++steps_;
+    if (steps_ == kFailingStep && config_.step_oom_at_batch == micro_batch_)
+      throw OutOfMemory(fmt::format("scripted device '{}': out of memory in step {} at batch {}",
+                                    config_.name, steps_, micro_batch_));
+    if (steps_ == kFailingStep && config_.step_error_at_batch == micro_batch_)
+      throw BackendError(fmt::format("scripted device '{}': a kernel launch failed in step {} at batch {}",
+                                     config_.name, steps_, micro_batch_));
     StepResult result;
     if (config_.hang_at_batch && *config_.hang_at_batch == micro_batch_) {
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(kHangSleepMs));
@@ -195,10 +202,22 @@ double ScriptedConfig::step_ms(int64_t micro_batch, int64_t accumulation) const 
 ScriptedConfig parse_scripted_config(const nlohmann::json& doc, const std::string& source) {
   if (!doc.is_object())
     throw UsageError(fmt::format("{}: a scripted backend script must be a JSON object", source));
-  static constexpr std::array<std::string_view, 14> kKeys{
-      "name",  "memory_total_bytes", "peak_flops", "t0_ms",           "curve",        "samples_per_ms",
-      "b0",    "noise_pct",          "seed",       "oom_above_batch", "nan_at_batch", "skip_every_steps",
-      "sleep", "hang_at_batch"};
+  static constexpr std::array<std::string_view, 16> kKeys{"name",
+                                                          "memory_total_bytes",
+                                                          "peak_flops",
+                                                          "t0_ms",
+                                                          "curve",
+                                                          "samples_per_ms",
+                                                          "b0",
+                                                          "noise_pct",
+                                                          "seed",
+                                                          "oom_above_batch",
+                                                          "nan_at_batch",
+                                                          "skip_every_steps",
+                                                          "sleep",
+                                                          "hang_at_batch",
+                                                          "step_oom_at_batch",
+                                                          "step_error_at_batch"};
   for (const auto& [key, value] : doc.items()) {
     if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end())
       throw UsageError(fmt::format("{}: unknown key '{}' (known: {})", source, key, fmt::join(kKeys, ", ")));
@@ -247,6 +266,8 @@ ScriptedConfig parse_scripted_config(const nlohmann::json& doc, const std::strin
   config.nan_at_batch = in.integer("nan_at_batch", 1);
   config.skip_every_steps = in.integer("skip_every_steps", 1);
   config.hang_at_batch = in.integer("hang_at_batch", 1);
+  config.step_oom_at_batch = in.integer("step_oom_at_batch", 1);
+  config.step_error_at_batch = in.integer("step_error_at_batch", 1);
   if (const nlohmann::json* value = in.find("sleep")) {
     if (!value->is_boolean()) in.fail("sleep", fmt::format("must be true or false, got {}", value->dump()));
     config.sleep = value->get<bool>();

@@ -19,6 +19,10 @@
 //   "skip_every_steps"    integer >= 1, optional: every Nth step reports an fp16 overflow skip
 //   "hang_at_batch"       integer, optional: at this micro-batch each step sleeps 50 ms and reports
 //                         25 ms and 75 ms alternately (50% noise), so only the timeout ends the point
+//   "step_oom_at_batch"   integer, optional: at this micro-batch the 3rd step of a session throws
+//                         OutOfMemory (a library allocating lazily mid-step), after warm-up with --warmup <=
+//                         2
+//   "step_error_at_batch" integer, optional: the same with a BackendError (a failed kernel launch)
 //   "sleep"               bool (default false): the session really sleeps each step's time
 // A step over `accumulation` micro-batches takes accumulation * micro_ms(micro_batch): smaller
 // micro-batches pay their fixed cost more often, as on a real device; with accumulation 1 it is the
@@ -48,6 +52,8 @@ struct ScriptedConfig {
   std::optional<int64_t> nan_at_batch;
   std::optional<int64_t> skip_every_steps;
   std::optional<int64_t> hang_at_batch;
+  std::optional<int64_t> step_oom_at_batch;
+  std::optional<int64_t> step_error_at_batch;
   bool sleep = false;
   std::string source;  // the script path, or what the caller names it
 

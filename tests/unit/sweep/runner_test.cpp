@@ -200,6 +200,38 @@ TEST(Runner, Fp16SkippedStepsAreCounted) {
   EXPECT_GT(*p.skipped_steps, 0);
 }
 
+// Out of memory or a backend failure in a step (after prepare succeeded, past warm-up, with samples already
+// taken) is a measurement of that batch: an oom/error point with its reason and no throughput; the next
+// batch still runs.
+TEST(Runner, AFailureInATimedStepIsAPointAndTheSweepGoesOn) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline();
+  config.step_oom_at_batch = 8;
+  config.step_error_at_batch = 16;
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = list_settings({4, 8, 16, 32});
+  settings.stopping.warmup_steps = 1;  // step 3 is the second timed step
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  ASSERT_EQ(outcome.points.size(), 4u);
+  const Point* oom = find_point(outcome.points, 8);
+  ASSERT_NE(oom, nullptr);
+  EXPECT_EQ(oom->status, PointStatus::oom);
+  EXPECT_TRUE(contains(oom->reason, "out of memory in step 3 at batch 8")) << oom->reason;
+  EXPECT_EQ(oom->stop_reason, "oom");
+  EXPECT_EQ(oom->samples_ms.size(), 1u);    // the one timed step before it is kept for the record
+  EXPECT_EQ(oom->samples_per_second, 0.0);  // written as null
+  const Point* failed = find_point(outcome.points, 16);
+  ASSERT_NE(failed, nullptr);
+  EXPECT_EQ(failed->status, PointStatus::error);
+  EXPECT_TRUE(contains(failed->reason, "a kernel launch failed in step 3")) << failed->reason;
+  EXPECT_EQ(failed->samples_per_second, 0.0);
+  for (int64_t ok : {4, 32}) {
+    EXPECT_EQ(find_point(outcome.points, ok)->status, PointStatus::ok) << ok;
+    EXPECT_GT(find_point(outcome.points, ok)->samples_per_second, 0.0) << ok;
+  }
+}
+
 TEST(Runner, TimeoutEndsAHangingPointWithAWarning) {
   const Graph graph = tiny_graph();
   ScriptedConfig config = testing::roofline();

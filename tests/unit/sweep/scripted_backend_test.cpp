@@ -34,7 +34,8 @@ TEST(ScriptedConfig, ParsesEveryKey) {
   const auto doc = nlohmann::json::parse(R"({
     "name": "scripted-h100", "memory_total_bytes": 1000, "peak_flops": 1e15, "t0_ms": 2.0,
     "curve": "roofline", "samples_per_ms": 50, "noise_pct": 1.5, "seed": 7, "oom_above_batch": 64, "nan_at_batch": 8,
-    "skip_every_steps": 4, "sleep": true, "hang_at_batch": 16})");
+    "skip_every_steps": 4, "sleep": true, "hang_at_batch": 16,
+    "step_oom_at_batch": 64, "step_error_at_batch": 128})");
   const ScriptedConfig config = parse_scripted_config(doc, "s.json");
   EXPECT_EQ(config.name, "scripted-h100");
   EXPECT_EQ(config.memory_total_bytes, 1000u);
@@ -48,6 +49,8 @@ TEST(ScriptedConfig, ParsesEveryKey) {
   EXPECT_EQ(config.skip_every_steps, 4);
   EXPECT_TRUE(config.sleep);
   EXPECT_EQ(config.hang_at_batch, 16);
+  EXPECT_EQ(config.step_oom_at_batch, 64);
+  EXPECT_EQ(config.step_error_at_batch, 128);
   EXPECT_EQ(config.source, "s.json");
 }
 
