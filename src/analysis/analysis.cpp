@@ -269,11 +269,14 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
   return {saturated.batch, fmt::format("{}: {}", prefix, saturation_why(saturated, best, pct))};
 }
 
-Recommendation recommend(const RecommendationInputs& in) {
+// `chosen` is set to the point recommended where it is not the curve's point of that batch (a latency budget
+// may pick a slower split of a batch than the curve keeps), so its cost is that point's.
+Recommendation recommend(const RecommendationInputs& in, const Point*& chosen) {
   const Analysis& a = in.analysis;
+  chosen = nullptr;
   if (in.curve.empty()) return {std::nullopt, no_ok_reason(in.points)};
   if (a.latency_slo) {
-    const Point* chosen = within_budget(in.points, *in.options.latency_slo_ms);
+    chosen = within_budget(in.points, *in.options.latency_slo_ms);
     if (!chosen) return {std::nullopt, a.latency_slo->reason};
     return {chosen->batch,
             fmt::format("highest throughput within the {} ms p99 budget: batch {} ({} samples/s, p99 "
@@ -345,9 +348,10 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
   if (options.latency_slo_ms) analysis.latency_slo = latency_slo(view, *options.latency_slo_ms);
   analysis.energy_optimal = energy_optimal(view);
   analysis.effective_batch_split = effective_batch_split(view);
-  analysis.recommended = recommend({view, curve, analysis, knee.call, options});
+  const Point* chosen = nullptr;
+  analysis.recommended = recommend({view, curve, analysis, knee.call, options}, chosen);
   if (options.price_per_hour && analysis.recommended.batch) {
-    const Point* p = point_at(curve, *analysis.recommended.batch);
+    const Point* p = chosen != nullptr ? chosen : point_at(curve, *analysis.recommended.batch);
     if (p != nullptr && p->telemetry)
       analysis.recommended_cost_per_million_samples = p->telemetry->cost_per_million_samples;
   }

@@ -154,6 +154,20 @@ TEST(Cost, AnnotatesOkPointsWhenPriced) {
   EXPECT_FALSE(analyze(points, {}).recommended_cost_per_million_samples.has_value());
 }
 
+// A merged report can hold two splits of one micro-batch. The latency budget picks the split whose p99
+// fits, and the recommended cost must be that split's, not the faster split's that breaks the budget.
+TEST(Cost, TheRecommendedCostIsThatOfThePointTheBudgetChose) {
+  // 16 x 1: 1000 samples/s, 16 ms steps. 16 x 4: 2000 samples/s, 32 ms steps.
+  std::vector<Point> points{measured_point(16, 1000, 0.002, 21, 1), measured_point(16, 2000, 0.002, 21, 4)};
+  AnalysisOptions options;
+  options.price_per_hour = 3.6;  // 0.001 USD per second: 1 USD per million samples at 1000 samples/s
+  options.latency_slo_ms = 20.0;
+  const Analysis a = analyze(points, options);
+  ASSERT_EQ(a.recommended.batch, 16);
+  ASSERT_TRUE(a.recommended_cost_per_million_samples.has_value());
+  EXPECT_NEAR(*a.recommended_cost_per_million_samples, 1.0, 1e-9);  // not 0.5, the 16 x 4 split's
+}
+
 TEST(EffectiveBatchSplit, FastestSplitIsRecommended) {
   std::vector<Point> points{measured_point(128, 900, 0.002, 21, 2), measured_point(64, 1000, 0.002, 21, 4),
                             measured_point(32, 800, 0.002, 21, 8)};
