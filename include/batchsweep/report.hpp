@@ -17,6 +17,9 @@ inline constexpr int kSchemaVersion = 1;
 enum class PointStatus { ok, oom, over_limit, error };
 [[nodiscard]] std::string_view to_string(PointStatus v);
 
+// How a point's batch is written in warnings, progress and compare: "64", or "16x4" with accumulation.
+[[nodiscard]] std::string batch_label(int64_t batch, int64_t accumulation);
+
 struct StepStats {
   double mean = 0, median = 0, stddev = 0, min = 0, max = 0;
   double p50 = 0, p90 = 0, p95 = 0, p99 = 0;

@@ -1,4 +1,7 @@
-// The names of point statuses, as the report schema spells them (declared in include/batchsweep/report.hpp).
+// The names of point statuses, as the report schema spells them, and the label of a point's batch (declared
+// in include/batchsweep/report.hpp).
+#include <fmt/format.h>
+
 #include "batchsweep/report.hpp"
 
 namespace bsw {
@@ -15,6 +18,10 @@ std::string_view to_string(PointStatus v) {
       return "error";
   }
   return "error";
+}
+
+std::string batch_label(int64_t batch, int64_t accumulation) {
+  return accumulation == 1 ? fmt::format("{}", batch) : fmt::format("{}x{}", batch, accumulation);
 }
 
 }  // namespace bsw

@@ -327,9 +327,7 @@ class ExportingObserver final : public SweepObserver {
     const int64_t samples = static_cast<int64_t>(point.samples_ms.size()) * point.effective_batch;
     point.telemetry = to_point_telemetry(window, samples);
     std::vector<std::string> warnings;
-    const std::string prefix = point.accumulation == 1
-                                   ? fmt::format("batch {}: ", point.batch)
-                                   : fmt::format("batch {} x {}: ", point.batch, point.accumulation);
+    const std::string prefix = fmt::format("batch {}: ", batch_label(point.batch, point.accumulation));
     for (const std::string& w : trust_warnings(window)) warnings.push_back(prefix + w);
     if (!window.energy_note.empty()) warnings.push_back(prefix + window.energy_note);
     return warnings;

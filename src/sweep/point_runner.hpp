@@ -120,9 +120,6 @@ class PointRunner {
   int probed_ = 0;
 };
 
-// "64", or "16x4" with accumulation.
-[[nodiscard]] std::string batch_label(int64_t batch, int64_t accumulation);
-
 // The strategies, each in its own file.
 void run_batch_list(PointRunner& runner, const std::vector<int64_t>& batches, int64_t accumulation);
 void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::string& summary);

@@ -49,8 +49,7 @@ std::string format_progress_line(const ProgressLine& line, bool color) {
   const std::string total = line.planned_total > 0
                                 ? fmt::format("{}{}", line.total_is_estimate ? "~" : "", line.planned_total)
                                 : std::string("?");
-  const std::string batch = line.accumulation == 1 ? fmt::format("{}", line.batch)
-                                                   : fmt::format("{}x{}", line.batch, line.accumulation);
+  const std::string batch = batch_label(line.batch, line.accumulation);
   std::string eta;
   if (line.eta_s) {
     // The ETA is an estimate: whole seconds under a minute, the duration format above.
@@ -110,8 +109,7 @@ void ProgressPrinter::on_point_done(const Point& point, const std::vector<Point>
   if (options_.quiet || point.status == PointStatus::ok) return;
   // A point that did not run leaves a line, also on a terminal where the progress line is redrawn.
   clear_line();
-  const std::string batch = point.accumulation == 1 ? fmt::format("{}", point.batch)
-                                                    : fmt::format("{}x{}", point.batch, point.accumulation);
+  const std::string batch = batch_label(point.batch, point.accumulation);
   fmt::print(stream_, "batch {}: {} — {}\n", batch, to_string(point.status), point.reason);
   std::fflush(stream_);
 }

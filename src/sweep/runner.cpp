@@ -27,10 +27,6 @@ double pct(uint64_t part, uint64_t whole) {
 
 }  // namespace
 
-std::string batch_label(int64_t batch, int64_t accumulation) {
-  return accumulation == 1 ? fmt::format("{}", batch) : fmt::format("{}x{}", batch, accumulation);
-}
-
 PointRunner::PointRunner(Backend& backend, const Graph& graph, const SweepSettings& settings,
                          SweepObserver& observer)
     : backend_(backend),
