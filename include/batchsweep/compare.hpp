@@ -54,8 +54,8 @@ struct CompareDelta {
   double ratio = 0;  // B/A samples per second; NaN when either point is not ok
   Verdict verdict = Verdict::not_comparable;
   bool from_samples = false;  // false: a throughput threshold only, shown as "(no samples)"
-  // Samples on both sides, but too few for the exact test ever to reach alpha (3 a side: p >= 0.1): the
-  // threshold decides, shown as "(few samples)".
+  // Samples on both sides, but too few for the test ever to reach alpha on them (3 a side: p >= 0.1; 2
+  // against any number: p >= 0.014): the threshold decides, shown as "(few samples)".
   bool few_samples = false;
   std::optional<double> p_value;  // two-sided Mann-Whitney p, when from_samples
 };
@@ -76,8 +76,8 @@ struct CompareGeomean {
 };
 
 // A batch that a run could not fit (oom or over_limit) although the baseline fit a micro-batch at least as
-// large with the same accumulation, found where the two runs swept different batches (--batch auto puts its
-// edges where each run's memory ran out), so no compared row shows it.
+// large with the same accumulation, at a batch not every run swept (--batch auto puts its edges where each
+// run's memory ran out; a third run may lack it), so no compared row shows it.
 struct LostFit {
   size_t run = 0;  // index into CompareResult::runs, >= 1
   int64_t batch = 0;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <span>
 #include <utility>
 
 #include "batchsweep/errors.hpp"
@@ -48,11 +49,6 @@ std::string letter(size_t i) {
   return i < 26 ? std::string(1, static_cast<char>('A' + i)) : fmt::format("R{}", i + 1);
 }
 
-// "64", or "16x4" with accumulation.
-std::string batch_key(int64_t batch, int64_t accumulation) {
-  return accumulation == 1 ? std::to_string(batch) : fmt::format("{}x{}", batch, accumulation);
-}
-
 bool usable_samples(const std::vector<double>& samples) {
   return samples.size() >= 2 &&
          std::all_of(samples.begin(), samples.end(), [](double v) { return std::isfinite(v); });
@@ -81,12 +77,16 @@ bool beyond_effect(double ratio, const CompareOptions& options) {
   return std::fabs(ratio - 1) * 100 > options.min_effect_pct;
 }
 
-// The smallest two-sided p the exact Mann-Whitney test can give for these sample sizes: 2 / C(n_a + n_b,
-// n_a).
-double smallest_p(size_t n_a, size_t n_b) {
-  const auto a = static_cast<double>(n_a), b = static_cast<double>(n_b);
-  const double log_choose = std::lgamma(a + b + 1) - std::lgamma(a + 1) - std::lgamma(b + 1);
-  return std::min(1.0, 2.0 * std::exp(-log_choose));
+// The smallest two-sided p the test can give on these values: every step of one side longer than every step
+// of the other. The same values keep the same sizes and ties, so the test takes the same path (exact, or
+// the normal approximation, whose floor with 2 samples on a side is 0.014 however many the other has).
+double smallest_p(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> pooled(a);
+  pooled.insert(pooled.end(), b.begin(), b.end());
+  std::sort(pooled.begin(), pooled.end());
+  const std::span<const double> low(pooled.data(), b.size());
+  const std::span<const double> high(pooled.data() + b.size(), a.size());
+  return mann_whitney_u(high, low).p_value;
 }
 
 CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions& options) {
@@ -98,7 +98,7 @@ CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions
   d.ratio = run.samples_per_second / baseline.samples_per_second;
   const bool effect = beyond_effect(d.ratio, options);
   const bool samples = usable_samples(baseline.samples_ms) && usable_samples(run.samples_ms);
-  if (samples && smallest_p(run.samples_ms.size(), baseline.samples_ms.size()) >= options.alpha) {
+  if (samples && smallest_p(run.samples_ms, baseline.samples_ms) >= options.alpha) {
     // Three samples a side can never give p below 0.1: the test could only ever say "same".
     d.few_samples = true;
     d.verdict = effect ? direction(d.ratio) : Verdict::same;
@@ -335,8 +335,10 @@ std::vector<LostFit> lost_fits(const std::vector<Report>& reports) {
       const auto fit = baseline_fit.find(p.accumulation);
       if (!unfit(p.status) || fit == baseline_fit.end() || p.batch > fit->second || !seen.insert(key).second)
         continue;
-      if (find_point(reports.front(), key) || find_point(reports[i], key)->status == PointStatus::ok)
-        continue;
+      // A batch every run has is a compared row, where the row rule catches it.
+      const bool in_every_run = std::all_of(reports.begin(), reports.end(),
+                                            [&](const Report& r) { return find_point(r, key) != nullptr; });
+      if (in_every_run || find_point(reports[i], key)->status == PointStatus::ok) continue;
       lost.push_back({i, p.batch, p.accumulation, p.status, p.reason, fit->second});
     }
   }
@@ -344,9 +346,10 @@ std::vector<LostFit> lost_fits(const std::vector<Report>& reports) {
 }
 
 std::string lost_fit_text(const LostFit& f) {
-  return fmt::format("batch {}: {} in {}{}, though A fit batch {}", batch_key(f.batch, f.accumulation),
+  return fmt::format("batch {}: {} in {}{}, though A fit batch {}", batch_label(f.batch, f.accumulation),
                      to_string(f.status), letter(f.run),
-                     f.reason.empty() ? "" : fmt::format(" ({})", f.reason), f.baseline_max_fit);
+                     f.reason.empty() ? "" : fmt::format(" ({})", f.reason),
+                     batch_label(f.baseline_max_fit, f.accumulation));
 }
 
 nlohmann::json delta_json(const CompareDelta& d, const std::string& run) {
@@ -381,7 +384,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     std::vector<const Point*> points;
     for (const auto& r : reports) points.push_back(find_point(r, key));
     if (std::find(points.begin(), points.end(), nullptr) != points.end()) {
-      missing.push_back(batch_key(key.first, key.second));
+      missing.push_back(batch_label(key.first, key.second));
       continue;
     }
     CompareRow row;
@@ -416,14 +419,17 @@ std::vector<std::string> regressions(const CompareResult& result, double pct) {
   const double min_ratio = 1 - pct / 100;
   std::vector<std::string> found;
   for (const auto& row : result.rows) {
-    const std::string batch = batch_key(row.batch, row.accumulation);
+    const std::string batch = batch_label(row.batch, row.accumulation);
     for (size_t i = 0; i < row.deltas.size(); ++i) {
       const CompareDelta& d = row.deltas[i];
       const CompareCell& base = row.runs.front();
       const CompareCell& run = row.runs[i + 1];
       if (d.verdict == Verdict::slower && d.ratio < min_ratio)
-        found.push_back(fmt::format("batch {}: {} is {:.1f}% slower than A beyond noise", batch,
-                                    letter(i + 1), (1 - d.ratio) * 100));
+        found.push_back(fmt::format("batch {}: {} is {:.1f}% slower than A {}", batch, letter(i + 1),
+                                    (1 - d.ratio) * 100,
+                                    d.from_samples  ? "beyond noise"
+                                    : d.few_samples ? "(too few samples to test against noise)"
+                                                    : "(no samples to test against noise)"));
       else if (base.status == PointStatus::ok && run.status != PointStatus::ok)
         found.push_back(fmt::format("batch {}: ran in A, {} in {}{}", batch, to_string(run.status),
                                     letter(i + 1),

@@ -188,8 +188,24 @@ TEST(Compare, TooFewSamplesForTheTestFallBackToTheThreshold) {
   EXPECT_FALSE(d.from_samples);
   EXPECT_EQ(d.verdict, Verdict::slower);
   EXPECT_THAT(format_compare(result, false), HasSubstr("slower (few samples)"));
-  EXPECT_FALSE(regressions(result, 5.0).empty());
+  const auto lines = regressions(result, 5.0);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_THAT(lines[0], HasSubstr("slower than A (too few samples to test against noise)"));
   EXPECT_EQ(to_json(result)["rows"][3]["deltas"][0]["few_samples"], true);
+  // Two samples against many: past 20 a side the test uses the normal approximation, whose smallest p with 2
+  // samples is 0.014 however many the other side has. More baseline samples must not hide a regression.
+  Report many = testing::sample_report();
+  Report two = sped_up(many, 1.0 / 1.3);
+  for (Point& p : many.points) {
+    const std::vector<double> base = p.samples_ms;
+    for (size_t i = 0; !base.empty() && p.samples_ms.size() < 50; ++i)
+      p.samples_ms.push_back(base[i % base.size()] * (1.0 + 1e-6 * static_cast<double>(i + 1)));
+  }
+  for (Point& p : two.points)
+    if (p.samples_ms.size() > 2) p.samples_ms.resize(2);
+  const CompareDelta& floor = row_at(compare_pair(many, two), 64).deltas[0];
+  EXPECT_TRUE(floor.few_samples);
+  EXPECT_EQ(floor.verdict, Verdict::slower);
   // Six a side can reach p = 2 / C(12, 6) = 0.002: the test decides again.
   Report six = testing::sample_report();
   for (Point& p : six.points)
@@ -198,6 +214,27 @@ TEST(Compare, TooFewSamplesForTheTestFallBackToTheThreshold) {
   EXPECT_FALSE(tested.few_samples);
   EXPECT_TRUE(tested.from_samples);
   EXPECT_EQ(tested.verdict, Verdict::slower);
+}
+
+// With three runs a batch the baseline and the candidate swept but a third did not is no compared row; a
+// candidate that could not fit it is still a regression.
+TEST(Compare, ABatchMissingFromAThirdRunIsStillCaught) {
+  const Report a = testing::sample_report();
+  Report b = a;
+  for (Point& p : b.points)
+    if (p.batch == 128) {
+      p.status = PointStatus::oom;
+      p.reason = "out of memory";
+      p.samples_ms.clear();
+    }
+  Report c = a;
+  std::erase_if(c.points, [](const Point& p) { return p.batch == 128; });
+  CompareOptions options;
+  options.names = {"a.json", "b.json", "c.json"};
+  const CompareResult result = compare_reports({a, b, c}, options);
+  const auto lines = regressions(result, 50.0);
+  ASSERT_EQ(lines.size(), 1u) << ::testing::PrintToString(lines);
+  EXPECT_EQ(lines[0], "batch 128: oom in B (out of memory), though A fit batch 128");
 }
 
 TEST(Compare, MismatchedModelsNameBothFiles) {
