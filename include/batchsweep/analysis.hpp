@@ -23,7 +23,8 @@
 //      step), never as a bend, so the knee is always a batch faster than every smaller one.
 //   4. no knee from Kneedle: "throughput still scaling at the largest batch (...)" when the largest batch has
 //      the best throughput and beats the batch before it by more than kStillScalingGain (3%) per doubling of
-//      the batch (a smaller gain is within a measurement's noise); otherwise "no knee: throughput curve has
+//      the batch and by at least kStillScalingMinGain (1%) however short the step (a smaller gain is within
+//      a measurement's noise); otherwise "no knee: throughput curve has
 //      no concave bend". A candidate the sweep ended before confirming is NOT declared a knee (as in the
 //      paper and kneed: the drop after a maximum is what makes it a knee); the reason names it and says to
 //      extend the sweep.
@@ -62,9 +63,10 @@
 namespace bsw {
 
 inline constexpr std::size_t kMinKneePoints = 4;
-inline constexpr double kFlatThroughputGain = 0.05;  // best within 5% of the smallest batch: a flat curve
-inline constexpr double kStillScalingGain = 0.03;    // per doubling at the largest batch: "still scaling"
-inline constexpr int kKneePerturbations = 200;       // seeded random noise patterns for the knee confidence
+inline constexpr double kFlatThroughputGain = 0.05;   // best within 5% of the smallest batch: a flat curve
+inline constexpr double kStillScalingGain = 0.03;     // per doubling at the largest batch: "still scaling"
+inline constexpr double kStillScalingMinGain = 0.01;  // and at least this on the last step, however short
+inline constexpr int kKneePerturbations = 200;        // seeded random noise patterns for the knee confidence
 inline constexpr uint64_t kKneePerturbationSeed = 0x6b6e6565646c65ULL;
 
 // Kneedle on one concave increasing curve. x must be strictly increasing and the same length as y (at least 2

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -91,10 +92,11 @@ class StoppingCriterion {
 
 // The default criterion. Finished when
 //   (a) samples >= min_samples AND sum(step_ms) >= min_time_s AND noise <= max_noise_pct: "noise target";
-//   (b) as (a) but with the noise above the target and settled: over the last kSettleWindow steps its
-//       standard deviation is under 5% of its current value (nvbench's stdrel rule). Steps vary that much,
-//       and more of them would not lower it: "noise settled", with a warning giving the noise and how well
-//       the mean is known;
+//   (b) as (a) but with the noise above the target and settled (nvbench's stdrel rule): the noise is recorded
+//       after every step (the last kNoiseHistory readings kept); with more than kSettleMinReadings of them,
+//       every kSettleEvery steps, their standard deviation around the current noise is under 5% of it. Steps
+//       vary that much, and more of them would not lower it: "noise settled", with a warning giving the noise
+//       and how well the mean is known;
 //   (c) the wall clock since construction reaches timeout_s: "timeout";
 //   (d) samples reach max_samples: "sample cap".
 // Noise is stddev / mean of ALL timed samples of the point, kept as running sums (O(1) a step), the number
@@ -117,9 +119,10 @@ class NoiseCriterion final : public StoppingCriterion {
   [[nodiscard]] double elapsed_s() const { return clock_() - start_s_; }
 
  private:
-  static constexpr std::size_t kSettleWindow = 64;  // noise readings a settled noise is judged over
-  static constexpr std::size_t kSettleEvery = 16;   // steps between two such judgements
-  static constexpr double kSettledSpread = 0.05;    // their stddev / the current noise, at most
+  static constexpr std::size_t kNoiseHistory = 512;      // noise readings kept, the latest
+  static constexpr std::size_t kSettleMinReadings = 64;  // more than this before judging
+  static constexpr std::size_t kSettleEvery = 16;        // steps between two judgements
+  static constexpr double kSettledSpread = 0.05;         // their stddev around the current noise / it, below
 
   [[nodiscard]] bool noise_settled() const;
 
@@ -130,9 +133,9 @@ class NoiseCriterion final : public StoppingCriterion {
   double elapsed_at_stop_s_ = 0;
   std::size_t samples_ = 0;
   double measured_ms_ = 0;
-  double mean_ms_ = 0;                 // Welford's running mean
-  double squares_ms2_ = 0;             // and sum of squared deviations from it
-  std::vector<double> noise_history_;  // noise_pct() after each step once min_samples and min_time hold
+  double mean_ms_ = 0;                // Welford's running mean
+  double squares_ms2_ = 0;            // and sum of squared deviations from it
+  std::deque<double> noise_history_;  // noise_pct() after each step from the second on
   Stop stop_ = Stop::none;
 };
 

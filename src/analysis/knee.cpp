@@ -59,6 +59,13 @@ void require_curve(std::span<const double> x, std::span<const double> y, double 
   }
 }
 
+// The log2 gain the last step must beat to count as still scaling: kStillScalingGain per doubling of the
+// batch, and never less than kStillScalingMinGain, since a measurement's noise does not shrink with the step
+// (the last steps of a bisected fit edge are an eighth of a doubling or less).
+double still_scaling_gain(double log2_step) {
+  return std::max(std::log2(1.0 + kStillScalingGain) * log2_step, std::log2(1.0 + kStillScalingMinGain));
+}
+
 struct KneeOutcome {
   KneeCall call = KneeCall::no_bend;
   std::optional<std::size_t> index;        // into the curve, when found
@@ -88,10 +95,8 @@ KneeOutcome call_knee(const std::vector<double>& log2_batch, const std::vector<d
   if (result.knee) {
     outcome.call = KneeCall::found;
     outcome.index = result.knee;
-  } else if (log2_rate[n - 1] >= best &&
-             log2_rate[n - 1] - log2_rate[n - 2] >
-                 std::log2(1.0 + kStillScalingGain) * (log2_batch[n - 1] - log2_batch[n - 2])) {
-    // A last step gaining less than kStillScalingGain per doubling is inside the noise, not scaling.
+  } else if (log2_rate[n - 1] >= best && log2_rate[n - 1] - log2_rate[n - 2] >
+                                             still_scaling_gain(log2_batch[n - 1] - log2_batch[n - 2])) {
     outcome.call = KneeCall::still_scaling;
   } else {
     outcome.call = KneeCall::no_bend;
@@ -214,8 +219,9 @@ void add_confidence(KneeResult& knee, const std::vector<CurvePoint>& curve,
   bands.reserve(n);
   for (const CurvePoint& c : curve) bands.push_back(noise_band(*c.point));
   // Without raw samples (a minimal report, or one step per point) nothing can move: that is not stability.
-  if (std::all_of(bands.begin(), bands.end(),
-                  [](const NoiseBand& b) { return b.up == 0.0 && b.down == 0.0; })) {
+  // (Samples that are all equal do have a spread, of zero: that is stable.)
+  if (std::all_of(curve.begin(), curve.end(),
+                  [](const CurvePoint& c) { return c.point->samples_ms.size() < 2; })) {
     knee.confidence = "unknown";
     if (knee.batch) knee.reason += "; no point has the raw step samples to show how noise moves it";
     return;

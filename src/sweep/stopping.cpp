@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <span>
 
 #include "batchsweep/stats.hpp"
 #include "batchsweep/sweep.hpp"
@@ -28,6 +27,9 @@ void NoiseCriterion::add_measurement(double step_ms) {
   const double delta = step_ms - mean_ms_;
   mean_ms_ += delta / static_cast<double>(samples_);
   squares_ms2_ += delta * (step_ms - mean_ms_);
+  if (samples_ < 2) return;
+  noise_history_.push_back(noise_pct());
+  if (noise_history_.size() > kNoiseHistory) noise_history_.pop_front();
 }
 
 double NoiseCriterion::noise_pct() const {
@@ -37,16 +39,13 @@ double NoiseCriterion::noise_pct() const {
 }
 
 bool NoiseCriterion::noise_settled() const {
-  if (noise_history_.size() < kSettleWindow || samples_ % kSettleEvery != 0) return false;
+  if (noise_history_.size() <= kSettleMinReadings || samples_ % kSettleEvery != 0) return false;
   const double current = noise_history_.back();
   if (current <= 0.0) return false;
-  const std::span<const double> window(noise_history_.end() - kSettleWindow, noise_history_.end());
-  double mean = 0.0;
-  for (double v : window) mean += v;
-  mean /= static_cast<double>(window.size());
+  // The spread around the current value, not the readings' mean: a noise still drifting stays unsettled.
   double squares = 0.0;
-  for (double v : window) squares += (v - mean) * (v - mean);
-  const double spread = std::sqrt(squares / static_cast<double>(window.size() - 1));
+  for (double v : noise_history_) squares += (v - current) * (v - current);
+  const double spread = std::sqrt(squares / static_cast<double>(noise_history_.size() - 1));
   return spread / current < kSettledSpread;
 }
 
@@ -56,7 +55,6 @@ bool NoiseCriterion::is_finished() {
   const auto samples = static_cast<int64_t>(samples_);
   if (samples >= settings_.min_samples && measured_ms_ >= settings_.min_time_s * 1000.0) {
     const double noise = noise_pct();
-    noise_history_.push_back(noise);
     if (noise <= settings_.max_noise_pct)
       stop_ = Stop::noise_target;
     else if (noise_settled())

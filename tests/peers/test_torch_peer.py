@@ -255,10 +255,10 @@ class StoppingTest(unittest.TestCase):
             c.add_measurement(98.0 if added % 2 else 102.0)
             now[0] += 0.001
             added += 1
-        self.assertEqual(added, 80)  # the same rule, and the same step, as batchsweep's criterion
+        self.assertEqual(added, 112)  # the same rule, and the same step, as batchsweep's criterion
         self.assertEqual(c.stop_reason(), "noise settled")
-        self.assertIn("noise settled at 2.0% above the 1% target after 80 samples", c.warning())
-        self.assertIn("the mean step is known to \u00b10.44%", c.warning())
+        self.assertIn("noise settled at 2.0% above the 1% target after 112 samples", c.warning())
+        self.assertIn("the mean step is known to \u00b10.37%", c.warning())
 
     def test_validate_names_flags(self):
         for kw, flag in (({"warmup_steps": -1}, "--warmup"), ({"min_samples": 0}, "--min-samples"),

@@ -121,6 +121,12 @@ TEST(FindKnee, ALastStepWithinTheNoiseIsNotStillScaling) {
   linear_steps.push_back(test::measured_point(512, 100.0 * 448 * 1.02));
   EXPECT_EQ(find_knee(linear_steps, 1.0).reason.rfind("throughput still scaling", 0), 0u)
       << find_knee(linear_steps, 1.0).reason;
+  // A short last step (a bisected fit edge, 512 to 576) needs 1% however little 3% a doubling asks: +0.6% is
+  // noise.
+  std::vector<Point> short_step = sweep(powers_of_two(1, 512), [](double b) { return 100.0 * b; });
+  short_step.push_back(test::measured_point(576, 100.0 * 512 * 1.006));
+  EXPECT_EQ(find_knee(short_step, 1.0).reason.find("still scaling"), std::string::npos)
+      << find_knee(short_step, 1.0).reason;
 }
 
 // Points without raw samples cannot be moved by their noise: the knee's confidence is unknown, not stable.
@@ -135,6 +141,11 @@ TEST(FindKnee, WithoutSamplesTheConfidenceIsUnknown) {
   EXPECT_NE(knee.reason.find("no point has the raw step samples"), std::string::npos) << knee.reason;
   for (Point& p : points) p.samples_ms.clear();
   EXPECT_EQ(find_knee(points, 1.0).confidence, "unknown");
+  // Samples that are all equal (a noise-free scripted device) do have a spread, of zero: stable.
+  std::vector<Point> exact;
+  for (int64_t b : kBatches)
+    exact.push_back(measured_point(b, roofline(1.0, 128.0)(static_cast<double>(b)), 0.0));
+  EXPECT_EQ(find_knee(exact, 1.0).confidence, "stable");
 }
 
 TEST(FindKnee, RooflineKneeIsAtTheCorner) {
