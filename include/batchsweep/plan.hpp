@@ -98,6 +98,10 @@ struct Graph {
   int64_t loss_classes = 0;  // cross_entropy: classes (last dim of the output)
   int64_t parameters = 0;
   double forward_flops_per_sample = 0;
+  // 3x forward (forward, input gradients, weight gradients) less the input gradient of the op that reads the
+  // data, which nothing needs and no backend computes (linear, conv2d and patch_embedding: as many FLOPs as
+  // its forward). PyTorch's flop counter and Megatron's formula count the same.
+  double train_flops_per_sample = 0;
   int64_t tokens_per_sample = 0;  // T for token inputs, else 0
   int max_residual_depth = 0;     // number of residual nesting levels
 };
@@ -195,7 +199,7 @@ struct Plan {
   PlanRequest request;
   std::vector<BufferSpec> buffers;
   MemoryBreakdown memory;
-  double flops_per_sample = 0;  // forward, or 3x forward in training
+  double flops_per_sample = 0;  // Graph::forward_flops_per_sample, or train_flops_per_sample in training
   double flops_per_step = 0;    // flops_per_sample * batch * accumulation
 
   // The buffer of that name; throws std::out_of_range naming it when absent.

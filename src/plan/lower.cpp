@@ -55,10 +55,23 @@ class Lowerer {
       fail("layers", "no layer computes anything (a model of only `flatten` has nothing to run)");
     graph_.output_shape = shape_;
     finish_loss();
+    graph_.train_flops_per_sample = 3.0 * graph_.forward_flops_per_sample - skipped_input_gradient_flops();
     return std::move(graph_);
   }
 
  private:
+  // The op that reads the data computes no input gradient (the backends stop there): for the ops with
+  // FLOPs, that work equals their forward.
+  [[nodiscard]] double skipped_input_gradient_flops() const {
+    for (const Op& op : graph_.ops) {
+      if (op.kind == OpKind::residual_save) continue;
+      const bool matmul =
+          op.kind == OpKind::linear || op.kind == OpKind::conv2d || op.kind == OpKind::patch_embedding;
+      return matmul ? op.forward_flops : 0.0;
+    }
+    return 0.0;
+  }
+
   [[noreturn]] void fail(const std::string& path, const std::string& message) const {
     throw ConfigError(model_.source, path, message);
   }

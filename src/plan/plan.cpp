@@ -193,7 +193,7 @@ class Builder {
     plan.buffers = std::move(buffers_);
     for (const BufferSpec& b : plan.buffers) item(plan.memory, b.category) += b.bytes;
     const double forward = g_.forward_flops_per_sample;
-    plan.flops_per_sample = train ? 3.0 * forward : forward;
+    plan.flops_per_sample = train ? g_.train_flops_per_sample : forward;
     plan.flops_per_step = plan.flops_per_sample * static_cast<double>(r_.batch) *
                           static_cast<double>(train ? r_.accumulation : 1);
     return plan;

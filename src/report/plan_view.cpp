@@ -31,8 +31,7 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
   nlohmann::json doc = {
       {"model", g.model_name},
       {"parameters", g.parameters},
-      {"flops_per_sample",
-       {{"forward", g.forward_flops_per_sample}, {"train", 3.0 * g.forward_flops_per_sample}}}};
+      {"flops_per_sample", {{"forward", g.forward_flops_per_sample}, {"train", g.train_flops_per_sample}}}};
   if (!s.plans.empty()) {
     const PlanRequest& r = s.plans.front().request;
     doc["precision"] = to_string(r.precision);
@@ -73,9 +72,9 @@ std::string format_plan_table(const PlanSummary& s) {
   using report_format::Align;
   using report_format::human_bytes;
   const Graph& g = *s.graph;
-  std::string out = fmt::format("model {}: {} parameters, {} per sample forward, {} per sample training\n",
-                                g.model_name, g.parameters, flops_text(g.forward_flops_per_sample),
-                                flops_text(3.0 * g.forward_flops_per_sample));
+  std::string out =
+      fmt::format("model {}: {} parameters, {} per sample forward, {} per sample training\n", g.model_name,
+                  g.parameters, flops_text(g.forward_flops_per_sample), flops_text(g.train_flops_per_sample));
   if (!s.plans.empty()) {
     const PlanRequest& r = s.plans.front().request;
     out += fmt::format("{} {} on {}, accumulation {}", to_string(r.precision), to_string(r.mode),

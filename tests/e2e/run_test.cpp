@@ -499,8 +499,10 @@ TEST(Plan, EveryPresetAnswersQuickly) {
     EXPECT_LT(seconds, 1.0) << name;
     const nlohmann::json plan = nlohmann::json::parse(r.out);
     EXPECT_GT(plan["parameters"].get<int64_t>(), 0);
-    EXPECT_DOUBLE_EQ(plan["flops_per_sample"]["train"].get<double>(),
-                     3 * plan["flops_per_sample"]["forward"].get<double>());
+    // 3x forward, less the input gradient of the first op, which reads the data (at most its forward).
+    const double forward = plan["flops_per_sample"]["forward"].get<double>();
+    EXPECT_LE(plan["flops_per_sample"]["train"].get<double>(), 3 * forward) << name;
+    EXPECT_GE(plan["flops_per_sample"]["train"].get<double>(), 2 * forward) << name;
     EXPECT_EQ(plan["points"].size(), 11u);
     EXPECT_TRUE(plan["max_fit_batch"].is_number() || plan["max_fit_batch"].is_null());
     for (const auto& p : plan["points"]) EXPECT_GT(p["memory"]["total_bytes"].get<uint64_t>(), 0u);

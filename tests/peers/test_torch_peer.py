@@ -280,12 +280,15 @@ class ConfigTest(unittest.TestCase):
     def test_flops_follow_batchsweep_conventions(self):
         mlp = lower(load_model("mlp").config, "mlp")
         self.assertEqual(mlp.forward_flops_per_sample, 2.0 * (784 * 128 + 128 * 128 + 128 * 10))
-        self.assertEqual(mlp.flops_per_step("train", 8, 4), 3 * 8 * 4 * mlp.forward_flops_per_sample)
+        # No input gradient for the first linear, which reads the data.
+        self.assertEqual(mlp.flops_per_step("train", 8, 4),
+                         8 * 4 * (3 * mlp.forward_flops_per_sample - 2.0 * 784 * 128))
         self.assertEqual(mlp.flops_per_step("infer", 8, 1), 8 * mlp.forward_flops_per_sample)
         lm = lower(load_model("tiny-lm").config, "tiny-lm")
         t, d, v = 64, 128, 1000
         block = 2 * t * d * 3 * d + 4 * t * t * d + 2 * t * d * d + 2 * (2 * t * d * 4 * d)
         self.assertEqual(lm.forward_flops_per_sample, 2 * block + 2 * t * d * v)
+        self.assertEqual(lm.train_flops_per_sample, 3 * lm.forward_flops_per_sample)  # the embedding reads the data
         self.assertEqual((lm.tokens_per_sample, lm.loss_rows, lm.loss_classes), (64, 64, 1000))
 
     def test_defaults_are_written_out(self):
@@ -464,6 +467,7 @@ class BatchsweepBinaryTest(unittest.TestCase):
                 self.assertEqual(plan["parameters"], PRESET_PARAMETERS[name])
                 g = lower(load_model(name).config, name)
                 self.assertEqual(plan["flops_per_sample"]["forward"], g.forward_flops_per_sample)
+                self.assertEqual(plan["flops_per_sample"]["train"], g.train_flops_per_sample)
 
     def test_every_layer_config_matches_plan(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -473,6 +477,7 @@ class BatchsweepBinaryTest(unittest.TestCase):
             g = lower(load_model(path).config, path)
             self.assertEqual(json.loads(done.stdout)["parameters"], g.parameters)
             self.assertEqual(json.loads(done.stdout)["flops_per_sample"]["forward"], g.forward_flops_per_sample)
+            self.assertEqual(json.loads(done.stdout)["flops_per_sample"]["train"], g.train_flops_per_sample)
 
     def test_analyze_and_compare_read_peer_reports(self):
         report = ReportTest().sample_report()
@@ -572,7 +577,8 @@ class TorchSweepTest(unittest.TestCase):
             self.assertAlmostEqual(p["samples_per_second"], p["batch"] * 1000.0 / p["step_ms"]["mean"])
             self.assertIsNone(p["memory"]["measured_bytes"])
             self.assertTrue(math.isfinite(p["loss"]))
-            flops = 3 * 2 * (16 * 32 + 32 * 4) * p["batch"]
+            # 3x forward, less the first linear's input gradient (it reads the data).
+            flops = (3 * 2 * (16 * 32 + 32 * 4) - 2 * 16 * 32) * p["batch"]
             self.assertAlmostEqual(p["tflops"], flops / (p["step_ms"]["mean"] / 1000.0) / 1e12)
 
     def test_tiny_lm_preset(self):

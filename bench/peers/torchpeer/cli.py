@@ -195,7 +195,7 @@ def settings_json(s: Settings, model: LoadedModel, backend: str, graph, paramete
         "parameters": graph.parameters,
         "parameter_check": parameter_check,
         "flops_per_sample": {"forward": graph.forward_flops_per_sample,
-                             "train": 3.0 * graph.forward_flops_per_sample},
+                             "train": graph.train_flops_per_sample},
         "torch": torch_notes,
     }
 

@@ -285,16 +285,24 @@ class Graph:
     output_shape: list  # per sample
     parameters: int = 0
     forward_flops_per_sample: float = 0.0  # matmul/conv work only, multiply-add = 2
+    # The input gradient of the op that reads the data, which nothing needs and no backend computes.
+    skipped_input_grad_flops: float = 0.0
     tokens_per_sample: int = 0  # token inputs: sequence_length
     loss: str = "cross_entropy"
     loss_rows: int = 0  # cross_entropy: positions per sample; mse: output elements per sample
     loss_classes: int = 0  # cross_entropy only
     modules: list = field(default_factory=list)  # what the builder made, in order
 
+    @property
+    def train_flops_per_sample(self) -> float:
+        """batchsweep's Graph::train_flops_per_sample: 3x forward less the first op's input gradient."""
+        return 3.0 * self.forward_flops_per_sample - self.skipped_input_grad_flops
+
     def flops_per_step(self, mode: str, batch: int, accumulation: int) -> float:
-        """batchsweep's Plan::flops_per_step: training counts 3x forward and every micro-batch."""
-        per_sample = self.forward_flops_per_sample * (3.0 if mode == "train" else 1.0)
-        return per_sample * batch * (accumulation if mode == "train" else 1)
+        """batchsweep's Plan::flops_per_step: training counts train_flops_per_sample and every micro-batch."""
+        if mode == "train":
+            return self.train_flops_per_sample * batch * accumulation
+        return self.forward_flops_per_sample * batch
 
 
 # A builder is called as builder(kind, **details) and returns what it made (e.g. a torch module); kinds and
@@ -318,9 +326,17 @@ class _Lowerer:
         self.config, self.source, self.builder = config, source, builder
         self.shape: list = []
         self.token_ids = False
+        self.seen_op = False
 
     def fail(self, path: str, message: str):
         raise ConfigError(self.source, path, message)
+
+    def op(self, input_grad_flops: float = 0.0):
+        """Called for each op batchsweep's lowering makes: the first reads the data, so its input gradient (for
+        linear, conv2d and patch_embedding as many FLOPs as its forward) is never computed."""
+        if not self.seen_op:
+            self.seen_op = True
+            self.graph.skipped_input_grad_flops = input_grad_flops
 
     def make(self, kind: str, **details):
         return self.builder(kind, **details) if self.builder else None
@@ -398,6 +414,7 @@ class _Lowerer:
         self.set_shape(self.shape[:-1] + [out_features], path)
         self.add_params(in_features * out_features + (out_features if bias else 0), path)
         self.graph.forward_flops_per_sample += 2.0 * rows * in_features * out_features
+        self.op(2.0 * rows * in_features * out_features)
         return self.make("linear", in_features=in_features, out_features=out_features, bias=bias,
                          activation=activation)
 
@@ -406,6 +423,7 @@ class _Lowerer:
         dim = self.shape[-1]
         self.set_shape(list(self.shape), path)
         self.add_params(2 * dim, path)
+        self.op()
         return self.make("layernorm", dim=dim)
 
     def attention(self, layer: dict, path: str):
@@ -430,9 +448,11 @@ class _Lowerer:
         cout = layer["out_channels"] if kind == "conv2d" else c
         self.set_shape([cout, hout, wout], path)
         if kind != "conv2d":
+            self.op()
             return self.make(kind, kernel_size=k, stride=stride)
         self.add_params(cout * c * k * k + (cout if layer["bias"] else 0), path)
         self.graph.forward_flops_per_sample += 2.0 * cout * (c * k * k) * (hout * wout)
+        self.op(2.0 * cout * (c * k * k) * (hout * wout))
         return self.make("conv2d", in_channels=c, out_channels=cout, kernel_size=k, stride=stride, padding=pad,
                          bias=layer["bias"], activation=layer["activation"])
 
@@ -446,6 +466,7 @@ class _Lowerer:
             return self.conv_like(layer, path, kind, layer["kernel_size"], layer["stride"], 0)
         if kind == "global_avgpool":
             self.require_not_ids(layer, path)
+            self.op()
             if len(self.shape) == 3:
                 self.set_shape([self.shape[0]], path)
                 return self.make("global_avgpool", tokens_layout=False)
@@ -467,6 +488,7 @@ class _Lowerer:
             seq, vocab, dim = self.shape[0], self.config["input"]["vocab_size"], layer["dim"]
             self.set_shape([seq, dim], path)
             self.add_params(vocab * dim + seq * dim, path)  # token table + learned positions
+            self.op()
             return self.make("embedding", vocab_size=vocab, sequence_length=seq, dim=dim)
         if kind == "patch_embedding":
             self.require_image(layer, path)
@@ -478,6 +500,7 @@ class _Lowerer:
             self.set_shape([n, dim], path)
             self.add_params(dim * c * p * p + dim + n * dim, path)  # conv k=p stride=p, bias, positions
             self.graph.forward_flops_per_sample += 2.0 * dim * (c * p * p) * n
+            self.op(2.0 * dim * (c * p * p) * n)
             return self.make("patch_embedding", in_channels=c, dim=dim, patch_size=p, patches=n)
         if kind == "attention":
             return self.attention(layer, path)

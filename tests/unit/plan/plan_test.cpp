@@ -24,6 +24,8 @@ TEST(Lower, LinearParametersAndFlops) {
                {"type": "linear", "out_features": 5, "bias": false}]})");
   EXPECT_EQ(g.parameters, 10 * 20 + 20 + 20 * 5);
   EXPECT_DOUBLE_EQ(g.forward_flops_per_sample, 2.0 * 10 * 20 + 2.0 * 20 * 5);
+  // Training: forward, dW and dX of each linear, but no dX for the first, which reads the data.
+  EXPECT_DOUBLE_EQ(g.train_flops_per_sample, 2 * (2.0 * 10 * 20) + 3 * (2.0 * 20 * 5));
   ASSERT_EQ(g.ops.size(), 2u);
   EXPECT_EQ(g.loss_classes, 5);
   EXPECT_EQ(g.loss_rows, 1);
@@ -42,6 +44,7 @@ TEST(Lower, ConvPoolShapesAndCounts) {
   EXPECT_EQ(g.ops[2].out_shape, (std::vector<int64_t>{6, 1, 1}));
   const double conv1 = 2.0 * 4 * 3 * 9 * 64, conv2 = 2.0 * 6 * 4 * 9 * 1, fc = 2.0 * 6 * 2;
   EXPECT_DOUBLE_EQ(g.forward_flops_per_sample, conv1 + conv2 + fc);
+  EXPECT_DOUBLE_EQ(g.train_flops_per_sample, 2 * conv1 + 3 * (conv2 + fc));  // conv1 reads the data
 }
 
 TEST(Lower, TransformerConventions) {
@@ -56,6 +59,8 @@ TEST(Lower, TransformerConventions) {
   const double attn = 2.0 * t * d * 3 * d + 4.0 * t * t * d + 2.0 * t * d * d;
   const double mlp = 2.0 * t * d * 4 * d * 2;
   EXPECT_DOUBLE_EQ(g.forward_flops_per_sample, 2 * (attn + mlp) + 2.0 * t * d * v);
+  // The embedding reads the data and has no FLOPs: every matmul pays its input gradient.
+  EXPECT_DOUBLE_EQ(g.train_flops_per_sample, 3 * g.forward_flops_per_sample);
   EXPECT_EQ(g.loss_rows, 16);
   EXPECT_EQ(g.tokens_per_sample, 16);
   EXPECT_EQ(g.max_residual_depth, 1);
@@ -119,7 +124,7 @@ TEST(Plan, TrainingBuffersByCategory) {
   EXPECT_EQ(plan.memory.saved_activations, 2 * rounded(4 * 20 * 4) + rounded(4 * 5 * 4));
   EXPECT_EQ(plan.memory.data, rounded(4 * 10 * 4) + rounded(4 * 4));
   EXPECT_EQ(plan.buffer("grad.a").elements, 4u * 20u);
-  EXPECT_DOUBLE_EQ(plan.flops_per_step, 3.0 * g.forward_flops_per_sample * 4);
+  EXPECT_DOUBLE_EQ(plan.flops_per_step, g.train_flops_per_sample * 4);
   uint64_t sum = 0;
   for (const BufferSpec& b : plan.buffers) {
     sum += b.bytes;
@@ -154,7 +159,7 @@ TEST(Plan, PrecisionsModesAndOptimizers) {
   const Plan accum = make_plan(g, {8, Precision::fp32, Mode::train, 4, BackendKind::cpu});
   EXPECT_EQ(accum.memory.total_bytes(),
             make_plan(g, {8, Precision::fp32, Mode::train, 1, BackendKind::cpu}).memory.total_bytes());
-  EXPECT_DOUBLE_EQ(accum.flops_per_step, 3.0 * g.forward_flops_per_sample * 32);
+  EXPECT_DOUBLE_EQ(accum.flops_per_step, 2.0 * g.forward_flops_per_sample * 32);  // one linear, on the data
 }
 
 TEST(Plan, MaxFitBatchIsTheEdge) {
