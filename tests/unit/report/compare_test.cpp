@@ -37,6 +37,18 @@ Report sped_up(const Report& a, double speedup, bool keep_samples = true) {
   return b;
 }
 
+// `a` with its point at `batch` out of memory.
+Report out_of_memory_at(const Report& a, int64_t batch) {
+  Report b = a;
+  for (Point& p : b.points)
+    if (p.batch == batch) {
+      p.status = PointStatus::oom;
+      p.reason = "out of memory";
+      p.samples_ms.clear();
+    }
+  return b;
+}
+
 TEST(Compare, VerdictsFromSamples) {
   const auto result = compare_pair(testing::sample_report(), testing::sample_candidate());
   ASSERT_EQ(result.runs.size(), 2u);
@@ -117,13 +129,7 @@ TEST(Compare, RegressionThreshold) {
 // fits only in the candidate is not.
 TEST(Compare, ABatchThatStopsFittingIsARegression) {
   const Report a = testing::sample_report();
-  Report b = a;
-  for (Point& p : b.points)
-    if (p.batch == 128) {
-      p.status = PointStatus::oom;
-      p.reason = "out of memory";
-      p.samples_ms.clear();
-    }
+  const Report b = out_of_memory_at(a, 128);
   const auto lines = regressions(compare_pair(a, b), 50.0);
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0], "batch 128: ran in A, oom in B (out of memory)");
@@ -220,13 +226,7 @@ TEST(Compare, TooFewSamplesForTheTestFallBackToTheThreshold) {
 // candidate that could not fit it is still a regression.
 TEST(Compare, ABatchMissingFromAThirdRunIsStillCaught) {
   const Report a = testing::sample_report();
-  Report b = a;
-  for (Point& p : b.points)
-    if (p.batch == 128) {
-      p.status = PointStatus::oom;
-      p.reason = "out of memory";
-      p.samples_ms.clear();
-    }
+  const Report b = out_of_memory_at(a, 128);
   Report c = a;
   std::erase_if(c.points, [](const Point& p) { return p.batch == 128; });
   CompareOptions options;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -21,6 +22,19 @@ struct FakeClock {
     return [this] { return now_s; };
   }
 };
+
+// Feeds step(0), step(1), ... (moving the clock by tick_s each) until the criterion finishes or `limit`
+// steps; returns how many it took.
+int feed(NoiseCriterion& criterion, FakeClock& time, const std::function<double(int)>& step,
+         double tick_s = 0.0, int limit = 100000) {
+  int added = 0;
+  while (!criterion.is_finished() && added < limit) {
+    criterion.add_measurement(step(added));
+    time.now_s += tick_s;
+    ++added;
+  }
+  return added;
+}
 
 TEST(NoiseCriterion, FinishesWhenAllTargetsHold) {
   FakeClock time;
@@ -146,12 +160,9 @@ TEST(NoiseCriterion, SampleCapStopsAFastNoisyStep) {
 TEST(NoiseCriterion, ANoiseThatSettledAboveTheTargetStops) {
   FakeClock time;
   NoiseCriterion criterion(StoppingSettings{}, time.clock());
-  int added = 0;
-  while (!criterion.is_finished() && added < 1000) {
-    criterion.add_measurement(added % 2 ? 98.0 : 102.0);
-    time.now_s += 0.001;  // far from the timeout
-    ++added;
-  }
+  // 1 ms of wall clock a step: far from the timeout.
+  const int added = feed(
+      criterion, time, [](int i) { return i % 2 ? 98.0 : 102.0; }, 0.001, 1000);
   // Readings from sample 2 on, judged every 16 steps past 64 of them: at 80 the early readings (2.8% at two
   // samples) still spread the history by more than 5% of the current 2.0%; at 112 they no longer do.
   EXPECT_EQ(added, 112);
@@ -170,12 +181,8 @@ TEST(NoiseCriterion, ADriftingNoiseHasNotSettled) {
   StoppingSettings settings;
   settings.timeout_s = 0.2;
   NoiseCriterion criterion(settings, time.clock());
-  int added = 0;
-  while (!criterion.is_finished()) {
-    criterion.add_measurement(100.0 + 0.5 * added);
-    time.now_s += 0.001;
-    ++added;
-  }
+  const int added = feed(
+      criterion, time, [](int i) { return 100.0 + 0.5 * i; }, 0.001);
   EXPECT_EQ(criterion.stop_reason(), "timeout");
   EXPECT_EQ(added, 200);
 }
@@ -188,11 +195,8 @@ TEST(NoiseCriterion, AFastDriftIsNotCalledSettledEarly) {
   StoppingSettings settings;
   settings.timeout_s = 1e9;
   NoiseCriterion criterion(settings, time.clock());
-  int added = 0;
-  while (!criterion.is_finished()) {
-    criterion.add_measurement((1.0 + 0.015 * std::sin(added * 1.3)) * (1.0 + added * 0.00015));
-    ++added;
-  }
+  const int added =
+      feed(criterion, time, [](int i) { return (1.0 + 0.015 * std::sin(i * 1.3)) * (1.0 + i * 0.00015); });
   EXPECT_EQ(criterion.stop_reason(), "noise settled");
   EXPECT_GT(added, 4000);
   EXPECT_GT(criterion.noise_pct(), 14.0);
