@@ -23,7 +23,7 @@
 //      step), never as a bend, so the knee is always a batch faster than every smaller one.
 //   4. no knee from Kneedle: "throughput still scaling at the largest batch (...)" when the largest batch has
 //      the best throughput and beats the batch before it by more than kStillScalingGain (3%) per doubling of
-//      the batch and by at least kStillScalingMinGain (1%) however short the step (a smaller gain is within
+//      the batch and by more than kStillScalingMinGain (1%) however short the step (a smaller gain is within
 //      a measurement's noise); otherwise "no knee: throughput curve has
 //      no concave bend". A candidate the sweep ended before confirming is NOT declared a knee (as in the
 //      paper and kneed: the drop after a maximum is what makes it a knee); the reason names it and says to

@@ -55,7 +55,9 @@ struct CompareDelta {
   Verdict verdict = Verdict::not_comparable;
   bool from_samples = false;  // false: a throughput threshold only, shown as "(no samples)"
   // Samples on both sides, but too few for the test ever to reach alpha on them (3 a side: p >= 0.1; 2
-  // against any number: p >= 0.014): the threshold decides, shown as "(few samples)".
+  // against more than 20, where the normal approximation is used: p >= 0.014): the threshold decides, shown
+  // as
+  // "(few samples)".
   bool few_samples = false;
   std::optional<double> p_value;  // two-sided Mann-Whitney p, when from_samples
 };
@@ -105,7 +107,8 @@ struct CompareResult {
 // What `compare --fail-on-regression PCT` (exit code 3) counts, one line each: a run "slower" than the
 // baseline at some batch with B/A < 1 - pct/100, a batch that ran in the baseline but failed in a run
 // (oom, over_limit, error: a batch that no longer fits is a regression a CI gate must catch), and each
-// LostFit (a batch only the run swept, that no longer fits although the baseline fit a larger one).
+// LostFit (a batch not every run swept, that a run could not fit although the baseline fit one at least as
+// large).
 [[nodiscard]] std::vector<std::string> regressions(const CompareResult& result, double pct);
 [[nodiscard]] bool has_regression(const CompareResult& result, double pct);
 

@@ -100,7 +100,8 @@ struct Graph {
   double forward_flops_per_sample = 0;
   // 3x forward (forward, input gradients, weight gradients) less the input gradient of the op that reads the
   // data, which nothing needs and no backend computes (linear, conv2d and patch_embedding: as many FLOPs as
-  // its forward). PyTorch's flop counter and Megatron's formula count the same.
+  // its forward). Megatron's model-FLOPs formula counts the same; PyTorch's flop counter adds the recomputed
+  // attention scores of its flash backward.
   double train_flops_per_sample = 0;
   int64_t tokens_per_sample = 0;  // T for token inputs, else 0
   int max_residual_depth = 0;     // number of residual nesting levels

@@ -212,12 +212,6 @@ std::vector<Weights> random_perturbations(std::size_t n) {
 void add_confidence(KneeResult& knee, const std::vector<CurvePoint>& curve,
                     const std::vector<double>& log2_batch, const std::vector<double>& log2_rate,
                     double sensitivity) {
-  knee.confidence = "stable";
-  const std::size_t n = curve.size();
-  if (n < kMinKneePoints) return;
-  std::vector<NoiseBand> bands;
-  bands.reserve(n);
-  for (const CurvePoint& c : curve) bands.push_back(noise_band(*c.point));
   // Without raw samples (a minimal report, or one step per point) nothing can move: that is not stability.
   // (Samples that are all equal do have a spread, of zero: that is stable.)
   if (std::all_of(curve.begin(), curve.end(),
@@ -226,6 +220,12 @@ void add_confidence(KneeResult& knee, const std::vector<CurvePoint>& curve,
     if (knee.batch) knee.reason += "; no point has the raw step samples to show how noise moves it";
     return;
   }
+  knee.confidence = "stable";
+  const std::size_t n = curve.size();
+  if (n < kMinKneePoints) return;
+  std::vector<NoiseBand> bands;
+  bands.reserve(n);
+  for (const CurvePoint& c : curve) bands.push_back(noise_band(*c.point));
 
   std::vector<Weights> patterns = systematic_perturbations(n);
   std::vector<Weights> random = random_perturbations(n);

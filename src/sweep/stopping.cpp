@@ -1,5 +1,6 @@
-// The default stopping criterion: enough samples, enough measured time and low enough noise, or a wall-clock
-// timeout, or a hard sample cap — whichever comes first — with a warning that says which limit was missed.
+// The default stopping criterion: enough samples, enough measured time and low enough noise (or a noise that
+// has settled above the target), or a wall-clock timeout, or a hard sample cap — whichever comes first — with
+// a warning that says which limit was missed.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <algorithm>

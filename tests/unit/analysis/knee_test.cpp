@@ -141,6 +141,9 @@ TEST(FindKnee, WithoutSamplesTheConfidenceIsUnknown) {
   EXPECT_NE(knee.reason.find("no point has the raw step samples"), std::string::npos) << knee.reason;
   for (Point& p : points) p.samples_ms.clear();
   EXPECT_EQ(find_knee(points, 1.0).confidence, "unknown");
+  // Also with too few points for a knee: nothing says it is stable.
+  points.resize(2);
+  EXPECT_EQ(find_knee(points, 1.0).confidence, "unknown");
   // Samples that are all equal (a noise-free scripted device) do have a spread, of zero: stable.
   std::vector<Point> exact;
   for (int64_t b : kBatches)

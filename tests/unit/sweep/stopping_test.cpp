@@ -1,5 +1,5 @@
-// NoiseCriterion: each stop rule (noise target, min samples, min time, timeout, sample cap) on a fake clock,
-// and the warnings that say which limit was missed and the flag that helps.
+// NoiseCriterion: each stop rule (noise target, noise settled, min samples, min time, timeout, sample cap) on
+// a fake clock, and the warnings that say which limit was missed and the flag that helps.
 #include <gtest/gtest.h>
 #include <chrono>
 #include <cmath>
