@@ -24,10 +24,9 @@
 //   4. no knee from Kneedle: "throughput still scaling at the largest batch (...)" when the largest batch has
 //      the best throughput and beats the batch before it by more than kStillScalingGain (3%) per doubling of
 //      the batch and by more than kStillScalingMinGain (1%) however short the step (a smaller gain is within
-//      a measurement's noise); otherwise "no knee: throughput curve has
-//      no concave bend". A candidate the sweep ended before confirming is NOT declared a knee (as in the
-//      paper and kneed: the drop after a maximum is what makes it a knee); the reason names it and says to
-//      extend the sweep.
+//      a measurement's noise); otherwise "no knee: throughput curve has no concave bend". A candidate the
+//      sweep ended before confirming is NOT declared a knee (as in the paper and kneed: the drop after a
+//      maximum is what makes it a knee); the reason names it and says to extend the sweep.
 // Knee confidence: each curve point's throughput is moved within its own step-time spread, between
 // samples/s * median/p90 (slow steps) and samples/s * median/p10 (fast steps) of its samples_ms (points with
 // fewer than 2 samples do not move), and steps 1-4 are rerun on: every point moved alone up and alone down,

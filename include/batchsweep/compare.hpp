@@ -55,8 +55,7 @@ struct CompareDelta {
   Verdict verdict = Verdict::not_comparable;
   bool from_samples = false;  // false: a throughput threshold only, shown as "(no samples)"
   // Samples on both sides, but too few for the test ever to reach alpha on them (3 a side: p >= 0.1; 2
-  // against more than 20, where the normal approximation is used: p >= 0.014): the threshold decides, shown
-  // as
+  // against more than 20, where the normal approximation is used: p >= 0.014). The threshold decides:
   // "(few samples)".
   bool few_samples = false;
   std::optional<double> p_value;  // two-sided Mann-Whitney p, when from_samples

@@ -70,8 +70,8 @@ struct Point {
 struct KneeResult {
   std::optional<int64_t> batch;
   std::string reason;  // why there is none, or how it was found
-  std::string
-      confidence;  // "stable", "range" when a noise-perturbed curve moves the knee, "unknown" (no samples)
+  // "stable", "range" when a noise-perturbed curve moves the knee, "unknown" when no point has the samples
+  std::string confidence;
   std::optional<int64_t> range_low, range_high;  // the batches the knee moves between (confidence == "range")
 };
 
