@@ -209,14 +209,16 @@ TEST(Compare, TooFewSamplesForTheTestFallBackToTheThreshold) {
   }
   for (Point& p : two.points)
     if (p.samples_ms.size() > 2) p.samples_ms.resize(2);
-  const CompareDelta& floor = row_at(compare_pair(many, two), 64).deltas[0];
+  const CompareResult floored = compare_pair(many, two);  // kept: row_at returns into it
+  const CompareDelta& floor = row_at(floored, 64).deltas[0];
   EXPECT_TRUE(floor.few_samples);
   EXPECT_EQ(floor.verdict, Verdict::slower);
   // Six a side can reach p = 2 / C(12, 6) = 0.002: the test decides again.
   Report six = testing::sample_report();
   for (Point& p : six.points)
     if (p.samples_ms.size() > 6) p.samples_ms.resize(6);
-  const CompareDelta& tested = row_at(compare_pair(six, sped_up(six, 1.0 / 1.3)), 64).deltas[0];
+  const CompareResult six_a_side = compare_pair(six, sped_up(six, 1.0 / 1.3));
+  const CompareDelta& tested = row_at(six_a_side, 64).deltas[0];
   EXPECT_FALSE(tested.few_samples);
   EXPECT_TRUE(tested.from_samples);
   EXPECT_EQ(tested.verdict, Verdict::slower);
