@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cmath>
 
-#include "batchsweep/stats.hpp"
 #include "batchsweep/sweep.hpp"
 
 namespace bsw {

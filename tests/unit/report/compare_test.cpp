@@ -37,6 +37,13 @@ Report sped_up(const Report& a, double speedup, bool keep_samples = true) {
   return b;
 }
 
+// `r` with at most `n` raw samples a point.
+Report samples_cut_to(Report r, size_t n) {
+  for (Point& p : r.points)
+    if (p.samples_ms.size() > n) p.samples_ms.resize(n);
+  return r;
+}
+
 // `a` with its point at `batch` out of memory.
 Report out_of_memory_at(const Report& a, int64_t batch) {
   Report b = a;
@@ -185,9 +192,7 @@ TEST(Compare, AnUnfitBatchBelowTheBaselinesMaxFitIsARegression) {
 // With 3 samples a side the exact test's smallest p is 2 / C(6, 3) = 0.1: it could never call a change at
 // alpha 0.01, so a 23% regression read "same". The threshold decides there instead, and says so.
 TEST(Compare, TooFewSamplesForTheTestFallBackToTheThreshold) {
-  Report a = testing::sample_report();
-  for (Point& p : a.points)
-    if (p.samples_ms.size() > 3) p.samples_ms.resize(3);
+  const Report a = samples_cut_to(testing::sample_report(), 3);
   const CompareResult result = compare_pair(a, sped_up(a, 1.0 / 1.3));
   const CompareDelta& d = row_at(result, 64).deltas[0];
   EXPECT_TRUE(d.few_samples);
@@ -201,22 +206,18 @@ TEST(Compare, TooFewSamplesForTheTestFallBackToTheThreshold) {
   // Two samples against many: past 20 a side the test uses the normal approximation, whose smallest p with 2
   // samples is 0.014 however many the other side has. More baseline samples must not hide a regression.
   Report many = testing::sample_report();
-  Report two = sped_up(many, 1.0 / 1.3);
+  const Report two = samples_cut_to(sped_up(many, 1.0 / 1.3), 2);
   for (Point& p : many.points) {
     const std::vector<double> base = p.samples_ms;
     for (size_t i = 0; !base.empty() && p.samples_ms.size() < 50; ++i)
       p.samples_ms.push_back(base[i % base.size()] * (1.0 + 1e-6 * static_cast<double>(i + 1)));
   }
-  for (Point& p : two.points)
-    if (p.samples_ms.size() > 2) p.samples_ms.resize(2);
   const CompareResult floored = compare_pair(many, two);  // kept: row_at returns into it
   const CompareDelta& floor = row_at(floored, 64).deltas[0];
   EXPECT_TRUE(floor.few_samples);
   EXPECT_EQ(floor.verdict, Verdict::slower);
   // Six a side can reach p = 2 / C(12, 6) = 0.002: the test decides again.
-  Report six = testing::sample_report();
-  for (Point& p : six.points)
-    if (p.samples_ms.size() > 6) p.samples_ms.resize(6);
+  const Report six = samples_cut_to(testing::sample_report(), 6);
   const CompareResult six_a_side = compare_pair(six, sped_up(six, 1.0 / 1.3));
   const CompareDelta& tested = row_at(six_a_side, 64).deltas[0];
   EXPECT_FALSE(tested.few_samples);
