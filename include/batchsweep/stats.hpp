@@ -6,7 +6,6 @@
 #include <cstddef>
 #include <optional>
 #include <span>
-#include <string_view>
 
 #include "batchsweep/report.hpp"
 
@@ -47,25 +46,6 @@ inline constexpr std::size_t kMannWhitneyExactMaxN = 20;
 // distribution for n_a, n_b <= kMannWhitneyExactMaxN without ties. When every value is equal, z = 0 and
 // p = 1. Throws std::invalid_argument when either sample is empty or holds a non-finite value.
 [[nodiscard]] MannWhitneyResult mann_whitney_u(std::span<const double> a, std::span<const double> b);
-
-// A candidate's step times against a baseline's, at one batch.
-enum class Change { same, faster, slower };
-[[nodiscard]] std::string_view to_string(Change v);
-
-struct StepTimeComparison {
-  MannWhitneyResult test;  // a = candidate, b = baseline
-  double time_ratio = 1;   // median(candidate) / median(baseline): < 1 is faster
-  Change change = Change::same;
-};
-
-// `faster` / `slower` when the test rejects "same distribution" at `alpha` AND the median step time moved by
-// at least `min_change_fraction` (0.02 = 2%) in that direction; `same` otherwise. The Hodges-Lehmann shift
-// (candidate - baseline) and the median ratio must agree on the direction (< 0 and < 1 is faster). Throws
-// std::invalid_argument for an empty or non-finite sample, alpha outside (0, 1) or a negative
-// min_change_fraction.
-[[nodiscard]] StepTimeComparison compare_step_times(std::span<const double> baseline_ms,
-                                                    std::span<const double> candidate_ms, double alpha = 0.05,
-                                                    double min_change_fraction = 0.0);
 
 // exp(mean(log r)) of ratios (e.g. candidate / baseline throughput per batch); nullopt for no ratios.
 // Throws std::invalid_argument naming the index of a ratio that is not finite and > 0.

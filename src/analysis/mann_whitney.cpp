@@ -149,39 +149,4 @@ MannWhitneyResult mann_whitney_u(std::span<const double> a, std::span<const doub
   return result;
 }
 
-std::string_view to_string(Change v) {
-  switch (v) {
-    case Change::same:
-      return "same";
-    case Change::faster:
-      return "faster";
-    case Change::slower:
-      return "slower";
-  }
-  return "same";
-}
-
-StepTimeComparison compare_step_times(std::span<const double> baseline_ms,
-                                      std::span<const double> candidate_ms, double alpha,
-                                      double min_change_fraction) {
-  if (!(alpha > 0.0 && alpha < 1.0))
-    throw std::invalid_argument(fmt::format("compare_step_times: alpha must be in (0, 1), got {}", alpha));
-  if (!(min_change_fraction >= 0.0))
-    throw std::invalid_argument(
-        fmt::format("compare_step_times: min_change_fraction must be >= 0, got {}", min_change_fraction));
-  StepTimeComparison comparison;
-  comparison.test = mann_whitney_u(candidate_ms, baseline_ms);
-  comparison.time_ratio = comparison.test.median_ratio;
-  if (comparison.test.p_value >= alpha) return comparison;
-  const double moved = std::abs(comparison.time_ratio - 1.0);
-  if (comparison.test.hodges_lehmann_shift < 0.0 && comparison.time_ratio < 1.0 &&
-      moved >= min_change_fraction) {
-    comparison.change = Change::faster;
-  } else if (comparison.test.hodges_lehmann_shift > 0.0 && comparison.time_ratio > 1.0 &&
-             moved >= min_change_fraction) {
-    comparison.change = Change::slower;
-  }
-  return comparison;
-}
-
 }  // namespace bsw

@@ -1,5 +1,5 @@
 // Tests of the Mann-Whitney U test against scipy 1.17 (scipy.stats.mannwhitneyu, alternative="two-sided"),
-// the Hodges-Lehmann shift against numpy's median of pairwise differences, and compare_step_times.
+// the Hodges-Lehmann shift against numpy's median of pairwise differences.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -94,43 +94,6 @@ TEST(MannWhitney, RejectsEmptyAndNonFinite) {
   EXPECT_THROW((void)mann_whitney_u({}, some), std::invalid_argument);
   EXPECT_THROW((void)mann_whitney_u(some, {}), std::invalid_argument);
   EXPECT_THROW((void)mann_whitney_u(some, with_inf), std::invalid_argument);
-}
-
-std::vector<double> steps(double center_ms, int n) {
-  std::vector<double> out;
-  for (int i = 0; i < n; ++i) out.push_back(center_ms * (1.0 + 0.01 * ((i * 7) % 11 - 5) / 5.0));
-  return out;
-}
-
-TEST(CompareStepTimes, CallsFasterSlowerAndSame) {
-  const std::vector<double> baseline = steps(10.0, 30);
-  const StepTimeComparison faster = compare_step_times(baseline, steps(9.0, 30));
-  EXPECT_EQ(faster.change, Change::faster);
-  EXPECT_NEAR(faster.time_ratio, 0.9, 1e-9);
-  EXPECT_LT(faster.test.p_value, 1e-6);
-
-  const StepTimeComparison slower = compare_step_times(baseline, steps(11.0, 30));
-  EXPECT_EQ(slower.change, Change::slower);
-  EXPECT_NEAR(slower.time_ratio, 1.1, 1e-9);
-
-  const StepTimeComparison same = compare_step_times(baseline, steps(10.0, 30));
-  EXPECT_EQ(same.change, Change::same);
-  EXPECT_EQ(same.test.p_value, 1.0);
-
-  // Significant but below the minimum change that matters.
-  const StepTimeComparison small = compare_step_times(baseline, steps(9.9, 30), 0.05, 0.02);
-  EXPECT_LT(small.test.p_value, 0.05);
-  EXPECT_EQ(small.change, Change::same);
-  EXPECT_EQ(to_string(Change::faster), "faster");
-  EXPECT_EQ(to_string(Change::slower), "slower");
-  EXPECT_EQ(to_string(Change::same), "same");
-}
-
-TEST(CompareStepTimes, RejectsBadThresholds) {
-  const std::vector<double> baseline = steps(10.0, 5);
-  EXPECT_THROW((void)compare_step_times(baseline, baseline, 0.0), std::invalid_argument);
-  EXPECT_THROW((void)compare_step_times(baseline, baseline, 1.0), std::invalid_argument);
-  EXPECT_THROW((void)compare_step_times(baseline, baseline, 0.05, -0.1), std::invalid_argument);
 }
 
 }  // namespace
