@@ -251,11 +251,14 @@ struct ProgressLine {
   int64_t accumulation = 1;
   bool refinement = false;
   double elapsed_s = 0;
-  std::optional<double> eta_s;  // none before the first point finished
+  std::optional<double> eta_s;    // none before the first point finished
+  std::optional<double> point_s;  // time in the current point, shown once the line is redrawn during it
 };
 
 // "[3/9] batch 64 · elapsed 12.4 s · ETA ~31 s"; an estimated total reads "[3/~9]", an accumulation
-// "batch 16x4", a refinement point "batch 184 (refine)". `color` adds ANSI bold/dim (never with NO_COLOR).
+// "batch 16x4", a refinement point "batch 184 (refine)"; redrawn during a long point,
+// "[3/9] batch 64 · 8.2 s in this point · elapsed 20.6 s · ETA ~23 s". `color` adds ANSI bold/dim (never
+// with NO_COLOR).
 [[nodiscard]] std::string format_progress_line(const ProgressLine& line, bool color);
 // "12.4 s", "59.9 s", "2 min 05 s", "1 h 02 min".
 [[nodiscard]] std::string format_duration(double seconds);
@@ -266,31 +269,49 @@ struct ProgressOptions {
   bool color = false;                    // ANSI styling (terminal and NO_COLOR unset)
   std::function<bool()> stop_requested;  // answers should_stop() (the CLI's signal flag); none = never
   std::function<double()> clock;         // seconds, monotonic; none = steady_clock
+  // On a terminal, a background thread redraws the line this often (seconds) while a point runs, so the
+  // clock moves during a long prepare or step; 0 = only at point starts (tests call tick() themselves).
+  double tick_s = 0;
 };
 
-// Options for the real stderr: terminal = isatty(stderr), color = terminal and NO_COLOR unset or empty.
+// Options for the real stderr: terminal = isatty(stderr), color = terminal and NO_COLOR unset or empty,
+// tick_s = 1 s.
 [[nodiscard]] ProgressOptions stderr_progress_options(bool quiet);
 
-// A SweepObserver that prints progress. In a terminal the line is redrawn in place and a point that is not ok
-// leaves one line ("batch 4096: oom — <reason>"); otherwise each point start prints its own line.
-// ETA = mean wall time per finished point x points remaining.
+// A SweepObserver that prints progress. On a terminal the line is redrawn in place (at each point start, and
+// every tick_s during a point); off a terminal there is no progress line. Everywhere, a point that is not ok
+// leaves one line ("batch 4096: oom — <reason>") and the end one summary line, unless quiet.
+// ETA = mean wall time per finished point x points remaining, less the time the current point has run (never
+// below the points after it).
 class ProgressPrinter : public SweepObserver {
  public:
   ProgressPrinter(std::FILE* stream, ProgressOptions options);
+  ~ProgressPrinter() override;
+  ProgressPrinter(const ProgressPrinter&) = delete;
+  ProgressPrinter& operator=(const ProgressPrinter&) = delete;
+
   void on_point_start(const PointStart& start) override;
   void on_point_done(const Point& point, const std::vector<Point>& all_so_far) override;
   [[nodiscard]] bool should_stop() override;
   void on_sweep_end(bool interrupted) override;
+  // Redraws the current point's line with the time so far; nothing between points, off a terminal, or quiet.
+  // The ticker thread calls it every tick_s.
+  void tick();
 
  private:
+  struct Ticker;
   [[nodiscard]] double now_s() const;
   void clear_line();
+  void draw(const PointStart& start, double point_start_s, bool show_point_time);
 
   std::FILE* stream_;
   ProgressOptions options_;
   double start_s_ = 0;
   int finished_ = 0;
-  std::size_t drawn_width_ = 0;  // characters of the line drawn in place
+  std::size_t drawn_width_ = 0;        // characters of the line drawn in place
+  std::optional<PointStart> current_;  // the point being measured
+  double current_start_s_ = 0;
+  std::unique_ptr<Ticker> ticker_;  // the redraw thread and the lock every write to the stream takes
 };
 
 }  // namespace bsw

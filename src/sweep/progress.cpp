@@ -1,13 +1,17 @@
 // Sweep progress on stderr, only on a terminal: "[3/9] batch 64 · elapsed 12.4 s · ETA ~31 s", redrawn in
-// place. Everywhere, unless --quiet: a line for each point that did not run (oom, error, ...) and one at the
-// end. The text comes from pure functions the tests pin.
+// place at each point start and, from a ticker thread, every second during a point. Everywhere, unless
+// --quiet: a line for each point that did not run (oom, error, ...) and one at the end. The text comes from
+// pure functions the tests pin.
 #include <unistd.h>
 
 #include <fmt/format.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
+#include <mutex>
+#include <thread>
 
 #include "batchsweep/sweep.hpp"
 
@@ -59,8 +63,11 @@ std::string format_progress_line(const ProgressLine& line, bool color) {
   const std::string_view bold = color ? kBold : "";
   const std::string_view dim = color ? kDim : "";
   const std::string_view reset = color ? kReset : "";
-  return fmt::format("{}[{}/{}] batch {}{}{}{} · elapsed {}{}{}", bold, line.index, total, batch, reset,
-                     line.refinement ? " (refine)" : "", dim, format_duration(line.elapsed_s), eta, reset);
+  const std::string in_point =
+      line.point_s ? fmt::format(" · {} in this point", format_duration(*line.point_s)) : std::string();
+  return fmt::format("{}[{}/{}] batch {}{}{}{}{} · elapsed {}{}{}", bold, line.index, total, batch, reset,
+                     line.refinement ? " (refine)" : "", dim, in_point, format_duration(line.elapsed_s), eta,
+                     reset);
 }
 
 ProgressOptions stderr_progress_options(bool quiet) {
@@ -69,12 +76,43 @@ ProgressOptions stderr_progress_options(bool quiet) {
   options.terminal = isatty(STDERR_FILENO) == 1;
   const char* no_color = std::getenv("NO_COLOR");
   options.color = options.terminal && (no_color == nullptr || no_color[0] == '\0');
+  options.tick_s = 1.0;
   return options;
 }
 
+// The lock every write to the stream takes (the sweep's thread and the ticker's), and the ticker thread.
+struct ProgressPrinter::Ticker {
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool stop = false;
+  std::thread thread;
+
+  void join() {
+    {
+      const std::lock_guard lock(mutex);
+      stop = true;
+    }
+    wake.notify_all();
+    if (thread.joinable()) thread.join();
+  }
+};
+
 ProgressPrinter::ProgressPrinter(std::FILE* stream, ProgressOptions options)
-    : stream_(stream), options_(std::move(options)) {
+    : stream_(stream), options_(std::move(options)), ticker_(std::make_unique<Ticker>()) {
   start_s_ = now_s();
+  if (options_.quiet || !options_.terminal || !(options_.tick_s > 0)) return;
+  const auto period = std::chrono::duration<double>(options_.tick_s);
+  ticker_->thread = std::thread([this, period] {
+    std::unique_lock lock(ticker_->mutex);
+    // wait_for returns false when the period passed without a stop: redraw, still holding the lock.
+    while (!ticker_->wake.wait_for(lock, period, [this] { return ticker_->stop; })) {
+      if (current_) draw(*current_, current_start_s_, true);
+    }
+  });
+}
+
+ProgressPrinter::~ProgressPrinter() {
+  ticker_->join();
 }
 
 double ProgressPrinter::now_s() const {
@@ -87,15 +125,21 @@ void ProgressPrinter::clear_line() {
   drawn_width_ = 0;
 }
 
-void ProgressPrinter::on_point_start(const PointStart& start) {
-  if (options_.quiet || !options_.terminal) return;  // a log file or a pipe gets no progress lines
-  const double elapsed_s = now_s() - start_s_;
+void ProgressPrinter::draw(const PointStart& start, double point_start_s, bool show_point_time) {
+  const double now = now_s();
+  const double elapsed_s = now - start_s_;
   ProgressLine line{start.index, start.planned_total, start.total_is_estimate,
                     start.batch, start.accumulation,  start.refinement,
-                    elapsed_s,   std::nullopt};
+                    elapsed_s,   std::nullopt,        std::nullopt};
+  const double in_point_s = std::max(0.0, now - point_start_s);
+  if (show_point_time) line.point_s = in_point_s;
   if (finished_ > 0) {
+    // The mean finished point, times the points left (this one included), less what this one has run; never
+    // below the points after this one.
+    const double per_point_s = std::max(0.0, point_start_s - start_s_) / finished_;
     const int remaining = std::max(0, start.planned_total - finished_);
-    line.eta_s = elapsed_s / finished_ * remaining;
+    const double after_this_s = per_point_s * std::max(0, remaining - 1);
+    line.eta_s = std::max(after_this_s, per_point_s * remaining - in_point_s);
   }
   const std::string text = format_progress_line(line, options_.color);
   clear_line();
@@ -104,8 +148,24 @@ void ProgressPrinter::on_point_start(const PointStart& start) {
   std::fflush(stream_);
 }
 
+void ProgressPrinter::on_point_start(const PointStart& start) {
+  const std::lock_guard lock(ticker_->mutex);
+  current_ = start;
+  current_start_s_ = now_s();
+  if (options_.quiet || !options_.terminal) return;  // a log file or a pipe gets no progress lines
+  draw(start, current_start_s_, false);
+}
+
+void ProgressPrinter::tick() {
+  const std::lock_guard lock(ticker_->mutex);
+  if (options_.quiet || !options_.terminal || !current_) return;
+  draw(*current_, current_start_s_, true);
+}
+
 void ProgressPrinter::on_point_done(const Point& point, const std::vector<Point>& /*all_so_far*/) {
+  const std::lock_guard lock(ticker_->mutex);
   ++finished_;
+  current_.reset();
   if (options_.quiet || point.status == PointStatus::ok) return;
   // A point that did not run leaves a line, also on a terminal where the progress line is redrawn.
   clear_line();
@@ -119,6 +179,8 @@ bool ProgressPrinter::should_stop() {
 }
 
 void ProgressPrinter::on_sweep_end(bool interrupted) {
+  ticker_->join();  // no redraw after the summary
+  current_.reset();
   if (options_.quiet) return;
   clear_line();
   const double elapsed_s = now_s() - start_s_;

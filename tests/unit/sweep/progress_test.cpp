@@ -2,8 +2,11 @@
 // in place), off a terminal (one line per point), with colour, and quiet.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "sweep_test_support.hpp"
 
@@ -52,7 +55,7 @@ TEST(FormatProgressLine, Variants) {
 }
 
 TEST(FormatProgressLine, ColorOnlyWhenAsked) {
-  ProgressLine line{2, 5, false, 8, 1, false, 1.0, 2.0};
+  ProgressLine line{2, 5, false, 8, 1, false, 1.0, 2.0, std::nullopt};
   const std::string plain = format_progress_line(line, false);
   const std::string colored = format_progress_line(line, true);
   EXPECT_EQ(plain.find('\x1b'), std::string::npos);
@@ -136,6 +139,98 @@ TEST(ProgressPrinter, RedrawsInPlaceOnATerminal) {
   EXPECT_EQ(text.find('\n'), text.size() - 1) << text;  // the only newline ends the summary
 }
 
+TEST(FormatProgressLine, TimeInThePoint) {
+  ProgressLine line;
+  line.index = 3;
+  line.planned_total = 9;
+  line.batch = 64;
+  line.elapsed_s = 20.6;
+  line.eta_s = 23.0;
+  line.point_s = 8.2;
+  EXPECT_EQ(format_progress_line(line, false),
+            "[3/9] batch 64 · 8.2 s in this point · elapsed 20.6 s · ETA ~23 s");
+}
+
+TEST(ProgressPrinter, TicksDuringAPointWithTheTimeInItAndAnEtaThatCountsIt) {
+  Capture out;
+  double now_s = 0;
+  ProgressOptions options;
+  options.terminal = true;
+  options.clock = [&] { return now_s; };
+  ProgressPrinter printer(out.file(), options);
+  std::vector<Point> all{point_of(1, PointStatus::ok)};
+  printer.tick();  // before any point: nothing
+  EXPECT_EQ(out.text(), "");
+  printer.on_point_start(PointStart{1, 3, false, 1, 1, false});
+  now_s = 10;
+  printer.on_point_done(all.back(), all);
+  printer.tick();  // between points: nothing
+  printer.on_point_start(PointStart{2, 3, false, 2, 1, false});
+  now_s = 14;
+  printer.tick();
+  // 10 s per finished point: this one and one more, less the 4 s this one has run.
+  EXPECT_NE(out.text().find("[2/3] batch 2 · 4.0 s in this point · elapsed 14.0 s · ETA ~16 s"),
+            std::string::npos)
+      << out.text();
+  now_s = 40;
+  printer.tick();
+  // A point running past the mean: the ETA stays at the points after it.
+  EXPECT_NE(out.text().find("[2/3] batch 2 · 30.0 s in this point · elapsed 40.0 s · ETA ~10 s"),
+            std::string::npos)
+      << out.text();
+  all.push_back(point_of(2, PointStatus::ok));
+  printer.on_point_done(all.back(), all);
+  const std::size_t before = out.text().size();
+  printer.tick();
+  EXPECT_EQ(out.text().size(), before);  // nothing after the point ended
+  printer.on_sweep_end(false);
+  EXPECT_EQ(out.text().find('\n'), out.text().size() - 1) << out.text();  // only the summary ends a line
+}
+
+TEST(ProgressPrinter, TickDrawsNothingOffATerminalOrQuiet) {
+  for (const bool quiet : {false, true}) {
+    Capture out;
+    ProgressOptions options;
+    options.quiet = quiet;
+    options.terminal = quiet;  // quiet on a terminal, or not quiet off one
+    options.clock = [] { return 5.0; };
+    ProgressPrinter printer(out.file(), options);
+    printer.on_point_start(PointStart{1, 2, false, 1, 1, false});
+    printer.tick();
+    EXPECT_EQ(out.text(), "") << "quiet " << quiet;
+  }
+}
+
+TEST(ProgressPrinter, TheTickerThreadRedrawsUntilTheSweepEnds) {
+  Capture out;
+  std::atomic<int> clock_reads{0};
+  ProgressOptions options;
+  options.terminal = true;
+  options.tick_s = 0.005;
+  options.clock = [&] {
+    ++clock_reads;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  {
+    ProgressPrinter printer(out.file(), options);
+    printer.on_point_start(PointStart{1, 1, false, 8, 1, false});
+    // The printer reads the clock at construction and at the point start; each tick reads it once more.
+    const int before_ticks = clock_reads.load();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (clock_reads.load() < before_ticks + 3 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_GE(clock_reads.load(), before_ticks + 3);
+    printer.on_sweep_end(false);  // joins the ticker
+    const int after_end = clock_reads.load();
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    EXPECT_EQ(clock_reads.load(), after_end);  // no tick after the summary
+  }
+  const std::string text = out.text();
+  EXPECT_NE(text.find("in this point"), std::string::npos) << text;
+  EXPECT_EQ(text.find('\n'), text.size() - 1) << text;  // the summary is the last thing written
+  EXPECT_NE(text.find("sweep done: 0 points in "), std::string::npos) << text;
+}
+
 TEST(ProgressPrinter, QuietPrintsNothingAndShouldStopAsksTheFlag) {
   Capture out;
   bool stop = false;
@@ -165,6 +260,7 @@ TEST(ProgressPrinter, StderrOptionsFollowNoColor) {
   EXPECT_FALSE(stderr_progress_options(false).color);
   unsetenv("NO_COLOR");
   EXPECT_TRUE(stderr_progress_options(true).quiet);
+  EXPECT_DOUBLE_EQ(stderr_progress_options(false).tick_s, 1.0);
 }
 
 }  // namespace
