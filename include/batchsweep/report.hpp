@@ -56,6 +56,8 @@ struct Point {
   std::optional<double> mfu;  // fraction of DeviceInfo::peak_flops, 0..1
   PointMemory memory;
   bool refinement = false;  // chosen by --batch auto's refinement stage
+  // run --resume: the created_at of the earlier run whose measurement this point is; empty when measured now.
+  std::string resumed_from;
   // Extras a demanding user wants next to the timings.
   std::optional<double> noise_pct;  // relative noise (stddev/mean * 100) of samples_ms
   std::string stop_reason;          // which stopping rule ended the point ("noise target", "timeout", ...)

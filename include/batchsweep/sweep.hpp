@@ -158,6 +158,10 @@ struct SweepSettings {
   SessionOptions session;
   double knee_sensitivity = 1.0;  // --batch auto: Kneedle S for the knee the refinement measures around
   PathChoice paths;               // --attention, --conv (cuda)
+  // run --resume: an earlier run's points, each with resumed_from set. Where the sweep asks for a (batch,
+  // accumulation) that is ok among them, and its plan still fits the budget, that point is taken as it is
+  // instead of being measured again; the caller has checked that both runs measure the same thing.
+  std::vector<Point> resume_points;
 };
 
 // The execution paths a sweep plans every point with: on the cuda backend, requested_cuda_paths as the
@@ -203,6 +207,7 @@ struct SweepOutcome {
   bool interrupted = false;           // should_stop() ended the sweep; points holds everything finished
   int measured_points = 0;            // points that ran timed steps (prepared: ok, or error after prepare)
   int probed_points = 0;       // prepares that failed or were only probed (auto), plans over the budget
+  int resumed_points = 0;      // points taken from SweepSettings::resume_points, not measured again
   std::string search_summary;  // auto / effective-batch: how the search went; empty for a plain list
 };
 
@@ -281,8 +286,8 @@ struct ProgressOptions {
 // A SweepObserver that prints progress. On a terminal the line is redrawn in place (at each point start, and
 // every tick_s during a point); off a terminal there is no progress line. Everywhere, a point that is not ok
 // leaves one line ("batch 4096: oom — <reason>") and the end one summary line, unless quiet.
-// ETA = mean wall time per finished point x points remaining, less the time the current point has run (never
-// below the points after it).
+// ETA = mean wall time per finished point (points taken from --resume do not count) x points remaining, less
+// the time the current point has run (never below the points after it).
 class ProgressPrinter : public SweepObserver {
  public:
   ProgressPrinter(std::FILE* stream, ProgressOptions options);
@@ -308,6 +313,7 @@ class ProgressPrinter : public SweepObserver {
   ProgressOptions options_;
   double start_s_ = 0;
   int finished_ = 0;
+  int resumed_ = 0;                    // finished points taken from --resume: no time of this run's
   std::size_t drawn_width_ = 0;        // characters of the line drawn in place
   std::optional<PointStart> current_;  // the point being measured
   double current_start_s_ = 0;

@@ -210,6 +210,13 @@ int run_app(int argc, char** argv) {
   run_cmd->add_option("--script", run.script, "Step-time script for --backend scripted (testing)")
       ->type_name("FILE");
   run_cmd->add_option("--mode", run_raw.mode, "train | infer")->capture_default_str();
+  CLI::Option* resume_opt =
+      run_cmd
+          ->add_option(
+              "--resume", run.resume_path,
+              "Take the ok points of an earlier report of the same model and settings (an interrupted "
+              "sweep) instead of measuring them again")
+          ->type_name("FILE");
   run_cmd->add_option("--precision,-p", run_raw.precision, "fp32 | tf32 | fp16 | bf16")
       ->capture_default_str();
   CLI::Option* batch_opt = run_cmd
@@ -381,6 +388,8 @@ int run_app(int argc, char** argv) {
     validate(run.sweep.stopping);
     if (run.backend == "scripted" && run.script.empty())
       throw UsageError("--script: --backend scripted needs a step-time script (see tests/data/scripted)");
+    if (resume_opt->count() > 0 && run.resume_path.empty())
+      throw UsageError("--resume: the file name is empty (an unset shell variable?)");
     std::vector<std::string> args(argv, argv + argc);
     return run_command(run, args);
   }

@@ -384,6 +384,52 @@ int plan_command(const PlanSettings& s) {
   return kExitOk;
 }
 
+// run --resume: what differs between the earlier run and this one in what a point measures, as "its X is A,
+// this run's is B"; nullopt when its ok points can stand for this run's. Analysis settings, the batch list,
+// exports and telemetry may differ.
+std::optional<std::string> resume_mismatch(const Report& earlier, const Report& now) {
+  struct Setting {
+    const char* key;
+    const char* flag;
+  };
+  static constexpr Setting kMeasured[] = {
+      {"backend", "--backend"},
+      {"model", "--model"},
+      {"mode", "--mode"},
+      {"precision", "--precision"},
+      {"seed", "--seed"},
+      {"cuda_graphs", "--graphs"},
+      {"attention", "--attention"},
+      {"conv", "--conv"},
+      {"stopping", "--warmup, --min-samples, --min-time, --max-noise, --timeout or --max-samples"}};
+  const auto shown = [](const nlohmann::json* v) { return v != nullptr ? v->dump() : std::string("absent"); };
+  const auto at = [](const nlohmann::json& obj, const char* key) -> const nlohmann::json* {
+    if (!obj.is_object()) return nullptr;
+    const auto it = obj.find(key);
+    return it == obj.end() ? nullptr : &*it;
+  };
+  for (const Setting& setting : kMeasured) {
+    const nlohmann::json* before = at(earlier.settings, setting.key);
+    const nlohmann::json* here = at(now.settings, setting.key);
+    if (before != nullptr && here != nullptr && *before == *here) continue;
+    if (std::string_view(setting.key) == "model")  // a whole model is too long to quote
+      return fmt::format("its resolved model (settings.model) differs from this run's ({})", setting.flag);
+    return fmt::format("its settings.{} is {}, this run's is {} ({})", setting.key, shown(before),
+                       shown(here), setting.flag);
+  }
+  if (earlier.device.backend != now.device.backend || earlier.device.name != now.device.name)
+    return fmt::format("it ran on {} \"{}\", this run on {} \"{}\"", earlier.device.backend,
+                       earlier.device.name, now.device.backend, now.device.name);
+  // What else shapes the timings: the CPU's threads, the execution paths cuDNN accepted.
+  for (const char* key : {"threads", "execution_paths"}) {
+    const nlohmann::json* before = at(earlier.device.details, key);
+    const nlohmann::json* here = at(now.device.details, key);
+    if ((before != nullptr || here != nullptr) && (before == nullptr || here == nullptr || *before != *here))
+      return fmt::format("its device.{} is {}, this run's is {}", key, shown(before), shown(here));
+  }
+  return std::nullopt;
+}
+
 int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   ExportSettings exports = s.exports;
   check_exports(exports);
@@ -431,14 +477,62 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
                                                            to_string(backend->kind()))}};
   }
 
+  SweepSettings sweep = s.sweep;
+  std::optional<Report> earlier;
+  if (!s.resume_path.empty()) {
+    try {
+      earlier = read_report(s.resume_path);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("--resume: {}", e.what()));
+    }
+    if (auto mismatch = resume_mismatch(*earlier, report))
+      throw UsageError(
+          fmt::format("--resume {}: {}; resume with the same settings, or sweep afresh without "
+                      "--resume",
+                      s.resume_path, *mismatch));
+    for (Point point : earlier->points) {
+      if (point.status != PointStatus::ok) continue;  // what did not run then is tried again
+      if (point.resumed_from.empty()) point.resumed_from = earlier->created_at;
+      // MFU against this run's peak (a calibration may have come since).
+      point.mfu = point.tflops && report.device.peak_flops && *report.device.peak_flops > 0
+                      ? std::optional<double>(*point.tflops * 1e12 / *report.device.peak_flops)
+                      : std::nullopt;
+      sweep.resume_points.push_back(std::move(point));
+    }
+  }
+
   SignalGuard signals;
   ExportingObserver observer(report, exports, options, s.quiet, telemetry ? &*telemetry : nullptr);
-  SweepOutcome outcome = run_sweep(*backend, graph, s.sweep, observer);
+  SweepOutcome outcome = run_sweep(*backend, graph, sweep, observer);
 
   report.points = std::move(outcome.points);
   report.warnings.insert(report.warnings.end(), outcome.warnings.begin(), outcome.warnings.end());
   if (!outcome.search_summary.empty()) report.settings["search"] = outcome.search_summary;
   report.settings["measured_points"] = outcome.measured_points;
+  if (earlier) {
+    report.settings["resumed"] = {{"from", s.resume_path},
+                                  {"created_at", earlier->created_at},
+                                  {"git_commit", earlier->tool.git_commit},
+                                  {"points", outcome.resumed_points}};
+    std::vector<std::string> labels;
+    for (const Point& p : report.points)
+      if (!p.resumed_from.empty()) labels.push_back(batch_label(p.batch, p.accumulation));
+    if (labels.empty()) {
+      report.warnings.push_back(
+          fmt::format("--resume {}: none of its ok points is in this sweep; every point was measured now",
+                      s.resume_path));
+    } else {
+      std::string commit_note;
+      if (earlier->tool.git_commit != report.tool.git_commit)
+        commit_note =
+            fmt::format(" by batchsweep {} (this is {})", earlier->tool.git_commit, report.tool.git_commit);
+      report.warnings.push_back(fmt::format(
+          "--resume {}: batch{} {} {} measured earlier{} and not again (resumed_from in the report); "
+          "the machine's state may have changed since",
+          s.resume_path, labels.size() == 1 ? "" : "es", fmt::join(labels, ", "),
+          labels.size() == 1 ? "was" : "were", commit_note));
+    }
+  }
   const int sig = g_signal.load();
   if (outcome.interrupted)
     report.warnings.push_back(fmt::format("interrupted by {}: the report holds the {} finished point(s)",

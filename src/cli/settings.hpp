@@ -46,6 +46,7 @@ struct RunSettings {
   std::string backend = "auto";
   std::string script;              // --script, for --backend scripted
   std::string telemetry = "auto";  // --telemetry auto|on|off: NVML sampling per point (auto: on for cuda)
+  std::string resume_path;         // --resume: an earlier report whose ok points are taken, not re-measured
   SweepSettings sweep;
   AnalysisFlags analysis;
   ExportSettings exports;

@@ -290,6 +290,7 @@ class Reader {
       p.memory.device_used_bytes = optional_bytes(*memory, here, "device_used_bytes");
     }
     p.refinement = optional_bool(v, path, "refinement");
+    p.resumed_from = optional_string(v, path, "resumed_from");
     p.noise_pct = optional_number(v, path, "noise_pct");
     p.stop_reason = optional_string(v, path, "stop_reason");
     p.skipped_steps = optional_integer(v, path, "skipped_steps");

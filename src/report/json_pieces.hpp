@@ -92,6 +92,7 @@ Json point_json(const Point& p) {
   out["memory"]["measured_bytes"] = optional_integer<Json>(p.memory.measured_bytes);
   out["memory"]["device_used_bytes"] = optional_integer<Json>(p.memory.device_used_bytes);
   out["refinement"] = p.refinement;
+  if (!p.resumed_from.empty()) out["resumed_from"] = p.resumed_from;
   if (p.noise_pct) out["noise_pct"] = number_or_null<Json>(*p.noise_pct);
   if (!p.stop_reason.empty()) out["stop_reason"] = p.stop_reason;
   if (p.skipped_steps) out["skipped_steps"] = *p.skipped_steps;

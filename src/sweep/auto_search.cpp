@@ -243,8 +243,11 @@ class AutoSearch {
   }
 
   [[nodiscard]] std::string summary(bool interrupted) const {
-    std::string text = fmt::format("auto: {} points timed, {} prepare-only probes; growth ",
-                                   runner_.measured_points(), growth_probes_ + edge_probes_);
+    std::string text = fmt::format(
+        "auto: {} points timed{}, {} prepare-only probes; growth ", runner_.measured_points(),
+        runner_.resumed_points() > 0 ? fmt::format(" and {} taken from --resume", runner_.resumed_points())
+                                     : std::string(),
+        growth_probes_ + edge_probes_);
     if (slow_at_)
       text += fmt::format("timed up to {} (a larger batch would not fit --timeout {} s), then ", *slow_at_,
                           runner_.settings().stopping.timeout_s);

@@ -54,6 +54,7 @@ class PointRunner {
   [[nodiscard]] bool interrupted() const { return interrupted_; }
   [[nodiscard]] int measured_points() const { return measured_; }
   [[nodiscard]] int probed_points() const { return probed_; }
+  [[nodiscard]] int resumed_points() const { return resumed_; }
   [[nodiscard]] const Graph& graph() const { return graph_; }
   [[nodiscard]] const SweepSettings& settings() const { return settings_; }
 
@@ -94,6 +95,8 @@ class PointRunner {
   void add_stop_warnings();
   static constexpr size_t kStopWarningsListed = 3;
   void insert(Point point);
+  // The ok point of SweepSettings::resume_points at (batch, accumulation), if there is one.
+  [[nodiscard]] const Point* resumable(int64_t batch, int64_t accumulation) const;
 
   Backend& backend_;
   const Graph& graph_;
@@ -118,6 +121,7 @@ class PointRunner {
   bool interrupted_ = false;
   int measured_ = 0;
   int probed_ = 0;
+  int resumed_ = 0;
 };
 
 // The strategies, each in its own file.

@@ -113,6 +113,9 @@ ProgressPrinter::ProgressPrinter(std::FILE* stream, ProgressOptions options)
 
 ProgressPrinter::~ProgressPrinter() {
   ticker_->join();
+  // A sweep that ended by an exception leaves no half line for the error message to run into.
+  clear_line();
+  std::fflush(stream_);
 }
 
 double ProgressPrinter::now_s() const {
@@ -133,10 +136,10 @@ void ProgressPrinter::draw(const PointStart& start, double point_start_s, bool s
                     elapsed_s,   std::nullopt,        std::nullopt};
   const double in_point_s = std::max(0.0, now - point_start_s);
   if (show_point_time) line.point_s = in_point_s;
-  if (finished_ > 0) {
-    // The mean finished point, times the points left (this one included), less what this one has run; never
+  if (finished_ > resumed_) {
+    // The mean measured point, times the points left (this one included), less what this one has run; never
     // below the points after this one.
-    const double per_point_s = std::max(0.0, point_start_s - start_s_) / finished_;
+    const double per_point_s = std::max(0.0, point_start_s - start_s_) / (finished_ - resumed_);
     const int remaining = std::max(0, start.planned_total - finished_);
     const double after_this_s = per_point_s * std::max(0, remaining - 1);
     line.eta_s = std::max(after_this_s, per_point_s * remaining - in_point_s);
@@ -165,6 +168,7 @@ void ProgressPrinter::tick() {
 void ProgressPrinter::on_point_done(const Point& point, const std::vector<Point>& /*all_so_far*/) {
   const std::lock_guard lock(ticker_->mutex);
   ++finished_;
+  if (!point.resumed_from.empty()) ++resumed_;
   current_.reset();
   if (options_.quiet || point.status == PointStatus::ok) return;
   // A point that did not run leaves a line, also on a terminal where the progress line is redrawn.

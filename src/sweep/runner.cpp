@@ -104,6 +104,14 @@ const Point* PointRunner::find(int64_t batch, int64_t accumulation) const {
   return it == points_.end() ? nullptr : &*it;
 }
 
+const Point* PointRunner::resumable(int64_t batch, int64_t accumulation) const {
+  const auto& earlier = settings_.resume_points;
+  const auto it = std::find_if(earlier.begin(), earlier.end(), [&](const Point& p) {
+    return p.status == PointStatus::ok && p.batch == batch && p.accumulation == accumulation;
+  });
+  return it == earlier.end() ? nullptr : &*it;
+}
+
 void PointRunner::set_planned_total(int total, bool estimate) {
   planned_total_ = total;
   total_is_estimate_ = estimate;
@@ -153,8 +161,12 @@ std::optional<FitProbe> PointRunner::probe(int64_t batch, int64_t accumulation) 
     interrupted_ = true;
     return std::nullopt;
   }
+  if (auto over = plan_over_budget(batch, accumulation)) {
+    ++probed_;
+    return FitProbe{Fit::over_limit, std::move(*over)};
+  }
+  if (resumable(batch, accumulation) != nullptr) return FitProbe{Fit::fits, {}};  // the earlier run ran it
   ++probed_;
-  if (auto over = plan_over_budget(batch, accumulation)) return FitProbe{Fit::over_limit, std::move(*over)};
   // Where only the plan can say no, preparing (gigabytes allocated and filled) would teach nothing.
   if (!backend_.reports_out_of_memory()) return FitProbe{Fit::fits, {}};
   Prepared prepared = prepare_point(batch, accumulation);
@@ -247,6 +259,13 @@ std::optional<Point> PointRunner::measure(int64_t batch, int64_t accumulation, b
     ++probed_;
     --started_;  // record_unfit counts it
     record_unfit(batch, accumulation, PointStatus::over_limit, std::move(*over), refinement);
+    return *find(batch, accumulation);
+  }
+  if (const Point* earlier = resumable(batch, accumulation)) {
+    Point point = *earlier;
+    point.refinement = refinement;  // what this sweep's search asked it for
+    ++resumed_;
+    insert(point);
     return *find(batch, accumulation);
   }
   Point point;
@@ -409,6 +428,7 @@ SweepOutcome PointRunner::finish(std::string search_summary) {
   outcome.interrupted = interrupted_;
   outcome.measured_points = measured_;
   outcome.probed_points = probed_;
+  outcome.resumed_points = resumed_;
   outcome.search_summary = std::move(search_summary);
   return outcome;
 }

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <thread>
 
 #include "e2e/e2e_support.hpp"
@@ -430,11 +431,13 @@ TEST(Compare, MismatchedModelsAreAnInputError) {
   EXPECT_NE(r.err.find("--allow-model-mismatch"), std::string::npos) << r.err;
 }
 
-// SIGINT (exit 130) and SIGTERM (143) mid-sweep: every finished point is in a valid report.
-void interrupt_keeps_finished_points(int sig, int expected_exit) {
-  ScratchDir dir;
-  const std::string json = (dir / "i.json").string();
-  std::vector<std::string> args = scripted_run("sleepy.json", {"--batch", "1:64:*2", "--json", json});
+std::vector<std::string> sleepy_sweep(const std::string& json) {
+  return scripted_run("sleepy.json", {"--batch", "1:64:*2", "--json", json});
+}
+
+// SIGINT (exit 130) and SIGTERM (143) mid-sweep: every finished point is in a valid report at `json`.
+void interrupt_keeps_finished_points(int sig, int expected_exit, const std::string& json) {
+  std::vector<std::string> args = sleepy_sweep(json);
   const pid_t pid = fork();
   if (pid == 0) {
     freopen("/dev/null", "w", stdout);
@@ -471,10 +474,126 @@ void interrupt_keeps_finished_points(int sig, int expected_exit) {
 }
 
 TEST(Run, SigintKeepsEveryFinishedPoint) {
-  interrupt_keeps_finished_points(SIGINT, 130);
+  ScratchDir dir;
+  interrupt_keeps_finished_points(SIGINT, 130, (dir / "i.json").string());
 }
 TEST(Run, SigtermKeepsEveryFinishedPoint) {
-  interrupt_keeps_finished_points(SIGTERM, 143);
+  ScratchDir dir;
+  interrupt_keeps_finished_points(SIGTERM, 143, (dir / "i.json").string());
+}
+
+// An interrupted sweep, resumed into its own file: the finished points are kept as they were measured
+// (resumed_from = the first run's created_at), only the rest run, and the report says so.
+TEST(Run, ResumeTakesTheFinishedPointsAndMeasuresTheRest) {
+  ScratchDir dir;
+  const std::string json = (dir / "i.json").string();
+  interrupt_keeps_finished_points(SIGINT, 130, json);
+  if (HasFatalFailure()) return;
+  const nlohmann::json first = read_json(json);
+  std::map<int64_t, nlohmann::json> finished;
+  for (const auto& p : first["points"])
+    if (p["status"] == "ok") finished[p["batch"].get<int64_t>()] = p;
+  ASSERT_GE(finished.size(), 2u);
+
+  std::vector<std::string> args = sleepy_sweep(json);
+  args.insert(args.end(), {"--resume", json});
+  const Result r = run(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_valid_report(json);
+  const nlohmann::json report = read_json(json);
+  ASSERT_EQ(report["points"].size(), 7u);
+  for (const auto& p : report["points"]) {
+    const int64_t batch = p["batch"];
+    const auto was = finished.find(batch);
+    if (was == finished.end()) {
+      EXPECT_FALSE(p.contains("resumed_from")) << batch;
+      continue;
+    }
+    EXPECT_EQ(p["resumed_from"], first["created_at"]) << batch;
+    EXPECT_EQ(p["samples_ms"], was->second["samples_ms"]) << batch;  // not measured again
+    EXPECT_EQ(p["samples_per_second"], was->second["samples_per_second"]) << batch;
+  }
+  const nlohmann::json& resumed = report["settings"]["resumed"];
+  EXPECT_EQ(resumed["from"], json);
+  EXPECT_EQ(resumed["created_at"], first["created_at"]);
+  EXPECT_EQ(resumed["points"], finished.size());
+  EXPECT_EQ(report["settings"]["measured_points"], 7 - static_cast<int>(finished.size()));
+  EXPECT_NE(r.err.find("--resume " + json + ": batches 1, 2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("measured earlier"), std::string::npos) << r.err;
+
+  // Resumed again, the earlier points keep the created_at of the run that measured them.
+  const Result again = run(args);
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  const nlohmann::json twice = read_json(json);
+  EXPECT_EQ(twice["settings"]["measured_points"], 0);
+  EXPECT_EQ((*point_at(twice, 1))["resumed_from"], first["created_at"]);
+  EXPECT_EQ((*point_at(twice, 64))["resumed_from"], report["created_at"]);
+}
+
+TEST(Run, ResumeRefusesAReportThatMeasuredSomethingElse) {
+  ScratchDir dir;
+  const std::string earlier = (dir / "earlier.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "8,64", "--json", earlier})).exit_code, 0);
+  const std::string out = (dir / "out.json").string();
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"--seed", "7"}, "its settings.seed is 1234, this run's is 7 (--seed)"},
+      {{"--mode", "infer"}, "its settings.mode is \"train\", this run's is \"infer\" (--mode)"},
+      {{"--max-noise", "2"}, "its settings.stopping is"},
+      {{"--precision", "bf16"}, "(--precision)"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> extra = {"--batch", "8,64,128", "--resume", earlier, "--json", out};
+    extra.insert(extra.end(), c.args.begin(), c.args.end());
+    const Result r = run(scripted_run("roofline.json", extra));
+    EXPECT_EQ(r.exit_code, 2) << c.says << "\n" << r.err;
+    EXPECT_NE(r.err.find("--resume " + earlier + ": "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(out)) << c.says;  // nothing half-written
+  }
+  // Another model, another device.
+  std::vector<std::string> other_model = scripted_run("roofline.json", {"--resume", earlier, "--json", out});
+  *std::find(other_model.begin(), other_model.end(), "mlp") = "mlp-large";
+  Result r = run(other_model);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("its resolved model (settings.model) differs from this run's (--model)"),
+            std::string::npos)
+      << r.err;
+  r = run(scripted_run("sleepy.json", {"--batch", "8", "--resume", earlier, "--json", out}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("it ran on scripted \"scripted-h100\""), std::string::npos) << r.err;
+  // A missing or empty file name.
+  r = run(scripted_run("roofline.json", {"--resume", (dir / "missing.json").string()}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--resume: " + (dir / "missing.json").string() + ": no such file"), std::string::npos)
+      << r.err;
+  r = run(scripted_run("roofline.json", {"--resume", ""}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--resume: the file name is empty"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+// What the earlier run could not run is tried again; analysis settings and the batch list may change.
+TEST(Run, ResumeRunsAgainWhatDidNotFitAndTakesOnlyTheBatchesAskedFor) {
+  ScratchDir dir;
+  const std::string earlier = (dir / "earlier.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "8,64,4096", "--json", earlier})).exit_code, 0);
+  ASSERT_EQ((*point_at(read_json(earlier), 4096))["status"], "oom");
+  const std::string out = (dir / "out.json").string();
+  const Result r = run(scripted_run(
+      "roofline.json", {"--batch", "64,128,4096", "--resume", earlier, "--json", out, "--latency-slo", "3"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(out);
+  ASSERT_EQ(report["points"].size(), 3u);  // batch 8 was not asked for
+  EXPECT_TRUE((*point_at(report, 64)).contains("resumed_from"));
+  EXPECT_FALSE((*point_at(report, 128)).contains("resumed_from"));
+  EXPECT_FALSE((*point_at(report, 4096)).contains("resumed_from"));  // the oom ran again
+  EXPECT_EQ((*point_at(report, 4096))["status"], "oom");
+  EXPECT_EQ(report["settings"]["measured_points"], 1);
+  EXPECT_NE(r.err.find("batch 64 was measured earlier"), std::string::npos) << r.err;
 }
 
 // User plus system CPU seconds of the children waited for so far.

@@ -1,5 +1,6 @@
 // --batch auto on scripted devices: the knee region and the fit edge found with few timed points, plan-based
 // edges found without preparing what the plan rejects, plateaus, and the batch cap.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -85,6 +86,61 @@ TEST(AutoSearch, RooflineFindsTheKneeRegionAndTheFitEdgeWithFewPoints) {
   EXPECT_FALSE(find_point(outcome.points, 64)->refinement);
   EXPECT_TRUE(observer.starts.front().total_is_estimate);
   for (const Point& p : outcome.points) EXPECT_EQ(p.effective_batch, p.batch);
+}
+
+// --resume of an interrupted auto search: the same search, with every point the first run finished taken as
+// it was; what was oom then is probed again.
+TEST(AutoSearch, ResumedSearchTakesTheFinishedPointsAndEndsWhereAFreshOneWould) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline(2.0, 128.0, 0.0);  // no noise: both searches decide alike
+  config.oom_above_batch = 2048;
+  const auto fresh_backend = make_scripted_backend(config);
+  RecordingObserver fresh_observer;
+  const SweepOutcome fresh = run_sweep(*fresh_backend, graph, auto_settings(), fresh_observer);
+
+  // Interrupted after its sixth finished point.
+  const auto first_backend = make_scripted_backend(config);
+  RecordingObserver first_observer;
+  first_observer.stop_when = [](const RecordingObserver& o) { return o.done.size() >= 6; };
+  const SweepOutcome first = run_sweep(*first_backend, graph, auto_settings(), first_observer);
+  ASSERT_TRUE(first.interrupted);
+  ASSERT_EQ(first.points.size(), 6u);
+
+  SweepSettings settings = auto_settings();
+  for (Point p : first.points) {
+    p.resumed_from = "2026-11-30T00:00:00Z";
+    settings.resume_points.push_back(p);
+  }
+  const auto backend = make_scripted_backend(config);
+  RecordingObserver observer;
+  const SweepOutcome resumed = run_sweep(*backend, graph, settings, observer);
+  ASSERT_FALSE(resumed.interrupted);
+  // The same batches as the fresh search, the first six as they were measured.
+  ASSERT_EQ(resumed.points.size(), fresh.points.size());
+  for (std::size_t i = 0; i < fresh.points.size(); ++i) {
+    EXPECT_EQ(resumed.points[i].batch, fresh.points[i].batch) << i;
+    EXPECT_EQ(resumed.points[i].status, fresh.points[i].status) << i;
+  }
+  int taken = 0;
+  for (const Point& earlier : first.points) {
+    const Point* p = find_point(resumed.points, earlier.batch);
+    ASSERT_NE(p, nullptr) << earlier.batch;
+    if (earlier.status != PointStatus::ok) continue;
+    ++taken;
+    EXPECT_EQ(p->resumed_from, "2026-11-30T00:00:00Z") << earlier.batch;
+    EXPECT_EQ(p->samples_ms, earlier.samples_ms) << earlier.batch;
+  }
+  EXPECT_EQ(resumed.resumed_points, taken);
+  EXPECT_EQ(resumed.measured_points + resumed.resumed_points, fresh.measured_points);
+  EXPECT_NE(resumed.search_summary.find(fmt::format("auto: {} points timed and {} taken from --resume",
+                                                    resumed.measured_points, resumed.resumed_points)),
+            std::string::npos)
+      << resumed.search_summary;
+  for (const Point& p : resumed.points) {
+    if (p.batch > 1024) {
+      EXPECT_TRUE(p.resumed_from.empty()) << p.batch;  // measured by this run
+    }
+  }
 }
 
 TEST(AutoSearch, PlanBasedEdgeIsFoundWithoutPreparingWhatThePlanRejects) {

@@ -187,6 +187,39 @@ TEST(ProgressPrinter, TicksDuringAPointWithTheTimeInItAndAnEtaThatCountsIt) {
   EXPECT_EQ(out.text().find('\n'), out.text().size() - 1) << out.text();  // only the summary ends a line
 }
 
+TEST(ProgressPrinter, ResumedPointsDoNotCountTowardTheEta) {
+  Capture out;
+  double now_s = 0;
+  ProgressOptions options;
+  options.terminal = true;
+  options.clock = [&] { return now_s; };
+  ProgressPrinter printer(out.file(), options);
+  std::vector<Point> all{point_of(1, PointStatus::ok), point_of(2, PointStatus::ok)};
+  all[0].resumed_from = "2026-11-29T10:00:00Z";
+  printer.on_point_start(PointStart{1, 4, false, 1, 1, false});
+  printer.on_point_done(all[0], all);  // taken at once from the earlier report
+  printer.on_point_start(PointStart{2, 4, false, 2, 1, false});
+  now_s = 6;
+  printer.on_point_done(all[1], all);
+  printer.on_point_start(PointStart{3, 4, false, 4, 1, false});
+  // One measured point took 6 s: two left, 12 s (not 6 s elapsed over 2 finished points times 2).
+  EXPECT_NE(out.text().find("[3/4] batch 4 · elapsed 6.0 s · ETA ~12 s"), std::string::npos) << out.text();
+}
+
+TEST(ProgressPrinter, ASweepEndedByAnExceptionLeavesNoHalfLine) {
+  Capture out;
+  {
+    ProgressOptions options;
+    options.terminal = true;
+    options.clock = [] { return 0.0; };
+    ProgressPrinter printer(out.file(), options);
+    printer.on_point_start(PointStart{1, 2, false, 1, 1, false});
+    // No on_sweep_end: the printer is destroyed while unwinding.
+  }
+  const std::string line = "[1/2] batch 1 · elapsed 0.0 s";
+  EXPECT_EQ(out.text(), line + "\r" + std::string(29, ' ') + "\r");
+}
+
 TEST(ProgressPrinter, TickDrawsNothingOffATerminalOrQuiet) {
   for (const bool quiet : {false, true}) {
     Capture out;

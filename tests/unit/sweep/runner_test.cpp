@@ -101,6 +101,52 @@ TEST(Runner, OomPointIsRecordedAndTheSweepGoesOn) {
   EXPECT_EQ(outcome.probed_points, 2);
 }
 
+// --resume: an ok point of the earlier run is taken as it is; one that did not run then, or whose plan no
+// longer fits the budget, is not.
+TEST(Runner, ResumedPointsAreTakenNotMeasured) {
+  const Graph graph = tiny_graph();
+  const auto backend = make_scripted_backend(testing::roofline());
+  SweepSettings settings = list_settings({8, 64, 128, 1024});
+  Point earlier;
+  earlier.batch = 64;
+  earlier.effective_batch = 64;
+  earlier.samples_ms = {7.0, 7.0};  // not what this device would measure (2 ms)
+  earlier.samples_per_second = 64 / 0.007;
+  earlier.resumed_from = "2026-11-29T10:00:00Z";
+  Point earlier_oom = earlier;
+  earlier_oom.batch = earlier_oom.effective_batch = 128;
+  earlier_oom.status = PointStatus::oom;
+  Point too_large = earlier;
+  too_large.batch = too_large.effective_batch = 1024;
+  Point other_accumulation = earlier;
+  other_accumulation.batch = 8;
+  other_accumulation.accumulation = 4;
+  other_accumulation.effective_batch = 32;
+  settings.resume_points = {earlier, earlier_oom, too_large, other_accumulation};
+  // A budget that holds 128 but not 1024.
+  settings.memory_limit_bytes =
+      static_cast<uint64_t>(static_cast<double>(planned_bytes(graph, 1024)) / 0.95) - 4096;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  ASSERT_EQ(outcome.points.size(), 4u);
+  const Point* p64 = find_point(outcome.points, 64);
+  EXPECT_EQ(p64->samples_ms, earlier.samples_ms);
+  EXPECT_EQ(p64->resumed_from, earlier.resumed_from);
+  EXPECT_EQ(p64->status, PointStatus::ok);
+  const Point* p128 = find_point(outcome.points, 128);
+  EXPECT_TRUE(p128->resumed_from.empty());  // oom then: measured now
+  EXPECT_EQ(p128->status, PointStatus::ok);
+  EXPECT_EQ(find_point(outcome.points, 1024)->status, PointStatus::over_limit);
+  EXPECT_TRUE(find_point(outcome.points, 1024)->resumed_from.empty());
+  EXPECT_TRUE(find_point(outcome.points, 8)->resumed_from.empty());  // another accumulation
+  EXPECT_EQ(outcome.resumed_points, 1);
+  EXPECT_EQ(outcome.measured_points, 2);
+  // The observer saw it as a finished point, in order, so exports hold it.
+  ASSERT_EQ(observer.done.size(), 4u);
+  EXPECT_EQ(observer.done[1].batch, 64);
+  EXPECT_EQ(observer.starts.size(), 4u);
+}
+
 TEST(Runner, OverLimitFromMemoryLimitSkipsPrepareAndQuotesBothSizes) {
   const Graph graph = tiny_graph();
   ScriptedConfig config = testing::roofline();
