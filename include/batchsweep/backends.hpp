@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,10 +19,13 @@ namespace bsw {
 [[nodiscard]] bool cuda_device_present();
 
 // name: auto | cpu | cuda | scripted. `auto` picks cuda when a device is present, else cpu. `scripted` reads
-// script_path (a JSON file, see src/backends/scripted). Throws UsageError naming --backend for an unknown
-// name, a backend not compiled in, or `cuda` without a device ("no CUDA device: ...").
+// script_path (a JSON file, see src/backends/scripted). `device` (--device) is the CUDA device, numbered as
+// CUDA numbers them (after CUDA_VISIBLE_DEVICES); none = device 0. Throws UsageError naming --backend for an
+// unknown name, a backend not compiled in, or `cuda` without a device ("no CUDA device: ..."), and naming
+// --device for a device that is not there or a backend that has no devices to choose.
 [[nodiscard]] std::unique_ptr<Backend> make_backend(std::string_view name,
-                                                    const std::string& script_path = {});
+                                                    const std::string& script_path = {},
+                                                    std::optional<int> device = std::nullopt);
 
 // For `batchsweep devices`: {"compiled": bool, "devices": [...], "versions": {...} (driver, runtime, cuDNN,
 // cuBLASLt), "reason": "..." when there is no device}.

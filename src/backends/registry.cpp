@@ -34,8 +34,25 @@ bool cuda_device_present() {
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(std::string_view name, const std::string& script_path) {
-  if (name == "auto") return cuda_device_present() ? make_backend("cuda") : make_backend("cpu");
+std::unique_ptr<Backend> make_backend(std::string_view name, const std::string& script_path,
+                                      std::optional<int> device) {
+  if (name == "auto") {
+    if (cuda_device_present()) return make_backend("cuda", script_path, device);
+    if (device) {
+#ifdef BATCHSWEEP_HAVE_CUDA
+      const std::string why = cuda::no_device_reason();
+#else
+      const std::string why = "this batchsweep was built without the CUDA backend (-DBATCHSWEEP_CUDA=OFF)";
+#endif
+      throw UsageError(fmt::format(
+          "--device {}: there is no CUDA device to choose ({}); --backend auto would run on the cpu", *device,
+          why));
+    }
+    return make_backend("cpu");
+  }
+  if (device && name != "cuda")
+    throw UsageError(fmt::format("--device {}: only --backend cuda has devices to choose, not --backend {}",
+                                 *device, name));
   if (name == "cpu") return cpu::make_cpu_backend();
   if (name == "scripted") {
     if (script_path.empty())
@@ -46,7 +63,7 @@ std::unique_ptr<Backend> make_backend(std::string_view name, const std::string& 
 #ifdef BATCHSWEEP_HAVE_CUDA
     if (!cuda_device_present())
       throw UsageError(fmt::format("--backend cuda: no CUDA device: {}", cuda::no_device_reason()));
-    return cuda::make_cuda_backend();
+    return cuda::make_cuda_backend(device.value_or(0));
 #else
     throw UsageError(
         "--backend cuda: this batchsweep was built without the CUDA backend (-DBATCHSWEEP_CUDA=OFF)");
@@ -70,8 +87,11 @@ nlohmann::json describe_cuda_devices() {
 
 nlohmann::json calibrate_cuda(int device) {
 #ifdef BATCHSWEEP_HAVE_CUDA
-  if (cuda::device_count() <= device)
+  const int count = cuda::device_count();
+  if (count == 0)
     throw UsageError(fmt::format("--calibrate needs a CUDA device: {}", cuda::no_device_reason()));
+  if (device < 0 || device >= count)
+    throw UsageError(fmt::format("--device {}: there are {} CUDA device(s), numbered from 0", device, count));
   return cuda::calibrate(device);
 #else
   throw UsageError(

@@ -207,6 +207,12 @@ int run_app(int argc, char** argv) {
   run_cmd->add_option("--model,-m", run.model, "Preset name (see `batchsweep presets`) or a model JSON file")
       ->capture_default_str();
   run_cmd->add_option("--backend", run.backend, "auto | cpu | cuda | scripted")->capture_default_str();
+  run_cmd
+      ->add_option(
+          "--device", run.device,
+          "cuda: the GPU to sweep (0-based, as CUDA numbers them after CUDA_VISIBLE_DEVICES; default 0)")
+      ->type_name("N")
+      ->check(CLI::NonNegativeNumber);
   run_cmd->add_option("--script", run.script, "Step-time script for --backend scripted (testing)")
       ->type_name("FILE");
   run_cmd->add_option("--mode", run_raw.mode, "train | infer")->capture_default_str();
@@ -348,7 +354,15 @@ int run_app(int argc, char** argv) {
   DevicesSettings devices;
   CLI::App* devices_cmd =
       app.add_subcommand("devices", "List backends and devices; --calibrate measures GEMM rates");
-  devices_cmd->add_flag("--calibrate", devices.calibrate, "Measure this GPU's GEMM rates and copy bandwidth");
+  CLI::Option* calibrate_flag = devices_cmd->add_flag("--calibrate", devices.calibrate,
+                                                      "Measure this GPU's GEMM rates and copy bandwidth");
+  devices_cmd
+      ->add_option("--device", devices.device,
+                   "With --calibrate: the CUDA device to measure (0-based, as CUDA numbers them)")
+      ->type_name("N")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(calibrate_flag)
+      ->capture_default_str();
   devices_cmd->add_flag("--json", devices.json, "Print JSON");
   CLI::App* presets_cmd = app.add_subcommand("presets", "List the embedded model presets");
 

@@ -265,6 +265,7 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
       {"model", to_json(model)},
       {"model_source", model.source},
       {"backend", backend_kind},
+      {"device", s.device ? nlohmann::json(*s.device) : nlohmann::json(nullptr)},
       {"mode", to_string(w.mode)},
       {"precision", to_string(w.precision)},
       {"accumulation", w.accumulation},
@@ -435,7 +436,7 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   check_exports(exports);
   const ModelSpec model = load_model(s.model);
   const Graph graph = lower(model);
-  std::unique_ptr<Backend> backend = make_backend(s.backend, s.script);
+  std::unique_ptr<Backend> backend = make_backend(s.backend, s.script, s.device);
   const AnalysisOptions options = analysis_options(s.analysis);
 
   Report report;
@@ -601,7 +602,7 @@ int devices_command(const DevicesSettings& s) {
   const DeviceInfo cpu = make_backend("cpu")->device(Precision::fp32);
   doc["cpu"] = {{"name", cpu.name}, {"memory_total_bytes", cpu.memory_total_bytes}, {"details", cpu.details}};
   // Calibrate first: the devices described afterwards then show the new rates, not the cached ones.
-  if (s.calibrate) doc["calibration"] = calibrate_cuda(0);
+  if (s.calibrate) doc["calibration"] = calibrate_cuda(s.device);
   doc["cuda"] = describe_cuda_devices();
   if (s.json) {
     std::cout << doc.dump(2) << "\n";

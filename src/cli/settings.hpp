@@ -47,6 +47,7 @@ struct RunSettings {
   std::string script;              // --script, for --backend scripted
   std::string telemetry = "auto";  // --telemetry auto|on|off: NVML sampling per point (auto: on for cuda)
   std::string resume_path;         // --resume: an earlier report whose ok points are taken, not re-measured
+  std::optional<int> device;       // --device: the CUDA device (none: device 0)
   SweepSettings sweep;
   AnalysisFlags analysis;
   ExportSettings exports;
@@ -68,6 +69,7 @@ struct CompareSettings {
 
 struct DevicesSettings {
   bool calibrate = false;
+  int device = 0;  // --device: the CUDA device --calibrate measures
   bool json = false;
 };
 

@@ -661,6 +661,36 @@ TEST(Devices, CalibrateWithoutAGpuIsAUsageError) {
   EXPECT_NE(r.err.find(why), std::string::npos) << r.err;
 }
 
+// --device picks a CUDA device; it is an error where there is none to pick, before anything is written.
+TEST(Run, DeviceIsForTheCudaBackendOnly) {
+  ScratchDir dir;
+  const std::string out = (dir / "r.json").string();
+  Result r = run(scripted_run("roofline.json", {"--device", "0", "--json", out}));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--device 0: only --backend cuda has devices to choose, not --backend scripted"),
+            std::string::npos)
+      << r.err;
+  r = run({"run", "--backend", "cpu", "--device", "1", "--json", out});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--device 1: only --backend cuda"), std::string::npos) << r.err;
+  r = run({"run", "--device", "-1", "--json", out});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--device"), std::string::npos) << r.err;
+  r = run({"devices", "--device", "1"});  // only with --calibrate
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--calibrate"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
+
+  const Result listed = run({"devices", "--json"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  if (!nlohmann::json::parse(listed.out)["cuda"]["devices"].empty())
+    GTEST_SKIP() << "this machine has a GPU: --backend auto runs on it";
+  r = run({"run", "--device", "1", "--json", out});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--device 1: there is no CUDA device to choose"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
 // The fit search stops at the largest batch batchsweep plans: there it says memory is not the limit, rather
 // than presenting 2^24 as the edge.
 TEST(Plan, MemoryThatHoldsEveryBatchSaysSo) {

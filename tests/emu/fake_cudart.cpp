@@ -8,13 +8,16 @@
 //
 // Environment: BSW_EMU_MEMORY_MIB sets the device's memory (default 16384); BSW_EMU_RESERVED_MIB holds some
 // of it as another process would; BSW_EMU_MALLOC_LIMIT_MIB fails any single cudaMalloc above it, whatever is
-// free; BSW_EMU_NO_DEVICE=1 makes cudaGetDeviceCount answer cudaErrorNoDevice.
+// free; BSW_EMU_NO_DEVICE=1 makes cudaGetDeviceCount answer cudaErrorNoDevice; BSW_EMU_DEVICES=N shows N
+// alike devices (default 1), device d on PCI bus 0x1B + 0x20*d as tests/fake_nvml numbers its GPUs, with its
+// own UUID. They share one memory: a process uses one of them.
 #include <cuda_runtime_api.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -68,6 +71,7 @@ struct State {
   std::map<cudaError_t, std::string> messages;
   std::string log;
   int capturing = 0;  // streams capturing now
+  int current_device = 0;
 };
 
 State& state() {
@@ -87,6 +91,16 @@ uint64_t device_memory() {
 uint64_t reserved_memory() {
   const char* v = std::getenv("BSW_EMU_RESERVED_MIB");
   return std::min<uint64_t>(v != nullptr ? std::strtoull(v, nullptr, 10) << 20 : 0, device_memory());
+}
+
+int device_count() {
+  const char* v = std::getenv("BSW_EMU_DEVICES");
+  const long n = v != nullptr ? std::strtol(v, nullptr, 10) : 1;
+  return n >= 1 && n <= 8 ? static_cast<int>(n) : 1;
+}
+
+bool valid_device(int device) {
+  return device >= 0 && device < device_count();
 }
 
 bool no_device() {
@@ -291,26 +305,31 @@ cudaError_t cudaGetDeviceCount(int* count) {
     *count = 0;
     return fail(cudaErrorNoDevice);
   }
-  *count = 1;
+  *count = bsw::emu::device_count();
   return cudaSuccess;
 }
 
 cudaError_t cudaSetDevice(int device) {
   if (bsw::emu::no_device()) return fail(cudaErrorNoDevice);
-  return device == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice);
+  if (!bsw::emu::valid_device(device)) return fail(cudaErrorInvalidDevice);
+  const std::lock_guard lock(bsw::emu::state().mutex);
+  bsw::emu::state().current_device = device;
+  return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
+  const std::lock_guard lock(bsw::emu::state().mutex);
+  *device = bsw::emu::state().current_device;
   return cudaSuccess;
 }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
-  if (device != 0 || bsw::emu::no_device()) return fail(cudaErrorInvalidDevice);
+  if (!bsw::emu::valid_device(device) || bsw::emu::no_device()) return fail(cudaErrorInvalidDevice);
   std::memset(prop, 0, sizeof(*prop));
   std::strncpy(prop->name, "batchsweep CPU emulator", sizeof(prop->name) - 1);
   static_assert(sizeof(prop->uuid.bytes) == 16);
   std::memcpy(prop->uuid.bytes, "bsw-emulator-gpu", 16);
+  if (device > 0) prop->uuid.bytes[15] = static_cast<char>('0' + device);  // "bsw-emulator-gp1", ...
   prop->totalGlobalMem = bsw::emu::device_memory();
   prop->sharedMemPerBlock = 48 * 1024;
   prop->warpSize = 32;
@@ -328,7 +347,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 }
 
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (!bsw::emu::valid_device(device)) return fail(cudaErrorInvalidDevice);
   switch (attr) {
     case cudaDevAttrClockRate:
       *value = 1980000;  // kHz, an H200's boost clock
@@ -342,10 +361,10 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 }
 
 cudaError_t cudaDeviceGetPCIBusId(char* id, int length, int device) {
-  if (device != 0) return fail(cudaErrorInvalidDevice);
-  // The bus of tests/fake_nvml's GPU 0, so telemetry matches this device to it as it would a real one.
-  std::strncpy(id, "00000000:1B:00.0", static_cast<std::size_t>(length));
-  if (length > 0) id[length - 1] = '\0';
+  if (!bsw::emu::valid_device(device)) return fail(cudaErrorInvalidDevice);
+  // The bus of tests/fake_nvml's GPU `device`, so telemetry matches this device to it as it would a real one.
+  if (length > 0)
+    std::snprintf(id, static_cast<std::size_t>(length), "00000000:%02X:00.0", 0x1B + 0x20 * device);
   return cudaSuccess;
 }
 

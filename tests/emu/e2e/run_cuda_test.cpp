@@ -301,6 +301,44 @@ TEST(EmulatedCuda, ConvolutionsRunOnTheIm2colPathWithoutCudnn) {
   EXPECT_NE(forced.err.find("--conv"), std::string::npos) << forced.err;
 }
 
+TEST(EmulatedCuda, DeviceChoosesTheGpuAndOneThatIsNotThereIsAUsageError) {
+  const std::vector<std::string> two = {"BSW_EMU_DEVICES=2"};
+  const Result listed = run({"devices", "--json"}, two);
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  const nlohmann::json devices = nlohmann::json::parse(listed.out).at("cuda").at("devices");
+  ASSERT_EQ(devices.size(), 2u) << listed.out;
+  EXPECT_EQ(devices[1].at("pci_bus_id"), "00000000:3B:00.0");
+
+  ScratchDir dir;
+  std::vector<std::string> env = two;
+#ifdef BSW_FAKE_NVML
+  env.push_back(std::string("BATCHSWEEP_NVML_LIBRARY=") + BSW_FAKE_NVML);
+#endif
+  const Result r = run(quick({"run", "--backend", "cuda", "--device", "1", "--model", "mlp", "--batch", "8",
+                              "--telemetry", "on", "--json", (dir / "r.json").string()}),
+                       env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(dir / "r.json");
+  EXPECT_EQ(report["settings"]["device"], 1);
+  EXPECT_EQ(report["device"].at("pci_bus_id"), "00000000:3B:00.0") << report["device"].dump();
+  EXPECT_EQ(report["points"][0]["status"], "ok");
+#ifdef BSW_FAKE_NVML
+  // Telemetry follows the chosen GPU: NVML's device on the same bus.
+  EXPECT_EQ(report["device"]["telemetry"].at("device"), "Fake GPU 1") << report["device"].dump();
+#endif
+
+  const Result missing = run(quick({"run", "--backend", "cuda", "--device", "2", "--model", "mlp", "--batch",
+                                    "8", "--json", (dir / "x.json").string()}),
+                             two);
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+  EXPECT_NE(missing.err.find("--device 2: there are 2 CUDA device(s), numbered from 0"), std::string::npos)
+      << missing.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "x.json"));
+  const Result calibrate = run({"devices", "--calibrate", "--device", "3"}, two);
+  EXPECT_EQ(calibrate.exit_code, 2) << calibrate.err;
+  EXPECT_NE(calibrate.err.find("--device 3: there are 2 CUDA device(s)"), std::string::npos) << calibrate.err;
+}
+
 #ifdef BSW_FAKE_NVML
 TEST(EmulatedCuda, TelemetryIsMatchedToTheDeviceByBusId) {
   ScratchDir dir;
