@@ -277,10 +277,13 @@ struct ProgressOptions {
   // On a terminal, a background thread redraws the line this often (seconds) while a point runs, so the
   // clock moves during a long prepare or step; 0 = only at point starts (tests call tick() themselves).
   double tick_s = 0;
+  // The terminal's width in columns, asked at every draw; a longer line is cut to fit one row (a wrapped line
+  // cannot be redrawn in place). None or 0 = unknown: no cut.
+  std::function<int()> columns;
 };
 
 // Options for the real stderr: terminal = isatty(stderr), color = terminal and NO_COLOR unset or empty,
-// tick_s = 1 s.
+// tick_s = 1 s, columns from TIOCGWINSZ.
 [[nodiscard]] ProgressOptions stderr_progress_options(bool quiet);
 
 // A SweepObserver that prints progress. On a terminal the line is redrawn in place (at each point start, and

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -296,13 +297,40 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
   return j;
 }
 
+// run --resume: the sweep's points, and the earlier report's ok points that the sweep did not ask for or has
+// not reached (yet), so a resumed report keeps every measurement it started from: an interrupted resume, or
+// one into the same file with fewer batches, loses nothing. Sorted as SweepOutcome::points.
+std::vector<Point> with_kept(const std::vector<Point>& swept, const std::vector<Point>& earlier_ok) {
+  std::vector<Point> all = swept;
+  for (const Point& p : earlier_ok) {
+    const bool asked = std::any_of(swept.begin(), swept.end(), [&](const Point& q) {
+      return q.batch == p.batch && q.accumulation == p.accumulation;
+    });
+    if (!asked) all.push_back(p);
+  }
+  std::stable_sort(all.begin(), all.end(), [](const Point& a, const Point& b) {
+    return a.effective_batch != b.effective_batch ? a.effective_batch < b.effective_batch : a.batch < b.batch;
+  });
+  return all;
+}
+
+int64_t count_resumed(const std::vector<Point>& points) {
+  return std::count_if(points.begin(), points.end(), [](const Point& p) { return !p.resumed_from.empty(); });
+}
+
 // Rewrites every export after each finished point (atomically), so an interrupt or a crash leaves a valid
-// report of everything finished; forwards progress to the stderr printer.
+// report of everything finished (with --resume, and of every earlier point kept); forwards progress to the
+// stderr printer.
 class ExportingObserver final : public SweepObserver {
  public:
   ExportingObserver(Report& report, const ExportSettings& exports, const AnalysisOptions& options, bool quiet,
-                    Telemetry* telemetry)
-      : telemetry_(telemetry), report_(report), exports_(exports), options_(options), progress_(stderr, [&] {
+                    Telemetry* telemetry, const std::vector<Point>& earlier_ok)
+      : telemetry_(telemetry),
+        report_(report),
+        exports_(exports),
+        options_(options),
+        earlier_ok_(earlier_ok),
+        progress_(stderr, [&] {
           ProgressOptions p = stderr_progress_options(quiet);
           p.stop_requested = [] { return g_signal.load() != 0; };
           return p;
@@ -312,7 +340,9 @@ class ExportingObserver final : public SweepObserver {
   void on_point_done(const Point& point, const std::vector<Point>& all_so_far) override {
     progress_.on_point_done(point, all_so_far);
     if (!exports_.any()) return;
-    report_.points = all_so_far;
+    report_.points = with_kept(all_so_far, earlier_ok_);
+    if (report_.settings.contains("resumed"))
+      report_.settings["resumed"]["points"] = count_resumed(report_.points);
     report_.analysis = analyze(report_.points, options_);
     write_exports(report_, exports_, false);
   }
@@ -339,6 +369,7 @@ class ExportingObserver final : public SweepObserver {
   Report& report_;
   const ExportSettings& exports_;
   AnalysisOptions options_;
+  const std::vector<Point>& earlier_ok_;
   ProgressPrinter progress_;
 };
 
@@ -421,8 +452,10 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
   if (earlier.device.backend != now.device.backend || earlier.device.name != now.device.name)
     return fmt::format("it ran on {} \"{}\", this run on {} \"{}\"", earlier.device.backend,
                        earlier.device.name, now.device.backend, now.device.name);
-  // What else shapes the timings: the CPU's threads, the execution paths cuDNN accepted.
-  for (const char* key : {"threads", "execution_paths"}) {
+  // What else shapes the timings: the CPU's threads and BLAS kernels; the GPU's architecture, its driver and
+  // libraries (cuBLASLt's and cuDNN's choices change with them), the execution paths cuDNN accepted.
+  for (const char* key :
+       {"threads", "blas", "blas_core", "compute_capability", "versions", "execution_paths"}) {
     const nlohmann::json* before = at(earlier.device.details, key);
     const nlohmann::json* here = at(now.device.details, key);
     if ((before != nullptr || here != nullptr) && (before == nullptr || here == nullptr || *before != *here))
@@ -480,6 +513,8 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
 
   SweepSettings sweep = s.sweep;
   std::optional<Report> earlier;
+  std::vector<Point> keepable;        // the earlier ok points a resumed report keeps when not asked for
+  std::vector<std::string> not_kept;  // the others (another accumulation or effective batch)
   if (!s.resume_path.empty()) {
     try {
       earlier = read_report(s.resume_path);
@@ -498,41 +533,74 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
       point.mfu = point.tflops && report.device.peak_flops && *report.device.peak_flops > 0
                       ? std::optional<double>(*point.tflops * 1e12 / *report.device.peak_flops)
                       : std::nullopt;
+      // Kept in the report when not asked for: those of this sweep's accumulation (or effective batch), so a
+      // report never mixes two splits of one micro-batch from different experiments.
+      const bool same_kind = sweep.effective_batch ? point.effective_batch == *sweep.effective_batch
+                                                   : point.accumulation == sweep.accumulation;
+      if (same_kind) {
+        keepable.push_back(point);
+      } else {
+        not_kept.push_back(batch_label(point.batch, point.accumulation));
+      }
       sweep.resume_points.push_back(std::move(point));
     }
+    // Said from the first export on, so a report written mid-sweep says it was resumed.
+    report.settings["resumed"] = {{"from", s.resume_path},
+                                  {"created_at", earlier->created_at},
+                                  {"git_commit", earlier->tool.git_commit},
+                                  {"points", keepable.size()}};
   }
 
   SignalGuard signals;
-  ExportingObserver observer(report, exports, options, s.quiet, telemetry ? &*telemetry : nullptr);
+  ExportingObserver observer(report, exports, options, s.quiet, telemetry ? &*telemetry : nullptr, keepable);
   SweepOutcome outcome = run_sweep(*backend, graph, sweep, observer);
 
-  report.points = std::move(outcome.points);
+  report.points = with_kept(outcome.points, keepable);
   report.warnings.insert(report.warnings.end(), outcome.warnings.begin(), outcome.warnings.end());
   if (!outcome.search_summary.empty()) report.settings["search"] = outcome.search_summary;
   report.settings["measured_points"] = outcome.measured_points;
   if (earlier) {
-    report.settings["resumed"] = {{"from", s.resume_path},
-                                  {"created_at", earlier->created_at},
-                                  {"git_commit", earlier->tool.git_commit},
-                                  {"points", outcome.resumed_points}};
-    std::vector<std::string> labels;
-    for (const Point& p : report.points)
-      if (!p.resumed_from.empty()) labels.push_back(batch_label(p.batch, p.accumulation));
-    if (labels.empty()) {
-      report.warnings.push_back(
-          fmt::format("--resume {}: none of its ok points is in this sweep; every point was measured now",
-                      s.resume_path));
-    } else {
+    report.settings["resumed"]["points"] = count_resumed(report.points);
+    std::vector<std::string> taken, kept;
+    for (const Point& p : report.points) {
+      if (p.resumed_from.empty()) continue;
+      const std::string label = batch_label(p.batch, p.accumulation);
+      const bool asked = std::any_of(outcome.points.begin(), outcome.points.end(), [&](const Point& q) {
+        return q.batch == p.batch && q.accumulation == p.accumulation;
+      });
+      (asked ? taken : kept).push_back(label);
+      // What the earlier run warned about this point still holds (noise, memory, telemetry).
+      for (const std::string& w : earlier->warnings) {
+        const bool about_it = w.starts_with("batch " + label + ":") || w.starts_with("batch " + label + " ");
+        if (about_it && std::find(report.warnings.begin(), report.warnings.end(), w) == report.warnings.end())
+          report.warnings.push_back(w);
+      }
+    }
+    const auto batches = [](const std::vector<std::string>& labels) {
+      return fmt::format("batch{} {}", labels.size() == 1 ? "" : "es", fmt::join(labels, ", "));
+    };
+    if (!taken.empty()) {
       std::string commit_note;
       if (earlier->tool.git_commit != report.tool.git_commit)
         commit_note =
             fmt::format(" by batchsweep {} (this is {})", earlier->tool.git_commit, report.tool.git_commit);
       report.warnings.push_back(fmt::format(
-          "--resume {}: batch{} {} {} measured earlier{} and not again (resumed_from in the report); "
-          "the machine's state may have changed since",
-          s.resume_path, labels.size() == 1 ? "" : "es", fmt::join(labels, ", "),
-          labels.size() == 1 ? "was" : "were", commit_note));
+          "--resume {}: {} {} measured earlier{} and not again (resumed_from in the report); the machine's "
+          "state may have changed since",
+          s.resume_path, batches(taken), taken.size() == 1 ? "was" : "were", commit_note));
     }
+    if (!kept.empty())
+      report.warnings.push_back(fmt::format(
+          "--resume {}: {}, which this sweep did not {}, {} kept from it as measured then", s.resume_path,
+          batches(kept), outcome.interrupted ? "reach" : "ask for", kept.size() == 1 ? "is" : "are"));
+    if (!not_kept.empty())
+      report.warnings.push_back(fmt::format(
+          "--resume {}: batch{} {} of it {} not in this report: {} differs from this sweep's", s.resume_path,
+          not_kept.size() == 1 ? "" : "es", fmt::join(not_kept, ", "), not_kept.size() == 1 ? "is" : "are",
+          sweep.effective_batch ? "the effective batch" : "the accumulation"));
+    if (taken.empty() && kept.empty())
+      report.warnings.push_back(
+          fmt::format("--resume {}: it holds no ok point; every point was measured now", s.resume_path));
   }
   const int sig = g_signal.load();
   if (outcome.interrupted)

@@ -4,6 +4,7 @@
 #include "batchsweep/compare.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -380,6 +381,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     for (const auto& p : r.points) all_keys.insert({p.batch, p.accumulation});
   }
   std::vector<std::string> missing;
+  std::vector<std::string> shared;  // batches a run took from the baseline's own measurement (--resume)
   for (const Key& key : all_keys) {
     std::vector<const Point*> points;
     for (const auto& r : reports) points.push_back(find_point(r, key));
@@ -395,6 +397,15 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
                           usable_samples(p->samples_ms) ? p->samples_ms.size() : size_t{0}});
     }
     for (size_t i = 1; i < points.size(); ++i) row.deltas.push_back(delta(*points[0], *points[i], options));
+    // One measurement on both sides: run --resume took the baseline's point (or both took one earlier run's).
+    const std::string& measured_at =
+        points[0]->resumed_from.empty() ? reports[0].created_at : points[0]->resumed_from;
+    for (size_t i = 1; i < points.size(); ++i) {
+      if (!measured_at.empty() && points[i]->resumed_from == measured_at) {
+        shared.push_back(batch_label(key.first, key.second));
+        break;
+      }
+    }
     result.rows.push_back(std::move(row));
   }
   result.geomean = geomean_row(result.rows, reports.size(), options);
@@ -406,6 +417,11 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     result.notes.push_back(fmt::format("not in every run, not compared: batch {}", list));
   }
   for (const LostFit& f : result.lost_fits) result.notes.push_back(lost_fit_text(f));
+  if (!shared.empty())
+    result.notes.push_back(fmt::format(
+        "batch {}: a run took the baseline's own measurement with run --resume (resumed_from), so its "
+        "\"same\" compares a point with itself",
+        fmt::join(shared, ", ")));
   note_difference(
       result.runs, "models", [](const RunSummary& r) { return r.model; }, result.notes);
   note_difference(

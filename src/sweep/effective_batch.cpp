@@ -58,8 +58,10 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
       break;
     }
   }
-  summary = fmt::format("effective batch {}: {} of {} splits (micro-batch x accumulation) measured{}",
-                        effective_batch, done, splits.size(), stopped_early);
+  const std::string taken =
+      runner.resumed_points() > 0 ? fmt::format(" ({} taken from --resume)", runner.resumed_points()) : "";
+  summary = fmt::format("effective batch {}: {} of {} splits (micro-batch x accumulation) measured{}{}",
+                        effective_batch, done, splits.size(), taken, stopped_early);
 }
 
 }  // namespace sweep_detail

@@ -2,6 +2,7 @@
 // place at each point start and, from a ticker thread, every second during a point. Everywhere, unless
 // --quiet: a line for each point that did not run (oom, error, ...) and one at the end. The text comes from
 // pure functions the tests pin.
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <thread>
 
@@ -37,6 +39,15 @@ std::size_t display_width(std::string_view text) {
     if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) ++width;
   }
   return width;
+}
+
+// The first `width` display columns of a line without escape sequences (whole UTF-8 code points).
+std::string cut_to_width(const std::string& text, std::size_t width) {
+  std::size_t columns = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80 && columns++ == width) return text.substr(0, i);
+  }
+  return text;
 }
 
 }  // namespace
@@ -77,6 +88,10 @@ ProgressOptions stderr_progress_options(bool quiet) {
   const char* no_color = std::getenv("NO_COLOR");
   options.color = options.terminal && (no_color == nullptr || no_color[0] == '\0');
   options.tick_s = 1.0;
+  options.columns = [] {
+    winsize size{};
+    return ioctl(STDERR_FILENO, TIOCGWINSZ, &size) == 0 ? static_cast<int>(size.ws_col) : 0;
+  };
   return options;
 }
 
@@ -104,9 +119,15 @@ ProgressPrinter::ProgressPrinter(std::FILE* stream, ProgressOptions options)
   const auto period = std::chrono::duration<double>(options_.tick_s);
   ticker_->thread = std::thread([this, period] {
     std::unique_lock lock(ticker_->mutex);
-    // wait_for returns false when the period passed without a stop: redraw, still holding the lock.
+    // wait_for returns false when the period passed without a stop: redraw, still holding the lock. A
+    // failed write (stderr closed, a hung-up terminal) ends the ticker, not the process; the sweep's own
+    // writes on its thread say what went wrong.
     while (!ticker_->wake.wait_for(lock, period, [this] { return ticker_->stop; })) {
-      if (current_) draw(*current_, current_start_s_, true);
+      try {
+        if (current_) draw(*current_, current_start_s_, true);
+      } catch (const std::exception&) {
+        return;
+      }
     }
   });
 }
@@ -144,7 +165,11 @@ void ProgressPrinter::draw(const PointStart& start, double point_start_s, bool s
     const double after_this_s = per_point_s * std::max(0, remaining - 1);
     line.eta_s = std::max(after_this_s, per_point_s * remaining - in_point_s);
   }
-  const std::string text = format_progress_line(line, options_.color);
+  std::string text = format_progress_line(line, options_.color);
+  const int columns = options_.columns ? options_.columns() : 0;
+  // One column spare: a line that fills the row exactly wraps the cursor on some terminals.
+  if (columns > 1 && display_width(text) > static_cast<std::size_t>(columns - 1))
+    text = cut_to_width(format_progress_line(line, false), static_cast<std::size_t>(columns - 1));
   clear_line();
   fmt::print(stream_, "{}", text);
   drawn_width_ = display_width(text);

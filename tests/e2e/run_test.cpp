@@ -436,8 +436,9 @@ std::vector<std::string> sleepy_sweep(const std::string& json) {
 }
 
 // SIGINT (exit 130) and SIGTERM (143) mid-sweep: every finished point is in a valid report at `json`.
-void interrupt_keeps_finished_points(int sig, int expected_exit, const std::string& json) {
-  std::vector<std::string> args = sleepy_sweep(json);
+// Starts batchsweep with `args`, waits until `json` holds at least `points` points, sends `sig`; the exit
+// code, or -1 (and a failure) when the report never got there or the process did not exit.
+int interrupt_after(const std::vector<std::string>& args, const std::string& json, size_t points, int sig) {
   const pid_t pid = fork();
   if (pid == 0) {
     freopen("/dev/null", "w", stdout);
@@ -449,7 +450,7 @@ void interrupt_keeps_finished_points(int sig, int expected_exit, const std::stri
     _exit(127);
   }
   size_t seen = 0;
-  for (int i = 0; i < 400 && seen < 2; ++i) {
+  for (int i = 0; i < 400 && seen < points; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
     try {
       seen = read_json(json)["points"].size();
@@ -457,12 +458,21 @@ void interrupt_keeps_finished_points(int sig, int expected_exit, const std::stri
       seen = 0;  // not written yet
     }
   }
-  ASSERT_GE(seen, 2u) << "the sweep never wrote two points";
+  if (seen < points) ADD_FAILURE() << "the sweep never wrote " << points << " points";
   kill(pid, sig);
   int status = 0;
   waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), expected_exit);
+  if (!WIFEXITED(status)) {
+    ADD_FAILURE() << "batchsweep did not exit: status " << status;
+    return -1;
+  }
+  return WEXITSTATUS(status);
+}
+
+void interrupt_keeps_finished_points(int sig, int expected_exit, const std::string& json) {
+  const size_t seen = 2;
+  EXPECT_EQ(interrupt_after(sleepy_sweep(json), json, seen, sig), expected_exit);
+  if (::testing::Test::HasFailure()) return;
   const nlohmann::json report = read_json(json);
   expect_valid_report(json);
   EXPECT_GE(report["points"].size(), seen);
@@ -577,7 +587,97 @@ TEST(Run, ResumeRefusesAReportThatMeasuredSomethingElse) {
 }
 
 // What the earlier run could not run is tried again; analysis settings and the batch list may change.
-TEST(Run, ResumeRunsAgainWhatDidNotFitAndTakesOnlyTheBatchesAskedFor) {
+// An interrupted resume into its own file keeps the earlier points it had not reached: nothing measured is
+// lost, and the next resume takes them.
+TEST(Run, AnInterruptedResumeKeepsTheEarlierPointsItHadNotReached) {
+  ScratchDir dir;
+  const std::string json = (dir / "s.json").string();
+  ASSERT_EQ(run(scripted_run("sleepy.json", {"--batch", "32,64", "--json", json})).exit_code, 0);
+  const nlohmann::json first = read_json(json);
+  std::vector<std::string> args = sleepy_sweep(json);
+  args.insert(args.end(), {"--resume", json});
+  // The first export after batch 1 holds it and the two kept points.
+  ASSERT_EQ(interrupt_after(args, json, 3, SIGINT), 130);
+  const nlohmann::json report = read_json(json);
+  expect_valid_report(json);
+  for (const int64_t batch : {32, 64}) {
+    const nlohmann::json* p = point_at(report, batch);
+    ASSERT_NE(p, nullptr) << batch << report.dump();
+    EXPECT_EQ((*p)["resumed_from"], first["created_at"]);
+    EXPECT_EQ((*p)["samples_ms"], (*point_at(first, batch))["samples_ms"]);
+  }
+  EXPECT_FALSE((*point_at(report, 1)).contains("resumed_from"));
+  EXPECT_EQ(report["settings"]["resumed"]["points"], 2);
+  bool said = false;
+  for (const auto& w : report["warnings"])
+    said |= w.get<std::string>().find("batches 32, 64, which this sweep did not reach, are kept") !=
+            std::string::npos;
+  EXPECT_TRUE(said) << report["warnings"].dump();
+}
+
+// What the earlier run warned about a point it measured comes along with the point.
+TEST(Run, AResumedPointKeepsItsWarnings) {
+  ScratchDir dir;
+  const std::string earlier = (dir / "earlier.json").string();
+  const std::vector<std::string> noisy = {"--max-noise", "0.1"};  // under the script's 0.5% noise
+  std::vector<std::string> extra = {"--batch", "8,64", "--json", earlier};
+  extra.insert(extra.end(), noisy.begin(), noisy.end());
+  ASSERT_EQ(run(scripted_run("roofline.json", extra)).exit_code, 0);
+  const nlohmann::json earlier_warnings = read_json(earlier)["warnings"];
+  std::vector<std::string> said_then;
+  for (const auto& w : earlier_warnings)
+    if (w.get<std::string>().starts_with("batch 8:")) said_then.push_back(w);
+  ASSERT_FALSE(said_then.empty()) << earlier_warnings.dump();
+  const std::string out = (dir / "out.json").string();
+  extra = {"--batch", "8,64,128", "--json", out, "--resume", earlier};
+  extra.insert(extra.end(), noisy.begin(), noisy.end());
+  const Result r = run(scripted_run("roofline.json", extra));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json warnings = read_json(out)["warnings"];
+  for (const std::string& w : said_then)
+    EXPECT_NE(std::find(warnings.begin(), warnings.end(), w), warnings.end()) << w << warnings.dump();
+}
+
+// The CPU's BLAS kernels shape its timings: a report from other kernels is not resumed.
+TEST(Run, ResumeComparesTheDeviceDetailsThatShapeTimings) {
+  ScratchDir dir;
+  const std::string earlier = (dir / "earlier.json").string();
+  ASSERT_EQ(run({"run", "--backend", "cpu", "--model", "mlp", "--batch", "1", "--warmup", "1",
+                 "--min-samples", "2", "--min-time", "0", "--max-noise", "100", "--quiet", "--json", earlier})
+                .exit_code,
+            0);
+  nlohmann::json doctored = read_json(earlier);
+  ASSERT_TRUE(doctored["device"].contains("blas_core")) << doctored["device"].dump();
+  doctored["device"]["blas_core"] = "SomeOtherCore";
+  std::ofstream(earlier) << doctored.dump(2);
+  const Result r =
+      run({"run", "--backend", "cpu", "--model", "mlp", "--batch", "1,2", "--warmup", "1", "--min-samples",
+           "2", "--min-time", "0", "--max-noise", "100", "--quiet", "--resume", earlier});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("its device.blas_core is \"SomeOtherCore\""), std::string::npos) << r.err;
+}
+
+// Another accumulation is another experiment: nothing is taken, and the earlier points stay out of the
+// report rather than sit beside this sweep's splits of the same micro-batches.
+TEST(Run, ResumeWithAnotherAccumulationKeepsNothingAndSaysSo) {
+  ScratchDir dir;
+  const std::string earlier = (dir / "earlier.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "8,64", "--json", earlier})).exit_code, 0);
+  const std::string out = (dir / "out.json").string();
+  const Result r = run(scripted_run(
+      "roofline.json", {"--batch", "8", "--accumulation", "2", "--resume", earlier, "--json", out}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(out);
+  ASSERT_EQ(report["points"].size(), 1u) << report["points"].dump();
+  EXPECT_EQ(report["points"][0]["accumulation"], 2);
+  EXPECT_FALSE(report["points"][0].contains("resumed_from"));
+  EXPECT_EQ(report["settings"]["resumed"]["points"], 0);
+  EXPECT_NE(r.err.find("batches 8, 64 of it are not in this report: the accumulation differs"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST(Run, ResumeRunsAgainWhatDidNotFitAndKeepsWhatWasNotAskedFor) {
   ScratchDir dir;
   const std::string earlier = (dir / "earlier.json").string();
   ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "8,64,4096", "--json", earlier})).exit_code, 0);
@@ -587,13 +687,17 @@ TEST(Run, ResumeRunsAgainWhatDidNotFitAndTakesOnlyTheBatchesAskedFor) {
       "roofline.json", {"--batch", "64,128,4096", "--resume", earlier, "--json", out, "--latency-slo", "3"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json report = read_json(out);
-  ASSERT_EQ(report["points"].size(), 3u);  // batch 8 was not asked for
+  ASSERT_EQ(report["points"].size(), 4u);
+  EXPECT_EQ((*point_at(report, 8))["resumed_from"], read_json(earlier)["created_at"]);  // kept, not asked for
   EXPECT_TRUE((*point_at(report, 64)).contains("resumed_from"));
   EXPECT_FALSE((*point_at(report, 128)).contains("resumed_from"));
   EXPECT_FALSE((*point_at(report, 4096)).contains("resumed_from"));  // the oom ran again
   EXPECT_EQ((*point_at(report, 4096))["status"], "oom");
   EXPECT_EQ(report["settings"]["measured_points"], 1);
   EXPECT_NE(r.err.find("batch 64 was measured earlier"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("batch 8, which this sweep did not ask for, is kept from it as measured then"),
+            std::string::npos)
+      << r.err;
 }
 
 // User plus system CPU seconds of the children waited for so far.

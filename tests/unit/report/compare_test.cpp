@@ -81,6 +81,34 @@ TEST(Compare, VerdictsFromSamples) {
   EXPECT_THAT(result.notes, ::testing::Contains(HasSubstr("devices differ")));
 }
 
+// A run resumed from the baseline holds some of the baseline's own points: compare says so rather than let a
+// point compared with itself pass for a measured "same".
+TEST(Compare, APointTakenFromTheBaselineByResumeIsSaidToBeTheSameMeasurement) {
+  Report a = testing::sample_report();
+  a.created_at = "2026-11-29T10:00:00Z";
+  Report b = a;
+  b.created_at = "2026-11-30T10:00:00Z";
+  std::vector<int64_t> taken;
+  for (Point& p : b.points) {
+    if (p.status != PointStatus::ok || taken.size() == 2) continue;
+    p.resumed_from = a.created_at;
+    taken.push_back(p.batch);
+  }
+  ASSERT_EQ(taken.size(), 2u);
+  const std::string expected = "batch " + std::to_string(taken[0]) + ", " + std::to_string(taken[1]) +
+                               ": a run took the baseline's own measurement with run --resume";
+  EXPECT_THAT(compare_pair(a, b).notes, ::testing::Contains(HasSubstr(expected)));
+  // Chained: the baseline itself took them from an earlier run, and so did the candidate.
+  for (Point& p : a.points)
+    if (p.batch == taken[0]) p.resumed_from = "2026-11-28T10:00:00Z";
+  for (Point& p : b.points)
+    if (p.batch == taken[0]) p.resumed_from = "2026-11-28T10:00:00Z";
+  EXPECT_THAT(compare_pair(a, b).notes, ::testing::Contains(HasSubstr(expected)));
+  // Measured anew: no such note.
+  EXPECT_THAT(compare_pair(testing::sample_report(), testing::sample_candidate()).notes,
+              ::testing::Not(::testing::Contains(HasSubstr("--resume"))));
+}
+
 TEST(Compare, NoiseAloneIsNotAChange) {
   // Overlapping samples with a 3% shift in the means of a very noisy run: the test does not reject.
   Report a = testing::sample_report();

@@ -60,6 +60,30 @@ TEST(EffectiveBatch, StopsAfterTwoSlowerSplits) {
       << outcome.search_summary;
 }
 
+// --resume: the splits the earlier run measured are taken, and the summary says how many.
+TEST(EffectiveBatch, ResumedSplitsAreTakenAndCounted) {
+  const Graph graph = tiny_graph();
+  const auto backend = make_scripted_backend(testing::roofline(2.0, 128.0));
+  SweepSettings settings;
+  settings.effective_batch = 256;
+  RecordingObserver first_observer;
+  const SweepOutcome first = run_sweep(*backend, graph, settings, first_observer);
+  for (Point p : first.points) {
+    p.resumed_from = "2026-11-30T00:00:00Z";
+    settings.resume_points.push_back(p);
+  }
+  RecordingObserver observer;
+  const SweepOutcome resumed = run_sweep(*backend, graph, settings, observer);
+  ASSERT_EQ(resumed.points.size(), first.points.size());
+  EXPECT_EQ(resumed.measured_points, 0);
+  EXPECT_EQ(resumed.resumed_points, 3);
+  for (const Point& p : resumed.points) EXPECT_EQ(p.resumed_from, "2026-11-30T00:00:00Z") << p.batch;
+  EXPECT_NE(resumed.search_summary.find("3 of 9 splits (micro-batch x accumulation) measured (3 taken from "
+                                        "--resume)"),
+            std::string::npos)
+      << resumed.search_summary;
+}
+
 TEST(EffectiveBatch, SkipsSplitsThatDoNotFitAndKeepsGoingWhileFlat) {
   const Graph graph = tiny_graph();
   // Knee at 16: micro-batches from 16 up all run at 8 samples/ms; the two above 32 run out of memory.

@@ -220,6 +220,24 @@ TEST(ProgressPrinter, ASweepEndedByAnExceptionLeavesNoHalfLine) {
   EXPECT_EQ(out.text(), line + "\r" + std::string(29, ' ') + "\r");
 }
 
+TEST(ProgressPrinter, ALineWiderThanTheTerminalIsCutToOneRow) {
+  Capture out;
+  ProgressOptions options;
+  options.terminal = true;
+  options.color = true;
+  options.clock = [] { return 0.0; };
+  options.columns = [] { return 21; };
+  ProgressPrinter printer(out.file(), options);
+  printer.on_point_start(PointStart{12, 14, true, 2048, 1, true});
+  // 20 columns of the plain line (the middle dot is one column, two bytes), no colour codes cut in half.
+  EXPECT_EQ(out.text(), "[12/~14] batch 2048 ");
+  Capture wide;
+  options.columns = [] { return 200; };
+  ProgressPrinter roomy(wide.file(), options);
+  roomy.on_point_start(PointStart{1, 2, false, 8, 1, false});
+  EXPECT_NE(wide.text().find("\x1b[1m"), std::string::npos);  // fits: colour kept
+}
+
 TEST(ProgressPrinter, TickDrawsNothingOffATerminalOrQuiet) {
   for (const bool quiet : {false, true}) {
     Capture out;
