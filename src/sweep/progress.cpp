@@ -134,9 +134,13 @@ ProgressPrinter::ProgressPrinter(std::FILE* stream, ProgressOptions options)
 
 ProgressPrinter::~ProgressPrinter() {
   ticker_->join();
-  // A sweep that ended by an exception leaves no half line for the error message to run into.
-  clear_line();
-  std::fflush(stream_);
+  // A sweep that ended by an exception leaves no half line for the error message to run into. Never throws:
+  // this may run while an exception unwinds (a stream that cannot be written is one).
+  try {
+    clear_line();
+    std::fflush(stream_);
+  } catch (const std::exception&) {
+  }
 }
 
 double ProgressPrinter::now_s() const {

@@ -2,8 +2,11 @@
 // in place), off a terminal (one line per point), with colour, and quiet.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -236,6 +239,40 @@ TEST(ProgressPrinter, ALineWiderThanTheTerminalIsCutToOneRow) {
   ProgressPrinter roomy(wide.file(), options);
   roomy.on_point_start(PointStart{1, 2, false, 8, 1, false});
   EXPECT_NE(wide.text().find("\x1b[1m"), std::string::npos);  // fits: colour kept
+}
+
+// stderr that can no longer be written (a closed pipe, a hung-up terminal): the ticker thread stops instead
+// of terminating the process; the sweep's own thread gets the error; the destructor stays quiet.
+TEST(ProgressPrinter, AStreamThatFailsEndsTheTickerNotTheProcess) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  std::FILE* writer = fdopen(fds[1], "w");
+  ASSERT_NE(writer, nullptr);
+  setvbuf(writer, nullptr, _IONBF, 0);  // as stderr: every write goes out at once
+  const auto old_sigpipe = std::signal(SIGPIPE, SIG_IGN);
+  std::atomic<int> clock_reads{0};
+  {
+    ProgressOptions options;
+    options.terminal = true;
+    options.tick_s = 0.002;
+    options.clock = [&] {
+      ++clock_reads;
+      return 0.0;
+    };
+    ProgressPrinter printer(writer, options);
+    printer.on_point_start(PointStart{1, 2, false, 8, 1, false});
+    close(fds[0]);  // nobody reads: every write fails with EPIPE
+    const int before = clock_reads.load();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (clock_reads.load() == before && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_GT(clock_reads.load(), before);  // the ticker tried to draw...
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    EXPECT_EQ(clock_reads.load(), before + 1);  // ...once, and stopped
+    EXPECT_THROW(printer.on_sweep_end(false), std::exception);
+  }  // the destructor clears the line on the broken stream without throwing
+  std::signal(SIGPIPE, old_sigpipe);
+  std::fclose(writer);
 }
 
 TEST(ProgressPrinter, TickDrawsNothingOffATerminalOrQuiet) {
