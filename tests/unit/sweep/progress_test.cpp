@@ -86,6 +86,14 @@ class Capture {
   std::FILE* file_;
 };
 
+// A terminal whose clock reads `now_s`.
+ProgressOptions terminal_at(const double& now_s) {
+  ProgressOptions options;
+  options.terminal = true;
+  options.clock = [&now_s] { return now_s; };
+  return options;
+}
+
 Point point_of(int64_t batch, PointStatus status, std::string reason = {}) {
   Point p;
   p.batch = batch;
@@ -121,10 +129,7 @@ TEST(ProgressPrinter, OffATerminalOnlyPointsThatDidNotRunAndTheEnd) {
 TEST(ProgressPrinter, RedrawsInPlaceOnATerminal) {
   Capture out;
   double now_s = 0;
-  ProgressOptions options;
-  options.terminal = true;
-  options.clock = [&] { return now_s; };
-  ProgressPrinter printer(out.file(), options);
+  ProgressPrinter printer(out.file(), terminal_at(now_s));
   std::vector<Point> all{point_of(1, PointStatus::ok)};
   printer.on_point_start(PointStart{1, 2, false, 1, 1, false});
   now_s = 1;
@@ -157,10 +162,7 @@ TEST(FormatProgressLine, TimeInThePoint) {
 TEST(ProgressPrinter, TicksDuringAPointWithTheTimeInItAndAnEtaThatCountsIt) {
   Capture out;
   double now_s = 0;
-  ProgressOptions options;
-  options.terminal = true;
-  options.clock = [&] { return now_s; };
-  ProgressPrinter printer(out.file(), options);
+  ProgressPrinter printer(out.file(), terminal_at(now_s));
   std::vector<Point> all{point_of(1, PointStatus::ok)};
   printer.tick();  // before any point: nothing
   EXPECT_EQ(out.text(), "");
@@ -193,10 +195,7 @@ TEST(ProgressPrinter, TicksDuringAPointWithTheTimeInItAndAnEtaThatCountsIt) {
 TEST(ProgressPrinter, ResumedPointsDoNotCountTowardTheEta) {
   Capture out;
   double now_s = 0;
-  ProgressOptions options;
-  options.terminal = true;
-  options.clock = [&] { return now_s; };
-  ProgressPrinter printer(out.file(), options);
+  ProgressPrinter printer(out.file(), terminal_at(now_s));
   std::vector<Point> all{point_of(1, PointStatus::ok), point_of(2, PointStatus::ok)};
   all[0].resumed_from = "2026-11-29T10:00:00Z";
   printer.on_point_start(PointStart{1, 4, false, 1, 1, false});
