@@ -160,7 +160,9 @@ struct SweepSettings {
   PathChoice paths;               // --attention, --conv (cuda)
   // run --resume: an earlier run's points, each with resumed_from set. Where the sweep asks for a (batch,
   // accumulation) that is ok among them, and its plan still fits the budget, that point is taken as it is
-  // instead of being measured again; the caller has checked that both runs measure the same thing.
+  // instead of being measured again; the caller has checked that both runs measure the same thing. An
+  // interrupted sweep also keeps those it had not reached (see PointRunner::unreached_resume_points), so the
+  // next resume takes them.
   std::vector<Point> resume_points;
 };
 
@@ -202,7 +204,8 @@ class SweepObserver {
 };
 
 struct SweepOutcome {
-  std::vector<Point> points;          // finished points, sorted by (effective_batch, batch)
+  std::vector<Point> points;          // finished points (interrupted: and unreached resume points), sorted by
+                                      // (effective_batch, batch)
   std::vector<std::string> warnings;  // sentences for stderr and the report, each saying how to fix
   bool interrupted = false;           // should_stop() ended the sweep; points holds everything finished
   int measured_points = 0;            // points that ran timed steps (prepared: ok, or error after prepare)

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -212,7 +213,7 @@ int run_app(int argc, char** argv) {
           "--device", run.device,
           "cuda: the GPU to sweep (0-based, as CUDA numbers them after CUDA_VISIBLE_DEVICES; default 0)")
       ->type_name("N")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   run_cmd->add_option("--script", run.script, "Step-time script for --backend scripted (testing)")
       ->type_name("FILE");
   run_cmd->add_option("--mode", run_raw.mode, "train | infer")->capture_default_str();
@@ -360,7 +361,7 @@ int run_app(int argc, char** argv) {
       ->add_option("--device", devices.device,
                    "With --calibrate: the CUDA device to measure (0-based, as CUDA numbers them)")
       ->type_name("N")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()))
       ->needs(calibrate_flag)
       ->capture_default_str();
   devices_cmd->add_flag("--json", devices.json, "Print JSON");

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <set>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -297,16 +298,18 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
   return j;
 }
 
-// run --resume: the sweep's points, and the earlier report's ok points that the sweep did not ask for or has
-// not reached (yet), so a resumed report keeps every measurement it started from: an interrupted resume, or
-// one into the same file with fewer batches, loses nothing. Sorted as SweepOutcome::points.
-std::vector<Point> with_kept(const std::vector<Point>& swept, const std::vector<Point>& earlier_ok) {
+// run --resume, in the exports written during the sweep: its points so far and the earlier report's ok points
+// it has not reached (yet), below any batch it found unfit, so a crash mid-resume into the same file loses
+// nothing. (At the end the runner decides what an interrupted sweep keeps, with the memory budget too.)
+// Sorted as SweepOutcome::points.
+std::vector<Point> with_unreached(const std::vector<Point>& swept, const std::vector<Point>& earlier_ok) {
   std::vector<Point> all = swept;
   for (const Point& p : earlier_ok) {
-    const bool asked = std::any_of(swept.begin(), swept.end(), [&](const Point& q) {
-      return q.batch == p.batch && q.accumulation == p.accumulation;
+    const bool reached_or_unfit = std::any_of(swept.begin(), swept.end(), [&](const Point& q) {
+      const bool unfit = q.status == PointStatus::oom || q.status == PointStatus::over_limit;
+      return q.accumulation == p.accumulation && (q.batch == p.batch || (unfit && q.batch <= p.batch));
     });
-    if (!asked) all.push_back(p);
+    if (!reached_or_unfit) all.push_back(p);
   }
   std::stable_sort(all.begin(), all.end(), [](const Point& a, const Point& b) {
     return a.effective_batch != b.effective_batch ? a.effective_batch < b.effective_batch : a.batch < b.batch;
@@ -339,8 +342,9 @@ class ExportingObserver final : public SweepObserver {
   void on_point_start(const PointStart& start) override { progress_.on_point_start(start); }
   void on_point_done(const Point& point, const std::vector<Point>& all_so_far) override {
     progress_.on_point_done(point, all_so_far);
+    swept_.insert({point.batch, point.accumulation});
     if (!exports_.any()) return;
-    report_.points = with_kept(all_so_far, earlier_ok_);
+    report_.points = with_unreached(all_so_far, earlier_ok_);
     if (report_.settings.contains("resumed"))
       report_.settings["resumed"]["points"] = count_resumed(report_.points);
     report_.analysis = analyze(report_.points, options_);
@@ -348,6 +352,8 @@ class ExportingObserver final : public SweepObserver {
   }
   bool should_stop() override { return progress_.should_stop(); }
   void on_sweep_end(bool interrupted) override { progress_.on_sweep_end(interrupted); }
+  // (batch, accumulation) of every point the sweep finished (measured, taken from --resume, or unfit).
+  [[nodiscard]] const std::set<std::pair<int64_t, int64_t>>& swept() const { return swept_; }
 
   void on_timed_start(const Point& /*point*/) override {
     if (telemetry_ != nullptr && telemetry_->available()) telemetry_->start();
@@ -370,6 +376,7 @@ class ExportingObserver final : public SweepObserver {
   const ExportSettings& exports_;
   AnalysisOptions options_;
   const std::vector<Point>& earlier_ok_;
+  std::set<std::pair<int64_t, int64_t>> swept_;
   ProgressPrinter progress_;
 };
 
@@ -452,10 +459,11 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
   if (earlier.device.backend != now.device.backend || earlier.device.name != now.device.name)
     return fmt::format("it ran on {} \"{}\", this run on {} \"{}\"", earlier.device.backend,
                        earlier.device.name, now.device.backend, now.device.name);
-  // What else shapes the timings: the CPU's threads and BLAS kernels; the GPU's architecture, its driver and
-  // libraries (cuBLASLt's and cuDNN's choices change with them), the execution paths cuDNN accepted.
+  // What else shapes the timings: the CPU's threads and BLAS kernels; which GPU it is (another one of the
+  // same model is another measurement), its architecture, driver and libraries (cuBLASLt's and cuDNN's
+  // choices change with them), the execution paths cuDNN accepted.
   for (const char* key :
-       {"threads", "blas", "blas_core", "compute_capability", "versions", "execution_paths"}) {
+       {"threads", "blas", "blas_core", "uuid", "compute_capability", "versions", "execution_paths"}) {
     const nlohmann::json* before = at(earlier.device.details, key);
     const nlohmann::json* here = at(now.device.details, key);
     if ((before != nullptr || here != nullptr) && (before == nullptr || here == nullptr || *before != *here))
@@ -513,7 +521,7 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
 
   SweepSettings sweep = s.sweep;
   std::optional<Report> earlier;
-  std::vector<Point> keepable;        // the earlier ok points a resumed report keeps when not asked for
+  std::vector<Point> keepable;        // the earlier ok points an interrupted resume keeps, if not reached
   std::vector<std::string> not_kept;  // the others (another accumulation or effective batch)
   if (!s.resume_path.empty()) {
     try {
@@ -555,7 +563,7 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   ExportingObserver observer(report, exports, options, s.quiet, telemetry ? &*telemetry : nullptr, keepable);
   SweepOutcome outcome = run_sweep(*backend, graph, sweep, observer);
 
-  report.points = with_kept(outcome.points, keepable);
+  report.points = std::move(outcome.points);
   report.warnings.insert(report.warnings.end(), outcome.warnings.begin(), outcome.warnings.end());
   if (!outcome.search_summary.empty()) report.settings["search"] = outcome.search_summary;
   report.settings["measured_points"] = outcome.measured_points;
@@ -565,10 +573,7 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
     for (const Point& p : report.points) {
       if (p.resumed_from.empty()) continue;
       const std::string label = batch_label(p.batch, p.accumulation);
-      const bool asked = std::any_of(outcome.points.begin(), outcome.points.end(), [&](const Point& q) {
-        return q.batch == p.batch && q.accumulation == p.accumulation;
-      });
-      (asked ? taken : kept).push_back(label);
+      (observer.swept().contains({p.batch, p.accumulation}) ? taken : kept).push_back(label);
       // What the earlier run warned about this point still holds (noise, memory, telemetry).
       for (const std::string& w : earlier->warnings) {
         const bool about_it = w.starts_with("batch " + label + ":") || w.starts_with("batch " + label + " ");
@@ -591,8 +596,28 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
     }
     if (!kept.empty())
       report.warnings.push_back(fmt::format(
-          "--resume {}: {}, which this sweep did not {}, {} kept from it as measured then", s.resume_path,
-          batches(kept), outcome.interrupted ? "reach" : "ask for", kept.size() == 1 ? "is" : "are"));
+          "--resume {}: {}, which this interrupted sweep did not reach, {} kept from it as measured then, so "
+          "resuming again takes {}",
+          s.resume_path, batches(kept), kept.size() == 1 ? "is" : "are", kept.size() == 1 ? "it" : "them"));
+    std::vector<std::string> dropped;
+    for (const Point& p : keepable) {
+      const bool in_report = std::any_of(report.points.begin(), report.points.end(), [&](const Point& q) {
+        return q.batch == p.batch && q.accumulation == p.accumulation;
+      });
+      if (!in_report) dropped.push_back(batch_label(p.batch, p.accumulation));
+    }
+    if (!dropped.empty()) {
+      std::error_code ec;
+      const bool same_file = !exports.json_path.empty() && exports.json_path != "-" &&
+                             std::filesystem::equivalent(s.resume_path, exports.json_path, ec);
+      report.warnings.push_back(fmt::format(
+          "--resume {}: {} of it {} not in this report: {}{}", s.resume_path, batches(dropped),
+          dropped.size() == 1 ? "is" : "are",
+          outcome.interrupted
+              ? "beyond what fits this run's memory"
+              : fmt::format("this sweep did not ask for {}", dropped.size() == 1 ? "it" : "them"),
+          same_file ? fmt::format(", and so no longer in {}", exports.json_path) : std::string()));
+    }
     if (!not_kept.empty())
       report.warnings.push_back(fmt::format(
           "--resume {}: batch{} {} of it {} not in this report: {} differs from this sweep's", s.resume_path,

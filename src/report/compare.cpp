@@ -397,15 +397,19 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
                           usable_samples(p->samples_ms) ? p->samples_ms.size() : size_t{0}});
     }
     for (size_t i = 1; i < points.size(); ++i) row.deltas.push_back(delta(*points[0], *points[i], options));
-    // One measurement on both sides: run --resume took the baseline's point (or both took one earlier run's).
-    const std::string& measured_at =
-        points[0]->resumed_from.empty() ? reports[0].created_at : points[0]->resumed_from;
-    for (size_t i = 1; i < points.size(); ++i) {
-      if (!measured_at.empty() && points[i]->resumed_from == measured_at) {
-        shared.push_back(batch_label(key.first, key.second));
-        break;
-      }
+    // One measurement in two runs: run --resume took one run's point into another (or both took one earlier
+    // run's). A point was measured when its report was made, unless it says it was taken; two reports made
+    // in the same second are not taken for one.
+    const auto measured_at = [&](size_t i) -> const std::string& {
+      return points[i]->resumed_from.empty() ? reports[i].created_at : points[i]->resumed_from;
+    };
+    bool one_measurement = false;
+    for (size_t i = 0; i < points.size() && !one_measurement; ++i) {
+      if (points[i]->resumed_from.empty()) continue;
+      for (size_t j = 0; j < points.size(); ++j)
+        one_measurement |= j != i && measured_at(j) == points[i]->resumed_from;
     }
+    if (one_measurement) shared.push_back(batch_label(key.first, key.second));
     result.rows.push_back(std::move(row));
   }
   result.geomean = geomean_row(result.rows, reports.size(), options);
@@ -419,8 +423,8 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   for (const LostFit& f : result.lost_fits) result.notes.push_back(lost_fit_text(f));
   if (!shared.empty())
     result.notes.push_back(fmt::format(
-        "batch {}: a run took the baseline's own measurement with run --resume (resumed_from), so its "
-        "\"same\" compares a point with itself",
+        "batch {}: one measurement in two runs (run --resume took it; resumed_from), so \"same\" there "
+        "compares a point with itself",
         fmt::join(shared, ", ")));
   note_difference(
       result.runs, "models", [](const RunSummary& r) { return r.model; }, result.notes);

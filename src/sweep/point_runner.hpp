@@ -97,6 +97,9 @@ class PointRunner {
   void insert(Point point);
   // The ok point of SweepSettings::resume_points at (batch, accumulation), if there is one.
   [[nodiscard]] const Point* resumable(int64_t batch, int64_t accumulation) const;
+  // The ok resume points of this sweep's accumulation (or effective batch) that it has not reached, whose
+  // plans fit the budget and that lie below every batch this run found unfit at their accumulation.
+  [[nodiscard]] std::vector<Point> unreached_resume_points() const;
 
   Backend& backend_;
   const Graph& graph_;

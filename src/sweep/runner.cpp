@@ -385,7 +385,8 @@ void PointRunner::summarize_point(Point& point, const Plan& plan, const NoiseCri
         warn(fmt::format(
             "batch {}: {:.1f} TFLOP/s is {:.0f}% of the device peak ({:.1f} TFLOP/s, {}): the peak or the "
             "step timing is wrong; run `batchsweep devices --calibrate`",
-            point.batch, flops_per_second / 1e12, *point.mfu * 100, *device_.peak_flops / 1e12,
+            batch_label(point.batch, point.accumulation), flops_per_second / 1e12, *point.mfu * 100,
+            *device_.peak_flops / 1e12,
             device_.peak_flops_source.empty() ? "source unknown" : device_.peak_flops_source));
     }
   }
@@ -419,11 +420,35 @@ void PointRunner::add_stop_warnings() {
       stop_warnings_.front().second));
 }
 
+std::vector<Point> PointRunner::unreached_resume_points() const {
+  std::vector<Point> kept;
+  for (const Point& p : settings_.resume_points) {
+    if (p.status != PointStatus::ok || find(p.batch, p.accumulation) != nullptr) continue;
+    // This sweep's kind of point only: its accumulation, or the splits of its effective batch.
+    if (settings_.effective_batch ? p.effective_batch != *settings_.effective_batch
+                                  : p.accumulation != settings_.accumulation)
+      continue;
+    // Not where this run found the memory wanting: over the budget, or above a batch that did not fit.
+    if (plan_over_budget(p.batch, p.accumulation)) continue;
+    const bool above_unfit = std::any_of(points_.begin(), points_.end(), [&](const Point& q) {
+      return (q.status == PointStatus::oom || q.status == PointStatus::over_limit) &&
+             q.accumulation == p.accumulation && q.batch <= p.batch;
+    });
+    if (!above_unfit) kept.push_back(p);
+  }
+  return kept;
+}
+
 SweepOutcome PointRunner::finish(std::string search_summary) {
   add_stop_warnings();
   observer_.on_sweep_end(interrupted_);
   SweepOutcome outcome;
   outcome.points = points_;
+  if (interrupted_) {
+    // The earlier points this sweep had not reached stay in its report, so resuming again takes them.
+    for (Point& p : unreached_resume_points()) outcome.points.push_back(std::move(p));
+    std::stable_sort(outcome.points.begin(), outcome.points.end(), point_order);
+  }
   outcome.warnings = warnings_;
   outcome.interrupted = interrupted_;
   outcome.measured_points = measured_;

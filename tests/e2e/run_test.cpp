@@ -610,8 +610,8 @@ TEST(Run, AnInterruptedResumeKeepsTheEarlierPointsItHadNotReached) {
   EXPECT_EQ(report["settings"]["resumed"]["points"], 2);
   bool said = false;
   for (const auto& w : report["warnings"])
-    said |= w.get<std::string>().find("batches 32, 64, which this sweep did not reach, are kept") !=
-            std::string::npos;
+    said |= w.get<std::string>().find(
+                "batches 32, 64, which this interrupted sweep did not reach, are kept") != std::string::npos;
   EXPECT_TRUE(said) << report["warnings"].dump();
 }
 
@@ -677,7 +677,24 @@ TEST(Run, ResumeWithAnotherAccumulationKeepsNothingAndSaysSo) {
       << r.err;
 }
 
-TEST(Run, ResumeRunsAgainWhatDidNotFitAndKeepsWhatWasNotAskedFor) {
+// The analysis is of what this sweep asked for: a larger batch of the earlier report, not asked for now (and
+// over this run's memory limit), is not the max fit or the recommendation.
+TEST(Run, ResumeAnalysesOnlyTheBatchesAskedFor) {
+  ScratchDir dir;
+  const std::string earlier = (dir / "earlier.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "1:128:*2", "--json", earlier})).exit_code, 0);
+  const std::string out = (dir / "out.json").string();
+  const Result r = run(scripted_run(
+      "roofline.json", {"--batch", "2,4,64", "--memory-limit", "2MiB", "--resume", earlier, "--json", out}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(out);
+  ASSERT_EQ(report["points"].size(), 3u) << report["points"].dump();
+  EXPECT_EQ((*point_at(report, 64))["status"], "over_limit");
+  EXPECT_EQ(report["analysis"]["max_fit"]["batch"], 4);
+  EXPECT_NE(report["analysis"]["recommended"]["batch"], 128);
+}
+
+TEST(Run, ResumeRunsAgainWhatDidNotFitAndLeavesOutWhatWasNotAskedFor) {
   ScratchDir dir;
   const std::string earlier = (dir / "earlier.json").string();
   ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "8,64,4096", "--json", earlier})).exit_code, 0);
@@ -687,17 +704,25 @@ TEST(Run, ResumeRunsAgainWhatDidNotFitAndKeepsWhatWasNotAskedFor) {
       "roofline.json", {"--batch", "64,128,4096", "--resume", earlier, "--json", out, "--latency-slo", "3"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json report = read_json(out);
-  ASSERT_EQ(report["points"].size(), 4u);
-  EXPECT_EQ((*point_at(report, 8))["resumed_from"], read_json(earlier)["created_at"]);  // kept, not asked for
+  ASSERT_EQ(report["points"].size(), 3u);  // batch 8 was not asked for
   EXPECT_TRUE((*point_at(report, 64)).contains("resumed_from"));
   EXPECT_FALSE((*point_at(report, 128)).contains("resumed_from"));
   EXPECT_FALSE((*point_at(report, 4096)).contains("resumed_from"));  // the oom ran again
   EXPECT_EQ((*point_at(report, 4096))["status"], "oom");
   EXPECT_EQ(report["settings"]["measured_points"], 1);
   EXPECT_NE(r.err.find("batch 64 was measured earlier"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("batch 8, which this sweep did not ask for, is kept from it as measured then"),
+  EXPECT_NE(r.err.find("batch 8 of it is not in this report: this sweep did not ask for it"),
             std::string::npos)
       << r.err;
+  // Into the earlier file itself, the warning says what leaves it.
+  const Result same =
+      run(scripted_run("roofline.json", {"--batch", "64", "--resume", earlier, "--json", earlier}));
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_NE(same.err.find(
+                "batch 8 of it is not in this report: this sweep did not ask for it, and so no longer in " +
+                earlier),
+            std::string::npos)
+      << same.err;
 }
 
 // User plus system CPU seconds of the children waited for so far.

@@ -96,8 +96,9 @@ TEST(Compare, APointTakenFromTheBaselineByResumeIsSaidToBeTheSameMeasurement) {
   }
   ASSERT_EQ(taken.size(), 2u);
   const std::string expected = "batch " + std::to_string(taken[0]) + ", " + std::to_string(taken[1]) +
-                               ": a run took the baseline's own measurement with run --resume";
+                               ": one measurement in two runs (run --resume took it";
   EXPECT_THAT(compare_pair(a, b).notes, ::testing::Contains(HasSubstr(expected)));
+  EXPECT_THAT(compare_pair(b, a).notes, ::testing::Contains(HasSubstr(expected)));  // either order
   // Chained: the baseline itself took them from an earlier run, and so did the candidate.
   for (Point& p : a.points)
     if (p.batch == taken[0]) p.resumed_from = "2026-11-28T10:00:00Z";

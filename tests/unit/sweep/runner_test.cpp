@@ -147,6 +147,48 @@ TEST(Runner, ResumedPointsAreTakenNotMeasured) {
   EXPECT_EQ(observer.starts.size(), 4u);
 }
 
+// An interrupted resume keeps the earlier points it had not reached, unless they no longer fit: over this
+// run's budget, above a batch that did not fit now, or of another accumulation.
+TEST(Runner, AnInterruptedResumeKeepsTheUnreachedPointsThatStillFit) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline();
+  config.oom_above_batch = 100;
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = list_settings({8, 128, 32, 64, 256, 4096});
+  const auto earlier = [](int64_t batch, int64_t accumulation = 1) {
+    Point p;
+    p.batch = batch;
+    p.accumulation = accumulation;
+    p.effective_batch = batch * accumulation;
+    p.samples_ms = {1.0, 1.0};
+    p.resumed_from = "2026-11-29T10:00:00Z";
+    return p;
+  };
+  settings.resume_points = {earlier(32), earlier(64), earlier(256), earlier(4096), earlier(16, 2)};
+  settings.memory_limit_bytes =
+      static_cast<uint64_t>(static_cast<double>(planned_bytes(graph, 1024)) / 0.95) - 4096;
+  RecordingObserver observer;
+  observer.stop_when = [](const RecordingObserver& o) { return o.done.size() >= 2; };  // after 8 and 128
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  ASSERT_TRUE(outcome.interrupted);
+  ASSERT_EQ(find_point(outcome.points, 128)->status, PointStatus::oom);
+  // 32 and 64 were not reached and fit; 256 lies above this run's oom at 128; 4096 is over the budget; 16x2
+  // is another accumulation.
+  std::vector<int64_t> batches;
+  for (const Point& p : outcome.points) batches.push_back(p.batch);
+  EXPECT_EQ(batches, (std::vector<int64_t>{8, 32, 64, 128}));
+  EXPECT_EQ(find_point(outcome.points, 32)->resumed_from, "2026-11-29T10:00:00Z");
+  EXPECT_EQ(outcome.resumed_points, 0);  // none taken: kept only
+  // A sweep that finishes keeps only what it asked for.
+  SweepSettings only_8 = settings;
+  only_8.batches.batches = {8};
+  RecordingObserver whole;
+  const SweepOutcome finished = run_sweep(*backend, graph, only_8, whole);
+  ASSERT_FALSE(finished.interrupted);
+  ASSERT_EQ(finished.points.size(), 1u);
+  EXPECT_EQ(finished.points[0].batch, 8);
+}
+
 TEST(Runner, OverLimitFromMemoryLimitSkipsPrepareAndQuotesBothSizes) {
   const Graph graph = tiny_graph();
   ScriptedConfig config = testing::roofline();
