@@ -327,6 +327,14 @@ TEST(EmulatedCuda, DeviceChoosesTheGpuAndOneThatIsNotThereIsAUsageError) {
   EXPECT_EQ(report["device"]["telemetry"].at("device"), "Fake GPU 1") << report["device"].dump();
 #endif
 
+  // A report made on GPU 1 does not resume on GPU 0, though both are the same model.
+  const Result elsewhere =
+      run(quick({"run", "--backend", "cuda", "--device", "0", "--model", "mlp", "--batch", "8", "--telemetry",
+                 "on", "--resume", (dir / "r.json").string()}),
+          env);
+  EXPECT_EQ(elsewhere.exit_code, 2) << elsewhere.err;
+  EXPECT_NE(elsewhere.err.find("its device.uuid is"), std::string::npos) << elsewhere.err;
+
   const Result missing = run(quick({"run", "--backend", "cuda", "--device", "2", "--model", "mlp", "--batch",
                                     "8", "--json", (dir / "x.json").string()}),
                              two);
