@@ -472,6 +472,120 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
   return std::nullopt;
 }
 
+// run --resume: the earlier report, and what of it this run may keep.
+struct ResumeSource {
+  std::string path;
+  Report earlier;
+  std::vector<Point> keepable;  // its ok points of this sweep's kind: an interrupted sweep keeps those
+                                // it had not reached
+  std::vector<std::string> other_kind;  // its ok points of another accumulation (or effective batch)
+};
+
+// Reads --resume's report, refuses one that measured something else, and hands its ok points to the sweep
+// (with resumed_from, and MFU against this run's peak); `report` gets settings.resumed.
+ResumeSource load_resume(const std::string& path, Report& report, SweepSettings& sweep) {
+  ResumeSource source{path, {}, {}, {}};
+  try {
+    source.earlier = read_report(path);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("--resume: {}", e.what()));
+  }
+  if (auto mismatch = resume_mismatch(source.earlier, report))
+    throw UsageError(fmt::format(
+        "--resume {}: {}; resume with the same settings, or sweep afresh without --resume", path, *mismatch));
+  for (Point point : source.earlier.points) {
+    if (point.status != PointStatus::ok) continue;  // what did not run then is tried again
+    if (point.resumed_from.empty()) point.resumed_from = source.earlier.created_at;
+    // MFU against this run's peak (a calibration may have come since).
+    point.mfu = point.tflops && report.device.peak_flops && *report.device.peak_flops > 0
+                    ? std::optional<double>(*point.tflops * 1e12 / *report.device.peak_flops)
+                    : std::nullopt;
+    // Only this sweep's accumulation (or effective batch) is ever kept, so a report never mixes two splits of
+    // one micro-batch from different experiments.
+    const bool same_kind = sweep.effective_batch ? point.effective_batch == *sweep.effective_batch
+                                                 : point.accumulation == sweep.accumulation;
+    if (same_kind) {
+      source.keepable.push_back(point);
+    } else {
+      source.other_kind.push_back(batch_label(point.batch, point.accumulation));
+    }
+    sweep.resume_points.push_back(std::move(point));
+  }
+  // Said from the first export on, so a report written mid-sweep says it was resumed.
+  report.settings["resumed"] = {{"from", path},
+                                {"created_at", source.earlier.created_at},
+                                {"git_commit", source.earlier.tool.git_commit},
+                                {"points", source.keepable.size()}};
+  return source;
+}
+
+// After a resumed sweep: settings.resumed.points, the earlier warnings about the points it holds, and what
+// came from the earlier report, what was kept and what was left out.
+void note_resume(Report& report, const ResumeSource& source,
+                 const std::set<std::pair<int64_t, int64_t>>& swept, bool interrupted,
+                 const std::string& json_path) {
+  const Report& earlier = source.earlier;
+  report.settings["resumed"]["points"] = count_resumed(report.points);
+  std::vector<std::string> taken, kept;
+  for (const Point& p : report.points) {
+    if (p.resumed_from.empty()) continue;
+    const std::string label = batch_label(p.batch, p.accumulation);
+    (swept.contains({p.batch, p.accumulation}) ? taken : kept).push_back(label);
+    // What the earlier run warned about this point still holds (noise, memory, telemetry).
+    for (const std::string& w : earlier.warnings) {
+      const bool about_it = w.starts_with("batch " + label + ":") || w.starts_with("batch " + label + " ");
+      if (about_it && std::find(report.warnings.begin(), report.warnings.end(), w) == report.warnings.end())
+        report.warnings.push_back(w);
+    }
+  }
+  const auto batches = [](const std::vector<std::string>& labels) {
+    return fmt::format("batch{} {}", labels.size() == 1 ? "" : "es", fmt::join(labels, ", "));
+  };
+  const std::string& path = source.path;
+  if (!taken.empty()) {
+    std::string commit_note;
+    if (earlier.tool.git_commit != report.tool.git_commit)
+      commit_note =
+          fmt::format(" by batchsweep {} (this is {})", earlier.tool.git_commit, report.tool.git_commit);
+    report.warnings.push_back(fmt::format(
+        "--resume {}: {} {} measured earlier{} and not again (resumed_from in the report); the machine's "
+        "state may have changed since",
+        path, batches(taken), taken.size() == 1 ? "was" : "were", commit_note));
+  }
+  if (!kept.empty())
+    report.warnings.push_back(fmt::format(
+        "--resume {}: {}, which this interrupted sweep did not reach, {} kept from it as measured then, so "
+        "resuming again takes {}",
+        path, batches(kept), kept.size() == 1 ? "is" : "are", kept.size() == 1 ? "it" : "them"));
+  std::vector<std::string> dropped;
+  for (const Point& p : source.keepable) {
+    const bool in_report = std::any_of(report.points.begin(), report.points.end(), [&](const Point& q) {
+      return q.batch == p.batch && q.accumulation == p.accumulation;
+    });
+    if (!in_report) dropped.push_back(batch_label(p.batch, p.accumulation));
+  }
+  if (!dropped.empty()) {
+    std::error_code ec;
+    const bool same_file =
+        !json_path.empty() && json_path != "-" && std::filesystem::equivalent(path, json_path, ec);
+    report.warnings.push_back(fmt::format(
+        "--resume {}: {} of it {} not in this report: {}{}", path, batches(dropped),
+        dropped.size() == 1 ? "is" : "are",
+        interrupted ? "beyond what fits this run's memory"
+                    : fmt::format("this sweep did not ask for {}", dropped.size() == 1 ? "it" : "them"),
+        same_file ? fmt::format(", and so no longer in {}", json_path) : std::string()));
+  }
+  if (!source.other_kind.empty())
+    report.warnings.push_back(fmt::format(
+        "--resume {}: {} of it {} not in this report: {} differs from this sweep's", path,
+        batches(source.other_kind), source.other_kind.size() == 1 ? "is" : "are",
+        report.settings.value("effective_batch", nlohmann::json()).is_null() ? "the accumulation"
+                                                                             : "the effective batch"));
+  if (source.keepable.empty() && source.other_kind.empty())
+    report.warnings.push_back(
+        fmt::format("--resume {}: it holds no ok point; every point was measured now", path));
+}
+
 int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   ExportSettings exports = s.exports;
   check_exports(exports);
@@ -520,113 +634,20 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   }
 
   SweepSettings sweep = s.sweep;
-  std::optional<Report> earlier;
-  std::vector<Point> keepable;        // the earlier ok points an interrupted resume keeps, if not reached
-  std::vector<std::string> not_kept;  // the others (another accumulation or effective batch)
-  if (!s.resume_path.empty()) {
-    try {
-      earlier = read_report(s.resume_path);
-    } catch (const InputError& e) {
-      throw InputError(fmt::format("--resume: {}", e.what()));
-    }
-    if (auto mismatch = resume_mismatch(*earlier, report))
-      throw UsageError(
-          fmt::format("--resume {}: {}; resume with the same settings, or sweep afresh without "
-                      "--resume",
-                      s.resume_path, *mismatch));
-    for (Point point : earlier->points) {
-      if (point.status != PointStatus::ok) continue;  // what did not run then is tried again
-      if (point.resumed_from.empty()) point.resumed_from = earlier->created_at;
-      // MFU against this run's peak (a calibration may have come since).
-      point.mfu = point.tflops && report.device.peak_flops && *report.device.peak_flops > 0
-                      ? std::optional<double>(*point.tflops * 1e12 / *report.device.peak_flops)
-                      : std::nullopt;
-      // Kept in the report when not asked for: those of this sweep's accumulation (or effective batch), so a
-      // report never mixes two splits of one micro-batch from different experiments.
-      const bool same_kind = sweep.effective_batch ? point.effective_batch == *sweep.effective_batch
-                                                   : point.accumulation == sweep.accumulation;
-      if (same_kind) {
-        keepable.push_back(point);
-      } else {
-        not_kept.push_back(batch_label(point.batch, point.accumulation));
-      }
-      sweep.resume_points.push_back(std::move(point));
-    }
-    // Said from the first export on, so a report written mid-sweep says it was resumed.
-    report.settings["resumed"] = {{"from", s.resume_path},
-                                  {"created_at", earlier->created_at},
-                                  {"git_commit", earlier->tool.git_commit},
-                                  {"points", keepable.size()}};
-  }
+  std::optional<ResumeSource> resume;
+  if (!s.resume_path.empty()) resume = load_resume(s.resume_path, report, sweep);
+  static const std::vector<Point> kNothingKept;
 
   SignalGuard signals;
-  ExportingObserver observer(report, exports, options, s.quiet, telemetry ? &*telemetry : nullptr, keepable);
+  ExportingObserver observer(report, exports, options, s.quiet, telemetry ? &*telemetry : nullptr,
+                             resume ? resume->keepable : kNothingKept);
   SweepOutcome outcome = run_sweep(*backend, graph, sweep, observer);
 
   report.points = std::move(outcome.points);
   report.warnings.insert(report.warnings.end(), outcome.warnings.begin(), outcome.warnings.end());
   if (!outcome.search_summary.empty()) report.settings["search"] = outcome.search_summary;
   report.settings["measured_points"] = outcome.measured_points;
-  if (earlier) {
-    report.settings["resumed"]["points"] = count_resumed(report.points);
-    std::vector<std::string> taken, kept;
-    for (const Point& p : report.points) {
-      if (p.resumed_from.empty()) continue;
-      const std::string label = batch_label(p.batch, p.accumulation);
-      (observer.swept().contains({p.batch, p.accumulation}) ? taken : kept).push_back(label);
-      // What the earlier run warned about this point still holds (noise, memory, telemetry).
-      for (const std::string& w : earlier->warnings) {
-        const bool about_it = w.starts_with("batch " + label + ":") || w.starts_with("batch " + label + " ");
-        if (about_it && std::find(report.warnings.begin(), report.warnings.end(), w) == report.warnings.end())
-          report.warnings.push_back(w);
-      }
-    }
-    const auto batches = [](const std::vector<std::string>& labels) {
-      return fmt::format("batch{} {}", labels.size() == 1 ? "" : "es", fmt::join(labels, ", "));
-    };
-    if (!taken.empty()) {
-      std::string commit_note;
-      if (earlier->tool.git_commit != report.tool.git_commit)
-        commit_note =
-            fmt::format(" by batchsweep {} (this is {})", earlier->tool.git_commit, report.tool.git_commit);
-      report.warnings.push_back(fmt::format(
-          "--resume {}: {} {} measured earlier{} and not again (resumed_from in the report); the machine's "
-          "state may have changed since",
-          s.resume_path, batches(taken), taken.size() == 1 ? "was" : "were", commit_note));
-    }
-    if (!kept.empty())
-      report.warnings.push_back(fmt::format(
-          "--resume {}: {}, which this interrupted sweep did not reach, {} kept from it as measured then, so "
-          "resuming again takes {}",
-          s.resume_path, batches(kept), kept.size() == 1 ? "is" : "are", kept.size() == 1 ? "it" : "them"));
-    std::vector<std::string> dropped;
-    for (const Point& p : keepable) {
-      const bool in_report = std::any_of(report.points.begin(), report.points.end(), [&](const Point& q) {
-        return q.batch == p.batch && q.accumulation == p.accumulation;
-      });
-      if (!in_report) dropped.push_back(batch_label(p.batch, p.accumulation));
-    }
-    if (!dropped.empty()) {
-      std::error_code ec;
-      const bool same_file = !exports.json_path.empty() && exports.json_path != "-" &&
-                             std::filesystem::equivalent(s.resume_path, exports.json_path, ec);
-      report.warnings.push_back(fmt::format(
-          "--resume {}: {} of it {} not in this report: {}{}", s.resume_path, batches(dropped),
-          dropped.size() == 1 ? "is" : "are",
-          outcome.interrupted
-              ? "beyond what fits this run's memory"
-              : fmt::format("this sweep did not ask for {}", dropped.size() == 1 ? "it" : "them"),
-          same_file ? fmt::format(", and so no longer in {}", exports.json_path) : std::string()));
-    }
-    if (!not_kept.empty())
-      report.warnings.push_back(fmt::format(
-          "--resume {}: batch{} {} of it {} not in this report: {} differs from this sweep's", s.resume_path,
-          not_kept.size() == 1 ? "" : "es", fmt::join(not_kept, ", "), not_kept.size() == 1 ? "is" : "are",
-          sweep.effective_batch ? "the effective batch" : "the accumulation"));
-    if (taken.empty() && kept.empty())
-      report.warnings.push_back(
-          fmt::format("--resume {}: it holds no ok point; every point was measured now", s.resume_path));
-  }
+  if (resume) note_resume(report, *resume, observer.swept(), outcome.interrupted, exports.json_path);
   const int sig = g_signal.load();
   if (outcome.interrupted)
     report.warnings.push_back(fmt::format("interrupted by {}: the report holds the {} finished point(s)",

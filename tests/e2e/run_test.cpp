@@ -714,6 +714,14 @@ TEST(Run, ResumeRunsAgainWhatDidNotFitAndLeavesOutWhatWasNotAskedFor) {
   EXPECT_NE(r.err.find("batch 8 of it is not in this report: this sweep did not ask for it"),
             std::string::npos)
       << r.err;
+  // A report with nothing ok to take says so.
+  const std::string failed = (dir / "failed.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "4096", "--json", failed})).exit_code, 0);
+  const Result none = run(scripted_run("roofline.json", {"--batch", "8", "--resume", failed}));
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_NE(none.err.find("--resume " + failed + ": it holds no ok point; every point was measured now"),
+            std::string::npos)
+      << none.err;
   // Into the earlier file itself, the warning says what leaves it.
   const Result same =
       run(scripted_run("roofline.json", {"--batch", "64", "--resume", earlier, "--json", earlier}));
