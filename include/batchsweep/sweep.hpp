@@ -190,8 +190,9 @@ class SweepObserver {
  public:
   virtual ~SweepObserver() = default;
   virtual void on_point_start(const PointStart& /*start*/) {}
-  // After each finished point (any status); `all_so_far` holds every finished point including this one,
-  // sorted by (effective_batch, batch) as in SweepOutcome::points.
+  // After each finished point (any status); `all_so_far` holds every finished point including this one and,
+  // while resuming, the earlier points not reached yet that still fit (SweepSettings::resume_points), sorted
+  // by (effective_batch, batch) as in SweepOutcome::points.
   virtual void on_point_done(const Point& /*point*/, const std::vector<Point>& /*all_so_far*/) {}
   // Around a point's timed steps (after its warm-up): telemetry samplers start here and stop in on_timed_end,
   // which may annotate the point (its samples are in) and returns warnings to record with the sweep's.

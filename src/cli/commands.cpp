@@ -298,42 +298,18 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
   return j;
 }
 
-// run --resume, in the exports written during the sweep: its points so far and the earlier report's ok points
-// it has not reached (yet), below any batch it found unfit, so a crash mid-resume into the same file loses
-// nothing. (At the end the runner decides what an interrupted sweep keeps, with the memory budget too.)
-// Sorted as SweepOutcome::points.
-std::vector<Point> with_unreached(const std::vector<Point>& swept, const std::vector<Point>& earlier_ok) {
-  std::vector<Point> all = swept;
-  for (const Point& p : earlier_ok) {
-    const bool reached_or_unfit = std::any_of(swept.begin(), swept.end(), [&](const Point& q) {
-      const bool unfit = q.status == PointStatus::oom || q.status == PointStatus::over_limit;
-      return q.accumulation == p.accumulation && (q.batch == p.batch || (unfit && q.batch <= p.batch));
-    });
-    if (!reached_or_unfit) all.push_back(p);
-  }
-  std::stable_sort(all.begin(), all.end(), [](const Point& a, const Point& b) {
-    return a.effective_batch != b.effective_batch ? a.effective_batch < b.effective_batch : a.batch < b.batch;
-  });
-  return all;
-}
-
 int64_t count_resumed(const std::vector<Point>& points) {
   return std::count_if(points.begin(), points.end(), [](const Point& p) { return !p.resumed_from.empty(); });
 }
 
 // Rewrites every export after each finished point (atomically), so an interrupt or a crash leaves a valid
-// report of everything finished (with --resume, and of every earlier point kept); forwards progress to the
-// stderr printer.
+// report of everything finished (with --resume, and of the earlier points not reached yet); forwards progress
+// to the stderr printer.
 class ExportingObserver final : public SweepObserver {
  public:
   ExportingObserver(Report& report, const ExportSettings& exports, const AnalysisOptions& options, bool quiet,
-                    Telemetry* telemetry, const std::vector<Point>& earlier_ok)
-      : telemetry_(telemetry),
-        report_(report),
-        exports_(exports),
-        options_(options),
-        earlier_ok_(earlier_ok),
-        progress_(stderr, [&] {
+                    Telemetry* telemetry)
+      : telemetry_(telemetry), report_(report), exports_(exports), options_(options), progress_(stderr, [&] {
           ProgressOptions p = stderr_progress_options(quiet);
           p.stop_requested = [] { return g_signal.load() != 0; };
           return p;
@@ -344,7 +320,7 @@ class ExportingObserver final : public SweepObserver {
     progress_.on_point_done(point, all_so_far);
     swept_.insert({point.batch, point.accumulation});
     if (!exports_.any()) return;
-    report_.points = with_unreached(all_so_far, earlier_ok_);
+    report_.points = all_so_far;
     if (report_.settings.contains("resumed"))
       report_.settings["resumed"]["points"] = count_resumed(report_.points);
     report_.analysis = analyze(report_.points, options_);
@@ -375,7 +351,6 @@ class ExportingObserver final : public SweepObserver {
   Report& report_;
   const ExportSettings& exports_;
   AnalysisOptions options_;
-  const std::vector<Point>& earlier_ok_;
   std::set<std::pair<int64_t, int64_t>> swept_;
   ProgressPrinter progress_;
 };
@@ -636,11 +611,9 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   SweepSettings sweep = s.sweep;
   std::optional<ResumeSource> resume;
   if (!s.resume_path.empty()) resume = load_resume(s.resume_path, report, sweep);
-  static const std::vector<Point> kNothingKept;
 
   SignalGuard signals;
-  ExportingObserver observer(report, exports, options, s.quiet, telemetry ? &*telemetry : nullptr,
-                             resume ? resume->keepable : kNothingKept);
+  ExportingObserver observer(report, exports, options, s.quiet, telemetry ? &*telemetry : nullptr);
   SweepOutcome outcome = run_sweep(*backend, graph, sweep, observer);
 
   report.points = std::move(outcome.points);

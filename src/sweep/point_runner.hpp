@@ -100,6 +100,9 @@ class PointRunner {
   // The ok resume points of this sweep's accumulation (or effective batch) that it has not reached, whose
   // plans fit the budget and that lie below every batch this run found unfit at their accumulation.
   [[nodiscard]] std::vector<Point> unreached_resume_points() const;
+  // points_ and unreached_resume_points(), sorted: what an export written mid-sweep, or an interrupted
+  // sweep's outcome, holds.
+  [[nodiscard]] std::vector<Point> points_with_unreached() const;
 
   Backend& backend_;
   const Graph& graph_;

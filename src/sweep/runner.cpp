@@ -120,7 +120,11 @@ void PointRunner::set_planned_total(int total, bool estimate) {
 void PointRunner::insert(Point point) {
   const auto at = std::upper_bound(points_.begin(), points_.end(), point, point_order);
   const Point& stored = *points_.insert(at, std::move(point));
-  observer_.on_point_done(stored, points_);
+  if (settings_.resume_points.empty()) {
+    observer_.on_point_done(stored, points_);
+  } else {
+    observer_.on_point_done(stored, points_with_unreached());
+  }
 }
 
 void PointRunner::record_unfit(int64_t batch, int64_t accumulation, PointStatus status, std::string reason,
@@ -439,16 +443,20 @@ std::vector<Point> PointRunner::unreached_resume_points() const {
   return kept;
 }
 
+std::vector<Point> PointRunner::points_with_unreached() const {
+  std::vector<Point> all = points_;
+  for (Point& p : unreached_resume_points()) all.push_back(std::move(p));
+  std::stable_sort(all.begin(), all.end(), point_order);
+  return all;
+}
+
 SweepOutcome PointRunner::finish(std::string search_summary) {
   add_stop_warnings();
   observer_.on_sweep_end(interrupted_);
   SweepOutcome outcome;
-  outcome.points = points_;
-  if (interrupted_) {
-    // The earlier points this sweep had not reached stay in its report, so resuming again takes them.
-    for (Point& p : unreached_resume_points()) outcome.points.push_back(std::move(p));
-    std::stable_sort(outcome.points.begin(), outcome.points.end(), point_order);
-  }
+  // Interrupted, the earlier points this sweep had not reached stay in its report, so resuming again takes
+  // them; finished, it holds what it asked for.
+  outcome.points = interrupted_ ? points_with_unreached() : points_;
   outcome.warnings = warnings_;
   outcome.interrupted = interrupted_;
   outcome.measured_points = measured_;

@@ -179,6 +179,9 @@ TEST(Runner, AnInterruptedResumeKeepsTheUnreachedPointsThatStillFit) {
   EXPECT_EQ(batches, (std::vector<int64_t>{8, 32, 64, 128}));
   EXPECT_EQ(find_point(outcome.points, 32)->resumed_from, "2026-11-29T10:00:00Z");
   EXPECT_EQ(outcome.resumed_points, 0);  // none taken: kept only
+  // What the observer (the exports) saw after each point: 8 with 32, 64 and 256 (nothing unfit yet), then
+  // 8 and 128 (oom) with 32 and 64.
+  EXPECT_EQ(observer.sizes_seen, (std::vector<std::size_t>{4, 4}));
   // A sweep that finishes keeps only what it asked for.
   SweepSettings only_8 = settings;
   only_8.batches.batches = {8};
