@@ -157,7 +157,10 @@ struct SweepSettings {
   StoppingSettings stopping;
   SessionOptions session;
   double knee_sensitivity = 1.0;  // --batch auto: Kneedle S for the knee the refinement measures around
-  PathChoice paths;               // --attention, --conv (cuda)
+  // --latency-slo (ms): --batch auto also bisects the batches where the p99 step time crosses this budget, so
+  // the best batch under it is known to a few percent, not to a power of two.
+  std::optional<double> latency_slo_ms;
+  PathChoice paths;  // --attention, --conv (cuda)
   // run --resume: an earlier run's points, each with resumed_from set. Where the sweep asks for a (batch,
   // accumulation) that is ok among them, and its plan still fits the budget, that point is taken as it is
   // instead of being measured again; the caller has checked that both runs measure the same thing. An
@@ -190,6 +193,9 @@ class SweepObserver {
  public:
   virtual ~SweepObserver() = default;
   virtual void on_point_start(const PointStart& /*start*/) {}
+  // Before a prepare-only probe (--batch auto: the fit edge, and growth past a plateau), which finishes
+  // without on_point_done: the next on_point_start, on_probe_start or on_sweep_end follows it.
+  virtual void on_probe_start(int64_t /*batch*/, int64_t /*accumulation*/) {}
   // After each finished point (any status); `all_so_far` holds every finished point including this one and,
   // while resuming, the earlier points not reached yet that still fit (SweepSettings::resume_points), sorted
   // by (effective_batch, batch) as in SweepOutcome::points.
@@ -262,6 +268,7 @@ struct ProgressLine {
   double elapsed_s = 0;
   std::optional<double> eta_s;    // none before the first point finished
   std::optional<double> point_s;  // time in the current point, shown once the line is redrawn during it
+  bool probe = false;             // a prepare-only probe of `batch`, before the point `index`
 };
 
 // "[3/9] batch 64 · elapsed 12.4 s · ETA ~31 s"; an estimated total reads "[3/~9]", an accumulation
@@ -303,6 +310,9 @@ class ProgressPrinter : public SweepObserver {
   ProgressPrinter& operator=(const ProgressPrinter&) = delete;
 
   void on_point_start(const PointStart& start) override;
+  // "[5/~16] probing batch 4096 (prepare only)": the line moves while --batch auto prepares batches it does
+  // not time.
+  void on_probe_start(int64_t batch, int64_t accumulation) override;
   void on_point_done(const Point& point, const std::vector<Point>& all_so_far) override;
   [[nodiscard]] bool should_stop() override;
   void on_sweep_end(bool interrupted) override;
@@ -322,7 +332,10 @@ class ProgressPrinter : public SweepObserver {
   int finished_ = 0;
   int resumed_ = 0;                    // finished points taken from --resume: no time of this run's
   std::size_t drawn_width_ = 0;        // characters of the line drawn in place
-  std::optional<PointStart> current_;  // the point being measured
+  std::optional<PointStart> current_;  // the point being measured, or the one after the probe
+  bool probing_ = false;               // current_ is a prepare-only probe of current_->batch
+  int planned_total_ = 0;              // the last point start's estimate, for probe lines
+  bool total_is_estimate_ = false;
   double current_start_s_ = 0;
   std::unique_ptr<Ticker> ticker_;  // the redraw thread and the lock every write to the stream takes
 };

@@ -400,6 +400,7 @@ int run_app(int argc, char** argv) {
     run.sweep.paths = parse_paths(run_raw.attention, run_raw.conv);
     run.sweep.session.memory_limit_bytes = run.sweep.memory_limit_bytes;
     run.sweep.knee_sensitivity = run.analysis.knee_sensitivity;
+    run.sweep.latency_slo_ms = run.analysis.latency_slo_ms;
     validate(run.sweep.stopping);
     if (run.backend == "scripted" && run.script.empty())
       throw UsageError("--script: --backend scripted needs a step-time script (see tests/data/scripted)");

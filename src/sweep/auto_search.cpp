@@ -15,6 +15,13 @@
 // 3. Knee. find_knee() on the ok points so far; when it names a knee K, measure the geometric midpoints
 //    between K and its ok neighbours below and above (rounded to a multiple of 8 from 8 up) when they fit
 //    and are new. Refinement points carry `refinement = true`.
+// 4. Latency budget (--latency-slo). Where the p99 step time crosses the budget between two timed batches
+//    (the largest whose p99 fits and the next one above), bisect between them with timed points, to a
+//    multiple of 8, until the two are within 1/16 of each other (about 6%: closer than that, throughputs
+//    under a budget differ by less than the noise of p99). The best batch under the budget is then known to a
+//    few percent rather than to a power of two; the points are refinement points. Triton's model_analyzer
+//    searches the same way, each step a separate server launch. A p99 that is not monotone in the batch
+//    (noise, a kernel change) is bisected where the largest fitting batch lies.
 //
 // What other tools need for a roofline whose knee is at 256 and that runs out of memory above 2048 (the case
 // tests/unit/sweep/auto_search_test.cpp pins):
@@ -48,6 +55,10 @@ namespace bsw::sweep_detail {
 namespace {
 
 constexpr int kKneeRefinementPoints = 2;
+// The latency-budget bisection: at most this many timed points (a gap of 2^24 needs fewer at 1/16).
+constexpr int kSloRefinementLimit = 12;
+// ... and none once the two batches around the crossing are within lo / kSloRelativeTolerance.
+constexpr int64_t kSloRelativeTolerance = 16;
 
 // Stop bisecting when lo and hi are this close: one multiple-of-8 step from 8 up, exact below.
 int64_t edge_tolerance(int64_t lo) {
@@ -105,8 +116,9 @@ class AutoSearch {
   bool grow() {
     // A first estimate for the progress line: doublings up to the plan's fit edge, then the refinements.
     const int64_t top = runner_.plan_max_fit(accumulation_).value_or(kMaxBatch);
-    runner_.set_planned_total(
-        static_cast<int>(std::log2(static_cast<double>(top))) + 2 + 1 + kKneeRefinementPoints, true);
+    runner_.set_planned_total(static_cast<int>(std::log2(static_cast<double>(top))) + 2 + 1 +
+                                  kKneeRefinementPoints + (runner_.settings().latency_slo_ms ? 4 : 0),
+                              true);
     for (int64_t batch = 1; batch <= kMaxBatch; batch *= 2) {
       if (plateau_at_) {
         const auto probe = runner_.probe(batch, accumulation_);
@@ -242,6 +254,66 @@ class AutoSearch {
     return true;
   }
 
+  // Bisects the batches where the p99 step time crosses --latency-slo. Returns false when interrupted.
+  bool refine_slo() {
+    const std::optional<double> budget = runner_.settings().latency_slo_ms;
+    if (!budget) return true;
+    const std::string ms = fmt::format("{:g} ms", *budget);
+    std::vector<int64_t> measured;
+    std::string why;
+    for (;;) {
+      // The ok timed points of this accumulation, ascending.
+      std::vector<const Point*> timed;
+      for (const Point& p : runner_.points())
+        if (p.status == PointStatus::ok && p.accumulation == accumulation_ && p.step_ms.p99 > 0)
+          timed.push_back(&p);
+      std::sort(timed.begin(), timed.end(),
+                [](const Point* a, const Point* b) { return a->batch < b->batch; });
+      std::size_t lo = timed.size();  // the largest batch whose p99 fits the budget
+      for (std::size_t i = 0; i < timed.size(); ++i)
+        if (timed[i]->step_ms.p99 <= *budget) lo = i;
+      if (timed.empty()) {
+        why = "no timed point";
+        break;
+      }
+      if (lo == timed.size()) {
+        why = fmt::format("no timed batch's p99 is within it (batch {}: {:.3g} ms)", timed.front()->batch,
+                          timed.front()->step_ms.p99);
+        break;
+      }
+      if (lo + 1 == timed.size()) {
+        why = fmt::format("the largest timed batch, {}, is within it (p99 {:.3g} ms)", timed[lo]->batch,
+                          timed[lo]->step_ms.p99);
+        break;
+      }
+      const int64_t a = timed[lo]->batch;
+      const int64_t b = timed[lo + 1]->batch;
+      why = fmt::format("p99 crosses it between {} ({:.3g} ms) and {} ({:.3g} ms)", a, timed[lo]->step_ms.p99,
+                        b, timed[lo + 1]->step_ms.p99);
+      if (b - a <= std::max(edge_tolerance(a), a / kSloRelativeTolerance)) break;
+      if (static_cast<int>(measured.size()) >= kSloRefinementLimit) {
+        why += fmt::format(" (stopped after {} points)", kSloRefinementLimit);
+        break;
+      }
+      const int64_t batch = bisect(a, b);
+      if (runner_.find(batch, accumulation_)) {
+        why += fmt::format(" (batch {} between them is not ok)", batch);
+        break;
+      }
+      const auto point = runner_.measure(batch, accumulation_, true);
+      if (!point) return false;
+      measured.push_back(batch);
+      if (point->status != PointStatus::ok) {
+        why += fmt::format(" (batch {} between them: {})", batch, to_string(point->status));
+        break;
+      }
+    }
+    slo_summary_ = measured.empty() ? fmt::format("latency budget {}: {}", ms, why)
+                                    : fmt::format("latency budget {}: {}, refined at {}", ms, why,
+                                                  fmt::join(measured, ", "));
+    return true;
+  }
+
   [[nodiscard]] std::string summary(bool interrupted) const {
     std::string text = fmt::format(
         "auto: {} points timed{}, {} prepare-only probes; growth ", runner_.measured_points(),
@@ -257,6 +329,7 @@ class AutoSearch {
     text += growth_end_.empty() ? "interrupted" : growth_end_;
     if (!edge_summary_.empty()) text += "; fit edge: " + edge_summary_;
     if (!knee_summary_.empty()) text += "; " + knee_summary_;
+    if (!slo_summary_.empty()) text += "; " + slo_summary_;
     if (interrupted && !growth_end_.empty()) text += "; interrupted";
     return text;
   }
@@ -305,14 +378,14 @@ class AutoSearch {
   int64_t largest_fit_ = 0;  // after the edge refinement; 0 when unknown
   int growth_probes_ = 0;
   int edge_probes_ = 0;
-  std::string growth_end_, edge_summary_, edge_note_, knee_summary_;
+  std::string growth_end_, edge_summary_, edge_note_, knee_summary_, slo_summary_;
 };
 
 }  // namespace
 
 void run_auto_search(PointRunner& runner, std::string& summary) {
   AutoSearch search(runner);
-  const bool finished = search.grow() && search.refine_edge() && search.refine_knee();
+  const bool finished = search.grow() && search.refine_edge() && search.refine_knee() && search.refine_slo();
   summary = search.summary(!finished);
 }
 

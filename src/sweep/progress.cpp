@@ -74,11 +74,15 @@ std::string format_progress_line(const ProgressLine& line, bool color) {
   const std::string_view bold = color ? kBold : "";
   const std::string_view dim = color ? kDim : "";
   const std::string_view reset = color ? kReset : "";
-  const std::string in_point =
-      line.point_s ? fmt::format(" · {} in this point", format_duration(*line.point_s)) : std::string();
-  return fmt::format("{}[{}/{}] batch {}{}{}{}{} · elapsed {}{}{}", bold, line.index, total, batch, reset,
-                     line.refinement ? " (refine)" : "", dim, in_point, format_duration(line.elapsed_s), eta,
-                     reset);
+  const std::string in_point = line.point_s ? fmt::format(" · {} in this {}", format_duration(*line.point_s),
+                                                          line.probe ? "probe" : "point")
+                                            : std::string();
+  return fmt::format("{}[{}/{}] {}batch {}{}{}{}{} · elapsed {}{}{}", bold, line.index, total,
+                     line.probe ? "probing " : "", batch, reset,
+                     line.probe        ? " (prepare only)"
+                     : line.refinement ? " (refine)"
+                                       : "",
+                     dim, in_point, format_duration(line.elapsed_s), eta, reset);
 }
 
 ProgressOptions stderr_progress_options(bool quiet) {
@@ -158,7 +162,8 @@ void ProgressPrinter::draw(const PointStart& start, double point_start_s, bool s
   const double elapsed_s = now - start_s_;
   ProgressLine line{start.index, start.planned_total, start.total_is_estimate,
                     start.batch, start.accumulation,  start.refinement,
-                    elapsed_s,   std::nullopt,        std::nullopt};
+                    elapsed_s,   std::nullopt,        std::nullopt,
+                    probing_};
   const double in_point_s = std::max(0.0, now - point_start_s);
   if (show_point_time) line.point_s = in_point_s;
   if (finished_ > resumed_) {
@@ -183,9 +188,27 @@ void ProgressPrinter::draw(const PointStart& start, double point_start_s, bool s
 void ProgressPrinter::on_point_start(const PointStart& start) {
   const std::lock_guard lock(ticker_->mutex);
   current_ = start;
+  probing_ = false;
+  planned_total_ = start.planned_total;
+  total_is_estimate_ = start.total_is_estimate;
   current_start_s_ = now_s();
   if (options_.quiet || !options_.terminal) return;  // a log file or a pipe gets no progress lines
   draw(start, current_start_s_, false);
+}
+
+void ProgressPrinter::on_probe_start(int64_t batch, int64_t accumulation) {
+  const std::lock_guard lock(ticker_->mutex);
+  PointStart probe;
+  probe.index = finished_ + 1;  // the point that comes next
+  probe.planned_total = std::max(planned_total_, probe.index);
+  probe.total_is_estimate = total_is_estimate_;
+  probe.batch = batch;
+  probe.accumulation = accumulation;
+  current_ = probe;
+  probing_ = true;
+  current_start_s_ = now_s();
+  if (options_.quiet || !options_.terminal) return;
+  draw(probe, current_start_s_, false);
 }
 
 void ProgressPrinter::tick() {
@@ -199,6 +222,7 @@ void ProgressPrinter::on_point_done(const Point& point, const std::vector<Point>
   ++finished_;
   if (!point.resumed_from.empty()) ++resumed_;
   current_.reset();
+  probing_ = false;
   if (options_.quiet || point.status == PointStatus::ok) return;
   // A point that did not run leaves a line, also on a terminal where the progress line is redrawn.
   clear_line();

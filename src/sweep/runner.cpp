@@ -173,6 +173,7 @@ std::optional<FitProbe> PointRunner::probe(int64_t batch, int64_t accumulation) 
   ++probed_;
   // Where only the plan can say no, preparing (gigabytes allocated and filled) would teach nothing.
   if (!backend_.reports_out_of_memory()) return FitProbe{Fit::fits, {}};
+  observer_.on_probe_start(batch, accumulation);
   Prepared prepared = prepare_point(batch, accumulation);
   switch (prepared.status) {
     case PointStatus::ok:
@@ -533,6 +534,9 @@ SweepOutcome run_sweep(Backend& backend, const Graph& graph, const SweepSettings
   if (!(settings.memory_warn_fraction > 0 && settings.memory_warn_fraction <= 1))
     throw UsageError(
         fmt::format("memory warning fraction must be in (0, 1], got {}", settings.memory_warn_fraction));
+  if (settings.latency_slo_ms && !(std::isfinite(*settings.latency_slo_ms) && *settings.latency_slo_ms > 0))
+    throw UsageError(
+        fmt::format("--latency-slo: must be a p99 step time in ms > 0, got {}", *settings.latency_slo_ms));
   validate(settings.stopping);
 
   sweep_detail::PointRunner runner(backend, graph, settings, observer);

@@ -272,6 +272,33 @@ TEST(Run, AutoSearchFindsKneeAndFitEdgeWithFewPoints) {
   EXPECT_FALSE(report["device"].contains("execution_paths"));
 }
 
+// --latency-slo reaches the auto search: the batches where p99 crosses the budget are bisected to a few
+// percent.
+TEST(Run, AutoSearchBisectsTheLatencyBudget) {
+  ScratchDir dir;
+  const Result r = run(scripted_run(
+      "roofline.json", {"--batch", "auto", "--latency-slo", "10.8", "--json", (dir / "a.json").string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(dir / "a.json");
+  const std::string search = report["settings"]["search"].get<std::string>();
+  EXPECT_NE(search.find("; latency budget 10.8 ms: p99 crosses it between 1344"), std::string::npos)
+      << search;
+  const nlohmann::json slo = report["analysis"]["latency_slo"];
+  ASSERT_TRUE(slo["batch"].is_number()) << slo.dump();
+  // Past the knee at 256 the roofline is flat, so the fastest batch under the budget lies anywhere from 256
+  // to the crossing; what the bisection adds is the points up to 1344, none of them over the budget.
+  EXPECT_GE(slo["batch"].get<int64_t>(), 256);
+  EXPECT_LE(slo["batch"].get<int64_t>(), 1344);
+  bool refined_under = false;
+  for (const auto& p : report["points"])
+    refined_under |=
+        p["batch"] == 1344 && p["refinement"] == true && p["step_ms"]["p99"].get<double>() <= 10.8;
+  EXPECT_TRUE(refined_under);
+  // The refined edge needs no hint to measure more.
+  EXPECT_EQ(slo["reason"].get<std::string>().find("measures between"), std::string::npos) << slo.dump();
+  expect_valid_report(dir / "a.json");
+}
+
 TEST(Run, EffectiveBatchReportsTheFastestSplit) {
   ScratchDir dir;
   const Result r =

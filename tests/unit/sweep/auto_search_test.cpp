@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "batchsweep/analysis.hpp"
+#include "batchsweep/errors.hpp"
 #include "sweep_test_support.hpp"
 
 namespace bsw {
@@ -81,6 +82,13 @@ TEST(AutoSearch, RooflineFindsTheKneeRegionAndTheFitEdgeWithFewPoints) {
       << outcome.search_summary;
   EXPECT_NE(outcome.search_summary.find("largest fit 2048, oom at 2056"), std::string::npos)
       << outcome.search_summary;
+
+  // Each prepare-only probe told the observer (the progress line moves during them): growth past the
+  // plateau at 2048 and 4096, then the bisection, ending at 2056.
+  ASSERT_GE(observer.probes.size(), 3u);
+  EXPECT_EQ(observer.probes[0], 2048);
+  EXPECT_EQ(observer.probes[1], 4096);
+  EXPECT_EQ(observer.probes.back(), failed);
 
   // The growth points are not refinements; the progress total was an estimate.
   EXPECT_FALSE(find_point(outcome.points, 64)->refinement);
@@ -242,6 +250,78 @@ TEST(AutoSearch, StopsAtTheBatchCapWithoutAnEdge) {
   const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
   EXPECT_EQ(largest_ok(outcome.points), kMaxBatch);
   EXPECT_NE(outcome.search_summary.find("reached the cap"), std::string::npos) << outcome.search_summary;
+}
+
+// --latency-slo: the batches where p99 crosses the budget are bisected with timed points until they are
+// within 1/16 of each other, so the best batch under the budget is known to a few percent.
+TEST(AutoSearch, LatencyBudgetCrossingIsBisectedToAFewPercent) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline(2.0, 128.0, 0.5);  // step b / 128 ms past the knee at 256
+  config.oom_above_batch = 2048;
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = auto_settings();
+  settings.latency_slo_ms = 10.8;  // crossed at 1382: 1344 takes 10.5 ms, 1408 11 ms
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  ASSERT_FALSE(outcome.interrupted);
+  RecordProperty("search_summary", outcome.search_summary);
+
+  // After growth (1024 within, 2048 over): 1536 over, 1280 within, 1408 over, 1344 within; 1344 and 1408 are
+  // 64 apart, under 1344 / 16.
+  for (const int64_t batch : {1536, 1280, 1408, 1344}) {
+    const Point* p = find_point(outcome.points, batch);
+    ASSERT_NE(p, nullptr) << batch << ": " << outcome.search_summary;
+    EXPECT_EQ(p->status, PointStatus::ok);
+    EXPECT_TRUE(p->refinement) << batch;
+    EXPECT_EQ(p->step_ms.p99 <= 10.8, batch == 1280 || batch == 1344) << batch << ": " << p->step_ms.p99;
+  }
+  EXPECT_EQ(outcome.measured_points, 14 + 4);
+  EXPECT_NE(outcome.search_summary.find("; latency budget 10.8 ms: p99 crosses it between 1344 ("),
+            std::string::npos)
+      << outcome.search_summary;
+  EXPECT_NE(outcome.search_summary.find("refined at 1536, 1280, 1408, 1344"), std::string::npos)
+      << outcome.search_summary;
+
+  // The analysis now names a batch within 5% of the crossing, where a power-of-two search named 1024.
+  AnalysisOptions options;
+  options.latency_slo_ms = 10.8;
+  std::vector<Point> points = outcome.points;
+  const Analysis analysis = analyze(points, options);
+  ASSERT_TRUE(analysis.latency_slo.has_value());
+  ASSERT_TRUE(analysis.latency_slo->batch.has_value()) << analysis.latency_slo->reason;
+  EXPECT_LE(*analysis.latency_slo->batch, 1344);
+}
+
+TEST(AutoSearch, LatencyBudgetWithoutACrossingAddsNoPoints) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline(2.0, 128.0, 0.5);
+  config.oom_above_batch = 2048;
+  for (const double budget : {1.0, 100.0}) {
+    const auto backend = make_scripted_backend(config);
+    SweepSettings settings = auto_settings();
+    settings.latency_slo_ms = budget;
+    RecordingObserver observer;
+    const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+    EXPECT_EQ(outcome.measured_points, 14) << budget;
+    const std::string expected = budget < 2
+                                     ? "latency budget 1 ms: no timed batch's p99 is within it (batch 1: "
+                                     : "latency budget 100 ms: the largest timed batch, 2048, is within it";
+    EXPECT_NE(outcome.search_summary.find(expected), std::string::npos) << outcome.search_summary;
+  }
+}
+
+TEST(AutoSearch, LatencyBudgetMustBePositive) {
+  const Graph graph = tiny_graph();
+  const auto backend = make_scripted_backend(testing::roofline());
+  SweepSettings settings = auto_settings();
+  settings.latency_slo_ms = 0.0;
+  RecordingObserver observer;
+  try {
+    (void)run_sweep(*backend, graph, settings, observer);
+    FAIL() << "a zero budget was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--latency-slo"), std::string::npos) << e.what();
+  }
 }
 
 TEST(AutoSearch, InterruptKeepsFinishedPoints) {

@@ -192,6 +192,32 @@ TEST(ProgressPrinter, TicksDuringAPointWithTheTimeInItAndAnEtaThatCountsIt) {
   EXPECT_EQ(out.text().find('\n'), out.text().size() - 1) << out.text();  // only the summary ends a line
 }
 
+// --batch auto's prepare-only probes move the line too: a probe of a large batch can take seconds.
+TEST(ProgressPrinter, ProbesMoveTheLine) {
+  Capture out;
+  double now_s = 0;
+  ProgressPrinter printer(out.file(), terminal_at(now_s));
+  std::vector<Point> all{point_of(1, PointStatus::ok)};
+  printer.on_point_start(PointStart{1, 5, true, 1, 1, false});
+  now_s = 10;
+  printer.on_point_done(all.back(), all);
+  printer.on_probe_start(4096, 1);
+  EXPECT_NE(out.text().find("[2/~5] probing batch 4096 (prepare only) · elapsed 10.0 s · ETA ~40 s"),
+            std::string::npos)
+      << out.text();
+  now_s = 13;
+  printer.tick();
+  EXPECT_NE(
+      out.text().find("[2/~5] probing batch 4096 (prepare only) · 3.0 s in this probe · elapsed 13.0 s"),
+      std::string::npos)
+      << out.text();
+  // The next point is drawn as a point again.
+  printer.on_point_start(PointStart{2, 5, true, 2048, 1, true});
+  EXPECT_NE(out.text().find("[2/~5] batch 2048 (refine) · elapsed 13.0 s"), std::string::npos) << out.text();
+  printer.on_sweep_end(false);
+  EXPECT_EQ(out.text().find('\n'), out.text().size() - 1) << out.text();
+}
+
 TEST(ProgressPrinter, ResumedPointsDoNotCountTowardTheEta) {
   Capture out;
   double now_s = 0;

@@ -64,6 +64,7 @@ inline SweepSettings list_settings(std::vector<int64_t> batches) {
 class RecordingObserver : public SweepObserver {
  public:
   void on_point_start(const PointStart& start) override { starts.push_back(start); }
+  void on_probe_start(int64_t batch, int64_t /*accumulation*/) override { probes.push_back(batch); }
   void on_point_done(const Point& point, const std::vector<Point>& all_so_far) override {
     done.push_back(point);
     sizes_seen.push_back(all_so_far.size());
@@ -78,6 +79,7 @@ class RecordingObserver : public SweepObserver {
   }
 
   std::vector<PointStart> starts;
+  std::vector<int64_t> probes;  // batches of prepare-only probes, in order
   std::vector<Point> done;
   std::vector<std::size_t> sizes_seen;
   int stop_questions = 0;
