@@ -89,10 +89,23 @@ TEST(LatencySlo, HighestThroughputWithinTheBudget) {
   ASSERT_TRUE(a.latency_slo.has_value());
   EXPECT_EQ(a.latency_slo->batch, 1024);
   EXPECT_EQ(a.latency_slo->reason,
-            "p99 step 21.8 ms within the 25 ms budget (p99 of 21 steps: near the slowest)");
+            "p99 step 21.8 ms within the 25 ms budget (p99 of 21 steps: near the slowest); batch 2048 takes "
+            "42.3 ms: --batch 1024:2048:+128 measures between them");
   EXPECT_EQ(a.recommended.batch, 1024);
   EXPECT_EQ(a.recommended.why,
             "highest throughput within the 25 ms p99 budget: batch 1024 (47059 samples/s, p99 21.8 ms)");
+}
+
+// Neighbours within 1/16 of each other (what run --batch auto --latency-slo leaves): no hint to measure more.
+TEST(LatencySlo, NoHintWhereTheBudgetsEdgeIsAlreadyNarrow) {
+  // step = (b + 64) / 50 ms: batch 1024 takes 21.8 ms, batch 1056 takes 22.4 ms.
+  std::vector<Point> points = sweep({256, 512, 1024, 1056}, saturating(50000, 64));
+  AnalysisOptions options;
+  options.latency_slo_ms = 22.0;
+  const Analysis a = analyze(points, options);
+  ASSERT_TRUE(a.latency_slo.has_value());
+  EXPECT_EQ(a.latency_slo->batch, 1024);
+  EXPECT_EQ(a.latency_slo->reason.find("measures between"), std::string::npos) << a.latency_slo->reason;
 }
 
 TEST(LatencySlo, NothingFitsTheBudget) {
