@@ -35,6 +35,7 @@ Point point_with_every_field() {
   p.mfu = 0;
   p.memory.measured_bytes = 0;
   p.memory.device_used_bytes = 0;
+  p.resumed_from.push_back('-');
   p.noise_pct = 0;
   p.stop_reason.push_back('-');
   p.skipped_steps = 0;

@@ -82,6 +82,8 @@ std::string point_marks(const Report& report, const Point& point) {
       out += m.tag;
     }
   }
+  // Taken from an earlier run by run --resume: its numbers are that run's.
+  if (!point.resumed_from.empty()) out += out.empty() ? "resumed" : " resumed";
   return out;
 }
 
@@ -96,6 +98,12 @@ std::string marks_legend(const Report& report) {
   }
   if (any_point(report, [](const Point& p) { return p.refinement; })) {
     out += (out.empty() ? "" : "; ") + std::string("* = added by the refinement stage");
+  }
+  if (any_point(report,
+                [](const Point& p) { return p.status == PointStatus::ok && !p.resumed_from.empty(); })) {
+    out +=
+        (out.empty() ? "" : "; ") +
+        std::string("resumed = taken from --resume, measured by an earlier run (resumed_from in the JSON)");
   }
   return out;
 }

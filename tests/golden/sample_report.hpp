@@ -1,6 +1,7 @@
 // A fixed report built in code, shared by the golden tests and the report unit tests: a roofline curve with
-// its knee at 64, a refinement point, one over_limit and one oom point, every analysis result set, and
-// warnings. Everything is computed from constants, so the printers' output is the same on every run.
+// its knee at 64, a refinement point, a point taken by --resume, one over_limit and one oom point, every
+// analysis result set, and warnings. Everything is computed from constants, so the printers' output is the
+// same on every run.
 #pragma once
 
 #include <algorithm>
@@ -97,6 +98,7 @@ inline Report sample_report() {
   telemetry.throttle_reasons = {"sw_power_cap"};
   telemetry.cost_per_million_samples = 0.0284;
   r.points[3].telemetry = telemetry;
+  r.points[1].resumed_from = "2025-01-01T22:10:00Z";  // taken by run --resume from an earlier run
   r.points[3].skipped_steps = 0;
 
   Analysis& a = r.analysis;
@@ -124,6 +126,7 @@ inline Report sample_candidate() {
   for (const Point& base : r.points) {
     if (base.batch == 96) continue;
     Point p = base.batch == 256 ? ok_point(256, roofline_step_ms(256)) : base;
+    p.resumed_from.clear();  // every point measured by this run
     double speedup = 1.0;
     if (p.batch == 4) speedup = 1.2;
     if (p.batch == 16) speedup = 0.85;

@@ -86,6 +86,7 @@ TEST(Compare, VerdictsFromSamples) {
 TEST(Compare, APointTakenFromTheBaselineByResumeIsSaidToBeTheSameMeasurement) {
   Report a = testing::sample_report();
   a.created_at = "2026-11-29T10:00:00Z";
+  for (Point& p : a.points) p.resumed_from.clear();
   Report b = a;
   b.created_at = "2026-11-30T10:00:00Z";
   std::vector<int64_t> taken;
