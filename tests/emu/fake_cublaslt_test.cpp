@@ -1127,6 +1127,42 @@ TEST_F(FakeCublasLtGemm, StridedBatchesLikeTheAttentionGemms) {
   check(gemm, r);
 }
 
+// Past cuBLASLt's 65535 batches (the grid's y/z limit) a product runs in slices, each checked; available()
+// asks for every slice run() will run, the shorter last one included.
+TEST_F(FakeCublasLtGemm, BatchesPastTheGridLimitRunInSlicesAndAreAllAsked) {
+  constexpr int64_t kBatch = bsw::cuda::Gemm::kMaxBatchCount + 7;
+  {
+    bsw::cuda::Gemm gemm(bsw::Precision::fp32, workspace_, kWorkspaceBytes);
+    RowMajor r;
+    r.m = 2;
+    r.n = 3;
+    r.k = 4;
+    r.batch = kBatch;
+    check(gemm, r);
+    EXPECT_EQ(gemm.cached_shapes(), 2u);  // 65535 products, then 7
+  }
+  bsw::cuda::Gemm gemm(bsw::Precision::fp32, workspace_, kWorkspaceBytes);
+  Buffer a(CUDA_R_32F, static_cast<std::size_t>(kBatch * 8)),
+      b(CUDA_R_32F, static_cast<std::size_t>(kBatch * 12)),
+      c(CUDA_R_32F, static_cast<std::size_t>(kBatch * 6));
+  bsw::cuda::GemmArgs g;
+  g.m = 2;
+  g.n = 3;
+  g.k = 4;
+  g.a = a.dev();
+  g.lda = 4;
+  g.b = b.dev();
+  g.ldb = 3;
+  g.c = c.dev();
+  g.ldc = 3;
+  g.batch = kBatch;
+  g.stride_a = 8;
+  g.stride_b = 12;
+  g.stride_c = 6;
+  EXPECT_TRUE(gemm.available(g));
+  EXPECT_EQ(gemm.cached_shapes(), 2u);
+}
+
 TEST_F(FakeCublasLtGemm, Tf32PrecisionRunsInFastTf32) {
   // 1 + 2^-11 + 2^-12 times 1 gives 1 + 2^-10 when the inputs are rounded to TF32, itself in fp32.
   Buffer a(CUDA_R_32F, 1, 1.0f + 0x1p-11f + 0x1p-12f), b(CUDA_R_32F, 1, 1.0f), c(CUDA_R_32F, 1, 0.0f);

@@ -257,7 +257,14 @@ GemmArgs batch_slice(const GemmArgs& g, int64_t first, int64_t count) {
 
 bool Gemm::available(const GemmArgs& g) {
   check_args(g);
-  return find(g.batch > kMaxBatchCount ? batch_slice(g, 0, kMaxBatchCount) : g) != nullptr;
+  // Every slice run() would run: the last is shorter, and each one's pointers have their own alignment.
+  // Repeated shapes are answered from the cache.
+  for (int64_t first = 0; first < g.batch; first += kMaxBatchCount) {
+    const GemmArgs slice =
+        g.batch > kMaxBatchCount ? batch_slice(g, first, std::min(kMaxBatchCount, g.batch - first)) : g;
+    if (find(slice) == nullptr) return false;
+  }
+  return true;
 }
 
 void Gemm::run(const GemmArgs& g, cudaStream_t stream) {

@@ -67,9 +67,9 @@ class Gemm {
   static constexpr int64_t kMaxBatchCount = 65535;
 
   // Whether cuBLASLt has an algorithm for these arguments (pointers included: alignment counts), asked of
-  // the heuristic once and cached either way. A fused epilogue is only worth asking for where it is
-  // available; the caller falls back to a plain product and separate kernels where it is not. Throws
-  // BackendError for an impossible shape.
+  // the heuristic once per shape and cached either way; past kMaxBatchCount, for every slice run() runs. A
+  // fused epilogue is only worth asking for where it is available; the caller falls back to a plain product
+  // and separate kernels where it is not. Throws BackendError for an impossible shape.
   [[nodiscard]] bool available(const GemmArgs& args);
 
   [[nodiscard]] std::size_t cached_shapes() const { return cache_.size(); }
