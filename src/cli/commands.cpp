@@ -509,9 +509,12 @@ void note_resume(Report& report, const ResumeSource& source,
     if (p.resumed_from.empty()) continue;
     const std::string label = batch_label(p.batch, p.accumulation);
     (swept.contains({p.batch, p.accumulation}) ? taken : kept).push_back(label);
-    // What the earlier run warned about this point still holds (noise, memory, telemetry).
+    // What the earlier run warned about this point's measurement still holds (noise, telemetry). Memory
+    // warnings are the runner's again, against this run's budget.
     for (const std::string& w : earlier.warnings) {
-      const bool about_it = w.starts_with("batch " + label + ":") || w.starts_with("batch " + label + " ");
+      const bool about_it =
+          (w.starts_with("batch " + label + ":") || w.starts_with("batch " + label + " ")) &&
+          !w.ends_with(": close to out-of-memory");
       if (about_it && std::find(report.warnings.begin(), report.warnings.end(), w) == report.warnings.end())
         report.warnings.push_back(w);
     }

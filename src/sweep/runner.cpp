@@ -270,6 +270,7 @@ std::optional<Point> PointRunner::measure(int64_t batch, int64_t accumulation, b
     Point point = *earlier;
     point.refinement = refinement;  // what this sweep's search asked it for
     ++resumed_;
+    add_memory_warning(point);  // against this run's budget and --memory-warn, not the earlier run's
     insert(point);
     return *find(batch, accumulation);
   }

@@ -665,6 +665,35 @@ TEST(Run, AResumedPointKeepsItsWarnings) {
     EXPECT_NE(std::find(warnings.begin(), warnings.end(), w), warnings.end()) << w << warnings.dump();
 }
 
+// A memory warning is judged against this run's budget and --memory-warn, not carried from the earlier run.
+TEST(Run, AResumedPointsMemoryWarningIsThisRunsJudgement) {
+  ScratchDir dir;
+  const auto memory_warnings = [](const std::filesystem::path& file) {
+    std::vector<std::string> found;
+    const nlohmann::json warnings = read_json(file)["warnings"];
+    for (const auto& w : warnings)
+      if (w.get<std::string>().ends_with("close to out-of-memory")) found.push_back(w);
+    return found;
+  };
+  const std::string earlier = (dir / "earlier.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "8,64", "--memory-limit", "100MiB", "--memory-warn",
+                                               "1", "--json", earlier}))
+                .exit_code,
+            0);
+  ASSERT_EQ(memory_warnings(earlier).size(), 2u);  // a few MiB pass 1% of 100 MiB
+  const std::string relaxed = (dir / "relaxed.json").string();
+  Result r = run(scripted_run("roofline.json", {"--batch", "8,64", "--memory-limit", "100MiB", "--json",
+                                                relaxed, "--resume", earlier}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(memory_warnings(relaxed).empty()) << read_json(relaxed)["warnings"].dump();
+  // And the other way: taken points are judged against the stricter setting.
+  const std::string strict = (dir / "strict.json").string();
+  r = run(scripted_run("roofline.json", {"--batch", "8,64", "--memory-limit", "100MiB", "--memory-warn", "1",
+                                         "--json", strict, "--resume", relaxed}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(memory_warnings(strict), memory_warnings(earlier));
+}
+
 // The CPU's BLAS kernels shape its timings: a report from other kernels is not resumed.
 TEST(Run, ResumeComparesTheDeviceDetailsThatShapeTimings) {
   ScratchDir dir;
