@@ -101,11 +101,19 @@ struct Analysis {
   std::optional<double> recommended_cost_per_million_samples;  // USD, with --price-per-hour
 };
 
+// A batch a sweep found to fit without timing it (--batch auto: its steps would outlast --timeout), larger
+// than every timed one. Kept in settings.untimed_fit {batch, reason} so `analyze` sees it too.
+struct UntimedFit {
+  int64_t batch = 0;
+  std::string reason;  // "not timed: a step would take about 28.1 s; raise --timeout to time it"
+};
+
 struct AnalysisOptions {
-  double knee_sensitivity = 1.0;         // Kneedle S
-  double saturation_pct = 95.0;          // of the best throughput
-  std::optional<double> latency_slo_ms;  // p99 step latency budget
-  std::optional<double> price_per_hour;  // USD per device-hour: cost_per_million_samples per point
+  double knee_sensitivity = 1.0;          // Kneedle S
+  double saturation_pct = 95.0;           // of the best throughput
+  std::optional<double> latency_slo_ms;   // p99 step latency budget
+  std::optional<double> price_per_hour;   // USD per device-hour: cost_per_million_samples per point
+  std::optional<UntimedFit> untimed_fit;  // max_fit's reason names it where it is above the largest timed
 };
 
 struct ToolInfo {

@@ -219,6 +219,7 @@ struct SweepOutcome {
   int probed_points = 0;       // prepares that failed or were only probed (auto), plans over the budget
   int resumed_points = 0;      // points taken from SweepSettings::resume_points, not measured again
   std::string search_summary;  // auto / effective-batch: how the search went; empty for a plain list
+  std::optional<UntimedFit> untimed_fit;  // auto: the largest batch that fits, where it was too slow to time
 };
 
 // Runs the sweep the settings describe:

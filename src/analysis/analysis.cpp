@@ -107,7 +107,7 @@ BatchChoice saturation(std::span<const Point> points, const std::vector<CurvePoi
                   format_rate(best->samples_per_second), best->batch));
 }
 
-BatchChoice max_fit(std::span<const Point> points) {
+BatchChoice max_fit(std::span<const Point> points, const std::optional<UntimedFit>& untimed) {
   const Point* largest = nullptr;
   for (const Point& point : points) {
     if (!is_ok(point)) continue;
@@ -116,6 +116,11 @@ BatchChoice max_fit(std::span<const Point> points) {
       largest = &point;
   }
   if (!largest) return none(no_ok_reason(points));
+  // The search found a larger batch that fits but could not time it: say so, with its own edge, rather than
+  // let the largest timed batch pass for the largest that fits.
+  if (untimed && untimed->batch > largest->batch)
+    return choose(*largest, fmt::format("the largest timed batch; batch {} fits too ({})", untimed->batch,
+                                        untimed->reason));
   const Point* failure = first_failure_above(points, largest->batch);
   return choose(*largest, failure ? failure_text(*failure) : std::string("the largest batch swept"));
 }
@@ -366,7 +371,7 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
   const analysis_detail::KneeDetail knee = analysis_detail::find_knee_detail(view, options.knee_sensitivity);
   analysis.knee = knee.result;
   analysis.saturation = saturation(view, curve, options.saturation_pct);
-  analysis.max_fit = max_fit(view);
+  analysis.max_fit = max_fit(view, options.untimed_fit);
   analysis.best_throughput = best_throughput(view);
   if (options.latency_slo_ms) analysis.latency_slo = latency_slo(view, *options.latency_slo_ms);
   analysis.energy_optimal = energy_optimal(view);

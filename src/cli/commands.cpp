@@ -625,13 +625,18 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   report.points = std::move(outcome.points);
   report.warnings.insert(report.warnings.end(), outcome.warnings.begin(), outcome.warnings.end());
   if (!outcome.search_summary.empty()) report.settings["search"] = outcome.search_summary;
+  if (outcome.untimed_fit)
+    report.settings["untimed_fit"] = {{"batch", outcome.untimed_fit->batch},
+                                      {"reason", outcome.untimed_fit->reason}};
   report.settings["measured_points"] = outcome.measured_points;
   if (resume) note_resume(report, *resume, observer.swept(), outcome.interrupted, exports.json_path);
   const int sig = g_signal.load();
   if (outcome.interrupted)
     report.warnings.push_back(fmt::format("interrupted by {}: the report holds the {} finished point(s)",
                                           sig == SIGTERM ? "SIGTERM" : "SIGINT", report.points.size()));
-  report.analysis = analyze(report.points, options);
+  AnalysisOptions final_options = options;
+  final_options.untimed_fit = outcome.untimed_fit;
+  report.analysis = analyze(report.points, final_options);
   // The console table ends with the warnings; say them on stderr too when that table is not on a terminal.
   if (exports.json_path != "-" && !isatty(fileno(stdout))) print_warnings(report.warnings);
   print_final(report, exports);
@@ -650,7 +655,15 @@ int analyze_command(const AnalyzeSettings& s) {
     const auto it = report.settings.find("price_per_hour");
     if (it != report.settings.end() && it->is_number()) flags.price_per_hour = it->get<double>();
   }
-  report.analysis = analyze(report.points, analysis_options(flags));
+  AnalysisOptions options = analysis_options(flags);
+  // What run's --batch auto found to fit without timing it (settings.untimed_fit), where well-formed.
+  if (report.settings.is_object()) {
+    const auto it = report.settings.find("untimed_fit");
+    if (it != report.settings.end() && it->is_object() && it->contains("batch") &&
+        (*it)["batch"].is_number_integer() && it->contains("reason") && (*it)["reason"].is_string())
+      options.untimed_fit = UntimedFit{(*it)["batch"].get<int64_t>(), (*it)["reason"].get<std::string>()};
+  }
+  report.analysis = analyze(report.points, options);
   if (flags.price_per_hour) report.settings["price_per_hour"] = *flags.price_per_hour;
   report.settings["knee_sensitivity"] = s.analysis.knee_sensitivity;
   report.settings["saturation_pct"] = s.analysis.saturation_pct;

@@ -209,8 +209,12 @@ class AutoSearch {
                                 hi_kind == Fit::oom ? "oom" : "over the memory budget", hi, edge_note_);
     if (!lo_measured && !runner_.find(lo, accumulation_)) {
       if (too_slow_to_time(lo)) {
-        edge_summary_ += fmt::format(" (not timed: a step would take about {} s; raise --timeout to time it)",
-                                     fmt::format("{:.3g}", predicted_step_s(lo)));
+        const std::string why = fmt::format(
+            "not timed: a step would take about {:.3g} s; raise --timeout to time it", predicted_step_s(lo));
+        edge_summary_ += " (" + why + ")";
+        runner_.set_untimed_fit(UntimedFit{
+            lo,
+            fmt::format("{} at {}; {}", hi_kind == Fit::oom ? "oom" : "over the memory budget", hi, why)});
         runner_.warn(
             fmt::format("batch {} fits but was not timed: a step would take about {:.3g} s, more than "
                         "--timeout {} s allows for --warmup and --min-samples; raise --timeout to time it",

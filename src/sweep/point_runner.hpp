@@ -61,6 +61,7 @@ class PointRunner {
   // What on_point_start reports as the total: an exact count or an estimate.
   void set_planned_total(int total, bool estimate);
   void warn(std::string warning) { warnings_.push_back(std::move(warning)); }
+  void set_untimed_fit(UntimedFit fit) { untimed_fit_ = std::move(fit); }
 
   // Ends the sweep: on_sweep_end, then the outcome with the points sorted.
   [[nodiscard]] SweepOutcome finish(std::string search_summary);
@@ -126,6 +127,7 @@ class PointRunner {
   bool total_is_estimate_ = false;
   bool interrupted_ = false;
   int measured_ = 0;
+  std::optional<UntimedFit> untimed_fit_;
   int probed_ = 0;
   int resumed_ = 0;
 };

@@ -465,6 +465,7 @@ SweepOutcome PointRunner::finish(std::string search_summary) {
   outcome.probed_points = probed_;
   outcome.resumed_points = resumed_;
   outcome.search_summary = std::move(search_summary);
+  outcome.untimed_fit = untimed_fit_;
   return outcome;
 }
 

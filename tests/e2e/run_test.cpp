@@ -299,6 +299,26 @@ TEST(Run, AutoSearchBisectsTheLatencyBudget) {
   expect_valid_report(dir / "a.json");
 }
 
+// A largest fit too slow to time: max fit names it beside the largest timed batch, and `analyze` of the
+// report does too (settings.untimed_fit).
+TEST(Run, MaxFitNamesTheLargerFitTheSearchCouldNotTime) {
+  ScratchDir dir;
+  const std::string file = (dir / "s.json").string();
+  const Result r = run(scripted_run("saturating-slow.json", {"--batch", "auto", "--json", file}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(file);
+  ASSERT_TRUE(report["settings"].contains("untimed_fit")) << report["settings"].dump();
+  EXPECT_EQ(report["settings"]["untimed_fit"]["batch"], 16384);
+  const std::string reason = report["analysis"]["max_fit"]["reason"];
+  EXPECT_EQ(reason.rfind("the largest timed batch; batch 16384 fits too (oom at 16392; not timed", 0), 0u)
+      << reason;
+  EXPECT_LT(report["analysis"]["max_fit"]["batch"].get<int64_t>(), 16384);
+  expect_valid_report(file);
+  const Result again = run({"analyze", file, "--json", "-"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(nlohmann::json::parse(again.out)["analysis"]["max_fit"]["reason"], reason);
+}
+
 TEST(Run, EffectiveBatchReportsTheFastestSplit) {
   ScratchDir dir;
   const Result r =

@@ -57,6 +57,24 @@ TEST(MaxFit, NamesTheFirstBatchThatDidNotFit) {
   EXPECT_EQ(a.best_throughput.batch, 256);
 }
 
+// --batch auto found a larger batch that fits but was too slow to time: the largest timed batch is not passed
+// off as the largest that fits.
+TEST(MaxFit, NamesALargerFitTheSearchDidNotTime) {
+  std::vector<Point> points = sweep(powers_of_two(1, 256), saturating(50000, 64));
+  points.push_back(failed_point(4096, PointStatus::oom, "needs 95.0 GiB of 80.0 GiB"));
+  AnalysisOptions options;
+  options.untimed_fit = UntimedFit{2040, "oom at 2048; not timed: a step would take about 9 s"};
+  Analysis a = analyze(points, options);
+  EXPECT_EQ(a.max_fit.batch, 256);
+  EXPECT_EQ(
+      a.max_fit.reason,
+      "the largest timed batch; batch 2040 fits too (oom at 2048; not timed: a step would take about 9 s)");
+  // One no larger than the largest timed batch changes nothing.
+  options.untimed_fit = UntimedFit{256, "x"};
+  a = analyze(points, options);
+  EXPECT_EQ(a.max_fit.reason, "batch 4096 did not fit (oom: needs 95.0 GiB of 80.0 GiB)");
+}
+
 TEST(MaxFit, OverLimitErrorsAndNoFailures) {
   std::vector<Point> points = sweep(powers_of_two(1, 8), saturating(1000, 4));
   EXPECT_EQ(analyze(points, {}).max_fit.reason, "the largest batch swept");

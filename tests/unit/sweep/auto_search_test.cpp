@@ -214,6 +214,10 @@ TEST(AutoSearch, LargestFitTooSlowToTimeIsReportedNotTimed) {
   EXPECT_EQ(smallest_failed_above(outcome.points, 1 << 14), (1 << 14) + 8);
   EXPECT_NE(outcome.search_summary.find("largest fit 16384"), std::string::npos) << outcome.search_summary;
   EXPECT_NE(outcome.search_summary.find("not timed"), std::string::npos) << outcome.search_summary;
+  ASSERT_TRUE(outcome.untimed_fit.has_value());
+  EXPECT_EQ(outcome.untimed_fit->batch, 1 << 14);
+  EXPECT_EQ(outcome.untimed_fit->reason.rfind("oom at 16392; not timed: a step would take about ", 0), 0u)
+      << outcome.untimed_fit->reason;
   bool warned = false;
   for (const std::string& w : outcome.warnings) warned |= w.find("batch 16384 fits but was not timed") == 0;
   EXPECT_TRUE(warned);
