@@ -147,10 +147,12 @@ const Point* within_budget(std::span<const Point> points, double budget_ms) {
   });
 }
 
-// Where the ok point right above the chosen one (same accumulation) is over the budget and more than 1/16
-// larger, a batch between the two may fit the budget and run faster: " ; batch 96 takes 3.09 ms:
-// --batch 64:96:+8 measures between them". Empty otherwise (run --batch auto --latency-slo bisects there
-// itself, so its points are that close).
+// Where the ok point right above the chosen one (same accumulation) is over the budget and more than
+// max(8, 1/16) larger, a batch between the two may fit the budget and run faster: "; batch 96's p99 is 3.09
+// ms:
+// --batch 72:88:+8 measures between them". Empty otherwise (run --batch auto --latency-slo bisects there
+// itself, so its points are that close). The range holds the batches strictly between the two: about eight
+// multiples of 8 (every batch below 16), or doublings where the next batch is more than twice the chosen.
 std::string edge_hint(std::span<const Point> points, const Point& chosen, double budget_ms) {
   const Point* next = nullptr;
   for (const Point& point : points) {
@@ -159,14 +161,22 @@ std::string edge_hint(std::span<const Point> points, const Point& chosen, double
   }
   if (!next) return {};
   const std::optional<double> p99 = p99_ms(*next);
-  const int64_t gap = next->batch - chosen.batch;
-  if (!p99 || *p99 <= budget_ms || gap <= std::max<int64_t>(chosen.batch >= 8 ? 8 : 1, chosen.batch / 16))
-    return {};
-  // About eight points between them, on multiples of 8 from 8 up.
-  const int64_t step =
-      chosen.batch >= 8 ? std::max<int64_t>(8, gap / 8 / 8 * 8) : std::max<int64_t>(1, gap / 8);
-  return fmt::format("; batch {} takes {:.3g} ms: --batch {}:{}:+{} measures between them", next->batch, *p99,
-                     chosen.batch, next->batch, step);
+  const int64_t lo = chosen.batch, hi = next->batch, gap = hi - lo;
+  if (!p99 || *p99 <= budget_ms || gap <= std::max<int64_t>(lo >= 8 ? 8 : 1, lo / 16)) return {};
+  std::string range;
+  if (hi > 2 * lo) {
+    int64_t last = 2 * lo;
+    while (last * 2 < hi) last *= 2;
+    range = last == 2 * lo ? std::to_string(last) : fmt::format("{}:{}:*2", 2 * lo, last);
+  } else if (hi <= 16) {
+    range = lo + 1 == hi - 1 ? std::to_string(lo + 1) : fmt::format("{}:{}:+1", lo + 1, hi - 1);
+  } else {
+    const int64_t step = std::max<int64_t>(8, gap / 8 / 8 * 8);
+    const int64_t first = (lo / step + 1) * step;  // the first multiple of the step above lo
+    const int64_t last = first + (hi - 1 - first) / step * step;
+    range = first == last ? std::to_string(first) : fmt::format("{}:{}:+{}", first, last, step);
+  }
+  return fmt::format("; batch {}'s p99 is {:.3g} ms: --batch {} measures between them", hi, *p99, range);
 }
 
 BatchChoice latency_slo(std::span<const Point> points, double budget_ms) {

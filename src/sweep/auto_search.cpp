@@ -17,11 +17,12 @@
 //    and are new. Refinement points carry `refinement = true`.
 // 4. Latency budget (--latency-slo). Where the p99 step time crosses the budget between two timed batches
 //    (the largest whose p99 fits and the next one above), bisect between them with timed points, to a
-//    multiple of 8, until the two are within 1/16 of each other (about 6%: closer than that, throughputs
-//    under a budget differ by less than the noise of p99). The best batch under the budget is then known to a
-//    few percent rather than to a power of two; the points are refinement points. Triton's model_analyzer
-//    searches the same way, each step a separate server launch. A p99 that is not monotone in the batch
-//    (noise, a kernel change) is bisected where the largest fitting batch lies.
+//    multiple of 8, until the two are within max(8, 1/16) of each other (about 6% from batch 128 up). The
+//    best batch under the budget is then known to a few percent rather than to a power of two; the points are
+//    refinement points. Triton's model_analyzer searches the same way, each step a separate server launch.
+//    Not where throughput is flat below the crossing (the analysis picks the fastest batch within the budget,
+//    and a larger one on a plateau is not faster), nor past 12 points. A p99 that is not monotone in the
+//    batch (noise, a kernel change) is bisected where the largest fitting batch lies.
 //
 // What other tools need for a roofline whose knee is at 256 and that runs out of memory above 2048 (the case
 // tests/unit/sweep/auto_search_test.cpp pins):
@@ -281,8 +282,11 @@ class AutoSearch {
         break;
       }
       if (lo == timed.size()) {
-        why = fmt::format("no timed batch's p99 is within it (batch {}: {:.3g} ms)", timed.front()->batch,
-                          timed.front()->step_ms.p99);
+        const Point* quickest =
+            *std::min_element(timed.begin(), timed.end(),
+                              [](const Point* x, const Point* y) { return x->step_ms.p99 < y->step_ms.p99; });
+        why = fmt::format("no timed batch's p99 is within it (the smallest: {:.3g} ms, batch {})",
+                          quickest->step_ms.p99, quickest->batch);
         break;
       }
       if (lo + 1 == timed.size()) {
@@ -295,13 +299,29 @@ class AutoSearch {
       why = fmt::format("p99 crosses it between {} ({:.3g} ms) and {} ({:.3g} ms)", a, timed[lo]->step_ms.p99,
                         b, timed[lo + 1]->step_ms.p99);
       if (b - a <= std::max(edge_tolerance(a), a / kSloRelativeTolerance)) break;
+      // The analysis picks the fastest batch within the budget: where throughput is flat below the crossing
+      // (batch a gains less than the plateau's 3% over the best batch of half its size or less), a batch
+      // between a and b would not be faster, so timing them would change nothing.
+      const Point* reference = nullptr;
+      for (const Point* p : timed)
+        if (p->batch * 2 <= a && (!reference || p->samples_per_second > reference->samples_per_second))
+          reference = p;
+      if (reference &&
+          timed[lo]->samples_per_second < (1.0 + kAutoPlateauGain) * reference->samples_per_second) {
+        why += fmt::format(
+            "; throughput is flat below it (batch {} gains < {:.0f}% over batch {}), so no batch "
+            "between them would be faster",
+            a, kAutoPlateauGain * 100.0, reference->batch);
+        break;
+      }
       if (static_cast<int>(measured.size()) >= kSloRefinementLimit) {
         why += fmt::format(" (stopped after {} points)", kSloRefinementLimit);
         break;
       }
       const int64_t batch = bisect(a, b);
       if (runner_.find(batch, accumulation_)) {
-        why += fmt::format(" (batch {} between them is not ok)", batch);
+        why += fmt::format(" (batch {} between them is already recorded: {})", batch,
+                           to_string(runner_.find(batch, accumulation_)->status));
         break;
       }
       const auto point = runner_.measure(batch, accumulation_, true);

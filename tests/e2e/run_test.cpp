@@ -276,27 +276,26 @@ TEST(Run, AutoSearchFindsKneeAndFitEdgeWithFewPoints) {
 // percent.
 TEST(Run, AutoSearchBisectsTheLatencyBudget) {
   ScratchDir dir;
-  const Result r = run(scripted_run(
-      "roofline.json", {"--batch", "auto", "--latency-slo", "10.8", "--json", (dir / "a.json").string()}));
+  // Step 2 ms (1 + b / 4096), still scaling: the 2.8 ms budget is crossed at 1638.
+  const Result r = run(scripted_run("still-scaling.json", {"--batch", "auto", "--latency-slo", "2.8",
+                                                           "--json", (dir / "a.json").string()}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json report = read_json(dir / "a.json");
   const std::string search = report["settings"]["search"].get<std::string>();
-  EXPECT_NE(search.find("; latency budget 10.8 ms: p99 crosses it between 1344"), std::string::npos)
-      << search;
+  EXPECT_NE(search.find("; latency budget 2.8 ms: p99 crosses it between 1600"), std::string::npos) << search;
   const nlohmann::json slo = report["analysis"]["latency_slo"];
-  ASSERT_TRUE(slo["batch"].is_number()) << slo.dump();
-  // Past the knee at 256 the roofline is flat, so the fastest batch under the budget lies anywhere from 256
-  // to the crossing; what the bisection adds is the points up to 1344, none of them over the budget.
-  EXPECT_GE(slo["batch"].get<int64_t>(), 256);
-  EXPECT_LE(slo["batch"].get<int64_t>(), 1344);
-  bool refined_under = false;
-  for (const auto& p : report["points"])
-    refined_under |=
-        p["batch"] == 1344 && p["refinement"] == true && p["step_ms"]["p99"].get<double>() <= 10.8;
-  EXPECT_TRUE(refined_under);
+  EXPECT_EQ(slo["batch"], 1600) << slo.dump();
   // The refined edge needs no hint to measure more.
   EXPECT_EQ(slo["reason"].get<std::string>().find("measures between"), std::string::npos) << slo.dump();
   expect_valid_report(dir / "a.json");
+  // An explicit list leaves the edge coarse, and the analysis says how to narrow it.
+  const Result coarse = run(scripted_run("still-scaling.json", {"--batch", "256:4096:*2", "--latency-slo",
+                                                                "2.8", "--json", (dir / "b.json").string()}));
+  ASSERT_EQ(coarse.exit_code, 0) << coarse.err;
+  const std::string reason = read_json(dir / "b.json")["analysis"]["latency_slo"]["reason"];
+  EXPECT_NE(reason.find("; batch 2048's p99 is 3 ms: --batch 1152:1920:+128 measures between them"),
+            std::string::npos)
+      << reason;
 }
 
 // A largest fit too slow to time: max fit names it beside the largest timed batch, and `analyze` of the

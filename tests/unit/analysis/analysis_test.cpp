@@ -1,5 +1,6 @@
 // Tests of analyze(): saturation, max-fit, best throughput, latency budget, energy, cost, effective-batch
 // split, option validation, and the recommendation in each of its branches.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -107,8 +108,8 @@ TEST(LatencySlo, HighestThroughputWithinTheBudget) {
   ASSERT_TRUE(a.latency_slo.has_value());
   EXPECT_EQ(a.latency_slo->batch, 1024);
   EXPECT_EQ(a.latency_slo->reason,
-            "p99 step 21.8 ms within the 25 ms budget (p99 of 21 steps: near the slowest); batch 2048 takes "
-            "42.3 ms: --batch 1024:2048:+128 measures between them");
+            "p99 step 21.8 ms within the 25 ms budget (p99 of 21 steps: near the slowest); batch 2048's p99 "
+            "is 42.3 ms: --batch 1152:1920:+128 measures between them");
   EXPECT_EQ(a.recommended.batch, 1024);
   EXPECT_EQ(a.recommended.why,
             "highest throughput within the 25 ms p99 budget: batch 1024 (47059 samples/s, p99 21.8 ms)");
@@ -124,6 +125,37 @@ TEST(LatencySlo, NoHintWhereTheBudgetsEdgeIsAlreadyNarrow) {
   ASSERT_TRUE(a.latency_slo.has_value());
   EXPECT_EQ(a.latency_slo->batch, 1024);
   EXPECT_EQ(a.latency_slo->reason.find("measures between"), std::string::npos) << a.latency_slo->reason;
+}
+
+// The hint's range holds the batches strictly between the chosen one and the next: multiples of 8 (every
+// batch below 16), or doublings where the gap is wider than the chosen batch.
+TEST(LatencySlo, TheHintsRangeLiesStrictlyBetweenTheTwoBatches) {
+  struct Case {
+    int64_t lo, hi;
+    std::string range;  // empty: no hint
+  };
+  for (const Case& c :
+       {Case{64, 96, "72:88:+8"}, Case{1024, 2048, "1152:1920:+128"}, Case{100, 190, "104:184:+8"},
+        Case{12, 24, "16"}, Case{5, 8, "6:7:+1"}, Case{6, 8, "7"}, Case{4, 1024, "8:512:*2"}, Case{4, 9, "8"},
+        Case{1, 2, ""}, Case{12, 20, ""}, Case{1024, 1088, ""}, Case{1024, 1096, "1032:1088:+8"}}) {
+    std::vector<Point> points{measured_point(c.lo, 1000.0), measured_point(c.hi, 1100.0)};
+    points[0].step_ms.p99 = 1.0;
+    points[1].step_ms.p99 = 3.0;
+    AnalysisOptions options;
+    options.latency_slo_ms = 2.0;
+    const Analysis a = analyze(points, options);
+    ASSERT_TRUE(a.latency_slo.has_value());
+    ASSERT_EQ(a.latency_slo->batch, c.lo);
+    const std::string& reason = a.latency_slo->reason;
+    if (c.range.empty()) {
+      EXPECT_EQ(reason.find("measures between"), std::string::npos) << c.lo << ".." << c.hi << ": " << reason;
+    } else {
+      EXPECT_NE(reason.find(
+                    fmt::format("; batch {}'s p99 is 3 ms: --batch {} measures between them", c.hi, c.range)),
+                std::string::npos)
+          << c.lo << ".." << c.hi << ": " << reason;
+    }
+  }
 }
 
 TEST(LatencySlo, NothingFitsTheBudget) {

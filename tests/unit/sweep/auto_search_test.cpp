@@ -258,42 +258,65 @@ TEST(AutoSearch, StopsAtTheBatchCapWithoutAnEdge) {
 
 // --latency-slo: the batches where p99 crosses the budget are bisected with timed points until they are
 // within 1/16 of each other, so the best batch under the budget is known to a few percent.
+ScriptedConfig still_scaling() {
+  ScriptedConfig config = testing::roofline(2.0, 128.0, 0.0);
+  config.curve = ScriptedConfig::Curve::saturating;
+  config.b0 = 4096;  // step 2 ms (1 + b / 4096): throughput still grows by a third from 4096 to 8192
+  config.oom_above_batch = 8192;
+  return config;
+}
+
 TEST(AutoSearch, LatencyBudgetCrossingIsBisectedToAFewPercent) {
   const Graph graph = tiny_graph();
-  ScriptedConfig config = testing::roofline(2.0, 128.0, 0.5);  // step b / 128 ms past the knee at 256
-  config.oom_above_batch = 2048;
-  const auto backend = make_scripted_backend(config);
+  const auto backend = make_scripted_backend(still_scaling());
   SweepSettings settings = auto_settings();
-  settings.latency_slo_ms = 10.8;  // crossed at 1382: 1344 takes 10.5 ms, 1408 11 ms
+  settings.latency_slo_ms = 2.8;  // crossed at 1638: 1600 takes 2.78 ms, 1664 2.81 ms
   RecordingObserver observer;
   const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
   ASSERT_FALSE(outcome.interrupted);
   RecordProperty("search_summary", outcome.search_summary);
 
-  // After growth (1024 within, 2048 over): 1536 over, 1280 within, 1408 over, 1344 within; 1344 and 1408 are
-  // 64 apart, under 1344 / 16.
-  for (const int64_t batch : {1536, 1280, 1408, 1344}) {
+  // After growth (1024 within, 2048 over): 1536 within, 1792 over, 1664 over, 1600 within; 1600 and 1664
+  // are 64 apart, under 1600 / 16.
+  for (const int64_t batch : {1536, 1792, 1664, 1600}) {
     const Point* p = find_point(outcome.points, batch);
     ASSERT_NE(p, nullptr) << batch << ": " << outcome.search_summary;
     EXPECT_EQ(p->status, PointStatus::ok);
     EXPECT_TRUE(p->refinement) << batch;
-    EXPECT_EQ(p->step_ms.p99 <= 10.8, batch == 1280 || batch == 1344) << batch << ": " << p->step_ms.p99;
+    EXPECT_EQ(p->step_ms.p99 <= 2.8, batch == 1536 || batch == 1600) << batch << ": " << p->step_ms.p99;
   }
-  EXPECT_EQ(outcome.measured_points, 14 + 4);
-  EXPECT_NE(outcome.search_summary.find("; latency budget 10.8 ms: p99 crosses it between 1344 ("),
+  EXPECT_NE(outcome.search_summary.find("; latency budget 2.8 ms: p99 crosses it between 1600 (2.78 ms) and "
+                                        "1664 (2.81 ms), refined at 1536, 1792, 1664, 1600"),
             std::string::npos)
       << outcome.search_summary;
-  EXPECT_NE(outcome.search_summary.find("refined at 1536, 1280, 1408, 1344"), std::string::npos)
-      << outcome.search_summary;
 
-  // The analysis now names a batch within 5% of the crossing, where a power-of-two search named 1024.
+  // The analysis names the batch 2% under the crossing, where a power-of-two search named 1024 (22% slower).
   AnalysisOptions options;
-  options.latency_slo_ms = 10.8;
+  options.latency_slo_ms = 2.8;
   std::vector<Point> points = outcome.points;
   const Analysis analysis = analyze(points, options);
   ASSERT_TRUE(analysis.latency_slo.has_value());
-  ASSERT_TRUE(analysis.latency_slo->batch.has_value()) << analysis.latency_slo->reason;
-  EXPECT_LE(*analysis.latency_slo->batch, 1344);
+  EXPECT_EQ(analysis.latency_slo->batch, 1600) << analysis.latency_slo->reason;
+  EXPECT_EQ(analysis.latency_slo->reason.find("measures between"), std::string::npos)
+      << analysis.latency_slo->reason;
+}
+
+// On a plateau the fastest batch under the budget is no larger one: the crossing is not bisected.
+TEST(AutoSearch, LatencyBudgetOnAPlateauIsNotBisected) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline(2.0, 128.0, 0.5);  // flat past the knee at 256
+  config.oom_above_batch = 2048;
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = auto_settings();
+  settings.latency_slo_ms = 10.8;  // crossed between 1024 (8 ms) and 2048 (16 ms)
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  EXPECT_EQ(outcome.measured_points, 14);
+  EXPECT_NE(outcome.search_summary.find("p99 crosses it between 1024 ("), std::string::npos)
+      << outcome.search_summary;
+  EXPECT_NE(outcome.search_summary.find("throughput is flat below it (batch 1024 gains < 3% over batch "),
+            std::string::npos)
+      << outcome.search_summary;
 }
 
 TEST(AutoSearch, LatencyBudgetWithoutACrossingAddsNoPoints) {
@@ -307,9 +330,9 @@ TEST(AutoSearch, LatencyBudgetWithoutACrossingAddsNoPoints) {
     RecordingObserver observer;
     const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
     EXPECT_EQ(outcome.measured_points, 14) << budget;
-    const std::string expected = budget < 2
-                                     ? "latency budget 1 ms: no timed batch's p99 is within it (batch 1: "
-                                     : "latency budget 100 ms: the largest timed batch, 2048, is within it";
+    const std::string expected =
+        budget < 2 ? "latency budget 1 ms: no timed batch's p99 is within it (the smallest: "
+                   : "latency budget 100 ms: the largest timed batch, 2048, is within it";
     EXPECT_NE(outcome.search_summary.find(expected), std::string::npos) << outcome.search_summary;
   }
 }
