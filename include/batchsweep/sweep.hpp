@@ -193,9 +193,10 @@ class SweepObserver {
  public:
   virtual ~SweepObserver() = default;
   virtual void on_point_start(const PointStart& /*start*/) {}
-  // Before a prepare-only probe (--batch auto: the fit edge, and growth past a plateau), which finishes
-  // without on_point_done: the next on_point_start, on_probe_start or on_sweep_end follows it.
+  // Around a prepare-only probe (--batch auto: the fit edge, and growth past a plateau), which records no
+  // point and so has no on_point_done.
   virtual void on_probe_start(int64_t /*batch*/, int64_t /*accumulation*/) {}
+  virtual void on_probe_done() {}
   // After each finished point (any status); `all_so_far` holds every finished point including this one and,
   // while resuming, the earlier points not reached yet that still fit (SweepSettings::resume_points), sorted
   // by (effective_batch, batch) as in SweepOutcome::points.
@@ -314,6 +315,7 @@ class ProgressPrinter : public SweepObserver {
   // "[5/~16] probing batch 4096 (prepare only)": the line moves while --batch auto prepares batches it does
   // not time.
   void on_probe_start(int64_t batch, int64_t accumulation) override;
+  void on_probe_done() override;
   void on_point_done(const Point& point, const std::vector<Point>& all_so_far) override;
   [[nodiscard]] bool should_stop() override;
   void on_sweep_end(bool interrupted) override;

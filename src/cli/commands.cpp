@@ -319,6 +319,7 @@ class ExportingObserver final : public SweepObserver {
   void on_probe_start(int64_t batch, int64_t accumulation) override {
     progress_.on_probe_start(batch, accumulation);
   }
+  void on_probe_done() override { progress_.on_probe_done(); }
   void on_point_done(const Point& point, const std::vector<Point>& all_so_far) override {
     progress_.on_point_done(point, all_so_far);
     swept_.insert({point.batch, point.accumulation});

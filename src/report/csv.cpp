@@ -1,5 +1,6 @@
 // The CSV printer: one row per point. Columns are the point's JSON fields in the writer's order, flattened
 // with dots (`step_ms.p99`), taken from the same code that writes the JSON, so the two cannot drift apart.
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -73,6 +74,9 @@ std::string cell(const ordered& v) {
 std::string format_csv(const Report& report) {
   std::vector<std::pair<std::string, ordered>> columns;
   flatten(report_json::point_json<ordered>(point_with_every_field()), "", columns);
+  // Columns added after the first release go last, so that readers by position keep working.
+  std::stable_partition(columns.begin(), columns.end(),
+                        [](const auto& c) { return c.first != "resumed_from"; });
   std::string out;
   for (size_t i = 0; i < columns.size(); ++i) {
     if (i) out += ',';

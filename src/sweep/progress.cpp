@@ -211,6 +211,13 @@ void ProgressPrinter::on_probe_start(int64_t batch, int64_t accumulation) {
   draw(probe, current_start_s_, false);
 }
 
+void ProgressPrinter::on_probe_done() {
+  const std::lock_guard lock(ticker_->mutex);
+  if (!probing_) return;
+  current_.reset();  // the ticker stops redrawing a probe that has ended
+  probing_ = false;
+}
+
 void ProgressPrinter::tick() {
   const std::lock_guard lock(ticker_->mutex);
   if (options_.quiet || !options_.terminal || !current_) return;

@@ -175,6 +175,7 @@ std::optional<FitProbe> PointRunner::probe(int64_t batch, int64_t accumulation) 
   if (!backend_.reports_out_of_memory()) return FitProbe{Fit::fits, {}};
   observer_.on_probe_start(batch, accumulation);
   Prepared prepared = prepare_point(batch, accumulation);
+  observer_.on_probe_done();
   switch (prepared.status) {
     case PointStatus::ok:
       return FitProbe{Fit::fits, {}};
@@ -454,6 +455,10 @@ std::vector<Point> PointRunner::points_with_unreached() const {
 
 SweepOutcome PointRunner::finish(std::string search_summary) {
   add_stop_warnings();
+  // The earlier points an interrupted sweep keeps are judged against this run's memory budget too (the
+  // earlier run's memory warnings are not carried).
+  if (interrupted_)
+    for (const Point& p : unreached_resume_points()) add_memory_warning(p);
   observer_.on_sweep_end(interrupted_);
   SweepOutcome outcome;
   // Interrupted, the earlier points this sweep had not reached stay in its report, so resuming again takes

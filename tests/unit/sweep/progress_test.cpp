@@ -211,9 +211,15 @@ TEST(ProgressPrinter, ProbesMoveTheLine) {
       out.text().find("[2/~5] probing batch 4096 (prepare only) · 3.0 s in this probe · elapsed 13.0 s"),
       std::string::npos)
       << out.text();
+  // Once the probe is done the ticker draws nothing until the next point.
+  printer.on_probe_done();
+  const std::size_t before = out.text().size();
+  now_s = 14;
+  printer.tick();
+  EXPECT_EQ(out.text().size(), before) << out.text();
   // The next point is drawn as a point again.
   printer.on_point_start(PointStart{2, 5, true, 2048, 1, true});
-  EXPECT_NE(out.text().find("[2/~5] batch 2048 (refine) · elapsed 13.0 s"), std::string::npos) << out.text();
+  EXPECT_NE(out.text().find("[2/~5] batch 2048 (refine) · elapsed 14.0 s"), std::string::npos) << out.text();
   printer.on_sweep_end(false);
   EXPECT_EQ(out.text().find('\n'), out.text().size() - 1) << out.text();
 }

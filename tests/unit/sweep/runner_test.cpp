@@ -192,6 +192,35 @@ TEST(Runner, AnInterruptedResumeKeepsTheUnreachedPointsThatStillFit) {
   EXPECT_EQ(finished.points[0].batch, 8);
 }
 
+// The earlier points an interrupted resume keeps get this run's memory warnings (the earlier run's are not
+// carried), like the points it took or measured.
+TEST(Runner, AnInterruptedResumeJudgesTheKeptPointsMemory) {
+  const Graph graph = tiny_graph();
+  const auto backend = make_scripted_backend(testing::roofline());
+  SweepSettings settings = list_settings({8, 32, 64});
+  for (const int64_t batch : {32, 64}) {
+    Point p;
+    p.batch = p.effective_batch = batch;
+    p.samples_ms = {1.0, 1.0};
+    p.memory.planned_bytes = planned_bytes(graph, batch);
+    p.resumed_from = "2026-11-29T10:00:00Z";
+    settings.resume_points.push_back(p);
+  }
+  settings.memory_warn_fraction = 1e-9;  // every point passes it
+  RecordingObserver observer;
+  observer.stop_when = [](const RecordingObserver& o) { return o.done.size() >= 1; };  // after 8
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  ASSERT_TRUE(outcome.interrupted);
+  ASSERT_EQ(outcome.points.size(), 3u);
+  for (const std::string batch : {"8", "32", "64"}) {
+    const bool warned =
+        std::any_of(outcome.warnings.begin(), outcome.warnings.end(), [&](const std::string& w) {
+          return w.starts_with("batch " + batch + " uses ") && w.ends_with("close to out-of-memory");
+        });
+    EXPECT_TRUE(warned) << batch;
+  }
+}
+
 TEST(Runner, OverLimitFromMemoryLimitSkipsPrepareAndQuotesBothSizes) {
   const Graph graph = tiny_graph();
   ScriptedConfig config = testing::roofline();
