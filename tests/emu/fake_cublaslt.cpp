@@ -12,7 +12,8 @@
 // then queued on the stream as a closure holding copies of every parameter, so a captured graph replays what
 // was asked at capture time, whatever the cached descriptors say by then (as cuBLASLt freezes them).
 // BSW_EMU_CUBLASLT_REFUSE (epilogue names, comma-separated) makes the heuristic answer NOT_SUPPORTED for
-// those epilogues, as a cuBLASLt without kernels for them does.
+// those epilogues, as a cuBLASLt without kernels for them does; BSW_EMU_CUBLASLT_REFUSE_BATCH (a batch count)
+// does the same for products of that many batches.
 //
 // Numbers: inputs are widened to fp32 (FAST_TF32 rounds fp32 inputs to 10 mantissa bits, to nearest with ties
 // away from zero as PTX's cvt.rna.tf32.f32), products are summed in fp32 in order of k, and outputs are
@@ -984,6 +985,9 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(
   // A GPU whose cuBLASLt has no kernel for an epilogue answers NOT_SUPPORTED with no result; the knob
   // plays that GPU (quietly, as the real library is).
   if (epilogue_refused(desc.epilogue)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (const char* v = std::getenv("BSW_EMU_CUBLASLT_REFUSE_BATCH");
+      v != nullptr && std::to_string(problem.batch) == v)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   AlgoData data{};
   data.magic = kAlgoMagic;
   data.problem = fingerprint(problem);
