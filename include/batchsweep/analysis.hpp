@@ -83,6 +83,13 @@ struct KneedleResult {
 // The knee of a sweep's points (steps 1-4 above) with its confidence. Does not modify the points.
 [[nodiscard]] KneeResult find_knee(std::span<const Point> points, double sensitivity);
 
+// Whether throughput is flat up to `point`: it gains less than kFlatBelowGain over the fastest ok point of
+// the same accumulation at half its batch or less (false where there is none). On a concave curve a larger
+// batch then gains less than that too, so neither the latency-budget bisection of --batch auto nor the
+// latency choice's hint looks between `point` and the next batch. The reference that beats it is returned.
+inline constexpr double kFlatBelowGain = 0.03;
+[[nodiscard]] const Point* flat_below(std::span<const Point> points, const Point& point);
+
 // Throws UsageError naming the flag for options out of range: --knee-sensitivity (> 0), --saturation
 // (0 < pct <= 100), --latency-slo (> 0 ms), --price-per-hour (>= 0); all must be finite.
 void validate(const AnalysisOptions& options);

@@ -147,12 +147,12 @@ const Point* within_budget(std::span<const Point> points, double budget_ms) {
   });
 }
 
-// Where the ok point right above the chosen one (same accumulation) is over the budget and more than
-// max(8, 1/16) larger, a batch between the two may fit the budget and run faster: "; batch 96's p99 is 3.09
-// ms:
-// --batch 72:88:+8 measures between them". Empty otherwise (run --batch auto --latency-slo bisects there
-// itself, so its points are that close). The range holds the batches strictly between the two: about eight
-// multiples of 8 (every batch below 16), or doublings where the next batch is more than twice the chosen.
+// Where the ok point right above the chosen one (same accumulation) is over the budget and more than 1/16
+// larger (and at least 8 from batch 8 up), a batch between the two may fit the budget and run faster:
+// "; batch 96's p99 is 3.09 ms: --batch 72:88:+8 measures between them". Empty otherwise: the two are that
+// close (run --batch auto --latency-slo bisects to there), or throughput is flat up to the chosen batch
+// (flat_below). The range holds batches strictly between the two: every one up to 16, doublings where the
+// next batch is more than twice the chosen, else multiples of a step of gap / 8 rounded down to 8s.
 std::string edge_hint(std::span<const Point> points, const Point& chosen, double budget_ms) {
   const Point* next = nullptr;
   for (const Point& point : points) {
@@ -163,13 +163,14 @@ std::string edge_hint(std::span<const Point> points, const Point& chosen, double
   const std::optional<double> p99 = p99_ms(*next);
   const int64_t lo = chosen.batch, hi = next->batch, gap = hi - lo;
   if (!p99 || *p99 <= budget_ms || gap <= std::max<int64_t>(lo >= 8 ? 8 : 1, lo / 16)) return {};
+  if (flat_below(points, chosen) != nullptr) return {};
   std::string range;
-  if (hi > 2 * lo) {
+  if (hi <= 16) {
+    range = lo + 1 == hi - 1 ? std::to_string(lo + 1) : fmt::format("{}:{}:+1", lo + 1, hi - 1);
+  } else if (hi > 2 * lo) {
     int64_t last = 2 * lo;
     while (last * 2 < hi) last *= 2;
     range = last == 2 * lo ? std::to_string(last) : fmt::format("{}:{}:*2", 2 * lo, last);
-  } else if (hi <= 16) {
-    range = lo + 1 == hi - 1 ? std::to_string(lo + 1) : fmt::format("{}:{}:+1", lo + 1, hi - 1);
   } else {
     const int64_t step = std::max<int64_t>(8, gap / 8 / 8 * 8);
     const int64_t first = (lo / step + 1) * step;  // the first multiple of the step above lo
@@ -394,6 +395,17 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
       analysis.recommended_cost_per_million_samples = p->telemetry->cost_per_million_samples;
   }
   return analysis;
+}
+
+const Point* flat_below(std::span<const Point> points, const Point& point) {
+  const Point* reference = nullptr;
+  for (const Point& p : points) {
+    if (!is_ok(p) || p.accumulation != point.accumulation || p.batch * 2 > point.batch) continue;
+    if (!reference || p.samples_per_second > reference->samples_per_second) reference = &p;
+  }
+  if (reference && point.samples_per_second < (1.0 + kFlatBelowGain) * reference->samples_per_second)
+    return reference;
+  return nullptr;
 }
 
 }  // namespace bsw

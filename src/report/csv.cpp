@@ -1,8 +1,11 @@
 // The CSV printer: one row per point. Columns are the point's JSON fields in the writer's order, flattened
-// with dots (`step_ms.p99`), taken from the same code that writes the JSON, so the two cannot drift apart.
+// with dots (`step_ms.p99`), taken from the same code that writes the JSON, so the two cannot drift apart;
+// except that fields added after the first release (kAddedColumns) come last, in the order listed there, so
+// that readers by position keep working.
 #include <algorithm>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "batchsweep/printers.hpp"
@@ -13,6 +16,9 @@ namespace bsw {
 namespace {
 
 using ordered = nlohmann::ordered_json;
+
+// Point fields added after the first release, in the order they were added: their columns come last.
+constexpr std::string_view kAddedColumns[] = {"resumed_from"};
 
 // Leaves of a point's JSON, in order; arrays other than the raw samples are leaves too.
 void flatten(const ordered& doc, const std::string& prefix,
@@ -74,9 +80,11 @@ std::string cell(const ordered& v) {
 std::string format_csv(const Report& report) {
   std::vector<std::pair<std::string, ordered>> columns;
   flatten(report_json::point_json<ordered>(point_with_every_field()), "", columns);
-  // Columns added after the first release go last, so that readers by position keep working.
-  std::stable_partition(columns.begin(), columns.end(),
-                        [](const auto& c) { return c.first != "resumed_from"; });
+  for (const std::string_view added : kAddedColumns) {
+    const auto at =
+        std::find_if(columns.begin(), columns.end(), [&](const auto& c) { return c.first == added; });
+    if (at != columns.end()) std::rotate(at, at + 1, columns.end());
+  }
   std::string out;
   for (size_t i = 0; i < columns.size(); ++i) {
     if (i) out += ',';

@@ -20,9 +20,9 @@
 //    multiple of 8, until the two are within max(8, 1/16) of each other (about 6% from batch 128 up). The
 //    best batch under the budget is then known to a few percent rather than to a power of two; the points are
 //    refinement points. Triton's model_analyzer searches the same way, each step a separate server launch.
-//    Not where throughput is flat below the crossing (the analysis picks the fastest batch within the budget,
-//    and a larger one on a plateau is not faster), nor past 12 points. A p99 that is not monotone in the
-//    batch (noise, a kernel change) is bisected where the largest fitting batch lies.
+//    Not where throughput is flat below the crossing (flat_below: the analysis picks the fastest batch within
+//    the budget, and a batch between them would gain < 3%), nor past 12 points. A p99 that is not monotone in
+//    the batch (noise, a kernel change) is bisected where the largest fitting batch lies.
 //
 // What other tools need for a roofline whose knee is at 256 and that runs out of memory above 2048 (the case
 // tests/unit/sweep/auto_search_test.cpp pins):
@@ -299,19 +299,14 @@ class AutoSearch {
       why = fmt::format("p99 crosses it between {} ({:.3g} ms) and {} ({:.3g} ms)", a, timed[lo]->step_ms.p99,
                         b, timed[lo + 1]->step_ms.p99);
       if (b - a <= std::max(edge_tolerance(a), a / kSloRelativeTolerance)) break;
-      // The analysis picks the fastest batch within the budget: where throughput is flat below the crossing
-      // (batch a gains less than the plateau's 3% over the best batch of half its size or less), a batch
-      // between a and b would not be faster, so timing them would change nothing.
-      const Point* reference = nullptr;
-      for (const Point* p : timed)
-        if (p->batch * 2 <= a && (!reference || p->samples_per_second > reference->samples_per_second))
-          reference = p;
-      if (reference &&
-          timed[lo]->samples_per_second < (1.0 + kAutoPlateauGain) * reference->samples_per_second) {
+      // The analysis picks the fastest batch within the budget: where throughput is flat up to a
+      // (flat_below), a batch between a and b would gain less than that too, so timing them would change
+      // little.
+      if (const Point* reference = flat_below(runner_.points(), *timed[lo])) {
         why += fmt::format(
-            "; throughput is flat below it (batch {} gains < {:.0f}% over batch {}), so no batch "
-            "between them would be faster",
-            a, kAutoPlateauGain * 100.0, reference->batch);
+            "; throughput is flat below it (batch {} gains < {:.0f}% over batch {}), so a batch "
+            "between them would gain less than that too",
+            a, kFlatBelowGain * 100.0, reference->batch);
         break;
       }
       if (static_cast<int>(measured.size()) >= kSloRefinementLimit) {

@@ -174,8 +174,11 @@ std::optional<FitProbe> PointRunner::probe(int64_t batch, int64_t accumulation) 
   // Where only the plan can say no, preparing (gigabytes allocated and filled) would teach nothing.
   if (!backend_.reports_out_of_memory()) return FitProbe{Fit::fits, {}};
   observer_.on_probe_start(batch, accumulation);
+  struct ProbeDone {  // also when prepare_point throws
+    SweepObserver& observer;
+    ~ProbeDone() { observer.on_probe_done(); }
+  } probe_done{observer_};
   Prepared prepared = prepare_point(batch, accumulation);
-  observer_.on_probe_done();
   switch (prepared.status) {
     case PointStatus::ok:
       return FitProbe{Fit::fits, {}};

@@ -134,10 +134,10 @@ TEST(LatencySlo, TheHintsRangeLiesStrictlyBetweenTheTwoBatches) {
     int64_t lo, hi;
     std::string range;  // empty: no hint
   };
-  for (const Case& c :
-       {Case{64, 96, "72:88:+8"}, Case{1024, 2048, "1152:1920:+128"}, Case{100, 190, "104:184:+8"},
-        Case{12, 24, "16"}, Case{5, 8, "6:7:+1"}, Case{6, 8, "7"}, Case{4, 1024, "8:512:*2"}, Case{4, 9, "8"},
-        Case{1, 2, ""}, Case{12, 20, ""}, Case{1024, 1088, ""}, Case{1024, 1096, "1032:1088:+8"}}) {
+  for (const Case& c : {Case{64, 96, "72:88:+8"}, Case{1024, 2048, "1152:1920:+128"},
+                        Case{100, 190, "104:184:+8"}, Case{12, 24, "16"}, Case{5, 8, "6:7:+1"},
+                        Case{6, 8, "7"}, Case{4, 1024, "8:512:*2"}, Case{4, 9, "5:8:+1"}, Case{1, 2, ""},
+                        Case{12, 20, ""}, Case{1024, 1088, ""}, Case{1024, 1096, "1032:1088:+8"}}) {
     std::vector<Point> points{measured_point(c.lo, 1000.0), measured_point(c.hi, 1100.0)};
     points[0].step_ms.p99 = 1.0;
     points[1].step_ms.p99 = 3.0;
@@ -156,6 +156,23 @@ TEST(LatencySlo, TheHintsRangeLiesStrictlyBetweenTheTwoBatches) {
           << c.lo << ".." << c.hi << ": " << reason;
     }
   }
+}
+
+// Where throughput is flat up to the chosen batch, a batch between it and the next gains little: no hint (the
+// auto search does not bisect there either).
+TEST(LatencySlo, NoHintWhereThroughputIsFlatBelowTheEdge) {
+  std::vector<Point> points{measured_point(512, 1000.0), measured_point(1024, 1010.0),
+                            measured_point(2048, 1020.0)};
+  points[1].step_ms.p99 = 1.0;
+  points[2].step_ms.p99 = 3.0;
+  AnalysisOptions options;
+  options.latency_slo_ms = 2.0;
+  const Analysis a = analyze(points, options);
+  ASSERT_TRUE(a.latency_slo.has_value());
+  EXPECT_EQ(a.latency_slo->batch, 1024);
+  EXPECT_EQ(a.latency_slo->reason.find("measures between"), std::string::npos) << a.latency_slo->reason;
+  EXPECT_EQ(flat_below(points, points[1]), &points[0]);
+  EXPECT_EQ(flat_below(points, points[0]), nullptr);  // nothing at half its batch
 }
 
 TEST(LatencySlo, NothingFitsTheBudget) {
