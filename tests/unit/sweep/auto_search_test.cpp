@@ -301,6 +301,51 @@ TEST(AutoSearch, LatencyBudgetCrossingIsBisectedToAFewPercent) {
       << analysis.latency_slo->reason;
 }
 
+// Interrupted in the middle of the budget's bisection and resumed, the search ends on the fresh search's
+// batches; with accumulation 2, the bisection looks at that accumulation's points only.
+TEST(AutoSearch, LatencyBisectionResumesAndKeepsToItsAccumulation) {
+  const Graph graph = tiny_graph();
+  for (const int64_t accumulation : {1, 2}) {
+    SCOPED_TRACE(fmt::format("accumulation {}", accumulation));
+    SweepSettings settings = auto_settings();
+    settings.latency_slo_ms =
+        2.8 * static_cast<double>(accumulation);  // an optimizer step of two micro-batches
+    settings.accumulation = accumulation;
+    const auto fresh_backend = make_scripted_backend(still_scaling());
+    RecordingObserver fresh_observer;
+    const SweepOutcome fresh = run_sweep(*fresh_backend, graph, settings, fresh_observer);
+    ASSERT_FALSE(fresh.interrupted);
+    const Point* edge = find_point(fresh.points, 1600, accumulation);
+    ASSERT_NE(edge, nullptr) << fresh.search_summary;
+    EXPECT_TRUE(edge->refinement);
+
+    // Stopped after the bisection's second point (1792), before 1664 and 1600.
+    const auto first_backend = make_scripted_backend(still_scaling());
+    RecordingObserver first_observer;
+    first_observer.stop_when = [&](const RecordingObserver& o) {
+      return o.done.size() == fresh.points.size() - 2;
+    };
+    const SweepOutcome first = run_sweep(*first_backend, graph, settings, first_observer);
+    ASSERT_TRUE(first.interrupted);
+    ASSERT_EQ(find_point(first.points, 1600, accumulation), nullptr);
+    SweepSettings resume = settings;
+    for (Point p : first.points) {
+      p.resumed_from = "2026-11-30T00:00:00Z";
+      resume.resume_points.push_back(p);
+    }
+    const auto backend = make_scripted_backend(still_scaling());
+    RecordingObserver observer;
+    const SweepOutcome resumed = run_sweep(*backend, graph, resume, observer);
+    ASSERT_FALSE(resumed.interrupted);
+    ASSERT_EQ(resumed.points.size(), fresh.points.size());
+    for (std::size_t i = 0; i < fresh.points.size(); ++i) {
+      EXPECT_EQ(resumed.points[i].batch, fresh.points[i].batch) << i;
+      EXPECT_EQ(resumed.points[i].accumulation, accumulation) << i;
+    }
+    EXPECT_EQ(resumed.measured_points, 2);  // 1664 and 1600
+  }
+}
+
 // On a plateau the fastest batch under the budget is no larger one: the crossing is not bisected.
 TEST(AutoSearch, LatencyBudgetOnAPlateauIsNotBisected) {
   const Graph graph = tiny_graph();
