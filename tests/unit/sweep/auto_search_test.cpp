@@ -290,7 +290,7 @@ TEST(AutoSearch, LatencyBudgetCrossingIsBisectedToAFewPercent) {
             std::string::npos)
       << outcome.search_summary;
 
-  // The analysis names the batch 2% under the crossing, where a power-of-two search named 1024 (22% slower).
+  // The analysis names the batch 2% under the crossing, where a power-of-two search named 1024 (29% slower).
   AnalysisOptions options;
   options.latency_slo_ms = 2.8;
   std::vector<Point> points = outcome.points;
