@@ -24,6 +24,12 @@ SweepSettings auto_settings() {
   return settings;
 }
 
+// An interrupted run's points as --resume hands them to the next run.
+std::vector<Point> as_resumed(std::vector<Point> points) {
+  for (Point& p : points) p.resumed_from = "2026-11-30T00:00:00Z";
+  return points;
+}
+
 int64_t largest_ok(const std::vector<Point>& points) {
   int64_t batch = 0;
   for (const Point& p : points)
@@ -115,10 +121,7 @@ TEST(AutoSearch, ResumedSearchTakesTheFinishedPointsAndEndsWhereAFreshOneWould) 
   ASSERT_EQ(first.points.size(), 6u);
 
   SweepSettings settings = auto_settings();
-  for (Point p : first.points) {
-    p.resumed_from = "2026-11-30T00:00:00Z";
-    settings.resume_points.push_back(p);
-  }
+  settings.resume_points = as_resumed(first.points);
   const auto backend = make_scripted_backend(config);
   RecordingObserver observer;
   const SweepOutcome resumed = run_sweep(*backend, graph, settings, observer);
@@ -329,10 +332,7 @@ TEST(AutoSearch, LatencyBisectionResumesAndKeepsToItsAccumulation) {
     ASSERT_TRUE(first.interrupted);
     ASSERT_EQ(find_point(first.points, 1600, accumulation), nullptr);
     SweepSettings resume = settings;
-    for (Point p : first.points) {
-      p.resumed_from = "2026-11-30T00:00:00Z";
-      resume.resume_points.push_back(p);
-    }
+    resume.resume_points = as_resumed(first.points);
     const auto backend = make_scripted_backend(still_scaling());
     RecordingObserver observer;
     const SweepOutcome resumed = run_sweep(*backend, graph, resume, observer);
