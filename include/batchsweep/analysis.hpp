@@ -90,6 +90,11 @@ struct KneedleResult {
 inline constexpr double kFlatBelowGain = 0.03;
 [[nodiscard]] const Point* flat_below(std::span<const Point> points, const Point& point);
 
+// Whether batches lo < hi on either side of a latency budget are close enough that nothing between them is
+// worth timing: hi - lo at most lo / 16, or at most 8 from batch 8 up (1 below). Where the --batch auto
+// bisection stops, and where the latency choice's hint stays silent.
+[[nodiscard]] bool budget_edge_narrow(int64_t lo, int64_t hi);
+
 // Throws UsageError naming the flag for options out of range: --knee-sensitivity (> 0), --saturation
 // (0 < pct <= 100), --latency-slo (> 0 ms), --price-per-hour (>= 0); all must be finite.
 void validate(const AnalysisOptions& options);

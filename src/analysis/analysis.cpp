@@ -162,7 +162,7 @@ std::string edge_hint(std::span<const Point> points, const Point& chosen, double
   if (!next) return {};
   const std::optional<double> p99 = p99_ms(*next);
   const int64_t lo = chosen.batch, hi = next->batch, gap = hi - lo;
-  if (!p99 || *p99 <= budget_ms || gap <= std::max<int64_t>(lo >= 8 ? 8 : 1, lo / 16)) return {};
+  if (!p99 || *p99 <= budget_ms || budget_edge_narrow(lo, hi)) return {};
   if (flat_below(points, chosen) != nullptr) return {};
   std::string range;
   if (hi <= 16) {
@@ -406,6 +406,10 @@ const Point* flat_below(std::span<const Point> points, const Point& point) {
   if (reference && point.samples_per_second < (1.0 + kFlatBelowGain) * reference->samples_per_second)
     return reference;
   return nullptr;
+}
+
+bool budget_edge_narrow(int64_t lo, int64_t hi) {
+  return hi - lo <= std::max<int64_t>(lo >= 8 ? 8 : 1, lo / 16);
 }
 
 }  // namespace bsw

@@ -58,8 +58,6 @@ namespace {
 constexpr int kKneeRefinementPoints = 2;
 // The latency-budget bisection: at most this many timed points (a gap of 2^24 needs fewer at 1/16).
 constexpr int kSloRefinementLimit = 12;
-// ... and none once the two batches around the crossing are within lo / kSloRelativeTolerance.
-constexpr int64_t kSloRelativeTolerance = 16;
 
 // Stop bisecting when lo and hi are this close: one multiple-of-8 step from 8 up, exact below.
 int64_t edge_tolerance(int64_t lo) {
@@ -298,7 +296,7 @@ class AutoSearch {
       const int64_t b = timed[lo + 1]->batch;
       why = fmt::format("p99 crosses it between {} ({:.3g} ms) and {} ({:.3g} ms)", a, timed[lo]->step_ms.p99,
                         b, timed[lo + 1]->step_ms.p99);
-      if (b - a <= std::max(edge_tolerance(a), a / kSloRelativeTolerance)) break;
+      if (budget_edge_narrow(a, b)) break;
       // The analysis picks the fastest batch within the budget: where throughput is flat up to a
       // (flat_below), a batch between a and b would gain less than that too, so timing them would change
       // little.
@@ -314,9 +312,9 @@ class AutoSearch {
         break;
       }
       const int64_t batch = bisect(a, b);
-      if (runner_.find(batch, accumulation_)) {
+      if (const Point* recorded = runner_.find(batch, accumulation_)) {
         why += fmt::format(" (batch {} between them is already recorded: {})", batch,
-                           to_string(runner_.find(batch, accumulation_)->status));
+                           to_string(recorded->status));
         break;
       }
       const auto point = runner_.measure(batch, accumulation_, true);
