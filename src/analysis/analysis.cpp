@@ -177,7 +177,17 @@ std::string edge_hint(std::span<const Point> points, const Point& chosen, double
     const int64_t last = first + (hi - 1 - first) / step * step;
     range = first == last ? std::to_string(first) : fmt::format("{}:{}:+{}", first, last, step);
   }
-  return fmt::format("; batch {}'s p99 is {:.3g} ms: --batch {} measures between them", hi, *p99, range);
+  // A batch between them that did not run is said: the range measures it again.
+  const Point* failed = nullptr;
+  for (const Point& point : points)
+    if (!is_ok(point) && point.accumulation == chosen.accumulation && point.batch > lo && point.batch < hi &&
+        (!failed || point.batch < failed->batch))
+      failed = &point;
+  const std::string between = failed ? fmt::format(" and batch {} between them has status {}", failed->batch,
+                                                   to_string(failed->status))
+                                     : "";
+  return fmt::format("; batch {}'s p99 is {:.3g} ms{}: --batch {} measures between them", hi, *p99, between,
+                     range);
 }
 
 BatchChoice latency_slo(std::span<const Point> points, double budget_ms) {

@@ -346,6 +346,120 @@ TEST(AutoSearch, LatencyBisectionResumesAndKeepsToItsAccumulation) {
   }
 }
 
+// A batch inside the budget's bracket that fails ends the bisection there: the search says so, and the
+// analysis answers with the largest timed batch within the budget, not with the failed one.
+TEST(AutoSearch, LatencyBisectionStopsAtAFailedBatchInsideTheBracket) {
+  const Graph graph = tiny_graph();
+  for (const bool oom : {false, true}) {
+    SCOPED_TRACE(oom ? "out of memory in a step" : "a failed step");
+    ScriptedConfig config = still_scaling();
+    (oom ? config.step_oom_at_batch : config.step_error_at_batch) = 1536;  // bisection's first point
+    const auto backend = make_scripted_backend(config);
+    SweepSettings settings = auto_settings();
+    settings.latency_slo_ms = 2.8;
+    RecordingObserver observer;
+    const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+    ASSERT_FALSE(outcome.interrupted);
+    const Point* failed = find_point(outcome.points, 1536);
+    ASSERT_NE(failed, nullptr) << outcome.search_summary;
+    EXPECT_NE(failed->status, PointStatus::ok);
+    EXPECT_TRUE(failed->refinement);
+    // Nothing else was tried between 1024 and 2048.
+    for (const Point& p : outcome.points)
+      EXPECT_FALSE(p.batch > 1024 && p.batch < 2048 && p.batch != 1536) << p.batch;
+    EXPECT_NE(outcome.search_summary.find(fmt::format("p99 crosses it between 1024 (2.5 ms) and 2048 (3 ms) "
+                                                      "(batch 1536 between them: {}), refined at 1536",
+                                                      to_string(failed->status))),
+              std::string::npos)
+        << outcome.search_summary;
+
+    AnalysisOptions options;
+    options.latency_slo_ms = 2.8;
+    std::vector<Point> points = outcome.points;
+    const Analysis analysis = analyze(points, options);
+    ASSERT_TRUE(analysis.latency_slo.has_value());
+    EXPECT_EQ(analysis.latency_slo->batch, 1024) << analysis.latency_slo->reason;
+    // The range it suggests measures the failed batch again, and says so.
+    EXPECT_NE(analysis.latency_slo->reason.find(
+                  fmt::format("; batch 2048's p99 is 3 ms and batch 1536 between them has status {}: --batch "
+                              "1152:1920:+128 measures between them",
+                              to_string(failed->status))),
+              std::string::npos)
+        << analysis.latency_slo->reason;
+  }
+}
+
+// p99 need not grow with the batch (a noisy step near the budget): the search bisects where the largest
+// batch within the budget lies, which is the batch the analysis would answer with.
+TEST(AutoSearch, LatencyBisectionFollowsTheLargestBatchWithinTheBudget) {
+  const Graph graph = tiny_graph();
+  SweepSettings settings = auto_settings();
+  settings.latency_slo_ms = 2.8;
+  // A run stopped before the bisection: the growth and knee points only.
+  const auto first_backend = make_scripted_backend(still_scaling());
+  RecordingObserver first_observer;
+  first_observer.stop_when = [](const RecordingObserver& o) {
+    return !o.done.empty() && o.done.back().refinement && o.done.back().batch > 1024 &&
+           o.done.back().batch < 2048;
+  };
+  const SweepOutcome first = run_sweep(*first_backend, graph, settings, first_observer);
+  ASSERT_TRUE(first.interrupted);
+  std::vector<Point> kept = as_resumed(first.points);
+  kept.erase(std::remove_if(kept.begin(), kept.end(),
+                            [](const Point& p) { return p.batch > 1024 && p.batch < 2048; }),
+             kept.end());
+  const auto at = [&](int64_t batch) -> Point& {
+    const auto it = std::find_if(kept.begin(), kept.end(), [&](const Point& p) { return p.batch == batch; });
+    EXPECT_NE(it, kept.end()) << batch;
+    return *it;
+  };
+  ASSERT_LE(at(1024).step_ms.p99, 2.8);
+  ASSERT_GT(at(2048).step_ms.p99, 2.8);
+  ASSERT_GT(at(4096).step_ms.p99, 2.8);
+
+  // A spike at 512 over the budget, below a batch within it, changes nothing: 1024 is still the largest
+  // batch within the budget, and the crossing above it is bisected as in a fresh run.
+  {
+    SweepSettings resume = settings;
+    resume.resume_points = kept;
+    Point& spike = resume.resume_points[static_cast<std::size_t>(&at(512) - kept.data())];
+    spike.step_ms.p99 = 3.5;
+    const auto backend = make_scripted_backend(still_scaling());
+    RecordingObserver observer;
+    const SweepOutcome outcome = run_sweep(*backend, graph, resume, observer);
+    ASSERT_FALSE(outcome.interrupted);
+    EXPECT_NE(outcome.search_summary.find("p99 crosses it between 1600 (2.78 ms) and 1664 (2.81 ms), refined "
+                                          "at 1536, 1792, 1664, 1600"),
+              std::string::npos)
+        << outcome.search_summary;
+  }
+  // A quick step at 4096, within the budget above 2048 over it: the largest batch within the budget is
+  // 4096, so the search bisects above it, between 4096 and 8192, and not between 1024 and 2048.
+  {
+    SweepSettings resume = settings;
+    resume.resume_points = kept;
+    Point& dip = resume.resume_points[static_cast<std::size_t>(&at(4096) - kept.data())];
+    dip.step_ms.p99 = 2.7;
+    const auto backend = make_scripted_backend(still_scaling());
+    RecordingObserver observer;
+    const SweepOutcome outcome = run_sweep(*backend, graph, resume, observer);
+    ASSERT_FALSE(outcome.interrupted);
+    for (const Point& p : outcome.points)
+      EXPECT_FALSE(p.batch > 1024 && p.batch < 2048) << p.batch << ": " << outcome.search_summary;
+    EXPECT_NE(outcome.search_summary.find(
+                  "; latency budget 2.8 ms: p99 crosses it between 4096 (2.7 ms) and 4352 (4.12 ms), refined "
+                  "at 6144, 5120, 4608, 4352"),
+              std::string::npos)
+        << outcome.search_summary;
+    AnalysisOptions options;
+    options.latency_slo_ms = 2.8;
+    std::vector<Point> points = outcome.points;
+    const Analysis analysis = analyze(points, options);
+    ASSERT_TRUE(analysis.latency_slo.has_value());
+    EXPECT_EQ(analysis.latency_slo->batch, 4096) << analysis.latency_slo->reason;
+  }
+}
+
 // On a plateau the fastest batch under the budget is no larger one: the crossing is not bisected.
 TEST(AutoSearch, LatencyBudgetOnAPlateauIsNotBisected) {
   const Graph graph = tiny_graph();
