@@ -28,8 +28,12 @@ namespace bsw {
                                                     std::optional<int> device = std::nullopt);
 
 // For `batchsweep devices`: {"compiled": bool, "devices": [...], "versions": {...} (driver, runtime, cuDNN,
-// cuBLASLt), "reason": "..." when there is no device}.
-[[nodiscard]] nlohmann::json describe_cuda_devices();
+// cuBLASLt), "reason": "..." when there is no device}. `free_memory`: each device's memory_free_bytes from
+// cudaMemGetInfo, which creates a CUDA context on every device (false leaves that to
+// cuda_free_memory_bytes, one device at a time).
+[[nodiscard]] nlohmann::json describe_cuda_devices(bool free_memory = true);
+// cudaMemGetInfo's free bytes on CUDA device `device`, creating its context; nullopt without that device.
+[[nodiscard]] std::optional<uint64_t> cuda_free_memory_bytes(int device);
 // Measured GEMM rates per precision and copy bandwidth of CUDA device `device`. Throws UsageError naming
 // --calibrate when there is no device or no CUDA backend in this build.
 [[nodiscard]] nlohmann::json calibrate_cuda(int device);

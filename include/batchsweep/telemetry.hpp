@@ -69,6 +69,12 @@ struct GpuProcess {
   std::optional<uint64_t> used_bytes;  // absent where NVML cannot tell (containers, MIG)
 };
 
+// A GPU's memory as NVML reports it, read without creating a CUDA context (for `batchsweep devices`).
+struct GpuMemory {
+  uint64_t total_bytes = 0, free_bytes = 0, used_bytes = 0;
+  std::vector<GpuProcess> other_processes;  // compute processes on the GPU other than this one
+};
+
 enum class EnergySource {
   none,              // neither the counter nor power readings were available
   counter,           // difference of nvmlDeviceGetTotalEnergyConsumption over the window (exact)
@@ -133,6 +139,10 @@ class Telemetry {
   // Readings this device or driver cannot give, found when opening: "total energy counter: Not Supported
   // (nvmlDeviceGetTotalEnergyConsumption)". For the report's device details.
   [[nodiscard]] const std::vector<std::string>& unsupported_readings() const;
+  // The device's memory now and the other compute processes on it. std::nullopt, with `why` set to a
+  // sentence, when telemetry is unavailable or NVML cannot read the memory (unified-memory devices say Not
+  // Supported). The process list is empty where NVML cannot list processes.
+  [[nodiscard]] std::optional<GpuMemory> memory(std::string& why) const;
 
   // Begins a window: reads the energy counter and the process list, then samples every sample_interval_ms on
   // a background thread. No-op when unavailable. Throws std::logic_error when a window is already running.

@@ -72,9 +72,10 @@ std::unique_ptr<Backend> make_backend(std::string_view name, const std::string& 
   throw UsageError(fmt::format("--backend: unknown backend '{}' (choose auto, cpu, cuda or scripted)", name));
 }
 
-nlohmann::json describe_cuda_devices() {
+nlohmann::json describe_cuda_devices(bool free_memory) {
 #ifdef BATCHSWEEP_HAVE_CUDA
-  nlohmann::json out = cuda::describe_devices();  // {backend, versions, devices, reason when there is none}
+  nlohmann::json out =
+      cuda::describe_devices(free_memory);  // {backend, versions, devices, reason when there is none}
   out["compiled"] = true;
   if (cuda::device_count() == 0 && !out.contains("reason")) out["reason"] = cuda::no_device_reason();
   return out;
@@ -82,6 +83,16 @@ nlohmann::json describe_cuda_devices() {
   return {{"compiled", false},
           {"devices", nlohmann::json::array()},
           {"reason", "this batchsweep was built without the CUDA backend (-DBATCHSWEEP_CUDA=OFF)"}};
+#endif
+}
+
+std::optional<uint64_t> cuda_free_memory_bytes(int device) {
+#ifdef BATCHSWEEP_HAVE_CUDA
+  if (device < 0 || device >= cuda::device_count()) return std::nullopt;
+  return cuda::free_memory_bytes(device);
+#else
+  static_cast<void>(device);
+  return std::nullopt;
 #endif
 }
 

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -703,6 +704,76 @@ int compare_command(const CompareSettings& input) {
   return kExitOk;
 }
 
+namespace {
+
+// Fills a described CUDA device's free memory: from NVML where it can say, which needs no CUDA context, else
+// from cudaMemGetInfo, which creates one on that GPU (hundreds of MiB held until this process exits, on a
+// GPU someone else may be using).
+void add_free_memory(nlohmann::json& d) {
+  const std::string name = d.value("name", std::string());
+  const uint64_t cuda_total = d.value("memory_total_bytes", uint64_t{0});
+  std::string why;
+  std::optional<GpuMemory> memory;
+  if (name.find(" MIG ") != std::string::npos || name.rfind("MIG ", 0) == 0) {
+    why = "a MIG instance: NVML's memory is the whole GPU's";
+  } else {
+    TelemetryOptions options;
+    options.device = d.value("pci_bus_id", std::string());
+    memory = Telemetry::open(options).memory(why);
+    if (memory && cuda_total > 0 &&
+        std::abs(static_cast<double>(memory->total_bytes) / static_cast<double>(cuda_total) - 1.0) > 0.1) {
+      why = fmt::format("NVML's total ({:.1f} GiB) is not this device's ({:.1f} GiB)",
+                        static_cast<double>(memory->total_bytes) / (1u << 30),
+                        static_cast<double>(cuda_total) / (1u << 30));
+      memory.reset();
+    }
+  }
+  if (memory) {
+    d["memory_free_bytes"] = memory->free_bytes;
+    d["memory_used_bytes"] = memory->used_bytes;
+    d["memory_source"] = "nvml";
+    nlohmann::json processes = nlohmann::json::array();
+    for (const GpuProcess& p : memory->other_processes)
+      processes.push_back(
+          {{"pid", p.pid}, {"used_bytes", p.used_bytes ? nlohmann::json(*p.used_bytes) : nlohmann::json()}});
+    d["other_processes"] = processes;
+    return;
+  }
+  d["memory_source"] = "cudaMemGetInfo";
+  d["nvml_memory_unavailable"] = why;
+  if (const std::optional<uint64_t> free_bytes = cuda_free_memory_bytes(d.value("index", 0)))
+    d["memory_free_bytes"] = *free_bytes;
+}
+
+std::string gib(uint64_t bytes) {
+  return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1u << 30));
+}
+
+// "  memory: 15.5 GiB free, 0.5 GiB used (NVML); 1 other process: pid 4242 1.0 GiB"
+std::string memory_line(const nlohmann::json& d) {
+  std::string line = "  memory: ";
+  line += d.contains("memory_free_bytes") ? gib(d["memory_free_bytes"].get<uint64_t>()) + " free"
+                                          : std::string("free unknown");
+  if (d.value("memory_source", std::string()) == "nvml") {
+    line += fmt::format(", {} used (NVML)", gib(d.value("memory_used_bytes", uint64_t{0})));
+    const nlohmann::json processes = d.value("other_processes", nlohmann::json::array());
+    if (!processes.empty()) {
+      std::vector<std::string> each;
+      for (const nlohmann::json& p : processes)
+        each.push_back(fmt::format("pid {} {}", p.value("pid", 0u),
+                                   p["used_bytes"].is_number() ? gib(p["used_bytes"].get<uint64_t>())
+                                                               : std::string("(size not reported)")));
+      line += fmt::format("; {} other process{}: {}", processes.size(), processes.size() == 1 ? "" : "es",
+                          fmt::join(each, ", "));
+    }
+  } else {
+    line += fmt::format(" (cudaMemGetInfo; NVML: {})", d.value("nvml_memory_unavailable", std::string("?")));
+  }
+  return line;
+}
+
+}  // namespace
+
 int devices_command(const DevicesSettings& s) {
   nlohmann::json doc;
   doc["backends"] = compiled_backends();
@@ -710,7 +781,9 @@ int devices_command(const DevicesSettings& s) {
   doc["cpu"] = {{"name", cpu.name}, {"memory_total_bytes", cpu.memory_total_bytes}, {"details", cpu.details}};
   // Calibrate first: the devices described afterwards then show the new rates, not the cached ones.
   if (s.calibrate) doc["calibration"] = calibrate_cuda(s.device);
-  doc["cuda"] = describe_cuda_devices();
+  doc["cuda"] = describe_cuda_devices(/*free_memory=*/false);
+  if (doc["cuda"].contains("devices"))
+    for (nlohmann::json& d : doc["cuda"]["devices"]) add_free_memory(d);
   if (s.json) {
     std::cout << doc.dump(2) << "\n";
     return kExitOk;
@@ -738,6 +811,7 @@ int devices_command(const DevicesSettings& s) {
           d.value("memory_total_bytes", uint64_t{0}) / double(1u << 30), d.value("sm_clock_mhz", 0),
           d.value("memory_clock_mhz", 0), d.value("pci_bus_id", std::string("?")),
           d.value("uuid", std::string("?")));
+      std::cout << memory_line(d) << "\n";
       if (!d.contains("calibrated")) continue;
       const nlohmann::json& c = d["calibrated"];
       const auto rate = [&](const char* key) {

@@ -55,6 +55,13 @@ struct nvmlProcessInfo_t {
 };
 inline constexpr unsigned long long NVML_VALUE_NOT_AVAILABLE = ~0ULL;
 
+// nvmlMemory_t, filled by nvmlDeviceGetMemoryInfo: device memory in bytes (used = total - free).
+struct nvmlMemory_t {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+
 // Clock event (formerly "throttle") reason bits.
 inline constexpr unsigned long long nvmlClocksEventReasonGpuIdle = 0x1ULL;
 inline constexpr unsigned long long nvmlClocksEventReasonApplicationsClocksSetting = 0x2ULL;
@@ -83,6 +90,7 @@ using DeviceGetClockFn = nvmlReturn_t (*)(nvmlDevice_t device, nvmlClockType_t t
 using DeviceGetTemperatureFn = nvmlReturn_t (*)(nvmlDevice_t device, nvmlTemperatureSensors_t sensor,
                                                 unsigned int* temperature_c);
 using DeviceGetClocksEventReasonsFn = nvmlReturn_t (*)(nvmlDevice_t device, unsigned long long* reasons);
+using DeviceGetMemoryInfoFn = nvmlReturn_t (*)(nvmlDevice_t device, nvmlMemory_t* memory);
 using DeviceGetComputeRunningProcessesFn = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int* info_count,
                                                             nvmlProcessInfo_t* infos);
 

@@ -79,6 +79,7 @@ std::unique_ptr<NvmlLibrary> NvmlLibrary::load(const std::string& path, std::str
                                              "nvmlDeviceGetCurrentClocksThrottleReasons"};
   static constexpr const char* kProcesses[] = {"nvmlDeviceGetComputeRunningProcesses_v3",
                                                "nvmlDeviceGetComputeRunningProcesses_v2"};
+  static constexpr const char* kMemory[] = {"nvmlDeviceGetMemoryInfo"};
   lib->get_count = lib->resolve<nvml::DeviceGetCountFn>(kCount);
   lib->handle_by_index = lib->resolve<nvml::DeviceGetHandleByIndexFn>(kByIndex);
   lib->handle_by_pci_bus_id = lib->resolve<nvml::DeviceGetHandleByPciBusIdFn>(kByBusId);
@@ -93,6 +94,7 @@ std::unique_ptr<NvmlLibrary> NvmlLibrary::load(const std::string& path, std::str
   lib->get_temperature = lib->resolve<nvml::DeviceGetTemperatureFn>(kTemperature);
   lib->get_clock_event_reasons = lib->resolve<nvml::DeviceGetClocksEventReasonsFn>(kReasons);
   lib->get_compute_processes = lib->resolve<nvml::DeviceGetComputeRunningProcessesFn>(kProcesses);
+  lib->get_memory_info = lib->resolve<nvml::DeviceGetMemoryInfoFn>(kMemory);
   return lib;
 }
 

@@ -45,6 +45,7 @@ class NvmlLibrary {
   Entry<nvml::DeviceGetTemperatureFn> get_temperature;
   Entry<nvml::DeviceGetClocksEventReasonsFn> get_clock_event_reasons;
   Entry<nvml::DeviceGetComputeRunningProcessesFn> get_compute_processes;
+  Entry<nvml::DeviceGetMemoryInfoFn> get_memory_info;
 
  private:
   NvmlLibrary(void* handle, std::string path) : handle_(handle), path_(std::move(path)) {}

@@ -78,6 +78,8 @@ struct Telemetry::Impl {
   [[nodiscard]] TelemetrySample read_sample() const;
   [[nodiscard]] std::optional<uint64_t> read_energy_mj(std::string& problem) const;
   void poll_processes();
+  // The compute processes on the device other than own_pids; nullopt when NVML cannot list them.
+  [[nodiscard]] std::optional<std::vector<GpuProcess>> list_other_processes() const;
   void run_sampler();
 };
 
@@ -255,30 +257,40 @@ std::optional<uint64_t> Telemetry::Impl::read_energy_mj(std::string& problem) co
   return mj;
 }
 
-void Telemetry::Impl::poll_processes() {
-  if (!read_processes) return;
+std::optional<std::vector<GpuProcess>> Telemetry::Impl::list_other_processes() const {
+  if (!lib->get_compute_processes) return std::nullopt;
   std::vector<nvmlProcessInfo_t> infos(16);
   unsigned count = 0;
-  for (int attempt = 0; attempt < 4; ++attempt) {
+  for (int attempt = 0;; ++attempt) {
     count = static_cast<unsigned>(infos.size());
     const nvmlReturn_t rc = lib->get_compute_processes.fn(device, &count, infos.data());
     if (rc == NVML_SUCCESS) break;
-    if (rc != NVML_ERROR_INSUFFICIENT_SIZE) return;
+    if (rc != NVML_ERROR_INSUFFICIENT_SIZE || attempt == 3) return std::nullopt;
     infos.resize(count + 8);  // processes may start between the two calls
-    count = 0;
   }
   infos.resize(std::min<size_t>(count, infos.size()));
+  std::vector<GpuProcess> others;
   for (const auto& p : infos) {
     if (std::find(options.own_pids.begin(), options.own_pids.end(), p.pid) != options.own_pids.end())
       continue;
     std::optional<uint64_t> used;
     if (p.usedGpuMemory != NVML_VALUE_NOT_AVAILABLE) used = p.usedGpuMemory;
+    others.push_back({p.pid, used});
+  }
+  return others;
+}
+
+void Telemetry::Impl::poll_processes() {
+  if (!read_processes) return;
+  const std::optional<std::vector<GpuProcess>> now = list_other_processes();
+  if (!now) return;
+  for (const GpuProcess& p : *now) {
     auto known = std::find_if(other_processes.begin(), other_processes.end(),
                               [&](const GpuProcess& g) { return g.pid == p.pid; });
     if (known == other_processes.end()) {
-      other_processes.push_back({p.pid, used});
-    } else if (used && (!known->used_bytes || *used > *known->used_bytes)) {
-      known->used_bytes = used;
+      other_processes.push_back(p);
+    } else if (p.used_bytes && (!known->used_bytes || *p.used_bytes > *known->used_bytes)) {
+      known->used_bytes = p.used_bytes;
     }
   }
 }
@@ -327,6 +339,29 @@ Telemetry::~Telemetry() = default;
 bool Telemetry::available() const {
   return impl_->available();
 }
+std::optional<GpuMemory> Telemetry::memory(std::string& why) const {
+  if (!impl_->available()) {
+    why = impl_->unavailable_reason;
+    return std::nullopt;
+  }
+  const NvmlLibrary& lib = *impl_->lib;
+  if (!lib.get_memory_info) {
+    why = fmt::format("{} does not export {}", lib.path(), lib.get_memory_info.name);
+    return std::nullopt;
+  }
+  nvmlMemory_t reading{};
+  if (const nvmlReturn_t rc = lib.get_memory_info.fn(impl_->device, &reading); rc != NVML_SUCCESS) {
+    why = fmt::format("{} failed: {}", lib.get_memory_info.name, lib.error_string(rc));
+    return std::nullopt;
+  }
+  GpuMemory memory;
+  memory.total_bytes = reading.total;
+  memory.free_bytes = reading.free;
+  memory.used_bytes = reading.used;
+  memory.other_processes = impl_->list_other_processes().value_or(std::vector<GpuProcess>{});
+  return memory;
+}
+
 const std::string& Telemetry::unavailable_reason() const {
   return impl_->unavailable_reason;
 }

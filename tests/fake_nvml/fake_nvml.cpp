@@ -7,11 +7,13 @@
 //   void   fake_nvml_add_process(unsigned pid, unsigned long long used_bytes);
 // Keys: device_count (device i is "Fake GPU i" at bus 0x1B + 0x20*i), power_w, sm_clock_mhz,
 // app_sm_clock_mhz, default_app_sm_clock_mhz, gpu_util_pct, mem_util_pct, temperature_c, clock_event_reasons
-// (bit mask). The total energy counter advances in real time at the scripted power, so counter energy = power
-// x duration. A process that cannot call those functions (the batchsweep binary in an e2e test) scripts the
-// readings with FAKE_NVML_SCRIPT, read at the first nvmlInit: "key=value;...;process=PID:BYTES". Built twice:
-// fake_nvml (a current driver) and, with FAKE_NVML_LEGACY, fake_nvml_legacy (an old driver without the _v2
-// bus-id lookup, the energy counter, ...ClocksEventReasons, processes _v3 and default applications clocks).
+// (bit mask), memory_total_bytes, memory_used_bytes. The total energy counter advances in real time at the
+// scripted power, so counter energy = power x duration. A process that cannot call those functions (the
+// batchsweep binary in an e2e test) scripts the readings with FAKE_NVML_SCRIPT, read at the first nvmlInit:
+// "key=value;...;process=PID:BYTES". Built twice: fake_nvml (a current driver) and, with FAKE_NVML_LEGACY,
+// fake_nvml_legacy (an old driver without the _v2 bus-id lookup, the energy counter, ...ClocksEventReasons,
+// processes _v3 and default applications clocks).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -50,10 +52,16 @@ State g_state;
 nvmlDevice_st g_devices[kMaxDevices] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}};
 
 std::map<std::string, double> default_values() {
-  return {{"power_w", 300.0},           {"sm_clock_mhz", 1980.0},
-          {"app_sm_clock_mhz", 1980.0}, {"default_app_sm_clock_mhz", 1980.0},
-          {"gpu_util_pct", 97.0},       {"mem_util_pct", 40.0},
-          {"temperature_c", 65.0},      {"clock_event_reasons", 0.0}};
+  return {{"power_w", 300.0},
+          {"sm_clock_mhz", 1980.0},
+          {"app_sm_clock_mhz", 1980.0},
+          {"default_app_sm_clock_mhz", 1980.0},
+          {"gpu_util_pct", 97.0},
+          {"mem_util_pct", 40.0},
+          {"temperature_c", 65.0},
+          {"clock_event_reasons", 0.0},
+          {"memory_total_bytes", 17179869184.0},  // 16 GiB, the emulator's device
+          {"memory_used_bytes", 536870912.0}};
 }
 
 // Folds the energy used at the current power into the counter; call with the lock held.
@@ -372,6 +380,16 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned* count,
                                                      nvmlProcessInfo_t* infos) {
   return processes_value("nvmlDeviceGetComputeRunningProcesses_v2", device, count, infos);
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (const nvmlReturn_t rc = enter("nvmlDeviceGetMemoryInfo", device); rc != NVML_SUCCESS) return rc;
+  if (device == nullptr || memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  memory->total = static_cast<unsigned long long>(g_state.values["memory_total_bytes"]);
+  memory->used = static_cast<unsigned long long>(g_state.values["memory_used_bytes"]);
+  memory->free = memory->total - std::min(memory->used, memory->total);
+  return NVML_SUCCESS;
 }
 
 }  // extern "C"

@@ -13,7 +13,9 @@
 namespace bsw::cuda {
 
 [[nodiscard]] nlohmann::json library_versions();
-[[nodiscard]] nlohmann::json describe_device(int device);
+// `free_memory`: also memory_free_bytes from cudaMemGetInfo, which creates the CUDA context on the device
+// when this process has none there (hundreds of MiB of that GPU's memory, until the process exits).
+[[nodiscard]] nlohmann::json describe_device(int device, bool free_memory = true);
 [[nodiscard]] std::optional<nlohmann::json> calibrated(int device);
 // The peak FLOP/s of a calibrated() result at this precision, when it holds a usable rate.
 [[nodiscard]] std::optional<double> calibrated_peak_flops(const nlohmann::json& calibration,

@@ -24,7 +24,10 @@ namespace bsw::cuda {
 
 // Every device: name, SMs, memory, clocks, compute capability, PCI bus id, and the driver / CUDA runtime /
 // cuDNN / cuBLASLt versions. Without a device: {"devices": [], "reason": no_device_reason(), ...versions}.
-[[nodiscard]] nlohmann::json describe_devices();
+// `free_memory`: as describe_device's.
+[[nodiscard]] nlohmann::json describe_devices(bool free_memory = true);
+// cudaMemGetInfo's free bytes on `device` (creating its context), or nullopt when the call fails.
+[[nodiscard]] std::optional<uint64_t> free_memory_bytes(int device);
 
 // Measures bf16 / fp16 / tf32 / fp32 GEMM TFLOP/s with cuBLASLt on large square matrices and device-to-device
 // copy GB/s on `device` (a few seconds). The result is remembered for this process and saved to the

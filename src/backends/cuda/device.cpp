@@ -247,7 +247,18 @@ nlohmann::json library_versions() {
   return v;
 }
 
-nlohmann::json describe_device(int device) {
+std::optional<uint64_t> free_memory_bytes(int device) {
+  int previous = 0;
+  BSW_CUDA(cudaGetDevice(&previous));
+  BSW_CUDA(cudaSetDevice(device));
+  size_t free_bytes = 0, total_bytes = 0;
+  const bool read = cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess;
+  static_cast<void>(cudaGetLastError());
+  BSW_CUDA(cudaSetDevice(previous));
+  return read ? std::optional<uint64_t>(free_bytes) : std::nullopt;
+}
+
+nlohmann::json describe_device(int device, bool free_memory) {
   cudaDeviceProp p{};
   BSW_CUDA(cudaGetDeviceProperties(&p, device));
   char bus_id[64] = {};
@@ -265,13 +276,10 @@ nlohmann::json describe_device(int device) {
       {"pci_bus_id", std::string(bus_id)},
       {"uuid", uuid_text(p.uuid)},
   };
-  int previous = 0;
-  BSW_CUDA(cudaGetDevice(&previous));
-  BSW_CUDA(cudaSetDevice(device));
-  size_t free_bytes = 0, total_bytes = 0;
-  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) d["memory_free_bytes"] = free_bytes;
-  static_cast<void>(cudaGetLastError());
-  BSW_CUDA(cudaSetDevice(previous));
+  if (free_memory) {
+    if (const std::optional<uint64_t> free_bytes = free_memory_bytes(device))
+      d["memory_free_bytes"] = *free_bytes;
+  }
   const std::string name(p.name);
   nlohmann::json spec = nlohmann::json::object();
   for (Precision pr : {Precision::fp32, Precision::tf32, Precision::fp16, Precision::bf16})
@@ -282,7 +290,7 @@ nlohmann::json describe_device(int device) {
   return d;
 }
 
-nlohmann::json describe_devices() {
+nlohmann::json describe_devices(bool free_memory) {
   nlohmann::json out = {
       {"backend", "cuda"}, {"versions", library_versions()}, {"devices", nlohmann::json::array()}};
   const int count = device_count();
@@ -290,7 +298,7 @@ nlohmann::json describe_devices() {
     out["reason"] = no_device_reason();
     return out;
   }
-  for (int i = 0; i < count; ++i) out["devices"].push_back(describe_device(i));
+  for (int i = 0; i < count; ++i) out["devices"].push_back(describe_device(i, free_memory));
   return out;
 }
 

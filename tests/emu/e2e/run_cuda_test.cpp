@@ -33,6 +33,42 @@ TEST(EmulatedCuda, DevicesListsTheEmulatedGpu) {
   EXPECT_EQ(devices[0].at("pci_bus_id"), "00000000:1B:00.0");
 }
 
+// `devices` takes free memory from NVML where it can (no CUDA context created on a GPU someone may be
+// using), with the other processes on it; without NVML, from cudaMemGetInfo, saying why.
+TEST(EmulatedCuda, DevicesReadsFreeMemoryFromNvmlElseFromCuda) {
+  const Result fallback =
+      run({"devices", "--json"}, {"BATCHSWEEP_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1"});
+  ASSERT_EQ(fallback.exit_code, 0) << fallback.err;
+  const nlohmann::json cuda_read = nlohmann::json::parse(fallback.out).at("cuda").at("devices").at(0);
+  EXPECT_EQ(cuda_read.at("memory_source"), "cudaMemGetInfo");
+  EXPECT_EQ(cuda_read.at("memory_free_bytes"), uint64_t{16384} << 20);
+  EXPECT_NE(cuda_read.at("nvml_memory_unavailable").get<std::string>().find("/nonexistent/libnvidia-ml.so.1"),
+            std::string::npos)
+      << cuda_read.dump();
+  const Result fallback_text = run({"devices"}, {"BATCHSWEEP_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1"});
+  EXPECT_NE(fallback_text.out.find("  memory: 16.0 GiB free (cudaMemGetInfo; NVML: "), std::string::npos)
+      << fallback_text.out;
+#ifdef BSW_FAKE_NVML
+  const std::vector<std::string> env = {std::string("BATCHSWEEP_NVML_LIBRARY=") + BSW_FAKE_NVML,
+                                        "FAKE_NVML_SCRIPT=memory_used_bytes=3221225472;process=4242:"
+                                        "2147483648;process=77:18446744073709551615"};
+  const Result r = run({"devices", "--json"}, env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json d = nlohmann::json::parse(r.out).at("cuda").at("devices").at(0);
+  EXPECT_EQ(d.at("memory_source"), "nvml") << d.dump();
+  EXPECT_EQ(d.at("memory_free_bytes"), uint64_t{13} << 30);  // the fake's 16 GiB less 3 GiB used
+  EXPECT_EQ(d.at("memory_used_bytes"), uint64_t{3} << 30);
+  EXPECT_EQ(d.at("other_processes"), nlohmann::json::parse(R"([{"pid": 4242, "used_bytes": 2147483648},
+                                                               {"pid": 77, "used_bytes": null}])"));
+  const Result text = run({"devices"}, env);
+  EXPECT_NE(
+      text.out.find("  memory: 13.0 GiB free, 3.0 GiB used (NVML); 2 other processes: pid 4242 2.0 GiB, "
+                    "pid 77 (size not reported)\n"),
+      std::string::npos)
+      << text.out;
+#endif
+}
+
 TEST(EmulatedCuda, WithoutADeviceTheCudaBackendSaysWhyAndAutoRunsOnTheCpu) {
   const std::vector<std::string> no_device = {"BSW_EMU_NO_DEVICE=1"};
   const Result devices = run({"devices"}, no_device);

@@ -342,6 +342,36 @@ TEST_F(TelemetryFake, ManyProcessesAreAllListed) {
   EXPECT_FALSE(w.other_processes[0].used_bytes.has_value());
 }
 
+// `batchsweep devices` reads a GPU's memory through NVML, so it need not create a CUDA context there.
+TEST_F(TelemetryFake, MemoryAndTheOtherProcessesWithoutAWindow) {
+  fake_.set("memory_total_bytes", 80.0 * (1ULL << 30));
+  fake_.set("memory_used_bytes", 5.0 * (1ULL << 30));
+  fake_.add_process(static_cast<unsigned>(getpid()), 1ULL << 30);
+  fake_.add_process(4242, 4ULL << 30);
+  fake_.add_process(77, ~0ULL);  // size not reported (a container)
+  Telemetry telemetry = Telemetry::open(options());
+  std::string why;
+  const std::optional<GpuMemory> memory = telemetry.memory(why);
+  ASSERT_TRUE(memory.has_value()) << why;
+  EXPECT_EQ(memory->total_bytes, 80ULL << 30);
+  EXPECT_EQ(memory->used_bytes, 5ULL << 30);
+  EXPECT_EQ(memory->free_bytes, 75ULL << 30);
+  ASSERT_EQ(memory->other_processes.size(), 2u);
+  EXPECT_EQ(memory->other_processes[0].pid, 4242u);
+  EXPECT_EQ(memory->other_processes[0].used_bytes, 4ULL << 30);
+  EXPECT_EQ(memory->other_processes[1].pid, 77u);
+  EXPECT_FALSE(memory->other_processes[1].used_bytes.has_value());
+
+  // A device that cannot say (unified memory) and a telemetry that never opened give the reason instead.
+  fake_.fail("nvmlDeviceGetMemoryInfo", kNotSupported);
+  EXPECT_FALSE(telemetry.memory(why).has_value());
+  EXPECT_EQ(why, "nvmlDeviceGetMemoryInfo failed: Not Supported");
+  TelemetryOptions elsewhere = options();
+  elsewhere.device = "0000:99:00.0";
+  EXPECT_FALSE(Telemetry::open(elsewhere).memory(why).has_value());
+  EXPECT_THAT(why, HasSubstr("NVML has no device with PCI bus id 00000000:99:00.0"));
+}
+
 TEST(TelemetryLegacyDriver, FallsBackToOlderEntryPoints) {
   testing::FakeNvml legacy(BSW_FAKE_NVML_LEGACY);
   ASSERT_TRUE(legacy.loaded());
