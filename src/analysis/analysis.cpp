@@ -93,9 +93,11 @@ BatchChoice saturation(std::span<const Point> points, const std::vector<CurvePoi
   const auto best = std::max_element(
       curve.begin(), curve.end(),
       [](const CurvePoint& l, const CurvePoint& r) { return l.samples_per_second < r.samples_per_second; });
-  const double threshold = best->samples_per_second * pct / 100.0;
-  const auto first = std::find_if(curve.begin(), curve.end(),
-                                  [&](const CurvePoint& c) { return c.samples_per_second >= threshold; });
+  // pct / 100 first: best * pct could overflow to infinity for a huge rate in a hand-made report.
+  const double threshold = best->samples_per_second * (pct / 100.0);
+  auto first = std::find_if(curve.begin(), curve.end(),
+                            [&](const CurvePoint& c) { return c.samples_per_second >= threshold; });
+  if (first == curve.end()) first = best;
   if (first->batch == best->batch)
     return choose(*first->point,
                   fmt::format("the best throughput ({} samples/s); no smaller batch reaches {}% of it",

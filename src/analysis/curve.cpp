@@ -31,6 +31,7 @@ std::vector<CurvePoint> throughput_curve(std::span<const Point> points) {
 }
 
 std::string format_rate(double samples_per_second) {
+  if (samples_per_second >= 1e15) return fmt::format("{:.4g}", samples_per_second);  // beyond any device
   if (samples_per_second >= 1000.0) return fmt::format("{:.0f}", samples_per_second);
   return fmt::format("{:.3g}", samples_per_second);
 }

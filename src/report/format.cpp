@@ -54,6 +54,8 @@ std::string human_rate(double v) {
     scaled /= 1000;
     ++unit;
   }
+  // Past the largest prefix (no real device, but a hand-made report may say so): scientific notation.
+  if (rounded_magnitude(scaled) >= 1000) return fmt::format("{:.3g}", v);
   return sig3(scaled) + kPrefixes[unit];
 }
 

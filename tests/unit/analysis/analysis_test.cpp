@@ -48,6 +48,15 @@ TEST(Saturation, BestBatchItself) {
   EXPECT_EQ(a.saturation.reason, "the best throughput (40960 samples/s); no smaller batch reaches 95% of it");
 }
 
+// A hand-made report's absurd rates (1e306 samples/s): best x 95 overflowed to infinity, no point reached
+// the threshold, and analyze read past the end of the curve.
+TEST(Saturation, HugeRatesDoNotOverflow) {
+  std::vector<Point> points = sweep({1, 2, 4, 8}, [](double b) { return 1e306 * b; });
+  const Analysis a = analyze(points, {});
+  EXPECT_EQ(a.saturation.batch, 8);
+  EXPECT_EQ(a.saturation.reason, "the best throughput (8e+306 samples/s); no smaller batch reaches 95% of it");
+}
+
 TEST(MaxFit, NamesTheFirstBatchThatDidNotFit) {
   std::vector<Point> points = sweep(powers_of_two(1, 256), saturating(50000, 64));
   points.push_back(failed_point(1024, PointStatus::oom, "needs 95.0 GiB of 80.0 GiB"));

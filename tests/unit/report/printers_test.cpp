@@ -80,6 +80,8 @@ TEST(Format, HumanRates) {
   EXPECT_EQ(rf::human_rate(1.234e6), "1.23M");
   EXPECT_EQ(rf::human_rate(4.56e9), "4.56G");
   EXPECT_EQ(rf::human_rate(9.5), "9.50");
+  EXPECT_EQ(rf::human_rate(999e12), "999T");
+  EXPECT_EQ(rf::human_rate(2e306), "2e+306");  // past the last prefix
 }
 
 TEST(Format, HumanBytes) {
