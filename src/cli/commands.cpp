@@ -151,9 +151,15 @@ std::string resolve_export_path(const std::string& path, std::string_view flag) 
     for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(link, ec)); ++hops) {
       fs::path target = fs::read_symlink(link, ec);
       if (ec) return path;
-      // Relative to the directory the link really sits in (its parent may be reached through links).
-      link =
-          target.is_relative() ? fs::weakly_canonical(fs::absolute(link.parent_path()), ec) / target : target;
+      // Relative to the directory the link really sits in (its parent may be reached through links). The
+      // link's own path is made absolute first: "link.json" has an empty parent, which fs::absolute rejects.
+      if (target.is_relative()) {
+        const fs::path dir = fs::absolute(link, ec).parent_path();
+        if (ec) return path;
+        target = fs::weakly_canonical(dir, ec) / target;
+        if (ec) return path;
+      }
+      link = target;
     }
     return link.lexically_normal().string();
   }

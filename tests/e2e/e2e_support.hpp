@@ -47,8 +47,9 @@ class ScratchDir {
 };
 
 // Runs BSW_BINARY with `args` (no shell), stdin from /dev/null, capturing both streams; `env` adds
-// NAME=VALUE.
-inline Result run(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+// NAME=VALUE; `cwd`, when given, is the directory it runs in.
+inline Result run(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
+                  const std::filesystem::path& cwd = {}) {
   ScratchDir io;
   const std::string out_path = (io / "out").string(), err_path = (io / "err").string();
   const pid_t pid = fork();
@@ -57,6 +58,7 @@ inline Result run(const std::vector<std::string>& args, const std::vector<std::s
     freopen(out_path.c_str(), "w", stdout);
     freopen(err_path.c_str(), "w", stderr);
     for (const std::string& e : env) putenv(const_cast<char*>(e.c_str()));
+    if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(126);
     std::vector<char*> argv{const_cast<char*>(BSW_BINARY)};
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);

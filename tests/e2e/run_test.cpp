@@ -185,6 +185,19 @@ TEST(Run, AnExportThroughADanglingSymlinkCreatesItsTarget) {
   EXPECT_TRUE(std::filesystem::is_symlink(dir / "link.json"));
   EXPECT_TRUE(std::filesystem::is_symlink(dir / "hop.json"));
   EXPECT_EQ(read_json(dir / "out" / "new.json")["points"].size(), 2u);
+
+  // A relative link given by a relative name (`--json link.json` in the directory of the link): its
+  // parent path is empty, which made the path resolution throw an internal error (exit 1).
+  std::filesystem::create_symlink("near.json", dir / "here.json");
+  std::filesystem::create_symlink("missing/far.json", dir / "nowhere.json");
+  const Result relative =
+      run(scripted_run("roofline.json", {"--batch", "1,2", "--json", "here.json"}), {}, dir.path());
+  ASSERT_EQ(relative.exit_code, 0) << relative.err;
+  EXPECT_EQ(read_json(dir / "near.json")["points"].size(), 2u);
+  const Result missing =
+      run(scripted_run("roofline.json", {"--batch", "1,2", "--json", "nowhere.json"}), {}, dir.path());
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+  EXPECT_NE(missing.err.find("/missing does not exist"), std::string::npos) << missing.err;
 }
 
 TEST(Run, RooflineKneeSaturationMaxFitAndExports) {
