@@ -300,7 +300,10 @@ std::optional<Point> PointRunner::measure(int64_t batch, int64_t accumulation, b
   ++measured_;
   const bool finished = time_steps(*session, point, criterion);
   for (std::string& warning : observer_.on_timed_end(point)) warnings_.push_back(std::move(warning));
-  if (!finished) return std::nullopt;
+  if (!finished) {
+    --measured_;  // interrupted: the point is dropped, so it was not measured
+    return std::nullopt;
+  }
   const SessionMemory memory = session->memory();
   point.memory.measured_bytes = memory.allocated_bytes;
   point.memory.device_used_bytes = memory.device_used_bytes;

@@ -447,6 +447,7 @@ TEST(Runner, InterruptBetweenSamplesDropsTheUnfinishedPoint) {
   EXPECT_EQ(outcome.points[0].batch, 1);
   EXPECT_EQ(outcome.points[1].batch, 2);
   EXPECT_EQ(outcome.points[1].status, PointStatus::ok);
+  EXPECT_EQ(outcome.measured_points, 2);  // the dropped third point is not counted
   EXPECT_EQ(observer.done.size(), 2u);
   EXPECT_TRUE(observer.ended);
   EXPECT_TRUE(observer.ended_interrupted);
