@@ -129,10 +129,13 @@ rf::TextTable point_table(const Report& report) {
   }
   if (any_point(report, has_step_stats)) {
     columns.push_back({"p50 ms", Align::right, [](const Point& p) {
-                         return has_step_stats(p) ? rf::sig3(p.step_ms.p50) : std::string(rf::kAbsent);
+                         // A hand-made report may give one percentile and not the other: 0 is "not given".
+                         return has_step_stats(p) && p.step_ms.p50 > 0 ? rf::sig3(p.step_ms.p50)
+                                                                       : std::string(rf::kAbsent);
                        }});
     columns.push_back({"p99 ms", Align::right, [](const Point& p) {
-                         return has_step_stats(p) ? rf::sig3(p.step_ms.p99) : std::string(rf::kAbsent);
+                         return has_step_stats(p) && p.step_ms.p99 > 0 ? rf::sig3(p.step_ms.p99)
+                                                                       : std::string(rf::kAbsent);
                        }});
   }
   if (any_point(report, [](const Point& p) { return p.noise_pct.has_value(); })) {

@@ -54,7 +54,8 @@ TEST(Saturation, HugeRatesDoNotOverflow) {
   std::vector<Point> points = sweep({1, 2, 4, 8}, [](double b) { return 1e306 * b; });
   const Analysis a = analyze(points, {});
   EXPECT_EQ(a.saturation.batch, 8);
-  EXPECT_EQ(a.saturation.reason, "the best throughput (8e+306 samples/s); no smaller batch reaches 95% of it");
+  EXPECT_EQ(a.saturation.reason,
+            "the best throughput (8e+306 samples/s); no smaller batch reaches 95% of it");
 }
 
 TEST(MaxFit, NamesTheFirstBatchThatDidNotFit) {

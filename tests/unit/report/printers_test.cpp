@@ -158,6 +158,23 @@ TEST(Console, OnlyColumnsThatCarryInformation) {
   EXPECT_THAT(header, Not(HasSubstr("status")));
 }
 
+// A hand-made report that gives p99 and no p50 (what `analyze` reads): the missing figure is absent, as in
+// the JSON's null, not 0.
+TEST(Console, AMissingPercentileIsAbsentNotZero) {
+  Report r = testing::sample_report();
+  r.points.resize(2);
+  for (Point& p : r.points) {
+    p.step_ms = {};
+    p.step_ms.p99 = 2.0;
+  }
+  const std::vector<std::string> console = lines_of(format_console(r, {}));
+  ASSERT_THAT(console[2], HasSubstr("p50 ms"));
+  EXPECT_THAT(console[3], HasSubstr("—"));
+  EXPECT_THAT(console[3], HasSubstr("2.00"));
+  EXPECT_THAT(console[3], Not(HasSubstr(" 0 ")));
+  EXPECT_THAT(format_markdown(r), HasSubstr("| — | 2.00 |"));
+}
+
 TEST(Console, EmptyReport) {
   Report r;
   EXPECT_EQ(format_console(r, {}), "no points measured\n");
