@@ -318,11 +318,15 @@ int run_app(int argc, char** argv) {
   // --------------------------------------------------------------------------------------------------
   AnalyzeSettings analyze;
   CLI::App* analyze_cmd = app.add_subcommand(
-      "analyze", "Recompute the analysis of a report (other SLO, saturation, sensitivity)");
+      "analyze",
+      "Recompute the analysis of a report (other SLO, saturation, sensitivity); a flag not given keeps the "
+      "run's value");
   analyze_cmd->add_option("report", analyze.report_path, "A batchsweep JSON report")
       ->required()
       ->type_name("REPORT");
   add_analysis(analyze_cmd, analyze.analysis);
+  analyze_cmd->add_flag("--no-latency-slo", analyze.no_latency_slo, "Drop the run's latency budget")
+      ->excludes("--latency-slo");
   add_exports(analyze_cmd, analyze.exports);
 
   // ---- compare
@@ -420,7 +424,11 @@ int run_app(int argc, char** argv) {
     plan.paths = parse_paths(plan_raw.attention, plan_raw.conv);
     return plan_command(plan);
   }
-  if (analyze_cmd->parsed()) return analyze_command(analyze);
+  if (analyze_cmd->parsed()) {
+    analyze.saturation_given = analyze_cmd->count("--saturation") > 0;
+    analyze.knee_sensitivity_given = analyze_cmd->count("--knee-sensitivity") > 0;
+    return analyze_command(analyze);
+  }
   if (compare_cmd->parsed()) return compare_command(compare);
   if (devices_cmd->parsed()) return devices_command(devices);
   if (presets_cmd->parsed()) return presets_command();

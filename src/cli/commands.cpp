@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <set>
 #include <string_view>
 #include <utility>
@@ -426,7 +427,7 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
       {"cuda_graphs", "--graphs"},
       {"attention", "--attention"},
       {"conv", "--conv"},
-      {"stopping", "--warmup, --min-samples, --min-time, --max-noise, --timeout or --max-samples"}};
+      {"stopping", "--warmup, --min-samples, --min-time, --max-noise or --timeout"}};
   const auto shown = [](const nlohmann::json* v) { return v != nullptr ? v->dump() : std::string("absent"); };
   const auto at = [](const nlohmann::json& obj, const char* key) -> const nlohmann::json* {
     if (!obj.is_object()) return nullptr;
@@ -656,13 +657,39 @@ int analyze_command(const AnalyzeSettings& s) {
   ExportSettings exports = s.exports;
   check_exports(exports);
   Report report = read_report(s.report_path);
-  // A price given now replaces the run's; without one the run's price still holds, so the recommended
-  // batch's cost and the points' costs stay together.
+  // A flag given now replaces the run's value; without it the run's value holds (re-exporting a report, or
+  // changing one flag, keeps the rest of its answer). Values out of their flag's range are not taken.
   AnalysisFlags flags = s.analysis;
-  if (!flags.price_per_hour && report.settings.is_object()) {
-    const auto it = report.settings.find("price_per_hour");
-    if (it != report.settings.end() && it->is_number()) flags.price_per_hour = it->get<double>();
+  std::vector<std::string> kept;
+  const auto run_value = [&](const char* key, double lo, double hi) -> std::optional<double> {
+    if (!report.settings.is_object()) return std::nullopt;
+    const auto it = report.settings.find(key);
+    if (it == report.settings.end() || !it->is_number()) return std::nullopt;
+    const double v = it->get<double>();
+    if (!(v > lo && v <= hi)) return std::nullopt;
+    return v;
+  };
+  constexpr double kHuge = std::numeric_limits<double>::max();
+  if (!flags.price_per_hour) flags.price_per_hour = run_value("price_per_hour", 0.0, kHuge);
+  if (!flags.latency_slo_ms && !s.no_latency_slo) {
+    flags.latency_slo_ms = run_value("latency_slo_ms", 0.0, kHuge);
+    if (flags.latency_slo_ms) kept.push_back(fmt::format("--latency-slo {:g}", *flags.latency_slo_ms));
   }
+  if (!s.saturation_given) {
+    if (const auto v = run_value("saturation_pct", 1.0 - 1e-9, 100.0); v && *v != flags.saturation_pct) {
+      flags.saturation_pct = *v;
+      kept.push_back(fmt::format("--saturation {:g}", *v));
+    }
+  }
+  if (!s.knee_sensitivity_given) {
+    if (const auto v = run_value("knee_sensitivity", 0.0, kHuge); v && *v != flags.knee_sensitivity) {
+      flags.knee_sensitivity = *v;
+      kept.push_back(fmt::format("--knee-sensitivity {:g}", *v));
+    }
+  }
+  if (!kept.empty())
+    std::fprintf(stderr, "batchsweep analyze: the run's %s kept (give the flag to change it)\n",
+                 fmt::format("{}", fmt::join(kept, ", ")).c_str());
   AnalysisOptions options = analysis_options(flags);
   // What run's --batch auto found to fit without timing it (settings.untimed_fit), where well-formed.
   if (report.settings.is_object()) {
@@ -673,10 +700,10 @@ int analyze_command(const AnalyzeSettings& s) {
   }
   report.analysis = analyze(report.points, options);
   if (flags.price_per_hour) report.settings["price_per_hour"] = *flags.price_per_hour;
-  report.settings["knee_sensitivity"] = s.analysis.knee_sensitivity;
-  report.settings["saturation_pct"] = s.analysis.saturation_pct;
+  report.settings["knee_sensitivity"] = flags.knee_sensitivity;
+  report.settings["saturation_pct"] = flags.saturation_pct;
   report.settings["latency_slo_ms"] =
-      s.analysis.latency_slo_ms ? nlohmann::json(*s.analysis.latency_slo_ms) : nlohmann::json();
+      flags.latency_slo_ms ? nlohmann::json(*flags.latency_slo_ms) : nlohmann::json();
   print_final(report, exports);
   return kExitOk;
 }

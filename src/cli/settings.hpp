@@ -58,6 +58,9 @@ struct AnalyzeSettings {
   std::string report_path;
   AnalysisFlags analysis;
   ExportSettings exports;
+  // Which analysis flags were given: the others take the run's values (its settings).
+  bool saturation_given = false, knee_sensitivity_given = false;
+  bool no_latency_slo = false;  // --no-latency-slo: drop the run's budget
 };
 
 struct CompareSettings {

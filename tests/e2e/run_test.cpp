@@ -428,6 +428,46 @@ TEST(Analyze, KeepsTheRunsPriceOrReplacesItEverywhere) {
     }
 }
 
+// A re-analysis without flags gives the run's answer: its latency budget, saturation and sensitivity hold
+// (it dropped them, and the recommendation changed, for anyone re-exporting a report); flags replace them,
+// and --no-latency-slo drops the budget.
+TEST(Analyze, KeepsTheRunsAnalysisSettingsUnlessAFlagChangesThem) {
+  ScratchDir dir;
+  const std::string report = (dir / "r.json").string();
+  ASSERT_EQ(run(scripted_run("saturating-slow.json", {"--batch", "16:2048:*2", "--saturation", "80",
+                                                      "--knee-sensitivity", "2", "--latency-slo", "12",
+                                                      "--json", report}))
+                .exit_code,
+            0);
+  const nlohmann::json at_run = read_json(report);
+  ASSERT_TRUE(at_run["analysis"]["latency_slo"]["batch"].is_number()) << at_run["analysis"].dump();
+
+  const Result same = run({"analyze", report, "--json", "-"});
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  const nlohmann::json s = nlohmann::json::parse(same.out);
+  EXPECT_EQ(s["analysis"], at_run["analysis"]);
+  EXPECT_EQ(s["settings"]["latency_slo_ms"], 12);
+  EXPECT_EQ(s["settings"]["saturation_pct"], 80);
+  EXPECT_EQ(s["settings"]["knee_sensitivity"], 2);
+  EXPECT_NE(same.err.find("the run's --latency-slo 12, --saturation 80, --knee-sensitivity 2 kept"),
+            std::string::npos)
+      << same.err;
+
+  const Result changed = run({"analyze", report, "--saturation", "95", "--no-latency-slo", "--json", "-"});
+  ASSERT_EQ(changed.exit_code, 0) << changed.err;
+  const nlohmann::json c = nlohmann::json::parse(changed.out);
+  EXPECT_TRUE(c["settings"]["latency_slo_ms"].is_null());
+  EXPECT_FALSE(c["analysis"].contains("latency_slo") && !c["analysis"]["latency_slo"].is_null())
+      << c["analysis"].dump();
+  EXPECT_EQ(c["settings"]["saturation_pct"], 95);
+  EXPECT_EQ(c["settings"]["knee_sensitivity"], 2);  // not given: still the run's
+  EXPECT_NE(changed.err.find("the run's --knee-sensitivity 2 kept"), std::string::npos) << changed.err;
+
+  const Result both = run({"analyze", report, "--no-latency-slo", "--latency-slo", "3"});
+  EXPECT_EQ(both.exit_code, 2) << both.err;
+  EXPECT_NE(both.err.find("--no-latency-slo"), std::string::npos) << both.err;
+}
+
 TEST(Compare, AnExportOnStdoutMovesTheTableToStderr) {
   ScratchDir dir;
   const std::string a = (dir / "a.json").string();
