@@ -408,6 +408,10 @@ int run_app(int argc, char** argv) {
     validate(run.sweep.stopping);
     if (run.backend == "scripted" && run.script.empty())
       throw UsageError("--script: --backend scripted needs a step-time script (see tests/data/scripted)");
+    if (run.backend != "scripted" && !run.script.empty())
+      throw UsageError(fmt::format(
+          "--script: a step-time script is read only by --backend scripted, and this run is --backend {}",
+          run.backend));
     if (resume_opt->count() > 0 && run.resume_path.empty())
       throw UsageError("--resume: the file name is empty (an unset shell variable?)");
     std::vector<std::string> args(argv, argv + argc);
