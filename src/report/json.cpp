@@ -1,5 +1,7 @@
 // The report's JSON form (schema v1, configs/schema/report-v1.schema.json): the writer, and a reader that
 // checks every field it uses and names the file and the field in each error. Built with nlohmann only.
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -7,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <string_view>
 
 #include "batchsweep/errors.hpp"
@@ -380,6 +383,16 @@ class Reader {
     if (!points.is_array()) fail("points", "expected an array");
     r.points.reserve(points.size());
     for (size_t i = 0; i < points.size(); ++i) r.points.push_back(point(points[i], element("points", i)));
+    // One point per (batch, accumulation): with two, which one the analysis or a comparison used would be
+    // an accident of order. (run never writes two; a hand-merged report may.)
+    std::map<std::pair<int64_t, int64_t>, size_t> seen;
+    for (size_t i = 0; i < r.points.size(); ++i) {
+      const auto [it, inserted] = seen.emplace(std::pair{r.points[i].batch, r.points[i].accumulation}, i);
+      if (!inserted)
+        fail(element("points", i),
+             fmt::format("batch {} is also points[{}]; a report holds one point per batch and accumulation",
+                         batch_label(r.points[i].batch, r.points[i].accumulation), it->second));
+    }
     if (const json* analysis_doc = optional_object(doc, top, "analysis")) {
       r.analysis = analysis(*analysis_doc, "analysis");
     }

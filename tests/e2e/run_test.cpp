@@ -200,6 +200,28 @@ TEST(Run, AnExportThroughADanglingSymlinkCreatesItsTarget) {
   EXPECT_NE(missing.err.find("/missing does not exist"), std::string::npos) << missing.err;
 }
 
+// The README's example output is what the binary prints for its command (the scripted device is seeded, so
+// the output is exact): a changed printer or FLOP convention shows up here, not in a user's surprise.
+TEST(Run, TheReadmeExampleIsWhatTheBinaryPrints) {
+  const std::string readme = slurp(std::filesystem::path(BSW_TEST_DATA).parent_path() / "README.md");
+  const std::string first_line = "batchsweep: mlp · scripted-h100 (scripted) · train · fp32\n";
+  const size_t start = readme.find("```\n" + first_line);
+  ASSERT_NE(start, std::string::npos) << "the README has no example block starting with " << first_line;
+  const size_t body = start + 4;
+  const size_t end = readme.find("```", body);
+  ASSERT_NE(end, std::string::npos);
+  // The README's command, as written there (default stopping settings).
+  const Result r = run({"run", "--backend", "scripted", "--script", scripted("roofline.json"), "--batch",
+                        "128,256,512,2048,4096"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, readme.substr(body, end - body));
+  EXPECT_NE(
+      readme.find("`batchsweep run --backend scripted --script\ntests/data/scripted/roofline.json --batch "
+                  "128,256,512,2048,4096`"),
+      std::string::npos)
+      << "the README's command for the example changed; change this test with it";
+}
+
 TEST(Run, RooflineKneeSaturationMaxFitAndExports) {
   ScratchDir dir;
   const Result r =
@@ -434,9 +456,9 @@ TEST(Analyze, KeepsTheRunsPriceOrReplacesItEverywhere) {
 TEST(Analyze, KeepsTheRunsAnalysisSettingsUnlessAFlagChangesThem) {
   ScratchDir dir;
   const std::string report = (dir / "r.json").string();
-  ASSERT_EQ(run(scripted_run("saturating-slow.json", {"--batch", "16:2048:*2", "--saturation", "80",
-                                                      "--knee-sensitivity", "2", "--latency-slo", "12",
-                                                      "--json", report}))
+  ASSERT_EQ(run(scripted_run("saturating-slow.json",
+                             {"--batch", "16:2048:*2", "--saturation", "80", "--knee-sensitivity", "2",
+                              "--latency-slo", "12", "--json", report}))
                 .exit_code,
             0);
   const nlohmann::json at_run = read_json(report);

@@ -244,6 +244,14 @@ TEST(ReportJson, ErrorsNameFileAndField) {
        "b.json: points[0].telemetry.power_w.mean: expected a number"},
       {[](json& d) { d["points"][0] = 7; }, "b.json: points[0]: expected an object"},
       {[](json& d) { d["points"] = json::object(); }, "b.json: points: expected an array"},
+      {[](json& d) { d["points"][2]["batch"] = 1; },
+       "b.json: points[2]: batch 1 is also points[0]; a report holds one point per batch and accumulation"},
+      {[](json& d) {
+         d["points"][1]["accumulation"] = 4;
+         d["points"][2]["batch"] = 8;
+         d["points"][2]["accumulation"] = 4;
+       },
+       "b.json: points[2]: batch 8x4 is also points[1]; a report holds one point per batch and accumulation"},
       {[](json& d) { d.erase("points"); }, "b.json: points: missing (required)"},
       {[](json& d) {
          d["analysis"] = {{"knee", {{"batch", "64"}}}};
