@@ -253,6 +253,8 @@ struct BatchSplit {
   int64_t accumulation = 1;
   [[nodiscard]] bool operator==(const BatchSplit&) const = default;
 };
+// Every split of N with more than this many divisors is not measured: a ladder of them is.
+inline constexpr std::size_t kEffectiveBatchAllSplits = 24;
 [[nodiscard]] std::vector<BatchSplit> effective_batch_splits(int64_t effective_batch);
 
 // -------------------------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-// --effective-batch N: the splits micro-batch x accumulation = N (accumulation a power of two), measured from
+// --effective-batch N: the splits micro-batch x accumulation = N (every divisor of N as the accumulation, or
+// for N with more than kEffectiveBatchAllSplits divisors a ladder of them about sqrt(2) apart), measured from
 // the largest micro-batch down, stopping once smaller micro-batches keep getting slower.
 //
 // Stop rule: after at least one split has fit (status ok), stop when two successive ok splits were each more
@@ -8,6 +9,8 @@
 // (oom, over_limit) do not count either way: the largest micro-batches usually do not fit, which is why the
 // sweep starts there.
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "batchsweep/errors.hpp"
 #include "batchsweep/sweep.hpp"
@@ -19,10 +22,26 @@ std::vector<BatchSplit> effective_batch_splits(int64_t effective_batch) {
   if (effective_batch < 1 || effective_batch > kMaxBatch)
     throw UsageError(
         fmt::format("--effective-batch: must be in 1..{} (2^24), got {}", kMaxBatch, effective_batch));
+  // Every divisor, ascending. (Powers of two alone left 4x3 out of 12, and for odd N only Nx1: a 7 that did
+  // not fit as 7x1 was never tried as 1x7.)
+  std::vector<int64_t> divisors;
+  for (int64_t d = 1; d * d <= effective_batch; ++d) {
+    if (effective_batch % d != 0) continue;
+    divisors.push_back(d);
+    if (d * d != effective_batch) divisors.push_back(effective_batch / d);
+  }
+  std::sort(divisors.begin(), divisors.end());
+  // Highly composite N (720720 has 240 divisors): a ladder, each accumulation at least kLadder times the one
+  // before, always ending at micro-batch 1, so the sweep stays about as long as for a power of two.
+  constexpr double kLadder = 1.4;
   std::vector<BatchSplit> splits;
-  for (int64_t accumulation = 1; accumulation <= effective_batch && effective_batch % accumulation == 0;
-       accumulation *= 2)
+  for (const int64_t accumulation : divisors) {
+    const bool ladder = divisors.size() > kEffectiveBatchAllSplits;
+    if (ladder && !splits.empty() && accumulation != effective_batch &&
+        static_cast<double>(accumulation) < kLadder * static_cast<double>(splits.back().accumulation))
+      continue;
     splits.push_back(BatchSplit{effective_batch / accumulation, accumulation});
+  }
   return splits;
 }
 

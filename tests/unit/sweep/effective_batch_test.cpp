@@ -15,10 +15,33 @@ using testing::tiny_graph;
 TEST(EffectiveBatchSplits, PowersOfTwoThatDivide) {
   EXPECT_EQ(effective_batch_splits(1), (std::vector<BatchSplit>{{1, 1}}));
   EXPECT_EQ(effective_batch_splits(8), (std::vector<BatchSplit>{{8, 1}, {4, 2}, {2, 4}, {1, 8}}));
-  EXPECT_EQ(effective_batch_splits(96),
-            (std::vector<BatchSplit>{{96, 1}, {48, 2}, {24, 4}, {12, 8}, {6, 16}, {3, 32}}));
-  EXPECT_EQ(effective_batch_splits(7), (std::vector<BatchSplit>{{7, 1}}));
+  // Every divisor, not only the powers of two: 32x3 and 1x96 too.
+  EXPECT_EQ(effective_batch_splits(96), (std::vector<BatchSplit>{{96, 1},
+                                                                 {48, 2},
+                                                                 {32, 3},
+                                                                 {24, 4},
+                                                                 {16, 6},
+                                                                 {12, 8},
+                                                                 {8, 12},
+                                                                 {6, 16},
+                                                                 {4, 24},
+                                                                 {3, 32},
+                                                                 {2, 48},
+                                                                 {1, 96}}));
+  EXPECT_EQ(effective_batch_splits(12),
+            (std::vector<BatchSplit>{{12, 1}, {6, 2}, {4, 3}, {3, 4}, {2, 6}, {1, 12}}));
+  EXPECT_EQ(effective_batch_splits(7), (std::vector<BatchSplit>{{7, 1}, {1, 7}}));
   EXPECT_EQ(effective_batch_splits(kMaxBatch).size(), 25u);
+  // 720720 has 240 divisors: a ladder from 720720x1 to 1x720720, each accumulation >= 1.4x the last.
+  const std::vector<BatchSplit> ladder = effective_batch_splits(720720);
+  EXPECT_LE(ladder.size(), 41u);
+  EXPECT_GE(ladder.size(), 30u);
+  EXPECT_EQ(ladder.front(), (BatchSplit{720720, 1}));
+  EXPECT_EQ(ladder.back(), (BatchSplit{1, 720720}));
+  for (std::size_t i = 1; i + 1 < ladder.size(); ++i) {
+    EXPECT_EQ(720720 % ladder[i].accumulation, 0);
+    EXPECT_GE(ladder[i].accumulation, 1.4 * ladder[i - 1].accumulation) << i;
+  }
 }
 
 TEST(EffectiveBatchSplits, RejectsOutOfRange) {
