@@ -731,6 +731,12 @@ int compare_command(const CompareSettings& input) {
   if (s.fail_on_regression_pct) {
     const std::vector<std::string> found = regressions(result, *s.fail_on_regression_pct);
     for (const std::string& line : found) std::fprintf(stderr, "batchsweep: regression: %s\n", line.c_str());
+    // A gate that compared nothing must not pass: runs with no batch in common are an input error.
+    if (found.empty() && result.rows.empty())
+      throw InputError(fmt::format(
+          "--fail-on-regression {:g}: no batch is in every run, so nothing was compared (sweep the same "
+          "batches, e.g. the baseline's --batch list)",
+          *s.fail_on_regression_pct));
     if (found.empty()) return kExitOk;
     return kExitRegression;
   }

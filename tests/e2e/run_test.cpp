@@ -518,6 +518,16 @@ TEST(Compare, RegressionExitsThreeAndSameRunPasses) {
   EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
   const Result faster = run({"compare", b, a, "--fail-on-regression", "5"});
   EXPECT_EQ(faster.exit_code, 0) << faster.out << faster.err;
+
+  // Runs with no batch in common: the gate compared nothing, so it does not pass (it did, with exit 0).
+  const std::string c = (dir / "c.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "32,128", "--json", c})).exit_code, 0);
+  const Result disjoint = run({"compare", a, c, "--fail-on-regression", "5"});
+  EXPECT_EQ(disjoint.exit_code, 2) << disjoint.out << disjoint.err;
+  EXPECT_NE(disjoint.err.find("--fail-on-regression 5: no batch is in every run, so nothing was compared"),
+            std::string::npos)
+      << disjoint.err;
+  EXPECT_EQ(run({"compare", a, c}).exit_code, 0);  // without the gate, a comparison of nothing is no error
 }
 
 // The CI gate names each regression on stderr: here a batch that stops fitting under a smaller budget.
