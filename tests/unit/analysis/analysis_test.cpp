@@ -125,6 +125,35 @@ TEST(LatencySlo, HighestThroughputWithinTheBudget) {
             "highest throughput within the 25 ms p99 budget: batch 1024 (47059 samples/s, p99 21.8 ms)");
 }
 
+// On a plateau the fastest batch within the budget may beat a smaller one by less than the noise: the
+// smaller one, at half the p99, is the answer. Without noise figures, or beyond the noise, the fastest.
+TEST(LatencySlo, AFasterBatchWithinTheNoiseDoesNotWinAtTwiceTheLatency) {
+  std::vector<Point> points{measured_point(256, 127989.0), measured_point(512, 128000.5),
+                            measured_point(1024, 127979.6)};
+  for (std::size_t i = 0; i < points.size(); ++i) points[i].step_ms.p99 = 2.02 * static_cast<double>(1 << i);
+  AnalysisOptions options;
+  options.latency_slo_ms = 10.0;
+  EXPECT_EQ(analyze(points, options).latency_slo->batch, 512);  // no noise figures: the fastest
+
+  for (Point& p : points) p.noise_pct = 0.5;
+  const Analysis a = analyze(points, options);
+  ASSERT_TRUE(a.latency_slo.has_value());
+  EXPECT_EQ(a.latency_slo->batch, 256);
+  EXPECT_EQ(
+      a.latency_slo->reason,
+      "p99 step 2.02 ms within the 10 ms budget (p99 of 21 steps: near the slowest); batch 512 is 0.009% "
+      "faster, within the 0.5% noise, at p99 4.04 ms");
+  EXPECT_EQ(a.recommended.batch, 256);
+  EXPECT_EQ(
+      a.recommended.why,
+      "lowest p99 at the highest throughput within the 10 ms p99 budget: batch 256 (127989 samples/s, p99 "
+      "2.02 ms)");
+  EXPECT_EQ(a.best_throughput.batch, 512);  // the highest throughput is still named as such
+
+  points[0].samples_per_second = 120000.0;  // 6.7% slower: beyond the noise
+  EXPECT_EQ(analyze(points, options).latency_slo->batch, 512);
+}
+
 // Neighbours within 1/16 of each other (what run --batch auto --latency-slo leaves): no hint to measure more.
 TEST(LatencySlo, NoHintWhereTheBudgetsEdgeIsAlreadyNarrow) {
   // step = (b + 64) / 50 ms: batch 1024 takes 21.8 ms, batch 1056 takes 22.4 ms.
