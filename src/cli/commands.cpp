@@ -203,12 +203,18 @@ void check_exports(ExportSettings& e) {
   check_writable(e.csv_path, "--csv");
   check_writable(e.markdown_path, "--markdown");
   check_writable(e.svg_path, "--svg");
+  for (const auto& [flag, path] : {std::pair<std::string_view, const std::string&>{"--csv", e.csv_path},
+                                   {"--markdown", e.markdown_path},
+                                   {"--svg", e.svg_path}})
+    if (path == "-")
+      throw UsageError(
+          fmt::format("{} -: only --json goes to stdout (- or /dev/stdout), where the table goes otherwise; "
+                      "give {} a file",
+                      flag, flag));
   check_distinct_exports({{"--json", e.json_path},
                           {"--csv", e.csv_path},
                           {"--markdown", e.markdown_path},
                           {"--svg", e.svg_path}});
-  if (e.csv_path == "-" || e.markdown_path == "-" || e.svg_path == "-")
-    throw UsageError("only --json goes to stdout (- or /dev/stdout): stdout carries the table otherwise");
 }
 
 // Writes one export, naming its flag when the write fails (exit 1). Between points (final = false) a pipe or

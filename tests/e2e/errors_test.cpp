@@ -218,7 +218,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"script_without_scripted_backend",
              {"run", "--backend", "cpu", "--script", "{dir}/s.json", "--batch", "8"},
              2,
-             {"--script: a step-time script is read only by --backend scripted, and this run is --backend cpu"}},
+             {"--script: a step-time script is read only by --backend scripted, and this run is --backend "
+              "cpu"}},
         Case{"bad_mode", run_with({"--mode", "serve"}), 2, {"--mode", "serve"}},
         Case{"unknown_flag", {"run", "--batchsize", "8"}, 2, {"--batchsize"}},
         Case{"accumulation_and_effective",
@@ -244,6 +245,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"seed_word", run_with({"--seed", "0x10"}), 2, {"--seed", "0x10"}},
         Case{"empty_json_path", run_with({"--json", ""}), 2, {"--json: needs a file name"}},
         Case{"empty_svg_path", run_with({"--svg="}), 2, {"--svg"}},
+        Case{"csv_to_stdout", run_with({"--csv", "-"}), 2, {"--csv -: only --json goes to stdout"}},
         Case{"plan_empty_json_path", {"plan", "--json", ""}, 2, {"--json: needs a file name"}},
         Case{"no_subcommand", {}, 2, {"subcommand"}}),
     [](const auto& test_info) { return test_info.param.name; });
@@ -271,7 +273,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"two_exports_on_stdout",
              run_with({"--batch", "1", "--json", "-", "--markdown", "-"}),
              2,
-             {"--json - and --markdown -: only one export may go to stdout"}},
+             {"--markdown -: only --json goes to stdout", "give --markdown a file"}},
         Case{"compare_two_exports_on_stdout",
              {"compare", "{dir}/r.json", "{dir}/r.json", "--json", "-", "--markdown", "-"},
              2,
