@@ -224,4 +224,8 @@ inline constexpr int64_t kMaxBatch = int64_t{1} << 24;
 [[nodiscard]] std::optional<int64_t> max_fit_batch(const Graph& graph, PlanRequest request,
                                                    uint64_t memory_bytes);
 
+// "512 B", "1.50 KiB", "74.10 GiB": binary units, two decimals above bytes. For messages about plans and
+// memory (the backends' out-of-memory reasons, the sweep's warnings).
+[[nodiscard]] std::string format_bytes(uint64_t bytes);
+
 }  // namespace bsw

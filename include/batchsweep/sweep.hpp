@@ -53,8 +53,7 @@ struct BatchSpec {
 // (`12XB`), a size of zero, a negative or malformed number, and a size that does not fit in 64 bits.
 [[nodiscard]] uint64_t parse_size(std::string_view text, std::string_view flag);
 
-// "512 B", "1.50 KiB", "74.10 GiB": binary units, two decimals above bytes.
-[[nodiscard]] std::string format_bytes(uint64_t bytes);
+// format_bytes (bytes as "74.10 GiB") is declared in plan.hpp, where the backends reach it too.
 
 // -------------------------------------------------------------------------------------------------------------
 // Stopping criteria (after nvbench's stopping_criterion)

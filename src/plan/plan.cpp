@@ -17,7 +17,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <stdexcept>
+#include <string_view>
 
 #include "batchsweep/errors.hpp"
 #include "batchsweep/plan.hpp"
@@ -549,6 +551,19 @@ std::optional<int64_t> max_fit_batch(const Graph& graph, PlanRequest request, ui
     (fits(mid) ? lo : hi) = mid;
   }
   return lo;
+}
+
+std::string format_bytes(uint64_t bytes) {
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  static constexpr std::array<std::string_view, 6> kNames{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double value = static_cast<double>(bytes) / 1024.0;
+  std::size_t unit = 0;
+  // Move up while the value would print as 1024.00 or more.
+  while (unit + 1 < kNames.size() && value >= 1024.0 - 0.005) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return fmt::format("{:.2f} {}", value, kNames[unit]);
 }
 
 }  // namespace bsw

@@ -152,8 +152,8 @@ class CpuSession final : public Session, public CpuSessionProbe {
   void allocate() {
     const uint64_t total = plan_.memory.total_bytes();
     if (options_.memory_limit_bytes && total > *options_.memory_limit_bytes)
-      throw OutOfMemory(fmt::format("the plan needs {} bytes, over the memory limit of {} bytes", total,
-                                    *options_.memory_limit_bytes));
+      throw OutOfMemory(fmt::format("the plan needs {} ({} bytes), over the memory limit of {}",
+                                    format_bytes(total), total, format_bytes(*options_.memory_limit_bytes)));
     arena_ = std::aligned_alloc(kBufferAlignment, std::max<uint64_t>(total, kBufferAlignment));
     if (arena_ == nullptr)
       throw OutOfMemory(fmt::format("could not allocate {} bytes of host memory for the plan", total));

@@ -170,8 +170,8 @@ class CudaSession final : public Session {
     BSW_CUDA(cudaSetDevice(device_));
     const uint64_t total = plan_.memory.total_bytes();
     if (options_.memory_limit_bytes && total > *options_.memory_limit_bytes)
-      throw OutOfMemory(fmt::format("the plan needs {} bytes, over the memory limit of {} bytes", total,
-                                    *options_.memory_limit_bytes));
+      throw OutOfMemory(fmt::format("the plan needs {} ({} bytes), over the memory limit of {}",
+                                    format_bytes(total), total, format_bytes(*options_.memory_limit_bytes)));
     // device_used_bytes spans all of prepare: the arena, and whatever the stream, the cuBLASLt handle,
     // cuDNN's graphs and the initialisation kernels take beside it, as a user's nvidia-smi would see.
     size_t free_before = 0, device_total = 0;
@@ -185,13 +185,14 @@ class CudaSession final : public Session {
     host_scalars_ = new (pinned) kernels::StepScalars{};
 
     if (total > free_before)
-      throw OutOfMemory(fmt::format("the plan needs {} bytes; the device has {} bytes free of {}", total,
-                                    free_before, device_total));
+      throw OutOfMemory(fmt::format("the plan needs {} ({} bytes); the device has {} free of {}",
+                                    format_bytes(total), total, format_bytes(free_before),
+                                    format_bytes(device_total)));
     try {
       BSW_CUDA(cudaMalloc(&arena_, std::max<uint64_t>(total, kBufferAlignment)));
     } catch (const OutOfMemory& e) {
-      throw OutOfMemory(fmt::format("the plan needs {} bytes; cudaMalloc failed with {} bytes free ({})",
-                                    total, free_before, e.what()));
+      throw OutOfMemory(fmt::format("the plan needs {} ({} bytes); cudaMalloc failed with {} free ({})",
+                                    format_bytes(total), total, format_bytes(free_before), e.what()));
     }
     allocated_bytes_ = total;
     const uint64_t in_use_before = device_total - free_before;

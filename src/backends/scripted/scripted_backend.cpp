@@ -144,12 +144,13 @@ class ScriptedBackend final : public Backend {
           fmt::format("scripted device '{}': out of memory at batch {} (the script fails above {})",
                       config_.name, batch, *config_.oom_above_batch));
     if (total > config_.memory_total_bytes)
-      throw OutOfMemory(fmt::format("scripted device '{}': out of memory: the plan needs {} bytes of {}",
-                                    config_.name, total, config_.memory_total_bytes));
+      throw OutOfMemory(fmt::format("scripted device '{}': out of memory: the plan needs {} ({} bytes) of {}",
+                                    config_.name, format_bytes(total), total,
+                                    format_bytes(config_.memory_total_bytes)));
     if (options.memory_limit_bytes && total > *options.memory_limit_bytes)
       throw OutOfMemory(
-          fmt::format("scripted device '{}': the plan needs {} bytes, above the memory limit of {}",
-                      config_.name, total, *options.memory_limit_bytes));
+          fmt::format("scripted device '{}': the plan needs {} ({} bytes), above the memory limit of {}",
+                      config_.name, format_bytes(total), total, format_bytes(*options.memory_limit_bytes)));
     return std::make_unique<ScriptedSession>(config_, plan);
   }
 
