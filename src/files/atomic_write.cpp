@@ -3,6 +3,7 @@
 // fsync, rename over `path`. Pipes, FIFOs and devices are written in place instead (a rename would replace
 // them).
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -118,6 +119,11 @@ void write_file_atomic(const std::string& path, const std::string& content) {
     ::unlink(temp.c_str());
     throw InputError(path + ": " + what + ": " + std::strerror(error));
   };
+  // A file being replaced keeps its permissions (a report made read-only, or group-writable, stays so);
+  // a new one gets 0644 less the umask.
+  struct stat existing {};
+  if (::stat(path.c_str(), &existing) == 0 && ::fchmod(fd.get(), existing.st_mode & 07777) != 0)
+    fail("cannot keep the file's permissions", errno);
   if (!write_all(fd.get(), content)) fail("cannot write", errno);
   if (::fsync(fd.get()) != 0) fail("cannot flush to disk", errno);
   if (fd.close() != 0) fail("cannot write", errno);

@@ -146,6 +146,20 @@ TEST_F(ReportFiles, AtomicWriteReplacesAndLeavesNoTemporary) {
   EXPECT_EQ(files, 1u);
 }
 
+// Replacing a file by renaming a new one over it must not reset its permissions (a 0444 report came back
+// 0644).
+TEST_F(ReportFiles, AtomicWriteKeepsTheFilesPermissions) {
+  const std::string p = path("kept.json");
+  write_file_atomic(p, "first");
+  for (const fs::perms mode : {fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read,
+                               fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_write}) {
+    fs::permissions(p, mode);
+    write_file_atomic(p, "again");
+    EXPECT_EQ(fs::status(p).permissions(), mode);
+    EXPECT_EQ(read(p), "again");
+  }
+}
+
 TEST_F(ReportFiles, AtomicWriteToMissingDirectory) {
   const std::string p = path("no/such/dir/out.json");
   try {
