@@ -881,7 +881,8 @@ int presets_command() {
     const ModelSpec m = load_model(name);
     const Graph g = lower(m);
     const std::string input = fmt::format("{}", fmt::join(g.input_shape, "x"));
-    std::cout << fmt::format("{:<14} {:>14} {:>16.3f}  {} {}\n", name, g.parameters,
+    // Four significant digits: mlp's 0.0002366 GFLOP printed as 0.000 with three decimals.
+    std::cout << fmt::format("{:<14} {:>14} {:>16.4g}  {} {}\n", name, g.parameters,
                              g.forward_flops_per_sample / 1e9, to_string(m.input.type), input);
   }
   return kExitOk;

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
+
 #include "report/format.hpp"
 
 namespace bsw {
@@ -21,7 +23,14 @@ nlohmann::json memory_json(const MemoryBreakdown& m) {
 }
 
 std::string flops_text(double flops) {
-  return report_format::human_rate(flops) + "FLOP";
+  // "236 kFLOP", "20.0 GFLOP", "507 FLOP": the SI prefix joins the unit, a space before both.
+  std::string number = report_format::human_rate(flops);
+  std::string prefix;
+  if (!number.empty() && std::isalpha(static_cast<unsigned char>(number.back())) != 0) {
+    prefix = number.substr(number.size() - 1);
+    number.pop_back();
+  }
+  return number + " " + prefix + "FLOP";
 }
 
 }  // namespace

@@ -332,11 +332,13 @@ class AutoSearch {
   }
 
   [[nodiscard]] std::string summary(bool interrupted) const {
-    std::string text = fmt::format(
-        "auto: {} points timed{}, {} prepare-only probes; growth ", runner_.measured_points(),
-        runner_.resumed_points() > 0 ? fmt::format(" and {} taken from --resume", runner_.resumed_points())
-                                     : std::string(),
-        growth_probes_ + edge_probes_);
+    const int probes = growth_probes_ + edge_probes_;
+    std::string text = fmt::format("auto: {} point{} timed{}, {} prepare-only probe{}; growth ",
+                                   runner_.measured_points(), runner_.measured_points() == 1 ? "" : "s",
+                                   runner_.resumed_points() > 0
+                                       ? fmt::format(" and {} taken from --resume", runner_.resumed_points())
+                                       : std::string(),
+                                   probes, probes == 1 ? "" : "s");
     if (slow_at_)
       text += fmt::format("timed up to {} (a larger batch would not fit --timeout {} s), then ", *slow_at_,
                           runner_.settings().stopping.timeout_s);
