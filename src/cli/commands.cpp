@@ -440,7 +440,15 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
     const auto it = obj.find(key);
     return it == obj.end() ? nullptr : &*it;
   };
+  // --graphs, --attention and --conv shape CUDA runs only (other backends' plans ignore them): a CPU sweep
+  // resumed with another of them measures the same thing.
+  const nlohmann::json* backend_before = at(earlier.settings, "backend");
+  const nlohmann::json* backend_now = at(now.settings, "backend");
+  const bool cuda_only_apply = backend_now == nullptr || *backend_now == "cuda" ||
+                               backend_before == nullptr || *backend_before != *backend_now;
   for (const Setting& setting : kMeasured) {
+    const std::string_view key = setting.key;
+    if (!cuda_only_apply && (key == "cuda_graphs" || key == "attention" || key == "conv")) continue;
     const nlohmann::json* before = at(earlier.settings, setting.key);
     const nlohmann::json* here = at(now.settings, setting.key);
     if (before != nullptr && here != nullptr && *before == *here) continue;

@@ -715,6 +715,12 @@ TEST(Run, ResumeRefusesAReportThatMeasuredSomethingElse) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--resume: the file name is empty"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(out));
+
+  // --graphs and --attention shape CUDA runs only: off the GPU they do not stop a resume.
+  r = run(scripted_run("roofline.json", {"--batch", "8,64", "--resume", earlier, "--json", out, "--graphs",
+                                         "off", "--attention", "explicit"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_json(out)["settings"].at("measured_points"), 0);
 }
 
 // What the earlier run could not run is tried again; analysis settings and the batch list may change.
