@@ -83,6 +83,10 @@ struct KneedleResult {
 // The knee of a sweep's points (steps 1-4 above) with its confidence. Does not modify the points.
 [[nodiscard]] KneeResult find_knee(std::span<const Point> points, double sensitivity);
 
+// A throughput lead smaller than this (percent) is no difference: compare's minimum effect, and the margin
+// within which the latency choice prefers the lower-p99 batch over a faster one.
+inline constexpr double kSameThroughputPct = 1.0;
+
 // Whether throughput is flat up to `point`: it gains less than kFlatBelowGain over the fastest ok point of
 // the same accumulation at half its batch or less (false where there is none). On a concave curve a larger
 // batch then gains less than that too, so neither the latency-budget bisection of --batch auto nor the

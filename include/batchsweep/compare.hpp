@@ -11,12 +11,13 @@
 #include <string_view>
 #include <vector>
 
+#include "batchsweep/analysis.hpp"
 #include "batchsweep/report.hpp"
 
 namespace bsw {
 
 inline constexpr double kCompareAlpha = 0.01;
-inline constexpr double kCompareMinEffectPct = 1.0;
+inline constexpr double kCompareMinEffectPct = kSameThroughputPct;  // analysis.hpp
 
 struct CompareOptions {
   // One per report, in order: the file names, used in errors and output. Missing names read "run 1", "run 2",

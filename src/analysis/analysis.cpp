@@ -142,14 +142,22 @@ std::string p99_basis(const Point& point) {
 }
 
 // The fastest ok point whose p99 step fits the budget.
+// The relative standard error of a point's mean step time, from its noise (the steps' relative standard
+// deviation) over the square root of its sample count; nullopt without both.
+std::optional<double> mean_uncertainty(const Point& p) {
+  if (!p.noise_pct || p.samples_ms.size() < 2) return std::nullopt;
+  return *p.noise_pct / 100.0 / std::sqrt(static_cast<double>(p.samples_ms.size()));
+}
+
 // The latency budget's answer. `fastest`: the highest-throughput ok point whose p99 is within the budget.
-// `chosen`: the point with the lowest p99 among those whose throughput the fastest's does not beat beyond
-// their noise (both points' noise_pct known, the larger of the two): 2x the latency for 0.01% more samples/s,
-// within 0.5% noise, is no trade. Without noise figures, the fastest.
+// `chosen`: the point with the lowest p99 among those the fastest does not beat by a measurable margin:
+// kSameThroughputPct (compare's minimum effect), or twice the combined standard error of the two means where
+// that is larger. 2x the latency for 0.01% more samples/s is no trade. Only between measured points (both
+// with noise_pct): a hand-made report's figures cannot say what is noise, so there it is the fastest.
 struct BudgetChoice {
   const Point* chosen = nullptr;
   const Point* fastest = nullptr;
-  double noise_pct = 0;  // the noise that made chosen and fastest indistinguishable
+  double margin_pct = 0;  // the margin the fastest's lead over chosen stayed within
 };
 
 BudgetChoice within_budget(std::span<const Point> points, double budget_ms) {
@@ -161,14 +169,18 @@ BudgetChoice within_budget(std::span<const Point> points, double budget_ms) {
   c.fastest = fastest(points, eligible);
   c.chosen = c.fastest;
   if (!c.fastest || !c.fastest->noise_pct) return c;
+  const std::optional<double> fastest_se = mean_uncertainty(*c.fastest);
   for (const Point& p : points) {
-    if (!eligible(p) || &p == c.fastest || !p.noise_pct) continue;
-    const double noise = std::max(*p.noise_pct, *c.fastest->noise_pct);
-    if (p.samples_per_second < c.fastest->samples_per_second * (1.0 - noise / 100.0)) continue;
+    if (!eligible(p) || &p == c.fastest || !p.noise_pct || p.samples_per_second <= 0) continue;
+    const std::optional<double> se = mean_uncertainty(p);
+    const double combined = std::sqrt(std::pow(fastest_se.value_or(0.0), 2) + std::pow(se.value_or(0.0), 2));
+    const double margin_pct = std::max(kSameThroughputPct, 2.0 * combined * 100.0);
+    const double lead_pct = (c.fastest->samples_per_second / p.samples_per_second - 1.0) * 100.0;
+    if (lead_pct >= margin_pct) continue;
     const double p99 = *p99_ms(p), best_p99 = *p99_ms(*c.chosen);
     if (p99 < best_p99 || (p99 == best_p99 && p.batch < c.chosen->batch)) {
       c.chosen = &p;
-      c.noise_pct = noise;
+      c.margin_pct = margin_pct;
     }
   }
   return c;
@@ -224,13 +236,10 @@ BatchChoice latency_slo(std::span<const Point> points, double budget_ms) {
     // the fastest: throughput is flat there.)
     const std::string within_noise =
         chosen != budget.fastest
-            ? fmt::format(
-                  "; batch {} is {} faster, within the {:.2g}% noise, at p99 {:.3g} ms",
-                  budget.fastest->batch,
-                  fmt::format(
-                      "{:.2g}%",
-                      (budget.fastest->samples_per_second / chosen->samples_per_second - 1.0) * 100.0),
-                  budget.noise_pct, *p99_ms(*budget.fastest))
+            ? fmt::format("; batch {} is {:.2g}% faster, within noise (< {:.2g}%), at p99 {:.3g} ms",
+                          budget.fastest->batch,
+                          (budget.fastest->samples_per_second / chosen->samples_per_second - 1.0) * 100.0,
+                          budget.margin_pct, *p99_ms(*budget.fastest))
             : edge_hint(points, *chosen, budget_ms);
     return choose(*chosen, fmt::format("p99 step {:.3g} ms within the {} ms budget{}{}", *p99_ms(*chosen),
                                        format_number(budget_ms), p99_basis(*chosen), within_noise));
