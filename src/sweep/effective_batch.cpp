@@ -3,11 +3,18 @@
 // the largest micro-batch down, stopping once smaller micro-batches keep getting slower.
 //
 // Stop rule: after at least one split has fit (status ok), stop when two successive ok splits were each more
-// than kEffectiveBatchStopSlowdown (5%) slower than the ok split measured just before them. Halving the
-// micro-batch again only adds per-micro-batch overhead once it is below the knee, so after two such drops the
+// than kEffectiveBatchStopSlowdown (5%) slower than the ok split measured just before them. A smaller
+// micro-batch only adds per-micro-batch overhead once it is below the knee, so after two such drops the
 // fastest split is behind us; a single drop may be noise or a kernel-selection step. Splits that do not fit
 // (oom, over_limit) do not count either way: the largest micro-batches usually do not fit, which is why the
 // sweep starts there.
+//
+// Too slow to time: every split's step processes N samples, in `accumulation` micro-batches, so a step can
+// take at most accumulation / accumulation' times the last ok split's (per-micro-batch time no longer than at
+// the larger micro-batch). Where that bound, over --warmup and --min-samples steps, exceeds --timeout, the
+// split is not timed (as --batch auto leaves a batch too slow to time): at best it would tie the ok split,
+// and 1 x N of a large N can take hours a step. Before any split has run there is no basis, and the first
+// split that fits is timed whatever it costs.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -53,14 +60,29 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
                            /*estimate=*/splits.size() > 1);  // may stop early
 
   std::optional<double> previous_ok_throughput;
+  std::optional<Point> last_ok;
   int slower_in_a_row = 0;
   std::size_t done = 0;
   std::string stopped_early;
+  std::vector<std::string> untimed;
+  double untimed_bound_s = 0;
+  const StoppingSettings& stopping = runner.settings().stopping;
   for (const BatchSplit& split : splits) {
+    if (last_ok && last_ok->step_ms.mean > 0) {
+      const double bound_s = last_ok->step_ms.mean / 1000.0 * static_cast<double>(split.accumulation) /
+                             static_cast<double>(last_ok->accumulation);
+      if (bound_s * static_cast<double>(stopping.warmup_steps + stopping.min_samples) > stopping.timeout_s &&
+          !runner.find(split.micro_batch, split.accumulation)) {
+        untimed.push_back(batch_label(split.micro_batch, split.accumulation));
+        untimed_bound_s = std::max(untimed_bound_s, bound_s);
+        continue;
+      }
+    }
     const auto point = runner.measure(split.micro_batch, split.accumulation, false);
     if (!point) return;
     ++done;
     if (point->status != PointStatus::ok) continue;
+    last_ok = *point;
     const double throughput = point->samples_per_second;
     if (previous_ok_throughput &&
         throughput < *previous_ok_throughput * (1.0 - kEffectiveBatchStopSlowdown)) {
@@ -79,8 +101,22 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
   }
   const std::string taken =
       runner.resumed_points() > 0 ? fmt::format(" ({} taken from --resume)", runner.resumed_points()) : "";
-  summary = fmt::format("effective batch {}: {} of {} splits (micro-batch x accumulation) measured{}{}",
-                        effective_batch, done, splits.size(), taken, stopped_early);
+  std::string not_timed;
+  if (!untimed.empty()) {
+    not_timed = fmt::format(
+        "; not timed, too slow for --timeout {:g} s (a step of up to {:.3g} s over --warmup and "
+        "--min-samples): "
+        "{}",
+        stopping.timeout_s, untimed_bound_s, fmt::join(untimed, ", "));
+    runner.warn(
+        fmt::format("--effective-batch {}: {} split{} not timed: a step would take up to {:.3g} s, "
+                    "more than --timeout {:g} s allows for --warmup and --min-samples; each would at "
+                    "best tie the faster split above it (raise --timeout to time them)",
+                    effective_batch, untimed.size(), untimed.size() == 1 ? "" : "s", untimed_bound_s,
+                    stopping.timeout_s));
+  }
+  summary = fmt::format("effective batch {}: {} of {} splits (micro-batch x accumulation) measured{}{}{}",
+                        effective_batch, done, splits.size(), taken, stopped_early, not_timed);
 }
 
 }  // namespace sweep_detail

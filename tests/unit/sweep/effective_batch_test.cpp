@@ -54,6 +54,37 @@ TEST(EffectiveBatchSplits, RejectsOutOfRange) {
   }
 }
 
+// 8198 = 2 x 4099: where 8198x1 and 4099x2 do not fit, 2x4099 runs (8.2 s a step: 4099 micro-batches at the
+// 2 ms floor), and 1x8198, up to twice that a step, is not timed: 13 steps of it would not fit --timeout.
+TEST(EffectiveBatch, ASplitTooSlowToTimeIsNotTimed) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline(2.0, 128.0);
+  config.oom_above_batch = 2048;
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings;
+  settings.effective_batch = 8198;
+  settings.stopping.timeout_s = 200;  // 13 steps of 8.2 s fit; of 16.4 s they do not
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  ASSERT_EQ(outcome.points.size(), 3u) << outcome.search_summary;
+  EXPECT_EQ(outcome.points[0].batch, 2);
+  EXPECT_EQ(outcome.points[0].status, PointStatus::ok);
+  EXPECT_NEAR(outcome.points[0].step_ms.mean, 4099 * 2.0, 1e-6);
+  EXPECT_EQ(outcome.points[1].status, PointStatus::oom);  // 4099x2
+  EXPECT_EQ(outcome.points[2].status, PointStatus::oom);  // 8198x1
+  EXPECT_EQ(testing::find_point(outcome.points, 1, 8198), nullptr);
+  EXPECT_NE(outcome.search_summary.find("effective batch 8198: 3 of 4 splits (micro-batch x accumulation) "
+                                        "measured; not timed, too slow for --timeout 200 s (a step of up to "
+                                        "16.4 s over --warmup and --min-samples): 1x8198"),
+            std::string::npos)
+      << outcome.search_summary;
+  ASSERT_FALSE(outcome.warnings.empty());
+  EXPECT_NE(outcome.warnings.back().find("--effective-batch 8198: 1 split not timed: a step would take up to "
+                                         "16.4 s"),
+            std::string::npos)
+      << outcome.warnings.back();
+}
+
 TEST(EffectiveBatch, StopsAfterTwoSlowerSplits) {
   const Graph graph = tiny_graph();
   // Knee at 256: 256x1 takes 2 ms, 128x2 4 ms, 64x4 8 ms: each halving is 50% slower.
