@@ -735,6 +735,23 @@ int compare_command(const CompareSettings& input) {
   options.allow_model_mismatch = s.allow_model_mismatch;
   options.names = s.report_paths;
   const CompareResult result = compare_reports(reports, options);
+  std::vector<std::string> found;
+  if (s.fail_on_regression_pct) {
+    found = regressions(result, *s.fail_on_regression_pct);
+    // A gate that compared nothing must not pass: no batch in every run, or none that ran in every run. An
+    // input error, said before any export is written.
+    const bool compared = std::any_of(result.rows.begin(), result.rows.end(), [](const CompareRow& row) {
+      return std::any_of(row.deltas.begin(), row.deltas.end(),
+                         [](const CompareDelta& d) { return d.verdict != Verdict::not_comparable; });
+    });
+    if (found.empty() && !compared)
+      throw InputError(fmt::format(
+          "--fail-on-regression {:g}: {}, so nothing was compared (sweep the same batches, e.g. the "
+          "baseline's --batch list)",
+          *s.fail_on_regression_pct,
+          result.rows.empty() ? "no batch is in every run"
+                              : "no batch in every run ran ok in both the baseline and another run"));
+  }
   if (!s.markdown_path.empty()) write_output(s.markdown_path, format_compare_markdown(result));
   if (!s.json_path.empty()) write_output(s.json_path, to_json(result).dump(2) + "\n");
   // An export on stdout keeps it to itself; the table then goes to stderr, as run's does.
@@ -743,14 +760,7 @@ int compare_command(const CompareSettings& input) {
   else
     std::fputs(format_compare(result, color_allowed(stdout)).c_str(), stdout);
   if (s.fail_on_regression_pct) {
-    const std::vector<std::string> found = regressions(result, *s.fail_on_regression_pct);
     for (const std::string& line : found) std::fprintf(stderr, "batchsweep: regression: %s\n", line.c_str());
-    // A gate that compared nothing must not pass: runs with no batch in common are an input error.
-    if (found.empty() && result.rows.empty())
-      throw InputError(fmt::format(
-          "--fail-on-regression {:g}: no batch is in every run, so nothing was compared (sweep the same "
-          "batches, e.g. the baseline's --batch list)",
-          *s.fail_on_regression_pct));
     if (found.empty()) return kExitOk;
     return kExitRegression;
   }

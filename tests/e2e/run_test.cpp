@@ -528,6 +528,21 @@ TEST(Compare, RegressionExitsThreeAndSameRunPasses) {
             std::string::npos)
       << disjoint.err;
   EXPECT_EQ(run({"compare", a, c}).exit_code, 0);  // without the gate, a comparison of nothing is no error
+
+  // Batches in every run that ran in none of them (out of memory everywhere): nothing compared either, and
+  // no export written for a command that fails.
+  const std::string d = (dir / "d.json").string(), e = (dir / "e.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "4096,8192", "--json", d})).exit_code, 0);
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "4096,8192", "--json", e})).exit_code, 0);
+  const std::string out = (dir / "cmp.json").string();
+  const Result failed = run({"compare", d, e, "--fail-on-regression", "5", "--json", out});
+  EXPECT_EQ(failed.exit_code, 2) << failed.out << failed.err;
+  EXPECT_NE(
+      failed.err.find("no batch in every run ran ok in both the baseline and another run, so nothing was "
+                      "compared"),
+      std::string::npos)
+      << failed.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
 }
 
 // The CI gate names each regression on stderr: here a batch that stops fitting under a smaller budget.
