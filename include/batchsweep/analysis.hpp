@@ -40,7 +40,8 @@
 // The recommendation (Analysis::recommended), first rule that applies:
 //   1. no ok point: none.
 //   2. a latency SLO is given: the latency_slo batch (highest throughput whose p99 step fits the
-//      budget); none when nothing fits, and `why` gives the smallest p99 seen.
+//      budget, or the lowest-p99 batch within noise of it); none when nothing fits, and `why` gives the
+//      smallest p99 seen.
 //   3. an effective-batch sweep (one effective batch, accumulation varies): the fastest split.
 //   4. a knee whose throughput reaches saturation_pct of the best: the knee, where throughput stops scaling
 //      well; below that, the saturation batch (the knee came too early to be worth it). The knee is never

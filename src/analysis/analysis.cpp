@@ -236,7 +236,7 @@ BatchChoice latency_slo(std::span<const Point> points, double budget_ms) {
     // the fastest: throughput is flat there.)
     const std::string within_noise =
         chosen != budget.fastest
-            ? fmt::format("; batch {} is {:.2g}% faster, within noise (< {:.2g}%), at p99 {:.3g} ms",
+            ? fmt::format("; batch {} is {:.2f}% faster, within noise (< {:.3g}%), at p99 {:.3g} ms",
                           budget.fastest->batch,
                           (budget.fastest->samples_per_second / chosen->samples_per_second - 1.0) * 100.0,
                           budget.margin_pct, *p99_ms(*budget.fastest))
@@ -376,11 +376,17 @@ Recommendation recommend(const RecommendationInputs& in, const Point*& chosen) {
     const BudgetChoice budget = within_budget(in.points, *in.options.latency_slo_ms);
     chosen = budget.chosen;
     if (!chosen) return {std::nullopt, a.latency_slo->reason};
+    if (chosen == budget.fastest)
+      return {chosen->batch,
+              fmt::format(
+                  "highest throughput within the {} ms p99 budget: batch {} ({} samples/s, p99 {:.3g} ms)",
+                  format_number(*in.options.latency_slo_ms), chosen->batch,
+                  format_rate(chosen->samples_per_second), *p99_ms(*chosen))};
     return {
         chosen->batch,
-        fmt::format("{} within the {} ms p99 budget: batch {} ({} samples/s, p99 {:.3g} ms)",
-                    chosen == budget.fastest ? "highest throughput" : "lowest p99 at the highest throughput",
-                    format_number(*in.options.latency_slo_ms), chosen->batch,
+        fmt::format("lowest p99 within noise of the highest throughput within the {} ms p99 budget (batch "
+                    "{}): batch {} ({} samples/s, p99 {:.3g} ms)",
+                    format_number(*in.options.latency_slo_ms), budget.fastest->batch, chosen->batch,
                     format_rate(chosen->samples_per_second), *p99_ms(*chosen))};
   }
   if (a.effective_batch_split && a.effective_batch_split->batch) {

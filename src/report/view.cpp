@@ -26,7 +26,7 @@ std::vector<Mark> marks_of(const Analysis& a) {
       {"fit", "largest batch that fits", a.max_fit.batch},
       {"best", "highest throughput", a.best_throughput.batch},
   };
-  if (a.latency_slo) marks.push_back({"slo", "best throughput within the latency SLO", a.latency_slo->batch});
+  if (a.latency_slo) marks.push_back({"slo", "the latency SLO's batch", a.latency_slo->batch});
   if (a.energy_optimal) marks.push_back({"energy", "fewest joules per sample", a.energy_optimal->batch});
   if (a.effective_batch_split) {
     marks.push_back({"split", "fastest micro-batch x accumulation split", a.effective_batch_split->batch});

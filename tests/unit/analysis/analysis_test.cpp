@@ -142,13 +142,13 @@ TEST(LatencySlo, AFasterBatchWithinTheNoiseDoesNotWinAtTwiceTheLatency) {
   EXPECT_EQ(a.latency_slo->batch, 256);
   EXPECT_EQ(
       a.latency_slo->reason,
-      "p99 step 2.02 ms within the 10 ms budget (p99 of 21 steps: near the slowest); batch 512 is 0.009% "
+      "p99 step 2.02 ms within the 10 ms budget (p99 of 21 steps: near the slowest); batch 512 is 0.01% "
       "faster, within noise (< 1%), at p99 4.04 ms");
   EXPECT_EQ(a.recommended.batch, 256);
-  EXPECT_EQ(
-      a.recommended.why,
-      "lowest p99 at the highest throughput within the 10 ms p99 budget: batch 256 (127989 samples/s, p99 "
-      "2.02 ms)");
+  EXPECT_EQ(a.recommended.why,
+            "lowest p99 within noise of the highest throughput within the 10 ms p99 budget (batch 512): "
+            "batch 256 (127989 samples/s, p99 "
+            "2.02 ms)");
   EXPECT_EQ(a.best_throughput.batch, 512);  // the highest throughput is still named as such
 
   points[0].samples_per_second = 120000.0;  // 512 leads by 6.7%: beyond 1% and 2 x 0.15% standard error
@@ -157,7 +157,7 @@ TEST(LatencySlo, AFasterBatchWithinTheNoiseDoesNotWinAtTwiceTheLatency) {
   for (Point& p : points) p.noise_pct = 20.0;
   const Analysis noisy = analyze(points, options);
   EXPECT_EQ(noisy.latency_slo->batch, 256);
-  EXPECT_NE(noisy.latency_slo->reason.find("batch 512 is 6.7% faster, within noise (< 12%)"),
+  EXPECT_NE(noisy.latency_slo->reason.find("batch 512 is 6.67% faster, within noise (< 12.3%)"),
             std::string::npos)
       << noisy.latency_slo->reason;
 }
