@@ -684,7 +684,10 @@ int analyze_command(const AnalyzeSettings& s) {
     return v;
   };
   constexpr double kHuge = std::numeric_limits<double>::max();
-  if (!flags.price_per_hour) flags.price_per_hour = run_value("price_per_hour", 0.0, kHuge);
+  if (!flags.price_per_hour) {
+    flags.price_per_hour = run_value("price_per_hour", 0.0, kHuge);
+    if (flags.price_per_hour) kept.push_back(fmt::format("--price-per-hour {:g}", *flags.price_per_hour));
+  }
   if (!flags.latency_slo_ms && !s.no_latency_slo) {
     flags.latency_slo_ms = run_value("latency_slo_ms", 0.0, kHuge);
     if (flags.latency_slo_ms) kept.push_back(fmt::format("--latency-slo {:g}", *flags.latency_slo_ms));

@@ -122,7 +122,7 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   // A file being replaced keeps its permissions (a report made read-only, or group-writable, stays so);
   // a new one gets 0644 less the umask.
   struct stat existing {};
-  if (::stat(path.c_str(), &existing) == 0 && ::fchmod(fd.get(), existing.st_mode & 07777) != 0)
+  if (::stat(path.c_str(), &existing) == 0 && ::fchmod(fd.get(), existing.st_mode & 0777) != 0)
     fail("cannot keep the file's permissions", errno);
   if (!write_all(fd.get(), content)) fail("cannot write", errno);
   if (::fsync(fd.get()) != 0) fail("cannot flush to disk", errno);

@@ -21,7 +21,8 @@
 //    best batch under the budget is then known to a few percent rather than to a power of two; the points are
 //    refinement points. Triton's model_analyzer searches the same way, each step a separate server launch.
 //    Not where throughput is flat below the crossing (flat_below: the analysis picks the fastest batch within
-//    the budget, and a batch between them would gain < 3%), nor past 12 points. A p99 that is not monotone in
+//    the budget, or a lower-p99 one within noise of it, and a batch between them would gain < 3%), nor past
+//    12 points. A p99 that is not monotone in
 //    the batch (noise, a kernel change) is bisected where the largest fitting batch lies.
 //
 // What other tools need for a roofline whose knee is at 256 and that runs out of memory above 2048 (the case
@@ -297,7 +298,8 @@ class AutoSearch {
       why = fmt::format("p99 crosses it between {} ({:.3g} ms) and {} ({:.3g} ms)", a, timed[lo]->step_ms.p99,
                         b, timed[lo + 1]->step_ms.p99);
       if (budget_edge_narrow(a, b)) break;
-      // The analysis picks the fastest batch within the budget: where throughput is flat up to a
+      // The analysis picks the fastest batch within the budget (or one within noise of it at a lower p99):
+      // where throughput is flat up to a
       // (flat_below), a batch between a and b would gain less than that too, so timing them would change
       // little.
       if (const Point* reference = flat_below(runner_.points(), *timed[lo])) {

@@ -433,6 +433,7 @@ TEST(Analyze, KeepsTheRunsPriceOrReplacesItEverywhere) {
   const double at_run = read_json(report)["analysis"]["recommended"].at("cost_per_million_samples");
   const Result kept = run({"analyze", report, "--json", "-"});
   ASSERT_EQ(kept.exit_code, 0) << kept.err;
+  EXPECT_NE(kept.err.find("the run's --price-per-hour 3.6 kept"), std::string::npos) << kept.err;
   const nlohmann::json k = nlohmann::json::parse(kept.out);
   EXPECT_EQ(k["settings"]["price_per_hour"], 3.6);
   EXPECT_DOUBLE_EQ(k["analysis"]["recommended"].at("cost_per_million_samples").get<double>(), at_run);
