@@ -195,6 +195,7 @@ void check_distinct_exports(const std::vector<std::pair<std::string_view, std::s
 }
 
 void check_exports(ExportSettings& e) {
+  const ExportSettings given = e;  // as typed, for the messages
   e.json_path = resolve_export_path(e.json_path, "--json");
   e.csv_path = resolve_export_path(e.csv_path, "--csv");
   e.markdown_path = resolve_export_path(e.markdown_path, "--markdown");
@@ -203,14 +204,19 @@ void check_exports(ExportSettings& e) {
   check_writable(e.csv_path, "--csv");
   check_writable(e.markdown_path, "--markdown");
   check_writable(e.svg_path, "--svg");
-  for (const auto& [flag, path] : {std::pair<std::string_view, const std::string&>{"--csv", e.csv_path},
-                                   {"--markdown", e.markdown_path},
-                                   {"--svg", e.svg_path}})
-    if (path == "-")
+  struct Export {
+    std::string_view flag;
+    const std::string& path;
+    const std::string& typed;
+  };
+  for (const Export& x : {Export{"--csv", e.csv_path, given.csv_path},
+                          Export{"--markdown", e.markdown_path, given.markdown_path},
+                          Export{"--svg", e.svg_path, given.svg_path}})
+    if (x.path == "-")
       throw UsageError(
-          fmt::format("{} -: only --json goes to stdout (- or /dev/stdout), where the table goes otherwise; "
+          fmt::format("{} {}: only --json goes to stdout (- or /dev/stdout), where the table goes otherwise; "
                       "give {} a file",
-                      flag, flag));
+                      x.flag, x.typed, x.flag));
   check_distinct_exports({{"--json", e.json_path},
                           {"--csv", e.csv_path},
                           {"--markdown", e.markdown_path},
@@ -786,11 +792,13 @@ void add_free_memory(nlohmann::json& d) {
     TelemetryOptions options;
     options.device = d.value("pci_bus_id", std::string());
     memory = Telemetry::open(options).memory(why);
+    // Telemetry's reasons end in ": telemetry unavailable"; here it is the memory reading that is.
+    constexpr std::string_view kSuffix = ": telemetry unavailable";
+    if (why.size() > kSuffix.size() && why.ends_with(kSuffix)) why.resize(why.size() - kSuffix.size());
     if (memory && cuda_total > 0 &&
         std::abs(static_cast<double>(memory->total_bytes) / static_cast<double>(cuda_total) - 1.0) > 0.1) {
-      why = fmt::format("NVML's total ({:.1f} GiB) is not this device's ({:.1f} GiB)",
-                        static_cast<double>(memory->total_bytes) / (1u << 30),
-                        static_cast<double>(cuda_total) / (1u << 30));
+      why = fmt::format("NVML's total ({}) is not this device's ({})", format_bytes(memory->total_bytes),
+                        format_bytes(cuda_total));
       memory.reset();
     }
   }
@@ -811,29 +819,25 @@ void add_free_memory(nlohmann::json& d) {
     d["memory_free_bytes"] = *free_bytes;
 }
 
-std::string gib(uint64_t bytes) {
-  return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1u << 30));
-}
-
-// "  memory: 15.5 GiB free, 0.5 GiB used (NVML); 1 other process: pid 4242 1.0 GiB"
+// "  memory: 15.50 GiB free, 512.00 MiB used (NVML); 1 other process: pid 4242 1.00 GiB"
 std::string memory_line(const nlohmann::json& d) {
   std::string line = "  memory: ";
-  line += d.contains("memory_free_bytes") ? gib(d["memory_free_bytes"].get<uint64_t>()) + " free"
+  line += d.contains("memory_free_bytes") ? format_bytes(d["memory_free_bytes"].get<uint64_t>()) + " free"
                                           : std::string("free unknown");
   if (d.value("memory_source", std::string()) == "nvml") {
-    line += fmt::format(", {} used (NVML)", gib(d.value("memory_used_bytes", uint64_t{0})));
+    line += fmt::format(", {} used (NVML)", format_bytes(d.value("memory_used_bytes", uint64_t{0})));
     const nlohmann::json processes = d.value("other_processes", nlohmann::json::array());
     if (!processes.empty()) {
       std::vector<std::string> each;
       for (const nlohmann::json& p : processes)
         each.push_back(fmt::format("pid {} {}", p.value("pid", 0u),
-                                   p["used_bytes"].is_number() ? gib(p["used_bytes"].get<uint64_t>())
+                                   p["used_bytes"].is_number() ? format_bytes(p["used_bytes"].get<uint64_t>())
                                                                : std::string("(size not reported)")));
       line += fmt::format("; {} other process{}: {}", processes.size(), processes.size() == 1 ? "" : "es",
                           fmt::join(each, ", "));
     }
   } else {
-    line += fmt::format(" (cudaMemGetInfo; NVML: {})", d.value("nvml_memory_unavailable", std::string("?")));
+    line += fmt::format(" (cudaMemGetInfo: {})", d.value("nvml_memory_unavailable", std::string("?")));
   }
   return line;
 }

@@ -246,6 +246,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"empty_json_path", run_with({"--json", ""}), 2, {"--json: needs a file name"}},
         Case{"empty_svg_path", run_with({"--svg="}), 2, {"--svg"}},
         Case{"csv_to_stdout", run_with({"--csv", "-"}), 2, {"--csv -: only --json goes to stdout"}},
+        Case{"markdown_to_dev_stdout",
+             run_with({"--markdown", "/dev/stdout"}),
+             2,
+             {"--markdown /dev/stdout: only --json goes to stdout"}},
         Case{"plan_empty_json_path", {"plan", "--json", ""}, 2, {"--json: needs a file name"}},
         Case{"no_subcommand", {}, 2, {"subcommand"}}),
     [](const auto& test_info) { return test_info.param.name; });

@@ -156,7 +156,8 @@ class CpuSession final : public Session, public CpuSessionProbe {
                                     format_bytes(total), total, format_bytes(*options_.memory_limit_bytes)));
     arena_ = std::aligned_alloc(kBufferAlignment, std::max<uint64_t>(total, kBufferAlignment));
     if (arena_ == nullptr)
-      throw OutOfMemory(fmt::format("could not allocate {} bytes of host memory for the plan", total));
+      throw OutOfMemory(fmt::format("could not allocate {} ({} bytes) of host memory for the plan",
+                                    format_bytes(total), total));
     allocated_bytes_ = total;
     auto* base = static_cast<unsigned char*>(arena_);
     uint64_t offset = 0;

@@ -46,7 +46,9 @@ TEST(EmulatedCuda, DevicesReadsFreeMemoryFromNvmlElseFromCuda) {
             std::string::npos)
       << cuda_read.dump();
   const Result fallback_text = run({"devices"}, {"BATCHSWEEP_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1"});
-  EXPECT_NE(fallback_text.out.find("  memory: 16.0 GiB free (cudaMemGetInfo; NVML: "), std::string::npos)
+  EXPECT_NE(fallback_text.out.find(
+                "  memory: 16.00 GiB free (cudaMemGetInfo: NVML not found (/nonexistent/libnvidia-ml.so.1"),
+            std::string::npos)
       << fallback_text.out;
 #ifdef BSW_FAKE_NVML
   const std::vector<std::string> env = {std::string("BATCHSWEEP_NVML_LIBRARY=") + BSW_FAKE_NVML,
@@ -62,10 +64,20 @@ TEST(EmulatedCuda, DevicesReadsFreeMemoryFromNvmlElseFromCuda) {
                                                                {"pid": 77, "used_bytes": null}])"));
   const Result text = run({"devices"}, env);
   EXPECT_NE(
-      text.out.find("  memory: 13.0 GiB free, 3.0 GiB used (NVML); 2 other processes: pid 4242 2.0 GiB, "
+      text.out.find("  memory: 13.00 GiB free, 3.00 GiB used (NVML); 2 other processes: pid 4242 2.00 GiB, "
                     "pid 77 (size not reported)\n"),
       std::string::npos)
       << text.out;
+
+  // NVML's device on that bus reports another size than CUDA's (a MIG-like slice, a mismatched library):
+  // its free figure is not this device's, so cudaMemGetInfo answers and says why.
+  const Result mismatch = run({"devices", "--json"}, {std::string("BATCHSWEEP_NVML_LIBRARY=") + BSW_FAKE_NVML,
+                                                      "FAKE_NVML_SCRIPT=memory_total_bytes=8589934592"});
+  ASSERT_EQ(mismatch.exit_code, 0) << mismatch.err;
+  const nlohmann::json m = nlohmann::json::parse(mismatch.out).at("cuda").at("devices").at(0);
+  EXPECT_EQ(m.at("memory_source"), "cudaMemGetInfo") << m.dump();
+  EXPECT_EQ(m.at("nvml_memory_unavailable"), "NVML's total (8.00 GiB) is not this device's (16.00 GiB)");
+  EXPECT_EQ(m.at("memory_free_bytes"), uint64_t{16384} << 20);
 #endif
 }
 
@@ -362,6 +374,14 @@ TEST(EmulatedCuda, DeviceChoosesTheGpuAndOneThatIsNotThereIsAUsageError) {
   // Telemetry follows the chosen GPU: NVML's device on the same bus.
   EXPECT_EQ(report["device"]["telemetry"].at("device"), "Fake GPU 1") << report["device"].dump();
 #endif
+
+  // On CUDA, --graphs shapes the timings: a resume with another setting is refused (off the GPU it is not).
+  const Result graphs_off =
+      run(quick({"run", "--backend", "cuda", "--device", "1", "--model", "mlp", "--batch", "8", "--telemetry",
+                 "on", "--graphs", "off", "--resume", (dir / "r.json").string()}),
+          env);
+  EXPECT_EQ(graphs_off.exit_code, 2) << graphs_off.err;
+  EXPECT_NE(graphs_off.err.find("(--graphs)"), std::string::npos) << graphs_off.err;
 
   // A report made on GPU 1 does not resume on GPU 0, though both are the same model.
   const Result elsewhere =
