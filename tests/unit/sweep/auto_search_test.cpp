@@ -30,6 +30,14 @@ std::vector<Point> as_resumed(std::vector<Point> points) {
   return points;
 }
 
+// The analysis's answer to a latency budget over a sweep's points.
+std::optional<BatchChoice> latency_choice(const SweepOutcome& outcome, double budget_ms) {
+  AnalysisOptions options;
+  options.latency_slo_ms = budget_ms;
+  std::vector<Point> points = outcome.points;
+  return analyze(points, options).latency_slo;
+}
+
 int64_t largest_ok(const std::vector<Point>& points) {
   int64_t batch = 0;
   for (const Point& p : points)
@@ -294,14 +302,10 @@ TEST(AutoSearch, LatencyBudgetCrossingIsBisectedToAFewPercent) {
       << outcome.search_summary;
 
   // The analysis names the batch 2% under the crossing, where a power-of-two search named 1024 (29% slower).
-  AnalysisOptions options;
-  options.latency_slo_ms = 2.8;
-  std::vector<Point> points = outcome.points;
-  const Analysis analysis = analyze(points, options);
-  ASSERT_TRUE(analysis.latency_slo.has_value());
-  EXPECT_EQ(analysis.latency_slo->batch, 1600) << analysis.latency_slo->reason;
-  EXPECT_EQ(analysis.latency_slo->reason.find("measures between"), std::string::npos)
-      << analysis.latency_slo->reason;
+  const std::optional<BatchChoice> slo = latency_choice(outcome, 2.8);
+  ASSERT_TRUE(slo.has_value());
+  EXPECT_EQ(slo->batch, 1600) << slo->reason;
+  EXPECT_EQ(slo->reason.find("measures between"), std::string::npos) << slo->reason;
 }
 
 // Interrupted in the middle of the budget's bisection and resumed, the search ends on the fresh search's
@@ -373,19 +377,16 @@ TEST(AutoSearch, LatencyBisectionStopsAtAFailedBatchInsideTheBracket) {
               std::string::npos)
         << outcome.search_summary;
 
-    AnalysisOptions options;
-    options.latency_slo_ms = 2.8;
-    std::vector<Point> points = outcome.points;
-    const Analysis analysis = analyze(points, options);
-    ASSERT_TRUE(analysis.latency_slo.has_value());
-    EXPECT_EQ(analysis.latency_slo->batch, 1024) << analysis.latency_slo->reason;
+    const std::optional<BatchChoice> slo = latency_choice(outcome, 2.8);
+    ASSERT_TRUE(slo.has_value());
+    EXPECT_EQ(slo->batch, 1024) << slo->reason;
     // The range it suggests measures the failed batch again, and says so.
-    EXPECT_NE(analysis.latency_slo->reason.find(
+    EXPECT_NE(slo->reason.find(
                   fmt::format("; batch 2048's p99 is 3 ms and batch 1536 between them has status {}: --batch "
                               "1152:1920:+128 measures between them",
                               to_string(failed->status))),
               std::string::npos)
-        << analysis.latency_slo->reason;
+        << slo->reason;
   }
 }
 
@@ -451,12 +452,9 @@ TEST(AutoSearch, LatencyBisectionFollowsTheLargestBatchWithinTheBudget) {
                   "at 6144, 5120, 4608, 4352"),
               std::string::npos)
         << outcome.search_summary;
-    AnalysisOptions options;
-    options.latency_slo_ms = 2.8;
-    std::vector<Point> points = outcome.points;
-    const Analysis analysis = analyze(points, options);
-    ASSERT_TRUE(analysis.latency_slo.has_value());
-    EXPECT_EQ(analysis.latency_slo->batch, 4096) << analysis.latency_slo->reason;
+    const std::optional<BatchChoice> slo = latency_choice(outcome, 2.8);
+    ASSERT_TRUE(slo.has_value());
+    EXPECT_EQ(slo->batch, 4096) << slo->reason;
   }
 }
 
