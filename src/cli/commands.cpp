@@ -678,16 +678,19 @@ int analyze_command(const AnalyzeSettings& s) {
   check_exports(exports);
   Report report = read_report(s.report_path);
   // A flag given now replaces the run's value; without it the run's value holds (re-exporting a report, or
-  // changing one flag, keeps the rest of its answer). Values out of their flag's range are not taken.
+  // changing one flag, keeps the rest of its answer). Values out of their flag's range (a hand-edited
+  // report) are not taken, and stderr says so.
   AnalysisFlags flags = s.analysis;
-  std::vector<std::string> kept;
+  std::vector<std::string> kept, ignored;
   const auto run_value = [&](const char* key, double lo, double hi) -> std::optional<double> {
     if (!report.settings.is_object()) return std::nullopt;
     const auto it = report.settings.find(key);
-    if (it == report.settings.end() || !it->is_number()) return std::nullopt;
-    const double v = it->get<double>();
-    if (!(v > lo && v <= hi)) return std::nullopt;
-    return v;
+    if (it == report.settings.end() || it->is_null()) return std::nullopt;
+    if (!it->is_number() || !(it->get<double>() > lo && it->get<double>() <= hi)) {
+      ignored.push_back(fmt::format("settings.{} {}", key, it->dump()));
+      return std::nullopt;
+    }
+    return it->get<double>();
   };
   constexpr double kHuge = std::numeric_limits<double>::max();
   if (!flags.price_per_hour) {
@@ -713,6 +716,9 @@ int analyze_command(const AnalyzeSettings& s) {
   if (!kept.empty())
     std::fprintf(stderr, "batchsweep analyze: the run's %s kept (give the flag to change it)\n",
                  fmt::format("{}", fmt::join(kept, ", ")).c_str());
+  if (!ignored.empty())
+    std::fprintf(stderr, "batchsweep analyze: %s out of range, not taken (the default or the flag holds)\n",
+                 fmt::format("{}", fmt::join(ignored, ", ")).c_str());
   AnalysisOptions options = analysis_options(flags);
   // What run's --batch auto found to fit without timing it (settings.untimed_fit), where well-formed.
   if (report.settings.is_object()) {

@@ -486,6 +486,16 @@ TEST(Analyze, KeepsTheRunsAnalysisSettingsUnlessAFlagChangesThem) {
   EXPECT_EQ(c["settings"]["knee_sensitivity"], 2);  // not given: still the run's
   EXPECT_NE(changed.err.find("the run's --knee-sensitivity 2 kept"), std::string::npos) << changed.err;
 
+  // A hand-edited value out of its flag's range is not taken, and said.
+  nlohmann::json edited = at_run;
+  edited["settings"]["saturation_pct"] = 150;
+  std::ofstream(dir / "edited.json") << edited.dump();
+  const Result odd = run({"analyze", (dir / "edited.json").string(), "--json", "-"});
+  ASSERT_EQ(odd.exit_code, 0) << odd.err;
+  EXPECT_EQ(nlohmann::json::parse(odd.out)["settings"]["saturation_pct"], 95);
+  EXPECT_NE(odd.err.find("settings.saturation_pct 150 out of range, not taken"), std::string::npos)
+      << odd.err;
+
   const Result both = run({"analyze", report, "--no-latency-slo", "--latency-slo", "3"});
   EXPECT_EQ(both.exit_code, 2) << both.err;
   EXPECT_NE(both.err.find("--no-latency-slo"), std::string::npos) << both.err;
