@@ -420,14 +420,17 @@ TEST(AutoSearch, LatencyBisectionFollowsTheLargestBatchWithinTheBudget) {
 
   // A spike at 512 over the budget, below a batch within it, changes nothing: 1024 is still the largest
   // batch within the budget, and the crossing above it is bisected as in a fresh run.
-  {
+  // Resumes from the kept points with the p99 of one batch changed.
+  const auto resumed_with_p99 = [&](int64_t batch, double p99) {
     SweepSettings resume = settings;
     resume.resume_points = kept;
-    Point& spike = resume.resume_points[static_cast<std::size_t>(&at(512) - kept.data())];
-    spike.step_ms.p99 = 3.5;
+    resume.resume_points[static_cast<std::size_t>(&at(batch) - kept.data())].step_ms.p99 = p99;
     const auto backend = make_scripted_backend(still_scaling());
     RecordingObserver observer;
-    const SweepOutcome outcome = run_sweep(*backend, graph, resume, observer);
+    return run_sweep(*backend, graph, resume, observer);
+  };
+  {
+    const SweepOutcome outcome = resumed_with_p99(512, 3.5);
     ASSERT_FALSE(outcome.interrupted);
     EXPECT_NE(outcome.search_summary.find("p99 crosses it between 1600 (2.78 ms) and 1664 (2.81 ms), refined "
                                           "at 1536, 1792, 1664, 1600"),
@@ -437,13 +440,7 @@ TEST(AutoSearch, LatencyBisectionFollowsTheLargestBatchWithinTheBudget) {
   // A quick step at 4096, within the budget above 2048 over it: the largest batch within the budget is
   // 4096, so the search bisects above it, between 4096 and 8192, and not between 1024 and 2048.
   {
-    SweepSettings resume = settings;
-    resume.resume_points = kept;
-    Point& dip = resume.resume_points[static_cast<std::size_t>(&at(4096) - kept.data())];
-    dip.step_ms.p99 = 2.7;
-    const auto backend = make_scripted_backend(still_scaling());
-    RecordingObserver observer;
-    const SweepOutcome outcome = run_sweep(*backend, graph, resume, observer);
+    const SweepOutcome outcome = resumed_with_p99(4096, 2.7);
     ASSERT_FALSE(outcome.interrupted);
     for (const Point& p : outcome.points)
       EXPECT_FALSE(p.batch > 1024 && p.batch < 2048) << p.batch << ": " << outcome.search_summary;
