@@ -157,7 +157,8 @@ std::optional<double> mean_uncertainty(const Point& p) {
 struct BudgetChoice {
   const Point* chosen = nullptr;
   const Point* fastest = nullptr;
-  double margin_pct = 0;  // the margin the fastest's lead over chosen stayed within
+  double lead_pct = 0;    // how much faster the fastest is than chosen, percent
+  double margin_pct = 0;  // the margin that lead stayed within
 };
 
 BudgetChoice within_budget(std::span<const Point> points, double budget_ms) {
@@ -180,6 +181,7 @@ BudgetChoice within_budget(std::span<const Point> points, double budget_ms) {
     const double p99 = *p99_ms(p), best_p99 = *p99_ms(*c.chosen);
     if (p99 < best_p99 || (p99 == best_p99 && p.batch < c.chosen->batch)) {
       c.chosen = &p;
+      c.lead_pct = lead_pct;
       c.margin_pct = margin_pct;
     }
   }
@@ -237,9 +239,7 @@ BatchChoice latency_slo(std::span<const Point> points, double budget_ms) {
     const std::string within_noise =
         chosen != budget.fastest
             ? fmt::format("; batch {} is {:.2f}% faster, within noise (< {:.3g}%), at p99 {:.3g} ms",
-                          budget.fastest->batch,
-                          (budget.fastest->samples_per_second / chosen->samples_per_second - 1.0) * 100.0,
-                          budget.margin_pct, *p99_ms(*budget.fastest))
+                          budget.fastest->batch, budget.lead_pct, budget.margin_pct, *p99_ms(*budget.fastest))
             : edge_hint(points, *chosen, budget_ms);
     return choose(*chosen, fmt::format("p99 step {:.3g} ms within the {} ms budget{}{}", *p99_ms(*chosen),
                                        format_number(budget_ms), p99_basis(*chosen), within_noise));

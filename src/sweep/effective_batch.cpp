@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "batchsweep/errors.hpp"
 #include "batchsweep/sweep.hpp"
@@ -39,11 +40,12 @@ std::vector<BatchSplit> effective_batch_splits(int64_t effective_batch) {
   }
   std::sort(divisors.begin(), divisors.end());
   // Highly composite N (720720 has 240 divisors): a ladder, each accumulation at least kLadder times the one
-  // before, always ending at micro-batch 1, so the sweep stays about as long as for a power of two.
+  // before, always ending at micro-batch 1: about twice the splits of a power of two near N (720720: 36,
+  // 2^19: 20), which the stop rule usually cuts short.
   constexpr double kLadder = 1.4;
+  const bool ladder = divisors.size() > kEffectiveBatchAllSplits;
   std::vector<BatchSplit> splits;
   for (const int64_t accumulation : divisors) {
-    const bool ladder = divisors.size() > kEffectiveBatchAllSplits;
     if (ladder && !splits.empty() && accumulation != effective_batch &&
         static_cast<double>(accumulation) < kLadder * static_cast<double>(splits.back().accumulation))
       continue;
@@ -60,7 +62,12 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
                            /*estimate=*/splits.size() > 1);  // may stop early
 
   std::optional<double> previous_ok_throughput;
-  std::optional<Point> last_ok;
+  // The last ok split's mean step time (s) and accumulation: the basis of the too-slow bound.
+  struct OkSplit {
+    double step_s;
+    int64_t accumulation;
+  };
+  std::optional<OkSplit> last_ok;
   int slower_in_a_row = 0;
   std::size_t done = 0;
   std::string stopped_early;
@@ -68,8 +75,8 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
   double untimed_bound_s = 0;
   const StoppingSettings& stopping = runner.settings().stopping;
   for (const BatchSplit& split : splits) {
-    if (last_ok && last_ok->step_ms.mean > 0) {
-      const double bound_s = last_ok->step_ms.mean / 1000.0 * static_cast<double>(split.accumulation) /
+    if (last_ok && last_ok->step_s > 0) {
+      const double bound_s = last_ok->step_s * static_cast<double>(split.accumulation) /
                              static_cast<double>(last_ok->accumulation);
       if (bound_s * static_cast<double>(stopping.warmup_steps + stopping.min_samples) > stopping.timeout_s &&
           !runner.find(split.micro_batch, split.accumulation)) {
@@ -82,7 +89,7 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
     if (!point) return;
     ++done;
     if (point->status != PointStatus::ok) continue;
-    last_ok = *point;
+    last_ok = OkSplit{point->step_ms.mean / 1000.0, point->accumulation};
     const double throughput = point->samples_per_second;
     if (previous_ok_throughput &&
         throughput < *previous_ok_throughput * (1.0 - kEffectiveBatchStopSlowdown)) {
