@@ -450,6 +450,17 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
   analysis.saturation = saturation(view, curve, options.saturation_pct);
   analysis.max_fit = max_fit(view, options.untimed_fit);
   analysis.best_throughput = best_throughput(view);
+  if (analysis.knee.batch && analysis.best_throughput.batch) {
+    // A bend on a log-log curve can sit far below the plateau; the knee's line says so on its own, since
+    // scripts read knee.reason without the recommendation's.
+    const Point* knee_point = point_at(curve, *analysis.knee.batch);
+    const Point* best = point_at(curve, *analysis.best_throughput.batch);
+    if (knee_point != nullptr && best != nullptr &&
+        knee_point->samples_per_second < options.saturation_pct / 100.0 * best->samples_per_second)
+      analysis.knee.reason +=
+          fmt::format("; throughput keeps rising past it (the knee reaches {} of the best, batch {})",
+                      format_percent(knee_point->samples_per_second / best->samples_per_second), best->batch);
+  }
   if (options.latency_slo_ms) analysis.latency_slo = latency_slo(view, *options.latency_slo_ms);
   analysis.energy_optimal = energy_optimal(view);
   analysis.effective_batch_split = effective_batch_split(view);

@@ -345,6 +345,17 @@ TEST(Recommendation, SaturationWhenTheKneeComesTooEarly) {
       a.recommended.why,
       "the knee at 64 reaches only 51% of the best throughput; batch 1024 is the smallest reaching 95% of "
       "the best throughput: 96% of batch 4096 with 27% of its memory");
+  // The knee's own line says the curve goes on rising, for a reader of knee.reason alone.
+  EXPECT_EQ(a.knee.reason,
+            "Kneedle S=1 on log2(batch) vs log2(samples/s); throughput keeps rising past it (the knee "
+            "reaches 51% of the best, batch 4096)");
+}
+
+TEST(Recommendation, AKneeAtTheSaturationLevelSaysNothingMore) {
+  std::vector<Point> points = sweep(kBatches, saturating(50000, 64));
+  AnalysisOptions options;
+  options.saturation_pct = 50.0;
+  EXPECT_EQ(analyze(points, options).knee.reason, "Kneedle S=1 on log2(batch) vs log2(samples/s)");
 }
 
 TEST(Recommendation, LargestBatchThatFitsWhileStillScaling) {
