@@ -540,12 +540,30 @@ void note_resume(Report& report, const ResumeSource& source,
     (swept.contains({p.batch, p.accumulation}) ? taken : kept).push_back(label);
     // What the earlier run warned about this point's measurement still holds (noise, telemetry). Memory
     // warnings are the runner's again, against this run's budget.
+    const auto add = [&report](const std::string& w) {
+      if (std::find(report.warnings.begin(), report.warnings.end(), w) == report.warnings.end())
+        report.warnings.push_back(w);
+    };
+    bool stop_said = false;
     for (const std::string& w : earlier.warnings) {
       const bool about_it =
           (w.starts_with("batch " + label + ":") || w.starts_with("batch " + label + " ")) &&
           !w.ends_with(": close to out-of-memory");
-      if (about_it && std::find(report.warnings.begin(), report.warnings.end(), w) == report.warnings.end())
-        report.warnings.push_back(w);
+      if (!about_it) continue;
+      add(w);
+      for (const char* stop : {"timeout ", "sample cap ", "noise settled ", "taken from the earlier run, "})
+        stop_said |= w.starts_with(fmt::format("batch {}: {}", label, stop));
+    }
+    // Stopped short of its targets, it is as short of them now. The earlier run may have said so in one
+    // warning about many points, which names no batch up front: say it again for this one.
+    if (!stop_said &&
+        (p.stop_reason == "timeout" || p.stop_reason == "sample cap" || p.stop_reason == "noise settled")) {
+      std::string why = fmt::format("{} samples", p.samples_ms.size());
+      if (p.noise_pct) why += fmt::format(", noise {:.1f}%", *p.noise_pct);
+      add(
+          fmt::format("batch {}: taken from the earlier run, where it stopped before meeting its "
+                      "measurement targets (stop_reason \"{}\", {})",
+                      label, p.stop_reason, why));
     }
   }
   const auto batches = [](const std::vector<std::string>& labels) {

@@ -801,6 +801,48 @@ TEST(Run, AResumedPointKeepsItsWarnings) {
     EXPECT_NE(std::find(warnings.begin(), warnings.end(), w), warnings.end()) << w << warnings.dump();
 }
 
+// Four points short of their targets make one warning that names no batch up front; resumed, each point
+// still says it stopped short.
+TEST(Run, AResumedPointKeepsAnAggregatedStopWarning) {
+  ScratchDir dir;
+  const std::string earlier = (dir / "earlier.json").string();
+  const std::vector<std::string> noisy = {"--max-noise", "0.1"};  // under the script's 0.5% noise
+  std::vector<std::string> extra = {"--batch", "8,16,32,64", "--json", earlier};
+  extra.insert(extra.end(), noisy.begin(), noisy.end());
+  ASSERT_EQ(run(scripted_run("roofline.json", extra)).exit_code, 0);
+  const nlohmann::json then = read_json(earlier)["warnings"];
+  ASSERT_TRUE(std::any_of(then.begin(), then.end(), [](const nlohmann::json& w) {
+    return w.get<std::string>().starts_with("4 points stopped before meeting their measurement targets");
+  })) << then.dump();
+  const std::string out = (dir / "out.json").string();
+  extra = {"--batch", "8,16,32,64", "--json", out, "--resume", earlier};
+  extra.insert(extra.end(), noisy.begin(), noisy.end());
+  const Result r = run(scripted_run("roofline.json", extra));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(out);
+  for (const char* batch : {"8", "16", "32", "64"}) {
+    const std::string start = "batch " + std::string(batch) +
+                              ": taken from the earlier run, where it stopped before meeting its measurement "
+                              "targets (stop_reason \"noise settled\", ";
+    EXPECT_EQ(std::count_if(report["warnings"].begin(), report["warnings"].end(),
+                            [&](const nlohmann::json& w) { return w.get<std::string>().starts_with(start); }),
+              1)
+        << start << report["warnings"].dump();
+  }
+  // Resumed again, each is said once, not once per resume.
+  const std::string again = (dir / "again.json").string();
+  extra = {"--batch", "8,16,32,64", "--json", again, "--resume", out};
+  extra.insert(extra.end(), noisy.begin(), noisy.end());
+  ASSERT_EQ(run(scripted_run("roofline.json", extra)).exit_code, 0);
+  const nlohmann::json twice = read_json(again)["warnings"];
+  EXPECT_EQ(std::count_if(twice.begin(), twice.end(),
+                          [](const nlohmann::json& w) {
+                            return w.get<std::string>().starts_with("batch 8: taken from the earlier run");
+                          }),
+            1)
+      << twice.dump();
+}
+
 // A memory warning is judged against this run's budget and --memory-warn, not carried from the earlier run.
 TEST(Run, AResumedPointsMemoryWarningIsThisRunsJudgement) {
   ScratchDir dir;
