@@ -37,6 +37,7 @@ enum class Verdict { same, faster, slower, not_comparable };
 struct RunSummary {
   std::string name;  // CompareOptions::names, or "run N"
   std::string model, device, backend, mode, precision;
+  std::string state;  // Report::state: "complete", "interrupted", "in_progress", or empty (not said)
   KneeResult knee;
   BatchChoice max_fit;
   Recommendation recommended;
@@ -88,6 +89,10 @@ struct LostFit {
   std::string reason;
   int64_t baseline_max_fit = 0;  // the baseline's largest ok micro-batch at this accumulation
 };
+
+// A run whose report says its sweep did not finish (state interrupted or in_progress), and why in words.
+[[nodiscard]] bool incomplete(const RunSummary& run);
+[[nodiscard]] std::string incomplete_why(const RunSummary& run);
 
 struct CompareResult {
   std::vector<RunSummary> runs;  // runs[0] is the baseline

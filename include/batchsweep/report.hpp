@@ -127,6 +127,9 @@ struct Report {
   ToolInfo tool;
   std::string created_at;  // ISO 8601 UTC
   std::vector<std::string> command;
+  // Whether the sweep finished: "complete", "interrupted" (SIGINT/SIGTERM), or "in_progress" (written after a
+  // point while the sweep ran; read later, the process was killed). Empty where a report does not say.
+  std::string state;
   DeviceInfo device;
   nlohmann::json settings = nlohmann::json::object();  // model (resolved), mode, precision, accumulation, ...
   std::vector<Point> points;

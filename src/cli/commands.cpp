@@ -666,6 +666,7 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   if (!s.resume_path.empty()) resume = load_resume(s.resume_path, report, sweep);
 
   SignalGuard signals;
+  report.state = "in_progress";  // what the rewrites after each point say; a killed run leaves it so
   ExportingObserver observer(report, exports, options, s.quiet, telemetry ? &*telemetry : nullptr);
   SweepOutcome outcome = run_sweep(*backend, graph, sweep, observer);
 
@@ -681,6 +682,7 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   if (outcome.interrupted)
     report.warnings.push_back(fmt::format("interrupted by {}: the report holds the {} finished point(s)",
                                           sig == SIGTERM ? "SIGTERM" : "SIGINT", report.points.size()));
+  report.state = outcome.interrupted ? "interrupted" : "complete";
   AnalysisOptions final_options = options;
   final_options.untimed_fit = outcome.untimed_fit;
   report.analysis = analyze(report.points, final_options);
@@ -691,21 +693,33 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   return kExitOk;
 }
 
-int analyze_command(const AnalyzeSettings& s) {
-  ExportSettings exports = s.exports;
-  check_exports(exports);
-  Report report = read_report(s.report_path);
-  // A flag given now replaces the run's value; without it the run's value holds (re-exporting a report, or
-  // changing one flag, keeps the rest of its answer). Values out of their flag's range (a hand-edited
-  // report) are not taken, and stderr says so.
-  AnalysisFlags flags = s.analysis;
-  std::vector<std::string> kept, ignored;
+// Which analysis flags the command line gave (the rest come from the run's settings).
+struct GivenFlags {
+  bool no_latency_slo = false;
+  bool saturation = false;
+  bool knee_sensitivity = false;
+};
+
+struct RunAnalysis {
+  AnalysisFlags flags;  // the command line's, with the run's values where a flag was not given
+  AnalysisOptions options;
+  std::vector<std::string> kept;     // "--saturation 90": the run's values taken
+  std::vector<std::string> ignored;  // "settings.saturation_pct 400": out of range, not taken
+};
+
+// A flag given now replaces the run's value; without it the run's value holds (re-exporting a report, or
+// changing one flag, keeps the rest of its answer; compare analyses each run as it was run). Values out of
+// their flag's range (a hand-edited report) are not taken.
+RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags, const GivenFlags& given) {
+  RunAnalysis out;
+  AnalysisFlags& flags = out.flags;
+  flags = given_flags;
   const auto run_value = [&](const char* key, double lo, double hi) -> std::optional<double> {
     if (!report.settings.is_object()) return std::nullopt;
     const auto it = report.settings.find(key);
     if (it == report.settings.end() || it->is_null()) return std::nullopt;
     if (!it->is_number() || !(it->get<double>() > lo && it->get<double>() <= hi)) {
-      ignored.push_back(fmt::format("settings.{} {}", key, it->dump()));
+      out.ignored.push_back(fmt::format("settings.{} {}", key, it->dump()));
       return std::nullopt;
     }
     return it->get<double>();
@@ -713,38 +727,53 @@ int analyze_command(const AnalyzeSettings& s) {
   constexpr double kHuge = std::numeric_limits<double>::max();
   if (!flags.price_per_hour) {
     flags.price_per_hour = run_value("price_per_hour", 0.0, kHuge);
-    if (flags.price_per_hour) kept.push_back(fmt::format("--price-per-hour {:g}", *flags.price_per_hour));
+    if (flags.price_per_hour) out.kept.push_back(fmt::format("--price-per-hour {:g}", *flags.price_per_hour));
   }
-  if (!flags.latency_slo_ms && !s.no_latency_slo) {
+  if (!flags.latency_slo_ms && !given.no_latency_slo) {
     flags.latency_slo_ms = run_value("latency_slo_ms", 0.0, kHuge);
-    if (flags.latency_slo_ms) kept.push_back(fmt::format("--latency-slo {:g}", *flags.latency_slo_ms));
+    if (flags.latency_slo_ms) out.kept.push_back(fmt::format("--latency-slo {:g}", *flags.latency_slo_ms));
   }
-  if (!s.saturation_given) {
+  if (!given.saturation) {
     if (const auto v = run_value("saturation_pct", 1.0 - 1e-9, 100.0); v && *v != flags.saturation_pct) {
       flags.saturation_pct = *v;
-      kept.push_back(fmt::format("--saturation {:g}", *v));
+      out.kept.push_back(fmt::format("--saturation {:g}", *v));
     }
   }
-  if (!s.knee_sensitivity_given) {
+  if (!given.knee_sensitivity) {
     if (const auto v = run_value("knee_sensitivity", 0.0, kHuge); v && *v != flags.knee_sensitivity) {
       flags.knee_sensitivity = *v;
-      kept.push_back(fmt::format("--knee-sensitivity {:g}", *v));
+      out.kept.push_back(fmt::format("--knee-sensitivity {:g}", *v));
     }
   }
-  if (!kept.empty())
-    std::fprintf(stderr, "batchsweep analyze: the run's %s kept (give the flag to change it)\n",
-                 fmt::format("{}", fmt::join(kept, ", ")).c_str());
-  if (!ignored.empty())
-    std::fprintf(stderr, "batchsweep analyze: %s out of range, not taken (the default or the flag holds)\n",
-                 fmt::format("{}", fmt::join(ignored, ", ")).c_str());
-  AnalysisOptions options = analysis_options(flags);
+  out.options = analysis_options(flags);
   // What run's --batch auto found to fit without timing it (settings.untimed_fit), where well-formed.
   if (report.settings.is_object()) {
     const auto it = report.settings.find("untimed_fit");
     if (it != report.settings.end() && it->is_object() && it->contains("batch") &&
         (*it)["batch"].is_number_integer() && it->contains("reason") && (*it)["reason"].is_string())
-      options.untimed_fit = UntimedFit{(*it)["batch"].get<int64_t>(), (*it)["reason"].get<std::string>()};
+      out.options.untimed_fit = UntimedFit{(*it)["batch"].get<int64_t>(), (*it)["reason"].get<std::string>()};
   }
+  return out;
+}
+int analyze_command(const AnalyzeSettings& s) {
+  ExportSettings exports = s.exports;
+  check_exports(exports);
+  Report report = read_report(s.report_path);
+  if (report.state == "in_progress")
+    std::fprintf(stderr,
+                 "batchsweep analyze: %s was written while its sweep ran (state in_progress) and the run "
+                 "ended before it finished: the analysis covers the %zu point(s) it holds\n",
+                 s.report_path.c_str(), report.points.size());
+  const RunAnalysis run =
+      run_analysis(report, s.analysis, {s.no_latency_slo, s.saturation_given, s.knee_sensitivity_given});
+  const AnalysisFlags& flags = run.flags;
+  if (!run.kept.empty())
+    std::fprintf(stderr, "batchsweep analyze: the run's %s kept (give the flag to change it)\n",
+                 fmt::format("{}", fmt::join(run.kept, ", ")).c_str());
+  if (!run.ignored.empty())
+    std::fprintf(stderr, "batchsweep analyze: %s out of range, not taken (the default or the flag holds)\n",
+                 fmt::format("{}", fmt::join(run.ignored, ", ")).c_str());
+  const AnalysisOptions options = run.options;
   report.analysis = analyze(report.points, options);
   if (flags.price_per_hour) report.settings["price_per_hour"] = *flags.price_per_hour;
   report.settings["knee_sensitivity"] = flags.knee_sensitivity;
@@ -763,13 +792,31 @@ int compare_command(const CompareSettings& input) {
   check_writable(s.markdown_path, "--markdown");
   check_distinct_exports({{"--json", s.json_path}, {"--markdown", s.markdown_path}});
   std::vector<Report> reports;
-  for (const std::string& path : s.report_paths) reports.push_back(read_report(path));
+  for (const std::string& path : s.report_paths) {
+    reports.push_back(read_report(path));
+    // Each run analysed as analyze would (its own settings): a hand-edited point or a report whose
+    // analysis was left out (the PyTorch peer's) is summarised from its points, not from a stale block.
+    Report& report = reports.back();
+    const RunAnalysis run = run_analysis(report, AnalysisFlags{}, GivenFlags{});
+    if (!run.ignored.empty())
+      std::fprintf(stderr, "batchsweep compare: %s: %s out of range, not taken (the default holds)\n",
+                   path.c_str(), fmt::format("{}", fmt::join(run.ignored, ", ")).c_str());
+    report.analysis = analyze(report.points, run.options);
+  }
   CompareOptions options;
   options.allow_model_mismatch = s.allow_model_mismatch;
   options.names = s.report_paths;
   const CompareResult result = compare_reports(reports, options);
   std::vector<std::string> found;
   if (s.fail_on_regression_pct) {
+    // A run that did not finish lacks batches for no reason of its own: the gate would pass them unjudged.
+    for (const RunSummary& run : result.runs) {
+      if (incomplete(run) && !s.allow_incomplete)
+        throw InputError(fmt::format(
+            "--fail-on-regression {:g}: {} did not finish: {}; the batches it lacks would pass unjudged "
+            "(run it again, or pass --allow-incomplete to judge the batches it holds)",
+            *s.fail_on_regression_pct, run.name, incomplete_why(run)));
+    }
     found = regressions(result, *s.fail_on_regression_pct);
     // A gate that compared nothing must not pass: no batch in every run, or none that ran in every run. An
     // input error, said before any export is written.
@@ -786,7 +833,15 @@ int compare_command(const CompareSettings& input) {
                               : "no batch in every run ran ok in both the baseline and another run"));
   }
   if (!s.markdown_path.empty()) write_output(s.markdown_path, format_compare_markdown(result));
-  if (!s.json_path.empty()) write_output(s.json_path, to_json(result).dump(2) + "\n");
+  if (!s.json_path.empty()) {
+    nlohmann::json doc = to_json(result);
+    // What exit 3 meant, for a script that reads the JSON rather than stderr.
+    if (s.fail_on_regression_pct)
+      doc["gate"] = {{"fail_on_regression_pct", *s.fail_on_regression_pct},
+                     {"passed", found.empty()},
+                     {"regressions", found}};
+    write_output(s.json_path, doc.dump(2) + "\n");
+  }
   // An export on stdout keeps it to itself; the table then goes to stderr, as run's does.
   if (s.json_path == "-" || s.markdown_path == "-")
     std::fputs(format_compare(result, color_allowed(stderr)).c_str(), stderr);

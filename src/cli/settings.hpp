@@ -67,6 +67,7 @@ struct CompareSettings {
   std::vector<std::string> report_paths;
   std::optional<double> fail_on_regression_pct;
   bool allow_model_mismatch = false;
+  bool allow_incomplete = false;  // gate runs that did not finish on the batches they hold
   std::string json_path, markdown_path;
 };
 

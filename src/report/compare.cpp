@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <span>
 #include <utility>
@@ -20,6 +21,17 @@
 #include "report/view.hpp"
 
 namespace bsw {
+
+bool incomplete(const RunSummary& run) {
+  return run.state == "interrupted" || run.state == "in_progress";
+}
+
+std::string incomplete_why(const RunSummary& run) {
+  if (run.state == "interrupted")
+    return "interrupted by a signal (state interrupted), its batches after that were never run";
+  return "written while its sweep ran (state in_progress) and the run ended before it finished, so it was "
+         "killed; its later batches were never run";
+}
 
 std::string_view to_string(Verdict v) {
   switch (v) {
@@ -126,10 +138,35 @@ RunSummary summarize_run(const Report& report, std::string name) {
   s.backend = report.device.backend;
   s.mode = t.mode;
   s.precision = t.precision;
+  s.state = report.state;
   s.knee = report.analysis.knee;
   s.max_fit = report.analysis.max_fit;
   s.recommended = report.analysis.recommended;
   return s;
+}
+
+// Where two JSON values first differ: "settings.model.layers[0].out_features: 128 vs 4096".
+std::optional<std::string> first_difference(const nlohmann::json& a, const nlohmann::json& b,
+                                            const std::string& path) {
+  if (a == b) return std::nullopt;
+  if (a.is_object() && b.is_object()) {
+    for (const auto& [key, value] : a.items()) {
+      if (!b.contains(key)) return fmt::format("{}.{} only in the first", path, key);
+      if (auto d = first_difference(value, b[key], path + "." + key)) return d;
+    }
+    for (const auto& [key, value] : b.items())
+      if (!a.contains(key)) return fmt::format("{}.{} only in the second", path, key);
+  }
+  if (a.is_array() && b.is_array()) {
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+      if (auto d = first_difference(a[i], b[i], fmt::format("{}[{}]", path, i))) return d;
+    return fmt::format("{}: {} vs {} entries", path, a.size(), b.size());
+  }
+  const auto shown = [](const nlohmann::json& v) {
+    const std::string text = v.dump();
+    return text.size() <= 40 ? text : text.substr(0, 37) + "...";
+  };
+  return fmt::format("{}: {} vs {}", path, shown(a), shown(b));
 }
 
 void check_comparable(const std::vector<Report>& reports, const std::vector<RunSummary>& runs,
@@ -151,12 +188,25 @@ void check_comparable(const std::vector<Report>& reports, const std::vector<RunS
                       "comparable",
                       runs[moded].name, runs[i].name, runs[moded].mode, runs[i].mode));
     }
-    if (runs[i].model != runs[0].model && !options.allow_model_mismatch) {
+    if (options.allow_model_mismatch) continue;
+    // A report that does not name its model (a minimal one: schema_version and points) conflicts with none.
+    if (runs[i].model.empty() || runs[0].model.empty()) continue;
+    if (runs[i].model != runs[0].model) {
       throw InputError(
           fmt::format("{}: different models ({} vs {}); pass --allow-model-mismatch to compare them "
                       "anyway",
                       both, runs[0].model, runs[i].model));
     }
+    // One name, other layers (a model file named like a preset): the resolved models say.
+    const auto a_model = a.settings.find("model");
+    const auto b_model = reports[i].settings.find("model");
+    if (a_model == a.settings.end() || b_model == reports[i].settings.end() || !a_model->is_object() ||
+        !b_model->is_object())
+      continue;
+    if (const std::optional<std::string> where = first_difference(*a_model, *b_model, "settings.model"))
+      throw InputError(fmt::format(
+          "{}: different models named {} ({}); pass --allow-model-mismatch to compare them anyway", both,
+          runs[0].model, *where));
   }
 }
 
@@ -421,6 +471,11 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     result.notes.push_back(fmt::format("not in every run, not compared: batch {}", list));
   }
   for (const LostFit& f : result.lost_fits) result.notes.push_back(lost_fit_text(f));
+  for (size_t i = 0; i < result.runs.size(); ++i) {
+    if (!incomplete(result.runs[i])) continue;
+    result.notes.push_back(fmt::format("{} ({}) did not finish: {}", letter(i), result.runs[i].name,
+                                       incomplete_why(result.runs[i])));
+  }
   if (!shared.empty())
     result.notes.push_back(fmt::format(
         "batch {}: one measurement in two runs (run --resume took it; resumed_from), so \"same\" there "
@@ -536,6 +591,7 @@ nlohmann::json to_json(const CompareResult& result) {
                     {"backend", r.backend},
                     {"mode", r.mode},
                     {"precision", r.precision},
+                    {"state", r.state.empty() ? json() : json(r.state)},
                     {"knee", report_json::knee_json<json>(r.knee)},
                     {"max_fit", report_json::choice_json<json>(r.max_fit)},
                     {"recommended", report_json::recommendation_json<json>(r.recommended)}});

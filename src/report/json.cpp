@@ -376,6 +376,9 @@ class Reader {
     }
     r.created_at = optional_string(doc, top, "created_at");
     r.command = string_list(doc, top, "command");
+    r.state = optional_string(doc, top, "state");
+    if (!r.state.empty() && r.state != "complete" && r.state != "interrupted" && r.state != "in_progress")
+      fail("state", fmt::format("\"{}\" is not one of complete, interrupted, in_progress", r.state));
     if (const json* device_doc = optional_object(doc, top, "device"))
       r.device = device(*device_doc, "device");
     if (const json* settings = optional_object(doc, top, "settings")) r.settings = *settings;
@@ -428,18 +431,21 @@ json to_json(const Report& report) {
   for (const auto& arg : report.command) command.push_back(arg);
   json points = json::array();
   for (const auto& p : report.points) points.push_back(report_json::point_json<json>(p));
-  return {{"schema_version", report.schema_version},
-          {"tool",
-           {{"name", report.tool.name},
-            {"version", report.tool.version},
-            {"git_commit", report.tool.git_commit}}},
-          {"created_at", report.created_at},
-          {"command", std::move(command)},
-          {"device", device_json(report.device)},
-          {"settings", report.settings.is_object() ? without_non_finite(report.settings) : json::object()},
-          {"points", std::move(points)},
-          {"analysis", analysis_json(report.analysis)},
-          {"warnings", report.warnings}};
+  json doc = {
+      {"schema_version", report.schema_version},
+      {"tool",
+       {{"name", report.tool.name},
+        {"version", report.tool.version},
+        {"git_commit", report.tool.git_commit}}},
+      {"created_at", report.created_at},
+      {"command", std::move(command)},
+      {"device", device_json(report.device)},
+      {"settings", report.settings.is_object() ? without_non_finite(report.settings) : json::object()},
+      {"points", std::move(points)},
+      {"analysis", analysis_json(report.analysis)},
+      {"warnings", report.warnings}};
+  if (!report.state.empty()) doc["state"] = report.state;
+  return doc;
 }
 
 Report report_from_json(const json& doc, const std::string& source) {

@@ -588,6 +588,51 @@ TEST(Compare, MismatchedModelsAreAnInputError) {
   EXPECT_NE(r.err.find("--allow-model-mismatch"), std::string::npos) << r.err;
 }
 
+// A model file named like a preset is not that preset: the resolved models are held to each other.
+TEST(Compare, ADifferentModelUnderTheSameNameIsAnInputError) {
+  ScratchDir dir;
+  const std::string a = (dir / "a.json").string(), b = (dir / "b.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "8", "--json", a})).exit_code, 0);
+  const std::string model = (dir / "mlp.json").string();
+  std::ofstream(model) << R"({"name": "mlp", "input": {"type": "vector", "features": 784},
+    "layers": [{"type": "linear", "out_features": 4096, "activation": "relu"},
+               {"type": "linear", "out_features": 10}], "loss": "cross_entropy"})";
+  std::vector<std::string> args = scripted_run("roofline.json", {"--batch", "8", "--json", b});
+  args[6] = model;
+  ASSERT_EQ(run(args).exit_code, 0) << run(args).err;
+  Result r = run({"compare", a, b});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.err.find("different models named mlp (settings.model.layers[0].out_features: 128 vs 4096)"),
+            std::string::npos)
+      << r.err;
+  r = run({"compare", a, b, "--allow-model-mismatch"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+size_t count_of(const std::string& text, const std::string& piece) {
+  size_t n = 0;
+  for (size_t at = text.find(piece); at != std::string::npos; at = text.find(piece, at + piece.size())) ++n;
+  return n;
+}
+
+// A minimal report (schema_version and points) names no model: it conflicts with none, and its run line is
+// analysed from its points, as analyze would, not read from an analysis block it lacks.
+TEST(Compare, AMinimalReportIsComparedAndAnalysedFromItsPoints) {
+  ScratchDir dir;
+  const std::string a = (dir / "a.json").string(), minimal = (dir / "minimal.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "1:4096:*2", "--json", a})).exit_code, 0);
+  nlohmann::json doc = read_json(a);
+  nlohmann::json points = nlohmann::json::array();
+  for (const auto& p : doc["points"])
+    points.push_back(
+        {{"batch", p["batch"]}, {"status", p["status"]}, {"samples_per_second", p["samples_per_second"]}});
+  std::ofstream(minimal) << nlohmann::json{{"schema_version", 1}, {"points", points}}.dump();
+  const Result r = run({"compare", a, minimal});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::string knee = "knee batch " + std::to_string(doc["analysis"]["knee"]["batch"].get<int64_t>());
+  EXPECT_EQ(count_of(r.out, knee), 2u) << r.out;
+}
+
 std::vector<std::string> sleepy_sweep(const std::string& json) {
   return scripted_run("sleepy.json", {"--batch", "1:64:*2", "--json", json});
 }
@@ -619,6 +664,7 @@ int interrupt_after(const std::vector<std::string>& args, const std::string& jso
   kill(pid, sig);
   int status = 0;
   waitpid(pid, &status, 0);
+  if (sig == SIGKILL && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) return 128 + SIGKILL;
   if (!WIFEXITED(status)) {
     ADD_FAILURE() << "batchsweep did not exit: status " << status;
     return -1;
@@ -638,6 +684,7 @@ void interrupt_keeps_finished_points(int sig, int expected_exit, const std::stri
   for (const auto& w : report["warnings"])
     warned |= w.get<std::string>().find("interrupted") != std::string::npos;
   EXPECT_TRUE(warned) << report["warnings"].dump();
+  EXPECT_EQ(report["state"], "interrupted");
 }
 
 TEST(Run, SigintKeepsEveryFinishedPoint) {
@@ -647,6 +694,42 @@ TEST(Run, SigintKeepsEveryFinishedPoint) {
 TEST(Run, SigtermKeepsEveryFinishedPoint) {
   ScratchDir dir;
   interrupt_keeps_finished_points(SIGTERM, 143, (dir / "i.json").string());
+}
+
+// SIGKILL (a CI job's timeout, the OOM killer) leaves the last rewrite: a valid report that says its sweep
+// was still running, which analyze says and the compare gate refuses unless told to judge what it holds.
+TEST(Run, AKilledSweepsReportSaysItDidNotFinish) {
+  ScratchDir dir;
+  const std::string full = (dir / "full.json").string(), killed = (dir / "killed.json").string();
+  ASSERT_EQ(run(scripted_run("sleepy.json", {"--batch", "1:8:*2", "--json", full})).exit_code, 0);
+  EXPECT_EQ(read_json(full)["state"], "complete");
+  EXPECT_EQ(interrupt_after(sleepy_sweep(killed), killed, 2, SIGKILL), 128 + SIGKILL);
+  if (HasFailure()) return;
+  expect_valid_report(killed);
+  EXPECT_EQ(read_json(killed)["state"], "in_progress");
+
+  const Result analyzed = run({"analyze", killed});
+  EXPECT_EQ(analyzed.exit_code, 0) << analyzed.err;
+  EXPECT_NE(analyzed.err.find("was written while its sweep ran (state in_progress)"), std::string::npos)
+      << analyzed.err;
+
+  const std::string gate_json = (dir / "gate.json").string();
+  Result gate = run({"compare", full, killed, "--fail-on-regression", "50", "--json", gate_json});
+  EXPECT_EQ(gate.exit_code, 2) << gate.out << gate.err;
+  EXPECT_NE(gate.err.find("--fail-on-regression 50: " + killed + " did not finish"), std::string::npos)
+      << gate.err;
+  EXPECT_NE(gate.err.find("--allow-incomplete"), std::string::npos) << gate.err;
+  EXPECT_FALSE(std::filesystem::exists(gate_json));  // refused before any export
+
+  gate =
+      run({"compare", full, killed, "--fail-on-regression", "50", "--allow-incomplete", "--json", gate_json});
+  EXPECT_EQ(gate.exit_code, 0) << gate.out << gate.err;
+  EXPECT_NE(gate.out.find("B (" + killed + ") did not finish"), std::string::npos) << gate.out;
+  const nlohmann::json doc = read_json(gate_json);
+  EXPECT_EQ(doc["runs"][1]["state"], "in_progress");
+  EXPECT_EQ(doc["gate"]["passed"], true) << doc.dump();
+  EXPECT_EQ(doc["gate"]["fail_on_regression_pct"], 50.0);
+  EXPECT_TRUE(doc["gate"]["regressions"].empty());
 }
 
 // An interrupted sweep, resumed into its own file: the finished points are kept as they were measured

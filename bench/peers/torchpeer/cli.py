@@ -261,6 +261,7 @@ def run(s: Settings, argv: list) -> int:
         export()
         if not s.quiet:
             print(_progress(i, len(s.batches), point), file=sys.stderr)
+    report.state = "interrupted" if interrupted else "complete"
     export()
     for w in report.warnings:
         print(f"warning: {w}", file=sys.stderr)

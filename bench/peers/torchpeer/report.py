@@ -151,6 +151,8 @@ class Report:
     warnings: list = field(default_factory=list)
     created_at: str = field(default_factory=now_iso8601)
     commit: str = field(default_factory=git_commit)
+    # As batchsweep's: "in_progress" in the rewrites while the sweep runs, then "complete" or "interrupted".
+    state: str = "in_progress"
 
     def add(self, point: Point):
         self.points.append(point)
@@ -165,6 +167,7 @@ class Report:
             "tool": {"name": PEER_NAME, "version": PEER_VERSION, "git_commit": self.commit},
             "created_at": self.created_at,
             "command": [str(a) for a in self.command],
+            "state": self.state,
             "device": _without_non_finite(self.device),
             "settings": _without_non_finite(self.settings),
             "points": [p.to_json() for p in self.points],
