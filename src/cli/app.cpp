@@ -434,7 +434,7 @@ int run_app(int argc, char** argv) {
   if (analyze_cmd->parsed()) {
     analyze.saturation_given = analyze_cmd->count("--saturation") > 0;
     analyze.knee_sensitivity_given = analyze_cmd->count("--knee-sensitivity") > 0;
-    return analyze_command(analyze);
+    return analyze_command(analyze, std::vector<std::string>(argv, argv + argc));
   }
   if (compare_cmd->parsed()) return compare_command(compare);
   if (devices_cmd->parsed()) return devices_command(devices);

@@ -755,7 +755,7 @@ RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags,
   }
   return out;
 }
-int analyze_command(const AnalyzeSettings& s) {
+int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& argv) {
   ExportSettings exports = s.exports;
   check_exports(exports);
   Report report = read_report(s.report_path);
@@ -780,6 +780,9 @@ int analyze_command(const AnalyzeSettings& s) {
   report.settings["saturation_pct"] = flags.saturation_pct;
   report.settings["latency_slo_ms"] =
       flags.latency_slo_ms ? nlohmann::json(*flags.latency_slo_ms) : nlohmann::json();
+  // command, created_at and tool stay the run's (what measured the points); this says what analysed them.
+  report.settings["analyzed"] = {
+      {"command", argv}, {"at", now_iso8601()}, {"version", BSW_VERSION}, {"git_commit", BSW_GIT_COMMIT}};
   print_final(report, exports);
   return kExitOk;
 }

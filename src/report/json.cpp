@@ -81,7 +81,7 @@ bool is_device_key(std::string_view key) {
 json device_json(const DeviceInfo& d) {
   json out = {{"backend", d.backend},
               {"name", d.name},
-              {"memory_total_bytes", d.memory_total_bytes},
+              {"memory_total_bytes", d.memory_total_bytes > 0 ? json(d.memory_total_bytes) : json()},
               {"peak_flops", optional_number(d.peak_flops)},
               {"peak_flops_source", d.peak_flops_source}};
   if (d.details.is_object()) {
@@ -431,13 +431,15 @@ json to_json(const Report& report) {
   for (const auto& arg : report.command) command.push_back(arg);
   json points = json::array();
   for (const auto& p : report.points) points.push_back(report_json::point_json<json>(p));
+  // Empty: a report read back that did not say (analyze of a minimal report), so null, not "".
+  const auto said = [](const std::string& text) { return text.empty() ? json() : json(text); };
   json doc = {
       {"schema_version", report.schema_version},
       {"tool",
-       {{"name", report.tool.name},
-        {"version", report.tool.version},
-        {"git_commit", report.tool.git_commit}}},
-      {"created_at", report.created_at},
+       {{"name", said(report.tool.name)},
+        {"version", said(report.tool.version)},
+        {"git_commit", said(report.tool.git_commit)}}},
+      {"created_at", said(report.created_at)},
       {"command", std::move(command)},
       {"device", device_json(report.device)},
       {"settings", report.settings.is_object() ? without_non_finite(report.settings) : json::object()},

@@ -27,17 +27,19 @@ Json optional_integer(const std::optional<T>& v) {
   return v ? Json(*v) : Json(nullptr);
 }
 
-// `measured`: the statistics come from samples. Without samples (a point that never ran, or a report that
-// gave only some statistics) a 0 is a statistic nobody measured, and unknown numbers are null.
+// `samples`: how many the statistics come from. Without samples (a point that never ran, or a report that
+// gave only some statistics) a 0 is a statistic nobody measured, and unknown numbers are null; one sample has
+// no spread to measure, so no stddev.
 template <class Json>
-Json step_stats_json(const StepStats& s, bool measured) {
+Json step_stats_json(const StepStats& s, size_t samples) {
+  const bool measured = samples > 0;
   const auto value = [&](double v) {
     return !measured && v == 0.0 ? Json(nullptr) : number_or_null<Json>(v);
   };
   Json out = Json::object();
   out["mean"] = value(s.mean);
   out["median"] = value(s.median);
-  out["stddev"] = value(s.stddev);
+  out["stddev"] = samples == 1 ? Json(nullptr) : value(s.stddev);
   out["min"] = value(s.min);
   out["max"] = value(s.max);
   out["p50"] = value(s.p50);
@@ -83,12 +85,13 @@ Json point_json(const Point& p) {
   out["samples_per_second"] =
       p.status == PointStatus::ok ? number_or_null<Json>(p.samples_per_second) : Json(nullptr);
   out["tokens_per_second"] = optional_number<Json>(p.tokens_per_second);
-  out["step_ms"] = step_stats_json<Json>(p.step_ms, !p.samples_ms.empty());
+  out["step_ms"] = step_stats_json<Json>(p.step_ms, p.samples_ms.size());
   out["samples_ms"] = Json::array();
   for (double v : p.samples_ms) out["samples_ms"].push_back(number_or_null<Json>(v));
   out["tflops"] = optional_number<Json>(p.tflops);
   out["mfu"] = optional_number<Json>(p.mfu);
-  out["memory"]["planned_bytes"] = p.memory.planned_bytes;
+  // 0: no plan behind the point (a hand-made report, the PyTorch peer's), so unknown.
+  out["memory"]["planned_bytes"] = p.memory.planned_bytes > 0 ? Json(p.memory.planned_bytes) : Json(nullptr);
   out["memory"]["measured_bytes"] = optional_integer<Json>(p.memory.measured_bytes);
   out["memory"]["device_used_bytes"] = optional_integer<Json>(p.memory.device_used_bytes);
   out["refinement"] = p.refinement;

@@ -350,7 +350,14 @@ TEST(Run, MaxFitNamesTheLargerFitTheSearchCouldNotTime) {
   expect_valid_report(file);
   const Result again = run({"analyze", file, "--json", "-"});
   ASSERT_EQ(again.exit_code, 0) << again.err;
-  EXPECT_EQ(nlohmann::json::parse(again.out)["analysis"]["max_fit"]["reason"], reason);
+  const nlohmann::json reanalysed = nlohmann::json::parse(again.out);
+  EXPECT_EQ(reanalysed["analysis"]["max_fit"]["reason"], reason);
+  // The run's command and time stay (what measured the points); settings.analyzed says what analysed them.
+  EXPECT_EQ(reanalysed["command"], report["command"]);
+  EXPECT_EQ(reanalysed["settings"]["analyzed"]["command"],
+            nlohmann::json::array({BSW_BINARY, "analyze", file, "--json", "-"}));
+  EXPECT_TRUE(reanalysed["settings"]["analyzed"]["at"].is_string());
+  EXPECT_EQ(reanalysed["state"], "complete");
 }
 
 TEST(Run, EffectiveBatchReportsTheFastestSplit) {

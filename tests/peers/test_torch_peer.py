@@ -378,7 +378,7 @@ class ReportTest(unittest.TestCase):
         self.assertAlmostEqual(ok["tflops"], 4e9 / 0.002 / 1e12)
         self.assertAlmostEqual(ok["mfu"], 4e9 / 0.002 / 1e12)
         self.assertAlmostEqual(ok["noise_pct"], 10.0)
-        self.assertEqual(ok["memory"], {"planned_bytes": 0, "measured_bytes": 12345, "device_used_bytes": 20000})
+        self.assertEqual(ok["memory"], {"planned_bytes": None, "measured_bytes": 12345, "device_used_bytes": 20000})
         self.assertEqual(ok["stop_reason"], "noise target")
         self.assertEqual(doc["points"][0]["tokens_per_second"], 64 * 1000.0)
         oom = doc["points"][2]

@@ -83,12 +83,12 @@ class Point:
             # A failed point has no throughput (not a throughput of 0).
             "samples_per_second": _number_or_null(self.samples_per_second) if self.status == "ok" else None,
             "tokens_per_second": _number_or_null(self.tokens_per_second),
-            "step_ms": self.step_ms.to_json(measured=bool(self.samples_ms)),
+            "step_ms": self.step_ms.to_json(samples=len(self.samples_ms)),
             "samples_ms": [_number_or_null(v) for v in self.samples_ms],
             "tflops": _number_or_null(self.tflops),
             "mfu": _number_or_null(self.mfu),
             "memory": {
-                "planned_bytes": int(self.planned_bytes),
+                "planned_bytes": int(self.planned_bytes) if self.planned_bytes > 0 else None,
                 "measured_bytes": None if self.measured_bytes is None else int(self.measured_bytes),
                 "device_used_bytes": None if self.device_used_bytes is None else int(self.device_used_bytes),
             },

@@ -17,9 +17,13 @@ class StepStats:
     p95: float = 0.0
     p99: float = 0.0
 
-    def to_json(self, measured: bool = True) -> dict:
-        """Without samples (`measured` false) a 0 is a statistic nobody measured: null, as batchsweep writes it."""
-        return {k: (v if math.isfinite(v) and (measured or v != 0.0) else None) for k, v in asdict(self).items()}
+    def to_json(self, samples: int = 2) -> dict:
+        """Without samples a 0 is a statistic nobody measured, and one sample has no spread to measure: null, as
+        batchsweep writes them."""
+        out = {k: (v if math.isfinite(v) and (samples > 0 or v != 0.0) else None) for k, v in asdict(self).items()}
+        if samples == 1:
+            out["stddev"] = None
+        return out
 
 
 def _require_finite(samples, what: str):

@@ -146,6 +146,38 @@ TEST(ReportJson, NonFiniteBecomesNull) {
   EXPECT_THAT(text, ::testing::Not(HasSubstr("inf")));
 }
 
+// A number nobody measured is null, never 0: a single sample's spread, a plan that was never made (a
+// hand-made report, the PyTorch peer's), a device's unknown memory.
+TEST(ReportJson, UnknownNumbersAreNullNotZero) {
+  Report r = report_from_json(minimal_doc(), "curve.json");
+  r.points[0].samples_ms = {2.5};
+  r.points[0].step_ms = {2.5, 2.5, 0.0, 2.5, 2.5, 2.5, 2.5, 2.5, 2.5};
+  const json doc = to_json(r);
+  EXPECT_TRUE(doc["points"][0]["step_ms"]["stddev"].is_null());
+  EXPECT_EQ(doc["points"][0]["step_ms"]["mean"], 2.5);
+  EXPECT_TRUE(doc["points"][0]["memory"]["planned_bytes"].is_null());
+  EXPECT_TRUE(doc["device"]["memory_total_bytes"].is_null());
+  EXPECT_TRUE(doc["created_at"].is_null());
+  EXPECT_TRUE(doc["tool"]["version"].is_null());
+  const json sample = to_json(testing::sample_report());
+  EXPECT_TRUE(sample["points"][0]["memory"]["planned_bytes"].is_number_unsigned());
+  EXPECT_TRUE(sample["points"][0]["step_ms"]["stddev"].is_number());
+}
+
+TEST(ReportJson, StateSaysWhetherTheSweepFinished) {
+  json doc = minimal_doc();
+  EXPECT_FALSE(to_json(report_from_json(doc, "a.json")).contains("state"));  // not said, not invented
+  for (const char* state : {"complete", "interrupted", "in_progress"}) {
+    doc["state"] = state;
+    const Report r = report_from_json(doc, "a.json");
+    EXPECT_EQ(r.state, state);
+    EXPECT_EQ(to_json(r)["state"], state);
+  }
+  doc["state"] = "done";
+  EXPECT_EQ(input_error([&] { (void)report_from_json(doc, "a.json"); }),
+            "a.json: state: \"done\" is not one of complete, interrupted, in_progress");
+}
+
 TEST(ReportJson, RoundTrip) {
   Report original = testing::sample_report();
   original.points[3].execution = {{"cuda_graphs", "captured, replayed from step 2"},
