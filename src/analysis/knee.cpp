@@ -104,8 +104,21 @@ KneeOutcome call_knee(const std::vector<double>& log2_batch, const std::vector<d
   return outcome;
 }
 
+// The smallest batch above the curve's last that did not fit (oom, over_limit), at the curve's last
+// accumulation: where the sweep cannot be extended.
+std::optional<int64_t> unfit_above(std::span<const Point> points, const CurvePoint& last) {
+  std::optional<int64_t> unfit;
+  for (const Point& p : points) {
+    if ((p.status != PointStatus::oom && p.status != PointStatus::over_limit) || p.batch <= last.batch ||
+        p.accumulation != last.point->accumulation)
+      continue;
+    if (!unfit || p.batch < *unfit) unfit = p.batch;
+  }
+  return unfit;
+}
+
 std::string knee_reason(const KneeOutcome& outcome, const std::vector<CurvePoint>& curve,
-                        double sensitivity) {
+                        std::span<const Point> points, double sensitivity) {
   switch (outcome.call) {
     case KneeCall::found:
       return fmt::format("Kneedle S={} on log2(batch) vs log2(samples/s)", format_number(sensitivity));
@@ -133,12 +146,17 @@ std::string knee_reason(const KneeOutcome& outcome, const std::vector<CurvePoint
       return reason;
     }
     case KneeCall::no_bend:
-      if (outcome.unconfirmed)
+      if (outcome.unconfirmed) {
+        // Past the largest batch that fits there is nothing to extend the sweep to.
+        const std::optional<int64_t> unfit = unfit_above(points, curve.back());
         return fmt::format(
             "no knee: throughput curve has no concave bend confirmed before the sweep ends (a candidate at "
-            "batch "
-            "{}; extend the sweep past batch {})",
-            curve[*outcome.unconfirmed].batch, curve.back().batch);
+            "batch {}; {})",
+            curve[*outcome.unconfirmed].batch,
+            unfit ? fmt::format("batch {} did not fit, so the sweep cannot go past batch {}", *unfit,
+                                curve.back().batch)
+                  : fmt::format("extend the sweep past batch {}", curve.back().batch));
+      }
       return "no knee: throughput curve has no concave bend";
   }
   return {};
@@ -309,7 +327,7 @@ KneeDetail find_knee_detail(std::span<const Point> points, double sensitivity) {
   KneeDetail detail;
   detail.call = outcome.call;
   if (outcome.index) detail.result.batch = curve[*outcome.index].batch;
-  detail.result.reason = knee_reason(outcome, curve, sensitivity);
+  detail.result.reason = knee_reason(outcome, curve, points, sensitivity);
   add_confidence(detail.result, curve, log2_batch, log2_rate, sensitivity);
   return detail;
 }

@@ -252,9 +252,11 @@ class AutoSearch {
       if (!point) return false;
       measured.push_back(batch);
     }
-    knee_summary_ = measured.empty()
-                        ? fmt::format("knee at {}, its neighbours already measured", *knee.batch)
-                        : fmt::format("knee at {}, refined at {}", *knee.batch, fmt::join(measured, ", "));
+    knee_summary_ =
+        measured.empty()
+            ? fmt::format("knee at {} before refinement, its neighbours already measured", *knee.batch)
+            : fmt::format("knee at {} before refinement, points added at {}", *knee.batch,
+                          fmt::join(measured, ", "));
     return true;
   }
 

@@ -241,6 +241,24 @@ TEST(FindKnee, BendTooLateToConfirmSaysSo) {
   EXPECT_NE(knee.reason.find("a bend near batch 2048 is not confirmed"), std::string::npos) << knee.reason;
 }
 
+TEST(FindKnee, AnUnconfirmedBendAtTheFitEdgeDoesNotAskForALargerBatch) {
+  // Linear up to 2048, then +2% at 4096: not still scaling (3% a doubling), and the bend at 2048 has only a
+  // partial drop after it.
+  std::vector<Point> points = sweep(powers_of_two(1, 2048), [](double b) { return 10.0 * b; });
+  points.push_back(measured_point(4096, 2048 * 10.0 * 1.02));
+  const KneeResult open = find_knee(points, 1.0);
+  EXPECT_FALSE(open.batch.has_value());
+  EXPECT_EQ(open.reason,
+            "no knee: throughput curve has no concave bend confirmed before the sweep ends (a candidate at "
+            "batch 2048; extend the sweep past batch 4096)");
+  points.push_back(test::failed_point(8192, PointStatus::oom, "needs 90 GiB"));
+  points.push_back(test::failed_point(4160, PointStatus::over_limit, "over the limit"));
+  points.push_back(test::failed_point(2040, PointStatus::oom, "a transient failure below"));
+  EXPECT_EQ(find_knee(points, 1.0).reason,
+            "no knee: throughput curve has no concave bend confirmed before the sweep ends (a candidate at "
+            "batch 2048; batch 4160 did not fit, so the sweep cannot go past batch 4096)");
+}
+
 TEST(FindKnee, NoiseCanMakeAKneeAppear) {
   // The unconfirmed bend of the test above, measured with +-20% step times: some perturbed curves confirm it.
   std::vector<Point> points = sweep(
