@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -16,6 +17,7 @@
 #include "batchsweep/model.hpp"
 #include "cli/commands.hpp"
 #include "git_commit.hpp"
+#include "model/suggest.hpp"
 
 namespace bsw::cli {
 namespace {
@@ -374,6 +376,18 @@ int run_app(int argc, char** argv) {
   devices_cmd->add_flag("--json", devices.json, "Print JSON");
   CLI::App* presets_cmd = app.add_subcommand("presets", "List the embedded model presets");
 
+  // CLI11 says "A subcommand is required" for a mistyped one; name it, and the nearest, instead.
+  if (argc >= 2 && argv[1][0] != '-') {
+    std::vector<std::string_view> names;
+    for (const CLI::App* sub : app.get_subcommands({})) names.emplace_back(sub->get_name());
+    const std::string_view word = argv[1];
+    if (std::find(names.begin(), names.end(), word) == names.end()) {
+      const auto near = model_detail::nearest_name(word, names);
+      throw UsageError(fmt::format("unknown subcommand '{}'{} (one of {}; --help for usage)", word,
+                                   near ? fmt::format(": did you mean '{}'?", *near) : std::string(),
+                                   model_detail::join_names(names)));
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

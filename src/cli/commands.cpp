@@ -168,13 +168,20 @@ std::string resolve_export_path(const std::string& path, std::string_view flag) 
 }
 
 // Two exports to one file would leave only the last one written: refused, as is more than one on stdout.
-void check_distinct_exports(const std::vector<std::pair<std::string_view, std::string>>& exports) {
+// One export flag: its resolved path (symlinks followed), and the path as typed, for messages.
+struct ExportPath {
+  std::string_view flag;
+  std::string path;
+  std::string typed;
+};
+
+void check_distinct_exports(const std::vector<ExportPath>& exports) {
   namespace fs = std::filesystem;
   for (size_t i = 0; i < exports.size(); ++i) {
-    const auto& [flag, path] = exports[i];
+    const auto& [flag, path, typed] = exports[i];
     if (path.empty()) continue;
     for (size_t j = i + 1; j < exports.size(); ++j) {
-      const auto& [other_flag, other] = exports[j];
+      const auto& [other_flag, other, other_typed] = exports[j];
       if (other.empty()) continue;
       if (path == "-" || other == "-") {
         if (path == other)
@@ -189,7 +196,7 @@ void check_distinct_exports(const std::vector<std::pair<std::string_view, std::s
         throw UsageError(
             fmt::format("{} {} and {} {}: both name the same file, and the second would "
                         "overwrite the first; give each export its own file",
-                        flag, path, other_flag, other));
+                        flag, typed, other_flag, other_typed));
     }
   }
 }
@@ -217,10 +224,10 @@ void check_exports(ExportSettings& e) {
           fmt::format("{} {}: only --json goes to stdout (- or /dev/stdout), where the table goes otherwise; "
                       "give {} a file",
                       x.flag, x.typed, x.flag));
-  check_distinct_exports({{"--json", e.json_path},
-                          {"--csv", e.csv_path},
-                          {"--markdown", e.markdown_path},
-                          {"--svg", e.svg_path}});
+  check_distinct_exports({{"--json", e.json_path, given.json_path},
+                          {"--csv", e.csv_path, given.csv_path},
+                          {"--markdown", e.markdown_path, given.markdown_path},
+                          {"--svg", e.svg_path, given.svg_path}});
 }
 
 // Writes one export, naming its flag when the write fails (exit 1). Between points (final = false) a pipe or
@@ -793,7 +800,8 @@ int compare_command(const CompareSettings& input) {
   s.markdown_path = resolve_export_path(s.markdown_path, "--markdown");
   check_writable(s.json_path, "--json");
   check_writable(s.markdown_path, "--markdown");
-  check_distinct_exports({{"--json", s.json_path}, {"--markdown", s.markdown_path}});
+  check_distinct_exports(
+      {{"--json", s.json_path, input.json_path}, {"--markdown", s.markdown_path, input.markdown_path}});
   std::vector<Report> reports;
   for (const std::string& path : s.report_paths) {
     reports.push_back(read_report(path));

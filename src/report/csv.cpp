@@ -18,7 +18,8 @@ namespace {
 using ordered = nlohmann::ordered_json;
 
 // Point fields added after the first release, in the order they were added: their columns come last.
-constexpr std::string_view kAddedColumns[] = {"resumed_from"};
+constexpr std::string_view kAddedColumns[] = {"resumed_from", "telemetry.mem_clock_mhz.min",
+                                              "telemetry.mem_clock_mhz.median"};
 
 // Leaves of a point's JSON, in order; arrays other than the raw samples are leaves too.
 void flatten(const ordered& doc, const std::string& prefix,
@@ -48,6 +49,7 @@ Point point_with_every_field() {
   p.skipped_steps = 0;
   p.loss = 0;
   p.telemetry = PointTelemetry{};
+  p.telemetry->mem_clock_mhz_min = 0;  // written only where NVML reads it
   return p;
 }
 

@@ -456,6 +456,7 @@ Report report_from_json(const json& doc, const std::string& source) {
 
 Report read_report(const std::string& path) {
   namespace fs = std::filesystem;
+  if (path.empty()) throw InputError("a report path is empty (\"\"; an unset shell variable?)");
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
   if (ec || !fs::exists(st)) throw InputError(path + ": no such file");

@@ -203,6 +203,24 @@ uint64_t parse_size(std::string_view text, std::string_view flag) {
     }
   }
   if (integer_digits == 0 && fraction_digits == 0) return fail("it does not start with a number");
+  // An exponent, as --batch takes one: 1e9, 1.5e+10, 2e3MiB.
+  u128 power = 1;
+  if (pos + 1 < s.size() && (s[pos] == 'e' || s[pos] == 'E')) {
+    std::size_t at = pos + 1;
+    if (s[at] == '+') ++at;
+    std::size_t exponent_digits = 0;
+    unsigned exponent = 0;
+    while (at < s.size() && std::isdigit(static_cast<unsigned char>(s[at]))) {
+      exponent = exponent * 10 + static_cast<unsigned>(s[at] - '0');
+      if (++exponent_digits > 2) return fail("does not fit in 64 bits");
+      ++at;
+    }
+    if (exponent_digits > 0) {
+      if (exponent > 19) return fail("does not fit in 64 bits");
+      for (unsigned i = 0; i < exponent; ++i) power *= 10;
+      pos = at;
+    }
+  }
 
   std::string unit(trim(s.substr(pos)));
   std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -215,9 +233,15 @@ uint64_t parse_size(std::string_view text, std::string_view flag) {
     multiplier = it->bytes;
   }
 
-  const u128 whole_bytes = integer_part * multiplier;
+  // Checked in floating point first, so the exact products below cannot overflow 128 bits.
+  const long double approx = (static_cast<long double>(integer_part) +
+                              static_cast<long double>(fraction) / static_cast<long double>(fraction_scale)) *
+                             static_cast<long double>(multiplier) * static_cast<long double>(power);
+  if (approx > 2.0L * static_cast<long double>(UINT64_MAX)) return fail("does not fit in 64 bits");
+  const u128 scale = static_cast<u128>(multiplier) * power;
+  const u128 whole_bytes = integer_part * scale;
   // Round the fractional bytes to the nearest byte.
-  const u128 fraction_bytes = (fraction * multiplier * 2 + fraction_scale) / (fraction_scale * 2);
+  const u128 fraction_bytes = (fraction * scale * 2 + fraction_scale) / (fraction_scale * 2);
   const u128 total = whole_bytes + fraction_bytes;
   if (total > static_cast<u128>(UINT64_MAX)) return fail("does not fit in 64 bits");
   if (total == 0) return fail("a size must be at least 1 byte");

@@ -171,6 +171,16 @@ TEST(Run, AnExportThroughASymlinkKeepsTheLink) {
   EXPECT_TRUE(std::filesystem::is_symlink(dir / "link.csv"));
   const std::string csv = slurp(dir / "real.csv");
   EXPECT_EQ(csv.rfind("batch,", 0), 0u) << csv;
+
+  // Two exports to one file through the link are refused, naming the paths as typed.
+  const Result twice =
+      run(scripted_run("roofline.json", {"--batch", "1", "--json", (dir / "real.csv").string(), "--csv",
+                                         (dir / "link.csv").string()}));
+  EXPECT_EQ(twice.exit_code, 2);
+  EXPECT_NE(twice.err.find("--json " + (dir / "real.csv").string() + " and --csv " +
+                           (dir / "link.csv").string() + ": both name the same file"),
+            std::string::npos)
+      << twice.err;
 }
 
 // A link to a file that does not exist yet: the export creates that file, through a chain of two links.

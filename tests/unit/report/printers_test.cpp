@@ -201,9 +201,16 @@ TEST(Csv, HeaderIsTheJsonNames) {
   std::set<std::string> keys;
   flatten_keys(to_json(r)["points"][3], "", keys);
   keys.insert("resumed_from");  // only on points taken by --resume
+  keys.insert("telemetry.mem_clock_mhz.min");  // only where NVML reads the memory clock
+  keys.insert("telemetry.mem_clock_mhz.median");
   keys.erase("samples_ms");
   EXPECT_EQ(std::set<std::string>(header.begin(), header.end()), keys);
   EXPECT_EQ(header.size(), keys.size());
+  // Columns added after the first release come last, in the order they were added.
+  ASSERT_GE(header.size(), 3u);
+  EXPECT_EQ(std::vector<std::string>(header.end() - 3, header.end()),
+            (std::vector<std::string>{"resumed_from", "telemetry.mem_clock_mhz.min",
+                                      "telemetry.mem_clock_mhz.median"}));
   for (const auto& line : lines) EXPECT_EQ(csv_fields(line).size(), header.size()) << line;
 }
 

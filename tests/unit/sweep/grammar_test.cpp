@@ -124,13 +124,15 @@ TEST_P(SizeGood, Parses) {
   EXPECT_EQ(parse_size(GetParam().text, "--memory-limit"), GetParam().bytes);
 }
 
-INSTANTIATE_TEST_SUITE_P(Table, SizeGood,
-                         ::testing::Values(SizeCase{"4096", 4096}, SizeCase{"24GiB", 24ULL << 30},
-                                           SizeCase{"80GB", 80'000'000'000ULL},
-                                           SizeCase{"512MiB", 512ULL << 20}, SizeCase{"1.5TiB", 3ULL << 39},
-                                           SizeCase{"24 gib", 24ULL << 30}, SizeCase{"1KB", 1000},
-                                           SizeCase{"1kib", 1024}, SizeCase{"100B", 100},
-                                           SizeCase{"0.5KiB", 512}, SizeCase{"1.3GB", 1'300'000'000ULL}));
+INSTANTIATE_TEST_SUITE_P(
+    Table, SizeGood,
+    ::testing::Values(SizeCase{"4096", 4096}, SizeCase{"24GiB", 24ULL << 30},
+                      SizeCase{"80GB", 80'000'000'000ULL}, SizeCase{"512MiB", 512ULL << 20},
+                      SizeCase{"1.5TiB", 3ULL << 39}, SizeCase{"24 gib", 24ULL << 30}, SizeCase{"1KB", 1000},
+                      SizeCase{"1kib", 1024}, SizeCase{"100B", 100}, SizeCase{"0.5KiB", 512},
+                      SizeCase{"1.3GB", 1'300'000'000ULL}, SizeCase{"1e9", 1'000'000'000ULL},
+                      SizeCase{"1.5e+10", 15'000'000'000ULL}, SizeCase{"1E3", 1000},
+                      SizeCase{"2e3MiB", 2000ULL << 20}, SizeCase{"1.8e19", 18'000'000'000'000'000'000ULL}));
 
 TEST(Size, RoundsFractionsToTheNearestByte) {
   EXPECT_EQ(parse_size("0.1KiB", "--memory-limit"), 102u);  // 102.4
@@ -156,15 +158,16 @@ TEST_P(SizeErrors, UsageErrorNamesFlag) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Table, SizeErrors,
-                         ::testing::Values(SizeBad{"12XB", "unknown unit 'XB'"}, SizeBad{"", "empty"},
-                                           SizeBad{"GiB", "does not start with a number"},
-                                           SizeBad{"-1GiB", "negative"}, SizeBad{"0", "at least 1 byte"},
-                                           SizeBad{"0.0001B", "at least 1 byte"},
-                                           SizeBad{"18446744073709551616", "does not fit in 64 bits"},
-                                           SizeBad{"16384PiB", "does not fit in 64 bits"},
-                                           SizeBad{"1.2.3GiB", "unknown unit"},
-                                           SizeBad{"1.1234567890123456789GiB", "more than 18 digits"}));
+INSTANTIATE_TEST_SUITE_P(
+    Table, SizeErrors,
+    ::testing::Values(SizeBad{"12XB", "unknown unit 'XB'"}, SizeBad{"", "empty"},
+                      SizeBad{"GiB", "does not start with a number"}, SizeBad{"-1GiB", "negative"},
+                      SizeBad{"0", "at least 1 byte"}, SizeBad{"0.0001B", "at least 1 byte"},
+                      SizeBad{"18446744073709551616", "does not fit in 64 bits"},
+                      SizeBad{"16384PiB", "does not fit in 64 bits"}, SizeBad{"1.2.3GiB", "unknown unit"},
+                      SizeBad{"1e20", "does not fit in 64 bits"}, SizeBad{"1e100", "does not fit in 64 bits"},
+                      SizeBad{"2e19", "does not fit in 64 bits"}, SizeBad{"1e", "unknown unit 'e'"},
+                      SizeBad{"1.1234567890123456789GiB", "more than 18 digits"}));
 
 TEST(FormatBytes, BinaryUnitsTwoDecimals) {
   EXPECT_EQ(format_bytes(0), "0 B");
