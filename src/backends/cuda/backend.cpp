@@ -76,22 +76,29 @@ class CudaBackend final : public Backend {
       paths.attention = AttentionPath::explicit_softmax;
       return paths;
     }
-    const PlanRequest request{1, precision, mode, 1, BackendKind::cuda, paths};
-    const uint64_t limit = cudnn_workspace_bytes(graph, request);
+    // The planned cuDNN workspace depends on which op kinds use cuDNN: after a fallback the sessions reserve
+    // less, so what passed against the larger limit is checked again against the one they will have.
     std::vector<std::string> notes;
-    for (const Op& op : graph.ops) {
-      if (op.kind == OpKind::conv2d && paths.conv == ConvPath::cudnn) {
-        const std::string error = graphs_->op_support(graph, op, 1, precision, mode, limit);
-        if (!error.empty()) {
-          paths.conv = ConvPath::im2col_gemm;
-          notes.push_back(fmt::format("conv: {} fell back to im2col + GEMM: {}", op.path, error));
+    for (bool changed = true; changed;) {
+      changed = false;
+      const PlanRequest request{1, precision, mode, 1, BackendKind::cuda, paths};
+      const uint64_t limit = cudnn_workspace_bytes(graph, request);
+      for (const Op& op : graph.ops) {
+        if (op.kind == OpKind::conv2d && paths.conv == ConvPath::cudnn) {
+          const std::string error = graphs_->op_support(graph, op, 1, precision, mode, limit);
+          if (!error.empty()) {
+            paths.conv = ConvPath::im2col_gemm;
+            notes.push_back(fmt::format("conv: {} fell back to im2col + GEMM: {}", op.path, error));
+            changed = true;
+          }
         }
-      }
-      if (op.kind == OpKind::attention_core && paths.attention == AttentionPath::cudnn_sdpa) {
-        const std::string error = graphs_->op_support(graph, op, 1, precision, mode, limit);
-        if (!error.empty()) {
-          paths.attention = AttentionPath::explicit_softmax;
-          notes.push_back(fmt::format("attention: {} fell back to the explicit path: {}", op.path, error));
+        if (op.kind == OpKind::attention_core && paths.attention == AttentionPath::cudnn_sdpa) {
+          const std::string error = graphs_->op_support(graph, op, 1, precision, mode, limit);
+          if (!error.empty()) {
+            paths.attention = AttentionPath::explicit_softmax;
+            notes.push_back(fmt::format("attention: {} fell back to the explicit path: {}", op.path, error));
+            changed = true;
+          }
         }
       }
     }

@@ -6,6 +6,7 @@
 #include <cudnn_frontend.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -120,16 +121,27 @@ struct CudnnGraphs::Cache {
       return e;
     }
     auto fail = [&](const char* stage, fe::error_t status) {
-      e.error = fmt::format("cuDNN {}: {}", stage, status.get_message());
+      // The frontend's error holds a code and a message; a cuDNN allocation failure (loading kernels,
+      // building a plan) is known only by its text. Out of memory is a measurement of this batch, not a
+      // rejection of the shape: thrown, so the point is oom and nothing is remembered.
+      const std::string& message = status.get_message();
+      if (message.find("ALLOC_FAILED") != std::string::npos ||
+          message.find("ALLOCATION_FAILED") != std::string::npos ||
+          message.find("out of memory") != std::string::npos)
+        throw OutOfMemory(fmt::format("cuDNN {} ran out of device memory: {}", stage, message));
+      e.error = fmt::format("cuDNN {}: {}", stage, message);
       return e;
     };
     if (auto s = g->validate(); s.is_bad()) return fail("validate", s);
     if (auto s = g->build_operation_graph(handle); s.is_bad()) return fail("build_operation_graph", s);
     if (auto s = g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}); s.is_bad())
       return fail("heuristics", s);
-    // fp32 means fp32: no engine that rounds the inputs to TF32 (or lower) on tensor cores.
+    // fp32 means fp32: no engine that rounds the inputs to TF32 (or lower) on tensor cores. In every
+    // precision, no engine that converts the inputs below the precision asked for (PyTorch drops them too).
     if (strict_fp32)
       g->deselect_numeric_notes({fe::NumericalNote_t::TENSOR_CORE, fe::NumericalNote_t::DOWN_CONVERT_INPUTS});
+    else
+      g->deselect_numeric_notes({fe::NumericalNote_t::DOWN_CONVERT_INPUTS});
     g->deselect_workspace_greater_than(static_cast<int64_t>(workspace_limit - frontend_workspace));
     if (auto s = g->check_support(handle); s.is_bad()) return fail("check_support", s);
     if (auto s = g->build_plans(handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE); s.is_bad())
@@ -247,9 +259,14 @@ struct CudnnGraphs::Cache {
       dk->set_output(true).set_uid(kDK).set_dim(dims).set_stride(qkv_strides);
       dv->set_output(true).set_uid(kDV).set_dim(dims).set_stride(qkv_strides);
     }
-    // The frontend's own share of the backward workspace: the fp32 dQ accumulator and the softmax sums.
-    const uint64_t frontend =
-        backward ? static_cast<uint64_t>(s.batch * s.heads * s.seq * (s.head_dim + 1) * 4) : 0;
+    // The frontend's own share of the backward workspace: the fp32 dQ accumulator and the softmax sums, and
+    // on cuDNN 9.15 and older, for a sequence that is not a multiple of 128, two int32 sequence lengths per
+    // sample for the padding mask it adds (scaled_dot_product_flash_attention.h, get_fe_workspace_size_node).
+    uint64_t frontend = 0;
+    if (backward) {
+      frontend = static_cast<uint64_t>(s.batch * s.heads * s.seq * (s.head_dim + 1) * 4);
+      if (s.seq % 128 != 0 && cudnnGetVersion() <= 91500) frontend += static_cast<uint64_t>(s.batch) * 8;
+    }
     return finish(std::move(g), workspace_limit, false, frontend);
   }
 
@@ -336,9 +353,12 @@ std::string CudnnGraphs::op_support(const Graph& graph, const Op& op, int64_t ba
     const ConvShape shape = conv_shape(op, batch, precision);
     error = conv_support(ConvPass::fprop, shape, workspace_limit);
     if (error.empty() && train) error = conv_support(ConvPass::wgrad, shape, workspace_limit);
-    // The first op reads the network input, which needs no gradient.
-    if (error.empty() && train && &op != &graph.ops.front())
-      error = conv_support(ConvPass::dgrad, shape, workspace_limit);
+    // An op that reads the network input (every op before it a residual_save, which passes its input on)
+    // needs no input gradient: the session runs no dgrad for it, so none is built or checked.
+    const auto at = std::find_if(graph.ops.begin(), graph.ops.end(), [&](const Op& o) { return &o == &op; });
+    const bool reads_input =
+        std::all_of(graph.ops.begin(), at, [](const Op& o) { return o.kind == OpKind::residual_save; });
+    if (error.empty() && train && !reads_input) error = conv_support(ConvPass::dgrad, shape, workspace_limit);
   } else if (op.kind == OpKind::attention_core) {
     const SdpaShape shape = sdpa_shape(op, batch, storage_dtype(precision), train);
     error = sdpa_support(false, shape, workspace_limit);
