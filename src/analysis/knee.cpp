@@ -147,15 +147,19 @@ std::string knee_reason(const KneeOutcome& outcome, const std::vector<CurvePoint
     }
     case KneeCall::no_bend:
       if (outcome.unconfirmed) {
-        // Past the largest batch that fits there is nothing to extend the sweep to.
+        // Past the largest batch that fits there is nothing to extend the sweep to; short of a batch that
+        // did not fit, far above, the batches between are where to look.
+        const int64_t last = curve.back().batch;
         const std::optional<int64_t> unfit = unfit_above(points, curve.back());
+        std::string advice = fmt::format("extend the sweep past batch {}", last);
+        if (unfit && budget_edge_narrow(last, *unfit))
+          advice = fmt::format("batch {} did not fit, so the sweep cannot go past batch {}", *unfit, last);
+        else if (unfit)
+          advice = fmt::format("sweep batches between {} and {}, which did not fit", last, *unfit);
         return fmt::format(
             "no knee: throughput curve has no concave bend confirmed before the sweep ends (a candidate at "
             "batch {}; {})",
-            curve[*outcome.unconfirmed].batch,
-            unfit ? fmt::format("batch {} did not fit, so the sweep cannot go past batch {}", *unfit,
-                                curve.back().batch)
-                  : fmt::format("extend the sweep past batch {}", curve.back().batch));
+            curve[*outcome.unconfirmed].batch, advice);
       }
       return "no knee: throughput curve has no concave bend";
   }

@@ -29,8 +29,8 @@ bool incomplete(const RunSummary& run) {
 std::string incomplete_why(const RunSummary& run) {
   if (run.state == "interrupted")
     return "interrupted by a signal (state interrupted), its batches after that were never run";
-  return "written while its sweep ran (state in_progress) and the run ended before it finished, so it was "
-         "killed; its later batches were never run";
+  return "written while its sweep ran (state in_progress): the run stopped before it finished (killed, or "
+         "failed) or is still running, and its later batches are not in it";
 }
 
 std::string_view to_string(Verdict v) {
@@ -175,6 +175,10 @@ void check_comparable(const std::vector<Report>& reports, const std::vector<RunS
   // The first run that says its mode is what the others' modes are held to.
   size_t moded = 0;
   while (moded + 1 < runs.size() && runs[moded].mode.empty()) ++moded;
+  // Likewise the first run that names its model: a minimal report (schema_version and points) names none
+  // and conflicts with none, but the runs that do name one are held to each other.
+  size_t named = 0;
+  while (named + 1 < runs.size() && runs[named].model.empty()) ++named;
   for (size_t i = 1; i < reports.size(); ++i) {
     const std::string both = fmt::format("{} and {}", runs[0].name, runs[i].name);
     if (reports[i].schema_version != a.schema_version) {
@@ -188,25 +192,26 @@ void check_comparable(const std::vector<Report>& reports, const std::vector<RunS
                       "comparable",
                       runs[moded].name, runs[i].name, runs[moded].mode, runs[i].mode));
     }
-    if (options.allow_model_mismatch) continue;
-    // A report that does not name its model (a minimal one: schema_version and points) conflicts with none.
-    if (runs[i].model.empty() || runs[0].model.empty()) continue;
-    if (runs[i].model != runs[0].model) {
+    if (options.allow_model_mismatch || i == named || runs[i].model.empty() || runs[named].model.empty())
+      continue;
+    const std::string pair = fmt::format("{} and {}", runs[named].name, runs[i].name);
+    if (runs[i].model != runs[named].model) {
       throw InputError(
           fmt::format("{}: different models ({} vs {}); pass --allow-model-mismatch to compare them "
                       "anyway",
-                      both, runs[0].model, runs[i].model));
+                      pair, runs[named].model, runs[i].model));
     }
     // One name, other layers (a model file named like a preset): the resolved models say.
-    const auto a_model = a.settings.find("model");
+    const Report& ref = reports[named];
+    const auto a_model = ref.settings.find("model");
     const auto b_model = reports[i].settings.find("model");
-    if (a_model == a.settings.end() || b_model == reports[i].settings.end() || !a_model->is_object() ||
+    if (a_model == ref.settings.end() || b_model == reports[i].settings.end() || !a_model->is_object() ||
         !b_model->is_object())
       continue;
     if (const std::optional<std::string> where = first_difference(*a_model, *b_model, "settings.model"))
       throw InputError(fmt::format(
-          "{}: different models named {} ({}); pass --allow-model-mismatch to compare them anyway", both,
-          runs[0].model, *where));
+          "{}: different models named {} ({}); pass --allow-model-mismatch to compare them anyway", pair,
+          runs[named].model, *where));
   }
 }
 

@@ -369,6 +369,7 @@ class Reader {
     }
     Report r;
     r.schema_version = static_cast<int>(version);
+    r.tool.name.clear();  // what the document says, not this program's name
     if (const json* tool = optional_object(doc, top, "tool")) {
       r.tool.name = optional_string(*tool, "tool", "name");
       r.tool.version = optional_string(*tool, "tool", "version");

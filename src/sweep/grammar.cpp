@@ -207,12 +207,14 @@ uint64_t parse_size(std::string_view text, std::string_view flag) {
   u128 power = 1;
   if (pos + 1 < s.size() && (s[pos] == 'e' || s[pos] == 'E')) {
     std::size_t at = pos + 1;
+    if (s[at] == '-' && at + 1 < s.size() && std::isdigit(static_cast<unsigned char>(s[at + 1])))
+      return fail("a negative exponent (write 0.001GiB, not 1e-3GiB)");
     if (s[at] == '+') ++at;
     std::size_t exponent_digits = 0;
     unsigned exponent = 0;
     while (at < s.size() && std::isdigit(static_cast<unsigned char>(s[at]))) {
-      exponent = exponent * 10 + static_cast<unsigned>(s[at] - '0');
-      if (++exponent_digits > 2) return fail("does not fit in 64 bits");
+      exponent = std::min(exponent * 10 + static_cast<unsigned>(s[at] - '0'), 100u);  // 1e005 is 1e5
+      ++exponent_digits;
       ++at;
     }
     if (exponent_digits > 0) {

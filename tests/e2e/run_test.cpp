@@ -646,8 +646,39 @@ TEST(Compare, AMinimalReportIsComparedAndAnalysedFromItsPoints) {
   std::ofstream(minimal) << nlohmann::json{{"schema_version", 1}, {"points", points}}.dump();
   const Result r = run({"compare", a, minimal});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  const std::string knee = "knee batch " + std::to_string(doc["analysis"]["knee"]["batch"].get<int64_t>());
+  const std::string knee =
+      "knee batch " + std::to_string(doc["analysis"]["knee"]["batch"].get<int64_t>()) + " (";
   EXPECT_EQ(count_of(r.out, knee), 2u) << r.out;
+
+  // A stale analysis block is not what compare shows: the points are. And each run is analysed with its
+  // own settings: here a latency budget (1 ms) that no batch meets (every step takes 2 ms or more).
+  nlohmann::json stale = doc;
+  stale["analysis"]["knee"]["batch"] = 2;
+  stale["analysis"]["recommended"]["batch"] = 2;
+  stale["settings"]["latency_slo_ms"] = 1.0;
+  const std::string edited = (dir / "edited.json").string();
+  std::ofstream(edited) << stale.dump();
+  const Result again = run({"compare", a, edited});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(count_of(again.out, knee), 2u) << again.out;
+  EXPECT_EQ(again.out.find("knee batch 2 ("), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find("recommended none"), std::string::npos) << again.out;
+}
+
+// Runs that name their model are held to each other even when the baseline names none.
+TEST(Compare, RunsThatNameAModelAreHeldToEachOther) {
+  ScratchDir dir;
+  const std::string a = (dir / "a.json").string(), b = (dir / "b.json").string();
+  const std::string minimal = (dir / "minimal.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "8", "--json", a})).exit_code, 0);
+  std::vector<std::string> args = scripted_run("roofline.json", {"--batch", "8", "--json", b});
+  args[6] = "tiny-lm";
+  ASSERT_EQ(run(args).exit_code, 0);
+  std::ofstream(minimal) << R"({"schema_version": 1, "points": [{"batch": 8, "status": "ok",
+    "samples_per_second": 100}]})";
+  const Result r = run({"compare", minimal, a, b});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.err.find(a + " and " + b + ": different models (mlp vs tiny-lm)"), std::string::npos) << r.err;
 }
 
 std::vector<std::string> sleepy_sweep(const std::string& json) {
@@ -747,6 +778,16 @@ TEST(Run, AKilledSweepsReportSaysItDidNotFinish) {
   EXPECT_EQ(doc["gate"]["passed"], true) << doc.dump();
   EXPECT_EQ(doc["gate"]["fail_on_regression_pct"], 50.0);
   EXPECT_TRUE(doc["gate"]["regressions"].empty());
+
+  // Interrupted (SIGINT, SIGTERM) is refused the same way.
+  nlohmann::json interrupted = read_json(killed);
+  interrupted["state"] = "interrupted";
+  const std::string stopped = (dir / "stopped.json").string();
+  std::ofstream(stopped) << interrupted.dump();
+  gate = run({"compare", full, stopped, "--fail-on-regression", "50"});
+  EXPECT_EQ(gate.exit_code, 2) << gate.out << gate.err;
+  EXPECT_NE(gate.err.find(stopped + " did not finish: interrupted by a signal"), std::string::npos)
+      << gate.err;
 }
 
 // An interrupted sweep, resumed into its own file: the finished points are kept as they were measured

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -20,6 +21,15 @@ from .report import Report, check_writable, write_file_atomic
 from .stopping import StoppingSettings
 
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+
+class Terminated(Exception):
+    """SIGTERM, raised where the sweep is, as KeyboardInterrupt is for SIGINT."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
 PLAN_TIMEOUT_S = 120
 
 EXAMPLES = """examples:
@@ -248,26 +258,35 @@ def run(s: Settings, argv: list) -> int:
     if not s.quiet:
         print(f"{PEER_NAME}: {model.config['name']} ({graph.parameters:,} parameters) {s.mode} {s.precision} on "
               f"{info['name']} ({info['backend']}, torch {torch.__version__}); {parameter_check}", file=sys.stderr)
-    interrupted = False
-    for i, batch in enumerate(s.batches, 1):
-        try:
+    # As batchsweep: SIGINT (130) or SIGTERM (143) anywhere in the sweep keeps every finished point and
+    # marks the report interrupted.
+    interrupted_by = None
+    previous_term = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        for i, batch in enumerate(s.batches, 1):
             point = runner.measure(batch)
-        except KeyboardInterrupt:
-            interrupted = True
-            own_warnings.append(f"interrupted by SIGINT: the report holds the {len(report.points)} finished "
-                                   "point(s)")
-            break
-        report.add(point)
-        export()
-        if not s.quiet:
-            print(_progress(i, len(s.batches), point), file=sys.stderr)
-    report.state = "interrupted" if interrupted else "complete"
+            report.add(point)
+            export()
+            if not s.quiet:
+                print(_progress(i, len(s.batches), point), file=sys.stderr)
+    except KeyboardInterrupt:
+        interrupted_by = "SIGINT"
+    except Terminated:
+        interrupted_by = "SIGTERM"
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+    if interrupted_by:
+        own_warnings.append(f"interrupted by {interrupted_by}: the report holds the {len(report.points)} "
+                            "finished point(s)")
+    report.state = "interrupted" if interrupted_by else "complete"
     export()
     for w in report.warnings:
         print(f"warning: {w}", file=sys.stderr)
     if s.json_path == "-":
         write_file_atomic("-", report.dumps())
-    return EXIT_INTERRUPTED if interrupted else EXIT_OK
+    if interrupted_by == "SIGTERM":
+        return EXIT_TERMINATED
+    return EXIT_INTERRUPTED if interrupted_by else EXIT_OK
 
 
 def main(argv: Optional[list] = None) -> int:

@@ -78,11 +78,12 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
-def _cpu_memory_bytes() -> int:
+def _cpu_memory_bytes():
+    """The machine's memory, or None where it cannot be read (unknown is null in a report, never 0)."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
-        return 0
+        return None
 
 
 class PointState:

@@ -4,6 +4,7 @@
 // prepare(), which hands the plan to a CudaSession.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -83,9 +84,21 @@ class CudaBackend final : public Backend {
       changed = false;
       const PlanRequest request{1, precision, mode, 1, BackendKind::cuda, paths};
       const uint64_t limit = cudnn_workspace_bytes(graph, request);
+      // Out of device memory (other processes' memory) says nothing about the shape: the path stays, and
+      // each point's prepare checks it again at its own batch (oom there is that point's measurement).
+      const auto support = [&](const Op& op) -> std::string {
+        try {
+          return graphs_->op_support(graph, op, 1, precision, mode, limit);
+        } catch (const OutOfMemory& e) {
+          const std::string note = fmt::format(
+              "{}: not checked at batch 1 ({}); each point checks it at prepare", op.path, e.what());
+          if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
+          return {};
+        }
+      };
       for (const Op& op : graph.ops) {
         if (op.kind == OpKind::conv2d && paths.conv == ConvPath::cudnn) {
-          const std::string error = graphs_->op_support(graph, op, 1, precision, mode, limit);
+          const std::string error = support(op);
           if (!error.empty()) {
             paths.conv = ConvPath::im2col_gemm;
             notes.push_back(fmt::format("conv: {} fell back to im2col + GEMM: {}", op.path, error));
@@ -93,7 +106,7 @@ class CudaBackend final : public Backend {
           }
         }
         if (op.kind == OpKind::attention_core && paths.attention == AttentionPath::cudnn_sdpa) {
-          const std::string error = graphs_->op_support(graph, op, 1, precision, mode, limit);
+          const std::string error = support(op);
           if (!error.empty()) {
             paths.attention = AttentionPath::explicit_softmax;
             notes.push_back(fmt::format("attention: {} fell back to the explicit path: {}", op.path, error));

@@ -125,8 +125,7 @@ struct CudnnGraphs::Cache {
       // building a plan) is known only by its text. Out of memory is a measurement of this batch, not a
       // rejection of the shape: thrown, so the point is oom and nothing is remembered.
       const std::string& message = status.get_message();
-      if (message.find("ALLOC_FAILED") != std::string::npos ||
-          message.find("ALLOCATION_FAILED") != std::string::npos ||
+      if (message.find("DEVICE_ALLOCATION_FAILED") != std::string::npos ||
           message.find("out of memory") != std::string::npos)
         throw OutOfMemory(fmt::format("cuDNN {} ran out of device memory: {}", stage, message));
       e.error = fmt::format("cuDNN {}: {}", stage, message);

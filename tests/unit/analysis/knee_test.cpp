@@ -251,7 +251,10 @@ TEST(FindKnee, AnUnconfirmedBendAtTheFitEdgeDoesNotAskForALargerBatch) {
   EXPECT_EQ(open.reason,
             "no knee: throughput curve has no concave bend confirmed before the sweep ends (a candidate at "
             "batch 2048; extend the sweep past batch 4096)");
-  points.push_back(test::failed_point(8192, PointStatus::oom, "needs 90 GiB"));
+  points.push_back(test::failed_point(65536, PointStatus::oom, "needs 900 GiB"));
+  EXPECT_EQ(find_knee(points, 1.0).reason,
+            "no knee: throughput curve has no concave bend confirmed before the sweep ends (a candidate at "
+            "batch 2048; sweep batches between 4096 and 65536, which did not fit)");
   points.push_back(test::failed_point(4160, PointStatus::over_limit, "over the limit"));
   points.push_back(test::failed_point(2040, PointStatus::oom, "a transient failure below"));
   EXPECT_EQ(find_knee(points, 1.0).reason,

@@ -159,6 +159,7 @@ TEST(ReportJson, UnknownNumbersAreNullNotZero) {
   EXPECT_TRUE(doc["device"]["memory_total_bytes"].is_null());
   EXPECT_TRUE(doc["created_at"].is_null());
   EXPECT_TRUE(doc["tool"]["version"].is_null());
+  EXPECT_TRUE(doc["tool"]["name"].is_null());
   const json sample = to_json(testing::sample_report());
   EXPECT_TRUE(sample["points"][0]["memory"]["planned_bytes"].is_number_unsigned());
   EXPECT_TRUE(sample["points"][0]["step_ms"]["stddev"].is_number());

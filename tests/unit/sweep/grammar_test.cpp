@@ -132,7 +132,9 @@ INSTANTIATE_TEST_SUITE_P(
                       SizeCase{"1kib", 1024}, SizeCase{"100B", 100}, SizeCase{"0.5KiB", 512},
                       SizeCase{"1.3GB", 1'300'000'000ULL}, SizeCase{"1e9", 1'000'000'000ULL},
                       SizeCase{"1.5e+10", 15'000'000'000ULL}, SizeCase{"1E3", 1000},
-                      SizeCase{"2e3MiB", 2000ULL << 20}, SizeCase{"1.8e19", 18'000'000'000'000'000'000ULL}));
+                      SizeCase{"2e3MiB", 2000ULL << 20}, SizeCase{"1e005GB", 100'000'000'000'000ULL},
+                      SizeCase{"1e0000000009", 1'000'000'000ULL},
+                      SizeCase{"1.8e19", 18'000'000'000'000'000'000ULL}));
 
 TEST(Size, RoundsFractionsToTheNearestByte) {
   EXPECT_EQ(parse_size("0.1KiB", "--memory-limit"), 102u);  // 102.4
@@ -167,6 +169,7 @@ INSTANTIATE_TEST_SUITE_P(
                       SizeBad{"16384PiB", "does not fit in 64 bits"}, SizeBad{"1.2.3GiB", "unknown unit"},
                       SizeBad{"1e20", "does not fit in 64 bits"}, SizeBad{"1e100", "does not fit in 64 bits"},
                       SizeBad{"2e19", "does not fit in 64 bits"}, SizeBad{"1e", "unknown unit 'e'"},
+                      SizeBad{"1e-3GiB", "a negative exponent"}, SizeBad{"1e0020", "does not fit in 64 bits"},
                       SizeBad{"1.1234567890123456789GiB", "more than 18 digits"}));
 
 TEST(FormatBytes, BinaryUnitsTwoDecimals) {
