@@ -7,6 +7,8 @@
 #include <numeric>
 #include <vector>
 
+#include "backends/cuda/check.hpp"
+#include "batchsweep/errors.hpp"
 #include "cuda_emu.hpp"
 
 namespace {
@@ -278,3 +280,29 @@ TEST(Emulator, AFaultInAReplayedGraphReachesTheNextSynchronisation) {
 }
 
 }  // namespace
+
+// An error that leaves the context unusable stops the sweep (bsw::Error, exit 1); other launch errors are a
+// failed point (BackendError), and an allocation failure an oom point.
+TEST(CudaErrors, StickyErrorsStopTheSweepOthersFailAPoint) {
+  using bsw::cuda::detail::throw_cuda_error;
+  const auto kind = [](cudaError_t status) -> std::string {
+    try {
+      throw_cuda_error(status, "call()", __FILE__, __LINE__);
+    } catch (const bsw::OutOfMemory&) {
+      return "oom";
+    } catch (const bsw::BackendError&) {
+      return "point";
+    } catch (const bsw::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the CUDA context is unusable"), std::string::npos) << e.what();
+      return "sweep";
+    }
+    return "none";
+  };
+  EXPECT_EQ(kind(cudaErrorIllegalAddress), "sweep");
+  EXPECT_EQ(kind(cudaErrorLaunchFailure), "sweep");
+  EXPECT_EQ(kind(cudaErrorAssert), "sweep");
+  EXPECT_EQ(kind(cudaErrorInvalidValue), "point");
+  EXPECT_EQ(kind(cudaErrorInvalidConfiguration), "point");
+  EXPECT_EQ(kind(cudaErrorMemoryAllocation), "oom");
+  ASSERT_EQ(cudaDeviceReset(), cudaSuccess);
+}

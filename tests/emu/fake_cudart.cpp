@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <atomic>
 
 #include <chrono>
 #include <cstdint>
@@ -539,8 +540,17 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
   return cudaSuccess;
 }
 
+namespace {
+std::atomic<bool> g_fail_next_instantiate{false};
+}  // namespace
+
+void bsw::emu::fail_next_graph_instantiate() {
+  g_fail_next_instantiate = true;
+}
+
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long /*flags*/) {
   if (graph == nullptr) return fail(cudaErrorInvalidValue);
+  if (g_fail_next_instantiate.exchange(false)) return fail(cudaErrorMemoryAllocation);
   *exec = new CUgraphExec_st{graph->work};
   return cudaSuccess;
 }

@@ -24,6 +24,9 @@ cudaError_t enqueue(cudaStream_t stream, std::function<void()> work);
 // (a bad launch, a kernel that touched memory outside every allocation, a deadlocked barrier).
 void set_launch_error(cudaError_t error, const std::string& message);
 
+// Makes the next cudaGraphInstantiate fail with cudaErrorMemoryAllocation (instantiation at high memory use).
+void fail_next_graph_instantiate();
+
 // True when [p, p + bytes) lies inside one live device allocation (cudaMalloc'd, not freed).
 [[nodiscard]] bool device_range_ok(const void* p, std::size_t bytes);
 

@@ -19,6 +19,26 @@ const char* base_name(const char* file) {
   return name;
 }
 
+// Errors that leave the CUDA context unusable ("any further CUDA work will return the same error"): every
+// later point would fail with it, blamed on its own batch, so the sweep stops instead.
+bool sticky(cudaError_t status) {
+  switch (status) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorLaunchTimeout:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 const char* cublas_status_name(cublasStatus_t status) noexcept {
@@ -55,6 +75,11 @@ void throw_cuda_error(cudaError_t status, const char* call, const char* file, in
         cudaGetLastError());  // allocation failures are not sticky: clear them for the next call
     throw OutOfMemory(message);
   }
+  if (sticky(status))
+    throw Error(
+        fmt::format("{}; the CUDA context is unusable after this error, so the sweep stops here (the "
+                    "points finished before it are in the report)",
+                    message));
   throw BackendError(message);
 }
 

@@ -174,6 +174,8 @@ class CudaSession final : public Session {
                                     format_bytes(total), total, format_bytes(*options_.memory_limit_bytes)));
     // device_used_bytes spans all of prepare: the arena, and whatever the stream, the cuBLASLt handle,
     // cuDNN's graphs and the initialisation kernels take beside it, as a user's nvidia-smi would see.
+    // Other batches' cuDNN plans are dropped first: freed inside the window, they would shrink the delta.
+    if (cudnn_) cudnn_->retain_batch(batch());
     size_t free_before = 0, device_total = 0;
     BSW_CUDA(cudaMemGetInfo(&free_before, &device_total));
     free_before_ = free_before;
@@ -410,13 +412,22 @@ class CudaSession final : public Session {
 
   // ---- CUDA graph
   // ------------------------------------------------------------------------------------------------
+  // The point runs on plain launches: said in details and as a warning, since its steps then pay the launch
+  // overhead the others' graph replays do not.
+  void capture_failed(const std::string& why) {
+    graph_status_ = fmt::format("capture failed, plain launches: {}", why);
+    warnings_.push_back(fmt::format(
+        "batch {}: CUDA graph capture failed, so its steps are timed as plain launches (with the launch "
+        "overhead the graph replays of other batches do not have): {}",
+        batch(), why));
+  }
+
   void capture_graph() {
     cudaGraph_t graph = nullptr;
     const cudaError_t begin = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
     if (begin != cudaSuccess) {
       static_cast<void>(cudaGetLastError());
-      graph_status_ = fmt::format("capture failed, plain launches: cudaStreamBeginCapture: {}",
-                                  cudaGetErrorString(begin));
+      capture_failed(fmt::format("cudaStreamBeginCapture: {}", cudaGetErrorString(begin)));
       return;
     }
     try {
@@ -425,15 +436,14 @@ class CudaSession final : public Session {
       static_cast<void>(cudaStreamEndCapture(stream_, &graph));
       if (graph != nullptr) static_cast<void>(cudaGraphDestroy(graph));
       static_cast<void>(cudaGetLastError());
-      graph_status_ = fmt::format("capture failed, plain launches: {}", e.what());
+      capture_failed(e.what());
       return;
     }
     const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
     if (end != cudaSuccess || graph == nullptr) {
       if (graph != nullptr) static_cast<void>(cudaGraphDestroy(graph));
       static_cast<void>(cudaGetLastError());
-      graph_status_ =
-          fmt::format("capture failed, plain launches: cudaStreamEndCapture: {}", cudaGetErrorString(end));
+      capture_failed(fmt::format("cudaStreamEndCapture: {}", cudaGetErrorString(end)));
       return;
     }
     const cudaError_t instantiated = cudaGraphInstantiate(&graph_exec_, graph, 0);
@@ -441,8 +451,7 @@ class CudaSession final : public Session {
     if (instantiated != cudaSuccess) {
       static_cast<void>(cudaGetLastError());
       graph_exec_ = nullptr;
-      graph_status_ = fmt::format("capture failed, plain launches: cudaGraphInstantiate: {}",
-                                  cudaGetErrorString(instantiated));
+      capture_failed(fmt::format("cudaGraphInstantiate: {}", cudaGetErrorString(instantiated)));
       return;
     }
     // Uploaded now, so the first replay (a timed step) does not pay for it.
