@@ -49,6 +49,8 @@ struct CompareCell {
   std::string reason;
   double samples_per_second = 0;
   size_t samples = 0;  // raw step-time samples the verdict could use
+  // The relative standard error of the mean step time (stddev / mean / sqrt(n)), where there are samples.
+  std::optional<double> standard_error;
 };
 
 // A run (B, C, ...) against the baseline at one batch.
@@ -57,8 +59,8 @@ struct CompareDelta {
   Verdict verdict = Verdict::not_comparable;
   bool from_samples = false;  // false: a throughput threshold only, shown as "(no samples)"
   // Samples on both sides, but too few for the test ever to reach alpha on them (3 a side: p >= 0.1; 2
-  // against more than 20, where the normal approximation is used: p >= 0.014). The threshold decides:
-  // "(few samples)".
+  // against more than 20, where the normal approximation is used: p >= 0.014). The threshold decides, and a
+  // change within twice the combined standard error of the two mean step times is "same": "(few samples)".
   bool few_samples = false;
   std::optional<double> p_value;  // two-sided Mann-Whitney p, when from_samples
 };

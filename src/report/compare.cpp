@@ -67,6 +67,17 @@ bool usable_samples(const std::vector<double>& samples) {
          std::all_of(samples.begin(), samples.end(), [](double v) { return std::isfinite(v); });
 }
 
+// stddev / mean / sqrt(n) of the step times: how well the mean step time is known, relative.
+std::optional<double> standard_error(const std::vector<double>& samples) {
+  if (!usable_samples(samples)) return std::nullopt;
+  return relative_noise(samples) / std::sqrt(static_cast<double>(samples.size()));
+}
+
+// Twice the combined standard error of two means: a change inside it is noise.
+double noise_margin(double a, double b) {
+  return 2.0 * std::sqrt(a * a + b * b);
+}
+
 bool ran(const Point& p) {
   return p.status == PointStatus::ok && std::isfinite(p.samples_per_second) && p.samples_per_second > 0;
 }
@@ -112,9 +123,12 @@ CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions
   const bool effect = beyond_effect(d.ratio, options);
   const bool samples = usable_samples(baseline.samples_ms) && usable_samples(run.samples_ms);
   if (samples && smallest_p(run.samples_ms, baseline.samples_ms) >= options.alpha) {
-    // Three samples a side can never give p below 0.1: the test could only ever say "same".
+    // Three samples a side can never give p below 0.1: the test could only ever say "same". The threshold
+    // decides, unless the change is within the two means' noise.
     d.few_samples = true;
-    d.verdict = effect ? direction(d.ratio) : Verdict::same;
+    const bool within_noise = std::fabs(d.ratio - 1) <= noise_margin(*standard_error(run.samples_ms),
+                                                                     *standard_error(baseline.samples_ms));
+    d.verdict = effect && !within_noise ? direction(d.ratio) : Verdict::same;
   } else if (samples) {
     // a = the run, b = the baseline: z > 0 when the run's steps tend to take longer.
     const MannWhitneyResult test = mann_whitney_u(run.samples_ms, baseline.samples_ms);
@@ -237,20 +251,34 @@ std::string device_of(const RunSummary& r) {
 CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, const CompareOptions& options) {
   CompareGeomean g;
   std::vector<std::vector<double>> rates(runs);
+  // Per run, the sum of its rows' squared standard errors, while every row has one: the log of a geometric
+  // mean ratio is the mean of the rows' log ratios, whose variance is about the sum of both sides' over k^2.
+  std::vector<std::optional<double>> variance(runs, 0.0);
   for (const auto& row : rows) {
     const bool all_ran = std::all_of(row.runs.begin(), row.runs.end(), [](const CompareCell& c) {
       return c.status == PointStatus::ok && std::isfinite(c.samples_per_second) && c.samples_per_second > 0;
     });
     if (!all_ran) continue;
     ++g.batches;
-    for (size_t i = 0; i < runs; ++i) rates[i].push_back(row.runs[i].samples_per_second);
+    for (size_t i = 0; i < runs; ++i) {
+      rates[i].push_back(row.runs[i].samples_per_second);
+      const std::optional<double>& se = row.runs[i].standard_error;
+      variance[i] = variance[i] && se ? std::optional<double>(*variance[i] + *se * *se) : std::nullopt;
+    }
   }
   for (size_t i = 0; i < runs; ++i) g.samples_per_second.push_back(geometric_mean(rates[i]));
   for (size_t i = 1; i < runs; ++i) {
     CompareDelta d;
     if (g.samples_per_second[0] && g.samples_per_second[i]) {
       d.ratio = *g.samples_per_second[i] / *g.samples_per_second[0];
-      d.verdict = beyond_effect(d.ratio, options) ? direction(d.ratio) : Verdict::same;
+      // Beyond the minimum effect, and beyond the noise of the means where every row says how noisy it is,
+      // so the row does not call a change no batch could tell apart from noise.
+      bool beyond_noise = true;
+      if (variance[0] && variance[i]) {
+        const double k = static_cast<double>(g.batches);
+        beyond_noise = std::fabs(std::log(d.ratio)) > 2.0 * std::sqrt(*variance[0] + *variance[i]) / k;
+      }
+      d.verdict = beyond_effect(d.ratio, options) && beyond_noise ? direction(d.ratio) : Verdict::same;
     } else {
       d.ratio = std::nan("");
     }
@@ -449,7 +477,8 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     row.accumulation = key.second;
     for (const Point* p : points) {
       row.runs.push_back({p->status, p->reason, p->samples_per_second,
-                          usable_samples(p->samples_ms) ? p->samples_ms.size() : size_t{0}});
+                          usable_samples(p->samples_ms) ? p->samples_ms.size() : size_t{0},
+                          standard_error(p->samples_ms)});
     }
     for (size_t i = 1; i < points.size(); ++i) row.deltas.push_back(delta(*points[0], *points[i], options));
     // One measurement in two runs: run --resume took one run's point into another (or both took one earlier

@@ -255,6 +255,36 @@ TEST(Compare, TooFewSamplesForTheTestFallBackToTheThreshold) {
   EXPECT_EQ(tested.verdict, Verdict::slower);
 }
 
+// Three samples a side at 12% noise: a 7% change is inside the noise of both means (2 x sqrt(2) x 12% /
+// sqrt(3) = 20%), so neither a batch nor the geometric mean calls it, and the gate passes.
+TEST(Compare, FewNoisySamplesWithinTheirNoiseAreTheSame) {
+  Report a = samples_cut_to(testing::sample_report(), 3);
+  for (Point& p : a.points) {
+    if (p.samples_ms.size() != 3) continue;
+    const double m = p.samples_ms[0];
+    p.samples_ms = {m * 0.88, m, m * 1.12};
+  }
+  const CompareResult result = compare_pair(a, sped_up(a, 1.0 / 1.07));
+  const CompareDelta& d = row_at(result, 64).deltas[0];
+  EXPECT_TRUE(d.few_samples);
+  EXPECT_EQ(d.verdict, Verdict::same);
+  ASSERT_EQ(result.geomean.deltas.size(), 1u);
+  EXPECT_EQ(result.geomean.deltas[0].verdict, Verdict::same);
+  EXPECT_TRUE(regressions(result, 5.0).empty());
+  // Beyond the noise (40% slower) it is called, and the gate fails.
+  const CompareResult far = compare_pair(a, sped_up(a, 1.0 / 1.4));
+  EXPECT_EQ(row_at(far, 64).deltas[0].verdict, Verdict::slower);
+  EXPECT_EQ(far.geomean.deltas[0].verdict, Verdict::slower);
+  EXPECT_FALSE(regressions(far, 5.0).empty());
+}
+
+// Many samples a side: the geometric mean's noise is small, and a 3% change over every batch is called.
+TEST(Compare, TheGeometricMeanCallsAChangeBeyondItsNoise) {
+  const Report a = testing::sample_report();
+  const CompareResult result = compare_pair(a, sped_up(a, 1.0 / 1.03));
+  EXPECT_EQ(result.geomean.deltas[0].verdict, Verdict::slower);
+}
+
 // With three runs a batch the baseline and the candidate swept but a third did not is no compared row; a
 // candidate that could not fit it is still a regression.
 TEST(Compare, ABatchMissingFromAThirdRunIsStillCaught) {
