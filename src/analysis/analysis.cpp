@@ -355,6 +355,12 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
   }
   if (in.knee_call == KneeCall::still_scaling) {
     const Point& largest = *point_at(in.curve, *a.max_fit.batch);
+    // "Fits" only where a larger batch was found not to; else it is only the largest the sweep asked for.
+    if (!first_failure_above(in.points, largest.batch) && !in.options.untimed_fit)
+      return {largest.batch,
+              fmt::format("throughput still rising at the largest batch swept ({}, {} samples/s); larger "
+                          "batches were not tried: extend --batch to find where it stops",
+                          largest.batch, format_rate(largest.samples_per_second))};
     return {largest.batch,
             fmt::format("throughput still rising: use the largest batch that fits ({}, {} samples/s)",
                         largest.batch, format_rate(largest.samples_per_second))};

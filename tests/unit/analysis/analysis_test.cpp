@@ -369,6 +369,16 @@ TEST(Recommendation, LargestBatchThatFitsWhileStillScaling) {
             "throughput still rising: use the largest batch that fits (4096, 409600 samples/s)");
 }
 
+TEST(Recommendation, StillScalingAtTheLargestBatchSweptDoesNotClaimItFits) {
+  std::vector<Point> points = sweep(kBatches, [](double b) { return 100.0 * b; });
+  const Analysis a = analyze(points, {});
+  EXPECT_EQ(a.recommended.batch, 4096);
+  EXPECT_EQ(
+      a.recommended.why,
+      "throughput still rising at the largest batch swept (4096, 409600 samples/s); larger batches were "
+      "not tried: extend --batch to find where it stops");
+}
+
 TEST(Recommendation, SmallestSaturatingBatchOnAFlatCurve) {
   const std::vector<double> rate{1000, 1010, 995, 1015, 990, 1005, 1000, 1012, 998};
   std::vector<Point> points;
