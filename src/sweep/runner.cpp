@@ -403,6 +403,14 @@ void PointRunner::summarize_point(Point& point, const Plan& plan, const NoiseCri
             device_.peak_flops_source.empty() ? "source unknown" : device_.peak_flops_source));
     }
   }
+  // fp16 steps that overflowed skip the optimizer: shorter than a real step, so many of them flatter the
+  // throughput. A few are the loss scaler finding its level.
+  if (point.skipped_steps && *point.skipped_steps * 20 > static_cast<int64_t>(point.samples_ms.size()))
+    warn(fmt::format(
+        "batch {}: {} of {} timed steps overflowed in fp16 and skipped the optimizer update "
+        "(the loss scale was lowered); they are shorter than a real step, so its throughput "
+        "is optimistic",
+        batch_label(point.batch, point.accumulation), *point.skipped_steps, point.samples_ms.size()));
   // One entry per point: a cut warm-up joins the point's timeout warning.
   std::optional<std::string> warning = criterion.warning();
   if (!warmup_cut_.empty()) warning = warning ? fmt::format("{} ({})", *warning, warmup_cut_) : warmup_cut_;

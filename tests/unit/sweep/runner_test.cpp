@@ -318,6 +318,19 @@ TEST(Runner, Fp16SkippedStepsAreCounted) {
   ASSERT_TRUE(p.skipped_steps.has_value());
   EXPECT_EQ(*p.skipped_steps, static_cast<int64_t>(p.samples_ms.size()) / 5);
   EXPECT_GT(*p.skipped_steps, 0);
+  // One step in five skipped: a throughput that counts them as full steps is optimistic, and said so.
+  const auto said = std::find_if(outcome.warnings.begin(), outcome.warnings.end(), [](const std::string& w) {
+    return w.starts_with("batch 64: ") &&
+           w.find("timed steps overflowed in fp16 and skipped the optimizer") != std::string::npos;
+  });
+  EXPECT_NE(said, outcome.warnings.end()) << ::testing::PrintToString(outcome.warnings);
+  // One in a hundred is the loss scaler finding its level: nothing to say.
+  config.skip_every_steps = 100;
+  const auto rare = make_scripted_backend(config);
+  settings.stopping.min_samples = 200;
+  const SweepOutcome quiet = run_sweep(*rare, graph, settings, observer);
+  EXPECT_GT(*quiet.points.at(0).skipped_steps, 0);
+  for (const std::string& w : quiet.warnings) EXPECT_EQ(w.find("overflowed in fp16"), std::string::npos) << w;
 }
 
 // Out of memory or a backend failure in a step (after prepare succeeded, past warm-up, with samples already
