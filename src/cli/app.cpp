@@ -32,7 +32,7 @@ constexpr const char* kExamples = R"(Examples:
   batchsweep run --model gpt2-small --precision bf16 --batch 1:64:*2 --json gpt2.json
   batchsweep run --model my-model.json --latency-slo 50 --markdown sweep.md --svg sweep.svg
   batchsweep run --model bert-base --effective-batch 256 --precision bf16
-  batchsweep plan --model gpt2-small --precision bf16 --batch 1:64:*2 --memory 80GB
+  batchsweep plan --model gpt2-small --precision bf16 --backend cuda --memory 80GiB
   batchsweep analyze sweep.json --latency-slo 20 --saturation 90
   batchsweep compare h100.json h200.json --fail-on-regression 5
   batchsweep presets

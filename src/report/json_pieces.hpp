@@ -65,7 +65,12 @@ Json telemetry_json(const PointTelemetry& t) {
   out["utilization_pct"] = optional_number<Json>(t.utilization_pct);
   out["memory_utilization_pct"] = optional_number<Json>(t.memory_utilization_pct);
   out["temperature_c"] = optional_number<Json>(t.temperature_c);
-  out["throttle_reasons"] = Json::array();
+  // An empty list says "no throttling seen"; where nothing was sampled (a price without telemetry) it is
+  // null.
+  const bool sampled = t.power_w_mean || t.energy_j || t.sm_clock_mhz_median || t.mem_clock_mhz_median ||
+                       t.utilization_pct || t.memory_utilization_pct || t.temperature_c ||
+                       !t.throttle_reasons.empty();
+  out["throttle_reasons"] = sampled ? Json::array() : Json(nullptr);
   for (const auto& reason : t.throttle_reasons) out["throttle_reasons"].push_back(reason);
   out["cost_per_million_samples"] = optional_number<Json>(t.cost_per_million_samples);
   return out;

@@ -160,6 +160,12 @@ TEST(ReportJson, UnknownNumbersAreNullNotZero) {
   EXPECT_TRUE(doc["created_at"].is_null());
   EXPECT_TRUE(doc["tool"]["version"].is_null());
   EXPECT_TRUE(doc["tool"]["name"].is_null());
+  // A price without telemetry: a cost, and no claim that no throttling was seen.
+  r.points[1].telemetry.emplace();
+  r.points[1].telemetry->cost_per_million_samples = 2.5;
+  EXPECT_TRUE(to_json(r)["points"][1]["telemetry"]["throttle_reasons"].is_null());
+  r.points[1].telemetry->power_w_mean = 300.0;
+  EXPECT_EQ(to_json(r)["points"][1]["telemetry"]["throttle_reasons"], json::array());
   const json sample = to_json(testing::sample_report());
   EXPECT_TRUE(sample["points"][0]["memory"]["planned_bytes"].is_number_unsigned());
   EXPECT_TRUE(sample["points"][0]["step_ms"]["stddev"].is_number());
