@@ -396,17 +396,24 @@ Recommendation recommend(const RecommendationInputs& in, const Point*& chosen) {
                     format_rate(chosen->samples_per_second), *p99_ms(*chosen))};
   }
   if (a.effective_batch_split && a.effective_batch_split->batch) {
+    std::size_t ran = 0;
     const Point* slowest = nullptr;
     for (const Point& point : in.points) {
+      if (is_ok(point)) ++ran;
       if (is_ok(point) && (!slowest || point.samples_per_second < slowest->samples_per_second))
         slowest = &point;
     }
     const double gain = *a.effective_batch_split->samples_per_second / slowest->samples_per_second - 1.0;
+    const int64_t effective = *swept_effective_batch(in.points);
+    const std::string rate = format_rate(*a.effective_batch_split->samples_per_second);
+    if (ran == 1)
+      return {a.effective_batch_split->batch,
+              fmt::format("the only split of effective batch {} that ran: {} ({} samples/s)", effective,
+                          a.effective_batch_split->reason, rate)};
     return {a.effective_batch_split->batch,
             fmt::format(
                 "fastest split of effective batch {}: {} ({} samples/s, {} faster than the slowest split)",
-                *swept_effective_batch(in.points), a.effective_batch_split->reason,
-                format_rate(*a.effective_batch_split->samples_per_second), format_percent(gain))};
+                effective, a.effective_batch_split->reason, rate, format_percent(gain))};
   }
   return recommend_from_curve(in);
 }

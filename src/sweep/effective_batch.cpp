@@ -70,6 +70,7 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
   std::optional<OkSplit> last_ok;
   int slower_in_a_row = 0;
   std::size_t done = 0;
+  std::vector<std::string> unfit;  // over the memory budget or out of memory: tried, not timed
   std::string stopped_early;
   std::vector<std::string> untimed;
   double untimed_bound_s = 0;
@@ -87,6 +88,11 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
     }
     const auto point = runner.measure(split.micro_batch, split.accumulation, false);
     if (!point) return;
+    if (point->status == PointStatus::over_limit || point->status == PointStatus::oom) {
+      unfit.push_back(fmt::format("{} ({})", batch_label(split.micro_batch, split.accumulation),
+                                  to_string(point->status)));
+      continue;
+    }
     ++done;
     if (point->status != PointStatus::ok) continue;
     last_ok = OkSplit{point->step_ms.mean / 1000.0, point->accumulation};
@@ -122,8 +128,10 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
                     effective_batch, untimed.size(), untimed.size() == 1 ? "" : "s", untimed_bound_s,
                     stopping.timeout_s));
   }
-  summary = fmt::format("effective batch {}: {} of {} splits (micro-batch x accumulation) measured{}{}{}",
-                        effective_batch, done, splits.size(), taken, stopped_early, not_timed);
+  const std::string did_not_fit =
+      unfit.empty() ? std::string() : fmt::format("; did not fit: {}", fmt::join(unfit, ", "));
+  summary = fmt::format("effective batch {}: {} of {} splits (micro-batch x accumulation) measured{}{}{}{}",
+                        effective_batch, done, splits.size(), taken, did_not_fit, stopped_early, not_timed);
 }
 
 }  // namespace sweep_detail

@@ -313,6 +313,17 @@ TEST(EffectiveBatchSplit, FastestSplitIsRecommended) {
   EXPECT_EQ(a.best_throughput.reason, "highest throughput: 1000 samples/s (batch 64 x accumulation 4)");
 }
 
+TEST(EffectiveBatchSplit, TheOnlySplitThatRanIsNotComparedWithItself) {
+  std::vector<Point> points{measured_point(64, 1000, 0.002, 21, 4)};
+  Point too_big = failed_point(256, PointStatus::over_limit, "over the budget");
+  too_big.effective_batch = 256;
+  points.push_back(too_big);
+  const Analysis a = analyze(points, {});
+  EXPECT_EQ(a.recommended.batch, 64);
+  EXPECT_EQ(a.recommended.why,
+            "the only split of effective batch 256 that ran: batch 64 x accumulation 4 (1000 samples/s)");
+}
+
 TEST(EffectiveBatchSplit, AbsentInAPlainSweep) {
   std::vector<Point> points = sweep(kBatches, saturating(50000, 64));
   EXPECT_FALSE(analyze(points, {}).effective_batch_split.has_value());
