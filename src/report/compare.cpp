@@ -505,6 +505,27 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     result.notes.push_back(fmt::format("not in every run, not compared: batch {}", list));
   }
   for (const LostFit& f : result.lost_fits) result.notes.push_back(lost_fit_text(f));
+  // Points that stopped short of their measurement targets: their verdicts rest on noisier means.
+  for (size_t i = 0; i < reports.size(); ++i) {
+    std::vector<std::string> short_points;
+    double worst_noise = 0;
+    for (const CompareRow& row : result.rows) {
+      const Point* p = find_point(reports[i], {row.batch, row.accumulation});
+      if (p == nullptr || !ran(*p)) continue;
+      if (p->stop_reason != "timeout" && p->stop_reason != "sample cap" && p->stop_reason != "noise settled")
+        continue;
+      short_points.push_back(batch_label(row.batch, row.accumulation));
+      if (p->noise_pct) worst_noise = std::max(worst_noise, *p->noise_pct);
+    }
+    if (short_points.empty()) continue;
+    result.notes.push_back(
+        fmt::format("{}: batch{} {} stopped before meeting {} measurement targets{}, so {} verdicts rest on "
+                    "noisier means",
+                    letter(i), short_points.size() == 1 ? "" : "es", fmt::join(short_points, ", "),
+                    short_points.size() == 1 ? "its" : "their",
+                    worst_noise > 0 ? fmt::format(" (noise up to {:.1f}%)", worst_noise) : std::string(),
+                    short_points.size() == 1 ? "its" : "their"));
+  }
   for (size_t i = 0; i < result.runs.size(); ++i) {
     if (!incomplete(result.runs[i])) continue;
     result.notes.push_back(fmt::format("{} ({}) did not finish: {}", letter(i), result.runs[i].name,

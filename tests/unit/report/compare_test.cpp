@@ -278,6 +278,24 @@ TEST(Compare, FewNoisySamplesWithinTheirNoiseAreTheSame) {
   EXPECT_FALSE(regressions(far, 5.0).empty());
 }
 
+// A point that stopped short of its targets (timeout, sample cap, noise settled) is named in a note.
+TEST(Compare, PointsThatStoppedShortAreNoted) {
+  const Report a = testing::sample_report();
+  Report b = sped_up(a, 1.0);
+  for (Point& p : b.points) {
+    if (p.batch != 64 && p.batch != 16) continue;
+    p.stop_reason = "timeout";
+    p.noise_pct = p.batch == 64 ? 11.8 : 4.0;
+  }
+  const CompareResult result = compare_pair(a, b);
+  EXPECT_THAT(
+      result.notes,
+      ::testing::Contains("B: batches 16, 64 stopped before meeting their measurement targets (noise up "
+                          "to 11.8%), so their verdicts rest on noisier means"));
+  for (const std::string& note : compare_pair(a, a).notes)
+    EXPECT_EQ(note.find("stopped before meeting"), std::string::npos) << note;
+}
+
 // Many samples a side: the geometric mean's noise is small, and a 3% change over every batch is called.
 TEST(Compare, TheGeometricMeanCallsAChangeBeyondItsNoise) {
   const Report a = testing::sample_report();
