@@ -40,7 +40,9 @@ struct RunSummary {
   std::string state;  // Report::state: "complete", "interrupted", "in_progress", or empty (not said)
   KneeResult knee;
   BatchChoice max_fit;
+  BatchChoice best;  // the highest throughput, at whichever batch each run reached it
   Recommendation recommended;
+  std::optional<double> recommended_cost_per_million_samples;  // USD, where the run has a price
 };
 
 // One run's point at a compared batch.

@@ -155,7 +155,9 @@ RunSummary summarize_run(const Report& report, std::string name) {
   s.state = report.state;
   s.knee = report.analysis.knee;
   s.max_fit = report.analysis.max_fit;
+  s.best = report.analysis.best_throughput;
   s.recommended = report.analysis.recommended;
+  s.recommended_cost_per_million_samples = report.analysis.recommended_cost_per_million_samples;
   return s;
 }
 
@@ -320,10 +322,16 @@ std::string run_line(const RunSummary& r) {
   } else if (r.knee.batch && !r.knee.confidence.empty()) {
     knee += fmt::format(" ({})", r.knee.confidence);
   }
+  std::string best = "none";
+  if (r.best.batch && r.best.samples_per_second)
+    best = fmt::format("{} ({} samples/s)", batch_text(*r.best.batch),
+                       rf::human_rate(*r.best.samples_per_second));
+  std::string recommended = r.recommended.batch ? batch_text(*r.recommended.batch) : std::string("none");
+  if (r.recommended.batch && r.recommended_cost_per_million_samples)
+    recommended += fmt::format(" (${:.4g} per million samples)", *r.recommended_cost_per_million_samples);
   std::string line =
-      fmt::format("knee {}, max fit {}, recommended {}", knee,
-                  r.max_fit.batch ? batch_text(*r.max_fit.batch) : std::string("none"),
-                  r.recommended.batch ? batch_text(*r.recommended.batch) : std::string("none"));
+      fmt::format("knee {}, max fit {}, best {}, recommended {}", knee,
+                  r.max_fit.batch ? batch_text(*r.max_fit.batch) : std::string("none"), best, recommended);
   if (!r.recommended.why.empty()) line += " \u2014 " + r.recommended.why;
   return line;
 }
@@ -505,6 +513,18 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     result.notes.push_back(fmt::format("not in every run, not compared: batch {}", list));
   }
   for (const LostFit& f : result.lost_fits) result.notes.push_back(lost_fit_text(f));
+  // Each run at its own best batch: what choosing between devices compares, whatever batches they share.
+  const RunSummary& base = result.runs.front();
+  for (size_t i = 1; i < result.runs.size(); ++i) {
+    const RunSummary& run = result.runs[i];
+    if (!base.best.samples_per_second || !run.best.samples_per_second || !base.best.batch || !run.best.batch)
+      continue;
+    result.notes.push_back(
+        fmt::format("best against best: {}/A {}\u00d7 ({} {} samples/s at batch {}, A {} at batch {})",
+                    letter(i), rf::fixed(*run.best.samples_per_second / *base.best.samples_per_second, 3),
+                    letter(i), rf::human_rate(*run.best.samples_per_second), *run.best.batch,
+                    rf::human_rate(*base.best.samples_per_second), *base.best.batch));
+  }
   // Points that stopped short of their measurement targets: their verdicts rest on noisier means.
   for (size_t i = 0; i < reports.size(); ++i) {
     std::vector<std::string> short_points;
@@ -599,8 +619,9 @@ std::string format_compare(const CompareResult& result, bool color) {
   }
   out += fmt::format(
       "\nverdicts: Mann-Whitney U on the step times (alpha {}) and a throughput change beyond {}%; without "
-      "raw samples, with too few for the test to reach alpha, and for the geometric mean, the threshold "
-      "alone\n",
+      "raw samples the threshold alone; with too few for the test to reach alpha, and for the geometric "
+      "mean, "
+      "the threshold and a change beyond twice the means' combined standard error\n",
       result.alpha, result.min_effect_pct);
   for (const auto& note : result.notes) out += "note: " + note + "\n";
   return out;
@@ -626,8 +647,9 @@ std::string format_compare_markdown(const CompareResult& result) {
   }
   out += fmt::format(
       "\n_Verdicts: Mann-Whitney U on the step times (alpha {}) and a throughput change beyond {}%; without "
-      "raw samples, with too few for the test to reach alpha, and for the geometric mean, the threshold "
-      "alone._\n",
+      "raw samples the threshold alone; with too few for the test to reach alpha, and for the geometric "
+      "mean, "
+      "the threshold and a change beyond twice the means' combined standard error._\n",
       result.alpha, result.min_effect_pct);
   if (!result.notes.empty()) {
     out += "\n";
@@ -640,16 +662,20 @@ nlohmann::json to_json(const CompareResult& result) {
   using nlohmann::json;
   json runs = json::array();
   for (const auto& r : result.runs) {
-    runs.push_back({{"name", r.name},
-                    {"model", r.model},
-                    {"device", r.device},
-                    {"backend", r.backend},
-                    {"mode", r.mode},
-                    {"precision", r.precision},
-                    {"state", r.state.empty() ? json() : json(r.state)},
-                    {"knee", report_json::knee_json<json>(r.knee)},
-                    {"max_fit", report_json::choice_json<json>(r.max_fit)},
-                    {"recommended", report_json::recommendation_json<json>(r.recommended)}});
+    runs.push_back(
+        {{"name", r.name},
+         {"model", r.model},
+         {"device", r.device},
+         {"backend", r.backend},
+         {"mode", r.mode},
+         {"precision", r.precision},
+         {"state", r.state.empty() ? json() : json(r.state)},
+         {"knee", report_json::knee_json<json>(r.knee)},
+         {"max_fit", report_json::choice_json<json>(r.max_fit)},
+         {"best_throughput", report_json::choice_json<json>(r.best)},
+         {"recommended_cost_per_million_samples",
+          r.recommended_cost_per_million_samples ? json(*r.recommended_cost_per_million_samples) : json()},
+         {"recommended", report_json::recommendation_json<json>(r.recommended)}});
   }
   json rows = json::array();
   for (const auto& row : result.rows) {

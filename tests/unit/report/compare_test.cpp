@@ -1,11 +1,13 @@
 // compare_reports: verdicts from the Mann-Whitney test plus the minimum effect, threshold-only verdicts
 // without samples, the geometric mean, the regression rule, mismatch errors, and the printers.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "batchsweep/compare.hpp"
 #include "batchsweep/errors.hpp"
 #include "golden/sample_report.hpp"
+#include "report/format.hpp"
 
 namespace bsw {
 namespace {
@@ -278,6 +280,26 @@ TEST(Compare, FewNoisySamplesWithinTheirNoiseAreTheSame) {
   EXPECT_FALSE(regressions(far, 5.0).empty());
 }
 
+// Choosing between devices: each run at its own best batch, and the cost at its recommended batch.
+TEST(Compare, BestAgainstBestAndTheRecommendedCost) {
+  Report a = testing::sample_report();
+  Report b = sped_up(a, 1.2);
+  b.analysis.best_throughput.samples_per_second = *a.analysis.best_throughput.samples_per_second * 1.2;
+  b.analysis.recommended_cost_per_million_samples = 0.61;
+  const CompareResult result = compare_pair(a, b);
+  const std::string best =
+      fmt::format("best against best: B/A 1.200\u00d7 (B {} samples/s at batch {}",
+                  report_format::human_rate(*b.analysis.best_throughput.samples_per_second),
+                  *b.analysis.best_throughput.batch);
+  EXPECT_TRUE(std::any_of(result.notes.begin(), result.notes.end(), [&](const std::string& n) {
+    return n.starts_with(best);
+  })) << ::testing::PrintToString(result.notes);
+  EXPECT_THAT(format_compare(result, false), HasSubstr("($0.61 per million samples)"));
+  EXPECT_EQ(to_json(result)["runs"][1]["recommended_cost_per_million_samples"], 0.61);
+  EXPECT_TRUE(to_json(result)["runs"][0]["recommended_cost_per_million_samples"].is_null());
+  EXPECT_EQ(to_json(result)["runs"][1]["best_throughput"]["batch"], *b.analysis.best_throughput.batch);
+}
+
 // A point that stopped short of its targets (timeout, sample cap, noise settled) is named in a note.
 TEST(Compare, PointsThatStoppedShortAreNoted) {
   const Report a = testing::sample_report();
@@ -382,7 +404,8 @@ TEST(Compare, Printers) {
   const auto result = compare_pair(testing::sample_report(), testing::sample_candidate());
   const std::string plain = format_compare(result, false);
   EXPECT_THAT(plain, Not(HasSubstr("\x1b[")));
-  EXPECT_THAT(plain, HasSubstr("A: knee batch 64 (stable), max fit batch 128, recommended batch 64"));
+  EXPECT_THAT(plain, HasSubstr("A: knee batch 64 (stable), max fit batch 128, best batch 64 (32.0k "
+                               "samples/s), recommended batch 64"));
   const std::string colored = format_compare(result, true);
   EXPECT_THAT(colored, HasSubstr("\x1b[31m"));  // the slower row
   EXPECT_THAT(colored, HasSubstr("\x1b[32m"));  // the faster row
