@@ -183,6 +183,13 @@ std::string format_svg(const Report& report) {
       any_latency = true;
     }
   }
+  // The latency budget the analysis held the p99 to, drawn on the latency axis (which then reaches it).
+  std::optional<double> budget_ms;
+  if (const auto it = report.settings.find("latency_slo_ms"); it != report.settings.end() &&
+                                                              it->is_number() && it->get<double>() > 0 &&
+                                                              std::isfinite(it->get<double>()))
+    budget_ms = it->get<double>();
+  if (any_latency && budget_ms) worst_p99 = std::max(worst_p99, *budget_ms);
   const ValueAxis rate_axis(best_rate);
   const ValueAxis latency_axis(worst_p99);
   const uint64_t memory_scale = std::max(report.device.memory_total_bytes, largest_plan);
@@ -251,11 +258,22 @@ std::string format_svg(const Report& report) {
                             px((kTop + kBottom) / 2)));
   }
 
-  // Knee, saturation and fit edge.
+  if (any_latency && budget_ms) {
+    const double y = latency_axis.y(*budget_ms);
+    out += fmt::format(
+        "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"1\" "
+        "stroke-dasharray=\"4 3\"/>\n",
+        px(kLeft), px(y), px(kRight), px(y), kLatencyColor);
+    out += text(kRight - 4, y - 4, "end", fmt::format("p99 budget {} ms", report_format::sig3(*budget_ms)),
+                fmt::format("fill=\"{}\"", kLatencyColor));
+  }
+
+  // Knee, saturation, fit edge, and the answer.
   const Analysis& a = report.analysis;
   const Marker markers[] = {{"knee", "#2ca02c", a.knee.batch},
                             {"saturation", "#9467bd", a.saturation.batch},
-                            {"max fit", "#17becf", a.max_fit.batch}};
+                            {"max fit", "#17becf", a.max_fit.batch},
+                            {"recommended", "#d62728", a.recommended.batch}};
   int label_row = 0;
   for (const Marker& m : markers) {
     if (!m.batch || *m.batch < 1) continue;

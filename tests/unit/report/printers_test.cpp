@@ -200,7 +200,7 @@ TEST(Csv, HeaderIsTheJsonNames) {
   // Every leaf of the richest point's JSON is a column, and nothing else is (raw samples left out).
   std::set<std::string> keys;
   flatten_keys(to_json(r)["points"][3], "", keys);
-  keys.insert("resumed_from");  // only on points taken by --resume
+  keys.insert("resumed_from");                 // only on points taken by --resume
   keys.insert("telemetry.mem_clock_mhz.min");  // only where NVML reads the memory clock
   keys.insert("telemetry.mem_clock_mhz.median");
   keys.erase("samples_ms");
@@ -258,10 +258,21 @@ TEST(Svg, EscapedDeterministicAndComplete) {
   EXPECT_THAT(svg, HasSubstr(">knee 64<"));
   EXPECT_THAT(svg, HasSubstr(">saturation 64<"));
   EXPECT_THAT(svg, HasSubstr(">max fit 128<"));
+  EXPECT_THAT(svg, HasSubstr(">recommended 64<"));
+  EXPECT_THAT(svg, Not(HasSubstr("p99 budget")));  // no budget in the run's settings
   EXPECT_THAT(svg, HasSubstr("batch 512: oom: cudaMalloc failed"));
   EXPECT_THAT(svg, HasSubstr("over memory limit"));
   EXPECT_THAT(svg, Not(HasSubstr("nan")));
   EXPECT_EQ(svg.rfind("</svg>\n"), svg.size() - 7);
+}
+
+// A latency budget is drawn on the latency axis, which reaches it even above every p99.
+TEST(Svg, DrawsTheLatencyBudget) {
+  Report r = testing::sample_report();
+  r.settings["latency_slo_ms"] = 250.0;
+  const std::string svg = format_svg(r);
+  EXPECT_THAT(svg, HasSubstr(">p99 budget 250 ms<"));
+  EXPECT_THAT(svg, HasSubstr(">250<"));  // a latency tick at the budget
 }
 
 TEST(Svg, SurvivesOddCurves) {
