@@ -105,6 +105,15 @@ std::string marks_legend(const Report& report) {
         (out.empty() ? "" : "; ") +
         std::string("resumed = taken from --resume, measured by an earlier run (resumed_from in the JSON)");
   }
+  // What MFU is a fraction of: a spec sheet's peak, a calibration, or a script's.
+  if (report.device.peak_flops && *report.device.peak_flops > 0 &&
+      any_point(report, [](const Point& p) { return p.status == PointStatus::ok && p.mfu.has_value(); })) {
+    out += (out.empty() ? "" : "; ") +
+           fmt::format("MFU % = of the device peak, {:.4g} TFLOP/s{}", *report.device.peak_flops / 1e12,
+                       report.device.peak_flops_source.empty()
+                           ? std::string()
+                           : fmt::format(" ({})", report.device.peak_flops_source));
+  }
   return out;
 }
 
