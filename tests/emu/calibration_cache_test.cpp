@@ -169,6 +169,23 @@ TEST_F(CalibrationCache, AnEditedCacheNeverTakesARunDown) {
   EXPECT_NO_THROW(static_cast<void>(cuda::describe_device(0)));
 }
 
+// A precision this GPU's cuBLASLt could not run is null with its reason; the others still serve as peaks.
+TEST_F(CalibrationCache, APrecisionThatCouldNotBeMeasuredLeavesTheOthers) {
+  BSW_REQUIRE_DEVICE();
+  const nlohmann::json identity =
+      cuda::calibration_identity(cuda::describe_device(0), cuda::library_versions());
+  fs::create_directories(dir_);
+  std::ofstream(dir_ / "calibration.json")
+      << R"({"batchsweep_calibration": 1, "entries": [{"identity": )" + identity.dump() +
+             R"(, "measured_at": "2026-12-01T10:00:00Z", "result": {"bf16_tflops": null,
+             "bf16_unavailable": "CUBLAS_STATUS_NOT_SUPPORTED", "fp16_tflops": 120.5, "tf32_tflops": 60,
+             "fp32_tflops": 19.5}}]})";
+  EXPECT_FALSE(cuda::make_cuda_backend(0)->device(Precision::bf16).peak_flops.has_value());
+  const DeviceInfo fp16 = cuda::make_cuda_backend(0)->device(Precision::fp16);
+  ASSERT_TRUE(fp16.peak_flops.has_value());
+  EXPECT_DOUBLE_EQ(*fp16.peak_flops, 120.5e12);
+}
+
 TEST_F(CalibrationCache, AnUnwritableCacheSaysWhyAndThrowsNothing) {
   fs::create_directories(dir_.parent_path());
   std::ofstream(dir_) << "a file where the cache directory should be";

@@ -104,6 +104,14 @@ SdpaShape sdpa_shape(const Op& op, int64_t batch, DType dtype, bool training) {
   return SdpaShape{batch, op.heads, op.seq, op.dim / op.heads, op.causal, dtype, training};
 }
 
+// The frontend's errors carry a code and a message; a device allocation failure is known only by its text
+// (CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED, or CUDA's "out of memory"). ALLOC_FAILED alone is
+// the host's (CUDNN_STATUS_ALLOC_FAILED is an alias of ..._HOST_ALLOCATION_FAILED).
+static bool device_allocation_failed(const std::string& message) {
+  return message.find("DEVICE_ALLOCATION_FAILED") != std::string::npos ||
+         message.find("out of memory") != std::string::npos;
+}
+
 struct CudnnGraphs::Cache {
   int device = 0;
   cudnnHandle_t handle = nullptr;
@@ -125,8 +133,7 @@ struct CudnnGraphs::Cache {
       // building a plan) is known only by its text. Out of memory is a measurement of this batch, not a
       // rejection of the shape: thrown, so the point is oom and nothing is remembered.
       const std::string& message = status.get_message();
-      if (message.find("DEVICE_ALLOCATION_FAILED") != std::string::npos ||
-          message.find("out of memory") != std::string::npos)
+      if (device_allocation_failed(message))
         throw OutOfMemory(fmt::format("cuDNN {} ran out of device memory: {}", stage, message));
       e.error = fmt::format("cuDNN {}: {}", stage, message);
       return e;
@@ -305,8 +312,12 @@ struct CudnnGraphs::Cache {
           fmt::format("{}: the plan needs {} bytes of cuDNN workspace, workspace.cudnn holds {}", what,
                       e.workspace_bytes, workspace_bytes));
     BSW_CUDNN(cudnnSetStream(handle, stream));
-    if (auto s = e.graph->execute(handle, pack, workspace); s.is_bad())
-      throw BackendError(fmt::format("{}: cuDNN execute: {}", what, s.get_message()));
+    if (auto s = e.graph->execute(handle, pack, workspace); s.is_bad()) {
+      const std::string message = s.get_message();
+      if (device_allocation_failed(message))
+        throw OutOfMemory(fmt::format("{}: cuDNN execute ran out of device memory: {}", what, message));
+      throw BackendError(fmt::format("{}: cuDNN execute: {}", what, message));
+    }
   }
 };
 
