@@ -56,6 +56,16 @@ class CalibrationCache : public testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
+  // A cache whose one entry is this (emulated) GPU's, with `measured_at` and `result` as JSON text.
+  void write_entry_for_this_gpu(const std::string& measured_at, const std::string& result) const {
+    const nlohmann::json identity =
+        cuda::calibration_identity(cuda::describe_device(0), cuda::library_versions());
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "calibration.json") << R"({"batchsweep_calibration": 1, "entries": [{"identity": )" +
+                                                    identity.dump() + R"(, "measured_at": )" + measured_at +
+                                                    R"(, "result": )" + result + "}]}";
+  }
+
   CacheEnvironment env_;
   fs::path dir_;
 };
@@ -156,12 +166,7 @@ TEST_F(CalibrationCache, ABrokenCacheIsIgnoredThenRewritten) {
 
 TEST_F(CalibrationCache, AnEditedCacheNeverTakesARunDown) {
   BSW_REQUIRE_DEVICE();
-  const nlohmann::json identity =
-      cuda::calibration_identity(cuda::describe_device(0), cuda::library_versions());
-  fs::create_directories(dir_);
-  std::ofstream(dir_ / "calibration.json")
-      << R"({"batchsweep_calibration": 1, "entries": [{"identity": )" + identity.dump() +
-             R"(, "measured_at": [], "result": {"bf16_tflops": "fast", "fp16_tflops": -3, "tf32_tflops": 0}}]})";
+  write_entry_for_this_gpu("[]", R"({"bf16_tflops": "fast", "fp16_tflops": -3, "tf32_tflops": 0})");
   for (Precision p : {Precision::bf16, Precision::fp16, Precision::tf32, Precision::fp32}) {
     const DeviceInfo info = cuda::make_cuda_backend(0)->device(p);
     EXPECT_FALSE(info.peak_flops.has_value()) << to_string(p);  // the emulator is on no spec sheet either
@@ -172,14 +177,9 @@ TEST_F(CalibrationCache, AnEditedCacheNeverTakesARunDown) {
 // A precision this GPU's cuBLASLt could not run is null with its reason; the others still serve as peaks.
 TEST_F(CalibrationCache, APrecisionThatCouldNotBeMeasuredLeavesTheOthers) {
   BSW_REQUIRE_DEVICE();
-  const nlohmann::json identity =
-      cuda::calibration_identity(cuda::describe_device(0), cuda::library_versions());
-  fs::create_directories(dir_);
-  std::ofstream(dir_ / "calibration.json")
-      << R"({"batchsweep_calibration": 1, "entries": [{"identity": )" + identity.dump() +
-             R"(, "measured_at": "2026-12-01T10:00:00Z", "result": {"bf16_tflops": null,
-             "bf16_unavailable": "CUBLAS_STATUS_NOT_SUPPORTED", "fp16_tflops": 120.5, "tf32_tflops": 60,
-             "fp32_tflops": 19.5}}]})";
+  write_entry_for_this_gpu(R"("2026-12-01T10:00:00Z")",
+                           R"({"bf16_tflops": null, "bf16_unavailable": "CUBLAS_STATUS_NOT_SUPPORTED",
+                               "fp16_tflops": 120.5, "tf32_tflops": 60, "fp32_tflops": 19.5})");
   EXPECT_FALSE(cuda::make_cuda_backend(0)->device(Precision::bf16).peak_flops.has_value());
   const DeviceInfo fp16 = cuda::make_cuda_backend(0)->device(Precision::fp16);
   ASSERT_TRUE(fp16.peak_flops.has_value());
