@@ -65,6 +65,8 @@ struct CompareDelta {
   // change within twice the combined standard error of the two mean step times is "same": "(few samples)".
   bool few_samples = false;
   std::optional<double> p_value;  // two-sided Mann-Whitney p, when from_samples
+  // The geometric mean's verdict also held the change to the means' combined noise (every row had samples).
+  bool noise_checked = false;
 };
 
 // A (batch, accumulation) present in every run.

@@ -355,8 +355,19 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
   }
   if (in.knee_call == KneeCall::still_scaling) {
     const Point& largest = *point_at(in.curve, *a.max_fit.batch);
-    // "Fits" only where a larger batch was found not to; else it is only the largest the sweep asked for.
-    if (!first_failure_above(in.points, largest.batch) && !in.options.untimed_fit)
+    // "Fits" only where a larger batch was found not to fit (oom, over_limit: an error says nothing of
+    // memory); a larger batch known to fit but not timed is named; else it is the largest the sweep asked
+    // for.
+    if (in.options.untimed_fit && in.options.untimed_fit->batch > largest.batch)
+      return {largest.batch,
+              fmt::format("throughput still rising: use the largest timed batch ({}, {} samples/s); batch {} "
+                          "fits too ({})",
+                          largest.batch, format_rate(largest.samples_per_second),
+                          in.options.untimed_fit->batch, in.options.untimed_fit->reason)};
+    const bool unfit_above = std::any_of(in.points.begin(), in.points.end(), [&](const Point& p) {
+      return p.batch > largest.batch && (p.status == PointStatus::oom || p.status == PointStatus::over_limit);
+    });
+    if (!unfit_above)
       return {largest.batch,
               fmt::format("throughput still rising at the largest batch swept ({}, {} samples/s); larger "
                           "batches were not tried: extend --batch to find where it stops",

@@ -126,8 +126,10 @@ CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions
     // Three samples a side can never give p below 0.1: the test could only ever say "same". The threshold
     // decides, unless the change is within the two means' noise.
     d.few_samples = true;
-    const bool within_noise = std::fabs(d.ratio - 1) <= noise_margin(*standard_error(run.samples_ms),
-                                                                     *standard_error(baseline.samples_ms));
+    // Relative standard errors are errors of the log of each mean: so is the margin, the same either way.
+    const bool within_noise =
+        std::fabs(std::log(d.ratio)) <=
+        noise_margin(*standard_error(run.samples_ms), *standard_error(baseline.samples_ms));
     d.verdict = effect && !within_noise ? direction(d.ratio) : Verdict::same;
   } else if (samples) {
     // a = the run, b = the baseline: z > 0 when the run's steps tend to take longer.
@@ -277,6 +279,7 @@ CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, con
       // so the row does not call a change no batch could tell apart from noise.
       bool beyond_noise = true;
       if (variance[0] && variance[i]) {
+        d.noise_checked = true;
         const double k = static_cast<double>(g.batches);
         beyond_noise = std::fabs(std::log(d.ratio)) > 2.0 * std::sqrt(*variance[0] + *variance[i]) / k;
       }
@@ -380,7 +383,7 @@ rf::TextTable compare_table(const CompareResult& result) {
     }
     for (const auto& d : result.geomean.deltas) {
       cells.push_back(ratio_text(d));
-      cells.push_back(verdict_text(d, "threshold"));
+      cells.push_back(verdict_text(d, d.noise_checked ? "threshold and noise" : "threshold"));
     }
     table.rows.push_back(std::move(cells));
   }
@@ -450,6 +453,7 @@ nlohmann::json delta_json(const CompareDelta& d, const std::string& run) {
           {"verdict", to_string(d.verdict)},
           {"from_samples", d.from_samples},
           {"few_samples", d.few_samples},
+          {"noise_checked", d.noise_checked},
           {"p_value", d.p_value ? number_or_null(*d.p_value) : nlohmann::json(nullptr)}};
 }
 
@@ -575,11 +579,11 @@ std::vector<std::string> regressions(const CompareResult& result, double pct) {
       const CompareCell& base = row.runs.front();
       const CompareCell& run = row.runs[i + 1];
       if (d.verdict == Verdict::slower && d.ratio < min_ratio)
-        found.push_back(fmt::format("batch {}: {} is {:.1f}% slower than A {}", batch, letter(i + 1),
-                                    (1 - d.ratio) * 100,
-                                    d.from_samples  ? "beyond noise"
-                                    : d.few_samples ? "(too few samples to test against noise)"
-                                                    : "(no samples to test against noise)"));
+        found.push_back(
+            fmt::format("batch {}: {} is {:.1f}% slower than A {}", batch, letter(i + 1), (1 - d.ratio) * 100,
+                        d.from_samples  ? "beyond noise"
+                        : d.few_samples ? "(too few samples for the test; beyond the means' noise)"
+                                        : "(no samples to test against noise)"));
       else if (base.status == PointStatus::ok && run.status != PointStatus::ok)
         found.push_back(fmt::format("batch {}: ran in A, {} in {}{}", batch, to_string(run.status),
                                     letter(i + 1),

@@ -104,7 +104,7 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
       slower_in_a_row = 0;
     }
     previous_ok_throughput = throughput;
-    if (slower_in_a_row >= 2 && done < splits.size()) {
+    if (slower_in_a_row >= 2 && &split != &splits.back()) {  // a split was left: an early stop
       stopped_early = fmt::format(
           "; stopped after micro-batch {}: two successive smaller micro-batches were each more than {:.0f}% "
           "slower",

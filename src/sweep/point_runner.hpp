@@ -92,6 +92,7 @@ class PointRunner {
   // Statistics, throughput, TFLOP/s, MFU and the stop reason of a timed point; a stopping warning when due.
   void summarize_point(Point& point, const Plan& plan, const NoiseCriterion& criterion);
   void add_memory_warning(const Point& point);
+  std::optional<Point> measure_point(int64_t batch, int64_t accumulation, bool refinement);
   void add_session_warnings(const Point& point);
   void add_stop_warnings();
   static constexpr size_t kStopWarningsListed = 3;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <typeinfo>
 
 #include "batchsweep/errors.hpp"
 #include "batchsweep/stats.hpp"
@@ -257,6 +258,17 @@ PointRunner::Prepared PointRunner::prepare_point(int64_t batch, int64_t accumula
 }
 
 std::optional<Point> PointRunner::measure(int64_t batch, int64_t accumulation, bool refinement) {
+  try {
+    return measure_point(batch, accumulation, refinement);
+  } catch (const Error& e) {
+    // A failure that stops the sweep (a CUDA context an error left unusable) names the batch it stopped at;
+    // the errors a point records, and input or usage errors, are not this kind.
+    if (typeid(e) != typeid(Error)) throw;
+    throw Error(fmt::format("batch {}: {}", batch_label(batch, accumulation), e.what()));
+  }
+}
+
+std::optional<Point> PointRunner::measure_point(int64_t batch, int64_t accumulation, bool refinement) {
   if (observer_.should_stop()) {
     interrupted_ = true;
     return std::nullopt;

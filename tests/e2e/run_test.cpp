@@ -744,6 +744,25 @@ TEST(Run, SigtermKeepsEveryFinishedPoint) {
   interrupt_keeps_finished_points(SIGTERM, 143, (dir / "i.json").string());
 }
 
+// An error that leaves the device unusable (a CUDA context after an illegal address) stops the sweep: exit
+// 1 naming the batch, and the points finished before it stay in the report, which says it did not finish.
+TEST(Run, AnErrorThatBreaksTheDeviceStopsTheSweepAndKeepsTheFinishedPoints) {
+  ScratchDir dir;
+  const std::string script = (dir / "fatal.json").string(), json = (dir / "r.json").string();
+  nlohmann::json doc = read_json(std::filesystem::path(BSW_TEST_DATA) / "data/scripted/roofline.json");
+  doc["step_fatal_at_batch"] = 16;
+  std::ofstream(script) << doc.dump();
+  const Result r = run({"run", "--backend", "scripted", "--script", script, "--batch", "4,8,16,32",
+                        "--warmup", "1", "--min-time", "0", "--json", json});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("batch 16: scripted device"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the context is unusable"), std::string::npos) << r.err;
+  const nlohmann::json report = read_json(json);
+  EXPECT_EQ(report["state"], "in_progress");
+  ASSERT_EQ(report["points"].size(), 2u) << report.dump();
+  EXPECT_EQ(report["points"][1]["batch"], 8);
+}
+
 // SIGKILL (a CI job's timeout, the OOM killer) leaves the last rewrite: a valid report that says its sweep
 // was still running, which analyze says and the compare gate refuses unless told to judge what it holds.
 TEST(Run, AKilledSweepsReportSaysItDidNotFinish) {

@@ -31,7 +31,7 @@ TEST(EmuGraphCapture, AFailedInstantiationIsSaidAndTheStepsStillRun) {
   bool said = false;
   for (const auto& w : d.at("warnings"))
     said |= w.get<std::string>().rfind(
-                "batch 2: CUDA graph capture failed, so its steps are timed as plain "
+                "CUDA graph capture failed, so those points' steps are timed as plain "
                 "launches",
                 0) == 0;
   EXPECT_TRUE(said) << d.dump();

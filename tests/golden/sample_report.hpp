@@ -76,7 +76,8 @@ inline Report sample_report() {
                 {"mode", "train"},
                 {"precision", "bf16"},
                 {"accumulation", 1},
-                {"seed", 1234}};
+                {"seed", 1234},
+                {"latency_slo_ms", 3.0}};  // the budget analysis.latency_slo was held to
   for (int64_t batch : {1, 4, 16, 64}) r.points.push_back(ok_point(batch, roofline_step_ms(batch)));
   r.points.push_back(ok_point(96, roofline_step_ms(96) * 1.01, true));
   r.points.push_back(ok_point(128, roofline_step_ms(128) * 1.02));

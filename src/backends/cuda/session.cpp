@@ -420,10 +420,12 @@ class CudaSession final : public Session {
   // overhead the others' graph replays do not.
   void capture_failed(const std::string& why) {
     graph_status_ = fmt::format("capture failed, plain launches: {}", why);
+    // One text for every point it happens to (the sweep says each session warning once); the points are
+    // those whose execution.cuda_graphs says "capture failed".
     warnings_.push_back(fmt::format(
-        "batch {}: CUDA graph capture failed, so its steps are timed as plain launches (with the launch "
-        "overhead the graph replays of other batches do not have): {}",
-        batch(), why));
+        "CUDA graph capture failed, so those points' steps are timed as plain launches, with launch overhead "
+        "the graph replays of other points do not have (execution.cuda_graphs names them): {}",
+        why));
   }
 
   void capture_graph() {

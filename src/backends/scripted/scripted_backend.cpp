@@ -65,6 +65,9 @@ class ScriptedSession final : public Session {
     if (steps_ == kFailingStep && config_.step_error_at_batch == micro_batch_)
       throw BackendError(fmt::format("scripted device '{}': a kernel launch failed in step {} at batch {}",
                                      config_.name, steps_, micro_batch_));
+    if (steps_ == kFailingStep && config_.step_fatal_at_batch == micro_batch_)
+      throw Error(fmt::format("scripted device '{}': an illegal address in step {}; the context is unusable",
+                              config_.name, steps_));
     StepResult result;
     if (config_.hang_at_batch && *config_.hang_at_batch == micro_batch_) {
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(kHangSleepMs));
@@ -203,7 +206,7 @@ double ScriptedConfig::step_ms(int64_t micro_batch, int64_t accumulation) const 
 ScriptedConfig parse_scripted_config(const nlohmann::json& doc, const std::string& source) {
   if (!doc.is_object())
     throw UsageError(fmt::format("{}: a scripted backend script must be a JSON object", source));
-  static constexpr std::array<std::string_view, 16> kKeys{"name",
+  static constexpr std::array<std::string_view, 17> kKeys{"name",
                                                           "memory_total_bytes",
                                                           "peak_flops",
                                                           "t0_ms",
@@ -218,7 +221,8 @@ ScriptedConfig parse_scripted_config(const nlohmann::json& doc, const std::strin
                                                           "sleep",
                                                           "hang_at_batch",
                                                           "step_oom_at_batch",
-                                                          "step_error_at_batch"};
+                                                          "step_error_at_batch",
+                                                          "step_fatal_at_batch"};
   for (const auto& [key, value] : doc.items()) {
     if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end())
       throw UsageError(fmt::format("{}: unknown key '{}' (known: {})", source, key, fmt::join(kKeys, ", ")));
@@ -269,6 +273,7 @@ ScriptedConfig parse_scripted_config(const nlohmann::json& doc, const std::strin
   config.hang_at_batch = in.integer("hang_at_batch", 1);
   config.step_oom_at_batch = in.integer("step_oom_at_batch", 1);
   config.step_error_at_batch = in.integer("step_error_at_batch", 1);
+  config.step_fatal_at_batch = in.integer("step_fatal_at_batch", 1);
   if (const nlohmann::json* value = in.find("sleep")) {
     if (!value->is_boolean()) in.fail("sleep", fmt::format("must be true or false, got {}", value->dump()));
     config.sleep = value->get<bool>();

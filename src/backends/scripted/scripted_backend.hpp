@@ -23,6 +23,8 @@
 //                         OutOfMemory (a library allocating lazily mid-step), after warm-up with --warmup <=
 //                         2
 //   "step_error_at_batch" integer, optional: the same with a BackendError (a failed kernel launch)
+//   "step_fatal_at_batch" integer, optional: the same with an Error that stops the sweep (a CUDA context an
+//                         illegal address left unusable)
 //   "sleep"               bool (default false): the session really sleeps each step's time
 // A step over `accumulation` micro-batches takes accumulation * micro_ms(micro_batch): smaller
 // micro-batches pay their fixed cost more often, as on a real device; with accumulation 1 it is the
@@ -54,6 +56,7 @@ struct ScriptedConfig {
   std::optional<int64_t> hang_at_batch;
   std::optional<int64_t> step_oom_at_batch;
   std::optional<int64_t> step_error_at_batch;
+  std::optional<int64_t> step_fatal_at_batch;
   bool sleep = false;
   std::string source;  // the script path, or what the caller names it
 

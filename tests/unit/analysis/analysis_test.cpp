@@ -382,12 +382,23 @@ TEST(Recommendation, LargestBatchThatFitsWhileStillScaling) {
 
 TEST(Recommendation, StillScalingAtTheLargestBatchSweptDoesNotClaimItFits) {
   std::vector<Point> points = sweep(kBatches, [](double b) { return 100.0 * b; });
-  const Analysis a = analyze(points, {});
-  EXPECT_EQ(a.recommended.batch, 4096);
-  EXPECT_EQ(
-      a.recommended.why,
+  const std::string swept =
       "throughput still rising at the largest batch swept (4096, 409600 samples/s); larger batches were "
-      "not tried: extend --batch to find where it stops");
+      "not tried: extend --batch to find where it stops";
+  Analysis a = analyze(points, {});
+  EXPECT_EQ(a.recommended.batch, 4096);
+  EXPECT_EQ(a.recommended.why, swept);
+  // A larger batch that failed for another reason (a NaN loss) says nothing about memory.
+  points.push_back(failed_point(8192, PointStatus::error, "non-finite loss (NaN/Inf) at step 3"));
+  EXPECT_EQ(analyze(points, {}).recommended.why, swept);
+  // A larger batch known to fit but not timed is named.
+  AnalysisOptions options;
+  options.untimed_fit = UntimedFit{16384, "not timed: a step would take about 28.1 s"};
+  a = analyze(points, options);
+  EXPECT_EQ(a.recommended.batch, 4096);
+  EXPECT_EQ(a.recommended.why,
+            "throughput still rising: use the largest timed batch (4096, 409600 samples/s); batch 16384 fits "
+            "too (not timed: a step would take about 28.1 s)");
 }
 
 TEST(Recommendation, SmallestSaturatingBatchOnAFlatCurve) {

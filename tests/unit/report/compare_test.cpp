@@ -233,7 +233,7 @@ TEST(Compare, TooFewSamplesForTheTestFallBackToTheThreshold) {
   EXPECT_THAT(format_compare(result, false), HasSubstr("slower (few samples)"));
   const auto lines = regressions(result, 5.0);
   ASSERT_FALSE(lines.empty());
-  EXPECT_THAT(lines[0], HasSubstr("slower than A (too few samples to test against noise)"));
+  EXPECT_THAT(lines[0], HasSubstr("slower than A (too few samples for the test; beyond the means' noise)"));
   EXPECT_EQ(to_json(result)["rows"][3]["deltas"][0]["few_samples"], true);
   // Two samples against many: past 20 a side the test uses the normal approximation, whose smallest p with 2
   // samples is 0.014 however many the other side has. More baseline samples must not hide a regression.
@@ -273,10 +273,20 @@ TEST(Compare, FewNoisySamplesWithinTheirNoiseAreTheSame) {
   ASSERT_EQ(result.geomean.deltas.size(), 1u);
   EXPECT_EQ(result.geomean.deltas[0].verdict, Verdict::same);
   EXPECT_TRUE(regressions(result, 5.0).empty());
+  // The margin is on the log of the ratio: a slowdown and a speedup of one size are judged alike (1.22x
+  // either way is just past it; 1/1.22 = 0.82 read 'same' when the margin was on |ratio - 1|).
+  EXPECT_EQ(row_at(compare_pair(a, sped_up(a, 1.22)), 64).deltas[0].verdict, Verdict::faster);
+  const CompareResult slower = compare_pair(a, sped_up(a, 1.0 / 1.22));
+  EXPECT_EQ(row_at(slower, 64).deltas[0].verdict, Verdict::slower);
+  ASSERT_FALSE(regressions(slower, 5.0).empty());
+  EXPECT_THAT(regressions(slower, 5.0)[0],
+              HasSubstr("(too few samples for the test; beyond the means' noise)"));
   // Beyond the noise (40% slower) it is called, and the gate fails.
   const CompareResult far = compare_pair(a, sped_up(a, 1.0 / 1.4));
   EXPECT_EQ(row_at(far, 64).deltas[0].verdict, Verdict::slower);
   EXPECT_EQ(far.geomean.deltas[0].verdict, Verdict::slower);
+  EXPECT_TRUE(far.geomean.deltas[0].noise_checked);
+  EXPECT_THAT(format_compare(far, false), HasSubstr("slower (threshold and noise)"));
   EXPECT_FALSE(regressions(far, 5.0).empty());
 }
 

@@ -117,6 +117,25 @@ TEST(EffectiveBatch, StopsAfterTwoSlowerSplits) {
       << outcome.search_summary;
 }
 
+// Two slower splits at the end of the list are no early stop: nothing was left untried. (A split that did
+// not fit is not 'measured', so the count of measured splits cannot tell.)
+TEST(EffectiveBatch, SlowerSplitsAtTheEndAreNoEarlyStop) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline(2.0, 128.0);
+  config.oom_above_batch = 4;
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings;
+  settings.effective_batch = 8;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  ASSERT_EQ(outcome.points.size(), 4u);
+  EXPECT_NE(outcome.search_summary.find(
+                "3 of 4 splits (micro-batch x accumulation) measured; did not fit: 8 (oom)"),
+            std::string::npos)
+      << outcome.search_summary;
+  EXPECT_EQ(outcome.search_summary.find("stopped after"), std::string::npos) << outcome.search_summary;
+}
+
 // --resume: the splits the earlier run measured are taken, and the summary says how many.
 TEST(EffectiveBatch, ResumedSplitsAreTakenAndCounted) {
   const Graph graph = tiny_graph();
