@@ -563,8 +563,7 @@ void note_resume(Report& report, const ResumeSource& source,
     }
     // Stopped short of its targets, it is as short of them now. The earlier run may have said so in one
     // warning about many points, which names no batch up front: say it again for this one.
-    if (!stop_said &&
-        (p.stop_reason == "timeout" || p.stop_reason == "sample cap" || p.stop_reason == "noise settled")) {
+    if (!stop_said && stopped_short(p.stop_reason)) {
       std::string why = fmt::format("{} samples", p.samples_ms.size());
       if (p.noise_pct) why += fmt::format(", noise {:.1f}%", *p.noise_pct);
       add(

@@ -536,8 +536,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     for (const CompareRow& row : result.rows) {
       const Point* p = find_point(reports[i], {row.batch, row.accumulation});
       if (p == nullptr || !ran(*p)) continue;
-      if (p->stop_reason != "timeout" && p->stop_reason != "sample cap" && p->stop_reason != "noise settled")
-        continue;
+      if (!stopped_short(p->stop_reason)) continue;
       short_points.push_back(batch_label(row.batch, row.accumulation));
       if (p->noise_pct) worst_noise = std::max(worst_noise, *p->noise_pct);
     }

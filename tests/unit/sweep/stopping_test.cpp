@@ -10,6 +10,7 @@
 #include <string>
 
 #include "batchsweep/errors.hpp"
+#include "batchsweep/report.hpp"
 #include "batchsweep/stats.hpp"
 #include "batchsweep/sweep.hpp"
 
@@ -46,6 +47,7 @@ TEST(NoiseCriterion, FinishesWhenAllTargetsHold) {
   criterion.add_measurement(60.0);
   EXPECT_TRUE(criterion.is_finished());
   EXPECT_EQ(criterion.stop_reason(), "noise target");
+  EXPECT_FALSE(stopped_short(criterion.stop_reason()));  // the report's notes key off it
   EXPECT_FALSE(criterion.warning().has_value());
   EXPECT_EQ(criterion.samples(), 10u);
   EXPECT_DOUBLE_EQ(criterion.measured_s(), 0.6);
@@ -108,6 +110,7 @@ TEST(NoiseCriterion, TimeoutSaysWhichLimitAndByHowMuch) {
   criterion.add_measurement(1.0);
   EXPECT_TRUE(criterion.is_finished());
   EXPECT_EQ(criterion.stop_reason(), "timeout");
+  EXPECT_TRUE(stopped_short(criterion.stop_reason()));
   const auto warning = criterion.warning();
   ASSERT_TRUE(warning.has_value());
   EXPECT_NE(warning->find("timeout 5 s reached after 5.5 s"), std::string::npos) << *warning;
@@ -150,6 +153,7 @@ TEST(NoiseCriterion, SampleCapStopsAFastNoisyStep) {
   }
   EXPECT_EQ(added, 50);
   EXPECT_EQ(criterion.stop_reason(), "sample cap");
+  EXPECT_TRUE(stopped_short(criterion.stop_reason()));
   const auto warning = criterion.warning();
   ASSERT_TRUE(warning.has_value());
   EXPECT_NE(warning->find("sample cap 50 reached"), std::string::npos) << *warning;
@@ -167,6 +171,7 @@ TEST(NoiseCriterion, ANoiseThatSettledAboveTheTargetStops) {
   // samples) still spread the history by more than 5% of the current 2.0%; at 112 they no longer do.
   EXPECT_EQ(added, 112);
   EXPECT_EQ(criterion.stop_reason(), "noise settled");
+  EXPECT_TRUE(stopped_short(criterion.stop_reason()));
   const auto warning = criterion.warning();
   ASSERT_TRUE(warning.has_value());
   EXPECT_NE(warning->find("noise settled at 2.0% above the 1% target after 112 samples"), std::string::npos)
