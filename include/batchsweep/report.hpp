@@ -20,6 +20,10 @@ enum class PointStatus { ok, oom, over_limit, error };
 // How a point's batch is written in warnings, progress and compare: "64", or "16x4" with accumulation.
 [[nodiscard]] std::string batch_label(int64_t batch, int64_t accumulation);
 
+// Whether a status says the batch did not fit in memory: oom (it ran out) or over_limit (its plan was over
+// the budget, never prepared). An error says nothing about memory.
+[[nodiscard]] bool did_not_fit(PointStatus status);
+
 // Whether a point's stop_reason says it stopped before meeting its measurement targets: "timeout",
 // "sample cap" or "noise settled" (NoiseCriterion::stop_reason); "noise target" met them.
 [[nodiscard]] bool stopped_short(std::string_view stop_reason);

@@ -37,11 +37,11 @@ std::string split_name(const Point& point) {
 
 // "batch 512 did not fit (oom: needs 90 GiB)" / "batch 64 failed (error: ...)".
 std::string failure_text(const Point& point) {
-  const bool did_not_fit = point.status == PointStatus::oom || point.status == PointStatus::over_limit;
   std::string detail(to_string(point.status));
   if (point.status == PointStatus::ok) detail = "ok but no throughput measured";
   if (!point.reason.empty()) detail += ": " + point.reason;
-  return fmt::format("batch {} {} ({})", point.batch, did_not_fit ? "did not fit" : "failed", detail);
+  return fmt::format("batch {} {} ({})", point.batch, did_not_fit(point.status) ? "did not fit" : "failed",
+                     detail);
 }
 
 // The smallest not-ok point whose batch is above `batch` (all not-ok points when batch is nullopt).
@@ -365,7 +365,7 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
                           largest.batch, format_rate(largest.samples_per_second),
                           in.options.untimed_fit->batch, in.options.untimed_fit->reason)};
     const bool unfit_above = std::any_of(in.points.begin(), in.points.end(), [&](const Point& p) {
-      return p.batch > largest.batch && (p.status == PointStatus::oom || p.status == PointStatus::over_limit);
+      return p.batch > largest.batch && did_not_fit(p.status);
     });
     if (!unfit_above)
       return {largest.batch,

@@ -109,8 +109,7 @@ KneeOutcome call_knee(const std::vector<double>& log2_batch, const std::vector<d
 std::optional<int64_t> unfit_above(std::span<const Point> points, const CurvePoint& last) {
   std::optional<int64_t> unfit;
   for (const Point& p : points) {
-    if ((p.status != PointStatus::oom && p.status != PointStatus::over_limit) || p.batch <= last.batch ||
-        p.accumulation != last.point->accumulation)
+    if (!did_not_fit(p.status) || p.batch <= last.batch || p.accumulation != last.point->accumulation)
       continue;
     if (!unfit || p.batch < *unfit) unfit = p.batch;
   }

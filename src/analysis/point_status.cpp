@@ -24,6 +24,10 @@ std::string batch_label(int64_t batch, int64_t accumulation) {
   return accumulation == 1 ? fmt::format("{}", batch) : fmt::format("{}x{}", batch, accumulation);
 }
 
+bool did_not_fit(PointStatus status) {
+  return status == PointStatus::oom || status == PointStatus::over_limit;
+}
+
 bool stopped_short(std::string_view stop_reason) {
   return stop_reason == "timeout" || stop_reason == "sample cap" || stop_reason == "noise settled";
 }

@@ -409,10 +409,6 @@ nlohmann::json number_or_null(double v) {
   return report_json::number_or_null<nlohmann::json>(v);
 }
 
-bool unfit(PointStatus s) {
-  return s == PointStatus::oom || s == PointStatus::over_limit;
-}
-
 // Batches a run failed to fit that the baseline never swept, though it fit a larger micro-batch with the same
 // accumulation. Memory grows with the micro-batch, so the baseline fit these too: the run needs more memory.
 std::vector<LostFit> lost_fits(const std::vector<Report>& reports) {
@@ -428,7 +424,8 @@ std::vector<LostFit> lost_fits(const std::vector<Report>& reports) {
     for (const Point& p : reports[i].points) {
       const Key key{p.batch, p.accumulation};
       const auto fit = baseline_fit.find(p.accumulation);
-      if (!unfit(p.status) || fit == baseline_fit.end() || p.batch > fit->second || !seen.insert(key).second)
+      if (!did_not_fit(p.status) || fit == baseline_fit.end() || p.batch > fit->second ||
+          !seen.insert(key).second)
         continue;
       // A batch every run has is a compared row, where the row rule catches it.
       const bool in_every_run = std::all_of(reports.begin(), reports.end(),

@@ -88,7 +88,7 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
     }
     const auto point = runner.measure(split.micro_batch, split.accumulation, false);
     if (!point) return;
-    if (point->status == PointStatus::over_limit || point->status == PointStatus::oom) {
+    if (did_not_fit(point->status)) {
       unfit.push_back(fmt::format("{} ({})", batch_label(split.micro_batch, split.accumulation),
                                   to_string(point->status)));
       continue;

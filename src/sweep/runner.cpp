@@ -464,8 +464,7 @@ std::vector<Point> PointRunner::unreached_resume_points() const {
     // Not where this run found the memory wanting: over the budget, or above a batch that did not fit.
     if (plan_over_budget(p.batch, p.accumulation)) continue;
     const bool above_unfit = std::any_of(points_.begin(), points_.end(), [&](const Point& q) {
-      return (q.status == PointStatus::oom || q.status == PointStatus::over_limit) &&
-             q.accumulation == p.accumulation && q.batch <= p.batch;
+      return did_not_fit(q.status) && q.accumulation == p.accumulation && q.batch <= p.batch;
     });
     if (!above_unfit) kept.push_back(p);
   }
