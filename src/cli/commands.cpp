@@ -541,16 +541,20 @@ void note_resume(Report& report, const ResumeSource& source,
   const Report& earlier = source.earlier;
   report.settings["resumed"]["points"] = count_resumed(report.points);
   std::vector<std::string> taken, kept;
+  const auto add = [&report](const std::string& w) {
+    if (std::find(report.warnings.begin(), report.warnings.end(), w) == report.warnings.end())
+      report.warnings.push_back(w);
+  };
   for (const Point& p : report.points) {
     if (p.resumed_from.empty()) continue;
     const std::string label = batch_label(p.batch, p.accumulation);
     (swept.contains({p.batch, p.accumulation}) ? taken : kept).push_back(label);
     // What the earlier run warned about this point's measurement still holds (noise, telemetry). Memory
     // warnings are the runner's again, against this run's budget.
-    const auto add = [&report](const std::string& w) {
-      if (std::find(report.warnings.begin(), report.warnings.end(), w) == report.warnings.end())
-        report.warnings.push_back(w);
-    };
+    // The earlier run's own warning about this point's stop begins "batch L: <stop_reason> ..." (the
+    // criterion's wording), or is the one this function made when it resumed the point before.
+    const std::string said_stop = fmt::format("batch {}: {} ", label, p.stop_reason);
+    const std::string said_taken = fmt::format("batch {}: taken from the earlier run, ", label);
     bool stop_said = false;
     for (const std::string& w : earlier.warnings) {
       const bool about_it =
@@ -558,8 +562,7 @@ void note_resume(Report& report, const ResumeSource& source,
           !w.ends_with(": close to out-of-memory");
       if (!about_it) continue;
       add(w);
-      for (const char* stop : {"timeout ", "sample cap ", "noise settled ", "taken from the earlier run, "})
-        stop_said |= w.starts_with(fmt::format("batch {}: {}", label, stop));
+      stop_said |= w.starts_with(said_stop) || w.starts_with(said_taken);
     }
     // Stopped short of its targets, it is as short of them now. The earlier run may have said so in one
     // warning about many points, which names no batch up front: say it again for this one.

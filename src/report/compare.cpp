@@ -281,7 +281,8 @@ CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, con
       if (variance[0] && variance[i]) {
         d.noise_checked = true;
         const double k = static_cast<double>(g.batches);
-        beyond_noise = std::fabs(std::log(d.ratio)) > 2.0 * std::sqrt(*variance[0] + *variance[i]) / k;
+        beyond_noise =
+            std::fabs(std::log(d.ratio)) > noise_margin(std::sqrt(*variance[0]), std::sqrt(*variance[i])) / k;
       }
       d.verdict = beyond_effect(d.ratio, options) && beyond_noise ? direction(d.ratio) : Verdict::same;
     } else {
