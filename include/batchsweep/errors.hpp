@@ -12,6 +12,7 @@ enum ExitCode : int {
   kExitRuntime = 1,        // a backend or I/O failure while running
   kExitUsage = 2,          // bad flag, config or input file
   kExitRegression = 3,     // `compare --fail-on-regression` found one
+  kExitNothingRan = 4,     // `run` finished, but no batch ran ok: there is nothing to recommend
   kExitInterrupted = 130,  // SIGINT; SIGTERM gives 143
 };
 

@@ -25,6 +25,7 @@ namespace {
 constexpr const char* kExitCodes =
     "Exit codes: 0 success; 1 runtime failure; 2 usage, config or input error; 3 regression found by "
     "compare;\n"
+    "4 run finished but no batch ran ok (all oom, over_limit or error; the report is written);\n"
     "130 interrupted by SIGINT (143 SIGTERM) - the report of finished points is still written.";
 
 constexpr const char* kExamples = R"(Examples:

@@ -699,6 +699,16 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   if (exports.json_path != "-" && !isatty(fileno(stdout))) print_warnings(report.warnings);
   print_final(report, exports);
   if (outcome.interrupted) return sig == SIGTERM ? 143 : kExitInterrupted;
+  // Out of memory is a measurement, and the report says it; but a script that reads only the exit code
+  // must not take "no batch fits this GPU" for an answer.
+  if (std::none_of(report.points.begin(), report.points.end(),
+                   [](const Point& p) { return p.status == PointStatus::ok; })) {
+    const std::string& why = report.analysis.recommended.why;
+    fmt::print(stderr, "batchsweep: {}{}; there is nothing to recommend (exit {})\n",
+               why.starts_with("no batch ran ok") ? "" : "no batch ran ok: ", why,
+               static_cast<int>(kExitNothingRan));
+    return kExitNothingRan;
+  }
   return kExitOk;
 }
 

@@ -89,6 +89,29 @@ TEST(Run, FailuresMidSweepAreMeasurementsAndTheSweepGoesOn) {
     EXPECT_NE(r.err.find(said), std::string::npos) << said << "\n" << r.err;
 }
 
+// Nothing fit: the points are measurements and the report says so, but the exit code tells a script that
+// reads nothing else that there is no batch to use (exit 4); one point that ran is an answer (exit 0).
+TEST(Run, ASweepWhereNoBatchRanOkExitsFour) {
+  ScratchDir dir;
+  const std::string out = (dir / "none.json").string();
+  const Result none =
+      run(scripted_run("roofline.json", {"--batch", "64,128", "--memory-limit", "1MiB", "--json", out}));
+  EXPECT_EQ(none.exit_code, 4) << none.err;
+  EXPECT_NE(none.err.find("batchsweep: no batch ran ok: batch 64 did not fit (over_limit"), std::string::npos)
+      << none.err;
+  EXPECT_NE(none.err.find("there is nothing to recommend (exit 4)"), std::string::npos) << none.err;
+  const nlohmann::json report = read_json(out);
+  expect_valid_report(out);
+  EXPECT_EQ(report["state"], "complete");
+  ASSERT_EQ(report["points"].size(), 2u);
+  EXPECT_EQ((*point_at(report, 64))["status"], "over_limit");
+  EXPECT_TRUE(report["analysis"]["recommended"]["batch"].is_null());
+
+  const Result one = run(scripted_run("roofline.json", {"--batch", "8,4096"}));
+  EXPECT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_EQ(one.err.find("nothing to recommend"), std::string::npos) << one.err;
+}
+
 // `--json >(jq .)`, a FIFO, /dev/stdout: the report is written into the pipe once, complete, at the end, and
 // the pipe stays a pipe (an atomic rename would have replaced it with a regular file, and as root /dev/null
 // too).
@@ -560,8 +583,8 @@ TEST(Compare, RegressionExitsThreeAndSameRunPasses) {
   // Batches in every run that ran in none of them (out of memory everywhere): nothing compared either, and
   // no export written for a command that fails.
   const std::string d = (dir / "d.json").string(), e = (dir / "e.json").string();
-  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "4096,8192", "--json", d})).exit_code, 0);
-  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "4096,8192", "--json", e})).exit_code, 0);
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "4096,8192", "--json", d})).exit_code, 4);
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "4096,8192", "--json", e})).exit_code, 4);
   const std::string out = (dir / "cmp.json").string();
   const Result failed = run({"compare", d, e, "--fail-on-regression", "5", "--json", out});
   EXPECT_EQ(failed.exit_code, 2) << failed.out << failed.err;
@@ -1110,7 +1133,7 @@ TEST(Run, ResumeRunsAgainWhatDidNotFitAndLeavesOutWhatWasNotAskedFor) {
       << r.err;
   // A report with nothing ok to take says so.
   const std::string failed = (dir / "failed.json").string();
-  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "4096", "--json", failed})).exit_code, 0);
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "4096", "--json", failed})).exit_code, 4);
   const Result none = run(scripted_run("roofline.json", {"--batch", "8", "--resume", failed}));
   ASSERT_EQ(none.exit_code, 0) << none.err;
   EXPECT_NE(none.err.find("--resume " + failed + ": it holds no ok point; every point was measured now"),
