@@ -201,7 +201,38 @@ void check_distinct_exports(const std::vector<ExportPath>& exports) {
   }
 }
 
-void check_exports(ExportSettings& e) {
+// A file this command reads, which no export may overwrite: the model config, the --script, the reports
+// compared. `json_may_replace` lets --json write the report it holds back into it (`analyze r.json --json
+// r.json`, `--resume r.json --json r.json`): every point of it is kept.
+struct InputFile {
+  std::string_view what;  // "the --model file"
+  std::string path;
+  bool json_may_replace = false;
+};
+
+void check_inputs_spared(const std::vector<ExportPath>& exports, const std::vector<InputFile>& inputs) {
+  namespace fs = std::filesystem;
+  for (const ExportPath& x : exports) {
+    if (x.path.empty() || x.path == "-") continue;
+    for (const InputFile& in : inputs) {
+      if (in.path.empty() || in.path == "-" || (in.json_may_replace && x.flag == "--json")) continue;
+      std::error_code ec;
+      if (fs::equivalent(x.path, in.path, ec) && !ec)
+        throw UsageError(
+            fmt::format("{} {}: that is {} ({}), which the export would overwrite; give the "
+                        "export its own file",
+                        x.flag, x.typed, in.what, in.path));
+    }
+  }
+}
+
+// The model config, when --model names a file (a preset name names none).
+InputFile model_input(const std::string& model) {
+  std::error_code ec;
+  return {"the --model file", std::filesystem::is_regular_file(model, ec) ? model : std::string()};
+}
+
+void check_exports(ExportSettings& e, const std::vector<InputFile>& inputs) {
   const ExportSettings given = e;  // as typed, for the messages
   e.json_path = resolve_export_path(e.json_path, "--json");
   e.csv_path = resolve_export_path(e.csv_path, "--csv");
@@ -224,10 +255,12 @@ void check_exports(ExportSettings& e) {
           fmt::format("{} {}: only --json goes to stdout (- or /dev/stdout), where the table goes otherwise; "
                       "give {} a file",
                       x.flag, x.typed, x.flag));
-  check_distinct_exports({{"--json", e.json_path, given.json_path},
-                          {"--csv", e.csv_path, given.csv_path},
-                          {"--markdown", e.markdown_path, given.markdown_path},
-                          {"--svg", e.svg_path, given.svg_path}});
+  const std::vector<ExportPath> all = {{"--json", e.json_path, given.json_path},
+                                       {"--csv", e.csv_path, given.csv_path},
+                                       {"--markdown", e.markdown_path, given.markdown_path},
+                                       {"--svg", e.svg_path, given.svg_path}};
+  check_distinct_exports(all);
+  check_inputs_spared(all, inputs);
 }
 
 // Writes one export, naming its flag when the write fails (exit 1). Between points (final = false) a pipe or
@@ -396,6 +429,7 @@ void print_warnings(const std::vector<std::string>& warnings) {
 
 int plan_command(const PlanSettings& s) {
   check_writable(s.json_path, "--json");
+  check_inputs_spared({{"--json", s.json_path, s.json_path}}, {model_input(s.model)});
   const ModelSpec model = load_model(s.model);
   const Graph graph = lower(model);
   const BatchSpec spec = parse_batch_spec(s.batch, "--batch");
@@ -625,7 +659,9 @@ void note_resume(Report& report, const ResumeSource& source,
 
 int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   ExportSettings exports = s.exports;
-  check_exports(exports);
+  check_exports(
+      exports,
+      {model_input(s.model), {"the --script file", s.script}, {"the --resume report", s.resume_path, true}});
   const ModelSpec model = load_model(s.model);
   const Graph graph = lower(model);
   std::unique_ptr<Backend> backend = make_backend(s.backend, s.script, s.device);
@@ -776,7 +812,7 @@ RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags,
 }
 int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& argv) {
   ExportSettings exports = s.exports;
-  check_exports(exports);
+  check_exports(exports, {{"the report analyze reads", s.report_path, true}});
   Report report = read_report(s.report_path);
   if (report.state == "in_progress")
     std::fprintf(stderr,
@@ -812,8 +848,12 @@ int compare_command(const CompareSettings& input) {
   s.markdown_path = resolve_export_path(s.markdown_path, "--markdown");
   check_writable(s.json_path, "--json");
   check_writable(s.markdown_path, "--markdown");
-  check_distinct_exports(
-      {{"--json", s.json_path, input.json_path}, {"--markdown", s.markdown_path, input.markdown_path}});
+  const std::vector<ExportPath> exports = {{"--json", s.json_path, input.json_path},
+                                           {"--markdown", s.markdown_path, input.markdown_path}};
+  check_distinct_exports(exports);
+  std::vector<InputFile> inputs;
+  for (const std::string& path : s.report_paths) inputs.push_back({"a report compare reads", path});
+  check_inputs_spared(exports, inputs);
   std::vector<Report> reports;
   for (const std::string& path : s.report_paths) {
     reports.push_back(read_report(path));

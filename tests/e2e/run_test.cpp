@@ -391,6 +391,12 @@ TEST(Run, MaxFitNamesTheLargerFitTheSearchCouldNotTime) {
             nlohmann::json::array({BSW_BINARY, "analyze", file, "--json", "-"}));
   EXPECT_TRUE(reanalysed["settings"]["analyzed"]["at"].is_string());
   EXPECT_EQ(reanalysed["state"], "complete");
+  // Analysed in place: --json may write the report back into the file it read (every point is kept).
+  const Result in_place = run({"analyze", file, "--latency-slo", "50", "--json", file});
+  ASSERT_EQ(in_place.exit_code, 0) << in_place.err;
+  const nlohmann::json rewritten = read_json(file);
+  EXPECT_EQ(rewritten["points"], report["points"]);
+  EXPECT_EQ(rewritten["settings"]["latency_slo_ms"], 50);
 }
 
 TEST(Run, EffectiveBatchReportsTheFastestSplit) {
