@@ -16,6 +16,15 @@ double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// `value` (< limit) with two decimals, or as many more as it takes not to print the limit itself ("0.02 s
+// measured < 0.02 s minimum" for 0.0196).
+std::string below(double value, double limit) {
+  for (int digits = 2; digits < 9; ++digits) {
+    std::string text = fmt::format("{:.{}f}", value, digits);
+    if (std::stod(text) < limit) return text;
+  }
+  return fmt::format("{:g}", value);
+}
 }  // namespace
 
 NoiseCriterion::NoiseCriterion(StoppingSettings settings, Clock clock)
@@ -53,7 +62,9 @@ bool NoiseCriterion::is_finished() {
   if (stop_ != Stop::none) return true;
   const double elapsed_s = clock_() - start_s_;
   const auto samples = static_cast<int64_t>(samples_);
-  if (samples >= settings_.min_samples && measured_ms_ >= settings_.min_time_s * 1000.0) {
+  // One sample says nothing of the noise: the noise target needs two, whatever --min-samples says.
+  if (samples >= std::max<int64_t>(2, settings_.min_samples) &&
+      measured_ms_ >= settings_.min_time_s * 1000.0) {
     const double noise = noise_pct();
     if (noise <= settings_.max_noise_pct)
       stop_ = Stop::noise_target;
@@ -102,15 +113,17 @@ std::optional<std::string> NoiseCriterion::warning() const {
   // The targets that were not met, each with how far off it was and the flag that moves it.
   std::vector<std::string> missed;
   if (noisy) missed.push_back(fmt::format("noise {:.1f}% > {:g}% target", noise, settings_.max_noise_pct));
+  if (samples < 2) missed.push_back("noise unknown from one sample");
   if (samples < settings_.min_samples)
     missed.push_back(fmt::format("{} samples < {} minimum", samples, settings_.min_samples));
   const bool short_time = measured_ms_ < settings_.min_time_s * 1000.0;
   if (short_time)
-    missed.push_back(fmt::format("{:.2f} s measured < {:g} s minimum", measured_s(), settings_.min_time_s));
+    missed.push_back(fmt::format("{} s measured < {:g} s minimum", below(measured_s(), settings_.min_time_s),
+                                 settings_.min_time_s));
   const std::string what = missed.empty() ? std::string("all targets met at the same moment")
                                           : fmt::format("{}", fmt::join(missed, ", "));
   if (stop_ == Stop::timeout) {
-    return fmt::format("timeout {:g} s reached after {:.1f} s with {} ({})", settings_.timeout_s,
+    return fmt::format("timeout {:g} s reached after {:.3g} s with {} ({})", settings_.timeout_s,
                        elapsed_at_stop_s_, what,
                        noisy ? "raise --timeout or relax --max-noise" : "raise --timeout");
   }

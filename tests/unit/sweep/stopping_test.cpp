@@ -140,6 +140,47 @@ TEST(NoiseCriterion, TimeoutWithFewSamplesNamesTheMinimum) {
   EXPECT_EQ(warning->find("--max-noise"), std::string::npos) << *warning;  // the noise was fine
 }
 
+// One sample says nothing of the noise: with --min-samples 1 the noise target still waits for a second, and
+// a point cut at one sample says the noise is unknown (it once stopped on "noise target" with no noise_pct).
+TEST(NoiseCriterion, OneSampleNeverMeetsTheNoiseTarget) {
+  FakeClock time;
+  StoppingSettings settings;
+  settings.min_samples = 1;
+  settings.min_time_s = 0.0;
+  NoiseCriterion criterion(settings, time.clock());
+  criterion.add_measurement(50.0);
+  EXPECT_FALSE(criterion.is_finished());
+  criterion.add_measurement(50.0);
+  EXPECT_TRUE(criterion.is_finished());
+  EXPECT_EQ(criterion.stop_reason(), "noise target");
+
+  settings.timeout_s = 1.0;
+  NoiseCriterion slow(settings, time.clock());
+  time.now_s += 2.0;
+  slow.add_measurement(2000.0);
+  EXPECT_TRUE(slow.is_finished());
+  EXPECT_EQ(slow.stop_reason(), "timeout");
+  const auto warning = slow.warning();
+  ASSERT_TRUE(warning.has_value());
+  EXPECT_NE(warning->find("noise unknown from one sample"), std::string::npos) << *warning;
+}
+
+// A time just under the minimum is not printed as the minimum itself.
+TEST(NoiseCriterion, ATimeJustShortOfTheMinimumPrintsBelowIt) {
+  FakeClock time;
+  StoppingSettings settings;
+  settings.min_time_s = 0.02;
+  settings.timeout_s = 1.0;
+  NoiseCriterion criterion(settings, time.clock());
+  for (int i = 0; i < 10; ++i) criterion.add_measurement(1.96);  // 19.6 ms in all
+  time.now_s += 2.0;
+  EXPECT_TRUE(criterion.is_finished());
+  EXPECT_EQ(criterion.stop_reason(), "timeout");
+  const auto warning = criterion.warning();
+  ASSERT_TRUE(warning.has_value());
+  EXPECT_NE(warning->find("0.0196 s measured < 0.02 s minimum"), std::string::npos) << *warning;
+}
+
 TEST(NoiseCriterion, SampleCapStopsAFastNoisyStep) {
   FakeClock time;
   StoppingSettings settings;
