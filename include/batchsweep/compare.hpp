@@ -43,6 +43,8 @@ struct RunSummary {
   BatchChoice best;  // the highest throughput, at whichever batch each run reached it
   Recommendation recommended;
   std::optional<double> recommended_cost_per_million_samples;  // USD, where the run has a price
+  std::optional<double> latency_slo_ms;    // the run's p99 budget (settings.latency_slo_ms), where it had one
+  std::optional<BatchChoice> latency_slo;  // and its answer under that budget
 };
 
 // One run's point at a compared batch.
@@ -53,6 +55,7 @@ struct CompareCell {
   size_t samples = 0;  // raw step-time samples the verdict could use
   // The relative standard error of the mean step time (stddev / mean / sqrt(n)), where there are samples.
   std::optional<double> standard_error;
+  std::optional<double> p99_ms;  // the p99 step time, where the point ran
 };
 
 // A run (B, C, ...) against the baseline at one batch.
@@ -117,9 +120,10 @@ struct CompareResult {
 
 // What `compare --fail-on-regression PCT` (exit code 3) counts, one line each: a run "slower" than the
 // baseline at some batch with B/A < 1 - pct/100, a batch that ran in the baseline but failed in a run
-// (oom, over_limit, error: a batch that no longer fits is a regression a CI gate must catch), and each
+// (oom, over_limit, error: a batch that no longer fits is a regression a CI gate must catch), each
 // LostFit (a batch not every run swept, that a run could not fit although the baseline fit one at least as
-// large).
+// large), and a run with no batch within the p99 budget where the baseline had one under the same budget
+// (a lower throughput under the budget is a note: the budget's batch moves with p99 noise).
 [[nodiscard]] std::vector<std::string> regressions(const CompareResult& result, double pct);
 [[nodiscard]] bool has_regression(const CompareResult& result, double pct);
 

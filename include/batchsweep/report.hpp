@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "batchsweep/backend.hpp"
@@ -86,9 +87,14 @@ struct KneeResult {
 };
 
 struct BatchChoice {
+  BatchChoice() = default;
+  BatchChoice(std::optional<int64_t> b, std::optional<double> rate, std::string why,
+              std::optional<double> p99 = std::nullopt)
+      : batch(b), samples_per_second(rate), reason(std::move(why)), p99_ms(p99) {}
   std::optional<int64_t> batch;
   std::optional<double> samples_per_second;
-  std::string reason;  // why there is none, or a note
+  std::string reason;            // why there is none, or a note
+  std::optional<double> p99_ms;  // latency_slo: the chosen point's p99 step time (JSON: only where set)
 };
 
 struct Recommendation {
@@ -122,6 +128,9 @@ struct AnalysisOptions {
   std::optional<double> latency_slo_ms;   // p99 step latency budget
   std::optional<double> price_per_hour;   // USD per device-hour: cost_per_million_samples per point
   std::optional<UntimedFit> untimed_fit;  // max_fit's reason names it where it is above the largest timed
+  // The sweep stopped before the batches it asked for (report state interrupted or in_progress): the largest
+  // batch measured is not "the largest swept", and larger ones were not "not tried".
+  bool unfinished = false;
 };
 
 struct ToolInfo {

@@ -109,7 +109,8 @@ BatchChoice saturation(std::span<const Point> points, const std::vector<CurvePoi
                   format_rate(best->samples_per_second), best->batch));
 }
 
-BatchChoice max_fit(std::span<const Point> points, const std::optional<UntimedFit>& untimed) {
+BatchChoice max_fit(std::span<const Point> points, const std::optional<UntimedFit>& untimed,
+                    bool unfinished) {
   const Point* largest = nullptr;
   for (const Point& point : points) {
     if (!is_ok(point)) continue;
@@ -124,7 +125,11 @@ BatchChoice max_fit(std::span<const Point> points, const std::optional<UntimedFi
     return choose(*largest, fmt::format("the largest timed batch; batch {} fits too ({})", untimed->batch,
                                         untimed->reason));
   const Point* failure = first_failure_above(points, largest->batch);
-  return choose(*largest, failure ? failure_text(*failure) : std::string("the largest batch swept"));
+  if (failure) return choose(*largest, failure_text(*failure));
+  return choose(*largest, unfinished
+                              ? "the largest batch measured before the sweep stopped (it did not finish: "
+                                "larger batches it asked for were not measured)"
+                              : "the largest batch swept");
 }
 
 // The p99 step time of a point: its summary, or its raw samples when the summary is empty.
@@ -134,11 +139,36 @@ std::optional<double> p99_ms(const Point& point) {
   return std::nullopt;
 }
 
-// Under 100 steps a p99 is close to the slowest step seen, so the reason says how many it rests on.
-std::string p99_basis(const Point& point) {
+// Under 100 steps a p99 is close to the slowest step seen, so the reason says how many it rests on, and
+// that --timeout cut them short where it did: "of 21 steps", "from a single step, cut short by --timeout".
+std::string p99_steps(const Point& point) {
   const size_t n = point.samples_ms.size();
   if (n == 0 || n >= 100) return {};
-  return fmt::format(" (p99 of {} step{}: near the slowest)", n, n == 1 ? "" : "s");
+  const std::string cut = point.stop_reason == "timeout" ? ", cut short by --timeout" : "";
+  return n == 1 ? "from a single step" + cut : fmt::format("of {} steps{}", n, cut);
+}
+
+std::string steps_clause(const Point& point) {
+  const std::string steps = p99_steps(point);
+  return steps.empty() ? steps : " " + steps;
+}
+
+std::string p99_basis(const Point& point) {
+  const std::string steps = p99_steps(point);
+  if (steps.empty()) return {};
+  return fmt::format(" (p99 {}{})", steps, point.samples_ms.size() > 1 ? ": near the slowest" : "");
+}
+
+// A p99 beside the budget it is held to, with the digits it takes for the two to read the way they compare:
+// never "the smallest p99 is 20 ms" over a 20 ms budget for 20.008.
+std::string p99_text(double p99, double budget_ms) {
+  const double budget = std::stod(format_number(budget_ms));  // as the budget is printed
+  const auto order = [](double a, double b) { return (a > b) - (a < b); };
+  for (int digits = 3; digits <= 9; ++digits) {
+    std::string text = fmt::format("{:.{}g}", p99, digits);
+    if (order(std::stod(text), budget) == order(p99, budget_ms)) return text;
+  }
+  return fmt::format("{}", p99);
 }
 
 // The fastest ok point whose p99 step fits the budget.
@@ -227,22 +257,43 @@ std::string edge_hint(std::span<const Point> points, const Point& chosen, double
   const std::string between = failed ? fmt::format(" and batch {} between them has status {}", failed->batch,
                                                    to_string(failed->status))
                                      : "";
-  return fmt::format("; batch {}'s p99 is {:.3g} ms{}: --batch {} measures between them", hi, *p99, between,
-                     range);
+  return fmt::format("; batch {}'s p99 is {} ms{}: --batch {} measures between them", hi,
+                     p99_text(*p99, budget_ms), between, range);
 }
 
-BatchChoice latency_slo(std::span<const Point> points, double budget_ms) {
+// Where the budget did not bind: every ok point meets it, and the chosen one is the largest that ran (no
+// larger batch failed to fit). Then nothing says where latency would stop the batch growing: "extend
+// --batch", as the curve's own still-rising advice does; an unfinished sweep says it stopped first.
+std::string budget_not_reached(std::span<const Point> points, const Point& chosen, double budget_ms,
+                               bool unfinished) {
+  for (const Point& point : points) {
+    if (point.batch > chosen.batch && (is_ok(point) || did_not_fit(point.status))) return {};
+    if (is_ok(point) && (!p99_ms(point) || *p99_ms(point) > budget_ms)) return {};
+  }
+  return unfinished
+             ? "; every batch measured meets the budget, and the sweep stopped before larger ones"
+             : "; every batch swept meets the budget: larger batches were not tried (extend --batch to "
+               "find where it binds)";
+}
+
+BatchChoice latency_slo(std::span<const Point> points, double budget_ms, bool unfinished) {
   const BudgetChoice budget = within_budget(points, budget_ms);
   if (const Point* chosen = budget.chosen) {
     // A faster point within noise: say what was given up, and why it is nothing. (No hint to measure above
     // the fastest: throughput is flat there.)
-    const std::string within_noise =
-        chosen != budget.fastest
-            ? fmt::format("; batch {} is {:.2f}% faster, within noise (< {:.3g}%), at p99 {:.3g} ms",
-                          budget.fastest->batch, budget.lead_pct, budget.margin_pct, *p99_ms(*budget.fastest))
-            : edge_hint(points, *chosen, budget_ms);
-    return choose(*chosen, fmt::format("p99 step {:.3g} ms within the {} ms budget{}{}", *p99_ms(*chosen),
-                                       format_number(budget_ms), p99_basis(*chosen), within_noise));
+    std::string after;
+    if (chosen != budget.fastest)
+      after = fmt::format("; batch {} is {:.2f}% faster, within noise (< {:.3g}%), at p99 {} ms",
+                          budget.fastest->batch, budget.lead_pct, budget.margin_pct,
+                          p99_text(*p99_ms(*budget.fastest), budget_ms));
+    else
+      after =
+          edge_hint(points, *chosen, budget_ms) + budget_not_reached(points, *chosen, budget_ms, unfinished);
+    BatchChoice choice = choose(*chosen, fmt::format("p99 step {} ms within the {} ms budget{}{}",
+                                                     p99_text(*p99_ms(*chosen), budget_ms),
+                                                     format_number(budget_ms), p99_basis(*chosen), after));
+    choice.p99_ms = p99_ms(*chosen);
+    return choice;
   }
   const Point* quickest = nullptr;
   for (const Point& point : points) {
@@ -253,8 +304,18 @@ BatchChoice latency_slo(std::span<const Point> points, double budget_ms) {
     const bool any_ok = std::any_of(points.begin(), points.end(), is_ok);
     return none(any_ok ? std::string("no ok point has step-time samples") : no_ok_reason(points));
   }
-  return none(fmt::format("no batch meets the {} ms p99 budget: the smallest p99 is {:.3g} ms (batch {})",
-                          format_number(budget_ms), *p99_ms(*quickest), quickest->batch));
+  // The quickest is the smallest batch swept: smaller ones, not swept, may meet the budget.
+  const bool smallest =
+      std::none_of(points.begin(), points.end(), [&](const Point& p) { return p.batch < quickest->batch; });
+  const std::string below =
+      smallest && quickest->batch > 1
+          ? fmt::format("; no batch below {} was swept (try --batch {})", quickest->batch,
+                        quickest->batch == 2 ? std::string("1") : fmt::format("1:{}:*2", quickest->batch / 2))
+          : "";
+  const std::string steps = p99_steps(*quickest);
+  return none(fmt::format("no batch meets the {} ms p99 budget: the smallest p99 is {} ms (batch {}{}){}",
+                          format_number(budget_ms), p99_text(*p99_ms(*quickest), budget_ms), quickest->batch,
+                          steps.empty() ? steps : ", " + steps, below));
 }
 
 bool has_joules(const Point& point) {
@@ -367,6 +428,12 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
     const bool unfit_above = std::any_of(in.points.begin(), in.points.end(), [&](const Point& p) {
       return p.batch > largest.batch && did_not_fit(p.status);
     });
+    if (!unfit_above && in.options.unfinished)
+      return {
+          largest.batch,
+          fmt::format("throughput still rising at the largest batch measured ({}, {} samples/s); the sweep "
+                      "stopped before larger ones (run it again with --resume to measure them)",
+                      largest.batch, format_rate(largest.samples_per_second))};
     if (!unfit_above)
       return {largest.batch,
               fmt::format("throughput still rising at the largest batch swept ({}, {} samples/s); larger "
@@ -393,18 +460,20 @@ Recommendation recommend(const RecommendationInputs& in, const Point*& chosen) {
     const BudgetChoice budget = within_budget(in.points, *in.options.latency_slo_ms);
     chosen = budget.chosen;
     if (!chosen) return {std::nullopt, a.latency_slo->reason};
+    const double budget_ms = *in.options.latency_slo_ms;
     if (chosen == budget.fastest)
-      return {chosen->batch,
-              fmt::format(
-                  "highest throughput within the {} ms p99 budget: batch {} ({} samples/s, p99 {:.3g} ms)",
-                  format_number(*in.options.latency_slo_ms), chosen->batch,
-                  format_rate(chosen->samples_per_second), *p99_ms(*chosen))};
+      return {
+          chosen->batch,
+          fmt::format("highest throughput within the {} ms p99 budget: batch {} ({} samples/s, p99 {} ms{})",
+                      format_number(budget_ms), chosen->batch, format_rate(chosen->samples_per_second),
+                      p99_text(*p99_ms(*chosen), budget_ms), steps_clause(*chosen))};
     return {
         chosen->batch,
-        fmt::format("lowest p99 within noise of the highest throughput within the {} ms p99 budget (batch "
-                    "{}): batch {} ({} samples/s, p99 {:.3g} ms)",
-                    format_number(*in.options.latency_slo_ms), budget.fastest->batch, chosen->batch,
-                    format_rate(chosen->samples_per_second), *p99_ms(*chosen))};
+        fmt::format("batch {} ({} samples/s, p99 {} ms{}): within noise of batch {}, the highest throughput "
+                    "within the {} ms p99 budget, at a lower p99 ({} ms)",
+                    chosen->batch, format_rate(chosen->samples_per_second),
+                    p99_text(*p99_ms(*chosen), budget_ms), steps_clause(*chosen), budget.fastest->batch,
+                    format_number(budget_ms), p99_text(*p99_ms(*budget.fastest), budget_ms))};
   }
   if (a.effective_batch_split && a.effective_batch_split->batch) {
     std::size_t ran = 0;
@@ -472,7 +541,7 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
   const analysis_detail::KneeDetail knee = analysis_detail::find_knee_detail(view, options.knee_sensitivity);
   analysis.knee = knee.result;
   analysis.saturation = saturation(view, curve, options.saturation_pct);
-  analysis.max_fit = max_fit(view, options.untimed_fit);
+  analysis.max_fit = max_fit(view, options.untimed_fit, options.unfinished);
   analysis.best_throughput = best_throughput(view);
   if (analysis.knee.batch && analysis.best_throughput.batch) {
     // A bend on a log-log curve can sit far below the plateau; the knee's line says so on its own, since
@@ -485,7 +554,8 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
           fmt::format("; throughput keeps rising past it (the knee reaches {} of the best, batch {})",
                       format_percent(knee_point->samples_per_second / best->samples_per_second), best->batch);
   }
-  if (options.latency_slo_ms) analysis.latency_slo = latency_slo(view, *options.latency_slo_ms);
+  if (options.latency_slo_ms)
+    analysis.latency_slo = latency_slo(view, *options.latency_slo_ms, options.unfinished);
   analysis.energy_optimal = energy_optimal(view);
   analysis.effective_batch_split = effective_batch_split(view);
   const Point* chosen = nullptr;

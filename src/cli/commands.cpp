@@ -444,6 +444,15 @@ int plan_command(const PlanSettings& s) {
   // falls back and plans our own path instead (its report says which ran).
   if (kind == BackendKind::cuda) {
     request.paths = requested_cuda_paths(graph, s.precision, s.paths);
+    // Forced where auto would not pick it: planned as asked, but only the device's cuDNN can say whether it
+    // runs (run asks it at batch 1 and refuses the forced path where it does not).
+    if (s.paths.attention == AttentionPath::cudnn_sdpa &&
+        preferred_cuda_paths(graph, s.precision).attention != AttentionPath::cudnn_sdpa)
+      std::fprintf(
+          stderr,
+          "batchsweep plan: note: --attention cudnn plans cuDNN SDPA for a head size auto would not "
+          "give it (auto: a multiple of 8, at most 128); `run` asks this GPU's cuDNN and refuses the "
+          "forced path if it declines\n");
   } else if (s.paths.attention == AttentionPath::cudnn_sdpa || s.paths.conv == ConvPath::cudnn) {
     throw UsageError(
         fmt::format("{}: cuDNN paths are planned for --backend cuda, not {}",
@@ -712,7 +721,9 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
 
   SignalGuard signals;
   report.state = "in_progress";  // what the rewrites after each point say; a killed run leaves it so
-  ExportingObserver observer(report, exports, options, s.quiet, telemetry ? &*telemetry : nullptr);
+  AnalysisOptions partial_options = options;  // the rewrites after each point hold a sweep still running
+  partial_options.unfinished = true;
+  ExportingObserver observer(report, exports, partial_options, s.quiet, telemetry ? &*telemetry : nullptr);
   SweepOutcome outcome = run_sweep(*backend, graph, sweep, observer);
 
   report.points = std::move(outcome.points);
@@ -725,11 +736,16 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   if (resume) note_resume(report, *resume, observer.swept(), outcome.interrupted, exports.json_path);
   const int sig = g_signal.load();
   if (outcome.interrupted)
-    report.warnings.push_back(fmt::format("interrupted by {}: the report holds the {} finished point(s)",
-                                          sig == SIGTERM ? "SIGTERM" : "SIGINT", report.points.size()));
+    report.warnings.push_back(fmt::format(
+        "interrupted by {}: the report holds the {} finished point(s), and its analysis covers only those{}",
+        sig == SIGTERM ? "SIGTERM" : "SIGINT", report.points.size(),
+        exports.json_path.empty() || exports.json_path == "-"
+            ? std::string()
+            : fmt::format(" (the same command with --resume {} measures the rest)", exports.json_path)));
   report.state = outcome.interrupted ? "interrupted" : "complete";
   AnalysisOptions final_options = options;
   final_options.untimed_fit = outcome.untimed_fit;
+  final_options.unfinished = outcome.interrupted;
   report.analysis = analyze(report.points, final_options);
   // The console table ends with the warnings; say them on stderr too when that table is not on a terminal.
   if (exports.json_path != "-" && !isatty(fileno(stdout))) print_warnings(report.warnings);
@@ -801,6 +817,7 @@ RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags,
     }
   }
   out.options = analysis_options(flags);
+  out.options.unfinished = report.state == "interrupted" || report.state == "in_progress";
   // What run's --batch auto found to fit without timing it (settings.untimed_fit), where well-formed.
   if (report.settings.is_object()) {
     const auto it = report.settings.find("untimed_fit");
@@ -818,6 +835,11 @@ int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& ar
     std::fprintf(stderr,
                  "batchsweep analyze: %s was written while its sweep ran (state in_progress) and the run "
                  "ended before it finished: the analysis covers the %zu point(s) it holds\n",
+                 s.report_path.c_str(), report.points.size());
+  if (report.state == "interrupted")
+    std::fprintf(stderr,
+                 "batchsweep analyze: %s is of an interrupted sweep (state interrupted): the analysis covers "
+                 "the %zu point(s) it finished\n",
                  s.report_path.c_str(), report.points.size());
   const RunAnalysis run =
       run_analysis(report, s.analysis, {s.no_latency_slo, s.saturation_given, s.knee_sensitivity_given});

@@ -160,7 +160,41 @@ RunSummary summarize_run(const Report& report, std::string name) {
   s.best = report.analysis.best_throughput;
   s.recommended = report.analysis.recommended;
   s.recommended_cost_per_million_samples = report.analysis.recommended_cost_per_million_samples;
+  if (report.settings.is_object() && report.settings.contains("latency_slo_ms") &&
+      report.settings["latency_slo_ms"].is_number())
+    s.latency_slo_ms = report.settings["latency_slo_ms"].get<double>();
+  if (s.latency_slo_ms) s.latency_slo = report.analysis.latency_slo;
   return s;
+}
+
+std::optional<double> point_p99(const Point& p) {
+  if (p.status != PointStatus::ok) return std::nullopt;
+  if (p.step_ms.p99 > 0) return p.step_ms.p99;
+  if (!p.samples_ms.empty()) return percentile(p.samples_ms, 99.0);
+  return std::nullopt;
+}
+
+// Runs with the baseline's p99 budget whose answer under it differs: a lost budget (no batch within it),
+// or a throughput under it beyond the minimum effect. Empty where they agree or the budgets differ.
+std::optional<std::string> budget_change(const RunSummary& base, const RunSummary& run,
+                                         const std::string& name, double min_effect_pct) {
+  if (!base.latency_slo_ms || !run.latency_slo_ms || *base.latency_slo_ms != *run.latency_slo_ms ||
+      !base.latency_slo || !run.latency_slo)
+    return std::nullopt;
+  const BatchChoice &a = *base.latency_slo, &b = *run.latency_slo;
+  const std::string budget = fmt::format("under the {:g} ms p99 budget", *base.latency_slo_ms);
+  if (a.batch && a.samples_per_second && !b.batch)
+    return fmt::format("{}: {} has no batch within it ({}), A served {} samples/s at batch {}", budget, name,
+                       b.reason, rf::human_rate(*a.samples_per_second), *a.batch);
+  if (!a.batch || !b.batch || !a.samples_per_second || !b.samples_per_second) return std::nullopt;
+  const double ratio = *b.samples_per_second / *a.samples_per_second;
+  if (std::abs(ratio - 1) * 100 <= min_effect_pct && *a.batch == *b.batch) return std::nullopt;
+  return fmt::format("{}: {} serves {} samples/s at batch {}{}, A {} at batch {}{} ({}/A {}\u00d7)", budget,
+                     name, rf::human_rate(*b.samples_per_second), *b.batch,
+                     b.p99_ms ? fmt::format(" (p99 {:.3g} ms)", *b.p99_ms) : std::string(),
+                     rf::human_rate(*a.samples_per_second), *a.batch,
+                     a.p99_ms ? fmt::format(" (p99 {:.3g} ms)", *a.p99_ms) : std::string(), name,
+                     rf::fixed(ratio, 3));
 }
 
 // Where two JSON values first differ: "settings.model.layers[0].out_features: 128 vs 4096".
@@ -488,7 +522,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     for (const Point* p : points) {
       row.runs.push_back({p->status, p->reason, p->samples_per_second,
                           usable_samples(p->samples_ms) ? p->samples_ms.size() : size_t{0},
-                          standard_error(p->samples_ms)});
+                          standard_error(p->samples_ms), point_p99(*p)});
     }
     for (size_t i = 1; i < points.size(); ++i) row.deltas.push_back(delta(*points[0], *points[i], options));
     // One measurement in two runs: run --resume took one run's point into another (or both took one earlier
@@ -527,6 +561,9 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
                     letter(i), rf::human_rate(*run.best.samples_per_second), *run.best.batch,
                     rf::human_rate(*base.best.samples_per_second), *base.best.batch));
   }
+  for (size_t i = 1; i < result.runs.size(); ++i)
+    if (auto change = budget_change(base, result.runs[i], letter(i), options.min_effect_pct))
+      result.notes.push_back(std::move(*change));
   // Points that stopped short of their measurement targets: their verdicts rest on noisier means.
   for (size_t i = 0; i < reports.size(); ++i) {
     std::vector<std::string> short_points;
@@ -588,6 +625,12 @@ std::vector<std::string> regressions(const CompareResult& result, double pct) {
     }
   }
   for (const LostFit& f : result.lost_fits) found.push_back(lost_fit_text(f));
+  for (size_t i = 1; i < result.runs.size(); ++i) {
+    const RunSummary &base = result.runs.front(), &run = result.runs[i];
+    if (base.latency_slo && base.latency_slo->batch && run.latency_slo && !run.latency_slo->batch &&
+        base.latency_slo_ms && run.latency_slo_ms && *base.latency_slo_ms == *run.latency_slo_ms)
+      found.push_back(budget_change(base, run, letter(i), result.min_effect_pct).value_or("lost budget"));
+  }
   return found;
 }
 
@@ -677,6 +720,11 @@ nlohmann::json to_json(const CompareResult& result) {
          {"recommended_cost_per_million_samples",
           r.recommended_cost_per_million_samples ? json(*r.recommended_cost_per_million_samples) : json()},
          {"recommended", report_json::recommendation_json<json>(r.recommended)}});
+    if (r.latency_slo) {
+      json budget = report_json::choice_json<json>(*r.latency_slo);
+      budget["budget_ms"] = r.latency_slo_ms ? json(*r.latency_slo_ms) : json();
+      runs.back()["latency_slo"] = std::move(budget);
+    }
   }
   json rows = json::array();
   for (const auto& row : result.rows) {
@@ -687,7 +735,8 @@ nlohmann::json to_json(const CompareResult& result) {
                        {"status", to_string(c.status)},
                        {"reason", c.reason},
                        {"samples_per_second", number_or_null(c.samples_per_second)},
-                       {"samples", c.samples}});
+                       {"samples", c.samples},
+                       {"p99_ms", c.p99_ms ? json(*c.p99_ms) : json()}});
     }
     json deltas = json::array();
     for (size_t i = 0; i < row.deltas.size(); ++i)

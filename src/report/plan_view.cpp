@@ -73,6 +73,8 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
     doc["memory_bytes"] = *s.memory_bytes;
     doc["safety_fraction"] = kMemorySafetyFraction;
     doc["max_fit_batch"] = s.max_fit_batch ? nlohmann::json(*s.max_fit_batch) : nlohmann::json(nullptr);
+    // max_fit_batch 16777216 is "every batch batchsweep plans fits", not a fit edge at 2^24: said apart.
+    doc["memory_limits_batch"] = !(s.max_fit_batch && *s.max_fit_batch >= kMaxBatch);
   }
   return doc;
 }

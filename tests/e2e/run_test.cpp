@@ -759,9 +759,16 @@ void interrupt_keeps_finished_points(int sig, int expected_exit, const std::stri
   EXPECT_LT(report["points"].size(), 7u);
   bool warned = false;
   for (const auto& w : report["warnings"])
-    warned |= w.get<std::string>().find("interrupted") != std::string::npos;
+    warned |= w.get<std::string>().find("interrupted") != std::string::npos &&
+              w.get<std::string>().find("the same command with --resume " + json + " measures the rest") !=
+                  std::string::npos;
   EXPECT_TRUE(warned) << report["warnings"].dump();
   EXPECT_EQ(report["state"], "interrupted");
+  // The analysis knows the sweep stopped: its largest batch is not "the largest swept".
+  const std::string max_fit = report["analysis"]["max_fit"]["reason"];
+  EXPECT_EQ(max_fit.rfind("the largest batch measured before the sweep stopped", 0), 0u) << max_fit;
+  const Result again = run({"analyze", json});
+  EXPECT_NE(again.err.find("is of an interrupted sweep (state interrupted)"), std::string::npos) << again.err;
 }
 
 TEST(Run, SigintKeepsEveryFinishedPoint) {
@@ -1262,6 +1269,15 @@ TEST(Plan, MemoryThatHoldsEveryBatchSaysSo) {
   const Result small = run({"plan", "--model", "mlp", "--memory", "1GiB"});
   ASSERT_EQ(small.exit_code, 0) << small.err;
   EXPECT_NE(small.out.find("largest batch that fits in 1.00 GiB: "), std::string::npos) << small.out;
+  // In JSON, a script tells the two apart by memory_limits_batch.
+  const Result huge_json = run({"plan", "--model", "mlp", "--memory", "1.5TiB", "--json", "-"});
+  ASSERT_EQ(huge_json.exit_code, 0) << huge_json.err;
+  const nlohmann::json all = nlohmann::json::parse(huge_json.out);
+  EXPECT_EQ(all["max_fit_batch"], 16777216);
+  EXPECT_EQ(all["memory_limits_batch"], false);
+  const Result small_json = run({"plan", "--model", "mlp", "--memory", "1GiB", "--json", "-"});
+  ASSERT_EQ(small_json.exit_code, 0) << small_json.err;
+  EXPECT_EQ(nlohmann::json::parse(small_json.out)["memory_limits_batch"], true);
 }
 
 TEST(Plan, CudaPathsAreShownAndCanBeForced) {
@@ -1284,6 +1300,22 @@ TEST(Plan, CudaPathsAreShownAndCanBeForced) {
   const Result table = run({"plan", "--model", "resnet-small", "--backend", "cuda", "--precision", "bf16"});
   ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_NE(table.out.find("attention explicit_softmax, conv cudnn"), std::string::npos) << table.out;
+  // Forced for a head size auto would not give cuDNN (4): planned as asked, with a note that run decides.
+  ScratchDir dir;
+  const std::string lm = (dir / "lm.json").string();
+  std::ofstream(lm) << R"({"name": "lm", "input": {"type": "tokens", "sequence_length": 8, "vocab_size": 16},
+    "layers": [{"type": "embedding", "dim": 8}, {"type": "transformer_block", "heads": 2},
+               {"type": "linear", "out_features": 16}]})";
+  const Result forced = run({"plan", "--model", lm, "--backend", "cuda", "--precision", "bf16", "--attention",
+                             "cudnn", "--json", "-"});
+  ASSERT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_EQ(nlohmann::json::parse(forced.out)["paths"]["attention"], "cudnn_sdpa");
+  EXPECT_NE(forced.err.find("--attention cudnn plans cuDNN SDPA for a head size auto would not give it"),
+            std::string::npos)
+      << forced.err;
+  const Result chosen = run({"plan", "--model", "gpt2-small", "--backend", "cuda", "--precision", "bf16",
+                             "--attention", "cudnn", "--json", "-"});
+  EXPECT_EQ(chosen.err.find("note:"), std::string::npos) << chosen.err;
 }
 
 }  // namespace

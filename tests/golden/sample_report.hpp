@@ -109,7 +109,7 @@ inline Report sample_report() {
   a.saturation = {64, r.points[3].samples_per_second, "first batch within 95% of the best throughput"};
   a.max_fit = {128, r.points[5].samples_per_second, "256 is over --memory-limit"};
   a.best_throughput = {64, r.points[3].samples_per_second, ""};
-  a.latency_slo = BatchChoice{64, r.points[3].samples_per_second, "p99 2.04 ms within the 3 ms budget"};
+  a.latency_slo = BatchChoice{64, r.points[3].samples_per_second, "p99 2.04 ms within the 3 ms budget", 2.04};
   a.recommended = {64, "knee at 64: the best throughput with 54% of the memory of batch 128"};
   r.warnings = {"noise target 0.5% missed at batch 1 (1.1%): raise --min-time",
                 "knee found next to the sweep's edge; extend --batch past 128 to confirm it"};

@@ -95,6 +95,21 @@ TEST(MaxFit, OverLimitErrorsAndNoFailures) {
   EXPECT_EQ(analyze(points, {}).max_fit.reason, "batch 12 failed (error: cuBLAS failed)");
 }
 
+// A sweep that stopped early (interrupted, or a report read while it ran) did not find its largest batch: the
+// reasons say the sweep stopped, not that the batch was the largest swept or that larger ones were not tried.
+TEST(MaxFit, AnUnfinishedSweepSaysItStopped) {
+  std::vector<Point> points = sweep({64, 128, 256, 512}, [](double b) { return 100.0 * b; });
+  AnalysisOptions options;
+  EXPECT_EQ(analyze(points, options).max_fit.reason, "the largest batch swept");
+  options.unfinished = true;
+  const Analysis a = analyze(points, options);
+  EXPECT_EQ(a.max_fit.reason.rfind("the largest batch measured before the sweep stopped", 0), 0u)
+      << a.max_fit.reason;
+  EXPECT_NE(a.recommended.why.find("the sweep stopped before larger ones (run it again with --resume"),
+            std::string::npos)
+      << a.recommended.why;
+}
+
 TEST(MaxFit, NothingRanOk) {
   std::vector<Point> points{failed_point(2, PointStatus::oom, "needs 2 GiB"),
                             failed_point(1, PointStatus::oom, "needs 1 GiB")};
@@ -122,7 +137,8 @@ TEST(LatencySlo, HighestThroughputWithinTheBudget) {
             "is 42.3 ms: --batch 1152:1920:+128 measures between them");
   EXPECT_EQ(a.recommended.batch, 1024);
   EXPECT_EQ(a.recommended.why,
-            "highest throughput within the 25 ms p99 budget: batch 1024 (47059 samples/s, p99 21.8 ms)");
+            "highest throughput within the 25 ms p99 budget: batch 1024 (47059 samples/s, p99 21.8 ms of 21 "
+            "steps)");
 }
 
 // On a plateau the fastest batch within the budget may beat a smaller one by less than a measurable margin
@@ -146,9 +162,8 @@ TEST(LatencySlo, AFasterBatchWithinTheNoiseDoesNotWinAtTwiceTheLatency) {
       "faster, within noise (< 1%), at p99 4.04 ms");
   EXPECT_EQ(a.recommended.batch, 256);
   EXPECT_EQ(a.recommended.why,
-            "lowest p99 within noise of the highest throughput within the 10 ms p99 budget (batch 512): "
-            "batch 256 (127989 samples/s, p99 "
-            "2.02 ms)");
+            "batch 256 (127989 samples/s, p99 2.02 ms of 21 steps): within noise of batch 512, the highest "
+            "throughput within the 10 ms p99 budget, at a lower p99 (4.04 ms)");
   EXPECT_EQ(a.best_throughput.batch, 512);  // the highest throughput is still named as such
 
   points[0].samples_per_second = 120000.0;  // 512 leads by 6.7%: beyond 1% and 2 x 0.15% standard error
@@ -230,9 +245,76 @@ TEST(LatencySlo, NothingFitsTheBudget) {
   ASSERT_TRUE(a.latency_slo.has_value());
   EXPECT_FALSE(a.latency_slo->batch.has_value());
   EXPECT_EQ(a.latency_slo->reason,
-            "no batch meets the 1 ms p99 budget: the smallest p99 is 1.3 ms (batch 1)");
+            "no batch meets the 1 ms p99 budget: the smallest p99 is 1.3 ms (batch 1, of 21 steps)");
   EXPECT_FALSE(a.recommended.batch.has_value());
   EXPECT_EQ(a.recommended.why, a.latency_slo->reason);
+
+  // Smaller batches than the quickest were not swept: said, with a list that measures them.
+  std::vector<Point> large = sweep({128, 256}, saturating(50000, 64));
+  options.latency_slo_ms = 2.0;
+  const std::string reason = analyze(large, options).latency_slo->reason;
+  EXPECT_NE(reason.find("(batch 128, of 21 steps); no batch below 128 was swept (try --batch 1:64:*2)"),
+            std::string::npos)
+      << reason;
+}
+
+// A p99 beside its budget is printed with the digits it takes to read the way it compares: 20.008 over a
+// 20 ms budget is not "20 ms", and 19.237 over 19.23 is not "19.2".
+TEST(LatencySlo, AP99NearTheBudgetIsPrintedOnItsSide) {
+  std::vector<Point> points{measured_point(64, 3200.0, 0.0), measured_point(128, 3300.0, 0.0)};
+  points[0].step_ms.p99 = 20.008;
+  points[1].step_ms.p99 = 40.0;
+  AnalysisOptions options;
+  options.latency_slo_ms = 20.0;
+  EXPECT_NE(analyze(points, options).latency_slo->reason.find("the smallest p99 is 20.01 ms (batch 64"),
+            std::string::npos)
+      << analyze(points, options).latency_slo->reason;
+  points[0].step_ms.p99 = 19.2;
+  points[1].step_ms.p99 = 19.237;
+  options.latency_slo_ms = 19.23;
+  const std::string reason = analyze(points, options).latency_slo->reason;
+  EXPECT_NE(reason.find("p99 step 19.2 ms within the 19.23 ms budget"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("batch 128's p99 is 19.24 ms"), std::string::npos) << reason;
+  points[0].step_ms.p99 = 20.0;  // exactly the budget is within it, and printed as the budget
+  points[1].step_ms.p99 = 40.0;
+  options.latency_slo_ms = 20.0;
+  EXPECT_NE(analyze(points, options).latency_slo->reason.find("p99 step 20 ms within the 20 ms budget"),
+            std::string::npos);
+}
+
+// A point cut short by --timeout after one step is no sound p99: the answer and the recommendation say what
+// it rests on.
+TEST(LatencySlo, AP99FromOneStepCutShortSaysSo) {
+  std::vector<Point> points{measured_point(1024, 50000.0), measured_point(4096, 54613.0, 0.0, 1)};
+  points[1].stop_reason = "timeout";
+  AnalysisOptions options;
+  options.latency_slo_ms = 100.0;
+  const Analysis a = analyze(points, options);
+  ASSERT_EQ(a.recommended.batch, 4096);
+  EXPECT_NE(a.recommended.why.find("p99 75 ms from a single step, cut short by --timeout)"),
+            std::string::npos)
+      << a.recommended.why;
+  EXPECT_NE(a.latency_slo->reason.find("(p99 from a single step, cut short by --timeout)"), std::string::npos)
+      << a.latency_slo->reason;
+}
+
+// A budget every batch meets did not bind: nothing said where it would, so the answer says to extend the
+// sweep, or, where the sweep stopped early, that it did.
+TEST(LatencySlo, ABudgetThatNeverBindsSaysSo) {
+  std::vector<Point> points = sweep({64, 128, 256, 512}, saturating(50000, 64));
+  AnalysisOptions options;
+  options.latency_slo_ms = 100.0;
+  const std::string reason = analyze(points, options).latency_slo->reason;
+  EXPECT_NE(
+      reason.find("; every batch swept meets the budget: larger batches were not tried (extend --batch"),
+      std::string::npos)
+      << reason;
+  options.unfinished = true;
+  EXPECT_NE(analyze(points, options).latency_slo->reason.find("and the sweep stopped before larger ones"),
+            std::string::npos);
+  options.unfinished = false;
+  points.push_back(failed_point(1024, PointStatus::oom, "needs 2 GiB"));  // the edge is memory's
+  EXPECT_EQ(analyze(points, options).latency_slo->reason.find("every batch"), std::string::npos);
 }
 
 TEST(LatencySlo, AbsentWithoutTheOption) {

@@ -310,6 +310,32 @@ TEST(Compare, BestAgainstBestAndTheRecommendedCost) {
   EXPECT_EQ(to_json(result)["runs"][1]["best_throughput"]["batch"], *b.analysis.best_throughput.batch);
 }
 
+// Under one p99 budget, a run that serves less (a tail-latency regression moves the budget's batch down) is
+// noted, and one with no batch within the budget fails the gate; each cell and run carries its p99.
+TEST(Compare, TheAnswerUnderTheLatencyBudgetIsCompared) {
+  const Report a = testing::sample_report();  // settings.latency_slo_ms 3, latency_slo batch 64
+  Report b = sped_up(a, 1.0);
+  b.analysis.latency_slo = BatchChoice{16, 7990.0, "p99 step 2 ms within the 3 ms budget", 2.0};
+  const CompareResult lower = compare_pair(a, b);
+  EXPECT_THAT(lower.notes,
+              ::testing::Contains(HasSubstr(
+                  "under the 3 ms p99 budget: B serves 7.99k samples/s at batch 16 (p99 2 ms), A")));
+  EXPECT_TRUE(regressions(lower, 5).empty());  // noted: the budget's batch moves with p99 noise
+  const nlohmann::json doc = to_json(lower);
+  EXPECT_EQ(doc["runs"][1]["latency_slo"]["batch"], 16);
+  EXPECT_EQ(doc["runs"][1]["latency_slo"]["p99_ms"], 2.0);
+  EXPECT_EQ(doc["runs"][1]["latency_slo"]["budget_ms"], 3.0);
+  EXPECT_DOUBLE_EQ(doc["rows"][0]["runs"][0]["p99_ms"].get<double>(), a.points[0].step_ms.p99);
+
+  b.analysis.latency_slo = BatchChoice{std::nullopt, std::nullopt, "no batch meets the 3 ms p99 budget"};
+  const CompareResult lost = compare_pair(a, b);
+  const std::vector<std::string> found = regressions(lost, 5);
+  EXPECT_THAT(found, ::testing::Contains(HasSubstr("under the 3 ms p99 budget: B has no batch within it (no "
+                                                   "batch meets the 3 ms p99 budget), A served")));
+  for (const std::string& note : compare_pair(a, a).notes)
+    EXPECT_EQ(note.find("p99 budget"), std::string::npos) << note;
+}
+
 // A point that stopped short of its targets (timeout, sample cap, noise settled) is named in a note.
 TEST(Compare, PointsThatStoppedShortAreNoted) {
   const Report a = testing::sample_report();
