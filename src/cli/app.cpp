@@ -28,6 +28,31 @@ constexpr const char* kExitCodes =
     "4 run finished but no batch ran ok (all oom, over_limit or error; the report is written);\n"
     "130 interrupted by SIGINT (143 SIGTERM) - the report of finished points is still written.";
 
+// CLI11 says "The following arguments were not expected: 1,2,4 --batches" for a mistyped flag: name the
+// first flag the subcommand does not have, and the nearest one it does ("--batch").
+std::string unknown_flag_hint(CLI::App& app, int argc, char** argv) {
+  if (argc < 2) return {};
+  const CLI::App* sub = nullptr;
+  for (const CLI::App* candidate : app.get_subcommands({}))
+    if (candidate->get_name() == argv[1]) sub = candidate;
+  if (!sub) return {};
+  std::vector<std::string> flags;
+  for (const CLI::Option* opt : sub->get_options())
+    for (const std::string& name : opt->get_lnames()) flags.push_back("--" + name);
+  for (int i = 2; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (!arg.starts_with("--") || arg.size() == 2) continue;
+    const std::string_view name = arg.substr(0, arg.find('='));
+    if (std::find(flags.begin(), flags.end(), name) != flags.end()) continue;
+    const std::vector<std::string_view> names(flags.begin(), flags.end());
+    const auto near = model_detail::nearest_name(name, names);
+    return fmt::format("\n{} has no flag {}{}", sub->get_name(), name,
+                       near ? fmt::format(": did you mean {}?", *near) : std::string(" (see its --help)"));
+  }
+  return {};
+}
+
 constexpr const char* kExamples = R"(Examples:
   batchsweep run                                    # default sweep: preset mlp, best backend, auto batches
   batchsweep run --model gpt2-small --precision bf16 --batch 1:64:*2 --json gpt2.json
@@ -140,22 +165,35 @@ void add_exports(CLI::App* cmd, ExportSettings& e) {
       ->check(file_path());
 }
 
-void add_analysis(CLI::App* cmd, AnalysisFlags& a) {
+// `of_report`: for analyze, where a flag not given keeps the report's value (the defaults apply only where the
+// report has none), so --help must not show the defaults as what an absent flag means.
+void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
   cmd->add_option("--latency-slo", a.latency_slo_ms,
-                  "p99 step latency budget in ms: report the best batch within it")
+                  of_report ? "p99 step latency budget in ms: report the best batch within it (default: the "
+                              "run's budget, if it had one)"
+                            : "p99 step latency budget in ms: report the best batch within it")
       ->type_name("MS")
       ->check(positive());
-  cmd->add_option("--saturation", a.saturation_pct,
-                  "Saturation: smallest batch reaching PCT% of the best throughput")
-      ->type_name("PCT")
-      ->check(between(1.0, 100.0))
-      ->capture_default_str();
-  cmd->add_option("--knee-sensitivity", a.knee_sensitivity, "Kneedle sensitivity S")
-      ->type_name("S")
-      ->check(positive())
-      ->capture_default_str();
+  CLI::Option* saturation =
+      cmd->add_option("--saturation", a.saturation_pct,
+                      of_report ? "Saturation: smallest batch reaching PCT% of the best throughput (default: "
+                                  "the run's value, else 95)"
+                                : "Saturation: smallest batch reaching PCT% of the best throughput")
+          ->type_name("PCT")
+          ->check(between(1.0, 100.0));
+  CLI::Option* sensitivity =
+      cmd->add_option("--knee-sensitivity", a.knee_sensitivity,
+                      of_report ? "Kneedle sensitivity S (default: the run's value, else 1)" : "Kneedle sensitivity S")
+          ->type_name("S")
+          ->check(positive());
+  if (!of_report) {
+    saturation->capture_default_str();
+    sensitivity->capture_default_str();
+  }
   cmd->add_option("--price-per-hour", a.price_per_hour,
-                  "Device price in USD per hour: cost per million samples")
+                  of_report ? "Device price in USD per hour: cost per million samples (default: the run's price, "
+                              "if it had one)"
+                            : "Device price in USD per hour: cost per million samples")
       ->type_name("USD")
       ->check(positive());
 }
@@ -327,7 +365,7 @@ int run_app(int argc, char** argv) {
   analyze_cmd->add_option("report", analyze.report_path, "A batchsweep JSON report")
       ->required()
       ->type_name("REPORT");
-  add_analysis(analyze_cmd, analyze.analysis);
+  add_analysis(analyze_cmd, analyze.analysis, /*of_report=*/true);
   analyze_cmd->add_flag("--no-latency-slo", analyze.no_latency_slo, "Drop the run's latency budget")
       ->excludes("--latency-slo");
   add_exports(analyze_cmd, analyze.exports);
@@ -398,7 +436,8 @@ int run_app(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "batchsweep: error: %s\nRun with --help for usage.\n", e.what());
+    std::fprintf(stderr, "batchsweep: error: %s%s\nRun with --help for usage.\n", e.what(),
+                 unknown_flag_hint(app, argc, argv).c_str());
     return kExitUsage;
   }
 

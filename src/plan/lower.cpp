@@ -72,8 +72,10 @@ class Lowerer {
     return 0.0;
   }
 
+  // A repeated layer's copies share one JSON path: the message says which copy failed (the first maps in ->
+  // out, the rest out -> out, so a later copy may fail where the first did not).
   [[noreturn]] void fail(const std::string& path, const std::string& message) const {
-    throw ConfigError(model_.source, path, message);
+    throw ConfigError(model_.source, path, message + repeat_note_);
   }
 
   int64_t numel(const std::vector<int64_t>& s) const {
@@ -141,10 +143,16 @@ class Lowerer {
   }
 
   void lower_repeated(const LayerSpec& layer, int depth) {
+    const std::string outer = repeat_note_;
     for (int64_t r = 0; r < layer.repeat; ++r) {
       const std::string path = layer.repeat > 1 ? fmt::format("{}#{}", layer.json_path, r) : layer.json_path;
+      if (layer.repeat > 1)
+        repeat_note_ =
+            fmt::format(" (in copy {} of the {} its repeat makes{}{}", r + 1, layer.repeat,
+                        outer.empty() ? ")" : "; ", std::string_view(outer).substr(outer.empty() ? 0 : 2));
       lower_layer(layer, path, depth);
     }
+    repeat_note_ = outer;
   }
 
   void linear(const LayerSpec& l, const std::string& path, int64_t out_features, bool bias, Activation act) {
@@ -386,6 +394,7 @@ class Lowerer {
   const ModelSpec& model_;
   Graph graph_;
   std::vector<int64_t> shape_;
+  std::string repeat_note_;  // " (in copy 3 of the 3 its repeat makes)" while lowering a repeated layer
   bool token_ids_ = false;
 };
 
