@@ -366,7 +366,9 @@ bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& cri
       point.samples_ms.push_back(result.step_ms);
       criterion.add_measurement(result.step_ms);
       if (result.skipped) ++skipped_steps;
-      if (settings_.precision == Precision::fp16 || skipped_steps > 0) point.skipped_steps = skipped_steps;
+      // Loss scaling skips steps in fp16 training; an inference step has no loss to scale.
+      if ((settings_.precision == Precision::fp16 && settings_.mode == Mode::train) || skipped_steps > 0)
+        point.skipped_steps = skipped_steps;
       if (!result.finite) {
         point.status = PointStatus::error;
         point.reason = fmt::format("non-finite loss (NaN/Inf) at step {}", step);

@@ -110,7 +110,8 @@ class CpuSession final : public Session, public CpuSessionProbe {
   nlohmann::json details() const override {
     nlohmann::json d = {{"math", "fp32 (OpenBLAS sgemm)"}, {"storage", std::string(to_string(storage_))}};
     if (plan_.request.precision == Precision::tf32) d["note"] = "tf32 runs as fp32 on the CPU";
-    if (plan_.request.precision == Precision::fp16) d["loss_scale"] = loss_scale_;
+    if (plan_.request.precision == Precision::fp16 && plan_.request.mode == Mode::train)  // no loss in infer
+      d["loss_scale"] = loss_scale_;
     return d;
   }
 

@@ -155,7 +155,8 @@ class CudaSession final : public Session {
            "cuBLASLt offered no algorithm for these fused epilogues (epilogue MxNxK dtype); the plain GEMM "
            "and separate GELU / bias-gradient kernels ran instead"},
           {"gemms", unfused_epilogues_}};
-    if (plan_.request.precision == Precision::fp16) {
+    if (plan_.request.precision == Precision::fp16 &&
+        plan_.request.mode == Mode::train) {  // no loss in infer
       d["loss_scale"] = loss_scale_;
       d["skipped_steps"] = skipped_steps_;
     }

@@ -302,8 +302,12 @@ TEST(EmulatedCuda, InferenceInEveryPrecision) {
     ASSERT_EQ(r.exit_code, 0) << precision << ": " << r.err;
     const nlohmann::json report = read_json(dir / "r.json");  // kept: the loop must not outlive it
     ASSERT_EQ(report["points"].size(), 2u) << precision;
-    for (const nlohmann::json& p : report["points"])
+    for (const nlohmann::json& p : report["points"]) {
       EXPECT_EQ(p.at("status"), "ok") << precision << ": " << p.dump();
+      // No loss, so no loss scale and no skipped steps, in fp16 inference either.
+      EXPECT_FALSE(p.at("execution").contains("loss_scale")) << precision << ": " << p.dump();
+      EXPECT_FALSE(p.contains("skipped_steps")) << precision << ": " << p.dump();
+    }
   }
 }
 

@@ -331,6 +331,13 @@ TEST(Runner, Fp16SkippedStepsAreCounted) {
   const SweepOutcome quiet = run_sweep(*rare, graph, settings, observer);
   EXPECT_GT(*quiet.points.at(0).skipped_steps, 0);
   for (const std::string& w : quiet.warnings) EXPECT_EQ(w.find("overflowed in fp16"), std::string::npos) << w;
+  // Inference has no loss to scale: an fp16 infer point has no skipped_steps.
+  SweepSettings infer = list_settings({64});
+  infer.precision = Precision::fp16;
+  infer.mode = Mode::infer;
+  const auto plain = make_scripted_backend(testing::roofline());
+  const SweepOutcome inferred = run_sweep(*plain, graph, infer, observer);
+  EXPECT_FALSE(inferred.points.at(0).skipped_steps.has_value());
 }
 
 // Out of memory or a backend failure in a step (after prepare succeeded, past warm-up, with samples already
