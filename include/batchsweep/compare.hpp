@@ -122,8 +122,9 @@ struct CompareResult {
 // baseline at some batch with B/A < 1 - pct/100, a batch that ran in the baseline but failed in a run
 // (oom, over_limit, error: a batch that no longer fits is a regression a CI gate must catch), each
 // LostFit (a batch not every run swept, that a run could not fit although the baseline fit one at least as
-// large), and a run with no batch within the p99 budget where the baseline had one under the same budget
-// (a lower throughput under the budget is a note: the budget's batch moves with p99 noise).
+// large), and the baseline's answer under its p99 budget where a run with the same budget has a p99 there
+// more than pct% over the budget (a different answer under the budget is only a note: it moves with p99
+// noise).
 [[nodiscard]] std::vector<std::string> regressions(const CompareResult& result, double pct);
 [[nodiscard]] bool has_regression(const CompareResult& result, double pct);
 

@@ -128,7 +128,7 @@ BatchChoice max_fit(std::span<const Point> points, const std::optional<UntimedFi
   if (failure) return choose(*largest, failure_text(*failure));
   return choose(*largest, unfinished
                               ? "the largest batch measured before the sweep stopped (it did not finish: "
-                                "larger batches it asked for were not measured)"
+                                "some batches it asked for were not measured)"
                               : "the largest batch swept");
 }
 
@@ -164,7 +164,9 @@ std::string p99_basis(const Point& point) {
 std::string p99_text(double p99, double budget_ms) {
   const double budget = std::stod(format_number(budget_ms));  // as the budget is printed
   const auto order = [](double a, double b) { return (a > b) - (a < b); };
-  for (int digits = 3; digits <= 9; ++digits) {
+  // At least the integer digits: 1234 ms, not 1.23e+03.
+  const int whole = p99 >= 1 ? static_cast<int>(std::floor(std::log10(p99))) + 1 : 1;
+  for (int digits = std::max(3, whole); digits <= std::max(9, whole); ++digits) {
     std::string text = fmt::format("{:.{}g}", p99, digits);
     if (order(std::stod(text), budget) == order(p99, budget_ms)) return text;
   }
@@ -264,10 +266,14 @@ std::string edge_hint(std::span<const Point> points, const Point& chosen, double
 // Where the budget did not bind: every ok point meets it, and the chosen one is the largest that ran (no
 // larger batch failed to fit). Then nothing says where latency would stop the batch growing: "extend
 // --batch", as the curve's own still-rising advice does; an unfinished sweep says it stopped first.
+std::optional<int64_t> swept_effective_batch(std::span<const Point> points);
+
 std::string budget_not_reached(std::span<const Point> points, const Point& chosen, double budget_ms,
                                bool unfinished) {
+  // An --effective-batch sweep has no larger batch to try: its splits all hold the same samples.
+  if (swept_effective_batch(points)) return {};
   for (const Point& point : points) {
-    if (point.batch > chosen.batch && (is_ok(point) || did_not_fit(point.status))) return {};
+    if (point.batch > chosen.batch) return {};  // tried, whatever became of it
     if (is_ok(point) && (!p99_ms(point) || *p99_ms(point) > budget_ms)) return {};
   }
   return unfinished
@@ -304,14 +310,17 @@ BatchChoice latency_slo(std::span<const Point> points, double budget_ms, bool un
     const bool any_ok = std::any_of(points.begin(), points.end(), is_ok);
     return none(any_ok ? std::string("no ok point has step-time samples") : no_ok_reason(points));
   }
-  // The quickest is the smallest batch swept: smaller ones, not swept, may meet the budget.
+  // The quickest is the smallest batch swept: smaller ones, not swept, may meet the budget (not in an
+  // --effective-batch sweep, whose splits all hold the same samples). Every power of two below it.
   const bool smallest =
       std::none_of(points.begin(), points.end(), [&](const Point& p) { return p.batch < quickest->batch; });
-  const std::string below =
-      smallest && quickest->batch > 1
-          ? fmt::format("; no batch below {} was swept (try --batch {})", quickest->batch,
-                        quickest->batch == 2 ? std::string("1") : fmt::format("1:{}:*2", quickest->batch / 2))
-          : "";
+  std::string below;
+  if (smallest && quickest->batch > 1 && !swept_effective_batch(points)) {
+    int64_t last = 1;
+    while (last * 2 < quickest->batch) last *= 2;
+    below = fmt::format("; no batch below {} was swept (try --batch {})", quickest->batch,
+                        last == 1 ? std::string("1") : fmt::format("1:{}:*2", last));
+  }
   const std::string steps = p99_steps(*quickest);
   return none(fmt::format("no batch meets the {} ms p99 budget: the smallest p99 is {} ms (batch {}{}){}",
                           format_number(budget_ms), p99_text(*p99_ms(*quickest), budget_ms), quickest->batch,
@@ -432,7 +441,7 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
       return {
           largest.batch,
           fmt::format("throughput still rising at the largest batch measured ({}, {} samples/s); the sweep "
-                      "stopped before larger ones (run it again with --resume to measure them)",
+                      "stopped before larger ones",
                       largest.batch, format_rate(largest.samples_per_second))};
     if (!unfit_above)
       return {largest.batch,
@@ -470,7 +479,7 @@ Recommendation recommend(const RecommendationInputs& in, const Point*& chosen) {
     return {
         chosen->batch,
         fmt::format("batch {} ({} samples/s, p99 {} ms{}): within noise of batch {}, the highest throughput "
-                    "within the {} ms p99 budget, at a lower p99 ({} ms)",
+                    "within the {} ms p99 budget, at a lower p99 than its {} ms",
                     chosen->batch, format_rate(chosen->samples_per_second),
                     p99_text(*p99_ms(*chosen), budget_ms), steps_clause(*chosen), budget.fastest->batch,
                     format_number(budget_ms), p99_text(*p99_ms(*budget.fastest), budget_ms))};
@@ -490,10 +499,34 @@ Recommendation recommend(const RecommendationInputs& in, const Point*& chosen) {
       return {a.effective_batch_split->batch,
               fmt::format("the only split of effective batch {} that ran: {} ({} samples/s)", effective,
                           a.effective_batch_split->reason, rate)};
+    // The runner-up, where the lead over it is within the two means' noise: the fastest is not told apart.
+    const Point* fastest_split = nullptr;
+    const Point* runner_up = nullptr;
+    for (const Point& point : in.points) {
+      if (!is_ok(point)) continue;
+      if (!fastest_split || point.samples_per_second > fastest_split->samples_per_second) {
+        runner_up = fastest_split;
+        fastest_split = &point;
+      } else if (!runner_up || point.samples_per_second > runner_up->samples_per_second) {
+        runner_up = &point;
+      }
+    }
+    std::string tie;
+    if (fastest_split && runner_up && runner_up->samples_per_second > 0) {
+      const std::optional<double> se_a = mean_uncertainty(*fastest_split),
+                                  se_b = mean_uncertainty(*runner_up);
+      if (se_a && se_b) {
+        const double margin_pct = std::max(kSameThroughputPct, 200.0 * std::hypot(*se_a, *se_b));
+        const double lead_pct = (fastest_split->samples_per_second / runner_up->samples_per_second - 1) * 100;
+        if (lead_pct < margin_pct)
+          tie = fmt::format("; {} is within noise of it ({:.2f}% slower, < {:.3g}%)",
+                            batch_label(runner_up->batch, runner_up->accumulation), lead_pct, margin_pct);
+      }
+    }
     return {a.effective_batch_split->batch,
             fmt::format(
-                "fastest split of effective batch {}: {} ({} samples/s, {} faster than the slowest split)",
-                effective, a.effective_batch_split->reason, rate, format_percent(gain))};
+                "fastest split of effective batch {}: {} ({} samples/s, {} faster than the slowest split){}",
+                effective, a.effective_batch_split->reason, rate, format_percent(gain), tie)};
   }
   return recommend_from_curve(in);
 }

@@ -279,9 +279,10 @@ void add_confidence(KneeResult& knee, const std::vector<CurvePoint>& curve,
     if (vanished > 0)
       knee.reason += fmt::format(" and vanishes in {} of {} perturbed curves", vanished, patterns.size());
   } else {
-    knee.reason +=
-        fmt::format("; under measured noise a knee appears in {} of {} perturbed curves (batch {} to {})",
-                    patterns.size() - vanished, patterns.size(), *low, *high);
+    knee.reason += fmt::format(
+        "; under measured noise a knee appears in {} of {} perturbed curves ({})", patterns.size() - vanished,
+        patterns.size(),
+        *low == *high ? fmt::format("at batch {}", *low) : fmt::format("batch {} to {}", *low, *high));
   }
 }
 

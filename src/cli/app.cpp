@@ -37,14 +37,24 @@ std::string unknown_flag_hint(CLI::App& app, int argc, char** argv) {
     if (candidate->get_name() == argv[1]) sub = candidate;
   if (!sub) return {};
   std::vector<std::string> flags;
+  std::vector<bool> takes_value;
   for (const CLI::Option* opt : sub->get_options())
-    for (const std::string& name : opt->get_lnames()) flags.push_back("--" + name);
+    for (const std::string& name : opt->get_lnames()) {
+      flags.push_back("--" + name);
+      takes_value.push_back(opt->get_items_expected_min() > 0);
+    }
   for (int i = 2; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--") break;
     if (!arg.starts_with("--") || arg.size() == 2) continue;
-    const std::string_view name = arg.substr(0, arg.find('='));
-    if (std::find(flags.begin(), flags.end(), name) != flags.end()) continue;
+    const size_t eq = arg.find('=');
+    const std::string_view name = arg.substr(0, eq);
+    const auto known = std::find(flags.begin(), flags.end(), name);
+    if (known != flags.end()) {
+      // `--json --out.json`: the word after a flag that takes a value is that value, whatever it looks like.
+      if (eq == std::string_view::npos && takes_value[known - flags.begin()]) ++i;
+      continue;
+    }
     const std::vector<std::string_view> names(flags.begin(), flags.end());
     const auto near = model_detail::nearest_name(name, names);
     return fmt::format("\n{} has no flag {}{}", sub->get_name(), name,
@@ -165,8 +175,8 @@ void add_exports(CLI::App* cmd, ExportSettings& e) {
       ->check(file_path());
 }
 
-// `of_report`: for analyze, where a flag not given keeps the report's value (the defaults apply only where the
-// report has none), so --help must not show the defaults as what an absent flag means.
+// `of_report`: for analyze, where a flag not given keeps the report's value (the defaults apply only where
+// the report has none), so --help must not show the defaults as what an absent flag means.
 void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
   cmd->add_option("--latency-slo", a.latency_slo_ms,
                   of_report ? "p99 step latency budget in ms: report the best batch within it (default: the "
@@ -182,8 +192,9 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
           ->type_name("PCT")
           ->check(between(1.0, 100.0));
   CLI::Option* sensitivity =
-      cmd->add_option("--knee-sensitivity", a.knee_sensitivity,
-                      of_report ? "Kneedle sensitivity S (default: the run's value, else 1)" : "Kneedle sensitivity S")
+      cmd->add_option(
+             "--knee-sensitivity", a.knee_sensitivity,
+             of_report ? "Kneedle sensitivity S (default: the run's value, else 1)" : "Kneedle sensitivity S")
           ->type_name("S")
           ->check(positive());
   if (!of_report) {
@@ -191,9 +202,10 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
     sensitivity->capture_default_str();
   }
   cmd->add_option("--price-per-hour", a.price_per_hour,
-                  of_report ? "Device price in USD per hour: cost per million samples (default: the run's price, "
-                              "if it had one)"
-                            : "Device price in USD per hour: cost per million samples")
+                  of_report
+                      ? "Device price in USD per hour: cost per million samples (default: the run's price, "
+                        "if it had one)"
+                      : "Device price in USD per hour: cost per million samples")
       ->type_name("USD")
       ->check(positive());
 }

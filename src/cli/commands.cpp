@@ -129,6 +129,13 @@ bool same_file_as_fd(const std::string& path, int fd) {
          a.st_ino == b.st_ino;
 }
 
+// Whether two file descriptors write to the same file, pipe or device.
+bool same_target(int a, int b) {
+  struct stat sa {};
+  struct stat sb {};
+  return ::fstat(a, &sa) == 0 && ::fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 // What each export path really names. Stdout by another name (/dev/stdout, the file stdout goes to) is "-":
 // the report goes through stdout once and the table moves to stderr. A symlink to a file (or to no file
 // yet) becomes that file, replaced (or created) atomically while the link stays. Stderr is refused: the
@@ -226,10 +233,12 @@ void check_inputs_spared(const std::vector<ExportPath>& exports, const std::vect
   }
 }
 
-// The model config, when --model names a file (a preset name names none).
+// The model config, when --model names a file it reads (a preset's name reads none, even where a file of
+// that name exists: the preset wins).
 InputFile model_input(const std::string& model) {
   std::error_code ec;
-  return {"the --model file", std::filesystem::is_regular_file(model, ec) ? model : std::string()};
+  const bool file = preset_text(model).empty() && std::filesystem::is_regular_file(model, ec);
+  return {"the --model file", file ? model : std::string()};
 }
 
 void check_exports(ExportSettings& e, const std::vector<InputFile>& inputs) {
@@ -446,7 +455,9 @@ int plan_command(const PlanSettings& s) {
     request.paths = requested_cuda_paths(graph, s.precision, s.paths);
     // Forced where auto would not pick it: planned as asked, but only the device's cuDNN can say whether it
     // runs (run asks it at batch 1 and refuses the forced path where it does not).
-    if (s.paths.attention == AttentionPath::cudnn_sdpa &&
+    const bool attention = std::any_of(graph.ops.begin(), graph.ops.end(),
+                                       [](const Op& op) { return op.kind == OpKind::attention_core; });
+    if (attention && s.paths.attention == AttentionPath::cudnn_sdpa &&
         preferred_cuda_paths(graph, s.precision).attention != AttentionPath::cudnn_sdpa)
       std::fprintf(
           stderr,
@@ -666,6 +677,13 @@ void note_resume(Report& report, const ResumeSource& source,
         fmt::format("--resume {}: it holds no ok point; every point was measured now", path));
 }
 
+namespace {
+bool is_regular_file(const std::string& path) {
+  std::error_code ec;
+  return !path.empty() && path != "-" && std::filesystem::is_regular_file(path, ec);
+}
+}  // namespace
+
 int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   ExportSettings exports = s.exports;
   check_exports(
@@ -739,16 +757,19 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
     report.warnings.push_back(fmt::format(
         "interrupted by {}: the report holds the {} finished point(s), and its analysis covers only those{}",
         sig == SIGTERM ? "SIGTERM" : "SIGINT", report.points.size(),
-        exports.json_path.empty() || exports.json_path == "-"
-            ? std::string()
-            : fmt::format(" (the same command with --resume {} measures the rest)", exports.json_path)));
+        // Only a report in a file can be resumed from (not stdout, a pipe or a device).
+        is_regular_file(exports.json_path)
+            ? fmt::format(" (the same command with --resume {} measures the rest)", exports.json_path)
+            : std::string()));
   report.state = outcome.interrupted ? "interrupted" : "complete";
   AnalysisOptions final_options = options;
   final_options.untimed_fit = outcome.untimed_fit;
   final_options.unfinished = outcome.interrupted;
   report.analysis = analyze(report.points, final_options);
   // The console table ends with the warnings; say them on stderr too when that table is not on a terminal.
-  if (exports.json_path != "-" && !isatty(fileno(stdout))) print_warnings(report.warnings);
+  // Not where stderr goes to the same file or pipe as stdout (`> log 2>&1`): the table there holds them.
+  if (exports.json_path != "-" && !isatty(fileno(stdout)) && !same_target(STDOUT_FILENO, STDERR_FILENO))
+    print_warnings(report.warnings);
   print_final(report, exports);
   if (outcome.interrupted) return sig == SIGTERM ? 143 : kExitInterrupted;
   // Out of memory is a measurement, and the report says it; but a script that reads only the exit code

@@ -148,7 +148,7 @@ class Lowerer {
       const std::string path = layer.repeat > 1 ? fmt::format("{}#{}", layer.json_path, r) : layer.json_path;
       if (layer.repeat > 1)
         repeat_note_ =
-            fmt::format(" (in copy {} of the {} its repeat makes{}{}", r + 1, layer.repeat,
+            fmt::format(" (in {}#{}: its repeat makes #0 to #{}{}{}", layer.json_path, r, layer.repeat - 1,
                         outer.empty() ? ")" : "; ", std::string_view(outer).substr(outer.empty() ? 0 : 2));
       lower_layer(layer, path, depth);
     }

@@ -378,7 +378,8 @@ class AutoSearch {
   // cannot be measured properly, so growth stops timing and the fit edge is found without timing it.
   [[nodiscard]] bool too_slow_to_time(int64_t batch) const {
     const StoppingSettings& s = runner_.settings().stopping;
-    const double steps = static_cast<double>(s.warmup_steps + s.min_samples);
+    // The noise target needs two samples whatever --min-samples says (NoiseCriterion).
+    const double steps = static_cast<double>(s.warmup_steps + std::max<int64_t>(2, s.min_samples));
     return predicted_step_s(batch) * steps > s.timeout_s;
   }
 

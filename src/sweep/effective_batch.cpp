@@ -79,7 +79,9 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
     if (last_ok && last_ok->step_s > 0) {
       const double bound_s = last_ok->step_s * static_cast<double>(split.accumulation) /
                              static_cast<double>(last_ok->accumulation);
-      if (bound_s * static_cast<double>(stopping.warmup_steps + stopping.min_samples) > stopping.timeout_s &&
+      // The noise target needs two samples whatever --min-samples says (NoiseCriterion).
+      const auto steps = stopping.warmup_steps + std::max<int64_t>(2, stopping.min_samples);
+      if (bound_s * static_cast<double>(steps) > stopping.timeout_s &&
           !runner.find(split.micro_batch, split.accumulation)) {
         untimed.push_back(batch_label(split.micro_batch, split.accumulation));
         untimed_bound_s = std::max(untimed_bound_s, bound_s);

@@ -115,7 +115,8 @@ std::optional<std::string> NoiseCriterion::warning() const {
   if (noisy) missed.push_back(fmt::format("noise {:.1f}% > {:g}% target", noise, settings_.max_noise_pct));
   if (samples < 2) missed.push_back("noise unknown from one sample");
   if (samples < settings_.min_samples)
-    missed.push_back(fmt::format("{} samples < {} minimum", samples, settings_.min_samples));
+    missed.push_back(
+        fmt::format("{} sample{} < {} minimum", samples, samples == 1 ? "" : "s", settings_.min_samples));
   const bool short_time = measured_ms_ < settings_.min_time_s * 1000.0;
   if (short_time)
     missed.push_back(fmt::format("{} s measured < {:g} s minimum", below(measured_s(), settings_.min_time_s),
@@ -123,9 +124,10 @@ std::optional<std::string> NoiseCriterion::warning() const {
   const std::string what = missed.empty() ? std::string("all targets met at the same moment")
                                           : fmt::format("{}", fmt::join(missed, ", "));
   if (stop_ == Stop::timeout) {
-    return fmt::format("timeout {:g} s reached after {:.3g} s with {} ({})", settings_.timeout_s,
-                       elapsed_at_stop_s_, what,
-                       noisy ? "raise --timeout or relax --max-noise" : "raise --timeout");
+    return fmt::format("timeout {:g} s reached after {} s with {} ({})", settings_.timeout_s,
+                       elapsed_at_stop_s_ < 100 ? fmt::format("{:.3g}", elapsed_at_stop_s_)
+                                                : fmt::format("{:.0f}", elapsed_at_stop_s_),
+                       what, noisy ? "raise --timeout or relax --max-noise" : "raise --timeout");
   }
   // The cap is reached by steps so short that min_time needs more of them, or by noise that never settled.
   std::vector<std::string> advice;

@@ -327,6 +327,10 @@ INSTANTIATE_TEST_SUITE_P(
              run_with({"--batches", "1,2"}),
              2,
              {"run has no flag --batches: did you mean --batch?"}},
+        Case{"mistyped_flag_after_a_value_like_a_flag",
+             run_with({"--json", "--out.json", "--bacth", "2"}),
+             2,
+             {"run has no flag --bacth: did you mean --batch?"}},
         Case{"unknown_flag_with_value",
              {"plan", "--frobnicate=3"},
              2,
@@ -334,8 +338,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"repeat_copy_that_fails",
              run_with({"--model", "{dir}/m.json", "--batch", "1"}),
              2,
-             {"layers[0].kernel_size: kernel 3 is larger than the 1x1 input (in copy 3 of the 3 its repeat "
-              "makes)"},
+             {"layers[0].kernel_size: kernel 3 is larger than the 1x1 input (in layers[0]#2: its repeat "
+              "makes #0 "
+              "to #2)"},
              "m.json",
              R"({"name": "c", "input": {"type": "image", "channels": 1, "height": 5, "width": 5},
                  "layers": [{"type": "conv2d", "out_channels": 2, "kernel_size": 3, "repeat": 3},

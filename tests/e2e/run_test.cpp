@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -59,6 +60,22 @@ TEST(Run, StderrThatIsNotATerminalGetsNoProgressLines) {
   EXPECT_EQ(r.err.find("[1/"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("batch 4096: oom"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("sweep done: 2 points"), std::string::npos) << r.err;
+}
+
+// `> log 2>&1`: stdout and stderr are one file, and the table there already ends with the warnings, so
+// they are not said on stderr a second time (with stdout alone in a file they are, for the terminal).
+TEST(Run, WarningsAreSaidOnceWhenStdoutAndStderrAreOneFile) {
+  ScratchDir dir;
+  const std::string log = (dir / "log").string();
+  const std::string script = std::string(BSW_TEST_DATA) + "/data/scripted/failures.json";
+  const std::string command = std::string(BSW_BINARY) + " run --backend scripted --script '" + script +
+                              "' --batch 8,32 --timeout 1 > '" + log + "' 2>&1 < /dev/null";
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  const std::string text = slurp(log);
+  const std::string said = "warning: batch 32: timeout";
+  const size_t first = text.find(said);
+  ASSERT_NE(first, std::string::npos) << text;
+  EXPECT_EQ(text.find(said, first + 1), std::string::npos) << text;
 }
 
 // Out of memory, a NaN loss and a point whose steps never settle, in the middle of a sweep: each is a point
@@ -1316,6 +1333,9 @@ TEST(Plan, CudaPathsAreShownAndCanBeForced) {
   const Result chosen = run({"plan", "--model", "gpt2-small", "--backend", "cuda", "--precision", "bf16",
                              "--attention", "cudnn", "--json", "-"});
   EXPECT_EQ(chosen.err.find("note:"), std::string::npos) << chosen.err;
+  const Result no_attention = run({"plan", "--model", "mlp", "--backend", "cuda", "--precision", "bf16",
+                                   "--attention", "cudnn", "--json", "-"});
+  EXPECT_EQ(no_attention.err.find("note:"), std::string::npos) << no_attention.err;
 }
 
 }  // namespace
