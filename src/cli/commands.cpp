@@ -47,6 +47,12 @@ std::atomic<int> g_signal{0};
 
 extern "C" void on_signal(int sig) {
   g_signal.store(sig);
+  // A long step (a large model on the CPU) is not cut: say at once that the signal was taken. write() is
+  // async-signal-safe; the handler is reset (SA_RESETHAND), so a second signal ends the process as usual.
+  static constexpr char kSaid[] =
+      "\nbatchsweep: stopping after the current step; the finished points are kept (again to quit now)\n";
+  const ssize_t written = ::write(STDERR_FILENO, kSaid, sizeof(kSaid) - 1);
+  (void)written;
 }
 
 // SIGINT/SIGTERM set a flag the sweep checks between steps; a second signal kills as usual.

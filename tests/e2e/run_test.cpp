@@ -734,11 +734,12 @@ std::vector<std::string> sleepy_sweep(const std::string& json) {
 // SIGINT (exit 130) and SIGTERM (143) mid-sweep: every finished point is in a valid report at `json`.
 // Starts batchsweep with `args`, waits until `json` holds at least `points` points, sends `sig`; the exit
 // code, or -1 (and a failure) when the report never got there or the process did not exit.
-int interrupt_after(const std::vector<std::string>& args, const std::string& json, size_t points, int sig) {
+int interrupt_after(const std::vector<std::string>& args, const std::string& json, size_t points, int sig,
+                    const std::string& stderr_path = "/dev/null") {
   const pid_t pid = fork();
   if (pid == 0) {
     freopen("/dev/null", "w", stdout);
-    freopen("/dev/null", "w", stderr);
+    freopen(stderr_path.c_str(), "w", stderr);
     std::vector<char*> argv{const_cast<char*>(BSW_BINARY)};
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -768,7 +769,12 @@ int interrupt_after(const std::vector<std::string>& args, const std::string& jso
 
 void interrupt_keeps_finished_points(int sig, int expected_exit, const std::string& json) {
   const size_t seen = 2;
-  EXPECT_EQ(interrupt_after(sleepy_sweep(json), json, seen, sig), expected_exit);
+  const std::string err = json + ".err";
+  EXPECT_EQ(interrupt_after(sleepy_sweep(json), json, seen, sig, err), expected_exit);
+  // Said at once, while the step in progress finishes.
+  EXPECT_NE(slurp(err).find("batchsweep: stopping after the current step; the finished points are kept"),
+            std::string::npos)
+      << slurp(err);
   if (::testing::Test::HasFailure()) return;
   const nlohmann::json report = read_json(json);
   expect_valid_report(json);
