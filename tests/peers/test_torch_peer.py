@@ -23,7 +23,7 @@ PEERS = os.path.join(ROOT, "bench", "peers")
 sys.path.insert(0, PEERS)
 
 from torchpeer import PEER_NAME  # noqa: E402
-from torchpeer.cli import check_parameters, main, parse_settings  # noqa: E402
+from torchpeer.cli import check_parameters, exit_code, main, parse_settings  # noqa: E402
 from torchpeer.config import load_model, lower, resolve_config  # noqa: E402
 from torchpeer.errors import ConfigError, InputError, ParameterMismatch, UsageError  # noqa: E402
 from torchpeer.grammar import parse_batches  # noqa: E402
@@ -248,6 +248,19 @@ class StoppingTest(unittest.TestCase):
         self.assertEqual(c.stop_reason(), "sample cap")
         self.assertIn("sample cap 4 reached with noise", c.warning())
 
+    def test_one_sample_never_meets_the_noise_target(self):
+        c, _ = self.make(min_samples=1, min_time_s=0)
+        c.add_measurement(50.0)
+        self.assertFalse(c.is_finished())  # the noise of one step is unknown
+        c.add_measurement(50.0)
+        self.assertTrue(c.is_finished())
+        self.assertEqual(c.stop_reason(), "noise target")
+        slow, now = self.make(min_samples=1, min_time_s=0, timeout_s=1.0)
+        now[0] = 2.0
+        slow.add_measurement(2000.0)
+        self.assertTrue(slow.is_finished())
+        self.assertIn("noise unknown from one sample", slow.warning())
+
     def test_a_noise_that_settled_above_the_target_stops(self):
         c, now = self.make()
         added = 0
@@ -436,6 +449,15 @@ class CliTest(unittest.TestCase):
             f.write(f"#!/bin/sh\necho '{{\"model\": \"m\", \"parameters\": {parameters}}}'\n")
         os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
         return path
+
+    def test_exit_codes_follow_batchsweep(self):
+        ok, oom = Point(batch=8), Point(batch=4096, status="oom")
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            self.assertEqual(exit_code([oom], ""), 4)  # finished, nothing ran: as batchsweep run
+        self.assertIn("no batch ran ok", err.getvalue())
+        self.assertEqual(exit_code([ok, oom], ""), 0)
+        self.assertEqual(exit_code([oom], "SIGINT"), 130)
+        self.assertEqual(exit_code([], "SIGTERM"), 143)
 
     def test_parameter_check(self):
         model = load_model("mlp")

@@ -15,7 +15,7 @@ from typing import Optional
 
 from . import PEER_NAME
 from .config import LoadedModel, load_model, lower, repo_root
-from .errors import EXIT_FAILURE, EXIT_OK, InputError, ParameterMismatch, PeerError, UsageError
+from .errors import EXIT_FAILURE, EXIT_NOTHING_RAN, EXIT_OK, InputError, ParameterMismatch, PeerError, UsageError
 from .grammar import parse_batches
 from .report import Report, check_writable, write_file_atomic
 from .stopping import StoppingSettings
@@ -284,9 +284,20 @@ def run(s: Settings, argv: list) -> int:
         print(f"warning: {w}", file=sys.stderr)
     if s.json_path == "-":
         write_file_atomic("-", report.dumps())
+    return exit_code(report.points, interrupted_by)
+
+
+def exit_code(points, interrupted_by: str) -> int:
+    """As batchsweep run: 143/130 when a signal stopped the sweep, 4 when it finished with no batch ok (a CI
+    job reading only the exit code must not take "nothing fits" for an answer; the report says why), else 0."""
     if interrupted_by == "SIGTERM":
         return EXIT_TERMINATED
-    return EXIT_INTERRUPTED if interrupted_by else EXIT_OK
+    if interrupted_by:
+        return EXIT_INTERRUPTED
+    if not any(p.status == "ok" for p in points):
+        print("torch_sweep: no batch ran ok: there is nothing to recommend (exit 4)", file=sys.stderr)
+        return EXIT_NOTHING_RAN
+    return EXIT_OK
 
 
 def main(argv: Optional[list] = None) -> int:

@@ -4,6 +4,7 @@ message that names the flag, the config field or the file at fault."""
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_NOTHING_RAN = 4  # the sweep finished, but no batch ran ok: nothing to recommend (as batchsweep run)
 
 
 class PeerError(Exception):

@@ -102,7 +102,8 @@ class NoiseCriterion:
             return True
         s = self._settings
         elapsed_s = self._clock() - self._start_s
-        if self._samples >= s.min_samples and self._measured_ms >= s.min_time_s * 1000.0:
+        # One sample says nothing of the noise: the noise target needs two, whatever --min-samples says.
+        if self._samples >= max(2, s.min_samples) and self._measured_ms >= s.min_time_s * 1000.0:
             noise = self.noise_pct()
             if noise <= s.max_noise_pct:
                 self._stop = "noise target"
@@ -136,8 +137,10 @@ class NoiseCriterion:
         missed = []
         if noisy:
             missed.append(f"noise {noise:.1f}% > {s.max_noise_pct:g}% target")
+        if self._samples < 2:
+            missed.append("noise unknown from one sample")
         if self._samples < s.min_samples:
-            missed.append(f"{self._samples} samples < {s.min_samples} minimum")
+            missed.append(f"{self._samples} sample{'' if self._samples == 1 else 's'} < {s.min_samples} minimum")
         short_time = self._measured_ms < s.min_time_s * 1000.0
         if short_time:
             missed.append(f"{self.measured_s:.2f} s measured < {s.min_time_s:g} s minimum")
