@@ -27,7 +27,8 @@ constexpr size_t kMaxNameBytes = 200;
 // User-supplied text quoted in a message is cut to this many bytes.
 constexpr size_t kMaxQuotedBytes = 48;
 
-constexpr std::string_view kTopLevelKeys[] = {"name", "input", "layers", "loss", "optimizer"};
+// "$schema" lets an editor find configs/schema/model-v1.schema.json; it names a schema and says nothing else.
+constexpr std::string_view kTopLevelKeys[] = {"$schema", "name", "input", "layers", "loss", "optimizer"};
 
 std::string child(const std::string& path, std::string_view key) {
   return path.empty() ? std::string(key) : fmt::format("{}.{}", path, key);
@@ -91,6 +92,8 @@ class Parser {
     if (!doc.is_object())
       fail("", fmt::format("a model config must be a JSON object, got {}", describe(doc)));
     check_keys(doc, "", kTopLevelKeys, "in a model config", {});
+    if (const auto it = doc.find("$schema"); it != doc.end() && !it->is_string())
+      fail("$schema", fmt::format("must be a string (the schema's URI or path), got {}", describe(*it)));
 
     ModelSpec model;
     model.source = source_;

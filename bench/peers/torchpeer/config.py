@@ -129,7 +129,10 @@ class _Parser:
     def model(self, doc: Any) -> dict:
         if not isinstance(doc, dict):
             self.fail("", f"a model config is a JSON object, got {_describe(doc)}")
-        self.check_keys(doc, "", ["name", "input", "layers", "loss", "optimizer"], "at the top level")
+        # "$schema" lets an editor find configs/schema/model-v1.schema.json, as batchsweep allows.
+        self.check_keys(doc, "", ["$schema", "name", "input", "layers", "loss", "optimizer"], "at the top level")
+        if "$schema" in doc and not isinstance(doc["$schema"], str):
+            self.fail("$schema", f"must be a string (the schema's URI or path), got {_describe(doc['$schema'])}")
         name = doc.get("name")
         if not isinstance(name, str) or not name:
             self.fail("name", "a model config needs a \"name\" (a non-empty string)")
