@@ -12,10 +12,12 @@ import io
 import json
 import math
 import os
+import signal
 import stat
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -575,11 +577,11 @@ class TorchModelTest(unittest.TestCase):
 
 @unittest.skipIf(torch is None, "PyTorch is not importable")
 class TorchSweepTest(unittest.TestCase):
-    def sweep(self, argv: list) -> dict:
+    def sweep(self, argv: list, expected: int = 0) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "report.json")
             code, _, err = run_main(argv + FAST + ["--json", path, "--device", "cpu"])
-            self.assertEqual(code, 0, err)
+            self.assertEqual(code, expected, err)
             with open(path, encoding="utf-8") as f:
                 doc = json.load(f)
         validate(self, doc)
@@ -652,7 +654,8 @@ class TorchSweepTest(unittest.TestCase):
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 doc = self.sweep(["--model", write_json(tmp, "tiny.json", TINY_MLP), "--batch", "2,4,8"])
-                again = self.sweep(["--model", write_json(tmp, "tiny.json", TINY_MLP), "--batch", "4"])
+                # Nothing ran ok: exit 4, as batchsweep run.
+                again = self.sweep(["--model", write_json(tmp, "tiny.json", TINY_MLP), "--batch", "4"], expected=4)
         finally:
             torch_runner.PointState.step = original
         statuses = {p["batch"]: p["status"] for p in doc["points"]}
@@ -662,6 +665,38 @@ class TorchSweepTest(unittest.TestCase):
         self.assertEqual((oom["stop_reason"], oom["samples_ms"], oom["tflops"]), ("oom", [], None))
         self.assertEqual(again["points"][0]["status"], "oom")  # MemoryError too
 
+    def test_sigterm_keeps_the_finished_points_and_exits_143(self):
+        # Terminated must be a BaseException: torch's own `except Exception` (inductor's build checks under
+        # --compile) swallowed it, and the sweep ran on to exit 0 "complete".
+        from torchpeer.cli import Terminated
+        self.assertFalse(issubclass(Terminated, Exception))
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "report.json")
+            argv = [sys.executable, os.path.join(PEERS, "torch_sweep.py"), "--model",
+                    write_json(tmp, "tiny.json", TINY_MLP), "--batch", "1,2,4,8,16,32,64,128", "--device", "cpu",
+                    "--warmup", "1", "--min-samples", "3", "--min-time", "1", "--max-noise", "1000",
+                    "--timeout", "5", "--quiet", "--json", path]
+            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            points = 0
+            for _ in range(600):  # until the first point is on disk (60 s at most)
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        points = len(json.load(f)["points"])
+                except (OSError, ValueError):
+                    points = 0
+                if points or proc.poll() is not None:
+                    break
+                time.sleep(0.1)
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+            self.assertEqual(proc.returncode, 143, err)
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+        self.assertEqual(doc["state"], "interrupted")
+        self.assertGreaterEqual(len(doc["points"]), 1)
+        self.assertLess(len(doc["points"]), 8)
+        validate(self, doc)
+
     def test_non_finite_loss_is_an_error_point(self):
         from torchpeer import torch_runner
 
@@ -669,7 +704,7 @@ class TorchSweepTest(unittest.TestCase):
         torch_runner.PointState.step = lambda state: torch.tensor(float("nan"))
         try:
             with tempfile.TemporaryDirectory() as tmp:
-                doc = self.sweep(["--model", write_json(tmp, "tiny.json", TINY_MLP), "--batch", "2"])
+                doc = self.sweep(["--model", write_json(tmp, "tiny.json", TINY_MLP), "--batch", "2"], expected=4)
         finally:
             torch_runner.PointState.step = original
         p = doc["points"][0]

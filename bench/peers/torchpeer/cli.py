@@ -24,8 +24,9 @@ EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 
 
-class Terminated(Exception):
-    """SIGTERM, raised where the sweep is, as KeyboardInterrupt is for SIGINT."""
+class Terminated(BaseException):
+    """SIGTERM, raised where the sweep is, as KeyboardInterrupt is for SIGINT. A BaseException like it: torch's
+    own `except Exception` blocks (inductor's build checks during --compile) must not swallow it."""
 
 
 def _raise_terminated(signum, frame):
@@ -214,9 +215,10 @@ def _progress(i: int, total: int, point) -> str:
     label = str(point.batch) if point.accumulation == 1 else f"{point.batch}x{point.accumulation}"
     if point.status != "ok":
         return f"[{i}/{total}] batch {label}: {point.status}: {point.reason}"
+    noise = "noise unknown" if point.noise_pct is None else f"\u00b1{point.noise_pct:.1f}%"
     peak = "" if point.measured_bytes is None else f", peak {point.measured_bytes / 2**30:.2f} GiB"
     return (f"[{i}/{total}] batch {label}: {point.samples_per_second:,.1f} samples/s, step "
-            f"{point.step_ms.mean:.3f} ms ±{point.noise_pct or 0:.1f}% ({len(point.samples_ms)} samples, "
+            f"{point.step_ms.mean:.3f} ms {noise} ({len(point.samples_ms)} samples, "
             f"{point.stop_reason}){peak}")
 
 
@@ -262,6 +264,9 @@ def run(s: Settings, argv: list) -> int:
     # marks the report interrupted.
     interrupted_by = None
     previous_term = signal.signal(signal.SIGTERM, _raise_terminated)
+    # A SIGINT ignored by the shell that started us in the background is still a request to stop, as for
+    # batchsweep run (which installs its own handler).
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         for i, batch in enumerate(s.batches, 1):
             point = runner.measure(batch)
@@ -275,6 +280,7 @@ def run(s: Settings, argv: list) -> int:
         interrupted_by = "SIGTERM"
     finally:
         signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
     if interrupted_by:
         own_warnings.append(f"interrupted by {interrupted_by}: the report holds the {len(report.points)} "
                             "finished point(s)")
@@ -295,7 +301,7 @@ def exit_code(points, interrupted_by: str) -> int:
     if interrupted_by:
         return EXIT_INTERRUPTED
     if not any(p.status == "ok" for p in points):
-        print("torch_sweep: no batch ran ok: there is nothing to recommend (exit 4)", file=sys.stderr)
+        print(f"{PEER_NAME}: no batch ran ok: there is nothing to recommend (exit 4)", file=sys.stderr)
         return EXIT_NOTHING_RAN
     return EXIT_OK
 

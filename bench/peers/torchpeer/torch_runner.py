@@ -200,6 +200,9 @@ class TorchRunner:
         torch.set_float32_matmul_precision("high" if tf32 else "highest")
         if self.cuda:
             torch.cuda.set_device(device)
+        # The first optimizer a process builds imports torch._dynamo (seconds): do it now, not inside the first
+        # point's --timeout.
+        torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], fused=False)
 
     # ---- the device
     def device_info(self) -> dict:
@@ -228,7 +231,8 @@ class TorchRunner:
             amp = (f"torch.autocast({DTYPES[p]}) with fp32 weights" + (" and GradScaler" if p == "fp16" else "")
                    if train else f"weights and inputs cast to {DTYPES[p]}")
         else:
-            amp = "none (fp32 weights and math" + (", TF32 matmuls and convolutions)" if p == "tf32" else ")")
+            tf32 = self.cuda and p == "tf32"  # no TF32 on the CPU: the steps run in fp32 (the report warns)
+            amp = "none (fp32 weights and math" + (", TF32 matmuls and convolutions)" if tf32 else ")")
         return {
             "execution": f"torch.compile(mode={self.options.compile_mode!r}, dynamic=False), compiled per point"
             if self.options.compile else "eager",
