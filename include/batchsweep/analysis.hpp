@@ -104,6 +104,14 @@ inline constexpr double kFlatBelowGain = 0.03;
 // (0 < pct <= 100), --latency-slo (> 0 ms), --price-per-hour (>= 0); all must be finite.
 void validate(const AnalysisOptions& options);
 
+// The step-time percentiles a latency budget may hold (--latency-percentile): 50, 90, 95, 99.
+[[nodiscard]] bool is_latency_percentile(double pct);
+// "p99" for 99: how the answers name the percentile.
+[[nodiscard]] std::string latency_name(double pct);
+// A point's step time at percentile `pct`: its summary (step_ms.p50/p90/p95/p99), or its raw samples where
+// the summary is empty (a hand-made report); nullopt without either.
+[[nodiscard]] std::optional<double> step_latency_ms(const Point& point, double pct);
+
 // Sets telemetry->cost_per_million_samples = price_per_hour / 3600 / samples_per_second * 1e6 on every ok
 // point (creating the telemetry object where absent) and clears it on the others.
 void annotate_cost(std::vector<Point>& points, double price_per_hour);

@@ -43,7 +43,8 @@ struct RunSummary {
   BatchChoice best;  // the highest throughput, at whichever batch each run reached it
   Recommendation recommended;
   std::optional<double> recommended_cost_per_million_samples;  // USD, where the run has a price
-  std::optional<double> latency_slo_ms;    // the run's p99 budget (settings.latency_slo_ms), where it had one
+  std::optional<double> latency_slo_ms;    // the run's latency budget (settings.latency_slo_ms), if any
+  double latency_percentile = 99;          // the step-time percentile it holds (settings.latency_percentile)
   std::optional<BatchChoice> latency_slo;  // and its answer under that budget
 };
 
@@ -56,6 +57,8 @@ struct CompareCell {
   // The relative standard error of the mean step time (stddev / mean / sqrt(n)), where there are samples.
   std::optional<double> standard_error;
   std::optional<double> p99_ms;  // the p99 step time, where the point ran
+  // The step time at the baseline's budget percentile (p99 without a budget), where the point ran.
+  std::optional<double> budget_latency_ms;
 };
 
 // A run (B, C, ...) against the baseline at one batch.

@@ -89,12 +89,12 @@ struct KneeResult {
 struct BatchChoice {
   BatchChoice() = default;
   BatchChoice(std::optional<int64_t> b, std::optional<double> rate, std::string why,
-              std::optional<double> p99 = std::nullopt)
-      : batch(b), samples_per_second(rate), reason(std::move(why)), p99_ms(p99) {}
+              std::optional<double> latency = std::nullopt)
+      : batch(b), samples_per_second(rate), reason(std::move(why)), latency_ms(latency) {}
   std::optional<int64_t> batch;
   std::optional<double> samples_per_second;
-  std::string reason;            // why there is none, or a note
-  std::optional<double> p99_ms;  // latency_slo: the chosen point's p99 step time (JSON: only where set)
+  std::string reason;                // why there is none, or a note
+  std::optional<double> latency_ms;  // latency_slo: the chosen point's step time at the budget's percentile
 };
 
 struct Recommendation {
@@ -125,7 +125,8 @@ struct UntimedFit {
 struct AnalysisOptions {
   double knee_sensitivity = 1.0;          // Kneedle S
   double saturation_pct = 95.0;           // of the best throughput
-  std::optional<double> latency_slo_ms;   // p99 step latency budget
+  std::optional<double> latency_slo_ms;   // step latency budget, at latency_percentile
+  double latency_percentile = 99;         // which step-time percentile the budget holds: 50, 90, 95 or 99
   std::optional<double> price_per_hour;   // USD per device-hour: cost_per_million_samples per point
   std::optional<UntimedFit> untimed_fit;  // max_fit's reason names it where it is above the largest timed
   // The sweep stopped before the batches it asked for (report state interrupted or in_progress): the largest

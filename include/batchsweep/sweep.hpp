@@ -156,10 +156,12 @@ struct SweepSettings {
   StoppingSettings stopping;
   SessionOptions session;
   double knee_sensitivity = 1.0;  // --batch auto: Kneedle S for the knee the refinement measures around
-  // --latency-slo (ms): --batch auto also bisects the batches where the p99 step time crosses this budget, so
+  // --latency-slo (ms): --batch auto also bisects the batches where the step time at latency_percentile (p99)
+  // crosses this budget, so
   // the best batch under it is known to a few percent, not to a power of two.
   std::optional<double> latency_slo_ms;
-  PathChoice paths;  // --attention, --conv (cuda)
+  double latency_percentile = 99;  // --latency-percentile: the step-time percentile the budget holds
+  PathChoice paths;                // --attention, --conv (cuda)
   // run --resume: an earlier run's points, each with resumed_from set. Where the sweep asks for a (batch,
   // accumulation) that is ok among them, and its plan still fits the budget, that point is taken as it is
   // instead of being measured again; the caller has checked that both runs measure the same thing. An

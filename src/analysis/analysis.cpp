@@ -132,31 +132,35 @@ BatchChoice max_fit(std::span<const Point> points, const std::optional<UntimedFi
                               : "the largest batch swept");
 }
 
-// The p99 step time of a point: its summary, or its raw samples when the summary is empty.
-std::optional<double> p99_ms(const Point& point) {
-  if (point.step_ms.p99 > 0.0) return point.step_ms.p99;
-  if (!point.samples_ms.empty()) return percentile(point.samples_ms, 99.0);
-  return std::nullopt;
-}
+// A latency budget: `ms` on the step time at percentile `pct` (--latency-percentile; "p99").
+struct Budget {
+  double ms = 0;
+  double pct = 99;
+  [[nodiscard]] std::string name() const { return latency_name(pct); }
+  [[nodiscard]] std::optional<double> of(const Point& point) const { return step_latency_ms(point, pct); }
+};
 
 // Under 100 steps a p99 is close to the slowest step seen, so the reason says how many it rests on, and
 // that --timeout cut them short where it did: "of 21 steps", "from a single step, cut short by --timeout".
-std::string p99_steps(const Point& point) {
+std::string p99_steps(const Point& point, double pct) {
   const size_t n = point.samples_ms.size();
-  if (n == 0 || n >= 100) return {};
+  // The pct-th percentile of n steps is near the slowest while fewer than 1 step in (100 - pct) lies above
+  // it.
+  if (n == 0 || static_cast<double>(n) * (100.0 - pct) >= 100.0) return {};
   const std::string cut = point.stop_reason == "timeout" ? ", cut short by --timeout" : "";
   return n == 1 ? "from a single step" + cut : fmt::format("of {} steps{}", n, cut);
 }
 
-std::string steps_clause(const Point& point) {
-  const std::string steps = p99_steps(point);
+std::string steps_clause(const Point& point, double pct) {
+  const std::string steps = p99_steps(point, pct);
   return steps.empty() ? steps : " " + steps;
 }
 
-std::string p99_basis(const Point& point) {
-  const std::string steps = p99_steps(point);
+std::string p99_basis(const Point& point, double pct) {
+  const std::string steps = p99_steps(point, pct);
   if (steps.empty()) return {};
-  return fmt::format(" (p99 {}{})", steps, point.samples_ms.size() > 1 ? ": near the slowest" : "");
+  return fmt::format(" ({} {}{})", latency_name(pct), steps,
+                     point.samples_ms.size() > 1 ? ": near the slowest" : "");
 }
 
 // A p99 beside the budget it is held to, with the digits it takes for the two to read the way they compare:
@@ -193,10 +197,10 @@ struct BudgetChoice {
   double margin_pct = 0;  // the margin that lead stayed within
 };
 
-BudgetChoice within_budget(std::span<const Point> points, double budget_ms) {
+BudgetChoice within_budget(std::span<const Point> points, const Budget& budget) {
   const auto eligible = [&](const Point& p) {
-    const std::optional<double> p99 = p99_ms(p);
-    return is_ok(p) && p99 && *p99 <= budget_ms;
+    const std::optional<double> latency = budget.of(p);
+    return is_ok(p) && latency && *latency <= budget.ms;
   };
   BudgetChoice c;
   c.fastest = fastest(points, eligible);
@@ -210,7 +214,7 @@ BudgetChoice within_budget(std::span<const Point> points, double budget_ms) {
     const double margin_pct = std::max(kSameThroughputPct, 2.0 * combined * 100.0);
     const double lead_pct = (c.fastest->samples_per_second / p.samples_per_second - 1.0) * 100.0;
     if (lead_pct >= margin_pct) continue;
-    const double p99 = *p99_ms(p), best_p99 = *p99_ms(*c.chosen);
+    const double p99 = *budget.of(p), best_p99 = *budget.of(*c.chosen);
     if (p99 < best_p99 || (p99 == best_p99 && p.batch < c.chosen->batch)) {
       c.chosen = &p;
       c.lead_pct = lead_pct;
@@ -226,16 +230,16 @@ BudgetChoice within_budget(std::span<const Point> points, double budget_ms) {
 // close (run --batch auto --latency-slo bisects to there), or throughput is flat up to the chosen batch
 // (flat_below). The range holds batches strictly between the two: every one up to 16, doublings where the
 // next batch is more than twice the chosen, else multiples of a step of gap / 8 rounded down to 8s.
-std::string edge_hint(std::span<const Point> points, const Point& chosen, double budget_ms) {
+std::string edge_hint(std::span<const Point> points, const Point& chosen, const Budget& budget) {
   const Point* next = nullptr;
   for (const Point& point : points) {
     if (!is_ok(point) || point.accumulation != chosen.accumulation || point.batch <= chosen.batch) continue;
     if (!next || point.batch < next->batch) next = &point;
   }
   if (!next) return {};
-  const std::optional<double> p99 = p99_ms(*next);
+  const std::optional<double> p99 = budget.of(*next);
   const int64_t lo = chosen.batch, hi = next->batch, gap = hi - lo;
-  if (!p99 || *p99 <= budget_ms || budget_edge_narrow(lo, hi)) return {};
+  if (!p99 || *p99 <= budget.ms || budget_edge_narrow(lo, hi)) return {};
   if (flat_below(points, chosen) != nullptr) return {};
   std::string range;
   if (hi <= 16) {
@@ -259,8 +263,8 @@ std::string edge_hint(std::span<const Point> points, const Point& chosen, double
   const std::string between = failed ? fmt::format(" and batch {} between them has status {}", failed->batch,
                                                    to_string(failed->status))
                                      : "";
-  return fmt::format("; batch {}'s p99 is {} ms{}: --batch {} measures between them", hi,
-                     p99_text(*p99, budget_ms), between, range);
+  return fmt::format("; batch {}'s {} is {} ms{}: --batch {} measures between them", hi, budget.name(),
+                     p99_text(*p99, budget.ms), between, range);
 }
 
 // Where the budget did not bind: every ok point meets it, and the chosen one is the largest that ran (no
@@ -268,13 +272,13 @@ std::string edge_hint(std::span<const Point> points, const Point& chosen, double
 // --batch", as the curve's own still-rising advice does; an unfinished sweep says it stopped first.
 std::optional<int64_t> swept_effective_batch(std::span<const Point> points);
 
-std::string budget_not_reached(std::span<const Point> points, const Point& chosen, double budget_ms,
+std::string budget_not_reached(std::span<const Point> points, const Point& chosen, const Budget& budget,
                                bool unfinished) {
   // An --effective-batch sweep has no larger batch to try: its splits all hold the same samples.
   if (swept_effective_batch(points)) return {};
   for (const Point& point : points) {
     if (point.batch > chosen.batch) return {};  // tried, whatever became of it
-    if (is_ok(point) && (!p99_ms(point) || *p99_ms(point) > budget_ms)) return {};
+    if (is_ok(point) && (!budget.of(point) || *budget.of(point) > budget.ms)) return {};
   }
   return unfinished
              ? "; every batch measured meets the budget, and the sweep stopped before larger ones"
@@ -282,29 +286,28 @@ std::string budget_not_reached(std::span<const Point> points, const Point& chose
                "find where it binds)";
 }
 
-BatchChoice latency_slo(std::span<const Point> points, double budget_ms, bool unfinished) {
-  const BudgetChoice budget = within_budget(points, budget_ms);
+BatchChoice latency_slo(std::span<const Point> points, const Budget& b, bool unfinished) {
+  const BudgetChoice budget = within_budget(points, b);
   if (const Point* chosen = budget.chosen) {
     // A faster point within noise: say what was given up, and why it is nothing. (No hint to measure above
     // the fastest: throughput is flat there.)
     std::string after;
     if (chosen != budget.fastest)
-      after = fmt::format("; batch {} is {:.2f}% faster, within noise (< {:.3g}%), at p99 {} ms",
-                          budget.fastest->batch, budget.lead_pct, budget.margin_pct,
-                          p99_text(*p99_ms(*budget.fastest), budget_ms));
+      after = fmt::format("; batch {} is {:.2f}% faster, within noise (< {:.3g}%), at {} {} ms",
+                          budget.fastest->batch, budget.lead_pct, budget.margin_pct, b.name(),
+                          p99_text(*b.of(*budget.fastest), b.ms));
     else
-      after =
-          edge_hint(points, *chosen, budget_ms) + budget_not_reached(points, *chosen, budget_ms, unfinished);
-    BatchChoice choice = choose(*chosen, fmt::format("p99 step {} ms within the {} ms budget{}{}",
-                                                     p99_text(*p99_ms(*chosen), budget_ms),
-                                                     format_number(budget_ms), p99_basis(*chosen), after));
-    choice.p99_ms = p99_ms(*chosen);
+      after = edge_hint(points, *chosen, b) + budget_not_reached(points, *chosen, b, unfinished);
+    BatchChoice choice = choose(*chosen, fmt::format("{} step {} ms within the {} ms budget{}{}", b.name(),
+                                                     p99_text(*b.of(*chosen), b.ms), format_number(b.ms),
+                                                     p99_basis(*chosen, b.pct), after));
+    choice.latency_ms = b.of(*chosen);
     return choice;
   }
   const Point* quickest = nullptr;
   for (const Point& point : points) {
-    if (!is_ok(point) || !p99_ms(point)) continue;
-    if (!quickest || *p99_ms(point) < *p99_ms(*quickest)) quickest = &point;
+    if (!is_ok(point) || !b.of(point)) continue;
+    if (!quickest || *b.of(point) < *b.of(*quickest)) quickest = &point;
   }
   if (!quickest) {
     const bool any_ok = std::any_of(points.begin(), points.end(), is_ok);
@@ -321,10 +324,10 @@ BatchChoice latency_slo(std::span<const Point> points, double budget_ms, bool un
     below = fmt::format("; no batch below {} was swept (try --batch {})", quickest->batch,
                         last == 1 ? std::string("1") : fmt::format("1:{}:*2", last));
   }
-  const std::string steps = p99_steps(*quickest);
-  return none(fmt::format("no batch meets the {} ms p99 budget: the smallest p99 is {} ms (batch {}{}){}",
-                          format_number(budget_ms), p99_text(*p99_ms(*quickest), budget_ms), quickest->batch,
-                          steps.empty() ? steps : ", " + steps, below));
+  const std::string steps = p99_steps(*quickest, b.pct);
+  return none(fmt::format("no batch meets the {} ms {} budget: the smallest {} is {} ms (batch {}{}){}",
+                          format_number(b.ms), b.name(), b.name(), p99_text(*b.of(*quickest), b.ms),
+                          quickest->batch, steps.empty() ? steps : ", " + steps, below));
 }
 
 bool has_joules(const Point& point) {
@@ -466,23 +469,24 @@ Recommendation recommend(const RecommendationInputs& in, const Point*& chosen) {
   chosen = nullptr;
   if (in.curve.empty()) return {std::nullopt, no_ok_reason(in.points)};
   if (a.latency_slo) {
-    const BudgetChoice budget = within_budget(in.points, *in.options.latency_slo_ms);
+    const Budget b{*in.options.latency_slo_ms, in.options.latency_percentile};
+    const BudgetChoice budget = within_budget(in.points, b);
     chosen = budget.chosen;
     if (!chosen) return {std::nullopt, a.latency_slo->reason};
-    const double budget_ms = *in.options.latency_slo_ms;
+    const std::string name = b.name();
     if (chosen == budget.fastest)
       return {
           chosen->batch,
-          fmt::format("highest throughput within the {} ms p99 budget: batch {} ({} samples/s, p99 {} ms{})",
-                      format_number(budget_ms), chosen->batch, format_rate(chosen->samples_per_second),
-                      p99_text(*p99_ms(*chosen), budget_ms), steps_clause(*chosen))};
+          fmt::format("highest throughput within the {} ms {} budget: batch {} ({} samples/s, {} {} ms{})",
+                      format_number(b.ms), name, chosen->batch, format_rate(chosen->samples_per_second), name,
+                      p99_text(*b.of(*chosen), b.ms), steps_clause(*chosen, b.pct))};
     return {
         chosen->batch,
-        fmt::format("batch {} ({} samples/s, p99 {} ms{}): within noise of batch {}, the highest throughput "
-                    "within the {} ms p99 budget, at a lower p99 than its {} ms",
-                    chosen->batch, format_rate(chosen->samples_per_second),
-                    p99_text(*p99_ms(*chosen), budget_ms), steps_clause(*chosen), budget.fastest->batch,
-                    format_number(budget_ms), p99_text(*p99_ms(*budget.fastest), budget_ms))};
+        fmt::format("batch {} ({} samples/s, {} {} ms{}): within noise of batch {}, the highest throughput "
+                    "within the {} ms {} budget, at a lower {} than its {} ms",
+                    chosen->batch, format_rate(chosen->samples_per_second), name,
+                    p99_text(*b.of(*chosen), b.ms), steps_clause(*chosen, b.pct), budget.fastest->batch,
+                    format_number(b.ms), name, name, p99_text(*b.of(*budget.fastest), b.ms))};
   }
   if (a.effective_batch_split && a.effective_batch_split->batch) {
     std::size_t ran = 0;
@@ -537,6 +541,25 @@ void require(bool valid, std::string_view flag, std::string_view rule, double va
 
 }  // namespace
 
+bool is_latency_percentile(double pct) {
+  return pct == 50 || pct == 90 || pct == 95 || pct == 99;
+}
+
+std::string latency_name(double pct) {
+  return fmt::format("p{:g}", pct);
+}
+
+std::optional<double> step_latency_ms(const Point& point, double pct) {
+  const double summary = pct == 50   ? point.step_ms.p50
+                         : pct == 90 ? point.step_ms.p90
+                         : pct == 95 ? point.step_ms.p95
+                         : pct == 99 ? point.step_ms.p99
+                                     : 0.0;
+  if (summary > 0.0) return summary;
+  if (!point.samples_ms.empty()) return percentile(point.samples_ms, pct);
+  return std::nullopt;
+}
+
 void validate(const AnalysisOptions& options) {
   require(std::isfinite(options.knee_sensitivity) && options.knee_sensitivity > 0.0, "--knee-sensitivity",
           "a number > 0", options.knee_sensitivity);
@@ -545,7 +568,9 @@ void validate(const AnalysisOptions& options) {
           "--saturation", "a percentage in (0, 100]", options.saturation_pct);
   if (options.latency_slo_ms)
     require(std::isfinite(*options.latency_slo_ms) && *options.latency_slo_ms > 0.0, "--latency-slo",
-            "a p99 step time in ms > 0", *options.latency_slo_ms);
+            "a step time in ms > 0", *options.latency_slo_ms);
+  require(is_latency_percentile(options.latency_percentile), "--latency-percentile", "50, 90, 95 or 99",
+          options.latency_percentile);
   if (options.price_per_hour)
     require(std::isfinite(*options.price_per_hour) && *options.price_per_hour >= 0.0, "--price-per-hour",
             "a price per device-hour >= 0", *options.price_per_hour);
@@ -588,7 +613,8 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
                       format_percent(knee_point->samples_per_second / best->samples_per_second), best->batch);
   }
   if (options.latency_slo_ms)
-    analysis.latency_slo = latency_slo(view, *options.latency_slo_ms, options.unfinished);
+    analysis.latency_slo =
+        latency_slo(view, Budget{*options.latency_slo_ms, options.latency_percentile}, options.unfinished);
   analysis.energy_optimal = energy_optimal(view);
   analysis.effective_batch_split = effective_batch_split(view);
   const Point* chosen = nullptr;

@@ -178,12 +178,21 @@ void add_exports(CLI::App* cmd, ExportSettings& e) {
 // `of_report`: for analyze, where a flag not given keeps the report's value (the defaults apply only where
 // the report has none), so --help must not show the defaults as what an absent flag means.
 void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
-  cmd->add_option("--latency-slo", a.latency_slo_ms,
-                  of_report ? "p99 step latency budget in ms: report the best batch within it (default: the "
-                              "run's budget, if it had one)"
-                            : "p99 step latency budget in ms: report the best batch within it")
+  cmd->add_option(
+         "--latency-slo", a.latency_slo_ms,
+         of_report ? "Step latency budget in ms (at --latency-percentile): report the best batch within "
+                     "it (default: the run's budget, if it had one)"
+                   : "Step latency budget in ms (at --latency-percentile): report the best batch within it")
       ->type_name("MS")
       ->check(positive());
+  CLI::Option* percentile =
+      cmd->add_option("--latency-percentile", a.latency_percentile,
+                      of_report
+                          ? "The step-time percentile --latency-slo holds: 50, 90, 95 or 99 (default: the "
+                            "run's, else 99)"
+                          : "The step-time percentile --latency-slo holds: 50, 90, 95 or 99")
+          ->type_name("P")
+          ->check(CLI::IsMember({50.0, 90.0, 95.0, 99.0}));
   CLI::Option* saturation =
       cmd->add_option("--saturation", a.saturation_pct,
                       of_report ? "Saturation: smallest batch reaching PCT% of the best throughput (default: "
@@ -200,6 +209,7 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
   if (!of_report) {
     saturation->capture_default_str();
     sensitivity->capture_default_str();
+    percentile->capture_default_str();
   }
   cmd->add_option("--price-per-hour", a.price_per_hour,
                   of_report
@@ -474,6 +484,7 @@ int run_app(int argc, char** argv) {
     run.sweep.session.memory_limit_bytes = run.sweep.memory_limit_bytes;
     run.sweep.knee_sensitivity = run.analysis.knee_sensitivity;
     run.sweep.latency_slo_ms = run.analysis.latency_slo_ms;
+    run.sweep.latency_percentile = run.analysis.latency_percentile;
     validate(run.sweep.stopping);
     if (run.backend == "scripted" && run.script.empty())
       throw UsageError("--script: --backend scripted needs a step-time script (see tests/data/scripted)");
@@ -500,6 +511,7 @@ int run_app(int argc, char** argv) {
   if (analyze_cmd->parsed()) {
     analyze.saturation_given = analyze_cmd->count("--saturation") > 0;
     analyze.knee_sensitivity_given = analyze_cmd->count("--knee-sensitivity") > 0;
+    analyze.latency_percentile_given = analyze_cmd->count("--latency-percentile") > 0;
     return analyze_command(analyze, std::vector<std::string>(argv, argv + argc));
   }
   if (compare_cmd->parsed()) return compare_command(compare);

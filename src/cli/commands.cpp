@@ -322,6 +322,7 @@ AnalysisOptions analysis_options(const AnalysisFlags& a) {
   o.knee_sensitivity = a.knee_sensitivity;
   o.saturation_pct = a.saturation_pct;
   o.latency_slo_ms = a.latency_slo_ms;
+  o.latency_percentile = a.latency_percentile;
   o.price_per_hour = a.price_per_hour;
   validate(o);
   return o;
@@ -367,6 +368,7 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
       {"saturation_pct", s.analysis.saturation_pct},
       {"latency_slo_ms",
        s.analysis.latency_slo_ms ? nlohmann::json(*s.analysis.latency_slo_ms) : nlohmann::json()},
+      {"latency_percentile", s.analysis.latency_percentile},
       {"price_per_hour",
        s.analysis.price_per_hour ? nlohmann::json(*s.analysis.price_per_hour) : nlohmann::json()},
   };
@@ -796,6 +798,7 @@ struct GivenFlags {
   bool no_latency_slo = false;
   bool saturation = false;
   bool knee_sensitivity = false;
+  bool latency_percentile = false;
 };
 
 struct RunAnalysis {
@@ -843,6 +846,16 @@ RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags,
       out.kept.push_back(fmt::format("--knee-sensitivity {:g}", *v));
     }
   }
+  if (!given.latency_percentile) {
+    if (const auto v = run_value("latency_percentile", 0.0, 100.0); v && *v != flags.latency_percentile) {
+      if (is_latency_percentile(*v)) {
+        flags.latency_percentile = *v;
+        out.kept.push_back(fmt::format("--latency-percentile {:g}", *v));
+      } else {
+        out.ignored.push_back(fmt::format("settings.latency_percentile {:g}", *v));
+      }
+    }
+  }
   out.options = analysis_options(flags);
   out.options.unfinished = report.state == "interrupted" || report.state == "in_progress";
   // What run's --batch auto found to fit without timing it (settings.untimed_fit), where well-formed.
@@ -868,8 +881,9 @@ int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& ar
                  "batchsweep analyze: %s is of an interrupted sweep (state interrupted): the analysis covers "
                  "the %zu point(s) it finished\n",
                  s.report_path.c_str(), report.points.size());
-  const RunAnalysis run =
-      run_analysis(report, s.analysis, {s.no_latency_slo, s.saturation_given, s.knee_sensitivity_given});
+  const RunAnalysis run = run_analysis(
+      report, s.analysis,
+      {s.no_latency_slo, s.saturation_given, s.knee_sensitivity_given, s.latency_percentile_given});
   const AnalysisFlags& flags = run.flags;
   if (!run.kept.empty())
     std::fprintf(stderr, "batchsweep analyze: the run's %s kept (give the flag to change it)\n",
@@ -884,6 +898,7 @@ int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& ar
   report.settings["saturation_pct"] = flags.saturation_pct;
   report.settings["latency_slo_ms"] =
       flags.latency_slo_ms ? nlohmann::json(*flags.latency_slo_ms) : nlohmann::json();
+  report.settings["latency_percentile"] = flags.latency_percentile;
   // command, created_at and tool stay the run's (what measured the points); this says what analysed them.
   report.settings["analyzed"] = {
       {"command", argv}, {"at", now_iso8601()}, {"version", BSW_VERSION}, {"git_commit", BSW_GIT_COMMIT}};

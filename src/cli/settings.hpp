@@ -23,6 +23,7 @@ struct ExportSettings {
 
 struct AnalysisFlags {
   std::optional<double> latency_slo_ms;
+  double latency_percentile = 99;  // --latency-percentile: the step-time percentile the budget holds
   double saturation_pct = 95.0;
   double knee_sensitivity = 1.0;
   std::optional<double> price_per_hour;
@@ -59,7 +60,7 @@ struct AnalyzeSettings {
   AnalysisFlags analysis;
   ExportSettings exports;
   // Which analysis flags were given: the others take the run's values (its settings).
-  bool saturation_given = false, knee_sensitivity_given = false;
+  bool saturation_given = false, knee_sensitivity_given = false, latency_percentile_given = false;
   bool no_latency_slo = false;  // --no-latency-slo: drop the run's budget
 };
 

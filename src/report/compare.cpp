@@ -163,8 +163,17 @@ RunSummary summarize_run(const Report& report, std::string name) {
   if (report.settings.is_object() && report.settings.contains("latency_slo_ms") &&
       report.settings["latency_slo_ms"].is_number())
     s.latency_slo_ms = report.settings["latency_slo_ms"].get<double>();
+  if (report.settings.is_object() && report.settings.contains("latency_percentile") &&
+      report.settings["latency_percentile"].is_number() &&
+      is_latency_percentile(report.settings["latency_percentile"].get<double>()))
+    s.latency_percentile = report.settings["latency_percentile"].get<double>();
   if (s.latency_slo_ms) s.latency_slo = report.analysis.latency_slo;
   return s;
+}
+
+bool same_budget(const RunSummary& a, const RunSummary& b) {
+  return a.latency_slo_ms && b.latency_slo_ms && *a.latency_slo_ms == *b.latency_slo_ms &&
+         a.latency_percentile == b.latency_percentile;
 }
 
 std::optional<double> point_p99(const Point& p) {
@@ -174,24 +183,28 @@ std::optional<double> point_p99(const Point& p) {
   return std::nullopt;
 }
 
-// A run against the baseline under their p99 budgets: where the budgets are one, an answer that differs (no
+// A run against the baseline under their latency budgets: where the budgets are one (milliseconds and
+// percentile), an answer that differs (no
 // batch within it, or another throughput or batch); where they differ or one run has none, that they were
 // not compared. Empty where the answers agree or neither run had a budget.
 std::optional<std::string> budget_change(const RunSummary& base, const RunSummary& run,
                                          const std::string& name, double min_effect_pct) {
   if (!base.latency_slo_ms && !run.latency_slo_ms) return std::nullopt;
-  if (!base.latency_slo_ms || !run.latency_slo_ms || *base.latency_slo_ms != *run.latency_slo_ms) {
-    const auto text = [](const std::optional<double>& ms) {
-      return ms ? fmt::format("{:g} ms", *ms) : std::string("none");
+  if (!same_budget(base, run)) {
+    const auto text = [](const RunSummary& r) {
+      return r.latency_slo_ms
+                 ? fmt::format("{:g} ms {}", *r.latency_slo_ms, latency_name(r.latency_percentile))
+                 : std::string("none");
     };
-    return fmt::format("p99 budgets differ (A {}, {} {}): the answers under them are not compared",
-                       text(base.latency_slo_ms), name, text(run.latency_slo_ms));
+    return fmt::format("latency budgets differ (A {}, {} {}): the answers under them are not compared",
+                       text(base), name, text(run));
   }
   if (!base.latency_slo || !run.latency_slo) return std::nullopt;
   const BatchChoice &a = *base.latency_slo, &b = *run.latency_slo;
-  const std::string budget = fmt::format("under the {:g} ms p99 budget", *base.latency_slo_ms);
-  const auto p99 = [](const BatchChoice& c) {
-    return c.p99_ms ? fmt::format(" (p99 {:.4g} ms)", *c.p99_ms) : std::string();
+  const std::string pct = latency_name(base.latency_percentile);
+  const std::string budget = fmt::format("under the {:g} ms {} budget", *base.latency_slo_ms, pct);
+  const auto p99 = [&](const BatchChoice& c) {
+    return c.latency_ms ? fmt::format(" ({} {:.4g} ms)", pct, *c.latency_ms) : std::string();
   };
   if (a.batch && a.samples_per_second && !b.batch)
     return fmt::format("{}: {} has no batch within it ({}); A served {} samples/s at batch {}{}", budget,
@@ -532,7 +545,10 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     for (const Point* p : points) {
       row.runs.push_back({p->status, p->reason, p->samples_per_second,
                           usable_samples(p->samples_ms) ? p->samples_ms.size() : size_t{0},
-                          standard_error(p->samples_ms), point_p99(*p)});
+                          standard_error(p->samples_ms), point_p99(*p),
+                          p->status == PointStatus::ok
+                              ? step_latency_ms(*p, result.runs.front().latency_percentile)
+                              : std::nullopt});
     }
     for (size_t i = 1; i < points.size(); ++i) row.deltas.push_back(delta(*points[0], *points[i], options));
     // One measurement in two runs: run --resume took one run's point into another (or both took one earlier
@@ -635,25 +651,24 @@ std::vector<std::string> regressions(const CompareResult& result, double pct) {
     }
   }
   for (const LostFit& f : result.lost_fits) found.push_back(lost_fit_text(f));
-  // The baseline's answer under its p99 budget, where a run with the same budget swept that batch too and
-  // its p99 there is over the budget by more than PCT%: a tail-latency regression at the batch served (the
-  // mean may not move). Within PCT% it is the noise at the budget's edge, and only the note says it.
+  // The baseline's answer under its latency budget, where a run with the same budget swept that batch too
+  // and its latency there is over the budget by more than PCT%: a tail-latency regression at the batch served
+  // (the mean may not move). Within PCT% it is the noise at the budget's edge, and only the note says it.
   const RunSummary& base = result.runs.front();
   if (base.latency_slo_ms && base.latency_slo && base.latency_slo->batch) {
     const double budget = *base.latency_slo_ms;
+    const std::string name = latency_name(base.latency_percentile);
     for (const CompareRow& row : result.rows) {
-      if (row.batch != *base.latency_slo->batch || !row.runs.front().p99_ms) continue;
+      if (row.batch != *base.latency_slo->batch || !row.runs.front().budget_latency_ms) continue;
       for (size_t i = 1; i < row.runs.size(); ++i) {
-        const RunSummary& run = result.runs[i];
-        const std::optional<double> p99 = row.runs[i].p99_ms;
-        if (!run.latency_slo_ms || *run.latency_slo_ms != budget || !p99 || *p99 <= budget * (1 + pct / 100))
-          continue;
+        const std::optional<double> latency = row.runs[i].budget_latency_ms;
+        if (!same_budget(base, result.runs[i]) || !latency || *latency <= budget * (1 + pct / 100)) continue;
         found.push_back(
-            fmt::format("batch {} (A's answer under the {:g} ms p99 budget): {}'s p99 is {:.4g} ms, {:.1f}% "
+            fmt::format("batch {} (A's answer under the {:g} ms {} budget): {}'s {} is {:.4g} ms, {:.1f}% "
                         "over the budget "
                         "(A {:.4g} ms)",
-                        batch_label(row.batch, row.accumulation), budget, letter(i), *p99,
-                        (*p99 / budget - 1) * 100, *row.runs.front().p99_ms));
+                        batch_label(row.batch, row.accumulation), budget, name, letter(i), name, *latency,
+                        (*latency / budget - 1) * 100, *row.runs.front().budget_latency_ms));
       }
     }
   }

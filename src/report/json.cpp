@@ -309,7 +309,7 @@ class Reader {
     c.batch = optional_integer(v, path, "batch");
     c.samples_per_second = optional_number(v, path, "samples_per_second");
     c.reason = optional_string(v, path, "reason");
-    c.p99_ms = optional_number(v, path, "p99_ms");
+    c.latency_ms = optional_number(v, path, "latency_ms");
     return c;
   }
 

@@ -127,7 +127,7 @@ Json choice_json(const BatchChoice& c) {
   out["batch"] = optional_integer<Json>(c.batch);
   out["samples_per_second"] = optional_number<Json>(c.samples_per_second);
   out["reason"] = c.reason;
-  if (c.p99_ms) out["p99_ms"] = *c.p99_ms;
+  if (c.latency_ms) out["latency_ms"] = *c.latency_ms;
   return out;
 }
 

@@ -1,7 +1,7 @@
-// The SVG printer: throughput (left axis) and p99 step latency (right axis) against batch on a log2 axis,
-// planned memory as bars scaled to the device's memory, dashed lines at the knee, saturation and max fit, and
-// crosses on the axis where a batch did not fit. Every number is printed with fixed decimals, so the output
-// is deterministic.
+// The SVG printer: throughput (left axis) and p99 step latency (the budget's percentile where a latency
+// budget names another; right axis) against batch on a log2 axis, planned memory as bars scaled to the
+// device's memory, dashed lines at the knee, saturation and max fit, and crosses on the axis where a batch
+// did not fit. Every number is printed with fixed decimals, so the output is deterministic.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "batchsweep/analysis.hpp"
 #include "batchsweep/printers.hpp"
 #include "report/format.hpp"
 #include "report/view.hpp"
@@ -171,6 +172,13 @@ std::string format_svg(const Report& report) {
                    [](const Point& a, const Point& b) { return a.batch < b.batch; });
   const BatchAxis bx = batch_axis(sorted);
 
+  // The latency curve is the percentile the budget holds (p99 without one).
+  const double pct = report_view::budget_percentile(report);
+  const std::string pct_name = latency_name(pct);
+  const auto latency = [pct](const Point& p) {
+    const double v = step_latency_ms(p, pct).value_or(0.0);
+    return std::isfinite(v) ? v : 0.0;
+  };
   double best_rate = 0, worst_p99 = 0;
   uint64_t largest_plan = 0;
   bool any_latency = false;
@@ -178,12 +186,13 @@ std::string format_svg(const Report& report) {
     largest_plan = std::max(largest_plan, p.memory.planned_bytes);
     if (p.status != PointStatus::ok) continue;
     if (std::isfinite(p.samples_per_second)) best_rate = std::max(best_rate, p.samples_per_second);
-    if (std::isfinite(p.step_ms.p99) && p.step_ms.p99 > 0) {
-      worst_p99 = std::max(worst_p99, p.step_ms.p99);
+    if (p.status == PointStatus::ok && latency(p) > 0) {
+      worst_p99 = std::max(worst_p99, latency(p));
       any_latency = true;
     }
   }
-  // The latency budget the analysis held the p99 to, drawn on the latency axis (which then reaches it).
+  // The latency budget the analysis held that percentile to, drawn on the latency axis (which then reaches
+  // it).
   std::optional<double> budget_ms;
   if (const auto it = report.settings.find("latency_slo_ms"); it != report.settings.end() &&
                                                               it->is_number() && it->get<double>() > 0 &&
@@ -253,7 +262,7 @@ std::string format_svg(const Report& report) {
                   fmt::format("fill=\"{}\"", kLatencyColor));
     }
     const double x = kWidth - 20;
-    out += text(x, (kTop + kBottom) / 2, "middle", "p99 step latency (ms)",
+    out += text(x, (kTop + kBottom) / 2, "middle", fmt::format("{} step latency (ms)", pct_name),
                 fmt::format("fill=\"{}\" transform=\"rotate(90 {} {})\"", kLatencyColor, px(x),
                             px((kTop + kBottom) / 2)));
   }
@@ -264,7 +273,8 @@ std::string format_svg(const Report& report) {
         "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"1\" "
         "stroke-dasharray=\"4 3\"/>\n",
         px(kLeft), px(y), px(kRight), px(y), kLatencyColor);
-    out += text(kRight - 4, y - 4, "end", fmt::format("p99 budget {} ms", report_format::sig3(*budget_ms)),
+    out += text(kRight - 4, y - 4, "end",
+                fmt::format("{} budget {} ms", pct_name, report_format::sig3(*budget_ms)),
                 fmt::format("fill=\"{}\"", kLatencyColor));
   }
 
@@ -293,8 +303,8 @@ std::string format_svg(const Report& report) {
   for (const auto& p : sorted) {
     if (p.status != PointStatus::ok || !std::isfinite(p.samples_per_second)) continue;
     rate_xy.emplace_back(bx.x(p.batch), rate_axis.y(p.samples_per_second));
-    if (any_latency && std::isfinite(p.step_ms.p99) && p.step_ms.p99 > 0) {
-      latency_xy.emplace_back(bx.x(p.batch), latency_axis.y(p.step_ms.p99));
+    if (any_latency && p.status == PointStatus::ok && latency(p) > 0) {
+      latency_xy.emplace_back(bx.x(p.batch), latency_axis.y(latency(p)));
     }
   }
   if (!latency_xy.empty()) {
@@ -343,7 +353,7 @@ std::string format_svg(const Report& report) {
   if (any_latency) {
     legend(fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\"/>\n",
                        px(lx), px(ly), px(lx + 16), px(ly), kLatencyColor),
-           "p99 step ms");
+           pct_name + " step ms");
   }
   if (memory_scale > 0) {
     legend(

@@ -7,6 +7,8 @@
 #include <optional>
 #include <utility>
 
+#include "batchsweep/analysis.hpp"
+
 namespace bsw::report_view {
 
 namespace rf = report_format;
@@ -117,6 +119,16 @@ std::string marks_legend(const Report& report) {
   return out;
 }
 
+// The percentile a latency budget holds (settings.latency_percentile), where the report has a budget;
+// else 99.
+double budget_percentile(const Report& report) {
+  const nlohmann::json& s = report.settings;
+  if (!s.is_object() || !s.contains("latency_slo_ms") || !s["latency_slo_ms"].is_number()) return 99;
+  if (!s.contains("latency_percentile") || !s["latency_percentile"].is_number()) return 99;
+  const double pct = s["latency_percentile"].get<double>();
+  return is_latency_percentile(pct) ? pct : 99;
+}
+
 rf::TextTable point_table(const Report& report) {
   using rf::Align;
   const auto ok = [](const Point& p) { return p.status == PointStatus::ok; };
@@ -142,6 +154,13 @@ rf::TextTable point_table(const Report& report) {
                          return has_step_stats(p) && p.step_ms.p50 > 0 ? rf::sig3(p.step_ms.p50)
                                                                        : std::string(rf::kAbsent);
                        }});
+    // The budget's percentile where a latency budget holds p90 or p95, beside p99 (p50 is shown anyway).
+    const double pct = budget_percentile(report);
+    if (pct == 90 || pct == 95)
+      columns.push_back({fmt::format("p{:g} ms", pct), Align::right, [pct](const Point& p) {
+                           const double v = pct == 90 ? p.step_ms.p90 : p.step_ms.p95;
+                           return has_step_stats(p) && v > 0 ? rf::sig3(v) : std::string(rf::kAbsent);
+                         }});
     columns.push_back({"p99 ms", Align::right, [](const Point& p) {
                          return has_step_stats(p) && p.step_ms.p99 > 0 ? rf::sig3(p.step_ms.p99)
                                                                        : std::string(rf::kAbsent);

@@ -260,24 +260,29 @@ class AutoSearch {
     return true;
   }
 
-  // Bisects the batches where the p99 step time crosses --latency-slo. Returns false when interrupted.
+  // Bisects the batches where the budget's step-time percentile (p99 by default) crosses --latency-slo.
+  // Returns false when interrupted.
   bool refine_slo() {
     const std::optional<double> budget = runner_.settings().latency_slo_ms;
     if (!budget) return true;
-    const std::string ms = fmt::format("{:g} ms", *budget);
+    const double pct = runner_.settings().latency_percentile;
+    const std::string name = latency_name(pct);
+    const std::string ms =
+        pct == 99 ? fmt::format("{:g} ms", *budget) : fmt::format("{:g} ms {}", *budget, name);
+    const auto latency = [pct](const Point* p) { return step_latency_ms(*p, pct).value_or(0.0); };
     std::vector<int64_t> measured;
     std::string why;
     for (;;) {
       // The ok timed points of this accumulation, ascending.
       std::vector<const Point*> timed;
       for (const Point& p : runner_.points())
-        if (p.status == PointStatus::ok && p.accumulation == accumulation_ && p.step_ms.p99 > 0)
+        if (p.status == PointStatus::ok && p.accumulation == accumulation_ && latency(&p) > 0)
           timed.push_back(&p);
       std::sort(timed.begin(), timed.end(),
                 [](const Point* a, const Point* b) { return a->batch < b->batch; });
-      std::size_t lo = timed.size();  // the largest batch whose p99 fits the budget
+      std::size_t lo = timed.size();  // the largest batch whose latency fits the budget
       for (std::size_t i = 0; i < timed.size(); ++i)
-        if (timed[i]->step_ms.p99 <= *budget) lo = i;
+        if (latency(timed[i]) <= *budget) lo = i;
       if (timed.empty()) {
         why = "no timed point";
         break;
@@ -285,20 +290,20 @@ class AutoSearch {
       if (lo == timed.size()) {
         const Point* quickest =
             *std::min_element(timed.begin(), timed.end(),
-                              [](const Point* x, const Point* y) { return x->step_ms.p99 < y->step_ms.p99; });
-        why = fmt::format("no timed batch's p99 is within it (the smallest: {:.3g} ms, batch {})",
-                          quickest->step_ms.p99, quickest->batch);
+                              [&](const Point* x, const Point* y) { return latency(x) < latency(y); });
+        why = fmt::format("no timed batch's {} is within it (the smallest: {:.3g} ms, batch {})", name,
+                          latency(quickest), quickest->batch);
         break;
       }
       if (lo + 1 == timed.size()) {
-        why = fmt::format("the largest timed batch, {}, is within it (p99 {:.3g} ms)", timed[lo]->batch,
-                          timed[lo]->step_ms.p99);
+        why = fmt::format("the largest timed batch, {}, is within it ({} {:.3g} ms)", timed[lo]->batch, name,
+                          latency(timed[lo]));
         break;
       }
       const int64_t a = timed[lo]->batch;
       const int64_t b = timed[lo + 1]->batch;
-      why = fmt::format("p99 crosses it between {} ({:.3g} ms) and {} ({:.3g} ms)", a, timed[lo]->step_ms.p99,
-                        b, timed[lo + 1]->step_ms.p99);
+      why = fmt::format("{} crosses it between {} ({:.3g} ms) and {} ({:.3g} ms)", name, a,
+                        latency(timed[lo]), b, latency(timed[lo + 1]));
       if (budget_edge_narrow(a, b)) break;
       // The analysis picks the fastest batch within the budget (or one within noise of it at a lower p99):
       // where throughput is flat up to a

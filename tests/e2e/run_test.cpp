@@ -383,6 +383,33 @@ TEST(Run, AutoSearchBisectsTheLatencyBudget) {
       << reason;
 }
 
+// --latency-percentile 95: the budget holds the p95; the table shows a p95 column, the report keeps the
+// percentile (analyze too), and a percentile batchsweep does not offer is a usage error naming the flag.
+TEST(Run, TheLatencyBudgetHoldsThePercentileAsked) {
+  ScratchDir dir;
+  const std::string out = (dir / "p95.json").string();
+  const Result r =
+      run(scripted_run("roofline.json", {"--mode", "infer", "--batch", "8,64,512", "--latency-slo", "5",
+                                         "--latency-percentile", "95", "--json", out}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(out);
+  expect_valid_report(out);
+  EXPECT_EQ(report["settings"]["latency_percentile"], 95);
+  const std::string reason = report["analysis"]["latency_slo"]["reason"];
+  EXPECT_EQ(reason.rfind("p95 step ", 0), 0u) << reason;
+  EXPECT_TRUE(report["analysis"]["latency_slo"]["latency_ms"].is_number());
+  const Result table = run({"analyze", out});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("p95 ms"), std::string::npos) << table.out;
+  EXPECT_NE(table.err.find("--latency-percentile 95"), std::string::npos) << table.err;  // kept from the run
+  const Result other = run({"analyze", out, "--latency-percentile", "99", "--json", "-"});
+  ASSERT_EQ(other.exit_code, 0) << other.err;
+  EXPECT_EQ(nlohmann::json::parse(other.out)["settings"]["latency_percentile"], 99);
+  const Result bad = run(scripted_run("roofline.json", {"--latency-slo", "5", "--latency-percentile", "97"}));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--latency-percentile"), std::string::npos) << bad.err;
+}
+
 // A largest fit too slow to time: max fit names it beside the largest timed batch, and `analyze` of the
 // report does too (settings.untimed_fit).
 TEST(Run, MaxFitNamesTheLargerFitTheSearchCouldNotTime) {

@@ -324,7 +324,7 @@ TEST(Compare, TheAnswerUnderTheLatencyBudgetIsCompared) {
   EXPECT_TRUE(regressions(lower, 5).empty());  // noted: B's batch 64 is still within the budget
   const nlohmann::json doc = to_json(lower);
   EXPECT_EQ(doc["runs"][1]["latency_slo"]["batch"], 16);
-  EXPECT_EQ(doc["runs"][1]["latency_slo"]["p99_ms"], 2.0);
+  EXPECT_EQ(doc["runs"][1]["latency_slo"]["latency_ms"], 2.0);
   EXPECT_EQ(doc["runs"][1]["latency_slo"]["budget_ms"], 3.0);
   EXPECT_DOUBLE_EQ(doc["rows"][0]["runs"][0]["p99_ms"].get<double>(), a.points[0].step_ms.p99);
 
@@ -345,8 +345,16 @@ TEST(Compare, TheAnswerUnderTheLatencyBudgetIsCompared) {
   other.settings["latency_slo_ms"] = 5.0;
   EXPECT_THAT(
       compare_pair(a, other).notes,
-      ::testing::Contains("p99 budgets differ (A 3 ms, B 5 ms): the answers under them are not compared"));
+      ::testing::Contains(
+          "latency budgets differ (A 3 ms p99, B 5 ms p99): the answers under them are not compared"));
   EXPECT_TRUE(regressions(compare_pair(a, other), 5).empty());
+  Report p95 = b;  // the same milliseconds on another percentile is another budget
+  p95.settings["latency_percentile"] = 95;
+  EXPECT_THAT(
+      compare_pair(a, p95).notes,
+      ::testing::Contains("latency budgets differ (A 3 ms p99, B 3 ms p95): the answers under them are not "
+                          "compared"));
+  EXPECT_TRUE(regressions(compare_pair(a, p95), 5).empty());
   for (const std::string& note : compare_pair(a, a).notes)
     EXPECT_EQ(note.find("p99 budget"), std::string::npos) << note;
 }
