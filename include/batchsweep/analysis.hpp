@@ -39,9 +39,9 @@
 //
 // The recommendation (Analysis::recommended), first rule that applies:
 //   1. no ok point: none.
-//   2. a latency SLO is given: the latency_slo batch (highest throughput whose p99 step fits the
-//      budget, or the lowest-p99 batch within noise of it); none when nothing fits, and `why` gives the
-//      smallest p99 seen.
+//   2. a latency SLO is given: the latency_slo batch (highest throughput whose step time at the budget's
+//      percentile, p99 by default, fits the budget, or the batch lowest there within noise of it); none when
+//      nothing fits, and `why` gives the smallest seen.
 //   3. an effective-batch sweep (one effective batch, accumulation varies): the fastest split.
 //   4. a knee whose throughput reaches saturation_pct of the best: the knee, where throughput stops scaling
 //      well; below that, the saturation batch (the knee came too early to be worth it). The knee is never
@@ -85,7 +85,7 @@ struct KneedleResult {
 [[nodiscard]] KneeResult find_knee(std::span<const Point> points, double sensitivity);
 
 // A throughput lead smaller than this (percent) is no difference: compare's minimum effect, and the margin
-// within which the latency choice prefers the lower-p99 batch over a faster one.
+// within which the latency choice prefers the lower-latency batch over a faster one.
 inline constexpr double kSameThroughputPct = 1.0;
 
 // Whether throughput is flat up to `point`: it gains less than kFlatBelowGain over the fastest ok point of
@@ -101,7 +101,8 @@ inline constexpr double kFlatBelowGain = 0.03;
 [[nodiscard]] bool budget_edge_narrow(int64_t lo, int64_t hi);
 
 // Throws UsageError naming the flag for options out of range: --knee-sensitivity (> 0), --saturation
-// (0 < pct <= 100), --latency-slo (> 0 ms), --price-per-hour (>= 0); all must be finite.
+// (0 < pct <= 100), --latency-slo (> 0 ms), --latency-percentile (50, 90, 95, 99), --price-per-hour (>= 0);
+// all must be finite.
 void validate(const AnalysisOptions& options);
 
 // The step-time percentiles a latency budget may hold (--latency-percentile): 50, 90, 95, 99.

@@ -125,9 +125,9 @@ struct CompareResult {
 // baseline at some batch with B/A < 1 - pct/100, a batch that ran in the baseline but failed in a run
 // (oom, over_limit, error: a batch that no longer fits is a regression a CI gate must catch), each
 // LostFit (a batch not every run swept, that a run could not fit although the baseline fit one at least as
-// large), and the baseline's answer under its p99 budget where a run with the same budget has a p99 there
-// more than pct% over the budget (a different answer under the budget is only a note: it moves with p99
-// noise).
+// large), and the baseline's answer under its latency budget where a run with the same budget (milliseconds
+// and percentile) has a step time there, at that percentile, more than pct% over the budget (a different
+// answer under the budget is only a note: it moves with latency noise).
 [[nodiscard]] std::vector<std::string> regressions(const CompareResult& result, double pct);
 [[nodiscard]] bool has_regression(const CompareResult& result, double pct);
 

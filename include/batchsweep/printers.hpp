@@ -25,7 +25,8 @@ struct ConsoleOptions {
 // `memory.planned_bytes`); raw samples are left out. RFC 4180 quoting, "\n" line ends, empty cells for null.
 [[nodiscard]] std::string format_csv(const Report& report);
 
-// A self-contained SVG plot: throughput and p99 step latency against batch (log2 axis), planned memory as
+// A self-contained SVG plot: throughput and p99 step latency (the budget's percentile where a budget holds
+// another) against batch (log2 axis), planned memory as
 // bars, knee / saturation / max-fit lines, oom points on the axis. Deterministic.
 [[nodiscard]] std::string format_svg(const Report& report);
 

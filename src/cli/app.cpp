@@ -170,7 +170,9 @@ void add_exports(CLI::App* cmd, ExportSettings& e) {
   cmd->add_option("--markdown", e.markdown_path, "Write a markdown report to FILE")
       ->type_name("FILE")
       ->check(file_path());
-  cmd->add_option("--svg", e.svg_path, "Write an SVG plot (throughput, p99 latency, memory) to FILE")
+  cmd->add_option(
+         "--svg", e.svg_path,
+         "Write an SVG plot (throughput, step latency at the budget's percentile or p99, memory) to FILE")
       ->type_name("FILE")
       ->check(file_path());
 }
@@ -192,6 +194,12 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
                             "run's, else 99)"
                           : "The step-time percentile --latency-slo holds: 50, 90, 95 or 99")
           ->type_name("P")
+          // "p95" as the answers write it is 95.
+          ->transform([](const std::string& v) {
+            std::string out = v;
+            if (!out.empty() && (out.front() == 'p' || out.front() == 'P')) out.erase(0, 1);
+            return out;
+          })
           ->check(CLI::IsMember({50.0, 90.0, 95.0, 99.0}));
   CLI::Option* saturation =
       cmd->add_option("--saturation", a.saturation_pct,
@@ -485,6 +493,10 @@ int run_app(int argc, char** argv) {
     run.sweep.knee_sensitivity = run.analysis.knee_sensitivity;
     run.sweep.latency_slo_ms = run.analysis.latency_slo_ms;
     run.sweep.latency_percentile = run.analysis.latency_percentile;
+    if (run_cmd->count("--latency-percentile") > 0 && !run.analysis.latency_slo_ms)
+      throw UsageError(
+          "--latency-percentile: it chooses what --latency-slo holds, and there is no budget (give "
+          "--latency-slo MS)");
     validate(run.sweep.stopping);
     if (run.backend == "scripted" && run.script.empty())
       throw UsageError("--script: --backend scripted needs a step-time script (see tests/data/scripted)");

@@ -846,7 +846,13 @@ RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags,
       out.kept.push_back(fmt::format("--knee-sensitivity {:g}", *v));
     }
   }
-  if (!given.latency_percentile) {
+  // The percentile only means something beside a budget: given without one it is an error, and the run's is
+  // kept (and said) only where there is a budget to hold it.
+  if (given.latency_percentile && !flags.latency_slo_ms)
+    throw UsageError(
+        "--latency-percentile: it chooses what --latency-slo holds, and there is no budget (give "
+        "--latency-slo MS)");
+  if (!given.latency_percentile && flags.latency_slo_ms) {
     if (const auto v = run_value("latency_percentile", 0.0, 100.0); v && *v != flags.latency_percentile) {
       if (is_latency_percentile(*v)) {
         flags.latency_percentile = *v;

@@ -764,6 +764,7 @@ nlohmann::json to_json(const CompareResult& result) {
     if (r.latency_slo) {
       json budget = report_json::choice_json<json>(*r.latency_slo);
       budget["budget_ms"] = r.latency_slo_ms ? json(*r.latency_slo_ms) : json();
+      budget["latency_percentile"] = r.latency_percentile;
       runs.back()["latency_slo"] = std::move(budget);
     }
   }
@@ -777,7 +778,9 @@ nlohmann::json to_json(const CompareResult& result) {
                        {"reason", c.reason},
                        {"samples_per_second", number_or_null(c.samples_per_second)},
                        {"samples", c.samples},
-                       {"p99_ms", c.p99_ms ? json(*c.p99_ms) : json()}});
+                       {"p99_ms", c.p99_ms ? json(*c.p99_ms) : json()},
+                       // at the baseline's budget percentile: what the gate reads
+                       {"latency_ms", c.budget_latency_ms ? json(*c.budget_latency_ms) : json()}});
     }
     json deltas = json::array();
     for (size_t i = 0; i < row.deltas.size(); ++i)

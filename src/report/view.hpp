@@ -11,10 +11,10 @@
 
 namespace bsw::report_view {
 
-// The table of a report's points: only the columns that vary or are known for some point.
 // The step-time percentile the report's latency budget holds (settings.latency_percentile: 50, 90, 95 or
 // 99), where it has a budget; 99 otherwise.
 [[nodiscard]] double budget_percentile(const Report& report);
+// The table of a report's points: only the columns that vary or are known for some point.
 [[nodiscard]] report_format::TextTable point_table(const Report& report);
 
 // Index of the "marks" column in point_table's headers, or -1 when no point carries a mark.

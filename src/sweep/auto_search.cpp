@@ -15,15 +15,15 @@
 // 3. Knee. find_knee() on the ok points so far; when it names a knee K, measure the geometric midpoints
 //    between K and its ok neighbours below and above (rounded to a multiple of 8 from 8 up) when they fit
 //    and are new. Refinement points carry `refinement = true`.
-// 4. Latency budget (--latency-slo). Where the p99 step time crosses the budget between two timed batches
-//    (the largest whose p99 fits and the next one above), bisect between them with timed points, to a
-//    multiple of 8, until the two are within max(8, 1/16) of each other (about 6% from batch 128 up). The
-//    best batch under the budget is then known to a few percent rather than to a power of two; the points are
-//    refinement points. Triton's model_analyzer searches the same way, each step a separate server launch.
-//    Not where throughput is flat below the crossing (flat_below: the analysis picks the fastest batch within
-//    the budget, or a lower-p99 one within noise of it, and a batch between them would gain < 3%), nor past
-//    12 points. A p99 that is not monotone in
-//    the batch (noise, a kernel change) is bisected where the largest fitting batch lies.
+// 4. Latency budget (--latency-slo). Where the step time at its percentile (--latency-percentile, p99 by
+//    default) crosses the budget between two timed batches (the largest within it and the next one above),
+//    bisect between them with timed points, to a multiple of 8, until the two are within max(8, 1/16) of each
+//    other (about 6% from batch 128 up). The best batch under the budget is then known to a few percent
+//    rather than to a power of two; the points are refinement points. Triton's model_analyzer searches the
+//    same way, each step a separate server launch. Not where throughput is flat below the crossing
+//    (flat_below: the analysis picks the fastest batch within the budget, or a lower-p99 one within noise of
+//    it, and a batch between them would gain < 3%), nor past 12 points. A p99 that is not monotone in the
+//    batch (noise, a kernel change) is bisected where the largest fitting batch lies.
 //
 // What other tools need for a roofline whose knee is at 256 and that runs out of memory above 2048 (the case
 // tests/unit/sweep/auto_search_test.cpp pins):

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <typeinfo>
 
+#include "batchsweep/analysis.hpp"
 #include "batchsweep/errors.hpp"
 #include "batchsweep/stats.hpp"
 #include "batchsweep/sweep.hpp"
@@ -570,7 +571,10 @@ SweepOutcome run_sweep(Backend& backend, const Graph& graph, const SweepSettings
         fmt::format("memory warning fraction must be in (0, 1], got {}", settings.memory_warn_fraction));
   if (settings.latency_slo_ms && !(std::isfinite(*settings.latency_slo_ms) && *settings.latency_slo_ms > 0))
     throw UsageError(
-        fmt::format("--latency-slo: must be a p99 step time in ms > 0, got {}", *settings.latency_slo_ms));
+        fmt::format("--latency-slo: must be a step time in ms > 0, got {}", *settings.latency_slo_ms));
+  if (!is_latency_percentile(settings.latency_percentile))
+    throw UsageError(
+        fmt::format("--latency-percentile: must be 50, 90, 95 or 99, got {:g}", settings.latency_percentile));
   validate(settings.stopping);
 
   sweep_detail::PointRunner runner(backend, graph, settings, observer);

@@ -390,7 +390,7 @@ TEST(Run, TheLatencyBudgetHoldsThePercentileAsked) {
   const std::string out = (dir / "p95.json").string();
   const Result r =
       run(scripted_run("roofline.json", {"--mode", "infer", "--batch", "8,64,512", "--latency-slo", "5",
-                                         "--latency-percentile", "95", "--json", out}));
+                                         "--latency-percentile", "p95", "--json", out}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json report = read_json(out);
   expect_valid_report(out);

@@ -202,7 +202,8 @@ class TorchRunner:
             torch.cuda.set_device(device)
         # The first optimizer a process builds imports torch._dynamo (seconds): do it now, not inside the first
         # point's --timeout.
-        torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], fused=False)
+        if options.mode == "train":
+            torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], fused=False)
 
     # ---- the device
     def device_info(self) -> dict:
