@@ -163,10 +163,7 @@ RunSummary summarize_run(const Report& report, std::string name) {
   if (report.settings.is_object() && report.settings.contains("latency_slo_ms") &&
       report.settings["latency_slo_ms"].is_number())
     s.latency_slo_ms = report.settings["latency_slo_ms"].get<double>();
-  if (report.settings.is_object() && report.settings.contains("latency_percentile") &&
-      report.settings["latency_percentile"].is_number() &&
-      is_latency_percentile(report.settings["latency_percentile"].get<double>()))
-    s.latency_percentile = report.settings["latency_percentile"].get<double>();
+  s.latency_percentile = report_view::budget_percentile(report);
   if (s.latency_slo_ms) s.latency_slo = report.analysis.latency_slo;
   return s;
 }
@@ -176,11 +173,9 @@ bool same_budget(const RunSummary& a, const RunSummary& b) {
          a.latency_percentile == b.latency_percentile;
 }
 
-std::optional<double> point_p99(const Point& p) {
-  if (p.status != PointStatus::ok) return std::nullopt;
-  if (p.step_ms.p99 > 0) return p.step_ms.p99;
-  if (!p.samples_ms.empty()) return percentile(p.samples_ms, 99.0);
-  return std::nullopt;
+// A point's step time at `pct`, where it ran.
+std::optional<double> latency_if_ran(const Point& p, double pct) {
+  return p.status == PointStatus::ok ? step_latency_ms(p, pct) : std::nullopt;
 }
 
 // A run against the baseline under their latency budgets: where the budgets are one (milliseconds and
@@ -545,10 +540,8 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     for (const Point* p : points) {
       row.runs.push_back({p->status, p->reason, p->samples_per_second,
                           usable_samples(p->samples_ms) ? p->samples_ms.size() : size_t{0},
-                          standard_error(p->samples_ms), point_p99(*p),
-                          p->status == PointStatus::ok
-                              ? step_latency_ms(*p, result.runs.front().latency_percentile)
-                              : std::nullopt});
+                          standard_error(p->samples_ms), latency_if_ran(*p, 99),
+                          latency_if_ran(*p, result.runs.front().latency_percentile)});
     }
     for (size_t i = 1; i < points.size(); ++i) row.deltas.push_back(delta(*points[0], *points[i], options));
     // One measurement in two runs: run --resume took one run's point into another (or both took one earlier
