@@ -52,6 +52,7 @@
 // its memory". Every recommended batch is an ok point.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -87,6 +88,12 @@ struct KneedleResult {
 // A throughput lead smaller than this (percent) is no difference: compare's minimum effect, and the margin
 // within which the latency choice prefers the lower-latency batch over a faster one.
 inline constexpr double kSameThroughputPct = 1.0;
+
+// Twice the combined standard error of two means, from each mean's relative standard error: a change inside
+// it is noise (compare's verdicts, the latency choice, the effective-batch tie).
+[[nodiscard]] inline double noise_margin(double se_a, double se_b) {
+  return 2.0 * std::sqrt(se_a * se_a + se_b * se_b);
+}
 
 // Whether throughput is flat up to `point`: it gains less than kFlatBelowGain over the fastest ok point of
 // the same accumulation at half its batch or less (false where there is none). On a concave curve a larger

@@ -140,9 +140,10 @@ struct Budget {
   [[nodiscard]] std::optional<double> of(const Point& point) const { return step_latency_ms(point, pct); }
 };
 
-// Under 100 steps a p99 is close to the slowest step seen, so the reason says how many it rests on, and
-// that --timeout cut them short where it did: "of 21 steps", "from a single step, cut short by --timeout".
-std::string p99_steps(const Point& point, double pct) {
+// Under 100 steps a p99 (20 a p95, ...) is close to the slowest step seen, so the reason says how many it
+// rests on, and that --timeout cut them short where it did: "of 21 steps", "from a single step, cut short by
+// --timeout".
+std::string latency_steps(const Point& point, double pct) {
   const size_t n = point.samples_ms.size();
   // The pct-th percentile of n steps is near the slowest while fewer than 1 step in (100 - pct) lies above
   // it.
@@ -152,37 +153,42 @@ std::string p99_steps(const Point& point, double pct) {
 }
 
 std::string steps_clause(const Point& point, double pct) {
-  const std::string steps = p99_steps(point, pct);
+  const std::string steps = latency_steps(point, pct);
   return steps.empty() ? steps : " " + steps;
 }
 
-std::string p99_basis(const Point& point, double pct) {
-  const std::string steps = p99_steps(point, pct);
+std::string latency_basis(const Point& point, double pct) {
+  const std::string steps = latency_steps(point, pct);
   if (steps.empty()) return {};
   return fmt::format(" ({} {}{})", latency_name(pct), steps,
                      point.samples_ms.size() > 1 ? ": near the slowest" : "");
 }
 
-// A p99 beside the budget it is held to, with the digits it takes for the two to read the way they compare:
-// never "the smallest p99 is 20 ms" over a 20 ms budget for 20.008.
-std::string p99_text(double p99, double budget_ms) {
+// A latency (a p99, ...) beside the budget it is held to, with the digits it takes for the two to read the
+// way they compare: never "the smallest p99 is 20 ms" over a 20 ms budget for 20.008.
+std::string latency_text(double latency, double budget_ms) {
   const double budget = std::stod(format_number(budget_ms));  // as the budget is printed
   const auto order = [](double a, double b) { return (a > b) - (a < b); };
   // At least the integer digits: 1234 ms, not 1.23e+03.
-  const int whole = p99 >= 1 ? static_cast<int>(std::floor(std::log10(p99))) + 1 : 1;
+  const int whole = latency >= 1 ? static_cast<int>(std::floor(std::log10(latency))) + 1 : 1;
   for (int digits = std::max(3, whole); digits <= std::max(9, whole); ++digits) {
-    std::string text = fmt::format("{:.{}g}", p99, digits);
-    if (order(std::stod(text), budget) == order(p99, budget_ms)) return text;
+    std::string text = fmt::format("{:.{}g}", latency, digits);
+    if (order(std::stod(text), budget) == order(latency, budget_ms)) return text;
   }
-  return fmt::format("{}", p99);
+  return fmt::format("{}", latency);
 }
 
-// The fastest ok point whose p99 step fits the budget.
 // The relative standard error of a point's mean step time, from its noise (the steps' relative standard
 // deviation) over the square root of its sample count; nullopt without both.
 std::optional<double> mean_uncertainty(const Point& p) {
   if (!p.noise_pct || p.samples_ms.size() < 2) return std::nullopt;
   return *p.noise_pct / 100.0 / std::sqrt(static_cast<double>(p.samples_ms.size()));
+}
+
+// The throughput lead (percent) within which two measured points are the same: kSameThroughputPct, or the
+// two means' noise_margin where that is larger (a mean without a standard error adds none).
+double same_throughput_margin_pct(std::optional<double> se_a, std::optional<double> se_b) {
+  return std::max(kSameThroughputPct, 100.0 * noise_margin(se_a.value_or(0.0), se_b.value_or(0.0)));
 }
 
 // The latency budget's answer. `fastest`: the highest-throughput ok point whose p99 is within the budget.
@@ -209,9 +215,7 @@ BudgetChoice within_budget(std::span<const Point> points, const Budget& budget) 
   const std::optional<double> fastest_se = mean_uncertainty(*c.fastest);
   for (const Point& p : points) {
     if (!eligible(p) || &p == c.fastest || !p.noise_pct || p.samples_per_second <= 0) continue;
-    const std::optional<double> se = mean_uncertainty(p);
-    const double combined = std::sqrt(std::pow(fastest_se.value_or(0.0), 2) + std::pow(se.value_or(0.0), 2));
-    const double margin_pct = std::max(kSameThroughputPct, 2.0 * combined * 100.0);
+    const double margin_pct = same_throughput_margin_pct(fastest_se, mean_uncertainty(p));
     const double lead_pct = (c.fastest->samples_per_second / p.samples_per_second - 1.0) * 100.0;
     if (lead_pct >= margin_pct) continue;
     const double p99 = *budget.of(p), best_p99 = *budget.of(*c.chosen);
@@ -264,7 +268,7 @@ std::string edge_hint(std::span<const Point> points, const Point& chosen, const 
                                                    to_string(failed->status))
                                      : "";
   return fmt::format("; batch {}'s {} is {} ms{}: --batch {} measures between them", hi, budget.name(),
-                     p99_text(*p99, budget.ms), between, range);
+                     latency_text(*p99, budget.ms), between, range);
 }
 
 // Where the budget did not bind: every ok point meets it, and the chosen one is the largest that ran (no
@@ -295,12 +299,12 @@ BatchChoice latency_slo(std::span<const Point> points, const Budget& b, bool unf
     if (chosen != budget.fastest)
       after = fmt::format("; batch {} is {:.2f}% faster, within noise (< {:.3g}%), at {} {} ms",
                           budget.fastest->batch, budget.lead_pct, budget.margin_pct, b.name(),
-                          p99_text(*b.of(*budget.fastest), b.ms));
+                          latency_text(*b.of(*budget.fastest), b.ms));
     else
       after = edge_hint(points, *chosen, b) + budget_not_reached(points, *chosen, b, unfinished);
     BatchChoice choice = choose(*chosen, fmt::format("{} step {} ms within the {} ms budget{}{}", b.name(),
-                                                     p99_text(*b.of(*chosen), b.ms), format_number(b.ms),
-                                                     p99_basis(*chosen, b.pct), after));
+                                                     latency_text(*b.of(*chosen), b.ms), format_number(b.ms),
+                                                     latency_basis(*chosen, b.pct), after));
     choice.latency_ms = b.of(*chosen);
     return choice;
   }
@@ -324,9 +328,9 @@ BatchChoice latency_slo(std::span<const Point> points, const Budget& b, bool unf
     below = fmt::format("; no batch below {} was swept (try --batch {})", quickest->batch,
                         last == 1 ? std::string("1") : fmt::format("1:{}:*2", last));
   }
-  const std::string steps = p99_steps(*quickest, b.pct);
+  const std::string steps = latency_steps(*quickest, b.pct);
   return none(fmt::format("no batch meets the {} ms {} budget: the smallest {} is {} ms (batch {}{}){}",
-                          format_number(b.ms), b.name(), b.name(), p99_text(*b.of(*quickest), b.ms),
+                          format_number(b.ms), b.name(), b.name(), latency_text(*b.of(*quickest), b.ms),
                           quickest->batch, steps.empty() ? steps : ", " + steps, below));
 }
 
@@ -479,14 +483,14 @@ Recommendation recommend(const RecommendationInputs& in, const Point*& chosen) {
           chosen->batch,
           fmt::format("highest throughput within the {} ms {} budget: batch {} ({} samples/s, {} {} ms{})",
                       format_number(b.ms), name, chosen->batch, format_rate(chosen->samples_per_second), name,
-                      p99_text(*b.of(*chosen), b.ms), steps_clause(*chosen, b.pct))};
+                      latency_text(*b.of(*chosen), b.ms), steps_clause(*chosen, b.pct))};
     return {
         chosen->batch,
         fmt::format("batch {} ({} samples/s, {} {} ms{}): within noise of batch {}, the highest throughput "
                     "within the {} ms {} budget, at a lower {} than its {} ms",
                     chosen->batch, format_rate(chosen->samples_per_second), name,
-                    p99_text(*b.of(*chosen), b.ms), steps_clause(*chosen, b.pct), budget.fastest->batch,
-                    format_number(b.ms), name, name, p99_text(*b.of(*budget.fastest), b.ms))};
+                    latency_text(*b.of(*chosen), b.ms), steps_clause(*chosen, b.pct), budget.fastest->batch,
+                    format_number(b.ms), name, name, latency_text(*b.of(*budget.fastest), b.ms))};
   }
   if (a.effective_batch_split && a.effective_batch_split->batch) {
     std::size_t ran = 0;
@@ -520,7 +524,7 @@ Recommendation recommend(const RecommendationInputs& in, const Point*& chosen) {
       const std::optional<double> se_a = mean_uncertainty(*fastest_split),
                                   se_b = mean_uncertainty(*runner_up);
       if (se_a && se_b) {
-        const double margin_pct = std::max(kSameThroughputPct, 200.0 * std::hypot(*se_a, *se_b));
+        const double margin_pct = same_throughput_margin_pct(se_a, se_b);
         const double lead_pct = (fastest_split->samples_per_second / runner_up->samples_per_second - 1) * 100;
         if (lead_pct < margin_pct)
           tie = fmt::format("; {} is within noise of it ({:.2f}% slower, < {:.3g}%)",

@@ -73,11 +73,6 @@ std::optional<double> standard_error(const std::vector<double>& samples) {
   return relative_noise(samples) / std::sqrt(static_cast<double>(samples.size()));
 }
 
-// Twice the combined standard error of two means: a change inside it is noise.
-double noise_margin(double a, double b) {
-  return 2.0 * std::sqrt(a * a + b * b);
-}
-
 bool ran(const Point& p) {
   return p.status == PointStatus::ok && std::isfinite(p.samples_per_second) && p.samples_per_second > 0;
 }
