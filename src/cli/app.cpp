@@ -493,10 +493,8 @@ int run_app(int argc, char** argv) {
     run.sweep.knee_sensitivity = run.analysis.knee_sensitivity;
     run.sweep.latency_slo_ms = run.analysis.latency_slo_ms;
     run.sweep.latency_percentile = run.analysis.latency_percentile;
-    if (run_cmd->count("--latency-percentile") > 0 && !run.analysis.latency_slo_ms)
-      throw UsageError(
-          "--latency-percentile: it chooses what --latency-slo holds, and there is no budget (give "
-          "--latency-slo MS)");
+    require_budget_for_percentile(run_cmd->count("--latency-percentile") > 0,
+                                  run.analysis.latency_slo_ms.has_value());
     validate(run.sweep.stopping);
     if (run.backend == "scripted" && run.script.empty())
       throw UsageError("--script: --backend scripted needs a step-time script (see tests/data/scripted)");

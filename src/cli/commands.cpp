@@ -692,6 +692,13 @@ bool is_regular_file(const std::string& path) {
 }
 }  // namespace
 
+void require_budget_for_percentile(bool percentile_given, bool has_budget) {
+  if (percentile_given && !has_budget)
+    throw UsageError(
+        "--latency-percentile: it chooses what --latency-slo holds, and there is no budget (give "
+        "--latency-slo MS)");
+}
+
 int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   ExportSettings exports = s.exports;
   check_exports(
@@ -848,10 +855,7 @@ RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags,
   }
   // The percentile only means something beside a budget: given without one it is an error, and the run's is
   // kept (and said) only where there is a budget to hold it.
-  if (given.latency_percentile && !flags.latency_slo_ms)
-    throw UsageError(
-        "--latency-percentile: it chooses what --latency-slo holds, and there is no budget (give "
-        "--latency-slo MS)");
+  require_budget_for_percentile(given.latency_percentile, flags.latency_slo_ms.has_value());
   if (!given.latency_percentile && flags.latency_slo_ms) {
     if (const auto v = run_value("latency_percentile", 0.0, 100.0); v && *v != flags.latency_percentile) {
       if (is_latency_percentile(*v)) {

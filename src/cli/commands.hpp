@@ -16,4 +16,8 @@ namespace bsw::cli {
 [[nodiscard]] int devices_command(const DevicesSettings& settings);
 [[nodiscard]] int presets_command();
 
+// --latency-percentile chooses what --latency-slo holds: given with no budget (run's flag, or analyze's flag
+// and the run's budget) it is a usage error.
+void require_budget_for_percentile(bool percentile_given, bool has_budget);
+
 }  // namespace bsw::cli
