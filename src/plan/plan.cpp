@@ -10,8 +10,8 @@
 //   ops[i].stats (f32,
 //          mean+rstd per row) for layernorm; ops[i].probs (S, [B, heads, T, T]) for attention on the
 //          explicit path, ops[i].stats (f32, [B, heads, T] softmax statistics) on the cuDNN SDPA path —
-//          saved_activations; grad.a / grad.b (S) ping-pong activation gradients and grad.residual[d] (S) per
-//          residual depth — transient
+//          saved_activations; grad.a / grad.b (S) ping-pong activation gradients (no gradient of the network
+//          input) and grad.residual[d] (S) per residual depth — transient
 //   infer: act.a / act.b (S) ping-pong, act.residual[d] (S), act.stats (f32), act.probs (S) — transient
 //   workspaces per backend, see append_workspaces().
 #include <fmt/format.h>
@@ -261,12 +261,18 @@ class Builder {
     return static_cast<uint64_t>(op.heads) * static_cast<uint64_t>(op.seq) * static_cast<uint64_t>(op.seq);
   }
 
-  // Largest per-sample activation seen anywhere (inputs and outputs of every op, and the network input).
+  // Largest per-sample tensor the ping-pong buffers (act.a/b, grad.a/b) hold: every op's output (forward) or
+  // its gradient (backward), and the input gradient of every op whose input is not the network input. The
+  // network input itself lives in data.input, and nothing computes its gradient (as in PyTorch, where the
+  // data does not require grad), so a wide input does not size them.
   uint64_t max_activation() const {
-    uint64_t m = static_cast<uint64_t>(numel(g_.input_shape));
+    uint64_t m = 0;
+    bool reads_data = true;  // the op's input is data.input: no op before it produced an output
     for (const Op& op : g_.ops) {
-      m = std::max(m, static_cast<uint64_t>(op.in_elements()));
+      if (!reads_data) m = std::max(m, static_cast<uint64_t>(op.in_elements()));
+      if (!has_output(op)) continue;
       m = std::max(m, static_cast<uint64_t>(op.out_elements()));
+      reads_data = false;
     }
     return m;
   }
@@ -361,10 +367,13 @@ class Builder {
   void append_cpu_workspaces() {
     const uint64_t b = batch();
     const bool train = r_.mode == Mode::train;
-    uint64_t z = 0, scratch = 0, x = 0, y = 0, w = 0, aux = 0;
+    uint64_t z = 0, scratch = 0, x = 0, y = 0, w = 0, aux = 0, dx = 0;
+    bool reads_data = true;  // as in max_activation(): no input gradient for the network input
     for (const Op& op : g_.ops) {
       const uint64_t in = b * static_cast<uint64_t>(op.in_elements());
       const uint64_t out = b * static_cast<uint64_t>(op.out_elements());
+      if (!reads_data) dx = std::max(dx, in);
+      reads_data = reads_data && !has_output(op);
       if (op.has_preactivation()) z = std::max(z, out);
       scratch = std::max(scratch, cpu_op_scratch(op));
       x = std::max(x, in);
@@ -384,7 +393,7 @@ class Builder {
     add("workspace.aux", MemoryCategory::workspace, DType::f32, aux);
     if (train) {
       add("workspace.dy", MemoryCategory::workspace, DType::f32, y);
-      add("workspace.dx", MemoryCategory::workspace, DType::f32, std::max(x, logits));
+      add("workspace.dx", MemoryCategory::workspace, DType::f32, std::max(dx, logits));
     }
   }
 

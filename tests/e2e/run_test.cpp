@@ -652,7 +652,7 @@ TEST(Compare, ABatchThatStopsFittingFailsTheGateAndIsNamed) {
   const std::string a = (dir / "a.json").string(), b = (dir / "b.json").string();
   ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "64,512,1024", "--json", a})).exit_code, 0);
   ASSERT_EQ(
-      run(scripted_run("roofline.json", {"--batch", "64,512,1024", "--memory-limit", "10MiB", "--json", b}))
+      run(scripted_run("roofline.json", {"--batch", "64,512,1024", "--memory-limit", "6MiB", "--json", b}))
           .exit_code,
       0);
   const Result r = run({"compare", a, b, "--fail-on-regression", "50"});

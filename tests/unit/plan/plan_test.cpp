@@ -134,6 +134,31 @@ TEST(Plan, TrainingBuffersByCategory) {
   EXPECT_EQ(sum, plan.memory.total_bytes());
 }
 
+// The network input lives in data.input and has no gradient (nothing upstream of it learns, as in PyTorch
+// where the data does not require grad): a wide input sizes neither the ping-pong buffers nor, on the CPU,
+// the fp32 input-gradient workspace. A residual around the first layer does not change that.
+TEST(Plan, AWideInputSizesOnlyTheDataBuffer) {
+  for (const char* layers :
+       {R"([{"type": "linear", "out_features": 10}, {"type": "linear", "out_features": 6}])",
+        R"([{"type": "residual", "layers": [{"type": "linear", "out_features": 1000}]},
+                                 {"type": "linear", "out_features": 10}, {"type": "linear", "out_features": 6}])"}) {
+    const Graph g = graph_of(std::string(R"({"name": "m", "input": {"type": "vector", "features": 1000},
+      "layers": )") + layers +
+                             "}");
+    const bool residual = std::string(layers).find("residual") != std::string::npos;
+    // Largest output: 10 per sample, or the residual block's 1000 (its output is the next layer's input).
+    const uint64_t widest = residual ? 1000u : 10u;
+    const Plan train = make_plan(g, {64, Precision::bf16, Mode::train, 1, BackendKind::cpu});
+    EXPECT_EQ(train.buffer("grad.a").elements, 64u * widest) << layers;
+    EXPECT_EQ(train.buffer("grad.b").elements, 64u * widest) << layers;
+    EXPECT_EQ(train.buffer("data.input").elements, 64u * 1000u);
+    // The fp32 input gradient: the second linear's input (10) or the loss's logits (6).
+    EXPECT_EQ(train.buffer("workspace.dx").elements, 64u * widest) << layers;
+    const Plan infer = make_plan(g, {64, Precision::fp32, Mode::infer, 1, BackendKind::cuda});
+    EXPECT_EQ(infer.buffer("act.a").elements, 64u * widest) << layers;
+  }
+}
+
 TEST(Plan, PrecisionsModesAndOptimizers) {
   const Graph g = graph_of(R"({"name": "m", "input": {"type": "vector", "features": 64},
     "layers": [{"type": "linear", "out_features": 64}], "optimizer": {"type": "sgd"}})");
