@@ -80,6 +80,12 @@ struct Op {
   [[nodiscard]] int64_t in_elements() const;   // per sample
   [[nodiscard]] int64_t out_elements() const;  // per sample
   [[nodiscard]] bool has_preactivation() const { return activation != Activation::none; }
+  // Whether training keeps the pre-activation (ops[i].pre) for backward: GELU and SiLU differentiate from
+  // their input; ReLU and tanh from their output, which is saved anyway (PyTorch's ReLU and Tanh save their
+  // result, not their input), so they run in place on it.
+  [[nodiscard]] bool saves_preactivation() const {
+    return activation == Activation::gelu || activation == Activation::silu;
+  }
   // Inputs feeding one output: in_features (linear), channels * kernel^2 (conv2d, patch_embedding), else 1.
   // Weights and biases are initialised uniform in +-1/sqrt(fan_in) on every backend (PyTorch's default
   // bound).

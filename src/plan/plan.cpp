@@ -6,7 +6,7 @@
 //   parameters (S, all op parameters in one flat buffer), master_weights (f32, 16-bit only), gradients (f32),
 //   optimizer.m / optimizer.v (adamw) or optimizer.momentum (sgd, momentum ≠ 0) (f32)       — training only
 //   but parameters data.input (i32 token ids, or S), data.targets (i32 labels, or S for mse)       — targets
-//   in training only train: ops[i].out (S) for every op with an output; ops[i].pre (S) before an activation;
+//   in training only train: ops[i].out (S) for every op with an output; ops[i].pre (S) before a GELU or SiLU;
 //   ops[i].stats (f32,
 //          mean+rstd per row) for layernorm; ops[i].probs (S, [B, heads, T, T]) for attention on the
 //          explicit path, ops[i].stats (f32, [B, heads, T] softmax statistics) on the cuDNN SDPA path —
@@ -295,7 +295,7 @@ class Builder {
       if (!has_output(op)) continue;
       const uint64_t out = b * static_cast<uint64_t>(op.out_elements());
       add(fmt::format("ops[{}].out", i), MemoryCategory::saved_activations, s_, out, idx);
-      if (op.has_preactivation())
+      if (op.saves_preactivation())
         add(fmt::format("ops[{}].pre", i), MemoryCategory::saved_activations, s_, out, idx);
       if (op.kind == OpKind::layernorm)
         add(fmt::format("ops[{}].stats", i), MemoryCategory::saved_activations, DType::f32,

@@ -378,16 +378,15 @@ class CpuSession final : public Session, public CpuSessionProbe {
     const float* w = op.param_elements > 0
                          ? load(param_slice(op), static_cast<uint64_t>(op.param_elements), ws_w)
                          : nullptr;
-    // Pre-activation: saved in training (ops[i].pre), scratch in inference.
+    // Pre-activation: saved in training (ops[i].pre) where backward needs it, scratch in inference. A
+    // training ReLU or tanh has none: it runs in place on the output, which its backward reads.
     Ref pre_ref;
     float* z = nullptr;
-    if (op.has_preactivation()) {
-      if (train) {
-        pre_ref = need(fmt::format("ops[{}].pre", i));
-        z = target(pre_ref, ws_aux);
-      } else {
-        z = sixteen_bit() ? ws_aux : workspace("workspace.z");
-      }
+    if (train && op.saves_preactivation()) {
+      pre_ref = need(fmt::format("ops[{}].pre", i));
+      z = target(pre_ref, ws_aux);
+    } else if (!train && op.has_preactivation()) {
+      z = sixteen_bit() ? ws_aux : workspace("workspace.z");
     }
     switch (op.kind) {
       case OpKind::linear:
@@ -534,20 +533,24 @@ class CpuSession final : public Session, public CpuSessionProbe {
       const Ref r = need(fmt::format("ops[{}].{}", i, what));
       return load(r, r.elements, ws);
     };
+    // What the activation's derivative reads as z: the saved pre-activation, or for ReLU and tanh the
+    // output (ReLU's z > 0 exactly where its output is; tanh's derivative reads only y).
+    auto pre_or_out = [&](const Op& o, const float* y) -> const float* {
+      if (!o.has_preactivation()) return nullptr;
+      return o.saves_preactivation() ? saved("pre", s16 ? workspace("workspace.aux") : nullptr) : y;
+    };
     switch (op.kind) {
       case OpKind::linear: {
-        const float* z =
-            op.has_preactivation() ? saved("pre", s16 ? workspace("workspace.aux") : nullptr) : nullptr;
         const float* y = saved("out", s16 ? workspace("workspace.y") : nullptr);
+        const float* z = pre_or_out(op, y);
         float* dz = op.has_preactivation() ? workspace("workspace.z") : nullptr;
         linear_backward(x, w, z, y, dy, dz, dx, dw, op.bias ? dw + op.in_features * op.out_features : nullptr,
                         b * op.rows, op.in_features, op.out_features, op.activation);
         break;
       }
       case OpKind::conv2d: {
-        const float* z =
-            op.has_preactivation() ? saved("pre", s16 ? workspace("workspace.aux") : nullptr) : nullptr;
         const float* y = saved("out", s16 ? workspace("workspace.y") : nullptr);
+        const float* z = pre_or_out(op, y);
         float* dz = op.has_preactivation() ? workspace("workspace.z") : nullptr;
         const int64_t wn = op.out_channels * op.channels * op.kernel * op.kernel;
         conv2d_backward(conv_shape(op), x, w, z, y, dy, dz, dx, dw, op.bias ? dw + wn : nullptr,

@@ -255,6 +255,11 @@ class CudaSession final : public Session {
     if (!r) throw BackendError(fmt::format("cuda backend: the plan has no buffer '{}'", name));
     return r;
   }
+  // What an activation's derivative reads as z in training: the saved pre-activation (GELU, SiLU) or the
+  // output (ReLU's z > 0 exactly where its output is; tanh's derivative reads only the output).
+  [[nodiscard]] Ref pre_or_out(size_t i, const Op& op) const {
+    return need(op.saves_preactivation() ? fmt::format("ops[{}].pre", i) : fmt::format("ops[{}].out", i));
+  }
   [[nodiscard]] Ref master() const {
     const Ref m = ref("master_weights");
     return m ? m : need("parameters");
@@ -536,8 +541,11 @@ class CudaSession final : public Session {
   void forward_op(size_t i, const Op& op, const Ref& in, const Ref& out, bool train) {
     const int64_t b = batch();
     const Ref w = op.param_elements > 0 ? params_of(op) : Ref{};
-    Ref z;  // pre-activation: saved in training, scratch in inference
-    if (op.has_preactivation()) z = train ? need(fmt::format("ops[{}].pre", i)) : need("workspace.z");
+    // The pre-activation: saved in training where backward needs it (GELU, SiLU), the output itself for a
+    // training ReLU or tanh (the activation runs in place; backward reads the output), scratch in inference.
+    Ref z;
+    if (op.has_preactivation())
+      z = !train ? need("workspace.z") : op.saves_preactivation() ? need(fmt::format("ops[{}].pre", i)) : out;
     switch (op.kind) {
       case OpKind::linear:
         linear_forward(op, in, w, z, out, train);
@@ -924,7 +932,7 @@ class CudaSession final : public Session {
     if (dgelu_done_[i]) {
       // The next linear's GEMM already turned dy into dz and summed the bias gradient (DGELU_BGRAD).
     } else if (op.has_preactivation())  // dz = dy * act'(z), in place in the gradient buffer
-      kernels::activation_backward(op.activation, s_, need(fmt::format("ops[{}].pre", i)).ptr,
+      kernels::activation_backward(op.activation, s_, pre_or_out(i, op).ptr,
                                    need(fmt::format("ops[{}].out", i)).ptr, dy.ptr, dy.ptr, m * n, stream_);
     GemmArgs gw;  // dW[N, K] += dz^T [N, M] x [M, K]
     gw.trans_a = true;
@@ -988,7 +996,7 @@ class CudaSession final : public Session {
     const kernels::ConvGeometry geo = conv(op);
     const int64_t hw = geo.spatial(), patch = geo.patch(), cout = op.out_channels;
     if (op.has_preactivation())
-      kernels::activation_backward(op.activation, s_, need(fmt::format("ops[{}].pre", i)).ptr,
+      kernels::activation_backward(op.activation, s_, pre_or_out(i, op).ptr,
                                    need(fmt::format("ops[{}].out", i)).ptr, dy.ptr, dy.ptr,
                                    static_cast<int64_t>(n_out(op)), stream_);
     if (op.bias) kernels::channel_sum_accumulate(s_, dy.ptr, dw + cout * patch, batch(), cout, hw, stream_);

@@ -120,8 +120,17 @@ TEST(Plan, TrainingBuffersByCategory) {
   EXPECT_EQ(plan.memory.master_weights, 0u);
   EXPECT_EQ(plan.memory.gradients, rounded(p * 4));
   EXPECT_EQ(plan.memory.optimizer_state, 2 * rounded(p * 4));
-  // ops[0].out and ops[0].pre (4 x 20), ops[1].out (4 x 5)
-  EXPECT_EQ(plan.memory.saved_activations, 2 * rounded(4 * 20 * 4) + rounded(4 * 5 * 4));
+  // ops[0].out (4 x 20; a ReLU needs no ops[0].pre: its backward reads the output), ops[1].out (4 x 5)
+  EXPECT_EQ(plan.memory.saved_activations, rounded(4 * 20 * 4) + rounded(4 * 5 * 4));
+  EXPECT_EQ(plan.find("ops[0].pre"), nullptr);
+  // GELU and SiLU differentiate from their input, which training keeps.
+  for (const char* activation : {"gelu", "silu"}) {
+    const Graph smooth = graph_of(std::string(R"({"name": "m", "input": {"type": "vector", "features": 10},
+      "layers": [{"type": "linear", "out_features": 20, "activation": ")") +
+                                  activation + R"("}, {"type": "linear", "out_features": 5}]})");
+    const Plan kept = make_plan(smooth, {4, Precision::fp32, Mode::train, 1, BackendKind::cpu});
+    EXPECT_EQ(kept.buffer("ops[0].pre").elements, 4u * 20u) << activation;
+  }
   EXPECT_EQ(plan.memory.data, rounded(4 * 10 * 4) + rounded(4 * 4));
   EXPECT_EQ(plan.buffer("grad.a").elements, 4u * 20u);
   EXPECT_DOUBLE_EQ(plan.flops_per_step, g.train_flops_per_sample * 4);
