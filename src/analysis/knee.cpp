@@ -77,11 +77,17 @@ KneeOutcome call_knee(const std::vector<double>& log2_batch, const std::vector<d
                       double sensitivity) {
   KneeOutcome outcome;
   const std::size_t n = log2_rate.size();
+  const double best = n == 0 ? 0.0 : *std::max_element(log2_rate.begin(), log2_rate.end());
+  // The last step beats the still-scaling gain and is the fastest: larger batches would be faster still.
+  const bool rising_at_end =
+      n >= 2 && log2_rate[n - 1] >= best &&
+      log2_rate[n - 1] - log2_rate[n - 2] > still_scaling_gain(log2_batch[n - 1] - log2_batch[n - 2]);
   if (n < kMinKneePoints) {
-    outcome.call = KneeCall::too_few;
+    // Too few for Kneedle, but a curve still rising at its end says so (and the recommendation advises
+    // extending the sweep) however few its points.
+    outcome.call = rising_at_end ? KneeCall::still_scaling : KneeCall::too_few;
     return outcome;
   }
-  const double best = *std::max_element(log2_rate.begin(), log2_rate.end());
   if (best <= log2_rate.front() + std::log2(1.0 + kFlatThroughputGain)) {
     outcome.call = KneeCall::flat;
     return outcome;
@@ -95,8 +101,7 @@ KneeOutcome call_knee(const std::vector<double>& log2_batch, const std::vector<d
   if (result.knee) {
     outcome.call = KneeCall::found;
     outcome.index = result.knee;
-  } else if (log2_rate[n - 1] >= best && log2_rate[n - 1] - log2_rate[n - 2] >
-                                             still_scaling_gain(log2_batch[n - 1] - log2_batch[n - 2])) {
+  } else if (rising_at_end) {
     outcome.call = KneeCall::still_scaling;
   } else {
     outcome.call = KneeCall::no_bend;
@@ -142,6 +147,8 @@ std::string knee_reason(const KneeOutcome& outcome, const std::vector<CurvePoint
       if (outcome.unconfirmed)
         reason += fmt::format("; a bend near batch {} is not confirmed before the sweep ends",
                               curve[*outcome.unconfirmed].batch);
+      if (curve.size() < kMinKneePoints)
+        reason += fmt::format("; too few points for a knee ({} ok, need {})", curve.size(), kMinKneePoints);
       return reason;
     }
     case KneeCall::no_bend:

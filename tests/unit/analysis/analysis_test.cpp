@@ -535,13 +535,25 @@ TEST(Recommendation, SmallestSaturatingBatchOnAFlatCurve) {
 }
 
 TEST(Recommendation, TooFewPointsForAKnee) {
-  std::vector<Point> points = sweep(powers_of_two(1, 4), [](double b) { return 100.0 * b; });
+  // Levelling off: the saturation rule, and the reason says why there is no knee.
+  std::vector<Point> points = sweep(powers_of_two(1, 4), [](double b) { return b == 1 ? 100.0 : 200.0; });
   const Analysis a = analyze(points, {});
-  EXPECT_EQ(a.recommended.batch, 4);
-  EXPECT_EQ(a.recommended.why,
-            "too few points for a knee (3 ok): batch 4 has the best throughput (400 samples/s) and no "
-            "smaller batch "
-            "reaches 95% of it");
+  EXPECT_EQ(a.recommended.batch, 2);
+  EXPECT_EQ(
+      a.recommended.why,
+      "too few points for a knee (3 ok): batch 2 has the best throughput (200 samples/s) and no smaller "
+      "batch reaches 95% of it");
+  // Still rising at the end however few the points: the advice to extend the sweep, as with more points.
+  std::vector<Point> linear = sweep(powers_of_two(1, 4), [](double b) { return 100.0 * b; });
+  const Analysis rising = analyze(linear, {});
+  EXPECT_EQ(rising.recommended.batch, 4);
+  EXPECT_EQ(rising.recommended.why,
+            "throughput still rising at the largest batch swept (4, 400 samples/s); larger batches were not "
+            "tried: extend --batch to find where it stops");
+  EXPECT_EQ(
+      rising.knee.reason,
+      "throughput still scaling at the largest batch (4: +100% over batch 2); too few points for a knee "
+      "(3 ok, need 4)");
 }
 
 TEST(Recommendation, NeverANotOkBatch) {
