@@ -1,7 +1,10 @@
-// Losses and the optimizer step: softmax + cross-entropy (one block per row, log-sum-exp) and mse forward and
+// Losses and the optimizer step: softmax + cross-entropy (one block per row, or one warp for up to 1024
+// classes; log-sum-exp) and mse forward and
 // backward, the loss mean, gradient unscaling with the overflow check of fp16 loss scaling, and fused AdamW /
 // SGD over the flat fp32 parameter buffer writing the storage-dtype copy. Step values come from StepScalars
 // in device memory so a captured CUDA graph replays every step. Kernels first, then their launchers.
+#include <algorithm>
+
 #include "common.cuh"
 
 namespace bsw::cuda::kernels {
@@ -40,6 +43,42 @@ __global__ void cross_entropy_kernel(const T* logits, const int32_t* labels, T* 
   }
 }
 
+// The same for a classifier with few classes (at most kWarpRowClasses): one warp per row and kWarpRows rows
+// per block, so a batch of a million 10-class rows is not a million mostly idle 256-thread blocks.
+constexpr int64_t kWarpRowClasses = 1024;
+constexpr int kWarpRows = 8;
+
+template <class T>
+__global__ void cross_entropy_warp_kernel(const T* logits, const int32_t* labels, T* dlogits, float* row_loss,
+                                          int64_t rows, int64_t classes, StepScalars* scalars) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.y;
+  if (row >= rows) return;  // the whole warp: threadIdx.y is the warp's
+  const int lane = threadIdx.x;
+  const T* x = logits + row * classes;
+  float local_max = -INFINITY;
+  for (int64_t c = lane; c < classes; c += 32) local_max = fmaxf(local_max, to_f32(x[c]));
+  const float max_logit = warp_max(local_max);
+  double local_sum = 0.0;
+  for (int64_t c = lane; c < classes; c += 32)
+    local_sum += static_cast<double>(expf(to_f32(x[c]) - max_logit));
+  const double sum_exp = warp_sum(local_sum);
+  const int32_t label = labels[row];
+  const bool valid = label >= 0 && label < classes;
+  if (lane == 0) {
+    if (!valid) atomicExch(&scalars->bad_label, 1);
+    const double lse = static_cast<double>(max_logit) + log(sum_exp);
+    row_loss[row] = valid ? static_cast<float>(lse - static_cast<double>(to_f32(x[label]))) : 0.0f;
+  }
+  if (dlogits == nullptr) return;
+  const double dscale = static_cast<double>(scalars->grad_scale) / static_cast<double>(rows);
+  const double inv_sum = 1.0 / sum_exp;
+  T* dx = dlogits + row * classes;
+  for (int64_t c = lane; c < classes; c += 32) {
+    const double p = static_cast<double>(expf(to_f32(x[c]) - max_logit)) * inv_sum;
+    dx[c] = from_f32<T>(static_cast<float>((p - (c == label ? 1.0 : 0.0)) * dscale));
+  }
+}
+
 template <class T>
 __global__ void mse_kernel(const T* y, const T* target, T* dy, float* elem_loss, int64_t n,
                            const StepScalars* scalars) {
@@ -52,11 +91,20 @@ __global__ void mse_kernel(const T* y, const T* target, T* dy, float* elem_loss,
   }
 }
 
-__global__ void accumulate_mean_kernel(const float* values, int64_t n, StepScalars* scalars) {
+// The loss mean in two deterministic stages: each block sums its grid-stride share into partials[block]
+// (the block count depends only on n), then one block sums the partials in a fixed order.
+__global__ void partial_sums_kernel(const float* values, int64_t n, double* partials) {
   __shared__ double shared[32];
   double sum = 0.0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += static_cast<double>(values[i]);
+  for (int64_t i = global_index(); i < n; i += grid_stride()) sum += static_cast<double>(values[i]);
   const double total = block_sum(sum, shared);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+__global__ void accumulate_mean_kernel(const double* partials, int blocks, int64_t n, StepScalars* scalars) {
+  __shared__ double shared[32];
+  const double total =
+      block_sum(static_cast<int>(threadIdx.x) < blocks ? partials[threadIdx.x] : 0.0, shared);
   if (threadIdx.x == 0) scalars->loss_sum += static_cast<float>(total / static_cast<double>(n));
 }
 
@@ -114,8 +162,15 @@ void cross_entropy(DType t, const void* logits, const int32_t* labels, void* dlo
   BSW_REQUIRE(rows >= 1 && rows <= 0x7FFFFFFF && classes >= 2, "cross_entropy");
   dispatch(t, "cross_entropy", [&](auto tag) {
     using T = decltype(tag);
-    cross_entropy_kernel<T><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
-        static_cast<const T*>(logits), labels, static_cast<T*>(dlogits), row_loss, rows, classes, scalars);
+    if (classes <= kWarpRowClasses) {
+      cross_entropy_warp_kernel<T>
+          <<<static_cast<unsigned>((rows + kWarpRows - 1) / kWarpRows), dim3(32, kWarpRows), 0, stream>>>(
+              static_cast<const T*>(logits), labels, static_cast<T*>(dlogits), row_loss, rows, classes,
+              scalars);
+    } else {
+      cross_entropy_kernel<T><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+          static_cast<const T*>(logits), labels, static_cast<T*>(dlogits), row_loss, rows, classes, scalars);
+    }
   });
   BSW_CUDA_LAUNCHED();
 }
@@ -131,9 +186,14 @@ void mse(DType t, const void* y, const void* target, void* dy, float* elem_loss,
   BSW_CUDA_LAUNCHED();
 }
 
-void accumulate_mean_loss(const float* values, int64_t n, StepScalars* scalars, cudaStream_t stream) {
+void accumulate_mean_loss(const float* values, int64_t n, double* partials, StepScalars* scalars,
+                          cudaStream_t stream) {
   BSW_REQUIRE(n >= 1, "accumulate_mean_loss");
-  accumulate_mean_kernel<<<1, 1024, 0, stream>>>(values, n, scalars);
+  // A block per 4096 values (16 per thread), at most kLossPartials blocks.
+  const int blocks = static_cast<int>(std::min<int64_t>(kLossPartials, (n + 4095) / 4096));
+  partial_sums_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(values, n, partials);
+  BSW_CUDA_LAUNCHED();
+  accumulate_mean_kernel<<<1, kLossPartials, 0, stream>>>(partials, blocks, n, scalars);
   BSW_CUDA_LAUNCHED();
 }
 

@@ -162,6 +162,9 @@ constexpr uint64_t kCudaIm2colElements = uint64_t{1}
 constexpr uint64_t kCudnnConvWorkspaceBytes = uint64_t{64} << 20;
 constexpr uint64_t kCudnnSdpaBaseWorkspaceBytes = uint64_t{16} << 20;
 constexpr uint64_t kCudaScalars = 16;  // fp32 slots of the CUDA step's device scalars
+// fp32 slots ahead of the per-row losses in workspace.loss: the loss mean's 256 partial sums, in double
+// (kernels::kLossPartials, src/backends/cuda/kernels.hpp).
+constexpr uint64_t kCudaLossPartialFloats = 512;
 
 class Builder {
  public:
@@ -402,8 +405,8 @@ class Builder {
   // copies of q|k|v and of the output (workspace.qkv, workspace.attn_o) and, in training, of dq|dk|dv
   // (workspace.dqkv); pre-activations in inference (workspace.z); conv and patch-embedding im2col columns and
   // the conv GEMM's [C, chunk*HW] output for a chunk of samples (workspace.im2col, workspace.conv_out; the
-  // chunk keeps the columns under 2^25 elements per op); per-row losses (workspace.loss) and the step's
-  // device scalars (workspace.scalars, 64 bytes).
+  // chunk keeps the columns under 2^25 elements per op); the loss mean's partial sums and per-row losses
+  // (workspace.loss) and the step's device scalars (workspace.scalars, 64 bytes).
   void append_cuda_workspaces() {
     const uint64_t b = batch();
     const bool train = r_.mode == Mode::train;
@@ -451,7 +454,8 @@ class Builder {
         bgrad = std::max(bgrad, static_cast<uint64_t>(g_.ops[i].out_features));
     add("workspace.bgrad", MemoryCategory::workspace, s_, bgrad);
     const uint64_t rows = b * static_cast<uint64_t>(g_.loss_rows);
-    add("workspace.loss", MemoryCategory::workspace, DType::f32, std::max<uint64_t>(rows, 1));
+    add("workspace.loss", MemoryCategory::workspace, DType::f32,
+        kCudaLossPartialFloats + std::max<uint64_t>(rows, 1));
     add("workspace.scalars", MemoryCategory::workspace, DType::f32, kCudaScalars);
     // 16-bit inference has no fp32 master copy: parameters are drawn in fp32 one op at a time, then cast.
     if (!train && s_ != DType::f32) {

@@ -202,39 +202,46 @@ TEST_P(GpuOps, GlobalAvgpoolBothLayouts) {
 }
 
 TEST_P(GpuOps, LossesForwardAndBackward) {
-  const int64_t rows = 33, classes = 1000;
-  const std::vector<float> logits = input(rows * classes, 16, -5.0f, 5.0f);
-  std::vector<int32_t> labels(rows);
-  std::vector<float> labels_f(rows);
-  for (int64_t r = 0; r < rows; ++r)
-    labels_f[r] = static_cast<float>(labels[r] = static_cast<int32_t>((r * 37) % classes));
-  std::vector<float> dlogits_ref(logits.size());
-  const float grad_scale = 0.5f;
-  const double loss_ref =
-      cpu::cross_entropy(logits.data(), labels.data(), dlogits_ref.data(), rows, classes, grad_scale);
-  k::StepScalars host;
-  host.grad_scale = grad_scale;
-  DeviceArray scalars(DType::f32, 16), dlog(t(), logits), dlab(DType::i32, labels_f),
-      dlogits(t(), logits.size()), row_loss(DType::f32, rows);
-  BSW_CUDA(cudaMemcpy(scalars.get(), &host, sizeof(host), cudaMemcpyHostToDevice));
-  auto* dev = static_cast<k::StepScalars*>(scalars.get());
-  k::cross_entropy(t(), dlog.get(), dlab.i32(), dlogits.get(), row_loss.f32(), rows, classes, dev, stream_);
-  k::accumulate_mean_loss(row_loss.f32(), rows, dev, stream_);
-  EXPECT_LE(rel_error(dlogits.download(), dlogits_ref), tolerance(t()));
-  BSW_CUDA(cudaMemcpy(&host, scalars.get(), sizeof(host), cudaMemcpyDeviceToHost));
-  EXPECT_NEAR(host.loss_sum, loss_ref, 1e-5 * std::abs(loss_ref));
-  EXPECT_EQ(host.bad_label, 0);
+  // 1000 classes run one warp per row, 2000 one block per row.
+  for (const int64_t classes : {int64_t{1000}, int64_t{2000}}) {
+    const int64_t rows = 33;
+    const std::vector<float> logits = input(rows * classes, 16, -5.0f, 5.0f);
+    std::vector<int32_t> labels(rows);
+    std::vector<float> labels_f(rows);
+    for (int64_t r = 0; r < rows; ++r)
+      labels_f[r] = static_cast<float>(labels[r] = static_cast<int32_t>((r * 37) % classes));
+    std::vector<float> dlogits_ref(logits.size());
+    const float grad_scale = 0.5f;
+    const double loss_ref =
+        cpu::cross_entropy(logits.data(), labels.data(), dlogits_ref.data(), rows, classes, grad_scale);
+    k::StepScalars host;
+    host.grad_scale = grad_scale;
+    DeviceArray scalars(DType::f32, 16), dlog(t(), logits), dlab(DType::i32, labels_f),
+        dlogits(t(), logits.size()), row_loss(DType::f32, rows), partials(DType::f32, 2 * k::kLossPartials);
+    BSW_CUDA(cudaMemcpy(scalars.get(), &host, sizeof(host), cudaMemcpyHostToDevice));
+    auto* dev = static_cast<k::StepScalars*>(scalars.get());
+    k::cross_entropy(t(), dlog.get(), dlab.i32(), dlogits.get(), row_loss.f32(), rows, classes, dev, stream_);
+    k::accumulate_mean_loss(row_loss.f32(), rows, static_cast<double*>(partials.get()), dev, stream_);
+    EXPECT_LE(rel_error(dlogits.download(), dlogits_ref), tolerance(t())) << classes << " classes";
+    BSW_CUDA(cudaMemcpy(&host, scalars.get(), sizeof(host), cudaMemcpyDeviceToHost));
+    EXPECT_NEAR(host.loss_sum, loss_ref, 1e-5 * std::abs(loss_ref)) << classes << " classes";
+    EXPECT_EQ(host.bad_label, 0);
+  }
 
-  const int64_t n = 5000;
+  // 9000 values: the mean sums three blocks' partials.
+  const int64_t n = 9000;
+  const float grad_scale = 0.5f;
   const std::vector<float> y = input(n, 17), target = input(n, 18);
   std::vector<float> dy_ref(n);
   const double mse_ref = cpu::mse(y.data(), target.data(), dy_ref.data(), n, grad_scale);
-  host = k::StepScalars{};
+  k::StepScalars host;
   host.grad_scale = grad_scale;
+  DeviceArray scalars(DType::f32, 16), partials(DType::f32, 2 * k::kLossPartials);
+  auto* dev = static_cast<k::StepScalars*>(scalars.get());
   BSW_CUDA(cudaMemcpy(scalars.get(), &host, sizeof(host), cudaMemcpyHostToDevice));
   DeviceArray dy_dev(t(), y), dt(t(), target), dy(t(), n), elem(DType::f32, n);
   k::mse(t(), dy_dev.get(), dt.get(), dy.get(), elem.f32(), n, dev, stream_);
-  k::accumulate_mean_loss(elem.f32(), n, dev, stream_);
+  k::accumulate_mean_loss(elem.f32(), n, static_cast<double*>(partials.get()), dev, stream_);
   EXPECT_LE(rel_error(dy.download(), dy_ref), tolerance(t()));
   BSW_CUDA(cudaMemcpy(&host, scalars.get(), sizeof(host), cudaMemcpyDeviceToHost));
   EXPECT_NEAR(host.loss_sum, mse_ref, 1e-5 * mse_ref);

@@ -144,7 +144,11 @@ void cross_entropy(DType t, const void* logits, const int32_t* labels, void* dlo
 void mse(DType t, const void* y, const void* target, void* dy, float* elem_loss, int64_t n,
          StepScalars* scalars, cudaStream_t stream);
 // scalars->loss_sum += mean of values[0..n) (one block, summed in double).
-void accumulate_mean_loss(const float* values, int64_t n, StepScalars* scalars, cudaStream_t stream);
+// The step's mean loss: += mean(values[0, n)) into scalars->loss_sum, through kLossPartials doubles of
+// scratch (workspace.loss holds them ahead of the per-row losses).
+inline constexpr int kLossPartials = 256;
+void accumulate_mean_loss(const float* values, int64_t n, double* partials, StepScalars* scalars,
+                          cudaStream_t stream);
 
 // ---- optimizer (fused over the flat parameter buffer)
 // ------------------------------------------------------------------ grads *= scalars->inv_loss_scale; a

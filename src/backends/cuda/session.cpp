@@ -836,18 +836,22 @@ class CudaSession final : public Session {
   // --------------------------------------------------------------------------------------------
   void loss_and_gradient(const Ref& output) {
     const Ref grad = need("grad.a");
-    const Ref row_loss = need("workspace.loss");
+    // workspace.loss: the mean's partial sums (kLossPartials doubles), then a loss per row or element.
+    const Ref loss = need("workspace.loss");
+    constexpr uint64_t kPartialFloats = 2 * kernels::kLossPartials;
+    const int64_t n = graph_.loss == LossType::cross_entropy ? batch() * graph_.loss_rows
+                                                             : static_cast<int64_t>(output.elements);
+    if (loss.elements < kPartialFloats + static_cast<uint64_t>(n))
+      throw BackendError("cuda backend: workspace.loss is smaller than the loss needs");
+    auto* partials = static_cast<double*>(loss.ptr);
+    float* row_loss = loss.f32() + kPartialFloats;
     if (graph_.loss == LossType::cross_entropy) {
-      const int64_t rows = batch() * graph_.loss_rows;
-      kernels::cross_entropy(s_, output.ptr, need("data.targets").i32(), grad.ptr, row_loss.f32(), rows,
+      kernels::cross_entropy(s_, output.ptr, need("data.targets").i32(), grad.ptr, row_loss, n,
                              graph_.loss_classes, scalars_dev_, stream_);
-      kernels::accumulate_mean_loss(row_loss.f32(), rows, scalars_dev_, stream_);
     } else {
-      const int64_t n = static_cast<int64_t>(output.elements);
-      kernels::mse(s_, output.ptr, need("data.targets").ptr, grad.ptr, row_loss.f32(), n, scalars_dev_,
-                   stream_);
-      kernels::accumulate_mean_loss(row_loss.f32(), n, scalars_dev_, stream_);
+      kernels::mse(s_, output.ptr, need("data.targets").ptr, grad.ptr, row_loss, n, scalars_dev_, stream_);
     }
+    kernels::accumulate_mean_loss(row_loss, n, partials, scalars_dev_, stream_);
   }
 
   void backward() {
