@@ -66,7 +66,7 @@ std::string unknown_flag_hint(CLI::App& app, int argc, char** argv) {
 constexpr const char* kExamples = R"(Examples:
   batchsweep run                                    # default sweep: preset mlp, best backend, auto batches
   batchsweep run --model gpt2-small --precision bf16 --batch 1:64:*2 --json gpt2.json
-  batchsweep run --model my-model.json --latency-slo 50 --markdown sweep.md --svg sweep.svg
+  batchsweep run --model my-model.json --latency-slo 50 --json sweep.json --svg sweep.svg
   batchsweep run --model bert-base --effective-batch 256 --precision bf16
   batchsweep plan --model gpt2-small --precision bf16 --backend cuda --memory 80GiB
   batchsweep analyze sweep.json --latency-slo 20 --saturation 90
@@ -188,11 +188,13 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
       ->type_name("MS")
       ->check(positive());
   CLI::Option* percentile =
-      cmd->add_option("--latency-percentile", a.latency_percentile,
-                      of_report
-                          ? "The step-time percentile --latency-slo holds: 50, 90, 95 or 99 (default: the "
-                            "run's, else 99)"
-                          : "The step-time percentile --latency-slo holds: 50, 90, 95 or 99")
+      cmd->add_option(
+             "--latency-percentile", a.latency_percentile,
+             of_report
+                 ? "The step-time percentile --latency-slo holds: 50, 90, 95 or 99 (default: the "
+                   "run's, else 99)"
+                 : "The step-time percentile --latency-slo holds: 50, 90, 95 or 99 (p95 works too; needs "
+                   "--latency-slo; default 99)")
           ->type_name("P")
           // "p95" as the answers write it is 95.
           ->transform([](const std::string& v) {
@@ -297,11 +299,12 @@ int run_app(int argc, char** argv) {
           ->type_name("FILE");
   run_cmd->add_option("--precision,-p", run_raw.precision, "fp32 | tf32 | fp16 | bf16")
       ->capture_default_str();
-  CLI::Option* batch_opt = run_cmd
-                               ->add_option("--batch,-b", run_raw.batch,
-                                            "Batches: auto, a list and ranges: 1,8,64  8:256:+8  1:4096:*2")
-                               ->type_name("SPEC|auto")
-                               ->capture_default_str();
+  CLI::Option* batch_opt =
+      run_cmd
+          ->add_option("--batch,-b", run_raw.batch,
+                       "Batches: auto, a list and ranges: 1,8,64  8:256:+8  1:4096:*2  (16:128 = 16:128:*2)")
+          ->type_name("SPEC|auto")
+          ->capture_default_str();
   CLI::Option* accum_opt = run_cmd
                                ->add_option("--accumulation", run.sweep.accumulation,
                                             "Micro-batches per optimizer step (gradient accumulation)")
@@ -314,7 +317,9 @@ int run_app(int argc, char** argv) {
           ->type_name("N")
           ->check(positive());
   effective_opt->excludes(accum_opt)->excludes(batch_opt);
-  run_cmd->add_option("--memory-limit", run_raw.memory_limit, "Refuse plans above SIZE (e.g. 24GiB, 80GB)")
+  run_cmd
+      ->add_option("--memory-limit", run_raw.memory_limit,
+                   "Refuse plans above 95% of SIZE (e.g. 24GiB, 80GiB; 80GB is 74.5 GiB)")
       ->type_name("SIZE");
   run_cmd
       ->add_option("--memory-warn", run_raw.memory_warn_pct,
@@ -334,7 +339,10 @@ int run_app(int argc, char** argv) {
       ->type_name("S")
       ->check(non_negative())
       ->capture_default_str();
-  run_cmd->add_option("--max-noise", stop.max_noise_pct, "Stop a point once its relative noise is below PCT%")
+  run_cmd
+      ->add_option(
+          "--max-noise", stop.max_noise_pct,
+          "Stop a point once its relative noise is at most PCT% (after --min-samples and --min-time)")
       ->type_name("PCT")
       ->check(positive())
       ->capture_default_str();
@@ -367,7 +375,7 @@ int run_app(int argc, char** argv) {
   plan_cmd->add_option("--model,-m", plan.model, "Preset name or model JSON file")->capture_default_str();
   plan_cmd->add_option("--backend", plan.backend, "Plan for auto | cpu | cuda (workspaces differ)")
       ->capture_default_str();
-  plan_cmd->add_option("--batch,-b", plan.batch, "Batches: 1,8,64  8:256:+8  1:4096:*2")
+  plan_cmd->add_option("--batch,-b", plan.batch, "Batches: 1,8,64  8:256:+8  1:4096:*2  (16:128 = 16:128:*2)")
       ->type_name("SPEC")
       ->capture_default_str();
   plan_cmd->add_option("--precision,-p", plan_raw.precision, "fp32 | tf32 | fp16 | bf16")
@@ -377,7 +385,8 @@ int run_app(int argc, char** argv) {
       ->check(positive())
       ->capture_default_str();
   plan_cmd
-      ->add_option("--memory", plan_raw.memory, "Device memory (e.g. 80GB, 24GiB): report the largest batch")
+      ->add_option("--memory", plan_raw.memory,
+                   "Device memory (e.g. 80GiB, 24GiB): report the largest batch whose plan fits in 95% of it")
       ->type_name("SIZE");
   add_path_options(plan_cmd, plan_raw.attention, plan_raw.conv);
   plan_cmd->add_option("--json", plan.json_path, "Write the plan JSON to FILE, or - for stdout")
@@ -405,9 +414,11 @@ int run_app(int argc, char** argv) {
   CompareSettings compare;
   CLI::App* compare_cmd = app.add_subcommand(
       "compare", "Compare runs per batch (the first is the baseline) with a noise-aware verdict");
-  compare_cmd->add_option("reports", compare.report_paths, "Two or more JSON reports")
+  // Counted after parsing: CLI11 prints a bounded count as "reports(2x)", which reads as exactly two; an
+  // unbounded one as "reports...".
+  compare_cmd->add_option("reports", compare.report_paths, "Two or more JSON reports, the baseline first")
       ->required()
-      ->expected(2, 64)
+      ->expected(1, CLI::detail::expected_max_vector_size)
       ->type_name("A.json B.json ...");
   compare_cmd
       ->add_option(
@@ -424,7 +435,9 @@ int run_app(int argc, char** argv) {
   compare_cmd->add_option("--json", compare.json_path, "Write the comparison as JSON to FILE, or -")
       ->type_name("FILE|-")
       ->check(file_path());
-  compare_cmd->add_option("--markdown", compare.markdown_path, "Write the comparison as markdown to FILE")
+  compare_cmd
+      ->add_option("--markdown", compare.markdown_path,
+                   "Write the comparison as markdown to FILE (- for stdout)")
       ->type_name("FILE")
       ->check(file_path());
 
@@ -524,7 +537,14 @@ int run_app(int argc, char** argv) {
     analyze.latency_percentile_given = analyze_cmd->count("--latency-percentile") > 0;
     return analyze_command(analyze, std::vector<std::string>(argv, argv + argc));
   }
-  if (compare_cmd->parsed()) return compare_command(compare);
+  if (compare_cmd->parsed()) {
+    if (compare.report_paths.size() < 2 || compare.report_paths.size() > 64)
+      throw UsageError(
+          fmt::format("compare: give two to 64 reports, the baseline first (A.json B.json ...), "
+                      "not {}",
+                      compare.report_paths.size()));
+    return compare_command(compare);
+  }
   if (devices_cmd->parsed()) return devices_command(devices);
   if (presets_cmd->parsed()) return presets_command();
   return kExitUsage;

@@ -50,7 +50,8 @@ extern "C" void on_signal(int sig) {
   // A long step (a large model on the CPU) is not cut: say at once that the signal was taken. write() is
   // async-signal-safe; the handler is reset (SA_RESETHAND), so a second signal ends the process as usual.
   static constexpr char kSaid[] =
-      "\nbatchsweep: stopping after the current step; the finished points are kept (again to quit now)\n";
+      "\nbatchsweep: stopping after the current step; the finished points are kept (Ctrl-C again to quit "
+      "now)\n";
   const ssize_t written = ::write(STDERR_FILENO, kSaid, sizeof(kSaid) - 1);
   (void)written;
 }
@@ -1117,15 +1118,19 @@ int devices_command(const DevicesSettings& s) {
 }
 
 int presets_command() {
-  std::cout << fmt::format("{:<14} {:>14} {:>16}  {}\n", "preset", "parameters", "GFLOP/sample", "input");
+  // GFLOP per sample: the forward pass, and a training step (forward and backward).
+  std::cout << fmt::format("{:<14} {:>14} {:>10} {:>12}  {}\n", "preset", "parameters", "fwd GFLOP",
+                           "train GFLOP", "input");
   for (const std::string& name : preset_names()) {
     const ModelSpec m = load_model(name);
     const Graph g = lower(m);
     const std::string input = fmt::format("{}", fmt::join(g.input_shape, "x"));
     // Four significant digits: mlp's 0.0002366 GFLOP printed as 0.000 with three decimals.
-    std::cout << fmt::format("{:<14} {:>14} {:>16.4g}  {} {}\n", name, g.parameters,
-                             g.forward_flops_per_sample / 1e9, to_string(m.input.type), input);
+    std::cout << fmt::format("{:<14} {:>14} {:>10.4g} {:>12.4g}  {} {}\n", name, g.parameters,
+                             g.forward_flops_per_sample / 1e9, g.train_flops_per_sample / 1e9,
+                             to_string(m.input.type), input);
   }
+  std::cout << "GFLOP per sample: fwd the forward pass, train a training step (forward and backward)\n";
   return kExitOk;
 }
 
