@@ -90,8 +90,15 @@ std::string format_plan_table(const PlanSummary& s) {
     const PlanRequest& r = s.plans.front().request;
     out += fmt::format("{} {} on {}, accumulation {}", to_string(r.precision), to_string(r.mode),
                        to_string(r.backend), r.accumulation);
-    if (r.backend == BackendKind::cuda)
-      out += fmt::format("; attention {}, conv {}", to_string(r.paths.attention), to_string(r.paths.conv));
+    // The paths of the layers the model has (the JSON keeps both keys).
+    bool attention = false, conv = false;
+    for (const Op& op : g.ops) {
+      attention = attention || op.kind == OpKind::attention_core;
+      conv = conv || op.kind == OpKind::conv2d;
+    }
+    if (r.backend == BackendKind::cuda && attention)
+      out += fmt::format("; attention {}", to_string(r.paths.attention));
+    if (r.backend == BackendKind::cuda && conv) out += fmt::format("; conv {}", to_string(r.paths.conv));
     out += "\n\n";
   }
   report_format::TextTable t;
