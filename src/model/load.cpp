@@ -58,7 +58,8 @@ std::string read_config_file(const std::string& path) {
     const std::vector<std::string_view> views(names.begin(), names.end());
     if (const auto near = model_detail::nearest_name(path, views))
       message += fmt::format("; did you mean '{}'?", *near);
-    fail(path, fmt::format("{} (presets: {})", message, preset_list()));
+    // Named as the flag that gave it: the name was neither a preset nor a file, so there is no file to name.
+    fail(fmt::format("--model {}", path), fmt::format("{} (presets: {})", message, preset_list()));
   }
   if (fs::is_directory(status)) fail(path, "is a directory, not a model config file");
 
@@ -197,7 +198,7 @@ ModelSpec load_model(std::string_view name_or_path) {
   }
   const std::string path(name_or_path);
   if (path.empty())
-    fail("(model)", fmt::format("an empty name is neither a preset nor a file (presets: {})", preset_list()));
+    fail("--model", fmt::format("an empty name is neither a preset nor a file (presets: {})", preset_list()));
   const std::string text = read_config_file(path);
   return parse_model(parse_text(text, path), path);
 }

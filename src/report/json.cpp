@@ -83,7 +83,8 @@ json device_json(const DeviceInfo& d) {
               {"name", d.name},
               {"memory_total_bytes", d.memory_total_bytes > 0 ? json(d.memory_total_bytes) : json()},
               {"peak_flops", optional_number(d.peak_flops)},
-              {"peak_flops_source", d.peak_flops_source}};
+              // null where there is no peak to have a source (the CPU)
+              {"peak_flops_source", d.peak_flops_source.empty() ? json() : json(d.peak_flops_source)}};
   if (d.details.is_object()) {
     for (auto it = d.details.begin(); it != d.details.end(); ++it) {
       if (!is_device_key(it.key())) out[it.key()] = without_non_finite(it.value());

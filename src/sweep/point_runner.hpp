@@ -121,8 +121,12 @@ class PointRunner {
   std::set<RejectedPath> fallbacks_warned_;  // a per-point path fallback is warned once per path
   // Points that stopped at --timeout or the sample cap before meeting their targets: (batch label, why).
   // A few are warned one by one; many (a noisy machine) become one line, see finish().
-  std::vector<std::pair<std::string, std::string>> stop_warnings_;
-  std::string warmup_cut_;  // the point being timed: why its warm-up was cut short, if it was
+  struct StopWarning {
+    int64_t batch = 0, accumulation = 1;
+    std::string why;
+  };
+  std::vector<StopWarning> stop_warnings_;  // in sweep order
+  std::string warmup_cut_;                  // the point being timed: why its warm-up was cut short, if it was
   int started_ = 0;
   int planned_total_ = 0;
   bool total_is_estimate_ = false;

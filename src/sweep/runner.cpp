@@ -412,10 +412,12 @@ void PointRunner::summarize_point(Point& point, const Plan& plan, const NoiseCri
       if (*point.mfu > 1.0)
         warn(fmt::format(
             "batch {}: {:.1f} TFLOP/s is {:.0f}% of the device peak ({:.1f} TFLOP/s, {}): the peak or the "
-            "step timing is wrong; run `batchsweep devices --calibrate`",
+            "step timing is wrong{}",
             batch_label(point.batch, point.accumulation), flops_per_second / 1e12, *point.mfu * 100,
             *device_.peak_flops / 1e12,
-            device_.peak_flops_source.empty() ? "source unknown" : device_.peak_flops_source));
+            device_.peak_flops_source.empty() ? "source unknown" : device_.peak_flops_source,
+            // Only a GPU can be calibrated; a script's peak is the script's.
+            device_.backend == "cuda" ? "; run `batchsweep devices --calibrate`" : ""));
     }
   }
   // fp16 steps that overflowed skip the optimizer: shorter than a real step, so many of them flatter the
@@ -429,7 +431,7 @@ void PointRunner::summarize_point(Point& point, const Plan& plan, const NoiseCri
   // One entry per point: a cut warm-up joins the point's timeout warning.
   std::optional<std::string> warning = criterion.warning();
   if (!warmup_cut_.empty()) warning = warning ? fmt::format("{} ({})", *warning, warmup_cut_) : warmup_cut_;
-  if (warning) stop_warnings_.emplace_back(batch_label(point.batch, point.accumulation), std::move(*warning));
+  if (warning) stop_warnings_.push_back({point.batch, point.accumulation, std::move(*warning)});
 }
 
 // What prepare or the steps warned about (memory other processes hold, a fallback): said once per sweep,
@@ -444,16 +446,23 @@ void PointRunner::add_session_warnings(const Point& point) {
 
 void PointRunner::add_stop_warnings() {
   if (stop_warnings_.size() <= kStopWarningsListed) {
-    for (const auto& [label, why] : stop_warnings_) warn(fmt::format("batch {}: {}", label, why));
+    for (const StopWarning& w : stop_warnings_)
+      warn(fmt::format("batch {}: {}", batch_label(w.batch, w.accumulation), w.why));
     return;
   }
+  // Listed by batch (a search or a resume runs them out of order); the one quoted is the first that ran.
+  std::vector<StopWarning> sorted = stop_warnings_;
+  std::stable_sort(sorted.begin(), sorted.end(), [](const StopWarning& a, const StopWarning& b) {
+    return a.batch != b.batch ? a.batch < b.batch : a.accumulation < b.accumulation;
+  });
   std::vector<std::string> labels;
-  for (const auto& entry : stop_warnings_) labels.push_back(entry.first);
+  for (const StopWarning& w : sorted) labels.push_back(batch_label(w.batch, w.accumulation));
+  const StopWarning& first = stop_warnings_.front();
   warn(fmt::format(
-      "{} points stopped before meeting their measurement targets (batches {}); the first, batch {}: "
-      "{}. Each point's stop_reason and noise_pct are in the report",
-      stop_warnings_.size(), fmt::join(labels, ", "), stop_warnings_.front().first,
-      stop_warnings_.front().second));
+      "{} points stopped before meeting their measurement targets (batches {}); the first measured, batch "
+      "{}: {}. Each point's stop_reason and noise_pct are in the report",
+      stop_warnings_.size(), fmt::join(labels, ", "), batch_label(first.batch, first.accumulation),
+      first.why));
 }
 
 std::vector<Point> PointRunner::unreached_resume_points() const {
