@@ -4,6 +4,7 @@
 // says: the code did what CUDA's programming model would have it do.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <numeric>
 #include <vector>
 
@@ -305,4 +306,34 @@ TEST(CudaErrors, StickyErrorsStopTheSweepOthersFailAPoint) {
   EXPECT_EQ(kind(cudaErrorInvalidConfiguration), "point");
   EXPECT_EQ(kind(cudaErrorMemoryAllocation), "oom");
   ASSERT_EQ(cudaDeviceReset(), cudaSuccess);
+}
+
+// A cuBLAS or cuDNN failure after a kernel broke the context is the sticky error's: it stops the sweep too;
+// the same failure in a healthy context fails only its point.
+TEST(CudaErrors, ALibraryFailureInABrokenContextStopsTheSweep) {
+  using bsw::cuda::detail::throw_cublas_error;
+  using bsw::cuda::detail::throw_cudnn_error;
+  const auto kind = [](const std::function<void()>& fail) -> std::string {
+    try {
+      fail();
+    } catch (const bsw::BackendError&) {
+      return "point";
+    } catch (const bsw::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("after cudaErrorLaunchFailure"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("the CUDA context is unusable"), std::string::npos) << e.what();
+      return "sweep";
+    }
+    return "none";
+  };
+  const auto cublas = [] { throw_cublas_error(CUBLAS_STATUS_EXECUTION_FAILED, "cublasLtMatmul()", "f", 1); };
+  const auto cudnn = [] { throw_cudnn_error(CUDNN_STATUS_EXECUTION_FAILED, "execute()", "f", 1); };
+  EXPECT_EQ(kind(cublas), "point");
+  EXPECT_EQ(kind(cudnn), "point");
+  Device dx(32), dout(32);
+  ASSERT_EQ(cudaMemset(dx.p, 0, 32 * sizeof(float)), cudaSuccess);
+  early_exit_shuffle_kernel | bsw::emu::Launch{1, 32}(dx.p, dout.p, 20);  // a fault: the context breaks
+  EXPECT_EQ(kind(cublas), "sweep");
+  EXPECT_EQ(kind(cudnn), "sweep");
+  ASSERT_EQ(cudaDeviceReset(), cudaSuccess);
+  EXPECT_EQ(kind(cublas), "point");
 }

@@ -39,6 +39,21 @@ bool sticky(cudaError_t status) {
   }
 }
 
+constexpr const char* kContextUnusable =
+    "the CUDA context is unusable after this error, so the sweep stops here (the points finished before it "
+    "are in the report)";
+
+// A library call also fails when a kernel before it broke the context (an illegal address in a GEMM comes
+// back as CUBLAS_STATUS_EXECUTION_FAILED): that is the sticky error's doing, which every later point would
+// hit and blame on its own batch, so it stops the sweep as the sticky error itself does.
+[[noreturn]] void throw_library_error(const std::string& message) {
+  const cudaError_t context = cudaPeekAtLastError();
+  if (sticky(context))
+    throw Error(fmt::format("{} after {}: {}; {}", message, cudaGetErrorName(context),
+                            cudaGetErrorString(context), kContextUnusable));
+  throw BackendError(message);
+}
+
 }  // namespace
 
 const char* cublas_status_name(cublasStatus_t status) noexcept {
@@ -75,11 +90,7 @@ void throw_cuda_error(cudaError_t status, const char* call, const char* file, in
         cudaGetLastError());  // allocation failures are not sticky: clear them for the next call
     throw OutOfMemory(message);
   }
-  if (sticky(status))
-    throw Error(
-        fmt::format("{}; the CUDA context is unusable after this error, so the sweep stops here (the "
-                    "points finished before it are in the report)",
-                    message));
+  if (sticky(status)) throw Error(fmt::format("{}; {}", message, kContextUnusable));
   throw BackendError(message);
 }
 
@@ -87,7 +98,7 @@ void throw_cublas_error(cublasStatus_t status, const char* call, const char* fil
   const std::string message =
       fmt::format("{}:{}: {}: {}", base_name(file), line, call, cublas_status_name(status));
   if (status == CUBLAS_STATUS_ALLOC_FAILED) throw OutOfMemory(message);
-  throw BackendError(message);
+  throw_library_error(message);
 }
 
 void throw_cudnn_error(cudnnStatus_t status, const char* call, const char* file, int line) {
@@ -97,7 +108,7 @@ void throw_cudnn_error(cudnnStatus_t status, const char* call, const char* file,
   if (status == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
       status == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED)
     throw OutOfMemory(message);
-  throw BackendError(message);
+  throw_library_error(message);
 }
 
 void report_cuda_error(cudaError_t status, const char* call, const char* file, int line) noexcept {
