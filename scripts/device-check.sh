@@ -64,8 +64,11 @@ run() {
   nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv || true
 
   echo "== libraries"
+  # cuDNN builds its runtime-fusion engines (Hopper SDPA among them) with NVRTC, loaded with dlopen: the torch
+  # wheels keep libnvrtc in its own folder, and without it SDPA would fall back at batch 1.
   local libdirs=""
-  [[ -z "${DEVICE_CHECK_REHEARSAL:-}" ]] && libdirs=$(find / -xdev \( -name 'libcudnn.so.9*' -o -name 'libcublasLt.so.13*' -o -name 'libcublas.so.13*' \) \
+  [[ -z "${DEVICE_CHECK_REHEARSAL:-}" ]] && libdirs=$(find / -xdev \( -name 'libcudnn.so.9*' -o -name 'libcublasLt.so.13*' -o -name 'libcublas.so.13*' \
+    -o -name 'libnvrtc.so.13*' -o -name 'libnvrtc-builtins.so.13*' \) \
     -not -path '*/proc/*' 2>/dev/null | xargs -r -n1 dirname | sort -u | tr '\n' ':')
   export LD_LIBRARY_PATH="$(cd "$dir" && pwd)/lib:${libdirs}${LD_LIBRARY_PATH:-}"
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"

@@ -247,14 +247,14 @@ nlohmann::json library_versions() {
   return v;
 }
 
+// Leaves `device` current. Restoring the previous device would, in a thread that had none (cudaGetDevice
+// then says 0), create a context on GPU 0 since CUDA 12 — hundreds of MiB on a GPU `run --device 1` never
+// uses, perhaps someone else's. Every CUDA path here sets its own device before it works.
 std::optional<uint64_t> free_memory_bytes(int device) {
-  int previous = 0;
-  BSW_CUDA(cudaGetDevice(&previous));
   BSW_CUDA(cudaSetDevice(device));
   size_t free_bytes = 0, total_bytes = 0;
   const bool read = cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess;
   static_cast<void>(cudaGetLastError());
-  BSW_CUDA(cudaSetDevice(previous));
   return read ? std::optional<uint64_t>(free_bytes) : std::nullopt;
 }
 
