@@ -113,6 +113,9 @@ struct Analysis {
       effective_batch_split;  // --effective-batch: the fastest micro x accumulation split
   Recommendation recommended;
   std::optional<double> recommended_cost_per_million_samples;  // USD, with --price-per-hour
+  // The recommended point's gradient accumulation: set micro-batch recommended.batch and this many
+  // accumulation steps (an --effective-batch sweep's answer is a split, not a batch alone).
+  std::optional<int64_t> recommended_accumulation;
 };
 
 // A batch a sweep found to fit without timing it (--batch auto: its steps would outlast --timeout), larger

@@ -623,9 +623,10 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
   analysis.effective_batch_split = effective_batch_split(view);
   const Point* chosen = nullptr;
   analysis.recommended = recommend({view, curve, analysis, knee.call, options}, chosen);
-  if (options.price_per_hour && analysis.recommended.batch) {
+  if (analysis.recommended.batch) {
     const Point* p = chosen != nullptr ? chosen : point_at(curve, *analysis.recommended.batch);
-    if (p != nullptr && p->telemetry)
+    if (p != nullptr) analysis.recommended_accumulation = p->accumulation;
+    if (options.price_per_hour && p != nullptr && p->telemetry)
       analysis.recommended_cost_per_million_samples = p->telemetry->cost_per_million_samples;
   }
   return analysis;

@@ -62,6 +62,10 @@ json analysis_json(const Analysis& a) {
               {"recommended", report_json::recommendation_json<json>(a.recommended)}};
   if (a.recommended_cost_per_million_samples)
     out["recommended"]["cost_per_million_samples"] = *a.recommended_cost_per_million_samples;
+  if (a.recommended.batch && a.recommended_accumulation) {
+    out["recommended"]["accumulation"] = *a.recommended_accumulation;
+    out["recommended"]["effective_batch"] = *a.recommended.batch * *a.recommended_accumulation;
+  }
   if (a.latency_slo) out["latency_slo"] = choice_json<json>(*a.latency_slo);
   if (a.energy_optimal) out["energy_optimal"] = choice_json<json>(*a.energy_optimal);
   if (a.effective_batch_split) out["effective_batch_split"] = choice_json<json>(*a.effective_batch_split);
@@ -340,6 +344,7 @@ class Reader {
     if (const json* rec = optional_object(v, path, "recommended")) {
       a.recommended.batch = optional_integer(*rec, child(path, "recommended"), "batch");
       a.recommended.why = optional_string(*rec, child(path, "recommended"), "why");
+      a.recommended_accumulation = optional_integer(*rec, child(path, "recommended"), "accumulation");
       a.recommended_cost_per_million_samples =
           optional_number(*rec, child(path, "recommended"), "cost_per_million_samples");
     }

@@ -275,6 +275,10 @@ std::vector<std::string> summary_lines(const Report& report) {
     std::string line =
         "recommended: " +
         (a.recommended.batch ? "batch " + std::to_string(*a.recommended.batch) : std::string("none"));
+    // With accumulation, what to set: the micro-batch and the accumulation steps.
+    if (a.recommended.batch && a.recommended_accumulation && *a.recommended_accumulation > 1)
+      line += fmt::format(" \u00d7 accumulation {} (effective batch {})", *a.recommended_accumulation,
+                          *a.recommended.batch * *a.recommended_accumulation);
     if (!a.recommended.why.empty()) line += " \u2014 " + a.recommended.why;
     if (a.recommended_cost_per_million_samples)
       line += fmt::format("; ${:.4g} per million samples", *a.recommended_cost_per_million_samples);

@@ -461,6 +461,22 @@ TEST(Run, EffectiveBatchReportsTheFastestSplit) {
   // The split with the highest throughput is the one reported.
   EXPECT_EQ(report["analysis"]["effective_batch_split"]["batch"], (*fastest)["batch"])
       << report["analysis"].dump(2);
+  const nlohmann::json& rec = report["analysis"]["recommended"];
+  EXPECT_EQ(rec["accumulation"], (*fastest)["accumulation"]) << rec.dump();
+  EXPECT_EQ(rec["effective_batch"], 1024) << rec.dump();
+
+  // Where 1024 does not fit, the answer is a split, and both the JSON and the table say what to set.
+  const Result limited = run(scripted_run("roofline.json", {"--effective-batch", "1024", "--memory-limit",
+                                                            "6MiB", "--json", (dir / "l.json").string()}));
+  ASSERT_EQ(limited.exit_code, 0) << limited.err;
+  const nlohmann::json split = read_json(dir / "l.json")["analysis"]["recommended"];
+  ASSERT_GT(split["accumulation"].get<int64_t>(), 1) << split.dump();
+  EXPECT_EQ(split["batch"].get<int64_t>() * split["accumulation"].get<int64_t>(), 1024) << split.dump();
+  EXPECT_NE(limited.out.find("recommended: batch " + std::to_string(split["batch"].get<int64_t>()) +
+                             " \u00d7 accumulation " + std::to_string(split["accumulation"].get<int64_t>()) +
+                             " (effective batch 1024)"),
+            std::string::npos)
+      << limited.out;
 }
 
 TEST(Run, RealCpuSweepOfATransformer) {
