@@ -21,7 +21,7 @@ std::string styled(const std::string& text, const char* style, bool color) {
 
 std::string title_line(const report_view::Title& t) {
   std::string line;
-  for (const std::string* piece : {&t.model, &t.device, &t.mode, &t.precision}) {
+  for (const std::string* piece : {&t.model, &t.device, &t.mode, &t.precision_shown}) {
     if (piece->empty()) continue;
     line += (line.empty() ? "" : " \u00b7 ") + *piece;
   }

@@ -126,7 +126,7 @@ std::string title_text(const Report& report) {
   const report_view::Title t = report_view::title(report);
   std::string title = "batchsweep";
   std::string details;
-  for (const std::string* piece : {&t.model, &t.device, &t.mode, &t.precision}) {
+  for (const std::string* piece : {&t.model, &t.device, &t.mode, &t.precision_shown}) {
     if (!piece->empty()) details += (details.empty() ? "" : " \u00b7 ") + *piece;
   }
   return details.empty() ? title : title + ": " + details;

@@ -238,6 +238,10 @@ Title title(const Report& report) {
   }
   t.mode = json_string(report.settings, "mode");
   t.precision = json_string(report.settings, "precision");
+  t.precision_shown = t.precision;
+  if (const auto it = report.device.details.find("note");
+      !t.precision.empty() && it != report.device.details.end() && it->is_string())
+    t.precision_shown = fmt::format("{} ({})", t.precision, it->get<std::string>());
   return t;
 }
 

@@ -27,8 +27,10 @@ namespace bsw::report_view {
 [[nodiscard]] std::string marks_legend(const Report& report);
 
 // Title pieces from settings and device: model, device (backend), mode, precision; empty when unknown.
+// precision_shown is the precision with the device's note on how it ran, where it has one ("bf16 (16-bit
+// storage, fp32 math on the CPU)"): what the console, markdown and SVG titles print.
 struct Title {
-  std::string model, device, mode, precision;
+  std::string model, device, mode, precision, precision_shown;
 };
 [[nodiscard]] Title title(const Report& report);
 

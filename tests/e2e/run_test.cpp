@@ -479,6 +479,24 @@ TEST(Run, EffectiveBatchReportsTheFastestSplit) {
       << limited.out;
 }
 
+// The CPU runs tf32 as fp32 and 16-bit precisions with fp32 math: every title says so, not only the JSON,
+// so a slow "fp16" is not read as the precision's cost. A report read back says it too.
+TEST(Run, TheCpuSaysHowItRanAPrecisionInEveryTitle) {
+  ScratchDir dir;
+  const std::string json = (dir / "r.json").string(), md = (dir / "r.md").string(),
+                    svg = (dir / "r.svg").string();
+  const Result r = run({"run", "--backend", "cpu", "--model", "mlp", "--precision", "tf32", "--batch", "2",
+                        "--timeout", "0.05", "--json", json, "--markdown", md, "--svg", svg});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string shown = "tf32 (tf32 runs as fp32 on the CPU)";
+  EXPECT_NE(r.out.find("train \u00b7 " + shown + "\n"), std::string::npos) << r.out;
+  EXPECT_NE(slurp(md).find(shown), std::string::npos);
+  EXPECT_NE(slurp(svg).find(shown), std::string::npos);
+  EXPECT_EQ(read_json(json)["settings"]["precision"], "tf32");
+  const Result again = run({"analyze", json});
+  EXPECT_NE(again.out.find(shown), std::string::npos) << again.out;
+}
+
 TEST(Run, RealCpuSweepOfATransformer) {
   const Result r =
       run({"run", "--backend", "cpu", "--model", "tiny-lm", "--batch", "1,2", "--min-time", "0.05",
