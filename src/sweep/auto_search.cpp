@@ -178,14 +178,16 @@ class AutoSearch {
         plan_edge && *plan_edge > lo && *plan_edge < hi) {
       hi = *plan_edge + 1;
       hi_kind = Fit::over_limit;
+      hi_reason = runner_.plan_over_budget(hi, accumulation_).value_or(hi_reason);
       jump = *plan_edge >= 8 && *plan_edge / 8 * 8 > lo ? *plan_edge / 8 * 8 : *plan_edge;
     }
     while (hi - lo > edge_tolerance(lo)) {
       const int64_t batch = jump > lo && jump < hi ? jump : bisect(lo, hi);
       jump = 0;
       if (auto over = runner_.plan_over_budget(batch, accumulation_)) {
-        hi = batch;  // the plan says no: neither prepared nor recorded
+        hi = batch;  // the plan says no: not prepared (the edge's is recorded below)
         hi_kind = Fit::over_limit;
+        hi_reason = std::move(*over);
         continue;
       }
       const auto probe = runner_.probe(batch, accumulation_);
@@ -203,8 +205,10 @@ class AutoSearch {
         hi_reason = probe->reason;
       }
     }
-    if (hi != *edge_.smallest_unfit && hi_kind == Fit::oom)
-      runner_.record_unfit(hi, accumulation_, PointStatus::oom, hi_reason, true);
+    // The smallest batch found not to fit is a point, so max_fit's reason names the edge, not a batch far
+    // above it (an over-budget plan, like the doubling's, is never prepared: over_limit).
+    if (hi != *edge_.smallest_unfit && (hi_kind == Fit::oom || hi_kind == Fit::over_limit))
+      runner_.record_unfit(hi, accumulation_, status_of(hi_kind), hi_reason, true);
     edge_summary_ = fmt::format("largest fit {}, {} at {}{}", lo,
                                 hi_kind == Fit::oom ? "oom" : "over the memory budget", hi, edge_note_);
     if (!lo_measured && !runner_.find(lo, accumulation_)) {

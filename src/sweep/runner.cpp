@@ -83,9 +83,13 @@ std::optional<std::string> PointRunner::plan_over_budget(const PlanRequest& requ
   // The same comparison as max_fit_batch (plan.cpp), so the plan's edge and this check agree to the byte.
   const long double usable_bytes = static_cast<long double>(budget_bytes_) * kMemorySafetyFraction;
   if (static_cast<long double>(planned_bytes) <= usable_bytes) return std::nullopt;
-  return fmt::format("planned {} exceeds {:.0f}% of the {} {} ({})", format_bytes(planned_bytes),
+  const uint64_t usable = static_cast<uint64_t>(usable_bytes);
+  // At the edge the two round alike ("7.60 MiB exceeds ... (7.60 MiB)"): then the bytes say it.
+  const bool alike = format_bytes(planned_bytes) == format_bytes(usable);
+  return fmt::format("planned {} exceeds {:.0f}% of the {} {} ({})",
+                     alike ? fmt::format("{} B", planned_bytes) : format_bytes(planned_bytes),
                      kMemorySafetyFraction * 100.0, format_bytes(budget_bytes_), budget_name_,
-                     format_bytes(static_cast<uint64_t>(usable_bytes)));
+                     alike ? fmt::format("{} B", usable) : format_bytes(usable));
 }
 
 std::optional<int64_t> PointRunner::plan_max_fit(int64_t accumulation) const {
