@@ -25,7 +25,7 @@ std::vector<Mark> marks_of(const Analysis& a) {
   std::vector<Mark> marks = {
       {"\u25c0 knee", "the knee of the throughput curve", a.knee.batch},
       {"sat", "throughput saturates", a.saturation.batch},
-      {"fit", "largest batch that fits", a.max_fit.batch},
+      {"fit", "largest batch that ran (max fit)", a.max_fit.batch},
       {"best", "highest throughput", a.best_throughput.batch},
   };
   if (a.latency_slo) marks.push_back({"slo", "the latency SLO's batch", a.latency_slo->batch});
