@@ -104,6 +104,9 @@ std::string format_plan_table(const PlanSummary& s) {
   report_format::TextTable t;
   t.headers = {"batch",     "params",    "master", "grads", "optimizer", "activations",
                "transient", "workspace", "data",   "total", "FLOP/step"};
+  // With accumulation, the effective batch each micro-batch makes (what the optimizer step sees).
+  const bool accumulates = !s.plans.empty() && s.plans.front().request.accumulation > 1;
+  if (accumulates) t.headers.insert(t.headers.begin() + 1, "effective");
   t.align.assign(t.headers.size(), Align::right);
   for (const Plan& p : s.plans) {
     const MemoryBreakdown& m = p.memory;
@@ -112,6 +115,9 @@ std::string format_plan_table(const PlanSummary& s) {
                       human_bytes(m.saved_activations), human_bytes(m.transient), human_bytes(m.workspace),
                       human_bytes(m.data), human_bytes(m.total_bytes()),
                       report_format::human_rate(p.flops_per_step)});
+    if (accumulates)
+      t.rows.back().insert(t.rows.back().begin() + 1,
+                           std::to_string(p.request.batch * p.request.accumulation));
   }
   for (const std::string& line : report_format::render_lines(t)) out += line + "\n";
   if (s.with_buffers) {

@@ -1364,6 +1364,18 @@ TEST(Plan, MemoryThatHoldsEveryBatchSaysSo) {
   EXPECT_EQ(nlohmann::json::parse(small_json.out)["memory_limits_batch"], true);
 }
 
+// With accumulation the table gives the effective batch each micro-batch makes; without, no such column.
+TEST(Plan, AccumulationShowsTheEffectiveBatch) {
+  const Result accumulated = run({"plan", "--model", "mlp", "--accumulation", "4", "--batch", "8,64"});
+  ASSERT_EQ(accumulated.exit_code, 0) << accumulated.err;
+  EXPECT_NE(accumulated.out.find("batch  effective"), std::string::npos) << accumulated.out;
+  EXPECT_NE(accumulated.out.find("\n    8         32  "), std::string::npos) << accumulated.out;
+  EXPECT_NE(accumulated.out.find("\n   64        256  "), std::string::npos) << accumulated.out;
+  const Result plain = run({"plan", "--model", "mlp", "--batch", "8"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(plain.out.find("effective"), std::string::npos) << plain.out;
+}
+
 TEST(Plan, CudaPathsAreShownAndCanBeForced) {
   auto plan = [](std::vector<std::string> extra) {
     std::vector<std::string> args = {"plan", "--model", "gpt2-small", "--backend", "cuda", "--precision",
