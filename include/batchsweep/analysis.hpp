@@ -11,7 +11,9 @@
 //
 // The knee (Kneedle: Satopaa, Albrecht, Irwin, Raghavan, "Finding a 'Kneedle' in a Haystack", ICDCS-W 2011),
 // on x = log2(batch), y = log2(samples/s), as a concave increasing curve:
-//   1. fewer than kMinKneePoints ok batches: no knee ("too few points (N ok, need 4)").
+//   1. fewer than kMinKneePoints ok batches: no knee ("too few points (N ok, need 4)"); but where the largest
+//      batch passes step 4's still-scaling test and the curve is not flat (step 2), the call is still
+//      scaling, with the too-few note, so a short sweep rising at its end gets rule 5 below.
 //   2. a flat curve: when the best throughput is within kFlatThroughputGain (5%) of the smallest batch's, the
 //      normalised curve would be pure noise, so there is no knee ("no knee: throughput curve has no concave
 //      bend (...)"). This also covers curves that only fall.
@@ -47,7 +49,7 @@
 //      well; below that, the saturation batch (the knee came too early to be worth it). The knee is never
 //      past the best batch: it is faster than every smaller batch (step 3).
 //   5. no knee and throughput still scaling at the largest batch: max_fit (the largest batch that fits).
-//   6. otherwise (too few points, flat curve, no concave bend): the saturation batch.
+//   6. otherwise (too few points and not still scaling, flat curve, no concave bend): the saturation batch.
 // `why` is one line and cites numbers, e.g. "knee at 256: 94% of the best throughput (batch 1024) with 25% of
 // its memory". Every recommended batch is an ok point.
 #pragma once

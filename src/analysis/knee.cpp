@@ -82,13 +82,14 @@ KneeOutcome call_knee(const std::vector<double>& log2_batch, const std::vector<d
   const bool rising_at_end =
       n >= 2 && log2_rate[n - 1] >= best &&
       log2_rate[n - 1] - log2_rate[n - 2] > still_scaling_gain(log2_batch[n - 1] - log2_batch[n - 2]);
+  const bool flat = n > 0 && best <= log2_rate.front() + std::log2(1.0 + kFlatThroughputGain);
   if (n < kMinKneePoints) {
     // Too few for Kneedle, but a curve still rising at its end says so (and the recommendation advises
-    // extending the sweep) however few its points.
-    outcome.call = rising_at_end ? KneeCall::still_scaling : KneeCall::too_few;
+    // extending the sweep) however few its points, unless it is flat as a longer sweep would call it.
+    outcome.call = rising_at_end && !flat ? KneeCall::still_scaling : KneeCall::too_few;
     return outcome;
   }
-  if (best <= log2_rate.front() + std::log2(1.0 + kFlatThroughputGain)) {
+  if (flat) {
     outcome.call = KneeCall::flat;
     return outcome;
   }

@@ -382,7 +382,9 @@ class Builder {
       x = std::max(x, in);
       y = std::max(y, out);
       w = std::max(w, static_cast<uint64_t>(op.param_elements));
-      if (op.has_preactivation()) aux = std::max(aux, out);
+      // aux holds a pre-activation in fp32: the scratch z of inference, or in training the one GELU and
+      // SiLU keep (ReLU and tanh run in place on the output there).
+      if (op.has_preactivation() && (!train || op.saves_preactivation())) aux = std::max(aux, out);
       if (op.kind == OpKind::attention_core) aux = std::max(aux, b * probs_elements(op));
     }
     // The loss reads the logits (and mse targets) in fp32 and writes their gradient in fp32.

@@ -345,6 +345,12 @@ class Reader {
       a.recommended.batch = optional_integer(*rec, child(path, "recommended"), "batch");
       a.recommended.why = optional_string(*rec, child(path, "recommended"), "why");
       a.recommended_accumulation = optional_integer(*rec, child(path, "recommended"), "accumulation");
+      int64_t effective = 0;
+      if (a.recommended_accumulation &&
+          (*a.recommended_accumulation < 1 ||
+           __builtin_mul_overflow(a.recommended.batch.value_or(1), *a.recommended_accumulation, &effective)))
+        fail(child(child(path, "recommended"), "accumulation"),
+             "must be at least 1, and times batch fit 64 bits");
       a.recommended_cost_per_million_samples =
           optional_number(*rec, child(path, "recommended"), "cost_per_million_samples");
     }

@@ -9,9 +9,10 @@
 // 2. Fit edge. Between the largest batch that fit and the smallest that did not, bisect with prepare-only
 //    probes until the two are one multiple-of-8 step apart (1 apart below 8), picking multiples of 8
 //    (tensor-core friendly). Where the budget is plan-based, max_fit_batch() names the edge outright: the
-//    search jumps there, and batches the plan rejects are neither prepared nor recorded again (the growth's
-//    one over_limit point stands for them). Then the largest batch that fits is measured, and the smallest
-//    real oom recorded, both as refinement points, so the report shows the two sides of the edge.
+//    search jumps there, and batches the plan rejects are not prepared; the growth's over_limit point and the
+//    edge's smallest over-budget batch are recorded (over_limit), so max_fit's reason names the edge. Then
+//    the largest batch that fits is measured, and the smallest real oom recorded, both as refinement points,
+//    so the report shows the two sides of the edge.
 // 3. Knee. find_knee() on the ok points so far; when it names a knee K, measure the geometric midpoints
 //    between K and its ok neighbours below and above (rounded to a multiple of 8 from 8 up) when they fit
 //    and are new. Refinement points carry `refinement = true`.
@@ -27,11 +28,12 @@
 //
 // What other tools need for a roofline whose knee is at 256 and that runs out of memory above 2048 (the case
 // tests/unit/sweep/auto_search_test.cpp pins):
-//   - Lightning BatchSizeFinder, mode="power": trials 1, 2, 4, ..., 4096 (13 trials of steps_per_trial = 3
+//   - Lightning BatchSizeFinder, mode="power", from its default init_val 2: trials 2, 4, ..., 4096 (12 trials
+//   of steps_per_trial = 3
 //     steps, no statistics), answer 2048, the largest power of two that fits; no knee, and a real edge at,
 //     say, 3000 is still reported as 2048.
-//   - mode="binsearch": the same 13 trials, then bisection between 2048 and 4096 until high - low <= 1:
-//     about 11 more (24 in all, each running training steps) for the exact edge; still no knee.
+//   - mode="binsearch": the same 12 trials, then bisection between 2048 and 4096 until high - low <= 1:
+//     about 11 more (23 in all, each running training steps) for the exact edge; still no knee.
 //   - DeepSpeed autotuning (autotuner.py, get_min_max_micro_batch_size, per ZeRO stage): a launch at the
 //     minimum micro-batch, up to three at 1.05x / 1x / 0.95x of a memory-model estimate of the maximum, a
 //     binary search between them when those fail (~log2(max) launches, stopping early on a throughput

@@ -9,6 +9,8 @@
 
 #include "backends/cuda/gemm.hpp"
 #include "backends/cuda/kernels.hpp"
+#include "batchsweep/model.hpp"
+#include "batchsweep/plan.hpp"
 #include "gpu_test_util.hpp"
 
 namespace bsw {
@@ -245,6 +247,15 @@ TEST_P(GpuOps, LossesForwardAndBackward) {
   EXPECT_LE(rel_error(dy.download(), dy_ref), tolerance(t()));
   BSW_CUDA(cudaMemcpy(&host, scalars.get(), sizeof(host), cudaMemcpyDeviceToHost));
   EXPECT_NEAR(host.loss_sum, mse_ref, 1e-5 * mse_ref);
+}
+
+// The planner sizes workspace.loss for the session's layout (src/plan/plan.cpp keeps its own constant): the
+// mean's kLossPartials doubles, then a loss per row (cross-entropy) or per element (mse). No device needed.
+TEST(GpuLoss, ThePlanHoldsTheLossMeansPartialSums) {
+  const Graph g = lower(load_model("mlp"));
+  const Plan plan = make_plan(g, {64, Precision::bf16, Mode::train, 1, BackendKind::cuda});
+  EXPECT_EQ(plan.buffer("workspace.loss").elements,
+            2u * static_cast<uint64_t>(k::kLossPartials) + 64u * static_cast<uint64_t>(g.loss_rows));
 }
 
 TEST(GpuLoss, BadLabelIsReported) {

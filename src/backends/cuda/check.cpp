@@ -47,7 +47,10 @@ constexpr const char* kContextUnusable =
 // back as CUBLAS_STATUS_EXECUTION_FAILED): that is the sticky error's doing, which every later point would
 // hit and blame on its own batch, so it stops the sweep as the sticky error itself does.
 [[noreturn]] void throw_library_error(const std::string& message) {
-  const cudaError_t context = cudaPeekAtLastError();
+  // A fault only the library saw may not be the runtime's last error yet: a synchronisation surfaces it (an
+  // error path only; during a capture it is refused, which is not sticky).
+  const cudaError_t synced = cudaDeviceSynchronize();
+  const cudaError_t context = synced != cudaSuccess ? synced : cudaPeekAtLastError();
   if (sticky(context))
     throw Error(fmt::format("{} after {}: {}; {}", message, cudaGetErrorName(context),
                             cudaGetErrorString(context), kContextUnusable));

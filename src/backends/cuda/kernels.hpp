@@ -143,7 +143,6 @@ void cross_entropy(DType t, const void* logits, const int32_t* labels, void* dlo
 // Per-element squared error into elem_loss; dy (may be null) = 2 (y - target) * grad_scale / n.
 void mse(DType t, const void* y, const void* target, void* dy, float* elem_loss, int64_t n,
          StepScalars* scalars, cudaStream_t stream);
-// scalars->loss_sum += mean of values[0..n) (one block, summed in double).
 // The step's mean loss: += mean(values[0, n)) into scalars->loss_sum, through kLossPartials doubles of
 // scratch (workspace.loss holds them ahead of the per-row losses).
 inline constexpr int kLossPartials = 256;

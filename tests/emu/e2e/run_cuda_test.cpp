@@ -203,18 +203,18 @@ TEST(EmulatedCuda, ForcingCudnnWithoutOneIsAUsageError) {
 
 TEST(EmulatedCuda, OutOfMemoryIsAPointAndTheSweepGoesOn) {
   ScratchDir dir;
-  // A 4 GiB device of which another process holds all but 196 MiB: the mlp's fp32 plans are 35.3 MiB at
-  // batch 256 (fits), 229 MiB at 32768 (under the device, over what cudaMemGetInfo says is free: refused at
-  // prepare before cudaMalloc) and about 6.1 GiB at 1048576 (over the device: refused without preparing).
+  // A 4 GiB device of which another process holds all but 196 MiB: the mlp's fp32 plans are 35.1 MiB at
+  // batch 256 (fits), 361 MiB at 65536 (under the device, over what cudaMemGetInfo says is free: refused at
+  // prepare before cudaMalloc) and 5.14 GiB at 1048576 (over the device: refused without preparing).
   const Result r = run(quick({"run", "--backend", "cuda", "--model", "mlp", "--precision", "fp32", "--batch",
-                              "256,32768,1048576,512", "--json", (dir / "r.json").string()}),
+                              "256,65536,1048576,512", "--json", (dir / "r.json").string()}),
                        {"BSW_EMU_MEMORY_MIB=4096", "BSW_EMU_RESERVED_MIB=3900"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json report = read_json(dir / "r.json");
   std::map<int64_t, std::string> status;
   for (const nlohmann::json& p : report["points"]) status[p.at("batch").get<int64_t>()] = p.at("status");
   EXPECT_EQ(status[256], "ok");
-  EXPECT_EQ(status[32768], "oom");
+  EXPECT_EQ(status[65536], "oom");
   EXPECT_EQ(status[1048576], "over_limit");
   EXPECT_EQ(status[512], "ok") << "the context stays usable after an out-of-memory point";
   EXPECT_EQ(report["analysis"]["max_fit"].at("batch"), 512) << report["analysis"].dump();

@@ -173,6 +173,19 @@ TEST(FindKnee, TooFewPoints) {
   EXPECT_EQ(knee.confidence, "stable");
 }
 
+// A short sweep rising at its end is still scaling, but not one within the flat rule's 5% (a longer sweep
+// would call it flat): 1000, 1000, 1040 samples/s gains 4% on its last doubling, 4% overall.
+TEST(FindKnee, AShortFlatSweepIsNotStillScaling) {
+  std::vector<Point> points = {measured_point(8, 1000.0), measured_point(16, 1000.0),
+                               measured_point(32, 1040.0)};
+  EXPECT_EQ(find_knee(points, 1.0).reason, "too few points (3 ok, need 4)");
+  points.pop_back();
+  points.push_back(measured_point(32, 1200.0));
+  EXPECT_NE(find_knee(points, 1.0).reason.find("throughput still scaling at the largest batch"),
+            std::string::npos)
+      << find_knee(points, 1.0).reason;
+}
+
 TEST(FindKnee, OnlyOkPointsCountAndDuplicatesCollapse) {
   std::vector<Point> points = sweep(powers_of_two(1, 4), saturating(1000, 2));
   points.push_back(test::failed_point(8, PointStatus::oom, "needs 90 GiB"));

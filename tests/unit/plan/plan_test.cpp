@@ -145,7 +145,8 @@ TEST(Plan, TrainingBuffersByCategory) {
 
 // The network input lives in data.input and has no gradient (nothing upstream of it learns, as in PyTorch
 // where the data does not require grad): a wide input sizes neither the ping-pong buffers nor, on the CPU,
-// the fp32 input-gradient workspace. A residual around the first layer does not change that.
+// the fp32 input-gradient workspace. A residual around the first layer does not change that (its own
+// grad.residual stash still takes the input's size: the skip's gradient is copied there, though unused).
 TEST(Plan, AWideInputSizesOnlyTheDataBuffer) {
   for (const char* layers :
        {R"([{"type": "linear", "out_features": 10}, {"type": "linear", "out_features": 6}])",
