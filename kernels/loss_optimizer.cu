@@ -12,6 +12,28 @@ namespace {
 
 constexpr int kRowThreads = 256;
 
+// One row's loss (lse - x[label], by the thread at `first` 0) and its logits' gradient, (softmax - onehot) *
+// grad_scale / rows, over classes first, first + stride, ...: the end of both cross-entropy kernels.
+template <class T>
+__device__ void finish_row(const T* x, int32_t label, int64_t row, int64_t rows, int64_t classes,
+                           float max_logit, double sum_exp, int64_t first, int64_t stride, T* dlogits,
+                           float* row_loss, StepScalars* scalars) {
+  const bool valid = label >= 0 && label < classes;
+  if (first == 0) {
+    if (!valid) atomicExch(&scalars->bad_label, 1);
+    const double lse = static_cast<double>(max_logit) + log(sum_exp);
+    row_loss[row] = valid ? static_cast<float>(lse - static_cast<double>(to_f32(x[label]))) : 0.0f;
+  }
+  if (dlogits == nullptr) return;
+  const double dscale = static_cast<double>(scalars->grad_scale) / static_cast<double>(rows);
+  const double inv_sum = 1.0 / sum_exp;
+  T* dx = dlogits + row * classes;
+  for (int64_t c = first; c < classes; c += stride) {
+    const double p = static_cast<double>(expf(to_f32(x[c]) - max_logit)) * inv_sum;
+    dx[c] = from_f32<T>(static_cast<float>((p - (c == label ? 1.0 : 0.0)) * dscale));
+  }
+}
+
 template <class T>
 __global__ void cross_entropy_kernel(const T* logits, const int32_t* labels, T* dlogits, float* row_loss,
                                      int64_t rows, int64_t classes, StepScalars* scalars) {
@@ -26,21 +48,8 @@ __global__ void cross_entropy_kernel(const T* logits, const int32_t* labels, T* 
   for (int64_t c = threadIdx.x; c < classes; c += blockDim.x)
     local_sum += static_cast<double>(expf(to_f32(x[c]) - max_logit));
   const double sum_exp = block_sum(local_sum, shared_d);
-  const int32_t label = labels[row];
-  const bool valid = label >= 0 && label < classes;
-  if (threadIdx.x == 0) {
-    if (!valid) atomicExch(&scalars->bad_label, 1);
-    const double lse = static_cast<double>(max_logit) + log(sum_exp);
-    row_loss[row] = valid ? static_cast<float>(lse - static_cast<double>(to_f32(x[label]))) : 0.0f;
-  }
-  if (dlogits == nullptr) return;
-  const double dscale = static_cast<double>(scalars->grad_scale) / static_cast<double>(rows);
-  const double inv_sum = 1.0 / sum_exp;
-  T* dx = dlogits + row * classes;
-  for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
-    const double p = static_cast<double>(expf(to_f32(x[c]) - max_logit)) * inv_sum;
-    dx[c] = from_f32<T>(static_cast<float>((p - (c == label ? 1.0 : 0.0)) * dscale));
-  }
+  finish_row(x, labels[row], row, rows, classes, max_logit, sum_exp, threadIdx.x, blockDim.x, dlogits,
+             row_loss, scalars);
 }
 
 // The same for a classifier with few classes (at most kWarpRowClasses): one warp per row and kWarpRows rows
@@ -62,21 +71,7 @@ __global__ void cross_entropy_warp_kernel(const T* logits, const int32_t* labels
   for (int64_t c = lane; c < classes; c += 32)
     local_sum += static_cast<double>(expf(to_f32(x[c]) - max_logit));
   const double sum_exp = warp_sum(local_sum);
-  const int32_t label = labels[row];
-  const bool valid = label >= 0 && label < classes;
-  if (lane == 0) {
-    if (!valid) atomicExch(&scalars->bad_label, 1);
-    const double lse = static_cast<double>(max_logit) + log(sum_exp);
-    row_loss[row] = valid ? static_cast<float>(lse - static_cast<double>(to_f32(x[label]))) : 0.0f;
-  }
-  if (dlogits == nullptr) return;
-  const double dscale = static_cast<double>(scalars->grad_scale) / static_cast<double>(rows);
-  const double inv_sum = 1.0 / sum_exp;
-  T* dx = dlogits + row * classes;
-  for (int64_t c = lane; c < classes; c += 32) {
-    const double p = static_cast<double>(expf(to_f32(x[c]) - max_logit)) * inv_sum;
-    dx[c] = from_f32<T>(static_cast<float>((p - (c == label ? 1.0 : 0.0)) * dscale));
-  }
+  finish_row(x, labels[row], row, rows, classes, max_logit, sum_exp, lane, 32, dlogits, row_loss, scalars);
 }
 
 template <class T>
