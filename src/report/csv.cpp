@@ -1,7 +1,8 @@
 // The CSV printer: one row per point. Columns are the point's JSON fields in the writer's order, flattened
 // with dots (`step_ms.p99`), taken from the same code that writes the JSON, so the two cannot drift apart;
 // except that fields added after the first release (kAddedColumns) come last, in the order listed there, so
-// that readers by position keep working.
+// that readers by position keep working. After them, the run's context on every row (run.model, run.device,
+// run.backend, run.mode, run.precision), so rows of several runs concatenated still say which run they are.
 #include <algorithm>
 #include <map>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "batchsweep/printers.hpp"
 #include "report/json_pieces.hpp"
+#include "report/view.hpp"
 
 namespace bsw {
 
@@ -87,10 +89,20 @@ std::string format_csv(const Report& report) {
         std::find_if(columns.begin(), columns.end(), [&](const auto& c) { return c.first == added; });
     if (at != columns.end()) std::rotate(at, at + 1, columns.end());
   }
+  const report_view::Title t = report_view::title(report);
+  const std::pair<std::string_view, std::string> context[] = {{"run.model", t.model},
+                                                              {"run.device", report.device.name},
+                                                              {"run.backend", report.device.backend},
+                                                              {"run.mode", t.mode},
+                                                              {"run.precision", t.precision}};
   std::string out;
   for (size_t i = 0; i < columns.size(); ++i) {
     if (i) out += ',';
     out += quote(columns[i].first);
+  }
+  for (const auto& [name, value] : context) {
+    out += ',';
+    out += name;
   }
   out += "\n";
   for (const auto& p : report.points) {
@@ -100,6 +112,10 @@ std::string format_csv(const Report& report) {
     for (size_t i = 0; i < columns.size(); ++i) {
       if (i) out += ",";
       if (auto it = by_name.find(columns[i].first); it != by_name.end()) out += cell(it->second);
+    }
+    for (const auto& [name, value] : context) {
+      out += ',';
+      out += quote(value);
     }
     out += "\n";
   }

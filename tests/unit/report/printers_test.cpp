@@ -204,14 +204,22 @@ TEST(Csv, HeaderIsTheJsonNames) {
   keys.insert("telemetry.mem_clock_mhz.min");  // only where NVML reads the memory clock
   keys.insert("telemetry.mem_clock_mhz.median");
   keys.erase("samples_ms");
-  EXPECT_EQ(std::set<std::string>(header.begin(), header.end()), keys);
-  EXPECT_EQ(header.size(), keys.size());
-  // Columns added after the first release come last, in the order they were added.
-  ASSERT_GE(header.size(), 3u);
-  EXPECT_EQ(std::vector<std::string>(header.end() - 3, header.end()),
+  // Then the run's context, the same on every row.
+  const std::vector<std::string> context = {"run.model", "run.device", "run.backend", "run.mode",
+                                            "run.precision"};
+  ASSERT_GE(header.size(), context.size() + 3);
+  EXPECT_EQ(std::vector<std::string>(header.end() - 5, header.end()), context);
+  const std::vector<std::string> point_columns(header.begin(), header.end() - 5);
+  EXPECT_EQ(std::set<std::string>(point_columns.begin(), point_columns.end()), keys);
+  EXPECT_EQ(point_columns.size(), keys.size());
+  // Point columns added after the first release come last among them, in the order they were added.
+  EXPECT_EQ(std::vector<std::string>(point_columns.end() - 3, point_columns.end()),
             (std::vector<std::string>{"resumed_from", "telemetry.mem_clock_mhz.min",
                                       "telemetry.mem_clock_mhz.median"}));
   for (const auto& line : lines) EXPECT_EQ(csv_fields(line).size(), header.size()) << line;
+  const auto first = csv_fields(lines[1]);
+  EXPECT_EQ(std::vector<std::string>(first.end() - 5, first.end()),
+            (std::vector<std::string>{"mlp-small", r.device.name, "scripted", "train", "bf16"}));
 }
 
 TEST(Csv, QuotingAndValues) {
