@@ -269,13 +269,20 @@ class Builder {
   // network input itself lives in data.input, and nothing computes its gradient (as in PyTorch, where the
   // data does not require grad), so a wide input does not size them.
   uint64_t max_activation() const {
+    uint64_t m = max_input_gradient();
+    for (const Op& op : g_.ops)
+      if (has_output(op)) m = std::max(m, static_cast<uint64_t>(op.out_elements()));
+    return m;
+  }
+
+  // Largest per-sample input gradient a backend computes: the input of every op after the first that
+  // produced an output (an op before it reads data.input, whose gradient nothing computes).
+  uint64_t max_input_gradient() const {
     uint64_t m = 0;
-    bool reads_data = true;  // the op's input is data.input: no op before it produced an output
+    bool reads_data = true;
     for (const Op& op : g_.ops) {
       if (!reads_data) m = std::max(m, static_cast<uint64_t>(op.in_elements()));
-      if (!has_output(op)) continue;
-      m = std::max(m, static_cast<uint64_t>(op.out_elements()));
-      reads_data = false;
+      reads_data = reads_data && !has_output(op);
     }
     return m;
   }
@@ -370,13 +377,11 @@ class Builder {
   void append_cpu_workspaces() {
     const uint64_t b = batch();
     const bool train = r_.mode == Mode::train;
-    uint64_t z = 0, scratch = 0, x = 0, y = 0, w = 0, aux = 0, dx = 0;
-    bool reads_data = true;  // as in max_activation(): no input gradient for the network input
+    uint64_t z = 0, scratch = 0, x = 0, y = 0, w = 0, aux = 0;
+    const uint64_t dx = b * max_input_gradient();
     for (const Op& op : g_.ops) {
       const uint64_t in = b * static_cast<uint64_t>(op.in_elements());
       const uint64_t out = b * static_cast<uint64_t>(op.out_elements());
-      if (!reads_data) dx = std::max(dx, in);
-      reads_data = reads_data && !has_output(op);
       if (op.has_preactivation()) z = std::max(z, out);
       scratch = std::max(scratch, cpu_op_scratch(op));
       x = std::max(x, in);
