@@ -66,6 +66,20 @@ struct Op {
   int64_t dim = 0, vocab = 0, seq = 0, heads = 0;
   bool causal = false;
   int residual_depth = -1;  // residual_save / residual_add: nesting depth of the residual (0 = outermost)
+  // Whether backward computes the gradient of this op's input: only where an earlier op has parameters. The
+  // data does not require grad, and neither does anything computed from it before the first layer that learns
+  // (PyTorch's autograd computes no gradient there either), so backward stops at the first op with
+  // parameters.
+  bool input_gradient = true;
+  // residual_save / residual_add: the saved input has no gradient (input_gradient of the save is false), so
+  // backward neither stashes nor adds the residual's gradient, and the plan has no grad.residual[d] for it.
+  bool residual_without_gradient = false;
+  size_t residual_partner = 0;  // residual_add: the index of its residual_save
+  // residual_add in training: the sum overwrites its input, the output of the op before it, which backward
+  // does not read (see backward_reads_output), so the add keeps no ops[i].out of its own. PyTorch frees that
+  // addend after the add, which saves nothing for backward (torchvision's ResNet adds in place: out +=
+  // identity).
+  bool adds_in_place = false;
 
   // Parameter tensors of this op, in order, inside the flat parameter buffer.
   struct Param {
@@ -86,6 +100,11 @@ struct Op {
   [[nodiscard]] bool saves_preactivation() const {
     return activation == Activation::gelu || activation == Activation::silu;
   }
+  // Whether backward reads this op's own output: ReLU and tanh differentiate from it, and attention's
+  // backward reads O (cuDNN SDPA; the explicit path reads the probabilities, kept apart).
+  [[nodiscard]] bool backward_reads_output() const {
+    return (has_preactivation() && !saves_preactivation()) || kind == OpKind::attention_core;
+  }
   // Inputs feeding one output: in_features (linear), channels * kernel^2 (conv2d, patch_embedding), else 1.
   // Weights and biases are initialised uniform in +-1/sqrt(fan_in) on every backend (PyTorch's default
   // bound).
@@ -104,10 +123,10 @@ struct Graph {
   int64_t loss_classes = 0;  // cross_entropy: classes (last dim of the output)
   int64_t parameters = 0;
   double forward_flops_per_sample = 0;
-  // 3x forward (forward, input gradients, weight gradients) less the input gradient of the op that reads the
-  // data, which nothing needs and no backend computes (linear, conv2d and patch_embedding: as many FLOPs as
-  // its forward). Megatron's model-FLOPs formula counts the same; PyTorch's flop counter adds the recomputed
-  // attention scores of its flash backward.
+  // 3x forward (forward, input gradients, weight gradients) less the input gradient of the first op with
+  // parameters, which nothing needs and no backend computes (linear, conv2d and patch_embedding: as many
+  // FLOPs as its forward; see Op::input_gradient). Megatron's model-FLOPs formula counts the same; PyTorch's
+  // flop counter adds the recomputed attention scores of its flash backward.
   double train_flops_per_sample = 0;
   int64_t tokens_per_sample = 0;  // T for token inputs, else 0
   int max_residual_depth = 0;     // number of residual nesting levels

@@ -2,6 +2,7 @@
 // counts parameters and forward FLOPs by the conventions of the model format (README "Conventions").
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "batchsweep/errors.hpp"
@@ -55,16 +56,32 @@ class Lowerer {
       fail("layers", "no layer computes anything (a model of only `flatten` has nothing to run)");
     graph_.output_shape = shape_;
     finish_loss();
+    mark_input_gradients();
     graph_.train_flops_per_sample = 3.0 * graph_.forward_flops_per_sample - skipped_input_gradient_flops();
     return std::move(graph_);
   }
 
  private:
-  // The op that reads the data computes no input gradient (the backends stop there): for the ops with
-  // FLOPs, that work equals their forward.
+  // Op::input_gradient: false up to and including the first op with parameters. A residual's add has no
+  // gradient to stash where its save has none.
+  void mark_input_gradients() {
+    bool learned = false;
+    for (Op& op : graph_.ops) {
+      op.input_gradient = learned;
+      learned = learned || op.param_elements > 0;
+    }
+    for (Op& op : graph_.ops) {
+      if (op.kind == OpKind::residual_save) op.residual_without_gradient = !op.input_gradient;
+      if (op.kind == OpKind::residual_add)
+        op.residual_without_gradient = !graph_.ops[op.residual_partner].input_gradient;
+    }
+  }
+
+  // The first op with parameters computes no input gradient (the backends stop there): for the ops with
+  // FLOPs, that work equals their forward. No op before it has FLOPs (pools and flatten count none).
   [[nodiscard]] double skipped_input_gradient_flops() const {
     for (const Op& op : graph_.ops) {
-      if (op.kind == OpKind::residual_save) continue;
+      if (op.param_elements == 0) continue;
       const bool matmul =
           op.kind == OpKind::linear || op.kind == OpKind::conv2d || op.kind == OpKind::patch_embedding;
       return matmul ? op.forward_flops : 0.0;
@@ -205,6 +222,7 @@ class Lowerer {
     if (depth >= kMaxResidualDepth) fail(path, "residual nesting too deep (more than 32 levels)");
     Op& op = push(OpKind::residual_save, path + ".save", shape_);
     op.residual_depth = depth;
+    open_residuals_.push_back(graph_.ops.size() - 1);
     graph_.max_residual_depth = std::max(graph_.max_residual_depth, depth + 1);
   }
 
@@ -214,8 +232,13 @@ class Lowerer {
                      "residual: inner layers change the shape from {} to {}; they must keep it so the input "
                      "can be added",
                      shape_text(in_shape), shape_text(shape_)));
+    const Op& inner = graph_.ops.back();  // the last inner op (or the save itself, for an empty residual)
+    const bool in_place = inner.kind != OpKind::residual_save && !inner.backward_reads_output();
     Op& op = push(OpKind::residual_add, path + ".add", shape_);
     op.residual_depth = depth;
+    op.adds_in_place = in_place;
+    op.residual_partner = open_residuals_.back();
+    open_residuals_.pop_back();
   }
 
   void conv_like(const LayerSpec& l, const std::string& path, OpKind kind, int64_t k, int64_t stride,
@@ -394,6 +417,7 @@ class Lowerer {
   const ModelSpec& model_;
   Graph graph_;
   std::vector<int64_t> shape_;
+  std::vector<size_t> open_residuals_;  // the residual_save op of each open residual, innermost last
   std::string repeat_note_;  // " (in copy 3 of the 3 its repeat makes)" while lowering a repeated layer
   bool token_ids_ = false;
 };

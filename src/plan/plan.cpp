@@ -11,7 +11,8 @@
 //          mean+rstd per row) for layernorm; ops[i].probs (S, [B, heads, T, T]) for attention on the
 //          explicit path, ops[i].stats (f32, [B, heads, T] softmax statistics) on the cuDNN SDPA path —
 //          saved_activations; grad.a / grad.b (S) ping-pong activation gradients (no gradient of the network
-//          input) and grad.residual[d] (S) per residual depth — transient
+//          input) and grad.residual[d] (S) per residual depth (none for a residual of the network input)
+//          — transient
 //   infer: act.a / act.b (S) ping-pong, act.residual[d] (S), act.stats (f32), act.probs (S) — transient
 //   workspaces per backend, see append_workspaces().
 #include <fmt/format.h>
@@ -264,34 +265,46 @@ class Builder {
     return static_cast<uint64_t>(op.heads) * static_cast<uint64_t>(op.seq) * static_cast<uint64_t>(op.seq);
   }
 
-  // Largest per-sample tensor the ping-pong buffers (act.a/b, grad.a/b) hold: every op's output (forward) or
-  // its gradient (backward), and the input gradient of every op whose input is not the network input. The
-  // network input itself lives in data.input, and nothing computes its gradient (as in PyTorch, where the
-  // data does not require grad), so a wide input does not size them.
+  // Largest per-sample tensor inference's ping-pong buffers (act.a/b) hold: every op's output. The network
+  // input itself lives in data.input, so a wide input does not size them.
   uint64_t max_activation() const {
-    uint64_t m = max_input_gradient();
+    uint64_t m = 0;
     for (const Op& op : g_.ops)
       if (has_output(op)) m = std::max(m, static_cast<uint64_t>(op.out_elements()));
     return m;
   }
 
-  // Largest per-sample input gradient a backend computes: the input of every op after the first that
-  // produced an output (an op before it reads data.input, whose gradient nothing computes).
-  uint64_t max_input_gradient() const {
-    uint64_t m = 0;
-    bool reads_data = true;
-    for (const Op& op : g_.ops) {
-      if (!reads_data) m = std::max(m, static_cast<uint64_t>(op.in_elements()));
-      reads_data = reads_data && !has_output(op);
+  // Largest per-sample gradient training's ping-pong buffers (grad.a/b) hold: the output gradient of the
+  // first op with parameters and every op after it (the last op's is the loss gradient), and every input
+  // gradient computed. Nothing before the first op with parameters has a gradient (as in PyTorch, where the
+  // data does not require grad), so a wide input or early pool does not size them.
+  uint64_t max_gradient() const {
+    uint64_t m = max_input_gradient();
+    bool learned = false;
+    for (size_t i = 0; i < g_.ops.size(); ++i) {
+      const Op& op = g_.ops[i];
+      learned = learned || op.param_elements > 0;
+      if (has_output(op) && (learned || i + 1 == g_.ops.size()))
+        m = std::max(m, static_cast<uint64_t>(op.out_elements()));
     }
     return m;
   }
 
-  // Per depth, the largest per-sample residual input.
-  std::vector<uint64_t> residual_sizes() const {
+  // Largest per-sample input gradient a backend computes: the input of every op after the first with
+  // parameters (Op::input_gradient).
+  uint64_t max_input_gradient() const {
+    uint64_t m = 0;
+    for (const Op& op : g_.ops)
+      if (op.input_gradient) m = std::max(m, static_cast<uint64_t>(op.in_elements()));
+    return m;
+  }
+
+  // Per depth, the largest per-sample residual input; for gradients, only of residuals whose saved input has
+  // one (not the network input's).
+  std::vector<uint64_t> residual_sizes(bool gradients) const {
     std::vector<uint64_t> sizes(static_cast<size_t>(g_.max_residual_depth), 0);
     for (const Op& op : g_.ops)
-      if (op.kind == OpKind::residual_save)
+      if (op.kind == OpKind::residual_save && !(gradients && op.residual_without_gradient))
         sizes[op.residual_depth] =
             std::max(sizes[op.residual_depth], static_cast<uint64_t>(op.in_elements()));
     return sizes;
@@ -304,7 +317,8 @@ class Builder {
       const int idx = static_cast<int>(i);
       if (!has_output(op)) continue;
       const uint64_t out = b * static_cast<uint64_t>(op.out_elements());
-      add(fmt::format("ops[{}].out", i), MemoryCategory::saved_activations, s_, out, idx);
+      if (!op.adds_in_place)  // an in-place add's sum lives in the previous op's ops[i].out
+        add(fmt::format("ops[{}].out", i), MemoryCategory::saved_activations, s_, out, idx);
       if (op.saves_preactivation())
         add(fmt::format("ops[{}].pre", i), MemoryCategory::saved_activations, s_, out, idx);
       if (op.kind == OpKind::layernorm)
@@ -317,12 +331,13 @@ class Builder {
         add(fmt::format("ops[{}].probs", i), MemoryCategory::saved_activations, s_, b * probs_elements(op),
             idx);
     }
-    const uint64_t grad = b * max_activation();
+    const uint64_t grad = b * max_gradient();
     add("grad.a", MemoryCategory::transient, s_, grad);
     add("grad.b", MemoryCategory::transient, s_, grad);
-    const auto residual = residual_sizes();
+    const auto residual = residual_sizes(true);
     for (size_t d = 0; d < residual.size(); ++d)
-      add(fmt::format("grad.residual[{}]", d), MemoryCategory::transient, s_, b * residual[d]);
+      if (residual[d] > 0)  // none where every residual of this depth saves the network input
+        add(fmt::format("grad.residual[{}]", d), MemoryCategory::transient, s_, b * residual[d]);
   }
 
   void add_inference_activations() {
@@ -330,7 +345,7 @@ class Builder {
     const uint64_t act = b * max_activation();
     add("act.a", MemoryCategory::transient, s_, act);
     add("act.b", MemoryCategory::transient, s_, act);
-    const auto residual = residual_sizes();
+    const auto residual = residual_sizes(false);
     for (size_t d = 0; d < residual.size(); ++d)
       add(fmt::format("act.residual[{}]", d), MemoryCategory::transient, s_, b * residual[d]);
     uint64_t stats = 0, probs = 0;

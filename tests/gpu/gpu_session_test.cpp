@@ -52,6 +52,26 @@ constexpr const char* kVitMse = R"({"name": "vit-mse",
   "loss": "mse",
   "optimizer": {"type": "sgd", "learning_rate": 0.01, "momentum": 0.0}})";
 
+// Residuals of the network input, one inside the other: backward skips their gradient stash (the data has
+// none).
+constexpr const char* kResidualOfInput = R"({"name": "residual-of-input",
+  "input": {"type": "vector", "features": 40},
+  "layers": [{"type": "residual", "layers": [{"type": "residual", "layers": [
+                {"type": "linear", "out_features": 40, "activation": "gelu"}]}]},
+             {"type": "linear", "out_features": 24, "activation": "tanh"},
+             {"type": "residual", "layers": [{"type": "linear", "out_features": 24, "activation": "relu"}]},
+             {"type": "linear", "out_features": 10}],
+  "loss": "cross_entropy"})";
+
+// A pool before the first layer that learns, and a residual around the conv after it: no gradient before it.
+constexpr const char* kPoolFirst = R"({"name": "pool-first",
+  "input": {"type": "image", "channels": 3, "height": 12, "width": 12},
+  "layers": [{"type": "maxpool2d", "kernel_size": 2},
+             {"type": "residual", "layers": [{"type": "conv2d", "out_channels": 3, "kernel_size": 3, "padding": 1,
+                                              "activation": "relu"}]},
+             {"type": "global_avgpool"}, {"type": "linear", "out_features": 5}],
+  "loss": "cross_entropy"})";
+
 std::vector<double> run_losses(const Graph& g, BackendKind kind, Precision p, int64_t batch,
                                int64_t accumulation, int steps, bool graphs = true) {
   const Plan plan = make_plan(g, {batch, p, Mode::train, accumulation, kind});
@@ -102,7 +122,11 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"mlp_fp32_accumulate", kMlp, Precision::fp32, 2}, Case{"image_fp32", kImage, Precision::fp32, 1},
         Case{"image_bf16", kImage, Precision::bf16, 2}, Case{"tokens_fp32", kTokens, Precision::fp32, 1},
         Case{"tokens_bf16", kTokens, Precision::bf16, 1}, Case{"tokens_fp16", kTokens, Precision::fp16, 1},
-        Case{"vit_mse_fp32", kVitMse, Precision::fp32, 1}, Case{"vit_mse_bf16", kVitMse, Precision::bf16, 2}),
+        Case{"vit_mse_fp32", kVitMse, Precision::fp32, 1}, Case{"vit_mse_bf16", kVitMse, Precision::bf16, 2},
+        Case{"residual_of_input_fp32", kResidualOfInput, Precision::fp32, 1},
+        Case{"residual_of_input_bf16", kResidualOfInput, Precision::bf16, 2},
+        Case{"pool_first_fp32", kPoolFirst, Precision::fp32, 1},
+        Case{"pool_first_bf16", kPoolFirst, Precision::bf16, 1}),
     [](const testing::TestParamInfo<Case>& p) { return std::string(p.param.name); });
 
 // Every preset's first bf16 training step (batch 1) against the CPU backend: the full-size models, with the

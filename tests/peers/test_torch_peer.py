@@ -495,14 +495,23 @@ class BatchsweepBinaryTest(unittest.TestCase):
                 self.assertEqual(plan["flops_per_sample"]["train"], g.train_flops_per_sample)
 
     def test_every_layer_config_matches_plan(self):
+        # A pool before the first layer that learns: that layer's input gradient is left out of both counts.
+        pool_first = {"name": "pool-first", "input": {"type": "image", "channels": 3, "height": 8, "width": 8},
+                      "layers": [{"type": "maxpool2d", "kernel_size": 2},
+                                 {"type": "conv2d", "out_channels": 4, "kernel_size": 3, "padding": 1},
+                                 {"type": "flatten"}, {"type": "linear", "out_features": 5}]}
         with tempfile.TemporaryDirectory() as tmp:
-            path = write_json(tmp, "every.json", EVERY_LAYER)
-            done = self.bsw("plan", "--model", path, "--batch", "1", "--backend", "cpu", "--json", "-")
-            self.assertEqual(done.returncode, 0, done.stderr)
-            g = lower(load_model(path).config, path)
-            self.assertEqual(json.loads(done.stdout)["parameters"], g.parameters)
-            self.assertEqual(json.loads(done.stdout)["flops_per_sample"]["forward"], g.forward_flops_per_sample)
-            self.assertEqual(json.loads(done.stdout)["flops_per_sample"]["train"], g.train_flops_per_sample)
+            for name, config in (("every.json", EVERY_LAYER), ("pool-first.json", pool_first)):
+                with self.subTest(config=name):
+                    path = write_json(tmp, name, config)
+                    done = self.bsw("plan", "--model", path, "--batch", "1", "--backend", "cpu", "--json", "-")
+                    self.assertEqual(done.returncode, 0, done.stderr)
+                    g = lower(load_model(path).config, path)
+                    plan = json.loads(done.stdout)
+                    self.assertEqual(plan["parameters"], g.parameters)
+                    self.assertEqual(plan["flops_per_sample"]["forward"], g.forward_flops_per_sample)
+                    self.assertEqual(plan["flops_per_sample"]["train"], g.train_flops_per_sample)
+        self.assertEqual(g.train_flops_per_sample, 3 * g.forward_flops_per_sample - 2.0 * 4 * 27 * 16)
 
     def test_analyze_and_compare_read_peer_reports(self):
         report = ReportTest().sample_report()

@@ -329,16 +329,17 @@ class _Lowerer:
         self.config, self.source, self.builder = config, source, builder
         self.shape: list = []
         self.token_ids = False
-        self.seen_op = False
+        self.seen_learning_op = False
 
     def fail(self, path: str, message: str):
         raise ConfigError(self.source, path, message)
 
-    def op(self, input_grad_flops: float = 0.0):
-        """Called for each op batchsweep's lowering makes: the first reads the data, so its input gradient (for
-        linear, conv2d and patch_embedding as many FLOPs as its forward) is never computed."""
-        if not self.seen_op:
-            self.seen_op = True
+    def op(self, input_grad_flops: float = 0.0, learns: bool = False):
+        """Called for each op batchsweep's lowering makes. Nothing before the first op with parameters requires
+        grad, so that op's input gradient (for linear, conv2d and patch_embedding as many FLOPs as its forward)
+        is never computed."""
+        if learns and not self.seen_learning_op:
+            self.seen_learning_op = True
             self.graph.skipped_input_grad_flops = input_grad_flops
 
     def make(self, kind: str, **details):
@@ -417,7 +418,7 @@ class _Lowerer:
         self.set_shape(self.shape[:-1] + [out_features], path)
         self.add_params(in_features * out_features + (out_features if bias else 0), path)
         self.graph.forward_flops_per_sample += 2.0 * rows * in_features * out_features
-        self.op(2.0 * rows * in_features * out_features)
+        self.op(2.0 * rows * in_features * out_features, learns=True)
         return self.make("linear", in_features=in_features, out_features=out_features, bias=bias,
                          activation=activation)
 
@@ -426,7 +427,7 @@ class _Lowerer:
         dim = self.shape[-1]
         self.set_shape(list(self.shape), path)
         self.add_params(2 * dim, path)
-        self.op()
+        self.op(learns=True)
         return self.make("layernorm", dim=dim)
 
     def attention(self, layer: dict, path: str):
@@ -455,7 +456,7 @@ class _Lowerer:
             return self.make(kind, kernel_size=k, stride=stride)
         self.add_params(cout * c * k * k + (cout if layer["bias"] else 0), path)
         self.graph.forward_flops_per_sample += 2.0 * cout * (c * k * k) * (hout * wout)
-        self.op(2.0 * cout * (c * k * k) * (hout * wout))
+        self.op(2.0 * cout * (c * k * k) * (hout * wout), learns=True)
         return self.make("conv2d", in_channels=c, out_channels=cout, kernel_size=k, stride=stride, padding=pad,
                          bias=layer["bias"], activation=layer["activation"])
 
@@ -491,7 +492,7 @@ class _Lowerer:
             seq, vocab, dim = self.shape[0], self.config["input"]["vocab_size"], layer["dim"]
             self.set_shape([seq, dim], path)
             self.add_params(vocab * dim + seq * dim, path)  # token table + learned positions
-            self.op()
+            self.op(learns=True)
             return self.make("embedding", vocab_size=vocab, sequence_length=seq, dim=dim)
         if kind == "patch_embedding":
             self.require_image(layer, path)
@@ -503,7 +504,7 @@ class _Lowerer:
             self.set_shape([n, dim], path)
             self.add_params(dim * c * p * p + dim + n * dim, path)  # conv k=p stride=p, bias, positions
             self.graph.forward_flops_per_sample += 2.0 * dim * (c * p * p) * n
-            self.op(2.0 * dim * (c * p * p) * n)
+            self.op(2.0 * dim * (c * p * p) * n, learns=True)
             return self.make("patch_embedding", in_channels=c, dim=dim, patch_size=p, patches=n)
         if kind == "attention":
             return self.attention(layer, path)

@@ -338,7 +338,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
       }
       Ref out;
       if (train) {
-        out = need(fmt::format("ops[{}].out", i));
+        out = op.adds_in_place ? current : need(fmt::format("ops[{}].out", i));
       } else {
         out = current.ptr == ping.ptr ? pong : ping;
         out = slice(out, 0, n_out(op));
@@ -484,12 +484,12 @@ class CpuSession final : public Session, public CpuSessionProbe {
   void backward() {
     Ref current = need("grad.a");  // holds the gradient of the op's output
     Ref other = need("grad.b");
-    const Ref data = need("data.input");
     for (size_t i = graph_.ops.size(); i-- > 0;) {
       const Op& op = graph_.ops[i];
       const Ref in = input_of_[i];
-      const bool need_dx = in.ptr != data.ptr;
+      const bool need_dx = op.input_gradient;
       if (op.kind == OpKind::residual_add) {
+        if (op.residual_without_gradient) continue;  // its save's input has no gradient to receive it
         const Ref stash = need(fmt::format("grad.residual[{}]", op.residual_depth));
         std::memcpy(stash.ptr, current.ptr, n_out(op) * dtype_bytes(current.dtype));
         continue;  // the gradient flows unchanged into the inner layers
@@ -511,7 +511,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
         continue;
       }
       backward_op(i, op, in, current, need_dx ? other : Ref{});
-      if (!need_dx) break;  // nothing before the first op that reads the data has a gradient to compute
+      if (!need_dx) break;  // the first op with parameters: nothing before it has a gradient to compute
       std::swap(current, other);
     }
   }
@@ -541,7 +541,8 @@ class CpuSession final : public Session, public CpuSessionProbe {
     };
     switch (op.kind) {
       case OpKind::linear: {
-        const float* y = saved("out", s16 ? workspace("workspace.y") : nullptr);
+        const float* y =
+            op.backward_reads_output() ? saved("out", s16 ? workspace("workspace.y") : nullptr) : nullptr;
         const float* z = pre_or_out(op, y);
         float* dz = op.has_preactivation() ? workspace("workspace.z") : nullptr;
         linear_backward(x, w, z, y, dy, dz, dx, dw, op.bias ? dw + op.in_features * op.out_features : nullptr,
@@ -549,7 +550,8 @@ class CpuSession final : public Session, public CpuSessionProbe {
         break;
       }
       case OpKind::conv2d: {
-        const float* y = saved("out", s16 ? workspace("workspace.y") : nullptr);
+        const float* y =
+            op.backward_reads_output() ? saved("out", s16 ? workspace("workspace.y") : nullptr) : nullptr;
         const float* z = pre_or_out(op, y);
         float* dz = op.has_preactivation() ? workspace("workspace.z") : nullptr;
         const int64_t wn = op.out_channels * op.channels * op.kernel * op.kernel;
@@ -557,11 +559,9 @@ class CpuSession final : public Session, public CpuSessionProbe {
                         op.activation, workspace("workspace.scratch"));
         break;
       }
-      case OpKind::maxpool2d: {
-        const float* y = saved("out", s16 ? workspace("workspace.y") : nullptr);
-        if (dx) maxpool2d_backward(pool_shape(op), x, y, dy, dx);
+      case OpKind::maxpool2d:  // finds each window's maximum again in the input; reads no output
+        if (dx) maxpool2d_backward(pool_shape(op), x, dy, dx);
         break;
-      }
       case OpKind::avgpool2d:
         if (dx) avgpool2d_backward(pool_shape(op), dy, dx);
         break;

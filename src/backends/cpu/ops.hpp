@@ -54,7 +54,8 @@ struct PoolShape {
 void maxpool2d_forward(const PoolShape& s, const float* x, float* y);
 // Gradient goes to the first maximum of each window (PyTorch's choice; a NaN always wins, as in ATen); the
 // window's maximum is found again from x, so y is not read.
-void maxpool2d_backward(const PoolShape& s, const float* x, const float* y, const float* dy, float* dx);
+void maxpool2d_backward(const PoolShape& s, const float* x, const float* dy,
+                        float* dx);  // argmax found again in x
 void avgpool2d_forward(const PoolShape& s, const float* x, float* y);
 void avgpool2d_backward(const PoolShape& s, const float* dy, float* dx);
 // Mean over the spatial positions. Channels-first ([B, C, S] -> [B, C]) or tokens ([B, S, C] -> [B, C]).

@@ -218,7 +218,7 @@ void maxpool2d_forward(const PoolShape& s, const float* x, float* y) {
   }
 }
 
-void maxpool2d_backward(const PoolShape& s, const float* x, const float* /*y*/, const float* dy, float* dx) {
+void maxpool2d_backward(const PoolShape& s, const float* x, const float* dy, float* dx) {
   std::fill(dx, dx + s.batch * s.c * s.h * s.w, 0.0f);
   for (int64_t plane = 0; plane < s.batch * s.c; ++plane) {
     const float* xc = x + plane * s.h * s.w;

@@ -530,7 +530,7 @@ class CudaSession final : public Session {
         }
         continue;
       }
-      Ref out = train ? need(fmt::format("ops[{}].out", i))
+      Ref out = train ? (op.adds_in_place ? current : need(fmt::format("ops[{}].out", i)))
                       : (current.ptr == ping.ptr ? pong : ping).at(0, n_out(op));
       forward_op(i, op, current, out, train);
       current = out;
@@ -858,12 +858,12 @@ class CudaSession final : public Session {
     std::fill(dgelu_done_.begin(), dgelu_done_.end(), false);
     Ref current = need("grad.a");
     Ref other = need("grad.b");
-    const Ref data = need("data.input");
     for (size_t i = graph_.ops.size(); i-- > 0;) {
       const Op& op = graph_.ops[i];
       const Ref in = input_of_[i];
-      const bool need_dx = in.ptr != data.ptr;
+      const bool need_dx = op.input_gradient;
       if (op.kind == OpKind::residual_add) {
+        if (op.residual_without_gradient) continue;  // its save's input has no gradient to receive it
         const Ref stash = need(fmt::format("grad.residual[{}]", op.residual_depth));
         BSW_CUDA(cudaMemcpyAsync(stash.ptr, current.ptr, n_out(op) * dtype_bytes(s_),
                                  cudaMemcpyDeviceToDevice, stream_));

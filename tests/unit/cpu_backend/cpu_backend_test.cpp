@@ -68,6 +68,23 @@ constexpr const char* kPools = R"({"name": "pools",
              {"type": "linear", "out_features": 4, "activation": "gelu"},
              {"type": "linear", "out_features": 3}]})";
 
+// Residuals of the network input, nested, then one of a layer's output: no gradient stash for the first two.
+constexpr const char* kResidualOfInput = R"({"name": "residual-of-input",
+  "input": {"type": "vector", "features": 6},
+  "layers": [{"type": "residual", "layers": [{"type": "residual", "layers": [
+                {"type": "linear", "out_features": 6, "activation": "gelu"}]}]},
+             {"type": "linear", "out_features": 5, "activation": "tanh"},
+             {"type": "residual", "layers": [{"type": "linear", "out_features": 5, "activation": "silu"}]},
+             {"type": "linear", "out_features": 3}]})";
+
+// A pool before the first layer that learns: backward stops at the conv, which computes no input gradient.
+constexpr const char* kPoolFirst = R"({"name": "pool-first",
+  "input": {"type": "image", "channels": 2, "height": 8, "width": 8},
+  "layers": [{"type": "avgpool2d", "kernel_size": 2},
+             {"type": "residual", "layers": [{"type": "conv2d", "out_channels": 2, "kernel_size": 3, "padding": 1,
+                                              "activation": "tanh"}]},
+             {"type": "flatten"}, {"type": "linear", "out_features": 3}]})";
+
 // Central differences of the whole network's loss against the backend's gradients: a few entries of every
 // parameter tensor of every op, so each layer's backward is reached through the whole stack.
 void check_gradients(const char* text, int64_t batch) {
@@ -110,6 +127,8 @@ TEST(CpuBackend, GradientsOfEveryLayerMatchFiniteDifferences) {
   check_gradients(kAllLayersTokens, 2);
   check_gradients(kVitMse, 2);
   check_gradients(kPools, 2);
+  check_gradients(kResidualOfInput, 3);
+  check_gradients(kPoolFirst, 2);
 }
 
 // Exact by construction (the session allocates Plan::buffers and nothing else); this pins it for the small

@@ -145,8 +145,8 @@ TEST(Plan, TrainingBuffersByCategory) {
 
 // The network input lives in data.input and has no gradient (nothing upstream of it learns, as in PyTorch
 // where the data does not require grad): a wide input sizes neither the ping-pong buffers nor, on the CPU,
-// the fp32 input-gradient workspace. A residual around the first layer does not change that (its own
-// grad.residual stash still takes the input's size: the skip's gradient is copied there, though unused).
+// the fp32 input-gradient workspace. A residual around the first layer does not change that: its skip's
+// gradient would flow into the data, so no grad.residual stash is planned for it.
 TEST(Plan, AWideInputSizesOnlyTheDataBuffer) {
   for (const char* layers :
        {R"([{"type": "linear", "out_features": 10}, {"type": "linear", "out_features": 6}])",
@@ -164,8 +164,90 @@ TEST(Plan, AWideInputSizesOnlyTheDataBuffer) {
     EXPECT_EQ(train.buffer("data.input").elements, 64u * 1000u);
     // The fp32 input gradient: the second linear's input (10) or the loss's logits (6).
     EXPECT_EQ(train.buffer("workspace.dx").elements, 64u * widest) << layers;
+    EXPECT_EQ(train.find("grad.residual[0]"), nullptr) << layers;
     const Plan infer = make_plan(g, {64, Precision::fp32, Mode::infer, 1, BackendKind::cuda});
     EXPECT_EQ(infer.buffer("act.a").elements, 64u * widest) << layers;
+    // Inference still adds the input back, so it keeps the input's copy.
+    if (residual) {
+      EXPECT_EQ(infer.buffer("act.residual[0]").elements, 64u * 1000u);
+    }
+  }
+}
+
+// Nothing before the first op with parameters has a gradient (PyTorch: the pool's output does not require
+// grad), so the conv after a leading pool computes no input gradient: not in the FLOPs, not in grad.a/b.
+TEST(Plan, NoGradientBeforeTheFirstLayerThatLearns) {
+  const Graph g =
+      graph_of(R"({"name": "m", "input": {"type": "image", "channels": 4, "height": 16, "width": 16},
+    "layers": [{"type": "avgpool2d", "kernel_size": 2},
+               {"type": "conv2d", "out_channels": 2, "kernel_size": 3, "padding": 1},
+               {"type": "flatten"}, {"type": "linear", "out_features": 5}]})");
+  ASSERT_EQ(g.ops.size(), 3u);
+  EXPECT_FALSE(g.ops[0].input_gradient);
+  EXPECT_FALSE(g.ops[1].input_gradient);
+  EXPECT_TRUE(g.ops[2].input_gradient);
+  const double conv = 2.0 * 2 * (4 * 9) * 64, head = 2.0 * 128 * 5;
+  EXPECT_DOUBLE_EQ(g.forward_flops_per_sample, conv + head);
+  EXPECT_DOUBLE_EQ(g.train_flops_per_sample, 3 * conv + 3 * head - conv);
+  const Plan train = make_plan(g, {8, Precision::bf16, Mode::train, 1, BackendKind::cpu});
+  EXPECT_EQ(train.buffer("grad.a").elements, 8u * 128u);  // the conv's output, not the pool's 256
+  EXPECT_EQ(train.buffer("workspace.dx").elements, 8u * 128u);
+  const Plan infer = make_plan(g, {8, Precision::bf16, Mode::infer, 1, BackendKind::cpu});
+  EXPECT_EQ(infer.buffer("act.a").elements, 8u * 256u);
+}
+
+// Training's residual add writes its sum over the addend (the last inner op's output) where that op's
+// backward does not read it, as PyTorch frees the addend after the add: no ops[i].out of its own. After a
+// ReLU or tanh (whose backward reads the output) it keeps one.
+TEST(Plan, ResidualAddsInPlaceWhereBackwardDoesNotReadTheAddend) {
+  const Graph g =
+      graph_of(R"({"name": "m", "input": {"type": "image", "channels": 4, "height": 8, "width": 8},
+    "layers": [{"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "activation": "relu"},
+               {"type": "residual", "layers": [
+                 {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "activation": "relu"},
+                 {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1}]},
+               {"type": "residual", "layers": [
+                 {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "activation": "relu"}]},
+               {"type": "global_avgpool"}, {"type": "linear", "out_features": 5}]})");
+  // conv, save, conv, conv, add, save, conv, add, pool, linear
+  ASSERT_EQ(g.ops.size(), 10u);
+  EXPECT_TRUE(g.ops[4].adds_in_place);
+  EXPECT_FALSE(g.ops[7].adds_in_place);
+  const Plan train = make_plan(g, {2, Precision::fp32, Mode::train, 1, BackendKind::cuda});
+  EXPECT_EQ(train.find("ops[4].out"), nullptr);
+  EXPECT_NE(train.find("ops[3].out"), nullptr);  // holds the sum
+  EXPECT_NE(train.find("ops[7].out"), nullptr);
+  // Saved: five conv outputs and one add of [8, 8, 8] (2 KiB per sample in fp32), the pool's 8 and the 5
+  // logits.
+  uint64_t saved = 0;
+  for (const char* name : {"ops[0].out", "ops[2].out", "ops[3].out", "ops[6].out", "ops[7].out"})
+    saved += train.buffer(name).bytes;
+  saved += train.buffer("ops[8].out").bytes + train.buffer("ops[9].out").bytes;
+  EXPECT_EQ(train.memory.saved_activations, saved);
+  EXPECT_EQ(train.buffer("ops[3].out").elements, 2u * 512u);
+}
+
+// A residual of the network input (nested or not) gets no gradient stash; a later one of the same depth,
+// whose input is a layer's output, sizes it alone.
+TEST(Plan, OnlyResidualsWithAnInputGradientGetAStash) {
+  const Graph g = graph_of(R"({"name": "m", "input": {"type": "vector", "features": 100},
+    "layers": [{"type": "residual", "layers": [{"type": "residual", "layers": [{"type": "linear", "out_features": 100}]}]},
+               {"type": "linear", "out_features": 20},
+               {"type": "residual", "layers": [{"type": "linear", "out_features": 20}]},
+               {"type": "linear", "out_features": 6}]})");
+  std::vector<bool> of_input;
+  for (const Op& op : g.ops)
+    if (op.kind == OpKind::residual_save || op.kind == OpKind::residual_add)
+      of_input.push_back(op.residual_without_gradient);
+  // save0, save1, add1, add0 around the input; then the later residual's save and add.
+  EXPECT_EQ(of_input, (std::vector<bool>{true, true, true, true, false, false}));
+  for (BackendKind backend : {BackendKind::cpu, BackendKind::cuda}) {
+    const Plan train = make_plan(g, {8, Precision::fp32, Mode::train, 1, backend});
+    EXPECT_EQ(train.buffer("grad.residual[0]").elements, 8u * 20u);
+    EXPECT_EQ(train.find("grad.residual[1]"), nullptr);
+    const Plan infer = make_plan(g, {8, Precision::fp32, Mode::infer, 1, backend});
+    EXPECT_EQ(infer.buffer("act.residual[0]").elements, 8u * 100u);
+    EXPECT_EQ(infer.buffer("act.residual[1]").elements, 8u * 100u);
   }
 }
 
