@@ -71,6 +71,10 @@ struct CompareDelta {
   // change within twice the combined standard error of the two mean step times is "same": "(few samples)".
   bool few_samples = false;
   std::optional<double> p_value;  // two-sided Mann-Whitney p, when from_samples
+  // from_samples, and the verdict rests on the mean step time, which throughput is made of: it moved beyond
+  // both means' standard errors at the same alpha though the rank test did not reject (a few much slower
+  // steps move the mean, and so the throughput, but barely the ranks).
+  bool from_mean = false;
   // The geometric mean's verdict also held the change to the means' combined noise (every row had samples).
   bool noise_checked = false;
 };

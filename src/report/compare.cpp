@@ -108,6 +108,16 @@ double smallest_p(const std::vector<double>& a, const std::vector<double>& b) {
   return mann_whitney_u(high, low).p_value;
 }
 
+// The z whose two-sided normal tail is alpha (2.576 at 0.01), by bisection on erfc.
+double two_sided_z(double alpha) {
+  double lo = 0, hi = 40;
+  for (int i = 0; i < 100; ++i) {
+    const double mid = (lo + hi) / 2;
+    (std::erfc(mid / std::sqrt(2.0)) > alpha ? lo : hi) = mid;
+  }
+  return (lo + hi) / 2;
+}
+
 CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions& options) {
   CompareDelta d;
   if (!ran(baseline) || !ran(run)) {
@@ -133,7 +143,13 @@ CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions
     d.p_value = test.p_value;
     const Verdict dir = direction(d.ratio);
     const bool agrees = dir == Verdict::slower ? test.z > 0 : test.z < 0;
-    d.verdict = test.p_value < options.alpha && effect && agrees ? dir : Verdict::same;
+    const bool shifted = test.p_value < options.alpha && agrees;
+    // The throughput compared is the mean's: a change in the mean step time beyond the two means' combined
+    // standard error, at the test's alpha, counts too (Welch's z on the log of the means).
+    const double combined = std::hypot(*standard_error(run.samples_ms), *standard_error(baseline.samples_ms));
+    const bool mean_moved = std::fabs(std::log(d.ratio)) > two_sided_z(options.alpha) * combined;
+    d.verdict = effect && (shifted || mean_moved) ? dir : Verdict::same;
+    d.from_mean = d.verdict != Verdict::same && !shifted;
   } else {
     d.verdict = effect ? direction(d.ratio) : Verdict::same;
   }
@@ -354,6 +370,7 @@ std::string verdict_text(const CompareDelta& d, const char* threshold_note = "no
   if (d.verdict == Verdict::not_comparable) return std::string(to_string(d.verdict));
   if (d.few_samples) return fmt::format("{} (few samples)", to_string(d.verdict));
   if (!d.from_samples) return fmt::format("{} ({})", to_string(d.verdict), threshold_note);
+  if (d.from_mean) return fmt::format("{} (mean; p={:.2g})", to_string(d.verdict), d.p_value.value_or(1.0));
   return fmt::format("{} (p={:.2g})", to_string(d.verdict), d.p_value.value_or(1.0));
 }
 
@@ -498,6 +515,7 @@ nlohmann::json delta_json(const CompareDelta& d, const std::string& run) {
           {"verdict", to_string(d.verdict)},
           {"from_samples", d.from_samples},
           {"few_samples", d.few_samples},
+          {"from_mean", d.from_mean},
           {"noise_checked", d.noise_checked},
           {"p_value", d.p_value ? number_or_null(*d.p_value) : nlohmann::json(nullptr)}};
 }
@@ -629,9 +647,10 @@ std::vector<std::string> regressions(const CompareResult& result, double pct) {
       if (d.verdict == Verdict::slower && d.ratio < min_ratio)
         found.push_back(
             fmt::format("batch {}: {} is {:.1f}% slower than A {}", batch, letter(i + 1), (1 - d.ratio) * 100,
-                        d.from_samples  ? "beyond noise"
-                        : d.few_samples ? "(too few samples for the test; beyond the means' noise)"
-                                        : "(no samples to test against noise)"));
+                        d.from_mean      ? "beyond its mean's noise (a few much slower steps)"
+                        : d.from_samples ? "beyond noise"
+                        : d.few_samples  ? "(too few samples for the test; beyond the means' noise)"
+                                         : "(no samples to test against noise)"));
       else if (base.status == PointStatus::ok && run.status != PointStatus::ok)
         found.push_back(fmt::format("batch {}: ran in A, {} in {}{}", batch, to_string(run.status),
                                     letter(i + 1),

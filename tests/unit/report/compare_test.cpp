@@ -132,6 +132,34 @@ TEST(Compare, NoiseAloneIsNotAChange) {
   EXPECT_FALSE(has_regression(result, 1.0));
 }
 
+// Every 20th step three times as long: the mean step time, and so the throughput, is 10% worse, but the ranks
+// barely move, so the rank test alone would say "same". The mean's own test calls it, and the gate fails.
+TEST(Compare, AFewMuchSlowerStepsAreARegressionOfTheMean) {
+  Report a = testing::sample_report();
+  a.points = {testing::ok_point(64, 10.0)};
+  std::vector<double> steps;
+  for (int i = 0; i < 400; ++i) steps.push_back(10.0 * (1 + 0.01 * ((i * 7) % 5 - 2)));
+  a.points[0].samples_ms = steps;
+  a.points[0].samples_per_second = 64 / (summarize(steps).mean / 1000.0);
+  Report b = a;
+  for (size_t i = 19; i < steps.size(); i += 20) steps[i] *= 3;
+  b.points[0].samples_ms = steps;
+  b.points[0].samples_per_second = 64 / (summarize(steps).mean / 1000.0);
+  const CompareDelta d = compare_pair(a, b).rows.at(0).deltas.at(0);
+  EXPECT_NEAR(d.ratio, 1 / 1.1, 1e-3);
+  EXPECT_GT(*d.p_value, 0.01);  // the ranks alone do not reject
+  EXPECT_EQ(d.verdict, Verdict::slower);
+  EXPECT_TRUE(d.from_mean);
+  const CompareResult r = compare_pair(a, b);
+  EXPECT_THAT(regressions(r, 5),
+              ::testing::Contains(HasSubstr("batch 64: B is 9.2% slower than A beyond its mean's noise")));
+  EXPECT_THAT(format_compare(r, false), HasSubstr("slower (mean; p="));
+  EXPECT_EQ(to_json(r)["rows"][0]["deltas"][0]["from_mean"], true);
+  // With 20 samples a side the same pattern is within the means' noise.
+  Report a20 = samples_cut_to(a, 20), b20 = samples_cut_to(b, 20);
+  EXPECT_EQ(compare_pair(a20, b20).rows.at(0).deltas.at(0).verdict, Verdict::same);
+}
+
 TEST(Compare, ThresholdOnlyWithoutSamples) {
   const Report a = testing::sample_report();
   const auto slower = compare_pair(a, sped_up(a, 0.9, false));
