@@ -20,9 +20,10 @@
 //   3. Kneedle proper (see `kneedle`): normalise x and y to [0, 1], difference curve y_d = y_n - x_n,
 //      local maxima of y_d are candidates, threshold T = y_d(candidate) - S * mean(diff(x_n)); the FIRST
 //      candidate whose y_d falls to or below T before the next local maximum is the knee (kneed's
-//      online=false). y is the running maximum of log2(samples/s) over the batches so far: identical for an
-//      increasing curve, while for one that dips or falls a slower larger batch reads as "no gain" (a flat
-//      step), never as a bend, so the knee is always a batch faster than every smaller one.
+//      online=false). y is log2(samples/s) without the dips before the best throughput: a batch slower than
+//      a smaller one there reads as the straight line between the points around it (flattened into a step,
+//      it would read as a bend before the real one); past the best, y is the best (a slower larger batch is a
+//      plateau, never a bend). So the knee is always a batch faster than every smaller one.
 //   4. no knee from Kneedle: "throughput still scaling at the largest batch (...)" when the largest batch has
 //      the best throughput and beats the batch before it by more than kStillScalingGain (3%) per doubling of
 //      the batch and by more than kStillScalingMinGain (1%) however short the step (a smaller gain is within

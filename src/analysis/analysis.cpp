@@ -408,8 +408,24 @@ struct RecommendationInputs {
   const std::vector<CurvePoint>& curve;
   const Analysis& analysis;
   KneeCall knee_call;
+  bool rising_at_end;
   const AnalysisOptions& options;
 };
+
+// Where the saturation batch is the largest swept and throughput still rose into it, the answer only says
+// where this sweep ended: "; throughput still rising at the largest batch swept: extend --batch ...".
+std::string still_rising_note(const RecommendationInputs& in, const Point& saturated) {
+  if (!in.rising_at_end || saturated.batch != in.curve.back().batch) return {};
+  const bool unfit_above = std::any_of(in.points.begin(), in.points.end(), [&](const Point& p) {
+    return p.batch > saturated.batch && did_not_fit(p.status);
+  });
+  if (unfit_above) return "; throughput still rising, and it is the largest batch that fits";
+  if (in.options.untimed_fit && in.options.untimed_fit->batch > saturated.batch)
+    return fmt::format("; throughput still rising, and batch {} fits too ({})", in.options.untimed_fit->batch,
+                       in.options.untimed_fit->reason);
+  if (in.options.unfinished) return "; throughput still rising, and the sweep stopped before larger batches";
+  return "; throughput still rising at the largest batch swept: extend --batch to find where it stops";
+}
 
 Recommendation recommend_from_curve(const RecommendationInputs& in) {
   const Analysis& a = in.analysis;
@@ -428,7 +444,8 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
     }
     const std::string knee_note = fmt::format("the knee at {} reaches only {} of the best throughput",
                                               knee.batch, format_percent(share));
-    return {saturated.batch, fmt::format("{}; {}", knee_note, saturation_why(saturated, best, pct))};
+    return {saturated.batch, fmt::format("{}; {}{}", knee_note, saturation_why(saturated, best, pct),
+                                         still_rising_note(in, saturated))};
   }
   if (in.knee_call == KneeCall::still_scaling) {
     const Point& largest = *point_at(in.curve, *a.max_fit.batch);
@@ -463,7 +480,8 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
   if (in.knee_call == KneeCall::too_few)
     prefix = fmt::format("too few points for a knee ({} ok)", in.curve.size());
   if (in.knee_call == KneeCall::flat) prefix = "throughput is flat";
-  return {saturated.batch, fmt::format("{}: {}", prefix, saturation_why(saturated, best, pct))};
+  return {saturated.batch, fmt::format("{}: {}{}", prefix, saturation_why(saturated, best, pct),
+                                       still_rising_note(in, saturated))};
 }
 
 // `chosen` is set to the point recommended where it is not the curve's point of that batch (a latency budget
@@ -622,7 +640,7 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
   analysis.energy_optimal = energy_optimal(view);
   analysis.effective_batch_split = effective_batch_split(view);
   const Point* chosen = nullptr;
-  analysis.recommended = recommend({view, curve, analysis, knee.call, options}, chosen);
+  analysis.recommended = recommend({view, curve, analysis, knee.call, knee.rising_at_end, options}, chosen);
   if (analysis.recommended.batch) {
     const Point* p = chosen != nullptr ? chosen : point_at(curve, *analysis.recommended.batch);
     if (p != nullptr) analysis.recommended_accumulation = p->accumulation;

@@ -30,6 +30,9 @@ enum class KneeCall { found, too_few, flat, still_scaling, no_bend };
 struct KneeDetail {
   KneeResult result;
   KneeCall call = KneeCall::no_bend;
+  // The largest batch is the fastest and beat the one before it by the still-scaling gain (analysis.hpp step
+  // 4), whatever the call: a knee far below the plateau leaves the curve rising at its end too.
+  bool rising_at_end = false;
 };
 
 // find_knee, plus the rule that decided it (the recommendation branches on it).

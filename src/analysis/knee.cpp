@@ -68,6 +68,7 @@ double still_scaling_gain(double log2_step) {
 
 struct KneeOutcome {
   KneeCall call = KneeCall::no_bend;
+  bool rising_at_end = false;
   std::optional<std::size_t> index;        // into the curve, when found
   std::optional<std::size_t> unconfirmed;  // Kneedle's unconfirmed candidate
 };
@@ -83,6 +84,7 @@ KneeOutcome call_knee(const std::vector<double>& log2_batch, const std::vector<d
       n >= 2 && log2_rate[n - 1] >= best &&
       log2_rate[n - 1] - log2_rate[n - 2] > still_scaling_gain(log2_batch[n - 1] - log2_batch[n - 2]);
   const bool flat = n > 0 && best <= log2_rate.front() + std::log2(1.0 + kFlatThroughputGain);
+  outcome.rising_at_end = rising_at_end && !flat;
   if (n < kMinKneePoints) {
     // Too few for Kneedle, but a curve still rising at its end says so (and the recommendation advises
     // extending the sweep) however few its points, unless it is flat as a longer sweep would call it.
@@ -93,11 +95,24 @@ KneeOutcome call_knee(const std::vector<double>& log2_batch, const std::vector<d
     outcome.call = KneeCall::flat;
     return outcome;
   }
-  // Kneedle sees the best throughput reachable at or below each batch (the running maximum): a larger batch
-  // that is slower than a smaller one is never the better choice, and a dip must not read as a bend.
-  std::vector<double> envelope(log2_rate);
-  for (std::size_t i = 1; i < n; ++i) envelope[i] = std::max(envelope[i], envelope[i - 1]);
-  const KneedleResult result = kneedle(log2_batch, envelope, sensitivity);
+  // What Kneedle sees. Up to the best throughput, a batch slower than a smaller one is a dip in a rising
+  // curve (a slow kernel choice, a disturbed or timed-out measurement): it reads as the straight line between
+  // the points around it, since flattened into a step it would read as a bend before the real one. Past the
+  // best, the best (a larger batch that is slower is never the better choice: a plateau).
+  const auto peak =
+      static_cast<std::size_t>(std::max_element(log2_rate.begin(), log2_rate.end()) - log2_rate.begin());
+  std::vector<double> ys(log2_rate);
+  std::size_t last_kept = 0;  // the point before a dip: as fast as every smaller batch
+  for (std::size_t i = 1; i <= peak; ++i) {
+    if (log2_rate[i] < log2_rate[last_kept]) continue;
+    const double slope = (log2_rate[i] - log2_rate[last_kept]) / (log2_batch[i] - log2_batch[last_kept]);
+    for (std::size_t j = last_kept + 1; j < i; ++j)
+      ys[j] = log2_rate[last_kept] + slope * (log2_batch[j] - log2_batch[last_kept]);
+    last_kept = i;
+  }
+  for (std::size_t i = peak + 1; i < n; ++i) ys[i] = best;
+  const std::vector<double>& xs = log2_batch;
+  const KneedleResult result = kneedle(xs, ys, sensitivity);
   outcome.unconfirmed = result.unconfirmed;
   if (result.knee) {
     outcome.call = KneeCall::found;
@@ -338,6 +353,7 @@ KneeDetail find_knee_detail(std::span<const Point> points, double sensitivity) {
   const KneeOutcome outcome = call_knee(log2_batch, log2_rate, sensitivity);
   KneeDetail detail;
   detail.call = outcome.call;
+  detail.rising_at_end = outcome.rising_at_end;
   if (outcome.index) detail.result.batch = curve[*outcome.index].batch;
   detail.result.reason = knee_reason(outcome, curve, points, sensitivity);
   add_confidence(detail.result, curve, log2_batch, log2_rate, sensitivity);

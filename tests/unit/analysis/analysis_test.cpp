@@ -1,6 +1,7 @@
 // Tests of analyze(): saturation, max-fit, best throughput, latency budget, energy, cost, effective-batch
 // split, option validation, and the recommendation in each of its branches.
 #include <fmt/format.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -481,6 +482,24 @@ TEST(Recommendation, SaturationWhenTheKneeComesTooEarly) {
   EXPECT_EQ(a.knee.reason,
             "Kneedle S=1 on log2(batch) vs log2(samples/s); throughput keeps rising past it (the knee "
             "reaches 51% of the best, batch 4096)");
+}
+
+// The same curve cut off at batch 256, where it still rises 16% a doubling: the saturation batch is the
+// largest swept, which only says where this sweep ended, and the answer says to extend it.
+TEST(Recommendation, ASaturationAnswerAtTheEndOfARisingSweepSaysToExtendIt) {
+  std::vector<Point> points = sweep(powers_of_two(1, 256), saturating(50000, 64));
+  Analysis a = analyze(points, {});
+  ASSERT_TRUE(a.knee.batch.has_value());
+  EXPECT_EQ(a.recommended.batch, 256);
+  EXPECT_THAT(a.recommended.why, ::testing::EndsWith("; throughput still rising at the largest batch swept: "
+                                                     "extend --batch to find where it stops"));
+  points.push_back(failed_point(512, PointStatus::oom, "needs 90 GiB"));
+  a = analyze(points, {});
+  EXPECT_THAT(a.recommended.why,
+              ::testing::EndsWith("; throughput still rising, and it is the largest batch that fits"));
+  // Not where the sweep went on to the plateau.
+  std::vector<Point> longer = sweep(kBatches, saturating(50000, 64));
+  EXPECT_THAT(analyze(longer, {}).recommended.why, ::testing::Not(::testing::HasSubstr("still rising")));
 }
 
 TEST(Recommendation, AKneeAtTheSaturationLevelSaysNothingMore) {

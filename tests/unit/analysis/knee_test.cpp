@@ -237,6 +237,30 @@ TEST(FindKnee, DipsDoNotReadAsBends) {
   EXPECT_EQ(*knee.batch, 64);
 }
 
+// One slow point in a rising curve (a timed-out or disturbed measurement, a slow kernel choice): flattened
+// into a step it read as a bend at the batch before it, reaching a fraction of the best throughput. It is
+// left out.
+TEST(FindKnee, OneSlowPointInARisingCurveIsNotABend) {
+  std::vector<Point> points =
+      sweep(powers_of_two(1, 1024), [](double b) { return 1000.0 * b / (1 + b / 256); });
+  const KneeResult clean = find_knee(points, 1.0);
+  ASSERT_TRUE(clean.batch.has_value()) << clean.reason;
+  ASSERT_EQ(*clean.batch, 64);
+  auto dipped_at = [&](int64_t batch) {
+    std::vector<Point> dipped = points;
+    for (Point& p : dipped)
+      if (p.batch == batch) p.samples_per_second *= 0.2;
+    return find_knee(dipped, 1.0);
+  };
+  for (int64_t batch : {4, 16, 32, 256}) {
+    const KneeResult dipped = dipped_at(batch);
+    ASSERT_TRUE(dipped.batch.has_value()) << dipped.reason;
+    EXPECT_EQ(*dipped.batch, 64) << "dip at " << batch;
+  }
+  // A slow knee is no knee: the next batch is, never one before it.
+  EXPECT_EQ(dipped_at(64).batch, std::optional<int64_t>(128));
+}
+
 TEST(FindKnee, PeakThenDeclineHasItsKneeAtThePeak) {
   std::vector<Point> points = sweep(powers_of_two(1, 256), [](double b) { return 100.0 * b; });
   points.push_back(measured_point(512, 100.0 * 256 * 0.9));
