@@ -106,7 +106,8 @@ std::optional<std::string> NoiseCriterion::warning() const {
     // 95% confidence half-width of the mean step time, relative: 1.96 * cv / sqrt(n).
     const double mean_pct = 1.96 * noise / std::sqrt(static_cast<double>(samples));
     return fmt::format(
-        "noise settled at {:.1f}% above the {:g}% target after {} samples: steps vary that much, and more of "
+        "noise settled at {:.1f}%, above the {:g}% target, after {} samples: steps vary that much, and more "
+        "of "
         "them would not lower it; the mean step is known to ±{:.2f}% (relax --max-noise to stop sooner)",
         noise, settings_.max_noise_pct, samples, mean_pct);
   }

@@ -131,7 +131,7 @@ class NoiseCriterion:
         noisy = noise > s.max_noise_pct
         if self._stop == "noise settled":
             mean_pct = 1.96 * noise / math.sqrt(self._samples)
-            return (f"noise settled at {noise:.1f}% above the {s.max_noise_pct:g}% target after {self._samples} "
+            return (f"noise settled at {noise:.1f}%, above the {s.max_noise_pct:g}% target, after {self._samples} "
                     f"samples: steps vary that much, and more of them would not lower it; the mean step is known "
                     f"to \u00b1{mean_pct:.2f}% (relax --max-noise to stop sooner)")
         missed = []
