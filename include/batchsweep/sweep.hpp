@@ -60,7 +60,10 @@ struct BatchSpec {
 // -------------------------------------------------------------------------------------------------------------
 
 struct StoppingSettings {
-  int64_t warmup_steps = 3;     // untimed steps after prepare (kernels selected, caches and clocks warm)
+  int64_t warmup_steps = 3;  // untimed steps after prepare (kernels selected, caches and clocks warm)
+  // Untimed seconds at least, after warmup_steps, so a GPU's clocks have left idle before the first sample
+  // (trtexec warms up 200 ms). Unset: kCudaWarmupTimeS on cuda, 0 elsewhere (see warmup_time_s).
+  std::optional<double> warmup_time_s;
   int64_t min_samples = 10;     // timed steps at least
   double min_time_s = 0.5;      // sum of the timed step times at least
   double max_noise_pct = 1.0;   // relative noise (stddev / mean * 100 of all timed samples) at most
@@ -69,6 +72,12 @@ struct StoppingSettings {
 
   [[nodiscard]] bool operator==(const StoppingSettings&) const = default;
 };
+
+inline constexpr double kCudaWarmupTimeS = 0.2;
+// The warm-up time a sweep on `backend` uses: --warmup-time where given, else kCudaWarmupTimeS on cuda.
+[[nodiscard]] inline double warmup_time_s(const StoppingSettings& stopping, BackendKind backend) {
+  return stopping.warmup_time_s.value_or(backend == BackendKind::cuda ? kCudaWarmupTimeS : 0.0);
+}
 
 // Throws UsageError naming the flag (--warmup, --min-samples, --min-time, --max-noise, --timeout) for a value
 // out of range: warmup >= 0, min_samples in 1..max_samples, min_time >= 0, max_noise > 0, timeout > 0, all

@@ -332,6 +332,12 @@ int run_app(int argc, char** argv) {
   run_cmd->add_option("--warmup", stop.warmup_steps, "Untimed steps before each point")
       ->check(non_negative())
       ->capture_default_str();
+  run_cmd
+      ->add_option("--warmup-time", stop.warmup_time_s,
+                   "Untimed seconds per point at least, after --warmup steps, so GPU clocks leave idle "
+                   "[default: 0.2 on cuda, 0 elsewhere]")
+      ->type_name("S")
+      ->check(non_negative());
   run_cmd->add_option("--min-samples", stop.min_samples, "Timed steps per point, at least")
       ->check(positive())
       ->capture_default_str();

@@ -355,6 +355,8 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
       {"memory_warn_fraction", w.memory_warn_fraction},
       {"stopping",
        {{"warmup_steps", w.stopping.warmup_steps},
+        {"warmup_time_s",
+         warmup_time_s(w.stopping, backend_kind == "cuda" ? BackendKind::cuda : BackendKind::cpu)},
         {"min_samples", w.stopping.min_samples},
         {"min_time_s", w.stopping.min_time_s},
         {"max_noise_pct", w.stopping.max_noise_pct},
@@ -509,7 +511,7 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
       {"cuda_graphs", "--graphs"},
       {"attention", "--attention"},
       {"conv", "--conv"},
-      {"stopping", "--warmup, --min-samples, --min-time, --max-noise or --timeout"}};
+      {"stopping", "--warmup, --warmup-time, --min-samples, --min-time, --max-noise or --timeout"}};
   const auto shown = [](const nlohmann::json* v) { return v != nullptr ? v->dump() : std::string("absent"); };
   const auto at = [](const nlohmann::json& obj, const char* key) -> const nlohmann::json* {
     if (!obj.is_object()) return nullptr;
@@ -527,6 +529,13 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
     if (!cuda_only_apply && (key == "cuda_graphs" || key == "attention" || key == "conv")) continue;
     const nlohmann::json* before = at(earlier.settings, setting.key);
     const nlohmann::json* here = at(now.settings, setting.key);
+    // Reports from before --warmup-time warmed up for no minimum time.
+    nlohmann::json stopping_before;
+    if (key == "stopping" && before != nullptr && before->is_object() && !before->contains("warmup_time_s")) {
+      stopping_before = *before;
+      stopping_before["warmup_time_s"] = 0.0;
+      before = &stopping_before;
+    }
     if (before != nullptr && here != nullptr && *before == *here) continue;
     if (std::string_view(setting.key) == "model")  // a whole model is too long to quote
       return fmt::format("its resolved model (settings.model) differs from this run's ({})", setting.flag);

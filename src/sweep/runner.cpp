@@ -38,7 +38,8 @@ PointRunner::PointRunner(Backend& backend, const Graph& graph, const SweepSettin
       device_(backend.device(settings.precision)),
       paths_(resolve_execution_paths(backend, graph, settings)),
       session_options_(settings.session) {
-  if (backend.kind() == BackendKind::cuda && settings.stopping.warmup_steps == 0)
+  if (backend.kind() == BackendKind::cuda && settings.stopping.warmup_steps == 0 &&
+      warmup_time_s(settings.stopping, backend.kind()) == 0)
     warn(
         "--warmup 0 on cuda: each point's first timed step includes one-time work (cuBLASLt heuristics, "
         "loading kernels on first use, capturing the CUDA graph); use --warmup 1 or more for steady-state "
@@ -339,7 +340,24 @@ bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& cri
   warmup_cut_.clear();
   try {
     const double warmup_start_s = criterion.elapsed_s();
-    for (int64_t warm = 1; warm <= settings_.stopping.warmup_steps; ++warm) {
+    const int64_t warmup_steps = settings_.stopping.warmup_steps;
+    const double warmup_time = warmup_time_s(settings_.stopping, backend_.kind());
+    // --warmup steps, then more until --warmup-time has passed since the first began.
+    for (int64_t warm = 1;; ++warm) {
+      const double warmed_s = criterion.elapsed_s() - warmup_start_s;
+      if (warm > warmup_steps && warmed_s >= warmup_time) break;
+      // Steps so slow that warming up alone has spent the --timeout: time one now. (A slow prepare does not
+      // cut warm-up: the first steps' one-time work must stay out of the sample.)
+      if (warm > 1 && warmed_s >= settings_.stopping.timeout_s) {
+        warmup_cut_ = warm <= warmup_steps
+                          ? fmt::format("warm-up cut to {} of {} steps by the {:g} s --timeout", warm - 1,
+                                        warmup_steps, settings_.stopping.timeout_s)
+                          : fmt::format(
+                                "warm-up cut to {} steps, short of the {:g} s --warmup-time, by the {:g} "
+                                "s --timeout",
+                                warm - 1, warmup_time, settings_.stopping.timeout_s);
+        break;
+      }
       if (observer_.should_stop()) {
         interrupted_ = true;
         return false;
@@ -348,14 +366,6 @@ bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& cri
         point.status = PointStatus::error;
         point.reason = fmt::format("non-finite loss (NaN/Inf) at warm-up step {}", warm);
         return true;
-      }
-      // Steps so slow that warming up alone has spent the --timeout: time one now. (A slow prepare does not
-      // cut warm-up: the first steps' one-time work must stay out of the sample.)
-      if (warm < settings_.stopping.warmup_steps &&
-          criterion.elapsed_s() - warmup_start_s >= settings_.stopping.timeout_s) {
-        warmup_cut_ = fmt::format("warm-up cut to {} of {} steps by the {:g} s --timeout", warm,
-                                  settings_.stopping.warmup_steps, settings_.stopping.timeout_s);
-        break;
       }
     }
     observer_.on_timed_start(point);
@@ -560,6 +570,8 @@ void validate(const StoppingSettings& stopping) {
   };
   if (stopping.warmup_steps < 0)
     fail("--warmup", fmt::format("must be at least 0, got {}", stopping.warmup_steps));
+  if (stopping.warmup_time_s && !(std::isfinite(*stopping.warmup_time_s) && *stopping.warmup_time_s >= 0))
+    fail("--warmup-time", fmt::format("must be a number of seconds >= 0, got {}", *stopping.warmup_time_s));
   if (stopping.min_samples < 1)
     fail("--min-samples", fmt::format("must be at least 1, got {}", stopping.min_samples));
   if (!(std::isfinite(stopping.min_time_s) && stopping.min_time_s >= 0))

@@ -278,10 +278,15 @@ class StoppingTest(unittest.TestCase):
     def test_validate_names_flags(self):
         for kw, flag in (({"warmup_steps": -1}, "--warmup"), ({"min_samples": 0}, "--min-samples"),
                          ({"min_time_s": math.inf}, "--min-time"), ({"max_noise_pct": 0}, "--max-noise"),
-                         ({"timeout_s": -1}, "--timeout")):
+                         ({"timeout_s": -1}, "--timeout"), ({"warmup_time_s": -0.5}, "--warmup-time")):
             with self.subTest(flag=flag):
                 with self.assertRaisesRegex(UsageError, "^" + flag):
                     StoppingSettings(**kw).validate()
+
+    def test_warmup_time_defaults_as_batchsweep(self):
+        self.assertEqual(StoppingSettings().resolved_warmup_time_s(cuda=True), 0.2)
+        self.assertEqual(StoppingSettings().resolved_warmup_time_s(cuda=False), 0.0)
+        self.assertEqual(StoppingSettings(warmup_time_s=1.5).resolved_warmup_time_s(cuda=False), 1.5)
 
 
 class ConfigTest(unittest.TestCase):

@@ -87,6 +87,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=d.device, help="auto | cpu | cuda | cuda:N (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=s.warmup_steps, help="untimed steps per point (default: "
                    "%(default)s)")
+    p.add_argument("--warmup-time", type=float, default=None, metavar="S", help="untimed seconds per point at "
+                   "least, after --warmup steps (default: 0.2 on CUDA, 0 on the CPU)")
     p.add_argument("--min-samples", type=int, default=s.min_samples, help="timed steps per point, at least "
                    "(default: %(default)s)")
     p.add_argument("--min-time", type=float, default=s.min_time_s, help="measured seconds per point, at least "
@@ -112,7 +114,7 @@ def parse_settings(argv: list) -> Settings:
     s = Settings(model=a.model, batch=a.batch, mode=a.mode, precision=a.precision, accumulation=a.accumulation,
                  compile=a.compile, compile_mode=a.compile_mode, device=a.device, seed=a.seed,
                  peak_flops=a.peak_flops, json_path=a.json_path, batchsweep=a.batchsweep, quiet=a.quiet)
-    s.stopping = StoppingSettings(warmup_steps=a.warmup, min_samples=a.min_samples, min_time_s=a.min_time,
+    s.stopping = StoppingSettings(warmup_steps=a.warmup, warmup_time_s=a.warmup_time, min_samples=a.min_samples, min_time_s=a.min_time,
                                   max_noise_pct=a.max_noise, timeout_s=a.timeout)
     s.stopping.validate()
     s.batches = parse_batches(a.batch, "--batch")

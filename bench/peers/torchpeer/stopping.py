@@ -14,6 +14,8 @@ from .errors import UsageError
 @dataclass
 class StoppingSettings:
     warmup_steps: int = 3  # untimed steps after building the point
+    # untimed seconds at least after warmup_steps (GPU clocks leave idle); None: 0.2 on CUDA, 0 elsewhere
+    warmup_time_s: Optional[float] = None
     min_samples: int = 10  # timed steps at least
     min_time_s: float = 0.5  # sum of the timed step times at least
     max_noise_pct: float = 1.0  # stddev / mean * 100 of all timed samples at most
@@ -24,6 +26,8 @@ class StoppingSettings:
         """Raises UsageError naming the flag, with batchsweep's messages."""
         if self.warmup_steps < 0:
             raise UsageError(f"--warmup: must be at least 0, got {self.warmup_steps}")
+        if self.warmup_time_s is not None and not (math.isfinite(self.warmup_time_s) and self.warmup_time_s >= 0):
+            raise UsageError(f"--warmup-time: must be a number of seconds >= 0, got {self.warmup_time_s}")
         if self.min_samples < 1:
             raise UsageError(f"--min-samples: must be at least 1, got {self.min_samples}")
         if not (math.isfinite(self.min_time_s) and self.min_time_s >= 0):
@@ -34,6 +38,12 @@ class StoppingSettings:
             raise UsageError(f"--timeout: must be a number of seconds > 0, got {self.timeout_s}")
         if self.max_samples < self.min_samples:
             raise UsageError(f"--min-samples: {self.min_samples} is above the sample cap {self.max_samples}")
+
+    def resolved_warmup_time_s(self, cuda: bool) -> float:
+        """batchsweep's warmup_time_s: --warmup-time where given, else 0.2 s on CUDA (trtexec's warm-up)."""
+        if self.warmup_time_s is not None:
+            return self.warmup_time_s
+        return 0.2 if cuda else 0.0
 
     def to_json(self) -> dict:
         return asdict(self)

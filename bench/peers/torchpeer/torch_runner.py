@@ -191,6 +191,8 @@ class TorchRunner:
         self.loaded, self.graph, self.options, self.device = loaded, graph, options, device
         self.clock = clock or time.monotonic
         self.cuda = device.type == "cuda"
+        # The report's settings say the warm-up time this device got (0.2 s on CUDA unless --warmup-time).
+        options.stopping.warmup_time_s = options.stopping.resolved_warmup_time_s(self.cuda)
         self.notes: dict = {}  # how the steps run, for settings.torch
         self.warnings: list = []
         self.state_factory = PointState
@@ -302,7 +304,14 @@ class TorchRunner:
         try:
             state = self.state_factory(self.loaded, self.graph, opts, self.device, batch, self.notes)
             scale = state.loss_scale()
-            for warm in range(1, warmup + 1):
+            # --warmup steps, then more until --warmup-time has passed (not past --timeout), as batchsweep.
+            warm_start, warm = self.clock(), 0
+            warmup_time = opts.stopping.resolved_warmup_time_s(self.cuda)
+            while True:
+                warmed = self.clock() - warm_start
+                if warm >= warmup and (warmed >= warmup_time or warmed >= opts.stopping.timeout_s):
+                    break
+                warm += 1
                 _, loss, skipped, scale = self._step(state, scale)
                 criterion = criterion or NoiseCriterion(opts.stopping, self.clock)
                 if loss is not None and not math.isfinite(loss) and not skipped:

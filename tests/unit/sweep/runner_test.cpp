@@ -423,6 +423,29 @@ TEST(Runner, TimeoutCutsAWarmUpThatWouldOutlastIt) {
   EXPECT_LT(warm, 40);
 }
 
+// --warmup-time keeps warming up past --warmup steps until that much time has passed (GPU clocks leave idle);
+// the --timeout still cuts it, and says how far it got. The CPU and scripted backends default to none.
+TEST(Runner, WarmUpTimeRunsStepsPastTheWarmUpStepsUntilTheTimeout) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline();
+  config.hang_at_batch = 8;  // 50 ms a step
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = list_settings({8});
+  settings.stopping.timeout_s = 0.22;
+  settings.stopping.warmup_steps = 1;
+  settings.stopping.warmup_time_s = 10.0;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  ASSERT_EQ(outcome.warnings.size(), 1u);
+  const std::string& w = outcome.warnings[0];
+  EXPECT_TRUE(contains(w, "(warm-up cut to ")) << w;
+  EXPECT_TRUE(contains(w, " steps, short of the 10 s --warmup-time, by the 0.22 s --timeout)")) << w;
+  const int warm = std::stoi(w.substr(w.find("cut to ") + 7));
+  EXPECT_GE(warm, 2);  // past the one --warmup step
+  EXPECT_EQ(warmup_time_s(StoppingSettings{}, BackendKind::cuda), kCudaWarmupTimeS);
+  EXPECT_EQ(warmup_time_s(StoppingSettings{}, BackendKind::cpu), 0.0);
+}
+
 TEST(Runner, ManyPointsMissingTheirTargetsMakeOneWarning) {
   const Graph graph = tiny_graph();
   ScriptedConfig config = testing::roofline();

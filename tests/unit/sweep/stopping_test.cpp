@@ -286,6 +286,9 @@ TEST(StoppingSettings, ValidateNamesTheFlag) {
   s.warmup_steps = -1;
   EXPECT_EQ(message_of(s).rfind("--warmup:", 0), 0u);
   s = {};
+  s.warmup_time_s = -0.1;
+  EXPECT_EQ(message_of(s).rfind("--warmup-time:", 0), 0u);
+  s = {};
   s.min_samples = 0;
   EXPECT_EQ(message_of(s).rfind("--min-samples:", 0), 0u);
   s = {};
