@@ -1,8 +1,8 @@
 // Image kernels: im2col / col2im for the conv2d and patch-embedding GEMMs (a chunk of samples at a time,
 // column layout [C*k*k, chunk*HW]), the [C, N*HW] <-> NCHW permutes (with the conv bias), the conv bias
-// gradient, max and average pooling (no padding) and global average pooling, forward and backward. Backward
-// kernels gather instead of scattering, so they need no atomics and are deterministic (except the bias
-// gradient's slabs, which add atomically). Kernels first, then their launchers.
+// gradient, max and average pooling (padding as PyTorch's) and global average pooling, forward and backward.
+// Backward kernels gather instead of scattering, so they need no atomics and are deterministic (except the
+// bias gradient's slabs, which add atomically). Kernels first, then their launchers.
 #include <algorithm>
 
 #include "common.cuh"
@@ -106,13 +106,16 @@ __global__ void channel_sum_kernel(const T* in, float* out, int64_t batch, int64
 
 // The index (within the plane) of the maximum bsw::cpu picks: the first of equal maxima, a NaN always wins.
 template <class T>
+// Only the window's part inside the image: padding is never the maximum.
 __device__ int64_t window_argmax(const PoolGeometry& g, const T* plane, int64_t oh, int64_t ow) {
-  const int64_t h0 = oh * g.stride, w0 = ow * g.stride;
-  int64_t best_index = h0 * g.w + w0;
+  const int64_t h0 = oh * g.stride - g.pad, w0 = ow * g.stride - g.pad;
+  const int64_t i0 = max(h0, int64_t{0}), i1 = min(h0 + g.k, g.h);
+  const int64_t j0 = max(w0, int64_t{0}), j1 = min(w0 + g.k, g.w);
+  int64_t best_index = i0 * g.w + j0;
   float best = to_f32(plane[best_index]);
-  for (int64_t i = 0; i < g.k; ++i) {
-    for (int64_t j = 0; j < g.k; ++j) {
-      const int64_t index = (h0 + i) * g.w + (w0 + j);
+  for (int64_t i = i0; i < i1; ++i) {
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t index = i * g.w + j;
       const float v = to_f32(plane[index]);
       if (v > best || isnan(v)) {
         best = v;
@@ -133,11 +136,13 @@ __global__ void maxpool_forward_kernel(PoolGeometry g, const T* x, T* y) {
   }
 }
 
-// Output rows (or columns) whose window covers input row `ih`: [first, last].
-__device__ inline void covering(int64_t ih, int64_t k, int64_t stride, int64_t out, int64_t& first,
-                                int64_t& last) {
-  first = ih >= k ? (ih - k) / stride + 1 : 0;
-  last = min(ih / stride, out - 1);
+// Output rows (or columns) whose window covers input row `ih`: [first, last] (empty when first > last). With
+// padding, window oh spans padded rows [oh*stride, oh*stride + k), and input row ih is padded row ih + pad.
+__device__ inline void covering(int64_t ih, int64_t pad, int64_t k, int64_t stride, int64_t out,
+                                int64_t& first, int64_t& last) {
+  const int64_t padded = ih + pad;
+  first = padded >= k ? (padded - k) / stride + 1 : 0;
+  last = min(padded / stride, out - 1);
 }
 
 template <class T>
@@ -149,8 +154,8 @@ __global__ void maxpool_backward_kernel(PoolGeometry g, const T* x, const T* dy,
     const T* xp = x + plane * g.h * g.w;
     const T* dyp = dy + plane * g.hout * g.wout;
     int64_t oh0, oh1, ow0, ow1;
-    covering(ih, g.k, g.stride, g.hout, oh0, oh1);
-    covering(iw, g.k, g.stride, g.wout, ow0, ow1);
+    covering(ih, g.pad, g.k, g.stride, g.hout, oh0, oh1);
+    covering(iw, g.pad, g.k, g.stride, g.wout, ow0, ow1);
     float sum = 0.0f;
     for (int64_t oh = oh0; oh <= oh1; ++oh)
       for (int64_t ow = ow0; ow <= ow1; ++ow)
@@ -166,9 +171,11 @@ __global__ void avgpool_forward_kernel(PoolGeometry g, const T* x, T* y) {
   for (int64_t i = global_index(); i < n_total; i += grid_stride()) {
     const int64_t ow = i % g.wout, oh = (i / g.wout) % g.hout, plane = i / (g.wout * g.hout);
     const T* xp = x + plane * g.h * g.w;
+    // Padding counts as zeros in the k*k divisor (PyTorch's count_include_pad=True).
+    const int64_t h0 = oh * g.stride - g.pad, w0 = ow * g.stride - g.pad;
     float sum = 0.0f;
-    for (int64_t a = 0; a < g.k; ++a)
-      for (int64_t b = 0; b < g.k; ++b) sum += to_f32(xp[(oh * g.stride + a) * g.w + ow * g.stride + b]);
+    for (int64_t a = max(h0, int64_t{0}); a < min(h0 + g.k, g.h); ++a)
+      for (int64_t b = max(w0, int64_t{0}); b < min(w0 + g.k, g.w); ++b) sum += to_f32(xp[a * g.w + b]);
     y[i] = from_f32<T>(sum * inv_area);
   }
 }
@@ -181,8 +188,8 @@ __global__ void avgpool_backward_kernel(PoolGeometry g, const T* dy, T* dx) {
     const int64_t iw = i % g.w, ih = (i / g.w) % g.h, plane = i / (g.w * g.h);
     const T* dyp = dy + plane * g.hout * g.wout;
     int64_t oh0, oh1, ow0, ow1;
-    covering(ih, g.k, g.stride, g.hout, oh0, oh1);
-    covering(iw, g.k, g.stride, g.wout, ow0, ow1);
+    covering(ih, g.pad, g.k, g.stride, g.hout, oh0, oh1);
+    covering(iw, g.pad, g.k, g.stride, g.wout, ow0, ow1);
     float sum = 0.0f;
     for (int64_t oh = oh0; oh <= oh1; ++oh)
       for (int64_t ow = ow0; ow <= ow1; ++ow) sum += to_f32(dyp[oh * g.wout + ow]) * inv_area;
@@ -231,8 +238,9 @@ bool valid(const ConvGeometry& g) {
          (g.wout - 1) * g.stride + g.k <= g.w + 2 * g.pad;
 }
 bool valid(const PoolGeometry& g) {
-  return g.batch >= 0 && g.c > 0 && g.k > 0 && g.stride > 0 && g.hout > 0 && g.wout > 0 &&
-         (g.hout - 1) * g.stride + g.k <= g.h && (g.wout - 1) * g.stride + g.k <= g.w;
+  return g.batch >= 0 && g.c > 0 && g.k > 0 && g.stride > 0 && g.hout > 0 && g.wout > 0 && g.pad >= 0 &&
+         2 * g.pad <= g.k && (g.hout - 1) * g.stride + g.k <= g.h + 2 * g.pad &&
+         (g.wout - 1) * g.stride + g.k <= g.w + 2 * g.pad;
 }
 
 }  // namespace

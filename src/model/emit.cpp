@@ -25,7 +25,7 @@ json layer_json(const LayerSpec& layer) {
   out[std::string(schema::kLayerTypeKey)] = info.name;
   for (const auto& f : info.fields) {
     const std::string key(f.key);
-    if (f.int_member) out[key] = layer.*f.int_member;
+    if (f.int_member && !(f.emit_only_nonzero && layer.*f.int_member == 0)) out[key] = layer.*f.int_member;
     if (f.bool_member) out[key] = layer.*f.bool_member;
     if (f.activation_member) out[key] = to_string(layer.*f.activation_member);
   }

@@ -22,9 +22,13 @@ constexpr std::array<LayerField, 6> kConv2dFields{{
     {.key = "bias", .bool_member = &LayerSpec::bias},
     {.key = "activation", .activation_member = &LayerSpec::activation},
 }};
-constexpr std::array<LayerField, 2> kPoolFields{{
+constexpr std::array<LayerField, 3> kPoolFields{{
     {.key = "kernel_size", .required = true, .int_member = &LayerSpec::kernel_size},
     {.key = "stride", .int_member = &LayerSpec::stride},
+    {.key = "padding",
+     .rule = IR::non_negative,
+     .int_member = &LayerSpec::padding,
+     .emit_only_nonzero = true},
 }};
 constexpr std::array<LayerField, 1> kEmbeddingFields{{
     {.key = "dim", .required = true, .int_member = &LayerSpec::dim},

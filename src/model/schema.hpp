@@ -31,6 +31,9 @@ struct LayerField {
   int64_t LayerSpec::*int_member = nullptr;
   bool LayerSpec::*bool_member = nullptr;
   Activation LayerSpec::*activation_member = nullptr;
+  // Written out only where it is not 0: a field added after reports were written (a pool's padding), so the
+  // resolved model (settings.model) of a config without it reads as it did, and compare and --resume match.
+  bool emit_only_nonzero = false;
 };
 
 struct LayerInfo {

@@ -247,6 +247,10 @@ class Lowerer {
     const int64_t c = shape_[0], h = shape_[1], w = shape_[2];
     if (k <= 0) fail(l.json_path + ".kernel_size", "must be a positive integer");
     if (stride <= 0) fail(l.json_path + ".stride", "must be a positive integer");
+    // PyTorch's rule for pools: a window that is all padding would have no value (max) or divide zeros (avg).
+    if (kind != OpKind::conv2d && 2 * pad > k)
+      fail(l.json_path + ".padding",
+           fmt::format("{} is more than half the kernel size {} (PyTorch's limit for pooling)", pad, k));
     if (h + 2 * pad < k || w + 2 * pad < k)
       fail(l.json_path + ".kernel_size",
            fmt::format("kernel {} is larger than the {}x{} input{}", k, h, w,
@@ -286,10 +290,10 @@ class Lowerer {
         conv_like(l, path, OpKind::conv2d, l.kernel_size, l.stride, l.padding);
         break;
       case LayerType::maxpool2d:
-        conv_like(l, path, OpKind::maxpool2d, l.kernel_size, l.stride, 0);
+        conv_like(l, path, OpKind::maxpool2d, l.kernel_size, l.stride, l.padding);
         break;
       case LayerType::avgpool2d:
-        conv_like(l, path, OpKind::avgpool2d, l.kernel_size, l.stride, 0);
+        conv_like(l, path, OpKind::avgpool2d, l.kernel_size, l.stride, l.padding);
         break;
       case LayerType::global_avgpool: {
         require_not_ids(l);

@@ -163,11 +163,13 @@ TEST_P(GpuOps, EmbeddingForwardAndBackward) {
 }
 
 TEST_P(GpuOps, PoolingForwardAndBackward) {
-  for (const auto& [k_size, stride] : {std::pair<int64_t, int64_t>{2, 2}, {3, 2}, {3, 1}}) {
+  // (kernel, stride, padding): with padding as the ResNet stem's MaxPool2d(3, 2, padding=1).
+  for (const auto& [k_size, stride, pad] :
+       {std::tuple<int64_t, int64_t, int64_t>{2, 2, 0}, {3, 2, 0}, {3, 1, 0}, {3, 2, 1}, {2, 1, 1}}) {
     const int64_t batch = 2, c = 3, h = 9, w = 8;
-    const int64_t hout = (h - k_size) / stride + 1, wout = (w - k_size) / stride + 1;
-    const cpu::PoolShape s{batch, c, h, w, k_size, stride, hout, wout};
-    const k::PoolGeometry g{batch, c, h, w, k_size, stride, hout, wout};
+    const int64_t hout = (h + 2 * pad - k_size) / stride + 1, wout = (w + 2 * pad - k_size) / stride + 1;
+    const cpu::PoolShape s{batch, c, h, w, k_size, stride, hout, wout, pad};
+    const k::PoolGeometry g{batch, c, h, w, k_size, stride, hout, wout, pad};
     const std::vector<float> x = input(batch * c * h * w, 12), dy = input(batch * c * hout * wout, 13);
     std::vector<float> y_ref(dy.size()), dx_ref(x.size()), avg_ref(dy.size()), davg_ref(x.size());
     cpu::maxpool2d_forward(s, x.data(), y_ref.data());

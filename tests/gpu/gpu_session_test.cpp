@@ -63,12 +63,14 @@ constexpr const char* kResidualOfInput = R"({"name": "residual-of-input",
              {"type": "linear", "out_features": 10}],
   "loss": "cross_entropy"})";
 
-// A pool before the first layer that learns, and a residual around the conv after it: no gradient before it.
+// A pool before the first layer that learns (padded, as the ResNet stem's), and a residual around the conv
+// after it: no gradient before it. Then an average pool that counts its padding.
 constexpr const char* kPoolFirst = R"({"name": "pool-first",
   "input": {"type": "image", "channels": 3, "height": 12, "width": 12},
-  "layers": [{"type": "maxpool2d", "kernel_size": 2},
+  "layers": [{"type": "maxpool2d", "kernel_size": 3, "stride": 2, "padding": 1},
              {"type": "residual", "layers": [{"type": "conv2d", "out_channels": 3, "kernel_size": 3, "padding": 1,
                                               "activation": "relu"}]},
+             {"type": "avgpool2d", "kernel_size": 2, "stride": 1, "padding": 1},
              {"type": "global_avgpool"}, {"type": "linear", "out_features": 5}],
   "loss": "cross_entropy"})";
 

@@ -70,7 +70,7 @@ EVERY_LAYER = {
         {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "activation": "silu"},
         {"type": "residual", "layers": [
             {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "activation": "tanh"}]},
-        {"type": "maxpool2d", "kernel_size": 2},
+        {"type": "maxpool2d", "kernel_size": 3, "stride": 2, "padding": 1},
         {"type": "avgpool2d", "kernel_size": 2, "stride": 1},
         {"type": "patch_embedding", "patch_size": 7, "dim": 16},
         {"type": "attention", "heads": 2, "causal": True},
@@ -315,7 +315,8 @@ class ConfigTest(unittest.TestCase):
         cfg = resolve_config(EVERY_LAYER, "every.json")
         self.assertEqual(cfg["layers"][0], {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "stride": 1,
                                             "padding": 1, "bias": True, "activation": "silu", "repeat": 1})
-        self.assertEqual(cfg["layers"][2], {"type": "maxpool2d", "kernel_size": 2, "stride": 2, "repeat": 1})
+        self.assertEqual(cfg["layers"][2], {"type": "maxpool2d", "kernel_size": 3, "stride": 2, "padding": 1, "repeat": 1})
+        self.assertEqual(cfg["layers"][3], {"type": "avgpool2d", "kernel_size": 2, "stride": 1, "repeat": 1})  # padding 0: left out
         self.assertEqual(cfg["layers"][3]["stride"], 1)
         self.assertEqual(cfg["optimizer"], {"type": "sgd", "learning_rate": 0.01, "momentum": 0.9})
         tiny = resolve_config(TINY_MLP, "tiny.json")

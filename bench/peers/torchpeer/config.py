@@ -21,13 +21,15 @@ MAX_CONFIG_BYTES = 16 << 20
 REQUIRED = object()  # marks a field without a default
 
 # Per layer type: (key, kind, default) in batchsweep's emit order. kind: "int+" (positive), "int0"
-# (non-negative), "bool", "activation". Pools' stride defaults to their kernel size (None here).
+# (non-negative), "bool", "activation". Pools' stride defaults to their kernel size (None here). A pool's
+# padding is written out only where it is not 0 (batchsweep's emit_only_nonzero: it came later).
+EMIT_ONLY_NONZERO = {("maxpool2d", "padding"), ("avgpool2d", "padding")}
 LAYER_FIELDS = {
     "linear": [("out_features", "int+", REQUIRED), ("bias", "bool", True), ("activation", "activation", "none")],
     "conv2d": [("out_channels", "int+", REQUIRED), ("kernel_size", "int+", REQUIRED), ("stride", "int+", 1),
                ("padding", "int0", 0), ("bias", "bool", True), ("activation", "activation", "none")],
-    "maxpool2d": [("kernel_size", "int+", REQUIRED), ("stride", "int+", None)],
-    "avgpool2d": [("kernel_size", "int+", REQUIRED), ("stride", "int+", None)],
+    "maxpool2d": [("kernel_size", "int+", REQUIRED), ("stride", "int+", None), ("padding", "int0", 0)],
+    "avgpool2d": [("kernel_size", "int+", REQUIRED), ("stride", "int+", None), ("padding", "int0", 0)],
     "global_avgpool": [],
     "flatten": [],
     "layernorm": [],
@@ -197,6 +199,8 @@ class _Parser:
                 out[key] = self.read_choice(v[key], here, ACTIVATIONS, "activation")
             else:
                 out[key] = self.read_int(v[key], here, rule)
+            if (kind, key) in EMIT_ONLY_NONZERO and out[key] == 0:
+                del out[key]
         inner_expanded = 1
         if kind == "residual":
             if depth >= MAX_RESIDUAL_DEPTH:
@@ -445,6 +449,8 @@ class _Lowerer:
     def conv_like(self, layer: dict, path: str, kind: str, k: int, stride: int, pad: int):
         self.require_image(layer, path)
         c, h, w = self.shape
+        if kind != "conv2d" and 2 * pad > k:
+            self.fail(f"{path}.padding", f"{pad} is more than half the kernel size {k} (PyTorch's limit for pooling)")
         if h + 2 * pad < k or w + 2 * pad < k:
             padded = f" padded by {pad}" if pad else ""
             self.fail(f"{path}.kernel_size", f"kernel {k} is larger than the {h}x{w} input{padded}")
@@ -453,7 +459,7 @@ class _Lowerer:
         self.set_shape([cout, hout, wout], path)
         if kind != "conv2d":
             self.op()
-            return self.make(kind, kernel_size=k, stride=stride)
+            return self.make(kind, kernel_size=k, stride=stride, padding=pad)
         self.add_params(cout * c * k * k + (cout if layer["bias"] else 0), path)
         self.graph.forward_flops_per_sample += 2.0 * cout * (c * k * k) * (hout * wout)
         self.op(2.0 * cout * (c * k * k) * (hout * wout), learns=True)
@@ -467,7 +473,7 @@ class _Lowerer:
         if kind == "conv2d":
             return self.conv_like(layer, path, kind, layer["kernel_size"], layer["stride"], layer["padding"])
         if kind in ("maxpool2d", "avgpool2d"):
-            return self.conv_like(layer, path, kind, layer["kernel_size"], layer["stride"], 0)
+            return self.conv_like(layer, path, kind, layer["kernel_size"], layer["stride"], layer.get("padding", 0))
         if kind == "global_avgpool":
             self.require_not_ids(layer, path)
             self.op()

@@ -144,9 +144,9 @@ def _build(kind: str, **d) -> nn.Module:
         return Conv2dAct(d["in_channels"], d["out_channels"], d["kernel_size"], d["stride"], d["padding"],
                          d["bias"], d["activation"])
     if kind == "maxpool2d":
-        return nn.MaxPool2d(d["kernel_size"], stride=d["stride"], padding=0)
+        return nn.MaxPool2d(d["kernel_size"], stride=d["stride"], padding=d["padding"])
     if kind == "avgpool2d":
-        return nn.AvgPool2d(d["kernel_size"], stride=d["stride"], padding=0)
+        return nn.AvgPool2d(d["kernel_size"], stride=d["stride"], padding=d["padding"])  # count_include_pad
     if kind == "global_avgpool":
         return GlobalAvgPool(d["tokens_layout"])
     if kind == "flatten":

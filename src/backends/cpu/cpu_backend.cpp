@@ -454,8 +454,8 @@ class CpuSession final : public Session, public CpuSessionProbe {
                      op.kernel,           op.stride,   op.padding, op.out_height, op.out_width};
   }
   PoolShape pool_shape(const Op& op) const {
-    return PoolShape{plan_.request.batch, op.channels, op.height,     op.width,
-                     op.kernel,           op.stride,   op.out_height, op.out_width};
+    return PoolShape{plan_.request.batch, op.channels,   op.height,    op.width,  op.kernel,
+                     op.stride,           op.out_height, op.out_width, op.padding};
   }
 
   // ---- loss and backward

@@ -50,6 +50,8 @@ void conv2d_backward(const ConvShape& s, const float* x, const float* w, const f
 // overwritten.
 struct PoolShape {
   int64_t batch, c, h, w, k, stride, hout, wout;
+  int64_t
+      pad;  // on each side; max pooling ignores the padding, average pooling counts it (PyTorch's defaults)
 };
 void maxpool2d_forward(const PoolShape& s, const float* x, float* y);
 // Gradient goes to the first maximum of each window (PyTorch's choice; a NaN always wins, as in ATen); the

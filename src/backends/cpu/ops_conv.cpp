@@ -72,14 +72,16 @@ void col2im(const ConvShape& s, const float* dcol, float* dx) {
 
 // Index within a pooling window of the maximum PyTorch picks: the first of equal maxima; a NaN always wins
 // (the last NaN when there are several), as in ATen's `if (val > maxval || isnan(val))`.
+// The window's part inside the image: padding is never the maximum (PyTorch pads with -inf).
 [[nodiscard]] int64_t window_argmax(const PoolShape& s, const float* xc, int64_t oh, int64_t ow) {
-  const int64_t h0 = oh * s.stride;
-  const int64_t w0 = ow * s.stride;
-  int64_t best_index = h0 * s.w + w0;
+  const int64_t h0 = oh * s.stride - s.pad, w0 = ow * s.stride - s.pad;
+  const int64_t i0 = std::max<int64_t>(h0, 0), i1 = std::min(h0 + s.k, s.h);
+  const int64_t j0 = std::max<int64_t>(w0, 0), j1 = std::min(w0 + s.k, s.w);
+  int64_t best_index = i0 * s.w + j0;
   float best = xc[best_index];
-  for (int64_t i = 0; i < s.k; ++i) {
-    for (int64_t j = 0; j < s.k; ++j) {
-      const int64_t index = (h0 + i) * s.w + (w0 + j);
+  for (int64_t i = i0; i < i1; ++i) {
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t index = i * s.w + j;
       const float v = xc[index];
       if (v > best || std::isnan(v)) {
         best = v;
@@ -237,11 +239,11 @@ void avgpool2d_forward(const PoolShape& s, const float* x, float* y) {
     float* yc = y + plane * s.hout * s.wout;
     for (int64_t oh = 0; oh < s.hout; ++oh) {
       for (int64_t ow = 0; ow < s.wout; ++ow) {
+        // Padding counts as zeros in the k*k divisor (PyTorch's count_include_pad=True).
+        const int64_t h0 = oh * s.stride - s.pad, w0 = ow * s.stride - s.pad;
         float sum = 0.0f;
-        for (int64_t i = 0; i < s.k; ++i) {
-          const float* row = xc + (oh * s.stride + i) * s.w + ow * s.stride;
-          for (int64_t j = 0; j < s.k; ++j) sum += row[j];
-        }
+        for (int64_t i = std::max<int64_t>(h0, 0); i < std::min(h0 + s.k, s.h); ++i)
+          for (int64_t j = std::max<int64_t>(w0, 0); j < std::min(w0 + s.k, s.w); ++j) sum += xc[i * s.w + j];
         yc[oh * s.wout + ow] = sum * inv_area;
       }
     }
@@ -257,10 +259,10 @@ void avgpool2d_backward(const PoolShape& s, const float* dy, float* dx) {
     for (int64_t oh = 0; oh < s.hout; ++oh) {
       for (int64_t ow = 0; ow < s.wout; ++ow) {
         const float share = dyc[oh * s.wout + ow] * inv_area;
-        for (int64_t i = 0; i < s.k; ++i) {
-          float* row = dxc + (oh * s.stride + i) * s.w + ow * s.stride;
-          for (int64_t j = 0; j < s.k; ++j) row[j] += share;
-        }
+        const int64_t h0 = oh * s.stride - s.pad, w0 = ow * s.stride - s.pad;
+        for (int64_t i = std::max<int64_t>(h0, 0); i < std::min(h0 + s.k, s.h); ++i)
+          for (int64_t j = std::max<int64_t>(w0, 0); j < std::min(w0 + s.k, s.w); ++j)
+            dxc[i * s.w + j] += share;
       }
     }
   }

@@ -108,6 +108,7 @@ void channel_sum_accumulate(DType t, const void* in, float* out, int64_t batch, 
 
 struct PoolGeometry {
   int64_t batch = 0, c = 0, h = 0, w = 0, k = 1, stride = 1, hout = 0, wout = 0;
+  int64_t pad = 0;  // on each side: max pooling ignores it, average pooling counts it (PyTorch's defaults)
 };
 void maxpool_forward(DType t, const PoolGeometry& g, const void* x, void* y, cudaStream_t stream);
 // Gradient to the first maximum of each window (a NaN wins), as bsw::cpu::maxpool2d_backward. dx overwritten.

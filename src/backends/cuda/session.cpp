@@ -598,7 +598,8 @@ class CudaSession final : public Session {
   }
 
   [[nodiscard]] kernels::PoolGeometry pool(const Op& op) const {
-    return {batch(), op.channels, op.height, op.width, op.kernel, op.stride, op.out_height, op.out_width};
+    return {batch(),   op.channels,   op.height,    op.width,  op.kernel,
+            op.stride, op.out_height, op.out_width, op.padding};
   }
   [[nodiscard]] static kernels::ConvGeometry conv(const Op& op) {
     return {op.channels, op.height, op.width, op.kernel, op.stride, op.padding, op.out_height, op.out_width};

@@ -68,6 +68,14 @@ constexpr const char* kPools = R"({"name": "pools",
              {"type": "linear", "out_features": 4, "activation": "gelu"},
              {"type": "linear", "out_features": 3}]})";
 
+// Padded pools (the ResNet stem's max pool, an average pool counting its padding) through the whole backward.
+constexpr const char* kPaddedPools = R"({"name": "padded-pools",
+  "input": {"type": "image", "channels": 2, "height": 7, "width": 7},
+  "layers": [{"type": "conv2d", "out_channels": 2, "kernel_size": 3, "padding": 1, "activation": "tanh"},
+             {"type": "maxpool2d", "kernel_size": 3, "stride": 2, "padding": 1},
+             {"type": "avgpool2d", "kernel_size": 2, "stride": 1, "padding": 1},
+             {"type": "flatten"}, {"type": "linear", "out_features": 3}]})";
+
 // Residuals of the network input, nested, then one of a layer's output: no gradient stash for the first two.
 constexpr const char* kResidualOfInput = R"({"name": "residual-of-input",
   "input": {"type": "vector", "features": 6},
@@ -129,6 +137,7 @@ TEST(CpuBackend, GradientsOfEveryLayerMatchFiniteDifferences) {
   check_gradients(kPools, 2);
   check_gradients(kResidualOfInput, 3);
   check_gradients(kPoolFirst, 2);
+  check_gradients(kPaddedPools, 2);
 }
 
 // Exact by construction (the session allocates Plan::buffers and nothing else); this pins it for the small

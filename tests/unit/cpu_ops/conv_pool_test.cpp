@@ -137,9 +137,9 @@ TEST(Conv2d, GradientsMatchFiniteDifferences) {
 // ---- pooling
 // ------------------------------------------------------------------------------------------------------
 
-[[nodiscard]] PoolShape pool_shape(int64_t batch, int64_t c, int64_t h, int64_t w, int64_t k,
-                                   int64_t stride) {
-  return {batch, c, h, w, k, stride, (h - k) / stride + 1, (w - k) / stride + 1};
+[[nodiscard]] PoolShape pool_shape(int64_t batch, int64_t c, int64_t h, int64_t w, int64_t k, int64_t stride,
+                                   int64_t pad = 0) {
+  return {batch, c, h, w, k, stride, (h + 2 * pad - k) / stride + 1, (w + 2 * pad - k) / stride + 1, pad};
 }
 
 TEST(MaxPool, ForwardHandExample) {
@@ -160,6 +160,23 @@ TEST(MaxPool, ForwardHandExample) {
                                     0, 1, 0, 1,  //
                                     1, 0, 1, 0,  //
                                     0, 0, 0, 0}));
+}
+
+// PyTorch's MaxPool2d(3, 2, padding=1) (the ResNet stem's): padding is -inf, never the maximum, even over
+// negative values; the gradient goes to the first maximum inside the image.
+TEST(MaxPool, PaddingIsNeverTheMaximum) {
+  const std::vector<float> x = {-1, -2, -3,  //
+                                -4, -5, -6,  //
+                                -7, -8, -9};
+  const PoolShape s = pool_shape(1, 1, 3, 3, 3, 2, 1);
+  ASSERT_EQ(s.hout, 2);
+  std::vector<float> y(4);
+  maxpool2d_forward(s, x.data(), y.data());
+  // Windows over rows/cols [-1, 1], [-1, 1]x[1, 3], [1, 3]x[-1, 1], [1, 3]x[1, 3].
+  EXPECT_EQ(y, (std::vector<float>{-1, -2, -4, -5}));
+  std::vector<float> dx = testing::nan_filled(9);
+  maxpool2d_backward(s, x.data(), std::vector<float>{1, 2, 3, 4}.data(), dx.data());
+  EXPECT_EQ(dx, (std::vector<float>{1, 2, 0, 3, 4, 0, 0, 0, 0}));
 }
 
 TEST(MaxPool, NanPropagatesAndTakesTheGradient) {
@@ -185,7 +202,8 @@ TEST(MaxPool, NanPropagatesAndTakesTheGradient) {
 
 TEST(MaxPool, GradientsMatchFiniteDifferences) {
   Rng rng(13);
-  for (const PoolShape& s : {pool_shape(2, 2, 4, 6, 2, 2), pool_shape(1, 2, 7, 7, 3, 2)}) {
+  for (const PoolShape& s :
+       {pool_shape(2, 2, 4, 6, 2, 2), pool_shape(1, 2, 7, 7, 3, 2), pool_shape(1, 2, 7, 6, 3, 2, 1)}) {
     std::vector<float> x = distinct_values(s.batch * s.c * s.h * s.w, 14);
     const int64_t out_n = s.batch * s.c * s.hout * s.wout;
     const std::vector<float> r = rng.vec(out_n);
@@ -205,11 +223,16 @@ TEST(AvgPool, ForwardAndGradients) {
   std::vector<float> hand_y(4);
   avgpool2d_forward(pool_shape(1, 1, 3, 3, 2, 1), hand.data(), hand_y.data());
   EXPECT_EQ(hand_y, (std::vector<float>{3, 4, 6, 7}));
+  // Padding counts as zeros in the k*k divisor (PyTorch's count_include_pad=True): k=2, s=2, pad 1 on 3x3.
+  std::vector<float> padded_y(4);
+  avgpool2d_forward(pool_shape(1, 1, 3, 3, 2, 2, 1), hand.data(), padded_y.data());
+  EXPECT_EQ(padded_y, (std::vector<float>{0.25f, (2 + 3) / 4.0f, (4 + 7) / 4.0f, (5 + 6 + 8 + 9) / 4.0f}));
 
   Rng rng(15);
   // Non-overlapping, overlapping (stride < k) and a window grid that leaves a border uncovered.
   for (const PoolShape& s :
-       {pool_shape(2, 2, 4, 4, 2, 2), pool_shape(1, 2, 5, 5, 3, 1), pool_shape(1, 1, 5, 5, 2, 2)}) {
+       {pool_shape(2, 2, 4, 4, 2, 2), pool_shape(1, 2, 5, 5, 3, 1), pool_shape(1, 1, 5, 5, 2, 2),
+        pool_shape(1, 2, 5, 6, 3, 2, 1), pool_shape(1, 1, 4, 4, 2, 1, 1)}) {
     std::vector<float> x = rng.vec(s.batch * s.c * s.h * s.w);
     const int64_t out_n = s.batch * s.c * s.hout * s.wout;
     const std::vector<float> r = rng.vec(out_n);

@@ -1,6 +1,7 @@
 // Planner tests: parameter and FLOP counts by the model format's conventions on hand-computed models, shape
 // errors with JSON paths, and the buffer accounting (categories, precisions, modes, backends, max-fit
 // search).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "batchsweep/errors.hpp"
@@ -171,6 +172,28 @@ TEST(Plan, AWideInputSizesOnlyTheDataBuffer) {
     if (residual) {
       EXPECT_EQ(infer.buffer("act.residual[0]").elements, 64u * 1000u);
     }
+  }
+}
+
+// Pools take PyTorch's padding: floor((H + 2p - k) / s) + 1 (the ResNet stem's 3x3/2 pool with padding 1
+// turns 112 into 56), at most half the kernel.
+TEST(Plan, PoolsArePaddedAsInPyTorch) {
+  const Graph g =
+      graph_of(R"({"name": "m", "input": {"type": "image", "channels": 64, "height": 112, "width": 112},
+    "layers": [{"type": "maxpool2d", "kernel_size": 3, "stride": 2, "padding": 1},
+               {"type": "avgpool2d", "kernel_size": 2, "padding": 1},
+               {"type": "flatten"}, {"type": "linear", "out_features": 5}]})");
+  EXPECT_EQ(g.ops[0].out_shape, (std::vector<int64_t>{64, 56, 56}));
+  EXPECT_EQ(g.ops[0].padding, 1);
+  EXPECT_EQ(g.ops[1].out_shape, (std::vector<int64_t>{64, 29, 29}));
+  try {
+    (void)graph_of(R"({"name": "m", "input": {"type": "image", "channels": 1, "height": 8, "width": 8},
+      "layers": [{"type": "maxpool2d", "kernel_size": 3, "padding": 2}, {"type": "flatten"},
+                 {"type": "linear", "out_features": 2}]})");
+    ADD_FAILURE() << "padding over half the kernel was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(std::string(e.what()),
+                ::testing::HasSubstr("layers[0].padding: 2 is more than half the kernel size 3"));
   }
 }
 
