@@ -1,7 +1,9 @@
 // Comparing sweeps: the first report is the baseline A, the others (B, C, ...) are set against it batch by
-// batch. A verdict needs both a significant Mann-Whitney U test on the raw step times (alpha 0.01) and a
-// throughput change beyond a minimum effect (1%), so noise alone never reads as a regression. Where the
-// samples are too few for the test ever to reach alpha, the minimum effect alone decides.
+// batch. A verdict needs a throughput change beyond a minimum effect (1%) and a significant test on the raw
+// step times: Mann-Whitney U (a shift of the steps) or Welch's t (a change of their mean, which throughput is
+// made of), each at alpha / 2 (alpha 0.01 together), so noise alone reads as a change at most alpha of the
+// time. Where the samples are too few for the rank test ever to reach alpha / 2, the minimum effect and the
+// means' noise decide.
 #pragma once
 
 #include <cstdint>
@@ -66,15 +68,16 @@ struct CompareDelta {
   double ratio = 0;  // B/A samples per second; NaN when either point is not ok
   Verdict verdict = Verdict::not_comparable;
   bool from_samples = false;  // false: a throughput threshold only, shown as "(no samples)"
-  // Samples on both sides, but too few for the test ever to reach alpha on them (3 a side: p >= 0.1; 2
-  // against more than 20, where the normal approximation is used: p >= 0.014). The threshold decides, and a
+  // Samples on both sides, but too few for the rank test ever to reach alpha / 2 on them (3 a side: p >= 0.1;
+  // 2 against more than 20, where the normal approximation is used: p >= 0.014). The threshold decides, and a
   // change within twice the combined standard error of the two mean step times is "same": "(few samples)".
   bool few_samples = false;
   std::optional<double> p_value;  // two-sided Mann-Whitney p, when from_samples
-  // from_samples, and the verdict rests on the mean step time, which throughput is made of: it moved beyond
-  // both means' standard errors at the same alpha though the rank test did not reject (a few much slower
-  // steps move the mean, and so the throughput, but barely the ranks).
+  // from_samples, and the verdict rests on the mean step time, which throughput is made of: Welch's t-test
+  // rejected at alpha / 2 though the rank test did not (a few much slower steps move the mean, and so the
+  // throughput, but barely the ranks).
   bool from_mean = false;
+  std::optional<double> mean_p_value;  // two-sided Welch's t-test p on the mean step times, when from_samples
   // The geometric mean's verdict also held the change to the means' combined noise (every row had samples).
   bool noise_checked = false;
 };

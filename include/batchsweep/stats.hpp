@@ -47,6 +47,21 @@ inline constexpr std::size_t kMannWhitneyExactMaxN = 20;
 // p = 1. Throws std::invalid_argument when either sample is empty or holds a non-finite value.
 [[nodiscard]] MannWhitneyResult mann_whitney_u(std::span<const double> a, std::span<const double> b);
 
+// Welch's t-test of the difference of two means (unequal variances, Welch-Satterthwaite degrees of freedom),
+// p from Student's t distribution. t > 0 when a's mean is larger. Both samples need 2 values or more; when
+// both have no spread, t is 0 (equal means: p = 1) or infinite (p = 0). Throws std::invalid_argument for
+// fewer than 2 values or a non-finite one.
+struct WelchResult {
+  double t = 0;
+  double df = 0;
+  double p_value = 1;  // two-sided
+};
+[[nodiscard]] WelchResult welch_t_test(std::span<const double> a, std::span<const double> b);
+
+// P(|T| >= |t|) for Student's t with df > 0 degrees of freedom: the regularized incomplete beta
+// I_{df/(df+t^2)}(df/2, 1/2), by its continued fraction.
+[[nodiscard]] double student_t_two_sided_p(double t, double df);
+
 // exp(mean(log r)) of ratios (e.g. candidate / baseline throughput per batch); nullopt for no ratios.
 // Throws std::invalid_argument naming the index of a ratio that is not finite and > 0.
 [[nodiscard]] std::optional<double> geometric_mean(std::span<const double> ratios);

@@ -79,9 +79,9 @@ inline constexpr double kCudaWarmupTimeS = 0.2;
   return stopping.warmup_time_s.value_or(backend == BackendKind::cuda ? kCudaWarmupTimeS : 0.0);
 }
 
-// Throws UsageError naming the flag (--warmup, --min-samples, --min-time, --max-noise, --timeout) for a value
-// out of range: warmup >= 0, min_samples in 1..max_samples, min_time >= 0, max_noise > 0, timeout > 0, all
-// finite.
+// Throws UsageError naming the flag (--warmup, --warmup-time, --min-samples, --min-time, --max-noise,
+// --timeout) for a value out of range: warmup >= 0, warmup_time >= 0, min_samples in 1..max_samples, min_time
+// >= 0, max_noise > 0, timeout > 0, all finite.
 void validate(const StoppingSettings& stopping);
 
 // Decides when a point has been measured enough. The runner feeds every timed step and asks after each one.

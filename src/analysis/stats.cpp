@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 #include <vector>
@@ -80,6 +81,76 @@ double relative_noise(const StepStats& stats) {
 double relative_noise(std::span<const double> samples) {
   if (samples.size() < 2) return 0.0;
   return relative_noise(summarize(samples));
+}
+
+namespace {
+
+// The continued fraction of the regularized incomplete beta I_x(a, b) (modified Lentz), valid for
+// x < (a + 1) / (a + b + 2); the caller uses the symmetry I_x(a, b) = 1 - I_{1-x}(b, a) elsewhere.
+double beta_continued_fraction(double a, double b, double x) {
+  constexpr double kTiny = 1e-300;
+  double c = 1.0, d = 1.0 - (a + b) * x / (a + 1.0);
+  d = 1.0 / (std::fabs(d) < kTiny ? kTiny : d);
+  double h = d;
+  for (int m = 1; m <= 500; ++m) {
+    const double m2 = 2.0 * m;
+    double num = m * (b - m) * x / ((a + m2 - 1.0) * (a + m2));
+    d = 1.0 + num * d;
+    c = 1.0 + num / c;
+    d = 1.0 / (std::fabs(d) < kTiny ? kTiny : d);
+    c = std::fabs(c) < kTiny ? kTiny : c;
+    h *= d * c;
+    num = -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1.0));
+    d = 1.0 + num * d;
+    c = 1.0 + num / c;
+    d = 1.0 / (std::fabs(d) < kTiny ? kTiny : d);
+    c = std::fabs(c) < kTiny ? kTiny : c;
+    const double step = d * c;
+    h *= step;
+    if (std::fabs(step - 1.0) < 1e-15) break;
+  }
+  return h;
+}
+
+double incomplete_beta(double a, double b, double x) {
+  if (x <= 0.0) return 0.0;
+  if (x >= 1.0) return 1.0;
+  const double front =
+      std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) + b * std::log1p(-x));
+  if (x < (a + 1.0) / (a + b + 2.0)) return front * beta_continued_fraction(a, b, x) / a;
+  return 1.0 - front * beta_continued_fraction(b, a, 1.0 - x) / b;
+}
+
+}  // namespace
+
+double student_t_two_sided_p(double t, double df) {
+  if (!(df > 0.0) || std::isnan(t))
+    throw std::invalid_argument(fmt::format("student_t_two_sided_p: t {} with {} degrees of freedom", t, df));
+  if (std::isinf(t)) return 0.0;
+  return std::clamp(incomplete_beta(df / 2.0, 0.5, df / (df + t * t)), 0.0, 1.0);
+}
+
+WelchResult welch_t_test(std::span<const double> a, std::span<const double> b) {
+  require_finite(a, "welch_t_test: sample a");
+  require_finite(b, "welch_t_test: sample b");
+  if (a.size() < 2 || b.size() < 2)
+    throw std::invalid_argument(
+        fmt::format("welch_t_test: needs 2 values a side, got {} and {}", a.size(), b.size()));
+  const StepStats sa = summarize(a), sb = summarize(b);
+  const double na = static_cast<double>(a.size()), nb = static_cast<double>(b.size());
+  const double va = sa.stddev * sa.stddev / na, vb = sb.stddev * sb.stddev / nb;
+  WelchResult r;
+  const double diff = sa.mean - sb.mean;
+  if (va + vb == 0.0) {
+    r.t = diff == 0.0 ? 0.0 : std::copysign(std::numeric_limits<double>::infinity(), diff);
+    r.df = na + nb - 2.0;
+    r.p_value = diff == 0.0 ? 1.0 : 0.0;
+    return r;
+  }
+  r.t = diff / std::sqrt(va + vb);
+  r.df = (va + vb) * (va + vb) / (va * va / (na - 1.0) + vb * vb / (nb - 1.0));
+  r.p_value = student_t_two_sided_p(r.t, r.df);
+  return r;
 }
 
 std::optional<double> geometric_mean(std::span<const double> ratios) {

@@ -445,6 +445,15 @@ void print_warnings(const std::vector<std::string>& warnings) {
     std::fprintf(stderr, "%swarning:%s %s\n", color ? "\033[33m" : "", color ? "\033[0m" : "", w.c_str());
 }
 
+// Training needs something to train: a model of pools alone has no gradients or optimizer to run.
+void check_trainable(const Graph& graph, Mode mode) {
+  if (mode == Mode::train && graph.parameters == 0)
+    throw UsageError(fmt::format(
+        "--mode train: model '{}' has no parameters to train (no linear, conv2d, layernorm or embedding "
+        "layer); use --mode infer",
+        graph.model_name));
+}
+
 }  // namespace
 
 int plan_command(const PlanSettings& s) {
@@ -452,6 +461,7 @@ int plan_command(const PlanSettings& s) {
   check_inputs_spared({{"--json", s.json_path, s.json_path}}, {model_input(s.model)});
   const ModelSpec model = load_model(s.model);
   const Graph graph = lower(model);
+  check_trainable(graph, s.mode);
   const BatchSpec spec = parse_batch_spec(s.batch, "--batch");
   if (spec.auto_search) throw UsageError("--batch: plan needs explicit batches (auto is for run)");
   BackendKind kind = BackendKind::cpu;
@@ -716,6 +726,7 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
       {model_input(s.model), {"the --script file", s.script}, {"the --resume report", s.resume_path, true}});
   const ModelSpec model = load_model(s.model);
   const Graph graph = lower(model);
+  check_trainable(graph, s.sweep.mode);
   std::unique_ptr<Backend> backend = make_backend(s.backend, s.script, s.device);
   const AnalysisOptions options = analysis_options(s.analysis);
 

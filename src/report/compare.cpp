@@ -1,6 +1,6 @@
-// Compare: set each run against the baseline batch by batch (Mann-Whitney U on the raw step times plus a
-// minimum effect on throughput), a geometric-mean row, and what each run's analysis chose; console, markdown
-// and JSON.
+// Compare: set each run against the baseline batch by batch (Mann-Whitney U and Welch's t on the raw step
+// times plus a minimum effect on throughput), a geometric-mean row, and what each run's analysis chose;
+// console, markdown and JSON.
 #include "batchsweep/compare.hpp"
 
 #include <fmt/format.h>
@@ -108,16 +108,6 @@ double smallest_p(const std::vector<double>& a, const std::vector<double>& b) {
   return mann_whitney_u(high, low).p_value;
 }
 
-// The z whose two-sided normal tail is alpha (2.576 at 0.01), by bisection on erfc.
-double two_sided_z(double alpha) {
-  double lo = 0, hi = 40;
-  for (int i = 0; i < 100; ++i) {
-    const double mid = (lo + hi) / 2;
-    (std::erfc(mid / std::sqrt(2.0)) > alpha ? lo : hi) = mid;
-  }
-  return (lo + hi) / 2;
-}
-
 CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions& options) {
   CompareDelta d;
   if (!ran(baseline) || !ran(run)) {
@@ -127,7 +117,10 @@ CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions
   d.ratio = run.samples_per_second / baseline.samples_per_second;
   const bool effect = beyond_effect(d.ratio, options);
   const bool samples = usable_samples(baseline.samples_ms) && usable_samples(run.samples_ms);
-  if (samples && smallest_p(run.samples_ms, baseline.samples_ms) >= options.alpha) {
+  // The rank test and the mean's test share alpha (each at alpha / 2), so noise alone calls a change at most
+  // alpha of the time.
+  const double half_alpha = options.alpha / 2;
+  if (samples && smallest_p(run.samples_ms, baseline.samples_ms) >= half_alpha) {
     // Three samples a side can never give p below 0.1: the test could only ever say "same". The threshold
     // decides, unless the change is within the two means' noise.
     d.few_samples = true;
@@ -143,11 +136,13 @@ CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions
     d.p_value = test.p_value;
     const Verdict dir = direction(d.ratio);
     const bool agrees = dir == Verdict::slower ? test.z > 0 : test.z < 0;
-    const bool shifted = test.p_value < options.alpha && agrees;
-    // The throughput compared is the mean's: a change in the mean step time beyond the two means' combined
-    // standard error, at the test's alpha, counts too (Welch's z on the log of the means).
-    const double combined = std::hypot(*standard_error(run.samples_ms), *standard_error(baseline.samples_ms));
-    const bool mean_moved = std::fabs(std::log(d.ratio)) > two_sided_z(options.alpha) * combined;
+    const bool shifted = test.p_value < half_alpha && agrees;
+    // The throughput compared is the mean's: Welch's t-test on the mean step times counts too (a few much
+    // slower steps move the mean, and the throughput, but barely the ranks).
+    const WelchResult welch = welch_t_test(run.samples_ms, baseline.samples_ms);
+    d.mean_p_value = welch.p_value;
+    const bool mean_agrees = dir == Verdict::slower ? welch.t > 0 : welch.t < 0;
+    const bool mean_moved = welch.p_value < half_alpha && mean_agrees;
     d.verdict = effect && (shifted || mean_moved) ? dir : Verdict::same;
     d.from_mean = d.verdict != Verdict::same && !shifted;
   } else {
@@ -370,7 +365,8 @@ std::string verdict_text(const CompareDelta& d, const char* threshold_note = "no
   if (d.verdict == Verdict::not_comparable) return std::string(to_string(d.verdict));
   if (d.few_samples) return fmt::format("{} (few samples)", to_string(d.verdict));
   if (!d.from_samples) return fmt::format("{} ({})", to_string(d.verdict), threshold_note);
-  if (d.from_mean) return fmt::format("{} (mean; p={:.2g})", to_string(d.verdict), d.p_value.value_or(1.0));
+  if (d.from_mean)
+    return fmt::format("{} (mean; p={:.2g})", to_string(d.verdict), d.mean_p_value.value_or(1.0));
   return fmt::format("{} (p={:.2g})", to_string(d.verdict), d.p_value.value_or(1.0));
 }
 
@@ -516,6 +512,7 @@ nlohmann::json delta_json(const CompareDelta& d, const std::string& run) {
           {"from_samples", d.from_samples},
           {"few_samples", d.few_samples},
           {"from_mean", d.from_mean},
+          {"mean_p_value", d.mean_p_value ? number_or_null(*d.mean_p_value) : nlohmann::json(nullptr)},
           {"noise_checked", d.noise_checked},
           {"p_value", d.p_value ? number_or_null(*d.p_value) : nlohmann::json(nullptr)}};
 }
@@ -647,7 +644,7 @@ std::vector<std::string> regressions(const CompareResult& result, double pct) {
       if (d.verdict == Verdict::slower && d.ratio < min_ratio)
         found.push_back(
             fmt::format("batch {}: {} is {:.1f}% slower than A {}", batch, letter(i + 1), (1 - d.ratio) * 100,
-                        d.from_mean      ? "beyond its mean's noise (a few much slower steps)"
+                        d.from_mean      ? "beyond its mean's noise (Welch's t; the ranks did not move)"
                         : d.from_samples ? "beyond noise"
                         : d.few_samples  ? "(too few samples for the test; beyond the means' noise)"
                                          : "(no samples to test against noise)"));
@@ -710,11 +707,11 @@ std::string format_compare(const CompareResult& result, bool color) {
     out += fmt::format("{}: {}\n", letter(i), run_line(result.runs[i]));
   }
   out += fmt::format(
-      "\nverdicts: Mann-Whitney U on the step times (alpha {}) and a throughput change beyond {}%; without "
-      "raw samples the threshold alone; with too few for the test to reach alpha, and for the geometric "
-      "mean, "
-      "the threshold and a change beyond twice the means' combined standard error\n",
-      result.alpha, result.min_effect_pct);
+      "\nverdicts: a throughput change beyond {}% and a shift of the step times (Mann-Whitney U) or of their "
+      "mean (Welch's t), the two tests at alpha {} together; without raw samples the threshold alone; with "
+      "too few for the rank test, and for the geometric mean, the threshold and a change beyond twice the "
+      "means' combined standard error\n",
+      result.min_effect_pct, result.alpha);
   for (const auto& note : result.notes) out += "note: " + note + "\n";
   return out;
 }
@@ -738,11 +735,12 @@ std::string format_compare_markdown(const CompareResult& result) {
     out += fmt::format("- **{}**: {}\n", letter(i), rf::markdown_cell(run_line(result.runs[i])));
   }
   out += fmt::format(
-      "\n_Verdicts: Mann-Whitney U on the step times (alpha {}) and a throughput change beyond {}%; without "
-      "raw samples the threshold alone; with too few for the test to reach alpha, and for the geometric "
-      "mean, "
-      "the threshold and a change beyond twice the means' combined standard error._\n",
-      result.alpha, result.min_effect_pct);
+      "\n_Verdicts: a throughput change beyond {}% and a shift of the step times (Mann-Whitney U) or of "
+      "their "
+      "mean (Welch's t), the two tests at alpha {} together; without raw samples the threshold alone; with "
+      "too few for the rank test, and for the geometric mean, the threshold and a change beyond twice the "
+      "means' combined standard error._\n",
+      result.min_effect_pct, result.alpha);
   if (!result.notes.empty()) {
     out += "\n";
     for (const auto& note : result.notes) out += "- " + rf::markdown_cell(note) + "\n";

@@ -342,20 +342,27 @@ bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& cri
     const double warmup_start_s = criterion.elapsed_s();
     const int64_t warmup_steps = settings_.stopping.warmup_steps;
     const double warmup_time = warmup_time_s(settings_.stopping, backend_.kind());
-    // --warmup steps, then more until --warmup-time has passed since the first began.
+    // --warmup steps, then more until --warmup-time has passed since the first ended: the first holds the
+    // one-time work (kernel loading, heuristics, graph capture), with the GPU mostly idle, so it warms
+    // nothing.
+    double clock_start_s = warmup_start_s;
     for (int64_t warm = 1;; ++warm) {
-      const double warmed_s = criterion.elapsed_s() - warmup_start_s;
-      if (warm > warmup_steps && warmed_s >= warmup_time) break;
+      const double now_s = criterion.elapsed_s();
+      const double warmed_s = now_s - warmup_start_s;
+      const bool time_done = warmup_time == 0 || (warm > 1 && now_s - clock_start_s >= warmup_time);
+      if (warm > warmup_steps && time_done) break;
       // Steps so slow that warming up alone has spent the --timeout: time one now. (A slow prepare does not
       // cut warm-up: the first steps' one-time work must stay out of the sample.)
       if (warm > 1 && warmed_s >= settings_.stopping.timeout_s) {
-        warmup_cut_ = warm <= warmup_steps
-                          ? fmt::format("warm-up cut to {} of {} steps by the {:g} s --timeout", warm - 1,
-                                        warmup_steps, settings_.stopping.timeout_s)
-                          : fmt::format(
-                                "warm-up cut to {} steps, short of the {:g} s --warmup-time, by the {:g} "
-                                "s --timeout",
-                                warm - 1, warmup_time, settings_.stopping.timeout_s);
+        warmup_cut_ =
+            warm <= warmup_steps
+                ? fmt::format("warm-up cut to {} of {} steps by the {:g} s --timeout", warm - 1, warmup_steps,
+                              settings_.stopping.timeout_s)
+                : fmt::format(
+                      "warm-up cut to {} steps, short of the {:g} s --warmup-time{}, by the "
+                      "{:g} s --timeout",
+                      warm - 1, warmup_time, settings_.stopping.warmup_time_s ? "" : " (the cuda default)",
+                      settings_.stopping.timeout_s);
         break;
       }
       if (observer_.should_stop()) {
@@ -367,6 +374,7 @@ bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& cri
         point.reason = fmt::format("non-finite loss (NaN/Inf) at warm-up step {}", warm);
         return true;
       }
+      if (warm == 1) clock_start_s = criterion.elapsed_s();
     }
     observer_.on_timed_start(point);
     for (int64_t step = 1;; ++step) {

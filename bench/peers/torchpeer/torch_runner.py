@@ -304,15 +304,20 @@ class TorchRunner:
         try:
             state = self.state_factory(self.loaded, self.graph, opts, self.device, batch, self.notes)
             scale = state.loss_scale()
-            # --warmup steps, then more until --warmup-time has passed (not past --timeout), as batchsweep.
+            # --warmup steps, then more until --warmup-time has passed since the first ended (it holds the
+            # one-time work, or the compile), not past --timeout: as batchsweep.
             warm_start, warm = self.clock(), 0
+            clock_start = warm_start
             warmup_time = opts.stopping.resolved_warmup_time_s(self.cuda)
             while True:
-                warmed = self.clock() - warm_start
-                if warm >= warmup and (warmed >= warmup_time or warmed >= opts.stopping.timeout_s):
+                now = self.clock()
+                time_done = warmup_time == 0 or (warm >= 1 and now - clock_start >= warmup_time)
+                if warm >= warmup and (time_done or now - warm_start >= opts.stopping.timeout_s):
                     break
                 warm += 1
                 _, loss, skipped, scale = self._step(state, scale)
+                if warm == 1:
+                    clock_start = self.clock()
                 criterion = criterion or NoiseCriterion(opts.stopping, self.clock)
                 if loss is not None and not math.isfinite(loss) and not skipped:
                     point.status, point.reason = "error", f"non-finite loss (NaN/Inf) at warm-up step {warm}"

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -96,6 +97,29 @@ TEST(GeometricMean, MatchesScipy) {
   EXPECT_THROW((void)geometric_mean(bad), std::invalid_argument);
   const std::vector<double> negative{-1.0};
   EXPECT_THROW((void)geometric_mean(negative), std::invalid_argument);
+}
+
+// Student's t tail against table values (and, for the Welch example, a numerical integration of the density).
+TEST(StudentT, TwoSidedTailMatchesTables) {
+  EXPECT_NEAR(student_t_two_sided_p(2.228138851986, 10), 0.05, 1e-9);
+  EXPECT_NEAR(student_t_two_sided_p(12.7062047364, 1), 0.05, 1e-9);
+  EXPECT_NEAR(student_t_two_sided_p(-1.959963984540054, 1e6), 0.05, 1e-6);
+  EXPECT_NEAR(student_t_two_sided_p(3.0, 4.5), 0.0343808680, 1e-8);
+  EXPECT_DOUBLE_EQ(student_t_two_sided_p(0.0, 7), 1.0);
+  EXPECT_EQ(student_t_two_sided_p(std::numeric_limits<double>::infinity(), 7), 0.0);
+  EXPECT_THROW((void)student_t_two_sided_p(1.0, 0.0), std::invalid_argument);
+}
+
+TEST(Welch, UnequalVariancesAndSizes) {
+  const std::vector<double> a{10.1, 9.8, 10.3, 10.0, 9.9, 10.2}, b{10.6, 10.9, 10.4, 10.8, 10.7};
+  const WelchResult r = welch_t_test(a, b);
+  EXPECT_NEAR(r.t, -5.4765357047075796, 1e-12);
+  EXPECT_NEAR(r.df, 8.544345657595137, 1e-12);
+  EXPECT_NEAR(r.p_value, 0.00046974973905, 1e-10);
+  // No spread on either side: equal means are p 1, different ones p 0.
+  EXPECT_EQ(welch_t_test(std::vector<double>{2, 2}, std::vector<double>{2, 2, 2}).p_value, 1.0);
+  EXPECT_EQ(welch_t_test(std::vector<double>{2, 2}, std::vector<double>{3, 3}).p_value, 0.0);
+  EXPECT_THROW((void)welch_t_test(std::vector<double>{1}, b), std::invalid_argument);
 }
 
 }  // namespace

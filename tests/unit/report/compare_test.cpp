@@ -4,6 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <random>
+
 #include "batchsweep/compare.hpp"
 #include "batchsweep/errors.hpp"
 #include "golden/sample_report.hpp"
@@ -158,6 +161,37 @@ TEST(Compare, AFewMuchSlowerStepsAreARegressionOfTheMean) {
   // With 20 samples a side the same pattern is within the means' noise.
   Report a20 = samples_cut_to(a, 20), b20 = samples_cut_to(b, 20);
   EXPECT_EQ(compare_pair(a20, b20).rows.at(0).deltas.at(0).verdict, Verdict::same);
+}
+
+// Two runs of one distribution (10 steps a side, 3% noise): the two tests share alpha, so noise alone calls a
+// change at most alpha (1%) of the time, however often the means differ by more than the 1% effect.
+TEST(Compare, NoiseAloneCallsAChangeAtMostAlphaOfTheTime) {
+  std::mt19937_64 gen(2024);
+  const auto normal = [&] {  // Box-Muller from the top 53 bits: the same on every standard library
+    const double u1 = (static_cast<double>(gen() >> 11) + 0.5) * 0x1.0p-53;
+    const double u2 = static_cast<double>(gen() >> 11) * 0x1.0p-53;
+    return std::sqrt(-2 * std::log(u1)) * std::cos(2 * std::acos(-1.0) * u2);
+  };
+  Report a = testing::sample_report(), b = a;
+  a.points.clear();
+  b.points.clear();
+  for (int64_t batch = 1; batch <= 2000; ++batch) {
+    Point pa = testing::ok_point(batch, 10.0), pb = pa;
+    for (Point* p : {&pa, &pb}) {
+      p->samples_ms.clear();
+      for (int i = 0; i < 10; ++i) p->samples_ms.push_back(10.0 * (1 + 0.03 * normal()));
+      p->samples_per_second = static_cast<double>(batch) / (summarize(p->samples_ms).mean / 1000.0);
+    }
+    a.points.push_back(pa);
+    b.points.push_back(pb);
+  }
+  int called = 0, beyond_effect = 0;
+  for (const CompareRow& row : compare_pair(a, b).rows) {
+    called += row.deltas[0].verdict != Verdict::same;
+    beyond_effect += std::fabs(row.deltas[0].ratio - 1) > 0.01;
+  }
+  EXPECT_GT(beyond_effect, 800);  // the effect alone would call over 40% of them
+  EXPECT_LE(called, 20) << "of 2000";
 }
 
 TEST(Compare, ThresholdOnlyWithoutSamples) {

@@ -446,6 +446,31 @@ TEST(Runner, WarmUpTimeRunsStepsPastTheWarmUpStepsUntilTheTimeout) {
   EXPECT_EQ(warmup_time_s(StoppingSettings{}, BackendKind::cpu), 0.0);
 }
 
+// --warmup-time counts from the end of the first warm-up step (which holds the one-time work) and then ends
+// the warm-up: more untimed steps than --warmup, and none once the time has passed.
+TEST(Runner, WarmUpTimeAddsStepsUntilItHasPassed) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline();
+  config.hang_at_batch = 8;  // 50 ms a step
+  const auto backend = make_scripted_backend(config);
+  const auto steps_asked = [&](double warmup_time) {
+    SweepSettings settings = list_settings({8});
+    settings.stopping.warmup_steps = 1;
+    settings.stopping.warmup_time_s = warmup_time;
+    settings.stopping.min_samples = 3;
+    settings.stopping.min_time_s = 0;
+    settings.stopping.max_noise_pct = 1000;
+    RecordingObserver observer;  // asked whether to stop before every step, warm-up or timed
+    const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+    EXPECT_TRUE(outcome.warnings.empty()) << outcome.warnings[0];
+    EXPECT_EQ(outcome.points.at(0).samples_ms.size(), 3u);
+    return observer.stop_questions;
+  };
+  const int plain = steps_asked(0.0), warmed = steps_asked(0.3);
+  EXPECT_GE(warmed - plain, 2);  // 0.3 s of 50 ms steps after the first: about 6 more
+  EXPECT_LE(warmed - plain, 7);
+}
+
 TEST(Runner, ManyPointsMissingTheirTargetsMakeOneWarning) {
   const Graph graph = tiny_graph();
   ScriptedConfig config = testing::roofline();
