@@ -105,8 +105,8 @@ __global__ void channel_sum_kernel(const T* in, float* out, int64_t batch, int64
 }
 
 // The index (within the plane) of the maximum bsw::cpu picks: the first of equal maxima, a NaN always wins.
-template <class T>
 // Only the window's part inside the image: padding is never the maximum.
+template <class T>
 __device__ int64_t window_argmax(const PoolGeometry& g, const T* plane, int64_t oh, int64_t ow) {
   const int64_t h0 = oh * g.stride - g.pad, w0 = ow * g.stride - g.pad;
   const int64_t i0 = max(h0, int64_t{0}), i1 = min(h0 + g.k, g.h);

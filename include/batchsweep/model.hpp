@@ -52,7 +52,7 @@ struct LayerSpec {
   int64_t out_channels = 0;  // conv2d
   int64_t kernel_size = 0;   // conv2d, maxpool2d, avgpool2d
   int64_t stride = 1;        // conv2d (default 1), pools (default kernel_size)
-  int64_t padding = 0;       // conv2d
+  int64_t padding = 0;       // conv2d, maxpool2d, avgpool2d
 
   int64_t dim = 0;         // embedding, patch_embedding
   int64_t patch_size = 0;  // patch_embedding

@@ -34,8 +34,8 @@ enum class DType { f32, bf16, f16, i32 };
 enum class OpKind {
   linear,          // y = act(x W^T + b); W [out, in], b [out]
   conv2d,          // NCHW, W [cout, cin, k, k], b [cout], zero padding, then act
-  maxpool2d,       // no padding; out = (h - k) / stride + 1
-  avgpool2d,       // no padding
+  maxpool2d,       // out = (h + 2 * padding - k) / stride + 1; padding (<= k/2) is never the maximum
+  avgpool2d,       // the same windows; padding counts as zeros in the k*k divisor
   global_avgpool,  // image [C, H, W] -> [C] (spatial = H*W, channels = C); tokens [T, D] -> [D] (mean over T)
   layernorm,       // over the last dim, gamma [dim], beta [dim], eps 1e-5
   embedding,       // ids [T] -> [T, D]: token table [vocab, D] + position table [T, D]

@@ -25,7 +25,7 @@ PEERS = os.path.join(ROOT, "bench", "peers")
 sys.path.insert(0, PEERS)
 
 from torchpeer import PEER_NAME  # noqa: E402
-from torchpeer.cli import check_parameters, exit_code, main, parse_settings  # noqa: E402
+from torchpeer.cli import batchsweep_parameters, check_parameters, exit_code, main, parse_settings  # noqa: E402
 from torchpeer.config import load_model, lower, resolve_config  # noqa: E402
 from torchpeer.errors import ConfigError, InputError, ParameterMismatch, UsageError  # noqa: E402
 from torchpeer.grammar import parse_batches  # noqa: E402
@@ -499,6 +499,17 @@ class BatchsweepBinaryTest(unittest.TestCase):
                 g = lower(load_model(name).config, name)
                 self.assertEqual(plan["flops_per_sample"]["forward"], g.forward_flops_per_sample)
                 self.assertEqual(plan["flops_per_sample"]["train"], g.train_flops_per_sample)
+
+    def test_a_model_without_parameters_is_counted_and_not_trained(self):
+        pools = {"name": "pools", "input": {"type": "image", "channels": 3, "height": 4, "width": 4},
+                 "layers": [{"type": "maxpool2d", "kernel_size": 2}, {"type": "global_avgpool"}]}
+        with tempfile.TemporaryDirectory() as tmp:
+            path = write_json(tmp, "pools.json", pools)
+            # The parameter check plans it in infer mode, which batchsweep accepts for any model.
+            self.assertEqual(batchsweep_parameters(find_batchsweep(), load_model(path)), 0)
+            code, _, err = run_main(["--model", path, "--batch", "2", "--mode", "train", "--device", "cpu"])
+            self.assertEqual(code, 2, err)
+            self.assertIn("--mode train: model 'pools' has no parameters to train", err)
 
     def test_every_layer_config_matches_plan(self):
         # A pool before the first layer that learns: that layer's input gradient is left out of both counts.

@@ -152,7 +152,9 @@ def find_batchsweep(explicit: Optional[str]) -> Optional[str]:
 def batchsweep_parameters(binary: str, model: LoadedModel) -> int:
     """`batchsweep plan --model M --json -`'s "parameters". Raises InputError when the plan cannot be read."""
     argument = model.argument if model.source.startswith("preset:") else os.path.abspath(model.path)
-    command = [binary, "plan", "--model", argument, "--batch", "1", "--backend", "cpu", "--json", "-"]
+    # The count does not depend on the mode; infer also plans a model without parameters (train refuses it).
+    command = [binary, "plan", "--model", argument, "--batch", "1", "--backend", "cpu", "--mode", "infer",
+               "--json", "-"]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=PLAN_TIMEOUT_S, check=False)
     except (OSError, subprocess.SubprocessError) as e:
@@ -227,6 +229,9 @@ def _progress(i: int, total: int, point) -> str:
 def run(s: Settings, argv: list) -> int:
     model = load_model(s.model)
     graph = lower(model.config, model.source)
+    if s.mode == "train" and graph.parameters == 0:  # as batchsweep run and plan
+        raise UsageError(f"--mode train: model '{model.config['name']}' has no parameters to train (no linear, "
+                         f"conv2d, layernorm or embedding layer); use --mode infer")
     binary = find_batchsweep(s.batchsweep)
     try:
         import torch  # noqa: F401 - only here: everything before works without torch

@@ -312,7 +312,9 @@ class TorchRunner:
             while True:
                 now = self.clock()
                 time_done = warmup_time == 0 or (warm >= 1 and now - clock_start >= warmup_time)
-                if warm >= warmup and (time_done or now - warm_start >= opts.stopping.timeout_s):
+                # The timeout clock starts after the compile with --compile (as the point's), else before.
+                spent = now - (clock_start if opts.compile else warm_start)
+                if warm >= warmup and (time_done or spent >= opts.stopping.timeout_s):
                     break
                 warm += 1
                 _, loss, skipped, scale = self._step(state, scale)
