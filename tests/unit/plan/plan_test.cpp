@@ -240,8 +240,8 @@ TEST(Plan, ResidualAddsInPlaceWhereBackwardDoesNotReadTheAddend) {
   EXPECT_EQ(train.find("ops[4].out"), nullptr);
   EXPECT_NE(train.find("ops[3].out"), nullptr);  // holds the sum
   EXPECT_NE(train.find("ops[7].out"), nullptr);
-  // Saved: four conv outputs (ops[3] holding the in-place sum) and the second add's, each [8, 8, 8] (2 KiB per
-  // sample in fp32), then the pool's 8 and the 5 logits.
+  // Saved: four conv outputs (ops[3] holding the in-place sum) and the second add's, each [8, 8, 8] (2 KiB
+  // per sample in fp32), then the pool's 8 and the 5 logits.
   uint64_t saved = 0;
   for (const char* name : {"ops[0].out", "ops[2].out", "ops[3].out", "ops[6].out", "ops[7].out"})
     saved += train.buffer(name).bytes;
