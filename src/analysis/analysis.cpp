@@ -412,18 +412,34 @@ struct RecommendationInputs {
   const AnalysisOptions& options;
 };
 
+// What lies past `batch`, the largest ok batch, when throughput still rises into it; the first that applies:
+// a larger batch known to fit but not timed; one found not to fit (oom, over_limit: an error says nothing of
+// memory); a sweep stopped before larger ones; else larger batches were not tried.
+enum class PastTheEnd { untimed_fit, unfit, unfinished, untried };
+
+PastTheEnd past_the_end(const RecommendationInputs& in, int64_t batch) {
+  if (in.options.untimed_fit && in.options.untimed_fit->batch > batch) return PastTheEnd::untimed_fit;
+  if (std::any_of(in.points.begin(), in.points.end(),
+                  [&](const Point& p) { return p.batch > batch && did_not_fit(p.status); }))
+    return PastTheEnd::unfit;
+  return in.options.unfinished ? PastTheEnd::unfinished : PastTheEnd::untried;
+}
+
 // Where the saturation batch is the largest swept and throughput still rose into it, the answer only says
 // where this sweep ended: "; throughput still rising at the largest batch swept: extend --batch ...".
 std::string still_rising_note(const RecommendationInputs& in, const Point& saturated) {
   if (!in.rising_at_end || saturated.batch != in.curve.back().batch) return {};
-  const bool unfit_above = std::any_of(in.points.begin(), in.points.end(), [&](const Point& p) {
-    return p.batch > saturated.batch && did_not_fit(p.status);
-  });
-  if (unfit_above) return "; throughput still rising, and it is the largest batch that fits";
-  if (in.options.untimed_fit && in.options.untimed_fit->batch > saturated.batch)
-    return fmt::format("; throughput still rising, and batch {} fits too ({})", in.options.untimed_fit->batch,
-                       in.options.untimed_fit->reason);
-  if (in.options.unfinished) return "; throughput still rising, and the sweep stopped before larger batches";
+  switch (past_the_end(in, saturated.batch)) {
+    case PastTheEnd::untimed_fit:
+      return fmt::format("; throughput still rising, and batch {} fits too ({})",
+                         in.options.untimed_fit->batch, in.options.untimed_fit->reason);
+    case PastTheEnd::unfit:
+      return "; throughput still rising, and it is the largest batch that fits";
+    case PastTheEnd::unfinished:
+      return "; throughput still rising, and the sweep stopped before larger batches";
+    case PastTheEnd::untried:
+      break;
+  }
   return "; throughput still rising at the largest batch swept: extend --batch to find where it stops";
 }
 
@@ -449,32 +465,30 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
   }
   if (in.knee_call == KneeCall::still_scaling) {
     const Point& largest = *point_at(in.curve, *a.max_fit.batch);
-    // "Fits" only where a larger batch was found not to fit (oom, over_limit: an error says nothing of
-    // memory); a larger batch known to fit but not timed is named; else it is the largest the sweep asked
-    // for.
-    if (in.options.untimed_fit && in.options.untimed_fit->batch > largest.batch)
-      return {largest.batch,
-              fmt::format("throughput still rising: use the largest timed batch ({}, {} samples/s); batch {} "
-                          "fits too ({})",
-                          largest.batch, format_rate(largest.samples_per_second),
-                          in.options.untimed_fit->batch, in.options.untimed_fit->reason)};
-    const bool unfit_above = std::any_of(in.points.begin(), in.points.end(), [&](const Point& p) {
-      return p.batch > largest.batch && did_not_fit(p.status);
-    });
-    if (!unfit_above && in.options.unfinished)
-      return {
-          largest.batch,
-          fmt::format("throughput still rising at the largest batch measured ({}, {} samples/s); the sweep "
-                      "stopped before larger ones",
-                      largest.batch, format_rate(largest.samples_per_second))};
-    if (!unfit_above)
-      return {largest.batch,
-              fmt::format("throughput still rising at the largest batch swept ({}, {} samples/s); larger "
-                          "batches were not tried: extend --batch to find where it stops",
-                          largest.batch, format_rate(largest.samples_per_second))};
+    const std::string rate = format_rate(largest.samples_per_second);
+    switch (past_the_end(in, largest.batch)) {
+      case PastTheEnd::untimed_fit:
+        return {
+            largest.batch,
+            fmt::format("throughput still rising: use the largest timed batch ({}, {} samples/s); batch {} "
+                        "fits too ({})",
+                        largest.batch, rate, in.options.untimed_fit->batch, in.options.untimed_fit->reason)};
+      case PastTheEnd::unfit:
+        return {largest.batch, fmt::format("throughput still rising: use the largest batch that fits ({}, {} "
+                                           "samples/s)",
+                                           largest.batch, rate)};
+      case PastTheEnd::unfinished:
+        return {largest.batch,
+                fmt::format("throughput still rising at the largest batch measured ({}, {} samples/s); the "
+                            "sweep stopped before larger ones",
+                            largest.batch, rate)};
+      case PastTheEnd::untried:
+        break;
+    }
     return {largest.batch,
-            fmt::format("throughput still rising: use the largest batch that fits ({}, {} samples/s)",
-                        largest.batch, format_rate(largest.samples_per_second))};
+            fmt::format("throughput still rising at the largest batch swept ({}, {} samples/s); larger "
+                        "batches were not tried: extend --batch to find where it stops",
+                        largest.batch, rate)};
   }
   std::string prefix = "no knee";
   if (in.knee_call == KneeCall::too_few)
