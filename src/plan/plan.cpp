@@ -280,11 +280,11 @@ class Builder {
   // data does not require grad), so a wide input or early pool does not size them.
   uint64_t max_gradient() const {
     uint64_t m = max_input_gradient();
-    bool learned = false;
     for (size_t i = 0; i < g_.ops.size(); ++i) {
       const Op& op = g_.ops[i];
-      learned = learned || op.param_elements > 0;
-      if (has_output(op) && (learned || i + 1 == g_.ops.size()))
+      // The first op with parameters (no input gradient of its own) or any op after it (Op::input_gradient).
+      const bool has_gradient = op.input_gradient || op.param_elements > 0;
+      if (has_output(op) && (has_gradient || i + 1 == g_.ops.size()))
         m = std::max(m, static_cast<uint64_t>(op.out_elements()));
     }
     return m;
