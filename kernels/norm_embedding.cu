@@ -1,5 +1,7 @@
-// Layernorm over the last dimension (eps 1e-5, one warp per row, fp32 statistics) forward and backward, and
-// the token + position embedding forward and backward. Kernels first, then their launchers.
+// Layernorm over the last dimension (eps 1e-5, one warp per row, fp32 statistics) forward and backward, batch
+// normalization per channel (a block per channel and slice of the batch, then a warp per channel combines the
+// slices: deterministic, no atomics), and the token + position embedding forward and backward. Kernels first,
+// then their launchers.
 #include <algorithm>
 
 #include "common.cuh"
@@ -92,6 +94,169 @@ __global__ void layernorm_param_grad_kernel(const T* x, const float* mean, const
   }
 }
 
+// ---- batch normalization: x [N, C, S]; a block reduces channel blockIdx.x over the samples of slice
+// blockIdx.y
+constexpr float kBatchNormEps = 1e-5f;
+constexpr int kBatchNormThreads = 256;
+constexpr int kChannelsPerBlock = 8;  // finalize: one warp per channel
+
+// Chan's parallel combination of (count, mean, M2) moments: b into a.
+__device__ __forceinline__ void combine_moments(float& n, float& mean, float& m2, float nb, float meanb,
+                                                float m2b) {
+  if (nb == 0.0f) return;
+  const float total = n + nb;
+  const float delta = meanb - mean;
+  const float fb = nb / total;
+  mean += delta * fb;
+  m2 += m2b + delta * delta * n * fb;
+  n = total;
+}
+
+__device__ __forceinline__ void warp_combine_moments(float& n, float& mean, float& m2) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float nb = __shfl_xor_sync(0xFFFFFFFFu, n, offset);
+    const float meanb = __shfl_xor_sync(0xFFFFFFFFu, mean, offset);
+    const float m2b = __shfl_xor_sync(0xFFFFFFFFu, m2, offset);
+    combine_moments(n, mean, m2, nb, meanb, m2b);
+  }
+}
+
+// Element i of a slice of samples [n0, n0 + count / spatial) in channel c.
+__device__ __forceinline__ int64_t channel_index(int64_t i, int64_t n0, int64_t c, int64_t channels,
+                                                 int64_t spatial) {
+  return ((n0 + i / spatial) * channels + c) * spatial + i % spatial;
+}
+
+// partials[(c * slabs + slab) * 3 + {0, 1, 2}] = count, mean, M2 of the slice (Welford per thread).
+template <class T>
+__global__ void batchnorm_moments_kernel(const T* x, float* partials, int64_t batch, int64_t channels,
+                                         int64_t spatial, int64_t samples_per_slab) {
+  __shared__ float shared[3][32];
+  const int64_t c = blockIdx.x, slab = blockIdx.y, slabs = gridDim.y;
+  const int64_t n0 = slab * samples_per_slab;
+  const int64_t count = (min(batch, n0 + samples_per_slab) - n0) * spatial;
+  float n = 0.0f, mean = 0.0f, m2 = 0.0f;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+    const float v = to_f32(x[channel_index(i, n0, c, channels, spatial)]);
+    n += 1.0f;
+    const float d = v - mean;
+    mean += d / n;
+    m2 += d * (v - mean);
+  }
+  warp_combine_moments(n, mean, m2);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) {
+    shared[0][warp] = n;
+    shared[1][warp] = mean;
+    shared[2][warp] = m2;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  const bool have = lane < static_cast<int>(blockDim.x / 32);
+  n = have ? shared[0][lane] : 0.0f;
+  mean = have ? shared[1][lane] : 0.0f;
+  m2 = have ? shared[2][lane] : 0.0f;
+  warp_combine_moments(n, mean, m2);
+  if (lane == 0) {
+    float* out = partials + (c * slabs + slab) * 3;
+    out[0] = n;
+    out[1] = mean;
+    out[2] = m2;
+  }
+}
+
+// One warp per channel combines its slices: the batch's mean and 1/std, and the running statistics' step.
+__global__ void batchnorm_finalize_kernel(const float* partials, int64_t slabs, int64_t channels, float* mean,
+                                          float* invstd, float* running_mean, float* running_var,
+                                          float momentum) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kChannelsPerBlock + threadIdx.y;
+  if (c >= channels) return;
+  const int lane = threadIdx.x;
+  float n = 0.0f, mu = 0.0f, m2 = 0.0f;
+  for (int64_t j = lane; j < slabs; j += 32) {
+    const float* p = partials + (c * slabs + j) * 3;
+    combine_moments(n, mu, m2, p[0], p[1], p[2]);
+  }
+  warp_combine_moments(n, mu, m2);
+  if (lane != 0) return;
+  const float var = m2 / n;
+  mean[c] = mu;
+  invstd[c] = rsqrtf(var + kBatchNormEps);
+  if (running_mean != nullptr) running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * mu;
+  if (running_var != nullptr) {
+    const float unbiased = n > 1.0f ? m2 / (n - 1.0f) : var;
+    running_var[c] = (1.0f - momentum) * running_var[c] + momentum * unbiased;
+  }
+}
+
+// y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c]; from_variance reads `scale` as a variance to invert.
+template <class T>
+__global__ void batchnorm_apply_kernel(const T* x, const T* gamma, const T* beta, const float* mean,
+                                       const float* scale, bool from_variance, T* y, int64_t n,
+                                       int64_t channels, int64_t spatial) {
+  for (int64_t i = global_index(); i < n; i += grid_stride()) {
+    const int64_t c = (i / spatial) % channels;
+    const float rs = from_variance ? rsqrtf(scale[c] + kBatchNormEps) : scale[c];
+    y[i] = from_f32<T>((to_f32(x[i]) - mean[c]) * rs * to_f32(gamma[c]) + to_f32(beta[c]));
+  }
+}
+
+// partials[(c * slabs + slab) * 2 + {0, 1}] = sum of dy, sum of dy * xhat over the slice.
+template <class T>
+__global__ void batchnorm_grad_partials_kernel(const T* x, const T* dy, const float* mean,
+                                               const float* invstd, float* partials, int64_t batch,
+                                               int64_t channels, int64_t spatial, int64_t samples_per_slab) {
+  __shared__ float shared[32];
+  const int64_t c = blockIdx.x, slab = blockIdx.y, slabs = gridDim.y;
+  const int64_t n0 = slab * samples_per_slab;
+  const int64_t count = (min(batch, n0 + samples_per_slab) - n0) * spatial;
+  const float mu = mean[c], rs = invstd[c];
+  float sum_dy = 0.0f, sum_dy_xhat = 0.0f;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+    const int64_t k = channel_index(i, n0, c, channels, spatial);
+    const float g = to_f32(dy[k]);
+    sum_dy += g;
+    sum_dy_xhat += g * (to_f32(x[k]) - mu) * rs;
+  }
+  sum_dy = block_sum(sum_dy, shared);
+  sum_dy_xhat = block_sum(sum_dy_xhat, shared);
+  if (threadIdx.x == 0) {
+    partials[(c * slabs + slab) * 2] = sum_dy;
+    partials[(c * slabs + slab) * 2 + 1] = sum_dy_xhat;
+  }
+}
+
+// One warp per channel: dbeta[c] += sum dy, dgamma[c] += sum dy * xhat; means[c * 2 + {0, 1}] = their means.
+__global__ void batchnorm_grad_finalize_kernel(const float* partials, int64_t slabs, int64_t channels,
+                                               float count, float* dgamma, float* dbeta, float* means) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kChannelsPerBlock + threadIdx.y;
+  if (c >= channels) return;
+  float sum_dy = 0.0f, sum_dy_xhat = 0.0f;
+  for (int64_t j = threadIdx.x; j < slabs; j += 32) {
+    sum_dy += partials[(c * slabs + j) * 2];
+    sum_dy_xhat += partials[(c * slabs + j) * 2 + 1];
+  }
+  sum_dy = warp_sum(sum_dy);
+  sum_dy_xhat = warp_sum(sum_dy_xhat);
+  if (threadIdx.x != 0) return;
+  dbeta[c] += sum_dy;
+  dgamma[c] += sum_dy_xhat;
+  means[c * 2] = sum_dy / count;
+  means[c * 2 + 1] = sum_dy_xhat / count;
+}
+
+template <class T>
+__global__ void batchnorm_dx_kernel(const T* x, const T* dy, const T* gamma, const float* mean,
+                                    const float* invstd, const float* means, T* dx, int64_t n,
+                                    int64_t channels, int64_t spatial) {
+  for (int64_t i = global_index(); i < n; i += grid_stride()) {
+    const int64_t c = (i / spatial) % channels;
+    const float rs = invstd[c];
+    const float xhat = (to_f32(x[i]) - mean[c]) * rs;
+    dx[i] = from_f32<T>(to_f32(gamma[c]) * rs * (to_f32(dy[i]) - means[c * 2] - xhat * means[c * 2 + 1]));
+  }
+}
+
 template <class T>
 __global__ void embedding_forward_kernel(const int32_t* ids, const T* tokens, const T* positions, T* y,
                                          int64_t batch, int64_t seq, int64_t dim) {
@@ -161,6 +326,86 @@ void layernorm_backward(DType t, const void* x, const void* gamma, const float* 
     layernorm_param_grad_kernel<T><<<param_grid, dim3(32, 8), 0, stream>>>(
         static_cast<const T*>(x), mean, rstd, static_cast<const T*>(dy), dgamma, dbeta, rows, dim,
         rows_per_slab);
+  });
+  BSW_CUDA_LAUNCHED();
+}
+
+namespace {
+
+struct BatchNormGrid {
+  int64_t slabs = 1, samples_per_slab = 1;
+  dim3 reduce, finalize;
+};
+
+[[nodiscard]] BatchNormGrid batchnorm_grid(const char* what, int64_t batch, int64_t channels) {
+  require(batch > 0 && channels > 0 && channels <= 0x7FFFFFFF, what, "batch > 0 && 0 < channels < 2^31");
+  BatchNormGrid g;
+  g.slabs = cuda_batchnorm_slabs(batch, channels);
+  g.samples_per_slab = (batch + g.slabs - 1) / g.slabs;
+  g.slabs = (batch + g.samples_per_slab - 1) / g.samples_per_slab;  // no empty slice
+  require(g.slabs <= 65535, what, "slabs <= 65535");
+  g.reduce = dim3(static_cast<unsigned>(channels), static_cast<unsigned>(g.slabs));
+  g.finalize = dim3(static_cast<unsigned>((channels + kChannelsPerBlock - 1) / kChannelsPerBlock));
+  return g;
+}
+
+}  // namespace
+
+void batchnorm_statistics(DType t, const void* x, float* mean, float* invstd, float* running_mean,
+                          float* running_var, int64_t batch, int64_t channels, int64_t spatial,
+                          float momentum, float* workspace, cudaStream_t stream) {
+  BSW_REQUIRE(spatial > 0 && mean != nullptr && invstd != nullptr && workspace != nullptr,
+              "batchnorm_statistics");
+  const BatchNormGrid g = batchnorm_grid("batchnorm_statistics", batch, channels);
+  dispatch(t, "batchnorm_statistics", [&](auto tag) {
+    using T = decltype(tag);
+    batchnorm_moments_kernel<T><<<g.reduce, kBatchNormThreads, 0, stream>>>(
+        static_cast<const T*>(x), workspace, batch, channels, spatial, g.samples_per_slab);
+  });
+  BSW_CUDA_LAUNCHED();
+  batchnorm_finalize_kernel<<<g.finalize, dim3(32, kChannelsPerBlock), 0, stream>>>(
+      workspace, g.slabs, channels, mean, invstd, running_mean, running_var, momentum);
+  BSW_CUDA_LAUNCHED();
+}
+
+void batchnorm_apply(DType t, const void* x, const void* gamma, const void* beta, const float* mean,
+                     const float* scale, bool from_variance, void* y, int64_t batch, int64_t channels,
+                     int64_t spatial, cudaStream_t stream) {
+  BSW_REQUIRE(batch >= 0 && channels > 0 && spatial > 0, "batchnorm_apply");
+  const int64_t n = batch * channels * spatial;
+  if (n == 0) return;
+  dispatch(t, "batchnorm_apply", [&](auto tag) {
+    using T = decltype(tag);
+    batchnorm_apply_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<const T*>(gamma), static_cast<const T*>(beta), mean, scale,
+        from_variance, static_cast<T*>(y), n, channels, spatial);
+  });
+  BSW_CUDA_LAUNCHED();
+}
+
+void batchnorm_backward(DType t, const void* x, const void* gamma, const float* mean, const float* invstd,
+                        const void* dy, void* dx, float* dgamma, float* dbeta, int64_t batch,
+                        int64_t channels, int64_t spatial, float* workspace, cudaStream_t stream) {
+  BSW_REQUIRE(spatial > 0 && dgamma != nullptr && dbeta != nullptr && workspace != nullptr,
+              "batchnorm_backward");
+  const BatchNormGrid g = batchnorm_grid("batchnorm_backward", batch, channels);
+  // The per-channel means follow the slices' partial sums (cuda_batchnorm_workspace_floats).
+  float* means = workspace + channels * 3 * cuda_batchnorm_slabs(batch, channels);
+  const int64_t n = batch * channels * spatial;
+  dispatch(t, "batchnorm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    batchnorm_grad_partials_kernel<T><<<g.reduce, kBatchNormThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<const T*>(dy), mean, invstd, workspace, batch, channels,
+        spatial, g.samples_per_slab);
+    BSW_CUDA_LAUNCHED();
+    batchnorm_grad_finalize_kernel<<<g.finalize, dim3(32, kChannelsPerBlock), 0, stream>>>(
+        workspace, g.slabs, channels, static_cast<float>(batch * spatial), dgamma, dbeta, means);
+    BSW_CUDA_LAUNCHED();
+    if (dx != nullptr) {
+      batchnorm_dx_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(
+          static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<const T*>(gamma), mean, invstd,
+          means, static_cast<T*>(dx), n, channels, spatial);
+    }
   });
   BSW_CUDA_LAUNCHED();
 }

@@ -18,6 +18,7 @@ enum class LayerType {
   global_avgpool,
   flatten,
   layernorm,
+  batchnorm,
   embedding,
   patch_embedding,
   attention,
@@ -47,7 +48,7 @@ struct LayerSpec {
 
   int64_t out_features = 0;                  // linear
   bool bias = true;                          // linear, conv2d
-  Activation activation = Activation::none;  // linear, conv2d
+  Activation activation = Activation::none;  // linear, conv2d, batchnorm
 
   int64_t out_channels = 0;  // conv2d
   int64_t kernel_size = 0;   // conv2d, maxpool2d, avgpool2d

@@ -38,6 +38,10 @@ enum class OpKind {
   avgpool2d,       // the same windows; padding counts as zeros in the k*k divisor
   global_avgpool,  // image [C, H, W] -> [C] (spatial = H*W, channels = C); tokens [T, D] -> [D] (mean over T)
   layernorm,       // over the last dim, gamma [dim], beta [dim], eps 1e-5
+  batchnorm,       // per channel over the batch and spatial positions (image [C, H, W]: BatchNorm2d; vector
+                   // [F]: BatchNorm1d, spatial 1), gamma [C], beta [C], eps 1e-5, then act. Training
+                   // normalizes with the batch's mean and biased variance and moves the running mean and
+                   // (unbiased) variance by momentum 0.1; inference normalizes with the running ones.
   embedding,       // ids [T] -> [T, D]: token table [vocab, D] + position table [T, D]
   patch_embedding,  // image [C, H, W] -> [N, D], N = (H/p)(W/p): conv k=p stride=p (W [D, C, p, p], b [D]) +
                     // pos [N, D]
@@ -47,6 +51,8 @@ enum class OpKind {
   residual_add,     // out = in + popped residual input
 };
 [[nodiscard]] std::string_view to_string(OpKind v);
+// How far one training step moves batchnorm's running statistics (PyTorch's default momentum).
+inline constexpr float kBatchNormMomentum = 0.1f;
 
 struct Op {
   OpKind kind = OpKind::linear;
@@ -57,7 +63,7 @@ struct Op {
   int64_t rows = 1, in_features = 0, out_features = 0;
   bool bias = false;
   Activation activation = Activation::none;
-  // conv2d, pools, patch_embedding (kernel = patch), global_avgpool (channels, spatial)
+  // conv2d, pools, patch_embedding (kernel = patch), global_avgpool and batchnorm (channels, spatial)
   int64_t channels = 0, height = 0, width = 0, out_channels = 0, kernel = 0, stride = 1, padding = 0;
   int64_t out_height = 0, out_width = 0, spatial = 0;
   bool tokens_layout = false;  // global_avgpool over [T, D]
@@ -211,6 +217,15 @@ struct PathChoice {
 // and softmax sums (B * heads * T * (head_dim + 2) * 4 bytes). The CUDA backend only builds cuDNN plans whose
 // workspace fits this budget.
 [[nodiscard]] uint64_t cudnn_workspace_bytes(const Graph& graph, const PlanRequest& request);
+
+// The CUDA batchnorm kernels reduce each channel in `slabs` slices of the batch (enough blocks to fill a
+// large GPU, at most one per sample), then combine the slices; workspace.batchnorm holds, per channel, three
+// floats per slice and two more (training only).
+[[nodiscard]] int64_t cuda_batchnorm_slabs(int64_t batch, int64_t channels);
+[[nodiscard]] inline uint64_t cuda_batchnorm_workspace_floats(int64_t batch, int64_t channels) {
+  return static_cast<uint64_t>(channels) *
+         static_cast<uint64_t>(3 * cuda_batchnorm_slabs(batch, channels) + 2);
+}
 
 struct MemoryBreakdown {
   uint64_t parameters = 0, master_weights = 0, gradients = 0, optimizer_state = 0;

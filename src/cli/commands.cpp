@@ -448,10 +448,11 @@ void print_warnings(const std::vector<std::string>& warnings) {
 // Training needs something to train: a model of pools alone has no gradients or optimizer to run.
 void check_trainable(const Graph& graph, Mode mode) {
   if (mode == Mode::train && graph.parameters == 0)
-    throw UsageError(fmt::format(
-        "--mode train: model '{}' has no parameters to train (no linear, conv2d, layernorm or embedding "
-        "layer); use --mode infer",
-        graph.model_name));
+    throw UsageError(
+        fmt::format("--mode train: model '{}' has no parameters to train (no linear, conv2d, layernorm, "
+                    "batchnorm or embedding "
+                    "layer); use --mode infer",
+                    graph.model_name));
 }
 
 }  // namespace

@@ -30,6 +30,9 @@ constexpr std::array<LayerField, 3> kPoolFields{{
      .int_member = &LayerSpec::padding,
      .emit_only_nonzero = true},
 }};
+constexpr std::array<LayerField, 1> kBatchNormFields{{
+    {.key = "activation", .activation_member = &LayerSpec::activation},
+}};
 constexpr std::array<LayerField, 1> kEmbeddingFields{{
     {.key = "dim", .required = true, .int_member = &LayerSpec::dim},
 }};
@@ -47,7 +50,7 @@ constexpr std::array<LayerField, 3> kTransformerFields{{
     {.key = "causal", .bool_member = &LayerSpec::causal},
 }};
 
-constexpr std::array<LayerInfo, 12> kLayers{{
+constexpr std::array<LayerInfo, 13> kLayers{{
     {LayerType::linear, "linear", kLinearFields},
     {LayerType::conv2d, "conv2d", kConv2dFields},
     {LayerType::maxpool2d, "maxpool2d", kPoolFields},
@@ -55,6 +58,7 @@ constexpr std::array<LayerInfo, 12> kLayers{{
     {LayerType::global_avgpool, "global_avgpool", {}},
     {LayerType::flatten, "flatten", {}},
     {LayerType::layernorm, "layernorm", {}},
+    {LayerType::batchnorm, "batchnorm", kBatchNormFields},
     {LayerType::embedding, "embedding", kEmbeddingFields},
     {LayerType::patch_embedding, "patch_embedding", kPatchEmbeddingFields},
     {LayerType::attention, "attention", kAttentionFields},

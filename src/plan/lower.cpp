@@ -201,6 +201,29 @@ class Lowerer {
     add_param(op, "beta", dim, path);
   }
 
+  // Per channel of an image [C, H, W] (BatchNorm2d) or per feature of a vector [F] (BatchNorm1d). A token
+  // sequence [T, D] would normalize over PyTorch's channel dim T, which nobody means: refused.
+  void batchnorm(const LayerSpec& l, const std::string& path) {
+    require_not_ids(l);
+    int64_t channels = 0, spatial = 1;
+    if (shape_.size() == 3) {
+      channels = shape_[0];
+      spatial = shape_[1] * shape_[2];
+    } else if (shape_.size() == 1) {
+      channels = shape_[0];
+    } else {
+      fail(l.json_path, fmt::format("`batchnorm` needs an image [C, H, W] or a vector [F], got {} (a token "
+                                    "sequence normalizes with `layernorm`)",
+                                    shape_text(shape_)));
+    }
+    Op& op = push(OpKind::batchnorm, path, shape_);
+    op.channels = channels;
+    op.spatial = spatial;
+    op.activation = l.activation;
+    add_param(op, "gamma", channels, path);
+    add_param(op, "beta", channels, path);
+  }
+
   void attention(const LayerSpec& l, const std::string& path) {
     require_tokens(l);
     const int64_t seq = shape_[0], dim = shape_[1];
@@ -320,6 +343,9 @@ class Lowerer {
         break;
       case LayerType::layernorm:
         layernorm(l, path);
+        break;
+      case LayerType::batchnorm:
+        batchnorm(l, path);
         break;
       case LayerType::embedding: {
         if (!token_ids_)

@@ -8,12 +8,13 @@
 //   but parameters data.input (i32 token ids, or S), data.targets (i32 labels, or S for mse)       — targets
 //   in training only train: ops[i].out (S) for every op with an output; ops[i].pre (S) before a GELU or SiLU;
 //   ops[i].stats (f32,
-//          mean+rstd per row) for layernorm; ops[i].probs (S, [B, heads, T, T]) for attention on the
-//          explicit path, ops[i].stats (f32, [B, heads, T] softmax statistics) on the cuDNN SDPA path —
-//          saved_activations; grad.a / grad.b (S) ping-pong activation gradients (no gradient of the network
-//          input) and grad.residual[d] (S) per residual depth (none for a residual of the network input)
-//          — transient
+//          mean+rstd per row) for layernorm, mean+1/std per channel for batchnorm; ops[i].probs (S, [B,
+//          heads, T, T]) for attention on the explicit path, ops[i].stats (f32, [B, heads, T] softmax
+//          statistics) on the cuDNN SDPA path — saved_activations; grad.a / grad.b (S) ping-pong activation
+//          gradients (no gradient of the network input) and grad.residual[d] (S) per residual depth (none for
+//          a residual of the network input) — transient
 //   infer: act.a / act.b (S) ping-pong, act.residual[d] (S), act.stats (f32), act.probs (S) — transient
+//   both: ops[i].running (f32, running mean+variance per channel) for batchnorm — parameters (model state)
 //   workspaces per backend, see append_workspaces().
 #include <fmt/format.h>
 
@@ -93,6 +94,8 @@ std::string_view to_string(OpKind v) {
       return "global_avgpool";
     case OpKind::layernorm:
       return "layernorm";
+    case OpKind::batchnorm:
+      return "batchnorm";
     case OpKind::embedding:
       return "embedding";
     case OpKind::patch_embedding:
@@ -177,6 +180,12 @@ class Builder {
     const bool train = r_.mode == Mode::train;
     const uint64_t p = static_cast<uint64_t>(g_.parameters);
     add("parameters", MemoryCategory::parameters, s_, p);
+    // Batch normalization's running mean and variance (fp32, PyTorch's buffers): the model's state in both
+    // modes, updated by training steps and read by inference.
+    for (size_t i = 0; i < g_.ops.size(); ++i)
+      if (g_.ops[i].kind == OpKind::batchnorm)
+        add(fmt::format("ops[{}].running", i), MemoryCategory::parameters, DType::f32,
+            2 * static_cast<uint64_t>(g_.ops[i].channels), static_cast<int>(i));
     if (train) {
       if (s_ != DType::f32) add("master_weights", MemoryCategory::master_weights, DType::f32, p);
       add("gradients", MemoryCategory::gradients, DType::f32, p);
@@ -324,6 +333,9 @@ class Builder {
       if (op.kind == OpKind::layernorm)
         add(fmt::format("ops[{}].stats", i), MemoryCategory::saved_activations, DType::f32,
             2 * b * static_cast<uint64_t>(op.rows), idx);
+      if (op.kind == OpKind::batchnorm)  // the batch's mean and 1/std per channel (save_mean, save_invstd)
+        add(fmt::format("ops[{}].stats", i), MemoryCategory::saved_activations, DType::f32,
+            2 * static_cast<uint64_t>(op.channels), idx);
       if (op.kind == OpKind::attention_core && fused_attention())
         add(fmt::format("ops[{}].stats", i), MemoryCategory::saved_activations, DType::f32,
             b * static_cast<uint64_t>(op.heads * op.seq), idx);
@@ -428,7 +440,8 @@ class Builder {
   // (workspace.dqkv); pre-activations in inference (workspace.z); conv and patch-embedding im2col columns and
   // the conv GEMM's [C, chunk*HW] output for a chunk of samples (workspace.im2col, workspace.conv_out; the
   // chunk keeps the columns under 2^25 elements per op); the loss mean's partial sums and per-row losses
-  // (workspace.loss) and the step's device scalars (workspace.scalars, 64 bytes).
+  // (workspace.loss) and the step's device scalars (workspace.scalars, 64 bytes); in training, batchnorm's
+  // per-slice partial statistics (workspace.batchnorm, see cuda_batchnorm_slabs).
   void append_cuda_workspaces() {
     const uint64_t b = batch();
     const bool train = r_.mode == Mode::train;
@@ -456,6 +469,11 @@ class Builder {
           conv_out = std::max(conv_out, chunk * static_cast<uint64_t>(op.out_channels) * spatial);
       }
     }
+    uint64_t batchnorm = 0;
+    for (const Op& op : g_.ops)
+      if (train && op.kind == OpKind::batchnorm)
+        batchnorm = std::max(batchnorm, cuda_batchnorm_workspace_floats(r_.batch, op.channels));
+    add("workspace.batchnorm", MemoryCategory::workspace, DType::f32, batchnorm);
     add("workspace.attention", MemoryCategory::workspace, DType::f32, scores);
     add("workspace.qkv", MemoryCategory::workspace, s_, 3 * heads);
     add("workspace.attn_o", MemoryCategory::workspace, s_, heads);
@@ -502,6 +520,12 @@ class Builder {
 };
 
 }  // namespace
+
+int64_t cuda_batchnorm_slabs(int64_t batch, int64_t channels) {
+  constexpr int64_t kBlocks = 1024;  // a few per SM on the largest GPUs
+  const int64_t want = (kBlocks + channels - 1) / std::max<int64_t>(channels, 1);
+  return std::clamp<int64_t>(want, 1, std::max<int64_t>(batch, 1));
+}
 
 Plan make_plan(const Graph& graph, const PlanRequest& request) {
   if (request.batch < 1)

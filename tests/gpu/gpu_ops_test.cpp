@@ -140,6 +140,50 @@ TEST_P(GpuOps, LayernormForwardAndBackward) {
   EXPECT_LE(rel_error(dbeta.download(), dbeta_ref), 1e-5);
 }
 
+// Per channel over slices of the batch: one sample per slice (67 x 3), a vector (BatchNorm1d) in two slices
+// with the last one short, one slice; values offset by 50 so the moments must combine without cancelling.
+TEST_P(GpuOps, BatchnormForwardAndBackward) {
+  for (const auto& [batch, c, s] :
+       {std::tuple<int64_t, int64_t, int64_t>{67, 3, 49}, {5, 600, 1}, {2, 8, 100}, {1, 4, 9}}) {
+    const int64_t n = batch * c * s;
+    const std::vector<float> x = input(n, 14, 48.0f, 53.0f);
+    const std::vector<float> gamma = input(c, 15), beta = input(c, 16), dy = input(n, 17);
+    std::vector<float> y_ref(n), mean(c), invstd(c), rmean(c, 0.0f), rvar(c, 1.0f), dx_ref(n);
+    std::vector<float> dgamma_ref(c, 0.25f), dbeta_ref(c, 0.25f), infer_ref(n);
+    cpu::batchnorm_forward_train(x.data(), gamma.data(), beta.data(), y_ref.data(), mean.data(),
+                                 invstd.data(), rmean.data(), rvar.data(), batch, c, s, kBatchNormMomentum);
+    cpu::batchnorm_backward(x.data(), gamma.data(), mean.data(), invstd.data(), dy.data(), dx_ref.data(),
+                            dgamma_ref.data(), dbeta_ref.data(), batch, c, s);
+    cpu::batchnorm_forward_infer(x.data(), gamma.data(), beta.data(), rmean.data(), rvar.data(),
+                                 infer_ref.data(), batch, c, s);
+    DeviceArray dxin(t(), x), dg(t(), gamma), db(t(), beta), y(t(), n), dmean(DType::f32, c),
+        dinvstd(DType::f32, c), ddy(t(), dy), dx(t(), n), infer(t(), n);
+    DeviceArray drmean(DType::f32, std::vector<float>(c, 0.0f)),
+        drvar(DType::f32, std::vector<float>(c, 1.0f));
+    DeviceArray dgamma(DType::f32, std::vector<float>(c, 0.25f)),
+        dbeta(DType::f32, std::vector<float>(c, 0.25f));
+    DeviceArray ws(DType::f32, static_cast<int64_t>(cuda_batchnorm_workspace_floats(batch, c)));
+    k::batchnorm_statistics(t(), dxin.get(), dmean.f32(), dinvstd.f32(), drmean.f32(), drvar.f32(), batch, c,
+                            s, kBatchNormMomentum, ws.f32(), stream_);
+    k::batchnorm_apply(t(), dxin.get(), dg.get(), db.get(), dmean.f32(), dinvstd.f32(), false, y.get(), batch,
+                       c, s, stream_);
+    const std::string where = std::to_string(batch) + "x" + std::to_string(c) + "x" + std::to_string(s);
+    EXPECT_LE(rel_error(dmean.download(), mean), 1e-5) << where;
+    EXPECT_LE(rel_error(dinvstd.download(), invstd), 1e-4) << where;
+    EXPECT_LE(rel_error(drmean.download(), rmean), 1e-5) << where;
+    EXPECT_LE(rel_error(drvar.download(), rvar), 1e-4) << where;
+    EXPECT_LE(rel_error(y.download(), y_ref), 1e-3 + tolerance(t())) << where;
+    k::batchnorm_backward(t(), dxin.get(), dg.get(), dmean.f32(), dinvstd.f32(), ddy.get(), dx.get(),
+                          dgamma.f32(), dbeta.f32(), batch, c, s, ws.f32(), stream_);
+    EXPECT_LE(rel_error(dx.download(), dx_ref), 1e-3 + tolerance(t())) << where;
+    EXPECT_LE(rel_error(dgamma.download(), dgamma_ref), 1e-3) << where;
+    EXPECT_LE(rel_error(dbeta.download(), dbeta_ref), 1e-5) << where;
+    k::batchnorm_apply(t(), dxin.get(), dg.get(), db.get(), drmean.f32(), drvar.f32(), true, infer.get(),
+                       batch, c, s, stream_);
+    EXPECT_LE(rel_error(infer.download(), infer_ref), 1e-4 + tolerance(t())) << where;
+  }
+}
+
 TEST_P(GpuOps, EmbeddingForwardAndBackward) {
   const int64_t batch = 3, seq = 9, dim = 16, vocab = 5;  // few ids: repeats exercise the atomics
   std::vector<float> ids_f(batch * seq);

@@ -74,6 +74,25 @@ constexpr const char* kPoolFirst = R"({"name": "pool-first",
              {"type": "global_avgpool"}, {"type": "linear", "out_features": 5}],
   "loss": "cross_entropy"})";
 
+// Batch normalization (ResNet's conv without bias, then BN and ReLU; one at a residual's end, where the add
+// writes over its output; one over a vector, GELU after it) and one first, on the data itself.
+constexpr const char* kBatchNorm = R"({"name": "batchnorm",
+  "input": {"type": "image", "channels": 3, "height": 12, "width": 12},
+  "layers": [{"type": "batchnorm"},
+             {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": false},
+             {"type": "batchnorm", "activation": "relu"},
+             {"type": "residual", "layers": [
+                {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": false},
+                {"type": "batchnorm", "activation": "silu"},
+                {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": false},
+                {"type": "batchnorm"}]},
+             {"type": "maxpool2d", "kernel_size": 2}, {"type": "flatten"},
+             {"type": "linear", "out_features": 16, "bias": false},
+             {"type": "batchnorm", "activation": "gelu"},
+             {"type": "linear", "out_features": 5}],
+  "loss": "cross_entropy",
+  "optimizer": {"type": "sgd", "learning_rate": 0.05, "momentum": 0.9}})";
+
 std::vector<double> run_losses(const Graph& g, BackendKind kind, Precision p, int64_t batch,
                                int64_t accumulation, int steps, bool graphs = true) {
   const Plan plan = make_plan(g, {batch, p, Mode::train, accumulation, kind});
@@ -128,7 +147,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"residual_of_input_fp32", kResidualOfInput, Precision::fp32, 1},
         Case{"residual_of_input_bf16", kResidualOfInput, Precision::bf16, 2},
         Case{"pool_first_fp32", kPoolFirst, Precision::fp32, 1},
-        Case{"pool_first_bf16", kPoolFirst, Precision::bf16, 1}),
+        Case{"pool_first_bf16", kPoolFirst, Precision::bf16, 1},
+        Case{"batchnorm_fp32", kBatchNorm, Precision::fp32, 1},
+        Case{"batchnorm_bf16", kBatchNorm, Precision::bf16, 2},
+        Case{"batchnorm_fp16", kBatchNorm, Precision::fp16, 1}),
     [](const testing::TestParamInfo<Case>& p) { return std::string(p.param.name); });
 
 // Every preset's first bf16 training step (batch 1) against the CPU backend: the full-size models, with the
@@ -180,7 +202,7 @@ TEST(GpuSessionGraphs, ReplayMatchesPlainLaunches) {
 
 TEST(GpuSessionInference, RunsEveryModelInEveryPrecision) {
   BSW_REQUIRE_DEVICE();
-  for (const char* model : {kMlp, kImage, kTokens, kVitMse}) {
+  for (const char* model : {kMlp, kImage, kTokens, kVitMse, kBatchNorm}) {
     const Graph g = graph_of(model);
     for (Precision p : {Precision::fp32, Precision::tf32, Precision::bf16, Precision::fp16}) {
       const Plan plan = make_plan(g, {3, p, Mode::infer, 1, BackendKind::cuda});

@@ -62,7 +62,7 @@ PRESET_PARAMETERS = {
 }
 
 # A small model with every layer type: image input through conv, pools, residual, patch embedding, attention,
-# a transformer block, layernorm, global pool, flatten and a linear head.
+# a transformer block, layernorm, batchnorm (of an image and of a vector), global pool, flatten and a linear head.
 EVERY_LAYER = {
     "name": "every-layer",
     "input": {"type": "image", "channels": 3, "height": 16, "width": 16},
@@ -72,12 +72,14 @@ EVERY_LAYER = {
             {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "activation": "tanh"}]},
         {"type": "maxpool2d", "kernel_size": 3, "stride": 2, "padding": 1},
         {"type": "avgpool2d", "kernel_size": 2, "stride": 1},
+        {"type": "batchnorm", "activation": "relu"},
         {"type": "patch_embedding", "patch_size": 7, "dim": 16},
         {"type": "attention", "heads": 2, "causal": True},
         {"type": "transformer_block", "heads": 4, "mlp_ratio": 2, "repeat": 2},
         {"type": "layernorm"},
         {"type": "linear", "out_features": 12, "activation": "gelu"},
         {"type": "flatten"},
+        {"type": "batchnorm"},
         {"type": "linear", "out_features": 5, "bias": False},
     ],
     "loss": "cross_entropy",
@@ -330,8 +332,8 @@ class ConfigTest(unittest.TestCase):
         patch = 16 * 8 * 49 + 16 + 1 * 16  # 16x16 -> pool 8x8 -> pool 7x7 -> one 7x7 patch
         attention = 16 * 48 + 48 + 16 * 16 + 16
         block = 2 * 32 + attention + 16 * 32 + 32 + 32 * 16 + 16  # two layernorms, attention, mlp
-        head = 16 * 12 + 12 + 12 * 5
-        self.assertEqual(g.parameters, conv + patch + attention + 2 * block + 32 + head)
+        head = 16 * 12 + 12 + 2 * 12 + 12 * 5  # linear, batchnorm of its 12 features, linear
+        self.assertEqual(g.parameters, conv + 2 * 8 + patch + attention + 2 * block + 32 + head)
         self.assertEqual(g.output_shape, [5])
 
     def test_errors_name_file_and_field(self):

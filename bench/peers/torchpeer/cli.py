@@ -231,7 +231,7 @@ def run(s: Settings, argv: list) -> int:
     graph = lower(model.config, model.source)
     if s.mode == "train" and graph.parameters == 0:  # as batchsweep run and plan
         raise UsageError(f"--mode train: model '{model.config['name']}' has no parameters to train (no linear, "
-                         f"conv2d, layernorm or embedding layer); use --mode infer")
+                         f"conv2d, layernorm, batchnorm or embedding layer); use --mode infer")
     binary = find_batchsweep(s.batchsweep)
     try:
         import torch  # noqa: F401 - only here: everything before works without torch

@@ -33,6 +33,7 @@ LAYER_FIELDS = {
     "global_avgpool": [],
     "flatten": [],
     "layernorm": [],
+    "batchnorm": [("activation", "activation", "none")],
     "embedding": [("dim", "int+", REQUIRED)],
     "patch_embedding": [("patch_size", "int+", REQUIRED), ("dim", "int+", REQUIRED)],
     "attention": [("heads", "int+", REQUIRED), ("causal", "bool", False)],
@@ -434,6 +435,18 @@ class _Lowerer:
         self.op(learns=True)
         return self.make("layernorm", dim=dim)
 
+    def batchnorm(self, layer: dict, path: str):
+        """Per channel of an image [C, H, W] (BatchNorm2d) or per feature of a vector [F] (BatchNorm1d)."""
+        self.require_not_ids(layer, path)
+        if len(self.shape) not in (1, 3):
+            self.fail(path, f"`batchnorm` needs an image [C, H, W] or a vector [F], got {_shape_text(self.shape)} "
+                            "(a token sequence normalizes with `layernorm`)")
+        channels = self.shape[0]
+        self.set_shape(list(self.shape), path)
+        self.add_params(2 * channels, path)
+        self.op(learns=True)
+        return self.make("batchnorm", channels=channels, image=len(self.shape) == 3, activation=layer["activation"])
+
     def attention(self, layer: dict, path: str):
         self.require_tokens(layer, path)
         seq, dim = self.shape
@@ -491,6 +504,8 @@ class _Lowerer:
             return self.make("flatten")
         if kind == "layernorm":
             return self.layernorm(layer, path)
+        if kind == "batchnorm":
+            return self.batchnorm(layer, path)
         if kind == "embedding":
             if not self.token_ids:
                 self.fail(path, f"`embedding` needs token ids (input type \"tokens\"), got {_shape_text(self.shape)}")

@@ -2,7 +2,8 @@
 built by the same walk (config.lower with a builder), so the module and the counts cannot disagree.
 
 Conventions (README "Conventions", lower.cpp): linear acts on the last dim; GELU is the tanh approximation;
-layernorm has eps 1e-5 over the last dim; embedding = token table + learned positions; patch_embedding = conv
+layernorm has eps 1e-5 over the last dim; batchnorm is BatchNorm2d (image) or BatchNorm1d (vector), eps 1e-5,
+momentum 0.1, then its activation; embedding = token table + learned positions; patch_embedding = conv
 k=p stride=p with bias + learned positions, no class token; attention = one qkv Linear(dim, 3 dim) with bias,
 scaled_dot_product_attention, an out Linear, no residual; transformer_block is pre-LN with residual adds;
 repeat makes independent copies."""
@@ -49,6 +50,28 @@ class LinearAct(nn.Linear):
 class Conv2dAct(nn.Conv2d):
     def __init__(self, in_channels, out_channels, kernel_size, stride, padding, bias, activation):
         super().__init__(in_channels, out_channels, kernel_size, stride=stride, padding=padding, bias=bias)
+        self.activation_name = activation
+        self._act = _activation(activation)
+
+    def forward(self, x):
+        y = super().forward(x)
+        return self._act(y) if self._act else y
+
+
+class BatchNorm2dAct(nn.BatchNorm2d):
+    def __init__(self, channels: int, activation: str):
+        super().__init__(channels, eps=1e-5, momentum=0.1)
+        self.activation_name = activation
+        self._act = _activation(activation)
+
+    def forward(self, x):
+        y = super().forward(x)
+        return self._act(y) if self._act else y
+
+
+class BatchNorm1dAct(nn.BatchNorm1d):
+    def __init__(self, features: int, activation: str):
+        super().__init__(features, eps=1e-5, momentum=0.1)
         self.activation_name = activation
         self._act = _activation(activation)
 
@@ -153,6 +176,9 @@ def _build(kind: str, **d) -> nn.Module:
         return Flatten()
     if kind == "layernorm":
         return nn.LayerNorm(d["dim"], eps=1e-5)
+    if kind == "batchnorm":
+        cls = BatchNorm2dAct if d["image"] else BatchNorm1dAct
+        return cls(d["channels"], d["activation"])
     if kind == "embedding":
         return TokenEmbedding(d["vocab_size"], d["sequence_length"], d["dim"])
     if kind == "patch_embedding":

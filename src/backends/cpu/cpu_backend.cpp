@@ -132,6 +132,11 @@ class CpuSession final : public Session, public CpuSessionProbe {
     if (!g) return {};
     return {g.f32(), g.f32() + graph_.parameters};
   }
+  std::vector<float> buffer_f32(const std::string& name) const override {
+    const Ref r = need(name);
+    if (r.dtype != DType::f32) throw BackendError(fmt::format("buffer '{}' is not fp32", name));
+    return {r.f32(), r.f32() + r.elements};
+  }
   double loss_scale() const override { return loss_scale_; }
   int64_t skipped_steps() const override { return skipped_steps_; }
   void set_loss_scale(double scale) override {
@@ -251,6 +256,14 @@ class CpuSession final : public Session, public CpuSessionProbe {
       if (!direct) convert_from_f32(w + first, param_slice(op), static_cast<uint64_t>(op.param_elements));
     }
     if (direct) sync_parameters_from_master();
+    // Batchnorm's running statistics start as PyTorch's: mean 0, variance 1.
+    for (size_t i = 0; i < graph_.ops.size(); ++i) {
+      if (graph_.ops[i].kind != OpKind::batchnorm) continue;
+      float* running = need(fmt::format("ops[{}].running", i)).f32();
+      const int64_t c = graph_.ops[i].channels;
+      std::fill(running, running + c, 0.0f);
+      std::fill(running + c, running + 2 * c, 1.0f);
+    }
   }
 
   void sync_parameters_from_master() {
@@ -414,6 +427,22 @@ class CpuSession final : public Session, public CpuSessionProbe {
         layernorm_forward(x, w, w + op.dim, y, stats.f32(), stats.f32() + rows, rows, op.dim);
         break;
       }
+      case OpKind::batchnorm: {
+        // Normalized into the pre-activation where there is one (or into y), then the activation into y.
+        float* normalized = z != nullptr ? z : y;
+        float* running = need(fmt::format("ops[{}].running", i)).f32();
+        const int64_t c = op.channels;
+        if (train) {
+          float* stats = need(fmt::format("ops[{}].stats", i)).f32();
+          batchnorm_forward_train(x, w, w + c, normalized, stats, stats + c, running, running + c, b, c,
+                                  op.spatial, kBatchNormMomentum);
+        } else {
+          batchnorm_forward_infer(x, w, w + c, running, running + c, normalized, b, c, op.spatial);
+        }
+        if (op.has_preactivation())
+          activation_forward(op.activation, normalized, y, static_cast<int64_t>(nout));
+        break;
+      }
       case OpKind::embedding:
         embedding_forward(in_ref.i32(), w, w + op.vocab * op.dim, y, b, op.seq, op.dim);
         break;
@@ -572,6 +601,20 @@ class CpuSession final : public Session, public CpuSessionProbe {
         const Ref stats = need(fmt::format("ops[{}].stats", i));
         const int64_t rows = b * op.rows;
         layernorm_backward(x, w, stats.f32(), stats.f32() + rows, dy, dx, dw, dw + op.dim, rows, op.dim);
+        break;
+      }
+      case OpKind::batchnorm: {
+        const float* y =
+            op.backward_reads_output() ? saved("out", s16 ? workspace("workspace.y") : nullptr) : nullptr;
+        const float* g = dy;
+        if (op.has_preactivation()) {
+          float* dz = workspace("workspace.z");
+          activation_backward(op.activation, pre_or_out(op, y), y, dy, dz, static_cast<int64_t>(nout));
+          g = dz;
+        }
+        const float* stats = need(fmt::format("ops[{}].stats", i)).f32();
+        const int64_t c = op.channels;
+        batchnorm_backward(x, w, stats, stats + c, g, dx, dw, dw + c, b, c, op.spatial);
         break;
       }
       case OpKind::embedding:

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "batchsweep/backend.hpp"
@@ -19,6 +20,8 @@ class CpuSessionProbe {
   virtual ~CpuSessionProbe() = default;
   [[nodiscard]] virtual std::vector<float> parameters_f32() const = 0;
   [[nodiscard]] virtual std::vector<float> gradients_f32() const = 0;  // unscaled, after the last step
+  // A copy of an fp32 buffer of the plan by name (e.g. "ops[2].running"); throws BackendError otherwise.
+  [[nodiscard]] virtual std::vector<float> buffer_f32(const std::string& name) const = 0;
   [[nodiscard]] virtual double loss_scale() const = 0;
   [[nodiscard]] virtual int64_t skipped_steps() const = 0;
   // fp16: sets the dynamic loss scale, the growth interval counting from here (tests force an overflow).

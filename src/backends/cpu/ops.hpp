@@ -74,6 +74,24 @@ void layernorm_forward(const float* x, const float* gamma, const float* beta, fl
 void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
                         const float* dy, float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t dim);
 
+// ---- batch normalization per channel, eps 1e-5 ------------------------------------------------------------
+// x and y are [N, C, S]: S = H*W for an image (BatchNorm2d), 1 for a vector (BatchNorm1d). Statistics in
+// double. Training normalizes with the batch's mean and biased variance over N*S values per channel, saves
+// mean[C] and invstd[C] = 1/sqrt(var + eps) (either may be null), and moves running_mean/running_var (may be
+// null) by `momentum` toward the mean and the unbiased variance (divisor N*S - 1; PyTorch refuses N*S == 1 in
+// training, which here takes the biased one, 0).
+void batchnorm_forward_train(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                             float* invstd, float* running_mean, float* running_var, int64_t batch,
+                             int64_t channels, int64_t spatial, float momentum);
+// Inference: normalizes with the running statistics.
+void batchnorm_forward_infer(const float* x, const float* gamma, const float* beta, const float* running_mean,
+                             const float* running_var, float* y, int64_t batch, int64_t channels,
+                             int64_t spatial);
+// From the saved mean and invstd: dgamma, dbeta accumulate; dx is overwritten (may be null).
+void batchnorm_backward(const float* x, const float* gamma, const float* mean, const float* invstd,
+                        const float* dy, float* dx, float* dgamma, float* dbeta, int64_t batch,
+                        int64_t channels, int64_t spatial);
+
 // ---- embeddings -------------------------------------------------------------------------------------------
 // ids [B, T] in [0, vocab) (not checked: vocab is not passed); y [B, T, D] = tokens[ids] + positions[t].
 // Backward accumulates into dtokens (repeated ids add up) and dpositions; either may be null.

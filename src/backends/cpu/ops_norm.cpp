@@ -1,4 +1,5 @@
-// The CPU reference math, part 3: layernorm over the last dimension and the token + position embedding.
+// The CPU reference math, part 3: layernorm over the last dimension, batch normalization per channel and the
+// token + position embedding.
 // Contracts are in ops.hpp.
 #include <cmath>
 
@@ -7,6 +8,7 @@
 namespace bsw::cpu {
 namespace {
 constexpr double kLayerNormEps = 1e-5;
+constexpr double kBatchNormEps = 1e-5;  // PyTorch's default, as for layernorm
 }  // namespace
 
 // ---- layernorm
@@ -60,6 +62,92 @@ void layernorm_backward(const float* x, const float* gamma, const float* mean, c
     for (int64_t i = 0; i < dim; ++i) {
       const float xhat = (xr[i] - mu) * rs;
       dxr[i] = rs * (dyr[i] * gamma[i] - mean_dxhat - xhat * mean_dxhat_xhat);
+    }
+  }
+}
+
+// ---- batch normalization
+// -----------------------------------------------------------------------------------------
+
+void batchnorm_forward_train(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                             float* invstd, float* running_mean, float* running_var, int64_t batch,
+                             int64_t channels, int64_t spatial, float momentum) {
+  const int64_t count = batch * spatial;
+  for (int64_t c = 0; c < channels; ++c) {
+    double sum = 0.0;
+    for (int64_t n = 0; n < batch; ++n) {
+      const float* xs = x + (n * channels + c) * spatial;
+      for (int64_t s = 0; s < spatial; ++s) sum += xs[s];
+    }
+    const double mu = sum / static_cast<double>(count);
+    double sq = 0.0;
+    for (int64_t n = 0; n < batch; ++n) {
+      const float* xs = x + (n * channels + c) * spatial;
+      for (int64_t s = 0; s < spatial; ++s) {
+        const double d = static_cast<double>(xs[s]) - mu;
+        sq += d * d;
+      }
+    }
+    const double var = sq / static_cast<double>(count);
+    const float mu_f = static_cast<float>(mu);
+    const float rs_f = static_cast<float>(1.0 / std::sqrt(var + kBatchNormEps));
+    for (int64_t n = 0; n < batch; ++n) {
+      const float* xs = x + (n * channels + c) * spatial;
+      float* ys = y + (n * channels + c) * spatial;
+      for (int64_t s = 0; s < spatial; ++s) ys[s] = (xs[s] - mu_f) * rs_f * gamma[c] + beta[c];
+    }
+    if (mean != nullptr) mean[c] = mu_f;
+    if (invstd != nullptr) invstd[c] = rs_f;
+    if (running_mean != nullptr)
+      running_mean[c] = static_cast<float>((1.0 - momentum) * running_mean[c] + momentum * mu);
+    if (running_var != nullptr) {
+      const double unbiased = count > 1 ? sq / static_cast<double>(count - 1) : var;
+      running_var[c] = static_cast<float>((1.0 - momentum) * running_var[c] + momentum * unbiased);
+    }
+  }
+}
+
+void batchnorm_forward_infer(const float* x, const float* gamma, const float* beta, const float* running_mean,
+                             const float* running_var, float* y, int64_t batch, int64_t channels,
+                             int64_t spatial) {
+  for (int64_t c = 0; c < channels; ++c) {
+    const float rs = static_cast<float>(1.0 / std::sqrt(static_cast<double>(running_var[c]) + kBatchNormEps));
+    const float mu = running_mean[c];
+    for (int64_t n = 0; n < batch; ++n) {
+      const float* xs = x + (n * channels + c) * spatial;
+      float* ys = y + (n * channels + c) * spatial;
+      for (int64_t s = 0; s < spatial; ++s) ys[s] = (xs[s] - mu) * rs * gamma[c] + beta[c];
+    }
+  }
+}
+
+void batchnorm_backward(const float* x, const float* gamma, const float* mean, const float* invstd,
+                        const float* dy, float* dx, float* dgamma, float* dbeta, int64_t batch,
+                        int64_t channels, int64_t spatial) {
+  const double inv_count = 1.0 / static_cast<double>(batch * spatial);
+  for (int64_t c = 0; c < channels; ++c) {
+    const float mu = mean[c], rs = invstd[c];
+    double sum_dy = 0.0, sum_dy_xhat = 0.0;
+    for (int64_t n = 0; n < batch; ++n) {
+      const float* xs = x + (n * channels + c) * spatial;
+      const float* dys = dy + (n * channels + c) * spatial;
+      for (int64_t s = 0; s < spatial; ++s) {
+        sum_dy += dys[s];
+        sum_dy_xhat += static_cast<double>(dys[s]) * ((xs[s] - mu) * rs);
+      }
+    }
+    dgamma[c] += static_cast<float>(sum_dy_xhat);
+    dbeta[c] += static_cast<float>(sum_dy);
+    if (dx == nullptr) continue;
+    const float mean_dy = static_cast<float>(sum_dy * inv_count);
+    const float mean_dy_xhat = static_cast<float>(sum_dy_xhat * inv_count);
+    const float k = gamma[c] * rs;
+    for (int64_t n = 0; n < batch; ++n) {
+      const float* xs = x + (n * channels + c) * spatial;
+      const float* dys = dy + (n * channels + c) * spatial;
+      float* dxs = dx + (n * channels + c) * spatial;
+      for (int64_t s = 0; s < spatial; ++s)
+        dxs[s] = k * (dys[s] - mean_dy - (xs[s] - mu) * rs * mean_dy_xhat);
     }
   }
 }

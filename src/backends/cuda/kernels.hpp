@@ -71,6 +71,24 @@ void layernorm_backward(DType t, const void* x, const void* gamma, const float* 
                         const void* dy, void* dx, float* dgamma, float* dbeta, int64_t rows, int64_t dim,
                         cudaStream_t stream);
 
+// ---- batch normalization (eps 1e-5) per channel of x [N, C, S], statistics fp32
+// ------------------------------ The batch's mean[C] and invstd[C] (biased variance);
+// running_mean/running_var (may be null) move by `momentum` toward the mean and the unbiased variance.
+// workspace holds cuda_batchnorm_workspace_floats(batch, channels) floats (plan.hpp). Deterministic: slices
+// of the batch, then one warp per channel combines them.
+void batchnorm_statistics(DType t, const void* x, float* mean, float* invstd, float* running_mean,
+                          float* running_var, int64_t batch, int64_t channels, int64_t spatial,
+                          float momentum, float* workspace, cudaStream_t stream);
+// y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c]; with from_variance, `scale` is a variance (the running
+// one) and invstd = 1/sqrt(scale + eps). y may alias x.
+void batchnorm_apply(DType t, const void* x, const void* gamma, const void* beta, const float* mean,
+                     const float* scale, bool from_variance, void* y, int64_t batch, int64_t channels,
+                     int64_t spatial, cudaStream_t stream);
+// dgamma, dbeta accumulate (fp32); dx overwritten (may be null; must not alias dy). Same workspace.
+void batchnorm_backward(DType t, const void* x, const void* gamma, const float* mean, const float* invstd,
+                        const void* dy, void* dx, float* dgamma, float* dbeta, int64_t batch,
+                        int64_t channels, int64_t spatial, float* workspace, cudaStream_t stream);
+
 // ---- embeddings
 // ------------------------------------------------------------------------------------------------------
 void embedding_forward(DType t, const int32_t* ids, const void* tokens, const void* positions, void* y,

@@ -341,6 +341,14 @@ class CudaSession final : public Session {
     }
     if (direct && s_ != DType::f32)
       kernels::cast(DType::f32, master().ptr, s_, need("parameters").ptr, graph_.parameters, stream_);
+    // Batchnorm's running statistics start as PyTorch's: mean 0, variance 1.
+    for (size_t i = 0; i < graph_.ops.size(); ++i) {
+      if (graph_.ops[i].kind != OpKind::batchnorm) continue;
+      const Ref running = need(fmt::format("ops[{}].running", i));
+      const int64_t c = graph_.ops[i].channels;
+      kernels::fill_constant(DType::f32, running.f32(), c, 0.0f, stream_);
+      kernels::fill_constant(DType::f32, running.f32() + c, c, 1.0f, stream_);
+    }
   }
 
   // Synthetic inputs and targets of micro-batch `micro`, indexed by global sample as on the CPU backend.
@@ -568,6 +576,28 @@ class CudaSession final : public Session {
         const int64_t rows = b * op.rows;
         kernels::layernorm_forward(s_, in.ptr, w.ptr, w.at(static_cast<uint64_t>(op.dim), 0).ptr, out.ptr,
                                    stats.f32(), stats.f32() + rows, rows, op.dim, stream_);
+        return;
+      }
+      case OpKind::batchnorm: {
+        // Normalized into the pre-activation where there is one (or the output), then the activation.
+        const Ref normalized = op.has_preactivation() ? z : out;
+        const Ref running = need(fmt::format("ops[{}].running", i));
+        const int64_t c = op.channels;
+        const void* beta = w.at(static_cast<uint64_t>(c), 0).ptr;
+        if (train) {
+          const Ref stats = need(fmt::format("ops[{}].stats", i));
+          kernels::batchnorm_statistics(s_, in.ptr, stats.f32(), stats.f32() + c, running.f32(),
+                                        running.f32() + c, b, c, op.spatial, kBatchNormMomentum,
+                                        need("workspace.batchnorm").f32(), stream_);
+          kernels::batchnorm_apply(s_, in.ptr, w.ptr, beta, stats.f32(), stats.f32() + c, false,
+                                   normalized.ptr, b, c, op.spatial, stream_);
+        } else {
+          kernels::batchnorm_apply(s_, in.ptr, w.ptr, beta, running.f32(), running.f32() + c, true,
+                                   normalized.ptr, b, c, op.spatial, stream_);
+        }
+        if (op.has_preactivation())
+          kernels::activation_forward(op.activation, s_, normalized.ptr, out.ptr,
+                                      static_cast<int64_t>(n_out(op)), stream_);
         return;
       }
       case OpKind::embedding:
@@ -909,6 +939,17 @@ class CudaSession final : public Session {
         const int64_t rows = b * op.rows;
         kernels::layernorm_backward(s_, in.ptr, w.ptr, stats.f32(), stats.f32() + rows, dy.ptr, dx.ptr, dw,
                                     dw + op.dim, rows, op.dim, stream_);
+        return;
+      }
+      case OpKind::batchnorm: {
+        if (op.has_preactivation())  // dz = dy * act'(z), in place in the gradient buffer
+          kernels::activation_backward(op.activation, s_, pre_or_out(i, op).ptr,
+                                       need(fmt::format("ops[{}].out", i)).ptr, dy.ptr, dy.ptr,
+                                       static_cast<int64_t>(n_out(op)), stream_);
+        const Ref stats = need(fmt::format("ops[{}].stats", i));
+        const int64_t c = op.channels;
+        kernels::batchnorm_backward(s_, in.ptr, w.ptr, stats.f32(), stats.f32() + c, dy.ptr, dx.ptr, dw,
+                                    dw + c, b, c, op.spatial, need("workspace.batchnorm").f32(), stream_);
         return;
       }
       case OpKind::embedding:

@@ -93,6 +93,23 @@ constexpr const char* kPoolFirst = R"({"name": "pool-first",
                                               "activation": "tanh"}]},
              {"type": "flatten"}, {"type": "linear", "out_features": 3}]})";
 
+// Batch normalization after convolutions without bias (the ResNet pattern), at the end of a residual (the add
+// then writes over its output), over a vector (BatchNorm1d) and as the first layer that learns.
+constexpr const char* kBatchNorm = R"({"name": "batchnorm",
+  "input": {"type": "image", "channels": 2, "height": 6, "width": 6},
+  "layers": [{"type": "batchnorm"},
+             {"type": "conv2d", "out_channels": 3, "kernel_size": 3, "padding": 1, "bias": false},
+             {"type": "batchnorm", "activation": "silu"},
+             {"type": "residual", "layers": [
+                {"type": "conv2d", "out_channels": 3, "kernel_size": 3, "padding": 1, "bias": false},
+                {"type": "batchnorm", "activation": "tanh"},
+                {"type": "conv2d", "out_channels": 3, "kernel_size": 3, "padding": 1, "bias": false},
+                {"type": "batchnorm"}]},
+             {"type": "avgpool2d", "kernel_size": 2}, {"type": "flatten"},
+             {"type": "linear", "out_features": 5, "bias": false},
+             {"type": "batchnorm", "activation": "gelu"},
+             {"type": "linear", "out_features": 3}]})";
+
 // Central differences of the whole network's loss against the backend's gradients: a few entries of every
 // parameter tensor of every op, so each layer's backward is reached through the whole stack.
 void check_gradients(const char* text, int64_t batch) {
@@ -138,6 +155,35 @@ TEST(CpuBackend, GradientsOfEveryLayerMatchFiniteDifferences) {
   check_gradients(kResidualOfInput, 3);
   check_gradients(kPoolFirst, 2);
   check_gradients(kPaddedPools, 2);
+  check_gradients(kBatchNorm, 4);
+}
+
+// Training moves the running statistics (PyTorch's momentum 0.1 from mean 0, variance 1) and inference
+// normalizes with them, not with the batch's: here the first batchnorm sees the synthetic data directly.
+TEST(CpuBackend, BatchNormRunningStatistics) {
+  const Graph g = graph_of(kBatchNorm);
+  ASSERT_EQ(g.ops[0].kind, OpKind::batchnorm);
+  Prepared train = prepare(g, 4, Precision::fp32, Mode::train);
+  const std::vector<float> start = train.probe->buffer_f32("ops[0].running");
+  ASSERT_EQ(start.size(), 4u);
+  EXPECT_EQ(start, (std::vector<float>{0.0f, 0.0f, 1.0f, 1.0f}));
+  (void)train.probe->loss_and_gradients();
+  const std::vector<float> stats = train.probe->buffer_f32("ops[0].stats");  // mean, 1/std of the batch
+  const std::vector<float> moved = train.probe->buffer_f32("ops[0].running");
+  for (int c = 0; c < 2; ++c) {
+    EXPECT_NEAR(moved[c], 0.1f * stats[c], 1e-6);
+    const double biased = 1.0 / (static_cast<double>(stats[2 + c]) * stats[2 + c]) - 1e-5;
+    const double count = 4.0 * 36.0;
+    EXPECT_NEAR(moved[2 + c], 0.9 + 0.1 * biased * count / (count - 1), 1e-5);
+  }
+  // The same data in inference: normalized by the initial running statistics, so the outputs differ from
+  // training's and the session runs without any stats buffer of its own.
+  Prepared infer = prepare(g, 4, Precision::fp32, Mode::infer);
+  EXPECT_EQ(infer.plan.find("ops[0].stats"), nullptr);
+  ASSERT_NE(infer.plan.find("ops[0].running"), nullptr);
+  EXPECT_EQ(infer.plan.buffer("ops[0].running").category, MemoryCategory::parameters);
+  EXPECT_TRUE(infer.session->step().finite);
+  EXPECT_EQ(infer.probe->buffer_f32("ops[0].running"), start);
 }
 
 // Exact by construction (the session allocates Plan::buffers and nothing else); this pins it for the small

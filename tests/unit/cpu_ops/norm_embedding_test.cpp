@@ -1,5 +1,6 @@
-// Layernorm and the token + position embedding: forward statistics and values, gradients against central
-// differences (dx, dgamma, dbeta; dtokens with repeated ids, dpositions), accumulate/overwrite semantics.
+// Layernorm, batch normalization and the token + position embedding: forward statistics and values, running
+// statistics, gradients against central differences (dx, dgamma, dbeta; dtokens with repeated ids,
+// dpositions), accumulate/overwrite semantics.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -77,6 +78,102 @@ TEST(LayerNorm, GradientsMatchFiniteDifferences) {
   for (int64_t i = 0; i < dim; ++i) {
     EXPECT_FLOAT_EQ(dgamma2[i], 2.0f * dgamma[i]);
     EXPECT_FLOAT_EQ(dbeta2[i], 2.0f * dbeta[i]);
+  }
+}
+
+// Per channel of [N, C, S]: the batch's statistics (a large offset must not cancel), PyTorch's running
+// statistics update (unbiased variance, momentum 0.1), and gamma/beta.
+TEST(BatchNorm, TrainingNormalizesEachChannelOverBatchAndSpace) {
+  Rng rng(31);
+  const int64_t n = 3, c = 4, s = 5;
+  std::vector<float> x = rng.vec(n * c * s, -3.0f, 5.0f);
+  for (float& v : x) v += 100.0f;
+  std::vector<float> gamma(c), beta(c);
+  for (int64_t k = 0; k < c; ++k) {
+    gamma[k] = 0.5f + static_cast<float>(k);
+    beta[k] = -1.0f + 0.25f * static_cast<float>(k);
+  }
+  std::vector<float> y(x.size()), mean(c), invstd(c), running_mean(c, 0.0f), running_var(c, 1.0f);
+  batchnorm_forward_train(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), invstd.data(),
+                          running_mean.data(), running_var.data(), n, c, s, 0.1f);
+  for (int64_t k = 0; k < c; ++k) {
+    double mu = 0.0, var = 0.0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < s; ++j) mu += x[(i * c + k) * s + j];
+    mu /= n * s;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < s; ++j) var += std::pow(x[(i * c + k) * s + j] - mu, 2);
+    const double biased = var / (n * s), unbiased = var / (n * s - 1);
+    EXPECT_NEAR(mean[k], mu, 1e-4);
+    EXPECT_NEAR(invstd[k], 1.0 / std::sqrt(biased + 1e-5), 1e-5);
+    EXPECT_NEAR(running_mean[k], 0.1 * mu, 1e-5);
+    EXPECT_NEAR(running_var[k], 0.9 + 0.1 * unbiased, 1e-5);
+    double sum_y = 0.0, sum_y2 = 0.0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < s; ++j) {
+        const double v = (y[(i * c + k) * s + j] - beta[k]) / gamma[k];
+        sum_y += v;
+        sum_y2 += v * v;
+      }
+    EXPECT_NEAR(sum_y / (n * s), 0.0, 1e-5);
+    EXPECT_NEAR(sum_y2 / (n * s), biased / (biased + 1e-5), 1e-4);
+  }
+}
+
+TEST(BatchNorm, InferenceUsesTheRunningStatistics) {
+  const std::vector<float> x = {1.0f, 2.0f, 3.0f, 4.0f};  // N 2, C 2, S 1
+  const std::vector<float> gamma = {2.0f, 1.0f}, beta = {0.5f, -0.5f};
+  const std::vector<float> rmean = {1.0f, -1.0f}, rvar = {4.0f, 0.25f};
+  std::vector<float> y(4);
+  batchnorm_forward_infer(x.data(), gamma.data(), beta.data(), rmean.data(), rvar.data(), y.data(), 2, 2, 1);
+  const double r0 = 1.0 / std::sqrt(4.0 + 1e-5), r1 = 1.0 / std::sqrt(0.25 + 1e-5);
+  EXPECT_NEAR(y[0], (1.0 - 1.0) * r0 * 2.0 + 0.5, 1e-6);
+  EXPECT_NEAR(y[1], (2.0 + 1.0) * r1 * 1.0 - 0.5, 1e-5);
+  EXPECT_NEAR(y[2], (3.0 - 1.0) * r0 * 2.0 + 0.5, 1e-5);
+  EXPECT_NEAR(y[3], (4.0 + 1.0) * r1 * 1.0 - 0.5, 1e-5);
+}
+
+TEST(BatchNorm, OneValuePerChannelTakesTheBiasedVarianceForTheRunningOne) {
+  const std::vector<float> x = {3.0f, -2.0f}, gamma = {1.0f, 1.0f}, beta = {0.0f, 0.0f};
+  std::vector<float> y(2), mean(2), invstd(2), rmean = {0.0f, 0.0f}, rvar = {1.0f, 1.0f};
+  batchnorm_forward_train(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), invstd.data(),
+                          rmean.data(), rvar.data(), 1, 2, 1, 0.1f);
+  EXPECT_EQ(y[0], 0.0f);
+  EXPECT_EQ(y[1], 0.0f);
+  EXPECT_FLOAT_EQ(rvar[0], 0.9f);
+  EXPECT_FLOAT_EQ(rmean[1], -0.2f);
+}
+
+TEST(BatchNorm, GradientsMatchFiniteDifferences) {
+  Rng rng(32);
+  for (const int64_t s : {int64_t{1}, int64_t{6}}) {
+    const int64_t n = 3, c = 2;
+    std::vector<float> x = rng.vec(n * c * s, -2.0f, 2.0f), gamma = rng.vec(c, 0.5f, 1.5f), beta = rng.vec(c);
+    const std::vector<float> r = rng.vec(n * c * s);
+    std::vector<float> y(x.size()), mean(c), invstd(c);
+    batchnorm_forward_train(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), invstd.data(),
+                            nullptr, nullptr, n, c, s, 0.1f);
+    std::vector<float> dx = testing::nan_filled(x.size());
+    std::vector<float> dgamma(c, 0.0f), dbeta(c, 0.0f);
+    batchnorm_backward(x.data(), gamma.data(), mean.data(), invstd.data(), r.data(), dx.data(), dgamma.data(),
+                       dbeta.data(), n, c, s);
+    std::vector<float> out(y.size()), m2(c), r2(c);
+    auto loss = [&] {
+      batchnorm_forward_train(x.data(), gamma.data(), beta.data(), out.data(), m2.data(), r2.data(), nullptr,
+                              nullptr, n, c, s, 0.1f);
+      return weighted_sum(r, out);
+    };
+    expect_gradient("batchnorm dx", x, dx, loss);
+    expect_gradient("batchnorm dgamma", gamma, dgamma, loss);
+    expect_gradient("batchnorm dbeta", beta, dbeta, loss);
+
+    std::vector<float> dgamma2 = dgamma, dbeta2 = dbeta;
+    batchnorm_backward(x.data(), gamma.data(), mean.data(), invstd.data(), r.data(), nullptr, dgamma2.data(),
+                       dbeta2.data(), n, c, s);
+    for (int64_t i = 0; i < c; ++i) {
+      EXPECT_FLOAT_EQ(dgamma2[i], 2.0f * dgamma[i]);
+      EXPECT_FLOAT_EQ(dbeta2[i], 2.0f * dbeta[i]);
+    }
   }
 }
 

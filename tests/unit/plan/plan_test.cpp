@@ -1,6 +1,7 @@
 // Planner tests: parameter and FLOP counts by the model format's conventions on hand-computed models, shape
 // errors with JSON paths, and the buffer accounting (categories, precisions, modes, backends, max-fit
 // search).
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -109,6 +110,10 @@ TEST(Lower, ShapeErrorsNameThePath) {
   expect_config_error(R"({"name": "x", "input": {"type": "image", "channels": 3, "height": 30, "width": 30},
     "layers": [{"type": "patch_embedding", "patch_size": 16, "dim": 8}]})",
                       "16 does not divide the 30x30 image");
+  expect_config_error(R"({"name": "x", "input": {"type": "tokens", "sequence_length": 8, "vocab_size": 10},
+    "layers": [{"type": "embedding", "dim": 16}, {"type": "batchnorm"}]})",
+                      "layers[1]: `batchnorm` needs an image [C, H, W] or a vector [F], got [8, 16] (a token "
+                      "sequence normalizes with `layernorm`)");
 }
 
 TEST(Plan, TrainingBuffersByCategory) {
@@ -248,6 +253,55 @@ TEST(Plan, ResidualAddsInPlaceWhereBackwardDoesNotReadTheAddend) {
   saved += train.buffer("ops[8].out").bytes + train.buffer("ops[9].out").bytes;
   EXPECT_EQ(train.memory.saved_activations, saved);
   EXPECT_EQ(train.buffer("ops[3].out").elements, 2u * 512u);
+}
+
+// The torchvision ResNet block: conv without bias, batchnorm and ReLU, conv, batchnorm, add. Saved per conv:
+// its output (batchnorm's input) and batchnorm's output; the block's last batchnorm output holds the in-place
+// sum; per batchnorm the batch's mean and 1/std (fp32, [C]); running statistics are model state.
+TEST(Plan, BatchnormKeepsItsInputAndPerChannelStatistics) {
+  const Graph g =
+      graph_of(R"({"name": "m", "input": {"type": "image", "channels": 8, "height": 8, "width": 8},
+    "layers": [{"type": "residual", "layers": [
+                 {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": false},
+                 {"type": "batchnorm", "activation": "relu"},
+                 {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": false},
+                 {"type": "batchnorm"}]},
+               {"type": "flatten"}, {"type": "batchnorm", "activation": "gelu"},
+               {"type": "linear", "out_features": 5}]})");
+  // save, conv, bn, conv, bn, add, bn (vector), linear
+  ASSERT_EQ(g.ops.size(), 8u);
+  EXPECT_EQ(g.ops[2].kind, OpKind::batchnorm);
+  EXPECT_EQ(g.ops[2].channels, 8);
+  EXPECT_EQ(g.ops[2].spatial, 64);
+  EXPECT_EQ(g.ops[6].channels, 512);  // BatchNorm1d over the flattened features
+  EXPECT_EQ(g.ops[6].spatial, 1);
+  EXPECT_EQ(g.ops[2].param_elements, 16);
+  EXPECT_EQ(g.parameters, 2 * 8 * 8 * 9 + 2 * 16 + 2 * 512 + 512 * 5 + 5);
+  EXPECT_EQ(g.forward_flops_per_sample, 2.0 * 2 * 8 * 72 * 64 + 2.0 * 512 * 5);  // normalization counts none
+  EXPECT_TRUE(g.ops[5].adds_in_place);    // the last batchnorm's backward reads its input, not its output
+  EXPECT_FALSE(g.ops[1].input_gradient);  // the first conv: backward stops there
+  EXPECT_TRUE(g.ops[2].input_gradient);
+  const Plan train = make_plan(g, {4, Precision::bf16, Mode::train, 1, BackendKind::cuda});
+  for (int i : {1, 2, 3, 4, 6, 7}) EXPECT_NE(train.find(fmt::format("ops[{}].out", i)), nullptr) << i;
+  EXPECT_EQ(train.find("ops[5].out"), nullptr);
+  EXPECT_EQ(train.find("ops[6].pre")->elements, 4u * 512u);  // GELU keeps its input
+  EXPECT_EQ(train.buffer("ops[2].stats").elements, 16u);     // batch-independent
+  EXPECT_EQ(train.buffer("ops[2].stats").category, MemoryCategory::saved_activations);
+  EXPECT_EQ(train.buffer("ops[6].stats").elements, 1024u);
+  EXPECT_EQ(train.buffer("ops[4].running").elements, 16u);
+  EXPECT_EQ(train.buffer("ops[4].running").category, MemoryCategory::parameters);
+  EXPECT_EQ(train.buffer("ops[4].running").dtype, DType::f32);
+  EXPECT_EQ(train.memory.parameters, rounded(g.parameters * 2) + 2 * rounded(16 * 4) + rounded(1024 * 4));
+  EXPECT_EQ(train.buffer("workspace.batchnorm").elements, cuda_batchnorm_workspace_floats(4, 512));
+  EXPECT_EQ(cuda_batchnorm_slabs(4, 512), 2);
+  EXPECT_EQ(cuda_batchnorm_slabs(4, 8), 4);  // at most one slice per sample
+  EXPECT_EQ(cuda_batchnorm_slabs(4096, 64), 16);
+  const Plan infer = make_plan(g, {4, Precision::bf16, Mode::infer, 1, BackendKind::cuda});
+  EXPECT_EQ(infer.find("ops[2].stats"), nullptr);
+  EXPECT_NE(infer.find("ops[2].running"), nullptr);
+  EXPECT_EQ(infer.find("workspace.batchnorm"), nullptr);
+  EXPECT_EQ(make_plan(g, {4, Precision::fp32, Mode::train, 1, BackendKind::cpu}).find("workspace.batchnorm"),
+            nullptr);
 }
 
 // A residual of the network input (nested or not) gets no gradient stash; a later one of the same depth,
