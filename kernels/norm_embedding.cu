@@ -94,11 +94,14 @@ __global__ void layernorm_param_grad_kernel(const T* x, const float* mean, const
   }
 }
 
-// ---- batch normalization: x [N, C, S]; a block reduces channel blockIdx.x over the samples of slice
-// blockIdx.y
+// ---- batch normalization: x [N, C, S]. Statistics per channel over slices of the batch (blockIdx.y), then a
+// warp per channel combines the slices. An image's block takes one channel; a vector's (S == 1) block of 32 x
+// 8 threads takes 32 neighbouring features, so its warps read contiguous memory. Indices step forward without
+// a division per element: a 64-bit division costs more than these kernels' memory traffic.
 constexpr float kBatchNormEps = 1e-5f;
 constexpr int kBatchNormThreads = 256;
 constexpr int kChannelsPerBlock = 8;  // finalize: one warp per channel
+constexpr int kFeatureRows = 8;       // vectors: a 32 x 8 block, 8 rows at a time
 
 // Chan's parallel combination of (count, mean, M2) moments: b into a.
 __device__ __forceinline__ void combine_moments(float& n, float& mean, float& m2, float nb, float meanb,
@@ -112,6 +115,13 @@ __device__ __forceinline__ void combine_moments(float& n, float& mean, float& m2
   n = total;
 }
 
+__device__ __forceinline__ void add_moment(float& n, float& mean, float& m2, float v) {
+  n += 1.0f;
+  const float d = v - mean;
+  mean += d / n;
+  m2 += d * (v - mean);
+}
+
 __device__ __forceinline__ void warp_combine_moments(float& n, float& mean, float& m2) {
   for (int offset = 16; offset > 0; offset >>= 1) {
     const float nb = __shfl_xor_sync(0xFFFFFFFFu, n, offset);
@@ -121,27 +131,25 @@ __device__ __forceinline__ void warp_combine_moments(float& n, float& mean, floa
   }
 }
 
-// Element i of a slice of samples [n0, n0 + count / spatial) in channel c.
-__device__ __forceinline__ int64_t channel_index(int64_t i, int64_t n0, int64_t c, int64_t channels,
-                                                 int64_t spatial) {
-  return ((n0 + i / spatial) * channels + c) * spatial + i % spatial;
-}
-
-// partials[(c * slabs + slab) * 3 + {0, 1, 2}] = count, mean, M2 of the slice (Welford per thread).
+// Image: partials[(c * slabs + slab) * 3 + {0, 1, 2}] = count, mean, M2 of channel blockIdx.x over the
+// slice's samples (Welford per thread; thread t starts at the slice's element t and steps by blockDim.x).
 template <class T>
 __global__ void batchnorm_moments_kernel(const T* x, float* partials, int64_t batch, int64_t channels,
                                          int64_t spatial, int64_t samples_per_slab) {
   __shared__ float shared[3][32];
   const int64_t c = blockIdx.x, slab = blockIdx.y, slabs = gridDim.y;
-  const int64_t n0 = slab * samples_per_slab;
-  const int64_t count = (min(batch, n0 + samples_per_slab) - n0) * spatial;
+  const int64_t n1 = min(batch, (slab + 1) * samples_per_slab);
+  const int64_t dn = blockDim.x / spatial, ds = blockDim.x % spatial;
+  int64_t sample = slab * samples_per_slab + threadIdx.x / spatial, s = threadIdx.x % spatial;
   float n = 0.0f, mean = 0.0f, m2 = 0.0f;
-  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
-    const float v = to_f32(x[channel_index(i, n0, c, channels, spatial)]);
-    n += 1.0f;
-    const float d = v - mean;
-    mean += d / n;
-    m2 += d * (v - mean);
+  while (sample < n1) {
+    add_moment(n, mean, m2, to_f32(x[(sample * channels + c) * spatial + s]));
+    s += ds;
+    sample += dn;
+    if (s >= spatial) {
+      s -= spatial;
+      ++sample;
+    }
   }
   warp_combine_moments(n, mean, m2);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -163,6 +171,31 @@ __global__ void batchnorm_moments_kernel(const T* x, float* partials, int64_t ba
     out[1] = mean;
     out[2] = m2;
   }
+}
+
+// Vector: the same partials for features blockIdx.x * 32 + threadIdx.x, rows of the slice by threadIdx.y.
+template <class T>
+__global__ void batchnorm_feature_moments_kernel(const T* x, float* partials, int64_t batch, int64_t channels,
+                                                 int64_t samples_per_slab) {
+  __shared__ float shared[3][kFeatureRows][33];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x, slab = blockIdx.y, slabs = gridDim.y;
+  const int64_t n1 = min(batch, (slab + 1) * samples_per_slab);
+  float n = 0.0f, mean = 0.0f, m2 = 0.0f;
+  if (c < channels)
+    for (int64_t r = slab * samples_per_slab + threadIdx.y; r < n1; r += kFeatureRows)
+      add_moment(n, mean, m2, to_f32(x[r * channels + c]));
+  shared[0][threadIdx.y][threadIdx.x] = n;
+  shared[1][threadIdx.y][threadIdx.x] = mean;
+  shared[2][threadIdx.y][threadIdx.x] = m2;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= channels) return;
+  for (int j = 1; j < kFeatureRows; ++j)
+    combine_moments(n, mean, m2, shared[0][j][threadIdx.x], shared[1][j][threadIdx.x],
+                    shared[2][j][threadIdx.x]);
+  float* out = partials + (c * slabs + slab) * 3;
+  out[0] = n;
+  out[1] = mean;
+  out[2] = m2;
 }
 
 // One warp per channel combines its slices: the batch's mean and 1/std, and the running statistics' step.
@@ -189,34 +222,62 @@ __global__ void batchnorm_finalize_kernel(const float* partials, int64_t slabs, 
   }
 }
 
+// Grid-stride over [N, C, S] keeping the channel of element i: (s, c) step by the stride's own (ds, dc).
+struct ChannelStep {
+  int64_t s, c, ds, dc;
+};
+__device__ __forceinline__ ChannelStep channel_step(int64_t i, int64_t stride, int64_t channels,
+                                                    int64_t spatial) {
+  return {i % spatial, (i / spatial) % channels, stride % spatial, (stride / spatial) % channels};
+}
+__device__ __forceinline__ void advance(ChannelStep& k, int64_t channels, int64_t spatial) {
+  k.s += k.ds;
+  if (k.s >= spatial) {
+    k.s -= spatial;
+    ++k.c;
+  }
+  k.c += k.dc;
+  if (k.c >= channels) k.c -= channels;
+}
+
 // y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c]; from_variance reads `scale` as a variance to invert.
 template <class T>
 __global__ void batchnorm_apply_kernel(const T* x, const T* gamma, const T* beta, const float* mean,
                                        const float* scale, bool from_variance, T* y, int64_t n,
                                        int64_t channels, int64_t spatial) {
-  for (int64_t i = global_index(); i < n; i += grid_stride()) {
-    const int64_t c = (i / spatial) % channels;
-    const float rs = from_variance ? rsqrtf(scale[c] + kBatchNormEps) : scale[c];
-    y[i] = from_f32<T>((to_f32(x[i]) - mean[c]) * rs * to_f32(gamma[c]) + to_f32(beta[c]));
+  const int64_t stride = grid_stride();
+  int64_t i = global_index();
+  if (i >= n) return;
+  ChannelStep k = channel_step(i, stride, channels, spatial);
+  for (; i < n; i += stride, advance(k, channels, spatial)) {
+    const float rs = from_variance ? rsqrtf(scale[k.c] + kBatchNormEps) : scale[k.c];
+    y[i] = from_f32<T>((to_f32(x[i]) - mean[k.c]) * rs * to_f32(gamma[k.c]) + to_f32(beta[k.c]));
   }
 }
 
-// partials[(c * slabs + slab) * 2 + {0, 1}] = sum of dy, sum of dy * xhat over the slice.
+// Image: partials[(c * slabs + slab) * 2 + {0, 1}] = sum of dy, sum of dy * xhat over the slice.
 template <class T>
 __global__ void batchnorm_grad_partials_kernel(const T* x, const T* dy, const float* mean,
                                                const float* invstd, float* partials, int64_t batch,
                                                int64_t channels, int64_t spatial, int64_t samples_per_slab) {
   __shared__ float shared[32];
   const int64_t c = blockIdx.x, slab = blockIdx.y, slabs = gridDim.y;
-  const int64_t n0 = slab * samples_per_slab;
-  const int64_t count = (min(batch, n0 + samples_per_slab) - n0) * spatial;
+  const int64_t n1 = min(batch, (slab + 1) * samples_per_slab);
+  const int64_t dn = blockDim.x / spatial, ds = blockDim.x % spatial;
+  int64_t sample = slab * samples_per_slab + threadIdx.x / spatial, s = threadIdx.x % spatial;
   const float mu = mean[c], rs = invstd[c];
   float sum_dy = 0.0f, sum_dy_xhat = 0.0f;
-  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
-    const int64_t k = channel_index(i, n0, c, channels, spatial);
+  while (sample < n1) {
+    const int64_t k = (sample * channels + c) * spatial + s;
     const float g = to_f32(dy[k]);
     sum_dy += g;
     sum_dy_xhat += g * (to_f32(x[k]) - mu) * rs;
+    s += ds;
+    sample += dn;
+    if (s >= spatial) {
+      s -= spatial;
+      ++sample;
+    }
   }
   sum_dy = block_sum(sum_dy, shared);
   sum_dy_xhat = block_sum(sum_dy_xhat, shared);
@@ -224,6 +285,35 @@ __global__ void batchnorm_grad_partials_kernel(const T* x, const T* dy, const fl
     partials[(c * slabs + slab) * 2] = sum_dy;
     partials[(c * slabs + slab) * 2 + 1] = sum_dy_xhat;
   }
+}
+
+// Vector: the same sums for features blockIdx.x * 32 + threadIdx.x.
+template <class T>
+__global__ void batchnorm_feature_grad_partials_kernel(const T* x, const T* dy, const float* mean,
+                                                       const float* invstd, float* partials, int64_t batch,
+                                                       int64_t channels, int64_t samples_per_slab) {
+  __shared__ float shared[2][kFeatureRows][33];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x, slab = blockIdx.y, slabs = gridDim.y;
+  const int64_t n1 = min(batch, (slab + 1) * samples_per_slab);
+  float sum_dy = 0.0f, sum_dy_xhat = 0.0f;
+  if (c < channels) {
+    const float mu = mean[c], rs = invstd[c];
+    for (int64_t r = slab * samples_per_slab + threadIdx.y; r < n1; r += kFeatureRows) {
+      const float g = to_f32(dy[r * channels + c]);
+      sum_dy += g;
+      sum_dy_xhat += g * (to_f32(x[r * channels + c]) - mu) * rs;
+    }
+  }
+  shared[0][threadIdx.y][threadIdx.x] = sum_dy;
+  shared[1][threadIdx.y][threadIdx.x] = sum_dy_xhat;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= channels) return;
+  for (int j = 1; j < kFeatureRows; ++j) {
+    sum_dy += shared[0][j][threadIdx.x];
+    sum_dy_xhat += shared[1][j][threadIdx.x];
+  }
+  partials[(c * slabs + slab) * 2] = sum_dy;
+  partials[(c * slabs + slab) * 2 + 1] = sum_dy_xhat;
 }
 
 // One warp per channel: dbeta[c] += sum dy, dgamma[c] += sum dy * xhat; means[c * 2 + {0, 1}] = their means.
@@ -249,8 +339,12 @@ template <class T>
 __global__ void batchnorm_dx_kernel(const T* x, const T* dy, const T* gamma, const float* mean,
                                     const float* invstd, const float* means, T* dx, int64_t n,
                                     int64_t channels, int64_t spatial) {
-  for (int64_t i = global_index(); i < n; i += grid_stride()) {
-    const int64_t c = (i / spatial) % channels;
+  const int64_t stride = grid_stride();
+  int64_t i = global_index();
+  if (i >= n) return;
+  ChannelStep k = channel_step(i, stride, channels, spatial);
+  for (; i < n; i += stride, advance(k, channels, spatial)) {
+    const int64_t c = k.c;
     const float rs = invstd[c];
     const float xhat = (to_f32(x[i]) - mean[c]) * rs;
     dx[i] = from_f32<T>(to_f32(gamma[c]) * rs * (to_f32(dy[i]) - means[c * 2] - xhat * means[c * 2 + 1]));
@@ -334,17 +428,23 @@ namespace {
 
 struct BatchNormGrid {
   int64_t slabs = 1, samples_per_slab = 1;
-  dim3 reduce, finalize;
+  bool features = false;  // a vector (S == 1): 32 x 8 blocks of 32 features
+  dim3 reduce, block, finalize;
 };
 
-[[nodiscard]] BatchNormGrid batchnorm_grid(const char* what, int64_t batch, int64_t channels) {
-  require(batch > 0 && channels > 0 && channels <= 0x7FFFFFFF, what, "batch > 0 && 0 < channels < 2^31");
+[[nodiscard]] BatchNormGrid batchnorm_grid(const char* what, int64_t batch, int64_t channels,
+                                           int64_t spatial) {
+  require(batch > 0 && channels > 0 && channels <= 0x7FFFFFFF && spatial > 0, what,
+          "batch > 0 && 0 < channels < 2^31 && spatial > 0");
   BatchNormGrid g;
-  g.slabs = cuda_batchnorm_slabs(batch, channels);
+  g.slabs = cuda_batchnorm_slabs(batch, channels, spatial);
   g.samples_per_slab = (batch + g.slabs - 1) / g.slabs;
   g.slabs = (batch + g.samples_per_slab - 1) / g.samples_per_slab;  // no empty slice
   require(g.slabs <= 65535, what, "slabs <= 65535");
-  g.reduce = dim3(static_cast<unsigned>(channels), static_cast<unsigned>(g.slabs));
+  g.features = spatial == 1;
+  g.reduce = dim3(static_cast<unsigned>(g.features ? (channels + 31) / 32 : channels),
+                  static_cast<unsigned>(g.slabs));
+  g.block = g.features ? dim3(32, kFeatureRows) : dim3(kBatchNormThreads);
   g.finalize = dim3(static_cast<unsigned>((channels + kChannelsPerBlock - 1) / kChannelsPerBlock));
   return g;
 }
@@ -354,13 +454,17 @@ struct BatchNormGrid {
 void batchnorm_statistics(DType t, const void* x, float* mean, float* invstd, float* running_mean,
                           float* running_var, int64_t batch, int64_t channels, int64_t spatial,
                           float momentum, float* workspace, cudaStream_t stream) {
-  BSW_REQUIRE(spatial > 0 && mean != nullptr && invstd != nullptr && workspace != nullptr,
-              "batchnorm_statistics");
-  const BatchNormGrid g = batchnorm_grid("batchnorm_statistics", batch, channels);
+  BSW_REQUIRE(mean != nullptr && invstd != nullptr && workspace != nullptr, "batchnorm_statistics");
+  const BatchNormGrid g = batchnorm_grid("batchnorm_statistics", batch, channels, spatial);
   dispatch(t, "batchnorm_statistics", [&](auto tag) {
     using T = decltype(tag);
-    batchnorm_moments_kernel<T><<<g.reduce, kBatchNormThreads, 0, stream>>>(
-        static_cast<const T*>(x), workspace, batch, channels, spatial, g.samples_per_slab);
+    if (g.features) {
+      batchnorm_feature_moments_kernel<T><<<g.reduce, g.block, 0, stream>>>(
+          static_cast<const T*>(x), workspace, batch, channels, g.samples_per_slab);
+    } else {
+      batchnorm_moments_kernel<T><<<g.reduce, g.block, 0, stream>>>(
+          static_cast<const T*>(x), workspace, batch, channels, spatial, g.samples_per_slab);
+    }
   });
   BSW_CUDA_LAUNCHED();
   batchnorm_finalize_kernel<<<g.finalize, dim3(32, kChannelsPerBlock), 0, stream>>>(
@@ -386,17 +490,22 @@ void batchnorm_apply(DType t, const void* x, const void* gamma, const void* beta
 void batchnorm_backward(DType t, const void* x, const void* gamma, const float* mean, const float* invstd,
                         const void* dy, void* dx, float* dgamma, float* dbeta, int64_t batch,
                         int64_t channels, int64_t spatial, float* workspace, cudaStream_t stream) {
-  BSW_REQUIRE(spatial > 0 && dgamma != nullptr && dbeta != nullptr && workspace != nullptr,
-              "batchnorm_backward");
-  const BatchNormGrid g = batchnorm_grid("batchnorm_backward", batch, channels);
+  BSW_REQUIRE(dgamma != nullptr && dbeta != nullptr && workspace != nullptr, "batchnorm_backward");
+  const BatchNormGrid g = batchnorm_grid("batchnorm_backward", batch, channels, spatial);
   // The per-channel means follow the slices' partial sums (cuda_batchnorm_workspace_floats).
-  float* means = workspace + channels * 3 * cuda_batchnorm_slabs(batch, channels);
+  float* means = workspace + channels * 3 * cuda_batchnorm_slabs(batch, channels, spatial);
   const int64_t n = batch * channels * spatial;
   dispatch(t, "batchnorm_backward", [&](auto tag) {
     using T = decltype(tag);
-    batchnorm_grad_partials_kernel<T><<<g.reduce, kBatchNormThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<const T*>(dy), mean, invstd, workspace, batch, channels,
-        spatial, g.samples_per_slab);
+    if (g.features) {
+      batchnorm_feature_grad_partials_kernel<T>
+          <<<g.reduce, g.block, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(dy), mean,
+                                             invstd, workspace, batch, channels, g.samples_per_slab);
+    } else {
+      batchnorm_grad_partials_kernel<T>
+          <<<g.reduce, g.block, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(dy), mean,
+                                             invstd, workspace, batch, channels, spatial, g.samples_per_slab);
+    }
     BSW_CUDA_LAUNCHED();
     batchnorm_grad_finalize_kernel<<<g.finalize, dim3(32, kChannelsPerBlock), 0, stream>>>(
         workspace, g.slabs, channels, static_cast<float>(batch * spatial), dgamma, dbeta, means);

@@ -219,12 +219,14 @@ struct PathChoice {
 [[nodiscard]] uint64_t cudnn_workspace_bytes(const Graph& graph, const PlanRequest& request);
 
 // The CUDA batchnorm kernels reduce each channel in `slabs` slices of the batch (enough blocks to fill a
-// large GPU, at most one per sample), then combine the slices; workspace.batchnorm holds, per channel, three
-// floats per slice and two more (training only).
-[[nodiscard]] int64_t cuda_batchnorm_slabs(int64_t batch, int64_t channels);
-[[nodiscard]] inline uint64_t cuda_batchnorm_workspace_floats(int64_t batch, int64_t channels) {
+// large GPU, at most one slice per sample; a vector's blocks take 32 channels each, so it gets 32 times as
+// many slices), then combine the slices; workspace.batchnorm holds, per channel, three floats per slice and
+// two more (training only).
+[[nodiscard]] int64_t cuda_batchnorm_slabs(int64_t batch, int64_t channels, int64_t spatial);
+[[nodiscard]] inline uint64_t cuda_batchnorm_workspace_floats(int64_t batch, int64_t channels,
+                                                              int64_t spatial) {
   return static_cast<uint64_t>(channels) *
-         static_cast<uint64_t>(3 * cuda_batchnorm_slabs(batch, channels) + 2);
+         static_cast<uint64_t>(3 * cuda_batchnorm_slabs(batch, channels, spatial) + 2);
 }
 
 struct MemoryBreakdown {

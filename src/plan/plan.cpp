@@ -472,7 +472,7 @@ class Builder {
     uint64_t batchnorm = 0;
     for (const Op& op : g_.ops)
       if (train && op.kind == OpKind::batchnorm)
-        batchnorm = std::max(batchnorm, cuda_batchnorm_workspace_floats(r_.batch, op.channels));
+        batchnorm = std::max(batchnorm, cuda_batchnorm_workspace_floats(r_.batch, op.channels, op.spatial));
     add("workspace.batchnorm", MemoryCategory::workspace, DType::f32, batchnorm);
     add("workspace.attention", MemoryCategory::workspace, DType::f32, scores);
     add("workspace.qkv", MemoryCategory::workspace, s_, 3 * heads);
@@ -521,9 +521,10 @@ class Builder {
 
 }  // namespace
 
-int64_t cuda_batchnorm_slabs(int64_t batch, int64_t channels) {
+int64_t cuda_batchnorm_slabs(int64_t batch, int64_t channels, int64_t spatial) {
   constexpr int64_t kBlocks = 1024;  // a few per SM on the largest GPUs
-  const int64_t want = (kBlocks + channels - 1) / std::max<int64_t>(channels, 1);
+  const int64_t channel_blocks = spatial == 1 ? (channels + 31) / 32 : channels;
+  const int64_t want = (kBlocks + channel_blocks - 1) / std::max<int64_t>(channel_blocks, 1);
   return std::clamp<int64_t>(want, 1, std::max<int64_t>(batch, 1));
 }
 

@@ -140,11 +140,16 @@ TEST_P(GpuOps, LayernormForwardAndBackward) {
   EXPECT_LE(rel_error(dbeta.download(), dbeta_ref), 1e-5);
 }
 
-// Per channel over slices of the batch: one sample per slice (67 x 3), a vector (BatchNorm1d) in two slices
-// with the last one short, one slice; values offset by 50 so the moments must combine without cancelling.
+// Per channel over slices of the batch: one sample per slice (67 x 3); vectors (BatchNorm1d, 32-feature
+// blocks) with a partial block of features and 334 slices of 3 rows, the last one short; a plane larger than
+// a block (300); one sample. Values offset by 50 so the moments must combine without cancelling.
 TEST_P(GpuOps, BatchnormForwardAndBackward) {
-  for (const auto& [batch, c, s] :
-       {std::tuple<int64_t, int64_t, int64_t>{67, 3, 49}, {5, 600, 1}, {2, 8, 100}, {1, 4, 9}}) {
+  for (const auto& [batch, c, s] : {std::tuple<int64_t, int64_t, int64_t>{67, 3, 49},
+                                    {5, 600, 1},
+                                    {1000, 70, 1},
+                                    {2, 8, 100},
+                                    {3, 2, 300},
+                                    {1, 4, 9}}) {
     const int64_t n = batch * c * s;
     const std::vector<float> x = input(n, 14, 48.0f, 53.0f);
     const std::vector<float> gamma = input(c, 15), beta = input(c, 16), dy = input(n, 17);
@@ -162,7 +167,7 @@ TEST_P(GpuOps, BatchnormForwardAndBackward) {
         drvar(DType::f32, std::vector<float>(c, 1.0f));
     DeviceArray dgamma(DType::f32, std::vector<float>(c, 0.25f)),
         dbeta(DType::f32, std::vector<float>(c, 0.25f));
-    DeviceArray ws(DType::f32, static_cast<int64_t>(cuda_batchnorm_workspace_floats(batch, c)));
+    DeviceArray ws(DType::f32, static_cast<int64_t>(cuda_batchnorm_workspace_floats(batch, c, s)));
     k::batchnorm_statistics(t(), dxin.get(), dmean.f32(), dinvstd.f32(), drmean.f32(), drvar.f32(), batch, c,
                             s, kBatchNormMomentum, ws.f32(), stream_);
     k::batchnorm_apply(t(), dxin.get(), dg.get(), db.get(), dmean.f32(), dinvstd.f32(), false, y.get(), batch,

@@ -72,10 +72,10 @@ void layernorm_backward(DType t, const void* x, const void* gamma, const float* 
                         cudaStream_t stream);
 
 // ---- batch normalization (eps 1e-5) per channel of x [N, C, S], statistics fp32
-// ------------------------------ The batch's mean[C] and invstd[C] (biased variance);
-// running_mean/running_var (may be null) move by `momentum` toward the mean and the unbiased variance.
-// workspace holds cuda_batchnorm_workspace_floats(batch, channels) floats (plan.hpp). Deterministic: slices
-// of the batch, then one warp per channel combines them.
+// ----------------------------- The batch's mean[C] and invstd[C] (biased variance); running_mean/running_var
+// (may be null) move by `momentum` toward the mean and the unbiased variance. workspace holds
+// cuda_batchnorm_workspace_floats(batch, channels, spatial) floats (plan.hpp). Deterministic: slices of the
+// batch, then one warp per channel combines them.
 void batchnorm_statistics(DType t, const void* x, float* mean, float* invstd, float* running_mean,
                           float* running_var, int64_t batch, int64_t channels, int64_t spatial,
                           float momentum, float* workspace, cudaStream_t stream);
