@@ -23,7 +23,9 @@
 //      online=false). y is log2(samples/s) without the dips before the best throughput: a batch slower than
 //      a smaller one there reads as the straight line between the points around it (flattened into a step,
 //      it would read as a bend before the real one); past the best, y is the best (a slower larger batch is a
-//      plateau, never a bend). So the knee is always a batch faster than every smaller one.
+//      plateau, never a bend). So the knee is always a batch faster than every smaller one. And a batch whose
+//      step took longer than a larger batch's (throughput more than linear in the batch between them, which
+//      a sound measurement never shows: a slow first point) reads as if its step took the larger one's time.
 //   4. no knee from Kneedle: "throughput still scaling at the largest batch (...)" when the largest batch has
 //      the best throughput and beats the batch before it by more than kStillScalingGain (3%) per doubling of
 //      the batch and by more than kStillScalingMinGain (1%) however short the step (a smaller gain is within

@@ -111,6 +111,13 @@ KneeOutcome call_knee(const std::vector<double>& log2_batch, const std::vector<d
     last_kept = i;
   }
   for (std::size_t i = peak + 1; i < n; ++i) ys[i] = best;
+  // A batch whose step is slower than a larger batch's (more than doubling the batch more than doubles the
+  // throughput) was measured slow: a step does not get faster with more work. It reads as if its step took
+  // the larger batch's time, linear scaling between them, the most a sound measurement can show. The first
+  // point has no smaller one to bridge a dip from, and a slow first point would otherwise put the knee at the
+  // second.
+  for (std::size_t i = peak; i-- > 0;)
+    ys[i] = std::max(ys[i], ys[i + 1] - (log2_batch[i + 1] - log2_batch[i]));
   const std::vector<double>& xs = log2_batch;
   const KneedleResult result = kneedle(xs, ys, sensitivity);
   outcome.unconfirmed = result.unconfirmed;

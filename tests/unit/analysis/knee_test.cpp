@@ -261,6 +261,28 @@ TEST(FindKnee, OneSlowPointInARisingCurveIsNotABend) {
   EXPECT_EQ(dipped_at(64).batch, std::optional<int64_t>(128));
 }
 
+// A slow first point (the first point a sweep measures pays for what warm-up did not cover): its step is
+// slower than the next batch's, which a sound measurement never shows, so it reads as linear scaling to the
+// next. Before, it had no smaller point to bridge from, and the knee moved to batch 2.
+TEST(FindKnee, ASlowFirstPointDoesNotMoveTheKnee) {
+  const std::vector<Point> points =
+      sweep(powers_of_two(1, 1024), [](double b) { return 1000.0 * b / (1 + b / 256); });
+  for (const double factor : {0.2, 0.45}) {
+    for (const int slow : {1, 2}) {
+      std::vector<Point> dipped = points;
+      for (int i = 0; i < slow; ++i) dipped[i].samples_per_second *= factor;
+      const KneeResult knee = find_knee(dipped, 1.0);
+      ASSERT_TRUE(knee.batch.has_value()) << knee.reason;
+      EXPECT_EQ(*knee.batch, 64) << slow << " slow points at " << factor;
+    }
+  }
+  // Slow but within linear scaling of the next batch (0.6 of the trend: the step 1.7x the next's) is a
+  // measurement like any other.
+  std::vector<Point> slower = points;
+  slower[0].samples_per_second *= 0.6;
+  EXPECT_TRUE(find_knee(slower, 1.0).batch.has_value());
+}
+
 TEST(FindKnee, PeakThenDeclineHasItsKneeAtThePeak) {
   std::vector<Point> points = sweep(powers_of_two(1, 256), [](double b) { return 100.0 * b; });
   points.push_back(measured_point(512, 100.0 * 256 * 0.9));
