@@ -55,7 +55,7 @@ GOOD = [
     ("every vector-side key; sgd", model(
         [{"type": "linear", "out_features": 32, "bias": False, "activation": "relu", "repeat": 2},
          {"type": "layernorm", "repeat": 1},
-         {"type": "residual", "repeat": 3, "layers": [
+         {"type": "residual", "repeat": 3, "activation": "tanh", "layers": [
              {"type": "linear", "out_features": 32, "activation": "gelu"},
              {"type": "residual", "layers": [{"type": "linear", "out_features": 32, "activation": "silu"}]},
              {"type": "linear", "out_features": 32, "activation": "tanh"}]},
@@ -166,6 +166,9 @@ BAD = [
                               {"type": "transformer_block", "heads": 2, "mlp_ratio": 0}], input=TOKENS),
      ["layers", 1, "mlp_ratio"]),
     ("batchnorm with an unknown activation", model([{"type": "batchnorm", "activation": "elu"}, *HEAD]),
+     ["layers", 0, "activation"]),
+    ("residual with an unknown activation", model([{"type": "residual", "activation": "prelu",
+                                                   "layers": [{"type": "layernorm"}]}, *HEAD]),
      ["layers", 0, "activation"]),
     ("batchnorm with a momentum key", model([{"type": "batchnorm", "momentum": 0.01}, *HEAD]), ["layers", 0]),
     ("repeat 0", model([{"type": "linear", "out_features": 4, "repeat": 0}]), ["layers", 0, "repeat"]),

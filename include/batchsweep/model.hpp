@@ -48,7 +48,7 @@ struct LayerSpec {
 
   int64_t out_features = 0;                  // linear
   bool bias = true;                          // linear, conv2d
-  Activation activation = Activation::none;  // linear, conv2d, batchnorm
+  Activation activation = Activation::none;  // linear, conv2d, batchnorm, residual (after the add)
 
   int64_t out_channels = 0;  // conv2d
   int64_t kernel_size = 0;   // conv2d, maxpool2d, avgpool2d

@@ -48,7 +48,7 @@ enum class OpKind {
   attention_core,   // qkv [T, 3D] (q | k | v, heads interleaved as [h, hd]) -> [T, D]; softmax(q k^T /
                     // sqrt(hd)) v
   residual_save,    // pushes its input on the residual stack (no buffer, no math)
-  residual_add,     // out = in + popped residual input
+  residual_add,     // out = act(in + popped residual input)
 };
 [[nodiscard]] std::string_view to_string(OpKind v);
 // How far one training step moves batchnorm's running statistics (PyTorch's default momentum).
@@ -84,7 +84,8 @@ struct Op {
   // residual_add in training: the sum overwrites its input, the output of the op before it, which backward
   // does not read (see backward_reads_output), so the add keeps no ops[i].out of its own. PyTorch frees that
   // addend after the add, which saves nothing for backward (torchvision's ResNet adds in place: out +=
-  // identity).
+  // identity). A ReLU or tanh after the add runs in place there too (its backward reads that buffer, as
+  // torchvision's in-place ReLU saves it); a GELU or SiLU after it makes the add keep its own out and pre.
   bool adds_in_place = false;
 
   // Parameter tensors of this op, in order, inside the flat parameter buffer.

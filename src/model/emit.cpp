@@ -27,7 +27,8 @@ json layer_json(const LayerSpec& layer) {
     const std::string key(f.key);
     if (f.int_member && !(f.emit_only_nonzero && layer.*f.int_member == 0)) out[key] = layer.*f.int_member;
     if (f.bool_member) out[key] = layer.*f.bool_member;
-    if (f.activation_member) out[key] = to_string(layer.*f.activation_member);
+    if (f.activation_member && !(f.emit_only_nonzero && layer.*f.activation_member == Activation::none))
+      out[key] = to_string(layer.*f.activation_member);
   }
   if (info.has_layers) out[std::string(schema::kInnerLayersKey)] = layers_json(layer.layers);
   out[std::string(schema::kRepeatKey)] = layer.repeat;

@@ -33,6 +33,10 @@ constexpr std::array<LayerField, 3> kPoolFields{{
 constexpr std::array<LayerField, 1> kBatchNormFields{{
     {.key = "activation", .activation_member = &LayerSpec::activation},
 }};
+// A residual's activation came after reports were written: "none" is left out of the resolved model.
+constexpr std::array<LayerField, 1> kResidualFields{{
+    {.key = "activation", .activation_member = &LayerSpec::activation, .emit_only_nonzero = true},
+}};
 constexpr std::array<LayerField, 1> kEmbeddingFields{{
     {.key = "dim", .required = true, .int_member = &LayerSpec::dim},
 }};
@@ -63,7 +67,7 @@ constexpr std::array<LayerInfo, 13> kLayers{{
     {LayerType::patch_embedding, "patch_embedding", kPatchEmbeddingFields},
     {LayerType::attention, "attention", kAttentionFields},
     {LayerType::transformer_block, "transformer_block", kTransformerFields},
-    {LayerType::residual, "residual", {}, true},
+    {LayerType::residual, "residual", kResidualFields, true},
 }};
 
 constexpr std::array<InputField, 1> kVectorFields{{{"features", &InputSpec::features}}};

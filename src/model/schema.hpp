@@ -31,8 +31,9 @@ struct LayerField {
   int64_t LayerSpec::*int_member = nullptr;
   bool LayerSpec::*bool_member = nullptr;
   Activation LayerSpec::*activation_member = nullptr;
-  // Written out only where it is not 0: a field added after reports were written (a pool's padding), so the
-  // resolved model (settings.model) of a config without it reads as it did, and compare and --resume match.
+  // Written out only where it is not 0 (an activation: not none): a field added after reports were written (a
+  // pool's padding, a residual's activation), so the resolved model (settings.model) of a config without it
+  // reads as it did, and compare and --resume match.
   bool emit_only_nonzero = false;
 };
 

@@ -204,7 +204,10 @@ class Lowerer {
   // Per channel of an image [C, H, W] (BatchNorm2d) or per feature of a vector [F] (BatchNorm1d). A token
   // sequence [T, D] would normalize over PyTorch's channel dim T, which nobody means: refused.
   void batchnorm(const LayerSpec& l, const std::string& path) {
-    require_not_ids(l);
+    if (token_ids_)
+      fail(l.json_path,
+           "`batchnorm` normalizes an image or a vector, not token ids (a token sequence "
+           "normalizes with `layernorm`)");
     int64_t channels = 0, spatial = 1;
     if (shape_.size() == 3) {
       channels = shape_[0];
@@ -216,6 +219,10 @@ class Lowerer {
                                     "sequence normalizes with `layernorm`)",
                                     shape_text(shape_)));
     }
+    // The CUDA kernels put channels on a grid dimension: more than 2^31 - 1 (a vector that wide) is refused
+    // here, before any batch is planned.
+    if (channels > std::numeric_limits<int32_t>::max())
+      fail(l.json_path, fmt::format("`batchnorm` over {} channels: at most 2^31 - 1", channels));
     Op& op = push(OpKind::batchnorm, path, shape_);
     op.channels = channels;
     op.spatial = spatial;
@@ -249,16 +256,21 @@ class Lowerer {
     graph_.max_residual_depth = std::max(graph_.max_residual_depth, depth + 1);
   }
 
-  void residual_close(const std::vector<int64_t>& in_shape, const std::string& path, int depth) {
+  void residual_close(const std::vector<int64_t>& in_shape, const std::string& path, int depth,
+                      Activation activation = Activation::none) {
     if (shape_ != in_shape)
       fail(path, fmt::format(
                      "residual: inner layers change the shape from {} to {}; they must keep it so the input "
                      "can be added",
                      shape_text(in_shape), shape_text(shape_)));
     const Op& inner = graph_.ops.back();  // the last inner op (or the save itself, for an empty residual)
-    const bool in_place = inner.kind != OpKind::residual_save && !inner.backward_reads_output();
+    // In place also with a ReLU or tanh after the add (torchvision's BasicBlock: out += identity, then an
+    // in-place ReLU); a GELU or SiLU keeps the sum as its pre-activation and writes a new output.
+    const bool in_place = inner.kind != OpKind::residual_save && !inner.backward_reads_output() &&
+                          activation != Activation::gelu && activation != Activation::silu;
     Op& op = push(OpKind::residual_add, path + ".add", shape_);
     op.residual_depth = depth;
+    op.activation = activation;
     op.adds_in_place = in_place;
     op.residual_partner = open_residuals_.back();
     open_residuals_.pop_back();
@@ -413,7 +425,7 @@ class Lowerer {
         const std::vector<int64_t> in = shape_;
         residual_open(path, depth);
         for (const LayerSpec& inner : l.layers) lower_repeated(inner, depth + 1);
-        residual_close(in, path, depth);
+        residual_close(in, path, depth, l.activation);
         break;
       }
     }

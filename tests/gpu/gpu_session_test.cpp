@@ -75,7 +75,8 @@ constexpr const char* kPoolFirst = R"({"name": "pool-first",
   "loss": "cross_entropy"})";
 
 // Batch normalization (ResNet's conv without bias, then BN and ReLU; one at a residual's end, where the add
-// writes over its output; one over a vector, GELU after it) and one first, on the data itself.
+// and the ReLU after it write over its output, as in torchvision's BasicBlock; one over a vector, GELU after
+// it) and one first, on the data itself.
 constexpr const char* kBatchNorm = R"({"name": "batchnorm",
   "input": {"type": "image", "channels": 3, "height": 12, "width": 12},
   "layers": [{"type": "batchnorm"},
@@ -85,13 +86,28 @@ constexpr const char* kBatchNorm = R"({"name": "batchnorm",
                 {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": false},
                 {"type": "batchnorm", "activation": "silu"},
                 {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": false},
-                {"type": "batchnorm"}]},
+                {"type": "batchnorm"}], "activation": "relu"},
              {"type": "maxpool2d", "kernel_size": 2}, {"type": "flatten"},
              {"type": "linear", "out_features": 16, "bias": false},
              {"type": "batchnorm", "activation": "gelu"},
              {"type": "linear", "out_features": 5}],
   "loss": "cross_entropy",
   "optimizer": {"type": "sgd", "learning_rate": 0.05, "momentum": 0.9}})";
+
+// Activations after residual adds: on a residual of the input, ReLU in place (torchvision's BasicBlock), SiLU
+// with its own pre-activation, and nested.
+constexpr const char* kResidualActivations = R"({"name": "residual-activations",
+  "input": {"type": "vector", "features": 24},
+  "layers": [{"type": "residual", "activation": "tanh", "layers": [{"type": "linear", "out_features": 24}]},
+             {"type": "residual", "activation": "relu", "layers": [
+                {"type": "linear", "out_features": 24, "activation": "relu"},
+                {"type": "linear", "out_features": 24}]},
+             {"type": "residual", "activation": "silu", "layers": [
+                {"type": "linear", "out_features": 24, "activation": "gelu"}]},
+             {"type": "residual", "activation": "tanh", "layers": [
+                {"type": "residual", "activation": "gelu", "layers": [{"type": "linear", "out_features": 24}]}]},
+             {"type": "linear", "out_features": 10}],
+  "loss": "cross_entropy"})";
 
 std::vector<double> run_losses(const Graph& g, BackendKind kind, Precision p, int64_t batch,
                                int64_t accumulation, int steps, bool graphs = true) {
@@ -150,7 +166,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"pool_first_bf16", kPoolFirst, Precision::bf16, 1},
         Case{"batchnorm_fp32", kBatchNorm, Precision::fp32, 1},
         Case{"batchnorm_bf16", kBatchNorm, Precision::bf16, 2},
-        Case{"batchnorm_fp16", kBatchNorm, Precision::fp16, 1}),
+        Case{"batchnorm_fp16", kBatchNorm, Precision::fp16, 1},
+        Case{"residual_activations_fp32", kResidualActivations, Precision::fp32, 1},
+        Case{"residual_activations_bf16", kResidualActivations, Precision::bf16, 2}),
     [](const testing::TestParamInfo<Case>& p) { return std::string(p.param.name); });
 
 // Every preset's first bf16 training step (batch 1) against the CPU backend: the full-size models, with the
@@ -202,7 +220,7 @@ TEST(GpuSessionGraphs, ReplayMatchesPlainLaunches) {
 
 TEST(GpuSessionInference, RunsEveryModelInEveryPrecision) {
   BSW_REQUIRE_DEVICE();
-  for (const char* model : {kMlp, kImage, kTokens, kVitMse, kBatchNorm}) {
+  for (const char* model : {kMlp, kImage, kTokens, kVitMse, kBatchNorm, kResidualActivations}) {
     const Graph g = graph_of(model);
     for (Precision p : {Precision::fp32, Precision::tf32, Precision::bf16, Precision::fp16}) {
       const Plan plan = make_plan(g, {3, p, Mode::infer, 1, BackendKind::cuda});

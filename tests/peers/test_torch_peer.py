@@ -68,7 +68,7 @@ EVERY_LAYER = {
     "input": {"type": "image", "channels": 3, "height": 16, "width": 16},
     "layers": [
         {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "activation": "silu"},
-        {"type": "residual", "layers": [
+        {"type": "residual", "activation": "relu", "layers": [
             {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "activation": "tanh"}]},
         {"type": "maxpool2d", "kernel_size": 3, "stride": 2, "padding": 1},
         {"type": "avgpool2d", "kernel_size": 2, "stride": 1},
@@ -90,6 +90,13 @@ TINY_MLP = {
     "name": "tiny-mlp",
     "input": {"type": "vector", "features": 16},
     "layers": [{"type": "linear", "out_features": 32, "activation": "relu"}, {"type": "linear", "out_features": 4}],
+}
+
+TINY_RESIDUAL = {
+    "name": "tiny-residual",
+    "input": {"type": "vector", "features": 8},
+    "layers": [{"type": "residual", "layers": [{"type": "linear", "out_features": 8}]},
+               {"type": "linear", "out_features": 4}],
 }
 
 TINY_LM = {
@@ -317,6 +324,8 @@ class ConfigTest(unittest.TestCase):
         cfg = resolve_config(EVERY_LAYER, "every.json")
         self.assertEqual(cfg["layers"][0], {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "stride": 1,
                                             "padding": 1, "bias": True, "activation": "silu", "repeat": 1})
+        self.assertEqual(cfg["layers"][1]["activation"], "relu")
+        self.assertNotIn("activation", resolve_config(TINY_RESIDUAL, "r.json")["layers"][0])  # none: left out
         self.assertEqual(cfg["layers"][2], {"type": "maxpool2d", "kernel_size": 3, "stride": 2, "padding": 1, "repeat": 1})
         self.assertEqual(cfg["layers"][3], {"type": "avgpool2d", "kernel_size": 2, "stride": 1, "repeat": 1})  # padding 0: left out
         self.assertEqual(cfg["layers"][3]["stride"], 1)

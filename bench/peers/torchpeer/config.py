@@ -22,8 +22,9 @@ REQUIRED = object()  # marks a field without a default
 
 # Per layer type: (key, kind, default) in batchsweep's emit order. kind: "int+" (positive), "int0"
 # (non-negative), "bool", "activation". Pools' stride defaults to their kernel size (None here). A pool's
-# padding is written out only where it is not 0 (batchsweep's emit_only_nonzero: it came later).
-EMIT_ONLY_NONZERO = {("maxpool2d", "padding"), ("avgpool2d", "padding")}
+# padding and a residual's activation are written out only where they are not 0 or "none" (batchsweep's
+# emit_only_nonzero: they came later).
+EMIT_ONLY_NONZERO = {("maxpool2d", "padding"), ("avgpool2d", "padding"), ("residual", "activation")}
 LAYER_FIELDS = {
     "linear": [("out_features", "int+", REQUIRED), ("bias", "bool", True), ("activation", "activation", "none")],
     "conv2d": [("out_channels", "int+", REQUIRED), ("kernel_size", "int+", REQUIRED), ("stride", "int+", 1),
@@ -38,7 +39,7 @@ LAYER_FIELDS = {
     "patch_embedding": [("patch_size", "int+", REQUIRED), ("dim", "int+", REQUIRED)],
     "attention": [("heads", "int+", REQUIRED), ("causal", "bool", False)],
     "transformer_block": [("heads", "int+", REQUIRED), ("mlp_ratio", "int+", 4), ("causal", "bool", False)],
-    "residual": [],
+    "residual": [("activation", "activation", "none")],
 }
 INPUT_FIELDS = {
     "vector": ["features"],
@@ -200,7 +201,7 @@ class _Parser:
                 out[key] = self.read_choice(v[key], here, ACTIVATIONS, "activation")
             else:
                 out[key] = self.read_int(v[key], here, rule)
-            if (kind, key) in EMIT_ONLY_NONZERO and out[key] == 0:
+            if (kind, key) in EMIT_ONLY_NONZERO and out[key] in (0, "none"):
                 del out[key]
         inner_expanded = 1
         if kind == "residual":
@@ -437,11 +438,15 @@ class _Lowerer:
 
     def batchnorm(self, layer: dict, path: str):
         """Per channel of an image [C, H, W] (BatchNorm2d) or per feature of a vector [F] (BatchNorm1d)."""
-        self.require_not_ids(layer, path)
+        if self.token_ids:
+            self.fail(path, "`batchnorm` normalizes an image or a vector, not token ids (a token sequence "
+                            "normalizes with `layernorm`)")
         if len(self.shape) not in (1, 3):
             self.fail(path, f"`batchnorm` needs an image [C, H, W] or a vector [F], got {_shape_text(self.shape)} "
                             "(a token sequence normalizes with `layernorm`)")
         channels = self.shape[0]
+        if channels > 2**31 - 1:
+            self.fail(path, f"`batchnorm` over {channels} channels: at most 2^31 - 1")
         self.set_shape(list(self.shape), path)
         self.add_params(2 * channels, path)
         self.op(learns=True)
@@ -548,7 +553,7 @@ class _Lowerer:
                 self.fail(path, f"residual: inner layers change the shape from {_shape_text(before)} to "
                                 f"{_shape_text(self.shape)}; they must keep it so the input can be added")
             self.computes = True
-            return self.make("residual", inner=inner)
+            return self.make("residual", inner=inner, activation=layer.get("activation", "none"))
         raise AssertionError(f"unhandled layer type {kind}")
 
     def finish_loss(self):

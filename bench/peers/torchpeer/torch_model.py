@@ -152,12 +152,17 @@ class TransformerBlock(nn.Module):
 
 
 class Residual(nn.Module):
-    def __init__(self, inner: list):
+    """x + inner(x), then the activation (torchvision's BasicBlock: out += identity; out = relu(out))."""
+
+    def __init__(self, inner: list, activation: str = "none"):
         super().__init__()
         self.inner = nn.Sequential(*inner)
+        self.activation_name = activation
+        self._act = _activation(activation)
 
     def forward(self, x):
-        return x + self.inner(x)
+        y = x + self.inner(x)
+        return self._act(y) if self._act else y
 
 
 def _build(kind: str, **d) -> nn.Module:
@@ -188,7 +193,7 @@ def _build(kind: str, **d) -> nn.Module:
     if kind == "transformer_block":
         return TransformerBlock(d["ln1"], d["attn"], d["ln2"], d["fc"], d["proj"])
     if kind == "residual":
-        return Residual(d["inner"])
+        return Residual(d["inner"], d["activation"])
     raise ValueError(f"unknown layer kind {kind!r}")
 
 

@@ -461,14 +461,16 @@ class CpuSession final : public Session, public CpuSessionProbe {
       }
       case OpKind::residual_add: {
         const Ref res = residual_source(i, op, train);
-        // y = x + residual; with 16-bit storage the residual is converted into y's fp32 workspace, then
-        // added.
+        // sum = x + residual, into the pre-activation where there is one (or y), then the activation into y;
+        // with 16-bit storage the residual is converted into sum's fp32 workspace, then added.
+        float* sum = z != nullptr ? z : y;
         if (res.dtype == DType::f32) {
-          add(x, res.f32(), y, static_cast<int64_t>(nout));
+          add(x, res.f32(), sum, static_cast<int64_t>(nout));
         } else {
-          convert_to_f32(res, y, nout);
-          add(x, y, y, static_cast<int64_t>(nout));
+          convert_to_f32(res, sum, nout);
+          add(x, sum, sum, static_cast<int64_t>(nout));
         }
+        if (op.has_preactivation()) activation_forward(op.activation, sum, y, static_cast<int64_t>(nout));
         break;
       }
       case OpKind::residual_save:
@@ -518,6 +520,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
       const Ref in = input_of_[i];
       const bool need_dx = op.input_gradient;
       if (op.kind == OpKind::residual_add) {
+        if (op.has_preactivation()) activation_gradient_in_place(i, op, current);
         if (op.residual_without_gradient) continue;  // its save's input has no gradient to receive it
         const Ref stash = need(fmt::format("grad.residual[{}]", op.residual_depth));
         std::memcpy(stash.ptr, current.ptr, n_out(op) * dtype_bytes(current.dtype));
@@ -543,6 +546,25 @@ class CpuSession final : public Session, public CpuSessionProbe {
       if (!need_dx) break;  // the first op with parameters: nothing before it has a gradient to compute
       std::swap(current, other);
     }
+  }
+
+  // A residual add's activation: its output gradient (in `grad`) becomes the sum's, in place. The output of
+  // an add in place is the buffer it wrote over, its input's.
+  void activation_gradient_in_place(size_t i, const Op& op, const Ref& grad) {
+    const uint64_t n = n_out(op);
+    const bool s16 = sixteen_bit();
+    const Ref out_ref = op.adds_in_place ? input_of_[i] : need(fmt::format("ops[{}].out", i));
+    const float* y = load(slice(out_ref, 0, n), n, s16 ? workspace("workspace.y") : nullptr);
+    const float* z = y;
+    if (op.saves_preactivation()) {
+      const Ref pre = need(fmt::format("ops[{}].pre", i));
+      z = load(pre, n, s16 ? workspace("workspace.aux") : nullptr);
+    }
+    const Ref g = slice(grad, 0, n);
+    const float* dy = load(g, n, s16 ? workspace("workspace.dy") : nullptr);
+    float* dz = workspace("workspace.z");
+    activation_backward(op.activation, z, y, dy, dz, static_cast<int64_t>(n));
+    convert_from_f32(dz, g, n);
   }
 
   void backward_op(size_t i, const Op& op, const Ref& in_ref, const Ref& dy_ref, const Ref& dx_full) {

@@ -71,9 +71,10 @@ void layernorm_backward(DType t, const void* x, const void* gamma, const float* 
                         const void* dy, void* dx, float* dgamma, float* dbeta, int64_t rows, int64_t dim,
                         cudaStream_t stream);
 
-// ---- batch normalization (eps 1e-5) per channel of x [N, C, S], statistics fp32
-// ----------------------------- The batch's mean[C] and invstd[C] (biased variance); running_mean/running_var
-// (may be null) move by `momentum` toward the mean and the unbiased variance. workspace holds
+// ---- batch normalization (eps 1e-5) per channel of x [N, C, S], statistics fp32 ----
+//
+// The batch's mean[C] and invstd[C] (biased variance); running_mean/running_var (may be null) move by
+// `momentum` toward the mean and the unbiased variance. workspace holds
 // cuda_batchnorm_workspace_floats(batch, channels, spatial) floats (plan.hpp). Deterministic: slices of the
 // batch, then one warp per channel combines them.
 void batchnorm_statistics(DType t, const void* x, float* mean, float* invstd, float* running_mean,

@@ -619,7 +619,12 @@ class CudaSession final : public Session {
           throw BackendError(fmt::format("{}: residual_add without a save", op.path));
         const Ref res = residual_stack_.back();
         residual_stack_.pop_back();
-        kernels::add(s_, in.ptr, res.ptr, out.ptr, static_cast<int64_t>(n_out(op)), stream_);
+        // The sum into the pre-activation where there is one (or the output), then the activation.
+        const Ref sum = op.has_preactivation() ? z : out;
+        kernels::add(s_, in.ptr, res.ptr, sum.ptr, static_cast<int64_t>(n_out(op)), stream_);
+        if (op.has_preactivation())
+          kernels::activation_forward(op.activation, s_, sum.ptr, out.ptr, static_cast<int64_t>(n_out(op)),
+                                      stream_);
         return;
       }
       case OpKind::residual_save:
@@ -894,6 +899,13 @@ class CudaSession final : public Session {
       const Ref in = input_of_[i];
       const bool need_dx = op.input_gradient;
       if (op.kind == OpKind::residual_add) {
+        if (op.has_preactivation()) {
+          // dz = dy * act'(z) in place; an add in place wrote its output over its input's buffer.
+          const Ref out = op.adds_in_place ? in : need(fmt::format("ops[{}].out", i));
+          const Ref z = op.saves_preactivation() ? need(fmt::format("ops[{}].pre", i)) : out;
+          kernels::activation_backward(op.activation, s_, z.ptr, out.ptr, current.ptr, current.ptr,
+                                       static_cast<int64_t>(n_out(op)), stream_);
+        }
         if (op.residual_without_gradient) continue;  // its save's input has no gradient to receive it
         const Ref stash = need(fmt::format("grad.residual[{}]", op.residual_depth));
         BSW_CUDA(cudaMemcpyAsync(stash.ptr, current.ptr, n_out(op) * dtype_bytes(s_),

@@ -110,6 +110,19 @@ constexpr const char* kBatchNorm = R"({"name": "batchnorm",
              {"type": "batchnorm", "activation": "gelu"},
              {"type": "linear", "out_features": 3}]})";
 
+// Activations after residual adds: tanh on a residual of the network input (no gradient stash, but the
+// gradient into its inner layers goes through the tanh), tanh in place over a linear's output, SiLU with its
+// own pre-activation, and a tanh add in place over a SiLU add's output.
+constexpr const char* kResidualActivations = R"({"name": "residual-activations",
+  "input": {"type": "vector", "features": 6},
+  "layers": [{"type": "residual", "activation": "tanh", "layers": [{"type": "linear", "out_features": 6}]},
+             {"type": "residual", "activation": "tanh", "layers": [{"type": "linear", "out_features": 6}]},
+             {"type": "residual", "activation": "silu", "layers": [
+                {"type": "linear", "out_features": 6, "activation": "gelu"}]},
+             {"type": "residual", "activation": "tanh", "layers": [
+                {"type": "residual", "activation": "silu", "layers": [{"type": "linear", "out_features": 6}]}]},
+             {"type": "linear", "out_features": 3}]})";
+
 // Central differences of the whole network's loss against the backend's gradients: a few entries of every
 // parameter tensor of every op, so each layer's backward is reached through the whole stack.
 void check_gradients(const char* text, int64_t batch) {
@@ -156,6 +169,7 @@ TEST(CpuBackend, GradientsOfEveryLayerMatchFiniteDifferences) {
   check_gradients(kPoolFirst, 2);
   check_gradients(kPaddedPools, 2);
   check_gradients(kBatchNorm, 4);
+  check_gradients(kResidualActivations, 3);
 }
 
 // Training moves the running statistics (PyTorch's momentum 0.1 from mean 0, variance 1) and inference
@@ -176,13 +190,25 @@ TEST(CpuBackend, BatchNormRunningStatistics) {
     const double count = 4.0 * 36.0;
     EXPECT_NEAR(moved[2 + c], 0.9 + 0.1 * biased * count / (count - 1), 1e-5);
   }
-  // The same data in inference: normalized by the initial running statistics, so the outputs differ from
-  // training's and the session runs without any stats buffer of its own.
-  Prepared infer = prepare(g, 4, Precision::fp32, Mode::infer);
+  // Inference normalizes with the running statistics (here the initial mean 0, variance 1: y = x / sqrt(1 +
+  // eps)), not the batch's, and keeps no stats buffer. The batchnorm's output is in act.a (op 0's of the
+  // ping-pong pair), the linear after it writes act.b.
+  const Graph small = graph_of(R"({"name": "bn-infer", "input": {"type": "image", "channels": 2, "height": 3,
+    "width": 3}, "layers": [{"type": "batchnorm"}, {"type": "flatten"}, {"type": "linear", "out_features": 2}]})");
+  Prepared infer = prepare(small, 4, Precision::fp32, Mode::infer);
   EXPECT_EQ(infer.plan.find("ops[0].stats"), nullptr);
   ASSERT_NE(infer.plan.find("ops[0].running"), nullptr);
   EXPECT_EQ(infer.plan.buffer("ops[0].running").category, MemoryCategory::parameters);
   EXPECT_TRUE(infer.session->step().finite);
+  const std::vector<float> x = infer.probe->buffer_f32("data.input");
+  const std::vector<float> y = infer.probe->buffer_f32("act.a");
+  ASSERT_EQ(x.size(), 72u);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i] / std::sqrt(1.0 + 1e-5), 1e-6) << i;
+  // The batch's own statistics would have given channel means of 0; the outputs keep the data's.
+  double mean0 = 0;
+  for (int n = 0; n < 4; ++n)
+    for (int k = 0; k < 9; ++k) mean0 += y[n * 18 + k] / 36.0;
+  EXPECT_GT(std::abs(mean0), 1e-3);
   EXPECT_EQ(infer.probe->buffer_f32("ops[0].running"), start);
 }
 

@@ -306,6 +306,40 @@ TEST(Plan, BatchnormKeepsItsInputAndPerChannelStatistics) {
             nullptr);
 }
 
+// An activation after the add: ReLU or tanh run in place on the sum, which stays in the inner layer's buffer
+// (torchvision's BasicBlock); GELU or SiLU keep the sum as their pre-activation and write their own output.
+// The resolved model writes a residual's activation only where it is not none (reports made before it came
+// resolve as they did).
+TEST(Plan, ActivationsAfterResidualAdds) {
+  const Graph g = graph_of(R"({"name": "m", "input": {"type": "vector", "features": 8},
+    "layers": [{"type": "linear", "out_features": 8},
+               {"type": "residual", "activation": "relu", "layers": [{"type": "linear", "out_features": 8}]},
+               {"type": "residual", "activation": "gelu", "layers": [{"type": "linear", "out_features": 8}]},
+               {"type": "residual", "layers": [{"type": "linear", "out_features": 8}]},
+               {"type": "linear", "out_features": 4}]})");
+  // linear, save, linear, add, save, linear, add, save, linear, add, linear
+  ASSERT_EQ(g.ops.size(), 11u);
+  EXPECT_EQ(g.ops[3].activation, Activation::relu);
+  EXPECT_TRUE(g.ops[3].adds_in_place);
+  EXPECT_TRUE(g.ops[3].backward_reads_output());
+  EXPECT_FALSE(g.ops[6].adds_in_place);
+  EXPECT_TRUE(g.ops[9].adds_in_place);
+  const Plan train = make_plan(g, {2, Precision::fp32, Mode::train, 1, BackendKind::cuda});
+  EXPECT_EQ(train.find("ops[3].out"), nullptr);
+  EXPECT_EQ(train.find("ops[3].pre"), nullptr);
+  EXPECT_NE(train.find("ops[6].out"), nullptr);
+  EXPECT_EQ(train.buffer("ops[6].pre").elements, 16u);
+  const Plan infer = make_plan(g, {2, Precision::fp32, Mode::infer, 1, BackendKind::cuda});
+  EXPECT_EQ(infer.buffer("workspace.z").elements, 16u);  // the sum before the activation
+  const nlohmann::json resolved =
+      to_json(parse_model(nlohmann::json::parse(R"({"name": "m", "input": {"type": "vector", "features": 8},
+    "layers": [{"type": "residual", "activation": "tanh", "layers": [{"type": "linear", "out_features": 8}]},
+               {"type": "residual", "layers": [{"type": "linear", "out_features": 8}]}]})"),
+                          "m.json"));
+  EXPECT_EQ(resolved["layers"][0]["activation"], "tanh");
+  EXPECT_FALSE(resolved["layers"][1].contains("activation"));
+}
+
 // A residual of the network input (nested or not) gets no gradient stash; a later one of the same depth,
 // whose input is a layer's output, sizes it alone.
 TEST(Plan, OnlyResidualsWithAnInputGradientGetAStash) {
