@@ -222,22 +222,25 @@ __global__ void batchnorm_finalize_kernel(const float* partials, int64_t slabs, 
   }
 }
 
-// Grid-stride over [N, C, S] keeping the channel of element i: (s, c) step by the stride's own (ds, dc).
-struct ChannelStep {
-  int64_t s, c, ds, dc;
-};
-__device__ __forceinline__ ChannelStep channel_step(int64_t i, int64_t stride, int64_t channels,
-                                                    int64_t spatial) {
-  return {i % spatial, (i / spatial) % channels, stride % spatial, (stride / spatial) % channels};
-}
-__device__ __forceinline__ void advance(ChannelStep& k, int64_t channels, int64_t spatial) {
-  k.s += k.ds;
-  if (k.s >= spatial) {
-    k.s -= spatial;
-    ++k.c;
+// Calls f(i, c) for this thread's grid-stride elements i of [N, C, S], c the channel of i: (s, c) step by the
+// stride's own (ds, dc) with a carry, so no element pays for a division.
+template <class F>
+__device__ __forceinline__ void for_each_with_channel(int64_t n, int64_t channels, int64_t spatial, F&& f) {
+  const int64_t stride = grid_stride();
+  int64_t i = global_index();
+  if (i >= n) return;
+  int64_t s = i % spatial, c = (i / spatial) % channels;
+  const int64_t ds = stride % spatial, dc = (stride / spatial) % channels;
+  for (; i < n; i += stride) {
+    f(i, c);
+    s += ds;
+    if (s >= spatial) {
+      s -= spatial;
+      ++c;
+    }
+    c += dc;
+    if (c >= channels) c -= channels;
   }
-  k.c += k.dc;
-  if (k.c >= channels) k.c -= channels;
 }
 
 // y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c]; from_variance reads `scale` as a variance to invert.
@@ -245,14 +248,10 @@ template <class T>
 __global__ void batchnorm_apply_kernel(const T* x, const T* gamma, const T* beta, const float* mean,
                                        const float* scale, bool from_variance, T* y, int64_t n,
                                        int64_t channels, int64_t spatial) {
-  const int64_t stride = grid_stride();
-  int64_t i = global_index();
-  if (i >= n) return;
-  ChannelStep k = channel_step(i, stride, channels, spatial);
-  for (; i < n; i += stride, advance(k, channels, spatial)) {
-    const float rs = from_variance ? rsqrtf(scale[k.c] + kBatchNormEps) : scale[k.c];
-    y[i] = from_f32<T>((to_f32(x[i]) - mean[k.c]) * rs * to_f32(gamma[k.c]) + to_f32(beta[k.c]));
-  }
+  for_each_with_channel(n, channels, spatial, [&](int64_t i, int64_t c) {
+    const float rs = from_variance ? rsqrtf(scale[c] + kBatchNormEps) : scale[c];
+    y[i] = from_f32<T>((to_f32(x[i]) - mean[c]) * rs * to_f32(gamma[c]) + to_f32(beta[c]));
+  });
 }
 
 // Image: partials[(c * slabs + slab) * 2 + {0, 1}] = sum of dy, sum of dy * xhat over the slice.
@@ -339,16 +338,11 @@ template <class T>
 __global__ void batchnorm_dx_kernel(const T* x, const T* dy, const T* gamma, const float* mean,
                                     const float* invstd, const float* means, T* dx, int64_t n,
                                     int64_t channels, int64_t spatial) {
-  const int64_t stride = grid_stride();
-  int64_t i = global_index();
-  if (i >= n) return;
-  ChannelStep k = channel_step(i, stride, channels, spatial);
-  for (; i < n; i += stride, advance(k, channels, spatial)) {
-    const int64_t c = k.c;
+  for_each_with_channel(n, channels, spatial, [&](int64_t i, int64_t c) {
     const float rs = invstd[c];
     const float xhat = (to_f32(x[i]) - mean[c]) * rs;
     dx[i] = from_f32<T>(to_f32(gamma[c]) * rs * (to_f32(dy[i]) - means[c * 2] - xhat * means[c * 2 + 1]));
-  }
+  });
 }
 
 template <class T>

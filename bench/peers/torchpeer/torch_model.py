@@ -36,48 +36,40 @@ def _init_normal(*tensors):
             nn.init.normal_(t, std=0.02)
 
 
-class LinearAct(nn.Linear):
+class _ActivationAfter:
+    """Mixed in ahead of a torch layer class: the layer's forward, then the config's activation."""
+
+    def _set_activation(self, activation: str):
+        self.activation_name = activation
+        self._act = _activation(activation)
+
+    def forward(self, x):
+        y = super().forward(x)
+        return self._act(y) if self._act else y
+
+
+class LinearAct(_ActivationAfter, nn.Linear):
     def __init__(self, in_features: int, out_features: int, bias: bool, activation: str):
         super().__init__(in_features, out_features, bias=bias)
-        self.activation_name = activation
-        self._act = _activation(activation)
-
-    def forward(self, x):
-        y = super().forward(x)
-        return self._act(y) if self._act else y
+        self._set_activation(activation)
 
 
-class Conv2dAct(nn.Conv2d):
+class Conv2dAct(_ActivationAfter, nn.Conv2d):
     def __init__(self, in_channels, out_channels, kernel_size, stride, padding, bias, activation):
         super().__init__(in_channels, out_channels, kernel_size, stride=stride, padding=padding, bias=bias)
-        self.activation_name = activation
-        self._act = _activation(activation)
-
-    def forward(self, x):
-        y = super().forward(x)
-        return self._act(y) if self._act else y
+        self._set_activation(activation)
 
 
-class BatchNorm2dAct(nn.BatchNorm2d):
+class BatchNorm2dAct(_ActivationAfter, nn.BatchNorm2d):
     def __init__(self, channels: int, activation: str):
         super().__init__(channels, eps=1e-5, momentum=0.1)
-        self.activation_name = activation
-        self._act = _activation(activation)
-
-    def forward(self, x):
-        y = super().forward(x)
-        return self._act(y) if self._act else y
+        self._set_activation(activation)
 
 
-class BatchNorm1dAct(nn.BatchNorm1d):
+class BatchNorm1dAct(_ActivationAfter, nn.BatchNorm1d):
     def __init__(self, features: int, activation: str):
         super().__init__(features, eps=1e-5, momentum=0.1)
-        self.activation_name = activation
-        self._act = _activation(activation)
-
-    def forward(self, x):
-        y = super().forward(x)
-        return self._act(y) if self._act else y
+        self._set_activation(activation)
 
 
 class GlobalAvgPool(nn.Module):
