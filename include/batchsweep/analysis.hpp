@@ -23,9 +23,12 @@
 //      online=false). y is log2(samples/s) without the dips before the best throughput: a batch slower than
 //      a smaller one there reads as the straight line between the points around it (flattened into a step,
 //      it would read as a bend before the real one); past the best, y is the best (a slower larger batch is a
-//      plateau, never a bend). So the knee is always a batch faster than every smaller one. And a batch whose
-//      step took longer than a larger batch's (throughput more than linear in the batch between them, which
-//      a sound measurement never shows: a slow first point) reads as if its step took the larger one's time.
+//      plateau, never a bend). So the knee is always a batch faster than every smaller one. And the smallest
+//      batches, while each one's step took more than kSlowFirstStepExcess (10%) longer than a larger batch's
+//      (throughput more than linear in the batch, which a sound measurement never shows: a slow first point,
+//      which paid for what warm-up missed), read as if their steps took the larger one's time. Only leading
+//      points: further in, noise of a few percent on a near-linear stretch would lift points and flatten the
+//      normalised curve, and dips there are bridged already.
 //   4. no knee from Kneedle: "throughput still scaling at the largest batch (...)" when the largest batch has
 //      the best throughput and beats the batch before it by more than kStillScalingGain (3%) per doubling of
 //      the batch and by more than kStillScalingMinGain (1%) however short the step (a smaller gain is within
@@ -72,7 +75,9 @@ inline constexpr std::size_t kMinKneePoints = 4;
 inline constexpr double kFlatThroughputGain = 0.05;   // best within 5% of the smallest batch: a flat curve
 inline constexpr double kStillScalingGain = 0.03;     // per doubling at the largest batch: "still scaling"
 inline constexpr double kStillScalingMinGain = 0.01;  // and at least this on the last step, however short
-inline constexpr int kKneePerturbations = 200;        // seeded random noise patterns for the knee confidence
+// A leading point whose step took this much longer than a larger batch's reads as linear scaling to it.
+inline constexpr double kSlowFirstStepExcess = 0.10;
+inline constexpr int kKneePerturbations = 200;  // seeded random noise patterns for the knee confidence
 inline constexpr uint64_t kKneePerturbationSeed = 0x6b6e6565646c65ULL;
 
 // Kneedle on one concave increasing curve. x must be strictly increasing and the same length as y (at least 2

@@ -85,8 +85,14 @@ struct Op {
   // does not read (see backward_reads_output), so the add keeps no ops[i].out of its own. PyTorch frees that
   // addend after the add, which saves nothing for backward (torchvision's ResNet adds in place: out +=
   // identity). A ReLU or tanh after the add runs in place there too (its backward reads that buffer, as
-  // torchvision's in-place ReLU saves it); a GELU or SiLU after it makes the add keep its own out and pre.
+  // torchvision's in-place ReLU saves it); a GELU or SiLU after it keeps the sum there as its pre-activation
+  // (no ops[i].pre) and writes its own ops[i].out. output_is_input() and
+  // preactivation_is_input() say which.
   bool adds_in_place = false;
+  // Where a training residual add's output and pre-activation live: its input's buffer (the inner layer's
+  // output it wrote over) or its own ops[i].out / ops[i].pre.
+  [[nodiscard]] bool output_is_input() const { return adds_in_place && !saves_preactivation(); }
+  [[nodiscard]] bool preactivation_is_input() const { return adds_in_place && saves_preactivation(); }
 
   // Parameter tensors of this op, in order, inside the flat parameter buffer.
   struct Param {

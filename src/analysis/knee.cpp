@@ -111,13 +111,16 @@ KneeOutcome call_knee(const std::vector<double>& log2_batch, const std::vector<d
     last_kept = i;
   }
   for (std::size_t i = peak + 1; i < n; ++i) ys[i] = best;
-  // A batch whose step is slower than a larger batch's (more than doubling the batch more than doubles the
-  // throughput) was measured slow: a step does not get faster with more work. It reads as if its step took
-  // the larger batch's time, linear scaling between them, the most a sound measurement can show. The first
-  // point has no smaller one to bridge a dip from, and a slow first point would otherwise put the knee at the
-  // second.
+  // A leading batch whose step took longer than a larger batch's (doubling the batch more than doubled the
+  // throughput) was measured slow: a step does not get faster with more work. The first point has no smaller
+  // one to bridge a dip from, and slow it would put the knee at the second. While the smallest batches' steps
+  // took more than kSlowFirstStepExcess longer than a larger one's, they read as if they took its time:
+  // linear scaling, the most a sound measurement shows (analysis.hpp says why only leading points).
+  std::vector<double> envelope(ys);
   for (std::size_t i = peak; i-- > 0;)
-    ys[i] = std::max(ys[i], ys[i + 1] - (log2_batch[i + 1] - log2_batch[i]));
+    envelope[i] = std::max(ys[i], envelope[i + 1] - (log2_batch[i + 1] - log2_batch[i]));
+  for (std::size_t i = 0; i < peak && envelope[i] - ys[i] > std::log2(1.0 + kSlowFirstStepExcess); ++i)
+    ys[i] = envelope[i];
   const std::vector<double>& xs = log2_batch;
   const KneedleResult result = kneedle(xs, ys, sensitivity);
   outcome.unconfirmed = result.unconfirmed;

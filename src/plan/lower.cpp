@@ -261,13 +261,14 @@ class Lowerer {
     if (shape_ != in_shape)
       fail(path, fmt::format(
                      "residual: inner layers change the shape from {} to {}; they must keep it so the input "
-                     "can be added",
+                     "can be added (the shortcut is the identity: put a layer that changes the shape before "
+                     "the residual, as the resnet-small preset does between its stages)",
                      shape_text(in_shape), shape_text(shape_)));
     const Op& inner = graph_.ops.back();  // the last inner op (or the save itself, for an empty residual)
-    // In place also with a ReLU or tanh after the add (torchvision's BasicBlock: out += identity, then an
-    // in-place ReLU); a GELU or SiLU keeps the sum as its pre-activation and writes a new output.
-    const bool in_place = inner.kind != OpKind::residual_save && !inner.backward_reads_output() &&
-                          activation != Activation::gelu && activation != Activation::silu;
+    // The sum goes over the inner layer's output, also with an activation after the add: a ReLU or tanh runs
+    // in place there (torchvision's BasicBlock: out += identity, then an in-place ReLU); a GELU or SiLU keeps
+    // the sum there as its pre-activation and writes its own output.
+    const bool in_place = inner.kind != OpKind::residual_save && !inner.backward_reads_output();
     Op& op = push(OpKind::residual_add, path + ".add", shape_);
     op.residual_depth = depth;
     op.activation = activation;

@@ -326,9 +326,11 @@ class Builder {
       const int idx = static_cast<int>(i);
       if (!has_output(op)) continue;
       const uint64_t out = b * static_cast<uint64_t>(op.out_elements());
-      if (!op.adds_in_place)  // an in-place add's sum lives in the previous op's ops[i].out
+      // An in-place add's sum lives in the previous op's ops[i].out: as its output, or as the pre-activation
+      // of a GELU or SiLU after it.
+      if (!op.output_is_input())
         add(fmt::format("ops[{}].out", i), MemoryCategory::saved_activations, s_, out, idx);
-      if (op.saves_preactivation())
+      if (op.saves_preactivation() && !op.preactivation_is_input())
         add(fmt::format("ops[{}].pre", i), MemoryCategory::saved_activations, s_, out, idx);
       if (op.kind == OpKind::layernorm)
         add(fmt::format("ops[{}].stats", i), MemoryCategory::saved_activations, DType::f32,

@@ -551,7 +551,9 @@ class _Lowerer:
             inner = self.layers(layer["layers"], f"{path}.layers", depth + 1)
             if self.shape != before:
                 self.fail(path, f"residual: inner layers change the shape from {_shape_text(before)} to "
-                                f"{_shape_text(self.shape)}; they must keep it so the input can be added")
+                                f"{_shape_text(self.shape)}; they must keep it so the input can be added (the "
+                                "shortcut is the identity: put a layer that changes the shape before the "
+                                "residual, as the resnet-small preset does between its stages)")
             self.computes = True
             return self.make("residual", inner=inner, activation=layer.get("activation", "none"))
         raise AssertionError(f"unhandled layer type {kind}")

@@ -351,7 +351,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
       }
       Ref out;
       if (train) {
-        out = op.adds_in_place ? current : need(fmt::format("ops[{}].out", i));
+        out = op.output_is_input() ? current : need(fmt::format("ops[{}].out", i));
       } else {
         out = current.ptr == ping.ptr ? pong : ping;
         out = slice(out, 0, n_out(op));
@@ -396,7 +396,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
     Ref pre_ref;
     float* z = nullptr;
     if (train && op.saves_preactivation()) {
-      pre_ref = need(fmt::format("ops[{}].pre", i));
+      pre_ref = op.preactivation_is_input() ? slice(in_ref, 0, nout) : need(fmt::format("ops[{}].pre", i));
       z = target(pre_ref, ws_aux);
     } else if (!train && op.has_preactivation()) {
       z = sixteen_bit() ? ws_aux : workspace("workspace.z");
@@ -553,12 +553,12 @@ class CpuSession final : public Session, public CpuSessionProbe {
   void activation_gradient_in_place(size_t i, const Op& op, const Ref& grad) {
     const uint64_t n = n_out(op);
     const bool s16 = sixteen_bit();
-    const Ref out_ref = op.adds_in_place ? input_of_[i] : need(fmt::format("ops[{}].out", i));
+    const Ref out_ref = op.output_is_input() ? input_of_[i] : need(fmt::format("ops[{}].out", i));
     const float* y = load(slice(out_ref, 0, n), n, s16 ? workspace("workspace.y") : nullptr);
     const float* z = y;
     if (op.saves_preactivation()) {
-      const Ref pre = need(fmt::format("ops[{}].pre", i));
-      z = load(pre, n, s16 ? workspace("workspace.aux") : nullptr);
+      const Ref pre = op.preactivation_is_input() ? input_of_[i] : need(fmt::format("ops[{}].pre", i));
+      z = load(slice(pre, 0, n), n, s16 ? workspace("workspace.aux") : nullptr);
     }
     const Ref g = slice(grad, 0, n);
     const float* dy = load(g, n, s16 ? workspace("workspace.dy") : nullptr);

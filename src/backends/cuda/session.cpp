@@ -538,7 +538,7 @@ class CudaSession final : public Session {
         }
         continue;
       }
-      Ref out = train ? (op.adds_in_place ? current : need(fmt::format("ops[{}].out", i)))
+      Ref out = train ? (op.output_is_input() ? current : need(fmt::format("ops[{}].out", i)))
                       : (current.ptr == ping.ptr ? pong : ping).at(0, n_out(op));
       forward_op(i, op, current, out, train);
       current = out;
@@ -553,7 +553,10 @@ class CudaSession final : public Session {
     // training ReLU or tanh (the activation runs in place; backward reads the output), scratch in inference.
     Ref z;
     if (op.has_preactivation())
-      z = !train ? need("workspace.z") : op.saves_preactivation() ? need(fmt::format("ops[{}].pre", i)) : out;
+      z = !train                        ? need("workspace.z")
+          : op.preactivation_is_input() ? in.at(0, n_out(op))
+          : op.saves_preactivation()    ? need(fmt::format("ops[{}].pre", i))
+                                        : out;
     switch (op.kind) {
       case OpKind::linear:
         linear_forward(op, in, w, z, out, train);
@@ -901,8 +904,10 @@ class CudaSession final : public Session {
       if (op.kind == OpKind::residual_add) {
         if (op.has_preactivation()) {
           // dz = dy * act'(z) in place; an add in place wrote its output over its input's buffer.
-          const Ref out = op.adds_in_place ? in : need(fmt::format("ops[{}].out", i));
-          const Ref z = op.saves_preactivation() ? need(fmt::format("ops[{}].pre", i)) : out;
+          const Ref out = op.output_is_input() ? in : need(fmt::format("ops[{}].out", i));
+          const Ref z = op.preactivation_is_input() ? in
+                        : op.saves_preactivation()  ? need(fmt::format("ops[{}].pre", i))
+                                                    : out;
           kernels::activation_backward(op.activation, s_, z.ptr, out.ptr, current.ptr, current.ptr,
                                        static_cast<int64_t>(n_out(op)), stream_);
         }

@@ -276,11 +276,22 @@ TEST(FindKnee, ASlowFirstPointDoesNotMoveTheKnee) {
       EXPECT_EQ(*knee.batch, 64) << slow << " slow points at " << factor;
     }
   }
-  // Slow but within linear scaling of the next batch (0.6 of the trend: the step 1.7x the next's) is a
-  // measurement like any other.
+  // Within 10% of the next batch's step (0.95 of the trend) a first point is a measurement like any other.
   std::vector<Point> slower = points;
-  slower[0].samples_per_second *= 0.6;
-  EXPECT_TRUE(find_knee(slower, 1.0).batch.has_value());
+  slower[0].samples_per_second *= 0.95;
+  EXPECT_EQ(find_knee(slower, 1.0).batch, std::optional<int64_t>(64));
+}
+
+// Only the leading points: noise of a few percent on a near-linear stretch further in (a step slightly
+// shorter than the next batch's) lifts nothing, so it cannot flatten the normalised curve and lose a knee.
+TEST(FindKnee, NoiseInsideTheCurveLiftsNothing) {
+  std::vector<Point> points =
+      sweep(powers_of_two(1, 1024), [](double b) { return 1000.0 * b / (1 + b / 256); });
+  const KneeResult clean = find_knee(points, 1.0);
+  for (std::size_t i = 1; i < 5; i += 2) points[i].samples_per_second *= 0.93;  // batches 2 and 8
+  const KneeResult noisy = find_knee(points, 1.0);
+  ASSERT_TRUE(noisy.batch.has_value()) << noisy.reason;
+  EXPECT_EQ(noisy.batch, clean.batch);
 }
 
 TEST(FindKnee, PeakThenDeclineHasItsKneeAtThePeak) {

@@ -306,8 +306,9 @@ TEST(Plan, BatchnormKeepsItsInputAndPerChannelStatistics) {
             nullptr);
 }
 
-// An activation after the add: ReLU or tanh run in place on the sum, which stays in the inner layer's buffer
-// (torchvision's BasicBlock); GELU or SiLU keep the sum as their pre-activation and write their own output.
+// An activation after the add: the sum goes over the inner layer's output, where ReLU or tanh run in place
+// (torchvision's BasicBlock) and GELU or SiLU keep it as their pre-activation, writing their own output (as
+// autograd keeps the sum for GELU and frees the inner output nobody reads).
 // The resolved model writes a residual's activation only where it is not none (reports made before it came
 // resolve as they did).
 TEST(Plan, ActivationsAfterResidualAdds) {
@@ -322,15 +323,39 @@ TEST(Plan, ActivationsAfterResidualAdds) {
   EXPECT_EQ(g.ops[3].activation, Activation::relu);
   EXPECT_TRUE(g.ops[3].adds_in_place);
   EXPECT_TRUE(g.ops[3].backward_reads_output());
-  EXPECT_FALSE(g.ops[6].adds_in_place);
+  EXPECT_TRUE(g.ops[6].adds_in_place);
+  EXPECT_TRUE(g.ops[6].preactivation_is_input());
+  EXPECT_FALSE(g.ops[6].output_is_input());
   EXPECT_TRUE(g.ops[9].adds_in_place);
   const Plan train = make_plan(g, {2, Precision::fp32, Mode::train, 1, BackendKind::cuda});
   EXPECT_EQ(train.find("ops[3].out"), nullptr);
   EXPECT_EQ(train.find("ops[3].pre"), nullptr);
-  EXPECT_NE(train.find("ops[6].out"), nullptr);
-  EXPECT_EQ(train.buffer("ops[6].pre").elements, 16u);
+  EXPECT_EQ(train.buffer("ops[6].out").elements, 16u);  // GELU's output; the sum is in ops[5].out
+  EXPECT_EQ(train.find("ops[6].pre"), nullptr);
+  // Saved: the five linears' outputs (ops[2] and ops[5] holding sums) and GELU's; the last add's sum is in
+  // ops[8].out.
+  uint64_t saved = 0;
+  for (int i : {0, 2, 5, 6, 8, 10}) saved += train.buffer(fmt::format("ops[{}].out", i)).bytes;
+  EXPECT_EQ(train.memory.saved_activations, saved);
   const Plan infer = make_plan(g, {2, Precision::fp32, Mode::infer, 1, BackendKind::cuda});
   EXPECT_EQ(infer.buffer("workspace.z").elements, 16u);  // the sum before the activation
+  EXPECT_EQ(
+      make_plan(g, {2, Precision::fp32, Mode::infer, 1, BackendKind::cpu}).buffer("workspace.z").elements,
+      16u);
+  // Nested: an outer add goes over an inner add's SiLU output (SiLU's backward reads its pre-activation), not
+  // over an inner ReLU's (its backward reads its output).
+  const Graph nested = graph_of(R"({"name": "m", "input": {"type": "vector", "features": 8},
+    "layers": [{"type": "linear", "out_features": 8},
+               {"type": "residual", "layers": [{"type": "residual", "activation": "silu",
+                                                "layers": [{"type": "linear", "out_features": 8}]}]},
+               {"type": "residual", "layers": [{"type": "residual", "activation": "relu",
+                                                "layers": [{"type": "linear", "out_features": 8}]}]}]})");
+  // linear, save, save, linear, add, add, save, save, linear, add, add
+  ASSERT_EQ(nested.ops.size(), 11u);
+  EXPECT_TRUE(nested.ops[4].adds_in_place);
+  EXPECT_TRUE(nested.ops[5].adds_in_place);
+  EXPECT_TRUE(nested.ops[9].adds_in_place);
+  EXPECT_FALSE(nested.ops[10].adds_in_place);
   const nlohmann::json resolved =
       to_json(parse_model(nlohmann::json::parse(R"({"name": "m", "input": {"type": "vector", "features": 8},
     "layers": [{"type": "residual", "activation": "tanh", "layers": [{"type": "linear", "out_features": 8}]},
