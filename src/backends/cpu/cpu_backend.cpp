@@ -349,14 +349,14 @@ class CpuSession final : public Session, public CpuSessionProbe {
         input_of_[i] = current;
         continue;
       }
+      input_of_[i] = current;
       Ref out;
       if (train) {
-        out = op.output_is_input() ? current : need(fmt::format("ops[{}].out", i));
+        out = output_of(i, op);
       } else {
         out = current.ptr == ping.ptr ? pong : ping;
         out = slice(out, 0, n_out(op));
       }
-      input_of_[i] = current;
       forward_op(i, op, current, out, train);
       current = out;
     }
@@ -396,7 +396,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
     Ref pre_ref;
     float* z = nullptr;
     if (train && op.saves_preactivation()) {
-      pre_ref = op.preactivation_is_input() ? slice(in_ref, 0, nout) : need(fmt::format("ops[{}].pre", i));
+      pre_ref = preactivation_of(i, op);
       z = target(pre_ref, ws_aux);
     } else if (!train && op.has_preactivation()) {
       z = sixteen_bit() ? ws_aux : workspace("workspace.z");
@@ -548,18 +548,25 @@ class CpuSession final : public Session, public CpuSessionProbe {
     }
   }
 
-  // A residual add's activation: its output gradient (in `grad`) becomes the sum's, in place. The output of
-  // an add in place is the buffer it wrote over, its input's.
+  // Where op i's output and saved pre-activation are in training: ops[i].out and ops[i].pre, or for a
+  // residual add in place its input's buffer, which it wrote over (input_of_[i], set by forward before the op
+  // runs).
+  [[nodiscard]] Ref output_of(size_t i, const Op& op) const {
+    return op.output_is_input() ? slice(input_of_[i], 0, n_out(op)) : need(fmt::format("ops[{}].out", i));
+  }
+  [[nodiscard]] Ref preactivation_of(size_t i, const Op& op) const {
+    return op.preactivation_is_input() ? slice(input_of_[i], 0, n_out(op))
+                                       : need(fmt::format("ops[{}].pre", i));
+  }
+
+  // A residual add's activation: its output gradient (in `grad`) becomes the sum's, in place.
   void activation_gradient_in_place(size_t i, const Op& op, const Ref& grad) {
     const uint64_t n = n_out(op);
     const bool s16 = sixteen_bit();
-    const Ref out_ref = op.output_is_input() ? input_of_[i] : need(fmt::format("ops[{}].out", i));
-    const float* y = load(slice(out_ref, 0, n), n, s16 ? workspace("workspace.y") : nullptr);
-    const float* z = y;
-    if (op.saves_preactivation()) {
-      const Ref pre = op.preactivation_is_input() ? input_of_[i] : need(fmt::format("ops[{}].pre", i));
-      z = load(slice(pre, 0, n), n, s16 ? workspace("workspace.aux") : nullptr);
-    }
+    const float* y = load(output_of(i, op), n, s16 ? workspace("workspace.y") : nullptr);
+    const float* z = op.saves_preactivation()
+                         ? load(preactivation_of(i, op), n, s16 ? workspace("workspace.aux") : nullptr)
+                         : y;
     const Ref g = slice(grad, 0, n);
     const float* dy = load(g, n, s16 ? workspace("workspace.dy") : nullptr);
     float* dz = workspace("workspace.z");

@@ -255,10 +255,22 @@ class CudaSession final : public Session {
     if (!r) throw BackendError(fmt::format("cuda backend: the plan has no buffer '{}'", name));
     return r;
   }
-  // What an activation's derivative reads as z in training: the saved pre-activation (GELU, SiLU) or the
-  // output (ReLU's z > 0 exactly where its output is; tanh's derivative reads only the output).
+  // Where op i's output is in training: ops[i].out, or for a residual add in place its input's buffer, which
+  // it wrote over (input_of_[i], set by forward before the op runs).
+  [[nodiscard]] Ref output_of(size_t i, const Op& op) const {
+    return op.output_is_input() ? input_of_[i].at(0, n_out(op)) : need(fmt::format("ops[{}].out", i));
+  }
+  // What an activation's derivative reads as z in training: the saved pre-activation (GELU, SiLU; an add in
+  // place keeps it in its input's buffer) or the output (ReLU's z > 0 exactly where its output is; tanh's
+  // derivative reads only the output).
   [[nodiscard]] Ref pre_or_out(size_t i, const Op& op) const {
-    return need(op.saves_preactivation() ? fmt::format("ops[{}].pre", i) : fmt::format("ops[{}].out", i));
+    if (op.preactivation_is_input()) return input_of_[i].at(0, n_out(op));
+    return op.saves_preactivation() ? need(fmt::format("ops[{}].pre", i)) : output_of(i, op);
+  }
+  // dz = dy * act'(z) in place in the gradient buffer, for op i's activation.
+  void activation_gradient_in_place(size_t i, const Op& op, const Ref& dy) {
+    kernels::activation_backward(op.activation, s_, pre_or_out(i, op).ptr, output_of(i, op).ptr, dy.ptr,
+                                 dy.ptr, static_cast<int64_t>(n_out(op)), stream_);
   }
   [[nodiscard]] Ref master() const {
     const Ref m = ref("master_weights");
@@ -538,8 +550,7 @@ class CudaSession final : public Session {
         }
         continue;
       }
-      Ref out = train ? (op.output_is_input() ? current : need(fmt::format("ops[{}].out", i)))
-                      : (current.ptr == ping.ptr ? pong : ping).at(0, n_out(op));
+      Ref out = train ? output_of(i, op) : (current.ptr == ping.ptr ? pong : ping).at(0, n_out(op));
       forward_op(i, op, current, out, train);
       current = out;
     }
@@ -552,11 +563,7 @@ class CudaSession final : public Session {
     // The pre-activation: saved in training where backward needs it (GELU, SiLU), the output itself for a
     // training ReLU or tanh (the activation runs in place; backward reads the output), scratch in inference.
     Ref z;
-    if (op.has_preactivation())
-      z = !train                        ? need("workspace.z")
-          : op.preactivation_is_input() ? in.at(0, n_out(op))
-          : op.saves_preactivation()    ? need(fmt::format("ops[{}].pre", i))
-                                        : out;
+    if (op.has_preactivation()) z = train ? pre_or_out(i, op) : need("workspace.z");
     switch (op.kind) {
       case OpKind::linear:
         linear_forward(op, in, w, z, out, train);
@@ -902,15 +909,7 @@ class CudaSession final : public Session {
       const Ref in = input_of_[i];
       const bool need_dx = op.input_gradient;
       if (op.kind == OpKind::residual_add) {
-        if (op.has_preactivation()) {
-          // dz = dy * act'(z) in place; an add in place wrote its output over its input's buffer.
-          const Ref out = op.output_is_input() ? in : need(fmt::format("ops[{}].out", i));
-          const Ref z = op.preactivation_is_input() ? in
-                        : op.saves_preactivation()  ? need(fmt::format("ops[{}].pre", i))
-                                                    : out;
-          kernels::activation_backward(op.activation, s_, z.ptr, out.ptr, current.ptr, current.ptr,
-                                       static_cast<int64_t>(n_out(op)), stream_);
-        }
+        if (op.has_preactivation()) activation_gradient_in_place(i, op, current);
         if (op.residual_without_gradient) continue;  // its save's input has no gradient to receive it
         const Ref stash = need(fmt::format("grad.residual[{}]", op.residual_depth));
         BSW_CUDA(cudaMemcpyAsync(stash.ptr, current.ptr, n_out(op) * dtype_bytes(s_),
@@ -959,10 +958,7 @@ class CudaSession final : public Session {
         return;
       }
       case OpKind::batchnorm: {
-        if (op.has_preactivation())  // dz = dy * act'(z), in place in the gradient buffer
-          kernels::activation_backward(op.activation, s_, pre_or_out(i, op).ptr,
-                                       need(fmt::format("ops[{}].out", i)).ptr, dy.ptr, dy.ptr,
-                                       static_cast<int64_t>(n_out(op)), stream_);
+        if (op.has_preactivation()) activation_gradient_in_place(i, op, dy);
         const Ref stats = need(fmt::format("ops[{}].stats", i));
         const int64_t c = op.channels;
         kernels::batchnorm_backward(s_, in.ptr, w.ptr, stats.f32(), stats.f32() + c, dy.ptr, dx.ptr, dw,
@@ -994,9 +990,9 @@ class CudaSession final : public Session {
     const int64_t m = batch() * op.rows, k = op.in_features, n = op.out_features;
     if (dgelu_done_[i]) {
       // The next linear's GEMM already turned dy into dz and summed the bias gradient (DGELU_BGRAD).
-    } else if (op.has_preactivation())  // dz = dy * act'(z), in place in the gradient buffer
-      kernels::activation_backward(op.activation, s_, pre_or_out(i, op).ptr,
-                                   need(fmt::format("ops[{}].out", i)).ptr, dy.ptr, dy.ptr, m * n, stream_);
+    } else if (op.has_preactivation()) {
+      activation_gradient_in_place(i, op, dy);
+    }
     GemmArgs gw;  // dW[N, K] += dz^T [N, M] x [M, K]
     gw.trans_a = true;
     gw.m = n;
@@ -1058,10 +1054,7 @@ class CudaSession final : public Session {
                      float* dw) {
     const kernels::ConvGeometry geo = conv(op);
     const int64_t hw = geo.spatial(), patch = geo.patch(), cout = op.out_channels;
-    if (op.has_preactivation())
-      kernels::activation_backward(op.activation, s_, pre_or_out(i, op).ptr,
-                                   need(fmt::format("ops[{}].out", i)).ptr, dy.ptr, dy.ptr,
-                                   static_cast<int64_t>(n_out(op)), stream_);
+    if (op.has_preactivation()) activation_gradient_in_place(i, op, dy);
     if (op.bias) kernels::channel_sum_accumulate(s_, dy.ptr, dw + cout * patch, batch(), cout, hw, stream_);
     if (cudnn_conv()) {
       cudnn_conv_backward(op, in, w, dy, dx, dw);
