@@ -138,13 +138,22 @@ template <class T>
 __global__ void sgd_kernel(float* master, T* params, const float* grads, float* buf, int64_t n,
                            const StepScalars* scalars) {
   if (scalars->nonfinite != 0) return;
-  const float lr = scalars->lr, momentum = scalars->momentum;
-  const bool first = scalars->t <= 1 || momentum == 0.0f;
+  const float lr = scalars->lr, momentum = scalars->momentum, wd = scalars->sgd_weight_decay;
+  const bool nesterov = scalars->nesterov != 0;
+  const bool with_momentum = momentum != 0.0f && buf != nullptr;
+  const bool first = scalars->t <= 1;
+  // bsw::cpu::sgd_step's arithmetic, operation by operation (no contraction the CPU does not do).
   for (int64_t i = global_index(); i < n; i += grid_stride()) {
-    const float gi = grads[i];
-    const float bi = first ? gi : momentum * buf[i] + gi;
-    if (buf != nullptr) buf[i] = bi;
-    const float w = master[i] - lr * (momentum == 0.0f ? gi : bi);
+    float d = grads[i];
+    if (wd != 0.0f) d = __fadd_rn(d, __fmul_rn(wd, master[i]));
+    if (with_momentum) {
+      const float b = first ? d : __fadd_rn(__fmul_rn(momentum, buf[i]), d);
+      buf[i] = b;
+      d = nesterov ? __fadd_rn(d, __fmul_rn(momentum, b)) : b;
+    } else if (buf != nullptr) {
+      buf[i] = d;
+    }
+    const float w = __fsub_rn(master[i], __fmul_rn(lr, d));
     master[i] = w;
     if (params != nullptr) params[i] = from_f32<T>(w);
   }

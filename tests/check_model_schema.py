@@ -61,6 +61,9 @@ GOOD = [
              {"type": "linear", "out_features": 32, "activation": "tanh"}]},
          {"type": "linear", "out_features": 10, "activation": "none"}],
         loss="cross_entropy", optimizer={"type": "sgd", "learning_rate": 0.1, "momentum": 0})),
+    ("sgd with Nesterov momentum and L2 weight decay", model(
+        HEAD, optimizer={"type": "sgd", "learning_rate": 0.1, "momentum": 0.9, "nesterov": True,
+                         "weight_decay": 1e-4})),
     ("image layers; mse; adamw with every key", model(
         [{"type": "conv2d", "out_channels": 8, "kernel_size": 3, "stride": 1, "padding": 0, "bias": True,
           "activation": "relu"},
@@ -193,6 +196,10 @@ BAD = [
     ("zero eps", model(HEAD, optimizer={"eps": 0}), ["optimizer", "eps"]),
     ("negative weight_decay", model(HEAD, optimizer={"weight_decay": -0.01}), ["optimizer", "weight_decay"]),
     ("momentum of 1", model(HEAD, optimizer={"type": "sgd", "momentum": 1}), ["optimizer", "momentum"]),
+    ("nesterov as 1", model(HEAD, optimizer={"type": "sgd", "nesterov": 1}), ["optimizer", "nesterov"]),
+    ("negative sgd weight_decay", model(HEAD, optimizer={"type": "sgd", "weight_decay": -1}),
+     ["optimizer", "weight_decay"]),
+    ("adamw (by default) with nesterov", model(HEAD, optimizer={"nesterov": True}), ["optimizer"]),
 ]
 
 
@@ -209,6 +216,7 @@ BEYOND = [
                                                       input=IMAGE)),
     ("batchnorm over tokens", model([{"type": "embedding", "dim": 8}, {"type": "batchnorm"},
                                      {"type": "linear", "out_features": 50}], input=TOKENS)),
+    ("Nesterov momentum without momentum", model(HEAD, optimizer={"type": "sgd", "momentum": 0, "nesterov": True})),
     ("a residual that changes the shape", model([{"type": "residual", "layers": [HEAD[0]]}, *HEAD])),
     ("10,001 layers after repeat", model([{"type": "residual", "repeat": 2,
                                            "layers": [{"type": "layernorm", "repeat": 5001}]}, *HEAD])),

@@ -71,7 +71,8 @@ struct OptimizerSpec {
   double beta1 = 0.9;          // adamw
   double beta2 = 0.999;        // adamw
   double eps = 1e-8;           // adamw
-  double weight_decay = 0.01;  // adamw (decoupled)
+  double weight_decay = 0.01;  // adamw (decoupled: w *= 1 - lr * wd); sgd (L2: g += wd * w), default 0 there
+  bool nesterov = false;       // sgd (needs momentum > 0)
 };
 
 struct ModelSpec {

@@ -47,7 +47,14 @@ json optimizer_json(const OptimizerSpec& optimizer) {
   const schema::OptimizerInfo& info = schema::optimizer_info(optimizer.type);
   json out = json::object();
   out["type"] = info.name;
-  for (const auto& f : info.fields) out[std::string(f.key)] = optimizer.*f.member;
+  for (const auto& f : info.fields) {
+    if (f.bool_member) {
+      if (optimizer.*f.bool_member || !f.emit_only_nonzero)
+        out[std::string(f.key)] = optimizer.*f.bool_member;
+    } else if (optimizer.*f.member != 0.0 || !f.emit_only_nonzero) {
+      out[std::string(f.key)] = optimizer.*f.member;
+    }
+  }
   return out;
 }
 

@@ -371,8 +371,16 @@ class Parser {
     spec.type = info->type;
     for (const auto& f : info->fields) {
       const auto it = v.find(f.key);
-      spec.*f.member = it == v.end() ? f.default_value : read_number(*it, child("optimizer", f.key), f);
+      if (f.bool_member)
+        spec.*f.bool_member =
+            it == v.end() ? f.default_value != 0 : read_bool(*it, child("optimizer", f.key));
+      else
+        spec.*f.member = it == v.end() ? f.default_value : read_number(*it, child("optimizer", f.key), f);
     }
+    // torch.optim.SGD refuses the same: Nesterov momentum needs a momentum.
+    if (spec.type == OptimizerType::sgd && spec.nesterov && spec.momentum == 0.0)
+      fail(child("optimizer", "nesterov"),
+           "Nesterov momentum needs a momentum > 0 (optimizer.momentum is 0)");
     return spec;
   }
 

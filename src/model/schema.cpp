@@ -93,9 +93,12 @@ constexpr std::array<OptimizerField, 5> kAdamwFields{{
     {"eps", &OptimizerSpec::eps, 1e-8, 0, false, std::nullopt, "a number > 0"},
     {"weight_decay", &OptimizerSpec::weight_decay, 0.01, 0, true, std::nullopt, "a number >= 0"},
 }};
-constexpr std::array<OptimizerField, 2> kSgdFields{{
+constexpr std::array<OptimizerField, 4> kSgdFields{{
     {"learning_rate", &OptimizerSpec::learning_rate, 0.01, 0, false, std::nullopt, "a number > 0"},
     {"momentum", &OptimizerSpec::momentum, 0.9, 0, true, 1.0, "a number in [0, 1)"},
+    {"weight_decay", &OptimizerSpec::weight_decay, 0.0, 0, true, std::nullopt, "a number >= 0", nullptr,
+     true},
+    {"nesterov", nullptr, 0.0, 0, false, std::nullopt, "true or false", &OptimizerSpec::nesterov, true},
 }};
 constexpr std::array<OptimizerInfo, 2> kOptimizers{{
     {OptimizerType::adamw, "adamw", kAdamwFields},

@@ -55,7 +55,8 @@ struct InputInfo {
   std::span<const InputField> fields;
 };
 
-// A real-valued optimizer key with its default (per optimizer type) and the open/closed range it must lie in.
+// An optimizer key with its default (per optimizer type): a real number in an open/closed range (member), or
+// a flag (bool_member, read as true or false; default_value 0 or 1).
 struct OptimizerField {
   std::string_view key;
   double OptimizerSpec::*member = nullptr;
@@ -64,6 +65,11 @@ struct OptimizerField {
   bool min_inclusive = false;
   std::optional<double> max;    // exclusive
   std::string_view range_text;  // e.g. "a number > 0", "a number in [0, 1)"
+  bool OptimizerSpec::*bool_member = nullptr;
+  // Written out only where it is not 0 (false): a key added after reports were written (sgd's weight_decay
+  // and nesterov), so the resolved model of a config without it reads as it did, and compare and --resume
+  // match.
+  bool emit_only_nonzero = false;
 };
 
 struct OptimizerInfo {

@@ -184,6 +184,9 @@ inline float __fmul_rn(float a, float b) {
 inline float __fsub_rn(float a, float b) {
   return a - b;
 }
+inline float __fadd_rn(float a, float b) {
+  return a + b;
+}
 inline double __dmul_rn(double a, double b) {
   return a * b;
 }

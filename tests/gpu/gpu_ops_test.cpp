@@ -325,11 +325,24 @@ TEST(GpuLoss, BadLabelIsReported) {
 
 TEST_P(GpuOps, OptimizersMatchTheCpuOverThreeSteps) {
   const int64_t n = 4099;
-  for (OptimizerType type : {OptimizerType::adamw, OptimizerType::sgd}) {
+  // adamw, then sgd with momentum, sgd with Nesterov momentum and L2 weight decay, and plain sgd with decay.
+  struct Case {
+    OptimizerType type;
+    cpu::SgdSettings sgd;
+    const char* name;
+  };
+  const Case cases[] = {
+      {OptimizerType::adamw, {}, "adamw"},
+      {OptimizerType::sgd, {1e-2f, 0.9f, 0.0f, false}, "sgd momentum"},
+      {OptimizerType::sgd, {1e-2f, 0.9f, 1e-2f, true}, "sgd nesterov + weight decay"},
+      {OptimizerType::sgd, {1e-2f, 0.0f, 1e-2f, false}, "sgd weight decay, no momentum"},
+  };
+  for (const Case& c : cases) {
     std::vector<float> w = random_values(n, 20), m(n, 0.0f), v(n, 0.0f);
     DeviceArray dmaster(DType::f32, w), dparams(t(), n), dm(DType::f32, m), dv(DType::f32, v),
-        dgrad(DType::f32, n), scalars(DType::f32, 16);
+        dgrad(DType::f32, n), scalars(DType::f32, 32);
     auto* dev = static_cast<k::StepScalars*>(scalars.get());
+    const bool momentum_buffer = c.type == OptimizerType::sgd && c.sgd.momentum != 0.0f;
     for (int64_t step = 1; step <= 3; ++step) {
       const std::vector<float> g = random_values(n, 100 + static_cast<uint32_t>(step));
       dgrad.upload(g);
@@ -338,7 +351,9 @@ TEST_P(GpuOps, OptimizersMatchTheCpuOverThreeSteps) {
       s.beta1 = 0.9f;
       s.beta2 = 0.999f;
       s.eps = 1e-8f;
-      s.momentum = 0.9f;
+      s.momentum = c.sgd.momentum;
+      s.sgd_weight_decay = c.sgd.weight_decay;
+      s.nesterov = c.sgd.nesterov ? 1 : 0;
       s.t = static_cast<int32_t>(step);
       const float bc1 = static_cast<float>(1.0 - std::pow(0.9, static_cast<double>(step)));
       s.bias_correction2_sqrt =
@@ -346,17 +361,21 @@ TEST_P(GpuOps, OptimizersMatchTheCpuOverThreeSteps) {
       s.step_size = s.lr / bc1;
       s.decay = 1.0f - s.lr * 0.01f;
       BSW_CUDA(cudaMemcpy(scalars.get(), &s, sizeof(s), cudaMemcpyHostToDevice));
-      if (type == OptimizerType::adamw) {
+      if (c.type == OptimizerType::adamw) {
         cpu::adamw_step(w.data(), g.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, step);
         k::adamw(dmaster.f32(), dparams.get(), t(), dgrad.f32(), dm.f32(), dv.f32(), n, dev, stream_);
       } else {
-        cpu::sgd_step(w.data(), g.data(), m.data(), n, 1e-2f, 0.9f, step);
-        k::sgd(dmaster.f32(), dparams.get(), t(), dgrad.f32(), dm.f32(), n, dev, stream_);
+        cpu::sgd_step(w.data(), g.data(), momentum_buffer ? m.data() : nullptr, n, c.sgd, step);
+        k::sgd(dmaster.f32(), dparams.get(), t(), dgrad.f32(), momentum_buffer ? dm.f32() : nullptr, n, dev,
+               stream_);
       }
     }
-    EXPECT_LE(rel_error(dmaster.download(), w), 1e-5) << to_string(type);
+    EXPECT_LE(rel_error(dmaster.download(), w), 1e-5) << c.name;
+    if (momentum_buffer) {
+      EXPECT_LE(rel_error(dm.download(), m), 1e-5) << c.name;
+    }
     if (t() != DType::f32) {
-      EXPECT_LE(rel_error(dparams.download(), w), tolerance(t())) << to_string(type);
+      EXPECT_LE(rel_error(dparams.download(), w), tolerance(t())) << c.name;
     }
   }
 }

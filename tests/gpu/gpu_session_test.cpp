@@ -92,7 +92,7 @@ constexpr const char* kBatchNorm = R"({"name": "batchnorm",
              {"type": "batchnorm", "activation": "gelu"},
              {"type": "linear", "out_features": 5}],
   "loss": "cross_entropy",
-  "optimizer": {"type": "sgd", "learning_rate": 0.05, "momentum": 0.9}})";
+  "optimizer": {"type": "sgd", "learning_rate": 0.05, "momentum": 0.9, "nesterov": true, "weight_decay": 0.01}})";
 
 // Activations after residual adds: tanh on a residual of the input, ReLU in place (torchvision's BasicBlock),
 // SiLU keeping the sum in the inner layer's buffer as its pre-activation, GELU nested in a tanh. SGD, so the

@@ -330,6 +330,14 @@ class ConfigTest(unittest.TestCase):
         self.assertEqual(cfg["layers"][3], {"type": "avgpool2d", "kernel_size": 2, "stride": 1, "repeat": 1})  # padding 0: left out
         self.assertEqual(cfg["layers"][3]["stride"], 1)
         self.assertEqual(cfg["optimizer"], {"type": "sgd", "learning_rate": 0.01, "momentum": 0.9})
+        nesterov = dict(EVERY_LAYER, optimizer={"type": "sgd", "nesterov": True, "weight_decay": 1e-4})
+        self.assertEqual(resolve_config(nesterov, "n.json")["optimizer"],
+                         {"type": "sgd", "learning_rate": 0.01, "momentum": 0.9, "weight_decay": 1e-4,
+                          "nesterov": True})
+        # weight_decay 0 and nesterov false are left out, as batchsweep leaves them out.
+        plain = dict(EVERY_LAYER, optimizer={"type": "sgd", "nesterov": False, "weight_decay": 0})
+        self.assertEqual(resolve_config(plain, "p.json")["optimizer"],
+                         {"type": "sgd", "learning_rate": 0.01, "momentum": 0.9})
         tiny = resolve_config(TINY_MLP, "tiny.json")
         self.assertEqual(tiny["loss"], "cross_entropy")
         self.assertEqual(tiny["optimizer"], {"type": "adamw", "learning_rate": 3e-4, "beta1": 0.9, "beta2": 0.999,
@@ -358,6 +366,10 @@ class ConfigTest(unittest.TestCase):
         bad(lambda d: d["layers"][0].pop("out_features"), "layers[0].out_features: layer type `linear` needs")
         bad(lambda d: d["layers"][1].update(out_features=0), "layers[1].out_features: must be a positive integer")
         bad(lambda d: d["layers"][1].update(activation="swish"), "unknown activation 'swish'")
+        bad(lambda d: d.update(optimizer={"type": "sgd", "momentum": 0, "nesterov": True}),
+            "optimizer.nesterov: Nesterov momentum needs a momentum > 0")
+        bad(lambda d: d.update(optimizer={"type": "sgd", "nesterov": "yes"}),
+            "optimizer.nesterov: expected true or false")
         bad(lambda d: d["input"].update(type="audio"), "input.type: unknown input type 'audio'")
         bad(lambda d: d.update(loss="hinge"), "loss: unknown loss 'hinge'")
         bad(lambda d: d.update(optimizer={"type": "adamw", "beta1": 1.0}), "optimizer.beta1: must be a number in")

@@ -54,8 +54,14 @@ OPTIMIZER_FIELDS = {
               ("eps", 1e-8, 0.0, False, None, "a number > 0"),
               ("weight_decay", 0.01, 0.0, True, None, "a number >= 0")],
     "sgd": [("learning_rate", 0.01, 0.0, False, None, "a number > 0"),
-            ("momentum", 0.9, 0.0, True, 1.0, "a number in [0, 1)")],
+            ("momentum", 0.9, 0.0, True, 1.0, "a number in [0, 1)"),
+            ("weight_decay", 0.0, 0.0, True, None, "a number >= 0")],
 }
+# Flags (true or false, default false), per optimizer type.
+OPTIMIZER_FLAGS = {"adamw": [], "sgd": ["nesterov"]}
+# Keys batchsweep writes into the resolved config only where they are not 0 (false): added after reports were
+# written, so older configs resolve as they did.
+OPTIMIZER_EMIT_ONLY_NONZERO = {("sgd", "weight_decay"), ("sgd", "nesterov")}
 ACTIVATIONS = ["none", "relu", "gelu", "silu", "tanh"]
 LOSSES = ["cross_entropy", "mse"]
 
@@ -225,19 +231,26 @@ class _Parser:
             self.fail("optimizer", f"expected an object, got {_describe(v)}")
         kind = self.read_choice(v.get("type", "adamw"), "optimizer.type", list(OPTIMIZER_FIELDS),
                                 "optimizer type")
-        fields = OPTIMIZER_FIELDS[kind]
-        self.check_keys(v, "optimizer", ["type"] + [f[0] for f in fields], f"for optimizer `{kind}`")
+        fields, flags = OPTIMIZER_FIELDS[kind], OPTIMIZER_FLAGS[kind]
+        self.check_keys(v, "optimizer", ["type"] + [f[0] for f in fields] + flags, f"for optimizer `{kind}`")
         out = {"type": kind}
         for key, default, lowest, inclusive, highest, description in fields:
-            if key not in v:
-                out[key] = default
-                continue
-            x = v[key]
-            ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-            ok = ok and (x >= lowest if inclusive else x > lowest) and (highest is None or x < highest)
-            if not ok:
-                self.fail(f"optimizer.{key}", f"must be {description}, got {json.dumps(x)}")
-            out[key] = float(x)
+            x = v.get(key, default)
+            if key in v:
+                ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                ok = ok and (x >= lowest if inclusive else x > lowest) and (highest is None or x < highest)
+                if not ok:
+                    self.fail(f"optimizer.{key}", f"must be {description}, got {json.dumps(x)}")
+            if x != 0 or (kind, key) not in OPTIMIZER_EMIT_ONLY_NONZERO:
+                out[key] = float(x)
+        for key in flags:
+            x = v.get(key, False)
+            if not isinstance(x, bool):
+                self.fail(f"optimizer.{key}", f"expected true or false, got {json.dumps(x)}")
+            if x or (kind, key) not in OPTIMIZER_EMIT_ONLY_NONZERO:
+                out[key] = x
+        if out.get("nesterov") and out["momentum"] == 0:
+            self.fail("optimizer.nesterov", "Nesterov momentum needs a momentum > 0 (optimizer.momentum is 0)")
         return out
 
 

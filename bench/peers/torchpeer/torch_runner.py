@@ -122,7 +122,9 @@ class PointState:
                       "weight_decay": spec["weight_decay"]}
         else:
             make, name = torch.optim.SGD, "SGD"
-            kwargs = {"lr": spec["learning_rate"], "momentum": spec["momentum"]}
+            # dampening 0 (PyTorch's default), as batchsweep's SGD; weight decay is L2 on every parameter.
+            kwargs = {"lr": spec["learning_rate"], "momentum": spec["momentum"],
+                      "weight_decay": spec.get("weight_decay", 0.0), "nesterov": spec.get("nesterov", False)}
         # fused=True: one kernel over all parameters where PyTorch has it (CUDA; recent CPU builds too).
         try:
             optimizer = make(params, fused=True, **kwargs)

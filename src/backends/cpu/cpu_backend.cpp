@@ -742,8 +742,9 @@ class CpuSession final : public Session, public CpuSessionProbe {
                  static_cast<float>(o.beta2), static_cast<float>(o.eps), static_cast<float>(o.weight_decay),
                  optimizer_steps_);
     } else {
-      sgd_step(w, g, ref("optimizer.momentum").f32(), p, static_cast<float>(o.learning_rate),
-               static_cast<float>(o.momentum), optimizer_steps_);
+      const SgdSettings settings{static_cast<float>(o.learning_rate), static_cast<float>(o.momentum),
+                                 static_cast<float>(o.weight_decay), o.nesterov};
+      sgd_step(w, g, ref("optimizer.momentum").f32(), p, settings, optimizer_steps_);
     }
     sync_parameters_from_master();
   }

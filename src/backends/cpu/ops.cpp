@@ -215,23 +215,19 @@ void adamw_step(float* w, const float* g, float* m, float* v, int64_t n, float l
   }
 }
 
-void sgd_step(float* w, const float* g, float* buf, int64_t n, float lr, float momentum, int64_t t) {
-  if (momentum == 0.0f || buf == nullptr) {
-    for (int64_t i = 0; i < n; ++i) w[i] -= lr * g[i];
-    if (buf != nullptr) std::copy(g, g + n, buf);
-    return;
-  }
-  if (t <= 1) {
-    for (int64_t i = 0; i < n; ++i) {
-      buf[i] = g[i];
-      w[i] -= lr * g[i];
-    }
-    return;
-  }
+void sgd_step(float* w, const float* g, float* buf, int64_t n, const SgdSettings& s, int64_t t) {
+  const bool momentum = s.momentum != 0.0f && buf != nullptr;
   for (int64_t i = 0; i < n; ++i) {
-    const float bi = momentum * buf[i] + g[i];
-    buf[i] = bi;
-    w[i] -= lr * bi;
+    float d = g[i];
+    if (s.weight_decay != 0.0f) d += s.weight_decay * w[i];
+    if (momentum) {
+      const float b = t <= 1 ? d : s.momentum * buf[i] + d;
+      buf[i] = b;
+      d = s.nesterov ? d + s.momentum * b : b;
+    } else if (buf != nullptr) {
+      buf[i] = d;
+    }
+    w[i] -= s.lr * d;
   }
 }
 

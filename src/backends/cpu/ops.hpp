@@ -145,9 +145,16 @@ void adamw_step(float* w, const float* g, float* m, float* v, int64_t n, float l
                 float eps, float weight_decay, int64_t t);
 // Order: w *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 // w -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)   (bias corrections computed in double).
-// SGD with momentum (PyTorch semantics: buf = momentum * buf + g; w -= lr * buf; first step buf = g).
-// With momentum == 0 (or buf == nullptr) it is plain SGD, w -= lr * g (buf, when given, is set to g).
-void sgd_step(float* w, const float* g, float* buf, int64_t n, float lr, float momentum, int64_t t);
+// SGD, torch.optim.SGD's arithmetic (dampening 0): d = g + weight_decay * w (L2, coupled); with momentum,
+// buf = momentum * buf + d (first step buf = d) and d = nesterov ? d + momentum * buf : buf; then w -= lr *
+// d. With momentum == 0 (or buf == nullptr) there is no buffer: w -= lr * d (buf, when given, is set to d).
+struct SgdSettings {
+  float lr = 0.01f;
+  float momentum = 0;
+  float weight_decay = 0;
+  bool nesterov = false;
+};
+void sgd_step(float* w, const float* g, float* buf, int64_t n, const SgdSettings& s, int64_t t);
 
 // ---- 16-bit storage ---------------------------------------------------------------------------------------
 // Round to nearest even; NaN stays NaN (quiet, sign kept); overflow to +-Inf (fp16: |f| >= 65520); fp16

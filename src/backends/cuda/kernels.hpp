@@ -26,6 +26,8 @@ struct StepScalars {
   float step_size = 0;                  // adamw: lr / (1 - beta1^t)
   float bias_correction2_sqrt = 1;      // adamw: sqrt(1 - beta2^t)
   float momentum = 0;                   // sgd
+  float sgd_weight_decay = 0;           // sgd: L2, d = g + wd * w
+  int32_t nesterov = 0;                 // sgd: 1 = Nesterov momentum
   int32_t t = 1;                        // optimizer step, from 1
   // outputs (the host writes them as zero)
   int32_t nonfinite = 0;  // a gradient (after unscaling) or the loss was NaN/Inf: the update was skipped

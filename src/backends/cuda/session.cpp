@@ -404,6 +404,10 @@ class CudaSession final : public Session {
     s.t = static_cast<int32_t>(std::min<int64_t>(t, std::numeric_limits<int32_t>::max()));
     s.lr = static_cast<float>(o.learning_rate);
     s.momentum = static_cast<float>(o.momentum);
+    if (o.type == OptimizerType::sgd) {
+      s.sgd_weight_decay = static_cast<float>(o.weight_decay);
+      s.nesterov = o.nesterov ? 1 : 0;
+    }
     s.beta1 = static_cast<float>(o.beta1);
     s.beta2 = static_cast<float>(o.beta2);
     s.eps = static_cast<float>(o.eps);

@@ -4,6 +4,9 @@
 
 #include <cmath>
 #include <random>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "backends/cpu/cpu_backend.hpp"
 #include "batchsweep/backends.hpp"
@@ -297,6 +300,41 @@ TEST(CpuBackend, SgdAndInference) {
     EXPECT_TRUE(std::isnan(r.loss));
     EXPECT_EQ(inf.session->memory().allocated_bytes, inf.plan.memory.total_bytes());
   }
+}
+
+TEST(CpuBackend, SgdNesterovAndWeightDecayReachTheUpdate) {
+  // The same model and data under three SGD settings: the first step's loss is the same (the update comes
+  // after it); the weights after it differ by what each setting adds, as torch.optim.SGD would update them.
+  const char* base = R"({"name": "s", "input": {"type": "vector", "features": 6},
+    "layers": [{"type": "linear", "out_features": 8, "activation": "relu"}, {"type": "linear", "out_features": 3}],
+    "optimizer": {"type": "sgd", "learning_rate": 0.1, "momentum": 0.9%s}})";
+  const auto run = [&](const char* extra) {
+    std::string text(base);
+    text.replace(text.find("%s"), 2, extra);
+    Prepared p = prepare(graph_of(text), 8, Precision::fp32, Mode::train);
+    const std::vector<float> w0 = p.probe->parameters_f32();
+    const double loss = p.session->step().loss;
+    return std::tuple{loss, w0, p.probe->parameters_f32()};
+  };
+  const auto [plain_loss, w0, plain] = run("");
+  const auto [decay_loss, w0_decay, decayed] = run(R"(, "weight_decay": 0.5)");
+  const auto [nesterov_loss, w0_nesterov, nesterov] = run(R"(, "nesterov": true)");
+  EXPECT_EQ(w0, w0_decay);
+  EXPECT_EQ(w0, w0_nesterov);
+  EXPECT_DOUBLE_EQ(plain_loss, decay_loss);
+  EXPECT_DOUBLE_EQ(plain_loss, nesterov_loss);
+  ASSERT_EQ(plain.size(), w0.size());
+  double worst_decay = 0, worst_nesterov = 0;
+  for (size_t i = 0; i < w0.size(); ++i) {
+    const double g = (w0[i] - plain[i]) / 0.1;  // first step: buf = g, w1 = w0 - lr g
+    // weight decay: d = g + 0.5 w0; nesterov: d = g + 0.9 g (the first buffer is g).
+    worst_decay = std::max(worst_decay, std::abs(decayed[i] - (w0[i] - 0.1 * (g + 0.5 * w0[i]))));
+    worst_nesterov = std::max(worst_nesterov, std::abs(nesterov[i] - (w0[i] - 0.1 * 1.9 * g)));
+  }
+  EXPECT_LT(worst_decay, 1e-6);
+  EXPECT_LT(worst_nesterov, 1e-6);
+  EXPECT_NE(plain, decayed);
+  EXPECT_NE(plain, nesterov);
 }
 
 TEST(CpuBackend, Fp16LossScalingSkipsOverflowingStepsThenRecovers) {

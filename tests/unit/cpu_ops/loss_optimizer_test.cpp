@@ -126,7 +126,7 @@ TEST(Sgd, MomentumThreeStepsMatchPyTorch) {
   const double expected_w[] = {0.95, 0.93, 0.812};
   const double expected_buf[] = {0.5, 0.2, 1.18};
   for (int t = 1; t <= 3; ++t) {
-    sgd_step(&w, &grads[t - 1], &buf, 1, 0.1f, 0.9f, t);
+    sgd_step(&w, &grads[t - 1], &buf, 1, SgdSettings{0.1f, 0.9f, 0.0f, false}, t);
     EXPECT_NEAR(w, expected_w[t - 1], 1e-6) << "step " << t;
     EXPECT_NEAR(buf, expected_buf[t - 1], 1e-6) << "step " << t;
   }
@@ -135,10 +135,44 @@ TEST(Sgd, MomentumThreeStepsMatchPyTorch) {
 TEST(Sgd, NoMomentumIsPlainSgd) {
   float w[2] = {1.0f, 2.0f};
   const float g[2] = {0.5f, -1.0f};
-  sgd_step(w, g, nullptr, 2, 0.1f, 0.0f, 1);
-  sgd_step(w, g, nullptr, 2, 0.1f, 0.0f, 2);
+  sgd_step(w, g, nullptr, 2, SgdSettings{0.1f, 0.0f, 0.0f, false}, 1);
+  sgd_step(w, g, nullptr, 2, SgdSettings{0.1f, 0.0f, 0.0f, false}, 2);
   EXPECT_NEAR(w[0], 0.9, 1e-7);
   EXPECT_NEAR(w[1], 2.2, 1e-6);
+}
+
+TEST(Sgd, NesterovWithWeightDecayThreeStepsMatchPyTorch) {
+  // torch.optim.SGD(lr=0.1, momentum=0.9, weight_decay=0.1, nesterov=True): d = g + wd w; buf = 0.9 buf + d
+  // (first step buf = d); w -= lr (d + 0.9 buf). w0 = 1, grads 0.5, -0.25, 1.0; evaluated by hand in double.
+  float w = 1.0f, buf = std::nanf("");
+  const float grads[] = {0.5f, -0.25f, 1.0f};
+  const double expected_w[] = {0.886, 0.868066, 0.630906146};
+  const double expected_buf[] = {0.6, 0.3786, 1.4275466};
+  for (int t = 1; t <= 3; ++t) {
+    sgd_step(&w, &grads[t - 1], &buf, 1, SgdSettings{0.1f, 0.9f, 0.1f, true}, t);
+    EXPECT_NEAR(w, expected_w[t - 1], 1e-6) << "step " << t;
+    EXPECT_NEAR(buf, expected_buf[t - 1], 1e-6) << "step " << t;
+  }
+}
+
+TEST(Sgd, NesterovWithoutDecayLooksAheadAlongTheBuffer) {
+  float w = 1.0f, buf = 0.0f;
+  const float grads[] = {0.5f, -0.25f, 1.0f};
+  const double expected_w[] = {0.905, 0.912, 0.7058};
+  for (int t = 1; t <= 3; ++t) {
+    sgd_step(&w, &grads[t - 1], &buf, 1, SgdSettings{0.1f, 0.9f, 0.0f, true}, t);
+    EXPECT_NEAR(w, expected_w[t - 1], 1e-6) << "step " << t;
+  }
+}
+
+TEST(Sgd, WeightDecayWithoutMomentumIsL2) {
+  float w = 1.0f;
+  const float grads[] = {0.5f, -0.25f, 1.0f};
+  const double expected_w[] = {0.94, 0.9556, 0.846044};
+  for (int t = 1; t <= 3; ++t) {
+    sgd_step(&w, &grads[t - 1], nullptr, 1, SgdSettings{0.1f, 0.0f, 0.1f, false}, t);
+    EXPECT_NEAR(w, expected_w[t - 1], 1e-6) << "step " << t;
+  }
 }
 
 }  // namespace

@@ -82,11 +82,36 @@ TEST(ParseModel, SgdDefaultsAndOverrides) {
   m = parse_model(doc, kSource);
   EXPECT_DOUBLE_EQ(m.optimizer.learning_rate, 0.5);
   EXPECT_DOUBLE_EQ(m.optimizer.momentum, 0.0);
+  EXPECT_DOUBLE_EQ(m.optimizer.weight_decay, 0.0);  // torch.optim.SGD's default, not adamw's 0.01
+  EXPECT_FALSE(m.optimizer.nesterov);
   doc["optimizer"] = {{"beta2", 0.95}};  // type defaults to adamw
   m = parse_model(doc, kSource);
   EXPECT_EQ(m.optimizer.type, OptimizerType::adamw);
   EXPECT_DOUBLE_EQ(m.optimizer.beta2, 0.95);
   EXPECT_DOUBLE_EQ(m.optimizer.learning_rate, 3e-4);
+  EXPECT_DOUBLE_EQ(m.optimizer.weight_decay, 0.01);
+}
+
+TEST(ParseModel, SgdNesterovAndWeightDecay) {
+  json doc = base_model();
+  doc["optimizer"] = {{"type", "sgd"}, {"momentum", 0.9}, {"nesterov", true}, {"weight_decay", 1e-4}};
+  const ModelSpec m = parse_model(doc, kSource);
+  EXPECT_TRUE(m.optimizer.nesterov);
+  EXPECT_DOUBLE_EQ(m.optimizer.weight_decay, 1e-4);
+  // The resolved model carries them, and reads back the same.
+  const json resolved = to_json(m);
+  EXPECT_EQ(resolved["optimizer"]["nesterov"], true);
+  EXPECT_DOUBLE_EQ(resolved["optimizer"]["weight_decay"].get<double>(), 1e-4);
+  EXPECT_EQ(to_json(parse_model(resolved, kSource)), resolved);
+}
+
+TEST(ParseModel, SgdWithoutDecayOrNesterovResolvesAsBeforeTheyExisted) {
+  // Reports written before sgd took weight_decay and nesterov hold {type, learning_rate, momentum}; the same
+  // config must resolve to the same JSON so compare and --resume still match them.
+  json doc = base_model();
+  doc["optimizer"] = {{"type", "sgd"}, {"learning_rate", 0.1}, {"nesterov", false}, {"weight_decay", 0}};
+  const json optimizer = to_json(parse_model(doc, kSource))["optimizer"];
+  EXPECT_EQ(optimizer, (json{{"type", "sgd"}, {"learning_rate", 0.1}, {"momentum", 0.9}}));
 }
 
 TEST(ParseModel, TransformerDefaultsAndIntegralFloats) {
@@ -262,6 +287,22 @@ std::vector<BadCase> bad_cases() {
        with(b, P("/optimizer"), {{"learning_rate", "fast"}}),
        "optimizer.learning_rate",
        {"expected a number > 0, got \"fast\""}},
+      {"nesterov not a flag",
+       with(b, P("/optimizer"), {{"type", "sgd"}, {"nesterov", 1}}),
+       "optimizer.nesterov",
+       {"expected true or false, got 1"}},
+      {"nesterov without momentum",
+       with(b, P("/optimizer"), {{"type", "sgd"}, {"momentum", 0}, {"nesterov", true}}),
+       "optimizer.nesterov",
+       {"Nesterov momentum needs a momentum > 0"}},
+      {"nesterov for adamw",
+       with(b, P("/optimizer"), {{"type", "adamw"}, {"nesterov", true}}),
+       "optimizer.nesterov",
+       {"unknown key 'nesterov'", "belongs to sgd"}},
+      {"negative sgd weight decay",
+       with(b, P("/optimizer"), {{"type", "sgd"}, {"weight_decay", -0.1}}),
+       "optimizer.weight_decay",
+       {"expected a number >= 0, got -0.1"}},
       {"optimizer not an object",
        with(b, P("/optimizer"), "adamw"),
        "optimizer",
