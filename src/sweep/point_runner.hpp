@@ -94,6 +94,8 @@ class PointRunner {
   void add_memory_warning(const Point& point);
   std::optional<Point> measure_point(int64_t batch, int64_t accumulation, bool refinement);
   void add_session_warnings(const Point& point);
+  // Training at a micro-batch where a batchnorm sees one value per channel (a vector at batch 1): said once.
+  void add_model_warnings(const Point& point);
   void add_stop_warnings();
   static constexpr size_t kStopWarningsListed = 3;
   void insert(Point point);
@@ -118,6 +120,7 @@ class PointRunner {
   std::vector<Point> points_;  // sorted by (effective_batch, batch)
   std::vector<std::string> warnings_;
   std::set<std::string> session_warnings_seen_;
+  bool single_value_batchnorm_warned_ = false;
   std::set<RejectedPath> fallbacks_warned_;  // a per-point path fallback is warned once per path
   // Points that stopped at --timeout or the sample cap before meeting their targets: (batch label, why).
   // A few are warned one by one; many (a noisy machine) become one line, see finish().

@@ -331,6 +331,7 @@ std::optional<Point> PointRunner::measure_point(int64_t batch, int64_t accumulat
 
   summarize_point(point, plan, criterion);
   add_memory_warning(point);
+  add_model_warnings(point);
   insert(point);
   return point;
 }
@@ -464,6 +465,20 @@ void PointRunner::add_session_warnings(const Point& point) {
   for (const auto& w : *it)
     if (w.is_string() && session_warnings_seen_.insert(w.get<std::string>()).second)
       warn(w.get<std::string>());
+}
+
+void PointRunner::add_model_warnings(const Point& point) {
+  if (settings_.mode != Mode::train || single_value_batchnorm_warned_) return;
+  const auto single = std::find_if(graph_.ops.begin(), graph_.ops.end(), [&](const Op& op) {
+    return op.kind == OpKind::batchnorm && point.batch * op.spatial == 1;
+  });
+  if (single == graph_.ops.end()) return;
+  single_value_batchnorm_warned_ = true;
+  warn(fmt::format(
+      "batch {}: the batchnorm at {} has one value per channel in training, so it normalizes "
+      "every value to 0 and passes on only its beta; PyTorch raises an error there (\"Expected more "
+      "than 1 value per channel when training\"), so this point has no PyTorch equivalent",
+      batch_label(point.batch, point.accumulation), single->path));
 }
 
 void PointRunner::add_stop_warnings() {

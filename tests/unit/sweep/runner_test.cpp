@@ -2,10 +2,15 @@
 // points that do not stop the sweep, memory warnings, timeouts, observer callbacks and interrupts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "batchsweep/errors.hpp"
+#include "batchsweep/model.hpp"
+#include "batchsweep/plan.hpp"
 #include "batchsweep/stats.hpp"
 #include "sweep_test_support.hpp"
 
@@ -260,6 +265,41 @@ TEST(Runner, WarnsWhenAPointIsCloseToTheMemoryBudget) {
                               format_bytes(*settings.memory_limit_bytes)))
       << w;
   EXPECT_TRUE(contains(w, "close to out-of-memory")) << w;
+}
+
+// A vector batchnorm at micro-batch 1 in training sees one value per channel: PyTorch refuses that, so the
+// sweep says so, once, naming the layer; images (H x W values per sample) and inference are not warned.
+TEST(Runner, WarnsOnceWhereABatchnormSeesOneValuePerChannel) {
+  const auto backend = make_scripted_backend(testing::roofline());
+  const auto graph_of = [](const char* text) {
+    return lower(parse_model(nlohmann::json::parse(text), "test:bn"));
+  };
+  const Graph vector_bn = graph_of(R"({"name": "bn", "input": {"type": "vector", "features": 8},
+    "layers": [{"type": "linear", "out_features": 8, "bias": false}, {"type": "batchnorm", "activation": "relu"},
+               {"type": "linear", "out_features": 3}]})");
+  const auto bn_warnings = [](const SweepOutcome& o) {
+    return std::count_if(o.warnings.begin(), o.warnings.end(),
+                         [](const std::string& w) { return contains(w, "one value per channel"); });
+  };
+  SweepSettings settings = list_settings({1, 2, 4});
+  RecordingObserver observer;
+  SweepOutcome outcome = run_sweep(*backend, vector_bn, settings, observer);
+  ASSERT_EQ(bn_warnings(outcome), 1);
+  const auto it = std::find_if(outcome.warnings.begin(), outcome.warnings.end(),
+                               [](const std::string& w) { return contains(w, "one value per channel"); });
+  EXPECT_TRUE(it->starts_with("batch 1: the batchnorm at layers[1] has")) << *it;
+  EXPECT_TRUE(contains(*it, "PyTorch raises an error there")) << *it;
+
+  settings.mode = Mode::infer;
+  RecordingObserver infer_observer;
+  EXPECT_EQ(bn_warnings(run_sweep(*backend, vector_bn, settings, infer_observer)), 0);
+
+  const Graph image_bn = graph_of(R"({"name": "bn2d", "input": {"type": "image", "channels": 3, "height": 4,
+    "width": 4}, "layers": [{"type": "conv2d", "out_channels": 4, "kernel_size": 3, "bias": false},
+    {"type": "batchnorm"}, {"type": "flatten"}, {"type": "linear", "out_features": 3}]})");
+  settings.mode = Mode::train;
+  RecordingObserver image_observer;
+  EXPECT_EQ(bn_warnings(run_sweep(*backend, image_bn, settings, image_observer)), 0);
 }
 
 TEST(Runner, MemoryLimitAboveTheDeviceWarnsAndUsesTheDevice) {
