@@ -2,7 +2,8 @@
 # Every preset's first bf16 training step on the CUDA backend under the CPU emulator (tests/emu) against the CPU
 # backend: the same seed gives the same weights and data, so the losses must agree (to bf16 rounding) and the
 # emulated device memory must equal the plan. The presets at full size are too slow for CI (minutes on 2 cores);
-# run this after changing the CUDA backend. Usage: scripts/emu-presets.sh [BUILD_DIR] (default build).
+# run this after changing the CUDA backend. Usage: scripts/emu-presets.sh [BUILD_DIR] (default build);
+# BSW_EMU_PRESETS="resnet-small vit-base" runs only those.
 set -euo pipefail
 build=${1:-build}
 out=$(mktemp -d /tmp/emu-presets.XXXXXX)
@@ -12,7 +13,7 @@ common=(--mode train --precision bf16 --batch 1 --warmup 0 --warmup-time 0 --min
   --timeout 0.001 --quiet)
 status=0
 printf '%-14s %14s %14s %10s  %s\n' model "cpu loss" "cuda loss" "rel diff" "cuda device bytes = planned"
-for model in resnet-small vit-base bert-base gpt2-small mlp-large; do
+for model in ${BSW_EMU_PRESETS:-resnet-small vit-base bert-base gpt2-small mlp-large}; do
   "$build/batchsweep" run --backend cpu --model "$model" "${common[@]}" --json "$out/$model-cpu.json" \
     >/dev/null 2>&1
   "$build/batchsweep-emu" run --backend cuda --model "$model" "${common[@]}" --json "$out/$model-cuda.json" \

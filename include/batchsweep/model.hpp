@@ -61,7 +61,8 @@ struct LayerSpec {
   int64_t mlp_ratio = 4;   // transformer_block: hidden = mlp_ratio * dim
   bool causal = false;     // attention, transformer_block
 
-  std::vector<LayerSpec> layers;  // residual
+  std::vector<LayerSpec> layers;    // residual
+  std::vector<LayerSpec> shortcut;  // residual: the projection applied to its input (empty: the identity)
 };
 
 struct OptimizerSpec {

@@ -48,7 +48,12 @@ enum class OpKind {
   attention_core,   // qkv [T, 3D] (q | k | v, heads interleaved as [h, hd]) -> [T, D]; softmax(q k^T /
                     // sqrt(hd)) v
   residual_save,    // pushes its input on the residual stack (no buffer, no math)
-  residual_add,     // out = act(in + popped residual input)
+  residual_add,     // out = act(in + popped residual input), or + the shortcut's result where there is one
+  // Between a residual's shortcut ops and its inner ops (a residual with a `shortcut`: save, shortcut ops,
+  // branch, inner ops, add): its input is the shortcut's result, its output the residual's input again, which
+  // the inner ops read. No buffer, no math; backward keeps the inner path's input gradient for the save to
+  // add.
+  residual_branch,
 };
 [[nodiscard]] std::string_view to_string(OpKind v);
 // How far one training step moves batchnorm's running statistics (PyTorch's default momentum).
@@ -75,12 +80,26 @@ struct Op {
   // Whether backward computes the gradient of this op's input: only where an earlier op has parameters. The
   // data does not require grad, and neither does anything computed from it before the first layer that learns
   // (PyTorch's autograd computes no gradient there either), so backward stops at the first op with
-  // parameters.
+  // parameters. Through a residual with a shortcut both paths start from the residual's input: each path's
+  // first op with parameters computes no input gradient when that input has none, and backward then goes on
+  // with the other path (residual_branch: whether the shortcut's result has a gradient).
   bool input_gradient = true;
-  // residual_save / residual_add: the saved input has no gradient (input_gradient of the save is false), so
-  // backward neither stashes nor adds the residual's gradient, and the plan has no grad.residual[d] for it.
+  // residual_save: the saved input has no gradient (input_gradient of the save is false). residual_add: the
+  // addend other than its input (the saved input, or the shortcut's result) has none, so backward stashes no
+  // gradient for it, and the plan has no grad.residual[d] for it.
   bool residual_without_gradient = false;
-  size_t residual_partner = 0;  // residual_add: the index of its residual_save
+  size_t residual_partner = 0;  // residual_add, residual_branch: the index of its residual_save
+  // residual_save, residual_branch, residual_add: the residual has a `shortcut` (its add adds the shortcut's
+  // result, not the saved input). residual_branch_index (save and add): the residual's residual_branch.
+  bool has_shortcut = false;
+  size_t residual_branch_index = 0;
+  // The residual_save of the innermost residual this op is inside (its inner ops or shortcut), else -1.
+  int64_t enclosing_save = -1;
+  // The last op of a residual's shortcut: that residual's depth (else -1). Its result waits for the add in
+  // act.shortcut[depth]: always in inference, and in training where backward does not read it
+  // (shortcut_result_transient()), as PyTorch frees the projected identity after the add; else in its
+  // ops[i].out.
+  int ends_shortcut = -1;
   // residual_add in training: the sum overwrites its input, the output of the op before it, which backward
   // does not read (see backward_reads_output), so the add keeps no ops[i].out of its own. PyTorch frees that
   // addend after the add, which saves nothing for backward (torchvision's ResNet adds in place: out +=
@@ -118,6 +137,10 @@ struct Op {
   [[nodiscard]] bool backward_reads_output() const {
     return (has_preactivation() && !saves_preactivation()) || kind == OpKind::attention_core;
   }
+  [[nodiscard]] bool shortcut_result_transient() const {
+    return ends_shortcut >= 0 && kind != OpKind::residual_add && kind != OpKind::residual_save &&
+           kind != OpKind::residual_branch && !backward_reads_output();
+  }
   // Inputs feeding one output: in_features (linear), channels * kernel^2 (conv2d, patch_embedding), else 1.
   // Weights and biases are initialised uniform in +-1/sqrt(fan_in) on every backend (PyTorch's default
   // bound).
@@ -148,6 +171,12 @@ struct Graph {
 // Lowers a ModelSpec, checking shapes through the whole stack. Throws ConfigError naming model.source and the
 // layer's JSON path (e.g. "layers[2].heads: 12 does not divide dim 768").
 [[nodiscard]] Graph lower(const ModelSpec& model);
+
+// Backward walks the ops in reverse. Where an op computes no input gradient (input_gradient false), nothing
+// before it on its path has one either, and backward goes on at the branch of the innermost enclosing
+// residual whose inner path holds that op and whose shortcut's result has a gradient (the shortcut has
+// parameters): the index of that residual_branch, or nullopt when backward is done.
+[[nodiscard]] std::optional<size_t> backward_resume(const Graph& g, size_t stopped);
 
 // ---------------------------------------------------------------------------------------------------------------
 // Plan: buffers for one configuration.

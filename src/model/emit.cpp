@@ -31,6 +31,8 @@ json layer_json(const LayerSpec& layer) {
       out[key] = to_string(layer.*f.activation_member);
   }
   if (info.has_layers) out[std::string(schema::kInnerLayersKey)] = layers_json(layer.layers);
+  // Only where there is one: a config without it (the identity) resolves as before shortcuts existed.
+  if (!layer.shortcut.empty()) out[std::string(schema::kShortcutKey)] = layers_json(layer.shortcut);
   out[std::string(schema::kRepeatKey)] = layer.repeat;
   return out;
 }

@@ -292,11 +292,17 @@ class Parser {
 
     std::vector<std::string_view> allowed{schema::kLayerTypeKey, schema::kRepeatKey};
     for (const auto& f : info.fields) allowed.push_back(f.key);
-    if (info.has_layers) allowed.push_back(schema::kInnerLayersKey);
+    if (info.has_layers) {
+      allowed.push_back(schema::kInnerLayersKey);
+      allowed.push_back(schema::kShortcutKey);
+    }
     std::vector<std::pair<std::string_view, std::string_view>> elsewhere;
     for (const auto& other : types) {
       for (const auto& f : other.fields) elsewhere.emplace_back(f.key, other.name);
-      if (other.has_layers) elsewhere.emplace_back(schema::kInnerLayersKey, other.name);
+      if (other.has_layers) {
+        elsewhere.emplace_back(schema::kInnerLayersKey, other.name);
+        elsewhere.emplace_back(schema::kShortcutKey, other.name);
+      }
     }
     const std::string what = fmt::format("layer type `{}`", info.name);
     check_keys(v, path, allowed, "for " + what, elsewhere);
@@ -337,6 +343,17 @@ class Parser {
       if (it->empty()) fail(inner_path, fmt::format("empty: {} needs at least one inner layer", what));
       inner_expanded = 0;
       layer.layers = parse_layers(*it, inner_path, depth + 1, inner_expanded);
+      // The projection on the shortcut (torchvision's downsample: a strided 1x1 conv and a batchnorm).
+      if (const auto sc = v.find(schema::kShortcutKey); sc != v.end()) {
+        const std::string shortcut_path = child(path, schema::kShortcutKey);
+        if (!sc->is_array())
+          fail(shortcut_path, fmt::format("expected a list of layers, got {}", describe(*sc)));
+        if (sc->empty())
+          fail(shortcut_path,
+               "empty: leave `shortcut` out for the identity, or give the layers that project "
+               "the input to the inner layers' output shape");
+        layer.shortcut = parse_layers(*sc, shortcut_path, depth + 1, inner_expanded);
+      }
     }
     // Both factors are at most kMaxIntField and kMaxExpandedLayers, so the product fits in 64 bits.
     expanded = layer.repeat * inner_expanded;

@@ -82,6 +82,7 @@ struct OptimizerInfo {
 inline constexpr std::string_view kLayerTypeKey = "type";
 inline constexpr std::string_view kRepeatKey = "repeat";
 inline constexpr std::string_view kInnerLayersKey = "layers";
+inline constexpr std::string_view kShortcutKey = "shortcut";  // a residual's projection layers (optional)
 
 [[nodiscard]] std::span<const LayerInfo> layer_infos();
 [[nodiscard]] std::span<const InputInfo> input_infos();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
 
 #include "batchsweep/errors.hpp"
 #include "batchsweep/plan.hpp"
@@ -62,31 +63,53 @@ class Lowerer {
   }
 
  private:
-  // Op::input_gradient: false up to and including the first op with parameters. A residual's add has no
-  // gradient to stash where its save has none.
+  // Op::input_gradient: whether the op's input has a gradient, i.e. whether an op with parameters feeds it:
+  // false up to and including the first op with parameters. A residual's paths both start from its input,
+  // and its add's output has a gradient where either addend has one.
   void mark_input_gradients() {
+    struct Open {
+      bool input = false;     // the residual's input has a gradient
+      bool shortcut = false;  // the shortcut's result has one
+    };
+    std::vector<Open> open;
     bool learned = false;
     for (Op& op : graph_.ops) {
       op.input_gradient = learned;
-      learned = learned || op.param_elements > 0;
-    }
-    for (Op& op : graph_.ops) {
-      if (op.kind == OpKind::residual_save) op.residual_without_gradient = !op.input_gradient;
-      if (op.kind == OpKind::residual_add)
-        op.residual_without_gradient = !graph_.ops[op.residual_partner].input_gradient;
+      switch (op.kind) {
+        case OpKind::residual_save:
+          open.push_back({learned, false});
+          op.residual_without_gradient = !learned;
+          break;
+        case OpKind::residual_branch:
+          open.back().shortcut = learned;
+          learned = open.back().input;
+          break;
+        case OpKind::residual_add: {
+          const Open r = open.back();
+          open.pop_back();
+          const bool other = op.has_shortcut ? r.shortcut : r.input;
+          op.residual_without_gradient = !other;
+          learned = learned || other;
+          break;
+        }
+        default:
+          learned = learned || op.param_elements > 0;
+          break;
+      }
     }
   }
 
-  // The first op with parameters computes no input gradient (the backends stop there): for the ops with
-  // FLOPs, that work equals their forward. No op before it has FLOPs (pools and flatten count none).
+  // An op with parameters whose input has no gradient (the first on each path from the data) computes no
+  // input gradient: for the ops with FLOPs, that work equals their forward.
   [[nodiscard]] double skipped_input_gradient_flops() const {
+    double skipped = 0;
     for (const Op& op : graph_.ops) {
-      if (op.param_elements == 0) continue;
+      if (op.param_elements == 0 || op.input_gradient) continue;
       const bool matmul =
           op.kind == OpKind::linear || op.kind == OpKind::conv2d || op.kind == OpKind::patch_embedding;
-      return matmul ? op.forward_flops : 0.0;
+      if (matmul) skipped += op.forward_flops;
     }
-    return 0.0;
+    return skipped;
   }
 
   // A repeated layer's copies share one JSON path: the message says which copy failed (the first maps in ->
@@ -140,6 +163,9 @@ class Lowerer {
     op.path = std::move(path);
     op.in_shape = shape_;
     op.out_shape = std::move(out_shape);
+    // The add closes its residual (open_residuals_ pops after the push): it is inside the one around that.
+    const size_t open = open_residuals_.size() - (kind == OpKind::residual_add ? 1 : 0);
+    op.enclosing_save = open == 0 ? -1 : static_cast<int64_t>(open_residuals_[open - 1]);
     graph_.ops.push_back(std::move(op));
     shape_ = graph_.ops.back().out_shape;
     return graph_.ops.back();
@@ -248,33 +274,76 @@ class Lowerer {
     linear(l, path + ".out", dim, true, Activation::none);
   }
 
-  void residual_open(const std::string& path, int depth) {
+  void residual_open(const std::string& path, int depth, bool has_shortcut = false) {
     if (depth >= kMaxResidualDepth) fail(path, "residual nesting too deep (more than 32 levels)");
     Op& op = push(OpKind::residual_save, path + ".save", shape_);
     op.residual_depth = depth;
+    op.has_shortcut = has_shortcut;
     open_residuals_.push_back(graph_.ops.size() - 1);
     graph_.max_residual_depth = std::max(graph_.max_residual_depth, depth + 1);
   }
 
+  // After a residual's shortcut layers: their result waits for the add, and the inner layers start again
+  // from the residual's input.
+  void residual_branch(const LayerSpec& l, const std::vector<int64_t>& in_shape, const std::string& path,
+                       int depth) {
+    const size_t save = open_residuals_.back();
+    graph_.ops[save].residual_branch_index = graph_.ops.size();  // the branch pushed below
+    if (graph_.ops.size() - 1 == save)
+      fail(l.json_path + ".shortcut",
+           "the shortcut computes nothing (a `flatten` alone is no projection): "
+           "leave `shortcut` out for the identity");
+    graph_.ops.back().ends_shortcut = depth;
+    shortcut_shapes_.push_back(shape_);
+    Op& op = push(OpKind::residual_branch, path + ".branch", in_shape);  // in: the shortcut's result
+    op.residual_depth = depth;
+    op.residual_partner = save;
+    op.has_shortcut = true;
+    shape_ = in_shape;
+  }
+
   void residual_close(const std::vector<int64_t>& in_shape, const std::string& path, int depth,
-                      Activation activation = Activation::none) {
-    if (shape_ != in_shape)
+                      Activation activation = Activation::none, bool has_shortcut = false) {
+    std::vector<int64_t> other = in_shape;
+    if (has_shortcut) {
+      other = shortcut_shapes_.back();
+      shortcut_shapes_.pop_back();
+      if (shape_ != other)
+        fail(path,
+             fmt::format("residual: the shortcut makes {} and the inner layers {}; they must match to be "
+                         "added (torchvision's downsample: a 1x1 conv with the inner layers' stride and "
+                         "out_channels, then a batchnorm)",
+                         shape_text(other), shape_text(shape_)));
+    } else if (shape_ != in_shape) {
       fail(path, fmt::format(
                      "residual: inner layers change the shape from {} to {}; they must keep it so the input "
-                     "can be added (the shortcut is the identity: put a layer that changes the shape before "
-                     "the residual, as the resnet-small preset does between its stages)",
-                     shape_text(in_shape), shape_text(shape_)));
-    const Op& inner = graph_.ops.back();  // the last inner op (or the save itself, for an empty residual)
+                     "can be added, or the residual needs a `shortcut` that projects its input to {} (a 1x1 "
+                     "conv with the inner layers' stride, then a batchnorm, as torchvision's downsample)",
+                     shape_text(in_shape), shape_text(shape_), shape_text(shape_)));
+    }
+    const Op& inner = graph_.ops.back();  // the last inner op (or the save or branch, for no inner op)
     // The sum goes over the inner layer's output, also with an activation after the add: a ReLU or tanh runs
     // in place there (torchvision's BasicBlock: out += identity, then an in-place ReLU); a GELU or SiLU keeps
     // the sum there as its pre-activation and writes its own output.
-    const bool in_place = inner.kind != OpKind::residual_save && !inner.backward_reads_output();
+    const bool in_place = inner.kind != OpKind::residual_save && inner.kind != OpKind::residual_branch &&
+                          !inner.backward_reads_output();
+    const size_t branch = has_shortcut ? open_branch() : 0;
     Op& op = push(OpKind::residual_add, path + ".add", shape_);
     op.residual_depth = depth;
     op.activation = activation;
     op.adds_in_place = in_place;
     op.residual_partner = open_residuals_.back();
+    op.has_shortcut = has_shortcut;
+    op.residual_branch_index = branch;
     open_residuals_.pop_back();
+  }
+
+  // The innermost open residual's branch.
+  [[nodiscard]] size_t open_branch() const {
+    const size_t save = open_residuals_.back();
+    for (size_t j = graph_.ops.size(); j-- > save;)
+      if (graph_.ops[j].kind == OpKind::residual_branch && graph_.ops[j].residual_partner == save) return j;
+    throw std::logic_error("residual add without its branch");
   }
 
   void conv_like(const LayerSpec& l, const std::string& path, OpKind kind, int64_t k, int64_t stride,
@@ -424,9 +493,16 @@ class Lowerer {
         if (l.layers.empty()) fail(l.json_path + ".layers", "a residual needs at least one inner layer");
         require_not_ids(l);
         const std::vector<int64_t> in = shape_;
-        residual_open(path, depth);
+        const bool has_shortcut = !l.shortcut.empty();
+        residual_open(path, depth, has_shortcut);
+        // The shortcut first, from the input, then the inner layers from the input again: the add then goes
+        // over the inner layers' output (torchvision: out += identity) and the projected identity waits.
+        if (has_shortcut) {
+          for (const LayerSpec& s : l.shortcut) lower_repeated(s, depth + 1);
+          residual_branch(l, in, path, depth);
+        }
         for (const LayerSpec& inner : l.layers) lower_repeated(inner, depth + 1);
-        residual_close(in, path, depth, l.activation);
+        residual_close(in, path, depth, l.activation, has_shortcut);
         break;
       }
     }
@@ -461,6 +537,7 @@ class Lowerer {
   Graph graph_;
   std::vector<int64_t> shape_;
   std::vector<size_t> open_residuals_;  // the residual_save op of each open residual, innermost last
+  std::vector<std::vector<int64_t>> shortcut_shapes_;  // the shortcut result's shape, per open branch
   std::string repeat_note_;  // " (in copy 3 of the 3 its repeat makes)" while lowering a repeated layer
   bool token_ids_ = false;
 };
@@ -493,6 +570,20 @@ int64_t Op::out_elements() const {
 
 Graph lower(const ModelSpec& model) {
   return Lowerer(model).run();
+}
+
+std::optional<size_t> backward_resume(const Graph& g, size_t stopped) {
+  size_t at = stopped;
+  for (int64_t r = g.ops.at(stopped).enclosing_save; r >= 0;
+       r = g.ops[static_cast<size_t>(r)].enclosing_save) {
+    const Op& save = g.ops[static_cast<size_t>(r)];
+    if (save.has_shortcut) {
+      const size_t branch = save.residual_branch_index;
+      if (at > branch && g.ops[branch].input_gradient) return branch;
+    }
+    at = static_cast<size_t>(r);
+  }
+  return std::nullopt;
 }
 
 }  // namespace bsw

@@ -12,8 +12,10 @@
 //          heads, T, T]) for attention on the explicit path, ops[i].stats (f32, [B, heads, T] softmax
 //          statistics) on the cuDNN SDPA path — saved_activations; grad.a / grad.b (S) ping-pong activation
 //          gradients (no gradient of the network input) and grad.residual[d] (S) per residual depth (none for
-//          a residual of the network input) — transient
-//   infer: act.a / act.b (S) ping-pong, act.residual[d] (S), act.stats (f32), act.probs (S) — transient
+//          a residual of the network input), grad.branch[d] (S) for residuals with a shortcut,
+//          act.shortcut[d] (S) for a shortcut's result that backward does not read — transient
+//   infer: act.a / act.b (S) ping-pong, act.residual[d] (S), act.shortcut[d] (S), act.stats (f32), act.probs
+//          (S) — transient
 //   both: ops[i].running (f32, running mean+variance per channel) for batchnorm — parameters (model state)
 //   workspaces per backend, see append_workspaces().
 #include <fmt/format.h>
@@ -22,6 +24,7 @@
 #include <array>
 #include <stdexcept>
 #include <string_view>
+#include <utility>
 
 #include "batchsweep/errors.hpp"
 #include "batchsweep/plan.hpp"
@@ -106,6 +109,8 @@ std::string_view to_string(OpKind v) {
       return "residual_save";
     case OpKind::residual_add:
       return "residual_add";
+    case OpKind::residual_branch:
+      return "residual_branch";
   }
   return "?";
 }
@@ -269,7 +274,9 @@ class Builder {
     return n;
   }
 
-  static bool has_output(const Op& op) { return op.kind != OpKind::residual_save; }
+  static bool has_output(const Op& op) {
+    return op.kind != OpKind::residual_save && op.kind != OpKind::residual_branch;
+  }
   static uint64_t probs_elements(const Op& op) {
     return static_cast<uint64_t>(op.heads) * static_cast<uint64_t>(op.seq) * static_cast<uint64_t>(op.seq);
   }
@@ -308,15 +315,54 @@ class Builder {
     return m;
   }
 
-  // Per depth, the largest per-sample residual input; for gradients, only of residuals whose saved input has
-  // one (not the network input's).
-  std::vector<uint64_t> residual_sizes(bool gradients) const {
+  // Per residual depth, the largest per-sample tensor of the ops `size` picks (0: none).
+  template <typename Size>
+  std::vector<uint64_t> per_depth(Size size) const {
     std::vector<uint64_t> sizes(static_cast<size_t>(g_.max_residual_depth), 0);
     for (const Op& op : g_.ops)
-      if (op.kind == OpKind::residual_save && !(gradients && op.residual_without_gradient))
-        sizes[op.residual_depth] =
-            std::max(sizes[op.residual_depth], static_cast<uint64_t>(op.in_elements()));
+      if (const auto [depth, elements] = size(op); depth >= 0)
+        sizes[static_cast<size_t>(depth)] = std::max(sizes[static_cast<size_t>(depth)], elements);
     return sizes;
+  }
+  using DepthSize = std::pair<int, uint64_t>;
+  static constexpr DepthSize kNone{-1, 0};
+  // Inference: act.residual[d], every residual's input, kept while its inner ops (and shortcut) run.
+  std::vector<uint64_t> residual_inputs() const {
+    return per_depth([](const Op& op) {
+      return op.kind == OpKind::residual_save
+                 ? DepthSize{op.residual_depth, static_cast<uint64_t>(op.in_elements())}
+                 : kNone;
+    });
+  }
+  // Training: grad.residual[d], the add's output gradient, kept for the saved input (or the shortcut) while
+  // backward runs the inner ops; none where that addend has no gradient (the network input's).
+  std::vector<uint64_t> residual_gradients() const {
+    return per_depth([](const Op& op) {
+      return op.kind == OpKind::residual_add && !op.residual_without_gradient
+                 ? DepthSize{op.residual_depth, static_cast<uint64_t>(op.out_elements())}
+                 : kNone;
+    });
+  }
+  // Training: grad.branch[d], the inner path's gradient of a residual's input, kept while backward runs the
+  // shortcut, for the save to add; only where the input has a gradient.
+  std::vector<uint64_t> branch_gradients() const {
+    return per_depth([](const Op& op) {
+      return op.kind == OpKind::residual_save && op.has_shortcut && !op.residual_without_gradient
+                 ? DepthSize{op.residual_depth, static_cast<uint64_t>(op.in_elements())}
+                 : kNone;
+    });
+  }
+  // act.shortcut[d]: a shortcut's result waiting for the add (inference: every one; training: those
+  // backward does not read, see Op::shortcut_result_transient).
+  std::vector<uint64_t> shortcut_results(bool train) const {
+    return per_depth([train](const Op& op) {
+      const bool waits = op.ends_shortcut >= 0 && (!train || op.shortcut_result_transient());
+      return waits ? DepthSize{op.ends_shortcut, static_cast<uint64_t>(op.out_elements())} : kNone;
+    });
+  }
+  void add_per_depth(const char* name, MemoryCategory category, const std::vector<uint64_t>& sizes) {
+    for (size_t d = 0; d < sizes.size(); ++d)
+      if (sizes[d] > 0) add(fmt::format("{}[{}]", name, d), category, s_, batch() * sizes[d]);
   }
 
   void add_training_activations() {
@@ -328,7 +374,8 @@ class Builder {
       const uint64_t out = b * static_cast<uint64_t>(op.out_elements());
       // An in-place add's sum lives in the previous op's ops[i].out: as its output, or as the pre-activation
       // of a GELU or SiLU after it.
-      if (!op.output_is_input())
+      // A shortcut's result that backward does not read waits for the add in act.shortcut[d] (transient).
+      if (!op.output_is_input() && !op.shortcut_result_transient())
         add(fmt::format("ops[{}].out", i), MemoryCategory::saved_activations, s_, out, idx);
       if (op.saves_preactivation() && !op.preactivation_is_input())
         add(fmt::format("ops[{}].pre", i), MemoryCategory::saved_activations, s_, out, idx);
@@ -348,10 +395,10 @@ class Builder {
     const uint64_t grad = b * max_gradient();
     add("grad.a", MemoryCategory::transient, s_, grad);
     add("grad.b", MemoryCategory::transient, s_, grad);
-    const auto residual = residual_sizes(true);
-    for (size_t d = 0; d < residual.size(); ++d)
-      if (residual[d] > 0)  // none where every residual of this depth saves the network input
-        add(fmt::format("grad.residual[{}]", d), MemoryCategory::transient, s_, b * residual[d]);
+    // None at a depth where every residual adds the network input (or a shortcut of it without parameters).
+    add_per_depth("grad.residual", MemoryCategory::transient, residual_gradients());
+    add_per_depth("grad.branch", MemoryCategory::transient, branch_gradients());
+    add_per_depth("act.shortcut", MemoryCategory::transient, shortcut_results(true));
   }
 
   void add_inference_activations() {
@@ -359,9 +406,8 @@ class Builder {
     const uint64_t act = b * max_activation();
     add("act.a", MemoryCategory::transient, s_, act);
     add("act.b", MemoryCategory::transient, s_, act);
-    const auto residual = residual_sizes(false);
-    for (size_t d = 0; d < residual.size(); ++d)
-      add(fmt::format("act.residual[{}]", d), MemoryCategory::transient, s_, b * residual[d]);
+    add_per_depth("act.residual", MemoryCategory::transient, residual_inputs());
+    add_per_depth("act.shortcut", MemoryCategory::transient, shortcut_results(false));
     uint64_t stats = 0, probs = 0;
     for (const Op& op : g_.ops) {
       if (op.kind == OpKind::layernorm) stats = std::max(stats, 2 * b * static_cast<uint64_t>(op.rows));

@@ -111,6 +111,34 @@ constexpr const char* kResidualActivations = R"({"name": "residual-activations",
   "loss": "cross_entropy",
   "optimizer": {"type": "sgd", "learning_rate": 0.2, "momentum": 0.9}})";
 
+// Projection shortcuts (torchvision's downsample) on the network input and after it, one without parameters,
+// one kept for backward (a tanh), one ending in a nested residual. SGD with momentum.
+constexpr const char* kShortcuts = R"({"name": "shortcuts",
+  "input": {"type": "image", "channels": 3, "height": 8, "width": 8},
+  "layers": [{"type": "residual", "activation": "relu", "layers": [
+                {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "stride": 2, "padding": 1, "bias": false},
+                {"type": "batchnorm", "activation": "relu"},
+                {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": false},
+                {"type": "batchnorm"}],
+              "shortcut": [{"type": "conv2d", "out_channels": 8, "kernel_size": 1, "stride": 2, "bias": false},
+                           {"type": "batchnorm"}]},
+             {"type": "residual", "activation": "silu", "layers": [
+                {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "stride": 2, "padding": 1,
+                 "activation": "gelu"}],
+              "shortcut": [{"type": "avgpool2d", "kernel_size": 2}]},
+             {"type": "residual", "layers": [
+                {"type": "conv2d", "out_channels": 12, "kernel_size": 3, "padding": 1, "activation": "silu"}],
+              "shortcut": [{"type": "conv2d", "out_channels": 12, "kernel_size": 1, "activation": "tanh"}]},
+             {"type": "residual", "activation": "tanh", "layers": [
+                {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1}],
+              "shortcut": [{"type": "conv2d", "out_channels": 8, "kernel_size": 1},
+                           {"type": "residual", "layers": [
+                              {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1,
+                               "activation": "tanh"}]}]},
+             {"type": "global_avgpool"}, {"type": "linear", "out_features": 5}],
+  "loss": "cross_entropy",
+  "optimizer": {"type": "sgd", "learning_rate": 0.1, "momentum": 0.9}})";
+
 std::vector<double> run_losses(const Graph& g, BackendKind kind, Precision p, int64_t batch,
                                int64_t accumulation, int steps, bool graphs = true) {
   const Plan plan = make_plan(g, {batch, p, Mode::train, accumulation, kind});
@@ -170,7 +198,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"batchnorm_bf16", kBatchNorm, Precision::bf16, 2},
         Case{"batchnorm_fp16", kBatchNorm, Precision::fp16, 1},
         Case{"residual_activations_fp32", kResidualActivations, Precision::fp32, 1},
-        Case{"residual_activations_bf16", kResidualActivations, Precision::bf16, 2}),
+        Case{"residual_activations_bf16", kResidualActivations, Precision::bf16, 2},
+        Case{"shortcuts_fp32", kShortcuts, Precision::fp32, 1},
+        Case{"shortcuts_bf16", kShortcuts, Precision::bf16, 2},
+        Case{"shortcuts_fp16", kShortcuts, Precision::fp16, 1}),
     [](const testing::TestParamInfo<Case>& p) { return std::string(p.param.name); });
 
 // Every preset's first bf16 training step (batch 1) against the CPU backend: the full-size models, with the
@@ -222,7 +253,7 @@ TEST(GpuSessionGraphs, ReplayMatchesPlainLaunches) {
 
 TEST(GpuSessionInference, RunsEveryModelInEveryPrecision) {
   BSW_REQUIRE_DEVICE();
-  for (const char* model : {kMlp, kImage, kTokens, kVitMse, kBatchNorm, kResidualActivations}) {
+  for (const char* model : {kMlp, kImage, kTokens, kVitMse, kBatchNorm, kResidualActivations, kShortcuts}) {
     const Graph g = graph_of(model);
     for (Precision p : {Precision::fp32, Precision::tf32, Precision::bf16, Precision::fp16}) {
       const Plan plan = make_plan(g, {3, p, Mode::infer, 1, BackendKind::cuda});

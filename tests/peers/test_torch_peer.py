@@ -57,7 +57,7 @@ PRESET_PARAMETERS = {
     "bert-base": 132363066,
     "mlp": 784 * 128 + 128 + 128 * 128 + 128 + 128 * 10 + 10,
     "mlp-large": 4096 * 8192 + 8192 + 3 * (8192 * 8192 + 8192) + 8192 * 1000 + 1000,
-    "resnet-small": 870698,
+    "resnet-small": 696618,
     "tiny-lm": 661992,
 }
 
@@ -540,8 +540,25 @@ class BatchsweepBinaryTest(unittest.TestCase):
                       "layers": [{"type": "maxpool2d", "kernel_size": 2},
                                  {"type": "conv2d", "out_channels": 4, "kernel_size": 3, "padding": 1},
                                  {"type": "flatten"}, {"type": "linear", "out_features": 5}]}
+        # Projection shortcuts: one on the network input (its conv and the first inner conv compute no input
+        # gradient), one without parameters.
+        shortcuts = {"name": "shortcuts", "input": {"type": "image", "channels": 3, "height": 8, "width": 8},
+                     "layers": [{"type": "residual", "activation": "relu",
+                                 "layers": [{"type": "conv2d", "out_channels": 8, "kernel_size": 3, "stride": 2,
+                                             "padding": 1, "bias": False},
+                                            {"type": "batchnorm", "activation": "relu"},
+                                            {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1,
+                                             "bias": False},
+                                            {"type": "batchnorm"}],
+                                 "shortcut": [{"type": "conv2d", "out_channels": 8, "kernel_size": 1, "stride": 2,
+                                               "bias": False}, {"type": "batchnorm"}]},
+                                {"type": "residual", "layers": [{"type": "conv2d", "out_channels": 8,
+                                                                 "kernel_size": 3, "stride": 2, "padding": 1}],
+                                 "shortcut": [{"type": "avgpool2d", "kernel_size": 2}]},
+                                {"type": "global_avgpool"}, {"type": "linear", "out_features": 4}]}
         with tempfile.TemporaryDirectory() as tmp:
-            for name, config in (("every.json", EVERY_LAYER), ("pool-first.json", pool_first)):
+            for name, config in (("every.json", EVERY_LAYER), ("pool-first.json", pool_first),
+                                 ("shortcuts.json", shortcuts)):
                 with self.subTest(config=name):
                     path = write_json(tmp, name, config)
                     done = self.bsw("plan", "--model", path, "--batch", "1", "--backend", "cpu", "--json", "-")
@@ -551,7 +568,7 @@ class BatchsweepBinaryTest(unittest.TestCase):
                     self.assertEqual(plan["parameters"], g.parameters)
                     self.assertEqual(plan["flops_per_sample"]["forward"], g.forward_flops_per_sample)
                     self.assertEqual(plan["flops_per_sample"]["train"], g.train_flops_per_sample)
-        self.assertEqual(g.train_flops_per_sample, 3 * g.forward_flops_per_sample - 2.0 * 4 * 27 * 16)
+        self.assertEqual(g.train_flops_per_sample, 3 * g.forward_flops_per_sample - 2.0 * 8 * 27 * 16 - 2.0 * 8 * 3 * 16)
 
     def test_analyze_and_compare_read_peer_reports(self):
         report = ReportTest().sample_report()

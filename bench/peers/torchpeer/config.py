@@ -190,7 +190,7 @@ class _Parser:
             self.fail(f"{path}.type", f"every layer needs a type ({', '.join(LAYER_FIELDS)})")
         kind = self.read_choice(v["type"], f"{path}.type", list(LAYER_FIELDS), "layer type")
         fields = LAYER_FIELDS[kind]
-        allowed = ["type", "repeat"] + [f[0] for f in fields] + (["layers"] if kind == "residual" else [])
+        allowed = ["type", "repeat"] + [f[0] for f in fields] + (["layers", "shortcut"] if kind == "residual" else [])
         self.check_keys(v, path, allowed, f"for layer type `{kind}`")
         out = {"type": kind}
         for key, rule, default in fields:
@@ -218,6 +218,14 @@ class _Parser:
                 self.fail(f"{path}.layers", "layer type `residual` needs a non-empty list of inner layers")
             before = self.expanded
             out["layers"] = self.layers(inner, f"{path}.layers", depth + 1)
+            if "shortcut" in v:  # the projection on the shortcut; written out only where there is one
+                shortcut = v["shortcut"]
+                if not isinstance(shortcut, list):
+                    self.fail(f"{path}.shortcut", f"expected a list of layers, got {_describe(shortcut)}")
+                if not shortcut:
+                    self.fail(f"{path}.shortcut", "empty: leave `shortcut` out for the identity, or give the "
+                                                  "layers that project the input to the inner layers' output shape")
+                out["shortcut"] = self.layers(shortcut, f"{path}.shortcut", depth + 1)
             inner_expanded = self.expanded - before
             self.expanded = before
         out["repeat"] = self.read_int(v["repeat"], f"{path}.repeat", "int+") if "repeat" in v else 1
@@ -307,7 +315,8 @@ class Graph:
     output_shape: list  # per sample
     parameters: int = 0
     forward_flops_per_sample: float = 0.0  # matmul/conv work only, multiply-add = 2
-    # The input gradient of the op that reads the data, which nothing needs and no backend computes.
+    # The input gradients no backend computes: of each op with parameters whose input has no gradient (the
+    # first on each path from the data).
     skipped_input_grad_flops: float = 0.0
     tokens_per_sample: int = 0  # token inputs: sequence_length
     loss: str = "cross_entropy"
@@ -317,7 +326,7 @@ class Graph:
 
     @property
     def train_flops_per_sample(self) -> float:
-        """batchsweep's Graph::train_flops_per_sample: 3x forward less the first op's input gradient."""
+        """batchsweep's Graph::train_flops_per_sample: 3x forward less the input gradients not computed."""
         return 3.0 * self.forward_flops_per_sample - self.skipped_input_grad_flops
 
     def flops_per_step(self, mode: str, batch: int, accumulation: int) -> float:
@@ -348,18 +357,20 @@ class _Lowerer:
         self.config, self.source, self.builder = config, source, builder
         self.shape: list = []
         self.token_ids = False
-        self.seen_learning_op = False
+        self.requires_grad = False  # whether the current value has a gradient (an op with parameters feeds it)
+        self.ops = 0  # ops made so far
 
     def fail(self, path: str, message: str):
         raise ConfigError(self.source, path, message)
 
     def op(self, input_grad_flops: float = 0.0, learns: bool = False):
-        """Called for each op batchsweep's lowering makes. Nothing before the first op with parameters requires
-        grad, so that op's input gradient (for linear, conv2d and patch_embedding as many FLOPs as its forward)
-        is never computed."""
-        if learns and not self.seen_learning_op:
-            self.seen_learning_op = True
-            self.graph.skipped_input_grad_flops = input_grad_flops
+        """Called for each op batchsweep's lowering makes. Nothing before the first op with parameters on a path
+        from the data requires grad, so that op's input gradient (for linear, conv2d and patch_embedding as many
+        FLOPs as its forward) is never computed."""
+        self.ops += 1
+        if learns and not self.requires_grad:
+            self.graph.skipped_input_grad_flops += input_grad_flops
+        self.requires_grad = self.requires_grad or learns
 
     def make(self, kind: str, **details):
         return self.builder(kind, **details) if self.builder else None
@@ -560,15 +571,30 @@ class _Lowerer:
             self.require_not_ids(layer, path)
             if depth >= MAX_RESIDUAL_DEPTH:
                 self.fail(path, "residual nesting too deep (more than 32 levels)")
-            before = list(self.shape)
+            before, input_grad = list(self.shape), self.requires_grad
+            shortcut, other, other_grad = None, before, input_grad
+            if layer.get("shortcut"):  # lowered first, from the input, as batchsweep does
+                ops = self.ops
+                shortcut = self.layers(layer["shortcut"], f"{path}.shortcut", depth + 1)
+                if self.ops == ops:
+                    self.fail(f"{path}.shortcut", "the shortcut computes nothing (a `flatten` alone is no "
+                                                  "projection): leave `shortcut` out for the identity")
+                other, other_grad = list(self.shape), self.requires_grad
+                self.shape, self.requires_grad = list(before), input_grad
             inner = self.layers(layer["layers"], f"{path}.layers", depth + 1)
-            if self.shape != before:
+            if shortcut is not None and self.shape != other:
+                self.fail(path, f"residual: the shortcut makes {_shape_text(other)} and the inner layers "
+                                f"{_shape_text(self.shape)}; they must match to be added (torchvision's downsample: "
+                                "a 1x1 conv with the inner layers' stride and out_channels, then a batchnorm)")
+            if shortcut is None and self.shape != before:
                 self.fail(path, f"residual: inner layers change the shape from {_shape_text(before)} to "
-                                f"{_shape_text(self.shape)}; they must keep it so the input can be added (the "
-                                "shortcut is the identity: put a layer that changes the shape before the "
-                                "residual, as the resnet-small preset does between its stages)")
+                                f"{_shape_text(self.shape)}; they must keep it so the input can be added, or the "
+                                f"residual needs a `shortcut` that projects its input to {_shape_text(self.shape)} "
+                                "(a 1x1 conv with the inner layers' stride, then a batchnorm, as torchvision's "
+                                "downsample)")
+            self.requires_grad = self.requires_grad or other_grad
             self.computes = True
-            return self.make("residual", inner=inner, activation=layer.get("activation", "none"))
+            return self.make("residual", inner=inner, activation=layer.get("activation", "none"), shortcut=shortcut)
         raise AssertionError(f"unhandled layer type {kind}")
 
     def finish_loss(self):

@@ -144,16 +144,19 @@ class TransformerBlock(nn.Module):
 
 
 class Residual(nn.Module):
-    """x + inner(x), then the activation (torchvision's BasicBlock: out += identity; out = relu(out))."""
+    """inner(x) + identity, then the activation, where identity is x or shortcut(x) (torchvision's BasicBlock:
+    identity = downsample(x); out += identity; out = relu(out))."""
 
-    def __init__(self, inner: list, activation: str = "none"):
+    def __init__(self, inner: list, activation: str = "none", shortcut: list = None):
         super().__init__()
         self.inner = nn.Sequential(*inner)
+        self.shortcut = nn.Sequential(*shortcut) if shortcut else None
         self.activation_name = activation
         self._act = _activation(activation)
 
     def forward(self, x):
-        y = x + self.inner(x)
+        identity = self.shortcut(x) if self.shortcut is not None else x  # first, as batchsweep runs it
+        y = self.inner(x) + identity
         return self._act(y) if self._act else y
 
 
@@ -185,7 +188,7 @@ def _build(kind: str, **d) -> nn.Module:
     if kind == "transformer_block":
         return TransformerBlock(d["ln1"], d["attn"], d["ln2"], d["fc"], d["proj"])
     if kind == "residual":
-        return Residual(d["inner"], d["activation"])
+        return Residual(d["inner"], d["activation"], d.get("shortcut"))
     raise ValueError(f"unknown layer kind {kind!r}")
 
 

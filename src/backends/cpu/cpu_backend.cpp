@@ -350,9 +350,16 @@ class CpuSession final : public Session, public CpuSessionProbe {
         continue;
       }
       input_of_[i] = current;
+      if (op.kind == OpKind::residual_branch) {  // the inner ops start again from the residual's input
+        current = train ? input_of_.at(op.residual_partner)
+                        : slice(need(fmt::format("act.residual[{}]", op.residual_depth)), 0, n_out(op));
+        continue;
+      }
       Ref out;
       if (train) {
         out = output_of(i, op);
+      } else if (op.ends_shortcut >= 0) {  // waits for the add while the inner ops use act.a / act.b
+        out = slice(need(fmt::format("act.shortcut[{}]", op.ends_shortcut)), 0, n_out(op));
       } else {
         out = current.ptr == ping.ptr ? pong : ping;
         out = slice(out, 0, n_out(op));
@@ -363,20 +370,15 @@ class CpuSession final : public Session, public CpuSessionProbe {
     return current;
   }
 
-  [[nodiscard]] Ref residual_source(size_t i, const Op& op, bool train) const {
-    if (!train) return need(fmt::format("act.residual[{}]", op.residual_depth));
-    // The matching residual_save: the nearest earlier save of the same depth still open.
-    int open = 0;
-    for (size_t j = i; j-- > 0;) {
-      const Op& prev = graph_.ops[j];
-      if (prev.residual_depth != op.residual_depth) continue;
-      if (prev.kind == OpKind::residual_add) ++open;
-      if (prev.kind == OpKind::residual_save) {
-        if (open == 0) return input_of_.at(j);
-        --open;
-      }
+  // What a residual add adds to its input: the shortcut's result, or the residual's saved input.
+  [[nodiscard]] Ref residual_source(const Op& op, bool train) const {
+    if (op.has_shortcut) {
+      const size_t last = op.residual_branch_index - 1;  // the shortcut's last op
+      return train ? output_of(last, graph_.ops[last])
+                   : slice(need(fmt::format("act.shortcut[{}]", op.residual_depth)), 0, n_out(op));
     }
-    throw BackendError(fmt::format("{}: residual add without a matching save", op.path));
+    return train ? input_of_.at(op.residual_partner)
+                 : need(fmt::format("act.residual[{}]", op.residual_depth));
   }
 
   void forward_op(size_t i, const Op& op, const Ref& in_ref, const Ref& out_ref, bool train) {
@@ -460,7 +462,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
         break;
       }
       case OpKind::residual_add: {
-        const Ref res = residual_source(i, op, train);
+        const Ref res = residual_source(op, train);
         // sum = x + residual, into the pre-activation where there is one (or y), then the activation into y;
         // with 16-bit storage the residual is converted into sum's fp32 workspace, then added.
         float* sum = z != nullptr ? z : y;
@@ -474,6 +476,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
         break;
       }
       case OpKind::residual_save:
+      case OpKind::residual_branch:
         break;
     }
     if (pre_ref) commit(z, pre_ref, nout);
@@ -521,14 +524,32 @@ class CpuSession final : public Session, public CpuSessionProbe {
       const bool need_dx = op.input_gradient;
       if (op.kind == OpKind::residual_add) {
         if (op.has_preactivation()) activation_gradient_in_place(i, op, current);
-        if (op.residual_without_gradient) continue;  // its save's input has no gradient to receive it
+        if (op.residual_without_gradient) continue;  // the other addend has no gradient to receive it
         const Ref stash = need(fmt::format("grad.residual[{}]", op.residual_depth));
         std::memcpy(stash.ptr, current.ptr, n_out(op) * dtype_bytes(current.dtype));
         continue;  // the gradient flows unchanged into the inner layers
       }
-      if (op.kind == OpKind::residual_save) {
-        if (!need_dx) continue;
+      if (op.kind == OpKind::residual_branch) {
+        // The inner path's gradient of the residual's input waits for the save; the shortcut's backward
+        // starts from the add's output gradient.
+        if (!graph_.ops[op.residual_partner].residual_without_gradient) {
+          const Ref keep = need(fmt::format("grad.branch[{}]", op.residual_depth));
+          std::memcpy(keep.ptr, current.ptr, n_out(op) * dtype_bytes(current.dtype));
+        }
         const Ref stash = need(fmt::format("grad.residual[{}]", op.residual_depth));
+        std::memcpy(current.ptr, stash.ptr, n_in(op) * dtype_bytes(current.dtype));
+        continue;
+      }
+      if (op.kind == OpKind::residual_save) {
+        if (!need_dx) {
+          if (const auto resume = backward_resume(graph_, i)) {
+            i = *resume + 1;
+            continue;
+          }
+          break;
+        }
+        const Ref stash =
+            need(fmt::format("{}[{}]", op.has_shortcut ? "grad.branch" : "grad.residual", op.residual_depth));
         const uint64_t n = n_in(op);
         if (sixteen_bit()) {
           float* a = workspace("workspace.dy");
@@ -543,7 +564,14 @@ class CpuSession final : public Session, public CpuSessionProbe {
         continue;
       }
       backward_op(i, op, in, current, need_dx ? other : Ref{});
-      if (!need_dx) break;  // the first op with parameters: nothing before it has a gradient to compute
+      if (!need_dx) {
+        // Nothing before it on its path has a gradient: on with a shortcut that has parameters, or done.
+        if (const auto resume = backward_resume(graph_, i)) {
+          i = *resume + 1;
+          continue;
+        }
+        break;
+      }
       std::swap(current, other);
     }
   }
@@ -552,6 +580,8 @@ class CpuSession final : public Session, public CpuSessionProbe {
   // residual add in place its input's buffer, which it wrote over (input_of_[i], set by forward before the op
   // runs).
   [[nodiscard]] Ref output_of(size_t i, const Op& op) const {
+    if (op.shortcut_result_transient())
+      return slice(need(fmt::format("act.shortcut[{}]", op.ends_shortcut)), 0, n_out(op));
     return op.output_is_input() ? slice(input_of_[i], 0, n_out(op)) : need(fmt::format("ops[{}].out", i));
   }
   [[nodiscard]] Ref preactivation_of(size_t i, const Op& op) const {
@@ -665,6 +695,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
       }
       case OpKind::residual_save:
       case OpKind::residual_add:
+      case OpKind::residual_branch:
         break;
     }
     if (dx) commit(dx, dx_ref, nin);

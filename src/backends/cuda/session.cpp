@@ -258,6 +258,8 @@ class CudaSession final : public Session {
   // Where op i's output is in training: ops[i].out, or for a residual add in place its input's buffer, which
   // it wrote over (input_of_[i], set by forward before the op runs).
   [[nodiscard]] Ref output_of(size_t i, const Op& op) const {
+    if (op.shortcut_result_transient())
+      return need(fmt::format("act.shortcut[{}]", op.ends_shortcut)).at(0, n_out(op));
     return op.output_is_input() ? input_of_[i].at(0, n_out(op)) : need(fmt::format("ops[{}].out", i));
   }
   // What an activation's derivative reads as z in training: the saved pre-activation (GELU, SiLU; an add in
@@ -554,7 +556,17 @@ class CudaSession final : public Session {
         }
         continue;
       }
-      Ref out = train ? output_of(i, op) : (current.ptr == ping.ptr ? pong : ping).at(0, n_out(op));
+      if (op.kind == OpKind::residual_branch) {
+        // The add will add the shortcut's result; the inner ops start again from the residual's input.
+        const Ref input = residual_stack_.back();
+        residual_stack_.back() = current;
+        current = input;
+        continue;
+      }
+      Ref out = train ? output_of(i, op)
+                : op.ends_shortcut >= 0
+                    ? need(fmt::format("act.shortcut[{}]", op.ends_shortcut)).at(0, n_out(op))
+                    : (current.ptr == ping.ptr ? pong : ping).at(0, n_out(op));
       forward_op(i, op, current, out, train);
       current = out;
     }
@@ -642,6 +654,7 @@ class CudaSession final : public Session {
         return;
       }
       case OpKind::residual_save:
+      case OpKind::residual_branch:
         return;
     }
   }
@@ -914,20 +927,47 @@ class CudaSession final : public Session {
       const bool need_dx = op.input_gradient;
       if (op.kind == OpKind::residual_add) {
         if (op.has_preactivation()) activation_gradient_in_place(i, op, current);
-        if (op.residual_without_gradient) continue;  // its save's input has no gradient to receive it
+        if (op.residual_without_gradient) continue;  // the other addend has no gradient to receive it
         const Ref stash = need(fmt::format("grad.residual[{}]", op.residual_depth));
         BSW_CUDA(cudaMemcpyAsync(stash.ptr, current.ptr, n_out(op) * dtype_bytes(s_),
                                  cudaMemcpyDeviceToDevice, stream_));
         continue;
       }
-      if (op.kind == OpKind::residual_save) {
-        if (!need_dx) continue;
+      if (op.kind == OpKind::residual_branch) {
+        // The inner path's gradient of the residual's input waits for the save; the shortcut's backward
+        // starts from the add's output gradient.
+        if (!graph_.ops[op.residual_partner].residual_without_gradient) {
+          const Ref keep = need(fmt::format("grad.branch[{}]", op.residual_depth));
+          BSW_CUDA(cudaMemcpyAsync(keep.ptr, current.ptr, n_out(op) * dtype_bytes(s_),
+                                   cudaMemcpyDeviceToDevice, stream_));
+        }
         const Ref stash = need(fmt::format("grad.residual[{}]", op.residual_depth));
+        BSW_CUDA(cudaMemcpyAsync(current.ptr, stash.ptr, n_in(op) * dtype_bytes(s_), cudaMemcpyDeviceToDevice,
+                                 stream_));
+        continue;
+      }
+      if (op.kind == OpKind::residual_save) {
+        if (!need_dx) {
+          if (const auto resume = backward_resume(graph_, i)) {
+            i = *resume + 1;
+            continue;
+          }
+          break;
+        }
+        const Ref stash =
+            need(fmt::format("{}[{}]", op.has_shortcut ? "grad.branch" : "grad.residual", op.residual_depth));
         kernels::add(s_, current.ptr, stash.ptr, current.ptr, static_cast<int64_t>(n_in(op)), stream_);
         continue;
       }
       backward_op(i, op, in, current, need_dx ? other.at(0, n_in(op)) : Ref{});
-      if (!need_dx) break;
+      if (!need_dx) {
+        // Nothing before it on its path has a gradient: on with a shortcut that has parameters, or done.
+        if (const auto resume = backward_resume(graph_, i)) {
+          i = *resume + 1;
+          continue;
+        }
+        break;
+      }
       std::swap(current, other);
     }
   }
@@ -985,6 +1025,7 @@ class CudaSession final : public Session {
         return;
       case OpKind::residual_save:
       case OpKind::residual_add:
+      case OpKind::residual_branch:
         return;
     }
   }

@@ -126,6 +126,49 @@ constexpr const char* kResidualActivations = R"({"name": "residual-activations",
                 {"type": "residual", "activation": "silu", "layers": [{"type": "linear", "out_features": 6}]}]},
              {"type": "linear", "out_features": 3}]})";
 
+// Projection shortcuts: on the network input (the shortcut conv and the first inner conv both compute no
+// input gradient, and backward goes on from one path to the other), one without parameters (an average pool),
+// one ending in a tanh (kept for backward, not transient), and one ending in a nested residual.
+constexpr const char* kShortcuts = R"({"name": "shortcuts",
+  "input": {"type": "image", "channels": 2, "height": 8, "width": 8},
+  "layers": [{"type": "residual", "activation": "tanh", "layers": [
+                {"type": "conv2d", "out_channels": 4, "kernel_size": 3, "stride": 2, "padding": 1, "bias": false},
+                {"type": "batchnorm", "activation": "tanh"},
+                {"type": "conv2d", "out_channels": 4, "kernel_size": 3, "padding": 1, "bias": false},
+                {"type": "batchnorm"}],
+              "shortcut": [{"type": "conv2d", "out_channels": 4, "kernel_size": 1, "stride": 2, "bias": false},
+                           {"type": "batchnorm"}]},
+             {"type": "residual", "activation": "silu", "layers": [
+                {"type": "conv2d", "out_channels": 4, "kernel_size": 3, "stride": 2, "padding": 1,
+                 "activation": "gelu"}],
+              "shortcut": [{"type": "avgpool2d", "kernel_size": 2}]},
+             {"type": "residual", "layers": [
+                {"type": "conv2d", "out_channels": 6, "kernel_size": 3, "padding": 1, "activation": "silu"}],
+              "shortcut": [{"type": "conv2d", "out_channels": 6, "kernel_size": 1, "activation": "tanh"}]},
+             {"type": "residual", "activation": "tanh", "layers": [
+                {"type": "conv2d", "out_channels": 5, "kernel_size": 3, "padding": 1}],
+              "shortcut": [{"type": "conv2d", "out_channels": 5, "kernel_size": 1},
+                           {"type": "residual", "layers": [
+                              {"type": "conv2d", "out_channels": 5, "kernel_size": 3, "padding": 1,
+                               "activation": "tanh"}]}]},
+             {"type": "global_avgpool"}, {"type": "linear", "out_features": 3}]})";
+
+// The only parameters of a block on the network input are on its shortcut: backward stops in the inner path
+// (a pool) and goes on with the shortcut; and a vector model with shortcuts of linear layers.
+constexpr const char* kShortcutOnly = R"({"name": "shortcut-only",
+  "input": {"type": "image", "channels": 2, "height": 6, "width": 6},
+  "layers": [{"type": "residual", "layers": [{"type": "avgpool2d", "kernel_size": 3, "stride": 1, "padding": 1}],
+              "shortcut": [{"type": "conv2d", "out_channels": 2, "kernel_size": 1}]},
+             {"type": "flatten"}, {"type": "linear", "out_features": 3}]})";
+
+constexpr const char* kShortcutVector = R"({"name": "shortcut-vector",
+  "input": {"type": "vector", "features": 6},
+  "layers": [{"type": "linear", "out_features": 6, "activation": "tanh"},
+             {"type": "residual", "activation": "gelu", "layers": [
+                {"type": "linear", "out_features": 4, "activation": "silu"}, {"type": "linear", "out_features": 4}],
+              "shortcut": [{"type": "linear", "out_features": 4, "bias": false}, {"type": "batchnorm"}]},
+             {"type": "linear", "out_features": 3}]})";
+
 // Central differences of the whole network's loss against the backend's gradients: a few entries of every
 // parameter tensor of every op, so each layer's backward is reached through the whole stack.
 void check_gradients(const char* text, int64_t batch) {
@@ -173,6 +216,29 @@ TEST(CpuBackend, GradientsOfEveryLayerMatchFiniteDifferences) {
   check_gradients(kPaddedPools, 2);
   check_gradients(kBatchNorm, 4);
   check_gradients(kResidualActivations, 3);
+  check_gradients(kShortcuts, 3);
+  check_gradients(kShortcutOnly, 2);
+  check_gradients(kShortcutVector, 4);
+}
+
+// Every configuration of shortcut allocates exactly its plan, trains (the loss falls) and runs inference, in
+// every precision.
+TEST(CpuBackend, ShortcutModelsAllocateThePlanAndTrain) {
+  for (const char* text : {kShortcuts, kShortcutOnly, kShortcutVector}) {
+    const Graph g = graph_of(text);
+    for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16}) {
+      for (Mode m : {Mode::train, Mode::infer}) {
+        Prepared s = prepare(g, 4, p, m);
+        EXPECT_EQ(s.session->memory().allocated_bytes, s.plan.memory.total_bytes()) << g.model_name;
+        EXPECT_TRUE(s.session->step().finite) << g.model_name << " " << to_string(p) << " " << to_string(m);
+      }
+    }
+    Prepared t = prepare(g, 8, Precision::fp32, Mode::train);
+    const double first = t.session->step().loss;
+    double last = first;
+    for (int i = 0; i < 20; ++i) last = t.session->step().loss;
+    EXPECT_LT(last, first) << g.model_name;
+  }
 }
 
 // Training moves the running statistics (PyTorch's momentum 0.1 from mean 0, variance 1) and inference

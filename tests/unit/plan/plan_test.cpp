@@ -389,6 +389,131 @@ TEST(Plan, OnlyResidualsWithAnInputGradientGetAStash) {
   }
 }
 
+// torchvision's downsampling BasicBlock: the shortcut (1x1 conv stride 2, batchnorm) runs first from the
+// block's input, then the inner layers from it again; the add goes over the inner batchnorm's output and the
+// projected identity waits in act.shortcut[0], not among the saved activations (PyTorch frees it after the
+// add).
+constexpr const char* kDownsample = R"({"name": "m",
+  "input": {"type": "image", "channels": 4, "height": 8, "width": 8},
+  "layers": [{"type": "conv2d", "out_channels": 4, "kernel_size": 3, "padding": 1, "bias": false},
+             {"type": "residual", "activation": "relu", "layers": [
+                {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "stride": 2, "padding": 1, "bias": false},
+                {"type": "batchnorm", "activation": "relu"},
+                {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": false},
+                {"type": "batchnorm"}],
+              "shortcut": [{"type": "conv2d", "out_channels": 8, "kernel_size": 1, "stride": 2, "bias": false},
+                           {"type": "batchnorm"}]},
+             {"type": "global_avgpool"}, {"type": "linear", "out_features": 5}]})";
+
+TEST(Lower, AResidualWithAShortcutRunsItFirstThenTheInnerLayers) {
+  const Graph g = graph_of(kDownsample);
+  std::vector<OpKind> kinds;
+  for (const Op& op : g.ops) kinds.push_back(op.kind);
+  // conv, save, [conv, bn], branch, [conv, bn, conv, bn], add, pool, linear
+  EXPECT_EQ(kinds, (std::vector<OpKind>{OpKind::conv2d, OpKind::residual_save, OpKind::conv2d,
+                                        OpKind::batchnorm, OpKind::residual_branch, OpKind::conv2d,
+                                        OpKind::batchnorm, OpKind::conv2d, OpKind::batchnorm,
+                                        OpKind::residual_add, OpKind::global_avgpool, OpKind::linear}));
+  EXPECT_EQ(g.ops[2].in_shape, (std::vector<int64_t>{4, 8, 8}));
+  EXPECT_EQ(g.ops[5].in_shape, (std::vector<int64_t>{4, 8, 8}));  // the inner layers read the input again
+  EXPECT_EQ(g.ops[4].in_shape, (std::vector<int64_t>{8, 4, 4}));  // the branch takes the shortcut's result
+  EXPECT_EQ(g.ops[4].out_shape, (std::vector<int64_t>{4, 8, 8}));
+  EXPECT_EQ(g.ops[3].ends_shortcut, 0);
+  EXPECT_TRUE(g.ops[3].shortcut_result_transient());
+  EXPECT_TRUE(g.ops[9].has_shortcut);
+  EXPECT_EQ(g.ops[9].residual_branch_index, 4u);
+  EXPECT_EQ(g.ops[1].residual_branch_index, 4u);
+  EXPECT_TRUE(g.ops[9].adds_in_place);  // over the inner batchnorm's output
+  for (size_t i : {2u, 3u, 4u, 5u, 6u, 7u, 8u}) EXPECT_EQ(g.ops[i].enclosing_save, 1) << i;
+  for (size_t i : {0u, 1u, 9u, 10u}) EXPECT_EQ(g.ops[i].enclosing_save, -1) << i;
+  const int64_t params = 4 * 4 * 9 + (8 * 4 * 9 + 2 * 8 + 8 * 8 * 9 + 2 * 8) + (8 * 4 + 2 * 8) + 8 * 5 + 5;
+  EXPECT_EQ(g.parameters, params);
+  const double stem = 2.0 * 4 * 36 * 64, c1 = 2.0 * 8 * 36 * 16, c2 = 2.0 * 8 * 72 * 16,
+               sc = 2.0 * 8 * 4 * 16, head = 2.0 * 8 * 5;
+  EXPECT_DOUBLE_EQ(g.forward_flops_per_sample, stem + c1 + c2 + sc + head);
+  EXPECT_DOUBLE_EQ(g.train_flops_per_sample, 3 * (stem + c1 + c2 + sc + head) - stem);
+}
+
+TEST(Lower, EachPathFromTheDataSkipsItsFirstInputGradient) {
+  // A projection block on the network input: neither its shortcut conv nor its first inner conv computes an
+  // input gradient, and the add's output has one from both.
+  const Graph g =
+      graph_of(R"({"name": "m", "input": {"type": "image", "channels": 2, "height": 4, "width": 4},
+    "layers": [{"type": "residual", "layers": [{"type": "conv2d", "out_channels": 4, "kernel_size": 3, "padding": 1},
+                                              {"type": "conv2d", "out_channels": 4, "kernel_size": 3, "padding": 1}],
+                "shortcut": [{"type": "conv2d", "out_channels": 4, "kernel_size": 1}]},
+               {"type": "flatten"}, {"type": "linear", "out_features": 3}]})");
+  // save, sc conv, branch, conv, conv, add, linear
+  ASSERT_EQ(g.ops.size(), 7u);
+  EXPECT_FALSE(g.ops[1].input_gradient);
+  EXPECT_TRUE(g.ops[2].input_gradient);  // the shortcut's result has one
+  EXPECT_FALSE(g.ops[3].input_gradient);
+  EXPECT_TRUE(g.ops[4].input_gradient);
+  EXPECT_TRUE(g.ops[5].input_gradient);
+  EXPECT_TRUE(g.ops[0].residual_without_gradient);
+  EXPECT_FALSE(g.ops[5].residual_without_gradient);  // the shortcut's result needs the add's gradient
+  const double sc = 2.0 * 4 * 2 * 16, c1 = 2.0 * 4 * 18 * 16, c2 = 2.0 * 4 * 36 * 16, head = 2.0 * 64 * 3;
+  EXPECT_DOUBLE_EQ(g.train_flops_per_sample, 3 * (sc + c1 + c2 + head) - sc - c1);
+  // Backward: stopped at the first inner conv (3) it goes on at the branch (2); stopped at the shortcut's
+  // conv (1) it is done.
+  EXPECT_EQ(backward_resume(g, 3), std::optional<size_t>{2});
+  EXPECT_EQ(backward_resume(g, 1), std::nullopt);
+  const Plan train = make_plan(g, {2, Precision::fp32, Mode::train, 1, BackendKind::cpu});
+  EXPECT_NE(train.find("grad.residual[0]"), nullptr);  // the add's gradient, for the shortcut
+  EXPECT_EQ(train.find("grad.branch[0]"), nullptr);    // the input has no gradient to keep
+}
+
+TEST(Plan, AShortcutsResultWaitsInATransientBuffer) {
+  const Graph g = graph_of(kDownsample);
+  for (BackendKind backend : {BackendKind::cpu, BackendKind::cuda}) {
+    const Plan train = make_plan(g, {2, Precision::fp32, Mode::train, 1, backend});
+    EXPECT_EQ(train.find("ops[3].out"), nullptr);  // the shortcut's batchnorm output
+    EXPECT_NE(train.find("ops[2].out"), nullptr);  // its conv's output, which that batchnorm reads
+    EXPECT_EQ(train.find("ops[4].out"), nullptr);  // the branch has no output
+    EXPECT_EQ(train.find("ops[9].out"), nullptr);  // the add writes over ops[8].out
+    EXPECT_EQ(train.buffer("act.shortcut[0]").elements, 2u * 8u * 16u);
+    EXPECT_EQ(train.buffer("act.shortcut[0]").category, MemoryCategory::transient);
+    EXPECT_EQ(train.buffer("grad.residual[0]").elements, 2u * 8u * 16u);  // the add's output gradient
+    EXPECT_EQ(train.buffer("grad.branch[0]").elements, 2u * 4u * 64u);    // the block input's gradient
+    const Plan infer = make_plan(g, {2, Precision::fp32, Mode::infer, 1, backend});
+    EXPECT_EQ(infer.buffer("act.residual[0]").elements, 2u * 4u * 64u);
+    EXPECT_EQ(infer.buffer("act.shortcut[0]").elements, 2u * 8u * 16u);
+  }
+  // A shortcut ending in a ReLU keeps its output: backward reads it.
+  std::string text(kDownsample);
+  const std::string plain_end = R"({"type": "batchnorm"}]})";
+  text.replace(text.find(plain_end), plain_end.size(), R"({"type": "batchnorm", "activation": "relu"}]})");
+  const Plan relu = make_plan(graph_of(text), {2, Precision::fp32, Mode::train, 1, BackendKind::cpu});
+  EXPECT_NE(relu.find("ops[3].out"), nullptr);
+  EXPECT_EQ(relu.find("act.shortcut[0]"), nullptr);
+}
+
+TEST(Lower, ShortcutErrorsNameTheResidual) {
+  const auto error_of = [](const std::string& text) {
+    try {
+      static_cast<void>(graph_of(text));
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string head =
+      R"({"name": "m", "input": {"type": "image", "channels": 2, "height": 4, "width": 4},
+    "layers": [{"type": "residual", "layers": [{"type": "conv2d", "out_channels": 4, "kernel_size": 3, "stride": 2,
+                                               "padding": 1}], "shortcut": )";
+  const std::string tail = R"(}, {"type": "flatten"}, {"type": "linear", "out_features": 3}]})";
+  EXPECT_THAT(
+      error_of(head + R"([{"type": "conv2d", "out_channels": 4, "kernel_size": 1}])" + tail),
+      testing::HasSubstr("layers[0]: residual: the shortcut makes [4, 4, 4] and the inner layers [4, 2, 2]"));
+  EXPECT_THAT(error_of(head + R"([{"type": "flatten"}])" + tail),
+              testing::HasSubstr("layers[0].shortcut: the shortcut computes nothing"));
+  EXPECT_THAT(error_of(head + "[]" + tail), testing::HasSubstr("layers[0].shortcut: empty"));
+  EXPECT_THAT(error_of(R"({"name": "m", "input": {"type": "image", "channels": 2, "height": 4, "width": 4},
+    "layers": [{"type": "residual", "layers": [{"type": "conv2d", "out_channels": 4, "kernel_size": 3,
+                "stride": 2, "padding": 1}]}, {"type": "flatten"}, {"type": "linear", "out_features": 3}]})"),
+              testing::HasSubstr("or the residual needs a `shortcut` that projects its input to [4, 2, 2]"));
+}
+
 TEST(Plan, PrecisionsModesAndOptimizers) {
   const Graph g = graph_of(R"({"name": "m", "input": {"type": "vector", "features": 64},
     "layers": [{"type": "linear", "out_features": 64}], "optimizer": {"type": "sgd"}})");
