@@ -79,10 +79,6 @@ class SignalGuard {
   struct sigaction old_term_ {};
 };
 
-bool color_allowed(std::FILE* stream) {
-  return isatty(fileno(stream)) && std::getenv("NO_COLOR") == nullptr;
-}
-
 void write_output(const std::string& path, const std::string& content) {
   if (path == "-") {
     std::fwrite(content.data(), 1, content.size(), stdout);
@@ -310,10 +306,10 @@ void print_final(const Report& report, const ExportSettings& e) {
   write_exports(report, e, true);
   if (e.json_path == "-") {
     write_output("-", format_json(report));
-    const std::string table = format_console(report, {color_allowed(stderr)});
+    const std::string table = format_console(report, {color_allowed(STDERR_FILENO)});
     std::fwrite(table.data(), 1, table.size(), stderr);
   } else {
-    const std::string table = format_console(report, {color_allowed(stdout)});
+    const std::string table = format_console(report, {color_allowed(STDOUT_FILENO)});
     std::fwrite(table.data(), 1, table.size(), stdout);
   }
 }
@@ -440,7 +436,7 @@ class ExportingObserver final : public SweepObserver {
 };
 
 void print_warnings(const std::vector<std::string>& warnings) {
-  const bool color = color_allowed(stderr);
+  const bool color = color_allowed(STDERR_FILENO);
   for (const std::string& w : warnings)
     std::fprintf(stderr, "%swarning:%s %s\n", color ? "\033[33m" : "", color ? "\033[0m" : "", w.c_str());
 }
@@ -1003,9 +999,9 @@ int compare_command(const CompareSettings& input) {
   }
   // An export on stdout keeps it to itself; the table then goes to stderr, as run's does.
   if (s.json_path == "-" || s.markdown_path == "-")
-    std::fputs(format_compare(result, color_allowed(stderr)).c_str(), stderr);
+    std::fputs(format_compare(result, color_allowed(STDERR_FILENO)).c_str(), stderr);
   else
-    std::fputs(format_compare(result, color_allowed(stdout)).c_str(), stdout);
+    std::fputs(format_compare(result, color_allowed(STDOUT_FILENO)).c_str(), stdout);
   if (s.fail_on_regression_pct) {
     for (const std::string& line : found) std::fprintf(stderr, "batchsweep: regression: %s\n", line.c_str());
     if (found.empty()) return kExitOk;
