@@ -48,11 +48,16 @@ std::atomic<int> g_signal{0};
 extern "C" void on_signal(int sig) {
   g_signal.store(sig);
   // A long step (a large model on the CPU) is not cut: say at once that the signal was taken. write() is
-  // async-signal-safe; the handler is reset (SA_RESETHAND), so a second signal ends the process as usual.
-  static constexpr char kSaid[] =
+  // async-signal-safe; only this signal's handler is reset (SA_RESETHAND), so the same signal again ends the
+  // process as usual, and the message names that one.
+  static constexpr char kSaidInt[] =
       "\nbatchsweep: stopping after the current step; the finished points are kept (Ctrl-C again to quit "
       "now)\n";
-  const ssize_t written = ::write(STDERR_FILENO, kSaid, sizeof(kSaid) - 1);
+  static constexpr char kSaidTerm[] =
+      "\nbatchsweep: stopping after the current step; the finished points are kept (send SIGTERM again to "
+      "quit now)\n";
+  const ssize_t written = sig == SIGTERM ? ::write(STDERR_FILENO, kSaidTerm, sizeof(kSaidTerm) - 1)
+                                         : ::write(STDERR_FILENO, kSaidInt, sizeof(kSaidInt) - 1);
   (void)written;
 }
 

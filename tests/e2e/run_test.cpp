@@ -832,10 +832,17 @@ void interrupt_keeps_finished_points(int sig, int expected_exit, const std::stri
   const size_t seen = 2;
   const std::string err = json + ".err";
   EXPECT_EQ(interrupt_after(sleepy_sweep(json), json, seen, sig, err), expected_exit);
-  // Said at once, while the step in progress finishes.
+  // Said at once, while the step in progress finishes, naming the signal that quits at once.
   EXPECT_NE(slurp(err).find("batchsweep: stopping after the current step; the finished points are kept"),
             std::string::npos)
       << slurp(err);
+  EXPECT_NE(
+      slurp(err).find(sig == SIGTERM ? "(send SIGTERM again to quit now)" : "(Ctrl-C again to quit now)"),
+      std::string::npos)
+      << slurp(err);
+  if (sig == SIGTERM) {
+    EXPECT_EQ(slurp(err).find("Ctrl-C"), std::string::npos) << slurp(err);
+  }
   if (::testing::Test::HasFailure()) return;
   const nlohmann::json report = read_json(json);
   expect_valid_report(json);
