@@ -560,8 +560,13 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
   // What else shapes the timings: the CPU's threads and BLAS kernels; which GPU it is (another one of the
   // same model is another measurement), its architecture, driver and libraries (cuBLASLt's and cuDNN's
   // choices change with them), the execution paths cuDNN accepted.
-  for (const char* key :
-       {"threads", "blas", "blas_core", "uuid", "compute_capability", "versions", "execution_paths"}) {
+  // A scripted device is its script's formula: another formula under the same name is another device (not
+  // the script's path, which may move, nor its failures, which do not change an ok point's steps).
+  std::vector<const char*> keys = {"threads",  "blas",           "blas_core", "uuid", "compute_capability",
+                                   "versions", "execution_paths"};
+  if (now.device.backend == "scripted")
+    keys.insert(keys.end(), {"curve", "t0_ms", "samples_per_ms", "b0", "noise_pct", "seed"});
+  for (const char* key : keys) {
     const nlohmann::json* before = at(earlier.device.details, key);
     const nlohmann::json* here = at(now.device.details, key);
     if ((before != nullptr || here != nullptr) && (before == nullptr || here == nullptr || *before != *here))

@@ -1178,6 +1178,49 @@ TEST(Run, ResumeComparesTheDeviceDetailsThatShapeTimings) {
   EXPECT_NE(r.err.find("its device.blas_core is \"SomeOtherCore\""), std::string::npos) << r.err;
 }
 
+// A scripted device is its formula: a script of the same name with another formula is another device.
+TEST(Run, ResumeComparesTheScriptedDevicesFormula) {
+  ScratchDir dir;
+  const std::string earlier = (dir / "earlier.json").string(), out = (dir / "out.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "8,64", "--json", earlier})).exit_code, 0);
+  const nlohmann::json roofline = read_json(scripted("roofline.json"));
+  struct Case {
+    const char* key;
+    nlohmann::json value;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"t0_ms", 2.4, "its device.t0_ms is 2.0, this run's is 2.4"},
+      {"samples_per_ms", 100, "its device.samples_per_ms is 128.0, this run's is 100.0"},
+      {"noise_pct", 2, "its device.noise_pct is 0.5, this run's is 2.0"},
+      {"seed", 7, "its device.seed is 1, this run's is 7"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json doc = roofline;  // the same name, scripted-h100
+    doc[c.key] = c.value;
+    const std::string script = (dir / "other.json").string();
+    std::ofstream(script) << doc.dump();
+    std::vector<std::string> args =
+        scripted_run("roofline.json", {"--batch", "8,64,128", "--resume", earlier, "--json", out});
+    args[4] = script;
+    const Result r = run(args);
+    EXPECT_EQ(r.exit_code, 2) << c.says << "\n" << r.err;
+    EXPECT_NE(r.err.find("--resume " + earlier + ": " + c.says), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(out)) << c.says;
+  }
+  // The same formula from another file, with other failures scripted, is the same device.
+  nlohmann::json moved = roofline;
+  moved["oom_above_batch"] = 1024;
+  const std::string script = (dir / "moved.json").string();
+  std::ofstream(script) << moved.dump();
+  std::vector<std::string> args =
+      scripted_run("roofline.json", {"--batch", "8,64,128", "--resume", earlier, "--json", out});
+  args[4] = script;
+  const Result r = run(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_json(out)["settings"].at("measured_points"), 1);
+}
+
 // Another accumulation is another experiment: nothing is taken, and the earlier points stay out of the
 // report rather than sit beside this sweep's splits of the same micro-batches.
 TEST(Run, ResumeWithAnotherAccumulationKeepsNothingAndSaysSo) {
