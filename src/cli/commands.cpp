@@ -409,12 +409,19 @@ class ExportingObserver final : public SweepObserver {
     if (report_.settings.contains("resumed"))
       report_.settings["resumed"]["points"] = count_resumed(report_.points);
     report_.analysis = analyze(report_.points, options_);
-    write_exports(report_, exports_, false);
+    try {
+      write_exports(report_, exports_, false);
+    } catch (const Error&) {
+      export_failed_ = true;
+      throw;
+    }
   }
   bool should_stop() override { return progress_.should_stop(); }
   void on_sweep_end(bool interrupted) override { progress_.on_sweep_end(interrupted); }
   // (batch, accumulation) of every point the sweep finished (measured, taken from --resume, or unfit).
   [[nodiscard]] const std::set<std::pair<int64_t, int64_t>>& swept() const { return swept_; }
+  // A rewrite after a point failed: the error that ends the sweep is the export's, not the backend's.
+  [[nodiscard]] bool export_failed() const { return export_failed_; }
 
   void on_timed_start(const Point& /*point*/) override {
     if (telemetry_ != nullptr && telemetry_->available()) telemetry_->start();
@@ -437,8 +444,23 @@ class ExportingObserver final : public SweepObserver {
   const ExportSettings& exports_;
   AnalysisOptions options_;
   std::set<std::pair<int64_t, int64_t>> swept_;
+  bool export_failed_ = false;
   ProgressPrinter progress_;
 };
+
+// A fatal backend error (a CUDA context left unusable) ends the sweep, exit 1: the report, as rewritten after
+// the last finished point, names it in its warnings too (state stays in_progress: the sweep did not finish).
+void keep_fatal_error(Report& report, const ExportSettings& exports, const Error& e) {
+  report.warnings.push_back(
+      fmt::format("the sweep stopped on a fatal error (exit 1): {}; the report holds the {} point{} finished "
+                  "before it",
+                  e.what(), report.points.size(), report.points.size() == 1 ? "" : "s"));
+  try {
+    write_exports(report, exports, false);
+  } catch (const Error&) {
+    // The fatal error is the one to report; the rewrite after the last point stands.
+  }
+}
 
 void print_warnings(const std::vector<std::string>& warnings) {
   const bool color = color_allowed(STDERR_FILENO);
@@ -785,7 +807,13 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   AnalysisOptions partial_options = options;  // the rewrites after each point hold a sweep still running
   partial_options.unfinished = true;
   ExportingObserver observer(report, exports, partial_options, s.quiet, telemetry ? &*telemetry : nullptr);
-  SweepOutcome outcome = run_sweep(*backend, graph, sweep, observer);
+  SweepOutcome outcome;
+  try {
+    outcome = run_sweep(*backend, graph, sweep, observer);
+  } catch (const Error& e) {
+    if (e.exit_code() == kExitRuntime && !observer.export_failed()) keep_fatal_error(report, exports, e);
+    throw;
+  }
 
   report.points = std::move(outcome.points);
   report.warnings.insert(report.warnings.end(), outcome.warnings.begin(), outcome.warnings.end());

@@ -888,6 +888,14 @@ TEST(Run, AnErrorThatBreaksTheDeviceStopsTheSweepAndKeepsTheFinishedPoints) {
   EXPECT_EQ(report["state"], "in_progress");
   ASSERT_EQ(report["points"].size(), 2u) << report.dump();
   EXPECT_EQ(report["points"][1]["batch"], 8);
+  // The report names the error, not only stderr.
+  ASSERT_EQ(report["warnings"].size(), 1u) << report["warnings"].dump();
+  const std::string warning = report["warnings"][0];
+  EXPECT_EQ(warning.rfind("the sweep stopped on a fatal error (exit 1): batch 16: scripted device", 0), 0u)
+      << warning;
+  EXPECT_NE(warning.find("the context is unusable"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("the report holds the 2 points finished before it"), std::string::npos) << warning;
+  expect_valid_report(json);
 }
 
 // SIGKILL (a CI job's timeout, the OOM killer) leaves the last rewrite: a valid report that says its sweep
