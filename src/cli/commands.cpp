@@ -824,10 +824,15 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   report.settings["measured_points"] = outcome.measured_points;
   if (resume) note_resume(report, *resume, observer.swept(), outcome.interrupted, exports.json_path);
   const int sig = g_signal.load();
-  if (outcome.interrupted)
+  const char* sig_name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+  if (outcome.interrupted && report.points.empty())
+    report.warnings.push_back(fmt::format(
+        "interrupted by {} before any batch finished: the report holds no point and its analysis nothing",
+        sig_name));
+  else if (outcome.interrupted)
     report.warnings.push_back(fmt::format(
         "interrupted by {}: the report holds the {} finished point(s), and its analysis covers only those{}",
-        sig == SIGTERM ? "SIGTERM" : "SIGINT", report.points.size(),
+        sig_name, report.points.size(),
         // Only a report in a file can be resumed from (not stdout, a pipe or a device).
         is_regular_file(exports.json_path)
             ? fmt::format(" (the same command with --resume {} measures the rest)", exports.json_path)

@@ -871,6 +871,60 @@ TEST(Run, SigtermKeepsEveryFinishedPoint) {
   interrupt_keeps_finished_points(SIGTERM, 143, (dir / "i.json").string());
 }
 
+// Whether `pid` has a handler installed for `sig` (SigCgt in /proc/PID/status).
+bool catches(pid_t pid, int sig) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("SigCgt:", 0) == 0)
+      return (std::stoull(line.substr(7), nullptr, 16) >> (sig - 1) & 1U) != 0;
+  }
+  return false;
+}
+
+// Interrupted before its first point finished, the sweep says it stopped first: not that every batch
+// failed, nor "the 0 finished point(s)".
+TEST(Run, AnInterruptBeforeAnyPointFinishedSaysTheSweepStoppedFirst) {
+  ScratchDir dir;
+  const std::string json = (dir / "r.json").string(), out = (dir / "out").string(),
+                    err = (dir / "err").string();
+  // 20 ms steps for at least 30 s: the first point cannot finish before the signal.
+  const std::vector<std::string> args = {
+      "run",     "--backend", "scripted", "--script", scripted("sleepy.json"),
+      "--batch", "1,2",       "--warmup", "1",        "--min-time",
+      "30",      "--timeout", "60",       "--quiet",  "--json",
+      json};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    freopen(out.c_str(), "w", stdout);
+    freopen(err.c_str(), "w", stderr);
+    std::vector<char*> argv{const_cast<char*>(BSW_BINARY)};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(BSW_BINARY, argv.data());
+    _exit(127);
+  }
+  for (int i = 0; i < 400 && !catches(pid, SIGINT); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << slurp(err);
+  const std::string table = slurp(out);
+  EXPECT_NE(table.find("max fit: none — the sweep stopped before any batch finished"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("recommended: none — the sweep stopped before any batch finished"), std::string::npos)
+      << table;
+  EXPECT_EQ(table.find("no batch ran ok"), std::string::npos) << table;
+  const nlohmann::json report = read_json(json);
+  EXPECT_TRUE(report["points"].empty());
+  EXPECT_EQ(report["state"], "interrupted");
+  const std::string warnings = report["warnings"].dump();
+  EXPECT_NE(warnings.find("interrupted by SIGINT before any batch finished"), std::string::npos) << warnings;
+  EXPECT_EQ(warnings.find("0 finished point"), std::string::npos) << warnings;
+  expect_valid_report(json);
+}
+
 // An error that leaves the device unusable (a CUDA context after an illegal address) stops the sweep: exit
 // 1 naming the batch, and the points finished before it stay in the report, which says it did not finish.
 TEST(Run, AnErrorThatBreaksTheDeviceStopsTheSweepAndKeepsTheFinishedPoints) {

@@ -124,6 +124,27 @@ TEST(MaxFit, NothingRanOk) {
   EXPECT_EQ(a.recommended.why, "no batch ran ok: batch 1 did not fit (oom: needs 1 GiB)");
 }
 
+// A sweep stopped before any batch finished has no failed batch to blame: it says it stopped.
+TEST(MaxFit, AStoppedSweepWithNoPointSaysItStoppedFirst) {
+  std::vector<Point> none;
+  AnalysisOptions options;
+  options.unfinished = true;
+  options.latency_slo_ms = 10;
+  const Analysis a = analyze(none, options);
+  const std::string stopped = "the sweep stopped before any batch finished";
+  EXPECT_EQ(a.max_fit.reason, stopped);
+  EXPECT_EQ(a.best_throughput.reason, stopped);
+  EXPECT_EQ(a.saturation.reason, stopped);
+  ASSERT_TRUE(a.latency_slo.has_value());
+  EXPECT_EQ(a.latency_slo->reason, stopped);
+  EXPECT_EQ(a.recommended.why, stopped);
+  // Stopped after a batch that failed: that one is named, and that the sweep stopped.
+  std::vector<Point> failed{failed_point(1, PointStatus::oom, "needs 1 GiB")};
+  options.latency_slo_ms.reset();
+  EXPECT_EQ(analyze(failed, options).recommended.why,
+            "no batch ran ok before the sweep stopped: batch 1 did not fit (oom: needs 1 GiB)");
+}
+
 TEST(LatencySlo, HighestThroughputWithinTheBudget) {
   // step = (b + 64) / 50 ms: batch 1024 takes 21.8 ms, batch 2048 takes 42.2 ms.
   std::vector<Point> points = sweep(kBatches, saturating(50000, 64));
