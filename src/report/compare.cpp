@@ -145,6 +145,9 @@ CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions
     const bool mean_moved = welch.p_value < half_alpha && mean_agrees;
     d.verdict = effect && (shifted || mean_moved) ? dir : Verdict::same;
     d.from_mean = d.verdict != Verdict::same && !shifted;
+    // The ranks moved significantly the other way from the mean (most steps faster, a few much slower, or
+    // the reverse): neither direction is the change, and the shown p is the rank test's.
+    d.median_and_mean_disagree = d.verdict == Verdict::same && effect && test.p_value < half_alpha && !agrees;
   } else {
     d.verdict = effect ? direction(d.ratio) : Verdict::same;
   }
@@ -367,7 +370,8 @@ std::string verdict_text(const CompareDelta& d, const char* threshold_note = "no
   if (!d.from_samples) return fmt::format("{} ({})", to_string(d.verdict), threshold_note);
   if (d.from_mean)
     return fmt::format("{} (mean; p={:.2g})", to_string(d.verdict), d.mean_p_value.value_or(1.0));
-  return fmt::format("{} (p={:.2g})", to_string(d.verdict), d.p_value.value_or(1.0));
+  return fmt::format("{} (p={:.2g}{})", to_string(d.verdict), d.p_value.value_or(1.0),
+                     d.median_and_mean_disagree ? "; median and mean disagree" : "");
 }
 
 std::string cell_text(const CompareCell& c) {
@@ -512,6 +516,7 @@ nlohmann::json delta_json(const CompareDelta& d, const std::string& run) {
           {"from_samples", d.from_samples},
           {"few_samples", d.few_samples},
           {"from_mean", d.from_mean},
+          {"median_and_mean_disagree", d.median_and_mean_disagree},
           {"mean_p_value", d.mean_p_value ? number_or_null(*d.mean_p_value) : nlohmann::json(nullptr)},
           {"noise_checked", d.noise_checked},
           {"p_value", d.p_value ? number_or_null(*d.p_value) : nlohmann::json(nullptr)}};

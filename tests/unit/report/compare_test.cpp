@@ -163,6 +163,35 @@ TEST(Compare, AFewMuchSlowerStepsAreARegressionOfTheMean) {
   EXPECT_EQ(compare_pair(a20, b20).rows.at(0).deltas.at(0).verdict, Verdict::same);
 }
 
+// Most steps 2% faster, every 20th 2.35 times as long: the mean is 4.6% slower, within its noise, while the
+// ranks moved significantly the other way. Neither is the change: "same", and the text says why.
+TEST(Compare, RanksAndMeanMovingApartIsSameAndSaysSo) {
+  Report a = testing::sample_report();
+  a.points = {testing::ok_point(64, 10.0)};
+  std::vector<double> steps;
+  for (int i = 0; i < 100; ++i) steps.push_back(10.0 * (1 + 0.01 * ((i * 7) % 5 - 2)));
+  a.points[0].samples_ms = steps;
+  a.points[0].samples_per_second = 64 / (summarize(steps).mean / 1000.0);
+  Report b = a;
+  for (size_t i = 0; i < steps.size(); ++i) steps[i] *= i % 20 == 19 ? 0.98 * 2.35 : 0.98;
+  b.points[0].samples_ms = steps;
+  b.points[0].samples_per_second = 64 / (summarize(steps).mean / 1000.0);
+  const CompareResult r = compare_pair(a, b);
+  const CompareDelta& d = r.rows.at(0).deltas.at(0);
+  EXPECT_NEAR(d.ratio, 1 / 1.046, 2e-3);
+  EXPECT_LT(*d.p_value, kCompareAlpha / 2);       // the ranks: faster
+  EXPECT_GT(*d.mean_p_value, kCompareAlpha / 2);  // the mean: slower, within noise
+  EXPECT_EQ(d.verdict, Verdict::same);
+  EXPECT_TRUE(d.median_and_mean_disagree);
+  EXPECT_THAT(format_compare(r, false),
+              HasSubstr(fmt::format("same (p={:.2g}; median and mean disagree)", *d.p_value)));
+  EXPECT_EQ(to_json(r)["rows"][0]["deltas"][0]["median_and_mean_disagree"], true);
+  EXPECT_THAT(regressions(r, 1), Not(::testing::Contains(HasSubstr("slower than A"))));
+  // Where they agree, nothing is said.
+  EXPECT_FALSE(compare_pair(a, sped_up(a, 1.2)).rows.at(0).deltas.at(0).median_and_mean_disagree);
+  EXPECT_THAT(format_compare(compare_pair(a, a), false), Not(HasSubstr("disagree")));
+}
+
 // Two runs of one distribution (10 steps a side, 3% noise): the two tests share alpha, so noise alone calls a
 // change at most alpha (1%) of the time, however often the means differ by more than the 1% effect.
 TEST(Compare, NoiseAloneCallsAChangeAtMostAlphaOfTheTime) {
