@@ -123,6 +123,9 @@ struct CompareResult {
   double alpha = kCompareAlpha;
   double min_effect_pct = kCompareMinEffectPct;
   std::vector<std::string> notes;  // batches not in every run, differing devices or precisions, ...
+  // The notes (also in `notes`) that two reports hold one run (same created_at and points): every verdict
+  // between them compares a run with itself. The CLI repeats them on stderr.
+  std::vector<std::string> same_run_notes;
   std::vector<LostFit> lost_fits;
 };
 

@@ -1005,6 +1005,9 @@ int compare_command(const CompareSettings& input) {
   options.allow_model_mismatch = s.allow_model_mismatch;
   options.names = s.report_paths;
   const CompareResult result = compare_reports(reports, options);
+  // Not only in the table: a CI gate given one file twice passes, and its log should say why.
+  for (const std::string& note : result.same_run_notes)
+    std::fprintf(stderr, "batchsweep: warning: %s\n", note.c_str());
   std::vector<std::string> found;
   if (s.fail_on_regression_pct) {
     // A run that did not finish lacks batches for no reason of its own: the gate would pass them unjudged.

@@ -509,6 +509,29 @@ std::string lost_fit_text(const LostFit& f) {
                      batch_label(f.baseline_max_fit, f.accumulation));
 }
 
+// One run in two reports: the same created_at and the same points, sample for sample (a file given twice, a
+// copy, or analyze's re-export, which keeps created_at).
+bool same_run(const Report& a, const Report& b) {
+  if (a.created_at != b.created_at || a.points.empty() || a.points.size() != b.points.size()) return false;
+  const auto same_rate = [](double x, double y) { return x == y || (std::isnan(x) && std::isnan(y)); };
+  for (size_t i = 0; i < a.points.size(); ++i) {
+    const Point& p = a.points[i];
+    const Point& q = b.points[i];
+    if (p.batch != q.batch || p.accumulation != q.accumulation || p.status != q.status ||
+        !same_rate(p.samples_per_second, q.samples_per_second) || p.samples_ms != q.samples_ms)
+      return false;
+  }
+  return true;
+}
+
+std::string same_run_text(const Report& a, size_t i, size_t j) {
+  return fmt::format(
+      "{} and {} are the same run ({}, the same points): every verdict between them compares the run with "
+      "itself, so \"same\" there says nothing about a change",
+      letter(i), letter(j),
+      a.created_at.empty() ? std::string("neither has a created_at") : "created_at " + a.created_at);
+}
+
 nlohmann::json delta_json(const CompareDelta& d, const std::string& run) {
   return {{"run", run},
           {"ratio", number_or_null(d.ratio)},
@@ -576,6 +599,13 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   }
   result.geomean = geomean_row(result.rows, reports.size(), options);
   result.lost_fits = lost_fits(reports);
+
+  for (size_t i = 0; i < reports.size(); ++i) {
+    for (size_t j = i + 1; j < reports.size(); ++j) {
+      if (same_run(reports[i], reports[j])) result.same_run_notes.push_back(same_run_text(reports[i], i, j));
+    }
+  }
+  result.notes = result.same_run_notes;  // first: it outweighs every other note
 
   if (!missing.empty()) {
     std::string list;

@@ -680,6 +680,38 @@ TEST(Compare, RegressionExitsThreeAndSameRunPasses) {
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 
+// One run given twice (the same file, a copy, analyze's re-export) compares a run with itself: the gate still
+// passes, but stderr and the JSON's notes say so.
+TEST(Compare, OneRunGivenTwiceIsSaidToBeTheSameRun) {
+  ScratchDir dir;
+  const std::string a = (dir / "a.json").string(), copy = (dir / "copy.json").string();
+  const std::string again = (dir / "again.json").string(), out = (dir / "cmp.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "64,512", "--json", a})).exit_code, 0);
+  std::filesystem::copy_file(a, copy);
+  ASSERT_EQ(run({"analyze", a, "--saturation", "90", "--json", again}).exit_code, 0);
+  const std::string created_at = read_json(a)["created_at"];
+  const std::string said = "A and B are the same run (created_at " + created_at + ", the same points)";
+  for (const std::string& b : {a, copy, again}) {
+    const Result r = run({"compare", a, b, "--fail-on-regression", "5", "--json", out});
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_NE(r.err.find("batchsweep: warning: " + said), std::string::npos) << b << "\n" << r.err;
+    EXPECT_NE(r.out.find("note: " + said), std::string::npos) << r.out;
+    const nlohmann::json notes = read_json(out)["notes"];
+    ASSERT_FALSE(notes.empty());
+    EXPECT_EQ(notes[0].get<std::string>().rfind(said, 0), 0u) << notes.dump();
+  }
+  // Another run of the same formula measures the same steps, but it is another run.
+  const std::string other = (dir / "other.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "64,512", "--json", other})).exit_code, 0);
+  nlohmann::json doc = read_json(other);
+  doc["created_at"] = "2020-01-01T00:00:00Z";  // two runs within one second share a created_at
+  std::ofstream(other) << doc.dump();
+  const Result r = run({"compare", a, other});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("the same run"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("the same run"), std::string::npos) << r.out;
+}
+
 // The CI gate names each regression on stderr: here a batch that stops fitting under a smaller budget.
 TEST(Compare, ABatchThatStopsFittingFailsTheGateAndIsNamed) {
   ScratchDir dir;

@@ -116,6 +116,35 @@ TEST(Compare, APointTakenFromTheBaselineByResumeIsSaidToBeTheSameMeasurement) {
               ::testing::Not(::testing::Contains(HasSubstr("--resume"))));
 }
 
+// A report compared with itself, or with a copy that has the same created_at and points: every "same" is a
+// run compared with itself, and the first note says so.
+TEST(Compare, OneRunTwiceIsNoted) {
+  const Report a = testing::sample_report();
+  const CompareResult r = compare_pair(a, a);
+  const std::string said =
+      "A and B are the same run (created_at 2025-01-02T03:04:05Z, the same points): every verdict between "
+      "them "
+      "compares the run with itself";
+  ASSERT_EQ(r.same_run_notes.size(), 1u);
+  EXPECT_THAT(r.same_run_notes[0], HasSubstr(said));
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_EQ(r.notes[0], r.same_run_notes[0]);
+  EXPECT_THAT(to_json(r)["notes"][0].get<std::string>(), HasSubstr(said));
+  // Of three, the pair that is one run.
+  const CompareResult three = compare_reports({a, testing::sample_candidate(), a}, {});
+  ASSERT_EQ(three.same_run_notes.size(), 1u);
+  EXPECT_THAT(three.same_run_notes[0], HasSubstr("A and C are the same run"));
+  // Another created_at, or another sample, is another run.
+  Report later = a;
+  later.created_at = "2025-01-02T03:04:06Z";
+  EXPECT_TRUE(compare_pair(a, later).same_run_notes.empty());
+  Report resampled = a;
+  for (Point& p : resampled.points)
+    if (!p.samples_ms.empty()) p.samples_ms.back() *= 1.001;
+  EXPECT_TRUE(compare_pair(a, resampled).same_run_notes.empty());
+  EXPECT_TRUE(compare_pair(a, testing::sample_candidate()).same_run_notes.empty());
+}
+
 TEST(Compare, NoiseAloneIsNotAChange) {
   // Overlapping samples with a 3% shift in the means of a very noisy run: the test does not reject.
   Report a = testing::sample_report();
