@@ -17,6 +17,7 @@ namespace bsw {
 namespace {
 
 using analysis_detail::CurvePoint;
+using analysis_detail::falling_text;
 using analysis_detail::format_number;
 using analysis_detail::format_percent;
 using analysis_detail::format_rate;
@@ -498,7 +499,14 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
   std::string prefix = "no knee";
   if (in.knee_call == KneeCall::too_few)
     prefix = fmt::format("too few points for a knee ({} ok)", in.curve.size());
-  if (in.knee_call == KneeCall::flat) prefix = "throughput is flat";
+  if (in.knee_call == KneeCall::flat) {
+    // The smallest batch the fastest, larger ones slower: the curve falls, which "flat" would hide.
+    if (const std::string falls = falling_text(in.curve); !falls.empty())
+      return {saturated.batch, fmt::format("{}: batch {}, the smallest swept, has the best throughput ({} "
+                                           "samples/s)",
+                                           falls, best.batch, format_rate(best.samples_per_second))};
+    prefix = "throughput is flat";
+  }
   return {saturated.batch, fmt::format("{}: {}{}", prefix, saturation_why(saturated, best, pct),
                                        still_rising_note(in, saturated))};
 }

@@ -574,6 +574,23 @@ TEST(Recommendation, SmallestSaturatingBatchOnAFlatCurve) {
       "94% of its memory");
 }
 
+// Throughput that falls with the batch is not "flat", and the smallest batch is not said to reach a share of
+// itself.
+TEST(Recommendation, AFallingCurveSaysItFalls) {
+  const std::vector<double> rate{1000, 900, 800, 690};
+  std::vector<Point> points;
+  for (std::size_t i = 0; i < rate.size(); ++i) points.push_back(measured_point(int64_t{1} << i, rate[i]));
+  const Analysis a = analyze(points, {});
+  EXPECT_EQ(a.recommended.batch, 1);
+  EXPECT_EQ(
+      a.recommended.why,
+      "throughput falls as the batch grows (-31% from 1 to 8): batch 1, the smallest swept, has the best "
+      "throughput (1000 samples/s)");
+  EXPECT_EQ(a.knee.reason, "no knee: throughput falls as the batch grows (-31% from 1 to 8)");
+  EXPECT_EQ(a.best_throughput.batch, 1);
+  EXPECT_EQ(a.saturation.batch, 1);
+}
+
 TEST(Recommendation, TooFewPointsForAKnee) {
   // Levelling off: the saturation rule, and the reason says why there is no knee.
   std::vector<Point> points = sweep(powers_of_two(1, 4), [](double b) { return b == 1 ? 100.0 : 200.0; });
