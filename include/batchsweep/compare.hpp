@@ -78,6 +78,9 @@ struct CompareDelta {
   // throughput, but barely the ranks).
   bool from_mean = false;
   std::optional<double> mean_p_value;  // two-sided Welch's t-test p on the mean step times, when from_samples
+  // from_samples, a change beyond the minimum effect, and the rank test significant (p < alpha / 2) in the
+  // other direction than the mean: the steps mostly moved one way and the mean the other, so "same".
+  bool median_and_mean_disagree = false;
   // The geometric mean's verdict also held the change to the means' combined noise (every row had samples).
   bool noise_checked = false;
 };
@@ -120,6 +123,9 @@ struct CompareResult {
   double alpha = kCompareAlpha;
   double min_effect_pct = kCompareMinEffectPct;
   std::vector<std::string> notes;  // batches not in every run, differing devices or precisions, ...
+  // The notes (also in `notes`) that two reports hold one run (same created_at and points): every verdict
+  // between them compares a run with itself. The CLI repeats them on stderr.
+  std::vector<std::string> same_run_notes;
   std::vector<LostFit> lost_fits;
 };
 

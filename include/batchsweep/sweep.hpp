@@ -288,7 +288,7 @@ struct ProgressLine {
 // "[3/9] batch 64 · elapsed 12.4 s · ETA ~31 s"; an estimated total reads "[3/~9]", an accumulation
 // "batch 16x4", a refinement point "batch 184 (refine)"; redrawn during a long point,
 // "[3/9] batch 64 · 8.2 s in this point · elapsed 20.6 s · ETA ~23 s". `color` adds ANSI bold/dim (never
-// with NO_COLOR).
+// with a non-empty NO_COLOR).
 [[nodiscard]] std::string format_progress_line(const ProgressLine& line, bool color);
 // "12.4 s", "59.9 s", "2 min 05 s", "1 h 02 min".
 [[nodiscard]] std::string format_duration(double seconds);
@@ -296,7 +296,7 @@ struct ProgressLine {
 struct ProgressOptions {
   bool quiet = false;                    // print nothing
   bool terminal = false;                 // redraw one line in place with \r (stderr is a terminal)
-  bool color = false;                    // ANSI styling (terminal and NO_COLOR unset)
+  bool color = false;                    // ANSI styling (color_allowed)
   std::function<bool()> stop_requested;  // answers should_stop() (the CLI's signal flag); none = never
   std::function<double()> clock;         // seconds, monotonic; none = steady_clock
   // On a terminal, a background thread redraws the line this often (seconds) while a point runs, so the
@@ -307,8 +307,12 @@ struct ProgressOptions {
   std::function<int()> columns;
 };
 
-// Options for the real stderr: terminal = isatty(stderr), color = terminal and NO_COLOR unset or empty,
-// tick_s = 1 s, columns from TIOCGWINSZ.
+// ANSI colour on the stream `fd`: it is a terminal, and NO_COLOR is unset or empty (no-color.org: only a
+// non-empty NO_COLOR turns colour off). The one rule for the progress line, the tables and the warnings.
+[[nodiscard]] bool color_allowed(int fd);
+
+// Options for the real stderr: terminal = isatty(stderr), color = color_allowed(stderr), tick_s = 1 s,
+// columns from TIOCGWINSZ.
 [[nodiscard]] ProgressOptions stderr_progress_options(bool quiet);
 
 // A SweepObserver that prints progress. On a terminal the line is redrawn in place (at each point start, and

@@ -17,6 +17,7 @@ namespace bsw {
 namespace {
 
 using analysis_detail::CurvePoint;
+using analysis_detail::falling_text;
 using analysis_detail::format_number;
 using analysis_detail::format_percent;
 using analysis_detail::format_rate;
@@ -75,21 +76,26 @@ BatchChoice none(std::string reason) {
   return {std::nullopt, std::nullopt, std::move(reason)};
 }
 
-std::string no_ok_reason(std::span<const Point> points) {
+// Why nothing can be chosen: no ok point. An unfinished sweep may have stopped before any batch finished,
+// which is not a batch that failed.
+std::string no_ok_reason(std::span<const Point> points, bool unfinished) {
   const Point* failure = first_failure_above(points, std::nullopt);
-  return failure ? "no batch ran ok: " + failure_text(*failure) : std::string("no batch ran ok");
+  if (unfinished && points.empty()) return "the sweep stopped before any batch finished";
+  const std::string none_ok = unfinished ? "no batch ran ok before the sweep stopped" : "no batch ran ok";
+  return failure ? none_ok + ": " + failure_text(*failure) : none_ok;
 }
 
-BatchChoice best_throughput(std::span<const Point> points) {
+BatchChoice best_throughput(std::span<const Point> points, bool unfinished) {
   const Point* best = fastest(points, [](const Point&) { return true; });
-  if (!best) return none(no_ok_reason(points));
+  if (!best) return none(no_ok_reason(points, unfinished));
   std::string reason = fmt::format("highest throughput: {} samples/s", format_rate(best->samples_per_second));
   if (best->accumulation != 1) reason += " (" + split_name(*best) + ")";
   return choose(*best, std::move(reason));
 }
 
-BatchChoice saturation(std::span<const Point> points, const std::vector<CurvePoint>& curve, double pct) {
-  if (curve.empty()) return none(no_ok_reason(points));
+BatchChoice saturation(std::span<const Point> points, const std::vector<CurvePoint>& curve, double pct,
+                       bool unfinished) {
+  if (curve.empty()) return none(no_ok_reason(points, unfinished));
   const auto best = std::max_element(
       curve.begin(), curve.end(),
       [](const CurvePoint& l, const CurvePoint& r) { return l.samples_per_second < r.samples_per_second; });
@@ -118,7 +124,7 @@ BatchChoice max_fit(std::span<const Point> points, const std::optional<UntimedFi
         (point.batch == largest->batch && point.samples_per_second > largest->samples_per_second))
       largest = &point;
   }
-  if (!largest) return none(no_ok_reason(points));
+  if (!largest) return none(no_ok_reason(points, unfinished));
   // The search found a larger batch that fits but could not time it: say so, with its own edge, rather than
   // let the largest timed batch pass for the largest that fits.
   if (untimed && untimed->batch > largest->batch)
@@ -315,7 +321,7 @@ BatchChoice latency_slo(std::span<const Point> points, const Budget& b, bool unf
   }
   if (!quickest) {
     const bool any_ok = std::any_of(points.begin(), points.end(), is_ok);
-    return none(any_ok ? std::string("no ok point has step-time samples") : no_ok_reason(points));
+    return none(any_ok ? std::string("no ok point has step-time samples") : no_ok_reason(points, unfinished));
   }
   // The quickest is the smallest batch swept: smaller ones, not swept, may meet the budget (not in an
   // --effective-batch sweep, whose splits all hold the same samples). Every power of two below it.
@@ -493,7 +499,14 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
   std::string prefix = "no knee";
   if (in.knee_call == KneeCall::too_few)
     prefix = fmt::format("too few points for a knee ({} ok)", in.curve.size());
-  if (in.knee_call == KneeCall::flat) prefix = "throughput is flat";
+  if (in.knee_call == KneeCall::flat) {
+    // The smallest batch the fastest, larger ones slower: the curve falls, which "flat" would hide.
+    if (const std::string falls = falling_text(in.curve); !falls.empty())
+      return {saturated.batch, fmt::format("{}: batch {}, the smallest swept, has the best throughput ({} "
+                                           "samples/s)",
+                                           falls, best.batch, format_rate(best.samples_per_second))};
+    prefix = "throughput is flat";
+  }
   return {saturated.batch, fmt::format("{}: {}{}", prefix, saturation_why(saturated, best, pct),
                                        still_rising_note(in, saturated))};
 }
@@ -503,7 +516,7 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
 Recommendation recommend(const RecommendationInputs& in, const Point*& chosen) {
   const Analysis& a = in.analysis;
   chosen = nullptr;
-  if (in.curve.empty()) return {std::nullopt, no_ok_reason(in.points)};
+  if (in.curve.empty()) return {std::nullopt, no_ok_reason(in.points, in.options.unfinished)};
   if (a.latency_slo) {
     const Budget b{*in.options.latency_slo_ms, in.options.latency_percentile};
     const BudgetChoice budget = within_budget(in.points, b);
@@ -634,9 +647,9 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
   Analysis analysis;
   const analysis_detail::KneeDetail knee = analysis_detail::find_knee_detail(view, options.knee_sensitivity);
   analysis.knee = knee.result;
-  analysis.saturation = saturation(view, curve, options.saturation_pct);
+  analysis.saturation = saturation(view, curve, options.saturation_pct, options.unfinished);
   analysis.max_fit = max_fit(view, options.untimed_fit, options.unfinished);
-  analysis.best_throughput = best_throughput(view);
+  analysis.best_throughput = best_throughput(view, options.unfinished);
   if (analysis.knee.batch && analysis.best_throughput.batch) {
     // A bend on a log-log curve can sit far below the plateau; the knee's line says so on its own, since
     // scripts read knee.reason without the recommendation's.

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "batchsweep/analysis.hpp"
+
 namespace bsw::analysis_detail {
 
 bool is_ok(const Point& point) {
@@ -28,6 +30,19 @@ std::vector<CurvePoint> throughput_curve(std::span<const Point> points) {
   std::sort(curve.begin(), curve.end(),
             [](const CurvePoint& l, const CurvePoint& r) { return l.batch < r.batch; });
   return curve;
+}
+
+std::string falling_text(const std::vector<CurvePoint>& curve) {
+  if (curve.size() < 2) return {};
+  const CurvePoint& first = curve.front();
+  const CurvePoint& last = curve.back();
+  const bool first_is_best = std::all_of(curve.begin(), curve.end(), [&](const CurvePoint& c) {
+    return c.samples_per_second <= first.samples_per_second;
+  });
+  const double change = last.samples_per_second / first.samples_per_second - 1.0;
+  if (!first_is_best || change >= -kFlatThroughputGain) return {};
+  return fmt::format("throughput falls as the batch grows (-{} from {} to {})", format_percent(-change),
+                     first.batch, last.batch);
 }
 
 std::string format_rate(double samples_per_second) {

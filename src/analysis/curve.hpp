@@ -38,6 +38,10 @@ struct KneeDetail {
 // find_knee, plus the rule that decided it (the recommendation branches on it).
 [[nodiscard]] KneeDetail find_knee_detail(std::span<const Point> points, double sensitivity);
 
+// "throughput falls as the batch grows (-31% from 1 to 8)" where the smallest batch has the best throughput
+// and the largest is more than kFlatThroughputGain below it; empty otherwise (a flat curve, or a rising one).
+[[nodiscard]] std::string falling_text(const std::vector<CurvePoint>& curve);
+
 // "12345" for rates of 1000 and more, else three significant digits ("98.7", "0.123").
 [[nodiscard]] std::string format_rate(double samples_per_second);
 // A fraction as a whole percentage ("94%"), with one decimal where rounding would print 100% for less than

@@ -18,6 +18,7 @@ namespace bsw {
 namespace {
 
 using analysis_detail::CurvePoint;
+using analysis_detail::falling_text;
 using analysis_detail::format_number;
 using analysis_detail::format_percent;
 using analysis_detail::KneeCall;
@@ -155,9 +156,14 @@ std::string knee_reason(const KneeOutcome& outcome, const std::vector<CurvePoint
     case KneeCall::too_few:
       return fmt::format("too few points ({} ok, need {})", curve.size(), kMinKneePoints);
     case KneeCall::flat: {
+      if (const std::string falls = falling_text(curve); !falls.empty()) return "no knee: " + falls;
       const auto best = std::max_element(curve.begin(), curve.end(), [](const auto& l, const auto& r) {
         return l.samples_per_second < r.samples_per_second;
       });
+      if (best->batch == curve.front().batch)
+        return fmt::format(
+            "no knee: throughput curve has no concave bend (the smallest batch, {}, has the best throughput)",
+            curve.front().batch);
       return fmt::format(
           "no knee: throughput curve has no concave bend (the smallest batch, {}, already reaches {} of "
           "the best throughput, batch {})",

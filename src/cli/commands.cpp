@@ -48,11 +48,16 @@ std::atomic<int> g_signal{0};
 extern "C" void on_signal(int sig) {
   g_signal.store(sig);
   // A long step (a large model on the CPU) is not cut: say at once that the signal was taken. write() is
-  // async-signal-safe; the handler is reset (SA_RESETHAND), so a second signal ends the process as usual.
-  static constexpr char kSaid[] =
+  // async-signal-safe; only this signal's handler is reset (SA_RESETHAND), so the same signal again ends the
+  // process as usual, and the message names that one.
+  static constexpr char kSaidInt[] =
       "\nbatchsweep: stopping after the current step; the finished points are kept (Ctrl-C again to quit "
       "now)\n";
-  const ssize_t written = ::write(STDERR_FILENO, kSaid, sizeof(kSaid) - 1);
+  static constexpr char kSaidTerm[] =
+      "\nbatchsweep: stopping after the current step; the finished points are kept (send SIGTERM again to "
+      "quit now)\n";
+  const ssize_t written = sig == SIGTERM ? ::write(STDERR_FILENO, kSaidTerm, sizeof(kSaidTerm) - 1)
+                                         : ::write(STDERR_FILENO, kSaidInt, sizeof(kSaidInt) - 1);
   (void)written;
 }
 
@@ -78,10 +83,6 @@ class SignalGuard {
   struct sigaction old_int_ {};
   struct sigaction old_term_ {};
 };
-
-bool color_allowed(std::FILE* stream) {
-  return isatty(fileno(stream)) && std::getenv("NO_COLOR") == nullptr;
-}
 
 void write_output(const std::string& path, const std::string& content) {
   if (path == "-") {
@@ -310,10 +311,10 @@ void print_final(const Report& report, const ExportSettings& e) {
   write_exports(report, e, true);
   if (e.json_path == "-") {
     write_output("-", format_json(report));
-    const std::string table = format_console(report, {color_allowed(stderr)});
+    const std::string table = format_console(report, {color_allowed(STDERR_FILENO)});
     std::fwrite(table.data(), 1, table.size(), stderr);
   } else {
-    const std::string table = format_console(report, {color_allowed(stdout)});
+    const std::string table = format_console(report, {color_allowed(STDOUT_FILENO)});
     std::fwrite(table.data(), 1, table.size(), stdout);
   }
 }
@@ -408,12 +409,19 @@ class ExportingObserver final : public SweepObserver {
     if (report_.settings.contains("resumed"))
       report_.settings["resumed"]["points"] = count_resumed(report_.points);
     report_.analysis = analyze(report_.points, options_);
-    write_exports(report_, exports_, false);
+    try {
+      write_exports(report_, exports_, false);
+    } catch (const Error&) {
+      export_failed_ = true;
+      throw;
+    }
   }
   bool should_stop() override { return progress_.should_stop(); }
   void on_sweep_end(bool interrupted) override { progress_.on_sweep_end(interrupted); }
   // (batch, accumulation) of every point the sweep finished (measured, taken from --resume, or unfit).
   [[nodiscard]] const std::set<std::pair<int64_t, int64_t>>& swept() const { return swept_; }
+  // A rewrite after a point failed: the error that ends the sweep is the export's, not the backend's.
+  [[nodiscard]] bool export_failed() const { return export_failed_; }
 
   void on_timed_start(const Point& /*point*/) override {
     if (telemetry_ != nullptr && telemetry_->available()) telemetry_->start();
@@ -436,11 +444,26 @@ class ExportingObserver final : public SweepObserver {
   const ExportSettings& exports_;
   AnalysisOptions options_;
   std::set<std::pair<int64_t, int64_t>> swept_;
+  bool export_failed_ = false;
   ProgressPrinter progress_;
 };
 
+// A fatal backend error (a CUDA context left unusable) ends the sweep, exit 1: the report, as rewritten after
+// the last finished point, names it in its warnings too (state stays in_progress: the sweep did not finish).
+void keep_fatal_error(Report& report, const ExportSettings& exports, const Error& e) {
+  report.warnings.push_back(
+      fmt::format("the sweep stopped on a fatal error (exit 1): {}; the report holds the {} point{} finished "
+                  "before it",
+                  e.what(), report.points.size(), report.points.size() == 1 ? "" : "s"));
+  try {
+    write_exports(report, exports, false);
+  } catch (const Error&) {
+    // The fatal error is the one to report; the rewrite after the last point stands.
+  }
+}
+
 void print_warnings(const std::vector<std::string>& warnings) {
-  const bool color = color_allowed(stderr);
+  const bool color = color_allowed(STDERR_FILENO);
   for (const std::string& w : warnings)
     std::fprintf(stderr, "%swarning:%s %s\n", color ? "\033[33m" : "", color ? "\033[0m" : "", w.c_str());
 }
@@ -559,8 +582,13 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
   // What else shapes the timings: the CPU's threads and BLAS kernels; which GPU it is (another one of the
   // same model is another measurement), its architecture, driver and libraries (cuBLASLt's and cuDNN's
   // choices change with them), the execution paths cuDNN accepted.
-  for (const char* key :
-       {"threads", "blas", "blas_core", "uuid", "compute_capability", "versions", "execution_paths"}) {
+  // A scripted device is its script's formula: another formula under the same name is another device (not
+  // the script's path, which may move, nor its failures, which do not change an ok point's steps).
+  std::vector<const char*> keys = {"threads",  "blas",           "blas_core", "uuid", "compute_capability",
+                                   "versions", "execution_paths"};
+  if (now.device.backend == "scripted")
+    keys.insert(keys.end(), {"curve", "t0_ms", "samples_per_ms", "b0", "noise_pct", "seed"});
+  for (const char* key : keys) {
     const nlohmann::json* before = at(earlier.device.details, key);
     const nlohmann::json* here = at(now.device.details, key);
     if ((before != nullptr || here != nullptr) && (before == nullptr || here == nullptr || *before != *here))
@@ -779,7 +807,13 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   AnalysisOptions partial_options = options;  // the rewrites after each point hold a sweep still running
   partial_options.unfinished = true;
   ExportingObserver observer(report, exports, partial_options, s.quiet, telemetry ? &*telemetry : nullptr);
-  SweepOutcome outcome = run_sweep(*backend, graph, sweep, observer);
+  SweepOutcome outcome;
+  try {
+    outcome = run_sweep(*backend, graph, sweep, observer);
+  } catch (const Error& e) {
+    if (e.exit_code() == kExitRuntime && !observer.export_failed()) keep_fatal_error(report, exports, e);
+    throw;
+  }
 
   report.points = std::move(outcome.points);
   report.warnings.insert(report.warnings.end(), outcome.warnings.begin(), outcome.warnings.end());
@@ -790,10 +824,15 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   report.settings["measured_points"] = outcome.measured_points;
   if (resume) note_resume(report, *resume, observer.swept(), outcome.interrupted, exports.json_path);
   const int sig = g_signal.load();
-  if (outcome.interrupted)
+  const char* sig_name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+  if (outcome.interrupted && report.points.empty())
+    report.warnings.push_back(fmt::format(
+        "interrupted by {} before any batch finished: the report holds no point and its analysis nothing",
+        sig_name));
+  else if (outcome.interrupted)
     report.warnings.push_back(fmt::format(
         "interrupted by {}: the report holds the {} finished point(s), and its analysis covers only those{}",
-        sig == SIGTERM ? "SIGTERM" : "SIGINT", report.points.size(),
+        sig_name, report.points.size(),
         // Only a report in a file can be resumed from (not stdout, a pipe or a device).
         is_regular_file(exports.json_path)
             ? fmt::format(" (the same command with --resume {} measures the rest)", exports.json_path)
@@ -966,6 +1005,9 @@ int compare_command(const CompareSettings& input) {
   options.allow_model_mismatch = s.allow_model_mismatch;
   options.names = s.report_paths;
   const CompareResult result = compare_reports(reports, options);
+  // Not only in the table: a CI gate given one file twice passes, and its log should say why.
+  for (const std::string& note : result.same_run_notes)
+    std::fprintf(stderr, "batchsweep: warning: %s\n", note.c_str());
   std::vector<std::string> found;
   if (s.fail_on_regression_pct) {
     // A run that did not finish lacks batches for no reason of its own: the gate would pass them unjudged.
@@ -1003,9 +1045,9 @@ int compare_command(const CompareSettings& input) {
   }
   // An export on stdout keeps it to itself; the table then goes to stderr, as run's does.
   if (s.json_path == "-" || s.markdown_path == "-")
-    std::fputs(format_compare(result, color_allowed(stderr)).c_str(), stderr);
+    std::fputs(format_compare(result, color_allowed(STDERR_FILENO)).c_str(), stderr);
   else
-    std::fputs(format_compare(result, color_allowed(stdout)).c_str(), stdout);
+    std::fputs(format_compare(result, color_allowed(STDOUT_FILENO)).c_str(), stdout);
   if (s.fail_on_regression_pct) {
     for (const std::string& line : found) std::fprintf(stderr, "batchsweep: regression: %s\n", line.c_str());
     if (found.empty()) return kExitOk;

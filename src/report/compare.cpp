@@ -145,6 +145,9 @@ CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions
     const bool mean_moved = welch.p_value < half_alpha && mean_agrees;
     d.verdict = effect && (shifted || mean_moved) ? dir : Verdict::same;
     d.from_mean = d.verdict != Verdict::same && !shifted;
+    // The ranks moved significantly the other way from the mean (most steps faster, a few much slower, or
+    // the reverse): neither direction is the change, and the shown p is the rank test's.
+    d.median_and_mean_disagree = d.verdict == Verdict::same && effect && test.p_value < half_alpha && !agrees;
   } else {
     d.verdict = effect ? direction(d.ratio) : Verdict::same;
   }
@@ -367,7 +370,8 @@ std::string verdict_text(const CompareDelta& d, const char* threshold_note = "no
   if (!d.from_samples) return fmt::format("{} ({})", to_string(d.verdict), threshold_note);
   if (d.from_mean)
     return fmt::format("{} (mean; p={:.2g})", to_string(d.verdict), d.mean_p_value.value_or(1.0));
-  return fmt::format("{} (p={:.2g})", to_string(d.verdict), d.p_value.value_or(1.0));
+  return fmt::format("{} (p={:.2g}{})", to_string(d.verdict), d.p_value.value_or(1.0),
+                     d.median_and_mean_disagree ? "; median and mean disagree" : "");
 }
 
 std::string cell_text(const CompareCell& c) {
@@ -505,6 +509,29 @@ std::string lost_fit_text(const LostFit& f) {
                      batch_label(f.baseline_max_fit, f.accumulation));
 }
 
+// One run in two reports: the same created_at and the same points, sample for sample (a file given twice, a
+// copy, or analyze's re-export, which keeps created_at).
+bool same_run(const Report& a, const Report& b) {
+  if (a.created_at != b.created_at || a.points.empty() || a.points.size() != b.points.size()) return false;
+  const auto same_rate = [](double x, double y) { return x == y || (std::isnan(x) && std::isnan(y)); };
+  for (size_t i = 0; i < a.points.size(); ++i) {
+    const Point& p = a.points[i];
+    const Point& q = b.points[i];
+    if (p.batch != q.batch || p.accumulation != q.accumulation || p.status != q.status ||
+        !same_rate(p.samples_per_second, q.samples_per_second) || p.samples_ms != q.samples_ms)
+      return false;
+  }
+  return true;
+}
+
+std::string same_run_text(const Report& a, size_t i, size_t j) {
+  return fmt::format(
+      "{} and {} are the same run ({}, the same points): every verdict between them compares the run with "
+      "itself, so \"same\" there says nothing about a change",
+      letter(i), letter(j),
+      a.created_at.empty() ? std::string("neither has a created_at") : "created_at " + a.created_at);
+}
+
 nlohmann::json delta_json(const CompareDelta& d, const std::string& run) {
   return {{"run", run},
           {"ratio", number_or_null(d.ratio)},
@@ -512,6 +539,7 @@ nlohmann::json delta_json(const CompareDelta& d, const std::string& run) {
           {"from_samples", d.from_samples},
           {"few_samples", d.few_samples},
           {"from_mean", d.from_mean},
+          {"median_and_mean_disagree", d.median_and_mean_disagree},
           {"mean_p_value", d.mean_p_value ? number_or_null(*d.mean_p_value) : nlohmann::json(nullptr)},
           {"noise_checked", d.noise_checked},
           {"p_value", d.p_value ? number_or_null(*d.p_value) : nlohmann::json(nullptr)}};
@@ -571,6 +599,13 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   }
   result.geomean = geomean_row(result.rows, reports.size(), options);
   result.lost_fits = lost_fits(reports);
+
+  for (size_t i = 0; i < reports.size(); ++i) {
+    for (size_t j = i + 1; j < reports.size(); ++j) {
+      if (same_run(reports[i], reports[j])) result.same_run_notes.push_back(same_run_text(reports[i], i, j));
+    }
+  }
+  result.notes = result.same_run_notes;  // first: it outweighs every other note
 
   if (!missing.empty()) {
     std::string list;

@@ -85,12 +85,16 @@ std::string format_progress_line(const ProgressLine& line, bool color) {
                      dim, in_point, format_duration(line.elapsed_s), eta, reset);
 }
 
+bool color_allowed(int fd) {
+  const char* no_color = std::getenv("NO_COLOR");
+  return isatty(fd) == 1 && (no_color == nullptr || no_color[0] == '\0');
+}
+
 ProgressOptions stderr_progress_options(bool quiet) {
   ProgressOptions options;
   options.quiet = quiet;
   options.terminal = isatty(STDERR_FILENO) == 1;
-  const char* no_color = std::getenv("NO_COLOR");
-  options.color = options.terminal && (no_color == nullptr || no_color[0] == '\0');
+  options.color = color_allowed(STDERR_FILENO);
   options.tick_s = 1.0;
   options.columns = [] {
     winsize size{};

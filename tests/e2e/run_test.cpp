@@ -680,6 +680,38 @@ TEST(Compare, RegressionExitsThreeAndSameRunPasses) {
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 
+// One run given twice (the same file, a copy, analyze's re-export) compares a run with itself: the gate still
+// passes, but stderr and the JSON's notes say so.
+TEST(Compare, OneRunGivenTwiceIsSaidToBeTheSameRun) {
+  ScratchDir dir;
+  const std::string a = (dir / "a.json").string(), copy = (dir / "copy.json").string();
+  const std::string again = (dir / "again.json").string(), out = (dir / "cmp.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "64,512", "--json", a})).exit_code, 0);
+  std::filesystem::copy_file(a, copy);
+  ASSERT_EQ(run({"analyze", a, "--saturation", "90", "--json", again}).exit_code, 0);
+  const std::string created_at = read_json(a)["created_at"];
+  const std::string said = "A and B are the same run (created_at " + created_at + ", the same points)";
+  for (const std::string& b : {a, copy, again}) {
+    const Result r = run({"compare", a, b, "--fail-on-regression", "5", "--json", out});
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_NE(r.err.find("batchsweep: warning: " + said), std::string::npos) << b << "\n" << r.err;
+    EXPECT_NE(r.out.find("note: " + said), std::string::npos) << r.out;
+    const nlohmann::json notes = read_json(out)["notes"];
+    ASSERT_FALSE(notes.empty());
+    EXPECT_EQ(notes[0].get<std::string>().rfind(said, 0), 0u) << notes.dump();
+  }
+  // Another run of the same formula measures the same steps, but it is another run.
+  const std::string other = (dir / "other.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "64,512", "--json", other})).exit_code, 0);
+  nlohmann::json doc = read_json(other);
+  doc["created_at"] = "2020-01-01T00:00:00Z";  // two runs within one second share a created_at
+  std::ofstream(other) << doc.dump();
+  const Result r = run({"compare", a, other});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("the same run"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("the same run"), std::string::npos) << r.out;
+}
+
 // The CI gate names each regression on stderr: here a batch that stops fitting under a smaller budget.
 TEST(Compare, ABatchThatStopsFittingFailsTheGateAndIsNamed) {
   ScratchDir dir;
@@ -832,10 +864,17 @@ void interrupt_keeps_finished_points(int sig, int expected_exit, const std::stri
   const size_t seen = 2;
   const std::string err = json + ".err";
   EXPECT_EQ(interrupt_after(sleepy_sweep(json), json, seen, sig, err), expected_exit);
-  // Said at once, while the step in progress finishes.
+  // Said at once, while the step in progress finishes, naming the signal that quits at once.
   EXPECT_NE(slurp(err).find("batchsweep: stopping after the current step; the finished points are kept"),
             std::string::npos)
       << slurp(err);
+  EXPECT_NE(
+      slurp(err).find(sig == SIGTERM ? "(send SIGTERM again to quit now)" : "(Ctrl-C again to quit now)"),
+      std::string::npos)
+      << slurp(err);
+  if (sig == SIGTERM) {
+    EXPECT_EQ(slurp(err).find("Ctrl-C"), std::string::npos) << slurp(err);
+  }
   if (::testing::Test::HasFailure()) return;
   const nlohmann::json report = read_json(json);
   expect_valid_report(json);
@@ -864,6 +903,60 @@ TEST(Run, SigtermKeepsEveryFinishedPoint) {
   interrupt_keeps_finished_points(SIGTERM, 143, (dir / "i.json").string());
 }
 
+// Whether `pid` has a handler installed for `sig` (SigCgt in /proc/PID/status).
+bool catches(pid_t pid, int sig) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("SigCgt:", 0) == 0)
+      return (std::stoull(line.substr(7), nullptr, 16) >> (sig - 1) & 1U) != 0;
+  }
+  return false;
+}
+
+// Interrupted before its first point finished, the sweep says it stopped first: not that every batch
+// failed, nor "the 0 finished point(s)".
+TEST(Run, AnInterruptBeforeAnyPointFinishedSaysTheSweepStoppedFirst) {
+  ScratchDir dir;
+  const std::string json = (dir / "r.json").string(), out = (dir / "out").string(),
+                    err = (dir / "err").string();
+  // 20 ms steps for at least 30 s: the first point cannot finish before the signal.
+  const std::vector<std::string> args = {
+      "run",     "--backend", "scripted", "--script", scripted("sleepy.json"),
+      "--batch", "1,2",       "--warmup", "1",        "--min-time",
+      "30",      "--timeout", "60",       "--quiet",  "--json",
+      json};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    freopen(out.c_str(), "w", stdout);
+    freopen(err.c_str(), "w", stderr);
+    std::vector<char*> argv{const_cast<char*>(BSW_BINARY)};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(BSW_BINARY, argv.data());
+    _exit(127);
+  }
+  for (int i = 0; i < 400 && !catches(pid, SIGINT); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << slurp(err);
+  const std::string table = slurp(out);
+  EXPECT_NE(table.find("max fit: none — the sweep stopped before any batch finished"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("recommended: none — the sweep stopped before any batch finished"), std::string::npos)
+      << table;
+  EXPECT_EQ(table.find("no batch ran ok"), std::string::npos) << table;
+  const nlohmann::json report = read_json(json);
+  EXPECT_TRUE(report["points"].empty());
+  EXPECT_EQ(report["state"], "interrupted");
+  const std::string warnings = report["warnings"].dump();
+  EXPECT_NE(warnings.find("interrupted by SIGINT before any batch finished"), std::string::npos) << warnings;
+  EXPECT_EQ(warnings.find("0 finished point"), std::string::npos) << warnings;
+  expect_valid_report(json);
+}
+
 // An error that leaves the device unusable (a CUDA context after an illegal address) stops the sweep: exit
 // 1 naming the batch, and the points finished before it stay in the report, which says it did not finish.
 TEST(Run, AnErrorThatBreaksTheDeviceStopsTheSweepAndKeepsTheFinishedPoints) {
@@ -881,6 +974,14 @@ TEST(Run, AnErrorThatBreaksTheDeviceStopsTheSweepAndKeepsTheFinishedPoints) {
   EXPECT_EQ(report["state"], "in_progress");
   ASSERT_EQ(report["points"].size(), 2u) << report.dump();
   EXPECT_EQ(report["points"][1]["batch"], 8);
+  // The report names the error, not only stderr.
+  ASSERT_EQ(report["warnings"].size(), 1u) << report["warnings"].dump();
+  const std::string warning = report["warnings"][0];
+  EXPECT_EQ(warning.rfind("the sweep stopped on a fatal error (exit 1): batch 16: scripted device", 0), 0u)
+      << warning;
+  EXPECT_NE(warning.find("the context is unusable"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("the report holds the 2 points finished before it"), std::string::npos) << warning;
+  expect_valid_report(json);
 }
 
 // SIGKILL (a CI job's timeout, the OOM killer) leaves the last rewrite: a valid report that says its sweep
@@ -1169,6 +1270,49 @@ TEST(Run, ResumeComparesTheDeviceDetailsThatShapeTimings) {
            "2", "--min-time", "0", "--max-noise", "100", "--quiet", "--resume", earlier});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("its device.blas_core is \"SomeOtherCore\""), std::string::npos) << r.err;
+}
+
+// A scripted device is its formula: a script of the same name with another formula is another device.
+TEST(Run, ResumeComparesTheScriptedDevicesFormula) {
+  ScratchDir dir;
+  const std::string earlier = (dir / "earlier.json").string(), out = (dir / "out.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "8,64", "--json", earlier})).exit_code, 0);
+  const nlohmann::json roofline = read_json(scripted("roofline.json"));
+  struct Case {
+    const char* key;
+    nlohmann::json value;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"t0_ms", 2.4, "its device.t0_ms is 2.0, this run's is 2.4"},
+      {"samples_per_ms", 100, "its device.samples_per_ms is 128.0, this run's is 100.0"},
+      {"noise_pct", 2, "its device.noise_pct is 0.5, this run's is 2.0"},
+      {"seed", 7, "its device.seed is 1, this run's is 7"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json doc = roofline;  // the same name, scripted-h100
+    doc[c.key] = c.value;
+    const std::string script = (dir / "other.json").string();
+    std::ofstream(script) << doc.dump();
+    std::vector<std::string> args =
+        scripted_run("roofline.json", {"--batch", "8,64,128", "--resume", earlier, "--json", out});
+    args[4] = script;
+    const Result r = run(args);
+    EXPECT_EQ(r.exit_code, 2) << c.says << "\n" << r.err;
+    EXPECT_NE(r.err.find("--resume " + earlier + ": " + c.says), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(out)) << c.says;
+  }
+  // The same formula from another file, with other failures scripted, is the same device.
+  nlohmann::json moved = roofline;
+  moved["oom_above_batch"] = 1024;
+  const std::string script = (dir / "moved.json").string();
+  std::ofstream(script) << moved.dump();
+  std::vector<std::string> args =
+      scripted_run("roofline.json", {"--batch", "8,64,128", "--resume", earlier, "--json", out});
+  args[4] = script;
+  const Result r = run(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_json(out)["settings"].at("measured_points"), 1);
 }
 
 // Another accumulation is another experiment: nothing is taken, and the earlier points stay out of the

@@ -124,6 +124,27 @@ TEST(MaxFit, NothingRanOk) {
   EXPECT_EQ(a.recommended.why, "no batch ran ok: batch 1 did not fit (oom: needs 1 GiB)");
 }
 
+// A sweep stopped before any batch finished has no failed batch to blame: it says it stopped.
+TEST(MaxFit, AStoppedSweepWithNoPointSaysItStoppedFirst) {
+  std::vector<Point> none;
+  AnalysisOptions options;
+  options.unfinished = true;
+  options.latency_slo_ms = 10;
+  const Analysis a = analyze(none, options);
+  const std::string stopped = "the sweep stopped before any batch finished";
+  EXPECT_EQ(a.max_fit.reason, stopped);
+  EXPECT_EQ(a.best_throughput.reason, stopped);
+  EXPECT_EQ(a.saturation.reason, stopped);
+  ASSERT_TRUE(a.latency_slo.has_value());
+  EXPECT_EQ(a.latency_slo->reason, stopped);
+  EXPECT_EQ(a.recommended.why, stopped);
+  // Stopped after a batch that failed: that one is named, and that the sweep stopped.
+  std::vector<Point> failed{failed_point(1, PointStatus::oom, "needs 1 GiB")};
+  options.latency_slo_ms.reset();
+  EXPECT_EQ(analyze(failed, options).recommended.why,
+            "no batch ran ok before the sweep stopped: batch 1 did not fit (oom: needs 1 GiB)");
+}
+
 TEST(LatencySlo, HighestThroughputWithinTheBudget) {
   // step = (b + 64) / 50 ms: batch 1024 takes 21.8 ms, batch 2048 takes 42.2 ms.
   std::vector<Point> points = sweep(kBatches, saturating(50000, 64));
@@ -551,6 +572,23 @@ TEST(Recommendation, SmallestSaturatingBatchOnAFlatCurve) {
       a.recommended.why,
       "throughput is flat: batch 1 is the smallest reaching 95% of the best throughput: 99% of batch 8 with "
       "94% of its memory");
+}
+
+// Throughput that falls with the batch is not "flat", and the smallest batch is not said to reach a share of
+// itself.
+TEST(Recommendation, AFallingCurveSaysItFalls) {
+  const std::vector<double> rate{1000, 900, 800, 690};
+  std::vector<Point> points;
+  for (std::size_t i = 0; i < rate.size(); ++i) points.push_back(measured_point(int64_t{1} << i, rate[i]));
+  const Analysis a = analyze(points, {});
+  EXPECT_EQ(a.recommended.batch, 1);
+  EXPECT_EQ(
+      a.recommended.why,
+      "throughput falls as the batch grows (-31% from 1 to 8): batch 1, the smallest swept, has the best "
+      "throughput (1000 samples/s)");
+  EXPECT_EQ(a.knee.reason, "no knee: throughput falls as the batch grows (-31% from 1 to 8)");
+  EXPECT_EQ(a.best_throughput.batch, 1);
+  EXPECT_EQ(a.saturation.batch, 1);
 }
 
 TEST(Recommendation, TooFewPointsForAKnee) {

@@ -212,7 +212,17 @@ TEST(FindKnee, FlatCurveHasNoBend) {
 TEST(FindKnee, FallingCurveHasNoBend) {
   const KneeResult knee = find_knee(sweep(kBatches, [](double b) { return 5000.0 / std::sqrt(b); }), 1.0);
   EXPECT_FALSE(knee.batch.has_value());
-  EXPECT_EQ(knee.reason.rfind("no knee: throughput curve has no concave bend", 0), 0u) << knee.reason;
+  EXPECT_EQ(knee.reason, "no knee: throughput falls as the batch grows (-98% from 1 to 4096)");
+}
+
+// The smallest batch the fastest, the others within the flat margin: no circular "reaches 100% of itself".
+TEST(FindKnee, FlatCurveLedByItsSmallestBatchSaysSo) {
+  const std::vector<double> rate{1000, 990, 995, 980};
+  std::vector<Point> points;
+  for (std::size_t i = 0; i < rate.size(); ++i) points.push_back(measured_point(int64_t{1} << i, rate[i]));
+  const KneeResult knee = find_knee(points, 1.0);
+  EXPECT_EQ(knee.reason,
+            "no knee: throughput curve has no concave bend (the smallest batch, 1, has the best throughput)");
 }
 
 TEST(FindKnee, ConvexCurveIsStillScaling) {

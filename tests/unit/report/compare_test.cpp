@@ -116,6 +116,35 @@ TEST(Compare, APointTakenFromTheBaselineByResumeIsSaidToBeTheSameMeasurement) {
               ::testing::Not(::testing::Contains(HasSubstr("--resume"))));
 }
 
+// A report compared with itself, or with a copy that has the same created_at and points: every "same" is a
+// run compared with itself, and the first note says so.
+TEST(Compare, OneRunTwiceIsNoted) {
+  const Report a = testing::sample_report();
+  const CompareResult r = compare_pair(a, a);
+  const std::string said =
+      "A and B are the same run (created_at 2025-01-02T03:04:05Z, the same points): every verdict between "
+      "them "
+      "compares the run with itself";
+  ASSERT_EQ(r.same_run_notes.size(), 1u);
+  EXPECT_THAT(r.same_run_notes[0], HasSubstr(said));
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_EQ(r.notes[0], r.same_run_notes[0]);
+  EXPECT_THAT(to_json(r)["notes"][0].get<std::string>(), HasSubstr(said));
+  // Of three, the pair that is one run.
+  const CompareResult three = compare_reports({a, testing::sample_candidate(), a}, {});
+  ASSERT_EQ(three.same_run_notes.size(), 1u);
+  EXPECT_THAT(three.same_run_notes[0], HasSubstr("A and C are the same run"));
+  // Another created_at, or another sample, is another run.
+  Report later = a;
+  later.created_at = "2025-01-02T03:04:06Z";
+  EXPECT_TRUE(compare_pair(a, later).same_run_notes.empty());
+  Report resampled = a;
+  for (Point& p : resampled.points)
+    if (!p.samples_ms.empty()) p.samples_ms.back() *= 1.001;
+  EXPECT_TRUE(compare_pair(a, resampled).same_run_notes.empty());
+  EXPECT_TRUE(compare_pair(a, testing::sample_candidate()).same_run_notes.empty());
+}
+
 TEST(Compare, NoiseAloneIsNotAChange) {
   // Overlapping samples with a 3% shift in the means of a very noisy run: the test does not reject.
   Report a = testing::sample_report();
@@ -161,6 +190,35 @@ TEST(Compare, AFewMuchSlowerStepsAreARegressionOfTheMean) {
   // With 20 samples a side the same pattern is within the means' noise.
   Report a20 = samples_cut_to(a, 20), b20 = samples_cut_to(b, 20);
   EXPECT_EQ(compare_pair(a20, b20).rows.at(0).deltas.at(0).verdict, Verdict::same);
+}
+
+// Most steps 2% faster, every 20th 2.35 times as long: the mean is 4.6% slower, within its noise, while the
+// ranks moved significantly the other way. Neither is the change: "same", and the text says why.
+TEST(Compare, RanksAndMeanMovingApartIsSameAndSaysSo) {
+  Report a = testing::sample_report();
+  a.points = {testing::ok_point(64, 10.0)};
+  std::vector<double> steps;
+  for (int i = 0; i < 100; ++i) steps.push_back(10.0 * (1 + 0.01 * ((i * 7) % 5 - 2)));
+  a.points[0].samples_ms = steps;
+  a.points[0].samples_per_second = 64 / (summarize(steps).mean / 1000.0);
+  Report b = a;
+  for (size_t i = 0; i < steps.size(); ++i) steps[i] *= i % 20 == 19 ? 0.98 * 2.35 : 0.98;
+  b.points[0].samples_ms = steps;
+  b.points[0].samples_per_second = 64 / (summarize(steps).mean / 1000.0);
+  const CompareResult r = compare_pair(a, b);
+  const CompareDelta& d = r.rows.at(0).deltas.at(0);
+  EXPECT_NEAR(d.ratio, 1 / 1.046, 2e-3);
+  EXPECT_LT(*d.p_value, kCompareAlpha / 2);       // the ranks: faster
+  EXPECT_GT(*d.mean_p_value, kCompareAlpha / 2);  // the mean: slower, within noise
+  EXPECT_EQ(d.verdict, Verdict::same);
+  EXPECT_TRUE(d.median_and_mean_disagree);
+  EXPECT_THAT(format_compare(r, false),
+              HasSubstr(fmt::format("same (p={:.2g}; median and mean disagree)", *d.p_value)));
+  EXPECT_EQ(to_json(r)["rows"][0]["deltas"][0]["median_and_mean_disagree"], true);
+  EXPECT_THAT(regressions(r, 1), Not(::testing::Contains(HasSubstr("slower than A"))));
+  // Where they agree, nothing is said.
+  EXPECT_FALSE(compare_pair(a, sped_up(a, 1.2)).rows.at(0).deltas.at(0).median_and_mean_disagree);
+  EXPECT_THAT(format_compare(compare_pair(a, a), false), Not(HasSubstr("disagree")));
 }
 
 // Two runs of one distribution (10 steps a side, 3% noise): the two tests share alpha, so noise alone calls a
