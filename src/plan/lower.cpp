@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 
 #include "batchsweep/errors.hpp"
 #include "batchsweep/plan.hpp"
@@ -185,15 +186,29 @@ class Lowerer {
     graph_.forward_flops_per_sample += flops;
   }
 
+  // An op's path: its layer's JSON path, with "#k" after each repeated layer it is in (copy k), so the ops of
+  // a repeated residual's copies are told apart ("layers[2]#1.layers[0]").
+  [[nodiscard]] std::string op_path(const std::string& json_path) const {
+    for (auto it = copies_.rbegin(); it != copies_.rend(); ++it) {
+      const std::string& from = it->first;
+      if (json_path.starts_with(from) && json_path.size() > from.size() && json_path[from.size()] == '.')
+        return it->second + json_path.substr(from.size());
+    }
+    return json_path;
+  }
+
   void lower_repeated(const LayerSpec& layer, int depth) {
     const std::string outer = repeat_note_;
+    const std::string base = op_path(layer.json_path);
     for (int64_t r = 0; r < layer.repeat; ++r) {
-      const std::string path = layer.repeat > 1 ? fmt::format("{}#{}", layer.json_path, r) : layer.json_path;
+      const std::string path = layer.repeat > 1 ? fmt::format("{}#{}", base, r) : base;
+      if (layer.repeat > 1) copies_.emplace_back(layer.json_path, path);
       if (layer.repeat > 1)
-        repeat_note_ =
-            fmt::format(" (in {}#{}: its repeat makes #0 to #{}{}{}", layer.json_path, r, layer.repeat - 1,
-                        outer.empty() ? ")" : "; ", std::string_view(outer).substr(outer.empty() ? 0 : 2));
+        repeat_note_ = fmt::format(" (in copy #{} of the {} that {}'s `repeat` makes, counting from #0{}{}",
+                                   r, layer.repeat, layer.json_path, outer.empty() ? ")" : "; ",
+                                   std::string_view(outer).substr(outer.empty() ? 0 : 2));
       lower_layer(layer, path, depth);
+      if (layer.repeat > 1) copies_.pop_back();
     }
     repeat_note_ = outer;
   }
@@ -538,7 +553,11 @@ class Lowerer {
   std::vector<int64_t> shape_;
   std::vector<size_t> open_residuals_;  // the residual_save op of each open residual, innermost last
   std::vector<std::vector<int64_t>> shortcut_shapes_;  // the shortcut result's shape, per open branch
-  std::string repeat_note_;  // " (in copy 3 of the 3 its repeat makes)" while lowering a repeated layer
+  std::vector<std::pair<std::string, std::string>>
+      copies_;  // (JSON path, op path) of the repeats being lowered
+  // " (in copy #2 of the 3 that layers[0]'s `repeat` makes, counting from #0)" while lowering a repeated
+  // layer
+  std::string repeat_note_;
   bool token_ids_ = false;
 };
 

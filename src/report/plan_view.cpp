@@ -58,12 +58,19 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
                             {"memory", memory_json(p.memory)}};
     if (s.with_buffers) {
       nlohmann::json buffers = nlohmann::json::array();
-      for (const BufferSpec& b : p.buffers)
-        buffers.push_back({{"name", b.name},
-                           {"category", to_string(b.category)},
-                           {"dtype", to_string(b.dtype)},
-                           {"elements", b.elements},
-                           {"bytes", b.bytes}});
+      for (const BufferSpec& b : p.buffers) {
+        nlohmann::json buffer = {{"name", b.name},
+                                 {"category", to_string(b.category)},
+                                 {"dtype", to_string(b.dtype)},
+                                 {"elements", b.elements},
+                                 {"bytes", b.bytes}};
+        // An op's buffer: the config layer it came from (ops[i] numbers the lowered ops, not the layers).
+        if (b.op >= 0 && static_cast<size_t>(b.op) < g.ops.size()) {
+          buffer["layer"] = g.ops[static_cast<size_t>(b.op)].path;
+          buffer["op"] = to_string(g.ops[static_cast<size_t>(b.op)].kind);
+        }
+        buffers.push_back(std::move(buffer));
+      }
       point["buffers"] = std::move(buffers);
     }
     points.push_back(std::move(point));
@@ -124,11 +131,16 @@ std::string format_plan_table(const PlanSummary& s) {
     for (const Plan& p : s.plans) {
       out += fmt::format("\nbuffers at batch {}:\n", p.request.batch);
       report_format::TextTable b;
-      b.headers = {"buffer", "category", "dtype", "elements", "bytes"};
-      b.align = {Align::left, Align::left, Align::left, Align::right, Align::right};
-      for (const BufferSpec& buf : p.buffers)
+      b.headers = {"buffer", "category", "dtype", "elements", "bytes", "layer"};
+      b.align = {Align::left, Align::left, Align::left, Align::right, Align::right, Align::left};
+      for (const BufferSpec& buf : p.buffers) {
+        const bool of_op = buf.op >= 0 && static_cast<size_t>(buf.op) < g.ops.size();
+        const std::string layer = of_op ? fmt::format("{} ({})", g.ops[static_cast<size_t>(buf.op)].path,
+                                                      to_string(g.ops[static_cast<size_t>(buf.op)].kind))
+                                        : std::string();
         b.rows.push_back({buf.name, std::string(to_string(buf.category)), std::string(to_string(buf.dtype)),
-                          std::to_string(buf.elements), std::to_string(buf.bytes)});
+                          std::to_string(buf.elements), std::to_string(buf.bytes), layer});
+      }
       for (const std::string& line : report_format::render_lines(b)) out += line + "\n";
     }
   }

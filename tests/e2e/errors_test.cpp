@@ -357,9 +357,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"repeat_copy_that_fails",
              run_with({"--model", "{dir}/m.json", "--batch", "1"}),
              2,
-             {"layers[0].kernel_size: kernel 3 is larger than the 1x1 input (in layers[0]#2: its repeat "
-              "makes #0 "
-              "to #2)"},
+             {"layers[0].kernel_size: kernel 3 is larger than the 1x1 input (in copy #2 of the 3 that "
+              "layers[0]'s `repeat` makes, counting from #0)"},
              "m.json",
              R"({"name": "c", "input": {"type": "image", "channels": 1, "height": 5, "width": 5},
                  "layers": [{"type": "conv2d", "out_channels": 2, "kernel_size": 3, "repeat": 3},

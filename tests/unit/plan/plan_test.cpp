@@ -434,6 +434,18 @@ TEST(Lower, AResidualWithAShortcutRunsItFirstThenTheInnerLayers) {
   EXPECT_DOUBLE_EQ(g.train_flops_per_sample, 3 * (stem + c1 + c2 + sc + head) - stem);
 }
 
+TEST(Lower, OpPathsTellTheCopiesOfARepeatApart) {
+  const Graph g = graph_of(R"({"name": "m", "input": {"type": "vector", "features": 4},
+    "layers": [{"type": "residual", "repeat": 2, "layers": [{"type": "linear", "out_features": 4, "repeat": 2}]},
+               {"type": "linear", "out_features": 3}]})");
+  std::vector<std::string> paths;
+  for (const Op& op : g.ops) paths.push_back(op.path);
+  EXPECT_EQ(paths, (std::vector<std::string>{"layers[0]#0.save", "layers[0]#0.layers[0]#0",
+                                             "layers[0]#0.layers[0]#1", "layers[0]#0.add", "layers[0]#1.save",
+                                             "layers[0]#1.layers[0]#0", "layers[0]#1.layers[0]#1",
+                                             "layers[0]#1.add", "layers[1]"}));
+}
+
 TEST(Lower, EachPathFromTheDataSkipsItsFirstInputGradient) {
   // A projection block on the network input: neither its shortcut conv nor its first inner conv computes an
   // input gradient, and the add's output has one from both.
