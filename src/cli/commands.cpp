@@ -748,6 +748,29 @@ void require_budget_for_percentile(bool percentile_given, bool has_budget) {
         "--latency-slo MS)");
 }
 
+namespace {
+
+// A recommended split with accumulation trains batchnorm on each micro-batch's own statistics, as PyTorch
+// does: the fastest split is then not the same training as one batch of its size.
+std::optional<std::string> batchnorm_split_warning(const Graph& graph, Mode mode, const Analysis& analysis) {
+  const std::optional<int64_t> micro = analysis.recommended.batch;
+  const int64_t accumulation = analysis.recommended_accumulation.value_or(1);
+  if (mode != Mode::train || !micro || accumulation <= 1) return std::nullopt;
+  const auto bn = std::find_if(graph.ops.begin(), graph.ops.end(),
+                               [](const Op& op) { return op.kind == OpKind::batchnorm; });
+  if (bn == graph.ops.end()) return std::nullopt;
+  return fmt::format(
+      "the recommended split, micro-batch {} x accumulation {}, normalizes each batchnorm (the first at {}) "
+      "over "
+      "micro-batches of {} sample(s), not over the effective batch of {}: it trains differently from one "
+      "batch "
+      "of {}, not only faster or slower (PyTorch does the same); where accuracy depends on the batch "
+      "statistics, prefer a split with a larger micro-batch",
+      *micro, accumulation, bn->path, *micro, *micro * accumulation, *micro * accumulation);
+}
+
+}  // namespace
+
 int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   ExportSettings exports = s.exports;
   check_exports(
@@ -842,6 +865,7 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   final_options.untimed_fit = outcome.untimed_fit;
   final_options.unfinished = outcome.interrupted;
   report.analysis = analyze(report.points, final_options);
+  if (auto w = batchnorm_split_warning(graph, sweep.mode, report.analysis)) report.warnings.push_back(*w);
   // The console table ends with the warnings; say them on stderr too when that table is not on a terminal.
   // Not where stderr goes to the same file or pipe as stdout (`> log 2>&1`): the table there holds them.
   if (exports.json_path != "-" && !isatty(fileno(stdout)) && !same_target(STDOUT_FILENO, STDERR_FILENO))

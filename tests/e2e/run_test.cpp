@@ -443,6 +443,30 @@ TEST(Run, MaxFitNamesTheLargerFitTheSearchCouldNotTime) {
   EXPECT_EQ(rewritten["settings"]["latency_slo_ms"], 50);
 }
 
+// A split with accumulation normalizes batchnorm over each micro-batch: where that split is recommended for a
+// model with batchnorm, the run says it trains differently, not only at another speed; without batchnorm,
+// not.
+TEST(Run, ARecommendedSplitWarnsThatBatchnormSeesTheMicroBatch) {
+  ScratchDir dir;
+  nlohmann::json doc = read_json(scripted("roofline.json"));
+  doc["oom_above_batch"] = 1;  // only micro-batch 1 fits: the recommendation is 1 x 4
+  const std::string script = (dir / "tiny.json").string();
+  std::ofstream(script) << doc.dump();
+  for (const char* model : {"resnet-small", "mlp"}) {
+    std::vector<std::string> args = scripted_run("roofline.json", {"--effective-batch", "4", "--json", "-"});
+    args[4] = script;
+    args[6] = model;
+    const Result r = run(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json report = nlohmann::json::parse(r.out);
+    EXPECT_EQ(report["analysis"]["recommended"]["accumulation"], 4) << model;
+    bool warned = false;
+    for (const auto& w : report["warnings"])
+      warned = warned || w.get<std::string>().find("normalizes each batchnorm") != std::string::npos;
+    EXPECT_EQ(warned, std::string(model) == "resnet-small") << model << "\n" << report["warnings"].dump(2);
+  }
+}
+
 TEST(Run, EffectiveBatchReportsTheFastestSplit) {
   ScratchDir dir;
   const Result r =
@@ -1403,7 +1427,7 @@ double children_cpu_seconds() {
 
 TEST(Plan, EveryPresetAnswersQuickly) {
   for (const char* name :
-       {"mlp", "mlp-large", "resnet-small", "bert-base", "gpt2-small", "vit-base", "tiny-lm"}) {
+       {"mlp", "mlp-large", "resnet-small", "resnet-50", "bert-base", "gpt2-small", "vit-base", "tiny-lm"}) {
     // The child's CPU time, not wall time, so a loaded CI machine cannot fail it.
     const double before = children_cpu_seconds();
     const Result r = run({"plan", "--model", name, "--precision", "bf16", "--batch", "1:1024:*2", "--memory",
