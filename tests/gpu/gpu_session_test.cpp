@@ -228,8 +228,8 @@ TEST_P(GpuPresetStep, FirstBf16StepMatchesTheCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, GpuPresetStep,
-                         testing::Values("mlp", "mlp-large", "resnet-small", "tiny-lm", "bert-base",
-                                         "gpt2-small", "vit-base"),
+                         testing::Values("mlp", "mlp-large", "resnet-small", "resnet-50", "tiny-lm",
+                                         "bert-base", "gpt2-small", "vit-base"),
                          [](const testing::TestParamInfo<const char*>& p) {
                            std::string name = p.param;
                            std::replace(name.begin(), name.end(), '-', '_');

@@ -58,6 +58,7 @@ PRESET_PARAMETERS = {
     "mlp": 784 * 128 + 128 + 128 * 128 + 128 + 128 * 10 + 10,
     "mlp-large": 4096 * 8192 + 8192 + 3 * (8192 * 8192 + 8192) + 8192 * 1000 + 1000,
     "resnet-small": 696618,
+    "resnet-50": 25557032,  # torchvision.models.resnet50()
     "tiny-lm": 661992,
 }
 

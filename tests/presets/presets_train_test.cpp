@@ -41,9 +41,9 @@ TEST_P(PresetTrains, OneStepAtBatchOneOnTheCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Presets, PresetTrains,
                          testing::Values(Preset{"mlp", 10}, Preset{"mlp-large", 1000},
-                                         Preset{"resnet-small", 10}, Preset{"tiny-lm", 1000},
-                                         Preset{"bert-base", 30522}, Preset{"gpt2-small", 50257},
-                                         Preset{"vit-base", 1000}),
+                                         Preset{"resnet-small", 10}, Preset{"resnet-50", 1000},
+                                         Preset{"tiny-lm", 1000}, Preset{"bert-base", 30522},
+                                         Preset{"gpt2-small", 50257}, Preset{"vit-base", 1000}),
                          [](const testing::TestParamInfo<Preset>& param_info) {
                            std::string name = param_info.param.name;
                            for (char& c : name)

@@ -18,8 +18,8 @@ namespace {
 
 using nlohmann::json;
 
-const std::vector<std::string> kExpectedPresets = {"bert-base",    "gpt2-small", "mlp",     "mlp-large",
-                                                   "resnet-small", "tiny-lm",    "vit-base"};
+const std::vector<std::string> kExpectedPresets = {"bert-base", "gpt2-small",   "mlp",     "mlp-large",
+                                                   "resnet-50", "resnet-small", "tiny-lm", "vit-base"};
 
 TEST(Presets, NamesAreSortedAndComplete) {
   const std::vector<std::string> names = preset_names();
@@ -120,6 +120,22 @@ TEST(Presets, BertBaseAndResnetSmallShapes) {
   EXPECT_EQ(rg.input_shape, (std::vector<int64_t>{3, 32, 32}));
   EXPECT_EQ(rg.output_shape, std::vector<int64_t>{10});
   EXPECT_EQ(rg.max_residual_depth, 1);
+}
+
+// torchvision's resnet50 (v1.5: the stride on the 3x3 conv), with projection shortcuts at each stage's first
+// block: its 25,557,032 parameters and 4.09 G multiply-adds per 224x224 image.
+TEST(Presets, Resnet50IsTorchvisionsResnet50) {
+  const Graph g = lower(load_model("resnet-50"));
+  EXPECT_EQ(g.parameters, 25'557'032);
+  EXPECT_DOUBLE_EQ(g.forward_flops_per_sample, 8'178'368'512.0);
+  EXPECT_EQ(g.output_shape, std::vector<int64_t>{1000});
+  int shortcuts = 0, blocks = 0;
+  for (const Op& op : g.ops) {
+    blocks += op.kind == OpKind::residual_add;
+    shortcuts += op.kind == OpKind::residual_branch;
+  }
+  EXPECT_EQ(blocks, 16);
+  EXPECT_EQ(shortcuts, 4);
 }
 
 }  // namespace
