@@ -13,7 +13,7 @@ common=(--mode train --precision bf16 --batch 1 --warmup 0 --warmup-time 0 --min
   --timeout 0.001 --quiet)
 status=0
 printf '%-14s %14s %14s %10s  %s\n' model "cpu loss" "cuda loss" "rel diff" "cuda device bytes = planned"
-for model in ${BSW_EMU_PRESETS:-resnet-small vit-base bert-base gpt2-small mlp-large}; do
+for model in ${BSW_EMU_PRESETS:-resnet-small resnet-50 vit-base bert-base gpt2-small mlp-large}; do
   "$build/batchsweep" run --backend cpu --model "$model" "${common[@]}" --json "$out/$model-cpu.json" \
     >/dev/null 2>&1
   "$build/batchsweep-emu" run --backend cuda --model "$model" "${common[@]}" --json "$out/$model-cuda.json" \
@@ -25,7 +25,10 @@ diff = abs(cpu["loss"] - cuda["loss"]) / abs(cpu["loss"])
 mem = cuda["memory"]
 same = mem["device_used_bytes"] == mem["planned_bytes"]
 print(f"{sys.argv[3]:14s} {cpu['loss']:14.6f} {cuda['loss']:14.6f} {diff:10.2e}  {same} ({mem['planned_bytes']})")
-sys.exit(0 if cpu["status"] == cuda["status"] == "ok" and diff < 1e-3 and same else 1)
+# bf16 rounds every stored activation; through resnet-50's 53 layers, with batchnorm over 49 values per
+# channel at batch 1 in its last stage, the losses drift further apart (fp32: 1.4e-6 on 2026-12-02).
+tolerance = {"resnet-50": 5e-3}.get(sys.argv[3], 1e-3)
+sys.exit(0 if cpu["status"] == cuda["status"] == "ok" and diff < tolerance and same else 1)
 PY
 done
 rm -rf "$out"

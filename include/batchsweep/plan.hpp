@@ -160,8 +160,9 @@ struct Graph {
   int64_t parameters = 0;
   double forward_flops_per_sample = 0;
   // 3x forward (forward, input gradients, weight gradients) less the input gradient of the first op with
-  // parameters, which nothing needs and no backend computes (linear, conv2d and patch_embedding: as many
-  // FLOPs as its forward; see Op::input_gradient). Megatron's model-FLOPs formula counts the same; PyTorch's
+  // parameters on each path from the data (one, or two through a residual with a shortcut), which nothing
+  // needs and no backend computes (linear, conv2d and patch_embedding: as many FLOPs as its forward; see
+  // Op::input_gradient). Megatron's model-FLOPs formula counts the same; PyTorch's
   // flop counter adds the recomputed attention scores of its flash backward.
   double train_flops_per_sample = 0;
   int64_t tokens_per_sample = 0;  // T for token inputs, else 0

@@ -290,15 +290,15 @@ class Builder {
     return m;
   }
 
-  // Largest per-sample gradient training's ping-pong buffers (grad.a/b) hold: the output gradient of the
-  // first op with parameters and every op after it (the last op's is the loss gradient), and every input
-  // gradient computed. Nothing before the first op with parameters has a gradient (as in PyTorch, where the
-  // data does not require grad), so a wide input or early pool does not size them.
+  // Largest per-sample gradient training's ping-pong buffers (grad.a/b) hold: the output gradient of every op
+  // with parameters or whose input has a gradient (the last op's is the loss gradient), and every input
+  // gradient computed. Nothing before the first op with parameters on its path has a gradient (as in PyTorch,
+  // where the data does not require grad), so a wide input or early pool does not size them.
   uint64_t max_gradient() const {
     uint64_t m = max_input_gradient();
     for (size_t i = 0; i < g_.ops.size(); ++i) {
       const Op& op = g_.ops[i];
-      // The first op with parameters (no input gradient of its own) or any op after it (Op::input_gradient).
+      // An op with parameters (perhaps no input gradient of its own) or whose input has a gradient.
       const bool has_gradient = op.input_gradient || op.param_elements > 0;
       if (has_output(op) && (has_gradient || i + 1 == g_.ops.size()))
         m = std::max(m, static_cast<uint64_t>(op.out_elements()));

@@ -557,9 +557,15 @@ class BatchsweepBinaryTest(unittest.TestCase):
                                                                  "kernel_size": 3, "stride": 2, "padding": 1}],
                                  "shortcut": [{"type": "avgpool2d", "kernel_size": 2}]},
                                 {"type": "global_avgpool"}, {"type": "linear", "out_features": 4}]}
+        # A shortcut that is only a residual (its save and add are ops, so it computes something).
+        residual_shortcut = {"name": "residual-shortcut", "input": {"type": "vector", "features": 6},
+                             "layers": [{"type": "linear", "out_features": 6},
+                                        {"type": "residual", "layers": [{"type": "layernorm"}],
+                                         "shortcut": [{"type": "residual", "layers": [{"type": "flatten"}]}]},
+                                        {"type": "linear", "out_features": 3}]}
         with tempfile.TemporaryDirectory() as tmp:
-            for name, config in (("every.json", EVERY_LAYER), ("pool-first.json", pool_first),
-                                 ("shortcuts.json", shortcuts)):
+            for name, config in (("residual-shortcut.json", residual_shortcut), ("every.json", EVERY_LAYER),
+                                 ("pool-first.json", pool_first), ("shortcuts.json", shortcuts)):
                 with self.subTest(config=name):
                     path = write_json(tmp, name, config)
                     done = self.bsw("plan", "--model", path, "--batch", "1", "--backend", "cpu", "--json", "-")

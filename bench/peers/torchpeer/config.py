@@ -572,6 +572,7 @@ class _Lowerer:
             if depth >= MAX_RESIDUAL_DEPTH:
                 self.fail(path, "residual nesting too deep (more than 32 levels)")
             before, input_grad = list(self.shape), self.requires_grad
+            self.ops += 1  # batchsweep's save and add are ops: a residual in a shortcut computes something
             shortcut, other, other_grad = None, before, input_grad
             if layer.get("shortcut"):  # lowered first, from the input, as batchsweep does
                 ops = self.ops

@@ -363,12 +363,11 @@ std::string CudnnGraphs::op_support(const Graph& graph, const Op& op, int64_t ba
     const ConvShape shape = conv_shape(op, batch, precision);
     error = conv_support(ConvPass::fprop, shape, workspace_limit);
     if (error.empty() && train) error = conv_support(ConvPass::wgrad, shape, workspace_limit);
-    // An op that reads the network input (every op before it a residual_save, which passes its input on)
-    // needs no input gradient: the session runs no dgrad for it, so none is built or checked.
-    const auto at = std::find_if(graph.ops.begin(), graph.ops.end(), [&](const Op& o) { return &o == &op; });
-    const bool reads_input =
-        std::all_of(graph.ops.begin(), at, [](const Op& o) { return o.kind == OpKind::residual_save; });
-    if (error.empty() && train && !reads_input) error = conv_support(ConvPass::dgrad, shape, workspace_limit);
+    // A conv whose input has no gradient (it reads the data, or something computed from it without
+    // parameters, on its path) computes no input gradient: the session runs no dgrad for it, so none is
+    // checked.
+    if (error.empty() && train && op.input_gradient)
+      error = conv_support(ConvPass::dgrad, shape, workspace_limit);
   } else if (op.kind == OpKind::attention_core) {
     const SdpaShape shape = sdpa_shape(op, batch, storage_dtype(precision), train);
     error = sdpa_support(false, shape, workspace_limit);

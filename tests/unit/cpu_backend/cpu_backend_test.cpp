@@ -161,6 +161,20 @@ constexpr const char* kShortcutOnly = R"({"name": "shortcut-only",
               "shortcut": [{"type": "conv2d", "out_channels": 2, "kernel_size": 1}]},
              {"type": "flatten"}, {"type": "linear", "out_features": 3}]})";
 
+// A projection block on the network input whose inner path starts with another one: backward stops in the
+// nested block's inner path, goes on with its shortcut, stops there, and goes on with the outer shortcut.
+constexpr const char* kShortcutNested = R"({"name": "shortcut-nested",
+  "input": {"type": "image", "channels": 2, "height": 8, "width": 8},
+  "layers": [{"type": "residual", "activation": "tanh",
+              "shortcut": [{"type": "conv2d", "out_channels": 4, "kernel_size": 1, "stride": 2}],
+              "layers": [{"type": "residual",
+                          "shortcut": [{"type": "conv2d", "out_channels": 4, "kernel_size": 1, "stride": 2}],
+                          "layers": [{"type": "conv2d", "out_channels": 4, "kernel_size": 3, "stride": 2,
+                                      "padding": 1, "activation": "tanh"}]},
+                         {"type": "conv2d", "out_channels": 4, "kernel_size": 3, "padding": 1,
+                          "activation": "tanh"}]},
+             {"type": "global_avgpool"}, {"type": "linear", "out_features": 3}]})";
+
 constexpr const char* kShortcutVector = R"({"name": "shortcut-vector",
   "input": {"type": "vector", "features": 6},
   "layers": [{"type": "linear", "out_features": 6, "activation": "tanh"},
@@ -219,12 +233,13 @@ TEST(CpuBackend, GradientsOfEveryLayerMatchFiniteDifferences) {
   check_gradients(kShortcuts, 3);
   check_gradients(kShortcutOnly, 2);
   check_gradients(kShortcutVector, 4);
+  check_gradients(kShortcutNested, 2);
 }
 
 // Every configuration of shortcut allocates exactly its plan, trains (the loss falls) and runs inference, in
 // every precision.
 TEST(CpuBackend, ShortcutModelsAllocateThePlanAndTrain) {
-  for (const char* text : {kShortcuts, kShortcutOnly, kShortcutVector}) {
+  for (const char* text : {kShortcuts, kShortcutOnly, kShortcutVector, kShortcutNested}) {
     const Graph g = graph_of(text);
     for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16}) {
       for (Mode m : {Mode::train, Mode::infer}) {

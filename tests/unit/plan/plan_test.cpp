@@ -470,6 +470,17 @@ TEST(Lower, EachPathFromTheDataSkipsItsFirstInputGradient) {
   // conv (1) it is done.
   EXPECT_EQ(backward_resume(g, 3), std::optional<size_t>{2});
   EXPECT_EQ(backward_resume(g, 1), std::nullopt);
+  // Nested: a projection block at the start of another's inner path, both on the network input.
+  const Graph nested = graph_of(R"({"name": "m", "input": {"type": "vector", "features": 4},
+    "layers": [{"type": "residual", "shortcut": [{"type": "linear", "out_features": 3}],
+                "layers": [{"type": "residual", "shortcut": [{"type": "linear", "out_features": 3}],
+                            "layers": [{"type": "linear", "out_features": 3}]}]},
+               {"type": "linear", "out_features": 2}]})");
+  // 0 save, 1 sc linear, 2 branch, 3 save, 4 sc linear, 5 branch, 6 linear, 7 add, 8 add, 9 linear
+  ASSERT_EQ(nested.ops.size(), 10u);
+  EXPECT_EQ(backward_resume(nested, 6), std::optional<size_t>{5});  // on with the nested shortcut
+  EXPECT_EQ(backward_resume(nested, 4), std::optional<size_t>{2});  // then with the outer one
+  EXPECT_EQ(backward_resume(nested, 1), std::nullopt);
   const Plan train = make_plan(g, {2, Precision::fp32, Mode::train, 1, BackendKind::cpu});
   EXPECT_NE(train.find("grad.residual[0]"), nullptr);  // the add's gradient, for the shortcut
   EXPECT_EQ(train.find("grad.branch[0]"), nullptr);    // the input has no gradient to keep
