@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -122,7 +123,16 @@ class Parser {
     for (const auto& [key, value] : obj.items()) {
       if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
       std::string message = fmt::format("unknown key {} {}", quote_user(key), what);
-      if (const auto near = model_detail::nearest_name(key, allowed)) {
+      // PyTorch's names for what the model format calls otherwise (torchvision's BasicBlock.downsample).
+      constexpr std::array<std::pair<std::string_view, std::string_view>, 1> kPyTorchNames{
+          {{"downsample", "shortcut"}}};
+      const auto renamed = std::find_if(kPyTorchNames.begin(), kPyTorchNames.end(), [&](const auto& n) {
+        return n.first == key && std::find(allowed.begin(), allowed.end(), n.second) != allowed.end();
+      });
+      if (renamed != kPyTorchNames.end()) {
+        message += fmt::format("; did you mean '{}'? (torchvision's {} is a residual's {} here)",
+                               renamed->second, renamed->first, renamed->second);
+      } else if (const auto near = model_detail::nearest_name(key, allowed)) {
         message += fmt::format("; did you mean '{}'?", *near);
       } else {
         std::vector<std::string_view> owners;

@@ -326,8 +326,8 @@ class Lowerer {
       if (shape_ != other)
         fail(path,
              fmt::format("residual: the shortcut makes {} and the inner layers {}; they must match to be "
-                         "added (torchvision's downsample: a 1x1 conv with the inner layers' stride and "
-                         "out_channels, then a batchnorm)",
+                         "added (in torchvision's blocks the shortcut's 1x1 conv has the block's stride and "
+                         "out_channels, and the inner 3x3 conv padding 1)",
                          shape_text(other), shape_text(shape_)));
     } else if (shape_ != in_shape) {
       fail(path, fmt::format(

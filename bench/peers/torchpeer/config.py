@@ -585,8 +585,9 @@ class _Lowerer:
             inner = self.layers(layer["layers"], f"{path}.layers", depth + 1)
             if shortcut is not None and self.shape != other:
                 self.fail(path, f"residual: the shortcut makes {_shape_text(other)} and the inner layers "
-                                f"{_shape_text(self.shape)}; they must match to be added (torchvision's downsample: "
-                                "a 1x1 conv with the inner layers' stride and out_channels, then a batchnorm)")
+                                f"{_shape_text(self.shape)}; they must match to be added (in torchvision's blocks the "
+                                "shortcut's 1x1 conv has the block's stride and out_channels, and the inner 3x3 "
+                                "conv padding 1)")
             if shortcut is None and self.shape != before:
                 self.fail(path, f"residual: inner layers change the shape from {_shape_text(before)} to "
                                 f"{_shape_text(self.shape)}; they must keep it so the input can be added, or the "
