@@ -83,6 +83,9 @@ struct ModelSpec {
   std::vector<LayerSpec> layers;
   LossType loss = LossType::cross_entropy;
   OptimizerSpec optimizer;
+  // What the config does that its author may not mean, each "<source>: <JSON path>: ...": the commands say
+  // them as warnings. Not part of the model (to_json leaves them out).
+  std::vector<std::string> notes;
 };
 
 // Parses and validates a config document. `source` names the file in errors. Throws ConfigError.

@@ -103,6 +103,7 @@ class Parser {
     model.layers = parse_top_layers(doc);
     if (const auto it = doc.find("loss"); it != doc.end()) model.loss = parse_loss(*it);
     if (const auto it = doc.find("optimizer"); it != doc.end()) model.optimizer = parse_optimizer(*it);
+    model.notes = std::move(notes_);
     return model;
   }
 
@@ -365,6 +366,15 @@ class Parser {
         layer.shortcut = parse_layers(*sc, shortcut_path, depth + 1, inner_expanded);
       }
     }
+    if (!layer.shortcut.empty() && layer.repeat > 1) {
+      notes_.push_back(
+          fmt::format("{}: {}: `repeat` {} copies the whole block, its `shortcut` and strides included, "
+                      "where torchvision's "
+                      "_make_layer gives only a stage's first block a downsample: to build that, write the "
+                      "first block on "
+                      "its own and repeat the identity blocks after it",
+                      source_, path, layer.repeat));
+    }
     // Both factors are at most kMaxIntField and kMaxExpandedLayers, so the product fits in 64 bits.
     expanded = layer.repeat * inner_expanded;
     if (expanded > schema::kMaxExpandedLayers)
@@ -412,6 +422,7 @@ class Parser {
   }
 
   const std::string& source_;
+  std::vector<std::string> notes_;
 };
 
 }  // namespace

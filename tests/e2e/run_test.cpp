@@ -1425,6 +1425,31 @@ double children_cpu_seconds() {
   return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
 
+// A note on the config (a repeated projection block) is a warning on stderr, not an error: plan still plans,
+// and run records it in the report.
+TEST(Plan, ARepeatedProjectionBlockIsAWarning) {
+  ScratchDir dir;
+  const std::string model = (dir / "m.json").string();
+  std::ofstream(model) << R"({"name": "m", "input": {"type": "image", "channels": 2, "height": 8, "width": 8},
+    "layers": [{"type": "residual", "repeat": 2,
+                "layers": [{"type": "conv2d", "out_channels": 4, "kernel_size": 3, "stride": 2, "padding": 1}],
+                "shortcut": [{"type": "conv2d", "out_channels": 4, "kernel_size": 1, "stride": 2}]},
+               {"type": "flatten"}, {"type": "linear", "out_features": 3}]})";
+  const Result plan = run({"plan", "--model", model, "--batch", "2"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_NE(plan.err.find("warning: " + model + ": layers[0]: `repeat` 2 copies the whole block"),
+            std::string::npos)
+      << plan.err;
+  const Result r =
+      run({"run", "--backend", "cpu", "--model", model, "--batch", "1", "--warmup", "1", "--min-samples", "2",
+           "--min-time", "0", "--max-noise", "100", "--quiet", "--json", "-"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json warnings = nlohmann::json::parse(r.out)["warnings"];
+  ASSERT_FALSE(warnings.empty());
+  EXPECT_NE(warnings[0].get<std::string>().find("copies the whole block"), std::string::npos)
+      << warnings.dump();
+}
+
 TEST(Plan, EveryPresetAnswersQuickly) {
   for (const char* name :
        {"mlp", "mlp-large", "resnet-small", "resnet-50", "bert-base", "gpt2-small", "vit-base", "tiny-lm"}) {

@@ -92,6 +92,22 @@ TEST(ParseModel, SgdDefaultsAndOverrides) {
   EXPECT_DOUBLE_EQ(m.optimizer.weight_decay, 0.01);
 }
 
+// A repeated residual with a shortcut repeats the projection and the strides: valid, but rarely what a
+// torchvision user means, so it is noted (once per such layer), and other configs have no note.
+TEST(ParseModel, ARepeatedProjectionBlockIsNoted) {
+  json doc = image_model();
+  doc["layers"][1]["shortcut"] = json::array({{{"type", "conv2d"}, {"out_channels", 4}, {"kernel_size", 1}}});
+  EXPECT_TRUE(parse_model(doc, kSource).notes.empty());
+  doc["layers"][1]["repeat"] = 3;
+  const ModelSpec m = parse_model(doc, kSource);
+  ASSERT_EQ(m.notes.size(), 1u);
+  EXPECT_THAT(m.notes[0],
+              testing::StartsWith(std::string(kSource) + ": layers[1]: `repeat` 3 copies the whole block"));
+  EXPECT_THAT(m.notes[0], testing::HasSubstr("write the first block on its own"));
+  EXPECT_FALSE(to_json(m).contains("notes"));
+  EXPECT_TRUE(parse_model(image_model(), kSource).notes.empty());
+}
+
 TEST(ParseModel, SgdNesterovAndWeightDecay) {
   json doc = base_model();
   doc["optimizer"] = {{"type", "sgd"}, {"momentum", 0.9}, {"nesterov", true}, {"weight_decay", 1e-4}};
