@@ -69,8 +69,10 @@ TEST(LoadModel, MissingFileListsThePresets) {
   const test::TempDir dir;
   const std::string message = file_error((dir.path() / "absent.json").string());
   EXPECT_THAT(message, HasSubstr("no such preset or file"));
-  EXPECT_THAT(message,
-              HasSubstr("presets: bert-base, gpt2-small, mlp, mlp-large, resnet-50, resnet-small, tiny-lm, vit-base"));
+  EXPECT_THAT(
+      message,
+      HasSubstr(
+          "presets: bert-base, gpt2-small, mlp, mlp-large, resnet-50, resnet-small, tiny-lm, vit-base"));
 }
 
 TEST(LoadModel, UnknownNameListsThePresetsAndSuggestsOne) {
