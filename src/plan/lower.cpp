@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <stdexcept>
 #include <utility>
 
 #include "batchsweep/errors.hpp"
@@ -342,7 +341,7 @@ class Lowerer {
     // the sum there as its pre-activation and writes its own output.
     const bool in_place = inner.kind != OpKind::residual_save && inner.kind != OpKind::residual_branch &&
                           !inner.backward_reads_output();
-    const size_t branch = has_shortcut ? open_branch() : 0;
+    const size_t branch = has_shortcut ? graph_.ops[open_residuals_.back()].residual_branch_index : 0;
     Op& op = push(OpKind::residual_add, path + ".add", shape_);
     op.residual_depth = depth;
     op.activation = activation;
@@ -351,14 +350,6 @@ class Lowerer {
     op.has_shortcut = has_shortcut;
     op.residual_branch_index = branch;
     open_residuals_.pop_back();
-  }
-
-  // The innermost open residual's branch.
-  [[nodiscard]] size_t open_branch() const {
-    const size_t save = open_residuals_.back();
-    for (size_t j = graph_.ops.size(); j-- > save;)
-      if (graph_.ops[j].kind == OpKind::residual_branch && graph_.ops[j].residual_partner == save) return j;
-    throw std::logic_error("residual add without its branch");
   }
 
   void conv_like(const LayerSpec& l, const std::string& path, OpKind kind, int64_t k, int64_t stride,
