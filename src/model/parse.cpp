@@ -127,8 +127,10 @@ class Parser {
       // PyTorch's names for what the model format calls otherwise (torchvision's BasicBlock.downsample).
       constexpr std::array<std::pair<std::string_view, std::string_view>, 1> kPyTorchNames{
           {{"downsample", "shortcut"}}};
+      // A named copy: clang 14 cannot capture a structured binding in a lambda.
+      const std::string_view unknown = key;
       const auto renamed = std::find_if(kPyTorchNames.begin(), kPyTorchNames.end(), [&](const auto& n) {
-        return n.first == key && std::find(allowed.begin(), allowed.end(), n.second) != allowed.end();
+        return n.first == unknown && std::find(allowed.begin(), allowed.end(), n.second) != allowed.end();
       });
       if (renamed != kPyTorchNames.end()) {
         message += fmt::format("; did you mean '{}'? (torchvision's {} is a residual's {} here)",
