@@ -44,6 +44,7 @@ struct RunSummary {
   BatchChoice max_fit;
   BatchChoice best;  // the highest throughput, at whichever batch each run reached it
   Recommendation recommended;
+  std::optional<int64_t> recommended_accumulation;  // the micro-batches a step of the recommendation, if any
   std::optional<double> recommended_cost_per_million_samples;  // USD, where the run has a price
   std::optional<double> latency_slo_ms;    // the run's latency budget (settings.latency_slo_ms), if any
   double latency_percentile = 99;          // the step-time percentile it holds (settings.latency_percentile)
@@ -81,6 +82,9 @@ struct CompareDelta {
   // from_samples, a change beyond the minimum effect, and the rank test significant (p < alpha / 2) in the
   // other direction than the mean: the steps mostly moved one way and the mean the other, so "same".
   bool median_and_mean_disagree = false;
+  // from_samples, "same", and a test significant (p < alpha / 2) on a change within the minimum effect: a
+  // real but negligible change, shown "same (under 1%; p=…)" so the small p does not read as a change.
+  bool under_min_effect = false;
   // The geometric mean's verdict also held the change to the means' combined noise (every row had samples).
   bool noise_checked = false;
 };

@@ -148,6 +148,7 @@ CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions
     // The ranks moved significantly the other way from the mean (most steps faster, a few much slower, or
     // the reverse): neither direction is the change, and the shown p is the rank test's.
     d.median_and_mean_disagree = d.verdict == Verdict::same && effect && test.p_value < half_alpha && !agrees;
+    d.under_min_effect = d.verdict == Verdict::same && !effect && (shifted || mean_moved);
   } else {
     d.verdict = effect ? direction(d.ratio) : Verdict::same;
   }
@@ -168,6 +169,7 @@ RunSummary summarize_run(const Report& report, std::string name) {
   s.max_fit = report.analysis.max_fit;
   s.best = report.analysis.best_throughput;
   s.recommended = report.analysis.recommended;
+  s.recommended_accumulation = report.analysis.recommended_accumulation;
   s.recommended_cost_per_million_samples = report.analysis.recommended_cost_per_million_samples;
   if (report.settings.is_object() && report.settings.contains("latency_slo_ms") &&
       report.settings["latency_slo_ms"].is_number())
@@ -364,12 +366,16 @@ std::string ratio_text(const CompareDelta& d) {
 
 // `threshold_note` says why a verdict did not come from the test: "no samples" for a batch, "threshold" for
 // the geometric mean.
-std::string verdict_text(const CompareDelta& d, const char* threshold_note = "no samples") {
+std::string verdict_text(const CompareDelta& d, double min_effect_pct,
+                         const char* threshold_note = "no samples") {
   if (d.verdict == Verdict::not_comparable) return std::string(to_string(d.verdict));
   if (d.few_samples) return fmt::format("{} (few samples)", to_string(d.verdict));
   if (!d.from_samples) return fmt::format("{} ({})", to_string(d.verdict), threshold_note);
   if (d.from_mean)
     return fmt::format("{} (mean; p={:.2g})", to_string(d.verdict), d.mean_p_value.value_or(1.0));
+  if (d.under_min_effect)
+    return fmt::format("{} (under {}%; p={:.2g})", to_string(d.verdict), min_effect_pct,
+                       std::min(d.p_value.value_or(1.0), d.mean_p_value.value_or(1.0)));
   return fmt::format("{} (p={:.2g}{})", to_string(d.verdict), d.p_value.value_or(1.0),
                      d.median_and_mean_disagree ? "; median and mean disagree" : "");
 }
@@ -395,6 +401,9 @@ std::string run_line(const RunSummary& r) {
     best = fmt::format("{} ({} samples/s)", batch_text(*r.best.batch),
                        rf::human_rate(*r.best.samples_per_second));
   std::string recommended = r.recommended.batch ? batch_text(*r.recommended.batch) : std::string("none");
+  if (r.recommended.batch && r.recommended_accumulation && *r.recommended_accumulation > 1)
+    recommended += fmt::format(" with accumulation {} (effective batch {})", *r.recommended_accumulation,
+                               *r.recommended.batch * *r.recommended_accumulation);
   if (r.recommended.batch && r.recommended_cost_per_million_samples)
     recommended += fmt::format(" (${:.4g} per million samples)", *r.recommended_cost_per_million_samples);
   std::string line =
@@ -436,7 +445,7 @@ rf::TextTable compare_table(const CompareResult& result) {
     for (const auto& c : row.runs) cells.push_back(cell_text(c));
     for (const auto& d : row.deltas) {
       cells.push_back(ratio_text(d));
-      cells.push_back(verdict_text(d));
+      cells.push_back(verdict_text(d, result.min_effect_pct));
     }
     table.rows.push_back(std::move(cells));
   }
@@ -448,7 +457,8 @@ rf::TextTable compare_table(const CompareResult& result) {
     }
     for (const auto& d : result.geomean.deltas) {
       cells.push_back(ratio_text(d));
-      cells.push_back(verdict_text(d, d.noise_checked ? "threshold and noise" : "threshold"));
+      cells.push_back(
+          verdict_text(d, result.min_effect_pct, d.noise_checked ? "threshold and noise" : "threshold"));
     }
     table.rows.push_back(std::move(cells));
   }
@@ -540,6 +550,7 @@ nlohmann::json delta_json(const CompareDelta& d, const std::string& run) {
           {"few_samples", d.few_samples},
           {"from_mean", d.from_mean},
           {"median_and_mean_disagree", d.median_and_mean_disagree},
+          {"under_min_effect", d.under_min_effect},
           {"mean_p_value", d.mean_p_value ? number_or_null(*d.mean_p_value) : nlohmann::json(nullptr)},
           {"noise_checked", d.noise_checked},
           {"p_value", d.p_value ? number_or_null(*d.p_value) : nlohmann::json(nullptr)}};
@@ -801,6 +812,11 @@ nlohmann::json to_json(const CompareResult& result) {
          {"recommended_cost_per_million_samples",
           r.recommended_cost_per_million_samples ? json(*r.recommended_cost_per_million_samples) : json()},
          {"recommended", report_json::recommendation_json<json>(r.recommended)}});
+    // As the report writes it: a script reading only this must not take the micro-batch for the step.
+    if (r.recommended.batch && r.recommended_accumulation) {
+      runs.back()["recommended"]["accumulation"] = *r.recommended_accumulation;
+      runs.back()["recommended"]["effective_batch"] = *r.recommended.batch * *r.recommended_accumulation;
+    }
     if (r.latency_slo) {
       json budget = report_json::choice_json<json>(*r.latency_slo);
       budget["budget_ms"] = r.latency_slo_ms ? json(*r.latency_slo_ms) : json();
@@ -816,7 +832,9 @@ nlohmann::json to_json(const CompareResult& result) {
       cells.push_back({{"run", result.runs[i].name},
                        {"status", to_string(c.status)},
                        {"reason", c.reason},
-                       {"samples_per_second", number_or_null(c.samples_per_second)},
+                       // Nothing measured where the point did not run: null, never 0.
+                       {"samples_per_second",
+                        c.status == PointStatus::ok ? number_or_null(c.samples_per_second) : json()},
                        {"samples", c.samples},
                        {"p99_ms", c.p99_ms ? json(*c.p99_ms) : json()},
                        // at the baseline's budget percentile: what the gate reads

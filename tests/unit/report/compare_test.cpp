@@ -221,6 +221,33 @@ TEST(Compare, RanksAndMeanMovingApartIsSameAndSaysSo) {
   EXPECT_THAT(format_compare(compare_pair(a, a), false), Not(HasSubstr("disagree")));
 }
 
+// Every step 0.5% faster: the tests are sure of it, but it is under the 1% minimum effect. "same", and the
+// text says the change is under it, so the tiny p does not read as a change.
+TEST(Compare, SignificantChangeUnderTheMinimumEffectSaysSo) {
+  Report a = testing::sample_report();
+  a.points = {testing::ok_point(64, 10.0)};
+  std::vector<double> steps;
+  for (int i = 0; i < 100; ++i) steps.push_back(10.0 * (1 + 0.001 * ((i * 7) % 5 - 2)));
+  a.points[0].samples_ms = steps;
+  a.points[0].samples_per_second = 64 / (summarize(steps).mean / 1000.0);
+  const Report b = sped_up(a, 1.005);
+  const CompareResult r = compare_pair(a, b);
+  const CompareDelta& d = r.rows.at(0).deltas.at(0);
+  EXPECT_LT(*d.p_value, kCompareAlpha / 2);
+  EXPECT_EQ(d.verdict, Verdict::same);
+  EXPECT_TRUE(d.under_min_effect);
+  EXPECT_FALSE(d.median_and_mean_disagree);
+  EXPECT_THAT(format_compare(r, false),
+              HasSubstr(fmt::format("same (under 1%; p={:.2g})", std::min(*d.p_value, *d.mean_p_value))));
+  EXPECT_EQ(to_json(r)["rows"][0]["deltas"][0]["under_min_effect"], true);
+  // A 2% effect is beyond it: "faster", not flagged.
+  const CompareDelta& beyond = compare_pair(a, sped_up(a, 1.02)).rows.at(0).deltas.at(0);
+  EXPECT_EQ(beyond.verdict, Verdict::faster);
+  EXPECT_FALSE(beyond.under_min_effect);
+  // Identical runs: nothing significant, nothing said.
+  EXPECT_FALSE(compare_pair(a, a).rows.at(0).deltas.at(0).under_min_effect);
+}
+
 // Two runs of one distribution (10 steps a side, 3% noise): the two tests share alpha, so noise alone calls a
 // change at most alpha (1%) of the time, however often the means differ by more than the 1% effect.
 TEST(Compare, NoiseAloneCallsAChangeAtMostAlphaOfTheTime) {
@@ -294,6 +321,13 @@ TEST(Compare, ABatchThatStopsFittingIsARegression) {
   EXPECT_EQ(lines[0], "batch 128: ran in A, oom in B (out of memory)");
   EXPECT_TRUE(has_regression(compare_pair(a, b), 50.0));
   EXPECT_FALSE(has_regression(compare_pair(b, a), 0.0));  // the candidate fits more: no regression
+  // Nothing was measured at B's batch 128: its rate is null in the JSON, never 0.
+  nlohmann::json cell;
+  const nlohmann::json compared = to_json(compare_pair(a, b));
+  for (const auto& row : compared["rows"])
+    if (row["batch"] == 128) cell = row["runs"][1];
+  ASSERT_EQ(cell["status"], "oom");
+  EXPECT_TRUE(cell["samples_per_second"].is_null());
   const auto slower = regressions(compare_pair(a, sped_up(a, 0.9)), 5.0);
   ASSERT_FALSE(slower.empty());
   EXPECT_THAT(slower[0], HasSubstr("B is 10.0% slower than A beyond noise"));
@@ -339,6 +373,24 @@ TEST(Compare, AnUnfitBatchBelowTheBaselinesMaxFitIsARegression) {
   unfit.accumulation = 4;
   accumulated.points.push_back(unfit);
   EXPECT_TRUE(compare_pair(a, accumulated).lost_fits.empty());
+}
+
+// A recommendation with gradient accumulation keeps it: a script reading only the compare JSON must not take
+// the micro-batch for the step.
+TEST(Compare, RecommendationKeepsItsAccumulation) {
+  Report a = testing::sample_report();
+  a.analysis.recommended.batch = 256;
+  a.analysis.recommended_accumulation = 16;
+  const CompareResult result = compare_pair(a, a);
+  const nlohmann::json j = to_json(result)["runs"][0]["recommended"];
+  EXPECT_EQ(j["batch"], 256);
+  EXPECT_EQ(j["accumulation"], 16);
+  EXPECT_EQ(j["effective_batch"], 4096);
+  EXPECT_THAT(format_compare(result, false),
+              HasSubstr("recommended batch 256 with accumulation 16 (effective batch 4096)"));
+  // Without accumulation, nothing is added.
+  const CompareResult plain = compare_pair(testing::sample_report(), testing::sample_report());
+  EXPECT_FALSE(to_json(plain)["runs"][0]["recommended"].contains("accumulation"));
 }
 
 // With 3 samples a side the exact test's smallest p is 2 / C(6, 3) = 0.1: it could never call a change at
