@@ -84,15 +84,16 @@ Precision parse_precision(const std::string& text) {
 }
 
 Mode parse_mode(const std::string& text) {
-  if (text == "train") return Mode::train;
+  if (text == "train" || text == "training") return Mode::train;
   if (text == "infer" || text == "inference") return Mode::infer;
   throw UsageError(fmt::format("--mode: unknown mode '{}' (choose train or infer)", text));
 }
 
-void check_backend_name(const std::string& name) {
-  if (name != "auto" && name != "cpu" && name != "cuda" && name != "scripted")
-    throw UsageError(
-        fmt::format("--backend: unknown backend '{}' (choose auto, cpu, cuda or scripted)", name));
+// `plan` plans for the backends that have memory: it takes no scripted backend.
+void check_backend_name(const std::string& name, bool for_plan = false) {
+  if (name != "auto" && name != "cpu" && name != "cuda" && (for_plan || name != "scripted"))
+    throw UsageError(fmt::format("--backend: unknown backend '{}' (choose {})", name,
+                                 for_plan ? "auto, cpu or cuda" : "auto, cpu, cuda or scripted"));
 }
 
 // Number checks whose messages read as the rule ("must be > 0, got 0"); CLI11's own print the bounds as
@@ -100,6 +101,8 @@ void check_backend_name(const std::string& name) {
 // Parses a whole, finite number into v; otherwise says what is wrong with the text.
 std::string parse_number(const std::string& text, double& v) {
   try {
+    // Decimal only: std::stod also reads hexadecimal ("0x10" would be 16).
+    if (text.find_first_of("xXpP") != std::string::npos) return fmt::format("'{}' is not a number", text);
     size_t used = 0;
     v = std::stod(text, &used);
     if (used == text.size() && std::isfinite(v)) return {};
@@ -503,7 +506,8 @@ int run_app(int argc, char** argv) {
     }
     if (run.sweep.mode == Mode::infer && run.sweep.accumulation != 1)
       throw UsageError("--accumulation: gradient accumulation only applies to --mode train");
-    if (!run_raw.memory_limit.empty())
+    // Given but empty (an unset shell variable) is an error, not "no limit".
+    if (run_cmd->count("--memory-limit") > 0)
       run.sweep.memory_limit_bytes = parse_size(run_raw.memory_limit, "--memory-limit");
     run.sweep.memory_warn_fraction = run_raw.memory_warn_pct / 100.0;
     run.sweep.session.cuda_graphs = run_raw.graphs == "on";
@@ -527,13 +531,13 @@ int run_app(int argc, char** argv) {
     return run_command(run, args);
   }
   if (plan_cmd->parsed()) {
-    check_backend_name(plan.backend);
     if (plan.backend == "scripted") throw UsageError("--backend: plans are for cpu or cuda");
+    check_backend_name(plan.backend, /*for_plan=*/true);
     plan.precision = parse_precision(plan_raw.precision);
     plan.mode = parse_mode(plan_raw.mode);
     if (plan.mode == Mode::infer && plan.accumulation != 1)
       throw UsageError("--accumulation: gradient accumulation only applies to --mode train");
-    if (!plan_raw.memory.empty()) plan.memory_bytes = parse_size(plan_raw.memory, "--memory");
+    if (plan_cmd->count("--memory") > 0) plan.memory_bytes = parse_size(plan_raw.memory, "--memory");
     plan.paths = parse_paths(plan_raw.attention, plan_raw.conv);
     return plan_command(plan);
   }

@@ -494,6 +494,7 @@ int plan_command(const PlanSettings& s) {
   PlanSummary summary;
   summary.graph = &graph;
   summary.with_buffers = s.buffers;
+  summary.accumulation = s.accumulation;
   PlanRequest request{1, s.precision, s.mode, s.accumulation, kind};
   // The paths the CUDA backend prefers (or the ones forced); where cuDNN rejects a shape on the device, `run`
   // falls back and plans our own path instead (its report says which ran).

@@ -33,6 +33,19 @@ std::string flops_text(double flops) {
   return number + " " + prefix + "FLOP";
 }
 
+// The kinds of layer whose CUDA path can be chosen that the model has.
+struct ModelPaths {
+  bool attention = false, conv = false;
+};
+ModelPaths layer_kinds(const Graph& g) {
+  ModelPaths has;
+  for (const Op& op : g.ops) {
+    has.attention = has.attention || op.kind == OpKind::attention_core;
+    has.conv = has.conv || op.kind == OpKind::conv2d;
+  }
+  return has;
+}
+
 }  // namespace
 
 nlohmann::json plan_to_json(const PlanSummary& s) {
@@ -47,8 +60,12 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
     doc["mode"] = to_string(r.mode);
     doc["accumulation"] = r.accumulation;
     doc["backend"] = to_string(r.backend);
+    // A path for a kind of layer the model does not have is null: nothing runs on it.
+    const ModelPaths has = layer_kinds(g);
     if (r.backend == BackendKind::cuda)
-      doc["paths"] = {{"attention", to_string(r.paths.attention)}, {"conv", to_string(r.paths.conv)}};
+      doc["paths"] = {
+          {"attention", has.attention ? nlohmann::json(to_string(r.paths.attention)) : nlohmann::json()},
+          {"conv", has.conv ? nlohmann::json(to_string(r.paths.conv)) : nlohmann::json()}};
   }
   nlohmann::json points = nlohmann::json::array();
   for (const Plan& p : s.plans) {
@@ -80,6 +97,10 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
     doc["memory_bytes"] = *s.memory_bytes;
     doc["safety_fraction"] = kMemorySafetyFraction;
     doc["max_fit_batch"] = s.max_fit_batch ? nlohmann::json(*s.max_fit_batch) : nlohmann::json(nullptr);
+    // With accumulation the fit is of a micro-batch: the step it makes, for a script that wants it.
+    if (s.accumulation > 1)
+      doc["max_fit_effective_batch"] =
+          s.max_fit_batch ? nlohmann::json(*s.max_fit_batch * s.accumulation) : nlohmann::json(nullptr);
     // max_fit_batch 16777216 is "every batch batchsweep plans fits", not a fit edge at 2^24: said apart.
     doc["memory_limits_batch"] = !(s.max_fit_batch && *s.max_fit_batch >= kMaxBatch);
   }
@@ -97,15 +118,11 @@ std::string format_plan_table(const PlanSummary& s) {
     const PlanRequest& r = s.plans.front().request;
     out += fmt::format("{} {} on {}, accumulation {}", to_string(r.precision), to_string(r.mode),
                        to_string(r.backend), r.accumulation);
-    // The paths of the layers the model has (the JSON keeps both keys).
-    bool attention = false, conv = false;
-    for (const Op& op : g.ops) {
-      attention = attention || op.kind == OpKind::attention_core;
-      conv = conv || op.kind == OpKind::conv2d;
-    }
-    if (r.backend == BackendKind::cuda && attention)
+    // The paths of the layers the model has.
+    const ModelPaths has = layer_kinds(g);
+    if (r.backend == BackendKind::cuda && has.attention)
       out += fmt::format("; attention {}", to_string(r.paths.attention));
-    if (r.backend == BackendKind::cuda && conv) out += fmt::format("; conv {}", to_string(r.paths.conv));
+    if (r.backend == BackendKind::cuda && has.conv) out += fmt::format("; conv {}", to_string(r.paths.conv));
     out += "\n\n";
   }
   report_format::TextTable t;
@@ -151,10 +168,14 @@ std::string format_plan_table(const PlanSummary& s) {
           fmt::format("every batch batchsweep plans (up to {}) fits in {}: memory does not limit the batch\n",
                       kMaxBatch, human_bytes(*s.memory_bytes));
     } else if (s.max_fit_batch) {
+      const std::string accumulated =
+          s.accumulation > 1 ? fmt::format(" (a micro-batch: effective batch {} with accumulation {})",
+                                           *s.max_fit_batch * s.accumulation, s.accumulation)
+                             : std::string();
       out += fmt::format(
-          "largest batch that fits in {}: {} (plans may use {:.0f}% of it; the rest is headroom for "
+          "largest batch that fits in {}: {}{} (plans may use {:.0f}% of it; the rest is headroom for "
           "the runtime)\n",
-          human_bytes(*s.memory_bytes), *s.max_fit_batch, kMemorySafetyFraction * 100);
+          human_bytes(*s.memory_bytes), *s.max_fit_batch, accumulated, kMemorySafetyFraction * 100);
     } else {
       out += fmt::format("not even batch 1 fits in {} (plans may use {:.0f}% of it)\n",
                          human_bytes(*s.memory_bytes), kMemorySafetyFraction * 100);

@@ -243,7 +243,8 @@ uint64_t parse_size(std::string_view text, std::string_view flag) {
   const u128 scale = static_cast<u128>(multiplier) * power;
   // A fraction of a unit rounds to the nearest byte (0.001GiB); a fraction of a byte is a typo.
   if (multiplier == 1 && fraction * scale % fraction_scale != 0)
-    return fail("that is not a whole number of bytes (give a unit: 1.5GiB)");
+    return fail(unit.empty() ? "that is not a whole number of bytes (give a unit: 1.5GiB)"
+                             : "that is not a whole number of bytes (use a larger unit: 1.5KiB)");
   const u128 whole_bytes = integer_part * scale;
   // Round the fractional bytes to the nearest byte.
   const u128 fraction_bytes = (fraction * scale * 2 + fraction_scale) / (fraction_scale * 2);

@@ -1567,6 +1567,28 @@ TEST(Plan, AccumulationShowsTheEffectiveBatch) {
   const Result plain = run({"plan", "--model", "mlp", "--batch", "8"});
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   EXPECT_EQ(plain.out.find("effective"), std::string::npos) << plain.out;
+  // With --memory the fit is a micro-batch's: said in words, and the step it makes is in the JSON.
+  const Result fit = run({"plan", "--model", "mlp", "--accumulation", "4", "--memory", "64MiB"});
+  ASSERT_EQ(fit.exit_code, 0) << fit.err;
+  EXPECT_NE(fit.out.find("(a micro-batch: effective batch "), std::string::npos) << fit.out;
+  const Result fit_json =
+      run({"plan", "--model", "mlp", "--accumulation", "4", "--memory", "64MiB", "--json", "-"});
+  ASSERT_EQ(fit_json.exit_code, 0) << fit_json.err;
+  const nlohmann::json j = nlohmann::json::parse(fit_json.out);
+  EXPECT_EQ(j["max_fit_effective_batch"], j["max_fit_batch"].get<int64_t>() * 4);
+  const Result plain_json = run({"plan", "--model", "mlp", "--memory", "64MiB", "--json", "-"});
+  EXPECT_FALSE(nlohmann::json::parse(plain_json.out).contains("max_fit_effective_batch"));
+}
+
+// --mode takes the long words too.
+TEST(Plan, ModeTakesTheLongWords) {
+  const Result train = run({"plan", "--model", "mlp", "--mode", "train", "--json", "-"});
+  const Result training = run({"plan", "--model", "mlp", "--mode", "training", "--json", "-"});
+  const Result inference = run({"plan", "--model", "mlp", "--mode", "inference", "--json", "-"});
+  ASSERT_EQ(training.exit_code, 0) << training.err;
+  ASSERT_EQ(inference.exit_code, 0) << inference.err;
+  EXPECT_EQ(train.out, training.out);
+  EXPECT_EQ(nlohmann::json::parse(inference.out)["mode"], "infer");
 }
 
 TEST(Plan, CudaPathsAreShownAndCanBeForced) {
@@ -1580,7 +1602,7 @@ TEST(Plan, CudaPathsAreShownAndCanBeForced) {
   };
   const nlohmann::json fused = plan({});
   EXPECT_EQ(fused["paths"]["attention"], "cudnn_sdpa");
-  EXPECT_EQ(fused["paths"]["conv"], "im2col_gemm");
+  EXPECT_TRUE(fused["paths"]["conv"].is_null());  // gpt2-small has no convolution: no path runs
   const nlohmann::json explicit_plan = plan({"--attention", "explicit"});
   EXPECT_EQ(explicit_plan["paths"]["attention"], "explicit_softmax");
   // The [B, heads, T, T] probabilities the explicit path saves are what fused attention spares.
@@ -1591,6 +1613,11 @@ TEST(Plan, CudaPathsAreShownAndCanBeForced) {
   // The table names the paths of the layers the model has: resnet-small has convolutions, no attention.
   EXPECT_NE(table.out.find("accumulation 1; conv cudnn\n"), std::string::npos) << table.out;
   EXPECT_EQ(table.out.find("attention"), std::string::npos) << table.out;
+  const Result resnet_json =
+      run({"plan", "--model", "resnet-small", "--backend", "cuda", "--precision", "bf16", "--json", "-"});
+  ASSERT_EQ(resnet_json.exit_code, 0) << resnet_json.err;
+  EXPECT_TRUE(nlohmann::json::parse(resnet_json.out)["paths"]["attention"].is_null());
+  EXPECT_EQ(nlohmann::json::parse(resnet_json.out)["paths"]["conv"], "cudnn");
   // Forced for a head size auto would not give cuDNN (4): planned as asked, with a note that run decides.
   ScratchDir dir;
   const std::string lm = (dir / "lm.json").string();
