@@ -60,6 +60,8 @@ std::string format_console(const Report& report, const ConsoleOptions& options) 
   if (std::string title = title_line(report_view::title(report)); !title.empty()) {
     out += styled("batchsweep: " + title, kBold, color) + "\n\n";
   }
+  if (const std::string unfinished = report_view::unfinished_line(report); !unfinished.empty())
+    out += styled(unfinished, kBold, color) + "\n\n";
   if (report.points.empty()) {
     out += "no points measured\n";
   } else {

@@ -31,6 +31,8 @@ std::string format_markdown(const Report& report) {
   }
   std::string out = "## batchsweep report\n\n";
   if (!header.empty()) out += header + "\n\n";
+  if (const std::string unfinished = report_view::unfinished_line(report); !unfinished.empty())
+    out += "**" + markdown_cell(unfinished) + "**\n\n";
   if (report.points.empty()) {
     out += "No points measured.\n";
   } else {

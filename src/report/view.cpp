@@ -224,6 +224,16 @@ int marks_column(const rf::TextTable& table) {
   return -1;
 }
 
+std::string unfinished_line(const Report& report) {
+  if (report.state == "interrupted")
+    return "interrupted before the sweep finished (state interrupted): the table and the analysis cover only "
+           "the batches it measured";
+  if (report.state == "in_progress")
+    return "written while the sweep ran (state in_progress): it stopped before it finished, or is still "
+           "running, and the table and the analysis cover only the batches measured by then";
+  return {};
+}
+
 Title title(const Report& report) {
   Title t;
   if (auto it = report.settings.find("model"); it != report.settings.end()) {

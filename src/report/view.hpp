@@ -34,6 +34,10 @@ struct Title {
 };
 [[nodiscard]] Title title(const Report& report);
 
+// For a sweep that did not finish (state interrupted or in_progress), one line saying the table is partial;
+// empty otherwise.
+[[nodiscard]] std::string unfinished_line(const Report& report);
+
 // "knee: batch 64 (stable) — reason", one line per analysis result that is set.
 [[nodiscard]] std::vector<std::string> summary_lines(const Report& report);
 

@@ -114,6 +114,19 @@ TEST(Console, SaysHowTheSearchChoseItsPoints) {
   EXPECT_THAT(format_markdown(r), HasSubstr("- **search**: effective batch 256: 3 of 9 splits"));
 }
 
+// A sweep that did not finish says so before its table, so the partial table does not read as the answer.
+TEST(Console, AnUnfinishedSweepSaysSoFirst) {
+  Report r = testing::sample_report();
+  EXPECT_THAT(format_console(r, {false}), Not(HasSubstr("before the sweep finished")));
+  r.state = "interrupted";
+  EXPECT_THAT(format_console(r, {false}),
+              HasSubstr("\n\ninterrupted before the sweep finished (state interrupted): the table and the "
+                        "analysis cover only the batches it measured\n\nbatch "));
+  EXPECT_THAT(format_markdown(r), HasSubstr("**interrupted before the sweep finished (state interrupted)"));
+  r.state = "in_progress";
+  EXPECT_THAT(format_console(r, {false}), HasSubstr("written while the sweep ran (state in_progress)"));
+}
+
 TEST(Console, NoEscapeCodesWithoutColor) {
   const std::string text = format_console(testing::sample_report(), {.color = false});
   EXPECT_THAT(text, Not(HasSubstr("\x1b[")));
