@@ -523,6 +523,14 @@ std::string lost_fit_text(const LostFit& f) {
 // copy, or analyze's re-export, which keeps created_at).
 bool same_run(const Report& a, const Report& b) {
   if (a.created_at != b.created_at || a.points.empty() || a.points.size() != b.points.size()) return false;
+  // What was measured, which analyze's re-export keeps: two runs started in one second (created_at has
+  // seconds) with other settings are two runs, even where a scripted device gives them the same samples.
+  const auto setting = [](const Report& r, const char* key) {
+    return r.settings.is_object() && r.settings.contains(key) ? r.settings.at(key) : nlohmann::json();
+  };
+  for (const char* key : {"backend", "model", "mode", "precision", "seed", "accumulation"})
+    if (setting(a, key) != setting(b, key)) return false;
+  if (a.device.name != b.device.name || a.device.backend != b.device.backend) return false;
   const auto same_rate = [](double x, double y) { return x == y || (std::isnan(x) && std::isnan(y)); };
   for (size_t i = 0; i < a.points.size(); ++i) {
     const Point& p = a.points[i];

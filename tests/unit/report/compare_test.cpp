@@ -143,6 +143,10 @@ TEST(Compare, OneRunTwiceIsNoted) {
     if (!p.samples_ms.empty()) p.samples_ms.back() *= 1.001;
   EXPECT_TRUE(compare_pair(a, resampled).same_run_notes.empty());
   EXPECT_TRUE(compare_pair(a, testing::sample_candidate()).same_run_notes.empty());
+  // Another precision started in the same second, with the same samples (a scripted device): two runs.
+  Report fp16 = a;
+  fp16.settings["precision"] = "fp16";
+  EXPECT_TRUE(compare_pair(a, fp16).same_run_notes.empty());
 }
 
 TEST(Compare, NoiseAloneIsNotAChange) {
