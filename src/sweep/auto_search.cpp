@@ -176,8 +176,8 @@ class AutoSearch {
 
     // The plan knows where the budget ends: no need to prepare anything above it.
     int64_t jump = 0;  // the first batch to try when the plan names the edge; 0: plain bisection
-    if (const auto plan_edge = runner_.plan_max_fit(accumulation_);
-        plan_edge && *plan_edge > lo && *plan_edge < hi) {
+    const auto plan_edge = runner_.plan_max_fit(accumulation_);
+    if (plan_edge && *plan_edge > lo && *plan_edge < hi) {
       hi = *plan_edge + 1;
       hi_kind = Fit::over_limit;
       hi_reason = runner_.plan_over_budget(hi, accumulation_).value_or(hi_reason);
@@ -230,6 +230,14 @@ class AutoSearch {
         if (!point) return false;
       }
     }
+    // The plan put the edge between the multiple of 8 timed and the over-budget batch: the batches between
+    // fit the plan but were not timed. Said, so max fit does not read as if the edge were unknown.
+    if (plan_edge && hi == *plan_edge + 1 && hi_kind == Fit::over_limit && lo < *plan_edge &&
+        runner_.find(lo, accumulation_))
+      runner_.set_untimed_fit(UntimedFit{
+          *plan_edge, fmt::format("by the plan, which is over the memory budget at {}; not timed: near the "
+                                  "edge the search times multiples of 8",
+                                  hi)});
     largest_fit_ = lo;
     return true;
   }
