@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -294,21 +295,40 @@ void write_export(std::string_view flag, const std::string& path, const std::fun
   }
 }
 
-void write_exports(const Report& report, const ExportSettings& e, bool final) {
-  if (e.json_path != "-")
-    write_export(
-        "--json", e.json_path, [&] { return format_json(report); }, final);
-  write_export(
-      "--csv", e.csv_path, [&] { return format_csv(report); }, final);
-  write_export(
-      "--markdown", e.markdown_path, [&] { return format_markdown(report); }, final);
-  write_export(
-      "--svg", e.svg_path, [&] { return format_svg(report); }, final);
+void print_warnings(const std::vector<std::string>& warnings) {
+  const bool color = color_allowed(STDERR_FILENO);
+  for (const std::string& w : warnings)
+    std::fprintf(stderr, "%swarning:%s %s\n", color ? "\033[33m" : "", color ? "\033[0m" : "", w.c_str());
 }
 
-// Data on stdout: the JSON when --json -, else the console table; the table then goes to stderr.
+// Writes every export; one that fails does not keep the others from being written (so those that can be
+// stay in step), and the first failure is thrown after all were tried.
+void write_exports(const Report& report, const ExportSettings& e, bool final) {
+  std::exception_ptr failed;
+  const auto attempt = [&](std::string_view flag, const std::string& path,
+                           const std::function<std::string()>& format) {
+    try {
+      write_export(flag, path, format, final);
+    } catch (const Error&) {
+      if (!failed) failed = std::current_exception();
+    }
+  };
+  if (e.json_path != "-") attempt("--json", e.json_path, [&] { return format_json(report); });
+  attempt("--csv", e.csv_path, [&] { return format_csv(report); });
+  attempt("--markdown", e.markdown_path, [&] { return format_markdown(report); });
+  attempt("--svg", e.svg_path, [&] { return format_svg(report); });
+  if (failed) std::rethrow_exception(failed);
+}
+
+// Data on stdout: the JSON when --json -, else the console table; the table then goes to stderr. An export
+// that cannot be written still lets the table be printed; its error follows (exit 1).
 void print_final(const Report& report, const ExportSettings& e) {
-  write_exports(report, e, true);
+  std::exception_ptr export_error;
+  try {
+    write_exports(report, e, true);
+  } catch (const Error&) {
+    export_error = std::current_exception();
+  }
   if (e.json_path == "-") {
     write_output("-", format_json(report));
     const std::string table = format_console(report, {color_allowed(STDERR_FILENO)});
@@ -316,6 +336,10 @@ void print_final(const Report& report, const ExportSettings& e) {
   } else {
     const std::string table = format_console(report, {color_allowed(STDOUT_FILENO)});
     std::fwrite(table.data(), 1, table.size(), stdout);
+  }
+  if (export_error) {
+    std::fflush(stdout);
+    std::rethrow_exception(export_error);
   }
 }
 
@@ -409,19 +433,27 @@ class ExportingObserver final : public SweepObserver {
     if (report_.settings.contains("resumed"))
       report_.settings["resumed"]["points"] = count_resumed(report_.points);
     report_.analysis = analyze(report_.points, options_);
+    // An export that cannot be rewritten (a full disk, a directory made read-only) does not stop the
+    // measurement: said once, recorded, and tried again after each point and at the end (exit 1 if that
+    // fails too).
     try {
       write_exports(report_, exports_, false);
-    } catch (const Error&) {
+    } catch (const Error& e) {
+      if (!export_failed_) {
+        const std::string warning = fmt::format(
+            "after batch {}, {} (the sweep goes on; the exports are rewritten after each point and at the "
+            "end)",
+            batch_label(point.batch, point.accumulation), e.what());
+        print_warnings({warning});
+        report_.warnings.push_back(warning);
+      }
       export_failed_ = true;
-      throw;
     }
   }
   bool should_stop() override { return progress_.should_stop(); }
   void on_sweep_end(bool interrupted) override { progress_.on_sweep_end(interrupted); }
   // (batch, accumulation) of every point the sweep finished (measured, taken from --resume, or unfit).
   [[nodiscard]] const std::set<std::pair<int64_t, int64_t>>& swept() const { return swept_; }
-  // A rewrite after a point failed: the error that ends the sweep is the export's, not the backend's.
-  [[nodiscard]] bool export_failed() const { return export_failed_; }
 
   void on_timed_start(const Point& /*point*/) override {
     if (telemetry_ != nullptr && telemetry_->available()) telemetry_->start();
@@ -460,12 +492,6 @@ void keep_fatal_error(Report& report, const ExportSettings& exports, const Error
   } catch (const Error&) {
     // The fatal error is the one to report; the rewrite after the last point stands.
   }
-}
-
-void print_warnings(const std::vector<std::string>& warnings) {
-  const bool color = color_allowed(STDERR_FILENO);
-  for (const std::string& w : warnings)
-    std::fprintf(stderr, "%swarning:%s %s\n", color ? "\033[33m" : "", color ? "\033[0m" : "", w.c_str());
 }
 
 // Training needs something to train: a model of pools alone has no gradients or optimizer to run.
@@ -882,7 +908,7 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   try {
     outcome = run_sweep(*backend, graph, sweep, observer);
   } catch (const Error& e) {
-    if (e.exit_code() == kExitRuntime && !observer.export_failed()) keep_fatal_error(report, exports, e);
+    if (e.exit_code() == kExitRuntime) keep_fatal_error(report, exports, e);
     throw;
   }
 

@@ -188,6 +188,36 @@ TEST(Run, AnExportIntoAPipeNobodyReadsFailsInsteadOfHanging) {
       << r.err;
 }
 
+// An export that can no longer be written mid-sweep (its directory removed; as root, which CI runs as, a
+// read-only directory would not stop it) does not stop the measurement: a warning, the other exports kept in
+// step, the table printed, and exit 1 naming the export at the end.
+TEST(Run, AnExportThatFailsMidSweepLetsTheSweepFinish) {
+  ScratchDir dir;
+  const std::filesystem::path sub = dir / "sub";
+  std::filesystem::create_directory(sub);
+  const std::string json = (sub / "r.json").string(), csv = (dir / "r.csv").string();
+  std::atomic<bool> done = false;
+  std::thread remover([&] {
+    while (!done && !std::filesystem::exists(json)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::error_code ec;
+    std::filesystem::remove_all(sub, ec);
+  });
+  const Result r = run(scripted_run("sleepy.json", {"--batch", "1,2,4,8", "--json", json, "--csv", csv}));
+  done = true;
+  remover.join();
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("(the sweep goes on; the exports are rewritten after each point and at the end)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("batchsweep: error: --json: " + json), std::string::npos) << r.err;
+  // Every batch was measured and printed, and the CSV that could be written holds them all.
+  for (const char* row : {"\n    1 ", "\n    2 ", "\n    4 ", "\n    8 "})
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
+  std::ifstream in(csv);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 5) << text;  // a header and 4 points
+}
+
 // stdout by another name (/dev/stdout, /proc/self/fd/1; here the file the test redirects stdout to) is
 // stdout: the JSON alone goes there, the table to stderr, and nothing is renamed over the name.
 TEST(Run, JsonToStdoutByAnotherNameIsJsonToStdout) {
