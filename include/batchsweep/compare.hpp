@@ -145,8 +145,19 @@ struct CompareResult {
 // large), and the baseline's answer under its latency budget where a run with the same budget (milliseconds
 // and percentile) has a step time there, at that percentile, more than pct% over the budget (a different
 // answer under the budget is only a note: it moves with latency noise).
+struct Regression {
+  std::string kind;  // "slower", "failed", "lost_fit" or "latency_budget"
+  size_t run = 0;    // index into CompareResult::runs, >= 1
+  int64_t batch = 0;
+  int64_t accumulation = 1;
+  std::string text;  // the line regressions() gives
+};
+[[nodiscard]] std::vector<Regression> find_regressions(const CompareResult& result, double pct);
 [[nodiscard]] std::vector<std::string> regressions(const CompareResult& result, double pct);
 [[nodiscard]] bool has_regression(const CompareResult& result, double pct);
+// The gate's JSON for a script: {kind, run (its name), batch, accumulation, message} per regression.
+[[nodiscard]] nlohmann::json regressions_json(const CompareResult& result,
+                                              const std::vector<Regression>& found);
 
 // Console table: per batch the throughput of each run, B/A and the verdict; the geometric-mean row; then each
 // run's knee, max fit and recommendation. ANSI colors (faster green, slower red) when `color`.

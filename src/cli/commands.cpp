@@ -1075,6 +1075,12 @@ int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& ar
   return kExitOk;
 }
 
+std::vector<std::string> regressions_text(const std::vector<Regression>& found) {
+  std::vector<std::string> lines;
+  for (const Regression& r : found) lines.push_back(r.text);
+  return lines;
+}
+
 int compare_command(const CompareSettings& input) {
   CompareSettings s = input;
   s.json_path = resolve_export_path(s.json_path, "--json");
@@ -1106,7 +1112,7 @@ int compare_command(const CompareSettings& input) {
   // Not only in the table: a CI gate given one file twice passes, and its log should say why.
   for (const std::string& note : result.same_run_notes)
     std::fprintf(stderr, "batchsweep: warning: %s\n", note.c_str());
-  std::vector<std::string> found;
+  std::vector<Regression> found;
   if (s.fail_on_regression_pct) {
     // A run that did not finish lacks batches for no reason of its own: the gate would pass them unjudged.
     for (const RunSummary& run : result.runs) {
@@ -1116,7 +1122,7 @@ int compare_command(const CompareSettings& input) {
             "(run it again, or pass --allow-incomplete to judge the batches it holds)",
             *s.fail_on_regression_pct, run.name, incomplete_why(run)));
     }
-    found = regressions(result, *s.fail_on_regression_pct);
+    found = find_regressions(result, *s.fail_on_regression_pct);
     // A gate that compared nothing must not pass: no batch in every run, or none that ran in every run. An
     // input error, said before any export is written.
     const bool compared = std::any_of(result.rows.begin(), result.rows.end(), [](const CompareRow& row) {
@@ -1138,7 +1144,8 @@ int compare_command(const CompareSettings& input) {
     if (s.fail_on_regression_pct)
       doc["gate"] = {{"fail_on_regression_pct", *s.fail_on_regression_pct},
                      {"passed", found.empty()},
-                     {"regressions", found}};
+                     {"regressions", regressions_text(found)},
+                     {"findings", regressions_json(result, found)}};
     write_output(s.json_path, doc.dump(2) + "\n");
   }
   // An export on stdout keeps it to itself; the table then goes to stderr, as run's does.
@@ -1147,7 +1154,7 @@ int compare_command(const CompareSettings& input) {
   else
     std::fputs(format_compare(result, color_allowed(STDOUT_FILENO)).c_str(), stdout);
   if (s.fail_on_regression_pct) {
-    for (const std::string& line : found) std::fprintf(stderr, "batchsweep: regression: %s\n", line.c_str());
+    for (const Regression& r : found) std::fprintf(stderr, "batchsweep: regression: %s\n", r.text.c_str());
     if (found.empty()) return kExitOk;
     return kExitRegression;
   }

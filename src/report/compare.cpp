@@ -686,9 +686,9 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   return result;
 }
 
-std::vector<std::string> regressions(const CompareResult& result, double pct) {
+std::vector<Regression> find_regressions(const CompareResult& result, double pct) {
   const double min_ratio = 1 - pct / 100;
-  std::vector<std::string> found;
+  std::vector<Regression> found;
   for (const auto& row : result.rows) {
     const std::string batch = batch_label(row.batch, row.accumulation);
     for (size_t i = 0; i < row.deltas.size(); ++i) {
@@ -696,19 +696,22 @@ std::vector<std::string> regressions(const CompareResult& result, double pct) {
       const CompareCell& base = row.runs.front();
       const CompareCell& run = row.runs[i + 1];
       if (d.verdict == Verdict::slower && d.ratio < min_ratio)
-        found.push_back(
+        found.push_back(Regression{
+            "slower", i + 1, row.batch, row.accumulation,
             fmt::format("batch {}: {} is {:.1f}% slower than A {}", batch, letter(i + 1), (1 - d.ratio) * 100,
                         d.from_mean      ? "beyond its mean's noise (Welch's t; the ranks did not move)"
                         : d.from_samples ? "beyond noise"
                         : d.few_samples  ? "(too few samples for the test; beyond the means' noise)"
-                                         : "(no samples to test against noise)"));
+                                         : "(no samples to test against noise)")});
       else if (base.status == PointStatus::ok && run.status != PointStatus::ok)
-        found.push_back(fmt::format("batch {}: ran in A, {} in {}{}", batch, to_string(run.status),
-                                    letter(i + 1),
-                                    run.reason.empty() ? "" : fmt::format(" ({})", run.reason)));
+        found.push_back(Regression{
+            "failed", i + 1, row.batch, row.accumulation,
+            fmt::format("batch {}: ran in A, {} in {}{}", batch, to_string(run.status), letter(i + 1),
+                        run.reason.empty() ? "" : fmt::format(" ({})", run.reason))});
     }
   }
-  for (const LostFit& f : result.lost_fits) found.push_back(lost_fit_text(f));
+  for (const LostFit& f : result.lost_fits)
+    found.push_back(Regression{"lost_fit", f.run, f.batch, f.accumulation, lost_fit_text(f)});
   // The baseline's answer under its latency budget, where a run with the same budget swept that batch too
   // and its latency there is over the budget by more than PCT%: a tail-latency regression at the batch served
   // (the mean may not move). Within PCT% it is the noise at the budget's edge, and only the note says it.
@@ -721,16 +724,34 @@ std::vector<std::string> regressions(const CompareResult& result, double pct) {
       for (size_t i = 1; i < row.runs.size(); ++i) {
         const std::optional<double> latency = row.runs[i].budget_latency_ms;
         if (!same_budget(base, result.runs[i]) || !latency || *latency <= budget * (1 + pct / 100)) continue;
-        found.push_back(
+        found.push_back(Regression{
+            "latency_budget", i, row.batch, row.accumulation,
             fmt::format("batch {} (A's answer under the {:g} ms {} budget): {}'s {} is {:.4g} ms, {:.1f}% "
                         "over the budget "
                         "(A {:.4g} ms)",
                         batch_label(row.batch, row.accumulation), budget, name, letter(i), name, *latency,
-                        (*latency / budget - 1) * 100, *row.runs.front().budget_latency_ms));
+                        (*latency / budget - 1) * 100, *row.runs.front().budget_latency_ms)});
       }
     }
   }
   return found;
+}
+
+std::vector<std::string> regressions(const CompareResult& result, double pct) {
+  std::vector<std::string> lines;
+  for (Regression& r : find_regressions(result, pct)) lines.push_back(std::move(r.text));
+  return lines;
+}
+
+nlohmann::json regressions_json(const CompareResult& result, const std::vector<Regression>& found) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Regression& r : found)
+    out.push_back({{"kind", r.kind},
+                   {"run", r.run < result.runs.size() ? result.runs[r.run].name : std::string()},
+                   {"batch", r.batch},
+                   {"accumulation", r.accumulation},
+                   {"message", r.text}});
+  return out;
 }
 
 bool has_regression(const CompareResult& result, double pct) {

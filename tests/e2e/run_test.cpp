@@ -781,6 +781,16 @@ TEST(Compare, ABatchThatStopsFittingFailsTheGateAndIsNamed) {
             std::string::npos)
       << r.err;
   EXPECT_EQ(r.err.find("regression: batch 512"), std::string::npos) << r.err;
+  // In the JSON each finding has fields a script can read without parsing the message.
+  const std::string gate = (dir / "gate.json").string();
+  EXPECT_EQ(run({"compare", a, b, "--fail-on-regression", "50", "--json", gate}).exit_code, 3);
+  const nlohmann::json findings = read_json(gate)["gate"]["findings"];
+  ASSERT_EQ(findings.size(), 1u) << findings.dump();
+  EXPECT_EQ(findings[0]["kind"], "failed");
+  EXPECT_EQ(findings[0]["run"], b);
+  EXPECT_EQ(findings[0]["batch"], 1024);
+  EXPECT_EQ(findings[0]["accumulation"], 1);
+  EXPECT_EQ(findings[0]["message"], read_json(gate)["gate"]["regressions"][0]);
   const Result reverse = run({"compare", b, a, "--fail-on-regression", "50"});
   EXPECT_EQ(reverse.exit_code, 0) << reverse.err;
   EXPECT_EQ(reverse.err.find("regression"), std::string::npos) << reverse.err;

@@ -335,6 +335,14 @@ TEST(Compare, ABatchThatStopsFittingIsARegression) {
   const auto slower = regressions(compare_pair(a, sped_up(a, 0.9)), 5.0);
   ASSERT_FALSE(slower.empty());
   EXPECT_THAT(slower[0], HasSubstr("B is 10.0% slower than A beyond noise"));
+  // The structured findings carry the same lines with their kind, run and batch.
+  const auto found = find_regressions(compare_pair(a, b), 50.0);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].kind, "failed");
+  EXPECT_EQ(found[0].run, 1u);
+  EXPECT_EQ(found[0].batch, 128);
+  EXPECT_EQ(found[0].text, lines[0]);
+  EXPECT_EQ(find_regressions(compare_pair(a, sped_up(a, 0.9)), 5.0).front().kind, "slower");
 }
 
 // --batch auto puts each run's edge where its memory ran out, so the baseline's max fit and the candidate's
@@ -365,6 +373,11 @@ TEST(Compare, AnUnfitBatchBelowTheBaselinesMaxFitIsARegression) {
   EXPECT_EQ(j["lost_fits"][0]["batch"], 112);
   EXPECT_EQ(j["lost_fits"][0]["baseline_max_fit"], 128);
   EXPECT_EQ(j["lost_fits"][0]["run"], "b.json");
+  const auto found = find_regressions(result, 5.0);
+  ASSERT_FALSE(found.empty());
+  EXPECT_EQ(found.back().kind, "lost_fit");
+  EXPECT_EQ(found.back().batch, 112);
+  EXPECT_EQ(regressions_json(result, found).back()["run"], "b.json");
   // The other way round, 112 ran in neither, and A's unfit batches are not the candidate's regressions.
   EXPECT_TRUE(compare_pair(b, a).lost_fits.empty());
   // A batch the candidate also ran ok (a retry) is not lost.
