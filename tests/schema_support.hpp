@@ -32,10 +32,16 @@ inline const std::string& python_with_jsonschema() {
 inline constexpr const char* kNoJsonschema =
     "no python3 with the jsonschema module (Debian: python3-jsonschema; scripts/bootstrap.sh installs it)";
 
+// 0 when the file is valid against configs/schema/<schema>, 1 when not (the errors on stderr), other values
+// when the check failed.
+inline int validate_file(const std::string& schema, const std::filesystem::path& file) {
+  return shell_status(python_with_jsonschema() + " '" + BSW_SOURCE_DIR + "/tests/validate_schema.py' '" +
+                      BSW_SOURCE_DIR + "/configs/schema/" + schema + "' '" + file.string() + "'");
+}
+
 // 0 when the file is a valid report, 1 when not (the errors on stderr), other values when the check failed.
 inline int validate_report_file(const std::filesystem::path& file) {
-  return shell_status(python_with_jsonschema() + " '" + BSW_SOURCE_DIR + "/tests/validate_schema.py' '" +
-                      BSW_SOURCE_DIR + "/configs/schema/report-v1.schema.json' '" + file.string() + "'");
+  return validate_file("report-v1.schema.json", file);
 }
 
 }  // namespace bsw::testing

@@ -791,6 +791,9 @@ TEST(Compare, ABatchThatStopsFittingFailsTheGateAndIsNamed) {
   EXPECT_EQ(findings[0]["batch"], 1024);
   EXPECT_EQ(findings[0]["accumulation"], 1);
   EXPECT_EQ(findings[0]["message"], read_json(gate)["gate"]["regressions"][0]);
+  if (!testing::python_with_jsonschema().empty()) {
+    EXPECT_EQ(testing::validate_file("compare-v1.schema.json", gate), 0) << read_json(gate).dump(2);
+  }
   const Result reverse = run({"compare", b, a, "--fail-on-regression", "50"});
   EXPECT_EQ(reverse.exit_code, 0) << reverse.err;
   EXPECT_EQ(reverse.err.find("regression"), std::string::npos) << reverse.err;

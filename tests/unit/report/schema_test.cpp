@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "batchsweep/compare.hpp"
 #include "batchsweep/files.hpp"
 #include "batchsweep/printers.hpp"
 #include "golden/sample_report.hpp"
@@ -59,6 +60,39 @@ TEST_F(Schema, EveryOptionalSectionIsValid) {
   r.points[1].status = PointStatus::error;
   r.points[1].reason = "loss is NaN";
   EXPECT_EQ(validate(r, "full.json"), 0);
+}
+
+// compare --json against configs/schema/compare-v1.schema.json: verdicts, an oom cell, a lost fit, a
+// recommendation with accumulation, a latency budget and the gate, as compare_command adds it.
+TEST_F(Schema, CompareJsonIsValid) {
+  Report a = testing::sample_report();
+  a.analysis.recommended_accumulation = 2;
+  Report b = testing::sample_candidate();
+  for (Point& p : b.points)
+    if (p.batch == 128) {
+      p.status = PointStatus::oom;
+      p.samples_per_second = 0;
+      p.samples_ms.clear();
+    }
+  CompareOptions options;
+  options.names = {"a.json", "b.json"};
+  const CompareResult result = compare_reports({a, b}, options);
+  nlohmann::json doc = to_json(result);
+  const std::vector<Regression> found = find_regressions(result, 5.0);
+  ASSERT_FALSE(found.empty());
+  doc["gate"] = {{"fail_on_regression_pct", 5.0},
+                 {"passed", false},
+                 {"regressions", regressions(result, 5.0)},
+                 {"findings", regressions_json(result, found)}};
+  const fs::path file =
+      fs::temp_directory_path() / ("bsw_schema_" + std::to_string(::getpid()) + "_cmp.json");
+  write_file_atomic(file.string(), doc.dump(2));
+  EXPECT_EQ(testing::validate_file("compare-v1.schema.json", file), 0) << doc.dump(2);
+  // And it catches a wrong one.
+  doc["rows"][0]["deltas"][0]["verdict"] = "better";
+  write_file_atomic(file.string(), doc.dump(2));
+  EXPECT_EQ(testing::validate_file("compare-v1.schema.json", file), 1);
+  fs::remove(file);
 }
 
 TEST_F(Schema, CatchesAWrongDocument) {
