@@ -23,9 +23,9 @@ struct PlanSummary {
 
 // {model, parameters, flops_per_sample {forward, train}, precision, mode, accumulation, backend, points:
 // [{batch, effective_batch, flops_per_step, memory {total_bytes, parameters, master_weights, gradients,
-// optimizer_state, saved_activations, transient, workspace, data}, buffers?}], memory_bytes, safety_fraction,
-// max_fit_batch, max_fit_effective_batch (with accumulation)}; paths {attention, conv} for cuda, each null
-// where the model has no such layer
+// optimizer_state, saved_activations, transient, workspace, data}, fits? (with --memory), buffers?}],
+// memory_bytes, safety_fraction, max_fit_batch, max_fit_effective_batch (with accumulation)}; paths
+// {attention, conv} for cuda, each null where the model has no such layer
 [[nodiscard]] nlohmann::json plan_to_json(const PlanSummary& summary);
 
 // Header lines (model, parameters, FLOPs) and a table with one row per batch, itemised memory and the total.

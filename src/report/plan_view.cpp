@@ -46,6 +46,12 @@ ModelPaths layer_kinds(const Graph& g) {
   return has;
 }
 
+// With --memory: whether the plan fits the budget (its total within the safety fraction of it). Memory
+// grows with the batch, so that is every batch up to max_fit_batch.
+bool fits_budget(const PlanSummary& s, const Plan& p) {
+  return s.max_fit_batch && p.request.batch <= *s.max_fit_batch;
+}
+
 }  // namespace
 
 nlohmann::json plan_to_json(const PlanSummary& s) {
@@ -73,6 +79,7 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
                             {"effective_batch", p.request.batch * p.request.accumulation},
                             {"flops_per_step", p.flops_per_step},
                             {"memory", memory_json(p.memory)}};
+    if (s.memory_bytes) point["fits"] = fits_budget(s, p);
     if (s.with_buffers) {
       nlohmann::json buffers = nlohmann::json::array();
       for (const BufferSpec& b : p.buffers) {
@@ -131,6 +138,9 @@ std::string format_plan_table(const PlanSummary& s) {
   // With accumulation, the effective batch each micro-batch makes (what the optimizer step sees).
   const bool accumulates = !s.plans.empty() && s.plans.front().request.accumulation > 1;
   if (accumulates) t.headers.insert(t.headers.begin() + 1, "effective");
+  // With --memory, whether each batch fits it (memory grows with the batch: up to max_fit_batch).
+  const bool budget = s.memory_bytes.has_value();
+  if (budget) t.headers.push_back("fits");
   t.align.assign(t.headers.size(), Align::right);
   for (const Plan& p : s.plans) {
     const MemoryBreakdown& m = p.memory;
@@ -142,6 +152,7 @@ std::string format_plan_table(const PlanSummary& s) {
     if (accumulates)
       t.rows.back().insert(t.rows.back().begin() + 1,
                            std::to_string(p.request.batch * p.request.accumulation));
+    if (budget) t.rows.back().push_back(fits_budget(s, p) ? "yes" : "no");
   }
   for (const std::string& line : report_format::render_lines(t)) out += line + "\n";
   if (s.with_buffers) {

@@ -1600,6 +1600,20 @@ TEST(Plan, MemoryThatHoldsEveryBatchSaysSo) {
   const Result small_json = run({"plan", "--model", "mlp", "--memory", "1GiB", "--json", "-"});
   ASSERT_EQ(small_json.exit_code, 0) << small_json.err;
   EXPECT_EQ(nlohmann::json::parse(small_json.out)["memory_limits_batch"], true);
+  // Each listed batch says whether it fits, in the table and in the JSON, as max_fit_batch draws the line.
+  const Result listed =
+      run({"plan", "--model", "mlp", "--memory", "1GiB", "--batch", "1,16777216", "--json", "-"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  const nlohmann::json points = nlohmann::json::parse(listed.out)["points"];
+  EXPECT_EQ(points[0]["fits"], true);
+  EXPECT_EQ(points[1]["fits"], false);
+  const Result table = run({"plan", "--model", "mlp", "--memory", "1GiB", "--batch", "1,16777216"});
+  EXPECT_NE(table.out.find(" fits\n"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find(" yes\n"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find(" no\n"), std::string::npos) << table.out;
+  EXPECT_FALSE(
+      nlohmann::json::parse(run({"plan", "--model", "mlp", "--json", "-"}).out)["points"][0].contains(
+          "fits"));
 }
 
 // With accumulation the table gives the effective batch each micro-batch makes; without, no such column.
