@@ -85,6 +85,7 @@ struct CompareDelta {
   // from_samples, "same", and a test significant (p < alpha / 2) on a change within the minimum effect: a
   // real but negligible change, shown "same (under 1%; p=…)" so the small p does not read as a change.
   bool under_min_effect = false;
+  std::optional<double> under_min_effect_p;  // the p of the test that was significant, shown with it
   // The geometric mean's verdict also held the change to the means' combined noise (every row had samples).
   bool noise_checked = false;
 };

@@ -335,6 +335,9 @@ class ProgressPrinter : public SweepObserver {
   void on_point_done(const Point& point, const std::vector<Point>& all_so_far) override;
   [[nodiscard]] bool should_stop() override;
   void on_sweep_end(bool interrupted) override;
+  // Prints one line on its own (a warning during the sweep), clearing the progress line first; also when
+  // quiet.
+  void note(const std::string& line);
   // Redraws the current point's line with the time so far; nothing between points, off a terminal, or quiet.
   // The ticker thread calls it every tick_s.
   void tick();

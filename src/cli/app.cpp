@@ -103,6 +103,11 @@ std::string parse_number(const std::string& text, double& v) {
   try {
     // Decimal only: std::stod also reads hexadecimal ("0x10" would be 16).
     if (text.find_first_of("xXpP") != std::string::npos) return fmt::format("'{}' is not a number", text);
+    // CLI11 reads a whole number with a leading zero as octal ("010" would be 8).
+    const size_t digits = text.find_first_not_of("+-");
+    if (digits != std::string::npos && digits + 1 < text.size() && text[digits] == '0' &&
+        std::isdigit(static_cast<unsigned char>(text[digits + 1])) != 0)
+      return fmt::format("'{}' has a leading zero (write it without)", text);
     size_t used = 0;
     v = std::stod(text, &used);
     if (used == text.size() && std::isfinite(v)) return {};
@@ -289,6 +294,7 @@ int run_app(int argc, char** argv) {
           "--device", run.device,
           "cuda: the GPU to sweep (0-based, as CUDA numbers them after CUDA_VISIBLE_DEVICES; default 0)")
       ->type_name("N")
+      ->check(non_negative())
       ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   run_cmd->add_option("--script", run.script, "Step-time script for --backend scripted (testing)")
       ->type_name("FILE");
@@ -461,6 +467,7 @@ int run_app(int argc, char** argv) {
       ->add_option("--device", devices.device,
                    "With --calibrate: the CUDA device to measure (0-based, as CUDA numbers them)")
       ->type_name("N")
+      ->check(non_negative())
       ->check(CLI::Range(0, std::numeric_limits<int>::max()))
       ->needs(calibrate_flag)
       ->capture_default_str();

@@ -302,22 +302,27 @@ void print_warnings(const std::vector<std::string>& warnings) {
 }
 
 // Writes every export; one that fails does not keep the others from being written (so those that can be
-// stay in step), and the first failure is thrown after all were tried.
-void write_exports(const Report& report, const ExportSettings& e, bool final) {
-  std::exception_ptr failed;
+// stay in step). Afterwards, one Error naming every export that failed (`failed_flags` gets their flags).
+void write_exports(const Report& report, const ExportSettings& e, bool final,
+                   std::set<std::string>* failed_flags = nullptr) {
+  std::vector<std::string> failures;
   const auto attempt = [&](std::string_view flag, const std::string& path,
                            const std::function<std::string()>& format) {
     try {
       write_export(flag, path, format, final);
-    } catch (const Error&) {
-      if (!failed) failed = std::current_exception();
+    } catch (const Error& error) {
+      failures.emplace_back(error.what());
+      if (failed_flags != nullptr) failed_flags->insert(std::string(flag));
     }
   };
   if (e.json_path != "-") attempt("--json", e.json_path, [&] { return format_json(report); });
   attempt("--csv", e.csv_path, [&] { return format_csv(report); });
   attempt("--markdown", e.markdown_path, [&] { return format_markdown(report); });
   attempt("--svg", e.svg_path, [&] { return format_svg(report); });
-  if (failed) std::rethrow_exception(failed);
+  if (failures.empty()) return;
+  std::string message = failures.front();
+  for (size_t i = 1; i < failures.size(); ++i) message += "; and " + failures[i];
+  throw Error(message);
 }
 
 // Data on stdout: the JSON when --json -, else the console table; the table then goes to stderr. An export
@@ -436,20 +441,29 @@ class ExportingObserver final : public SweepObserver {
     // An export that cannot be rewritten (a full disk, a directory made read-only) does not stop the
     // measurement: said once, recorded, and tried again after each point and at the end (exit 1 if that
     // fails too).
+    std::set<std::string> failing;
     try {
-      write_exports(report_, exports_, false);
+      write_exports(report_, exports_, false, &failing);
     } catch (const Error& e) {
-      if (!export_failed_) {
+      // Said once per export that starts failing, on its own line (not into the progress line).
+      const bool new_failure = std::any_of(failing.begin(), failing.end(),
+                                           [&](const std::string& flag) { return !warned_.contains(flag); });
+      if (new_failure) {
         const std::string warning = fmt::format(
             "after batch {}, {} (the sweep goes on; the exports are rewritten after each point and at the "
             "end)",
             batch_label(point.batch, point.accumulation), e.what());
-        print_warnings({warning});
+        const bool color = color_allowed(STDERR_FILENO);
+        progress_.note(
+            fmt::format("{}warning:{} {}", color ? "\033[33m" : "", color ? "\033[0m" : "", warning));
         report_.warnings.push_back(warning);
+        said_.insert(warning);
+        warned_.insert(failing.begin(), failing.end());
       }
-      export_failed_ = true;
     }
   }
+  // The warnings already said on stderr during the sweep: not repeated after it.
+  [[nodiscard]] const std::set<std::string>& said() const { return said_; }
   bool should_stop() override { return progress_.should_stop(); }
   void on_sweep_end(bool interrupted) override { progress_.on_sweep_end(interrupted); }
   // (batch, accumulation) of every point the sweep finished (measured, taken from --resume, or unfit).
@@ -476,7 +490,8 @@ class ExportingObserver final : public SweepObserver {
   const ExportSettings& exports_;
   AnalysisOptions options_;
   std::set<std::pair<int64_t, int64_t>> swept_;
-  bool export_failed_ = false;
+  std::set<std::string> warned_;  // the export flags whose failure was said
+  std::set<std::string> said_;
   ProgressPrinter progress_;
 };
 
@@ -646,6 +661,8 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
       return fmt::format(
           "its resolved model (settings.model) differs from this run's at {}: {} there, {} here ({})",
           where.empty() ? std::string("the top") : where, value_before, value_now, setting.flag);
+    if (std::string_view(setting.key) == "model")  // one side has none: a whole model is too long to quote
+      return fmt::format("its resolved model (settings.model) differs from this run's ({})", setting.flag);
     return fmt::format("its settings.{} is {}, this run's is {} ({})", setting.key, shown(before),
                        shown(here), setting.flag);
   }
@@ -942,8 +959,12 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   if (auto w = batchnorm_split_warning(graph, sweep.mode, report.analysis)) report.warnings.push_back(*w);
   // The console table ends with the warnings; say them on stderr too when that table is not on a terminal.
   // Not where stderr goes to the same file or pipe as stdout (`> log 2>&1`): the table there holds them.
-  if (exports.json_path != "-" && !isatty(fileno(stdout)) && !same_target(STDOUT_FILENO, STDERR_FILENO))
-    print_warnings(report.warnings);
+  if (exports.json_path != "-" && !isatty(fileno(stdout)) && !same_target(STDOUT_FILENO, STDERR_FILENO)) {
+    std::vector<std::string> unsaid;  // not again what the sweep said as it happened
+    for (const std::string& w : report.warnings)
+      if (!observer.said().contains(w)) unsaid.push_back(w);
+    print_warnings(unsaid);
+  }
   print_final(report, exports);
   if (outcome.interrupted) return sig == SIGTERM ? 143 : kExitInterrupted;
   // Out of memory is a measurement, and the report says it; but a script that reads only the exit code

@@ -149,6 +149,7 @@ CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions
     // the reverse): neither direction is the change, and the shown p is the rank test's.
     d.median_and_mean_disagree = d.verdict == Verdict::same && effect && test.p_value < half_alpha && !agrees;
     d.under_min_effect = d.verdict == Verdict::same && !effect && (shifted || mean_moved);
+    if (d.under_min_effect) d.under_min_effect_p = shifted ? test.p_value : welch.p_value;
   } else {
     d.verdict = effect ? direction(d.ratio) : Verdict::same;
   }
@@ -375,7 +376,7 @@ std::string verdict_text(const CompareDelta& d, double min_effect_pct,
     return fmt::format("{} (mean; p={:.2g})", to_string(d.verdict), d.mean_p_value.value_or(1.0));
   if (d.under_min_effect)
     return fmt::format("{} (under {}%; p={:.2g})", to_string(d.verdict), min_effect_pct,
-                       std::min(d.p_value.value_or(1.0), d.mean_p_value.value_or(1.0)));
+                       d.under_min_effect_p.value_or(1.0));
   return fmt::format("{} (p={:.2g}{})", to_string(d.verdict), d.p_value.value_or(1.0),
                      d.median_and_mean_disagree ? "; median and mean disagree" : "");
 }

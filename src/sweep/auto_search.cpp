@@ -232,8 +232,9 @@ class AutoSearch {
     }
     // The plan put the edge between the multiple of 8 timed and the over-budget batch: the batches between
     // fit the plan but were not timed. Said, so max fit does not read as if the edge were unknown.
+    const Point* timed = runner_.find(lo, accumulation_);
     if (plan_edge && hi == *plan_edge + 1 && hi_kind == Fit::over_limit && lo < *plan_edge &&
-        runner_.find(lo, accumulation_))
+        timed != nullptr && timed->status == PointStatus::ok)
       runner_.set_untimed_fit(UntimedFit{
           *plan_edge, fmt::format("by the plan, which is over the memory budget at {}; not timed: near the "
                                   "edge the search times multiples of 8",

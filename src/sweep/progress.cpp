@@ -242,6 +242,13 @@ void ProgressPrinter::on_point_done(const Point& point, const std::vector<Point>
   std::fflush(stream_);
 }
 
+void ProgressPrinter::note(const std::string& line) {
+  const std::lock_guard lock(ticker_->mutex);
+  clear_line();
+  fmt::print(stream_, "{}\n", line);
+  std::fflush(stream_);
+}
+
 bool ProgressPrinter::should_stop() {
   return options_.stop_requested && options_.stop_requested();
 }

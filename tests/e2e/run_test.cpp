@@ -202,7 +202,8 @@ TEST(Run, AnExportThatFailsMidSweepLetsTheSweepFinish) {
     std::error_code ec;
     std::filesystem::remove_all(sub, ec);
   });
-  const Result r = run(scripted_run("sleepy.json", {"--batch", "1,2,4,8", "--json", json, "--csv", csv}));
+  const Result r =
+      run(scripted_run("sleepy.json", {"--batch", "1,2,4,8,16,32", "--json", json, "--csv", csv}));
   done = true;
   remover.join();
   EXPECT_EQ(r.exit_code, 1) << r.err;
@@ -211,11 +212,37 @@ TEST(Run, AnExportThatFailsMidSweepLetsTheSweepFinish) {
       << r.err;
   EXPECT_NE(r.err.find("batchsweep: error: --json: " + json), std::string::npos) << r.err;
   // Every batch was measured and printed, and the CSV that could be written holds them all.
-  for (const char* row : {"\n    1 ", "\n    2 ", "\n    4 ", "\n    8 "})
+  for (const char* row : {"\n    1 ", "\n    2 ", "\n    4 ", "\n    8 ", "\n   16 ", "\n   32 "})
     EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
   std::ifstream in(csv);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 5) << text;  // a header and 4 points
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 7) << text;  // a header and 6 points
+  // Said once, not again after the sweep.
+  size_t said = 0;
+  for (size_t at = r.err.find("the sweep goes on"); at != std::string::npos;
+       at = r.err.find("the sweep goes on", at + 1))
+    ++said;
+  EXPECT_EQ(said, 1u) << r.err;
+
+  // Two exports failing are both named.
+  ScratchDir both;
+  const std::filesystem::path gone = both / "gone";
+  std::filesystem::create_directory(gone);
+  const std::string json2 = (gone / "r.json").string(), md2 = (gone / "r.md").string();
+  std::atomic<bool> finished = false;
+  std::thread remove_both([&] {
+    while (!finished && !std::filesystem::exists(md2))
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::error_code ec;
+    std::filesystem::remove_all(gone, ec);
+  });
+  const Result r2 =
+      run(scripted_run("sleepy.json", {"--batch", "1,2,4,8,16,32", "--json", json2, "--markdown", md2}));
+  finished = true;
+  remove_both.join();
+  EXPECT_EQ(r2.exit_code, 1) << r2.err;
+  EXPECT_NE(r2.err.find("batchsweep: error: --json: " + json2), std::string::npos) << r2.err;
+  EXPECT_NE(r2.err.find("; and --markdown: " + md2), std::string::npos) << r2.err;
 }
 
 // stdout by another name (/dev/stdout, /proc/self/fd/1; here the file the test redirects stdout to) is
