@@ -188,24 +188,34 @@ TEST(Run, AnExportIntoAPipeNobodyReadsFailsInsteadOfHanging) {
       << r.err;
 }
 
-// An export that can no longer be written mid-sweep (its directory removed; as root, which CI runs as, a
-// read-only directory would not stop it) does not stop the measurement: a warning, the other exports kept in
-// step, the table printed, and exit 1 naming the export at the end.
+// Runs the scripted sleepy sweep over 1..32 with `exports`, removing `dir` (where some exports go) as soon as
+// `first` is written: those exports then fail for the rest of the sweep. (As root, which CI runs as, a
+// read-only directory would not stop a write.)
+Result sweep_losing_a_directory(const std::filesystem::path& dir, const std::string& first,
+                                const std::vector<std::string>& exports) {
+  std::atomic<bool> done = false;
+  std::thread remover([&] {
+    while (!done && !std::filesystem::exists(first))
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  });
+  std::vector<std::string> extra = {"--batch", "1,2,4,8,16,32"};
+  extra.insert(extra.end(), exports.begin(), exports.end());
+  const Result r = run(scripted_run("sleepy.json", extra));
+  done = true;
+  remover.join();
+  return r;
+}
+
+// An export that can no longer be written mid-sweep does not stop the measurement: a warning, the other
+// exports kept in step, the table printed, and exit 1 naming the export at the end.
 TEST(Run, AnExportThatFailsMidSweepLetsTheSweepFinish) {
   ScratchDir dir;
   const std::filesystem::path sub = dir / "sub";
   std::filesystem::create_directory(sub);
   const std::string json = (sub / "r.json").string(), csv = (dir / "r.csv").string();
-  std::atomic<bool> done = false;
-  std::thread remover([&] {
-    while (!done && !std::filesystem::exists(json)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    std::error_code ec;
-    std::filesystem::remove_all(sub, ec);
-  });
-  const Result r =
-      run(scripted_run("sleepy.json", {"--batch", "1,2,4,8,16,32", "--json", json, "--csv", csv}));
-  done = true;
-  remover.join();
+  const Result r = sweep_losing_a_directory(sub, json, {"--json", json, "--csv", csv});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("(the sweep goes on; the exports are rewritten after each point and at the end)"),
             std::string::npos)
@@ -229,17 +239,7 @@ TEST(Run, AnExportThatFailsMidSweepLetsTheSweepFinish) {
   const std::filesystem::path gone = both / "gone";
   std::filesystem::create_directory(gone);
   const std::string json2 = (gone / "r.json").string(), md2 = (gone / "r.md").string();
-  std::atomic<bool> finished = false;
-  std::thread remove_both([&] {
-    while (!finished && !std::filesystem::exists(md2))
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    std::error_code ec;
-    std::filesystem::remove_all(gone, ec);
-  });
-  const Result r2 =
-      run(scripted_run("sleepy.json", {"--batch", "1,2,4,8,16,32", "--json", json2, "--markdown", md2}));
-  finished = true;
-  remove_both.join();
+  const Result r2 = sweep_losing_a_directory(gone, md2, {"--json", json2, "--markdown", md2});
   EXPECT_EQ(r2.exit_code, 1) << r2.err;
   EXPECT_NE(r2.err.find("batchsweep: error: --json: " + json2), std::string::npos) << r2.err;
   EXPECT_NE(r2.err.find("; and --markdown: " + md2), std::string::npos) << r2.err;
