@@ -155,6 +155,8 @@ struct Regression {
 };
 [[nodiscard]] std::vector<Regression> find_regressions(const CompareResult& result, double pct);
 [[nodiscard]] std::vector<std::string> regressions(const CompareResult& result, double pct);
+// The lines of found regressions, as regressions() gives them.
+[[nodiscard]] std::vector<std::string> regression_lines(const std::vector<Regression>& found);
 [[nodiscard]] bool has_regression(const CompareResult& result, double pct);
 // The gate's JSON for a script: {kind, run (its name), batch, accumulation, message} per regression.
 [[nodiscard]] nlohmann::json regressions_json(const CompareResult& result,

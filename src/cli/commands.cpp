@@ -1096,12 +1096,6 @@ int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& ar
   return kExitOk;
 }
 
-std::vector<std::string> regressions_text(const std::vector<Regression>& found) {
-  std::vector<std::string> lines;
-  for (const Regression& r : found) lines.push_back(r.text);
-  return lines;
-}
-
 int compare_command(const CompareSettings& input) {
   CompareSettings s = input;
   s.json_path = resolve_export_path(s.json_path, "--json");
@@ -1165,7 +1159,7 @@ int compare_command(const CompareSettings& input) {
     if (s.fail_on_regression_pct)
       doc["gate"] = {{"fail_on_regression_pct", *s.fail_on_regression_pct},
                      {"passed", found.empty()},
-                     {"regressions", regressions_text(found)},
+                     {"regressions", regression_lines(found)},
                      {"findings", regressions_json(result, found)}};
     write_output(s.json_path, doc.dump(2) + "\n");
   }

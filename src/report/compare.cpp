@@ -738,10 +738,14 @@ std::vector<Regression> find_regressions(const CompareResult& result, double pct
   return found;
 }
 
-std::vector<std::string> regressions(const CompareResult& result, double pct) {
+std::vector<std::string> regression_lines(const std::vector<Regression>& found) {
   std::vector<std::string> lines;
-  for (Regression& r : find_regressions(result, pct)) lines.push_back(std::move(r.text));
+  for (const Regression& r : found) lines.push_back(r.text);
   return lines;
+}
+
+std::vector<std::string> regressions(const CompareResult& result, double pct) {
+  return regression_lines(find_regressions(result, pct));
 }
 
 nlohmann::json regressions_json(const CompareResult& result, const std::vector<Regression>& found) {
