@@ -25,7 +25,8 @@ namespace {
 constexpr const char* kExitCodes =
     "Exit codes: 0 success; 1 runtime failure; 2 usage, config or input error; 3 regression found by "
     "compare;\n"
-    "4 run finished but no batch ran ok (all oom, over_limit or error; the report is written);\n"
+    "4 nothing to recommend: no batch ran ok (all oom, over_limit or error), or none meets --latency-slo\n"
+    "  (the report is written);\n"
     "130 interrupted by SIGINT (143 SIGTERM) - the report of finished points is still written.";
 
 // CLI11 says "The following arguments were not expected: 1,2,4 --batches" for a mistyped flag: name the

@@ -393,7 +393,8 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
         {"timeout_s", w.stopping.timeout_s},
         {"max_samples", w.stopping.max_samples}}},
       {"seed", w.session.seed},
-      {"cuda_graphs", w.session.cuda_graphs},
+      // Only cuda captures graphs: a CPU report saying `true` would claim replays that never happened.
+      {"cuda_graphs", backend_kind == "cuda" ? nlohmann::json(w.session.cuda_graphs) : nlohmann::json()},
       {"attention", w.paths.attention ? std::string(to_string(*w.paths.attention)) : std::string("auto")},
       {"conv", w.paths.conv ? std::string(to_string(*w.paths.conv)) : std::string("auto")},
       {"telemetry", s.telemetry},
@@ -859,6 +860,20 @@ std::optional<std::string> batchnorm_split_warning(const Graph& graph, Mode mode
       *micro, accumulation, bn->path, *micro, *micro * accumulation, *micro * accumulation);
 }
 
+// Out of memory is a measurement, and the report says it; but a script that reads only the exit code must
+// not take "no batch fits this GPU", or "no batch meets --latency-slo", for an answer: both exit 4, said on
+// stderr with the analysis's reason.
+int recommendation_exit(const Report& report, std::string_view who) {
+  if (report.analysis.recommended.batch) return kExitOk;
+  const std::string& why = report.analysis.recommended.why;
+  const bool none_ok = std::none_of(report.points.begin(), report.points.end(),
+                                    [](const Point& p) { return p.status == PointStatus::ok; });
+  fmt::print(stderr, "{}: {}{}; there is nothing to recommend (exit {})\n", who,
+             none_ok && !why.starts_with("no batch ran ok") ? "no batch ran ok: " : "", why,
+             static_cast<int>(kExitNothingRan));
+  return kExitNothingRan;
+}
+
 }  // namespace
 
 int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
@@ -967,17 +982,7 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   }
   print_final(report, exports);
   if (outcome.interrupted) return sig == SIGTERM ? 143 : kExitInterrupted;
-  // Out of memory is a measurement, and the report says it; but a script that reads only the exit code
-  // must not take "no batch fits this GPU" for an answer.
-  if (std::none_of(report.points.begin(), report.points.end(),
-                   [](const Point& p) { return p.status == PointStatus::ok; })) {
-    const std::string& why = report.analysis.recommended.why;
-    fmt::print(stderr, "batchsweep: {}{}; there is nothing to recommend (exit {})\n",
-               why.starts_with("no batch ran ok") ? "" : "no batch ran ok: ", why,
-               static_cast<int>(kExitNothingRan));
-    return kExitNothingRan;
-  }
-  return kExitOk;
+  return recommendation_exit(report, "batchsweep");
 }
 
 // Which analysis flags the command line gave (the rest come from the run's settings).
@@ -1093,7 +1098,7 @@ int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& ar
   report.settings["analyzed"] = {
       {"command", argv}, {"at", now_iso8601()}, {"version", BSW_VERSION}, {"git_commit", BSW_GIT_COMMIT}};
   print_final(report, exports);
-  return kExitOk;
+  return recommendation_exit(report, "batchsweep analyze");
 }
 
 int compare_command(const CompareSettings& input) {

@@ -129,6 +129,32 @@ TEST(Run, ASweepWhereNoBatchRanOkExitsFour) {
   EXPECT_EQ(one.err.find("nothing to recommend"), std::string::npos) << one.err;
 }
 
+// A latency budget no batch meets recommends nothing too: exit 4 from run and from analyze (a CI job that
+// asks "does some batch meet 2 ms?" reads the exit code), the report written with every point; a budget
+// that some batch meets is an answer again (exit 0).
+TEST(Run, ALatencyBudgetNoBatchMeetsExitsFour) {
+  ScratchDir dir;
+  const std::string out = (dir / "slo.json").string();
+  const Result r = run(scripted_run(
+      "roofline.json", {"--mode", "infer", "--batch", "8,64", "--latency-slo", "0.001", "--json", out}));
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_NE(r.err.find("batchsweep: no batch meets the 0.001 ms p99 budget"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("there is nothing to recommend (exit 4)"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("no batch ran ok"), std::string::npos) << r.err;
+  expect_valid_report(out);
+  const nlohmann::json report = read_json(out);
+  EXPECT_EQ(report["points"].size(), 2u);
+  EXPECT_TRUE(report["analysis"]["recommended"]["batch"].is_null());
+
+  const Result still = run({"analyze", out});
+  EXPECT_EQ(still.exit_code, 4) << still.err;
+  EXPECT_NE(still.err.find("batchsweep analyze: no batch meets the 0.001 ms p99 budget"), std::string::npos)
+      << still.err;
+  const Result looser = run({"analyze", out, "--no-latency-slo"});
+  EXPECT_EQ(looser.exit_code, 0) << looser.err;
+  EXPECT_EQ(looser.err.find("nothing to recommend"), std::string::npos) << looser.err;
+}
+
 // `--json >(jq .)`, a FIFO, /dev/stdout: the report is written into the pipe once, complete, at the end, and
 // the pipe stays a pipe (an atomic rename would have replaced it with a regular file, and as root /dev/null
 // too).
@@ -411,6 +437,7 @@ TEST(Run, AutoSearchFindsKneeAndFitEdgeWithFewPoints) {
   // The path choices are recorded; only cuda reports execution paths.
   EXPECT_EQ(report["settings"]["attention"], "auto");
   EXPECT_EQ(report["settings"]["conv"], "auto");
+  EXPECT_TRUE(report["settings"]["cuda_graphs"].is_null());  // no graphs off cuda, whatever --graphs says
   EXPECT_FALSE(report["device"].contains("execution_paths"));
 }
 
