@@ -211,34 +211,42 @@ class AutoSearch {
     // above it (an over-budget plan, like the doubling's, is never prepared: over_limit).
     if (hi != *edge_.smallest_unfit && (hi_kind == Fit::oom || hi_kind == Fit::over_limit))
       runner_.record_unfit(hi, accumulation_, status_of(hi_kind), hi_reason, true);
-    edge_summary_ = fmt::format("largest fit {}, {} at {}{}", lo,
-                                hi_kind == Fit::oom ? "oom" : "over the memory budget", hi, edge_note_);
+    const std::string unfit =
+        fmt::format("{} at {}", hi_kind == Fit::oom ? "oom" : "over the memory budget", hi);
+    // The plan put the edge between the multiple of 8 the bisection stopped at and the over-budget batch:
+    // the batches between fit the plan but are not prepared or timed. Said, up to the plan's largest fit, so
+    // max fit does not read as if the edge were unknown.
+    const int64_t plan_fit =  // 0: the plan does not name a larger fit
+        plan_edge && hi == *plan_edge + 1 && hi_kind == Fit::over_limit && lo < *plan_edge ? *plan_edge : 0;
+    edge_summary_ = plan_fit ? fmt::format("largest fit {} by the plan ({} prepared), {}{}", plan_fit, lo,
+                                           unfit, edge_note_)
+                             : fmt::format("largest fit {}, {}{}", lo, unfit, edge_note_);
     if (!lo_measured && !runner_.find(lo, accumulation_)) {
       if (too_slow_to_time(lo)) {
-        const std::string why = fmt::format(
-            "not timed: a step would take about {:.3g} s; raise --timeout to time it", predicted_step_s(lo));
+        // Too slow to time at the multiple of 8, so too slow above it: the largest fit is named untimed.
+        const int64_t largest = plan_fit ? plan_fit : lo;
+        const std::string why =
+            fmt::format("not timed: a step would take about {:.3g} s; raise --timeout to time it",
+                        predicted_step_s(largest));
         edge_summary_ += " (" + why + ")";
         runner_.set_untimed_fit(UntimedFit{
-            lo,
-            fmt::format("{} at {}; {}", hi_kind == Fit::oom ? "oom" : "over the memory budget", hi, why)});
+            largest, fmt::format("{}{}; {}", plan_fit ? "by the plan, which is " : "", unfit, why)});
         runner_.warn(
-            fmt::format("batch {} fits but was not timed: a step would take about {:.3g} s, more than "
+            fmt::format("batch {} fits{} but was not timed: a step would take about {:.3g} s, more than "
                         "--timeout {} s allows for --warmup and --min-samples; raise --timeout to time it",
-                        lo, predicted_step_s(lo), runner_.settings().stopping.timeout_s));
+                        largest, plan_fit ? " by the plan" : "", predicted_step_s(largest),
+                        runner_.settings().stopping.timeout_s));
       } else {
         const auto point = runner_.measure(lo, accumulation_, true);
         if (!point) return false;
       }
     }
-    // The plan put the edge between the multiple of 8 timed and the over-budget batch: the batches between
-    // fit the plan but were not timed. Said, so max fit does not read as if the edge were unknown.
     const Point* timed = runner_.find(lo, accumulation_);
-    if (plan_edge && hi == *plan_edge + 1 && hi_kind == Fit::over_limit && lo < *plan_edge &&
-        timed != nullptr && timed->status == PointStatus::ok)
+    if (plan_fit && timed != nullptr && timed->status == PointStatus::ok)
       runner_.set_untimed_fit(UntimedFit{
-          *plan_edge, fmt::format("by the plan, which is over the memory budget at {}; not timed: near the "
-                                  "edge the search times multiples of 8",
-                                  hi)});
+          plan_fit, fmt::format("by the plan, which is {}; not timed: near the edge the search times "
+                                "multiples of 8",
+                                unfit)});
     largest_fit_ = lo;
     return true;
   }

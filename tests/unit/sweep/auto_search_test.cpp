@@ -258,6 +258,57 @@ TEST(AutoSearch, LargestFitTooSlowToTimeIsReportedNotTimed) {
   EXPECT_TRUE(warned);
 }
 
+// A plan-based edge between multiples of 8 whose batches are too slow to time: the untimed largest fit is the
+// plan's, not the multiple of 8 the bisection stopped at (both are untimed; the plan's is the answer).
+TEST(AutoSearch, PlanEdgeTooSlowToTimeNamesThePlansLargestFit) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline(2.0, 128.0);
+  config.curve = ScriptedConfig::Curve::saturating;
+  config.b0 = 32;  // a step of b ~ 3000 takes 2 ms (1 + b/32) ~ 0.19 s: 13 steps do not fit a 1 s timeout
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = auto_settings();
+  settings.stopping.timeout_s = 1;
+  settings.memory_limit_bytes =
+      static_cast<uint64_t>(static_cast<double>(planned_bytes(graph, 3003)) / 0.95) + 1;
+  const auto plan_edge =
+      max_fit_batch(graph, PlanRequest{1, Precision::fp32, Mode::train, 1, BackendKind::scripted},
+                    *settings.memory_limit_bytes);
+  ASSERT_TRUE(plan_edge.has_value());
+  ASSERT_NE(*plan_edge % 8, 0) << *plan_edge;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  RecordProperty("search_summary", outcome.search_summary);
+  EXPECT_LT(largest_ok(outcome.points), *plan_edge / 8 * 8);
+  ASSERT_TRUE(outcome.untimed_fit.has_value());
+  EXPECT_EQ(outcome.untimed_fit->batch, *plan_edge);
+  EXPECT_EQ(
+      outcome.untimed_fit->reason.rfind(
+          fmt::format("by the plan, which is over the memory budget at {}; not timed: a step would take "
+                      "about ",
+                      *plan_edge + 1),
+          0),
+      0u)
+      << outcome.untimed_fit->reason;
+  EXPECT_NE(
+      outcome.search_summary.find(fmt::format("largest fit {} by the plan ({} prepared), over the memory "
+                                              "budget at {}",
+                                              *plan_edge, *plan_edge / 8 * 8, *plan_edge + 1)),
+      std::string::npos)
+      << outcome.search_summary;
+  bool warned = false;
+  for (const std::string& w : outcome.warnings)
+    warned |= w.find(fmt::format("batch {} fits by the plan but was not timed", *plan_edge)) == 0;
+  EXPECT_TRUE(warned);
+  // max fit names it beside the largest timed batch.
+  std::vector<Point> points = outcome.points;
+  AnalysisOptions options;
+  options.untimed_fit = outcome.untimed_fit;
+  const Analysis a = analyze(points, options);
+  EXPECT_NE(a.max_fit.reason.find(fmt::format("batch {} fits too (by the plan", *plan_edge)),
+            std::string::npos)
+      << a.max_fit.reason;
+}
+
 TEST(AutoSearch, GrowthStopsTimingWhenTheNextBatchWouldOutlastTheTimeout) {
   const Graph graph = tiny_graph();
   // Throughput still scales (each doubling gains > 40%) while steps grow: step = 100 ms (1 + b / 100000).
