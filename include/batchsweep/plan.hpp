@@ -167,6 +167,14 @@ struct Graph {
   double train_flops_per_sample = 0;
   int64_t tokens_per_sample = 0;  // T for token inputs, else 0
   int max_residual_depth = 0;     // number of residual nesting levels
+
+  // Whether any op is of `kind` (a model with attention, with a convolution: what a CUDA path choice
+  // touches).
+  [[nodiscard]] bool has(OpKind kind) const {
+    for (const Op& op : ops)
+      if (op.kind == kind) return true;
+    return false;
+  }
 };
 
 // Lowers a ModelSpec, checking shapes through the whole stack. Throws ConfigError naming model.source and the

@@ -544,9 +544,7 @@ int plan_command(const PlanSettings& s) {
     request.paths = requested_cuda_paths(graph, s.precision, s.paths);
     // Forced where auto would not pick it: planned as asked, but only the device's cuDNN can say whether it
     // runs (run asks it at batch 1 and refuses the forced path where it does not).
-    const bool attention = std::any_of(graph.ops.begin(), graph.ops.end(),
-                                       [](const Op& op) { return op.kind == OpKind::attention_core; });
-    if (attention && s.paths.attention == AttentionPath::cudnn_sdpa &&
+    if (graph.has(OpKind::attention_core) && s.paths.attention == AttentionPath::cudnn_sdpa &&
         preferred_cuda_paths(graph, s.precision).attention != AttentionPath::cudnn_sdpa)
       std::fprintf(
           stderr,

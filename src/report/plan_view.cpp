@@ -38,12 +38,7 @@ struct ModelPaths {
   bool attention = false, conv = false;
 };
 ModelPaths layer_kinds(const Graph& g) {
-  ModelPaths has;
-  for (const Op& op : g.ops) {
-    has.attention = has.attention || op.kind == OpKind::attention_core;
-    has.conv = has.conv || op.kind == OpKind::conv2d;
-  }
-  return has;
+  return {g.has(OpKind::attention_core), g.has(OpKind::conv2d)};
 }
 
 // With --memory: whether the plan fits the budget (its total within the safety fraction of it). Memory
