@@ -1,9 +1,11 @@
-// A guard for untrusted JSON text: nlohmann's parser recurses once per nesting level, so documents are
-// checked for depth by counting brackets outside strings before they are parsed (configs and reports alike).
+// Guards for untrusted JSON text (configs, reports, scripts alike): nlohmann's parser recurses once per
+// nesting level, so documents are checked for depth by counting brackets outside strings before they are
+// parsed; and a syntax error is said where an editor finds it, with the likely mistake named.
 #pragma once
 
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace bsw {
@@ -14,5 +16,11 @@ inline constexpr int kMaxJsonDepth = 64;
 // The 0-based byte offset of the bracket that takes `text` deeper than `max_depth` levels, or nullopt.
 [[nodiscard]] std::optional<std::size_t> json_too_deep_at(std::string_view text,
                                                           int max_depth = kMaxJsonDepth);
+
+// A parse error said for a person: "line 3, column 14: <problem>", from nlohmann's `byte` (1-based, the last
+// character read) and its what() (its "[json.exception...] parse error at ...: " prefix dropped), with the
+// usual non-JSON mistake named where the text shows one: a trailing comma, a comment, NaN or Infinity, single
+// quotes.
+[[nodiscard]] std::string json_syntax_error(std::string_view text, std::size_t byte, std::string_view what);
 
 }  // namespace bsw

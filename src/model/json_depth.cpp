@@ -1,5 +1,11 @@
-// Nesting depth of JSON text, counted without parsing (see include/batchsweep/json_depth.hpp).
+// Nesting depth of JSON text, counted without parsing, and syntax errors said by line and column (see
+// include/batchsweep/json_depth.hpp).
 #include "batchsweep/json_depth.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
 
 namespace bsw {
 
@@ -27,6 +33,55 @@ std::optional<std::size_t> json_too_deep_at(std::string_view text, int max_depth
     }
   }
   return std::nullopt;
+}
+
+namespace {
+
+// The common ways a hand-written file is not JSON, judged from the character the parser stopped at.
+std::string likely_mistake(std::string_view text, std::size_t at) {
+  if (at >= text.size()) return {};
+  const char c = text[at];
+  if (c == ']' || c == '}') {
+    std::size_t i = at;
+    while (i > 0 && (text[i - 1] == ' ' || text[i - 1] == '\t' || text[i - 1] == '\n' || text[i - 1] == '\r'))
+      --i;
+    if (i > 0 && text[i - 1] == ',')
+      return fmt::format(" (a trailing comma before '{}': JSON allows none)", c);
+  }
+  if (c == '/' || c == '#') return " (comments are not JSON)";
+  if (c == '\'') return " (JSON strings take double quotes)";
+  // nlohmann stops inside a literal: find where the word began.
+  std::size_t start = at;
+  while (start > 0 && std::isalpha(static_cast<unsigned char>(text[start - 1])) != 0) --start;
+  if (start > 0 && text[start - 1] == '-') --start;
+  const std::string_view word = text.substr(start);
+  for (const std::string_view bad : {"NaN", "nan", "Infinity", "-Infinity", "inf", "-inf"})
+    if (word.starts_with(bad)) return " (NaN and Infinity are not JSON numbers)";
+  return {};
+}
+
+}  // namespace
+
+std::string json_syntax_error(std::string_view text, std::size_t byte, std::string_view what) {
+  if (!what.empty() && what.front() == '[') {
+    const std::size_t end = what.find("] ");
+    if (end != std::string_view::npos) what.remove_prefix(end + 2);
+  }
+  // "parse error at line 3, column 14: syntax error while parsing value - ..." -> the part after the
+  // position.
+  if (what.starts_with("parse error")) {
+    const std::size_t colon = what.find(": ");
+    if (colon != std::string_view::npos) what.remove_prefix(colon + 2);
+  }
+  if (byte == 0) return std::string(what);
+  const std::size_t at = std::min(byte, text.size()) - 1;  // 0-based index of the last character read
+  std::size_t line = 1, line_start = 0;
+  for (std::size_t i = 0; i < at; ++i)
+    if (text[i] == '\n') {
+      ++line;
+      line_start = i + 1;
+    }
+  return fmt::format("line {}, column {}: {}{}", line, at - line_start + 1, what, likely_mistake(text, at));
 }
 
 }  // namespace bsw

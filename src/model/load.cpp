@@ -90,14 +90,6 @@ void check_nesting(std::string_view text, const std::string& source) {
                              kMaxJsonDepth, *at + 1));
 }
 
-// The text after nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 2: " prefix.
-std::string parse_error_detail(const json::parse_error& e) {
-  const std::string what = e.what();
-  const size_t column = what.find("column ");
-  const size_t colon = what.find(": ", column == std::string::npos ? 0 : column);
-  return colon == std::string::npos ? what : what.substr(colon + 2);
-}
-
 // Refuses a key given twice in one object, naming its JSON path: nlohmann keeps the last silently, so
 // `{"out_features": 10, ..., "out_features": 100}` would run a model the user did not read.
 class DuplicateKeyCheck {
@@ -163,9 +155,9 @@ json parse_text(std::string_view text, const std::string& source) {
   try {
     return json::parse(text, DuplicateKeyCheck(source));
   } catch (const json::parse_error& e) {
-    fail(source, fmt::format("is not valid JSON{}: at byte {}: {}",
-                             looks_binary(text) ? " (it looks like a binary file)" : "", e.byte,
-                             parse_error_detail(e)));
+    fail(source,
+         fmt::format("is not valid JSON{}: {}", looks_binary(text) ? " (it looks like a binary file)" : "",
+                     json_syntax_error(text, e.byte, e.what())));
   } catch (const json::out_of_range& e) {
     // nlohmann refuses numbers beyond a double's range (e.g. 1e400) with out_of_range.406, not a parse_error.
     const std::string what = e.what();

@@ -258,6 +258,39 @@ class Reader {
     return t;
   }
 
+  // An ok point's numbers are derived from its raw samples (run and the PyTorch peer alike): step_ms.mean is
+  // their mean, samples_per_second the effective batch over it. A report where they disagree was edited by
+  // hand, and the analysis (which reads the rates) and compare's tests (which read the samples) would answer
+  // different questions: refused, naming the field.
+  void check_consistent(const Point& p, const std::string& path) const {
+    constexpr double kTolerance =
+        1e-6;  // reports print doubles to round-trip; this only absorbs summation order
+    const auto differ = [](double a, double b) { return std::fabs(a - b) > kTolerance * std::fabs(b); };
+    if (!p.samples_ms.empty()) {
+      double sum = 0;
+      for (const double ms : p.samples_ms) sum += ms;
+      const double mean = sum / static_cast<double>(p.samples_ms.size());
+      if (p.step_ms.mean > 0 && differ(p.step_ms.mean, mean))
+        fail(child(child(path, "step_ms"), "mean"),
+             fmt::format("{:.6g} ms disagrees with its samples_ms, whose mean is {:.6g} ms", p.step_ms.mean,
+                         mean));
+      if (mean > 0 && differ(p.samples_per_second, static_cast<double>(p.effective_batch) / mean * 1000.0))
+        fail(child(path, "samples_per_second"),
+             fmt::format(
+                 "{:.6g} disagrees with its samples_ms: effective batch {} over their mean step of {:.6g} "
+                 "ms is {:.6g} samples/s",
+                 p.samples_per_second, p.effective_batch, mean,
+                 static_cast<double>(p.effective_batch) / mean * 1000.0));
+    } else if (p.step_ms.mean > 0 && differ(p.samples_per_second, static_cast<double>(p.effective_batch) /
+                                                                      p.step_ms.mean * 1000.0)) {
+      fail(child(path, "samples_per_second"),
+           fmt::format(
+               "{:.6g} disagrees with step_ms.mean: effective batch {} over {:.6g} ms is {:.6g} samples/s",
+               p.samples_per_second, p.effective_batch, p.step_ms.mean,
+               static_cast<double>(p.effective_batch) / p.step_ms.mean * 1000.0));
+    }
+  }
+
   [[nodiscard]] Point point(const json& v, const std::string& path) const {
     if (!v.is_object()) fail(path, "expected an object");
     Point p;
@@ -278,6 +311,9 @@ class Reader {
     } else {
       p.samples_per_second = number(sps, child(path, "samples_per_second"));
       if (p.samples_per_second < 0) fail(child(path, "samples_per_second"), "must be >= 0");
+      if (p.status == PointStatus::ok && p.samples_per_second <= 0)
+        fail(child(path, "samples_per_second"),
+             "must be > 0 on an ok point (it ran, so it has a throughput)");
     }
     p.tokens_per_second = optional_number(v, path, "tokens_per_second");
     if (const json* stats = optional_object(v, path, "step_ms"))
@@ -286,9 +322,12 @@ class Reader {
       const std::string here = child(path, "samples_ms");
       if (!samples->is_array()) fail(here, "expected an array of numbers");
       p.samples_ms.reserve(samples->size());
-      for (size_t i = 0; i < samples->size(); ++i)
+      for (size_t i = 0; i < samples->size(); ++i) {
         p.samples_ms.push_back(number((*samples)[i], element(here, i)));
+        if (p.samples_ms.back() < 0) fail(element(here, i), "a step time must be >= 0 ms");
+      }
     }
+    if (p.status == PointStatus::ok) check_consistent(p, path);
     p.tflops = optional_number(v, path, "tflops");
     p.mfu = optional_number(v, path, "mfu");
     if (const json* memory = optional_object(v, path, "memory")) {
@@ -496,7 +535,7 @@ Report read_report(const std::string& path) {
   try {
     doc = json::parse(text);
   } catch (const json::parse_error& e) {
-    throw InputError(path + ": not valid JSON: " + parse_problem(e.what()));
+    throw InputError(path + ": not valid JSON: " + json_syntax_error(text, e.byte, e.what()));
   } catch (const json::out_of_range& e) {  // a number beyond a double's range, e.g. 1e400 (out_of_range.406)
     throw InputError(path + ": not valid JSON: " + parse_problem(e.what()));
   }

@@ -296,8 +296,12 @@ std::unique_ptr<Backend> make_scripted_backend(const std::string& script_path) {
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for numbers like 1e400
-    throw UsageError(fmt::format("{}: not valid JSON: {}", script_path, e.what()));
+  } catch (const nlohmann::json::parse_error& e) {
+    throw UsageError(
+        fmt::format("{}: not valid JSON: {}", script_path, json_syntax_error(text.str(), e.byte, e.what())));
+  } catch (const nlohmann::json::exception& e) {  // out_of_range for numbers like 1e400
+    throw UsageError(
+        fmt::format("{}: not valid JSON: {}", script_path, json_syntax_error(text.str(), 0, e.what())));
   }
   return make_scripted_backend(parse_scripted_config(doc, script_path));
 }

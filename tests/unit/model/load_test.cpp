@@ -103,15 +103,42 @@ TEST(LoadModel, RefusesABinaryFileWithTheParserPosition) {
   const std::string message = file_error(dir.write("model.bin", bytes));
   EXPECT_THAT(message, HasSubstr("is not valid JSON"));
   EXPECT_THAT(message, HasSubstr("binary"));
-  EXPECT_THAT(message, HasSubstr("at byte 1"));
+  EXPECT_THAT(message, HasSubstr("binary file): line 1, column 1: "));
 }
 
 TEST(LoadModel, RefusesInvalidJsonWithTheParserPosition) {
   const test::TempDir dir;
   const std::string message = file_error(dir.write("broken.json", R"({"name": "m", "layers": [}")"));
-  EXPECT_THAT(message, HasSubstr("is not valid JSON: at byte 26"));
+  EXPECT_THAT(message, HasSubstr("is not valid JSON: line 1, column 26: syntax error"));
   EXPECT_THAT(message, ::testing::Not(HasSubstr("binary")));
   EXPECT_THAT(message, ::testing::Not(HasSubstr("json.exception")));
+  EXPECT_THAT(message, ::testing::Not(HasSubstr("parse error at")));
+}
+
+// A hand-written config's usual non-JSON: said where an editor finds it (line and column), and named.
+TEST(LoadModel, SyntaxErrorsNameTheLineColumnAndTheLikelyMistake) {
+  const test::TempDir dir;
+  struct Case {
+    const char* text;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"{\n  \"name\": \"m\",\n  \"layers\": [\n    {\"type\": \"relu\"},\n  ]\n}",
+       "line 5, column 3: syntax error while parsing value - unexpected ']'; expected '[', '{', or a literal "
+       "(a trailing comma before ']': JSON allows none)"},
+      {"{\n  // the model\n  \"name\": \"m\"\n}", "line 2, column 3: "},
+      {"{\"name\": \"m\", \"optimizer\": {\"learning_rate\": NaN}}",
+       "(NaN and Infinity are not JSON numbers)"},
+      {"{\"name\": \"m\", \"x\": -Infinity}", "(NaN and Infinity are not JSON numbers)"},
+      {"{'name': 'm'}", "line 1, column 2: "},
+  };
+  for (const Case& c : cases) {
+    const std::string message = file_error(dir.write("c.json", c.text));
+    EXPECT_THAT(message, HasSubstr(c.expected)) << c.text;
+  }
+  EXPECT_THAT(file_error(dir.write("c.json", "{\n  // the model\n}")), HasSubstr("(comments are not JSON)"));
+  EXPECT_THAT(file_error(dir.write("c.json", "{'name': 'm'}")),
+              HasSubstr("(JSON strings take double quotes)"));
 }
 
 TEST(LoadModel, RefusesDeepNestingBeforeParsing) {

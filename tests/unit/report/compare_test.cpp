@@ -653,7 +653,7 @@ TEST(Compare, Printers) {
   const auto result = compare_pair(testing::sample_report(), testing::sample_candidate());
   const std::string plain = format_compare(result, false);
   EXPECT_THAT(plain, Not(HasSubstr("\x1b[")));
-  EXPECT_THAT(plain, HasSubstr("A: knee batch 64 (stable), max fit batch 128, best batch 64 (32.0k "
+  EXPECT_THAT(plain, HasSubstr("A: knee batch 64 (stable), max fit batch 128, best batch 64 (31.9k "
                                "samples/s), recommended batch 64"));
   const std::string colored = format_compare(result, true);
   EXPECT_THAT(colored, HasSubstr("\x1b[31m"));  // the slower row

@@ -87,7 +87,7 @@ TEST_F(ReportFiles, EmptyFile) {
 
 TEST_F(ReportFiles, InvalidJson) {
   const std::string message = error_of(write("bad.json", "{\"schema_version\": 1, \"points\": [}"));
-  EXPECT_THAT(message, StartsWith(path("bad.json") + ": not valid JSON: parse error at line 1, column"));
+  EXPECT_THAT(message, StartsWith(path("bad.json") + ": not valid JSON: line 1, column 34: syntax error"));
   EXPECT_THAT(message, ::testing::Not(HasSubstr("[json.exception")));
 }
 
@@ -97,6 +97,44 @@ TEST_F(ReportFiles, FieldErrorsNameTheFile) {
   EXPECT_EQ(error_of(p), p + ": points[0].samples_per_second: expected a number");
   const std::string v2 = write("v2.json", R"({"schema_version": 2, "points": []})");
   EXPECT_EQ(error_of(v2), v2 + ": schema_version 2 is not supported (this batchsweep reads 1)");
+}
+
+// An ok point's throughput and mean step come from its raw samples: a report where they disagree (edited by
+// hand) would have the analysis read one speed and compare's tests another, so it is refused naming the
+// field.
+TEST_F(ReportFiles, AnOkPointsNumbersMustAgreeWithItsSamples) {
+  const auto report = [&](const std::string& name, const std::string& point) {
+    return write(name, R"({"schema_version": 1, "points": [)" + point + "]}");
+  };
+  const std::string zero = report("zero.json", R"({"batch": 2, "status": "ok", "samples_per_second": 0})");
+  EXPECT_EQ(
+      error_of(zero),
+      zero + ": points[0].samples_per_second: must be > 0 on an ok point (it ran, so it has a throughput)");
+  const std::string negative = report(
+      "neg.json", R"({"batch": 2, "status": "ok", "samples_per_second": 2000, "samples_ms": [1, -1, 3]})");
+  EXPECT_EQ(error_of(negative), negative + ": points[0].samples_ms[1]: a step time must be >= 0 ms");
+  const std::string edited = report(
+      "edited.json", R"({"batch": 2, "status": "ok", "samples_per_second": 2000, "samples_ms": [1.2, 1.2]})");
+  EXPECT_EQ(error_of(edited),
+            edited +
+                ": points[0].samples_per_second: 2000 disagrees with its samples_ms: effective "
+                "batch 2 over their mean step of 1.2 ms is 1666.67 samples/s");
+  const std::string mean = report("mean.json", R"({"batch": 2, "status": "ok", "samples_per_second": 2000,
+      "samples_ms": [1, 1], "step_ms": {"mean": 1.2}})");
+  EXPECT_EQ(error_of(mean),
+            mean + ": points[0].step_ms.mean: 1.2 ms disagrees with its samples_ms, whose mean is 1 ms");
+  const std::string no_samples =
+      report("stats.json", R"({"batch": 4, "accumulation": 2, "status": "ok", "samples_per_second": 2000,
+      "step_ms": {"mean": 2}})");
+  EXPECT_EQ(error_of(no_samples),
+            no_samples +
+                ": points[0].samples_per_second: 2000 disagrees with step_ms.mean: effective "
+                "batch 8 over 2 ms is 4000 samples/s");
+  // Consistent ones read, as does a failed point with samples kept for the record.
+  const std::string fine = report("fine.json", R"({"batch": 4, "accumulation": 2, "status": "ok",
+      "samples_per_second": 4000, "samples_ms": [1.5, 2.5], "step_ms": {"mean": 2}},
+      {"batch": 8, "status": "error", "samples_per_second": null, "samples_ms": [9]})");
+  EXPECT_EQ(read_report(fine).points.size(), 2u);
 }
 
 TEST_F(ReportFiles, DeepNestingIsRejectedBeforeParsing) {

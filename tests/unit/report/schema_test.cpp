@@ -44,8 +44,16 @@ TEST_F(Schema, BareReportIsValid) {
   p.batch = 1;
   p.effective_batch = 1;
   p.samples_per_second = std::nan("");
+  p.status = PointStatus::error;  // a point that did not run: no throughput (null)
   r.points.push_back(p);
   EXPECT_EQ(validate(r, "bare.json"), 0);
+  // An ok point ran: its throughput is a positive number, never null or 0.
+  r.points[0].status = PointStatus::ok;
+  EXPECT_NE(validate(r, "nan-ok.json"), 0);
+  r.points[0].samples_per_second = 0;
+  EXPECT_NE(validate(r, "zero-ok.json"), 0);
+  r.points[0].samples_per_second = 10;
+  EXPECT_EQ(validate(r, "ok.json"), 0);
 }
 
 TEST_F(Schema, EveryOptionalSectionIsValid) {
