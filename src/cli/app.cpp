@@ -445,9 +445,10 @@ int run_app(int argc, char** argv) {
       ->check(between(0.0, 100.0));
   compare_cmd->add_flag("--allow-model-mismatch", compare.allow_model_mismatch,
                         "Compare reports of different models");
-  compare_cmd->add_flag("--allow-incomplete", compare.allow_incomplete,
-                        "Let --fail-on-regression judge a run that did not finish (interrupted or killed) on "
-                        "the batches it holds");
+  compare_cmd->add_flag(
+      "--allow-incomplete", compare.allow_incomplete,
+      "Let --fail-on-regression judge a run that did not finish (interrupted or killed), or "
+      "that did not sweep every batch the baseline ran ok, on the batches it holds");
   compare_cmd->add_option("--json", compare.json_path, "Write the comparison as JSON to FILE, or -")
       ->type_name("FILE|-")
       ->check(file_path());

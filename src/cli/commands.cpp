@@ -1099,6 +1099,32 @@ int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& ar
   return recommendation_exit(report, "batchsweep analyze");
 }
 
+namespace {
+
+// Whether a report's batches were chosen by a search (--batch auto, --effective-batch) rather than listed.
+bool searched(const Report& r) {
+  if (!r.settings.is_object()) return false;
+  const auto batch = r.settings.find("batch");
+  const auto effective = r.settings.find("effective_batch");
+  return r.settings.contains("search") || (batch != r.settings.end() && *batch == "auto") ||
+         (effective != r.settings.end() && !effective->is_null());
+}
+
+// The batches (with their accumulation) that ran ok in `baseline` and that `run` holds no point of.
+std::vector<std::string> unswept_baseline_batches(const Report& baseline, const Report& run) {
+  std::vector<std::string> out;
+  for (const Point& b : baseline.points) {
+    if (b.status != PointStatus::ok) continue;
+    const bool swept = std::any_of(run.points.begin(), run.points.end(), [&](const Point& p) {
+      return p.batch == b.batch && p.accumulation == b.accumulation;
+    });
+    if (!swept) out.push_back(batch_label(b.batch, b.accumulation));
+  }
+  return out;
+}
+
+}  // namespace
+
 int compare_command(const CompareSettings& input) {
   CompareSettings s = input;
   s.json_path = resolve_export_path(s.json_path, "--json");
@@ -1154,6 +1180,25 @@ int compare_command(const CompareSettings& input) {
           *s.fail_on_regression_pct,
           result.rows.empty() ? "no batch is in every run"
                               : "no batch in every run ran ok in both the baseline and another run"));
+    // A finished run whose batch list left out batches the baseline ran ok: the same hole (a CI job whose
+    // --batch shrank would weaken its own gate). Searches (--batch auto, --effective-batch) choose their
+    // batches by what they measure, so two of them differ by nature: said, not refused.
+    for (std::size_t i = 1; i < reports.size(); ++i) {
+      const std::vector<std::string> unswept = unswept_baseline_batches(reports[0], reports[i]);
+      if (unswept.empty()) continue;
+      const std::string list = fmt::format("{}", fmt::join(unswept, ", "));
+      if (searched(reports[0]) || searched(reports[i]) || s.allow_incomplete)
+        std::fprintf(stderr,
+                     "batchsweep compare: note: %s did not sweep batch %s, which ran ok in the baseline: "
+                     "not judged\n",
+                     result.runs[i].name.c_str(), list.c_str());
+      else
+        throw InputError(fmt::format(
+            "--fail-on-regression {:g}: {} did not sweep batch {}, which ran ok in the baseline {}: they "
+            "would pass unjudged (sweep the baseline's --batch list, or pass --allow-incomplete to judge the "
+            "batches both swept)",
+            *s.fail_on_regression_pct, result.runs[i].name, list, result.runs[0].name));
+    }
   }
   if (!s.markdown_path.empty()) write_output(s.markdown_path, format_compare_markdown(result));
   if (!s.json_path.empty()) {

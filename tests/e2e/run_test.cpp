@@ -1105,6 +1105,45 @@ TEST(Run, AnErrorThatBreaksTheDeviceStopsTheSweepAndKeepsTheFinishedPoints) {
   expect_valid_report(json);
 }
 
+// A finished run whose batch list left out batches the baseline ran ok would pass them unjudged: the gate
+// refuses it (exit 2, nothing written) unless --allow-incomplete, which names them on stderr and judges the
+// rest; where a run is a search (--batch auto), whose batches follow its measurements, they are named, not
+// refused.
+TEST(Run, TheGateRefusesARunThatLeftOutTheBaselinesBatches) {
+  ScratchDir dir;
+  const std::string base = (dir / "base.json").string(), fewer = (dir / "fewer.json").string();
+  const std::string searched = (dir / "auto.json").string(), gate_json = (dir / "gate.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "64,128,256", "--json", base})).exit_code, 0);
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "64", "--json", fewer})).exit_code, 0);
+  Result gate = run({"compare", base, fewer, "--fail-on-regression", "5", "--json", gate_json});
+  EXPECT_EQ(gate.exit_code, 2) << gate.out << gate.err;
+  EXPECT_NE(gate.err.find("--fail-on-regression 5: " + fewer +
+                          " did not sweep batch 128, 256, which ran ok in "
+                          "the baseline " +
+                          base + ": they would pass unjudged"),
+            std::string::npos)
+      << gate.err;
+  EXPECT_FALSE(std::filesystem::exists(gate_json));
+  gate =
+      run({"compare", base, fewer, "--fail-on-regression", "5", "--allow-incomplete", "--json", gate_json});
+  EXPECT_EQ(gate.exit_code, 0) << gate.out << gate.err;
+  EXPECT_NE(gate.err.find(fewer + " did not sweep batch 128, 256, which ran ok in the baseline: not judged"),
+            std::string::npos)
+      << gate.err;
+  EXPECT_EQ(read_json(gate_json)["gate"]["passed"], true);
+  // The other way round nothing of the baseline is missing: judged as before.
+  EXPECT_EQ(run({"compare", fewer, base, "--fail-on-regression", "5"}).exit_code, 0);
+  // Without the gate, the table notes them as ever.
+  EXPECT_EQ(run({"compare", base, fewer}).exit_code, 0);
+
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "auto", "--json", searched})).exit_code, 0);
+  gate = run({"compare", base, searched, "--fail-on-regression", "5"});
+  EXPECT_NE(gate.exit_code, 2) << gate.err;
+  const Result reverse = run({"compare", searched, base, "--fail-on-regression", "50"});
+  EXPECT_EQ(reverse.exit_code, 0) << reverse.out << reverse.err;
+  EXPECT_NE(reverse.err.find("which ran ok in the baseline: not judged"), std::string::npos) << reverse.err;
+}
+
 // SIGKILL (a CI job's timeout, the OOM killer) leaves the last rewrite: a valid report that says its sweep
 // was still running, which analyze says and the compare gate refuses unless told to judge what it holds.
 TEST(Run, AKilledSweepsReportSaysItDidNotFinish) {
