@@ -6,10 +6,12 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <optional>
+#include <regex>
 #include <string>
 #include <utility>
 
@@ -39,15 +41,24 @@ std::string unknown_flag_hint(CLI::App& app, int argc, char** argv) {
   if (!sub) return {};
   std::vector<std::string> flags;
   std::vector<bool> takes_value;
-  for (const CLI::Option* opt : sub->get_options())
+  for (const CLI::Option* opt : sub->get_options()) {
     for (const std::string& name : opt->get_lnames()) {
       flags.push_back("--" + name);
       takes_value.push_back(opt->get_items_expected_min() > 0);
     }
+    for (const std::string& name : opt->get_snames()) {
+      flags.push_back("-" + name);
+      takes_value.push_back(opt->get_items_expected_min() > 0);
+    }
+  }
   for (int i = 2; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--") break;
-    if (!arg.starts_with("--") || arg.size() == 2) continue;
+    // A flag: "--name", or "-x" (not a negative number, not "-" for stdout).
+    const bool is_flag =
+        (arg.starts_with("--") && arg.size() > 2) ||
+        (arg.size() == 2 && arg[0] == '-' && std::isalpha(static_cast<unsigned char>(arg[1])) != 0);
+    if (!is_flag) continue;
     const size_t eq = arg.find('=');
     const std::string_view name = arg.substr(0, eq);
     const auto known = std::find(flags.begin(), flags.end(), name);
@@ -58,10 +69,32 @@ std::string unknown_flag_hint(CLI::App& app, int argc, char** argv) {
     }
     const std::vector<std::string_view> names(flags.begin(), flags.end());
     const auto near = model_detail::nearest_name(name, names);
-    return fmt::format("\n{} has no flag {}{}", sub->get_name(), name,
+    return fmt::format("{} has no flag {}{}", sub->get_name(), name,
                        near ? fmt::format(": did you mean {}?", *near) : std::string(" (see its --help)"));
   }
   return {};
+}
+
+// CLI11's own wording where a person reads it better otherwise: a flag given twice ("At Most 1 required but
+// received 2"), a missing positional ("report is required"), an extra one ("The following argument was not
+// expected: b.json"). `sub` is the subcommand parsed ("" if none).
+std::string plain_parse_error(const std::string& what, const std::string& sub) {
+  static const std::regex twice(R"(^(-[-\w]+): At Most 1 required but received (\d+)$)");
+  static const std::regex missing(R"(^(\w+) is required$)");
+  static const std::regex extra(R"(^The following arguments? (was|were) not expected: (.*)$)");
+  std::smatch m;
+  if (std::regex_match(what, m, twice))
+    return fmt::format("{}: given {} times; give it once", m[1].str(), m[2].str());
+  if (std::regex_match(what, m, missing)) {
+    if (sub == "analyze") return "analyze: which report? batchsweep analyze REPORT.json [flags]";
+    if (sub == "compare")
+      return "compare: which reports? batchsweep compare A.json B.json [...] (the baseline first)";
+  }
+  if (std::regex_match(what, m, extra) && sub == "analyze")
+    return fmt::format(
+        "analyze reads one report; not expected: {} (to set runs side by side: batchsweep compare)",
+        m[2].str());
+  return what;
 }
 
 constexpr const char* kExamples = R"(Examples:
@@ -497,8 +530,15 @@ int run_app(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "batchsweep: error: %s%s\nRun with --help for usage.\n", e.what(),
-                 unknown_flag_hint(app, argc, argv).c_str());
+    // An unknown flag is named with the nearest one the subcommand has, in place of CLI11's list of every
+    // word it did not expect ("16 --effective-batch").
+    const std::string hint = unknown_flag_hint(app, argc, argv);
+    std::string sub;
+    for (const CLI::App* candidate : app.get_subcommands())
+      if (candidate->parsed()) sub = candidate->get_name();
+    if (sub.empty() && argc >= 2) sub = argv[1];
+    std::fprintf(stderr, "batchsweep: error: %s\nRun with --help for usage.\n",
+                 (hint.empty() ? plain_parse_error(e.what(), sub) : hint).c_str());
     return kExitUsage;
   }
 

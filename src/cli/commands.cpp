@@ -434,11 +434,12 @@ class ExportingObserver final : public SweepObserver {
   void on_point_done(const Point& point, const std::vector<Point>& all_so_far) override {
     progress_.on_point_done(point, all_so_far);
     swept_.insert({point.batch, point.accumulation});
-    if (!exports_.any()) return;
+    // Kept up to date without exports too: a fatal error prints what finished (`--json -`, the table).
     report_.points = all_so_far;
     if (report_.settings.contains("resumed"))
       report_.settings["resumed"]["points"] = count_resumed(report_.points);
     report_.analysis = analyze(report_.points, options_);
+    if (!exports_.any()) return;
     // An export that cannot be rewritten (a full disk, a directory made read-only) does not stop the
     // measurement: said once, recorded, and tried again after each point and at the end (exit 1 if that
     // fails too).
@@ -503,8 +504,10 @@ void keep_fatal_error(Report& report, const ExportSettings& exports, const Error
       fmt::format("the sweep stopped on a fatal error (exit 1): {}; the report holds the {} point{} finished "
                   "before it",
                   e.what(), report.points.size(), report.points.size() == 1 ? "" : "s"));
+  // As at the end of a sweep: every export, `--json -` on stdout and the table included, so a pipeline
+  // reading the JSON gets the finished points (its state, in_progress, says the sweep did not finish).
   try {
-    write_exports(report, exports, false);
+    print_final(report, exports);
   } catch (const Error&) {
     // The fatal error is the one to report; the rewrite after the last point stands.
   }
@@ -660,6 +663,22 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
       return fmt::format(
           "its resolved model (settings.model) differs from this run's at {}: {} there, {} here ({})",
           where.empty() ? std::string("the top") : where, value_before, value_now, setting.flag);
+    if (key == "stopping" && before != nullptr && here != nullptr && before->is_object() &&
+        here->is_object()) {
+      // Name the one flag that differs, not the six that might.
+      static constexpr std::pair<const char*, const char*> kStopping[] = {
+          {"warmup_steps", "--warmup"},     {"warmup_time_s", "--warmup-time"},
+          {"min_samples", "--min-samples"}, {"min_time_s", "--min-time"},
+          {"max_noise_pct", "--max-noise"}, {"timeout_s", "--timeout"},
+          {"max_samples", "the sample cap"}};
+      for (const auto& [field, flag] : kStopping) {
+        const nlohmann::json* a = at(*before, field);
+        const nlohmann::json* b = at(*here, field);
+        if ((a == nullptr) != (b == nullptr) || (a != nullptr && *a != *b))
+          return fmt::format("its settings.stopping.{} is {}, this run's is {} ({})", field, shown(a),
+                             shown(b), flag);
+      }
+    }
     if (std::string_view(setting.key) == "model")  // one side has none: a whole model is too long to quote
       return fmt::format("its resolved model (settings.model) differs from this run's ({})", setting.flag);
     return fmt::format("its settings.{} is {}, this run's is {} ({})", setting.key, shown(before),
@@ -866,9 +885,10 @@ int recommendation_exit(const Report& report, std::string_view who) {
   const std::string& why = report.analysis.recommended.why;
   const bool none_ok = std::none_of(report.points.begin(), report.points.end(),
                                     [](const Point& p) { return p.status == PointStatus::ok; });
-  fmt::print(stderr, "{}: {}{}; there is nothing to recommend (exit {})\n", who,
-             none_ok && !why.starts_with("no batch ran ok") ? "no batch ran ok: " : "", why,
-             static_cast<int>(kExitNothingRan));
+  fmt::print(
+      stderr, "{}: {}{}; there is nothing to recommend (exit {})\n", who,
+      none_ok && !report.points.empty() && !why.starts_with("no batch ran ok") ? "no batch ran ok: " : "",
+      why, static_cast<int>(kExitNothingRan));
   return kExitNothingRan;
 }
 

@@ -1103,6 +1103,16 @@ TEST(Run, AnErrorThatBreaksTheDeviceStopsTheSweepAndKeepsTheFinishedPoints) {
   EXPECT_NE(warning.find("the context is unusable"), std::string::npos) << warning;
   EXPECT_NE(warning.find("the report holds the 2 points finished before it"), std::string::npos) << warning;
   expect_valid_report(json);
+  EXPECT_NE(r.out.find("the sweep stopped on a fatal error"), std::string::npos) << r.out;  // the table too
+
+  // `--json -`: the pipeline reading stdout gets the same report, not nothing.
+  const Result piped = run({"run", "--backend", "scripted", "--script", script, "--batch", "4,8,16,32",
+                            "--warmup", "1", "--min-time", "0", "--json", "-"});
+  EXPECT_EQ(piped.exit_code, 1) << piped.err;
+  const nlohmann::json streamed = nlohmann::json::parse(piped.out);
+  EXPECT_EQ(streamed["state"], "in_progress");
+  EXPECT_EQ(streamed["points"].size(), 2u);
+  EXPECT_NE(piped.err.find("batch 16: scripted device"), std::string::npos) << piped.err;
 }
 
 // A finished run whose batch list left out batches the baseline ran ok would pass them unjudged: the gate
@@ -1250,7 +1260,8 @@ TEST(Run, ResumeRefusesAReportThatMeasuredSomethingElse) {
   const std::vector<Case> cases = {
       {{"--seed", "7"}, "its settings.seed is 1234, this run's is 7 (--seed)"},
       {{"--mode", "infer"}, "its settings.mode is \"train\", this run's is \"infer\" (--mode)"},
-      {{"--max-noise", "2"}, "its settings.stopping is"},
+      {{"--max-noise", "2"}, "its settings.stopping.max_noise_pct is 1.0, this run's is 2.0 (--max-noise)"},
+      {{"--timeout", "4"}, "its settings.stopping.timeout_s is 5.0, this run's is 4.0 (--timeout)"},
       {{"--precision", "bf16"}, "(--precision)"},
   };
   for (const Case& c : cases) {

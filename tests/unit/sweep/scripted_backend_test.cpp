@@ -72,6 +72,12 @@ TEST(ScriptedConfig, ErrorsNameTheFileAndKey) {
   EXPECT_NE(usage_message(doc).find("script.json: t0_ms: is required"), std::string::npos);
 
   doc = base;
+  doc["name"] = "two\nlines";  // it titles tables: a newline would split them
+  EXPECT_NE(usage_message(doc).find("script.json: name: must not contain control characters"),
+            std::string::npos)
+      << usage_message(doc);
+
+  doc = base;
   doc["t0_ms"] = "fast";
   EXPECT_NE(usage_message(doc).find("t0_ms: must be a number"), std::string::npos);
 
