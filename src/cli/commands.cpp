@@ -1237,6 +1237,10 @@ int compare_command(const CompareSettings& input) {
   else
     std::fputs(format_compare(result, color_allowed(STDOUT_FILENO)).c_str(), stdout);
   if (s.fail_on_regression_pct) {
+    // A verdict on a point whose steps never settled may be the machine's noise (another job on a shared
+    // runner), not the code's: said beside the gate's answer, not only in the table.
+    for (const std::string& note : result.short_notes)
+      std::fprintf(stderr, "batchsweep: warning: %s\n", note.c_str());
     for (const Regression& r : found) std::fprintf(stderr, "batchsweep: regression: %s\n", r.text.c_str());
     if (found.empty()) return kExitOk;
     return kExitRegression;

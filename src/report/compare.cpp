@@ -660,13 +660,14 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
       if (p->noise_pct) worst_noise = std::max(worst_noise, *p->noise_pct);
     }
     if (short_points.empty()) continue;
-    result.notes.push_back(
+    result.short_notes.push_back(
         fmt::format("{}: batch{} {} stopped before meeting {} measurement targets{}, so {} verdicts rest on "
                     "noisier means",
                     letter(i), short_points.size() == 1 ? "" : "es", fmt::join(short_points, ", "),
                     short_points.size() == 1 ? "its" : "their",
                     worst_noise > 0 ? fmt::format(" (noise up to {:.1f}%)", worst_noise) : std::string(),
                     short_points.size() == 1 ? "its" : "their"));
+    result.notes.push_back(result.short_notes.back());
   }
   for (size_t i = 0; i < result.runs.size(); ++i) {
     if (!incomplete(result.runs[i])) continue;

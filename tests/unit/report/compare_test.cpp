@@ -563,8 +563,12 @@ TEST(Compare, PointsThatStoppedShortAreNoted) {
       result.notes,
       ::testing::Contains("B: batches 16, 64 stopped before meeting their measurement targets (noise up "
                           "to 11.8%), so their verdicts rest on noisier means"));
+  // Kept apart too, for the CLI to say beside a gate's answer.
+  ASSERT_EQ(result.short_notes.size(), 1u);
+  EXPECT_EQ(result.short_notes[0].rfind("B: batches 16, 64 stopped before meeting", 0), 0u);
   for (const std::string& note : compare_pair(a, a).notes)
     EXPECT_EQ(note.find("stopped before meeting"), std::string::npos) << note;
+  EXPECT_TRUE(compare_pair(a, a).short_notes.empty());
 }
 
 // Many samples a side: the geometric mean's noise is small, and a 3% change over every batch is called.
