@@ -3,6 +3,7 @@
 #include "cli/app.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <limits>
 #include <optional>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -90,10 +92,15 @@ std::string plain_parse_error(const std::string& what, const std::string& sub) {
     if (sub == "compare")
       return "compare: which reports? batchsweep compare A.json B.json [...] (the baseline first)";
   }
-  if (std::regex_match(what, m, extra) && sub == "analyze")
+  if (std::regex_match(what, m, extra) && sub == "analyze") {
+    // CLI11 lists the words last first: put them back in the order given.
+    std::vector<std::string> words;
+    std::istringstream in(m[2].str());
+    for (std::string word; in >> word;) words.insert(words.begin(), word);
     return fmt::format(
         "analyze reads one report; not expected: {} (to set runs side by side: batchsweep compare)",
-        m[2].str());
+        fmt::join(words, " "));
+  }
   return what;
 }
 

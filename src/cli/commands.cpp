@@ -1207,17 +1207,19 @@ int compare_command(const CompareSettings& input) {
       const std::vector<std::string> unswept = unswept_baseline_batches(reports[0], reports[i]);
       if (unswept.empty()) continue;
       const std::string list = fmt::format("{}", fmt::join(unswept, ", "));
-      if (searched(reports[0]) || searched(reports[i]) || s.allow_incomplete)
+      // Where the gate already fails on what it judged, the regressions are the answer (exit 3), named.
+      if (searched(reports[0]) || searched(reports[i]) || s.allow_incomplete || !found.empty())
         std::fprintf(stderr,
-                     "batchsweep compare: note: %s did not sweep batch %s, which ran ok in the baseline: "
+                     "batchsweep compare: note: %s did not sweep batch%s %s, which ran ok in the baseline: "
                      "not judged\n",
-                     result.runs[i].name.c_str(), list.c_str());
+                     result.runs[i].name.c_str(), unswept.size() == 1 ? "" : "es", list.c_str());
       else
         throw InputError(fmt::format(
-            "--fail-on-regression {:g}: {} did not sweep batch {}, which ran ok in the baseline {}: they "
+            "--fail-on-regression {:g}: {} did not sweep batch{} {}, which ran ok in the baseline {}: {} "
             "would pass unjudged (sweep the baseline's --batch list, or pass --allow-incomplete to judge the "
             "batches both swept)",
-            *s.fail_on_regression_pct, result.runs[i].name, list, result.runs[0].name));
+            *s.fail_on_regression_pct, result.runs[i].name, unswept.size() == 1 ? "" : "es", list,
+            result.runs[0].name, unswept.size() == 1 ? "it" : "they"));
     }
   }
   if (!s.markdown_path.empty()) write_output(s.markdown_path, format_compare_markdown(result));

@@ -54,9 +54,12 @@ std::string likely_mistake(std::string_view text, std::size_t at) {
   std::size_t start = at;
   while (start > 0 && std::isalpha(static_cast<unsigned char>(text[start - 1])) != 0) --start;
   if (start > 0 && text[start - 1] == '-') --start;
-  const std::string_view word = text.substr(start);
-  for (const std::string_view bad : {"NaN", "nan", "Infinity", "-Infinity", "inf", "-inf"})
-    if (word.starts_with(bad)) return " (NaN and Infinity are not JSON numbers)";
+  std::size_t end = std::max(start, at);
+  while (end < text.size() && std::isalpha(static_cast<unsigned char>(text[end])) != 0) ++end;
+  std::string_view word = text.substr(start, end - start);
+  if (word.starts_with("-")) word.remove_prefix(1);
+  for (const std::string_view bad : {"NaN", "nan", "Infinity", "inf"})
+    if (word == bad) return " (NaN and Infinity are not JSON numbers)";
   return {};
 }
 
@@ -73,8 +76,9 @@ std::string json_syntax_error(std::string_view text, std::size_t byte, std::stri
     const std::size_t colon = what.find(": ");
     if (colon != std::string_view::npos) what.remove_prefix(colon + 2);
   }
-  if (byte == 0) return std::string(what);
-  const std::size_t at = std::min(byte, text.size()) - 1;  // 0-based index of the last character read
+  if (byte == 0 || text.empty()) return std::string(what);
+  // 0-based index of the last character read; the end of the text where the parser read past it (EOF).
+  const std::size_t at = std::min(byte - 1, text.size());
   std::size_t line = 1, line_start = 0;
   for (std::size_t i = 0; i < at; ++i)
     if (text[i] == '\n') {

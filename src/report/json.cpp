@@ -16,6 +16,7 @@
 #include "batchsweep/json_depth.hpp"
 #include "batchsweep/printers.hpp"
 #include "batchsweep/report.hpp"
+#include "batchsweep/stats.hpp"
 #include "report/json_pieces.hpp"
 
 namespace bsw {
@@ -258,37 +259,41 @@ class Reader {
     return t;
   }
 
-  // An ok point's numbers are derived from its raw samples (run and the PyTorch peer alike): step_ms.mean is
-  // their mean, samples_per_second the effective batch over it. A report where they disagree was edited by
-  // hand, and the analysis (which reads the rates) and compare's tests (which read the samples) would answer
-  // different questions: refused, naming the field.
+  // A point's numbers are derived from its raw samples (run and the PyTorch peer alike, with the same
+  // summarize): step_ms is their summary, and an ok point's samples_per_second the effective batch over their
+  // mean. A report where they disagree was edited by hand, and the analysis (which reads the rates and the
+  // percentiles) and compare's tests (which read the samples) would answer different questions: refused,
+  // naming the field. No step time is negative.
   void check_consistent(const Point& p, const std::string& path) const {
-    constexpr double kTolerance =
-        1e-6;  // reports print doubles to round-trip; this only absorbs summation order
+    constexpr double kTolerance = 1e-6;  // reports print doubles to round-trip; this absorbs summation order
     const auto differ = [](double a, double b) { return std::fabs(a - b) > kTolerance * std::fabs(b); };
+    const std::string stats = child(path, "step_ms");
+    const std::pair<const char*, double> fields[] = {
+        {"mean", p.step_ms.mean}, {"median", p.step_ms.median}, {"stddev", p.step_ms.stddev},
+        {"min", p.step_ms.min},   {"max", p.step_ms.max},       {"p50", p.step_ms.p50},
+        {"p90", p.step_ms.p90},   {"p95", p.step_ms.p95},       {"p99", p.step_ms.p99}};
+    for (const auto& [name, value] : fields)
+      if (value < 0) fail(child(stats, name), "a step time must be >= 0 ms");
     if (!p.samples_ms.empty()) {
-      double sum = 0;
-      for (const double ms : p.samples_ms) sum += ms;
-      const double mean = sum / static_cast<double>(p.samples_ms.size());
-      if (p.step_ms.mean > 0 && differ(p.step_ms.mean, mean))
-        fail(child(child(path, "step_ms"), "mean"),
-             fmt::format("{:.6g} ms disagrees with its samples_ms, whose mean is {:.6g} ms", p.step_ms.mean,
-                         mean));
-      if (mean > 0 && differ(p.samples_per_second, static_cast<double>(p.effective_batch) / mean * 1000.0))
-        fail(child(path, "samples_per_second"),
-             fmt::format(
-                 "{:.6g} disagrees with its samples_ms: effective batch {} over their mean step of {:.6g} "
-                 "ms is {:.6g} samples/s",
-                 p.samples_per_second, p.effective_batch, mean,
-                 static_cast<double>(p.effective_batch) / mean * 1000.0));
-    } else if (p.step_ms.mean > 0 && differ(p.samples_per_second, static_cast<double>(p.effective_batch) /
-                                                                      p.step_ms.mean * 1000.0)) {
-      fail(child(path, "samples_per_second"),
-           fmt::format(
-               "{:.6g} disagrees with step_ms.mean: effective batch {} over {:.6g} ms is {:.6g} samples/s",
-               p.samples_per_second, p.effective_batch, p.step_ms.mean,
-               static_cast<double>(p.effective_batch) / p.step_ms.mean * 1000.0));
+      const StepStats from_samples = summarize(p.samples_ms);
+      const double derived[] = {from_samples.mean, from_samples.median, from_samples.stddev,
+                                from_samples.min,  from_samples.max,    from_samples.p50,
+                                from_samples.p90,  from_samples.p95,    from_samples.p99};
+      for (std::size_t i = 0; i < std::size(fields); ++i)
+        if (fields[i].second > 0 && differ(fields[i].second, derived[i]))  // 0: absent (null)
+          fail(child(stats, fields[i].first),
+               fmt::format("{:.6g} ms disagrees with its samples_ms, whose {} is {:.6g} ms", fields[i].second,
+                           fields[i].first, derived[i]));
     }
+    if (p.status != PointStatus::ok) return;
+    const double mean = p.samples_ms.empty() ? p.step_ms.mean : summarize(p.samples_ms).mean;
+    const char* from = p.samples_ms.empty() ? "step_ms.mean" : "its samples_ms";
+    if (mean > 0 && differ(p.samples_per_second, static_cast<double>(p.effective_batch) / mean * 1000.0))
+      fail(child(path, "samples_per_second"),
+           fmt::format("{:.6g} disagrees with {}: effective batch {} over a mean step of {:.6g} ms is {:.6g} "
+                       "samples/s",
+                       p.samples_per_second, from, p.effective_batch, mean,
+                       static_cast<double>(p.effective_batch) / mean * 1000.0));
   }
 
   [[nodiscard]] Point point(const json& v, const std::string& path) const {
@@ -327,7 +332,7 @@ class Reader {
         if (p.samples_ms.back() < 0) fail(element(here, i), "a step time must be >= 0 ms");
       }
     }
-    if (p.status == PointStatus::ok) check_consistent(p, path);
+    check_consistent(p, path);
     p.tflops = optional_number(v, path, "tflops");
     p.mfu = optional_number(v, path, "mfu");
     if (const json* memory = optional_object(v, path, "memory")) {

@@ -217,9 +217,12 @@ class AutoSearch {
     // the batches between fit the plan but are not prepared or timed. Said, up to the plan's largest fit, so
     // max fit does not read as if the edge were unknown.
     const int64_t plan_fit =  // 0: the plan does not name a larger fit
-        plan_edge && hi == *plan_edge + 1 && hi_kind == Fit::over_limit && lo < *plan_edge ? *plan_edge : 0;
-    edge_summary_ = plan_fit ? fmt::format("largest fit {} by the plan ({} prepared), {}{}", plan_fit, lo,
-                                           unfit, edge_note_)
+        plan_edge && hi == *plan_edge + 1 && hi_kind == Fit::over_limit && lo < *plan_edge &&
+                edge_note_.empty()
+            ? *plan_edge
+            : 0;
+    edge_summary_ = plan_fit ? fmt::format("largest fit {} by the plan (the search stopped at {}), {}{}",
+                                           plan_fit, lo, unfit, edge_note_)
                              : fmt::format("largest fit {}, {}{}", lo, unfit, edge_note_);
     if (!lo_measured && !runner_.find(lo, accumulation_)) {
       if (too_slow_to_time(lo)) {

@@ -417,6 +417,12 @@ void PointRunner::summarize_point(Point& point, const Plan& plan, const NoiseCri
     // One sample has no spread to measure: its noise is unknown, not 0%.
     if (point.samples_ms.size() >= 2) point.noise_pct = relative_noise(point.samples_ms) * 100.0;
   }
+  // A step the clock could not resolve (every sample 0 ms) has no throughput to report: an ok point
+  // without one would be a rate of 0 or infinity, which no reader takes.
+  if (point.status == PointStatus::ok && !(point.step_ms.mean > 0)) {
+    point.status = PointStatus::error;
+    point.reason = "the timer measured 0 ms for every step: too short to time";
+  }
   if (point.status != PointStatus::ok) {
     // Samples of a failed point are kept for the record, but it has no throughput.
     point.stop_reason = point.reason.starts_with("non-finite") ? "non-finite loss" : to_string(point.status);

@@ -400,9 +400,9 @@ INSTANTIATE_TEST_SUITE_P(
              2,
              {"compare: which reports? batchsweep compare A.json B.json"}},
         Case{"analyze_two_reports",
-             {"analyze", "{dir}/r.json", "b.json"},
+             {"analyze", "{dir}/r.json", "b.json", "c.json"},
              2,
-             {"analyze reads one report; not expected: b.json (to set runs side by side: batchsweep "
+             {"analyze reads one report; not expected: b.json c.json (to set runs side by side: batchsweep "
               "compare)"}},
         Case{"repeat_copy_that_fails",
              run_with({"--model", "{dir}/m.json", "--batch", "1"}),

@@ -1128,7 +1128,7 @@ TEST(Run, TheGateRefusesARunThatLeftOutTheBaselinesBatches) {
   Result gate = run({"compare", base, fewer, "--fail-on-regression", "5", "--json", gate_json});
   EXPECT_EQ(gate.exit_code, 2) << gate.out << gate.err;
   EXPECT_NE(gate.err.find("--fail-on-regression 5: " + fewer +
-                          " did not sweep batch 128, 256, which ran ok in "
+                          " did not sweep batches 128, 256, which ran ok in "
                           "the baseline " +
                           base + ": they would pass unjudged"),
             std::string::npos)
@@ -1137,14 +1137,25 @@ TEST(Run, TheGateRefusesARunThatLeftOutTheBaselinesBatches) {
   gate =
       run({"compare", base, fewer, "--fail-on-regression", "5", "--allow-incomplete", "--json", gate_json});
   EXPECT_EQ(gate.exit_code, 0) << gate.out << gate.err;
-  EXPECT_NE(gate.err.find(fewer + " did not sweep batch 128, 256, which ran ok in the baseline: not judged"),
-            std::string::npos)
+  EXPECT_NE(
+      gate.err.find(fewer + " did not sweep batches 128, 256, which ran ok in the baseline: not judged"),
+      std::string::npos)
       << gate.err;
   EXPECT_EQ(read_json(gate_json)["gate"]["passed"], true);
   // The other way round nothing of the baseline is missing: judged as before.
   EXPECT_EQ(run({"compare", fewer, base, "--fail-on-regression", "5"}).exit_code, 0);
   // Without the gate, the table notes them as ever.
   EXPECT_EQ(run({"compare", base, fewer}).exit_code, 0);
+  // Where what it judged already fails, the regression is the answer (exit 3), the batches left out named.
+  const std::string wide = (dir / "wide.json").string(), slower = (dir / "slower.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "256,512", "--json", wide})).exit_code, 0);
+  ASSERT_EQ(run(scripted_run("roofline-slower.json", {"--batch", "512", "--json", slower})).exit_code, 0);
+  gate = run({"compare", wide, slower, "--fail-on-regression", "5"});
+  EXPECT_EQ(gate.exit_code, 3) << gate.out << gate.err;
+  EXPECT_NE(gate.err.find("batchsweep: regression: batch 512: B is "), std::string::npos) << gate.err;
+  EXPECT_NE(gate.err.find(slower + " did not sweep batch 256, which ran ok in the baseline: not judged"),
+            std::string::npos)
+      << gate.err;
 
   ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "auto", "--json", searched})).exit_code, 0);
   gate = run({"compare", base, searched, "--fail-on-regression", "5"});
@@ -1301,6 +1312,8 @@ TEST(Run, ResumeRefusesAReportThatMeasuredSomethingElse) {
                                          "off", "--attention", "explicit"}));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(read_json(out)["settings"].at("measured_points"), 0);
+  EXPECT_EQ(read_json(out)["settings"].at("attention"), "explicit_softmax");  // the path forced, by its name
+  expect_valid_report(out);
 }
 
 // What the earlier run could not run is tried again; analysis settings and the batch list may change.

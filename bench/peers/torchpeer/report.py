@@ -61,7 +61,11 @@ class Point:
             # One sample has no spread: its noise is unknown (None), not 0%.
             self.noise_pct = relative_noise(self.samples_ms) * 100.0 if len(self.samples_ms) >= 2 else None
         mean_s = self.step_ms.mean / 1000.0
-        if self.status != "ok" or mean_s <= 0:
+        if self.status == "ok" and not mean_s > 0:
+            # As batchsweep's runner: a step the clock could not resolve has no throughput to report.
+            self.status = "error"
+            self.reason = "the timer measured 0 ms for every step: too short to time"
+        if self.status != "ok":
             return
         self.samples_per_second = self.effective_batch / mean_s
         if tokens_per_sample > 0:

@@ -294,6 +294,9 @@ std::unique_ptr<Backend> make_scripted_backend(const std::string& script_path) {
   if (!file) throw UsageError(fmt::format("--script: cannot read '{}'", script_path));
   std::stringstream text;
   text << file.rdbuf();
+  if (text.str().find_first_not_of(" \t\r\n") == std::string::npos)
+    throw UsageError(
+        fmt::format("{}: is empty (or not a file): expected a step-time script (JSON)", script_path));
   if (json_too_deep_at(text.str()))
     throw UsageError(fmt::format("{}: JSON nested deeper than {} levels; not a step-time script", script_path,
                                  kMaxJsonDepth));

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "batchsweep/errors.hpp"
+#include "batchsweep/json_depth.hpp"
 #include "batchsweep/model.hpp"
 #include "unit/model/model_test_util.hpp"
 
@@ -139,6 +140,21 @@ TEST(LoadModel, SyntaxErrorsNameTheLineColumnAndTheLikelyMistake) {
   EXPECT_THAT(file_error(dir.write("c.json", "{\n  // the model\n}")), HasSubstr("(comments are not JSON)"));
   EXPECT_THAT(file_error(dir.write("c.json", "{'name': 'm'}")),
               HasSubstr("(JSON strings take double quotes)"));
+}
+
+// The position said for any byte nlohmann gives, an empty text and one past the end included.
+TEST(JsonSyntaxError, StaysInsideTheText) {
+  EXPECT_EQ(
+      bsw::json_syntax_error("", 1, "[json.exception.parse_error.101] parse error at line 1, column 1: x"),
+      "x");
+  EXPECT_EQ(bsw::json_syntax_error("{", 0, "y"), "y");
+  EXPECT_EQ(bsw::json_syntax_error("{\n", 9, "z"), "line 2, column 1: z");
+  EXPECT_EQ(bsw::json_syntax_error("[1,\n 2,]", 8, "w"),
+            "line 2, column 4: w (a trailing comma before ']': JSON allows none)");
+  // Words that only begin like NaN or Infinity are not taken for them.
+  EXPECT_EQ(bsw::json_syntax_error(R"({"mode": infer})", 10, "v"), "line 1, column 10: v");
+  EXPECT_EQ(bsw::json_syntax_error(R"({"x": -inf})", 8, "u"),
+            "line 1, column 8: u (NaN and Infinity are not JSON numbers)");
 }
 
 TEST(LoadModel, RefusesDeepNestingBeforeParsing) {

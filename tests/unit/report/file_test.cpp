@@ -118,7 +118,7 @@ TEST_F(ReportFiles, AnOkPointsNumbersMustAgreeWithItsSamples) {
   EXPECT_EQ(error_of(edited),
             edited +
                 ": points[0].samples_per_second: 2000 disagrees with its samples_ms: effective "
-                "batch 2 over their mean step of 1.2 ms is 1666.67 samples/s");
+                "batch 2 over a mean step of 1.2 ms is 1666.67 samples/s");
   const std::string mean = report("mean.json", R"({"batch": 2, "status": "ok", "samples_per_second": 2000,
       "samples_ms": [1, 1], "step_ms": {"mean": 1.2}})");
   EXPECT_EQ(error_of(mean),
@@ -129,7 +129,15 @@ TEST_F(ReportFiles, AnOkPointsNumbersMustAgreeWithItsSamples) {
   EXPECT_EQ(error_of(no_samples),
             no_samples +
                 ": points[0].samples_per_second: 2000 disagrees with step_ms.mean: effective "
-                "batch 8 over 2 ms is 4000 samples/s");
+                "batch 8 over a mean step of 2 ms is 4000 samples/s");
+  // A percentile edited by hand would have a latency budget read one latency and the samples say another.
+  const std::string p99 = report("p99.json", R"({"batch": 2, "status": "ok", "samples_per_second": 2000,
+      "samples_ms": [1, 1], "step_ms": {"mean": 1, "p99": 0.5}})");
+  EXPECT_EQ(error_of(p99),
+            p99 + ": points[0].step_ms.p99: 0.5 ms disagrees with its samples_ms, whose p99 is 1 ms");
+  const std::string below = report("below.json", R"({"batch": 2, "status": "oom", "samples_per_second": null,
+      "step_ms": {"p99": -1}})");
+  EXPECT_EQ(error_of(below), below + ": points[0].step_ms.p99: a step time must be >= 0 ms");
   // Consistent ones read, as does a failed point with samples kept for the record.
   const std::string fine = report("fine.json", R"({"batch": 4, "accumulation": 2, "status": "ok",
       "samples_per_second": 4000, "samples_ms": [1.5, 2.5], "step_ms": {"mean": 2}},

@@ -289,11 +289,11 @@ TEST(AutoSearch, PlanEdgeTooSlowToTimeNamesThePlansLargestFit) {
           0),
       0u)
       << outcome.untimed_fit->reason;
-  EXPECT_NE(
-      outcome.search_summary.find(fmt::format("largest fit {} by the plan ({} prepared), over the memory "
-                                              "budget at {}",
-                                              *plan_edge, *plan_edge / 8 * 8, *plan_edge + 1)),
-      std::string::npos)
+  EXPECT_NE(outcome.search_summary.find(
+                fmt::format("largest fit {} by the plan (the search stopped at {}), over the memory "
+                            "budget at {}",
+                            *plan_edge, *plan_edge / 8 * 8, *plan_edge + 1)),
+            std::string::npos)
       << outcome.search_summary;
   bool warned = false;
   for (const std::string& w : outcome.warnings)

@@ -138,6 +138,17 @@ TEST(ScriptedBackend, FileErrorsNameTheFile) {
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find(path.string() + ": not valid JSON"), std::string::npos) << e.what();
   }
+  // An empty file, and a directory (which opens, and reads nothing).
+  for (const std::string& empty :
+       {std::string("/dev/null"), std::filesystem::temp_directory_path().string()}) {
+    try {
+      (void)make_scripted_backend(empty);
+      FAIL() << empty;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(empty + ": is empty (or not a file)"), std::string::npos)
+          << e.what();
+    }
+  }
   std::filesystem::remove(path);
 }
 
