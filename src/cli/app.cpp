@@ -12,9 +12,9 @@
 #include <cstdio>
 #include <limits>
 #include <optional>
-#include <regex>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "batchsweep/errors.hpp"
@@ -81,21 +81,35 @@ std::string unknown_flag_hint(CLI::App& app, int argc, char** argv) {
 // received 2"), a missing positional ("report is required"), an extra one ("The following argument was not
 // expected: b.json"). `sub` is the subcommand parsed ("" if none).
 std::string plain_parse_error(const std::string& what, const std::string& sub) {
-  static const std::regex twice(R"(^(-[-\w]+): At Most 1 required but received (\d+)$)");
-  static const std::regex missing(R"(^(\w+) is required$)");
-  static const std::regex extra(R"(^The following arguments? (was|were) not expected: (.*)$)");
-  std::smatch m;
-  if (std::regex_match(what, m, twice))
-    return fmt::format("{}: given {} times; give it once", m[1].str(), m[2].str());
-  if (std::regex_match(what, m, missing)) {
+  // Plain string matching, not <regex>: GCC 12's regex headers trip -Wmaybe-uninitialized under ASan at -O2.
+  const std::string_view text(what);
+  const auto is_word = [](std::string_view w, bool dashes) {
+    if (w.empty()) return false;
+    for (const char c : w)
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || (dashes && c == '-'))) return false;
+    return true;
+  };
+  constexpr std::string_view kTwice = ": At Most 1 required but received ";
+  if (const auto at = text.find(kTwice); at != std::string_view::npos) {
+    const auto flag = text.substr(0, at);
+    const auto count = text.substr(at + kTwice.size());
+    if (flag.size() > 1 && flag[0] == '-' && is_word(flag.substr(1), true) && !count.empty() &&
+        std::all_of(count.begin(), count.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return fmt::format("{}: given {} times; give it once", flag, count);
+  }
+  constexpr std::string_view kRequired = " is required";
+  if (text.size() > kRequired.size() && text.ends_with(kRequired) &&
+      is_word(text.substr(0, text.size() - kRequired.size()), false)) {
     if (sub == "analyze") return "analyze: which report? batchsweep analyze REPORT.json [flags]";
     if (sub == "compare")
       return "compare: which reports? batchsweep compare A.json B.json [...] (the baseline first)";
   }
-  if (std::regex_match(what, m, extra) && sub == "analyze") {
+  for (const std::string_view lead :
+       {"The following argument was not expected: ", "The following arguments were not expected: "}) {
+    if (sub != "analyze" || !text.starts_with(lead)) continue;
     // CLI11 lists the words last first: put them back in the order given.
     std::vector<std::string> words;
-    std::istringstream in(m[2].str());
+    std::istringstream in{std::string(text.substr(lead.size()))};
     for (std::string word; in >> word;) words.insert(words.begin(), word);
     return fmt::format(
         "analyze reads one report; not expected: {} (to set runs side by side: batchsweep compare)",
