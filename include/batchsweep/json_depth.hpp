@@ -23,4 +23,15 @@ inline constexpr int kMaxJsonDepth = 64;
 // quotes.
 [[nodiscard]] std::string json_syntax_error(std::string_view text, std::size_t byte, std::string_view what);
 
+// Whether a character is an ASCII control character (C0 or DEL): a name that titles tables and lines must
+// hold none (a newline would split them), and text quoted back in a message shows them replaced.
+[[nodiscard]] constexpr bool is_control_character(char c) {
+  return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+}
+[[nodiscard]] constexpr bool has_control_characters(std::string_view text) {
+  for (const char c : text)
+    if (is_control_character(c)) return true;
+  return false;
+}
+
 }  // namespace bsw

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "batchsweep/errors.hpp"
+#include "batchsweep/json_depth.hpp"
 #include "batchsweep/model.hpp"
 #include "batchsweep/plan.hpp"
 #include "model/schema.hpp"
@@ -53,7 +54,7 @@ std::string clip(std::string text, size_t limit) {
 std::string user_text(std::string_view text) {
   std::string out(text);
   for (char& c : out)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    if (is_control_character(c)) c = '?';
   return clip(std::move(out), kMaxQuotedBytes);
 }
 
@@ -223,9 +224,7 @@ class Parser {
     if (name.empty()) fail("name", "must not be empty");
     if (name.size() > kMaxNameBytes)
       fail("name", fmt::format("is {} bytes long: at most {} are allowed", name.size(), kMaxNameBytes));
-    for (const char c : name)
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
-        fail("name", "must not contain control characters");
+    if (has_control_characters(name)) fail("name", "must not contain control characters");
     return name;
   }
 

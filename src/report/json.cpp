@@ -274,8 +274,10 @@ class Reader {
         {"p90", p.step_ms.p90},   {"p95", p.step_ms.p95},       {"p99", p.step_ms.p99}};
     for (const auto& [name, value] : fields)
       if (value < 0) fail(child(stats, name), "a step time must be >= 0 ms");
+    double mean = p.step_ms.mean;  // what the rate is over: the samples' mean where there are samples
     if (!p.samples_ms.empty()) {
       const StepStats from_samples = summarize(p.samples_ms);
+      mean = from_samples.mean;
       const double derived[] = {from_samples.mean, from_samples.median, from_samples.stddev,
                                 from_samples.min,  from_samples.max,    from_samples.p50,
                                 from_samples.p90,  from_samples.p95,    from_samples.p99};
@@ -286,7 +288,6 @@ class Reader {
                            fields[i].first, derived[i]));
     }
     if (p.status != PointStatus::ok) return;
-    const double mean = p.samples_ms.empty() ? p.step_ms.mean : summarize(p.samples_ms).mean;
     const char* from = p.samples_ms.empty() ? "step_ms.mean" : "its samples_ms";
     if (mean > 0 && differ(p.samples_per_second, static_cast<double>(p.effective_batch) / mean * 1000.0))
       fail(child(path, "samples_per_second"),

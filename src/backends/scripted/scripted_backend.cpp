@@ -235,9 +235,7 @@ ScriptedConfig parse_scripted_config(const nlohmann::json& doc, const std::strin
     if (!name->is_string() || name->get<std::string>().empty()) in.fail("name", "must be a non-empty string");
     config.name = name->get<std::string>();
     // It titles tables and lines: a newline would split them (as a model's name, refused).
-    for (const char c : config.name)
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
-        in.fail("name", "must not contain control characters");
+    if (has_control_characters(config.name)) in.fail("name", "must not contain control characters");
   }
   const auto memory = in.integer("memory_total_bytes", 1);
   if (!memory) in.fail("memory_total_bytes", "is required (the device memory in bytes)");
