@@ -149,6 +149,11 @@ rf::TextTable point_table(const Report& report) {
                        }});
   }
   if (any_point(report, has_step_stats)) {
+    // The mean step is what samples/s divides the batch by: beside the percentiles, a rate checks by hand.
+    columns.push_back({"mean ms", Align::right, [](const Point& p) {
+                         return has_step_stats(p) && p.step_ms.mean > 0 ? rf::sig3(p.step_ms.mean)
+                                                                        : std::string(rf::kAbsent);
+                       }});
     columns.push_back({"p50 ms", Align::right, [](const Point& p) {
                          // A hand-made report may give one percentile and not the other: 0 is "not given".
                          return has_step_stats(p) && p.step_ms.p50 > 0 ? rf::sig3(p.step_ms.p50)
