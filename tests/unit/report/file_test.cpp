@@ -118,7 +118,7 @@ TEST_F(ReportFiles, AnOkPointsNumbersMustAgreeWithItsSamples) {
   EXPECT_EQ(error_of(edited),
             edited +
                 ": points[0].samples_per_second: 2000 disagrees with its samples_ms: effective "
-                "batch 2 over a mean step of 1.2 ms is 1666.67 samples/s");
+                "batch 2 over a mean step of 1.2 ms is 1666.66667 samples/s");
   const std::string mean = report("mean.json", R"({"batch": 2, "status": "ok", "samples_per_second": 2000,
       "samples_ms": [1, 1], "step_ms": {"mean": 1.2}})");
   EXPECT_EQ(error_of(mean),
@@ -143,6 +143,17 @@ TEST_F(ReportFiles, AnOkPointsNumbersMustAgreeWithItsSamples) {
       "samples_per_second": 4000, "samples_ms": [1.5, 2.5], "step_ms": {"mean": 2}},
       {"batch": 8, "status": "error", "samples_per_second": null, "samples_ms": [9]})");
   EXPECT_EQ(read_report(fine).points.size(), 2u);
+  // A report stored and written back rounded (6 significant digits, samples to the nanosecond) still reads;
+  // an edit of 0.1% of the step does not.
+  const std::string rounded = report("rounded.json", R"({"batch": 2, "status": "ok",
+      "samples_per_second": 1960.78, "samples_ms": [1.010000001, 1.029999999],
+      "step_ms": {"mean": 1.02, "median": 1.02, "stddev": 0.0141421, "min": 1.01, "max": 1.03, "p99": 1.0298}})");
+  EXPECT_EQ(read_report(rounded).points.size(), 1u);
+  const std::string stddev = report("stddev.json", R"({"batch": 2, "status": "ok",
+      "samples_per_second": 1960.78, "samples_ms": [1.01, 1.03], "step_ms": {"stddev": 0.0151421}})");
+  EXPECT_EQ(error_of(stddev), stddev +
+                                  ": points[0].step_ms.stddev: 0.0151421 ms disagrees with its "
+                                  "samples_ms, whose stddev is 0.0141421356 ms");
 }
 
 TEST_F(ReportFiles, DeepNestingIsRejectedBeforeParsing) {
