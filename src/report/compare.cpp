@@ -681,6 +681,16 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
         fmt::join(shared, ", ")));
   note_difference(
       result.runs, "models", [](const RunSummary& r) { return r.model; }, result.notes);
+  // One name, other layers (let through by --allow-model-mismatch): the names alone would say nothing.
+  for (size_t i = 1; i < reports.size(); ++i) {
+    if (result.runs[i].model.empty() || result.runs[i].model != result.runs[0].model) continue;
+    const auto a_model = reports[0].settings.find("model");
+    const auto b_model = reports[i].settings.find("model");
+    if (a_model == reports[0].settings.end() || b_model == reports[i].settings.end()) continue;
+    if (const std::optional<std::string> where = first_difference(*a_model, *b_model, "settings.model"))
+      result.notes.push_back(fmt::format("{} and {}: different models, both named {} ({})", letter(0),
+                                         letter(i), result.runs[0].model, *where));
+  }
   note_difference(
       result.runs, "devices", [](const RunSummary& r) { return device_of(r); }, result.notes);
   note_difference(

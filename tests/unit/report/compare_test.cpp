@@ -609,6 +609,22 @@ TEST(Compare, MismatchedModelsNameBothFiles) {
   EXPECT_THAT(result.notes, ::testing::Contains(HasSubstr("models differ: A mlp-small, B resnet-ish")));
 }
 
+// One name, other layers: refused, and where --allow-model-mismatch lets it through, said in the notes (the
+// names alone would make it look like one model's comparison).
+TEST(Compare, ModelsWithOneNameAndOtherLayersAreNoted) {
+  const Report a = testing::sample_report();
+  Report b = a;
+  b.settings["model"]["source"] = "wide.json";
+  EXPECT_THROW((void)compare_pair(a, b), InputError);
+  CompareOptions allow;
+  allow.allow_model_mismatch = true;
+  const auto result = compare_pair(a, b, allow);
+  EXPECT_THAT(result.notes, ::testing::Contains(HasSubstr(
+                                "A and B: different models, both named mlp-small (settings.model.source: "
+                                "\"preset:mlp-small\" vs \"wide.json\")")));
+  EXPECT_THAT(compare_pair(a, a).notes, ::testing::Not(::testing::Contains(HasSubstr("different models"))));
+}
+
 TEST(Compare, MismatchedModeOrSchemaIsAnError) {
   const Report a = testing::sample_report();
   Report b = a;
