@@ -218,11 +218,12 @@ TEST(Csv, HeaderIsTheJsonNames) {
   keys.insert("telemetry.mem_clock_mhz.median");
   keys.erase("samples_ms");
   // Then the run's context, the same on every row.
-  const std::vector<std::string> context = {"run.model", "run.device", "run.backend", "run.mode",
-                                            "run.precision"};
+  const std::vector<std::string> context = {"run.model", "run.device",    "run.backend",
+                                            "run.mode",  "run.precision", "run.created_at"};
+  const auto n = static_cast<std::ptrdiff_t>(context.size());
   ASSERT_GE(header.size(), context.size() + 3);
-  EXPECT_EQ(std::vector<std::string>(header.end() - 5, header.end()), context);
-  const std::vector<std::string> point_columns(header.begin(), header.end() - 5);
+  EXPECT_EQ(std::vector<std::string>(header.end() - n, header.end()), context);
+  const std::vector<std::string> point_columns(header.begin(), header.end() - n);
   EXPECT_EQ(std::set<std::string>(point_columns.begin(), point_columns.end()), keys);
   EXPECT_EQ(point_columns.size(), keys.size());
   // Point columns added after the first release come last among them, in the order they were added.
@@ -231,8 +232,10 @@ TEST(Csv, HeaderIsTheJsonNames) {
                                       "telemetry.mem_clock_mhz.median"}));
   for (const auto& line : lines) EXPECT_EQ(csv_fields(line).size(), header.size()) << line;
   const auto first = csv_fields(lines[1]);
-  EXPECT_EQ(std::vector<std::string>(first.end() - 5, first.end()),
-            (std::vector<std::string>{"mlp-small", r.device.name, "scripted", "train", "bf16"}));
+  EXPECT_EQ(
+      std::vector<std::string>(first.end() - n, first.end()),
+      (std::vector<std::string>{"mlp-small", r.device.name, "scripted", "train", "bf16", r.created_at}));
+  EXPECT_FALSE(r.created_at.empty());
 }
 
 TEST(Csv, QuotingAndValues) {
