@@ -493,10 +493,17 @@ int run_app(int argc, char** argv) {
   compare_cmd
       ->add_option(
           "--fail-on-regression", compare.fail_on_regression_pct,
-          "Exit 3 when a run is slower than the baseline beyond noise and PCT%, or fails a batch the "
-          "baseline ran")
+          "Exit 3 when a run is slower than the baseline beyond noise and PCT% (1 to 100: compare calls "
+          "nothing under 1% a change), or fails a batch the baseline ran")
       ->type_name("PCT")
-      ->check(between(0.0, 100.0));
+      ->check(number_check("FLOAT in [1 - 100]", [](double v, const std::string& text) {
+        if (v >= 1 && v <= 100) return std::string();
+        return v < 1 && v >= 0 ? fmt::format(
+                                     "{} is under 1%, the smallest change compare calls one (a "
+                                     "smaller one is `same (under 1%)`): give 1 to 100",
+                                     text)
+                               : fmt::format("must be between 1 and 100, got {}", text);
+      }));
   compare_cmd->add_flag("--allow-model-mismatch", compare.allow_model_mismatch,
                         "Compare reports of different models");
   compare_cmd->add_flag(

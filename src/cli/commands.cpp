@@ -1208,11 +1208,16 @@ int compare_command(const CompareSettings& input) {
       if (unswept.empty()) continue;
       const std::string list = fmt::format("{}", fmt::join(unswept, ", "));
       // Where the gate already fails on what it judged, the regressions are the answer (exit 3), named.
-      if (searched(reports[0]) || searched(reports[i]) || s.allow_incomplete || !found.empty())
+      const char* why = searched(reports[0]) || searched(reports[i])
+                            ? "a search chooses its batches by what it measures"
+                        : s.allow_incomplete ? "--allow-incomplete"
+                        : !found.empty()     ? "the gate fails on the regressions below anyway"
+                                             : nullptr;
+      if (why)
         std::fprintf(stderr,
                      "batchsweep compare: note: %s did not sweep batch%s %s, which ran ok in the baseline: "
-                     "not judged\n",
-                     result.runs[i].name.c_str(), unswept.size() == 1 ? "" : "es", list.c_str());
+                     "not judged (%s)\n",
+                     result.runs[i].name.c_str(), unswept.size() == 1 ? "" : "es", list.c_str(), why);
       else
         throw InputError(fmt::format(
             "--fail-on-regression {:g}: {} did not sweep batch{} {}, which ran ok in the baseline {}: {} "

@@ -1137,9 +1137,9 @@ TEST(Run, TheGateRefusesARunThatLeftOutTheBaselinesBatches) {
   gate =
       run({"compare", base, fewer, "--fail-on-regression", "5", "--allow-incomplete", "--json", gate_json});
   EXPECT_EQ(gate.exit_code, 0) << gate.out << gate.err;
-  EXPECT_NE(
-      gate.err.find(fewer + " did not sweep batches 128, 256, which ran ok in the baseline: not judged"),
-      std::string::npos)
+  EXPECT_NE(gate.err.find(fewer + " did not sweep batches 128, 256, which ran ok in the baseline: not judged "
+                                  "(--allow-incomplete)"),
+            std::string::npos)
       << gate.err;
   EXPECT_EQ(read_json(gate_json)["gate"]["passed"], true);
   // The other way round nothing of the baseline is missing: judged as before.
@@ -1153,7 +1153,8 @@ TEST(Run, TheGateRefusesARunThatLeftOutTheBaselinesBatches) {
   gate = run({"compare", wide, slower, "--fail-on-regression", "5"});
   EXPECT_EQ(gate.exit_code, 3) << gate.out << gate.err;
   EXPECT_NE(gate.err.find("batchsweep: regression: batch 512: B is "), std::string::npos) << gate.err;
-  EXPECT_NE(gate.err.find(slower + " did not sweep batch 256, which ran ok in the baseline: not judged"),
+  EXPECT_NE(gate.err.find(slower + " did not sweep batch 256, which ran ok in the baseline: not judged (the "
+                                   "gate fails on the regressions below anyway)"),
             std::string::npos)
       << gate.err;
 
@@ -1162,7 +1163,16 @@ TEST(Run, TheGateRefusesARunThatLeftOutTheBaselinesBatches) {
   EXPECT_NE(gate.exit_code, 2) << gate.err;
   const Result reverse = run({"compare", searched, base, "--fail-on-regression", "50"});
   EXPECT_EQ(reverse.exit_code, 0) << reverse.out << reverse.err;
-  EXPECT_NE(reverse.err.find("which ran ok in the baseline: not judged"), std::string::npos) << reverse.err;
+  EXPECT_NE(reverse.err.find("which ran ok in the baseline: not judged (a search chooses its batches by what "
+                             "it measures)"),
+            std::string::npos)
+      << reverse.err;
+  // Under 1% the gate would act as 1% (compare calls nothing smaller a change): refused, saying so.
+  const Result tiny = run({"compare", base, base, "--fail-on-regression", "0.5"});
+  EXPECT_EQ(tiny.exit_code, 2);
+  EXPECT_NE(tiny.err.find("--fail-on-regression: 0.5 is under 1%, the smallest change compare calls one"),
+            std::string::npos)
+      << tiny.err;
 }
 
 // SIGKILL (a CI job's timeout, the OOM killer) leaves the last rewrite: a valid report that says its sweep
