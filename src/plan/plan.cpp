@@ -14,7 +14,8 @@
 //          gradients (no gradient of the network input) and grad.residual[d] (S) per residual depth (none for
 //          a residual of the network input), grad.branch[d] (S) for residuals with a shortcut,
 //          act.shortcut[d] (S) for a shortcut's result that backward does not read — transient
-//   infer: act.a / act.b (S) ping-pong, act.residual[d] (S), act.shortcut[d] (S), act.stats (f32), act.probs
+//   infer: act.a / act.b (S) ping-pong (each as large as the outputs written to it), act.residual[d] (S),
+//   act.shortcut[d] (S), act.stats (f32), act.probs
 //          (S) — transient
 //   both: ops[i].running (f32, running mean+variance per channel) for batchnorm — parameters (model state)
 //   workspaces per backend, see append_workspaces().
@@ -281,13 +282,30 @@ class Builder {
     return static_cast<uint64_t>(op.heads) * static_cast<uint64_t>(op.seq) * static_cast<uint64_t>(op.seq);
   }
 
-  // Largest per-sample tensor inference's ping-pong buffers (act.a/b) hold: every op's output. The network
-  // input itself lives in data.input, so a wide input does not size them.
-  uint64_t max_activation() const {
-    uint64_t m = 0;
-    for (const Op& op : g_.ops)
-      if (has_output(op)) m = std::max(m, static_cast<uint64_t>(op.out_elements()));
-    return m;
+  // Largest per-sample tensor each of inference's ping-pong buffers (act.a, act.b) holds, following the
+  // backends' rule: an op writes act.a unless its input is in act.a, then act.b; the network input (in
+  // data.input), a residual's saved input (act.residual) and a shortcut's result (act.shortcut) are in
+  // neither. So the LM head's logits size one buffer, not both: the other holds only its input.
+  std::pair<uint64_t, uint64_t> ping_pong_activations() const {
+    enum class In { other, a, b };
+    In current = In::other;
+    uint64_t a = 0, b = 0;
+    for (const Op& op : g_.ops) {
+      if (op.kind == OpKind::residual_save) continue;  // it copies its input into act.residual
+      if (op.kind == OpKind::residual_branch || op.ends_shortcut >= 0) {
+        current = In::other;  // the inner ops start from act.residual; a shortcut writes act.shortcut
+        continue;
+      }
+      const uint64_t out = static_cast<uint64_t>(op.out_elements());
+      if (current == In::a) {
+        b = std::max(b, out);
+        current = In::b;
+      } else {
+        a = std::max(a, out);
+        current = In::a;
+      }
+    }
+    return {a, b};
   }
 
   // Largest per-sample gradient training's ping-pong buffers (grad.a/b) hold: the output gradient of every op
@@ -403,9 +421,9 @@ class Builder {
 
   void add_inference_activations() {
     const uint64_t b = batch();
-    const uint64_t act = b * max_activation();
-    add("act.a", MemoryCategory::transient, s_, act);
-    add("act.b", MemoryCategory::transient, s_, act);
+    const auto [act_a, act_b] = ping_pong_activations();
+    add("act.a", MemoryCategory::transient, s_, b * act_a);
+    add("act.b", MemoryCategory::transient, s_, b * act_b);
     add_per_depth("act.residual", MemoryCategory::transient, residual_inputs());
     add_per_depth("act.shortcut", MemoryCategory::transient, shortcut_results(false));
     uint64_t stats = 0, probs = 0;

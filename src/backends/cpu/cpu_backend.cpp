@@ -194,7 +194,14 @@ class CpuSession final : public Session, public CpuSessionProbe {
   [[nodiscard]] bool sixteen_bit() const { return storage_ != DType::f32; }
 
   // A view of `n` elements at element offset `offset` inside a buffer.
+  // The plan sizes every buffer for what the backend puts there: a view past its end is the plan's bug, said
+  // rather than written over the next buffer.
   static Ref slice(const Ref& r, uint64_t offset, uint64_t n) {
+    if (r.ptr == nullptr || offset + n > r.elements)
+      throw BackendError(
+          fmt::format("cpu backend: {} elements at {} overrun a planned buffer of {} (a bug in "
+                      "the memory plan)",
+                      n, offset, r.elements));
     return Ref{static_cast<unsigned char*>(r.ptr) + offset * dtype_bytes(r.dtype), r.dtype, n};
   }
 
@@ -337,8 +344,9 @@ class CpuSession final : public Session, public CpuSessionProbe {
   Ref forward() {
     const bool train = plan_.request.mode == Mode::train;
     Ref current = need("data.input");
-    Ref ping = train ? Ref{} : need("act.a");
-    Ref pong = train ? Ref{} : need("act.b");
+    // The plan sizes each to what the ops writing it hold: one no op writes (a single layer) is absent.
+    Ref ping = train ? Ref{} : ref("act.a");
+    Ref pong = train ? Ref{} : ref("act.b");
     for (size_t i = 0; i < graph_.ops.size(); ++i) {
       const Op& op = graph_.ops[i];
       if (op.kind == OpKind::residual_save) {

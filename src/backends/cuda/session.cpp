@@ -539,8 +539,9 @@ class CudaSession final : public Session {
   Ref forward() {
     const bool train = plan_.request.mode == Mode::train;
     Ref current = need("data.input");
-    const Ref ping = train ? Ref{} : need("act.a");
-    const Ref pong = train ? Ref{} : need("act.b");
+    // The plan sizes each to what the ops writing it hold: one no op writes (a single layer) is absent.
+    const Ref ping = train ? Ref{} : ref("act.a");
+    const Ref pong = train ? Ref{} : ref("act.b");
     residual_stack_.clear();
     for (size_t i = 0; i < graph_.ops.size(); ++i) {
       const Op& op = graph_.ops[i];

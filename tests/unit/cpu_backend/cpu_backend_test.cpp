@@ -256,6 +256,32 @@ TEST(CpuBackend, ShortcutModelsAllocateThePlanAndTrain) {
   }
 }
 
+// Inference's ping-pong buffers are each sized for the outputs written to them (a wide head sizes one, not
+// both; a single layer needs no second), and every model runs in them: a view past a planned buffer's end
+// throws rather than writing over the next.
+TEST(CpuBackend, InferenceRunsInThePingPongBuffersThePlanSizes) {
+  const Graph head = graph_of(R"({"name": "head", "input": {"type": "vector", "features": 6},
+    "layers": [{"type": "linear", "out_features": 8}, {"type": "linear", "out_features": 500}]})");
+  Prepared wide = prepare(head, 4, Precision::fp32, Mode::infer);
+  EXPECT_EQ(wide.plan.buffer("act.a").elements, 4u * 8u);
+  EXPECT_EQ(wide.plan.buffer("act.b").elements, 4u * 500u);
+  EXPECT_TRUE(wide.session->step().finite);
+  const Graph one = graph_of(R"({"name": "one", "input": {"type": "vector", "features": 6},
+    "layers": [{"type": "linear", "out_features": 3}]})");
+  Prepared single = prepare(one, 4, Precision::bf16, Mode::infer);
+  EXPECT_EQ(single.plan.find("act.b"), nullptr);
+  EXPECT_TRUE(single.session->step().finite);
+  for (const char* text :
+       {kAllLayersImage, kAllLayersTokens, kVitMse, kPools, kPaddedPools, kResidualOfInput, kPoolFirst,
+        kBatchNorm, kResidualActivations, kShortcuts, kShortcutOnly, kShortcutNested, kShortcutVector}) {
+    const Graph g = graph_of(text);
+    for (Precision p : {Precision::fp32, Precision::fp16}) {
+      Prepared s = prepare(g, 3, p, Mode::infer);
+      EXPECT_TRUE(s.session->step().finite) << g.model_name << " " << to_string(p);
+    }
+  }
+}
+
 // Training moves the running statistics (PyTorch's momentum 0.1 from mean 0, variance 1) and inference
 // normalizes with them, not with the batch's: here the first batchnorm sees the synthetic data directly.
 TEST(CpuBackend, BatchNormRunningStatistics) {
