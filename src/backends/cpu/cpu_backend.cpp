@@ -13,11 +13,14 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <mutex>
 #include <new>
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
+#include "backends/cpu/memory_limit.hpp"
 #include "backends/cpu/ops.hpp"
 #include "batchsweep/errors.hpp"
 
@@ -75,16 +78,38 @@ std::string cpu_model_name() {
   return "CPU";
 }
 
-uint64_t physical_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+// OpenBLAS maps its work buffers on its first large GEMM, and where that mapping fails (an address-space
+// limit, ulimit -v) it retries without end: one GEMM here, before a plan's arena takes what is left, maps
+// them while there is room, so a plan beyond the limit fails its own allocation (an oom point) instead of
+// hanging a step. Large enough for OpenBLAS's threaded path, which maps each worker's buffer too.
+// Where the address space left cannot hold those buffers, the GEMM itself would hang: said instead.
+void warm_blas() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    constexpr uint64_t kBufferBytes = uint64_t{128} << 20;  // Debian's x86-64 OpenBLAS maps this per thread
+    const MemorySources here = this_process_memory();
+    const int threads = std::max(1, openblas_get_num_threads());
+    const uint64_t needed = static_cast<uint64_t>(threads) * kBufferBytes + (uint64_t{16} << 20);
+    const uint64_t left = here.address_space_limit && *here.address_space_limit > here.mapped_bytes
+                              ? *here.address_space_limit - here.mapped_bytes
+                              : 0;
+    if (here.address_space_limit && left < needed)
+      throw BackendError(fmt::format(
+          "cpu backend: ulimit -v leaves {} MiB of address space, and OpenBLAS maps about 128 MiB per thread "
+          "({} threads) on its first GEMM, retrying without end where it cannot: raise ulimit -v by {} MiB, "
+          "or run with OPENBLAS_NUM_THREADS=1",
+          left >> 20, threads, (needed - left + (uint64_t{1} << 20) - 1) >> 20));
+    constexpr int64_t n = 256;
+    std::vector<float> a(n * n, 1.0f), w(n * n, 1.0f), y(n * n);
+    linear_forward(a.data(), w.data(), nullptr, nullptr, y.data(), n, n, n, Activation::none);
+  });
 }
 
 class CpuSession final : public Session, public CpuSessionProbe {
  public:
   CpuSession(const Graph& graph, const Plan& plan, const SessionOptions& options)
       : graph_(graph), plan_(plan), options_(options), storage_(storage_dtype(plan.request.precision)) {
+    warm_blas();  // before the arena: see warm_blas
     allocate();
     initialise_parameters();
     if (plan_.request.mode == Mode::infer || plan_.request.accumulation == 1) fill_data(0);
@@ -811,11 +836,14 @@ class CpuBackend final : public Backend {
     DeviceInfo info;
     info.backend = "cpu";
     info.name = cpu_model_name();
-    info.memory_total_bytes = physical_memory_bytes();
+    warm_blas();  // its buffers mapped before the address space left is measured
+    const MemoryLimit limit = memory_limit(this_process_memory());
+    info.memory_total_bytes = limit.bytes;
     info.details = {{"threads", openblas_get_num_threads()},
                     {"hardware_threads", std::thread::hardware_concurrency()},
                     {"blas", std::string(openblas_get_config())},
-                    {"blas_core", std::string(openblas_get_corename())}};
+                    {"blas_core", std::string(openblas_get_corename())},
+                    {"memory_limit", limit.source}};
     if (precision == Precision::tf32) info.details["note"] = "tf32 runs as fp32 on the CPU";
     if (precision == Precision::bf16 || precision == Precision::fp16)
       info.details["note"] = "16-bit storage, fp32 math on the CPU";

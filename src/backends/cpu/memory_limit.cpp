@@ -1,0 +1,101 @@
+#include "backends/cpu/memory_limit.hpp"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+namespace bsw::cpu {
+namespace {
+
+std::string slurp(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A limit file's value: a byte count, or nullopt for "max", absent files and v1's "unlimited" (2^63 less a
+// page).
+std::optional<uint64_t> read_limit(const std::filesystem::path& file) {
+  std::string text = slurp(file);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  if (value >= (uint64_t{1} << 62)) return std::nullopt;
+  return value;
+}
+
+// The smallest limit named `file` in `dir` and each directory above it up to `root`.
+std::optional<uint64_t> smallest_up_to_root(const std::filesystem::path& root, std::string_view cgroup,
+                                            const char* file) {
+  std::optional<uint64_t> smallest;
+  std::filesystem::path relative = std::filesystem::path(std::string(cgroup)).relative_path();
+  for (;;) {
+    if (const auto limit = read_limit(root / relative / file))
+      smallest = smallest ? std::min(*smallest, *limit) : *limit;
+    if (relative.empty()) break;
+    relative = relative.parent_path();
+  }
+  return smallest;
+}
+
+}  // namespace
+
+MemoryLimit memory_limit(const MemorySources& sources) {
+  MemoryLimit limit{sources.physical_bytes, "physical memory"};
+  const auto consider = [&](std::optional<uint64_t> bytes, const char* source) {
+    if (bytes && (limit.bytes == 0 || *bytes < limit.bytes)) limit = {*bytes, source};
+  };
+  // /proc/self/cgroup: "0::/path" (v2), "N:memory:/path" (v1; "N:cpu,memory:/path" where joined).
+  std::istringstream lines(sources.proc_self_cgroup);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t first = line.find(':');
+    const size_t second = first == std::string::npos ? std::string::npos : line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    const std::string path = line.substr(second + 1);
+    if (controllers.empty()) {
+      consider(smallest_up_to_root(sources.cgroup_root, path, "memory.max"), "cgroup memory.max");
+      continue;
+    }
+    std::istringstream names(controllers);
+    for (std::string name; std::getline(names, name, ',');)
+      if (name == "memory")
+        consider(smallest_up_to_root(sources.cgroup_root / controllers, path, "memory.limit_in_bytes"),
+                 "cgroup memory.limit_in_bytes");
+  }
+  if (sources.address_space_limit) {
+    const uint64_t left = *sources.address_space_limit > sources.mapped_bytes
+                              ? *sources.address_space_limit - sources.mapped_bytes
+                              : 0;
+    // Never 0 (a device of no memory): one page, so that every plan is over the limit.
+    consider(std::max<uint64_t>(left, 4096), "ulimit -v (address space left)");
+  }
+  return limit;
+}
+
+MemorySources this_process_memory() {
+  MemorySources s;
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page > 0) s.physical_bytes = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+  s.cgroup_root = "/sys/fs/cgroup";
+  s.proc_self_cgroup = slurp("/proc/self/cgroup");
+  struct rlimit as {};
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+    s.address_space_limit = static_cast<uint64_t>(as.rlim_cur);
+    // /proc/self/statm: the first field is the virtual size in pages.
+    std::istringstream statm(slurp("/proc/self/statm"));
+    uint64_t size_pages = 0;
+    if (statm >> size_pages && page > 0) s.mapped_bytes = size_pages * static_cast<uint64_t>(page);
+  }
+  return s;
+}
+
+}  // namespace bsw::cpu
