@@ -160,10 +160,7 @@ json parse_text(std::string_view text, const std::string& source) {
                      json_syntax_error(text, e.byte, e.what())));
   } catch (const json::out_of_range& e) {
     // nlohmann refuses numbers beyond a double's range (e.g. 1e400) with out_of_range.406, not a parse_error.
-    const std::string what = e.what();
-    const size_t prefix_end = what.find("] ");
-    fail(source, fmt::format("is not valid JSON: {}",
-                             prefix_end == std::string::npos ? what : what.substr(prefix_end + 2)));
+    fail(source, fmt::format("is not valid JSON: {}", json_syntax_error(text, 0, e.what())));
   }
 }
 
@@ -186,7 +183,15 @@ std::string_view preset_text(std::string_view name) {
 ModelSpec load_model(std::string_view name_or_path) {
   if (const std::string_view text = preset_text(name_or_path); !text.empty()) {
     const std::string source = fmt::format("preset:{}", name_or_path);
-    return parse_model(parse_text(text, source), source);
+    ModelSpec model = parse_model(parse_text(text, source), source);
+    // A file of that name here is not read: said, since its author may have meant it.
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(std::filesystem::path(name_or_path), ec))
+      model.notes.push_back(
+          fmt::format("--model {0}: the preset {0}, not the file {0} here (give ./{0} to read "
+                      "the file)",
+                      name_or_path));
+    return model;
   }
   const std::string path(name_or_path);
   if (path.empty())

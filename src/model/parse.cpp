@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,43 @@ std::string clip(std::string text, size_t limit) {
   text.resize(end);
   text.append("...");
   return text;
+}
+
+// Other frameworks' names for what the model format calls otherwise: what people type from habit, too far
+// from ours in spelling for a "did you mean" by edit distance.
+struct OtherName {
+  std::string_view theirs;
+  std::string_view ours;
+  std::string_view why;
+};
+constexpr OtherName kOtherNames[] = {
+    {"downsample", "shortcut", "torchvision's downsample is a residual's shortcut here"},
+    {"lr", "learning_rate", "PyTorch's lr is learning_rate here"},
+    {"units", "out_features", "Keras's Dense units are a linear layer's out_features here"},
+    {"filters", "out_channels", "Keras's Conv2D filters are a conv2d's out_channels here"},
+    {"num_heads", "heads", "PyTorch's num_heads is heads here"},
+    {"nhead", "heads", "PyTorch's nhead is heads here"},
+    {"d_model", "dim", "PyTorch's d_model is dim here"},
+    {"embed_dim", "dim", "PyTorch's embed_dim is dim here"},
+    {"hidden_size", "dim", "Hugging Face's hidden_size is dim here"},
+    {"num_embeddings", "vocab_size", "PyTorch's num_embeddings is vocab_size here"},
+    {"dense", "linear", "Keras's Dense is a linear layer here"},
+    {"fc", "linear", "a fully connected layer is linear here"},
+    {"multiheadattention", "attention", "PyTorch's MultiheadAttention is attention here"},
+    {"multihead_attention", "attention", "PyTorch's MultiheadAttention is attention here"},
+    {"transformerencoderlayer", "transformer_block",
+     "PyTorch's TransformerEncoderLayer is a transformer_block here"},
+    {"transformer_encoder_layer", "transformer_block",
+     "PyTorch's TransformerEncoderLayer is a transformer_block here"},
+};
+
+// The entry for `word` (case aside) whose name of ours is among `allowed`, or nullptr.
+const OtherName* other_name(std::string_view word, std::span<const std::string_view> allowed) {
+  std::string lower(word);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const OtherName& n : kOtherNames)
+    if (n.theirs == lower && std::find(allowed.begin(), allowed.end(), n.ours) != allowed.end()) return &n;
+  return nullptr;
 }
 
 // User-written text (a key, a name) as a message or path shows it: control characters replaced, clipped.
@@ -125,17 +164,8 @@ class Parser {
     for (const auto& [key, value] : obj.items()) {
       if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
       std::string message = fmt::format("unknown key {} {}", quote_user(key), what);
-      // PyTorch's names for what the model format calls otherwise (torchvision's BasicBlock.downsample).
-      constexpr std::array<std::pair<std::string_view, std::string_view>, 1> kPyTorchNames{
-          {{"downsample", "shortcut"}}};
-      // A named copy: clang 14 cannot capture a structured binding in a lambda.
-      const std::string_view unknown = key;
-      const auto renamed = std::find_if(kPyTorchNames.begin(), kPyTorchNames.end(), [&](const auto& n) {
-        return n.first == unknown && std::find(allowed.begin(), allowed.end(), n.second) != allowed.end();
-      });
-      if (renamed != kPyTorchNames.end()) {
-        message += fmt::format("; did you mean '{}'? (torchvision's {} is a residual's {} here)",
-                               renamed->second, renamed->first, renamed->second);
+      if (const OtherName* renamed = other_name(key, allowed)) {
+        message += fmt::format("; did you mean '{}'? ({})", renamed->ours, renamed->why);
       } else if (const auto near = model_detail::nearest_name(key, allowed)) {
         message += fmt::format("; did you mean '{}'?", *near);
       } else {
@@ -211,7 +241,9 @@ class Parser {
       if (name_of(entry) == text) return entry;
     const std::vector<std::string_view> names = names_of(table, name_of);
     std::string message = fmt::format("unknown {} {}", what, quote_user(text));
-    if (const auto near = model_detail::nearest_name(text, names))
+    if (const OtherName* renamed = other_name(text, names))
+      message += fmt::format("; did you mean '{}'? ({})", renamed->ours, renamed->why);
+    else if (const auto near = model_detail::nearest_name(text, names))
       message += fmt::format("; did you mean '{}'?", *near);
     message += fmt::format(" (allowed: {})", model_detail::join_names(names));
     fail(path, message);

@@ -2,6 +2,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "batchsweep/errors.hpp"
@@ -82,6 +83,23 @@ TEST(LoadModel, UnknownNameListsThePresetsAndSuggestsOne) {
   EXPECT_THAT(message, HasSubstr("did you mean 'gpt2-small'?"));
   EXPECT_THAT(message, HasSubstr("tiny-lm"));
   EXPECT_THAT(file_error("bert_base"), HasSubstr("did you mean 'bert-base'?"));
+}
+
+// A preset's name is the preset; a file of that name here is said, not silently passed over.
+TEST(LoadModel, APresetNameWithAFileOfThatNameHereSaysSo) {
+  EXPECT_TRUE(load_model("mlp").notes.empty());
+  const test::TempDir dir;
+  static_cast<void>(dir.write("mlp", kValid));
+  const std::filesystem::path before = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  const ModelSpec preset = load_model("mlp");
+  const ModelSpec file = load_model("./mlp");
+  std::filesystem::current_path(before);
+  EXPECT_EQ(preset.source, "preset:mlp");
+  ASSERT_EQ(preset.notes.size(), 1u);
+  EXPECT_EQ(preset.notes[0],
+            "--model mlp: the preset mlp, not the file mlp here (give ./mlp to read the file)");
+  EXPECT_EQ(file.name, "m");
 }
 
 TEST(LoadModel, RefusesADirectory) {
