@@ -76,6 +76,18 @@ std::string json_syntax_error(std::string_view text, std::size_t byte, std::stri
     const std::size_t colon = what.find(": ");
     if (colon != std::string_view::npos) what.remove_prefix(colon + 2);
   }
+  // nlohmann says where a syntax error is, but not a number beyond a double's range (out_of_range.406,
+  // "number overflow parsing '1e400'"): its first occurrence in the text is.
+  std::string overflow;
+  constexpr std::string_view kOverflow = "number overflow parsing '";
+  if (byte == 0 && what.starts_with(kOverflow) && what.ends_with("'")) {
+    const std::string_view token = what.substr(kOverflow.size(), what.size() - kOverflow.size() - 1);
+    if (const std::size_t at = token.empty() ? std::string_view::npos : text.find(token);
+        at != std::string_view::npos)
+      byte = at + 1;
+    overflow = fmt::format("the number {} is beyond a double's range", token);
+    what = overflow;
+  }
   if (byte == 0 || text.empty()) return std::string(what);
   // 0-based index of the last character read; the end of the text where the parser read past it (EOF).
   const std::size_t at = std::min(byte - 1, text.size());

@@ -484,16 +484,6 @@ void check_nesting(std::string_view text, const std::string& path) {
                      " levels; not a batchsweep report");
 }
 
-// nlohmann's what() starts with "[json.exception.parse_error.101] "; the rest is the useful part.
-std::string parse_problem(const char* what) {
-  std::string_view text(what);
-  if (!text.empty() && text.front() == '[') {
-    const auto end = text.find("] ");
-    if (end != std::string_view::npos) text.remove_prefix(end + 2);
-  }
-  return std::string(text);
-}
-
 }  // namespace
 
 json to_json(const Report& report) {
@@ -554,7 +544,7 @@ Report read_report(const std::string& path) {
   } catch (const json::parse_error& e) {
     throw InputError(path + ": not valid JSON: " + json_syntax_error(text, e.byte, e.what()));
   } catch (const json::out_of_range& e) {  // a number beyond a double's range, e.g. 1e400 (out_of_range.406)
-    throw InputError(path + ": not valid JSON: " + parse_problem(e.what()));
+    throw InputError(path + ": not valid JSON: " + json_syntax_error(text, 0, e.what()));
   }
   return report_from_json(doc, path);
 }
