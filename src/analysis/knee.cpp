@@ -314,7 +314,12 @@ void add_confidence(KneeResult& knee, const std::vector<CurvePoint>& curve,
   knee.range_low = low;
   knee.range_high = high;
   if (knee.batch) {
-    knee.reason += fmt::format("; under measured noise the knee moves between batch {} and {}", *low, *high);
+    if (*low == *high)  // it never moves elsewhere, only vanishes
+      knee.reason +=
+          fmt::format("; under measured noise the knee stays at batch {} where there is one", *low);
+    else
+      knee.reason +=
+          fmt::format("; under measured noise the knee moves between batch {} and {}", *low, *high);
     if (vanished > 0)
       knee.reason += fmt::format(" and vanishes in {} of {} perturbed curves", vanished, patterns.size());
   } else {

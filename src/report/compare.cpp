@@ -393,7 +393,9 @@ std::string batch_text(int64_t batch) {
 std::string run_line(const RunSummary& r) {
   std::string knee = r.knee.batch ? batch_text(*r.knee.batch) : std::string("none");
   if (r.knee.batch && r.knee.confidence == "range" && r.knee.range_low && r.knee.range_high) {
-    knee += fmt::format(" (range {}\u2013{})", *r.knee.range_low, *r.knee.range_high);
+    knee += *r.knee.range_low == *r.knee.range_high  // only vanishes under noise
+                ? std::string(" (not stable)")
+                : fmt::format(" (range {}\u2013{})", *r.knee.range_low, *r.knee.range_high);
   } else if (r.knee.batch && !r.knee.confidence.empty()) {
     knee += fmt::format(" ({})", r.knee.confidence);
   }

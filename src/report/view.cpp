@@ -270,8 +270,11 @@ std::vector<std::string> summary_lines(const Report& report) {
     std::string line =
         "knee: " + (a.knee.batch ? "batch " + std::to_string(*a.knee.batch) : std::string("none"));
     if (a.knee.batch && a.knee.range_low && a.knee.range_high && a.knee.confidence == "range") {
-      line += " (range " + std::to_string(*a.knee.range_low) + "\u2013" + std::to_string(*a.knee.range_high) +
-              ")";
+      // Equal ends: the knee never moves, only vanishes under noise (the reason says how often).
+      line += *a.knee.range_low == *a.knee.range_high
+                  ? std::string(" (not stable)")
+                  : " (range " + std::to_string(*a.knee.range_low) + "\u2013" +
+                        std::to_string(*a.knee.range_high) + ")";
     } else if (a.knee.batch && !a.knee.confidence.empty()) {
       line += " (" + a.knee.confidence + ")";
     }

@@ -202,6 +202,10 @@ TEST(Console, KneeRange) {
   r.analysis.knee.range_low = 16;
   r.analysis.knee.range_high = 96;
   EXPECT_THAT(format_console(r, {}), HasSubstr("knee: batch 64 (range 16\u201396)"));
+  // A knee that never moves under noise, only vanishes sometimes: no "range 64-64".
+  r.analysis.knee.range_low = 64;
+  r.analysis.knee.range_high = 64;
+  EXPECT_THAT(format_console(r, {}), HasSubstr("knee: batch 64 (not stable)"));
 }
 
 TEST(Csv, HeaderIsTheJsonNames) {
