@@ -85,13 +85,22 @@ class SignalGuard {
   struct sigaction old_term_ {};
 };
 
-void write_output(const std::string& path, const std::string& content) {
+// Writes one export to a path check_writable passed, or to stdout (-). Failing now (a full disk, a pipe
+// nobody reads or a reader that left) is an I/O failure, exit 1, naming the flag.
+void write_output(std::string_view flag, const std::string& path, const std::string& content) {
   if (path == "-") {
-    std::fwrite(content.data(), 1, content.size(), stdout);
-    std::fflush(stdout);
+    errno = 0;
+    const bool written = std::fwrite(content.data(), 1, content.size(), stdout) == content.size();
+    if (std::fflush(stdout) != 0 || !written || std::ferror(stdout))
+      throw Error(fmt::format("{} -: cannot write to stdout: {}", flag,
+                              errno != 0 ? std::strerror(errno) : "write error"));
     return;
   }
-  write_file_atomic(path, content);
+  try {
+    write_file_atomic(path, content);
+  } catch (const InputError& e) {
+    throw Error(fmt::format("{}: {}", flag, e.what()));
+  }
 }
 
 // Fails early (exit 2, before any measurement) when an export cannot be written: a missing directory, a
@@ -109,7 +118,9 @@ void check_writable(const std::string& path, std::string_view flag) {
   }
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
   if (!fs::is_directory(dir, ec))
-    throw InputError(fmt::format("{} {}: the directory {} does not exist", flag, path, dir.string()));
+    throw InputError(fs::exists(dir, ec)
+                         ? fmt::format("{} {}: {} is a file, not a directory", flag, path, dir.string())
+                         : fmt::format("{} {}: the directory {} does not exist", flag, path, dir.string()));
   if (access(dir.c_str(), W_OK) != 0)
     throw InputError(fmt::format("{} {}: the directory {} is not writable", flag, path, dir.string()));
   if (fs::exists(p, ec) && access(p.c_str(), W_OK) != 0)
@@ -138,6 +149,15 @@ bool same_file_as_fd(const std::string& path, int fd) {
          a.st_ino == b.st_ino;
 }
 
+// Whether a path is the null device (by what it is, not its name): exports sent there are discarded, so
+// several may go there, and it is not stdout even where stdout is redirected to it too.
+bool is_null_device(const std::string& path) {
+  struct stat a {};
+  struct stat null {};
+  return ::stat(path.c_str(), &a) == 0 && S_ISCHR(a.st_mode) && ::stat("/dev/null", &null) == 0 &&
+         a.st_rdev == null.st_rdev;
+}
+
 // Whether two file descriptors write to the same file, pipe or device.
 bool same_target(int a, int b) {
   struct stat sa {};
@@ -151,7 +171,7 @@ bool same_target(int a, int b) {
 // progress shares it.
 std::string resolve_export_path(const std::string& path, std::string_view flag) {
   namespace fs = std::filesystem;
-  if (path.empty() || path == "-") return path;
+  if (path.empty() || path == "-" || is_null_device(path)) return path;
   if (same_file_as_fd(path, STDOUT_FILENO)) return "-";
   if (same_file_as_fd(path, STDERR_FILENO))
     throw UsageError(fmt::format(
@@ -205,6 +225,7 @@ void check_distinct_exports(const std::vector<ExportPath>& exports) {
               fmt::format("{} - and {} -: only one export may go to stdout (-)", flag, other_flag));
         continue;
       }
+      if (is_null_device(path) && is_null_device(other)) continue;  // both discarded
       std::error_code ec_a, ec_b;
       const fs::path a = fs::weakly_canonical(fs::absolute(path, ec_a), ec_a),
                      b = fs::weakly_canonical(fs::absolute(other, ec_b), ec_b);
@@ -286,13 +307,7 @@ void check_exports(ExportSettings& e, const std::vector<InputFile>& inputs) {
 void write_export(std::string_view flag, const std::string& path, const std::function<std::string()>& format,
                   bool final) {
   if (path.empty() || (!final && is_stream_target(path))) return;
-  try {
-    write_output(path, format());
-  } catch (const InputError& e) {
-    // The path passed check_exports before the sweep: failing now (a full disk, a pipe nobody reads or a
-    // reader that left) is an I/O failure while running, exit 1, not a usage error.
-    throw Error(fmt::format("{}: {}", flag, e.what()));
-  }
+  write_output(flag, path, format());
 }
 
 void print_warnings(const std::vector<std::string>& warnings) {
@@ -335,7 +350,11 @@ void print_final(const Report& report, const ExportSettings& e) {
     export_error = std::current_exception();
   }
   if (e.json_path == "-") {
-    write_output("-", format_json(report));
+    try {
+      write_output("--json", "-", format_json(report));
+    } catch (const Error&) {
+      if (!export_error) export_error = std::current_exception();
+    }
     const std::string table = format_console(report, {color_allowed(STDERR_FILENO)});
     std::fwrite(table.data(), 1, table.size(), stderr);
   } else {
@@ -568,7 +587,7 @@ int plan_command(const PlanSettings& s) {
     summary.memory_bytes = s.memory_bytes;
     summary.max_fit_batch = max_fit_batch(graph, request, *s.memory_bytes);
   }
-  if (!s.json_path.empty()) write_output(s.json_path, plan_to_json(summary).dump(2) + "\n");
+  if (!s.json_path.empty()) write_output("--json", s.json_path, plan_to_json(summary).dump(2) + "\n");
   if (s.json_path != "-") std::fputs(format_plan_table(summary).c_str(), stdout);
   return kExitOk;
 }
@@ -658,6 +677,12 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
     }
     if (before != nullptr && here != nullptr && *before == *here) continue;
     std::string where, value_before, value_now;
+    // Another model altogether says so by name; one name with other layers, where.
+    if (std::string_view(setting.key) == "model" && before != nullptr && here != nullptr &&
+        before->is_object() && here->is_object() && before->contains("name") && here->contains("name") &&
+        (*before)["name"] != (*here)["name"])
+      return fmt::format("it measured model {}, this run measures {} ({})", shown(&(*before)["name"]),
+                         shown(&(*here)["name"]), setting.flag);
     if (std::string_view(setting.key) == "model" && before != nullptr && here != nullptr &&
         first_difference(*before, *here, where, value_before, value_now))
       return fmt::format(
@@ -1227,7 +1252,7 @@ int compare_command(const CompareSettings& input) {
             result.runs[0].name, unswept.size() == 1 ? "it" : "they"));
     }
   }
-  if (!s.markdown_path.empty()) write_output(s.markdown_path, format_compare_markdown(result));
+  if (!s.markdown_path.empty()) write_output("--markdown", s.markdown_path, format_compare_markdown(result));
   if (!s.json_path.empty()) {
     nlohmann::json doc = to_json(result);
     // What exit 3 meant, for a script that reads the JSON rather than stderr.
@@ -1236,7 +1261,7 @@ int compare_command(const CompareSettings& input) {
                      {"passed", found.empty()},
                      {"regressions", regression_lines(found)},
                      {"findings", regressions_json(result, found)}};
-    write_output(s.json_path, doc.dump(2) + "\n");
+    write_output("--json", s.json_path, doc.dump(2) + "\n");
   }
   // An export on stdout keeps it to itself; the table then goes to stderr, as run's does.
   if (s.json_path == "-" || s.markdown_path == "-")

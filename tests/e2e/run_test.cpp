@@ -1119,6 +1119,45 @@ TEST(Run, AnErrorThatBreaksTheDeviceStopsTheSweepAndKeepsTheFinishedPoints) {
 // refuses it (exit 2, nothing written) unless --allow-incomplete, which names them on stderr and judges the
 // rest; where a run is a search (--batch auto), whose batches follow its measurements, they are named, not
 // refused.
+// Output that never reached stdout (a full disk, a reader that left) is exit 1 naming what was lost: a job
+// reading exit 0 would take a cut-off report for the whole. A file export failing then is exit 1 too (its
+// path passed the checks before the sweep), not a usage error.
+TEST(Run, StdoutThatCannotBeWrittenIsAnError) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  ScratchDir dir;
+  const std::string err = (dir / "err").string();
+  const std::string script = scripted("roofline.json");
+  const auto shell = [&](const std::string& args, const std::string& out) {
+    const std::string command =
+        std::string(BSW_BINARY) + " " + args + " > " + out + " 2> '" + err + "' < /dev/null";
+    const int status = std::system(command.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  const std::string sweep = "run --backend scripted --script '" + script + "' --batch 128,256";
+  EXPECT_EQ(shell(sweep + " --json -", "/dev/full"), 1);
+  EXPECT_NE(slurp(err).find("--json -: cannot write to stdout: No space left on device"), std::string::npos)
+      << slurp(err);
+  EXPECT_EQ(shell(sweep, "/dev/full"), 1);  // the table
+  EXPECT_NE(slurp(err).find("batchsweep: error: cannot write to stdout"), std::string::npos) << slurp(err);
+  EXPECT_EQ(shell("plan --batch 1 --json -", "/dev/full"), 1);
+  EXPECT_EQ(shell("presets", "/dev/full"), 1);
+  EXPECT_EQ(shell("plan --batch 1 --json /dev/full", "/dev/null"), 1);
+  EXPECT_NE(slurp(err).find("--json: /dev/full: cannot write"), std::string::npos) << slurp(err);
+  EXPECT_EQ(shell("plan --batch 1", "/dev/null"), 0);
+}
+
+// Exports sent to /dev/null are discarded, however many, and stdout there too is not "stdout twice".
+TEST(Run, ExportsToDevNullAreDiscarded) {
+  ScratchDir dir;
+  const std::string err = (dir / "err").string();
+  const std::string command = std::string(BSW_BINARY) + " run --backend scripted --script '" +
+                              scripted("roofline.json") +
+                              "' --batch 128 --json /dev/null --csv /dev/null --svg /dev/null --markdown "
+                              "/dev/null > /dev/null 2> '" +
+                              err + "' < /dev/null";
+  EXPECT_EQ(std::system(command.c_str()), 0) << slurp(err);
+}
+
 TEST(Run, TheGateRefusesARunThatLeftOutTheBaselinesBatches) {
   ScratchDir dir;
   const std::string base = (dir / "base.json").string(), fewer = (dir / "fewer.json").string();
@@ -1299,9 +1338,24 @@ TEST(Run, ResumeRefusesAReportThatMeasuredSomethingElse) {
   *std::find(other_model.begin(), other_model.end(), "mlp") = "mlp-large";
   Result r = run(other_model);
   EXPECT_EQ(r.exit_code, 2);
-  // It names where the models first differ, so a one-field edit is found without diffing reports.
+  EXPECT_NE(r.err.find("it measured model \"mlp\", this run measures \"mlp-large\" (--model)"),
+            std::string::npos)
+      << r.err;
+  // One name, other layers: it names where the models first differ, so a one-field edit is found without
+  // diffing reports.
+  const std::string edited = (dir / "mlp-edited.json").string();
+  {
+    std::ofstream file(edited);
+    file << R"({"name": "mlp", "input": {"type": "vector", "features": 100},
+      "layers": [{"type": "linear", "out_features": 128, "activation": "relu"},
+                 {"type": "linear", "out_features": 128, "activation": "relu"},
+                 {"type": "linear", "out_features": 10}]})";
+  }
+  *std::find(other_model.begin(), other_model.end(), "mlp-large") = edited;
+  r = run(other_model);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("its resolved model (settings.model) differs from this run's at input.features: 784 "
-                       "there, 4096 here (--model)"),
+                       "there, 100 here (--model)"),
             std::string::npos)
       << r.err;
   r = run(scripted_run("sleepy.json", {"--batch", "8", "--resume", earlier, "--json", out}));
