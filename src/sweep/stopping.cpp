@@ -97,6 +97,20 @@ std::string NoiseCriterion::stop_reason() const {
   return {};
 }
 
+namespace {
+
+// A noise above its target, with the digits it takes to read as above it (1.045% of a 1% target is "1.05%",
+// not "1.0%").
+std::string noise_above(double noise, double target) {
+  for (int digits = 1; digits < 4; ++digits) {
+    const std::string text = fmt::format("{:.{}f}", noise, digits);
+    if (std::stod(text) > target) return text;
+  }
+  return fmt::format("{:.4f}", noise);
+}
+
+}  // namespace
+
 std::optional<std::string> NoiseCriterion::warning() const {
   if (stop_ == Stop::none || stop_ == Stop::noise_target) return std::nullopt;
   const auto samples = static_cast<int64_t>(samples_);
@@ -106,14 +120,17 @@ std::optional<std::string> NoiseCriterion::warning() const {
     // 95% confidence half-width of the mean step time, relative: 1.96 * cv / sqrt(n).
     const double mean_pct = 1.96 * noise / std::sqrt(static_cast<double>(samples));
     return fmt::format(
-        "noise settled at {:.1f}%, above the {:g}% target, after {} samples: steps vary that much, and more "
-        "of "
+        "noise settled at {}%, above the {:g}% target, after {} samples: steps vary that much, and more of "
         "them would not lower it; the mean step is known to ±{:.2f}% (relax --max-noise to stop sooner)",
-        noise, settings_.max_noise_pct, samples, mean_pct);
+        noise > settings_.max_noise_pct ? noise_above(noise, settings_.max_noise_pct)
+                                        : fmt::format("{:.1f}", noise),
+        settings_.max_noise_pct, samples, mean_pct);
   }
   // The targets that were not met, each with how far off it was and the flag that moves it.
   std::vector<std::string> missed;
-  if (noisy) missed.push_back(fmt::format("noise {:.1f}% > {:g}% target", noise, settings_.max_noise_pct));
+  if (noisy)
+    missed.push_back(fmt::format("noise {}% > {:g}% target", noise_above(noise, settings_.max_noise_pct),
+                                 settings_.max_noise_pct));
   if (samples < 2) missed.push_back("noise unknown from one sample");
   if (samples < settings_.min_samples)
     missed.push_back(

@@ -124,6 +124,29 @@ TEST(NoiseCriterion, TimeoutSaysWhichLimitAndByHowMuch) {
   EXPECT_EQ(criterion.stop_reason(), "timeout");
 }
 
+// A noise just above its target is printed with the digits that show it above ("1.04%", never "1.0% > 1%").
+TEST(NoiseCriterion, ANoiseJustAboveTheTargetReadsAsAbove) {
+  FakeClock time;
+  StoppingSettings settings;
+  settings.timeout_s = 5.0;
+  NoiseCriterion criterion(settings, time.clock());
+  for (int i = 0; i < 40; ++i) {
+    criterion.add_measurement(i % 2 ? 1.021 : 1.0);  // noise about 1.04%
+    time.now_s += 0.1;
+    ASSERT_FALSE(criterion.is_finished()) << i;
+  }
+  time.now_s += 1.5;
+  criterion.add_measurement(1.0);
+  ASSERT_TRUE(criterion.is_finished());
+  ASSERT_EQ(criterion.stop_reason(), "timeout");
+  const std::string warning = criterion.warning().value_or("");
+  const size_t at = warning.find("noise ");
+  ASSERT_NE(at, std::string::npos) << warning;
+  const size_t percent = warning.find("% > 1% target", at);
+  ASSERT_NE(percent, std::string::npos) << warning;
+  EXPECT_GT(std::stod(warning.substr(at + 6, percent - at - 6)), 1.0) << warning;
+}
+
 TEST(NoiseCriterion, TimeoutWithFewSamplesNamesTheMinimum) {
   FakeClock time;
   StoppingSettings settings;
