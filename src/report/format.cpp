@@ -114,12 +114,14 @@ std::vector<std::string> render_lines(const TextTable& table) {
   return lines;
 }
 
+// Markdown-significant characters backslash-escaped (& too: "A&amp;B" must not render as "A&B"), a line
+// break a space.
 std::string markdown_cell(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (char c : text) {
     if (c == '|' || c == '\\' || c == '*' || c == '_' || c == '`' || c == '<' || c == '>' || c == '[' ||
-        c == ']') {
+        c == '&' || c == ']') {
       out += '\\';
       out += c;
     } else if (c == '\n' || c == '\r') {
