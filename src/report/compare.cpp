@@ -695,8 +695,17 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   }
   note_difference(
       result.runs, "devices", [](const RunSummary& r) { return device_of(r); }, result.notes);
+  const size_t before_precisions = result.notes.size();
   note_difference(
       result.runs, "precisions", [](const RunSummary& r) { return r.precision; }, result.notes);
+  // The CPU's 16 bits are storage, the math fp32 with conversions around it: not what a GPU's 16 bits do.
+  const bool cpu_16_bit = std::any_of(result.runs.begin(), result.runs.end(), [](const RunSummary& r) {
+    return r.backend == "cpu" && (r.precision == "bf16" || r.precision == "fp16");
+  });
+  if (result.notes.size() > before_precisions && cpu_16_bit)
+    result.notes.back() +=
+        " (on the CPU, 16-bit precisions store in 16 bits and compute in fp32, converting "
+        "around every op: not a GPU's 16-bit speed)";
   return result;
 }
 
@@ -766,6 +775,7 @@ nlohmann::json regressions_json(const CompareResult& result, const std::vector<R
   for (const Regression& r : found)
     out.push_back({{"kind", r.kind},
                    {"run", r.run < result.runs.size() ? result.runs[r.run].name : std::string()},
+                   {"label", letter(r.run)},
                    {"batch", r.batch},
                    {"accumulation", r.accumulation},
                    {"message", r.text}});
@@ -847,6 +857,7 @@ nlohmann::json to_json(const CompareResult& result) {
   for (const auto& r : result.runs) {
     runs.push_back(
         {{"name", r.name},
+         {"label", letter(runs.size())},  // A, B, ...: one file given twice has two
          {"model", r.model},
          {"device", r.device},
          {"backend", r.backend},
@@ -904,6 +915,7 @@ nlohmann::json to_json(const CompareResult& result) {
   json lost = json::array();
   for (const LostFit& f : result.lost_fits) {
     lost.push_back({{"run", result.runs.at(f.run).name},
+                    {"label", letter(f.run)},
                     {"batch", f.batch},
                     {"accumulation", f.accumulation},
                     {"status", to_string(f.status)},

@@ -84,6 +84,20 @@ TEST(Compare, VerdictsFromSamples) {
   EXPECT_THAT(result.notes, ::testing::Contains(HasSubstr("not in every run, not compared: batch 96")));
   EXPECT_THAT(result.notes, ::testing::Contains(HasSubstr("precisions differ: A bf16, B fp16")));
   EXPECT_THAT(result.notes, ::testing::Contains(HasSubstr("devices differ")));
+  EXPECT_THAT(result.notes, ::testing::Not(::testing::Contains(HasSubstr("on the CPU"))));
+}
+
+// fp32 against bf16 on the CPU: the note says the CPU's 16 bits are storage with fp32 math.
+TEST(Compare, CpuSixteenBitPrecisionsAreSaidToBeEmulated) {
+  Report a = testing::sample_report();
+  a.device.backend = "cpu";
+  a.settings["precision"] = "fp32";
+  Report b = a;
+  b.settings["precision"] = "bf16";
+  const CompareResult result = compare_pair(a, b);
+  EXPECT_THAT(result.notes,
+              ::testing::Contains(HasSubstr("precisions differ: A fp32, B bf16 (on the CPU, "
+                                            "16-bit precisions store in 16 bits and compute in fp32")));
 }
 
 // A run resumed from the baseline holds some of the baseline's own points: compare says so rather than let a
@@ -374,11 +388,15 @@ TEST(Compare, AnUnfitBatchBelowTheBaselinesMaxFitIsARegression) {
   EXPECT_EQ(j["lost_fits"][0]["batch"], 112);
   EXPECT_EQ(j["lost_fits"][0]["baseline_max_fit"], 128);
   EXPECT_EQ(j["lost_fits"][0]["run"], "b.json");
+  EXPECT_EQ(j["lost_fits"][0]["label"], "B");
+  EXPECT_EQ(j["runs"][0]["label"], "A");
+  EXPECT_EQ(j["runs"][1]["label"], "B");
   const auto found = find_regressions(result, 5.0);
   ASSERT_FALSE(found.empty());
   EXPECT_EQ(found.back().kind, "lost_fit");
   EXPECT_EQ(found.back().batch, 112);
   EXPECT_EQ(regressions_json(result, found).back()["run"], "b.json");
+  EXPECT_EQ(regressions_json(result, found).back()["label"], "B");
   // The other way round, 112 ran in neither, and A's unfit batches are not the candidate's regressions.
   EXPECT_TRUE(compare_pair(b, a).lost_fits.empty());
   // A batch the candidate also ran ok (a retry) is not lost.
