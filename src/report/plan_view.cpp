@@ -125,6 +125,12 @@ std::string format_plan_table(const PlanSummary& s) {
     if (r.backend == BackendKind::cuda && has.attention)
       out += fmt::format("; attention {}", to_string(r.paths.attention));
     if (r.backend == BackendKind::cuda && has.conv) out += fmt::format("; conv {}", to_string(r.paths.conv));
+    // As the run's title says it: 16 bits on the CPU are storage only, and the math's fp32 copies are planned
+    // (so such a plan may be larger than fp32's).
+    if (r.backend == BackendKind::cpu && (r.precision == Precision::bf16 || r.precision == Precision::fp16))
+      out += " (16-bit storage, fp32 math on the CPU: its fp32 operands are in the workspace)";
+    if (r.backend == BackendKind::cpu && r.precision == Precision::tf32)
+      out += " (tf32 runs as fp32 on the CPU)";
     out += "\n\n";
   }
   report_format::TextTable t;
