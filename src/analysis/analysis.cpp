@@ -674,6 +674,11 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
     if (options.price_per_hour && p != nullptr && p->telemetry)
       analysis.recommended_cost_per_million_samples = p->telemetry->cost_per_million_samples;
   }
+  // A sweep that stopped early chose among what it measured: said in the reason, which is what a script
+  // reading only `recommended` sees.
+  if (options.unfinished && analysis.recommended.batch &&
+      analysis.recommended.why.find("the sweep stopped") == std::string::npos)
+    analysis.recommended.why += "; among the batches measured before the sweep stopped";
   return analysis;
 }
 

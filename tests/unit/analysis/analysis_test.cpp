@@ -108,6 +108,13 @@ TEST(MaxFit, AnUnfinishedSweepSaysItStopped) {
       << a.max_fit.reason;
   EXPECT_NE(a.recommended.why.find("the sweep stopped before larger ones"), std::string::npos)
       << a.recommended.why;
+  EXPECT_EQ(a.recommended.why.find("among the batches measured"), std::string::npos) << a.recommended.why;
+  // A recommendation whose own reason does not say so says it chose among what was measured.
+  std::vector<Point> knee =
+      sweep({1, 2, 4, 8, 16, 32, 64, 128}, [](double b) { return 1000.0 * b / (b + 8); });
+  const Analysis early = analyze(knee, options);
+  ASSERT_TRUE(early.recommended.batch.has_value()) << early.recommended.why;
+  EXPECT_NE(early.recommended.why.find("the sweep stopped"), std::string::npos) << early.recommended.why;
 }
 
 TEST(MaxFit, NothingRanOk) {
