@@ -148,6 +148,10 @@ BatchSpec parse_batch_spec(std::string_view text, std::string_view flag) {
     const ItemContext ctx{flag, text, raw};
     const std::string_view item = trim(raw);
     if (item.empty()) ctx.fail("empty item in the batch list");
+    if (item.size() == 4 && item != "auto" &&
+        std::equal(item.begin(), item.end(), "auto",
+                   [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; }))
+      ctx.fail("did you mean auto (lower case)?");
     if (item == "auto") {
       if (trim(text) != "auto") ctx.fail("`auto` cannot be combined with other batches");
       spec.auto_search = true;

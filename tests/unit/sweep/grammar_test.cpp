@@ -80,6 +80,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"8,-4", "below the minimum 1", "-4"},
                       BadCase{"8:2", "stop 2 is below start 8", "8:2"},
                       BadCase{"abc", "not an integer", "abc"}, BadCase{"1.5", "not an integer", "1.5"},
+                      BadCase{"AUTO", "did you mean auto (lower case)?", "AUTO"},
                       BadCase{"1,,8", "empty item", ""}, BadCase{"1,", "empty item", ""},
                       BadCase{"1:8:*1", "below the minimum 2", "1:8:*1"},
                       BadCase{"1:8:+0", "below the minimum 1", "1:8:+0"},
