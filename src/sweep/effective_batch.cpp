@@ -12,8 +12,9 @@
 // Too slow to time: every split's step processes N samples, in `accumulation` micro-batches, so a step can
 // take at most accumulation / accumulation' times the last ok split's (per-micro-batch time no longer than at
 // the larger micro-batch). Where that bound, over --warmup and --min-samples steps, exceeds --timeout, the
-// split is not timed (as --batch auto leaves a batch too slow to time): at best it would tie the ok split,
-// and 1 x N of a large N can take hours a step. Before any split has run there is no basis, and the first
+// split is not timed (as --batch auto leaves a batch too slow to time): a smaller micro-batch is seldom
+// faster than a larger one that fits (though caches can make it so), and 1 x N of a large N can take hours a
+// step. Before any split has run there is no basis, and the first
 // split that fits is timed whatever it costs.
 #include <fmt/format.h>
 
@@ -125,8 +126,9 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
         stopping.timeout_s, untimed_bound_s, fmt::join(untimed, ", "));
     runner.warn(
         fmt::format("--effective-batch {}: {} split{} not timed: a step would take up to {:.3g} s, "
-                    "more than --timeout {:g} s allows for --warmup and --min-samples; each would at "
-                    "best tie the faster split above it (raise --timeout to time them)",
+                    "more than --timeout {:g} s allows for --warmup and --min-samples; a smaller "
+                    "micro-batch is seldom faster than a larger one that fits, but only timing says (raise "
+                    "--timeout to time them)",
                     effective_batch, untimed.size(), untimed.size() == 1 ? "" : "s", untimed_bound_s,
                     stopping.timeout_s));
   }
