@@ -545,8 +545,10 @@ void check_trainable(const Graph& graph, Mode mode) {
 }  // namespace
 
 int plan_command(const PlanSettings& s) {
-  check_writable(s.json_path, "--json");
-  check_inputs_spared({{"--json", s.json_path, s.json_path}}, {model_input(s.model)});
+  // As run's exports: /dev/stdout (or the file stdout goes to) is stdout, and a symlink keeps its link.
+  const std::string json_path = resolve_export_path(s.json_path, "--json");
+  check_writable(json_path, "--json");
+  check_inputs_spared({{"--json", json_path, s.json_path}}, {model_input(s.model)});
   const ModelSpec model = load_model(s.model);
   const Graph graph = lower(model);
   check_trainable(graph, s.mode);
@@ -587,8 +589,8 @@ int plan_command(const PlanSettings& s) {
     summary.memory_bytes = s.memory_bytes;
     summary.max_fit_batch = max_fit_batch(graph, request, *s.memory_bytes);
   }
-  if (!s.json_path.empty()) write_output("--json", s.json_path, plan_to_json(summary).dump(2) + "\n");
-  if (s.json_path != "-") std::fputs(format_plan_table(summary).c_str(), stdout);
+  if (!json_path.empty()) write_output("--json", json_path, plan_to_json(summary).dump(2) + "\n");
+  if (json_path != "-") std::fputs(format_plan_table(summary).c_str(), stdout);
   return kExitOk;
 }
 
@@ -1211,6 +1213,15 @@ int compare_command(const CompareSettings& input) {
             "(run it again, or pass --allow-incomplete to judge the batches it holds)",
             *s.fail_on_regression_pct, run.name, incomplete_why(run)));
     }
+    // Under the minimum effect the throughput test calls nothing slower: said, since the latency budget's
+    // gate does take such a PCT (0: any breach).
+    if (*s.fail_on_regression_pct < result.min_effect_pct)
+      std::fprintf(
+          stderr,
+          "batchsweep compare: note: --fail-on-regression %g: compare calls no throughput change under "
+          "%g%% slower, so the throughput gate acts at %g%%; the latency budget's gate takes %g%% as "
+          "given\n",
+          *s.fail_on_regression_pct, result.min_effect_pct, result.min_effect_pct, *s.fail_on_regression_pct);
     found = find_regressions(result, *s.fail_on_regression_pct);
     // A gate that compared nothing must not pass: no batch in every run, or none that ran in every run. An
     // input error, said before any export is written.
