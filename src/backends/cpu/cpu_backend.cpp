@@ -4,6 +4,7 @@
 #include "backends/cpu/cpu_backend.hpp"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -78,6 +79,22 @@ std::string cpu_model_name() {
   return "CPU";
 }
 
+// Whether `count` regions of `bytes` each can still be mapped: reserved (no access, nothing committed) and
+// released at once. An address-space limit counts them as OpenBLAS's buffers would be counted.
+bool can_map(int count, uint64_t bytes) {
+  std::vector<void*> maps;
+  bool ok = true;
+  for (int i = 0; i < count && ok; ++i) {
+    void* p = ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+      ok = false;
+    else
+      maps.push_back(p);
+  }
+  for (void* p : maps) ::munmap(p, bytes);
+  return ok;
+}
+
 // OpenBLAS maps its work buffers on its first large GEMM, and where that mapping fails (an address-space
 // limit, ulimit -v) it retries without end: one GEMM here, before a plan's arena takes what is left, maps
 // them while there is room, so a plan beyond the limit fails its own allocation (an oom point) instead of
@@ -87,18 +104,13 @@ void warm_blas() {
   static std::once_flag once;
   std::call_once(once, [] {
     constexpr uint64_t kBufferBytes = uint64_t{128} << 20;  // Debian's x86-64 OpenBLAS maps this per thread
-    const MemorySources here = this_process_memory();
     const int threads = std::max(1, openblas_get_num_threads());
-    const uint64_t needed = static_cast<uint64_t>(threads) * kBufferBytes + (uint64_t{16} << 20);
-    const uint64_t left = here.address_space_limit && *here.address_space_limit > here.mapped_bytes
-                              ? *here.address_space_limit - here.mapped_bytes
-                              : 0;
-    if (here.address_space_limit && left < needed)
+    if (this_process_memory().address_space_limit && !can_map(threads, kBufferBytes))
       throw BackendError(fmt::format(
-          "cpu backend: ulimit -v leaves {} MiB of address space, and OpenBLAS maps about 128 MiB per thread "
-          "({} threads) on its first GEMM, retrying without end where it cannot: raise ulimit -v by {} MiB, "
-          "or run with OPENBLAS_NUM_THREADS=1",
-          left >> 20, threads, (needed - left + (uint64_t{1} << 20) - 1) >> 20));
+          "cpu backend: ulimit -v leaves too little address space for OpenBLAS's work buffers (about 128 MiB "
+          "for each of its {} threads), which it would retry mapping without end: raise ulimit -v, or run "
+          "with OPENBLAS_NUM_THREADS=1",
+          threads));
     constexpr int64_t n = 256;
     std::vector<float> a(n * n, 1.0f), w(n * n, 1.0f), y(n * n);
     linear_forward(a.data(), w.data(), nullptr, nullptr, y.data(), n, n, n, Activation::none);
