@@ -63,6 +63,33 @@ std::string likely_mistake(std::string_view text, std::size_t at) {
   return {};
 }
 
+// Where `token` stands as a number in `text`: outside strings, not part of a longer token; npos if nowhere.
+std::size_t number_at(std::string_view text, std::string_view token) {
+  if (token.empty()) return std::string_view::npos;
+  const auto part_of_number = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '+' || c == '-';
+  };
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;  // the escaped character
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      continue;
+    }
+    if (text.compare(i, token.size(), token) == 0 && (i == 0 || !part_of_number(text[i - 1])) &&
+        (i + token.size() == text.size() || !part_of_number(text[i + token.size()])))
+      return i;
+  }
+  return std::string_view::npos;
+}
+
 }  // namespace
 
 std::string json_syntax_error(std::string_view text, std::size_t byte, std::string_view what) {
@@ -82,9 +109,7 @@ std::string json_syntax_error(std::string_view text, std::size_t byte, std::stri
   constexpr std::string_view kOverflow = "number overflow parsing '";
   if (byte == 0 && what.starts_with(kOverflow) && what.ends_with("'")) {
     const std::string_view token = what.substr(kOverflow.size(), what.size() - kOverflow.size() - 1);
-    if (const std::size_t at = token.empty() ? std::string_view::npos : text.find(token);
-        at != std::string_view::npos)
-      byte = at + 1;
+    if (const std::size_t at = number_at(text, token); at != std::string_view::npos) byte = at + 1;
     overflow = fmt::format("the number {} is beyond a double's range", token);
     what = overflow;
   }

@@ -173,6 +173,12 @@ TEST(JsonSyntaxError, StaysInsideTheText) {
   EXPECT_EQ(bsw::json_syntax_error(R"({"mode": infer})", 10, "v"), "line 1, column 10: v");
   EXPECT_EQ(bsw::json_syntax_error(R"({"x": -inf})", 8, "u"),
             "line 1, column 8: u (NaN and Infinity are not JSON numbers)");
+  // A number beyond a double's range (nlohmann gives no position): found as a number, not inside a string
+  // or a longer number.
+  const std::string overflow = "[json.exception.out_of_range.406] number overflow parsing '1e400'";
+  EXPECT_EQ(bsw::json_syntax_error("{\"name\": \"x 1e400\", \"a\": 11e400,\n \"b\": 1e400}", 0, overflow),
+            "line 2, column 7: the number 1e400 is beyond a double's range");
+  EXPECT_EQ(bsw::json_syntax_error("{}", 0, overflow), "the number 1e400 is beyond a double's range");
 }
 
 TEST(LoadModel, RefusesDeepNestingBeforeParsing) {
