@@ -251,6 +251,17 @@ std::optional<std::string> first_difference(const nlohmann::json& a, const nlohm
   return fmt::format("{}: {} vs {}", path, shown(a), shown(b));
 }
 
+// Where two reports' resolved models (settings.model) first differ; nullopt where they agree or either has
+// none.
+std::optional<std::string> model_difference(const Report& a, const Report& b) {
+  const auto a_model = a.settings.find("model");
+  const auto b_model = b.settings.find("model");
+  if (a_model == a.settings.end() || b_model == b.settings.end() || !a_model->is_object() ||
+      !b_model->is_object())
+    return std::nullopt;
+  return first_difference(*a_model, *b_model, "settings.model");
+}
+
 void check_comparable(const std::vector<Report>& reports, const std::vector<RunSummary>& runs,
                       const CompareOptions& options) {
   const Report& a = reports.front();
@@ -284,13 +295,7 @@ void check_comparable(const std::vector<Report>& reports, const std::vector<RunS
                       pair, runs[named].model, runs[i].model));
     }
     // One name, other layers (a model file named like a preset): the resolved models say.
-    const Report& ref = reports[named];
-    const auto a_model = ref.settings.find("model");
-    const auto b_model = reports[i].settings.find("model");
-    if (a_model == ref.settings.end() || b_model == reports[i].settings.end() || !a_model->is_object() ||
-        !b_model->is_object())
-      continue;
-    if (const std::optional<std::string> where = first_difference(*a_model, *b_model, "settings.model"))
+    if (const std::optional<std::string> where = model_difference(reports[named], reports[i]))
       throw InputError(fmt::format(
           "{}: different models named {} ({}); pass --allow-model-mismatch to compare them anyway", pair,
           runs[named].model, *where));
@@ -686,10 +691,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   // One name, other layers (let through by --allow-model-mismatch): the names alone would say nothing.
   for (size_t i = 1; i < reports.size(); ++i) {
     if (result.runs[i].model.empty() || result.runs[i].model != result.runs[0].model) continue;
-    const auto a_model = reports[0].settings.find("model");
-    const auto b_model = reports[i].settings.find("model");
-    if (a_model == reports[0].settings.end() || b_model == reports[i].settings.end()) continue;
-    if (const std::optional<std::string> where = first_difference(*a_model, *b_model, "settings.model"))
+    if (const std::optional<std::string> where = model_difference(reports[0], reports[i]))
       result.notes.push_back(fmt::format("{} and {}: different models, both named {} ({})", letter(0),
                                          letter(i), result.runs[0].model, *where));
   }
