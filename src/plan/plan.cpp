@@ -308,20 +308,41 @@ class Builder {
     return {a, b};
   }
 
-  // Largest per-sample gradient training's ping-pong buffers (grad.a/b) hold: the output gradient of every op
-  // with parameters or whose input has a gradient (the last op's is the loss gradient), and every input
-  // gradient computed. Nothing before the first op with parameters on its path has a gradient (as in PyTorch,
-  // where the data does not require grad), so a wide input or early pool does not size them.
-  uint64_t max_gradient() const {
-    uint64_t m = max_input_gradient();
-    for (size_t i = 0; i < g_.ops.size(); ++i) {
+  // Largest per-sample gradient each of training's ping-pong buffers (grad.a, grad.b) holds, following the
+  // backends' backward(): the loss writes the output's gradient into grad.a; an op with an input gradient
+  // writes it into the other buffer, which then holds the current gradient; a residual's branch copies the
+  // add's output gradient into the current one and its save adds into it; an op without an input gradient
+  // ends its path (backward resumes at a shortcut's branch, or is done). So an LM's logits gradient sizes
+  // grad.a alone: grad.b holds only the hidden states' gradients.
+  std::pair<uint64_t, uint64_t> ping_pong_gradients() const {
+    std::array<uint64_t, 2> held{0, 0};
+    size_t current = 0;
+    auto hold = [&held](size_t which, int64_t elements) {
+      held[which] = std::max(held[which], static_cast<uint64_t>(elements));
+    };
+    if (g_.ops.empty()) return {0, 0};
+    hold(current, g_.ops.back().out_elements());
+    for (size_t i = g_.ops.size(); i-- > 0;) {
       const Op& op = g_.ops[i];
-      // An op with parameters (perhaps no input gradient of its own) or whose input has a gradient.
-      const bool has_gradient = op.input_gradient || op.param_elements > 0;
-      if (has_output(op) && (has_gradient || i + 1 == g_.ops.size()))
-        m = std::max(m, static_cast<uint64_t>(op.out_elements()));
+      const bool ends_path = (op.kind == OpKind::residual_save || has_output(op)) && !op.input_gradient &&
+                             op.kind != OpKind::residual_add;
+      if (ends_path) {
+        if (const auto resume = backward_resume(g_, i)) {
+          i = *resume + 1;
+          continue;
+        }
+        break;
+      }
+      if (op.kind == OpKind::residual_add) {
+        hold(current, op.out_elements());
+      } else if (op.kind == OpKind::residual_branch || op.kind == OpKind::residual_save) {
+        hold(current, op.in_elements());
+      } else {
+        current = 1 - current;
+        hold(current, op.in_elements());
+      }
     }
-    return m;
+    return {held[0], held[1]};
   }
 
   // Largest per-sample input gradient a backend computes: the input of every op after the first with
@@ -410,9 +431,9 @@ class Builder {
         add(fmt::format("ops[{}].probs", i), MemoryCategory::saved_activations, s_, b * probs_elements(op),
             idx);
     }
-    const uint64_t grad = b * max_gradient();
-    add("grad.a", MemoryCategory::transient, s_, grad);
-    add("grad.b", MemoryCategory::transient, s_, grad);
+    const auto [grad_a, grad_b] = ping_pong_gradients();
+    add("grad.a", MemoryCategory::transient, s_, b * grad_a);
+    add("grad.b", MemoryCategory::transient, s_, b * grad_b);
     // None at a depth where every residual adds the network input (or a shortcut of it without parameters).
     add_per_depth("grad.residual", MemoryCategory::transient, residual_gradients());
     add_per_depth("grad.branch", MemoryCategory::transient, branch_gradients());

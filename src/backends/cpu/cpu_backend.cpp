@@ -561,8 +561,9 @@ class CpuSession final : public Session, public CpuSessionProbe {
   }
 
   void backward() {
+    // Ping-pong: the plan sizes each to what it holds (grad.b is absent when no op has an input gradient).
     Ref current = need("grad.a");  // holds the gradient of the op's output
-    Ref other = need("grad.b");
+    Ref other = ref("grad.b");
     for (size_t i = graph_.ops.size(); i-- > 0;) {
       const Op& op = graph_.ops[i];
       const Ref in = input_of_[i];
@@ -571,7 +572,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
         if (op.has_preactivation()) activation_gradient_in_place(i, op, current);
         if (op.residual_without_gradient) continue;  // the other addend has no gradient to receive it
         const Ref stash = need(fmt::format("grad.residual[{}]", op.residual_depth));
-        std::memcpy(stash.ptr, current.ptr, n_out(op) * dtype_bytes(current.dtype));
+        std::memcpy(stash.ptr, slice(current, 0, n_out(op)).ptr, n_out(op) * dtype_bytes(current.dtype));
         continue;  // the gradient flows unchanged into the inner layers
       }
       if (op.kind == OpKind::residual_branch) {
@@ -582,7 +583,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
           std::memcpy(keep.ptr, current.ptr, n_out(op) * dtype_bytes(current.dtype));
         }
         const Ref stash = need(fmt::format("grad.residual[{}]", op.residual_depth));
-        std::memcpy(current.ptr, stash.ptr, n_in(op) * dtype_bytes(current.dtype));
+        std::memcpy(slice(current, 0, n_in(op)).ptr, stash.ptr, n_in(op) * dtype_bytes(current.dtype));
         continue;
       }
       if (op.kind == OpKind::residual_save) {
@@ -596,19 +597,20 @@ class CpuSession final : public Session, public CpuSessionProbe {
         const Ref stash =
             need(fmt::format("{}[{}]", op.has_shortcut ? "grad.branch" : "grad.residual", op.residual_depth));
         const uint64_t n = n_in(op);
+        const Ref sum = slice(current, 0, n);
         if (sixteen_bit()) {
           float* a = workspace("workspace.dy");
           float* bsum = workspace("workspace.dx");
-          convert_to_f32(current, a, n);
+          convert_to_f32(sum, a, n);
           convert_to_f32(stash, bsum, n);
           add(a, bsum, a, static_cast<int64_t>(n));
-          convert_from_f32(a, current, n);
+          convert_from_f32(a, sum, n);
         } else {
-          add(current.f32(), stash.f32(), current.f32(), static_cast<int64_t>(n));
+          add(sum.f32(), stash.f32(), sum.f32(), static_cast<int64_t>(n));
         }
         continue;
       }
-      backward_op(i, op, in, current, need_dx ? other : Ref{});
+      backward_op(i, op, in, current, need_dx ? slice(other, 0, n_in(op)) : Ref{});
       if (!need_dx) {
         // Nothing before it on its path has a gradient: on with a shortcut that has parameters, or done.
         if (const auto resume = backward_resume(graph_, i)) {

@@ -40,7 +40,12 @@ struct Ref {
   [[nodiscard]] explicit operator bool() const { return ptr != nullptr; }
   [[nodiscard]] float* f32() const { return static_cast<float*>(ptr); }
   [[nodiscard]] int32_t* i32() const { return static_cast<int32_t*>(ptr); }
+  // A view of n elements at offset; throws where it would overrun the buffer (a plan/backend disagreement).
   [[nodiscard]] Ref at(uint64_t offset, uint64_t n) const {
+    if (ptr != nullptr && (offset > elements || n > elements - offset))
+      throw BackendError(fmt::format(
+          "cuda backend: {} elements at {} overrun a planned buffer of {} (a bug in the memory plan)", n,
+          offset, elements));
     return Ref{static_cast<unsigned char*>(ptr) + offset * dtype_bytes(dtype), dtype, n};
   }
 };
@@ -920,8 +925,9 @@ class CudaSession final : public Session {
 
   void backward() {
     std::fill(dgelu_done_.begin(), dgelu_done_.end(), false);
+    // Ping-pong: the plan sizes each to what it holds (grad.b is absent when no op has an input gradient).
     Ref current = need("grad.a");
-    Ref other = need("grad.b");
+    Ref other = ref("grad.b");
     for (size_t i = graph_.ops.size(); i-- > 0;) {
       const Op& op = graph_.ops[i];
       const Ref in = input_of_[i];
@@ -930,7 +936,7 @@ class CudaSession final : public Session {
         if (op.has_preactivation()) activation_gradient_in_place(i, op, current);
         if (op.residual_without_gradient) continue;  // the other addend has no gradient to receive it
         const Ref stash = need(fmt::format("grad.residual[{}]", op.residual_depth));
-        BSW_CUDA(cudaMemcpyAsync(stash.ptr, current.ptr, n_out(op) * dtype_bytes(s_),
+        BSW_CUDA(cudaMemcpyAsync(stash.ptr, current.at(0, n_out(op)).ptr, n_out(op) * dtype_bytes(s_),
                                  cudaMemcpyDeviceToDevice, stream_));
         continue;
       }
@@ -943,8 +949,8 @@ class CudaSession final : public Session {
                                    cudaMemcpyDeviceToDevice, stream_));
         }
         const Ref stash = need(fmt::format("grad.residual[{}]", op.residual_depth));
-        BSW_CUDA(cudaMemcpyAsync(current.ptr, stash.ptr, n_in(op) * dtype_bytes(s_), cudaMemcpyDeviceToDevice,
-                                 stream_));
+        BSW_CUDA(cudaMemcpyAsync(current.at(0, n_in(op)).ptr, stash.ptr, n_in(op) * dtype_bytes(s_),
+                                 cudaMemcpyDeviceToDevice, stream_));
         continue;
       }
       if (op.kind == OpKind::residual_save) {
@@ -957,9 +963,11 @@ class CudaSession final : public Session {
         }
         const Ref stash =
             need(fmt::format("{}[{}]", op.has_shortcut ? "grad.branch" : "grad.residual", op.residual_depth));
-        kernels::add(s_, current.ptr, stash.ptr, current.ptr, static_cast<int64_t>(n_in(op)), stream_);
+        const Ref sum = current.at(0, n_in(op));
+        kernels::add(s_, sum.ptr, stash.ptr, sum.ptr, static_cast<int64_t>(n_in(op)), stream_);
         continue;
       }
+      if (need_dx && !other) throw BackendError("cuda backend: the plan has no buffer 'grad.b'");
       backward_op(i, op, in, current, need_dx ? other.at(0, n_in(op)) : Ref{});
       if (!need_dx) {
         // Nothing before it on its path has a gradient: on with a shortcut that has parameters, or done.

@@ -138,7 +138,10 @@ TEST(Plan, TrainingBuffersByCategory) {
     EXPECT_EQ(kept.buffer("ops[0].pre").elements, 4u * 20u) << activation;
   }
   EXPECT_EQ(plan.memory.data, rounded(4 * 10 * 4) + rounded(4 * 4));
-  EXPECT_EQ(plan.buffer("grad.a").elements, 4u * 20u);
+  // The loss gradient (4 x 5) in grad.a; the second linear's input gradient (4 x 20) in grad.b; the first
+  // linear computes none.
+  EXPECT_EQ(plan.buffer("grad.a").elements, 4u * 5u);
+  EXPECT_EQ(plan.buffer("grad.b").elements, 4u * 20u);
   EXPECT_DOUBLE_EQ(plan.flops_per_step, g.train_flops_per_sample * 4);
   uint64_t sum = 0;
   for (const BufferSpec& b : plan.buffers) {
@@ -165,8 +168,10 @@ TEST(Plan, AWideInputSizesOnlyTheDataBuffer) {
     // Largest output: 10 per sample, or the residual block's 1000 (its output is the next layer's input).
     const uint64_t widest = residual ? 1000u : 10u;
     const Plan train = make_plan(g, {64, Precision::bf16, Mode::train, 1, BackendKind::cpu});
-    EXPECT_EQ(train.buffer("grad.a").elements, 64u * widest) << layers;
-    EXPECT_EQ(train.buffer("grad.b").elements, 64u * widest) << layers;
+    // grad.a: the loss gradient (6), then the residual's output gradient (1000); grad.b: the head's input
+    // gradient (10). The first linear computes no input gradient.
+    EXPECT_EQ(train.buffer("grad.a").elements, 64u * (residual ? 1000u : 6u)) << layers;
+    EXPECT_EQ(train.buffer("grad.b").elements, 64u * 10u) << layers;
     EXPECT_EQ(train.buffer("data.input").elements, 64u * 1000u);
     // The fp32 input gradient: the second linear's input (10) or the loss's logits (6).
     EXPECT_EQ(train.buffer("workspace.dx").elements, 64u * widest) << layers;
@@ -218,7 +223,8 @@ TEST(Plan, NoGradientBeforeTheFirstLayerThatLearns) {
   EXPECT_DOUBLE_EQ(g.forward_flops_per_sample, conv + head);
   EXPECT_DOUBLE_EQ(g.train_flops_per_sample, 3 * conv + 3 * head - conv);
   const Plan train = make_plan(g, {8, Precision::bf16, Mode::train, 1, BackendKind::cpu});
-  EXPECT_EQ(train.buffer("grad.a").elements, 8u * 128u);  // the conv's output, not the pool's 256
+  EXPECT_EQ(train.buffer("grad.a").elements, 8u * 5u);    // the loss gradient
+  EXPECT_EQ(train.buffer("grad.b").elements, 8u * 128u);  // the conv's output, not the pool's 256
   EXPECT_EQ(train.buffer("workspace.dx").elements, 8u * 128u);
   const Plan infer = make_plan(g, {8, Precision::bf16, Mode::infer, 1, BackendKind::cpu});
   EXPECT_EQ(infer.buffer("act.a").elements, 8u * 256u);
@@ -432,6 +438,34 @@ TEST(Lower, AResidualWithAShortcutRunsItFirstThenTheInnerLayers) {
                sc = 2.0 * 8 * 4 * 16, head = 2.0 * 8 * 5;
   EXPECT_DOUBLE_EQ(g.forward_flops_per_sample, stem + c1 + c2 + sc + head);
   EXPECT_DOUBLE_EQ(g.train_flops_per_sample, 3 * (stem + c1 + c2 + sc + head) - stem);
+}
+
+// Training's ping-pong buffers hold what backward writes into each (as both backends' backward() does): the
+// loss gradient in grad.a, each input gradient in the other buffer, a residual's branch and save in the
+// current one.
+TEST(Plan, TrainingPingPongBuffersHoldWhatBackwardWritesIntoEach) {
+  // Backward: linear 8->5 (loss 5 in a, dx 8 -> b), pool (128 -> a), add (a), bn, conv, bn (128: b, a, b),
+  // inner conv (its input 256 -> a), branch (a), shortcut bn (128 -> b), shortcut conv (256 -> a), save (a);
+  // the stem conv computes no input gradient.
+  const Plan block = make_plan(graph_of(kDownsample), {8, Precision::fp32, Mode::train, 1, BackendKind::cpu});
+  EXPECT_EQ(block.buffer("grad.a").elements, 8u * 256u);
+  EXPECT_EQ(block.buffer("grad.b").elements, 8u * 128u);
+  // An LM's logits gradient (64 x 1000 per sample) sizes grad.a alone; grad.b holds the hidden states'
+  // gradients, the widest the MLP's 64 x 512.
+  const Plan lm = make_plan(graph_of(R"({"name": "lm",
+    "input": {"type": "tokens", "sequence_length": 64, "vocab_size": 1000},
+    "layers": [{"type": "embedding", "dim": 128}, {"type": "transformer_block", "heads": 4, "mlp_ratio": 4},
+               {"type": "layernorm"}, {"type": "linear", "out_features": 1000}],
+    "loss": "cross_entropy"})"),
+                            {2, Precision::bf16, Mode::train, 1, BackendKind::cuda});
+  EXPECT_EQ(lm.buffer("grad.a").elements, 2u * 64u * 1000u);
+  EXPECT_EQ(lm.buffer("grad.b").elements, 2u * 64u * 512u);
+  // One layer: no input gradient, so no grad.b.
+  const Plan one = make_plan(graph_of(R"({"name": "m", "input": {"type": "vector", "features": 10},
+    "layers": [{"type": "linear", "out_features": 3}]})"),
+                             {4, Precision::fp32, Mode::train, 1, BackendKind::cpu});
+  EXPECT_EQ(one.buffer("grad.a").elements, 4u * 3u);
+  EXPECT_EQ(one.find("grad.b"), nullptr);
 }
 
 TEST(Lower, OpPathsTellTheCopiesOfARepeatApart) {
