@@ -33,6 +33,7 @@
 #include "batchsweep/compare.hpp"
 #include "batchsweep/errors.hpp"
 #include "batchsweep/files.hpp"
+#include "batchsweep/json_diff.hpp"
 #include "batchsweep/model.hpp"
 #include "batchsweep/plan_view.hpp"
 #include "batchsweep/printers.hpp"
@@ -597,47 +598,6 @@ int plan_command(const PlanSettings& s) {
 // run --resume: what differs between the earlier run and this one in what a point measures, as "its X is A,
 // this run's is B"; nullopt when its ok points can stand for this run's. Analysis settings, the batch list,
 // exports and telemetry may differ.
-// Where two JSON values first differ: `where` gets the path (layers[1].dim), `there` and `here` the values
-// (shortened; "absent" for a missing key). False when they are equal.
-bool first_difference(const nlohmann::json& before, const nlohmann::json& now, std::string& where,
-                      std::string& there, std::string& here) {
-  if (before == now) return false;
-  const auto shown = [](const nlohmann::json* v) {
-    if (v == nullptr) return std::string("absent");
-    std::string text = v->dump();
-    return text.size() > 60 ? text.substr(0, 57) + "..." : text;
-  };
-  const auto step = [&](const std::string& key) { where += where.empty() ? key : "." + key; };
-  if (before.is_object() && now.is_object()) {
-    std::set<std::string> keys;
-    for (const auto& item : before.items()) keys.insert(item.key());
-    for (const auto& item : now.items()) keys.insert(item.key());
-    for (const std::string& key : keys) {
-      const nlohmann::json* x = before.contains(key) ? &before.at(key) : nullptr;
-      const nlohmann::json* y = now.contains(key) ? &now.at(key) : nullptr;
-      if (x != nullptr && y != nullptr && *x == *y) continue;
-      step(key);
-      if (x != nullptr && y != nullptr) return first_difference(*x, *y, where, there, here);
-      there = shown(x);
-      here = shown(y);
-      return true;
-    }
-  }
-  if (before.is_array() && now.is_array()) {
-    for (size_t i = 0; i < std::min(before.size(), now.size()); ++i) {
-      if (before[i] == now[i]) continue;
-      where += fmt::format("[{}]", i);
-      return first_difference(before[i], now[i], where, there, here);
-    }
-    there = fmt::format("{} entries", before.size());
-    here = fmt::format("{} entries", now.size());
-    return true;
-  }
-  there = shown(&before);
-  here = shown(&now);
-  return true;
-}
-
 std::optional<std::string> resume_mismatch(const Report& earlier, const Report& now) {
   struct Setting {
     const char* key;
@@ -678,18 +638,18 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
       before = &stopping_before;
     }
     if (before != nullptr && here != nullptr && *before == *here) continue;
-    std::string where, value_before, value_now;
     // Another model altogether says so by name; one name with other layers, where.
     if (std::string_view(setting.key) == "model" && before != nullptr && here != nullptr &&
         before->is_object() && here->is_object() && before->contains("name") && here->contains("name") &&
         (*before)["name"] != (*here)["name"])
       return fmt::format("it measured model {}, this run measures {} ({})", shown(&(*before)["name"]),
                          shown(&(*here)["name"]), setting.flag);
-    if (std::string_view(setting.key) == "model" && before != nullptr && here != nullptr &&
-        first_difference(*before, *here, where, value_before, value_now))
-      return fmt::format(
-          "its resolved model (settings.model) differs from this run's at {}: {} there, {} here ({})",
-          where.empty() ? std::string("the top") : where, value_before, value_now, setting.flag);
+    if (std::string_view(setting.key) == "model" && before != nullptr && here != nullptr)
+      if (const std::optional<JsonDifference> d = first_difference(*before, *here))
+        return fmt::format(
+            "its resolved model (settings.model) differs from this run's at {}: {} there, {} here ({})",
+            d->where.empty() ? std::string("the top") : d->where, d->first.value_or("absent"),
+            d->second.value_or("absent"), setting.flag);
     if (key == "stopping" && before != nullptr && here != nullptr && before->is_object() &&
         here->is_object()) {
       // Name the one flag that differs, not the six that might.

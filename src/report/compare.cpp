@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "batchsweep/errors.hpp"
+#include "batchsweep/json_diff.hpp"
 #include "batchsweep/stats.hpp"
 #include "report/format.hpp"
 #include "report/json_pieces.hpp"
@@ -227,30 +228,6 @@ std::optional<std::string> budget_change(const RunSummary& base, const RunSummar
                      rf::human_rate(*a.samples_per_second), *a.batch, p99(a), name, rf::fixed(ratio, 3));
 }
 
-// Where two JSON values first differ: "settings.model.layers[0].out_features: 128 vs 4096".
-std::optional<std::string> first_difference(const nlohmann::json& a, const nlohmann::json& b,
-                                            const std::string& path) {
-  if (a == b) return std::nullopt;
-  if (a.is_object() && b.is_object()) {
-    for (const auto& [key, value] : a.items()) {
-      if (!b.contains(key)) return fmt::format("{}.{} only in the first", path, key);
-      if (auto d = first_difference(value, b[key], path + "." + key)) return d;
-    }
-    for (const auto& [key, value] : b.items())
-      if (!a.contains(key)) return fmt::format("{}.{} only in the second", path, key);
-  }
-  if (a.is_array() && b.is_array()) {
-    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-      if (auto d = first_difference(a[i], b[i], fmt::format("{}[{}]", path, i))) return d;
-    return fmt::format("{}: {} vs {} entries", path, a.size(), b.size());
-  }
-  const auto shown = [](const nlohmann::json& v) {
-    const std::string text = v.dump();
-    return text.size() <= 40 ? text : text.substr(0, 37) + "...";
-  };
-  return fmt::format("{}: {} vs {}", path, shown(a), shown(b));
-}
-
 // Where two reports' resolved models (settings.model) first differ; nullopt where they agree or either has
 // none.
 std::optional<std::string> model_difference(const Report& a, const Report& b) {
@@ -259,7 +236,11 @@ std::optional<std::string> model_difference(const Report& a, const Report& b) {
   if (a_model == a.settings.end() || b_model == b.settings.end() || !a_model->is_object() ||
       !b_model->is_object())
     return std::nullopt;
-  return first_difference(*a_model, *b_model, "settings.model");
+  const std::optional<JsonDifference> d = first_difference(*a_model, *b_model, "settings.model", 40);
+  if (!d) return std::nullopt;
+  if (!d->second) return d->where + " only in the first";
+  if (!d->first) return d->where + " only in the second";
+  return fmt::format("{}: {} vs {}", d->where, *d->first, *d->second);
 }
 
 void check_comparable(const std::vector<Report>& reports, const std::vector<RunSummary>& runs,
