@@ -597,6 +597,28 @@ class BatchsweepBinaryTest(unittest.TestCase):
 
 @unittest.skipIf(torch is None, "PyTorch is not importable")
 class TorchModelTest(unittest.TestCase):
+    def test_an_unusable_cudnn_is_a_warning_not_a_crash(self):
+        # torch raises from cudnn.version() where the cuDNN on the library path is older than its own.
+        from types import SimpleNamespace
+        from unittest import mock
+
+        from torchpeer.torch_runner import TorchRunner
+
+        mismatch = RuntimeError("cuDNN version incompatibility: PyTorch was compiled  against (9, 26, 0) but found "
+                                "runtime version (9, 19, 0).\nPyTorch already comes bundled with cuDNN.")
+        gpu = SimpleNamespace(cuda=True, warnings=[])
+        with mock.patch.object(torch.backends.cudnn, "is_available", return_value=True), \
+                mock.patch.object(torch.backends.cudnn, "version", side_effect=mismatch):
+            self.assertIsNone(TorchRunner._cudnn_version(gpu))
+        self.assertEqual(len(gpu.warnings), 1)
+        self.assertTrue(gpu.warnings[0].startswith("cuDNN unusable: cuDNN version incompatibility"), gpu.warnings)
+        self.assertNotIn("bundled", gpu.warnings[0])
+        # A CPU sweep does not ask.
+        cpu = SimpleNamespace(cuda=False, warnings=[])
+        with mock.patch.object(torch.backends.cudnn, "version", side_effect=AssertionError("asked")):
+            self.assertIsNone(TorchRunner._cudnn_version(cpu))
+        self.assertEqual(cpu.warnings, [])
+
     def test_module_parameters_equal_the_count_for_every_preset(self):
         from torchpeer.torch_model import build_model, count_parameters
 

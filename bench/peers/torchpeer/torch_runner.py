@@ -217,7 +217,7 @@ class TorchRunner:
             "peak_flops_source": "--peak-flops" if self.options.peak_flops else "unknown (pass --peak-flops)",
             "torch_version": torch.__version__,
             "cuda_version": torch.version.cuda,
-            "cudnn_version": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+            "cudnn_version": self._cudnn_version(),
             "python_version": platform.python_version(),
             "device": str(self.device),
         }
@@ -228,6 +228,18 @@ class TorchRunner:
         else:
             info.update(name=_cpu_name(), memory_total_bytes=_cpu_memory_bytes(), threads=torch.get_num_threads())
         return info
+
+    def _cudnn_version(self):
+        """cuDNN's version on a CUDA device, else None. torch raises where the cuDNN it finds is not the one it
+        was built against (an older system cuDNN on the library path): that is said as a warning, not a crash,
+        since a model without convolutions may never call cuDNN."""
+        if not self.cuda or not torch.backends.cudnn.is_available():
+            return None
+        try:
+            return torch.backends.cudnn.version()
+        except RuntimeError as e:
+            self.warnings.append(f"cuDNN unusable: {_first_line(e)}")
+            return None
 
     def describe(self) -> dict:
         """How the peer runs the steps, for the report's settings.torch."""
