@@ -55,6 +55,33 @@ const Point* first_failure_above(std::span<const Point> points, std::optional<in
   return first;
 }
 
+// A --batch spec of batches strictly between lo and hi: every one up to 16, doublings where hi is more than
+// twice lo, else multiples of a step of (hi - lo) / 8 rounded down to 8s.
+std::string between_range(int64_t lo, int64_t hi) {
+  if (hi <= 16) return lo + 1 == hi - 1 ? std::to_string(lo + 1) : fmt::format("{}:{}:+1", lo + 1, hi - 1);
+  if (hi > 2 * lo) {
+    int64_t last = 2 * lo;
+    while (last * 2 < hi) last *= 2;
+    return last == 2 * lo ? std::to_string(last) : fmt::format("{}:{}:*2", 2 * lo, last);
+  }
+  const int64_t step = std::max<int64_t>(8, (hi - lo) / 8 / 8 * 8);
+  const int64_t first = (lo / step + 1) * step;  // the first multiple of the step above lo
+  const int64_t last = first + (hi - 1 - first) / step * step;
+  return first == last ? std::to_string(first) : fmt::format("{}:{}:+{}", first, last, step);
+}
+
+std::optional<int64_t> swept_effective_batch(std::span<const Point> points);
+
+// Where the smallest batch above the largest that ran ok failed (`above`) and is not close to it
+// (budget_edge_narrow), the batches between were never tried, and the edge may lie anywhere among them:
+// "; the batches between 128 and 4096 were not tried (--batch 256:2048:*2 measures them)". Empty where the
+// two are close, or in an --effective-batch sweep (its splits are all the batches it can run).
+std::string untried_between(std::span<const Point> points, int64_t largest_ok, const Point& above) {
+  if (budget_edge_narrow(largest_ok, above.batch) || swept_effective_batch(points)) return {};
+  return fmt::format("; the batches between {} and {} were not tried (--batch {} measures them)", largest_ok,
+                     above.batch, between_range(largest_ok, above.batch));
+}
+
 // The ok point of highest throughput among those `eligible` accepts (the smaller batch on a tie).
 template <typename Eligible>
 const Point* fastest(std::span<const Point> points, Eligible eligible) {
@@ -131,7 +158,11 @@ BatchChoice max_fit(std::span<const Point> points, const std::optional<UntimedFi
     return choose(*largest, fmt::format("the largest timed batch; batch {} fits too ({})", untimed->batch,
                                         untimed->reason));
   const Point* failure = first_failure_above(points, largest->batch);
-  if (failure) return choose(*largest, failure_text(*failure));
+  // A batch that did not fit far above leaves the fit edge unknown: the batches between were not tried.
+  if (failure)
+    return choose(*largest, failure_text(*failure) + (did_not_fit(failure->status)
+                                                          ? untried_between(points, largest->batch, *failure)
+                                                          : std::string()));
   return choose(*largest, unfinished
                               ? "the largest batch measured before the sweep stopped (it did not finish: "
                                 "some batches it asked for were not measured)"
@@ -238,8 +269,7 @@ BudgetChoice within_budget(std::span<const Point> points, const Budget& budget) 
 // larger (and at least 8 from batch 8 up), a batch between the two may fit the budget and run faster:
 // "; batch 96's p99 is 3.09 ms: --batch 72:88:+8 measures between them". Empty otherwise: the two are that
 // close (run --batch auto --latency-slo bisects to there), or throughput is flat up to the chosen batch
-// (flat_below). The range holds batches strictly between the two: every one up to 16, doublings where the
-// next batch is more than twice the chosen, else multiples of a step of gap / 8 rounded down to 8s.
+// (flat_below). The range is between_range's.
 std::string edge_hint(std::span<const Point> points, const Point& chosen, const Budget& budget) {
   const Point* next = nullptr;
   for (const Point& point : points) {
@@ -248,22 +278,10 @@ std::string edge_hint(std::span<const Point> points, const Point& chosen, const 
   }
   if (!next) return {};
   const std::optional<double> p99 = budget.of(*next);
-  const int64_t lo = chosen.batch, hi = next->batch, gap = hi - lo;
+  const int64_t lo = chosen.batch, hi = next->batch;
   if (!p99 || *p99 <= budget.ms || budget_edge_narrow(lo, hi)) return {};
   if (flat_below(points, chosen) != nullptr) return {};
-  std::string range;
-  if (hi <= 16) {
-    range = lo + 1 == hi - 1 ? std::to_string(lo + 1) : fmt::format("{}:{}:+1", lo + 1, hi - 1);
-  } else if (hi > 2 * lo) {
-    int64_t last = 2 * lo;
-    while (last * 2 < hi) last *= 2;
-    range = last == 2 * lo ? std::to_string(last) : fmt::format("{}:{}:*2", 2 * lo, last);
-  } else {
-    const int64_t step = std::max<int64_t>(8, gap / 8 / 8 * 8);
-    const int64_t first = (lo / step + 1) * step;  // the first multiple of the step above lo
-    const int64_t last = first + (hi - 1 - first) / step * step;
-    range = first == last ? std::to_string(first) : fmt::format("{}:{}:+{}", first, last, step);
-  }
+  const std::string range = between_range(lo, hi);
   // A batch between them that did not run is said: the range measures it again.
   const Point* failed = nullptr;
   for (const Point& point : points)
@@ -280,15 +298,25 @@ std::string edge_hint(std::span<const Point> points, const Point& chosen, const 
 // Where the budget did not bind: every ok point meets it, and the chosen one is the largest that ran (no
 // larger batch failed to fit). Then nothing says where latency would stop the batch growing: "extend
 // --batch", as the curve's own still-rising advice does; an unfinished sweep says it stopped first.
-std::optional<int64_t> swept_effective_batch(std::span<const Point> points);
-
 std::string budget_not_reached(std::span<const Point> points, const Point& chosen, const Budget& budget,
                                bool unfinished) {
   // An --effective-batch sweep has no larger batch to try: its splits all hold the same samples.
   if (swept_effective_batch(points)) return {};
+  const Point* above = nullptr;  // the smallest batch above the chosen one, which failed
   for (const Point& point : points) {
-    if (point.batch > chosen.batch) return {};  // tried, whatever became of it
     if (is_ok(point) && (!budget.of(point) || *budget.of(point) > budget.ms)) return {};
+    if (point.batch <= chosen.batch) continue;
+    if (is_ok(point)) return {};  // a larger batch ran
+    if (!above || point.batch < above->batch) above = &point;
+  }
+  // A larger batch that did not fit bounds the batch, unless it is far above and the batches between were
+  // never tried.
+  if (above) {
+    if (!did_not_fit(above->status)) return {};
+    const std::string gap = untried_between(points, chosen.batch, *above);
+    return gap.empty() ? std::string()
+                       : fmt::format("; every batch that ran meets the budget and batch {} did not fit{}",
+                                     above->batch, gap);
   }
   return unfinished
              ? "; every batch measured meets the budget, and the sweep stopped before larger ones"
@@ -421,26 +449,43 @@ struct RecommendationInputs {
 // What lies past `batch`, the largest ok batch, when throughput still rises into it; the first that applies:
 // a larger batch known to fit but not timed; one found not to fit (oom, over_limit: an error says nothing of
 // memory); a sweep stopped before larger ones; else larger batches were not tried.
-enum class PastTheEnd { untimed_fit, unfit, unfinished, untried };
+// A batch found not to fit far above, with the batches between never tried, is `gap` (where the edge is, is
+// not known).
+enum class PastTheEnd { untimed_fit, unfit, gap, unfinished, untried };
 
-PastTheEnd past_the_end(const RecommendationInputs& in, int64_t batch) {
-  if (in.options.untimed_fit && in.options.untimed_fit->batch > batch) return PastTheEnd::untimed_fit;
-  if (std::any_of(in.points.begin(), in.points.end(),
-                  [&](const Point& p) { return p.batch > batch && did_not_fit(p.status); }))
-    return PastTheEnd::unfit;
-  return in.options.unfinished ? PastTheEnd::unfinished : PastTheEnd::untried;
+struct PastEnd {
+  PastTheEnd kind;
+  const Point* unfit = nullptr;  // unfit, gap: the smallest batch above that did not fit
+  std::string gap;               // gap: untried_between's note
+};
+
+PastEnd past_the_end(const RecommendationInputs& in, int64_t batch) {
+  if (in.options.untimed_fit && in.options.untimed_fit->batch > batch)
+    return {PastTheEnd::untimed_fit, nullptr, {}};
+  const Point* unfit = nullptr;
+  for (const Point& p : in.points)
+    if (p.batch > batch && did_not_fit(p.status) && (!unfit || p.batch < unfit->batch)) unfit = &p;
+  if (unfit) {
+    std::string gap = untried_between(in.points, batch, *unfit);
+    return {gap.empty() ? PastTheEnd::unfit : PastTheEnd::gap, unfit, std::move(gap)};
+  }
+  return {in.options.unfinished ? PastTheEnd::unfinished : PastTheEnd::untried, nullptr, {}};
 }
 
 // Where the saturation batch is the largest swept and throughput still rose into it, the answer only says
 // where this sweep ended: "; throughput still rising at the largest batch swept: extend --batch ...".
 std::string still_rising_note(const RecommendationInputs& in, const Point& saturated) {
   if (!in.rising_at_end || saturated.batch != in.curve.back().batch) return {};
-  switch (past_the_end(in, saturated.batch)) {
+  const PastEnd past = past_the_end(in, saturated.batch);
+  switch (past.kind) {
     case PastTheEnd::untimed_fit:
       return fmt::format("; throughput still rising, and batch {} fits too ({})",
                          in.options.untimed_fit->batch, in.options.untimed_fit->reason);
     case PastTheEnd::unfit:
       return "; throughput still rising, and it is the largest batch that fits";
+    case PastTheEnd::gap:
+      return fmt::format("; throughput still rising, and batch {} did not fit{}", past.unfit->batch,
+                         past.gap);
     case PastTheEnd::unfinished:
       return "; throughput still rising, and the sweep stopped before larger batches";
     case PastTheEnd::untried:
@@ -472,7 +517,8 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
   if (in.knee_call == KneeCall::still_scaling) {
     const Point& largest = *point_at(in.curve, *a.max_fit.batch);
     const std::string rate = format_rate(largest.samples_per_second);
-    switch (past_the_end(in, largest.batch)) {
+    const PastEnd past = past_the_end(in, largest.batch);
+    switch (past.kind) {
       case PastTheEnd::untimed_fit:
         return {
             largest.batch,
@@ -483,6 +529,12 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
         return {largest.batch, fmt::format("throughput still rising: use the largest batch that fits ({}, {} "
                                            "samples/s)",
                                            largest.batch, rate)};
+      case PastTheEnd::gap:
+        return {
+            largest.batch,
+            fmt::format("throughput still rising at the largest batch that ran ({}, {} samples/s); batch {} "
+                        "did not fit{}",
+                        largest.batch, rate, past.unfit->batch, past.gap)};
       case PastTheEnd::unfinished:
         return {largest.batch,
                 fmt::format("throughput still rising at the largest batch measured ({}, {} samples/s); the "

@@ -65,8 +65,21 @@ TEST(MaxFit, NamesTheFirstBatchThatDidNotFit) {
   points.push_back(failed_point(512, PointStatus::oom, "needs 48.2 GiB of 40.0 GiB"));
   const Analysis a = analyze(points, {});
   EXPECT_EQ(a.max_fit.batch, 256);
-  EXPECT_EQ(a.max_fit.reason, "batch 512 did not fit (oom: needs 48.2 GiB of 40.0 GiB)");
+  // 256 and 512 are far apart: the edge lies somewhere between, untried.
+  EXPECT_EQ(
+      a.max_fit.reason,
+      "batch 512 did not fit (oom: needs 48.2 GiB of 40.0 GiB); the batches between 256 and 512 were not "
+      "tried (--batch 288:480:+32 measures them)");
   EXPECT_EQ(a.best_throughput.batch, 256);
+  // Close (the auto search's bisection to 8 or 1/16): that is the edge.
+  points.push_back(failed_point(264, PointStatus::oom, "needs 40.1 GiB of 40.0 GiB"));
+  EXPECT_EQ(analyze(points, {}).max_fit.reason, "batch 264 did not fit (oom: needs 40.1 GiB of 40.0 GiB)");
+  // Far above, with doublings between: they are the range to try.
+  std::vector<Point> gap = sweep(powers_of_two(16, 128), saturating(50000, 64));
+  gap.push_back(failed_point(4096, PointStatus::oom, "the script fails above 2048"));
+  EXPECT_THAT(analyze(gap, {}).max_fit.reason,
+              ::testing::EndsWith("; the batches between 128 and 4096 were not tried (--batch 256:2048:*2 "
+                                  "measures them)"));
 }
 
 // --batch auto found a larger batch that fits but was too slow to time: the largest timed batch is not passed
@@ -84,7 +97,10 @@ TEST(MaxFit, NamesALargerFitTheSearchDidNotTime) {
   // One no larger than the largest timed batch changes nothing.
   options.untimed_fit = UntimedFit{256, "x"};
   a = analyze(points, options);
-  EXPECT_EQ(a.max_fit.reason, "batch 4096 did not fit (oom: needs 95.0 GiB of 80.0 GiB)");
+  EXPECT_EQ(
+      a.max_fit.reason,
+      "batch 4096 did not fit (oom: needs 95.0 GiB of 80.0 GiB); the batches between 256 and 4096 were not "
+      "tried (--batch 512:2048:*2 measures them)");
 }
 
 TEST(MaxFit, OverLimitErrorsAndNoFailures) {
@@ -374,8 +390,16 @@ TEST(LatencySlo, ABudgetThatNeverBindsSaysSo) {
   EXPECT_NE(analyze(points, options).latency_slo->reason.find("and the sweep stopped before larger ones"),
             std::string::npos);
   options.unfinished = false;
-  points.push_back(failed_point(1024, PointStatus::oom, "needs 2 GiB"));  // the edge is memory's
+  // A batch that did not fit just above: the edge is memory's.
+  points.push_back(failed_point(520, PointStatus::oom, "needs 2 GiB"));
   EXPECT_EQ(analyze(points, options).latency_slo->reason.find("every batch"), std::string::npos);
+  // Far above, the batches between were never tried: the budget may bind among them.
+  points.back() = failed_point(4096, PointStatus::oom, "needs 16 GiB");
+  EXPECT_THAT(
+      analyze(points, options).latency_slo->reason,
+      ::testing::EndsWith("; every batch that ran meets the budget and batch 4096 did not fit; the "
+                          "batches between 512 and 4096 were not tried (--batch 1024:2048:*2 measures "
+                          "them)"));
 }
 
 TEST(LatencySlo, AbsentWithoutTheOption) {
@@ -521,10 +545,17 @@ TEST(Recommendation, ASaturationAnswerAtTheEndOfARisingSweepSaysToExtendIt) {
   EXPECT_EQ(a.recommended.batch, 256);
   EXPECT_THAT(a.recommended.why, ::testing::EndsWith("; throughput still rising at the largest batch swept: "
                                                      "extend --batch to find where it stops"));
-  points.push_back(failed_point(512, PointStatus::oom, "needs 90 GiB"));
+  points.push_back(failed_point(264, PointStatus::oom, "needs 90 GiB"));
   a = analyze(points, {});
   EXPECT_THAT(a.recommended.why,
               ::testing::EndsWith("; throughput still rising, and it is the largest batch that fits"));
+  // A batch that did not fit far above says where the untried batches are, not that 256 is the edge.
+  points.back() = failed_point(4096, PointStatus::oom, "needs 90 GiB");
+  a = analyze(points, {});
+  EXPECT_THAT(
+      a.recommended.why,
+      ::testing::EndsWith("; throughput still rising, and batch 4096 did not fit; the batches between 256 "
+                          "and 4096 were not tried (--batch 512:2048:*2 measures them)"));
   // Not where the sweep went on to the plateau.
   std::vector<Point> longer = sweep(kBatches, saturating(50000, 64));
   EXPECT_THAT(analyze(longer, {}).recommended.why, ::testing::Not(::testing::HasSubstr("still rising")));
@@ -539,13 +570,21 @@ TEST(Recommendation, AKneeAtTheSaturationLevelSaysNothingMore) {
 
 TEST(Recommendation, LargestBatchThatFitsWhileStillScaling) {
   std::vector<Point> points = sweep(kBatches, [](double b) { return 100.0 * b; });
-  points.push_back(failed_point(8192, PointStatus::oom, "needs 90 GiB"));
-  const Analysis a = analyze(points, {});
+  points.push_back(failed_point(4352, PointStatus::oom, "needs 90 GiB"));
+  Analysis a = analyze(points, {});
   EXPECT_FALSE(a.knee.batch.has_value());
   EXPECT_EQ(a.max_fit.batch, 4096);
   EXPECT_EQ(a.recommended.batch, 4096);
   EXPECT_EQ(a.recommended.why,
             "throughput still rising: use the largest batch that fits (4096, 409600 samples/s)");
+  // A doubling above (a 1:8192:*2 sweep): the edge is somewhere between, and the answer says where to look.
+  points.back() = failed_point(8192, PointStatus::oom, "needs 90 GiB");
+  a = analyze(points, {});
+  EXPECT_EQ(a.recommended.batch, 4096);
+  EXPECT_EQ(
+      a.recommended.why,
+      "throughput still rising at the largest batch that ran (4096, 409600 samples/s); batch 8192 did not "
+      "fit; the batches between 4096 and 8192 were not tried (--batch 4608:7680:+512 measures them)");
 }
 
 TEST(Recommendation, StillScalingAtTheLargestBatchSweptDoesNotClaimItFits) {
