@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cinttypes>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -1676,6 +1678,26 @@ TEST(Plan, ARepeatedProjectionBlockIsAWarning) {
   ASSERT_FALSE(warnings.empty());
   EXPECT_NE(warnings[0].get<std::string>().find("copies the whole block"), std::string::npos)
       << warnings.dump();
+}
+
+// The README's worked plan (gpt2-small bf16 training on an H200) is what the binary plans: a changed plan
+// shows up here, not in a user sizing a GPU from a stale number.
+TEST(Plan, TheReadmeH200ExampleIsWhatTheBinaryPlans) {
+  const std::string readme = slurp(std::filesystem::path(BSW_TEST_DATA).parent_path() / "README.md");
+  const std::string lead = "the plan's largest batch is\n  ";
+  const size_t at = readme.find(lead);
+  ASSERT_NE(at, std::string::npos) << "the README no longer gives the H200 example";
+  int64_t sdpa = 0, explicit_path = 0;
+  ASSERT_EQ(std::sscanf(readme.c_str() + at + lead.size(),
+                        "%" SCNd64 " with cuDNN SDPA and %" SCNd64 " with the explicit path", &sdpa,
+                        &explicit_path),
+            2);
+  for (const auto& [attention, expected] : {std::pair{"auto", sdpa}, std::pair{"explicit", explicit_path}}) {
+    const Result r = run({"plan", "--model", "gpt2-small", "--precision", "bf16", "--backend", "cuda",
+                          "--memory", "140GiB", "--attention", attention, "--batch", "1", "--json", "-"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["max_fit_batch"].get<int64_t>(), expected) << attention;
+  }
 }
 
 TEST(Plan, EveryPresetAnswersQuickly) {
