@@ -440,7 +440,7 @@ void PointRunner::summarize_point(Point& point, const Plan& plan, const NoiseCri
       point.mfu = flops_per_second / *device_.peak_flops;
       if (*point.mfu > 1.0)
         warn(fmt::format(
-            "batch {}: {:.1f} TFLOP/s is {:.0f}% of the device peak ({:.1f} TFLOP/s, {}): the peak or the "
+            "batch {}: {:.3g} TFLOP/s is {:.0f}% of the device peak ({:.3g} TFLOP/s, {}): the peak or the "
             "step timing is wrong{}",
             batch_label(point.batch, point.accumulation), flops_per_second / 1e12, *point.mfu * 100,
             *device_.peak_flops / 1e12,

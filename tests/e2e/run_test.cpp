@@ -1921,5 +1921,24 @@ TEST(Plan, CudaPathsAreShownAndCanBeForced) {
   EXPECT_EQ(no_attention.err.find("note:"), std::string::npos) << no_attention.err;
 }
 
+// A measured rate above the device's peak cannot be: the peak (here a script's, far too low) or the timing is
+// wrong, and the run says so with both rates readable, not "0.0 TFLOP/s".
+TEST(Run, AnMfuAboveTheDevicePeakIsAWarning) {
+  ScratchDir dir;
+  const std::string script = (dir / "slow-peak.json").string();
+  std::ofstream(script) << R"({"name": "tiny-peak", "memory_total_bytes": 85899345920, "peak_flops": 1e9,
+    "t0_ms": 0.01, "curve": "roofline", "samples_per_ms": 1000, "noise_pct": 0, "seed": 1, "sleep": false})";
+  const Result r = run({"run", "--backend", "scripted", "--script", script, "--batch", "100", "--json", "-"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_GT(report["points"][0]["mfu"].get<double>(), 1.0);
+  const std::string warning = report["warnings"][0].get<std::string>();
+  EXPECT_NE(
+      warning.find("% of the device peak (0.001 TFLOP/s, script): the peak or the step timing is wrong"),
+      std::string::npos)
+      << warning;
+  EXPECT_NE(r.err.find(warning), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace bsw::e2e
