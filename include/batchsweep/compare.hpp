@@ -73,6 +73,9 @@ struct CompareDelta {
   // 2 against more than 20, where the normal approximation is used: p >= 0.014). The threshold decides, and a
   // change within twice the combined standard error of the two mean step times is "same": "(few samples)".
   bool few_samples = false;
+  // few_samples because every step on both sides took the same time (a deterministic step, to the timer's
+  // resolution): no number of such samples could ever move the ranks. Shown "(steps all equal)".
+  bool tied_samples = false;
   std::optional<double> p_value;  // two-sided Mann-Whitney p, when from_samples
   // from_samples, and the verdict rests on the mean step time, which throughput is made of: Welch's t-test
   // rejected at alpha / 2 though the rank test did not (a few much slower steps move the mean, and so the

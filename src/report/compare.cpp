@@ -125,6 +125,10 @@ CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions
     // Three samples a side can never give p below 0.1: the test could only ever say "same". The threshold
     // decides, unless the change is within the two means' noise.
     d.few_samples = true;
+    const auto [run_min, run_max] = std::minmax_element(run.samples_ms.begin(), run.samples_ms.end());
+    const auto [base_min, base_max] =
+        std::minmax_element(baseline.samples_ms.begin(), baseline.samples_ms.end());
+    d.tied_samples = *run_min == *run_max && *base_min == *base_max && *run_min == *base_min;
     // Relative standard errors are errors of the log of each mean: so is the margin, the same either way.
     const bool within_noise =
         std::fabs(std::log(d.ratio)) <=
@@ -356,7 +360,8 @@ std::string ratio_text(const CompareDelta& d) {
 std::string verdict_text(const CompareDelta& d, double min_effect_pct,
                          const char* threshold_note = "no samples") {
   if (d.verdict == Verdict::not_comparable) return std::string(to_string(d.verdict));
-  if (d.few_samples) return fmt::format("{} (few samples)", to_string(d.verdict));
+  if (d.few_samples)
+    return fmt::format("{} ({})", to_string(d.verdict), d.tied_samples ? "steps all equal" : "few samples");
   if (!d.from_samples) return fmt::format("{} ({})", to_string(d.verdict), threshold_note);
   if (d.from_mean)
     return fmt::format("{} (mean; p={:.2g})", to_string(d.verdict), d.mean_p_value.value_or(1.0));

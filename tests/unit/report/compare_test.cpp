@@ -465,6 +465,26 @@ TEST(Compare, TooFewSamplesForTheTestFallBackToTheThreshold) {
   EXPECT_EQ(tested.verdict, Verdict::slower);
 }
 
+// A deterministic step (a scripted device without noise) gives every sample the same time: hundreds of them
+// are no more use to the rank test than three, and the verdict says why, not "few samples".
+TEST(Compare, EveryStepEqualOnBothSidesSaysSoNotFewSamples) {
+  Report a = testing::sample_report();
+  for (Point& p : a.points)
+    if (!p.samples_ms.empty()) p.samples_ms.assign(250, p.step_ms.mean);
+  const CompareResult result = compare_pair(a, a);
+  const CompareDelta& d = row_at(result, 64).deltas[0];
+  EXPECT_TRUE(d.few_samples);
+  EXPECT_TRUE(d.tied_samples);
+  EXPECT_EQ(d.verdict, Verdict::same);
+  EXPECT_THAT(format_compare(result, false), HasSubstr("same (steps all equal)"));
+  EXPECT_THAT(format_compare(result, false), Not(HasSubstr("few samples")));
+  // Three varied samples a side are still "few samples".
+  const Report three = samples_cut_to(testing::sample_report(), 3);
+  const CompareResult varied = compare_pair(three, three);  // kept: row_at returns into it
+  EXPECT_TRUE(row_at(varied, 64).deltas[0].few_samples);
+  EXPECT_FALSE(row_at(varied, 64).deltas[0].tied_samples);
+}
+
 // Three samples a side at 12% noise: a 7% change is inside the noise of both means (2 x sqrt(2) x 12% /
 // sqrt(3) = 20%), so neither a batch nor the geometric mean calls it, and the gate passes.
 TEST(Compare, FewNoisySamplesWithinTheirNoiseAreTheSame) {
