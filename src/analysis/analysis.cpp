@@ -299,9 +299,12 @@ std::string edge_hint(std::span<const Point> points, const Point& chosen, const 
 // larger batch failed to fit). Then nothing says where latency would stop the batch growing: "extend
 // --batch", as the curve's own still-rising advice does; an unfinished sweep says it stopped first.
 std::string budget_not_reached(std::span<const Point> points, const Point& chosen, const Budget& budget,
-                               bool unfinished) {
-  // An --effective-batch sweep has no larger batch to try: its splits all hold the same samples.
+                               const AnalysisOptions& options) {
+  // An --effective-batch sweep has no larger batch to try: its splits all hold the same samples. The auto
+  // search's larger fit it could not time bounds the batch (max_fit names it).
   if (swept_effective_batch(points)) return {};
+  if (options.untimed_fit && options.untimed_fit->batch > chosen.batch) return {};
+  const bool unfinished = options.unfinished;
   const Point* above = nullptr;  // the smallest batch above the chosen one, which failed
   for (const Point& point : points) {
     if (is_ok(point) && (!budget.of(point) || *budget.of(point) > budget.ms)) return {};
@@ -324,7 +327,8 @@ std::string budget_not_reached(std::span<const Point> points, const Point& chose
                "find where it binds)";
 }
 
-BatchChoice latency_slo(std::span<const Point> points, const Budget& b, bool unfinished) {
+BatchChoice latency_slo(std::span<const Point> points, const Budget& b, const AnalysisOptions& options) {
+  const bool unfinished = options.unfinished;
   const BudgetChoice budget = within_budget(points, b);
   if (const Point* chosen = budget.chosen) {
     // A faster point within noise: say what was given up, and why it is nothing. (No hint to measure above
@@ -335,7 +339,7 @@ BatchChoice latency_slo(std::span<const Point> points, const Budget& b, bool unf
                           budget.fastest->batch, budget.lead_pct, budget.margin_pct, b.name(),
                           latency_text(*b.of(*budget.fastest), b.ms));
     else
-      after = edge_hint(points, *chosen, b) + budget_not_reached(points, *chosen, b, unfinished);
+      after = edge_hint(points, *chosen, b) + budget_not_reached(points, *chosen, b, options);
     BatchChoice choice = choose(*chosen, fmt::format("{} step {} ms within the {} ms budget{}{}", b.name(),
                                                      latency_text(*b.of(*chosen), b.ms), format_number(b.ms),
                                                      latency_basis(*chosen, b.pct), after));
@@ -466,7 +470,9 @@ PastEnd past_the_end(const RecommendationInputs& in, int64_t batch) {
   for (const Point& p : in.points)
     if (p.batch > batch && did_not_fit(p.status) && (!unfit || p.batch < unfit->batch)) unfit = &p;
   if (unfit) {
-    std::string gap = untried_between(in.points, batch, *unfit);
+    // Only where nothing failed between: a batch between that failed otherwise (error) was tried.
+    const Point* first = first_failure_above(in.points, batch);
+    std::string gap = first == unfit ? untried_between(in.points, batch, *unfit) : std::string();
     return {gap.empty() ? PastTheEnd::unfit : PastTheEnd::gap, unfit, std::move(gap)};
   }
   return {in.options.unfinished ? PastTheEnd::unfinished : PastTheEnd::untried, nullptr, {}};
@@ -715,7 +721,7 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
   }
   if (options.latency_slo_ms)
     analysis.latency_slo =
-        latency_slo(view, Budget{*options.latency_slo_ms, options.latency_percentile}, options.unfinished);
+        latency_slo(view, Budget{*options.latency_slo_ms, options.latency_percentile}, options);
   analysis.energy_optimal = energy_optimal(view);
   analysis.effective_batch_split = effective_batch_split(view);
   const Point* chosen = nullptr;

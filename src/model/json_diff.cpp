@@ -41,7 +41,8 @@ std::optional<JsonDifference> first_difference(const nlohmann::json& a, const nl
   if (a.is_array() && b.is_array()) {
     for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
       if (auto d = first_difference(a[i], b[i], fmt::format("{}[{}]", root, i), width)) return d;
-    return JsonDifference{root, fmt::format("{} entries", a.size()), fmt::format("{} entries", b.size())};
+    const auto entries = [](std::size_t n) { return fmt::format("{} {}", n, n == 1 ? "entry" : "entries"); };
+    return JsonDifference{root, entries(a.size()), entries(b.size())};
   }
   return JsonDifference{root, shown(a, width), shown(b, width)};
 }

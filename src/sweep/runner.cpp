@@ -18,6 +18,11 @@ namespace bsw {
 namespace sweep_detail {
 namespace {
 
+// A TFLOP/s rate for a message: 3 significant digits below 1000 (0.001, 66.9), whole numbers above (2030).
+std::string tflops_text(double tflops) {
+  return tflops >= 1000 ? fmt::format("{:.0f}", tflops) : fmt::format("{:.3g}", tflops);
+}
+
 bool point_order(const Point& a, const Point& b) {
   if (a.effective_batch != b.effective_batch) return a.effective_batch < b.effective_batch;
   return a.batch < b.batch;
@@ -440,10 +445,10 @@ void PointRunner::summarize_point(Point& point, const Plan& plan, const NoiseCri
       point.mfu = flops_per_second / *device_.peak_flops;
       if (*point.mfu > 1.0)
         warn(fmt::format(
-            "batch {}: {:.3g} TFLOP/s is {:.0f}% of the device peak ({:.3g} TFLOP/s, {}): the peak or the "
+            "batch {}: {} TFLOP/s is {:.0f}% of the device peak ({} TFLOP/s, {}): the peak or the "
             "step timing is wrong{}",
-            batch_label(point.batch, point.accumulation), flops_per_second / 1e12, *point.mfu * 100,
-            *device_.peak_flops / 1e12,
+            batch_label(point.batch, point.accumulation), tflops_text(flops_per_second / 1e12),
+            *point.mfu * 100, tflops_text(*device_.peak_flops / 1e12),
             device_.peak_flops_source.empty() ? "source unknown" : device_.peak_flops_source,
             // Only a GPU can be calibrated; a script's peak is the script's.
             device_.backend == "cuda" ? "; run `batchsweep devices --calibrate`" : ""));

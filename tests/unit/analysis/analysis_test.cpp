@@ -400,6 +400,9 @@ TEST(LatencySlo, ABudgetThatNeverBindsSaysSo) {
       ::testing::EndsWith("; every batch that ran meets the budget and batch 4096 did not fit; the "
                           "batches between 512 and 4096 were not tried (--batch 1024:2048:*2 measures "
                           "them)"));
+  // Unless the auto search found a larger batch that fits and could not time it: that bounds the batch.
+  options.untimed_fit = UntimedFit{4000, "oom at 4008; not timed: a step would take about 9 s"};
+  EXPECT_EQ(analyze(points, options).latency_slo->reason.find("every batch"), std::string::npos);
 }
 
 TEST(LatencySlo, AbsentWithoutTheOption) {
@@ -585,6 +588,14 @@ TEST(Recommendation, LargestBatchThatFitsWhileStillScaling) {
       a.recommended.why,
       "throughput still rising at the largest batch that ran (4096, 409600 samples/s); batch 8192 did not "
       "fit; the batches between 4096 and 8192 were not tried (--batch 4608:7680:+512 measures them)");
+  // A batch between them that failed otherwise (an error) was tried: no "not tried".
+  Point broken = measured_point(6144, 1e9);
+  broken.status = PointStatus::error;
+  broken.reason = "loss became NaN";
+  points.push_back(broken);
+  a = analyze(points, {});
+  EXPECT_THAT(a.recommended.why, ::testing::Not(::testing::HasSubstr("not tried"))) << a.recommended.why;
+  EXPECT_THAT(a.max_fit.reason, ::testing::Not(::testing::HasSubstr("not tried"))) << a.max_fit.reason;
 }
 
 TEST(Recommendation, StillScalingAtTheLargestBatchSweptDoesNotClaimItFits) {

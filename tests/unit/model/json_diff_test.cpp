@@ -46,6 +46,7 @@ TEST(JsonDifference, ArraysThatAgreeAsFarAsTheShorterSayTheirLengths) {
   EXPECT_EQ(d->where, "layers");
   EXPECT_EQ(d->first, "2 entries");
   EXPECT_EQ(d->second, "3 entries");
+  EXPECT_EQ(first_difference(json::parse("[1]"), json::parse("[1, 2]"))->first, "1 entry");
 }
 
 TEST(JsonDifference, ValuesOfOtherTypesDifferAtTheirPathAndLongOnesAreCut) {
