@@ -580,7 +580,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
         // starts from the add's output gradient.
         if (!graph_.ops[op.residual_partner].residual_without_gradient) {
           const Ref keep = need(fmt::format("grad.branch[{}]", op.residual_depth));
-          std::memcpy(keep.ptr, current.ptr, n_out(op) * dtype_bytes(current.dtype));
+          std::memcpy(keep.ptr, slice(current, 0, n_out(op)).ptr, n_out(op) * dtype_bytes(current.dtype));
         }
         const Ref stash = need(fmt::format("grad.residual[{}]", op.residual_depth));
         std::memcpy(slice(current, 0, n_in(op)).ptr, stash.ptr, n_in(op) * dtype_bytes(current.dtype));

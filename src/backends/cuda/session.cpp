@@ -945,7 +945,7 @@ class CudaSession final : public Session {
         // starts from the add's output gradient.
         if (!graph_.ops[op.residual_partner].residual_without_gradient) {
           const Ref keep = need(fmt::format("grad.branch[{}]", op.residual_depth));
-          BSW_CUDA(cudaMemcpyAsync(keep.ptr, current.ptr, n_out(op) * dtype_bytes(s_),
+          BSW_CUDA(cudaMemcpyAsync(keep.ptr, current.at(0, n_out(op)).ptr, n_out(op) * dtype_bytes(s_),
                                    cudaMemcpyDeviceToDevice, stream_));
         }
         const Ref stash = need(fmt::format("grad.residual[{}]", op.residual_depth));
