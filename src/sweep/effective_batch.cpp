@@ -1,6 +1,9 @@
 // --effective-batch N: the splits micro-batch x accumulation = N (every divisor of N as the accumulation, or
-// for N with more than kEffectiveBatchAllSplits divisors a ladder of them about sqrt(2) apart), measured from
-// the largest micro-batch down, stopping once smaller micro-batches keep getting slower.
+// for N with more than kEffectiveBatchAllSplits divisors a ladder of them, each accumulation at least 1.4x
+// the one before), measured from the largest micro-batch down, stopping once smaller micro-batches keep
+// getting slower. Where the first ladder split that fits follows one that did not, the splits the ladder
+// skipped between them are probed (prepare only) from the largest micro-batch down, and the first that fits
+// is measured too: the largest micro-batch that fits is found, not just the next ladder step under the edge.
 //
 // Stop rule: after at least one split has fit (status ok), stop when two successive ok splits were each more
 // than kEffectiveBatchStopSlowdown (5%) slower than the ok split measured just before them. A smaller
@@ -57,8 +60,20 @@ std::vector<BatchSplit> effective_batch_splits(int64_t effective_batch) {
 
 namespace sweep_detail {
 
+namespace {
+
+PointStatus unfit_status(Fit fit) {
+  return fit == Fit::oom          ? PointStatus::oom
+         : fit == Fit::over_limit ? PointStatus::over_limit
+                                  : PointStatus::error;
+}
+
+}  // namespace
+
 void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::string& summary) {
   const std::vector<BatchSplit> splits = effective_batch_splits(effective_batch);
+  int64_t unfit_before = 0;  // the accumulation of the ladder split tried last, where it did not fit (else 0)
+  std::vector<std::string> refined;  // splits between ladder steps, measured after the edge's probe
   runner.set_planned_total(static_cast<int>(splits.size()),
                            /*estimate=*/splits.size() > 1);  // may stop early
 
@@ -94,8 +109,33 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
     if (did_not_fit(point->status)) {
       unfit.push_back(fmt::format("{} ({})", batch_label(split.micro_batch, split.accumulation),
                                   to_string(point->status)));
+      unfit_before = split.accumulation;
       continue;
     }
+    // The first split to fit, after one that did not: the ladder may have skipped larger micro-batches that
+    // fit too. Probe them from the largest down; measure the first that fits.
+    if (unfit_before > 0 && !last_ok && point->status == PointStatus::ok) {
+      for (int64_t accumulation = unfit_before + 1; accumulation < split.accumulation; ++accumulation) {
+        if (effective_batch % accumulation != 0) continue;
+        const int64_t micro = effective_batch / accumulation;
+        if (runner.find(micro, accumulation)) break;  // taken from --resume: the edge is known there
+        const auto fit = runner.probe(micro, accumulation);
+        if (!fit) return;
+        if (fit->fit != Fit::fits) {
+          runner.record_unfit(micro, accumulation, unfit_status(fit->fit), fit->reason, true);
+          unfit.push_back(
+              fmt::format("{} ({})", batch_label(micro, accumulation), to_string(unfit_status(fit->fit))));
+          if (fit->fit == Fit::error) break;  // not a memory answer: the edge is not here
+          continue;
+        }
+        const auto larger = runner.measure(micro, accumulation, true);
+        if (!larger) return;
+        refined.push_back(batch_label(micro, accumulation));
+        if (larger->status == PointStatus::ok) ++done;
+        break;
+      }
+    }
+    unfit_before = 0;
     ++done;
     if (point->status != PointStatus::ok) continue;
     last_ok = OkSplit{point->step_ms.mean / 1000.0, point->accumulation};
@@ -134,8 +174,13 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
   }
   const std::string did_not_fit =
       unfit.empty() ? std::string() : fmt::format("; did not fit: {}", fmt::join(unfit, ", "));
-  summary = fmt::format("effective batch {}: {} of {} splits (micro-batch x accumulation) measured{}{}{}{}",
-                        effective_batch, done, splits.size(), taken, did_not_fit, stopped_early, not_timed);
+  const std::string between =
+      refined.empty()
+          ? std::string()
+          : fmt::format("; between the ladder's steps, the largest that fits: {}", fmt::join(refined, ", "));
+  summary = fmt::format("effective batch {}: {} of {} splits (micro-batch x accumulation) measured{}{}{}{}{}",
+                        effective_batch, done, splits.size() + refined.size(), taken, did_not_fit, between,
+                        stopped_early, not_timed);
 }
 
 }  // namespace sweep_detail

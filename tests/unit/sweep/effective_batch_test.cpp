@@ -88,6 +88,34 @@ TEST(EffectiveBatch, ASplitTooSlowToTimeIsNotTimed) {
       << outcome.warnings.back();
 }
 
+// 720 has 30 divisors, so the sweep takes a ladder of them; where 24x30 does not fit, the ladder's next step
+// is 16x45, and 20x36 and 18x40 would be skipped, though 20x36 fits and is the fastest. Once a ladder split
+// fits after one that did not, the skipped splits between are probed from the largest down.
+TEST(EffectiveBatch, BelowASplitThatDidNotFitTheLadderTriesEverySplitUntilOneFits) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline(2.0, 16.0);  // the knee at micro-batch 32
+  config.oom_above_batch = 20;
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings;
+  settings.effective_batch = 720;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  const Point* twenty = find_point(outcome.points, 20, 36);
+  ASSERT_NE(twenty, nullptr) << outcome.search_summary;
+  EXPECT_EQ(twenty->status, PointStatus::ok);
+  EXPECT_EQ(find_point(outcome.points, 18, 40), nullptr);  // 20x36 fit: on along the ladder
+  ASSERT_NE(find_point(outcome.points, 16, 45), nullptr);
+  for (const Point& p : outcome.points) {
+    if (p.batch > 20) {
+      EXPECT_EQ(p.status, PointStatus::oom) << p.batch;
+    }
+  }
+  // 24x30 did not fit and 16x45 did: 20x36 is probed, fits, and is measured; 18x40 is not needed.
+  EXPECT_NE(outcome.search_summary.find("; between the ladder's steps, the largest that fits: 20x36"),
+            std::string::npos)
+      << outcome.search_summary;
+}
+
 TEST(EffectiveBatch, StopsAfterTwoSlowerSplits) {
   const Graph graph = tiny_graph();
   // Knee at 256: 256x1 takes 2 ms, 128x2 4 ms, 64x4 8 ms: each halving is 50% slower.
