@@ -564,6 +564,28 @@ void run_batch_list(PointRunner& runner, const std::vector<int64_t>& batches, in
   for (const int64_t batch : batches) {
     if (!runner.measure(batch, accumulation, false)) return;
   }
+  // Where the first batch above the largest that ran ok was over the memory limit, the plan knows the edge:
+  // its largest fit between them is named (untimed), rather than leave the batches between to a --batch
+  // range that would mostly be over the limit too.
+  const Point* largest_ok = nullptr;
+  for (const Point& p : runner.points())
+    if (p.accumulation == accumulation && p.status == PointStatus::ok &&
+        (largest_ok == nullptr || p.batch > largest_ok->batch))
+      largest_ok = &p;
+  if (largest_ok == nullptr) return;
+  const Point* above = nullptr;
+  for (const Point& p : runner.points())
+    if (p.accumulation == accumulation && p.batch > largest_ok->batch && p.status != PointStatus::ok &&
+        (above == nullptr || p.batch < above->batch))
+      above = &p;
+  if (above == nullptr || above->status != PointStatus::over_limit) return;
+  const std::optional<int64_t> plan_fit = runner.plan_max_fit(accumulation);
+  if (!plan_fit || *plan_fit <= largest_ok->batch || *plan_fit >= above->batch) return;
+  runner.set_untimed_fit(UntimedFit{
+      *plan_fit,
+      fmt::format("by the plan, the largest within the memory limit (batch {} was over_limit); not "
+                  "swept: --batch {} measures it",
+                  above->batch, *plan_fit)});
 }
 
 }  // namespace sweep_detail

@@ -166,6 +166,38 @@ TEST(AutoSearch, ResumedSearchTakesTheFinishedPointsAndEndsWhereAFreshOneWould) 
   }
 }
 
+// A listed sweep whose first batch above the largest that ran ok is over the memory limit: the plan knows the
+// edge, so its largest fit between them is named (untimed), not left to a --batch range over the limit.
+TEST(BatchList, AnOverLimitBatchNamesThePlansLargestFitBelowIt) {
+  const Graph graph = tiny_graph();
+  const auto backend = make_scripted_backend(testing::roofline(2.0, 128.0));
+  SweepSettings settings;
+  settings.batches.batches = {1000, 2000, 4096};
+  settings.memory_limit_bytes =
+      static_cast<uint64_t>(static_cast<double>(planned_bytes(graph, 3003)) / 0.95) + 1;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  const auto plan_edge =
+      max_fit_batch(graph, PlanRequest{1, Precision::fp32, Mode::train, 1, BackendKind::scripted},
+                    *settings.memory_limit_bytes);
+  ASSERT_TRUE(plan_edge.has_value());
+  ASSERT_EQ(find_point(outcome.points, 4096)->status, PointStatus::over_limit);
+  ASSERT_TRUE(outcome.untimed_fit.has_value());
+  EXPECT_EQ(outcome.untimed_fit->batch, *plan_edge);
+  EXPECT_NE(
+      outcome.untimed_fit->reason.find("by the plan, the largest within the memory limit (batch 4096 was "
+                                       "over_limit)"),
+      std::string::npos)
+      << outcome.untimed_fit->reason;
+  // An out-of-memory above (not the plan's answer) names nothing.
+  ScriptedConfig oom = testing::roofline(2.0, 128.0);
+  oom.oom_above_batch = 3000;
+  const auto failing = make_scripted_backend(oom);
+  SweepSettings plain;
+  plain.batches.batches = {1000, 2000, 4096};
+  EXPECT_FALSE(run_sweep(*failing, graph, plain, observer).untimed_fit.has_value());
+}
+
 TEST(AutoSearch, PlanBasedEdgeIsFoundWithoutPreparingWhatThePlanRejects) {
   const Graph graph = tiny_graph();
   ScriptedConfig config = testing::roofline(2.0, 128.0);
