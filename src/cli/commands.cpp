@@ -46,12 +46,36 @@ namespace bsw::cli {
 namespace {
 
 std::atomic<int> g_signal{0};
+// When the first signal came (CLOCK_MONOTONIC, ns). A second within kSameRequestNs is the same request: GNU
+// timeout sends its signal to the command and to the command's process group, so `timeout -s INT 3600
+// batchsweep run ...` delivers SIGINT twice at once, and that must not quit at once.
+std::atomic<int64_t> g_first_signal_ns{0};
+constexpr int64_t kSameRequestNs = 1'000'000'000;
+
+int64_t monotonic_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
+  return static_cast<int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
 
 extern "C" void on_signal(int sig) {
+  const int64_t now = monotonic_ns();
+  if (g_signal.load() != 0) {
+    if (now - g_first_signal_ns.load() < kSameRequestNs) return;  // the first, delivered twice
+    // Again, later: quit now, as the process would without a handler, saying what is left.
+    static constexpr char kQuit[] =
+        "\nbatchsweep: quitting now; a --json report file keeps the points finished so far (state "
+        "in_progress: --resume it)\n";
+    const ssize_t said = ::write(STDERR_FILENO, kQuit, sizeof(kQuit) - 1);
+    (void)said;
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);  // delivered when this handler returns
+    return;
+  }
+  g_first_signal_ns.store(now);
   g_signal.store(sig);
   // A long step (a large model on the CPU) is not cut: say at once that the signal was taken. write() is
-  // async-signal-safe; only this signal's handler is reset (SA_RESETHAND), so the same signal again ends the
-  // process as usual, and the message names that one.
+  // async-signal-safe.
   static constexpr char kSaidInt[] =
       "\nbatchsweep: stopping after the current step; the finished points are kept (Ctrl-C again to quit "
       "now)\n";
@@ -63,14 +87,15 @@ extern "C" void on_signal(int sig) {
   (void)written;
 }
 
-// SIGINT/SIGTERM set a flag the sweep checks between steps; a second signal kills as usual.
+// SIGINT/SIGTERM set a flag the sweep checks between steps; a second signal (a second or more later) quits
+// at once, as without a handler.
 class SignalGuard {
  public:
   SignalGuard() {
     struct sigaction sa {};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESETHAND;
+    sa.sa_flags = 0;
     sigaction(SIGINT, &sa, &old_int_);
     sigaction(SIGTERM, &sa, &old_term_);
   }

@@ -951,7 +951,7 @@ std::vector<std::string> sleepy_sweep(const std::string& json) {
 // Starts batchsweep with `args`, waits until `json` holds at least `points` points, sends `sig`; the exit
 // code, or -1 (and a failure) when the report never got there or the process did not exit.
 int interrupt_after(const std::vector<std::string>& args, const std::string& json, size_t points, int sig,
-                    const std::string& stderr_path = "/dev/null") {
+                    const std::string& stderr_path = "/dev/null", int again_after_ms = -1) {
   const pid_t pid = fork();
   if (pid == 0) {
     freopen("/dev/null", "w", stdout);
@@ -973,6 +973,10 @@ int interrupt_after(const std::vector<std::string>& args, const std::string& jso
   }
   if (seen < points) ADD_FAILURE() << "the sweep never wrote " << points << " points";
   kill(pid, sig);
+  if (again_after_ms >= 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(again_after_ms));
+    kill(pid, sig);
+  }
   int status = 0;
   waitpid(pid, &status, 0);
   if (sig == SIGKILL && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) return 128 + SIGKILL;
@@ -1021,6 +1025,18 @@ TEST(Run, SigintKeepsEveryFinishedPoint) {
   ScratchDir dir;
   interrupt_keeps_finished_points(SIGINT, 130, (dir / "i.json").string());
 }
+// GNU timeout signals the command and its process group, so the command gets the signal twice at once:
+// that is one request to stop, not a second one to quit now.
+TEST(Run, ASignalDeliveredTwiceAtOnceStillKeepsEveryFinishedPoint) {
+  ScratchDir dir;
+  const std::string json = (dir / "t.json").string();
+  const std::string err = json + ".err";
+  EXPECT_EQ(interrupt_after(sleepy_sweep(json), json, 2, SIGINT, err, 10), 130) << slurp(err);
+  EXPECT_EQ(slurp(err).find("quitting now"), std::string::npos) << slurp(err);
+  if (::testing::Test::HasFailure()) return;
+  EXPECT_EQ(read_json(json)["state"], "interrupted");
+}
+
 TEST(Run, SigtermKeepsEveryFinishedPoint) {
   ScratchDir dir;
   interrupt_keeps_finished_points(SIGTERM, 143, (dir / "i.json").string());
