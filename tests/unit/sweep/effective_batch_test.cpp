@@ -88,18 +88,22 @@ TEST(EffectiveBatch, ASplitTooSlowToTimeIsNotTimed) {
       << outcome.warnings.back();
 }
 
+// An --effective-batch sweep on a roofline device (2 ms floor) that runs out of memory above `oom_above`.
+SweepOutcome effective_sweep(double samples_per_ms, int64_t oom_above, int64_t effective_batch) {
+  ScriptedConfig config = testing::roofline(2.0, samples_per_ms);
+  config.oom_above_batch = oom_above;
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings;
+  settings.effective_batch = effective_batch;
+  RecordingObserver observer;
+  return run_sweep(*backend, tiny_graph(), settings, observer);
+}
+
 // 720 has 30 divisors, so the sweep takes a ladder of them; where 24x30 does not fit, the ladder's next step
 // is 16x45, and 20x36 and 18x40 would be skipped, though 20x36 fits and is the fastest. Once a ladder split
 // fits after one that did not, the skipped splits between are probed from the largest down.
-TEST(EffectiveBatch, BelowASplitThatDidNotFitTheLadderTriesEverySplitUntilOneFits) {
-  const Graph graph = tiny_graph();
-  ScriptedConfig config = testing::roofline(2.0, 16.0);  // the knee at micro-batch 32
-  config.oom_above_batch = 20;
-  const auto backend = make_scripted_backend(config);
-  SweepSettings settings;
-  settings.effective_batch = 720;
-  RecordingObserver observer;
-  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+TEST(EffectiveBatch, TheSplitsTheLadderSkippedAtTheMemoryEdgeAreProbed) {
+  const SweepOutcome outcome = effective_sweep(16.0, 20, 720);  // the knee at micro-batch 32
   const Point* twenty = find_point(outcome.points, 20, 36);
   ASSERT_NE(twenty, nullptr) << outcome.search_summary;
   EXPECT_EQ(twenty->status, PointStatus::ok);
@@ -148,14 +152,7 @@ TEST(EffectiveBatch, StopsAfterTwoSlowerSplits) {
 // Two slower splits at the end of the list are no early stop: nothing was left untried. (A split that did
 // not fit is not 'measured', so the count of measured splits cannot tell.)
 TEST(EffectiveBatch, SlowerSplitsAtTheEndAreNoEarlyStop) {
-  const Graph graph = tiny_graph();
-  ScriptedConfig config = testing::roofline(2.0, 128.0);
-  config.oom_above_batch = 4;
-  const auto backend = make_scripted_backend(config);
-  SweepSettings settings;
-  settings.effective_batch = 8;
-  RecordingObserver observer;
-  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  const SweepOutcome outcome = effective_sweep(128.0, 4, 8);
   ASSERT_EQ(outcome.points.size(), 4u);
   EXPECT_NE(outcome.search_summary.find(
                 "3 of 4 splits (micro-batch x accumulation) measured; did not fit: 8 (oom)"),
