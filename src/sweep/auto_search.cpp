@@ -89,19 +89,6 @@ double gain(const Point& from, const Point& to) {
   return to.samples_per_second / from.samples_per_second - 1.0;
 }
 
-PointStatus status_of(Fit fit) {
-  switch (fit) {
-    case Fit::oom:
-      return PointStatus::oom;
-    case Fit::over_limit:
-      return PointStatus::over_limit;
-    case Fit::error:
-    case Fit::fits:
-      break;
-  }
-  return PointStatus::error;
-}
-
 struct Edge {
   int64_t largest_fit = 0;            // 0: not even batch 1 fits
   bool largest_fit_measured = false;  // a timed point exists for it

@@ -60,16 +60,6 @@ std::vector<BatchSplit> effective_batch_splits(int64_t effective_batch) {
 
 namespace sweep_detail {
 
-namespace {
-
-PointStatus unfit_status(Fit fit) {
-  return fit == Fit::oom          ? PointStatus::oom
-         : fit == Fit::over_limit ? PointStatus::over_limit
-                                  : PointStatus::error;
-}
-
-}  // namespace
-
 void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::string& summary) {
   const std::vector<BatchSplit> splits = effective_batch_splits(effective_batch);
   int64_t unfit_before = 0;  // the accumulation of the ladder split tried last, where it did not fit (else 0)
@@ -122,9 +112,9 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
         const auto fit = runner.probe(micro, accumulation);
         if (!fit) return;
         if (fit->fit != Fit::fits) {
-          runner.record_unfit(micro, accumulation, unfit_status(fit->fit), fit->reason, true);
+          runner.record_unfit(micro, accumulation, status_of(fit->fit), fit->reason, true);
           unfit.push_back(
-              fmt::format("{} ({})", batch_label(micro, accumulation), to_string(unfit_status(fit->fit))));
+              fmt::format("{} ({})", batch_label(micro, accumulation), to_string(status_of(fit->fit))));
           if (fit->fit == Fit::error) break;  // not a memory answer: the edge is not here
           continue;
         }

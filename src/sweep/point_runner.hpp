@@ -19,6 +19,13 @@ namespace bsw::sweep_detail {
 // The answer of a prepare-only probe (auto search's fit-edge bisection).
 enum class Fit { fits, oom, over_limit, error };
 
+// A probe's answer as a point's status (a probe that fits has none: error).
+[[nodiscard]] inline PointStatus status_of(Fit fit) {
+  return fit == Fit::oom          ? PointStatus::oom
+         : fit == Fit::over_limit ? PointStatus::over_limit
+                                  : PointStatus::error;
+}
+
 struct FitProbe {
   Fit fit = Fit::fits;
   std::string reason;  // the oom / over_limit / error message
