@@ -305,16 +305,13 @@ std::string budget_not_reached(std::span<const Point> points, const Point& chose
   if (swept_effective_batch(points)) return {};
   if (options.untimed_fit && options.untimed_fit->batch > chosen.batch) return {};
   const bool unfinished = options.unfinished;
-  const Point* above = nullptr;  // the smallest batch above the chosen one, which failed
   for (const Point& point : points) {
     if (is_ok(point) && (!budget.of(point) || *budget.of(point) > budget.ms)) return {};
-    if (point.batch <= chosen.batch) continue;
-    if (is_ok(point)) return {};  // a larger batch ran
-    if (!above || point.batch < above->batch) above = &point;
+    if (is_ok(point) && point.batch > chosen.batch) return {};  // a larger batch ran
   }
   // A larger batch that did not fit bounds the batch, unless it is far above and the batches between were
   // never tried.
-  if (above) {
+  if (const Point* above = first_failure_above(points, chosen.batch)) {
     if (!did_not_fit(above->status)) return {};
     const std::string gap = untried_between(points, chosen.batch, *above);
     return gap.empty() ? std::string()
