@@ -647,6 +647,19 @@ SweepOutcome run_sweep(Backend& backend, const Graph& graph, const SweepSettings
     throw UsageError(fmt::format("--accumulation: must be at least 1, got {}", settings.accumulation));
   if (!settings.effective_batch && !settings.batches.auto_search && settings.batches.batches.empty())
     throw UsageError("--batch: no batches to measure");
+  if (settings.accumulation > kMaxBatch)
+    throw UsageError(
+        fmt::format("--accumulation: must be in 1..{} (2^24), got {}", kMaxBatch, settings.accumulation));
+  if (!settings.effective_batch && !settings.batches.auto_search) {
+    // Samples per optimizer step share the batch's 2^24 cap (a step of more would run for hours,
+    // uninterruptible).
+    const int64_t top = *std::max_element(settings.batches.batches.begin(), settings.batches.batches.end());
+    if (top > kMaxBatch / settings.accumulation)
+      throw UsageError(fmt::format(
+          "--accumulation: batch {} x accumulation {} is more than {} (2^24) samples per step; lower the "
+          "accumulation or the largest batch",
+          top, settings.accumulation, kMaxBatch));
+  }
   if (!(settings.memory_warn_fraction > 0 && settings.memory_warn_fraction <= 1))
     throw UsageError(
         fmt::format("memory warning fraction must be in (0, 1], got {}", settings.memory_warn_fraction));
