@@ -180,7 +180,7 @@ uint64_t parse_size(std::string_view text, std::string_view flag) {
   const std::string_view s = trim(text);
   const auto fail = [&](const std::string& why) -> uint64_t {
     throw UsageError(
-        fmt::format("{}: invalid size '{}': {} (examples: 24GiB, 80GB, 512MiB, 4096)", flag, s, why));
+        fmt::format("{}: invalid size '{}': {} (examples: 24GiB, 80GB, 512MiB, 4096B)", flag, s, why));
   };
   if (s.empty()) return fail("empty");
   if (s.front() == '-') return fail("a size cannot be negative");
@@ -255,6 +255,10 @@ uint64_t parse_size(std::string_view text, std::string_view flag) {
   const u128 total = whole_bytes + fraction_bytes;
   if (total > static_cast<u128>(UINT64_MAX)) return fail("does not fit in 64 bits");
   if (total == 0) return fail("a size must be at least 1 byte");
+  // `--memory 24` meant 24 GiB: no device has under a MiB, so a small bare number is a missing unit.
+  if (unit.empty() && total < (u128{1} << 20))
+    return fail(
+        fmt::format("a number without a unit is bytes; write {0}GiB (or {0}B if bytes are meant)", s));
   return static_cast<uint64_t>(total);
 }
 

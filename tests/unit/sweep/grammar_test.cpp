@@ -127,14 +127,14 @@ TEST_P(SizeGood, Parses) {
 
 INSTANTIATE_TEST_SUITE_P(
     Table, SizeGood,
-    ::testing::Values(SizeCase{"4096", 4096}, SizeCase{"24GiB", 24ULL << 30},
-                      SizeCase{"80GB", 80'000'000'000ULL}, SizeCase{"512MiB", 512ULL << 20},
-                      SizeCase{"1.5TiB", 3ULL << 39}, SizeCase{"24 gib", 24ULL << 30}, SizeCase{"1KB", 1000},
-                      SizeCase{"1kib", 1024}, SizeCase{"100B", 100}, SizeCase{"0.5KiB", 512},
-                      SizeCase{"1.3GB", 1'300'000'000ULL}, SizeCase{"1e9", 1'000'000'000ULL},
-                      SizeCase{"1.5e+10", 15'000'000'000ULL}, SizeCase{"1E3", 1000},
-                      SizeCase{"2e3MiB", 2000ULL << 20}, SizeCase{"1e005GB", 100'000'000'000'000ULL},
-                      SizeCase{"1e0000000009", 1'000'000'000ULL},
+    ::testing::Values(SizeCase{"4096B", 4096}, SizeCase{"1048576", 1ULL << 20},
+                      SizeCase{"24GiB", 24ULL << 30}, SizeCase{"80GB", 80'000'000'000ULL},
+                      SizeCase{"512MiB", 512ULL << 20}, SizeCase{"1.5TiB", 3ULL << 39},
+                      SizeCase{"24 gib", 24ULL << 30}, SizeCase{"1KB", 1000}, SizeCase{"1kib", 1024},
+                      SizeCase{"100B", 100}, SizeCase{"0.5KiB", 512}, SizeCase{"1.3GB", 1'300'000'000ULL},
+                      SizeCase{"1e9", 1'000'000'000ULL}, SizeCase{"1.5e+10", 15'000'000'000ULL},
+                      SizeCase{"1E3B", 1000}, SizeCase{"2e3MiB", 2000ULL << 20},
+                      SizeCase{"1e005GB", 100'000'000'000'000ULL}, SizeCase{"1e0000000009", 1'000'000'000ULL},
                       SizeCase{"1.8e19", 18'000'000'000'000'000'000ULL}));
 
 TEST(Size, RoundsFractionsToTheNearestByte) {
@@ -167,7 +167,9 @@ INSTANTIATE_TEST_SUITE_P(
                       SizeBad{"GiB", "does not start with a number"}, SizeBad{"-1GiB", "negative"},
                       SizeBad{"0", "at least 1 byte"}, SizeBad{"0.0001KB", "at least 1 byte"},
                       SizeBad{"1.5", "not a whole number of bytes"},
-                      SizeBad{"2.5B", "not a whole number of bytes"},
+                      SizeBad{"24",
+                              "a number without a unit is bytes; write 24GiB (or 24B if bytes are meant)"},
+                      SizeBad{"1048575", "write 1048575GiB"}, SizeBad{"2.5B", "not a whole number of bytes"},
                       SizeBad{"18446744073709551616", "does not fit in 64 bits"},
                       SizeBad{"16384PiB", "does not fit in 64 bits"}, SizeBad{"1.2.3GiB", "unknown unit"},
                       SizeBad{"1e20", "does not fit in 64 bits"}, SizeBad{"1e100", "does not fit in 64 bits"},
