@@ -59,6 +59,51 @@ std::vector<BatchSplit> effective_batch_splits(int64_t effective_batch) {
 }
 
 namespace sweep_detail {
+namespace {
+
+// Where N's divisors leave a wide gap at the memory edge (97 is 97x1, which did not fit, or 1x97), an
+// effective batch near N (within 5%, at most 1024 away) with micro-batches in the gap gives the sweep a
+// choice there: name the one with the most (the nearest of those), up to the plan's edge where the plan knows
+// it.
+std::string nearby_split_hint(int64_t n, int64_t fit, int64_t unfit, std::optional<int64_t> plan_edge) {
+  if (unfit < 4 * fit) return {};
+  const int64_t cap = plan_edge && *plan_edge > fit && *plan_edge < unfit ? *plan_edge : unfit - 1;
+  if (cap < 2 * fit) return {};
+  // The divisors of m in [2 fit, cap], descending.
+  const auto in_gap = [&](int64_t m) {
+    std::vector<int64_t> out;
+    for (int64_t d = 1; d * d <= m; ++d) {
+      if (m % d != 0) continue;
+      for (const int64_t v : {d, m / d})
+        if (v >= 2 * fit && v <= cap) out.push_back(v);
+    }
+    std::sort(out.rbegin(), out.rend());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  };
+  const int64_t reach = std::clamp<int64_t>(n / 20, 1, 1024);
+  int64_t best_n = 0;
+  std::vector<int64_t> best;
+  for (int64_t distance = 1; distance <= reach; ++distance) {
+    for (const int64_t m : {n - distance, n + distance}) {
+      if (m < 1 || m > kMaxBatch) continue;
+      std::vector<int64_t> micro = in_gap(m);
+      if (micro.size() > best.size()) {
+        best = std::move(micro);
+        best_n = m;
+      }
+    }
+  }
+  if (best.empty()) return {};
+  const std::string splits = best.size() == 1
+                                 ? fmt::format("{}x{}", best.front(), best_n / best.front())
+                                 : fmt::format("{} splits, {}x{} down to {}x{}", best.size(), best.front(),
+                                               best_n / best.front(), best.back(), best_n / best.back());
+  return fmt::format("; {} has no micro-batch between {} (fit) and {} (did not): --effective-batch {} has {}",
+                     n, fit, unfit, best_n, splits);
+}
+
+}  // namespace
 
 void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::string& summary) {
   const std::vector<BatchSplit> splits = effective_batch_splits(effective_batch);
@@ -162,15 +207,28 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
                     effective_batch, untimed.size(), untimed.size() == 1 ? "" : "s", untimed_bound_s,
                     stopping.timeout_s));
   }
-  const std::string did_not_fit =
+  const std::string unfit_text =
       unfit.empty() ? std::string() : fmt::format("; did not fit: {}", fmt::join(unfit, ", "));
   const std::string between =
       refined.empty()
           ? std::string()
           : fmt::format("; between the ladder's steps, the largest that fits: {}", fmt::join(refined, ", "));
-  summary = fmt::format("effective batch {}: {} of {} splits (micro-batch x accumulation) measured{}{}{}{}{}",
-                        effective_batch, done, splits.size() + refined.size(), taken, did_not_fit, between,
-                        stopped_early, not_timed);
+  // The largest micro-batch that ran ok, and the smallest above it that did not fit.
+  int64_t largest_ok = 0;
+  for (const Point& p : runner.points())
+    if (p.status == PointStatus::ok) largest_ok = std::max(largest_ok, p.batch);
+  int64_t smallest_unfit = 0;
+  for (const Point& p : runner.points())
+    if (did_not_fit(p.status) && p.batch > largest_ok && (smallest_unfit == 0 || p.batch < smallest_unfit))
+      smallest_unfit = p.batch;
+  const std::string nearby =
+      largest_ok > 0 && smallest_unfit > 0
+          ? nearby_split_hint(effective_batch, largest_ok, smallest_unfit, runner.plan_max_fit(1))
+          : std::string();
+  summary =
+      fmt::format("effective batch {}: {} of {} splits (micro-batch x accumulation) measured{}{}{}{}{}{}",
+                  effective_batch, done, splits.size() + refined.size(), taken, unfit_text, between,
+                  stopped_early, not_timed, nearby);
 }
 
 }  // namespace sweep_detail

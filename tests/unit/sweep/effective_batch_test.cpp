@@ -120,6 +120,23 @@ TEST(EffectiveBatch, TheSplitsTheLadderSkippedAtTheMemoryEdgeAreProbed) {
       << outcome.search_summary;
 }
 
+// 97 is prime: where 97x1 does not fit, only 1x97 runs, 97 micro-batches of one. The summary names the
+// effective batch within 5% with the most micro-batches between the two: 96, 48x2 down to 2x48 (96x1 too,
+// as nothing says it would not fit).
+TEST(EffectiveBatch, APrimeEffectiveBatchNamesANearbyOneWithALargerMicroBatch) {
+  const SweepOutcome outcome = effective_sweep(16.0, 20, 97);
+  ASSERT_NE(find_point(outcome.points, 1, 97), nullptr) << outcome.search_summary;
+  EXPECT_NE(outcome.search_summary.find(
+                "; 97 has no micro-batch between 1 (fit) and 97 (did not): --effective-batch 96 has 11 "
+                "splits, 96x1 down to 2x48"),
+            std::string::npos)
+      << outcome.search_summary;
+  // Where the divisors leave no wide gap at the edge (720: 20x36 fits, 24x30 does not), no hint.
+  EXPECT_EQ(effective_sweep(16.0, 20, 720).search_summary.find("has no micro-batch"), std::string::npos);
+  // Nor where the largest split fits.
+  EXPECT_EQ(effective_sweep(16.0, 1000, 97).search_summary.find("has no micro-batch"), std::string::npos);
+}
+
 TEST(EffectiveBatch, StopsAfterTwoSlowerSplits) {
   const Graph graph = tiny_graph();
   // Knee at 256: 256x1 takes 2 ms, 128x2 4 ms, 64x4 8 ms: each halving is 50% slower.
