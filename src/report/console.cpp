@@ -21,7 +21,8 @@ std::string styled(const std::string& text, const char* style, bool color) {
 
 std::string title_line(const report_view::Title& t) {
   std::string line;
-  for (const std::string* piece : {&t.model, &t.device, &t.mode, &t.precision_shown}) {
+  const std::string split = t.split();
+  for (const std::string* piece : {&t.model, &t.device, &t.mode, &t.precision_shown, &split}) {
     if (piece->empty()) continue;
     line += (line.empty() ? "" : " \u00b7 ") + *piece;
   }

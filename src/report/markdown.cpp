@@ -23,8 +23,11 @@ std::string bold_label(const std::string& line) {
 std::string format_markdown(const Report& report) {
   const report_view::Title t = report_view::title(report);
   std::string header;
-  const std::pair<const char*, const std::string*> pieces[] = {
-      {"Model", &t.model}, {"Device", &t.device}, {"Mode", &t.mode}, {"Precision", &t.precision_shown}};
+  const std::pair<const char*, const std::string*> pieces[] = {{"Model", &t.model},
+                                                               {"Device", &t.device},
+                                                               {"Mode", &t.mode},
+                                                               {"Precision", &t.precision_shown},
+                                                               {t.split_label.c_str(), &t.split_value}};
   for (const auto& [label, value] : pieces) {
     if (value->empty()) continue;
     header += (header.empty() ? "" : " \u00b7 ") + std::string("**") + label + "** " + markdown_cell(*value);

@@ -126,7 +126,8 @@ std::string title_text(const Report& report) {
   const report_view::Title t = report_view::title(report);
   std::string title = "batchsweep";
   std::string details;
-  for (const std::string* piece : {&t.model, &t.device, &t.mode, &t.precision_shown}) {
+  const std::string split = t.split();
+  for (const std::string* piece : {&t.model, &t.device, &t.mode, &t.precision_shown, &split}) {
     if (!piece->empty()) details += (details.empty() ? "" : " \u00b7 ") + *piece;
   }
   return details.empty() ? title : title + ": " + details;

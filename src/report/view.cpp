@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <functional>
 #include <optional>
 #include <utility>
@@ -257,7 +258,26 @@ Title title(const Report& report) {
   if (const auto it = report.device.details.find("note");
       !t.precision.empty() && it != report.device.details.end() && it->is_string())
     t.precision_shown = fmt::format("{} ({})", t.precision, it->get<std::string>());
+  const auto whole = [&](const char* key) -> std::optional<int64_t> {
+    const auto it = report.settings.find(key);
+    if (it == report.settings.end() || !it->is_number_integer()) return std::nullopt;
+    return it->get<int64_t>();
+  };
+  if (const auto effective = whole("effective_batch")) {
+    t.split_label = "Effective batch";
+    t.split_value = std::to_string(*effective);
+  } else if (const auto accumulation = whole("accumulation"); accumulation && *accumulation > 1) {
+    t.split_label = "Accumulation";
+    t.split_value = std::to_string(*accumulation);
+  }
   return t;
+}
+
+std::string Title::split() const {
+  if (split_label.empty()) return {};
+  std::string label = split_label;
+  label.front() = static_cast<char>(std::tolower(static_cast<unsigned char>(label.front())));
+  return label + " " + split_value;
 }
 
 std::vector<std::string> summary_lines(const Report& report) {

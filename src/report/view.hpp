@@ -29,8 +29,13 @@ namespace bsw::report_view {
 // Title pieces from settings and device: model, device (backend), mode, precision; empty when unknown.
 // precision_shown is the precision with the device's note on how it ran, where it has one ("bf16 (16-bit
 // storage, fp32 math on the CPU)"): what the console, markdown and SVG titles print.
+// split_label and split_value say how the samples of a step were split, where not one micro-batch:
+// "Accumulation" and "4" (--accumulation 4), or "Effective batch" and "256" (--effective-batch 256).
 struct Title {
   std::string model, device, mode, precision, precision_shown;
+  std::string split_label, split_value;
+  // "accumulation 4", "effective batch 256": the split as a title piece; empty for one micro-batch a step.
+  [[nodiscard]] std::string split() const;
 };
 [[nodiscard]] Title title(const Report& report);
 

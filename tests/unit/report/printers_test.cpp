@@ -275,6 +275,21 @@ TEST(Markdown, HeaderTableAndSummary) {
   EXPECT_THAT(md, Not(HasSubstr("accum")));
 }
 
+// Every title says how a step's samples were split: the console's, markdown's and the chart's.
+TEST(Titles, SayTheAccumulationOrEffectiveBatch) {
+  Report r = testing::sample_report();
+  r.settings["accumulation"] = 1;
+  EXPECT_THAT(format_console(r, {false}), Not(HasSubstr("accumulation")));
+  r.settings["accumulation"] = 4;
+  EXPECT_THAT(format_console(r, {false}), HasSubstr("\u00b7 train \u00b7 bf16 \u00b7 accumulation 4\n"));
+  EXPECT_THAT(format_markdown(r), HasSubstr("**Precision** bf16 \u00b7 **Accumulation** 4\n"));
+  EXPECT_THAT(format_svg(r), HasSubstr("bf16 \u00b7 accumulation 4</text>"));
+  r.settings["effective_batch"] = 256;
+  EXPECT_THAT(format_console(r, {false}), HasSubstr("\u00b7 bf16 \u00b7 effective batch 256\n"));
+  EXPECT_THAT(format_markdown(r), HasSubstr("**Effective batch** 256\n"));
+  EXPECT_THAT(format_svg(r), HasSubstr("bf16 \u00b7 effective batch 256</text>"));
+}
+
 TEST(Svg, EscapedDeterministicAndComplete) {
   Report r = testing::sample_report();
   r.settings["model"]["name"] = "<script>alert('x')</script>";
