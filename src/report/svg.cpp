@@ -1,7 +1,8 @@
 // The SVG printer: throughput (left axis) and p99 step latency (the budget's percentile where a latency
 // budget names another; right axis) against batch on a log2 axis, planned memory as bars scaled to the
-// device's memory, dashed lines at the knee, saturation and max fit, and crosses on the axis where a batch
-// did not fit. Every number is printed with fixed decimals, so the output is deterministic.
+// device's memory (or to a --memory-limit below it), dashed lines at the knee, saturation and max fit, and
+// crosses on the axis where a batch did not fit. Every number is printed with fixed decimals, so the output
+// is deterministic.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -202,7 +203,15 @@ std::string format_svg(const Report& report) {
   if (any_latency && budget_ms) worst_p99 = std::max(worst_p99, *budget_ms);
   const ValueAxis rate_axis(best_rate);
   const ValueAxis latency_axis(worst_p99);
-  const uint64_t memory_scale = std::max(report.device.memory_total_bytes, largest_plan);
+  // A --memory-limit below the device's memory is the budget the plans were held to: the bars' full height,
+  // a plan over it reaching the top.
+  uint64_t limit = 0;
+  if (const auto it = report.settings.find("memory_limit_bytes");
+      it != report.settings.end() && it->is_number_unsigned())
+    limit = it->get<uint64_t>();
+  const uint64_t device_total = report.device.memory_total_bytes;
+  if (limit > 0 && device_total > 0 && limit >= device_total) limit = 0;
+  const uint64_t memory_scale = limit > 0 ? limit : std::max(device_total, largest_plan);
 
   // Memory bars first, behind everything else.
   if (memory_scale > 0) {
@@ -217,16 +226,17 @@ std::string format_svg(const Report& report) {
                          p.status == PointStatus::ok ? kMemoryColor : kOomColor);
     }
     out += "</g>\n";
-    if (report.device.memory_total_bytes > 0) {
-      const double y =
-          kBottom - static_cast<double>(report.device.memory_total_bytes) / memory_scale * (kBottom - kTop);
+    const uint64_t line_bytes = limit > 0 ? limit : device_total;
+    if (line_bytes > 0) {
+      const double y = kBottom - static_cast<double>(line_bytes) / memory_scale * (kBottom - kTop);
+      const char* color = limit > 0 ? kLimitColor : kMemoryColor;
       out += fmt::format(
           "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"1\" "
           "stroke-dasharray=\"2 3\"/>\n",
-          px(kLeft), px(y), px(kRight), px(y), kMemoryColor);
+          px(kLeft), px(y), px(kRight), px(y), color);
       out += text(kRight - 4, y - 4, "end",
-                  "device memory " + report_format::human_bytes(report.device.memory_total_bytes),
-                  fmt::format("fill=\"{}\"", kMemoryColor));
+                  (limit > 0 ? "--memory-limit " : "device memory ") + report_format::human_bytes(line_bytes),
+                  fmt::format("fill=\"{}\"", color));
     }
   }
 

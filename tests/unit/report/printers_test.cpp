@@ -309,6 +309,20 @@ TEST(Svg, EscapedDeterministicAndComplete) {
   EXPECT_EQ(svg.rfind("</svg>\n"), svg.size() - 7);
 }
 
+// A --memory-limit below the device's memory is what the plans were held to: the bars' full height, drawn
+// and named; at or above the device's memory the device's line stays.
+TEST(Svg, ScalesMemoryToALimitBelowTheDevice) {
+  Report r = testing::sample_report();
+  EXPECT_THAT(format_svg(r), HasSubstr(">device memory "));
+  r.settings["memory_limit_bytes"] = uint64_t{1} << 30;
+  const std::string svg = format_svg(r);
+  EXPECT_THAT(svg, HasSubstr(">--memory-limit 1.00 GiB<"));
+  EXPECT_THAT(svg, HasSubstr("planned memory (full height 1.00 GiB)"));
+  EXPECT_THAT(svg, Not(HasSubstr(">device memory ")));
+  r.settings["memory_limit_bytes"] = r.device.memory_total_bytes * 2;
+  EXPECT_THAT(format_svg(r), Not(HasSubstr(">--memory-limit ")));
+}
+
 // A latency budget is drawn on the latency axis, which reaches it even above every p99.
 TEST(Svg, DrawsTheLatencyBudget) {
   Report r = testing::sample_report();
