@@ -897,10 +897,14 @@ int recommendation_exit(const Report& report, std::string_view who) {
   const std::string& why = report.analysis.recommended.why;
   const bool none_ok = std::none_of(report.points.begin(), report.points.end(),
                                     [](const Point& p) { return p.status == PointStatus::ok; });
-  fmt::print(
-      stderr, "{}: {}{}; there is nothing to recommend (exit {})\n", who,
-      none_ok && !report.points.empty() && !why.starts_with("no batch ran ok") ? "no batch ran ok: " : "",
-      why, static_cast<int>(kExitNothingRan));
+  // fputs, not fmt::print, which throws where stderr cannot be written: exit 4 stands.
+  std::fputs(
+      fmt::format(
+          "{}: {}{}; there is nothing to recommend (exit {})\n", who,
+          none_ok && !report.points.empty() && !why.starts_with("no batch ran ok") ? "no batch ran ok: " : "",
+          why, static_cast<int>(kExitNothingRan))
+          .c_str(),
+      stderr);
   return kExitNothingRan;
 }
 

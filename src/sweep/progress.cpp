@@ -20,6 +20,13 @@
 namespace bsw {
 namespace {
 
+// Progress is a courtesy: a stderr that cannot take it (closed, a full disk, a reader that left) must not
+// stop the sweep, its exports or its exit code, so a failed write is dropped, never thrown (fmt::print
+// throws).
+void put(std::FILE* stream, std::string_view text) {
+  if (!text.empty()) (void)std::fwrite(text.data(), 1, text.size(), stream);
+}
+
 constexpr std::string_view kBold = "\x1b[1m";
 constexpr std::string_view kDim = "\x1b[2m";
 constexpr std::string_view kReset = "\x1b[0m";
@@ -157,7 +164,7 @@ double ProgressPrinter::now_s() const {
 
 void ProgressPrinter::clear_line() {
   if (!options_.terminal || drawn_width_ == 0) return;
-  fmt::print(stream_, "\r{}\r", std::string(drawn_width_, ' '));
+  put(stream_, fmt::format("\r{}\r", std::string(drawn_width_, ' ')));
   drawn_width_ = 0;
 }
 
@@ -184,7 +191,7 @@ void ProgressPrinter::draw(const PointStart& start, double point_start_s, bool s
   if (columns > 1 && display_width(text) > static_cast<std::size_t>(columns - 1))
     text = cut_to_width(format_progress_line(line, false), static_cast<std::size_t>(columns - 1));
   clear_line();
-  fmt::print(stream_, "{}", text);
+  put(stream_, text);
   drawn_width_ = display_width(text);
   std::fflush(stream_);
 }
@@ -238,14 +245,14 @@ void ProgressPrinter::on_point_done(const Point& point, const std::vector<Point>
   // A point that did not run leaves a line, also on a terminal where the progress line is redrawn.
   clear_line();
   const std::string batch = batch_label(point.batch, point.accumulation);
-  fmt::print(stream_, "batch {}: {} — {}\n", batch, to_string(point.status), point.reason);
+  put(stream_, fmt::format("batch {}: {} — {}\n", batch, to_string(point.status), point.reason));
   std::fflush(stream_);
 }
 
 void ProgressPrinter::note(const std::string& line) {
   const std::lock_guard lock(ticker_->mutex);
   clear_line();
-  fmt::print(stream_, "{}\n", line);
+  put(stream_, fmt::format("{}\n", line));
   std::fflush(stream_);
 }
 
@@ -259,8 +266,8 @@ void ProgressPrinter::on_sweep_end(bool interrupted) {
   if (options_.quiet) return;
   clear_line();
   const double elapsed_s = now_s() - start_s_;
-  fmt::print(stream_, "{} {} point{} in {}\n", interrupted ? "interrupted after" : "sweep done:", finished_,
-             finished_ == 1 ? "" : "s", format_duration(elapsed_s));
+  put(stream_, fmt::format("{} {} point{} in {}\n", interrupted ? "interrupted after" : "sweep done:",
+                           finished_, finished_ == 1 ? "" : "s", format_duration(elapsed_s)));
   std::fflush(stream_);
 }
 

@@ -1164,6 +1164,31 @@ TEST(Run, StdoutThatCannotBeWrittenIsAnError) {
   EXPECT_EQ(shell("plan --batch 1", "/dev/null"), 0);
 }
 
+// stderr carries only progress and diagnostics: where it cannot be written (a full disk, closed, a log
+// shipper that died) the sweep still finishes, its report says complete, and the exit code is the run's own
+// (0, or 4 where nothing ran ok), not 1.
+TEST(Run, StderrThatCannotBeWrittenChangesNothing) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  ScratchDir dir;
+  const std::string out = (dir / "out").string();
+  const std::string report = (dir / "r.json").string();
+  const auto shell = [&](const std::string& args, const std::string& redirect) {
+    const std::string command =
+        std::string(BSW_BINARY) + " " + args + " > '" + out + "' " + redirect + " < /dev/null";
+    const int status = std::system(command.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  const std::string sweep = "run --backend scripted --script '" + scripted("roofline.json") +
+                            "' --batch 128,256 --json '" + report + "'";
+  for (const std::string redirect : {"2>/dev/full", "2>&-"}) {
+    EXPECT_EQ(shell(sweep, redirect), 0) << redirect;
+    EXPECT_EQ(read_json(report)["state"], "complete") << redirect;
+    EXPECT_NE(slurp(out).find("recommended: batch"), std::string::npos) << redirect;
+  }
+  EXPECT_EQ(shell(sweep + " --memory-limit 2MiB", "2>/dev/full"), 4);
+  EXPECT_EQ(shell("analyze '" + report + "'", "2>/dev/full"), 4);
+}
+
 // Exports sent to /dev/null are discarded, however many, and stdout there too is not "stdout twice".
 TEST(Run, ExportsToDevNullAreDiscarded) {
   ScratchDir dir;
