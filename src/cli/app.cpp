@@ -460,7 +460,11 @@ int run_app(int argc, char** argv) {
   CLI::App* plan_cmd = app.add_subcommand(
       "plan", "Print the exact memory plan and FLOPs per batch; with --memory, the max batch");
   plan_cmd->add_option("--model,-m", plan.model, "Preset name or model JSON file")->capture_default_str();
-  plan_cmd->add_option("--backend", plan.backend, "Plan for auto | cpu | cuda (workspaces differ)")
+  plan_cmd
+      ->add_option(
+          "--backend", plan.backend,
+          "Plan for auto | cpu | cuda: auto is cuda where a GPU is present, else cpu; cuda sizes a GPU "
+          "from any machine (the plans differ)")
       ->capture_default_str();
   plan_cmd->add_option("--batch,-b", plan.batch, "Batches: 1,8,64  8:256:+8  1:4096:*2  (16:128 = 16:128:*2)")
       ->type_name("SPEC")

@@ -612,6 +612,13 @@ int plan_command(const PlanSettings& s) {
     summary.plans.push_back(make_plan(graph, request));
   }
   if (s.memory_bytes) {
+    // Sizing a GPU from a laptop is what --memory is for; auto without a GPU plans the CPU backend, whose
+    // buffers differ (fp16/bf16 keep fp32 copies for its math), and the largest fit with them.
+    if (s.backend == "auto" && kind == BackendKind::cpu)
+      std::fprintf(
+          stderr,
+          "batchsweep plan: note: no CUDA device here, so --backend auto planned the CPU backend; to "
+          "size a GPU add --backend cuda (its plans differ)\n");
     summary.memory_bytes = s.memory_bytes;
     summary.max_fit_batch = max_fit_batch(graph, request, *s.memory_bytes);
   }

@@ -1826,6 +1826,24 @@ TEST(Run, DeviceIsForTheCudaBackendOnly) {
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 
+// Sizing a GPU with --memory where auto finds none plans the CPU backend, whose fp16/bf16 buffers differ:
+// a note says so and names --backend cuda; asked for by name, no note.
+TEST(Plan, MemoryWithAutoOnTheCpuSaysHowToSizeAGpu) {
+  const Result autod = run({"plan", "--model", "mlp", "--precision", "bf16", "--memory", "80GiB"});
+  ASSERT_EQ(autod.exit_code, 0) << autod.err;
+  const bool on_cpu = autod.out.find("bf16 train on cpu") != std::string::npos;
+  EXPECT_EQ(autod.err.find("--backend auto planned the CPU backend; to size a GPU add --backend cuda") !=
+                std::string::npos,
+            on_cpu)
+      << autod.out << autod.err;
+  for (const char* backend : {"cpu", "cuda"}) {
+    const Result named =
+        run({"plan", "--model", "mlp", "--precision", "bf16", "--memory", "80GiB", "--backend", backend});
+    ASSERT_EQ(named.exit_code, 0) << named.err;
+    EXPECT_EQ(named.err.find("note:"), std::string::npos) << named.err;
+  }
+}
+
 // The fit search stops at the largest batch batchsweep plans: there it says memory is not the limit, rather
 // than presenting 2^24 as the edge.
 TEST(Plan, MemoryThatHoldsEveryBatchSaysSo) {
