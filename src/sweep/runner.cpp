@@ -343,6 +343,18 @@ std::optional<Point> PointRunner::measure_point(int64_t batch, int64_t accumulat
 
 bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& criterion) {
   int64_t skipped_steps = 0;
+  // A training loss that grew until it overflowed is the synthetic data diverging under the model's learning
+  // rate, not the batch failing: the reason says so, and what to change (the rate does not change the step).
+  std::optional<double> last_loss;
+  const auto non_finite_reason = [&](const std::string& where, std::optional<double> last) {
+    std::string reason = fmt::format("non-finite loss (NaN/Inf) at {}", where);
+    if (settings_.mode == Mode::train && last && std::abs(*last) > 1e6)
+      reason += fmt::format(
+          " after a loss of {:.3g}: training diverged on the synthetic data; lower the model's "
+          "optimizer.learning_rate (it does not change the step time)",
+          *last);
+    return reason;
+  };
   warmup_cut_.clear();
   try {
     const double warmup_start_s = criterion.elapsed_s();
@@ -375,11 +387,13 @@ bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& cri
         interrupted_ = true;
         return false;
       }
-      if (!session.step().finite) {
+      const StepResult warm_result = session.step();
+      if (!warm_result.finite) {
         point.status = PointStatus::error;
-        point.reason = fmt::format("non-finite loss (NaN/Inf) at warm-up step {}", warm);
+        point.reason = non_finite_reason(fmt::format("warm-up step {}", warm), last_loss);
         return true;
       }
+      if (std::isfinite(warm_result.loss)) last_loss = warm_result.loss;
       if (warm == 1) clock_start_s = criterion.elapsed_s();
     }
     observer_.on_timed_start(point);
@@ -400,9 +414,10 @@ bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& cri
         point.skipped_steps = skipped_steps;
       if (!result.finite) {
         point.status = PointStatus::error;
-        point.reason = fmt::format("non-finite loss (NaN/Inf) at step {}", step);
+        point.reason = non_finite_reason(fmt::format("step {}", step), last_loss);
         return true;
       }
+      if (std::isfinite(result.loss)) last_loss = result.loss;
       if (settings_.mode == Mode::train && std::isfinite(result.loss)) point.loss = result.loss;
       if (criterion.is_finished()) return true;
     }

@@ -108,6 +108,27 @@ TEST(Run, FailuresMidSweepAreMeasurementsAndTheSweepGoesOn) {
     EXPECT_NE(r.err.find(said), std::string::npos) << said << "\n" << r.err;
 }
 
+// A learning rate of 10 drives the synthetic-data loss up until it overflows: the point's reason says the
+// training diverged and names optimizer.learning_rate, not only "non-finite loss".
+TEST(Run, ADivergingLossNamesTheLearningRate) {
+  ScratchDir dir;
+  const auto model = dir / "lr10.json";
+  std::ofstream(model)
+      << R"({"name": "lr10", "input": {"type": "vector", "features": 100}, "layers": [{"type": "linear", )"
+         R"("out_features": 64, "activation": "relu"}, {"type": "linear", "out_features": 10}], )"
+         R"("optimizer": {"type": "sgd", "learning_rate": 10}})";
+  const Result r =
+      run({"run", "--backend", "cpu", "--model", model.string(), "--batch", "64", "--min-samples", "1000",
+           "--min-time", "0", "--warmup", "0", "--quiet", "--json", "-"});
+  ASSERT_EQ(r.exit_code, 4) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  const std::string reason = report["points"][0]["reason"];
+  EXPECT_EQ(reason.rfind("non-finite loss (NaN/Inf) at step ", 0), 0u) << reason;
+  EXPECT_NE(reason.find("training diverged on the synthetic data; lower the model's optimizer.learning_rate"),
+            std::string::npos)
+      << reason;
+}
+
 // Nothing fit: the points are measurements and the report says so, but the exit code tells a script that
 // reads nothing else that there is no batch to use (exit 4); one point that ran is an answer (exit 0).
 TEST(Run, ASweepWhereNoBatchRanOkExitsFour) {
