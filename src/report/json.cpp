@@ -14,6 +14,7 @@
 
 #include "batchsweep/errors.hpp"
 #include "batchsweep/json_depth.hpp"
+#include "batchsweep/plan.hpp"
 #include "batchsweep/printers.hpp"
 #include "batchsweep/report.hpp"
 #include "batchsweep/stats.hpp"
@@ -311,19 +312,29 @@ class Reader {
     if (!v.is_object()) fail(path, "expected an object");
     Point p;
     p.batch = integer(required(v, path, "batch"), child(path, "batch"));
-    if (p.batch < 1) fail(child(path, "batch"), "must be at least 1");
+    // The batches and accumulations a sweep can run: 1..2^24 each.
+    const auto in_range = [&](int64_t value, const char* key) {
+      if (value < 1 || value > kMaxBatch)
+        fail(child(path, key), fmt::format("must be in 1..{} (2^24), got {}", kMaxBatch, value));
+    };
+    in_range(p.batch, "batch");
     p.accumulation = optional_integer(v, path, "accumulation").value_or(1);
-    if (p.accumulation < 1) fail(child(path, "accumulation"), "must be at least 1");
-    if (auto effective = optional_integer(v, path, "effective_batch")) {
-      p.effective_batch = *effective;
-    } else if (__builtin_mul_overflow(p.batch, p.accumulation, &p.effective_batch)) {
-      fail(child(path, "accumulation"), "batch * accumulation overflows");
-    }
+    in_range(p.accumulation, "accumulation");
+    const int64_t product = p.batch * p.accumulation;  // < 2^48: no overflow
+    p.effective_batch = optional_integer(v, path, "effective_batch").value_or(product);
+    if (p.effective_batch != product)
+      fail(child(path, "effective_batch"), fmt::format("{} is not batch {} x accumulation {} = {}",
+                                                       p.effective_batch, p.batch, p.accumulation, product));
     p.status = status(required(v, path, "status"), child(path, "status"));
     p.reason = optional_string(v, path, "reason");
     const json& sps = required(v, path, "samples_per_second");
-    if (sps.is_null() && p.status != PointStatus::ok) {
-      p.samples_per_second = 0;  // a point that did not run has no throughput
+    if (p.status != PointStatus::ok) {
+      // A point that did not run has no throughput (null; 0 is read as none): a speed there would be read
+      // as one by some reader.
+      if (!sps.is_null() && number(sps, child(path, "samples_per_second")) != 0)
+        fail(child(path, "samples_per_second"),
+             fmt::format("must be null on a point with status {} (it did not run)", to_string(p.status)));
+      p.samples_per_second = 0;
     } else {
       p.samples_per_second = number(sps, child(path, "samples_per_second"));
       if (p.samples_per_second < 0) fail(child(path, "samples_per_second"), "must be >= 0");

@@ -135,14 +135,14 @@ ProgressPrinter::ProgressPrinter(std::FILE* stream, ProgressOptions options)
   ticker_->thread = std::thread([this, period] {
     std::unique_lock lock(ticker_->mutex);
     // wait_for returns false when the period passed without a stop: redraw, still holding the lock. A
-    // failed write (stderr closed, a hung-up terminal) ends the ticker, not the process; the sweep's own
-    // writes on its thread say what went wrong.
+    // failed write (stderr closed, a hung-up terminal) ends the ticker, not the process.
     while (!ticker_->wake.wait_for(lock, period, [this] { return ticker_->stop; })) {
       try {
         if (current_) draw(*current_, current_start_s_, true);
       } catch (const std::exception&) {
         return;
       }
+      if (std::ferror(stream_) != 0) return;  // the write failed (put drops it): no more redraws
     }
   });
 }

@@ -257,9 +257,20 @@ TEST(ReportJson, ErrorsNameFileAndField) {
       {[](json& d) { d["points"][1]["status"] = "great"; },
        "b.json: points[1].status: expected one of \"ok\", \"oom\", \"over_limit\", \"error\""},
       {[](json& d) { d["points"][0]["batch"] = 1.5; }, "b.json: points[0].batch: expected an integer"},
-      {[](json& d) { d["points"][0]["batch"] = 0; }, "b.json: points[0].batch: must be at least 1"},
+      {[](json& d) { d["points"][0]["batch"] = 0; },
+       "b.json: points[0].batch: must be in 1..16777216 (2^24), got 0"},
+      {[](json& d) { d["points"][0]["batch"] = int64_t{1} << 40; },
+       "b.json: points[0].batch: must be in 1..16777216 (2^24), got 1099511627776"},
       {[](json& d) { d["points"][0]["accumulation"] = -2; },
-       "b.json: points[0].accumulation: must be at least 1"},
+       "b.json: points[0].accumulation: must be in 1..16777216 (2^24), got -2"},
+      // One speed for the analysis, another for the tests: the effective batch is what samples/s counts.
+      {[](json& d) {
+         d["points"][1]["accumulation"] = 2;
+         d["points"][1]["effective_batch"] = 32;
+       },
+       "b.json: points[1].effective_batch: 32 is not batch 8 x accumulation 2 = 16"},
+      {[](json& d) { d["points"][2]["samples_per_second"] = 1000.0; },
+       "b.json: points[2].samples_per_second: must be null on a point with status oom (it did not run)"},
       {[](json& d) { d["points"][0]["samples_per_second"] = -1; },
        "b.json: points[0].samples_per_second: must be >= 0"},
       {[](json& d) {

@@ -273,7 +273,8 @@ TEST(ProgressPrinter, ALineWiderThanTheTerminalIsCutToOneRow) {
 }
 
 // stderr that can no longer be written (a closed pipe, a hung-up terminal): the ticker thread stops instead
-// of terminating the process; the sweep's own thread gets the error; the destructor stays quiet.
+// of terminating the process, and the sweep's own lines are dropped, not thrown (progress is a courtesy: the
+// sweep, its exports and its exit code go on); the destructor stays quiet.
 TEST(ProgressPrinter, AStreamThatFailsEndsTheTickerNotTheProcess) {
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);
@@ -300,7 +301,7 @@ TEST(ProgressPrinter, AStreamThatFailsEndsTheTickerNotTheProcess) {
     ASSERT_GT(clock_reads.load(), before);  // the ticker tried to draw...
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
     EXPECT_EQ(clock_reads.load(), before + 1);  // ...once, and stopped
-    EXPECT_THROW(printer.on_sweep_end(false), std::exception);
+    EXPECT_NO_THROW(printer.on_sweep_end(false));
   }  // the destructor clears the line on the broken stream without throwing
   std::signal(SIGPIPE, old_sigpipe);
   std::fclose(writer);
