@@ -1128,6 +1128,20 @@ int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& ar
     std::fprintf(stderr, "batchsweep analyze: %s out of range, not taken (the default or the flag holds)\n",
                  fmt::format("{}", fmt::join(run.ignored, ", ")).c_str());
   const AnalysisOptions options = run.options;
+  // A budget on a report whose ok points carry no step times (a hand-made one: ours always do) is a question
+  // the input cannot answer, not a model that met no budget (exit 4).
+  if (options.latency_slo_ms) {
+    const auto ok = [](const Point& p) { return p.status == PointStatus::ok; };
+    const bool any_ok = std::any_of(report.points.begin(), report.points.end(), ok);
+    const bool any_latency = std::any_of(report.points.begin(), report.points.end(), [&](const Point& p) {
+      return ok(p) && step_latency_ms(p, options.latency_percentile).has_value();
+    });
+    if (any_ok && !any_latency)
+      throw UsageError(fmt::format(
+          "--latency-slo: no ok point of {} has a step time to hold to it: a budget needs each point's "
+          "step_ms.{} or samples_ms",
+          s.report_path, latency_name(options.latency_percentile)));
+  }
   report.analysis = analyze(report.points, options);
   if (flags.price_per_hour) report.settings["price_per_hour"] = *flags.price_per_hour;
   report.settings["knee_sensitivity"] = flags.knee_sensitivity;

@@ -677,6 +677,21 @@ TEST(Analyze, RecomputesFromAHandWrittenCurve) {
   EXPECT_EQ(a["latency_slo"]["batch"], 128);
 }
 
+// A latency budget on a curve with throughput only (no step_ms, no samples_ms) is a usage error naming what
+// is missing (exit 2), not "no batch meets the budget" (exit 4); without the budget the curve is analysed.
+TEST(Analyze, ABudgetOnACurveWithoutStepTimesIsAUsageError) {
+  ScratchDir dir;
+  nlohmann::json doc = {{"schema_version", 1}, {"points", nlohmann::json::array()}};
+  for (int b = 1; b <= 8; b *= 2)
+    doc["points"].push_back({{"batch", b}, {"status", "ok"}, {"samples_per_second", 100.0 * b}});
+  std::ofstream(dir / "rates.json") << doc.dump();
+  const Result r = run({"analyze", (dir / "rates.json").string(), "--latency-slo", "5"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--latency-slo: no ok point of "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("a budget needs each point's step_ms.p99 or samples_ms"), std::string::npos) << r.err;
+  EXPECT_EQ(run({"analyze", (dir / "rates.json").string()}).exit_code, 0);
+}
+
 // The run's price holds in a re-analysis unless another is given, which then replaces it everywhere.
 TEST(Analyze, KeepsTheRunsPriceOrReplacesItEverywhere) {
   ScratchDir dir;
