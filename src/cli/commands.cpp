@@ -1239,13 +1239,29 @@ int compare_command(const CompareSettings& input) {
       return std::any_of(row.deltas.begin(), row.deltas.end(),
                          [](const CompareDelta& d) { return d.verdict != Verdict::not_comparable; });
     });
-    if (found.empty() && !compared)
+    if (found.empty() && !compared) {
+      // A batch is compared at one accumulation: runs of other accumulations share no row, whatever their
+      // batch lists, and "sweep the same batches" would not help.
+      const auto accumulations = [](const Report& r) {
+        std::set<int64_t> out;
+        for (const Point& p : r.points) out.insert(p.accumulation);
+        return fmt::format("{}", fmt::join(out, ", "));
+      };
+      std::string hint = "sweep the same batches, e.g. the baseline's --batch list";
+      for (std::size_t i = 1; i < reports.size(); ++i) {
+        if (accumulations(reports[i]) == accumulations(reports[0])) continue;
+        hint = fmt::format(
+            "the runs' accumulations differ, A {} and {} {}, and a batch is compared at one accumulation: "
+            "sweep them with the same --accumulation",
+            accumulations(reports[0]), static_cast<char>('A' + i), accumulations(reports[i]));
+        break;
+      }
       throw InputError(fmt::format(
-          "--fail-on-regression {:g}: {}, so nothing was compared (sweep the same batches, e.g. the "
-          "baseline's --batch list)",
-          *s.fail_on_regression_pct,
+          "--fail-on-regression {:g}: {}, so nothing was compared ({})", *s.fail_on_regression_pct,
           result.rows.empty() ? "no batch is in every run"
-                              : "no batch in every run ran ok in both the baseline and another run"));
+                              : "no batch in every run ran ok in both the baseline and another run",
+          hint));
+    }
     // A finished run whose batch list left out batches the baseline ran ok: the same hole (a CI job whose
     // --batch shrank would weaken its own gate). Searches (--batch auto, --effective-batch) choose their
     // batches by what they measure, so two of them differ by nature: said, not refused.

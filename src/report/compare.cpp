@@ -170,6 +170,7 @@ RunSummary summarize_run(const Report& report, std::string name) {
   s.backend = report.device.backend;
   s.mode = t.mode;
   s.precision = t.precision;
+  s.split = t.split();
   s.state = report.state;
   s.knee = report.analysis.knee;
   s.max_fit = report.analysis.max_fit;
@@ -409,7 +410,7 @@ std::string run_line(const RunSummary& r) {
 
 std::string run_title(const RunSummary& r) {
   std::string out;
-  for (const std::string& piece : {r.model, device_of(r), r.mode, r.precision}) {
+  for (const std::string& piece : {r.model, device_of(r), r.mode, r.precision, r.split}) {
     if (piece.empty()) continue;
     if (!out.empty()) out += " \u00b7 ";
     out += piece;

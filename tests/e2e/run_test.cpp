@@ -891,6 +891,26 @@ TEST(Compare, ABatchThatStopsFittingFailsTheGateAndIsNamed) {
   EXPECT_EQ(reverse.err.find("regression"), std::string::npos) << reverse.err;
 }
 
+// Runs of two accumulations share no row (a batch is compared at one accumulation): the titles say each
+// run's, and the gate's refusal names the difference rather than the batch lists.
+TEST(Compare, RunsOfAnotherAccumulationAreSaidApart) {
+  ScratchDir dir;
+  const std::string a = (dir / "a.json").string(), b = (dir / "b.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "128,256", "--json", a})).exit_code, 0);
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "128,256", "--accumulation", "2", "--json", b}))
+                .exit_code,
+            0);
+  const Result shown = run({"compare", a, b});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NE(shown.out.find("train \u00b7 fp32 \u00b7 accumulation 2\n"), std::string::npos) << shown.out;
+  const Result gate = run({"compare", a, b, "--fail-on-regression", "5"});
+  EXPECT_EQ(gate.exit_code, 2) << gate.err;
+  EXPECT_NE(gate.err.find("(the runs' accumulations differ, A 1 and B 2, and a batch is compared at one "
+                          "accumulation: sweep them with the same --accumulation)"),
+            std::string::npos)
+      << gate.err;
+}
+
 TEST(Compare, MismatchedModelsAreAnInputError) {
   ScratchDir dir;
   const std::string a = (dir / "a.json").string(), b = (dir / "b.json").string();
