@@ -23,10 +23,7 @@ using analysis_detail::format_percent;
 using analysis_detail::format_rate;
 using analysis_detail::is_ok;
 using analysis_detail::KneeCall;
-
-int64_t effective_batch(const Point& point) {
-  return point.effective_batch > 0 ? point.effective_batch : point.batch * point.accumulation;
-}
+using analysis_detail::swept_effective_batch;
 
 uint64_t memory_bytes(const Point& point) {
   return point.memory.measured_bytes.value_or(point.memory.planned_bytes);
@@ -69,8 +66,6 @@ std::string between_range(int64_t lo, int64_t hi) {
   const int64_t last = first + (hi - 1 - first) / step * step;
   return first == last ? std::to_string(first) : fmt::format("{}:{}:+{}", first, last, step);
 }
-
-std::optional<int64_t> swept_effective_batch(std::span<const Point> points);
 
 // Where the smallest batch above the largest that ran ok failed (`above`) and is not close to it
 // (budget_edge_narrow), the batches between were never tried, and the edge may lie anywhere among them:
@@ -389,18 +384,6 @@ std::optional<BatchChoice> energy_optimal(std::span<const Point> points) {
   return choose(*chosen,
                 fmt::format("fewest joules per sample: {:.3g} J/sample at {} samples/s",
                             *chosen->telemetry->joules_per_sample, format_rate(chosen->samples_per_second)));
-}
-
-// Set when every point has one effective batch and the accumulation varies.
-std::optional<int64_t> swept_effective_batch(std::span<const Point> points) {
-  if (points.empty()) return std::nullopt;
-  std::set<int64_t> accumulations;
-  for (const Point& point : points) {
-    if (effective_batch(point) != effective_batch(points.front())) return std::nullopt;
-    accumulations.insert(point.accumulation);
-  }
-  if (accumulations.size() < 2) return std::nullopt;
-  return effective_batch(points.front());
 }
 
 std::optional<BatchChoice> effective_batch_split(std::span<const Point> points) {

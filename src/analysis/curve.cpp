@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "batchsweep/analysis.hpp"
 
@@ -59,6 +60,20 @@ std::string format_percent(double fraction) {
 
 std::string format_number(double value) {
   return fmt::format("{:g}", value);
+}
+
+std::optional<int64_t> swept_effective_batch(std::span<const Point> points) {
+  const auto effective = [](const Point& p) {
+    return p.effective_batch > 0 ? p.effective_batch : p.batch * p.accumulation;
+  };
+  if (points.empty()) return std::nullopt;
+  std::set<int64_t> accumulations;
+  for (const Point& point : points) {
+    if (effective(point) != effective(points.front())) return std::nullopt;
+    accumulations.insert(point.accumulation);
+  }
+  if (accumulations.size() < 2) return std::nullopt;
+  return effective(points.front());
 }
 
 }  // namespace bsw::analysis_detail

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -23,6 +24,9 @@ struct CurvePoint {
 // The ok points, one per distinct batch (the highest throughput where several share one; the first on a tie),
 // sorted by batch.
 [[nodiscard]] std::vector<CurvePoint> throughput_curve(std::span<const Point> points);
+
+// An --effective-batch sweep's N: set when every point has one effective batch and the accumulation varies.
+[[nodiscard]] std::optional<int64_t> swept_effective_batch(std::span<const Point> points);
 
 // Which rule of analysis.hpp decided the knee.
 enum class KneeCall { found, too_few, flat, still_scaling, no_bend };

@@ -190,7 +190,12 @@ std::string knee_reason(const KneeOutcome& outcome, const std::vector<CurvePoint
         const int64_t last = curve.back().batch;
         const std::optional<int64_t> unfit = unfit_above(points, curve.back());
         std::string advice = fmt::format("extend the sweep past batch {}", last);
-        if (unfit && budget_edge_narrow(last, *unfit))
+        if (const auto effective =
+                analysis_detail::swept_effective_batch(points))  // no micro-batch above N to sweep
+          advice = last == *effective
+                       ? fmt::format("no micro-batch of effective batch {} is larger", *effective)
+                       : fmt::format("a larger split of effective batch {} did not fit", *effective);
+        else if (unfit && budget_edge_narrow(last, *unfit))
           advice = fmt::format("batch {} did not fit, so the sweep cannot go past batch {}", *unfit, last);
         else if (unfit)
           advice = fmt::format("sweep batches between {} and {}, which did not fit", last, *unfit);

@@ -323,6 +323,29 @@ TEST(FindKnee, BendTooLateToConfirmSaysSo) {
   EXPECT_NE(knee.reason.find("a bend near batch 2048 is not confirmed"), std::string::npos) << knee.reason;
 }
 
+// The same curve as the splits of --effective-batch 4096: no micro-batch is larger than 4096, so the advice
+// does not ask for one; where the 4096x1 split did not fit, it says that instead.
+TEST(FindKnee, AnEffectiveBatchSweepIsNotAskedForALargerMicroBatch) {
+  std::vector<Point> points = sweep(powers_of_two(1, 2048), [](double b) { return 10.0 * b; });
+  points.push_back(measured_point(4096, 2048 * 10.0 * 1.02));
+  for (Point& p : points) {
+    p.accumulation = 4096 / p.batch;
+    p.effective_batch = 4096;
+  }
+  EXPECT_EQ(find_knee(points, 1.0).reason,
+            "no knee: throughput curve has no concave bend confirmed before the sweep ends (a candidate at "
+            "batch 2048; no micro-batch of effective batch 4096 is larger)");
+  // 4096x1 out of memory, 2048x2 2% over 1024x4: the bend at 1024 is unconfirmed at the largest split.
+  points.back() = test::failed_point(4096, PointStatus::oom, "needs 900 GiB");
+  points.back().effective_batch = 4096;
+  points[points.size() - 2] = measured_point(2048, 1024 * 10.0 * 1.02);
+  points[points.size() - 2].accumulation = 2;
+  points[points.size() - 2].effective_batch = 4096;
+  EXPECT_EQ(find_knee(points, 1.0).reason,
+            "no knee: throughput curve has no concave bend confirmed before the sweep ends (a candidate at "
+            "batch 1024; a larger split of effective batch 4096 did not fit)");
+}
+
 TEST(FindKnee, AnUnconfirmedBendAtTheFitEdgeDoesNotAskForALargerBatch) {
   // Linear up to 2048, then +2% at 4096: not still scaling (3% a doubling), and the bend at 2048 has only a
   // partial drop after it.
