@@ -100,6 +100,10 @@ class SignalGuard {
     sigaction(SIGTERM, &sa, &old_term_);
   }
   ~SignalGuard() {
+    // Interrupted: the handler stays to the exit, so the copy of the signal GNU timeout sends the process
+    // group (at once, but after a sweep that wraps up quickly) is taken as the same request, not a kill that
+    // turns exit 130 into a death by SIGINT. A later signal still quits at once.
+    if (g_signal.load() != 0) return;
     sigaction(SIGINT, &old_int_, nullptr);
     sigaction(SIGTERM, &old_term_, nullptr);
   }
