@@ -258,7 +258,11 @@ uint64_t parse_size(std::string_view text, std::string_view flag) {
   // `--memory 24` meant 24 GiB: no device has under a MiB, so a small bare number is a missing unit.
   if (unit.empty() && total < (u128{1} << 20))
     return fail(
-        fmt::format("a number without a unit is bytes; write {0}GiB (or {0}B if bytes are meant)", s));
+        total <= 4096
+            ? fmt::format("a number without a unit is bytes; write {0}GiB (or {0}B if bytes are meant)", s)
+            : fmt::format("a number without a unit is bytes, and {0} B is under a MiB; give it a unit "
+                          "({0}B if bytes are meant)",
+                          s));
   return static_cast<uint64_t>(total);
 }
 

@@ -163,19 +163,20 @@ TEST_P(SizeErrors, UsageErrorNamesFlag) {
 
 INSTANTIATE_TEST_SUITE_P(
     Table, SizeErrors,
-    ::testing::Values(SizeBad{"12XB", "unknown unit 'XB'"}, SizeBad{"", "empty"},
-                      SizeBad{"GiB", "does not start with a number"}, SizeBad{"-1GiB", "negative"},
-                      SizeBad{"0", "at least 1 byte"}, SizeBad{"0.0001KB", "at least 1 byte"},
-                      SizeBad{"1.5", "not a whole number of bytes"},
-                      SizeBad{"24",
-                              "a number without a unit is bytes; write 24GiB (or 24B if bytes are meant)"},
-                      SizeBad{"1048575", "write 1048575GiB"}, SizeBad{"2.5B", "not a whole number of bytes"},
-                      SizeBad{"18446744073709551616", "does not fit in 64 bits"},
-                      SizeBad{"16384PiB", "does not fit in 64 bits"}, SizeBad{"1.2.3GiB", "unknown unit"},
-                      SizeBad{"1e20", "does not fit in 64 bits"}, SizeBad{"1e100", "does not fit in 64 bits"},
-                      SizeBad{"2e19", "does not fit in 64 bits"}, SizeBad{"1e", "unknown unit 'e'"},
-                      SizeBad{"1e-3GiB", "a negative exponent"}, SizeBad{"1e0020", "does not fit in 64 bits"},
-                      SizeBad{"1.1234567890123456789GiB", "more than 18 digits"}));
+    ::testing::Values(
+        SizeBad{"12XB", "unknown unit 'XB'"}, SizeBad{"", "empty"},
+        SizeBad{"GiB", "does not start with a number"}, SizeBad{"-1GiB", "negative"},
+        SizeBad{"0", "at least 1 byte"}, SizeBad{"0.0001KB", "at least 1 byte"},
+        SizeBad{"1.5", "not a whole number of bytes"},
+        SizeBad{"24", "a number without a unit is bytes; write 24GiB (or 24B if bytes are meant)"},
+        SizeBad{"1048575", "1048575 B is under a MiB; give it a unit (1048575B if bytes are meant)"},
+        SizeBad{"2.5B", "not a whole number of bytes"},
+        SizeBad{"18446744073709551616", "does not fit in 64 bits"},
+        SizeBad{"16384PiB", "does not fit in 64 bits"}, SizeBad{"1.2.3GiB", "unknown unit"},
+        SizeBad{"1e20", "does not fit in 64 bits"}, SizeBad{"1e100", "does not fit in 64 bits"},
+        SizeBad{"2e19", "does not fit in 64 bits"}, SizeBad{"1e", "unknown unit 'e'"},
+        SizeBad{"1e-3GiB", "a negative exponent"}, SizeBad{"1e0020", "does not fit in 64 bits"},
+        SizeBad{"1.1234567890123456789GiB", "more than 18 digits"}));
 
 TEST(FormatBytes, BinaryUnitsTwoDecimals) {
   EXPECT_EQ(format_bytes(0), "0 B");
