@@ -2,6 +2,7 @@
 // checks every field it uses and names the file and the field in each error. Built with nlohmann only.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -476,6 +477,11 @@ class Reader {
              fmt::format("batch {} is also points[{}]; a report holds one point per batch and accumulation",
                          batch_label(r.points[i].batch, r.points[i].accumulation), it->second));
     }
+    // In the order run writes them (by effective batch, then micro-batch), whatever the file's: the table,
+    // the CSV and a re-export read top to bottom.
+    std::stable_sort(r.points.begin(), r.points.end(), [](const Point& a, const Point& b) {
+      return std::pair{a.effective_batch, a.batch} < std::pair{b.effective_batch, b.batch};
+    });
     if (const json* analysis_doc = optional_object(doc, top, "analysis")) {
       r.analysis = analysis(*analysis_doc, "analysis");
     }

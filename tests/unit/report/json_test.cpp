@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -231,6 +232,17 @@ TEST(ReportJson, PartialStepStatsForLatencyBudgets) {
   EXPECT_DOUBLE_EQ(r.points[0].step_ms.p99, 3.5);
   EXPECT_DOUBLE_EQ(r.points[0].step_ms.p50, 0.0);
   EXPECT_EQ(r.points[1].effective_batch, 32);
+}
+
+// A report whose points are out of order (hand-merged, or reversed by a script) reads back in run's order:
+// by effective batch, then micro-batch, so the table and the CSV read top to bottom.
+TEST(ReportJson, PointsReadBackInRunsOrder) {
+  json doc = minimal_doc();
+  std::reverse(doc["points"].begin(), doc["points"].end());
+  const Report r = report_from_json(doc, "b.json");
+  ASSERT_GE(r.points.size(), 2u);
+  for (std::size_t i = 1; i < r.points.size(); ++i)
+    EXPECT_LT(r.points[i - 1].effective_batch, r.points[i].effective_batch) << i;
 }
 
 TEST(ReportJson, NullThroughputOnlyForPointsThatDidNotRun) {
