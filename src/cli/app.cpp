@@ -115,6 +115,16 @@ std::string plain_parse_error(const std::string& what, const std::string& sub) {
         "analyze reads one report; not expected: {} (to set runs side by side: batchsweep compare)",
         fmt::join(words, " "));
   }
+  // `batchsweep plan mlp.json`, `batchsweep run gpt2-small`: a model given without its flag.
+  constexpr std::string_view kOne = "The following argument was not expected: ";
+  if ((sub == "run" || sub == "plan") && text.starts_with(kOne)) {
+    const std::string word(text.substr(kOne.size()));
+    const std::vector<std::string> presets = preset_names();
+    const bool preset = std::find(presets.begin(), presets.end(), word) != presets.end();
+    if (preset || word.ends_with(".json"))
+      return fmt::format("{}: not expected: {} (a model is given with --model: batchsweep {} --model {})",
+                         sub, word, sub, word);
+  }
   return what;
 }
 

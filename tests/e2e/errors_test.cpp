@@ -282,6 +282,13 @@ INSTANTIATE_TEST_SUITE_P(
              run_with({"--memory-limit", ""}),
              2,
              {"--memory-limit: invalid size '': empty"}},
+        // A model without its flag: named, with the flag.
+        Case{"plan_bare_model",
+             {"plan", "mlp.json"},
+             2,
+             {"plan: not expected: mlp.json (a model is given with --model: batchsweep plan --model "
+              "mlp.json)"}},
+        Case{"run_bare_preset", {"run", "gpt2-small"}, 2, {"batchsweep run --model gpt2-small"}},
         Case{"plan_empty_memory", {"plan", "--memory", ""}, 2, {"--memory: invalid size '': empty"}},
         Case{"fraction_of_a_byte", {"plan", "--memory", "0.4B"}, 2, {"--memory", "use a larger unit"}},
         Case{"accumulation_octal",
