@@ -38,9 +38,14 @@ std::optional<std::size_t> json_too_deep_at(std::string_view text, int max_depth
 namespace {
 
 // The common ways a hand-written file is not JSON, judged from the character the parser stopped at.
-std::string likely_mistake(std::string_view text, std::size_t at) {
+std::string likely_mistake(std::string_view text, std::size_t at, std::string_view what) {
   if (at >= text.size()) return {};
   const char c = text[at];
+  // Another member or element where a ',' or the closing bracket had to come: {"a": 1 "b": 2}, [1 2].
+  if ((what.starts_with("syntax error while parsing object - unexpected ") &&
+       what.ends_with("expected '}'")) ||
+      (what.starts_with("syntax error while parsing array - unexpected ") && what.ends_with("expected ']'")))
+    if (what.find("end of input") == std::string_view::npos) return " (a missing comma before it?)";
   if (c == ']' || c == '}') {
     std::size_t i = at;
     while (i > 0 && (text[i - 1] == ' ' || text[i - 1] == '\t' || text[i - 1] == '\n' || text[i - 1] == '\r'))
@@ -50,6 +55,8 @@ std::string likely_mistake(std::string_view text, std::size_t at) {
   }
   if (c == '/' || c == '#') return " (comments are not JSON)";
   if (c == '\'') return " (JSON strings take double quotes)";
+  if (what.starts_with("syntax error while parsing object key - invalid literal"))
+    return " (keys take double quotes)";
   // nlohmann stops inside a literal: find where the word began.
   std::size_t start = at;
   while (start > 0 && std::isalpha(static_cast<unsigned char>(text[start - 1])) != 0) --start;
@@ -60,6 +67,8 @@ std::string likely_mistake(std::string_view text, std::size_t at) {
   if (word.starts_with("-")) word.remove_prefix(1);
   for (const std::string_view bad : {"NaN", "nan", "Infinity", "inf"})
     if (word == bad) return " (NaN and Infinity are not JSON numbers)";
+  for (const std::string_view python : {"True", "False", "None", "T", "F", "N"})
+    if (word == python && end - start > 0) return " (JSON writes true, false and null, in lower case)";
   return {};
 }
 
@@ -122,7 +131,8 @@ std::string json_syntax_error(std::string_view text, std::size_t byte, std::stri
       ++line;
       line_start = i + 1;
     }
-  return fmt::format("line {}, column {}: {}{}", line, at - line_start + 1, what, likely_mistake(text, at));
+  return fmt::format("line {}, column {}: {}{}", line, at - line_start + 1, what,
+                     likely_mistake(text, at, what));
 }
 
 }  // namespace bsw

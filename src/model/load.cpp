@@ -83,6 +83,13 @@ bool looks_binary(std::string_view text) {
   return text.find('\0') != std::string_view::npos;
 }
 
+// Windows' "Unicode" (UTF-16, either byte order): a byte-order mark, or ASCII with a NUL after (or before)
+// every character.
+bool looks_utf16(std::string_view text) {
+  if (text.starts_with("\xFF\xFE") || text.starts_with("\xFE\xFF")) return true;
+  return text.size() >= 2 && (text[0] == '\0') != (text[1] == '\0');
+}
+
 // Refuses documents nested deeper than kMaxJsonDepth before nlohmann's recursive parser sees them.
 void check_nesting(std::string_view text, const std::string& source) {
   if (const auto at = json_too_deep_at(text))
@@ -151,9 +158,15 @@ json parse_text(std::string_view text, const std::string& source) {
   if (std::all_of(text.begin(), text.end(),
                   [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }))
     fail(source, "is empty: expected a JSON model config");
+  if (looks_binary(text) && looks_utf16(text))
+    fail(source, "is UTF-16 text (Windows' \"Unicode\"): save it as UTF-8");
   check_nesting(text, source);
   try {
-    return json::parse(text, DuplicateKeyCheck(source));
+    json doc = json::parse(text, DuplicateKeyCheck(source));
+    // nlohmann stops at a NUL: what follows would be read by no one, silently.
+    if (const std::size_t nul = text.find('\0'); nul != std::string_view::npos)
+      fail(source, fmt::format("has a NUL byte at byte {}: not a text file", nul + 1));
+    return doc;
   } catch (const json::parse_error& e) {
     fail(source,
          fmt::format("is not valid JSON{}: {}", looks_binary(text) ? " (it looks like a binary file)" : "",

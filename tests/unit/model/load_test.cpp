@@ -125,6 +125,22 @@ TEST(LoadModel, RefusesABinaryFileWithTheParserPosition) {
   EXPECT_THAT(message, HasSubstr("binary file): line 1, column 1: "));
 }
 
+// A file saved as UTF-16 (Windows' "Unicode") is named as such, and a NUL after a valid object (which the
+// parser stops at) is refused rather than the rest ignored.
+TEST(LoadModel, RefusesUtf16AndANulByte) {
+  const test::TempDir dir;
+  std::string utf16 = "\xFF\xFE";
+  for (const char c : std::string(R"({"name": "m"})")) {
+    utf16.push_back(c);
+    utf16.push_back('\0');
+  }
+  EXPECT_THAT(file_error(dir.write("u.json", utf16)),
+              HasSubstr("is UTF-16 text (Windows' \"Unicode\"): save it as UTF-8"));
+  EXPECT_THAT(file_error(dir.write("u.json", utf16.substr(2))), HasSubstr("is UTF-16 text"));
+  EXPECT_THAT(file_error(dir.write("n.json", std::string("{\"name\": \"m\"}\0junk", 18))),
+              HasSubstr("has a NUL byte at byte 14: not a text file"));
+}
+
 TEST(LoadModel, RefusesInvalidJsonWithTheParserPosition) {
   const test::TempDir dir;
   const std::string message = file_error(dir.write("broken.json", R"({"name": "m", "layers": [}")"));
@@ -150,6 +166,14 @@ TEST(LoadModel, SyntaxErrorsNameTheLineColumnAndTheLikelyMistake) {
        "(NaN and Infinity are not JSON numbers)"},
       {"{\"name\": \"m\", \"x\": -Infinity}", "(NaN and Infinity are not JSON numbers)"},
       {"{'name': 'm'}", "line 1, column 2: "},
+      // A missing comma is found at the next member, on the next line: said as such.
+      {"{\n  \"name\": \"m\"\n  \"layers\": []\n}",
+       "line 3, column 10: syntax error while parsing object - unexpected string literal; expected '}' (a "
+       "missing comma before it?)"},
+      {"[1 2]", "(a missing comma before it?)"},
+      {"{ name: \"m\" }", "(keys take double quotes)"},
+      {"{\"name\": \"m\", \"bias\": True}", "(JSON writes true, false and null, in lower case)"},
+      {"{\"name\": \"m\", \"x\": None}", "(JSON writes true, false and null, in lower case)"},
   };
   for (const Case& c : cases) {
     const std::string message = file_error(dir.write("c.json", c.text));
