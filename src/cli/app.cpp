@@ -184,14 +184,16 @@ std::string parse_number(const std::string& text, double& v) {
 }
 
 // A validator that parses the number, then applies `rule` (an empty string when the value is allowed).
+// The description stays out of --help ("--accumulation INT:INT in [1 - 16777216]" pushed the text off its
+// column): the flag's own text says the range, and the error says it when broken.
 template <class Rule>
-CLI::Validator number_check(std::string description, Rule rule) {
+CLI::Validator number_check(std::string /*description*/, Rule rule) {
   return {[rule](std::string& text) -> std::string {
             double v = 0;
             if (std::string why = parse_number(text, v); !why.empty()) return why;
             return rule(v, text);
           },
-          std::move(description)};
+          std::string()};
 }
 
 CLI::Validator positive() {
