@@ -627,7 +627,8 @@ int plan_command(const PlanSettings& s) {
     summary.max_fit_batch = max_fit_batch(graph, request, *s.memory_bytes);
   }
   if (!json_path.empty()) write_output("--json", json_path, plan_to_json(summary).dump(2) + "\n");
-  if (json_path != "-") std::fputs(format_plan_table(summary).c_str(), stdout);
+  // As run's: with the JSON on stdout, the table goes to stderr.
+  std::fputs(format_plan_table(summary).c_str(), json_path == "-" ? stderr : stdout);
   return kExitOk;
 }
 
