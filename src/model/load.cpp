@@ -53,6 +53,14 @@ std::string read_config_file(const std::string& path) {
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
   if (!fs::exists(status)) {
+    // A link to nothing (or a loop of links) is a file the user meant: said as such, not "no such preset".
+    const bool loop = ec.value() == ELOOP;
+    if (fs::is_symlink(fs::symlink_status(path, ec))) {
+      if (loop) fail(path, "is a loop of symbolic links");
+      const fs::path target = fs::read_symlink(path, ec);
+      fail(path, fmt::format("is a symbolic link to {}, which does not exist",
+                             ec ? std::string("a target that cannot be read") : target.string()));
+    }
     std::string message = "no such preset or file";
     std::vector<std::string> names = preset_names();
     const std::vector<std::string_view> views(names.begin(), names.end());

@@ -141,6 +141,19 @@ TEST(LoadModel, RefusesUtf16AndANulByte) {
               HasSubstr("has a NUL byte at byte 14: not a text file"));
 }
 
+// A link to nothing, or a loop of links, is a file the user meant: named as such, not "no such preset".
+TEST(LoadModel, NamesADanglingOrLoopingSymlink) {
+  const test::TempDir dir;
+  const std::filesystem::path dangling = dir.path() / "dangling.json";
+  std::filesystem::create_symlink("nothere.json", dangling);
+  EXPECT_THAT(file_error(dangling.string()),
+              HasSubstr("is a symbolic link to nothere.json, which does not exist"));
+  const std::filesystem::path a = dir.path() / "a.json", b = dir.path() / "b.json";
+  std::filesystem::create_symlink(b, a);
+  std::filesystem::create_symlink(a, b);
+  EXPECT_THAT(file_error(a.string()), HasSubstr("a.json: is a loop of symbolic links"));
+}
+
 TEST(LoadModel, RefusesInvalidJsonWithTheParserPosition) {
   const test::TempDir dir;
   const std::string message = file_error(dir.write("broken.json", R"({"name": "m", "layers": [}")"));
