@@ -157,6 +157,8 @@ struct Graph {
   OptimizerSpec optimizer;
   int64_t loss_rows = 1;     // cross_entropy: predictions per sample (T for [T, C] outputs, else 1)
   int64_t loss_classes = 0;  // cross_entropy: classes (last dim of the output)
+  // What lowering found that runs but is likely not what was meant (said as warnings by plan and run).
+  std::vector<std::string> notes;
   int64_t parameters = 0;
   double forward_flops_per_sample = 0;
   // 3x forward (forward, input gradients, weight gradients) less the input gradient of the first op with

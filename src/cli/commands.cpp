@@ -584,6 +584,7 @@ int plan_command(const PlanSettings& s) {
   check_trainable(graph, s.mode);
   const BatchSpec spec = parse_batch_spec(s.batch, "--batch");
   print_warnings(model.notes);
+  print_warnings(graph.notes);
   if (spec.auto_search) throw UsageError("--batch: plan needs explicit batches (auto is for run)");
   BackendKind kind = BackendKind::cpu;
   if (s.backend == "cuda" || (s.backend == "auto" && cuda_device_present())) kind = BackendKind::cuda;
@@ -941,6 +942,7 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   report.device = backend->device(s.sweep.precision);
   report.settings = settings_json(s, model, to_string(backend->kind()));
   report.warnings = model.notes;
+  report.warnings.insert(report.warnings.end(), graph.notes.begin(), graph.notes.end());
   if (backend->kind() == BackendKind::cuda) {
     // The sweep resolves them again (from the backend's cache) and plans every point with them.
     const ExecutionPaths paths = resolve_execution_paths(*backend, graph, s.sweep);

@@ -523,6 +523,14 @@ class Lowerer {
       } else if (out.size() == 2) {
         graph_.loss_rows = out[0];
         graph_.loss_classes = out[1];
+        // A language model's [tokens, classes] is one label a token; an image's patches are seldom labelled
+        // one by one: a ViT whose global_avgpool was left out plans and runs, as a different model.
+        if (model_.input.type == InputType::image)
+          graph_.notes.push_back(fmt::format(
+              "{}: the output is [{}, {}] from an image input: cross_entropy takes one label per patch "
+              "(token); an image classifier pools the patches first (`global_avgpool` before the last "
+              "`linear`, as the vit-base preset does)",
+              model_.source, out[0], out[1]));
       } else {
         fail("loss", fmt::format("cross_entropy needs a [classes] or [tokens, classes] output, got {} (add "
                                  "`global_avgpool` or `flatten` and a `linear`)",

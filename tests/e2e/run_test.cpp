@@ -1754,6 +1754,29 @@ double children_cpu_seconds() {
 
 // A note on the config (a repeated projection block) is a warning on stderr, not an error: plan still plans,
 // and run records it in the report.
+// A ViT whose global_avgpool was left out has a [patches, classes] output: it plans and runs, one label per
+// patch, which plan and run say (its parameters match the meant model's, so nothing else would show it).
+TEST(Plan, AnImageModelWithPerPatchLabelsIsAWarning) {
+  ScratchDir dir;
+  const std::string model = (dir / "vit.json").string();
+  std::ofstream(model)
+      << R"({"name": "vit", "input": {"type": "image", "channels": 3, "height": 16, "width": 16},
+    "layers": [{"type": "patch_embedding", "patch_size": 8, "dim": 16}, {"type": "transformer_block", "heads": 2},
+               {"type": "layernorm"}, {"type": "linear", "out_features": 10}]})";
+  const Result plan = run({"plan", "--model", model, "--batch", "2"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_NE(plan.err.find("warning: " + model +
+                          ": the output is [4, 10] from an image input: cross_entropy "
+                          "takes one label per patch"),
+            std::string::npos)
+      << plan.err;
+  const Result r =
+      run({"run", "--backend", "cpu", "--model", model, "--batch", "1", "--warmup", "1", "--min-samples", "2",
+           "--min-time", "0", "--max-noise", "100", "--quiet", "--json", "-"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(nlohmann::json::parse(r.out)["warnings"].dump().find("one label per patch"), std::string::npos);
+}
+
 TEST(Plan, ARepeatedProjectionBlockIsAWarning) {
   ScratchDir dir;
   const std::string model = (dir / "m.json").string();
