@@ -655,7 +655,7 @@ int run_app(int argc, char** argv) {
           fmt::format("compare: give two to 64 reports, the baseline first (A.json B.json ...), "
                       "not {}",
                       compare.report_paths.size()));
-    return compare_command(compare);
+    return compare_command(compare, std::vector<std::string>(argv, argv + argc));
   }
   if (devices_cmd->parsed()) return devices_command(devices);
   if (presets_cmd->parsed()) return presets_command();

@@ -1189,7 +1189,7 @@ std::vector<std::string> unswept_baseline_batches(const Report& baseline, const 
 
 }  // namespace
 
-int compare_command(const CompareSettings& input) {
+int compare_command(const CompareSettings& input, const std::vector<std::string>& argv) {
   CompareSettings s = input;
   s.json_path = resolve_export_path(s.json_path, "--json");
   s.markdown_path = resolve_export_path(s.markdown_path, "--markdown");
@@ -1299,6 +1299,13 @@ int compare_command(const CompareSettings& input) {
   if (!s.markdown_path.empty()) write_output("--markdown", s.markdown_path, format_compare_markdown(result));
   if (!s.json_path.empty()) {
     nlohmann::json doc = to_json(result);
+    // What wrote it and when, as a report says: a script reading the gate's answer can check both, and a
+    // reader handed it for a report is told what it is.
+    doc["kind"] = "compare";
+    doc["schema_version"] = 1;
+    doc["tool"] = {{"name", "batchsweep"}, {"version", BSW_VERSION}, {"git_commit", BSW_GIT_COMMIT}};
+    doc["created_at"] = now_iso8601();
+    doc["command"] = argv;
     // What exit 3 meant, for a script that reads the JSON rather than stderr.
     if (s.fail_on_regression_pct)
       doc["gate"] = {{"fail_on_regression_pct", *s.fail_on_regression_pct},

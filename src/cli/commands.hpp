@@ -12,7 +12,7 @@ namespace bsw::cli {
 [[nodiscard]] int plan_command(const PlanSettings& settings);
 [[nodiscard]] int run_command(const RunSettings& settings, const std::vector<std::string>& argv);
 [[nodiscard]] int analyze_command(const AnalyzeSettings& settings, const std::vector<std::string>& argv);
-[[nodiscard]] int compare_command(const CompareSettings& settings);
+[[nodiscard]] int compare_command(const CompareSettings& settings, const std::vector<std::string>& argv);
 [[nodiscard]] int devices_command(const DevicesSettings& settings);
 [[nodiscard]] int presets_command();
 

@@ -440,6 +440,10 @@ class Reader {
   [[nodiscard]] Report report(const json& doc) const {
     if (!doc.is_object()) throw InputError(source_ + ": expected a JSON object (a batchsweep report)");
     const std::string top;
+    if (const auto kind = doc.find("kind"); kind != doc.end() && *kind == "compare")
+      throw InputError(source_ +
+                       ": is a comparison (batchsweep compare --json), not a report: analyze, compare and "
+                       "--resume read the reports run writes");
     auto version_it = doc.find("schema_version");
     if (version_it == doc.end()) fail("schema_version", "missing (required): is this a batchsweep report?");
     const int64_t version = integer(*version_it, "schema_version");

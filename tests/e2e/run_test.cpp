@@ -886,6 +886,15 @@ TEST(Compare, ABatchThatStopsFittingFailsTheGateAndIsNamed) {
   if (!testing::python_with_jsonschema().empty()) {
     EXPECT_EQ(testing::validate_file("compare-v1.schema.json", gate), 0) << read_json(gate).dump(2);
   }
+  // Says what it is and what wrote it; handed to analyze for a report, it is named.
+  EXPECT_EQ(read_json(gate)["kind"], "compare");
+  EXPECT_EQ(read_json(gate)["schema_version"], 1);
+  EXPECT_EQ(read_json(gate)["tool"]["name"], "batchsweep");
+  EXPECT_FALSE(read_json(gate)["created_at"].get<std::string>().empty());
+  const Result misread = run({"analyze", gate});
+  EXPECT_EQ(misread.exit_code, 2);
+  EXPECT_NE(misread.err.find("is a comparison (batchsweep compare --json), not a report"), std::string::npos)
+      << misread.err;
   const Result reverse = run({"compare", b, a, "--fail-on-regression", "50"});
   EXPECT_EQ(reverse.exit_code, 0) << reverse.err;
   EXPECT_EQ(reverse.err.find("regression"), std::string::npos) << reverse.err;

@@ -86,6 +86,11 @@ TEST_F(Schema, CompareJsonIsValid) {
   options.names = {"a.json", "b.json"};
   const CompareResult result = compare_reports({a, b}, options);
   nlohmann::json doc = to_json(result);
+  doc["kind"] = "compare";
+  doc["schema_version"] = 1;
+  doc["tool"] = {{"name", "batchsweep"}, {"version", "0.1.0"}, {"git_commit", "abc123"}};
+  doc["created_at"] = "2026-12-03T05:00:00Z";
+  doc["command"] = {"batchsweep", "compare", "a.json", "b.json"};
   const std::vector<Regression> found = find_regressions(result, 5.0);
   ASSERT_FALSE(found.empty());
   doc["gate"] = {{"fail_on_regression_pct", 5.0},
