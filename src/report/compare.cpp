@@ -684,6 +684,34 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   }
   note_difference(
       result.runs, "devices", [](const RunSummary& r) { return device_of(r); }, result.notes);
+  // How each point was measured: another noise target or timeout stops points by another rule, and CUDA
+  // graphs or another attention or conv path is another step. Said, as --resume refuses such a run.
+  for (size_t i = 1; i < reports.size(); ++i) {
+    std::vector<std::string> differ;
+    const auto value = [](const nlohmann::json& obj, const std::string& key) {
+      return obj.is_object() && obj.contains(key) ? obj.at(key).dump() : std::string();
+    };
+    const nlohmann::json& first = reports[0].settings;
+    const nlohmann::json& other = reports[i].settings;
+    const auto stopping = [](const nlohmann::json& settings) {
+      return settings.is_object() && settings.contains("stopping") ? settings.at("stopping")
+                                                                   : nlohmann::json();
+    };
+    for (const char* key : {"warmup_steps", "warmup_time_s", "min_samples", "min_time_s", "max_noise_pct",
+                            "timeout_s", "max_samples"}) {
+      const std::string a = value(stopping(first), key), b = value(stopping(other), key);
+      if (!a.empty() && !b.empty() && a != b)
+        differ.push_back(fmt::format("stopping.{} {} vs {}", key, a, b));
+    }
+    for (const char* key : {"cuda_graphs", "attention", "conv"}) {
+      const std::string a = value(first, key), b = value(other, key);
+      if (!a.empty() && !b.empty() && a != b && a != "null" && b != "null")
+        differ.push_back(fmt::format("{} {} vs {}", key, a, b));
+    }
+    if (!differ.empty())
+      result.notes.push_back(fmt::format("{} and {}: measured with other settings ({})", letter(0), letter(i),
+                                         fmt::join(differ, ", ")));
+  }
   const size_t before_precisions = result.notes.size();
   note_difference(
       result.runs, "precisions", [](const RunSummary& r) { return r.precision; }, result.notes);

@@ -100,6 +100,22 @@ TEST(Compare, CpuSixteenBitPrecisionsAreSaidToBeEmulated) {
                                             "16-bit precisions store in 16 bits and compute in fp32")));
 }
 
+// Runs measured by other stopping rules, or with CUDA graphs in one and not the other, are noted with what
+// differs; the same settings get no such note.
+TEST(Compare, OtherMeasurementSettingsAreNoted) {
+  Report a = testing::sample_report();
+  a.settings["stopping"] = {{"max_noise_pct", 1.0}, {"timeout_s", 5.0}, {"min_samples", 10}};
+  a.settings["cuda_graphs"] = "on";
+  Report b = a;
+  EXPECT_THAT(compare_pair(a, b).notes, ::testing::Not(::testing::Contains(HasSubstr("other settings"))));
+  b.settings["stopping"]["max_noise_pct"] = 0.01;
+  b.settings["cuda_graphs"] = "off";
+  EXPECT_THAT(
+      compare_pair(a, b).notes,
+      ::testing::Contains(HasSubstr("A and B: measured with other settings (stopping.max_noise_pct 1.0 "
+                                    "vs 0.01, cuda_graphs \"on\" vs \"off\")")));
+}
+
 // A run resumed from the baseline holds some of the baseline's own points: compare says so rather than let a
 // point compared with itself pass for a measured "same".
 TEST(Compare, APointTakenFromTheBaselineByResumeIsSaidToBeTheSameMeasurement) {
