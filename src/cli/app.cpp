@@ -213,10 +213,10 @@ CLI::Validator whole(int64_t lo, int64_t hi, std::string_view hi_note = {}) {
   return number_check(fmt::format("INT in [{} - {}]", lo, hi),
                       [lo, hi, hi_note](double v, const std::string& text) {
                         if (v != std::floor(v)) return fmt::format("must be a whole number, got {}", text);
-                        if (text.find_first_of(".eE") != std::string::npos)
-                          return fmt::format("write the whole number in digits ({:.0f}), got {}", v, text);
                         if (v < static_cast<double>(lo) || v > static_cast<double>(hi))
                           return fmt::format("must be in {}..{}{}, got {}", lo, hi, hi_note, text);
+                        if (text.find_first_of(".eE") != std::string::npos)
+                          return fmt::format("write the whole number in digits ({:.0f}), got {}", v, text);
                         return std::string();
                       });
 }

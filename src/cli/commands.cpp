@@ -1260,7 +1260,9 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
         hint = fmt::format(
             "the runs' accumulations differ, A {} and {} {}, and a batch is compared at one accumulation: "
             "sweep them with the same --accumulation",
-            accumulations(reports[0]), static_cast<char>('A' + i), accumulations(reports[i]));
+            accumulations(reports[0]),
+            i < 26 ? std::string(1, static_cast<char>('A' + i)) : fmt::format("R{}", i + 1),
+            accumulations(reports[i]));
         break;
       }
       throw InputError(fmt::format(

@@ -45,7 +45,11 @@ std::string likely_mistake(std::string_view text, std::size_t at, std::string_vi
   if ((what.starts_with("syntax error while parsing object - unexpected ") &&
        what.ends_with("expected '}'")) ||
       (what.starts_with("syntax error while parsing array - unexpected ") && what.ends_with("expected ']'")))
-    if (what.find("end of input") == std::string_view::npos) return " (a missing comma before it?)";
+    // Not a closing bracket of the other kind ({"a": [1}): that is a mismatched bracket, not a comma.
+    if (what.find("end of input") == std::string_view::npos &&
+        what.find("unexpected ']'") == std::string_view::npos &&
+        what.find("unexpected '}'") == std::string_view::npos)
+      return " (a missing comma before it?)";
   if (c == ']' || c == '}') {
     std::size_t i = at;
     while (i > 0 && (text[i - 1] == ' ' || text[i - 1] == '\t' || text[i - 1] == '\n' || text[i - 1] == '\r'))

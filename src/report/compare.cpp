@@ -688,8 +688,10 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   // graphs or another attention or conv path is another step. Said, as --resume refuses such a run.
   for (size_t i = 1; i < reports.size(); ++i) {
     std::vector<std::string> differ;
+    // Compared as JSON values (30.0 and 30 are one number, as jq rewrites it); absent or null (the PyTorch
+    // peer's warmup_time_s without --warmup-time: its backend's default) is not a difference.
     const auto value = [](const nlohmann::json& obj, const std::string& key) {
-      return obj.is_object() && obj.contains(key) ? obj.at(key).dump() : std::string();
+      return obj.is_object() && obj.contains(key) ? obj.at(key) : nlohmann::json();
     };
     const nlohmann::json& first = reports[0].settings;
     const nlohmann::json& other = reports[i].settings;
@@ -699,14 +701,14 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     };
     for (const char* key : {"warmup_steps", "warmup_time_s", "min_samples", "min_time_s", "max_noise_pct",
                             "timeout_s", "max_samples"}) {
-      const std::string a = value(stopping(first), key), b = value(stopping(other), key);
-      if (!a.empty() && !b.empty() && a != b)
-        differ.push_back(fmt::format("stopping.{} {} vs {}", key, a, b));
+      const nlohmann::json a = value(stopping(first), key), b = value(stopping(other), key);
+      if (!a.is_null() && !b.is_null() && a != b)
+        differ.push_back(fmt::format("stopping.{} {} vs {}", key, a.dump(), b.dump()));
     }
     for (const char* key : {"cuda_graphs", "attention", "conv"}) {
-      const std::string a = value(first, key), b = value(other, key);
-      if (!a.empty() && !b.empty() && a != b && a != "null" && b != "null")
-        differ.push_back(fmt::format("{} {} vs {}", key, a, b));
+      const nlohmann::json a = value(first, key), b = value(other, key);
+      if (!a.is_null() && !b.is_null() && a != b)
+        differ.push_back(fmt::format("{} {} vs {}", key, a.dump(), b.dump()));
     }
     if (!differ.empty())
       result.notes.push_back(fmt::format("{} and {}: measured with other settings ({})", letter(0), letter(i),

@@ -257,6 +257,11 @@ INSTANTIATE_TEST_SUITE_P(
              {"plan", "--accumulation", "3e2"},
              2,
              {"--accumulation: write the whole"}},
+        // Out of range first: no "write it in digits" for a number that would be refused anyway.
+        Case{"warmup_huge_exponent",
+             run_with({"--warmup", "1e20"}),
+             2,
+             {"--warmup: must be in 0..2147483647, got 1e20"}},
         Case{"warmup_fraction",
              run_with({"--warmup", "1.5"}),
              2,

@@ -184,6 +184,7 @@ TEST(LoadModel, SyntaxErrorsNameTheLineColumnAndTheLikelyMistake) {
        "line 3, column 10: syntax error while parsing object - unexpected string literal; expected '}' (a "
        "missing comma before it?)"},
       {"[1 2]", "(a missing comma before it?)"},
+      {"{\"a\": [1, 2}", "unexpected '}'; expected ']'"},
       {"{ name: \"m\" }", "(keys take double quotes)"},
       {"{\"name\": \"m\", \"bias\": True}", "(JSON writes true, false and null, in lower case)"},
       {"{\"name\": \"m\", \"x\": None}", "(JSON writes true, false and null, in lower case)"},
@@ -193,6 +194,9 @@ TEST(LoadModel, SyntaxErrorsNameTheLineColumnAndTheLikelyMistake) {
     EXPECT_THAT(message, HasSubstr(c.expected)) << c.text;
   }
   EXPECT_THAT(file_error(dir.write("c.json", "{\n  // the model\n}")), HasSubstr("(comments are not JSON)"));
+  // A bracket of the other kind is not a missing comma.
+  EXPECT_THAT(file_error(dir.write("c.json", "{\"a\": [1, 2}")), ::testing::Not(HasSubstr("missing comma")));
+  EXPECT_THAT(file_error(dir.write("c.json", "{\"a\": 1]")), ::testing::Not(HasSubstr("missing comma")));
   EXPECT_THAT(file_error(dir.write("c.json", "{'name': 'm'}")),
               HasSubstr("(JSON strings take double quotes)"));
 }
