@@ -194,7 +194,7 @@ std::string knee_reason(const KneeOutcome& outcome, const std::vector<CurvePoint
                 analysis_detail::swept_effective_batch(points))  // no micro-batch above N to sweep
           advice = last == *effective
                        ? fmt::format("no micro-batch of effective batch {} is larger", *effective)
-                       : fmt::format("a larger split of effective batch {} did not fit", *effective);
+                       : fmt::format("the larger splits of effective batch {} did not run ok", *effective);
         else if (unfit && budget_edge_narrow(last, *unfit))
           advice = fmt::format("batch {} did not fit, so the sweep cannot go past batch {}", *unfit, last);
         else if (unfit)

@@ -62,12 +62,12 @@ namespace sweep_detail {
 namespace {
 
 // Where N's divisors leave a wide gap at the memory edge (97 is 97x1, which did not fit, or 1x97), an
-// effective batch near N (within 5%, at most 1024 away) with micro-batches in the gap gives the sweep a
-// choice there: name the one with the most (the nearest of those), up to the plan's edge where the plan knows
-// it.
+// effective batch near N (within 5% or 1 of it, at most 1024 away) with micro-batches in the gap gives the
+// sweep a choice there: name the one with the most (the nearest of those), up to the plan's edge where the
+// plan knows it.
 std::string nearby_split_hint(int64_t n, int64_t fit, int64_t unfit, std::optional<int64_t> plan_edge) {
   if (unfit < 4 * fit) return {};
-  const int64_t cap = plan_edge && *plan_edge > fit && *plan_edge < unfit ? *plan_edge : unfit - 1;
+  const int64_t cap = plan_edge && *plan_edge >= fit && *plan_edge < unfit ? *plan_edge : unfit - 1;
   if (cap < 2 * fit) return {};
   // The divisors of m in [2 fit, cap], descending.
   const auto in_gap = [&](int64_t m) {
@@ -221,8 +221,13 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
   for (const Point& p : runner.points())
     if (did_not_fit(p.status) && p.batch > largest_ok && (smallest_unfit == 0 || p.batch < smallest_unfit))
       smallest_unfit = p.batch;
+  // A split between the two that failed otherwise (an error) leaves the gap's claim unproven: no hint.
+  const bool errored_between =
+      std::any_of(runner.points().begin(), runner.points().end(), [&](const Point& p) {
+        return p.status == PointStatus::error && p.batch > largest_ok && p.batch < smallest_unfit;
+      });
   const std::string nearby =
-      largest_ok > 0 && smallest_unfit > 0
+      largest_ok > 0 && smallest_unfit > 0 && !errored_between
           ? nearby_split_hint(effective_batch, largest_ok, smallest_unfit, runner.plan_max_fit(1))
           : std::string();
   summary =

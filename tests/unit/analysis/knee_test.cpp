@@ -343,7 +343,7 @@ TEST(FindKnee, AnEffectiveBatchSweepIsNotAskedForALargerMicroBatch) {
   points[points.size() - 2].effective_batch = 4096;
   EXPECT_EQ(find_knee(points, 1.0).reason,
             "no knee: throughput curve has no concave bend confirmed before the sweep ends (a candidate at "
-            "batch 1024; a larger split of effective batch 4096 did not fit)");
+            "batch 1024; the larger splits of effective batch 4096 did not run ok)");
 }
 
 TEST(FindKnee, AnUnconfirmedBendAtTheFitEdgeDoesNotAskForALargerBatch) {

@@ -133,6 +133,21 @@ TEST(EffectiveBatch, APrimeEffectiveBatchNamesANearbyOneWithALargerMicroBatch) {
       << outcome.search_summary;
   // Where the divisors leave no wide gap at the edge (720: 20x36 fits, 24x30 does not), no hint.
   EXPECT_EQ(effective_sweep(16.0, 20, 720).search_summary.find("has no micro-batch"), std::string::npos);
+  // Nor where a split in the gap failed otherwise (194: 194x1 oom, 97x2 a non-finite loss, 2x97 ok): the gap
+  // is not one of memory.
+  {
+    ScriptedConfig config = testing::roofline(2.0, 16.0);
+    config.oom_above_batch = 150;
+    config.nan_at_batch = 97;
+    const auto backend = make_scripted_backend(config);
+    SweepSettings settings;
+    settings.effective_batch = 194;
+    RecordingObserver observer;
+    const SweepOutcome errored = run_sweep(*backend, tiny_graph(), settings, observer);
+    ASSERT_NE(find_point(errored.points, 97, 2), nullptr) << errored.search_summary;
+    EXPECT_EQ(find_point(errored.points, 97, 2)->status, PointStatus::error);
+    EXPECT_EQ(errored.search_summary.find("has no micro-batch"), std::string::npos) << errored.search_summary;
+  }
   // Nor where the largest split fits.
   EXPECT_EQ(effective_sweep(16.0, 1000, 97).search_summary.find("has no micro-batch"), std::string::npos);
 }
