@@ -1143,11 +1143,17 @@ int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& ar
     const bool any_latency = std::any_of(report.points.begin(), report.points.end(), [&](const Point& p) {
       return ok(p) && step_latency_ms(p, options.latency_percentile).has_value();
     });
+    // Kept from the run (no flag given): said, with the flag that drops it.
+    const std::string whose =
+        s.analysis.latency_slo_ms
+            ? std::string("--latency-slo")
+            : fmt::format("the run's --latency-slo {:g} (kept; --no-latency-slo drops it)",
+                          *options.latency_slo_ms);
     if (any_ok && !any_latency)
       throw UsageError(fmt::format(
-          "--latency-slo: no ok point of {} has a step time to hold to it: a budget needs each point's "
-          "step_ms.{} or samples_ms",
-          s.report_path, latency_name(options.latency_percentile)));
+          "{}: no ok point of {} has a step time to hold to it: a budget needs each point's step_ms.{} or "
+          "samples_ms",
+          whose, s.report_path, latency_name(options.latency_percentile)));
   }
   report.analysis = analyze(report.points, options);
   if (flags.price_per_hour) report.settings["price_per_hour"] = *flags.price_per_hour;

@@ -690,6 +690,15 @@ TEST(Analyze, ABudgetOnACurveWithoutStepTimesIsAUsageError) {
   EXPECT_NE(r.err.find("--latency-slo: no ok point of "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("a budget needs each point's step_ms.p99 or samples_ms"), std::string::npos) << r.err;
   EXPECT_EQ(run({"analyze", (dir / "rates.json").string()}).exit_code, 0);
+  // A budget kept from the run's settings is named as such, with the flag that drops it.
+  doc["settings"] = {{"latency_slo_ms", 50}};
+  std::ofstream(dir / "kept.json") << doc.dump();
+  const Result kept = run({"analyze", (dir / "kept.json").string()});
+  EXPECT_EQ(kept.exit_code, 2) << kept.err;
+  EXPECT_NE(kept.err.find("the run's --latency-slo 50 (kept; --no-latency-slo drops it): no ok point"),
+            std::string::npos)
+      << kept.err;
+  EXPECT_EQ(run({"analyze", (dir / "kept.json").string(), "--no-latency-slo"}).exit_code, 0);
 }
 
 // The run's price holds in a re-analysis unless another is given, which then replaces it everywhere.
