@@ -586,6 +586,13 @@ int plan_command(const PlanSettings& s) {
   print_warnings(model.notes);
   print_warnings(graph.notes);
   if (spec.auto_search) throw UsageError("--batch: plan needs explicit batches (auto is for run)");
+  // As run's: samples per step, batch x accumulation, at most 2^24.
+  const int64_t cap = kMaxBatch / s.accumulation;
+  if (const int64_t top = spec.batches.back(); top > cap)
+    throw UsageError(fmt::format(
+        "--accumulation: batch {} x accumulation {} is more than {} (2^24) samples per step; lower the "
+        "accumulation or the largest batch",
+        top, s.accumulation, kMaxBatch));
   BackendKind kind = BackendKind::cpu;
   if (s.backend == "cuda" || (s.backend == "auto" && cuda_device_present())) kind = BackendKind::cuda;
   PlanSummary summary;
@@ -626,6 +633,7 @@ int plan_command(const PlanSettings& s) {
           "size a GPU add --backend cuda (its plans differ)\n");
     summary.memory_bytes = s.memory_bytes;
     summary.max_fit_batch = max_fit_batch(graph, request, *s.memory_bytes);
+    if (summary.max_fit_batch && *summary.max_fit_batch > cap) summary.max_fit_batch = cap;
   }
   if (!json_path.empty()) write_output("--json", json_path, plan_to_json(summary).dump(2) + "\n");
   // As run's: with the JSON on stdout, the table goes to stderr.

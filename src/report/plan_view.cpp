@@ -104,7 +104,9 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
       doc["max_fit_effective_batch"] =
           s.max_fit_batch ? nlohmann::json(*s.max_fit_batch * s.accumulation) : nlohmann::json(nullptr);
     // max_fit_batch 16777216 is "every batch batchsweep plans fits", not a fit edge at 2^24: said apart.
-    doc["memory_limits_batch"] = !(s.max_fit_batch && *s.max_fit_batch >= kMaxBatch);
+    // With accumulation the cap is 2^24 samples per step: kMaxBatch / accumulation micro-batches.
+    doc["memory_limits_batch"] =
+        !(s.max_fit_batch && *s.max_fit_batch >= kMaxBatch / std::max<int64_t>(1, s.accumulation));
   }
   return doc;
 }
@@ -175,10 +177,14 @@ std::string format_plan_table(const PlanSummary& s) {
   }
   if (s.memory_bytes) {
     out += "\n";
-    if (s.max_fit_batch && *s.max_fit_batch >= kMaxBatch) {
+    const int64_t cap = kMaxBatch / std::max<int64_t>(1, s.accumulation);
+    if (s.max_fit_batch && *s.max_fit_batch >= cap) {
+      const std::string upto =
+          s.accumulation > 1 ? fmt::format("{} x accumulation {} = 2^24 samples a step", cap, s.accumulation)
+                             : std::to_string(kMaxBatch);
       out +=
           fmt::format("every batch batchsweep plans (up to {}) fits in {}: memory does not limit the batch\n",
-                      kMaxBatch, human_bytes(*s.memory_bytes));
+                      upto, human_bytes(*s.memory_bytes));
     } else if (s.max_fit_batch) {
       const std::string accumulated =
           s.accumulation > 1 ? fmt::format(" (a micro-batch: effective batch {} with accumulation {})",

@@ -99,16 +99,20 @@ struct Edge {
 
 class AutoSearch {
  public:
-  AutoSearch(PointRunner& runner) : runner_(runner), accumulation_(runner.settings().accumulation) {}
+  AutoSearch(PointRunner& runner)
+      : runner_(runner),
+        accumulation_(runner.settings().accumulation),
+        cap_(kMaxBatch / std::max<int64_t>(1, runner.settings().accumulation)) {}
 
   // Returns false when interrupted.
   bool grow() {
     // A first estimate for the progress line: doublings up to the plan's fit edge, then the refinements.
-    const int64_t top = runner_.plan_max_fit(accumulation_).value_or(kMaxBatch);
+    const int64_t top = std::min(runner_.plan_max_fit(accumulation_).value_or(cap_), cap_);
     runner_.set_planned_total(static_cast<int>(std::log2(static_cast<double>(top))) + 2 + 1 +
                                   kKneeRefinementPoints + (runner_.settings().latency_slo_ms ? 4 : 0),
                               true);
-    for (int64_t batch = 1; batch <= kMaxBatch; batch *= 2) {
+    // Samples per step, batch x accumulation, are capped at 2^24 as --batch's are.
+    for (int64_t batch = 1; batch <= cap_; batch *= 2) {
       if (plateau_at_) {
         const auto probe = runner_.probe(batch, accumulation_);
         if (!probe) return false;
@@ -147,7 +151,13 @@ class AutoSearch {
           return true;
       }
     }
-    growth_end_ = fmt::format("reached the cap of {} (2^24) without running out of memory", kMaxBatch);
+    growth_end_ =
+        accumulation_ > 1
+            ? fmt::format(
+                  "reached the cap of {} (2^24) samples per step, batch {} x accumulation {}, without "
+                  "running out of memory",
+                  kMaxBatch, cap_, accumulation_)
+            : fmt::format("reached the cap of {} (2^24) without running out of memory", kMaxBatch);
     return true;
   }
 
@@ -415,7 +425,9 @@ class AutoSearch {
   int64_t accumulation_;
   std::vector<Point> growth_;  // ok growth points, ascending
   std::optional<int64_t> plateau_at_;
-  std::optional<int64_t> slow_at_;  // growth stopped timing here: the next batch would not fit the timeout
+  std::optional<int64_t> slow_at_;
+  const int64_t cap_;  // the largest batch: 2^24 samples per step over the accumulation  // growth stopped
+                       // timing here: the next batch would not fit the timeout
   Edge edge_;
   int64_t largest_fit_ = 0;  // after the edge refinement; 0 when unknown
   int growth_probes_ = 0;

@@ -1949,6 +1949,15 @@ TEST(Plan, MemoryThatHoldsEveryBatchSaysSo) {
   EXPECT_NE(huge.out.find("every batch batchsweep plans (up to 16777216) fits in 1.50 TiB"),
             std::string::npos)
       << huge.out;
+  // With accumulation the cap is 2^24 samples a step, as run's.
+  const Result accumulated = run({"plan", "--model", "mlp", "--memory", "80GiB", "--accumulation", "1024",
+                                  "--batch", "1", "--json", "-"});
+  ASSERT_EQ(accumulated.exit_code, 0) << accumulated.err;
+  EXPECT_EQ(nlohmann::json::parse(accumulated.out)["max_fit_batch"], 16384);
+  EXPECT_EQ(nlohmann::json::parse(accumulated.out)["memory_limits_batch"], false);
+  EXPECT_NE(accumulated.err.find("up to 16384 x accumulation 1024 = 2^24 samples a step"), std::string::npos)
+      << accumulated.err;
+  EXPECT_EQ(run({"plan", "--batch", "16777216", "--accumulation", "2"}).exit_code, 2);
   const Result small = run({"plan", "--model", "mlp", "--memory", "1GiB"});
   ASSERT_EQ(small.exit_code, 0) << small.err;
   EXPECT_NE(small.out.find("largest batch that fits in 1.00 GiB: "), std::string::npos) << small.out;

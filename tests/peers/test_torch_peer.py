@@ -455,7 +455,9 @@ class CliTest(unittest.TestCase):
         cases = [
             (["--batch", "0"], "--batch: '0'"),
             (["--mode", "infer", "--accumulation", "2"], "--accumulation: gradient accumulation only applies"),
-            (["--accumulation", "0"], "--accumulation: must be at least 1"),
+            (["--accumulation", "0"], "--accumulation: must be in 1..16777216 (2^24), got 0"),
+            (["--batch", "8", "--accumulation", "4194304"],
+             "--accumulation: batch 8 x accumulation 4194304 is more than 16777216 (2^24) samples per step"),
             (["--min-samples", "0"], "--min-samples: must be at least 1"),
             (["--peak-flops", "-1"], "--peak-flops: must be"),
             (["--device", "tpu"], "--device: 'tpu'"),

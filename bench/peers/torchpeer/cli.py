@@ -16,7 +16,7 @@ from typing import Optional
 from . import PEER_NAME
 from .config import LoadedModel, load_model, lower, repo_root
 from .errors import EXIT_FAILURE, EXIT_NOTHING_RAN, EXIT_OK, InputError, ParameterMismatch, PeerError, UsageError
-from .grammar import parse_batches
+from .grammar import MAX_BATCH, parse_batches
 from .report import Report, check_writable, write_file_atomic
 from .stopping import StoppingSettings
 
@@ -118,8 +118,12 @@ def parse_settings(argv: list) -> Settings:
                                   max_noise_pct=a.max_noise, timeout_s=a.timeout)
     s.stopping.validate()
     s.batches = parse_batches(a.batch, "--batch")
-    if s.accumulation < 1:
-        raise UsageError(f"--accumulation: must be at least 1, got {s.accumulation}")
+    if not 1 <= s.accumulation <= MAX_BATCH:
+        raise UsageError(f"--accumulation: must be in 1..{MAX_BATCH} (2^24), got {s.accumulation}")
+    # Samples per step, batch x accumulation, at most 2^24, as batchsweep's (whose reader refuses more).
+    if max(s.batches) * s.accumulation > MAX_BATCH:
+        raise UsageError(f"--accumulation: batch {max(s.batches)} x accumulation {s.accumulation} is more than "
+                         f"{MAX_BATCH} (2^24) samples per step; lower the accumulation or the largest batch")
     if s.mode == "infer" and s.accumulation != 1:
         raise UsageError("--accumulation: gradient accumulation only applies to --mode train")
     if s.peak_flops is not None and not (math.isfinite(s.peak_flops) and s.peak_flops > 0):

@@ -116,6 +116,22 @@ TEST(AutoSearch, RooflineFindsTheKneeRegionAndTheFitEdgeWithFewPoints) {
 
 // --resume of an interrupted auto search: the same search, with every point the first run finished taken as
 // it was; what was oom then is probed again.
+// With gradient accumulation the growth stops at 2^24 samples per step, as --batch's list does: at
+// accumulation 2^22, batch 4.
+TEST(AutoSearch, GrowthStopsAtTheSamplesPerStepCap) {
+  ScriptedConfig config = testing::roofline(0.001, 1e9, 0.0);  // fast enough to time every batch
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = auto_settings();
+  settings.accumulation = int64_t{1} << 22;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, tiny_graph(), settings, observer);
+  for (const Point& p : outcome.points) EXPECT_LE(p.batch, 4) << outcome.search_summary;
+  EXPECT_NE(outcome.search_summary.find("reached the cap of 16777216 (2^24) samples per step, batch 4 x "
+                                        "accumulation 4194304"),
+            std::string::npos)
+      << outcome.search_summary;
+}
+
 TEST(AutoSearch, ResumedSearchTakesTheFinishedPointsAndEndsWhereAFreshOneWould) {
   const Graph graph = tiny_graph();
   ScriptedConfig config = testing::roofline(2.0, 128.0, 0.0);  // no noise: both searches decide alike
