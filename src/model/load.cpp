@@ -58,7 +58,7 @@ std::string read_config_file(const std::string& path) {
     if (fs::is_symlink(fs::symlink_status(path, ec))) {
       if (loop) fail(path, "is a loop of symbolic links");
       const fs::path target = fs::read_symlink(path, ec);
-      fail(path, fmt::format("is a symbolic link to {}, which does not exist",
+      fail(path, fmt::format("is a symbolic link to {}, which leads to no file",
                              ec ? std::string("a target that cannot be read") : target.string()));
     }
     std::string message = "no such preset or file";
