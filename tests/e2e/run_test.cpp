@@ -1772,50 +1772,42 @@ double children_cpu_seconds() {
 
 // A note on the config (a repeated projection block) is a warning on stderr, not an error: plan still plans,
 // and run records it in the report.
+// A model that runs but likely not as meant: plan says `plan_warning` (after "warning: FILE: ") on stderr,
+// and run's report holds a warning containing `run_warning`.
+void expect_model_warning(const std::string& model_text, const std::string& plan_warning,
+                          const std::string& run_warning) {
+  ScratchDir dir;
+  const std::string model = (dir / "m.json").string();
+  std::ofstream(model) << model_text;
+  const Result plan = run({"plan", "--model", model, "--batch", "2"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_NE(plan.err.find("warning: " + model + ": " + plan_warning), std::string::npos) << plan.err;
+  const Result r =
+      run({"run", "--backend", "cpu", "--model", model, "--batch", "1", "--warmup", "1", "--min-samples", "2",
+           "--min-time", "0", "--max-noise", "100", "--quiet", "--json", "-"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(nlohmann::json::parse(r.out)["warnings"].dump().find(run_warning), std::string::npos) << r.out;
+}
+
 // A ViT whose global_avgpool was left out has a [patches, classes] output: it plans and runs, one label per
 // patch, which plan and run say (its parameters match the meant model's, so nothing else would show it).
 TEST(Plan, AnImageModelWithPerPatchLabelsIsAWarning) {
-  ScratchDir dir;
-  const std::string model = (dir / "vit.json").string();
-  std::ofstream(model)
-      << R"({"name": "vit", "input": {"type": "image", "channels": 3, "height": 16, "width": 16},
+  expect_model_warning(
+      R"({"name": "vit", "input": {"type": "image", "channels": 3, "height": 16, "width": 16},
     "layers": [{"type": "patch_embedding", "patch_size": 8, "dim": 16}, {"type": "transformer_block", "heads": 2},
-               {"type": "layernorm"}, {"type": "linear", "out_features": 10}]})";
-  const Result plan = run({"plan", "--model", model, "--batch", "2"});
-  ASSERT_EQ(plan.exit_code, 0) << plan.err;
-  EXPECT_NE(plan.err.find("warning: " + model +
-                          ": the output is [4, 10] from an image input: cross_entropy "
-                          "takes one label per patch"),
-            std::string::npos)
-      << plan.err;
-  const Result r =
-      run({"run", "--backend", "cpu", "--model", model, "--batch", "1", "--warmup", "1", "--min-samples", "2",
-           "--min-time", "0", "--max-noise", "100", "--quiet", "--json", "-"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(nlohmann::json::parse(r.out)["warnings"].dump().find("one label per patch"), std::string::npos);
+               {"type": "layernorm"}, {"type": "linear", "out_features": 10}]})",
+      "the output is [4, 10] from an image input: cross_entropy takes one label per patch",
+      "one label per patch");
 }
 
 TEST(Plan, ARepeatedProjectionBlockIsAWarning) {
-  ScratchDir dir;
-  const std::string model = (dir / "m.json").string();
-  std::ofstream(model) << R"({"name": "m", "input": {"type": "image", "channels": 2, "height": 8, "width": 8},
+  expect_model_warning(
+      R"({"name": "m", "input": {"type": "image", "channels": 2, "height": 8, "width": 8},
     "layers": [{"type": "residual", "repeat": 2,
                 "layers": [{"type": "conv2d", "out_channels": 4, "kernel_size": 3, "stride": 2, "padding": 1}],
                 "shortcut": [{"type": "conv2d", "out_channels": 4, "kernel_size": 1, "stride": 2}]},
-               {"type": "flatten"}, {"type": "linear", "out_features": 3}]})";
-  const Result plan = run({"plan", "--model", model, "--batch", "2"});
-  ASSERT_EQ(plan.exit_code, 0) << plan.err;
-  EXPECT_NE(plan.err.find("warning: " + model + ": layers[0]: `repeat` 2 copies the whole block"),
-            std::string::npos)
-      << plan.err;
-  const Result r =
-      run({"run", "--backend", "cpu", "--model", model, "--batch", "1", "--warmup", "1", "--min-samples", "2",
-           "--min-time", "0", "--max-noise", "100", "--quiet", "--json", "-"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const nlohmann::json warnings = nlohmann::json::parse(r.out)["warnings"];
-  ASSERT_FALSE(warnings.empty());
-  EXPECT_NE(warnings[0].get<std::string>().find("copies the whole block"), std::string::npos)
-      << warnings.dump();
+               {"type": "flatten"}, {"type": "linear", "out_features": 3}]})",
+      "layers[0]: `repeat` 2 copies the whole block", "copies the whole block");
 }
 
 // The README's worked plan (gpt2-small bf16 training on an H200) is what the binary plans: a changed plan
