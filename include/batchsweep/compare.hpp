@@ -173,6 +173,8 @@ struct Regression {
 
 // Console table: per batch the throughput of each run, B/A and the verdict; the geometric-mean row; then each
 // run's knee, max fit and recommendation. ANSI colors (faster green, slower red) when `color`.
+// The letter the table, notes and gate name run i by: A, B, ... Z, then R27, R28, ...
+[[nodiscard]] std::string run_letter(size_t i);
 [[nodiscard]] std::string format_compare(const CompareResult& result, bool color);
 [[nodiscard]] std::string format_compare_markdown(const CompareResult& result);
 [[nodiscard]] nlohmann::json to_json(const CompareResult& result);

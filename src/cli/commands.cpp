@@ -1274,9 +1274,7 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
         hint = fmt::format(
             "the runs' accumulations differ, A {} and {} {}, and a batch is compared at one accumulation: "
             "sweep them with the same --accumulation",
-            accumulations(reports[0]),
-            i < 26 ? std::string(1, static_cast<char>('A' + i)) : fmt::format("R{}", i + 1),
-            accumulations(reports[i]));
+            accumulations(reports[0]), run_letter(i), accumulations(reports[i]));
         break;
       }
       throw InputError(fmt::format(

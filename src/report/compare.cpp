@@ -60,7 +60,7 @@ std::string run_name(const CompareOptions& options, size_t i) {
 
 // A, B, C, ... for the column headers; R27, R28, ... past Z.
 std::string letter(size_t i) {
-  return i < 26 ? std::string(1, static_cast<char>('A' + i)) : fmt::format("R{}", i + 1);
+  return run_letter(i);
 }
 
 bool usable_samples(const std::vector<double>& samples) {
@@ -803,6 +803,10 @@ nlohmann::json regressions_json(const CompareResult& result, const std::vector<R
 
 bool has_regression(const CompareResult& result, double pct) {
   return !regressions(result, pct).empty();
+}
+
+std::string run_letter(size_t i) {
+  return i < 26 ? std::string(1, static_cast<char>('A' + i)) : fmt::format("R{}", i + 1);
 }
 
 std::string format_compare(const CompareResult& result, bool color) {

@@ -425,9 +425,8 @@ class AutoSearch {
   int64_t accumulation_;
   std::vector<Point> growth_;  // ok growth points, ascending
   std::optional<int64_t> plateau_at_;
-  std::optional<int64_t> slow_at_;
-  const int64_t cap_;  // the largest batch: 2^24 samples per step over the accumulation  // growth stopped
-                       // timing here: the next batch would not fit the timeout
+  std::optional<int64_t> slow_at_;  // growth stopped timing here: the next batch would not fit the timeout
+  const int64_t cap_;               // the largest batch: 2^24 samples per step over the accumulation
   Edge edge_;
   int64_t largest_fit_ = 0;  // after the edge refinement; 0 when unknown
   int growth_probes_ = 0;
