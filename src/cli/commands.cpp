@@ -586,13 +586,8 @@ int plan_command(const PlanSettings& s) {
   print_warnings(model.notes);
   print_warnings(graph.notes);
   if (spec.auto_search) throw UsageError("--batch: plan needs explicit batches (auto is for run)");
-  // As run's: samples per step, batch x accumulation, at most 2^24.
-  const int64_t cap = kMaxBatch / s.accumulation;
-  if (const int64_t top = spec.batches.back(); top > cap)
-    throw UsageError(fmt::format(
-        "--accumulation: batch {} x accumulation {} is more than {} (2^24) samples per step; lower the "
-        "accumulation or the largest batch",
-        top, s.accumulation, kMaxBatch));
+  check_samples_per_step(spec.batches.back(), s.accumulation);  // as run's
+  const int64_t cap = max_micro_batch(s.accumulation);
   BackendKind kind = BackendKind::cpu;
   if (s.backend == "cuda" || (s.backend == "auto" && cuda_device_present())) kind = BackendKind::cuda;
   PlanSummary summary;

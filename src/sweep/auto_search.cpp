@@ -102,7 +102,7 @@ class AutoSearch {
   AutoSearch(PointRunner& runner)
       : runner_(runner),
         accumulation_(runner.settings().accumulation),
-        cap_(kMaxBatch / std::max<int64_t>(1, runner.settings().accumulation)) {}
+        cap_(max_micro_batch(runner.settings().accumulation)) {}
 
   // Returns false when interrupted.
   bool grow() {

@@ -176,6 +176,18 @@ BatchSpec parse_batch_spec(std::string_view text, std::string_view flag) {
   return spec;
 }
 
+int64_t max_micro_batch(int64_t accumulation) {
+  return kMaxBatch / std::max<int64_t>(1, accumulation);
+}
+
+void check_samples_per_step(int64_t largest_batch, int64_t accumulation) {
+  if (largest_batch > max_micro_batch(accumulation))
+    throw UsageError(fmt::format(
+        "--accumulation: batch {} x accumulation {} is more than {} (2^24) samples per step; lower the "
+        "accumulation or the largest batch",
+        largest_batch, accumulation, kMaxBatch));
+}
+
 uint64_t parse_size(std::string_view text, std::string_view flag) {
   const std::string_view s = trim(text);
   const auto fail = [&](const std::string& why) -> uint64_t {

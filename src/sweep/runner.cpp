@@ -668,12 +668,9 @@ SweepOutcome run_sweep(Backend& backend, const Graph& graph, const SweepSettings
   if (!settings.effective_batch && !settings.batches.auto_search) {
     // Samples per optimizer step share the batch's 2^24 cap (a step of more would run for hours,
     // uninterruptible).
-    const int64_t top = *std::max_element(settings.batches.batches.begin(), settings.batches.batches.end());
-    if (top > kMaxBatch / settings.accumulation)
-      throw UsageError(fmt::format(
-          "--accumulation: batch {} x accumulation {} is more than {} (2^24) samples per step; lower the "
-          "accumulation or the largest batch",
-          top, settings.accumulation, kMaxBatch));
+    check_samples_per_step(
+        *std::max_element(settings.batches.batches.begin(), settings.batches.batches.end()),
+        settings.accumulation);
   }
   if (!(settings.memory_warn_fraction > 0 && settings.memory_warn_fraction <= 1))
     throw UsageError(
