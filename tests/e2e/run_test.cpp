@@ -117,9 +117,11 @@ TEST(Run, ADivergingLossNamesTheLearningRate) {
       << R"({"name": "lr10", "input": {"type": "vector", "features": 100}, "layers": [{"type": "linear", )"
          R"("out_features": 64, "activation": "relu"}, {"type": "linear", "out_features": 10}], )"
          R"("optimizer": {"type": "sgd", "learning_rate": 10}})";
+  // --timeout far above the ~0.1 s the steps take: a loaded machine must not stop the point before it
+  // diverges.
   const Result r =
       run({"run", "--backend", "cpu", "--model", model.string(), "--batch", "64", "--min-samples", "1000",
-           "--min-time", "0", "--warmup", "0", "--quiet", "--json", "-"});
+           "--min-time", "0", "--warmup", "0", "--timeout", "120", "--quiet", "--json", "-"});
   ASSERT_EQ(r.exit_code, 4) << r.err;
   const nlohmann::json report = nlohmann::json::parse(r.out);
   const std::string reason = report["points"][0]["reason"];
