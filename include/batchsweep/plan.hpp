@@ -308,6 +308,13 @@ inline constexpr double kMemorySafetyFraction = 0.95;
 // The largest batch batchsweep plans or sweeps (2^24).
 inline constexpr int64_t kMaxBatch = int64_t{1} << 24;
 
+// The largest micro-batch an accumulation allows: 2^24 samples per step, batch x accumulation, as a batch
+// alone (a step of more would run for hours, and is not cut between steps). Used by the batch grammar, the
+// auto search and plan's "every batch fits" line, so all three stop at the same edge.
+[[nodiscard]] constexpr int64_t max_micro_batch(int64_t accumulation) {
+  return kMaxBatch / (accumulation > 1 ? accumulation : 1);
+}
+
 // The largest batch whose plan fits in memory_bytes * kMemorySafetyFraction, or nullopt when batch 1 does
 // not. kMaxBatch means "at least kMaxBatch": memory is not what limits the batch.
 [[nodiscard]] std::optional<int64_t> max_fit_batch(const Graph& graph, PlanRequest request,

@@ -19,6 +19,10 @@ struct PlanSummary {
   std::optional<int64_t> max_fit_batch;  // with --memory: the largest batch that fits (nullopt: not even 1)
   bool with_buffers = false;             // --buffers: list every buffer of each plan
   int64_t accumulation = 1;              // --accumulation: max_fit_batch is a micro-batch of this many
+  // --effective-batch N: the plans are splits of N (micro-batch x accumulation, each its own), and
+  // max_fit_batch is the micro-batch of the split with the largest one that fits (memory does not depend
+  // on the accumulation).
+  std::optional<int64_t> effective_batch;
 };
 
 // {model, parameters, flops_per_sample {forward, train}, precision, mode, accumulation, backend, points:

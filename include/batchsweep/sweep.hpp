@@ -53,10 +53,8 @@ struct BatchSpec {
 // (`12XB`), a size of zero, a negative or malformed number, and a size that does not fit in 64 bits.
 [[nodiscard]] uint64_t parse_size(std::string_view text, std::string_view flag);
 
-// The largest micro-batch an accumulation allows: 2^24 samples per step, batch x accumulation, as a batch
-// alone (a step of more would run for hours, and is not cut between steps).
-[[nodiscard]] int64_t max_micro_batch(int64_t accumulation);
-// Throws UsageError naming --accumulation where `largest_batch` x `accumulation` passes that cap.
+// Throws UsageError naming --accumulation where `largest_batch` x `accumulation` passes max_micro_batch
+// (plan.hpp): 2^24 samples per step.
 void check_samples_per_step(int64_t largest_batch, int64_t accumulation);
 
 // format_bytes (bytes as "74.10 GiB") is declared in plan.hpp, where the backends reach it too.

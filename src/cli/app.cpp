@@ -478,15 +478,26 @@ int run_app(int argc, char** argv) {
           "Plan for auto | cpu | cuda: auto is cuda where a GPU is present, else cpu; cuda sizes a GPU "
           "from any machine (the plans differ)")
       ->capture_default_str();
-  plan_cmd->add_option("--batch,-b", plan.batch, "Batches: 1,8,64  8:256:+8  1:4096:*2  (16:128 = 16:128:*2)")
-      ->type_name("SPEC")
-      ->capture_default_str();
+  CLI::Option* plan_batch_opt =
+      plan_cmd
+          ->add_option("--batch,-b", plan.batch, "Batches: 1,8,64  8:256:+8  1:4096:*2  (16:128 = 16:128:*2)")
+          ->type_name("SPEC")
+          ->capture_default_str();
   plan_cmd->add_option("--precision,-p", plan_raw.precision, "fp32 | tf32 | fp16 | bf16")
       ->capture_default_str();
   plan_cmd->add_option("--mode", plan_raw.mode, "train | infer")->capture_default_str();
-  plan_cmd->add_option("--accumulation", plan.accumulation, "Micro-batches per optimizer step")
+  CLI::Option* plan_accum_opt =
+      plan_cmd->add_option("--accumulation", plan.accumulation, "Micro-batches per optimizer step")
+          ->check(whole(1, kMaxBatch, " (2^24)"))
+          ->capture_default_str();
+  plan_cmd
+      ->add_option("--effective-batch", plan_raw.effective_batch,
+                   "Plan the splits of N samples per step into micro-batch x accumulation; with --memory, "
+                   "the largest micro-batch that fits")
+      ->type_name("N")
       ->check(whole(1, kMaxBatch, " (2^24)"))
-      ->capture_default_str();
+      ->excludes(plan_accum_opt)
+      ->excludes(plan_batch_opt);
   plan_cmd
       ->add_option("--memory", plan_raw.memory,
                    "Device memory (e.g. 80GiB, 24GiB): report the largest batch whose plan fits in 95% of it")
@@ -639,6 +650,11 @@ int run_app(int argc, char** argv) {
     plan.mode = parse_mode(plan_raw.mode);
     if (plan.mode == Mode::infer && plan.accumulation != 1)
       throw UsageError("--accumulation: gradient accumulation only applies to --mode train");
+    if (plan_raw.effective_batch) {
+      if (plan.mode != Mode::train)
+        throw UsageError("--effective-batch: gradient accumulation only applies to --mode train");
+      plan.effective_batch = *plan_raw.effective_batch;
+    }
     if (plan_cmd->count("--memory") > 0) plan.memory_bytes = parse_size(plan_raw.memory, "--memory");
     plan.paths = parse_paths(plan_raw.attention, plan_raw.conv);
     return plan_command(plan);

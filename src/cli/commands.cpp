@@ -582,11 +582,18 @@ int plan_command(const PlanSettings& s) {
   const ModelSpec model = load_model(s.model);
   const Graph graph = lower(model);
   check_trainable(graph, s.mode);
-  const BatchSpec spec = parse_batch_spec(s.batch, "--batch");
+  // --effective-batch N plans its splits (micro-batch x accumulation), as run would try them.
+  std::vector<BatchSplit> splits;
+  if (s.effective_batch) {
+    splits = effective_batch_splits(*s.effective_batch);
+  } else {
+    const BatchSpec spec = parse_batch_spec(s.batch, "--batch");
+    if (spec.auto_search) throw UsageError("--batch: plan needs explicit batches (auto is for run)");
+    check_samples_per_step(spec.batches.back(), s.accumulation);  // as run's
+    for (const int64_t b : spec.batches) splits.push_back(BatchSplit{b, s.accumulation});
+  }
   print_warnings(model.notes);
   print_warnings(graph.notes);
-  if (spec.auto_search) throw UsageError("--batch: plan needs explicit batches (auto is for run)");
-  check_samples_per_step(spec.batches.back(), s.accumulation);  // as run's
   const int64_t cap = max_micro_batch(s.accumulation);
   BackendKind kind = BackendKind::cpu;
   if (s.backend == "cuda" || (s.backend == "auto" && cuda_device_present())) kind = BackendKind::cuda;
@@ -594,6 +601,7 @@ int plan_command(const PlanSettings& s) {
   summary.graph = &graph;
   summary.with_buffers = s.buffers;
   summary.accumulation = s.accumulation;
+  summary.effective_batch = s.effective_batch;
   PlanRequest request{1, s.precision, s.mode, s.accumulation, kind};
   // The paths the CUDA backend prefers (or the ones forced); where cuDNN rejects a shape on the device, `run`
   // falls back and plans our own path instead (its report says which ran).
@@ -614,10 +622,6 @@ int plan_command(const PlanSettings& s) {
                     s.paths.attention == AttentionPath::cudnn_sdpa ? "--attention cudnn" : "--conv cudnn",
                     to_string(kind)));
   }
-  for (int64_t b : spec.batches) {
-    request.batch = b;
-    summary.plans.push_back(make_plan(graph, request));
-  }
   if (s.memory_bytes) {
     // Sizing a GPU from a laptop is what --memory is for; auto without a GPU plans the CPU backend, whose
     // buffers differ (fp16/bf16 keep fp32 copies for its math), and the largest fit with them.
@@ -629,6 +633,30 @@ int plan_command(const PlanSettings& s) {
     summary.memory_bytes = s.memory_bytes;
     summary.max_fit_batch = max_fit_batch(graph, request, *s.memory_bytes);
     if (summary.max_fit_batch && *summary.max_fit_batch > cap) summary.max_fit_batch = cap;
+    if (s.effective_batch && summary.max_fit_batch) {
+      // The largest micro-batch dividing N that fits (memory does not depend on the accumulation); where
+      // N's splits are a ladder that skips it, it is planned too, as run's probe between ladder steps finds
+      // it.
+      const int64_t n = *s.effective_batch;
+      int64_t best = 0;
+      for (int64_t d = 1; d * d <= n; ++d) {
+        if (n % d != 0) continue;
+        for (const int64_t micro : {d, n / d})
+          if (micro <= *summary.max_fit_batch) best = std::max(best, micro);
+      }
+      summary.max_fit_batch = best;  // 1 divides N, and batch 1 fits
+      if (std::none_of(splits.begin(), splits.end(),
+                       [&](const BatchSplit& x) { return x.micro_batch == best; }))
+        splits.push_back(BatchSplit{best, n / best});
+    }
+  }
+  // Ascending micro-batch, as a --batch list's rows.
+  std::sort(splits.begin(), splits.end(),
+            [](const BatchSplit& a, const BatchSplit& b) { return a.micro_batch < b.micro_batch; });
+  for (const BatchSplit& split : splits) {
+    request.batch = split.micro_batch;
+    request.accumulation = split.accumulation;
+    summary.plans.push_back(make_plan(graph, request));
   }
   if (!json_path.empty()) write_output("--json", json_path, plan_to_json(summary).dump(2) + "\n");
   // As run's: with the JSON on stdout, the table goes to stderr.

@@ -36,6 +36,7 @@ struct PlanSettings {
   Precision precision = Precision::fp32;
   Mode mode = Mode::train;
   int64_t accumulation = 1;
+  std::optional<int64_t> effective_batch;  // --effective-batch: plan its splits instead of --batch
   std::optional<uint64_t> memory_bytes;
   std::string json_path;
   bool buffers = false;

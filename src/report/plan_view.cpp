@@ -47,6 +47,17 @@ bool fits_budget(const PlanSummary& s, const Plan& p) {
   return s.max_fit_batch && p.request.batch <= *s.max_fit_batch;
 }
 
+// "64x4": a split of an effective batch, "256x1" too (a row of --effective-batch shows how it makes N).
+std::string split_text(int64_t micro_batch, int64_t accumulation) {
+  return fmt::format("{}x{}", micro_batch, accumulation);
+}
+
+// A row's batch: "64", or with --effective-batch its split.
+std::string batch_text(const PlanSummary& s, const Plan& p) {
+  return s.effective_batch ? split_text(p.request.batch, p.request.accumulation)
+                           : std::to_string(p.request.batch);
+}
+
 }  // namespace
 
 nlohmann::json plan_to_json(const PlanSummary& s) {
@@ -59,7 +70,13 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
     const PlanRequest& r = s.plans.front().request;
     doc["precision"] = to_string(r.precision);
     doc["mode"] = to_string(r.mode);
-    doc["accumulation"] = r.accumulation;
+    // --effective-batch: each split has its own accumulation (in its point), and the step's N is here.
+    if (s.effective_batch) {
+      doc["accumulation"] = nullptr;
+      doc["effective_batch"] = *s.effective_batch;
+    } else {
+      doc["accumulation"] = r.accumulation;
+    }
     doc["backend"] = to_string(r.backend);
     // A path for a kind of layer the model does not have is null: nothing runs on it.
     const ModelPaths has = layer_kinds(g);
@@ -71,6 +88,7 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
   nlohmann::json points = nlohmann::json::array();
   for (const Plan& p : s.plans) {
     nlohmann::json point = {{"batch", p.request.batch},
+                            {"accumulation", p.request.accumulation},
                             {"effective_batch", p.request.batch * p.request.accumulation},
                             {"flops_per_step", p.flops_per_step},
                             {"memory", memory_json(p.memory)}};
@@ -99,14 +117,22 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
     doc["memory_bytes"] = *s.memory_bytes;
     doc["safety_fraction"] = kMemorySafetyFraction;
     doc["max_fit_batch"] = s.max_fit_batch ? nlohmann::json(*s.max_fit_batch) : nlohmann::json(nullptr);
+    if (s.effective_batch) {
+      // The split with the largest micro-batch that fits: its accumulation, and the N it makes.
+      const int64_t n = *s.effective_batch;
+      doc["max_fit_accumulation"] =
+          s.max_fit_batch ? nlohmann::json(n / *s.max_fit_batch) : nlohmann::json(nullptr);
+      doc["max_fit_effective_batch"] = s.max_fit_batch ? nlohmann::json(n) : nlohmann::json(nullptr);
+      doc["memory_limits_batch"] = !(s.max_fit_batch && *s.max_fit_batch == n);
+      return doc;
+    }
     // With accumulation the fit is of a micro-batch: the step it makes, for a script that wants it.
     if (s.accumulation > 1)
       doc["max_fit_effective_batch"] =
           s.max_fit_batch ? nlohmann::json(*s.max_fit_batch * s.accumulation) : nlohmann::json(nullptr);
     // max_fit_batch 16777216 is "every batch batchsweep plans fits", not a fit edge at 2^24: said apart.
-    // With accumulation the cap is 2^24 samples per step: kMaxBatch / accumulation micro-batches.
-    doc["memory_limits_batch"] =
-        !(s.max_fit_batch && *s.max_fit_batch >= kMaxBatch / std::max<int64_t>(1, s.accumulation));
+    // With accumulation the cap is 2^24 samples per step: max_micro_batch micro-batches.
+    doc["memory_limits_batch"] = !(s.max_fit_batch && *s.max_fit_batch >= max_micro_batch(s.accumulation));
   }
   return doc;
 }
@@ -120,8 +146,10 @@ std::string format_plan_table(const PlanSummary& s) {
                   g.parameters, flops_text(g.forward_flops_per_sample), flops_text(g.train_flops_per_sample));
   if (!s.plans.empty()) {
     const PlanRequest& r = s.plans.front().request;
-    out += fmt::format("{} {} on {}, accumulation {}", to_string(r.precision), to_string(r.mode),
-                       to_string(r.backend), r.accumulation);
+    out += fmt::format("{} {} on {}, ", to_string(r.precision), to_string(r.mode), to_string(r.backend));
+    out += s.effective_batch
+               ? fmt::format("effective batch {} (micro-batch x accumulation)", *s.effective_batch)
+               : fmt::format("accumulation {}", r.accumulation);
     // The paths of the layers the model has.
     const ModelPaths has = layer_kinds(g);
     if (r.backend == BackendKind::cuda && has.attention)
@@ -139,7 +167,8 @@ std::string format_plan_table(const PlanSummary& s) {
   t.headers = {"batch",     "params",    "master", "grads", "optimizer", "activations",
                "transient", "workspace", "data",   "total", "FLOP/step"};
   // With accumulation, the effective batch each micro-batch makes (what the optimizer step sees).
-  const bool accumulates = !s.plans.empty() && s.plans.front().request.accumulation > 1;
+  // (With --effective-batch every split makes N, and its label says how: "64x4".)
+  const bool accumulates = !s.effective_batch && !s.plans.empty() && s.plans.front().request.accumulation > 1;
   if (accumulates) t.headers.insert(t.headers.begin() + 1, "effective");
   // With --memory, whether each batch fits it (memory grows with the batch: up to max_fit_batch).
   const bool budget = s.memory_bytes.has_value();
@@ -147,8 +176,8 @@ std::string format_plan_table(const PlanSummary& s) {
   t.align.assign(t.headers.size(), Align::right);
   for (const Plan& p : s.plans) {
     const MemoryBreakdown& m = p.memory;
-    t.rows.push_back({std::to_string(p.request.batch), human_bytes(m.parameters),
-                      human_bytes(m.master_weights), human_bytes(m.gradients), human_bytes(m.optimizer_state),
+    t.rows.push_back({batch_text(s, p), human_bytes(m.parameters), human_bytes(m.master_weights),
+                      human_bytes(m.gradients), human_bytes(m.optimizer_state),
                       human_bytes(m.saved_activations), human_bytes(m.transient), human_bytes(m.workspace),
                       human_bytes(m.data), human_bytes(m.total_bytes()),
                       report_format::human_rate(p.flops_per_step)});
@@ -160,7 +189,7 @@ std::string format_plan_table(const PlanSummary& s) {
   for (const std::string& line : report_format::render_lines(t)) out += line + "\n";
   if (s.with_buffers) {
     for (const Plan& p : s.plans) {
-      out += fmt::format("\nbuffers at batch {}:\n", p.request.batch);
+      out += fmt::format("\nbuffers at batch {}:\n", batch_text(s, p));
       report_format::TextTable b;
       b.headers = {"buffer", "category", "dtype", "elements", "bytes", "layer"};
       b.align = {Align::left, Align::left, Align::left, Align::right, Align::right, Align::left};
@@ -175,9 +204,26 @@ std::string format_plan_table(const PlanSummary& s) {
       for (const std::string& line : report_format::render_lines(b)) out += line + "\n";
     }
   }
-  if (s.memory_bytes) {
+  if (s.memory_bytes && s.effective_batch) {
+    const int64_t n = *s.effective_batch;
     out += "\n";
-    const int64_t cap = kMaxBatch / std::max<int64_t>(1, s.accumulation);
+    if (s.max_fit_batch && *s.max_fit_batch == n)
+      out += fmt::format(
+          "effective batch {} fits in {} as one batch ({}): no accumulation needed (plans may use {:.0f}% "
+          "of it; the rest is headroom for the runtime)\n",
+          n, human_bytes(*s.memory_bytes), split_text(n, 1), kMemorySafetyFraction * 100);
+    else if (s.max_fit_batch)
+      out += fmt::format(
+          "largest micro-batch that fits in {} for effective batch {}: {} (plans may use {:.0f}% of it; "
+          "the rest is headroom for the runtime)\n",
+          human_bytes(*s.memory_bytes), n, split_text(*s.max_fit_batch, n / *s.max_fit_batch),
+          kMemorySafetyFraction * 100);
+    else
+      out += fmt::format("not even micro-batch 1 ({}) fits in {} (plans may use {:.0f}% of it)\n",
+                         split_text(1, n), human_bytes(*s.memory_bytes), kMemorySafetyFraction * 100);
+  } else if (s.memory_bytes) {
+    out += "\n";
+    const int64_t cap = max_micro_batch(s.accumulation);
     if (s.max_fit_batch && *s.max_fit_batch >= cap) {
       const std::string upto =
           s.accumulation > 1 ? fmt::format("{} x accumulation {} = 2^24 samples a step", cap, s.accumulation)

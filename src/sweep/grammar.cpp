@@ -176,10 +176,6 @@ BatchSpec parse_batch_spec(std::string_view text, std::string_view flag) {
   return spec;
 }
 
-int64_t max_micro_batch(int64_t accumulation) {
-  return kMaxBatch / std::max<int64_t>(1, accumulation);
-}
-
 void check_samples_per_step(int64_t largest_batch, int64_t accumulation) {
   if (largest_batch > max_micro_batch(accumulation))
     throw UsageError(fmt::format(

@@ -2021,6 +2021,83 @@ TEST(Plan, AccumulationShowsTheEffectiveBatch) {
   EXPECT_FALSE(nlohmann::json::parse(plain_json.out).contains("max_fit_effective_batch"));
 }
 
+// --effective-batch N plans the splits run would try, each row labelled by its split, and with --memory names
+// the largest micro-batch dividing N that fits: the answer to "how do I make 96 samples a step on this card".
+TEST(Plan, EffectiveBatchPlansItsSplitsAndNamesTheLargestThatFits) {
+  const Result all = run({"plan", "--model", "mlp", "--effective-batch", "96", "--json", "-"});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  const nlohmann::json doc = nlohmann::json::parse(all.out);
+  EXPECT_EQ(doc["effective_batch"], 96);
+  EXPECT_TRUE(doc["accumulation"].is_null());
+  ASSERT_EQ(doc["points"].size(), 12u);  // 96 has 12 divisors
+  for (const nlohmann::json& point : doc["points"]) {
+    EXPECT_EQ(point["effective_batch"], 96) << point.dump();
+    EXPECT_EQ(point["batch"].get<int64_t>() * point["accumulation"].get<int64_t>(), 96) << point.dump();
+  }
+  EXPECT_EQ(doc["points"][0]["batch"], 1);  // ascending micro-batch
+  // The table: "effective batch 96" in the title, each row its split.
+  EXPECT_NE(all.err.find("effective batch 96 (micro-batch x accumulation)"), std::string::npos) << all.err;
+  EXPECT_NE(all.err.find("\n 1x96 "), std::string::npos) << all.err;
+  EXPECT_NE(all.err.find("\n 96x1 "), std::string::npos) << all.err;
+
+  // The budget that holds batch B and not more (by plain --memory) gives the largest divisor of 96 up to B.
+  const auto fit_of = [](const std::vector<std::string>& args) {
+    const Result r = run(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out);
+  };
+  const nlohmann::json plain = fit_of({"plan", "--model", "mlp", "--memory", "2.1MiB", "--json", "-"});
+  const int64_t edge = plain["max_fit_batch"].get<int64_t>();
+  ASSERT_GT(edge, 1);
+  ASSERT_LT(edge, 96);
+  int64_t expected = 1;
+  for (int64_t d = 1; d <= edge; ++d)
+    if (96 % d == 0) expected = d;
+  const nlohmann::json split =
+      fit_of({"plan", "--model", "mlp", "--memory", "2.1MiB", "--effective-batch", "96", "--json", "-"});
+  EXPECT_EQ(split["max_fit_batch"], expected);
+  EXPECT_EQ(split["max_fit_accumulation"], 96 / expected);
+  EXPECT_EQ(split["max_fit_effective_batch"], 96);
+  EXPECT_EQ(split["memory_limits_batch"], true);
+  for (const nlohmann::json& point : split["points"])
+    EXPECT_EQ(point["fits"], point["batch"].get<int64_t>() <= expected) << point.dump();
+  const Result said = run({"plan", "--model", "mlp", "--memory", "2.1MiB", "--effective-batch", "96"});
+  EXPECT_NE(said.out.find("largest micro-batch that fits in 2.10 MiB for effective batch 96: " +
+                          std::to_string(expected) + "x" + std::to_string(96 / expected)),
+            std::string::npos)
+      << said.out;
+  // A ladder (720720 has 240 divisors) may skip that micro-batch: it is planned too.
+  const nlohmann::json ladder =
+      fit_of({"plan", "--model", "mlp", "--memory", "2.1MiB", "--effective-batch", "720720", "--json", "-"});
+  int64_t ladder_expected = 1;
+  for (int64_t d = 1; d <= edge; ++d)
+    if (720720 % d == 0) ladder_expected = d;
+  EXPECT_EQ(ladder["max_fit_batch"], ladder_expected);
+  bool planned = false;
+  for (const nlohmann::json& point : ladder["points"]) planned = planned || point["batch"] == ladder_expected;
+  EXPECT_TRUE(planned) << ladder.dump();
+  // N x 1 fits: no accumulation needed, said so; and nothing fits: said so.
+  const Result roomy = run({"plan", "--model", "mlp", "--memory", "80GiB", "--effective-batch", "96"});
+  EXPECT_NE(roomy.out.find("effective batch 96 fits in 80.0 GiB as one batch (96x1): no accumulation needed"),
+            std::string::npos)
+      << roomy.out;
+  const Result tight =
+      run({"plan", "--model", "gpt2-small", "--memory", "64MiB", "--effective-batch", "8", "--json", "-"});
+  ASSERT_EQ(tight.exit_code, 0) << tight.err;
+  EXPECT_TRUE(nlohmann::json::parse(tight.out)["max_fit_batch"].is_null());
+  EXPECT_NE(tight.err.find("not even micro-batch 1 (1x8) fits in 64.0 MiB"), std::string::npos) << tight.err;
+  // As run's: training only, and not with --batch or --accumulation.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"plan", "--effective-batch", "64", "--mode", "infer"},
+        {"plan", "--effective-batch", "64", "--batch", "8"},
+        {"plan", "--effective-batch", "64", "--accumulation", "2"},
+        {"plan", "--effective-batch", "0"}}) {
+    const Result bad = run(args);
+    EXPECT_EQ(bad.exit_code, 2) << bad.err;
+    EXPECT_NE(bad.err.find("--effective-batch"), std::string::npos) << bad.err;
+  }
+}
+
 // --mode takes the long words too.
 TEST(Plan, ModeTakesTheLongWords) {
   const Result train = run({"plan", "--model", "mlp", "--mode", "train", "--json", "-"});
