@@ -91,6 +91,10 @@ struct CompareDelta {
   // real but negligible change, shown "same (under 1%; p=…)" so the small p does not read as a change.
   bool under_min_effect = false;
   std::optional<double> under_min_effect_p;  // the p of the test that was significant, shown with it
+  // from_samples, "same": a test was significant, but a point stopped short of its measurement targets (its
+  // steps drifted together, which the tests do not allow for) and the change is within twice the two means'
+  // combined standard error. Shown "same (stopped short, within the means' noise)".
+  bool short_within_noise = false;
   // The geometric mean's verdict also held the change to the means' combined noise (every row had samples).
   bool noise_checked = false;
 };

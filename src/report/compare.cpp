@@ -155,6 +155,19 @@ CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions
     d.median_and_mean_disagree = d.verdict == Verdict::same && effect && test.p_value < half_alpha && !agrees;
     d.under_min_effect = d.verdict == Verdict::same && !effect && (shifted || mean_moved);
     if (d.under_min_effect) d.under_min_effect_p = shifted ? test.p_value : welch.p_value;
+    // A point that stopped short of its measurement targets (timeout, sample cap, noise settled) had steps
+    // that would not settle: on a busy machine they drift together, and both tests, which take each step as
+    // independent, grow sure of a shift that a rerun would not reproduce (two runs of one command on a loaded
+    // CPU: "47% slower, p=1e-74" at a point whose own noise was 150%). There the change must also clear the
+    // two means' combined noise, which the run itself measured.
+    if (d.verdict != Verdict::same &&
+        (stopped_short(run.stop_reason) || stopped_short(baseline.stop_reason)) &&
+        std::fabs(std::log(d.ratio)) <=
+            noise_margin(*standard_error(run.samples_ms), *standard_error(baseline.samples_ms))) {
+      d.verdict = Verdict::same;
+      d.from_mean = false;
+      d.short_within_noise = true;
+    }
   } else {
     d.verdict = effect ? direction(d.ratio) : Verdict::same;
   }
@@ -369,6 +382,8 @@ std::string verdict_text(const CompareDelta& d, double min_effect_pct,
   if (d.under_min_effect)
     return fmt::format("{} (under {}%; p={:.2g})", to_string(d.verdict), min_effect_pct,
                        d.under_min_effect_p.value_or(1.0));
+  if (d.short_within_noise)
+    return fmt::format("{} (stopped short, within the means' noise)", to_string(d.verdict));
   return fmt::format("{} (p={:.2g}{})", to_string(d.verdict), d.p_value.value_or(1.0),
                      d.median_and_mean_disagree ? "; median and mean disagree" : "");
 }
@@ -554,6 +569,7 @@ nlohmann::json delta_json(const CompareDelta& d, const std::string& run) {
           {"from_mean", d.from_mean},
           {"median_and_mean_disagree", d.median_and_mean_disagree},
           {"under_min_effect", d.under_min_effect},
+          {"short_within_noise", d.short_within_noise},
           {"mean_p_value", d.mean_p_value ? number_or_null(*d.mean_p_value) : nlohmann::json(nullptr)},
           {"noise_checked", d.noise_checked},
           {"p_value", d.p_value ? number_or_null(*d.p_value) : nlohmann::json(nullptr)}};
