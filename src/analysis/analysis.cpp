@@ -4,6 +4,7 @@
 #include "batchsweep/analysis.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -290,9 +291,10 @@ std::string edge_hint(std::span<const Point> points, const Point& chosen, const 
                      latency_text(*p99, budget.ms), between, range);
 }
 
-// Where the budget did not bind: every ok point meets it, and the chosen one is the largest that ran (no
-// larger batch failed to fit). Then nothing says where latency would stop the batch growing: "extend
-// --batch", as the curve's own still-rising advice does; an unfinished sweep says it stopped first.
+// Where the budget did not bind above the answer: the chosen batch is the largest that ran (no larger batch
+// failed to fit). Then nothing says where latency would stop the batch growing: "extend --batch", as the
+// curve's own still-rising advice does; an unfinished sweep says it stopped first. A smaller batch over the
+// budget (a noisy step, a hang) does not bound the batch from above, so it changes the words, not the advice.
 std::string budget_not_reached(std::span<const Point> points, const Point& chosen, const Budget& budget,
                                const AnalysisOptions& options) {
   // An --effective-batch sweep has no larger batch to try: its splits all hold the same samples. The auto
@@ -300,8 +302,9 @@ std::string budget_not_reached(std::span<const Point> points, const Point& chose
   if (swept_effective_batch(points)) return {};
   if (options.untimed_fit && options.untimed_fit->batch > chosen.batch) return {};
   const bool unfinished = options.unfinished;
+  bool every_one_meets = true;
   for (const Point& point : points) {
-    if (is_ok(point) && (!budget.of(point) || *budget.of(point) > budget.ms)) return {};
+    if (is_ok(point) && (!budget.of(point) || *budget.of(point) > budget.ms)) every_one_meets = false;
     if (is_ok(point) && point.batch > chosen.batch) return {};  // a larger batch ran
   }
   // A larger batch that did not fit bounds the batch, unless it is far above and the batches between were
@@ -309,17 +312,42 @@ std::string budget_not_reached(std::span<const Point> points, const Point& chose
   if (const Point* above = first_failure_above(points, chosen.batch)) {
     if (!did_not_fit(above->status)) return {};
     const std::string gap = untried_between(points, chosen.batch, *above);
-    return gap.empty() ? std::string()
-                       : fmt::format("; every batch that ran meets the budget and batch {} did not fit{}",
-                                     above->batch, gap);
+    if (gap.empty()) return {};
+    return every_one_meets ? fmt::format("; every batch that ran meets the budget and batch {} did not fit{}",
+                                         above->batch, gap)
+                           : fmt::format("; batch {} is the largest that ran and batch {} did not fit{}",
+                                         chosen.batch, above->batch, gap);
   }
+  if (every_one_meets)
+    return unfinished
+               ? "; every batch measured meets the budget, and the sweep stopped before larger ones"
+               : "; every batch swept meets the budget: larger batches were not tried (extend --batch to "
+                 "find where it binds)";
   return unfinished
-             ? "; every batch measured meets the budget, and the sweep stopped before larger ones"
-             : "; every batch swept meets the budget: larger batches were not tried (extend --batch to "
-               "find where it binds)";
+             ? fmt::format("; batch {} is the largest measured, and the sweep stopped before larger ones",
+                           chosen.batch)
+             : fmt::format(
+                   "; batch {} is the largest swept: larger batches were not tried (extend "
+                   "--batch to find where the budget binds)",
+                   chosen.batch);
 }
 
-BatchChoice latency_slo(std::span<const Point> points, const Budget& b, const AnalysisOptions& options) {
+// Ok points with no step time at the budget's percentile (a hand-made or trimmed report: neither step_ms at
+// it nor samples_ms) cannot be judged against it; said, rather than passed over in silence: "; batches 16, 32
+// have no p95 step time (step_ms.p95 or samples_ms) and were not judged".
+std::string unjudged(std::span<const Point> points, const Budget& b) {
+  std::vector<std::string> batches;
+  for (const Point& point : points)
+    if (is_ok(point) && !b.of(point)) batches.push_back(batch_label(point.batch, point.accumulation));
+  if (batches.empty()) return {};
+  return fmt::format("; batch{} {} {} no {} step time (step_ms.{} or samples_ms) and {} not judged",
+                     batches.size() == 1 ? "" : "es", fmt::join(batches, ", "),
+                     batches.size() == 1 ? "has" : "have", b.name(), b.name(),
+                     batches.size() == 1 ? "was" : "were");
+}
+
+BatchChoice latency_slo_choice(std::span<const Point> points, const Budget& b,
+                               const AnalysisOptions& options) {
   const bool unfinished = options.unfinished;
   const BudgetChoice budget = within_budget(points, b);
   if (const Point* chosen = budget.chosen) {
@@ -362,6 +390,14 @@ BatchChoice latency_slo(std::span<const Point> points, const Budget& b, const An
   return none(fmt::format("no batch meets the {} ms {} budget: the smallest {} is {} ms (batch {}{}){}",
                           format_number(b.ms), b.name(), b.name(), latency_text(*b.of(*quickest), b.ms),
                           quickest->batch, steps.empty() ? steps : ", " + steps, below));
+}
+
+BatchChoice latency_slo(std::span<const Point> points, const Budget& b, const AnalysisOptions& options) {
+  BatchChoice choice = latency_slo_choice(points, b, options);
+  // (Where no ok point could be judged, the reason already says so.)
+  if (std::any_of(points.begin(), points.end(), [&](const Point& p) { return is_ok(p) && b.of(p); }))
+    choice.reason += unjudged(points, b);
+  return choice;
 }
 
 bool has_joules(const Point& point) {

@@ -405,6 +405,48 @@ TEST(LatencySlo, ABudgetThatNeverBindsSaysSo) {
   EXPECT_EQ(analyze(points, options).latency_slo->reason.find("every batch"), std::string::npos);
 }
 
+// A smaller batch over the budget (a noisy step, a hang) bounds nothing above the answer: the advice to
+// measure larger batches stays, in words that do not claim every batch met the budget.
+TEST(LatencySlo, ASmallerBatchOverTheBudgetKeepsTheAdviceAboveTheAnswer) {
+  std::vector<Point> points = sweep({64, 128, 256, 512}, saturating(50000, 64));
+  points[1].step_ms.p99 = 500.0;  // batch 128 hung once
+  AnalysisOptions options;
+  options.latency_slo_ms = 100.0;
+  const BatchChoice slo = *analyze(points, options).latency_slo;
+  ASSERT_EQ(slo.batch, 512);
+  EXPECT_THAT(slo.reason,
+              ::testing::EndsWith("; batch 512 is the largest swept: larger batches were not tried "
+                                  "(extend --batch to find where the budget binds)"));
+  options.unfinished = true;
+  EXPECT_THAT(
+      analyze(points, options).latency_slo->reason,
+      ::testing::EndsWith("; batch 512 is the largest measured, and the sweep stopped before larger ones"));
+  options.unfinished = false;
+  points.push_back(failed_point(4096, PointStatus::oom, "needs 16 GiB"));
+  EXPECT_THAT(
+      analyze(points, options).latency_slo->reason,
+      ::testing::EndsWith("; batch 512 is the largest that ran and batch 4096 did not fit; the batches "
+                          "between 512 and 4096 were not tried (--batch 1024:2048:*2 measures them)"));
+}
+
+// A point with no step time at the budget's percentile (a trimmed or hand-made report) is named, not passed
+// over: it may be the fastest.
+TEST(LatencySlo, APointWithoutThePercentileIsNamed) {
+  std::vector<Point> points = sweep({64, 128, 256, 512}, saturating(50000, 64));
+  points[3].samples_ms.clear();
+  points[3].step_ms.p95 = 0;  // absent
+  AnalysisOptions options;
+  options.latency_slo_ms = 100.0;
+  options.latency_percentile = 95;
+  const BatchChoice slo = *analyze(points, options).latency_slo;
+  EXPECT_EQ(slo.batch, 256);
+  EXPECT_THAT(
+      slo.reason,
+      ::testing::EndsWith("; batch 512 has no p95 step time (step_ms.p95 or samples_ms) and was not judged"));
+  options.latency_percentile = 99;  // its p99 is there
+  EXPECT_EQ(analyze(points, options).latency_slo->reason.find("not judged"), std::string::npos);
+}
+
 TEST(LatencySlo, AbsentWithoutTheOption) {
   std::vector<Point> points = sweep(kBatches, saturating(50000, 64));
   EXPECT_FALSE(analyze(points, {}).latency_slo.has_value());
