@@ -298,6 +298,34 @@ class Reader {
                fmt::format("{:.9g} ms disagrees with its samples_ms, whose {} is {:.9g} ms", fields[i].second,
                            fields[i].first, derived[i]));
     }
+    if (p.samples_ms.empty()) {
+      // Without samples the summary stands alone, so it must hold together itself: min <= p50 <= p90 <= p95
+      // <= p99 <= max, the mean and the median within min..max (a p99 under the fastest step would meet
+      // any budget). Absent fields (0) are skipped.
+      const std::pair<const char*, double> ladder[] = {{"min", p.step_ms.min}, {"p50", p.step_ms.p50},
+                                                       {"p90", p.step_ms.p90}, {"p95", p.step_ms.p95},
+                                                       {"p99", p.step_ms.p99}, {"max", p.step_ms.max}};
+      const std::pair<const char*, double>* below = nullptr;
+      for (const auto& step : ladder) {
+        if (step.second <= 0) continue;
+        if (below && differ(step.second, below->second, below->second) && step.second < below->second)
+          fail(child(stats, step.first),
+               fmt::format("{:.9g} ms is below step_ms.{} ({:.9g} ms): min, p50, p90, p95, p99 and max must "
+                           "not decrease",
+                           step.second, below->first, below->second));
+        below = &step;
+      }
+      for (const auto& [name, value] : {std::pair<const char*, double>{"mean", p.step_ms.mean},
+                                        std::pair<const char*, double>{"median", p.step_ms.median}}) {
+        if (value <= 0) continue;
+        if (p.step_ms.min > 0 && value < p.step_ms.min && differ(value, p.step_ms.min, p.step_ms.min))
+          fail(child(stats, name),
+               fmt::format("{:.9g} ms is below step_ms.min ({:.9g} ms)", value, p.step_ms.min));
+        if (p.step_ms.max > 0 && value > p.step_ms.max && differ(value, p.step_ms.max, p.step_ms.max))
+          fail(child(stats, name),
+               fmt::format("{:.9g} ms is above step_ms.max ({:.9g} ms)", value, p.step_ms.max));
+      }
+    }
     if (p.status != PointStatus::ok) return;
     const char* from = p.samples_ms.empty() ? "step_ms.mean" : "its samples_ms";
     const double rate = static_cast<double>(p.effective_batch) / mean * 1000.0;

@@ -135,6 +135,18 @@ TEST_F(ReportFiles, AnOkPointsNumbersMustAgreeWithItsSamples) {
       "samples_ms": [1, 1], "step_ms": {"mean": 1, "p99": 0.5}})");
   EXPECT_EQ(error_of(p99),
             p99 + ": points[0].step_ms.p99: 0.5 ms disagrees with its samples_ms, whose p99 is 1 ms");
+  // Without samples the summary must hold together itself: a p99 under the fastest step meets any budget.
+  const std::string order = report("order.json", R"({"batch": 16, "status": "ok", "samples_per_second": 1600,
+      "step_ms": {"mean": 10, "p50": 10, "p90": 12, "p99": 2, "min": 9, "max": 12}})");
+  EXPECT_EQ(error_of(order), order +
+                                 ": points[0].step_ms.p99: 2 ms is below step_ms.p90 (12 ms): min, p50, p90, "
+                                 "p95, p99 and max must not decrease");
+  const std::string over = report("over.json", R"({"batch": 16, "status": "ok", "samples_per_second": 1000,
+      "step_ms": {"mean": 16, "min": 9, "max": 12}})");
+  EXPECT_EQ(error_of(over), over + ": points[0].step_ms.mean: 16 ms is above step_ms.max (12 ms)");
+  const std::string partial = report("partial.json", R"({"batch": 16, "status": "ok",
+      "samples_per_second": 1600, "step_ms": {"mean": 10, "p99": 11.5}})");
+  EXPECT_EQ(read_report(partial).points.size(), 1u);
   const std::string below = report("below.json", R"({"batch": 2, "status": "oom", "samples_per_second": null,
       "step_ms": {"p99": -1}})");
   EXPECT_EQ(error_of(below), below + ": points[0].step_ms.p99: a step time must be >= 0 ms");
