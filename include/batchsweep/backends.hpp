@@ -27,6 +27,15 @@ namespace bsw {
                                                     const std::string& script_path = {},
                                                     std::optional<int> device = std::nullopt);
 
+// OpenBLAS starts its worker threads as it loads, before main, and each maps its work buffer (about 128 MiB)
+// at once, retrying without end where `ulimit -v` leaves no room for it: such a process hangs at exit,
+// joining a worker that never gets its buffer (even `presets`, which never calls BLAS). True where an
+// address-space limit is set, OpenBLAS has workers, and one buffer cannot be mapped now; main then runs
+// itself again with OPENBLAS_NUM_THREADS=1, which starts none.
+[[nodiscard]] bool blas_workers_starved();
+// The threads OpenBLAS runs GEMMs on (OPENBLAS_NUM_THREADS, else the cores).
+[[nodiscard]] int blas_threads();
+
 // For `batchsweep devices`: {"compiled": bool, "devices": [...], "versions": {...} (driver, runtime, cuDNN,
 // cuBLASLt), "reason": "..." when there is no device}. `free_memory`: each device's memory_free_bytes from
 // cudaMemGetInfo, which creates a CUDA context on every device (false leaves that to

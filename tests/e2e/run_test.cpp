@@ -1023,6 +1023,70 @@ std::vector<std::string> sleepy_sweep(const std::string& json) {
   return scripted_run("sleepy.json", {"--batch", "1:64:*2", "--json", json});
 }
 
+// Runs batchsweep with `args` under an address-space limit (ulimit -v) of `kib` KiB, stdout and stderr to
+// `err` (one file), killed after `seconds`: its exit code, or -1 where it had to be killed (a hang).
+int run_address_limited(const std::vector<std::string>& args, rlim_t kib, const std::string& err,
+                        int seconds) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    freopen("/dev/null", "r", stdin);
+    freopen(err.c_str(), "w", stdout);
+    dup2(fileno(stdout), fileno(stderr));
+    const rlimit limit{kib * 1024, kib * 1024};
+    if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(126);
+    std::vector<char*> argv{const_cast<char*>(BSW_BINARY)};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(BSW_BINARY, argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  for (int waited_ms = 0; waited_ms < seconds * 1000; waited_ms += 20) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -2;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -1;
+}
+
+// OpenBLAS starts its worker threads as it loads, and each maps a 128 MiB buffer at once, retrying without
+// end where ulimit -v leaves no room: every command, `presets` too, then hung at exit joining a worker. At
+// the tightest limit the binary loads under, batchsweep runs itself again single-threaded and says so, and a
+// CPU run either runs or says why not: none hangs.
+TEST(Run, AnAddressSpaceLimitTooTightForOpenBlasThreadsDoesNotHang) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves terabytes of address space: no ulimit -v leaves it room";
+#else
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one core: OpenBLAS starts no worker threads";
+  if (const char* n = std::getenv("OPENBLAS_NUM_THREADS"); n != nullptr && std::string(n) == "1")
+    GTEST_SKIP() << "OPENBLAS_NUM_THREADS=1: OpenBLAS starts no worker threads";
+  ScratchDir dir;
+  const std::string err = (dir / "err").string();
+  // The tightest limit (within 4 MiB) under which `presets` runs: below it the loader cannot map the
+  // libraries (exit 127); a hang anywhere is the failure this test is about.
+  rlim_t fails = 64 * 1024, works = 8 * 1024 * 1024;
+  ASSERT_EQ(run_address_limited({"presets"}, works, err, 60), 0) << slurp(err);
+  while (works - fails > 4 * 1024) {
+    const rlim_t mid = (fails + works) / 2;
+    const int code = run_address_limited({"presets"}, mid, err, 60);
+    ASSERT_NE(code, -1) << "batchsweep presets hung under ulimit -v " << mid << ": " << slurp(err);
+    (code == 0 ? works : fails) = mid;
+  }
+  ASSERT_EQ(run_address_limited({"presets"}, works, err, 60), 0) << slurp(err);
+  EXPECT_NE(slurp(err).find("so batchsweep runs with OPENBLAS_NUM_THREADS=1"), std::string::npos)
+      << slurp(err);
+  // A CPU run there: single-threaded, it runs or says OpenBLAS's buffer does not fit; and so 64 MiB above.
+  for (const rlim_t kib : {works, works + 64 * 1024}) {
+    const int code = run_address_limited(
+        {"run", "--backend", "cpu", "--batch", "1", "--timeout", "0.2", "--quiet"}, kib, err, 120);
+    ASSERT_NE(code, -1) << "batchsweep run hung under ulimit -v " << kib << ": " << slurp(err);
+    EXPECT_TRUE(code == 0 || (code == 1 && slurp(err).find("OpenBLAS's work buffer") != std::string::npos))
+        << "ulimit -v " << kib << ": exit " << code << ": " << slurp(err);
+  }
+#endif
+}
+
 // SIGINT (exit 130) and SIGTERM (143) mid-sweep: every finished point is in a valid report at `json`.
 // Starts batchsweep with `args`, waits until `json` holds at least `points` points, sends `sig`; the exit
 // code, or -1 (and a failure) when the report never got there or the process did not exit.

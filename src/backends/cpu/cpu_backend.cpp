@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 
 #include "backends/cpu/memory_limit.hpp"
 #include "backends/cpu/ops.hpp"
+#include "batchsweep/backends.hpp"
 #include "batchsweep/errors.hpp"
 
 extern "C" {
@@ -79,6 +81,8 @@ std::string cpu_model_name() {
   return "CPU";
 }
 
+constexpr uint64_t kBufferBytes = uint64_t{128} << 20;  // Debian's x86-64 OpenBLAS maps this per thread
+
 // Whether `count` regions of `bytes` each can still be mapped: reserved (no access, nothing committed) and
 // released at once. An address-space limit counts them as OpenBLAS's buffers would be counted.
 bool can_map(int count, uint64_t bytes) {
@@ -95,22 +99,24 @@ bool can_map(int count, uint64_t bytes) {
   return ok;
 }
 
-// OpenBLAS maps its work buffers on its first large GEMM, and where that mapping fails (an address-space
-// limit, ulimit -v) it retries without end: one GEMM here, before a plan's arena takes what is left, maps
-// them while there is room, so a plan beyond the limit fails its own allocation (an oom point) instead of
-// hanging a step. Large enough for OpenBLAS's threaded path, which maps each worker's buffer too.
-// Where the address space left cannot hold those buffers, the GEMM itself would hang: said instead.
+// OpenBLAS maps the calling thread's work buffer on its first large GEMM (each worker thread maps its own as
+// the library loads: see blas_workers_starved), and where that mapping fails (an address-space limit, ulimit
+// -v) it retries without end: one GEMM here, before a plan's arena takes what is left, maps it while there is
+// room, so a plan beyond the limit fails its own allocation (an oom point) instead of hanging a step. Where
+// the address space left cannot hold that buffer, the GEMM itself would hang: said instead.
 void warm_blas() {
   static std::once_flag once;
   std::call_once(once, [] {
-    constexpr uint64_t kBufferBytes = uint64_t{128} << 20;  // Debian's x86-64 OpenBLAS maps this per thread
     const int threads = std::max(1, openblas_get_num_threads());
-    if (this_process_memory().address_space_limit && !can_map(threads, kBufferBytes))
+    if (this_process_memory().address_space_limit && !can_map(1, kBufferBytes + (uint64_t{64} << 10)))
       throw BackendError(fmt::format(
-          "cpu backend: ulimit -v leaves too little address space for OpenBLAS's work buffers (about 128 MiB "
-          "for each of its {} threads), which it would retry mapping without end: raise ulimit -v, or run "
-          "with OPENBLAS_NUM_THREADS=1",
-          threads));
+          "cpu backend: ulimit -v leaves too little address space for OpenBLAS's work buffer (about 128 "
+          "MiB), "
+          "which it would retry mapping without end: raise ulimit -v{}",
+          threads > 1
+              ? fmt::format(", or run with OPENBLAS_NUM_THREADS=1 (its other {} threads hold one each)",
+                            threads - 1)
+              : std::string()));
     constexpr int64_t n = 256;
     std::vector<float> a(n * n, 1.0f), w(n * n, 1.0f), y(n * n);
     linear_forward(a.data(), w.data(), nullptr, nullptr, y.data(), n, n, n, Activation::none);
@@ -880,3 +886,20 @@ std::unique_ptr<Backend> make_cpu_backend() {
 }
 
 }  // namespace bsw::cpu
+
+namespace bsw {
+
+bool blas_workers_starved() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY || openblas_get_num_threads() < 2)
+    return false;
+  // A worker that got its buffer holds it; one still retrying needs this much more (its mapping is a page
+  // or two over 128 MiB).
+  return !cpu::can_map(1, cpu::kBufferBytes + (uint64_t{64} << 10));
+}
+
+int blas_threads() {
+  return openblas_get_num_threads();
+}
+
+}  // namespace bsw
