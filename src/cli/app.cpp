@@ -657,7 +657,7 @@ int run_app(int argc, char** argv) {
     }
     if (plan_cmd->count("--memory") > 0) plan.memory_bytes = parse_size(plan_raw.memory, "--memory");
     plan.paths = parse_paths(plan_raw.attention, plan_raw.conv);
-    return plan_command(plan);
+    return plan_command(plan, std::vector<std::string>(argv, argv + argc));
   }
   if (analyze_cmd->parsed()) {
     analyze.saturation_given = analyze_cmd->count("--saturation") > 0;

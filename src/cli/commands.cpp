@@ -574,7 +574,7 @@ void check_trainable(const Graph& graph, Mode mode) {
 
 }  // namespace
 
-int plan_command(const PlanSettings& s) {
+int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
   // As run's exports: /dev/stdout (or the file stdout goes to) is stdout, and a symlink keeps its link.
   const std::string json_path = resolve_export_path(s.json_path, "--json");
   check_writable(json_path, "--json");
@@ -658,7 +658,18 @@ int plan_command(const PlanSettings& s) {
     request.accumulation = split.accumulation;
     summary.plans.push_back(make_plan(graph, request));
   }
-  if (!json_path.empty()) write_output("--json", json_path, plan_to_json(summary).dump(2) + "\n");
+  if (!json_path.empty()) {
+    // What wrote it and when, as a report and a comparison say: a reader handed it for a report is told
+    // what it is (configs/schema/plan-v1.schema.json).
+    nlohmann::json doc = {
+        {"kind", "plan"},
+        {"schema_version", 1},
+        {"tool", {{"name", "batchsweep"}, {"version", BSW_VERSION}, {"git_commit", BSW_GIT_COMMIT}}},
+        {"created_at", now_iso8601()},
+        {"command", argv}};
+    doc.update(plan_to_json(summary));
+    write_output("--json", json_path, doc.dump(2) + "\n");
+  }
   // As run's: with the JSON on stdout, the table goes to stderr.
   std::fputs(format_plan_table(summary).c_str(), json_path == "-" ? stderr : stdout);
   return kExitOk;

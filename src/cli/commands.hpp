@@ -9,7 +9,7 @@
 
 namespace bsw::cli {
 
-[[nodiscard]] int plan_command(const PlanSettings& settings);
+[[nodiscard]] int plan_command(const PlanSettings& settings, const std::vector<std::string>& argv);
 [[nodiscard]] int run_command(const RunSettings& settings, const std::vector<std::string>& argv);
 [[nodiscard]] int analyze_command(const AnalyzeSettings& settings, const std::vector<std::string>& argv);
 [[nodiscard]] int compare_command(const CompareSettings& settings, const std::vector<std::string>& argv);

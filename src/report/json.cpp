@@ -472,6 +472,14 @@ class Reader {
       throw InputError(source_ +
                        ": is a comparison (batchsweep compare --json), not a report: analyze, compare and "
                        "--resume read the reports run writes");
+    // A plan (plan --json; before it said its kind, by its FLOP counts) measured nothing.
+    if (const auto kind = doc.find("kind");
+        (kind != doc.end() && *kind == "plan") ||
+        (!doc.contains("schema_version") && doc.contains("flops_per_sample")))
+      throw InputError(
+          source_ +
+          ": is a memory plan (batchsweep plan --json), not a report: it measured nothing; analyze, "
+          "compare and --resume read the reports run writes");
     auto version_it = doc.find("schema_version");
     if (version_it == doc.end()) fail("schema_version", "missing (required): is this a batchsweep report?");
     const int64_t version = integer(*version_it, "schema_version");

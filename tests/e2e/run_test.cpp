@@ -2162,6 +2162,44 @@ TEST(Plan, EffectiveBatchPlansItsSplitsAndNamesTheLargestThatFits) {
   }
 }
 
+// plan --json says what it is and what wrote it, matches configs/schema/plan-v1.schema.json in each of its
+// shapes, and handed to analyze or compare for a report is named as a plan.
+TEST(Plan, JsonIsAVersionedPlanThatReadersNameAsSuch) {
+  ScratchDir dir;
+  const std::vector<std::vector<std::string>> shapes = {
+      {"plan", "--model", "mlp"},
+      {"plan", "--model", "mlp", "--memory", "2.1MiB", "--accumulation", "4", "--buffers"},
+      {"plan", "--model", "mlp", "--memory", "2.1MiB", "--effective-batch", "96"},
+      {"plan", "--model", "gpt2-small", "--backend", "cuda", "--precision", "bf16", "--batch", "1",
+       "--buffers"},
+      {"plan", "--model", "resnet-small", "--backend", "cuda", "--mode", "infer", "--memory", "1GiB"}};
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const std::string path = (dir / ("plan" + std::to_string(i) + ".json")).string();
+    std::vector<std::string> args = shapes[i];
+    args.insert(args.end(), {"--json", path});
+    const Result r = run(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json doc = read_json(path);
+    EXPECT_EQ(doc["kind"], "plan");
+    EXPECT_EQ(doc["schema_version"], 1);
+    EXPECT_EQ(doc["tool"]["name"], "batchsweep");
+    EXPECT_EQ(doc["command"].back(), path);
+    if (!testing::python_with_jsonschema().empty()) {
+      EXPECT_EQ(testing::validate_file("plan-v1.schema.json", path), 0) << doc.dump(2);
+    }
+  }
+  const std::string plan = (dir / "plan0.json").string();
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"analyze", plan},
+                                               {"compare", plan, plan},
+                                               {"run", "--resume", plan, "--batch", "1"}}) {
+    const Result misread = run(args);
+    EXPECT_EQ(misread.exit_code, 2) << misread.err;
+    EXPECT_NE(misread.err.find(plan + ": is a memory plan (batchsweep plan --json), not a report"),
+              std::string::npos)
+        << misread.err;
+  }
+}
+
 // --mode takes the long words too.
 TEST(Plan, ModeTakesTheLongWords) {
   const Result train = run({"plan", "--model", "mlp", "--mode", "train", "--json", "-"});
@@ -2169,7 +2207,9 @@ TEST(Plan, ModeTakesTheLongWords) {
   const Result inference = run({"plan", "--model", "mlp", "--mode", "inference", "--json", "-"});
   ASSERT_EQ(training.exit_code, 0) << training.err;
   ASSERT_EQ(inference.exit_code, 0) << inference.err;
-  EXPECT_EQ(train.out, training.out);
+  // The same plan (the command line it records differs).
+  EXPECT_EQ(nlohmann::json::parse(train.out)["points"], nlohmann::json::parse(training.out)["points"]);
+  EXPECT_EQ(nlohmann::json::parse(training.out)["mode"], "train");
   EXPECT_EQ(nlohmann::json::parse(inference.out)["mode"], "infer");
 }
 
