@@ -131,7 +131,7 @@ std::string plain_parse_error(const std::string& what, const std::string& sub) {
 constexpr const char* kExamples = R"(Examples:
   batchsweep run                                    # default sweep: preset mlp, best backend, auto batches
   batchsweep run --model gpt2-small --precision bf16 --batch 1:64:*2 --json gpt2.json
-  batchsweep run --model my-model.json --latency-slo 50 --json sweep.json --svg sweep.svg
+  batchsweep run --model my-model.json --mode infer --latency-slo 50 --json sweep.json --svg sweep.svg
   batchsweep run --model bert-base --effective-batch 256 --precision bf16
   batchsweep plan --model gpt2-small --precision bf16 --backend cuda --memory 80GiB
   batchsweep analyze sweep.json --latency-slo 20 --saturation 90
@@ -610,6 +610,7 @@ int run_app(int argc, char** argv) {
     check_backend_name(run.backend);
     run.sweep.precision = parse_precision(run_raw.precision);
     run.sweep.mode = parse_mode(run_raw.mode);
+    run.mode_given = run_cmd->count("--mode") > 0;
     if (run_raw.effective_batch) {
       if (run.sweep.mode != Mode::train)
         throw UsageError("--effective-batch: gradient accumulation only applies to --mode train");

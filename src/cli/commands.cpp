@@ -975,6 +975,11 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   check_trainable(graph, s.sweep.mode);
   std::unique_ptr<Backend> backend = make_backend(s.backend, s.script, s.device);
   const AnalysisOptions options = analysis_options(s.analysis);
+  // A serving budget is an inference step's; by default the sweep times training steps (about 3x longer).
+  if (options.latency_slo_ms && s.sweep.mode == Mode::train && !s.mode_given)
+    std::fprintf(stderr,
+                 "batchsweep run: note: --latency-slo budgets the training step (--mode train, the default); "
+                 "for a serving latency budget add --mode infer\n");
 
   Report report;
   report.tool.version = BSW_VERSION;

@@ -54,6 +54,7 @@ struct RunSettings {
   AnalysisFlags analysis;
   ExportSettings exports;
   bool quiet = false;
+  bool mode_given = false;  // --mode on the command line (a latency budget in training by default is noted)
 };
 
 struct AnalyzeSettings {

@@ -154,6 +154,22 @@ TEST(Run, ASweepWhereNoBatchRanOkExitsFour) {
   EXPECT_EQ(one.err.find("nothing to recommend"), std::string::npos) << one.err;
 }
 
+// A serving budget is an inference step's: a budget on the default training sweep says what it budgets,
+// and a --mode given either way says nothing.
+TEST(Run, ALatencyBudgetOnTheDefaultTrainingModeIsNoted) {
+  const std::string note = "--latency-slo budgets the training step (--mode train, the default)";
+  const Result by_default = run(scripted_run("roofline.json", {"--batch", "8,64", "--latency-slo", "50"}));
+  EXPECT_EQ(by_default.exit_code, 0) << by_default.err;
+  EXPECT_NE(by_default.err.find(note), std::string::npos) << by_default.err;
+  for (const char* mode : {"train", "infer"}) {
+    const Result given =
+        run(scripted_run("roofline.json", {"--batch", "8,64", "--latency-slo", "50", "--mode", mode}));
+    EXPECT_EQ(given.exit_code, 0) << given.err;
+    EXPECT_EQ(given.err.find(note), std::string::npos) << given.err;
+  }
+  EXPECT_EQ(run(scripted_run("roofline.json", {"--batch", "8,64"})).err.find(note), std::string::npos);
+}
+
 // A latency budget no batch meets recommends nothing too: exit 4 from run and from analyze (a CI job that
 // asks "does some batch meet 2 ms?" reads the exit code), the report written with every point; a budget
 // that some batch meets is an answer again (exit 0).
