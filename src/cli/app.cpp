@@ -342,6 +342,22 @@ void add_path_options(CLI::App* cmd, std::string& attention, std::string& conv) 
       ->capture_default_str();
 }
 
+// CLI11's help with the exclusions left out of the option column, where "Excludes: --effective-batch" ran
+// into the name and pushed the description under it (the descriptions say what does not go together).
+class HelpFormatter : public CLI::Formatter {
+ public:
+  std::string make_option_opts(const CLI::Option* opt) const override {
+    if (!opt->get_option_text().empty()) return " " + opt->get_option_text();
+    std::string out;
+    if (opt->get_type_size() == 0) return out;
+    if (!opt->get_type_name().empty()) out += " " + get_label(opt->get_type_name());
+    if (!opt->get_default_str().empty()) out += "=" + opt->get_default_str();
+    if (opt->get_expected_max() == CLI::detail::expected_max_vector_size) out += " ...";
+    if (opt->get_required()) out += " " + get_label("REQUIRED");
+    return out;
+  }
+};
+
 struct Raw {
   std::string attention = "auto", conv = "auto";
   std::string precision = "fp32", mode = "train", batch = "auto", memory_limit, memory, graphs = "on";
@@ -363,6 +379,7 @@ int run_app(int argc, char** argv) {
   app.set_version_flag("--version", std::string(BSW_VERSION) + " (" + BSW_GIT_COMMIT + ")");
   app.require_subcommand(1);
   app.fallthrough(false);
+  app.formatter(std::make_shared<HelpFormatter>());
 
   // ---- run
   // ------------------------------------------------------------------------------------------------------
@@ -406,7 +423,8 @@ int run_app(int argc, char** argv) {
   CLI::Option* effective_opt =
       run_cmd
           ->add_option("--effective-batch", run_raw.effective_batch,
-                       "Sweep the splits of N samples per step into micro-batch x accumulation")
+                       "Sweep the splits of N samples per step into micro-batch x accumulation (not with "
+                       "--batch or --accumulation)")
           ->type_name("N")
           ->check(whole(1, kMaxBatch, " (2^24)"));
   effective_opt->excludes(accum_opt)->excludes(batch_opt);
@@ -451,6 +469,7 @@ int run_app(int argc, char** argv) {
       ->check(positive())
       ->capture_default_str();
   run_cmd->add_option("--seed", run.sweep.session.seed, "Seed of the synthetic weights and data")
+      ->type_name("N")
       ->check(unsigned_64())
       ->capture_default_str();
   run_cmd->add_option("--graphs", run_raw.graphs, "cuda: capture each step as a CUDA graph (on|off)")
@@ -492,8 +511,8 @@ int run_app(int argc, char** argv) {
           ->capture_default_str();
   plan_cmd
       ->add_option("--effective-batch", plan_raw.effective_batch,
-                   "Plan the splits of N samples per step into micro-batch x accumulation; with --memory, "
-                   "the largest micro-batch that fits")
+                   "Plan the splits of N samples per step into micro-batch x accumulation (not with --batch "
+                   "or --accumulation); with --memory, the largest micro-batch that fits")
       ->type_name("N")
       ->check(whole(1, kMaxBatch, " (2^24)"))
       ->excludes(plan_accum_opt)
@@ -519,7 +538,9 @@ int run_app(int argc, char** argv) {
       ->required()
       ->type_name("REPORT");
   add_analysis(analyze_cmd, analyze.analysis, /*of_report=*/true);
-  analyze_cmd->add_flag("--no-latency-slo", analyze.no_latency_slo, "Drop the run's latency budget")
+  analyze_cmd
+      ->add_flag("--no-latency-slo", analyze.no_latency_slo,
+                 "Drop the run's latency budget (not with --latency-slo)")
       ->excludes("--latency-slo");
   add_exports(analyze_cmd, analyze.exports);
 
@@ -533,7 +554,7 @@ int run_app(int argc, char** argv) {
   compare_cmd->add_option("reports", compare.report_paths, "Two or more JSON reports, the baseline first")
       ->required()
       ->expected(1, CLI::detail::expected_max_vector_size)
-      ->type_name("A.json B.json ...");
+      ->type_name("A.json B.json");
   compare_cmd
       ->add_option(
           "--fail-on-regression", compare.fail_on_regression_pct,

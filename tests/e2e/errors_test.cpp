@@ -436,11 +436,11 @@ INSTANTIATE_TEST_SUITE_P(
              {"plan", "--frobnicate=3"},
              2,
              {"plan has no flag --frobnicate (see its --help)"}},
-        // CLI11's list of every word it did not expect ("16 --effective-batch") gives way to the flag's name.
+        // CLI11's list of every word it did not expect ("5 --latency-slo") gives way to the flag's name.
         Case{"flag_another_subcommand_has",
-             {"plan", "--effective-batch", "16"},
+             {"plan", "--latency-slo", "5"},
              2,
-             {"batchsweep: error: plan has no flag --effective-batch (see its --help)\n"}},
+             {"batchsweep: error: plan has no flag --latency-slo (see its --help)\n"}},
         Case{"short_flag_a_subcommand_lacks",
              {"analyze", "{dir}/r.json", "-q"},
              2,
