@@ -58,10 +58,9 @@ Json telemetry_json(const PointTelemetry& t) {
   out["joules_per_sample"] = optional_number<Json>(t.joules_per_sample);
   out["sm_clock_mhz"]["min"] = optional_number<Json>(t.sm_clock_mhz_min);
   out["sm_clock_mhz"]["median"] = optional_number<Json>(t.sm_clock_mhz_median);
-  if (t.mem_clock_mhz_min || t.mem_clock_mhz_median) {
-    out["mem_clock_mhz"]["min"] = optional_number<Json>(t.mem_clock_mhz_min);
-    out["mem_clock_mhz"]["median"] = optional_number<Json>(t.mem_clock_mhz_median);
-  }
+  // Null where not read, never missing, as the other readings.
+  out["mem_clock_mhz"]["min"] = optional_number<Json>(t.mem_clock_mhz_min);
+  out["mem_clock_mhz"]["median"] = optional_number<Json>(t.mem_clock_mhz_median);
   out["utilization_pct"] = optional_number<Json>(t.utilization_pct);
   out["memory_utilization_pct"] = optional_number<Json>(t.memory_utilization_pct);
   out["temperature_c"] = optional_number<Json>(t.temperature_c);
