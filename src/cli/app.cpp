@@ -176,6 +176,11 @@ std::string parse_number(const std::string& text, double& v) {
     size_t used = 0;
     v = std::stod(text, &used);
     if (used == text.size() && std::isfinite(v)) return {};
+    // "50ms", "0.05s", "90%": a number and a unit, where the flag takes the number in its own unit.
+    if (used > 0 && used < text.size() && std::isfinite(v) &&
+        std::isalpha(static_cast<unsigned char>(text[used])) + (text[used] == '%') != 0)
+      return fmt::format("'{}' is not a number: write it without a unit, in the one --help gives the flag",
+                         text);
   } catch (const std::out_of_range&) {
     return fmt::format("{} is out of range", text);
   } catch (const std::invalid_argument&) {
