@@ -18,6 +18,9 @@ inline constexpr int kSchemaVersion = 1;
 enum class PointStatus { ok, oom, over_limit, error };
 [[nodiscard]] std::string_view to_string(PointStatus v);
 
+// How the warning a fatal backend error leaves in a report begins (run writes it, the printers read it).
+inline constexpr std::string_view kFatalErrorWarning = "the sweep stopped on a fatal error";
+
 // How a point's batch is written in warnings, progress and compare: "64", or "16x4" with accumulation.
 [[nodiscard]] std::string batch_label(int64_t batch, int64_t accumulation);
 

@@ -549,10 +549,9 @@ class ExportingObserver final : public SweepObserver {
 // A fatal backend error (a CUDA context left unusable) ends the sweep, exit 1: the report, as rewritten after
 // the last finished point, names it in its warnings too (state stays in_progress: the sweep did not finish).
 void keep_fatal_error(Report& report, const ExportSettings& exports, const Error& e) {
-  report.warnings.push_back(
-      fmt::format("the sweep stopped on a fatal error (exit 1): {}; the report holds the {} point{} finished "
-                  "before it",
-                  e.what(), report.points.size(), report.points.size() == 1 ? "" : "s"));
+  report.warnings.push_back(fmt::format("{} (exit 1): {}; the report holds the {} point{} finished before it",
+                                        kFatalErrorWarning, e.what(), report.points.size(),
+                                        report.points.size() == 1 ? "" : "s"));
   // As at the end of a sweep: every export, `--json -` on stdout and the table included, so a pipeline
   // reading the JSON gets the finished points (its state, in_progress, says the sweep did not finish).
   try {
@@ -560,6 +559,21 @@ void keep_fatal_error(Report& report, const ExportSettings& exports, const Error
   } catch (const Error&) {
     // The fatal error is the one to report; the rewrite after the last point stands.
   }
+}
+
+// --attention or --conv forced on a model with no such layer changes nothing: said, so a user comparing paths
+// does not read two identical runs as a comparison of them.
+void note_paths_without_layers(const Graph& graph, const PathChoice& paths, const char* command) {
+  if (paths.attention && !graph.has(OpKind::attention_core))
+    std::fprintf(
+        stderr,
+        "batchsweep %s: note: --attention %s: model %s has no attention layer, so it changes nothing\n",
+        command, *paths.attention == AttentionPath::cudnn_sdpa ? "cudnn" : "explicit",
+        graph.model_name.c_str());
+  if (paths.conv && !graph.has(OpKind::conv2d))
+    std::fprintf(stderr,
+                 "batchsweep %s: note: --conv %s: model %s has no conv2d layer, so it changes nothing\n",
+                 command, *paths.conv == ConvPath::cudnn ? "cudnn" : "im2col", graph.model_name.c_str());
 }
 
 // Training needs something to train: a model of pools alone has no gradients or optimizer to run.
@@ -594,6 +608,7 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
   }
   print_warnings(model.notes);
   print_warnings(graph.notes);
+  note_paths_without_layers(graph, s.paths, "plan");
   const int64_t cap = max_micro_batch(s.accumulation);
   BackendKind kind = BackendKind::cpu;
   if (s.backend == "cuda" || (s.backend == "auto" && cuda_device_present())) kind = BackendKind::cuda;
@@ -973,6 +988,7 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   const ModelSpec model = load_model(s.model);
   const Graph graph = lower(model);
   check_trainable(graph, s.sweep.mode);
+  note_paths_without_layers(graph, s.sweep.paths, "run");
   std::unique_ptr<Backend> backend = make_backend(s.backend, s.script, s.device);
   const AnalysisOptions options = analysis_options(s.analysis);
   // A serving budget is an inference step's; by default the sweep times training steps (about 3x longer).
@@ -1521,7 +1537,10 @@ int presets_command() {
                              g.forward_flops_per_sample / 1e9, g.train_flops_per_sample / 1e9,
                              to_string(m.input.type), input);
   }
-  std::cout << "GFLOP per sample: fwd the forward pass, train a training step (forward and backward)\n";
+  std::cout << "GFLOP per sample: fwd the forward pass, train a training step (forward and backward)\n"
+               "parameters: a language model's output layer is its own linear, not tied to its embedding as "
+               "Hugging Face's\nGPT-2 (124.4M) and BERT are: gpt2-small has 163.0M; the FLOPs are the same "
+               "either way\n";
   return kExitOk;
 }
 

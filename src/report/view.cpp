@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <cstdlib>
 #include <functional>
 #include <optional>
 #include <utility>
@@ -130,6 +131,17 @@ double budget_percentile(const Report& report) {
   return is_latency_percentile(pct) ? pct : 99;
 }
 
+// A step time in the budget's percentile column: three significant digits, and more where those would put it
+// on the wrong side of the budget (p99 2.0223 ms against 2.022 ms reads "2.02", under it).
+std::string budget_side_text(double ms, std::optional<double> budget) {
+  std::string text = rf::sig3(ms);
+  if (!budget) return text;
+  const bool over = ms > *budget;
+  for (int digits = 4; digits <= 12 && (std::strtod(text.c_str(), nullptr) > *budget) != over; ++digits)
+    text = fmt::format("{:.{}g}", ms, digits);
+  return text;
+}
+
 rf::TextTable point_table(const Report& report) {
   using rf::Align;
   const auto ok = [](const Point& p) { return p.status == PointStatus::ok; };
@@ -155,20 +167,29 @@ rf::TextTable point_table(const Report& report) {
                          return has_step_stats(p) && p.step_ms.mean > 0 ? rf::sig3(p.step_ms.mean)
                                                                         : std::string(rf::kAbsent);
                        }});
-    columns.push_back({"p50 ms", Align::right, [](const Point& p) {
+    // The column of the budget's percentile shows the digits that keep it on its side of the budget.
+    const double pct = budget_percentile(report);
+    std::optional<double> budget;
+    if (report.settings.is_object() && report.settings.contains("latency_slo_ms") &&
+        report.settings["latency_slo_ms"].is_number())
+      budget = report.settings["latency_slo_ms"].get<double>();
+    const auto budget_of = [budget, pct](double column_pct) {
+      return column_pct == pct ? budget : std::nullopt;
+    };
+    columns.push_back({"p50 ms", Align::right, [b = budget_of(50)](const Point& p) {
                          // A hand-made report may give one percentile and not the other: 0 is "not given".
-                         return has_step_stats(p) && p.step_ms.p50 > 0 ? rf::sig3(p.step_ms.p50)
+                         return has_step_stats(p) && p.step_ms.p50 > 0 ? budget_side_text(p.step_ms.p50, b)
                                                                        : std::string(rf::kAbsent);
                        }});
     // The budget's percentile where a latency budget holds p90 or p95, beside p99 (p50 is shown anyway).
-    const double pct = budget_percentile(report);
     if (pct == 90 || pct == 95)
-      columns.push_back({fmt::format("p{:g} ms", pct), Align::right, [pct](const Point& p) {
+      columns.push_back({fmt::format("p{:g} ms", pct), Align::right, [pct, budget](const Point& p) {
                            const double v = pct == 90 ? p.step_ms.p90 : p.step_ms.p95;
-                           return has_step_stats(p) && v > 0 ? rf::sig3(v) : std::string(rf::kAbsent);
+                           return has_step_stats(p) && v > 0 ? budget_side_text(v, budget)
+                                                             : std::string(rf::kAbsent);
                          }});
-    columns.push_back({"p99 ms", Align::right, [](const Point& p) {
-                         return has_step_stats(p) && p.step_ms.p99 > 0 ? rf::sig3(p.step_ms.p99)
+    columns.push_back({"p99 ms", Align::right, [b = budget_of(99)](const Point& p) {
+                         return has_step_stats(p) && p.step_ms.p99 > 0 ? budget_side_text(p.step_ms.p99, b)
                                                                        : std::string(rf::kAbsent);
                        }});
   }
@@ -234,6 +255,13 @@ std::string unfinished_line(const Report& report) {
   if (report.state == "interrupted")
     return "interrupted before the sweep finished (state interrupted): the table and the analysis cover only "
            "the batches it measured";
+  // A run that stopped on a fatal error keeps state in_progress (so --resume takes its points): not "still
+  // running", which the run that just died would say of itself.
+  if (report.state == "in_progress" &&
+      std::any_of(report.warnings.begin(), report.warnings.end(),
+                  [](const std::string& w) { return w.starts_with(kFatalErrorWarning); }))
+    return "stopped on a fatal error before the sweep finished (state in_progress; see the warnings): the "
+           "table and the analysis cover only the batches it measured";
   if (report.state == "in_progress")
     return "written while the sweep ran (state in_progress): it stopped before it finished, or is still "
            "running, and the table and the analysis cover only the batches measured by then";

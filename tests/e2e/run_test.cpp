@@ -1278,6 +1278,11 @@ TEST(Run, AnErrorThatBreaksTheDeviceStopsTheSweepAndKeepsTheFinishedPoints) {
   EXPECT_NE(warning.find("the report holds the 2 points finished before it"), std::string::npos) << warning;
   expect_valid_report(json);
   EXPECT_NE(r.out.find("the sweep stopped on a fatal error"), std::string::npos) << r.out;  // the table too
+  // The table's first line says why it stopped, not "or is still running" of the run that just died.
+  EXPECT_NE(r.out.find("stopped on a fatal error before the sweep finished (state in_progress"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("still running"), std::string::npos) << r.out;
 
   // `--json -`: the pipeline reading stdout gets the same report, not nothing.
   const Result piped = run({"run", "--backend", "scripted", "--script", script, "--batch", "4,8,16,32",
@@ -2178,6 +2183,51 @@ TEST(Plan, EffectiveBatchPlansItsSplitsAndNamesTheLargestThatFits) {
   }
 }
 
+// A path forced on a model with no such layer changes nothing, and says so; on one with it, nothing is said.
+TEST(Plan, APathForcedOnAModelWithoutSuchLayersIsNoted) {
+  const Result conv = run({"plan", "--model", "mlp", "--backend", "cuda", "--conv", "cudnn"});
+  EXPECT_EQ(conv.exit_code, 0) << conv.err;
+  EXPECT_NE(conv.err.find("--conv cudnn: model mlp has no conv2d layer, so it changes nothing"),
+            std::string::npos)
+      << conv.err;
+  const Result attention = run({"plan", "--model", "resnet-small", "--backend", "cuda", "--precision", "bf16",
+                                "--attention", "explicit"});
+  EXPECT_EQ(attention.exit_code, 0) << attention.err;
+  EXPECT_NE(attention.err.find("--attention explicit: model resnet-small has no attention layer"),
+            std::string::npos)
+      << attention.err;
+  EXPECT_EQ(attention.err.find("--conv"), std::string::npos) << attention.err;
+  const Result has = run({"plan", "--model", "resnet-small", "--backend", "cuda", "--conv", "im2col"});
+  EXPECT_EQ(has.exit_code, 0) << has.err;
+  EXPECT_EQ(has.err.find("changes nothing"), std::string::npos) << has.err;
+  const Result ran = run(scripted_run("roofline.json", {"--batch", "8", "--conv", "im2col"}));
+  EXPECT_NE(ran.err.find("batchsweep run: note: --conv im2col: model mlp has no conv2d layer"),
+            std::string::npos)
+      << ran.err;
+}
+
+// presets lists every embedded preset with the parameters and FLOPs its plan has, and says why the language
+// models count more parameters than Hugging Face's tied ones.
+TEST(Presets, ListEachWithItsPlansCounts) {
+  const Result r = run({"presets"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(BSW_SOURCE_DIR) + "/configs/models")) {
+    const std::string name = entry.path().stem().string();
+    const Result plan = run({"plan", "--model", name, "--batch", "1", "--mode", "infer", "--json", "-"});
+    ASSERT_EQ(plan.exit_code, 0) << plan.err;
+    const std::string parameters =
+        std::to_string(nlohmann::json::parse(plan.out)["parameters"].get<int64_t>());
+    const size_t row = r.out.find("\n" + name + " ");
+    ASSERT_NE(row, std::string::npos) << name << " missing from:\n" << r.out;
+    EXPECT_NE(r.out.substr(row, r.out.find('\n', row + 1) - row).find(" " + parameters + " "),
+              std::string::npos)
+        << name << ": " << parameters << "\n"
+        << r.out;
+  }
+  EXPECT_NE(r.out.find("not tied to its embedding"), std::string::npos) << r.out;
+}
+
 // plan --json says what it is and what wrote it, matches configs/schema/plan-v1.schema.json in each of its
 // shapes, and handed to analyze or compare for a report is named as a plan.
 TEST(Plan, JsonIsAVersionedPlanThatReadersNameAsSuch) {
@@ -2274,7 +2324,10 @@ TEST(Plan, CudaPathsAreShownAndCanBeForced) {
   EXPECT_EQ(chosen.err.find("note:"), std::string::npos) << chosen.err;
   const Result no_attention = run({"plan", "--model", "mlp", "--backend", "cuda", "--precision", "bf16",
                                    "--attention", "cudnn", "--json", "-"});
-  EXPECT_EQ(no_attention.err.find("note:"), std::string::npos) << no_attention.err;
+  // No head size to judge, so no such note; the forced path changes nothing, which is said.
+  EXPECT_EQ(no_attention.err.find("head size"), std::string::npos) << no_attention.err;
+  EXPECT_NE(no_attention.err.find("model mlp has no attention layer, so it changes nothing"), std::string::npos)
+      << no_attention.err;
 }
 
 // A measured rate above the device's peak cannot be: the peak (here a script's, far too low) or the timing is

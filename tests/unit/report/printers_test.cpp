@@ -188,6 +188,25 @@ TEST(Console, AMissingPercentileIsAbsentNotZero) {
   EXPECT_THAT(format_markdown(r), HasSubstr("| — | 2.00 |"));
 }
 
+// Next to a latency budget, the budget's percentile gets the digits that keep it on its side: a p99 of 2.0223
+// ms against 2.022 reads "2.0223", not "2.02" (under the budget at a glance); elsewhere three digits.
+TEST(Console, ABudgetsPercentileIsNotRoundedOntoTheOtherSide) {
+  Report r = testing::sample_report();
+  r.points.resize(2);
+  r.points[0].step_ms.p99 = 2.0223;
+  r.points[1].step_ms.p99 = 2.0219;
+  r.settings["latency_slo_ms"] = 2.022;
+  const std::string console = format_console(r, {});
+  EXPECT_THAT(console, HasSubstr(" 2.0223 "));
+  EXPECT_THAT(console, HasSubstr(" 2.02 "));  // 2.0219 is under it, as "2.02" reads
+  EXPECT_THAT(format_markdown(r), HasSubstr("| 2.0223 |"));
+  r.settings["latency_percentile"] = 95;  // the p99 column is not the budget's then
+  EXPECT_THAT(format_console(r, {}), Not(HasSubstr("2.0223")));
+  r.settings.erase("latency_slo_ms");
+  r.settings.erase("latency_percentile");
+  EXPECT_THAT(format_console(r, {}), Not(HasSubstr("2.0223")));
+}
+
 TEST(Console, EmptyReport) {
   Report r;
   EXPECT_EQ(format_console(r, {}), "no points measured\n");
