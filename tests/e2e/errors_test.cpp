@@ -280,7 +280,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"slo_unit",
              run_with({"--latency-slo", "50ms"}),
              2,
-             {"--latency-slo: '50ms' is not a number: write it without a unit, in the one --help gives the flag"}},
+             {"--latency-slo: '50ms' is not a number: write it without a unit, in the one --help gives the "
+              "flag"}},
         Case{"saturation_out_of_range",
              run_with({"--saturation", "0"}),
              2,
@@ -300,6 +301,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"run_bare_preset", {"run", "gpt2-small"}, 2, {"batchsweep run --model gpt2-small"}},
         Case{"plan_empty_memory", {"plan", "--memory", ""}, 2, {"--memory: invalid size '': empty"}},
         Case{"fraction_of_a_byte", {"plan", "--memory", "0.4B"}, 2, {"--memory", "use a larger unit"}},
+        Case{"card_name_for_memory",
+             {"plan", "--memory", "h100"},
+             2,
+             {"--memory: invalid size 'h100': it does not start with a number (a card is given by its "
+              "memory: an 80 GB "
+              "H100 is 80GiB)"}},
         Case{"accumulation_octal",
              run_with({"--accumulation", "010"}),
              2,
