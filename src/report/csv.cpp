@@ -2,8 +2,8 @@
 // with dots (`step_ms.p99`), taken from the same code that writes the JSON, so the two cannot drift apart;
 // except that fields added after the first release (kAddedColumns) come last, in the order listed there, so
 // that readers by position keep working. After them, the run's context on every row (run.model, run.device,
-// run.backend, run.mode, run.precision, run.created_at), so rows of several runs concatenated still say
-// which run they are (two runs of one model on one device type by when they started).
+// run.backend, run.mode, run.precision, run.created_at, run.state), so rows of several runs concatenated
+// still say which run they are (two runs of one model on one device type by when they started).
 #include <algorithm>
 #include <map>
 #include <string>
@@ -92,8 +92,9 @@ std::string format_csv(const Report& report) {
   }
   const report_view::Title t = report_view::title(report);
   const std::pair<std::string_view, std::string> context[] = {
-      {"run.model", t.model}, {"run.device", report.device.name}, {"run.backend", report.device.backend},
-      {"run.mode", t.mode},   {"run.precision", t.precision},     {"run.created_at", report.created_at}};
+      {"run.model", t.model},     {"run.device", report.device.name}, {"run.backend", report.device.backend},
+      {"run.mode", t.mode},       {"run.precision", t.precision},     {"run.created_at", report.created_at},
+      {"run.state", report.state}};
   std::string out;
   for (size_t i = 0; i < columns.size(); ++i) {
     if (i) out += ',';

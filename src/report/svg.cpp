@@ -131,7 +131,11 @@ std::string title_text(const Report& report) {
   for (const std::string* piece : {&t.model, &t.device, &t.mode, &t.precision_shown, &split}) {
     if (!piece->empty()) details += (details.empty() ? "" : " \u00b7 ") + *piece;
   }
-  return details.empty() ? title : title + ": " + details;
+  title = details.empty() ? title : title + ": " + details;
+  // A sweep that did not finish says so where the eye lands first (the markdown and console say it too).
+  if (report.state == "interrupted") title += " (interrupted: finished points only)";
+  if (report.state == "in_progress") title += " (unfinished: finished points only)";
+  return title;
 }
 
 // A cross centred on (x, y), with a tooltip when `tooltip` is not empty.

@@ -236,13 +236,11 @@ TEST(Csv, HeaderIsTheJsonNames) {
   // Every leaf of the richest point's JSON is a column, and nothing else is (raw samples left out).
   std::set<std::string> keys;
   flatten_keys(to_json(r)["points"][3], "", keys);
-  keys.insert("resumed_from");                 // only on points taken by --resume
-  keys.insert("telemetry.mem_clock_mhz.min");  // only where NVML reads the memory clock
-  keys.insert("telemetry.mem_clock_mhz.median");
+  keys.insert("resumed_from");  // only on points taken by --resume
   keys.erase("samples_ms");
   // Then the run's context, the same on every row.
-  const std::vector<std::string> context = {"run.model", "run.device",    "run.backend",
-                                            "run.mode",  "run.precision", "run.created_at"};
+  const std::vector<std::string> context = {"run.model",     "run.device",     "run.backend", "run.mode",
+                                            "run.precision", "run.created_at", "run.state"};
   const auto n = static_cast<std::ptrdiff_t>(context.size());
   ASSERT_GE(header.size(), context.size() + 3);
   EXPECT_EQ(std::vector<std::string>(header.end() - n, header.end()), context);
@@ -255,9 +253,9 @@ TEST(Csv, HeaderIsTheJsonNames) {
                                       "telemetry.mem_clock_mhz.median"}));
   for (const auto& line : lines) EXPECT_EQ(csv_fields(line).size(), header.size()) << line;
   const auto first = csv_fields(lines[1]);
-  EXPECT_EQ(
-      std::vector<std::string>(first.end() - n, first.end()),
-      (std::vector<std::string>{"mlp-small", r.device.name, "scripted", "train", "bf16", r.created_at}));
+  EXPECT_EQ(std::vector<std::string>(first.end() - n, first.end()),
+            (std::vector<std::string>{"mlp-small", r.device.name, "scripted", "train", "bf16", r.created_at,
+                                      r.state}));
   EXPECT_FALSE(r.created_at.empty());
 }
 
@@ -343,6 +341,16 @@ TEST(Svg, ScalesMemoryToALimitBelowTheDevice) {
 }
 
 // A latency budget is drawn on the latency axis, which reaches it even above every p99.
+// A plot of a sweep that did not finish says so in its title, as the console and markdown do.
+TEST(Svg, AnUnfinishedSweepSaysSoInItsTitle) {
+  Report r = testing::sample_report();
+  EXPECT_THAT(format_svg(r), Not(HasSubstr("finished points only")));
+  r.state = "interrupted";
+  EXPECT_THAT(format_svg(r), HasSubstr(" (interrupted: finished points only)</text>"));
+  r.state = "in_progress";
+  EXPECT_THAT(format_svg(r), HasSubstr(" (unfinished: finished points only)</text>"));
+}
+
 TEST(Svg, DrawsTheLatencyBudget) {
   Report r = testing::sample_report();
   r.settings["latency_slo_ms"] = 250.0;
