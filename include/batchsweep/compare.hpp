@@ -59,7 +59,9 @@ struct CompareCell {
   std::string reason;
   double samples_per_second = 0;
   size_t samples = 0;  // raw step-time samples the verdict could use
-  // The relative standard error of the mean step time (stddev / mean / sqrt(n)), where there are samples.
+  // The relative standard error of the mean step time (stddev / mean / sqrt(n)), where there are samples;
+  // for a point that stopped short of its targets, at least the batch-means estimate, which allows for steps
+  // that drift together.
   std::optional<double> standard_error;
   std::optional<double> p99_ms;  // the p99 step time, where the point ran
   // The step time at the baseline's budget percentile (p99 without a budget), where the point ran.

@@ -177,7 +177,8 @@ std::string parse_number(const std::string& text, double& v) {
     v = std::stod(text, &used);
     if (used == text.size() && std::isfinite(v)) return {};
     // "50ms", "0.05s", "90%": a number and a unit, where the flag takes the number in its own unit.
-    if (used > 0 && used < text.size() && std::isfinite(v) &&
+    // ("1e" is a broken exponent, not a unit.)
+    if (used > 0 && used < text.size() && std::isfinite(v) && text[used] != 'e' && text[used] != 'E' &&
         std::isalpha(static_cast<unsigned char>(text[used])) + (text[used] == '%') != 0)
       return fmt::format("'{}' is not a number: write it without a unit, in the one --help gives the flag",
                          text);

@@ -992,7 +992,9 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   std::unique_ptr<Backend> backend = make_backend(s.backend, s.script, s.device);
   const AnalysisOptions options = analysis_options(s.analysis);
   // A serving budget is an inference step's; by default the sweep times training steps (about 3x longer).
-  if (options.latency_slo_ms && s.sweep.mode == Mode::train && !s.mode_given)
+  // (Not with accumulation, which only training has.)
+  if (options.latency_slo_ms && s.sweep.mode == Mode::train && !s.mode_given && !s.sweep.effective_batch &&
+      s.sweep.accumulation == 1)
     std::fprintf(stderr,
                  "batchsweep run: note: --latency-slo budgets the training step (--mode train, the default); "
                  "for a serving latency budget add --mode infer\n");
@@ -1537,10 +1539,10 @@ int presets_command() {
                              g.forward_flops_per_sample / 1e9, g.train_flops_per_sample / 1e9,
                              to_string(m.input.type), input);
   }
-  std::cout << "GFLOP per sample: fwd the forward pass, train a training step (forward and backward)\n"
-               "parameters: a language model's output layer is its own linear, not tied to its embedding as "
-               "Hugging Face's\nGPT-2 (124.4M) and BERT are: gpt2-small has 163.0M; the FLOPs are the same "
-               "either way\n";
+  std::cout
+      << "GFLOP per sample: fwd the forward pass, train a training step (forward and backward)\n"
+         "parameters: a language model's output layer is its own linear, not tied to its embedding\n"
+         "as Hugging Face's GPT-2 (124.4M) and BERT are: gpt2-small has 163.0M; the FLOPs are the same\n";
   return kExitOk;
 }
 

@@ -1,9 +1,11 @@
 // Entry point: runs the command line and maps typed errors to exit codes (the only place that does).
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <string>
 
@@ -13,31 +15,49 @@
 
 namespace {
 
-// Set on the run again of blas_workers_starved (its value is the thread count OpenBLAS started with), so the
-// note is said once and there is no second run again.
+// Set for the run again of blas_workers_starved: "<pid>:<threads>", the process's own pid (execv keeps it)
+// and the thread count OpenBLAS started with, so the note is said once, by that process, and a variable left
+// in the environment (or set by hand) is not taken for it.
 constexpr const char* kOneBlasThread = "BATCHSWEEP_BLAS_WORKERS_STARVED";
 
-// Under a `ulimit -v` too tight for OpenBLAS's worker threads, which it starts before main and which would
-// retry mapping their buffers without end (the process hangs at exit), runs this binary again with
-// OPENBLAS_NUM_THREADS=1: no workers, and the CPU backend's own check then says whether one thread's buffer
-// fits. Where the exec fails, goes on as it is.
+// Under a `ulimit -v` too tight for all of OpenBLAS's threads' work buffers (about 128 MiB each; its worker
+// threads map theirs as it loads, before main, and a worker without room retries without end, so the process
+// hangs at exit), runs this binary again with OPENBLAS_NUM_THREADS=1: no workers, and the CPU backend's own
+// check then says whether the one buffer fits. Where the exec fails, says so and goes on as it is.
 void escape_starved_blas_workers(char** argv) {
   if (const char* marker = std::getenv(kOneBlasThread)) {
-    std::fprintf(
-        stderr,
-        "batchsweep: note: ulimit -v leaves too little address space for OpenBLAS's %s threads' work "
-        "buffers (about 128 MiB each), so batchsweep runs with OPENBLAS_NUM_THREADS=1 (CPU timings "
-        "are single-threaded); raise ulimit -v to use them all\n",
-        marker);
+    const std::string value = marker;
     unsetenv(kOneBlasThread);
-    return;
+    const std::string self = std::to_string(getpid()) + ":";
+    if (value.starts_with(self)) {
+      std::fprintf(
+          stderr,
+          "batchsweep: note: ulimit -v leaves too little address space for the work buffers of all "
+          "%s of OpenBLAS's threads (about 128 MiB each), so batchsweep runs with "
+          "OPENBLAS_NUM_THREADS=1 (CPU timings are single-threaded); raise ulimit -v to use them all\n",
+          value.substr(self.size()).c_str());
+      return;
+    }
   }
   if (!bsw::blas_workers_starved()) return;
-  const std::string threads = std::to_string(bsw::blas_threads());
-  setenv(kOneBlasThread, threads.c_str(), 1);
+  const char* before = std::getenv("OPENBLAS_NUM_THREADS");
+  const std::string user_threads = before != nullptr ? before : "";
+  const std::string marker = std::to_string(getpid()) + ":" + std::to_string(bsw::blas_threads());
+  setenv(kOneBlasThread, marker.c_str(), 1);
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
   execv("/proc/self/exe", argv);
+  const int error = errno;
   unsetenv(kOneBlasThread);
+  if (before != nullptr)
+    setenv("OPENBLAS_NUM_THREADS", user_threads.c_str(), 1);
+  else
+    unsetenv("OPENBLAS_NUM_THREADS");
+  std::fprintf(
+      stderr,
+      "batchsweep: warning: ulimit -v leaves too little address space for all of OpenBLAS's threads' "
+      "work buffers, and running again single-threaded failed (%s): this process may hang at exit; "
+      "run it with OPENBLAS_NUM_THREADS=1 or raise ulimit -v\n",
+      std::strerror(error));
 }
 
 }  // namespace

@@ -74,6 +74,31 @@ std::optional<double> standard_error(const std::vector<double>& samples) {
   return relative_noise(samples) / std::sqrt(static_cast<double>(samples.size()));
 }
 
+// The same where steps may drift together (a point that stopped short of its targets: a busy machine, clocks
+// moving): the larger of that and the batch-means estimate, which splits the steps in order into
+// kDriftBatches runs of consecutive steps and takes the spread of their means (a slow stretch moves one batch
+// mean, where stddev / sqrt(n) would count each of its steps as independent evidence). Independent steps
+// give about the same from both.
+std::optional<double> drift_standard_error(const std::vector<double>& samples) {
+  const std::optional<double> independent = standard_error(samples);
+  constexpr std::size_t kDriftBatches = 10;
+  if (!independent || samples.size() < 2 * kDriftBatches) return independent;
+  const std::size_t per_batch = samples.size() / kDriftBatches;
+  std::vector<double> means;
+  for (std::size_t b = 0; b < kDriftBatches; ++b) {
+    double sum = 0;
+    for (std::size_t i = b * per_batch; i < (b + 1) * per_batch; ++i) sum += samples[i];
+    means.push_back(sum / static_cast<double>(per_batch));
+  }
+  const double batches = relative_noise(means) / std::sqrt(static_cast<double>(kDriftBatches));
+  return std::max(*independent, batches);
+}
+
+// The standard error a point's verdicts use: drift-aware where it stopped short of its targets.
+std::optional<double> point_standard_error(const Point& p) {
+  return stopped_short(p.stop_reason) ? drift_standard_error(p.samples_ms) : standard_error(p.samples_ms);
+}
+
 bool ran(const Point& p) {
   return p.status == PointStatus::ok && std::isfinite(p.samples_per_second) && p.samples_per_second > 0;
 }
@@ -159,11 +184,11 @@ CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions
     // that would not settle: on a busy machine they drift together, and both tests, which take each step as
     // independent, grow sure of a shift that a rerun would not reproduce (two runs of one command on a loaded
     // CPU: "47% slower, p=1e-74" at a point whose own noise was 150%). There the change must also clear the
-    // two means' combined noise, which the run itself measured.
+    // two means' combined noise, with each mean's standard error allowing for drift (batch means).
     if (d.verdict != Verdict::same &&
         (stopped_short(run.stop_reason) || stopped_short(baseline.stop_reason)) &&
         std::fabs(std::log(d.ratio)) <=
-            noise_margin(*standard_error(run.samples_ms), *standard_error(baseline.samples_ms))) {
+            noise_margin(*point_standard_error(run), *point_standard_error(baseline))) {
       d.verdict = Verdict::same;
       d.from_mean = false;
       d.short_within_noise = true;
@@ -608,7 +633,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     for (const Point* p : points) {
       row.runs.push_back({p->status, p->reason, p->samples_per_second,
                           usable_samples(p->samples_ms) ? p->samples_ms.size() : size_t{0},
-                          standard_error(p->samples_ms), latency_if_ran(*p, 99),
+                          point_standard_error(*p), latency_if_ran(*p, 99),
                           latency_if_ran(*p, result.runs.front().latency_percentile)});
     }
     for (size_t i = 1; i < points.size(); ++i) row.deltas.push_back(delta(*points[0], *points[i], options));
@@ -852,7 +877,8 @@ std::string format_compare(const CompareResult& result, bool color) {
       "\nverdicts: a throughput change beyond {}% and a shift of the step times (Mann-Whitney U) or of their "
       "mean (Welch's t), the two tests at alpha {} together; without raw samples the threshold alone; with "
       "too few for the rank test, and for the geometric mean, the threshold and a change beyond twice the "
-      "means' combined standard error\n",
+      "means' combined standard error; where a point stopped short of its targets, also beyond that (its "
+      "standard error allowing for drift)\n",
       result.min_effect_pct, result.alpha);
   for (const auto& note : result.notes) out += "note: " + note + "\n";
   return out;

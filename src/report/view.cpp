@@ -137,8 +137,9 @@ std::string budget_side_text(double ms, std::optional<double> budget) {
   std::string text = rf::sig3(ms);
   if (!budget) return text;
   const bool over = ms > *budget;
-  for (int digits = 4; digits <= 12 && (std::strtod(text.c_str(), nullptr) > *budget) != over; ++digits)
-    text = fmt::format("{:.{}g}", ms, digits);
+  // More decimals, never fewer digits than sig3's (no exponent: 12345.4 against 12345.3 reads "12345.4").
+  for (int decimals = 1; decimals <= 9 && (std::strtod(text.c_str(), nullptr) > *budget) != over; ++decimals)
+    text = fmt::format("{:.{}f}", ms, decimals);
   return text;
 }
 

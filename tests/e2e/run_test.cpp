@@ -168,6 +168,11 @@ TEST(Run, ALatencyBudgetOnTheDefaultTrainingModeIsNoted) {
     EXPECT_EQ(given.err.find(note), std::string::npos) << given.err;
   }
   EXPECT_EQ(run(scripted_run("roofline.json", {"--batch", "8,64"})).err.find(note), std::string::npos);
+  // Accumulation is training's alone: no advice to switch to inference there.
+  const Result accumulated =
+      run(scripted_run("roofline.json", {"--effective-batch", "8", "--latency-slo", "50"}));
+  EXPECT_EQ(accumulated.exit_code, 0) << accumulated.err;
+  EXPECT_EQ(accumulated.err.find(note), std::string::npos) << accumulated.err;
 }
 
 // A latency budget no batch meets recommends nothing too: exit 4 from run and from analyze (a CI job that
@@ -2326,7 +2331,8 @@ TEST(Plan, CudaPathsAreShownAndCanBeForced) {
                                    "--attention", "cudnn", "--json", "-"});
   // No head size to judge, so no such note; the forced path changes nothing, which is said.
   EXPECT_EQ(no_attention.err.find("head size"), std::string::npos) << no_attention.err;
-  EXPECT_NE(no_attention.err.find("model mlp has no attention layer, so it changes nothing"), std::string::npos)
+  EXPECT_NE(no_attention.err.find("model mlp has no attention layer, so it changes nothing"),
+            std::string::npos)
       << no_attention.err;
 }
 

@@ -113,10 +113,10 @@ void warm_blas() {
           "cpu backend: ulimit -v leaves too little address space for OpenBLAS's work buffer (about 128 "
           "MiB), "
           "which it would retry mapping without end: raise ulimit -v{}",
-          threads > 1
-              ? fmt::format(", or run with OPENBLAS_NUM_THREADS=1 (its other {} threads hold one each)",
-                            threads - 1)
-              : std::string()));
+          threads > 1 ? fmt::format(", or run with OPENBLAS_NUM_THREADS=1 (its other {} one each)",
+                                    threads == 2 ? std::string("thread holds")
+                                                 : fmt::format("{} threads hold", threads - 1))
+                      : std::string()));
     constexpr int64_t n = 256;
     std::vector<float> a(n * n, 1.0f), w(n * n, 1.0f), y(n * n);
     linear_forward(a.data(), w.data(), nullptr, nullptr, y.data(), n, n, n, Activation::none);

@@ -200,6 +200,11 @@ TEST(Console, ABudgetsPercentileIsNotRoundedOntoTheOtherSide) {
   EXPECT_THAT(console, HasSubstr(" 2.0223 "));
   EXPECT_THAT(console, HasSubstr(" 2.02 "));  // 2.0219 is under it, as "2.02" reads
   EXPECT_THAT(format_markdown(r), HasSubstr("| 2.0223 |"));
+  r.points[0].step_ms.p99 = 12345.4;  // more decimals, never an exponent
+  r.settings["latency_slo_ms"] = 12345.3;
+  EXPECT_THAT(format_console(r, {}), HasSubstr(" 12345.4 "));
+  r.points[0].step_ms.p99 = 2.0223;
+  r.settings["latency_slo_ms"] = 2.022;
   r.settings["latency_percentile"] = 95;  // the p99 column is not the budget's then
   EXPECT_THAT(format_console(r, {}), Not(HasSubstr("2.0223")));
   r.settings.erase("latency_slo_ms");
