@@ -735,6 +735,19 @@ class TorchSweepTest(unittest.TestCase):
         self.assertEqual(train["points"][0]["status"], "ok")
         self.assertIn("skipped_steps", train["points"][0])
 
+    def test_a_shape_pytorch_refuses_is_an_error_point_and_the_sweep_goes_on(self):
+        # BatchNorm1d in training at batch 1 raises ValueError ("Expected more than 1 value per channel"), not a
+        # RuntimeError: an error point, and the larger batches still run.
+        cfg = {"name": "bn-mlp", "input": {"type": "vector", "features": 16},
+               "layers": [{"type": "linear", "out_features": 32}, {"type": "batchnorm", "activation": "relu"},
+                          {"type": "linear", "out_features": 4}]}
+        with tempfile.TemporaryDirectory() as tmp:
+            doc = self.sweep(["--model", write_json(tmp, "bn.json", cfg), "--batch", "1,4"])
+        statuses = {p["batch"]: (p["status"], p["reason"]) for p in doc["points"]}
+        self.assertEqual(statuses[1][0], "error")
+        self.assertIn("ValueError", statuses[1][1])
+        self.assertEqual(statuses[4][0], "ok")
+
     def test_out_of_memory_becomes_a_point_and_the_sweep_goes_on(self):
         from torchpeer import torch_runner
 

@@ -327,3 +327,8 @@ def main(argv: Optional[list] = None) -> int:
         if isinstance(e, UsageError) and "presets" not in str(e):
             print("run torch_sweep.py --help for the flags", file=sys.stderr)
         return e.exit_code
+    except KeyboardInterrupt:
+        # Ctrl-C before the sweep's own handler is in place (importing torch, the parameter check): no point
+        # had finished, so there is nothing to write; said in a line, not a traceback.
+        print(f"{PEER_NAME}: interrupted before the sweep started: no report written", file=sys.stderr)
+        return 130

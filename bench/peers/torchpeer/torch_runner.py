@@ -358,7 +358,9 @@ class TorchRunner:
         except Exception as e:  # noqa: BLE001 - out-of-memory and runtime errors become points; others propagate
             if is_out_of_memory(e):
                 point.status, point.reason = "oom", f"out of memory: {_first_line(e)}"
-            elif isinstance(e, RuntimeError):
+            elif isinstance(e, (RuntimeError, ValueError)):
+                # ValueError too: PyTorch raises it for a shape its layers refuse (BatchNorm in training at
+                # batch 1: "Expected more than 1 value per channel"), which is a point that did not run.
                 point.status, point.reason = "error", f"{type(e).__name__}: {_first_line(e)}"
             else:
                 raise
