@@ -305,6 +305,14 @@ struct Plan {
 // the runtime (CUDA context, allocator fragmentation, the framework). Documented in README.md.
 inline constexpr double kMemorySafetyFraction = 0.95;
 
+// The bytes a plan may take of a budget of memory_bytes: kMemorySafetyFraction of it, in integers (95/100),
+// so a plan of exactly 95% fits, where 0.95 as a double (0.94999...) refused it by a byte. plan --memory and
+// run's over_limit both compare with it.
+[[nodiscard]] constexpr uint64_t usable_bytes(uint64_t memory_bytes) {
+  static_assert(kMemorySafetyFraction == 0.95, "usable_bytes computes 95/100");
+  return static_cast<uint64_t>(static_cast<unsigned __int128>(memory_bytes) * 95 / 100);
+}
+
 // The largest batch batchsweep plans or sweeps (2^24).
 inline constexpr int64_t kMaxBatch = int64_t{1} << 24;
 

@@ -680,10 +680,10 @@ uint64_t cudnn_workspace_bytes(const Graph& graph, const PlanRequest& request) {
 }
 
 std::optional<int64_t> max_fit_batch(const Graph& graph, PlanRequest request, uint64_t memory_bytes) {
-  const long double budget = static_cast<long double>(memory_bytes) * kMemorySafetyFraction;
+  const uint64_t budget = usable_bytes(memory_bytes);
   auto fits = [&](int64_t b) {
     request.batch = b;
-    return static_cast<long double>(make_plan(graph, request).memory.total_bytes()) <= budget;
+    return make_plan(graph, request).memory.total_bytes() <= budget;
   };
   if (!fits(1)) return std::nullopt;
   // Memory grows monotonically with the batch: double to find an upper bound, then bisect.

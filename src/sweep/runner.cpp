@@ -87,9 +87,8 @@ std::optional<std::string> PointRunner::plan_over_budget(const PlanRequest& requ
     return fmt::format("the plan is too large to size: {}", e.what());  // beyond 64 bits: it cannot fit
   }
   // The same comparison as max_fit_batch (plan.cpp), so the plan's edge and this check agree to the byte.
-  const long double usable_bytes = static_cast<long double>(budget_bytes_) * kMemorySafetyFraction;
-  if (static_cast<long double>(planned_bytes) <= usable_bytes) return std::nullopt;
-  const uint64_t usable = static_cast<uint64_t>(usable_bytes);
+  const uint64_t usable = usable_bytes(budget_bytes_);
+  if (planned_bytes <= usable) return std::nullopt;
   // At the edge the two round alike ("7.60 MiB exceeds ... (7.60 MiB)"): then the bytes say it.
   const bool alike = format_bytes(planned_bytes) == format_bytes(usable);
   return fmt::format("planned {} exceeds {:.0f}% of the {} {} ({})",

@@ -613,6 +613,27 @@ TEST(Plan, MaxFitBatchIsTheEdge) {
   EXPECT_FALSE(max_fit_batch(g, r, 1024).has_value());
 }
 
+// A plan of exactly 95% of the budget fits (0.95 as a double, 0.94999..., refused it by a byte), and one byte
+// over does not: plan --memory and run's over_limit share usable_bytes.
+TEST(Plan, APlanOfExactlyTheSafetyFractionFits) {
+  EXPECT_EQ(usable_bytes(2048000), 1945600u);
+  EXPECT_EQ(usable_bytes(100), 95u);
+  EXPECT_EQ(usable_bytes(uint64_t{1} << 63),
+            (uint64_t{1} << 63) / 100 * 95 + ((uint64_t{1} << 63) % 100) * 95 / 100);
+  const Graph g = graph_of(R"({"name": "m", "input": {"type": "vector", "features": 256},
+    "layers": [{"type": "linear", "out_features": 256}, {"type": "linear", "out_features": 8}]})");
+  // A batch whose total is a multiple of 19: 95% of total / 19 * 20 is that total exactly.
+  PlanRequest r{1, Precision::fp32, Mode::train, 1, BackendKind::cpu};
+  for (; r.batch < 4096 && make_plan(g, r).memory.total_bytes() % 19 != 0; ++r.batch) {
+  }
+  const uint64_t total = make_plan(g, r).memory.total_bytes();
+  ASSERT_EQ(total % 19, 0u);
+  const uint64_t memory = total / 19 * 20;
+  ASSERT_EQ(usable_bytes(memory), total);
+  EXPECT_EQ(max_fit_batch(g, r, memory), r.batch);
+  EXPECT_LT(max_fit_batch(g, r, memory - 1).value_or(0), r.batch);
+}
+
 TEST(Plan, RejectsBadRequests) {
   const Graph g = graph_of(R"({"name": "m", "input": {"type": "vector", "features": 4},
     "layers": [{"type": "linear", "out_features": 2}]})");
