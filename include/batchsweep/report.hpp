@@ -138,6 +138,9 @@ struct AnalysisOptions {
   // The sweep stopped before the batches it asked for (report state interrupted or in_progress): the largest
   // batch measured is not "the largest swept", and larger ones were not "not tried".
   bool unfinished = false;
+  // run --effective-batch N (settings.effective_batch): the points are splits of N, also where only one
+  // accumulation of them ran (N x 1 alone, the rest too slow to time; an interrupted sweep).
+  std::optional<int64_t> effective_batch;
 };
 
 struct ToolInfo {

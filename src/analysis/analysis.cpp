@@ -26,6 +26,17 @@ using analysis_detail::is_ok;
 using analysis_detail::KneeCall;
 using analysis_detail::swept_effective_batch;
 
+// The N whose splits the points are: from the points where they hold two accumulations of one N, else from
+// run's --effective-batch where every point makes it (one split ran).
+std::optional<int64_t> split_sweep(std::span<const Point> points, const AnalysisOptions& options) {
+  if (const std::optional<int64_t> swept = swept_effective_batch(points)) return swept;
+  if (!options.effective_batch || points.empty()) return std::nullopt;
+  const bool all = std::all_of(points.begin(), points.end(), [&](const Point& p) {
+    return (p.effective_batch > 0 ? p.effective_batch : p.batch * p.accumulation) == *options.effective_batch;
+  });
+  return all ? options.effective_batch : std::nullopt;
+}
+
 uint64_t memory_bytes(const Point& point) {
   return point.memory.measured_bytes.value_or(point.memory.planned_bytes);
 }
@@ -39,8 +50,9 @@ std::string failure_text(const Point& point) {
   std::string detail(to_string(point.status));
   if (point.status == PointStatus::ok) detail = "ok but no throughput measured";
   if (!point.reason.empty()) detail += ": " + point.reason;
-  return fmt::format("batch {} {} ({})", point.batch, did_not_fit(point.status) ? "did not fit" : "failed",
-                     detail);
+  // "batch 1x97": with accumulation the split, as the table and the warnings write it.
+  return fmt::format("batch {} {} ({})", batch_label(point.batch, point.accumulation),
+                     did_not_fit(point.status) ? "did not fit" : "failed", detail);
 }
 
 // The smallest not-ok point whose batch is above `batch` (all not-ok points when batch is nullopt).
@@ -299,7 +311,7 @@ std::string budget_not_reached(std::span<const Point> points, const Point& chose
                                const AnalysisOptions& options) {
   // An --effective-batch sweep has no larger batch to try: its splits all hold the same samples. The auto
   // search's larger fit it could not time bounds the batch (max_fit names it).
-  if (swept_effective_batch(points)) return {};
+  if (split_sweep(points, options)) return {};
   if (options.untimed_fit && options.untimed_fit->batch > chosen.batch) return {};
   const bool unfinished = options.unfinished;
   bool every_one_meets = true;
@@ -380,7 +392,7 @@ BatchChoice latency_slo_choice(std::span<const Point> points, const Budget& b,
   const bool smallest =
       std::none_of(points.begin(), points.end(), [&](const Point& p) { return p.batch < quickest->batch; });
   std::string below;
-  if (smallest && quickest->batch > 1 && !swept_effective_batch(points)) {
+  if (smallest && quickest->batch > 1 && !split_sweep(points, options)) {
     int64_t last = 1;
     while (last * 2 < quickest->batch) last *= 2;
     below = fmt::format("; no batch below {} was swept (try --batch {})", quickest->batch,
@@ -422,8 +434,9 @@ std::optional<BatchChoice> energy_optimal(std::span<const Point> points) {
                             *chosen->telemetry->joules_per_sample, format_rate(chosen->samples_per_second)));
 }
 
-std::optional<BatchChoice> effective_batch_split(std::span<const Point> points) {
-  const std::optional<int64_t> effective = swept_effective_batch(points);
+std::optional<BatchChoice> effective_batch_split(std::span<const Point> points,
+                                                 const AnalysisOptions& options) {
+  const std::optional<int64_t> effective = split_sweep(points, options);
   if (!effective) return std::nullopt;
   const Point* chosen = fastest(points, [](const Point&) { return true; });
   if (!chosen) return none(fmt::format("no split of effective batch {} ran ok", *effective));
@@ -620,7 +633,7 @@ Recommendation recommend(const RecommendationInputs& in, const Point*& chosen) {
         slowest = &point;
     }
     const double gain = *a.effective_batch_split->samples_per_second / slowest->samples_per_second - 1.0;
-    const int64_t effective = *swept_effective_batch(in.points);
+    const int64_t effective = *split_sweep(in.points, in.options);
     const std::string rate = format_rate(*a.effective_batch_split->samples_per_second);
     if (ran == 1)
       return {a.effective_batch_split->batch,
@@ -739,7 +752,7 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
     analysis.latency_slo =
         latency_slo(view, Budget{*options.latency_slo_ms, options.latency_percentile}, options);
   analysis.energy_optimal = energy_optimal(view);
-  analysis.effective_batch_split = effective_batch_split(view);
+  analysis.effective_batch_split = effective_batch_split(view, options);
   const Point* chosen = nullptr;
   analysis.recommended = recommend({view, curve, analysis, knee.call, knee.rising_at_end, options}, chosen);
   if (analysis.recommended.batch) {

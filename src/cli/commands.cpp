@@ -990,7 +990,8 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   check_trainable(graph, s.sweep.mode);
   note_paths_without_layers(graph, s.sweep.paths, "run");
   std::unique_ptr<Backend> backend = make_backend(s.backend, s.script, s.device);
-  const AnalysisOptions options = analysis_options(s.analysis);
+  AnalysisOptions options = analysis_options(s.analysis);
+  options.effective_batch = s.sweep.effective_batch;  // the points are its splits, however few ran
   // A serving budget is an inference step's; by default the sweep times training steps (about 3x longer).
   // (Not with accumulation, which only training has.)
   if (options.latency_slo_ms && s.sweep.mode == Mode::train && !s.mode_given && !s.sweep.effective_batch &&
@@ -1172,6 +1173,10 @@ RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags,
     if (it != report.settings.end() && it->is_object() && it->contains("batch") &&
         (*it)["batch"].is_number_integer() && it->contains("reason") && (*it)["reason"].is_string())
       out.options.untimed_fit = UntimedFit{(*it)["batch"].get<int64_t>(), (*it)["reason"].get<std::string>()};
+    // run --effective-batch N: its points are splits of N, even where one accumulation of them ran.
+    const auto n = report.settings.find("effective_batch");
+    if (n != report.settings.end() && n->is_number_integer() && n->get<int64_t>() >= 1)
+      out.options.effective_batch = n->get<int64_t>();
   }
   return out;
 }
@@ -1326,6 +1331,17 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
         return fmt::format("{}", fmt::join(out, ", "));
       };
       std::string hint = "sweep the same batches, e.g. the baseline's --batch list";
+      // Effective-batch sweeps have no --batch list: their splits are of their N.
+      const auto effective = [](const Report& r) -> std::optional<int64_t> {
+        const auto n = r.settings.is_object() ? r.settings.find("effective_batch") : r.settings.end();
+        return n != r.settings.end() && n->is_number_integer() ? std::optional<int64_t>(n->get<int64_t>())
+                                                               : std::nullopt;
+      };
+      for (std::size_t i = 0; i < reports.size(); ++i)
+        if (effective(reports[i])) {
+          hint = "sweep the same splits: the same --effective-batch N in every run";
+          break;
+        }
       for (std::size_t i = 1; i < reports.size(); ++i) {
         if (accumulations(reports[i]) == accumulations(reports[0])) continue;
         hint = fmt::format(

@@ -766,6 +766,17 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     result.notes.back() +=
         " (on the CPU, 16-bit precisions store in 16 bits and compute in fp32, converting "
         "around every op: not a GPU's 16-bit speed)";
+  // One precision name, two arithmetics: batchsweep's CPU backend computes 16-bit runs in fp32, where another
+  // tool's (the PyTorch peer's) does the math in 16 bits.
+  else if (cpu_16_bit && std::any_of(result.runs.begin(), result.runs.end(), [](const RunSummary& r) {
+             return r.backend != "cpu" && r.backend != "scripted" &&
+                    (r.precision == "bf16" || r.precision == "fp16");
+           }))
+    result.notes.push_back(
+        "the cpu backend's 16-bit runs store in 16 bits and compute in fp32, converting around every op, "
+        "where "
+        "the other backend's compute in 16 bits (PyTorch on the CPU): the same precision name, not the same "
+        "arithmetic or speed");
   return result;
 }
 

@@ -126,6 +126,54 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
   std::vector<std::string> untimed;
   double untimed_bound_s = 0;
   const StoppingSettings& stopping = runner.settings().stopping;
+  // What was measured and left out: at the end, and where a signal stops the sweep (as the auto search says).
+  std::size_t probed = 0;  // splits between the ladder's steps that were probed (prepare only)
+  const auto write_summary = [&](bool interrupted) {
+    const std::string taken =
+        runner.resumed_points() > 0 ? fmt::format(" ({} taken from --resume)", runner.resumed_points()) : "";
+    std::string not_timed;
+    if (!untimed.empty()) {
+      not_timed = fmt::format(
+          "; not timed, too slow for --timeout {:g} s (a step of up to {:.3g} s over --warmup and "
+          "--min-samples): "
+          "{}",
+          stopping.timeout_s, untimed_bound_s, fmt::join(untimed, ", "));
+      runner.warn(
+          fmt::format("--effective-batch {}: {} split{} not timed: a step would take up to {:.3g} s, "
+                      "more than --timeout {:g} s allows for --warmup and --min-samples; a smaller "
+                      "micro-batch is seldom faster than a larger one that fits, but only timing says (raise "
+                      "--timeout to time them)",
+                      effective_batch, untimed.size(), untimed.size() == 1 ? "" : "s", untimed_bound_s,
+                      stopping.timeout_s));
+    }
+    const std::string unfit_text =
+        unfit.empty() ? std::string() : fmt::format("; did not fit: {}", fmt::join(unfit, ", "));
+    const std::string between = refined.empty()
+                                    ? std::string()
+                                    : fmt::format("; between the ladder's steps, the largest that fits: {}",
+                                                  fmt::join(refined, ", "));
+    // The largest micro-batch that ran ok, and the smallest above it that did not fit.
+    int64_t largest_ok = 0;
+    for (const Point& p : runner.points())
+      if (p.status == PointStatus::ok) largest_ok = std::max(largest_ok, p.batch);
+    int64_t smallest_unfit = 0;
+    for (const Point& p : runner.points())
+      if (did_not_fit(p.status) && p.batch > largest_ok && (smallest_unfit == 0 || p.batch < smallest_unfit))
+        smallest_unfit = p.batch;
+    // A split between the two that failed otherwise (an error) leaves the gap's claim unproven: no hint.
+    const bool errored_between =
+        std::any_of(runner.points().begin(), runner.points().end(), [&](const Point& p) {
+          return p.status == PointStatus::error && p.batch > largest_ok && p.batch < smallest_unfit;
+        });
+    const std::string nearby =
+        largest_ok > 0 && smallest_unfit > 0 && !errored_between
+            ? nearby_split_hint(effective_batch, largest_ok, smallest_unfit, runner.plan_max_fit(1))
+            : std::string();
+    summary =
+        fmt::format("effective batch {}: {} of {} splits (micro-batch x accumulation) measured{}{}{}{}{}{}{}",
+                    effective_batch, done, splits.size() + probed, taken, unfit_text, between, stopped_early,
+                    not_timed, nearby, interrupted ? "; interrupted before the rest" : "");
+  };
   for (const BatchSplit& split : splits) {
     if (last_ok && last_ok->step_s > 0) {
       const double bound_s = last_ok->step_s * static_cast<double>(split.accumulation) /
@@ -140,7 +188,7 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
       }
     }
     const auto point = runner.measure(split.micro_batch, split.accumulation, false);
-    if (!point) return;
+    if (!point) return write_summary(true);
     if (did_not_fit(point->status)) {
       unfit.push_back(fmt::format("{} ({})", batch_label(split.micro_batch, split.accumulation),
                                   to_string(point->status)));
@@ -155,7 +203,8 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
         const int64_t micro = effective_batch / accumulation;
         if (runner.find(micro, accumulation)) break;  // taken from --resume: the edge is known there
         const auto fit = runner.probe(micro, accumulation);
-        if (!fit) return;
+        if (!fit) return write_summary(true);
+        ++probed;
         if (fit->fit != Fit::fits) {
           runner.record_unfit(micro, accumulation, status_of(fit->fit), fit->reason, true);
           unfit.push_back(
@@ -164,7 +213,7 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
           continue;
         }
         const auto larger = runner.measure(micro, accumulation, true);
-        if (!larger) return;
+        if (!larger) return write_summary(true);
         refined.push_back(batch_label(micro, accumulation));
         if (larger->status == PointStatus::ok) ++done;
         break;
@@ -190,50 +239,7 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
       break;
     }
   }
-  const std::string taken =
-      runner.resumed_points() > 0 ? fmt::format(" ({} taken from --resume)", runner.resumed_points()) : "";
-  std::string not_timed;
-  if (!untimed.empty()) {
-    not_timed = fmt::format(
-        "; not timed, too slow for --timeout {:g} s (a step of up to {:.3g} s over --warmup and "
-        "--min-samples): "
-        "{}",
-        stopping.timeout_s, untimed_bound_s, fmt::join(untimed, ", "));
-    runner.warn(
-        fmt::format("--effective-batch {}: {} split{} not timed: a step would take up to {:.3g} s, "
-                    "more than --timeout {:g} s allows for --warmup and --min-samples; a smaller "
-                    "micro-batch is seldom faster than a larger one that fits, but only timing says (raise "
-                    "--timeout to time them)",
-                    effective_batch, untimed.size(), untimed.size() == 1 ? "" : "s", untimed_bound_s,
-                    stopping.timeout_s));
-  }
-  const std::string unfit_text =
-      unfit.empty() ? std::string() : fmt::format("; did not fit: {}", fmt::join(unfit, ", "));
-  const std::string between =
-      refined.empty()
-          ? std::string()
-          : fmt::format("; between the ladder's steps, the largest that fits: {}", fmt::join(refined, ", "));
-  // The largest micro-batch that ran ok, and the smallest above it that did not fit.
-  int64_t largest_ok = 0;
-  for (const Point& p : runner.points())
-    if (p.status == PointStatus::ok) largest_ok = std::max(largest_ok, p.batch);
-  int64_t smallest_unfit = 0;
-  for (const Point& p : runner.points())
-    if (did_not_fit(p.status) && p.batch > largest_ok && (smallest_unfit == 0 || p.batch < smallest_unfit))
-      smallest_unfit = p.batch;
-  // A split between the two that failed otherwise (an error) leaves the gap's claim unproven: no hint.
-  const bool errored_between =
-      std::any_of(runner.points().begin(), runner.points().end(), [&](const Point& p) {
-        return p.status == PointStatus::error && p.batch > largest_ok && p.batch < smallest_unfit;
-      });
-  const std::string nearby =
-      largest_ok > 0 && smallest_unfit > 0 && !errored_between
-          ? nearby_split_hint(effective_batch, largest_ok, smallest_unfit, runner.plan_max_fit(1))
-          : std::string();
-  summary =
-      fmt::format("effective batch {}: {} of {} splits (micro-batch x accumulation) measured{}{}{}{}{}{}",
-                  effective_batch, done, splits.size() + refined.size(), taken, unfit_text, between,
-                  stopped_early, not_timed, nearby);
+  write_summary(false);
 }
 
 }  // namespace sweep_detail

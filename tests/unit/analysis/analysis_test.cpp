@@ -147,6 +147,16 @@ TEST(MaxFit, NothingRanOk) {
   EXPECT_EQ(a.recommended.why, "no batch ran ok: batch 1 did not fit (oom: needs 1 GiB)");
 }
 
+// With accumulation the failure names the split, as the table does: "batch 1x97", not "batch 1".
+TEST(MaxFit, NothingRanOkNamesTheSplit) {
+  Point split = failed_point(1, PointStatus::over_limit, "over the budget");
+  split.accumulation = 97;
+  split.effective_batch = 97;
+  std::vector<Point> points{split};
+  EXPECT_EQ(analyze(points, {}).recommended.why,
+            "no batch ran ok: batch 1x97 did not fit (over_limit: over the budget)");
+}
+
 // A sweep stopped before any batch finished has no failed batch to blame: it says it stopped.
 TEST(MaxFit, AStoppedSweepWithNoPointSaysItStoppedFirst) {
   std::vector<Point> none;
@@ -541,6 +551,32 @@ TEST(EffectiveBatchSplit, TheOnlySplitThatRanIsNotComparedWithItself) {
   EXPECT_EQ(a.recommended.batch, 64);
   EXPECT_EQ(a.recommended.why,
             "the only split of effective batch 256 that ran: batch 64 x accumulation 4 (1000 samples/s)");
+}
+
+// Only N x 1 ran (the other splits too slow to time, or the sweep interrupted after one): the points alone
+// look like a one-batch sweep, and run's --effective-batch (settings.effective_batch) says they are splits.
+TEST(EffectiveBatchSplit, OneAccumulationThatRanIsStillASplitOfN) {
+  std::vector<Point> points{measured_point(256, 1000, 0.002, 21, 1)};
+  EXPECT_FALSE(analyze(points, {}).effective_batch_split.has_value());
+  AnalysisOptions options;
+  options.effective_batch = 256;
+  const Analysis a = analyze(points, options);
+  ASSERT_TRUE(a.effective_batch_split.has_value());
+  EXPECT_EQ(a.effective_batch_split->batch, 256);
+  EXPECT_EQ(a.recommended.why,
+            "the only split of effective batch 256 that ran: batch 256 x accumulation 1 (1000 samples/s)");
+  // Points of another N are not taken for its splits.
+  options.effective_batch = 512;
+  EXPECT_FALSE(analyze(points, options).effective_batch_split.has_value());
+}
+
+// Under 1%, two decimals: a split 0.14% faster than the slowest is not "0% faster".
+TEST(EffectiveBatchSplit, ALeadUnderOnePercentKeepsItsDecimals) {
+  std::vector<Point> points{measured_point(128, 1001.4, 0.002, 21, 2),
+                            measured_point(64, 1000, 0.002, 21, 4)};
+  EXPECT_NE(analyze(points, {}).recommended.why.find("0.14% faster than the slowest split"),
+            std::string::npos)
+      << analyze(points, {}).recommended.why;
 }
 
 TEST(EffectiveBatchSplit, AbsentInAPlainSweep) {

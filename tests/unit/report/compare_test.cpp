@@ -101,6 +101,21 @@ TEST(Compare, CpuSixteenBitPrecisionsAreSaidToBeEmulated) {
                                             "16-bit precisions store in 16 bits and compute in fp32")));
 }
 
+// bf16 on batchsweep's CPU backend against the PyTorch peer's bf16 on the CPU: one name, two arithmetics.
+TEST(Compare, CpuSixteenBitAgainstAnotherBackendsIsNoted) {
+  Report a = testing::sample_report();
+  a.device.backend = "cpu";
+  a.settings["precision"] = "bf16";
+  Report b = a;
+  b.device.backend = "pytorch-eager";
+  EXPECT_THAT(
+      compare_pair(a, b).notes,
+      ::testing::Contains(HasSubstr("the cpu backend's 16-bit runs store in 16 bits and compute in fp32")));
+  b.device.backend = "cpu";
+  for (const std::string& note : compare_pair(a, b).notes)
+    EXPECT_EQ(note.find("not the same arithmetic"), std::string::npos) << note;
+}
+
 // Runs measured by other stopping rules, or with CUDA graphs in one and not the other, are noted with what
 // differs; the same settings get no such note.
 TEST(Compare, OtherMeasurementSettingsAreNoted) {

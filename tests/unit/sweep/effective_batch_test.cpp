@@ -120,6 +120,32 @@ TEST(EffectiveBatch, TheSplitsTheLadderSkippedAtTheMemoryEdgeAreProbed) {
       << outcome.search_summary;
 }
 
+// Every split tried counts in "k of n splits": a probe that did not fit (20x36 where the edge is 19) as much
+// as the one measured after it (18x40), and a sweep stopped by a signal still says what it measured.
+TEST(EffectiveBatch, TheSummaryCountsEveryProbeAndSurvivesAnInterrupt) {
+  const std::size_t ladder = effective_batch_splits(720).size();
+  const SweepOutcome outcome = effective_sweep(16.0, 19, 720);
+  ASSERT_NE(find_point(outcome.points, 18, 40), nullptr) << outcome.search_summary;
+  EXPECT_NE(outcome.search_summary.find("20x36 (oom)"), std::string::npos) << outcome.search_summary;
+  EXPECT_NE(outcome.search_summary.find(" of " + std::to_string(ladder + 2) + " splits"), std::string::npos)
+      << outcome.search_summary;
+
+  ScriptedConfig config = testing::roofline(2.0, 16.0);
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings;
+  settings.effective_batch = 64;
+  RecordingObserver observer;
+  observer.stop_when = [](const RecordingObserver& o) { return o.done.size() >= 2; };
+  const SweepOutcome stopped = run_sweep(*backend, tiny_graph(), settings, observer);
+  EXPECT_TRUE(stopped.interrupted);
+  EXPECT_NE(
+      stopped.search_summary.find("effective batch 64: 2 of 7 splits (micro-batch x accumulation) measured"),
+      std::string::npos)
+      << stopped.search_summary;
+  EXPECT_NE(stopped.search_summary.find("; interrupted before the rest"), std::string::npos)
+      << stopped.search_summary;
+}
+
 // 97 is prime: where 97x1 does not fit, only 1x97 runs, 97 micro-batches of one. The summary names the
 // effective batch within 5% with the most micro-batches between the two: 96, 48x2 down to 2x48 (96x1 too,
 // as nothing says it would not fit).
