@@ -1046,8 +1046,9 @@ std::vector<std::string> sleepy_sweep(const std::string& json) {
 
 // Runs batchsweep with `args` under an address-space limit (ulimit -v) of `kib` KiB, stdout and stderr to
 // `err` (one file), killed after `seconds`: its exit code, or -1 where it had to be killed (a hang).
-int run_address_limited(const std::vector<std::string>& args, rlim_t kib, const std::string& err,
-                        int seconds) {
+// (Unused under AddressSanitizer, whose test skips.)
+[[maybe_unused]] int run_address_limited(const std::vector<std::string>& args, rlim_t kib,
+                                         const std::string& err, int seconds) {
   const pid_t pid = fork();
   if (pid == 0) {
     freopen("/dev/null", "r", stdin);
