@@ -1099,6 +1099,18 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   return recommendation_exit(report, "batchsweep");
 }
 
+namespace {
+
+// The --effective-batch N a report was swept with (settings.effective_batch), where it says a valid one.
+std::optional<int64_t> effective_batch_setting(const Report& report) {
+  if (!report.settings.is_object()) return std::nullopt;
+  const auto n = report.settings.find("effective_batch");
+  if (n == report.settings.end() || !n->is_number_integer() || n->get<int64_t>() < 1) return std::nullopt;
+  return n->get<int64_t>();
+}
+
+}  // namespace
+
 // Which analysis flags the command line gave (the rest come from the run's settings).
 struct GivenFlags {
   bool no_latency_slo = false;
@@ -1174,9 +1186,7 @@ RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags,
         (*it)["batch"].is_number_integer() && it->contains("reason") && (*it)["reason"].is_string())
       out.options.untimed_fit = UntimedFit{(*it)["batch"].get<int64_t>(), (*it)["reason"].get<std::string>()};
     // run --effective-batch N: its points are splits of N, even where one accumulation of them ran.
-    const auto n = report.settings.find("effective_batch");
-    if (n != report.settings.end() && n->is_number_integer() && n->get<int64_t>() >= 1)
-      out.options.effective_batch = n->get<int64_t>();
+    out.options.effective_batch = effective_batch_setting(report);
   }
   return out;
 }
@@ -1332,13 +1342,8 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
       };
       std::string hint = "sweep the same batches, e.g. the baseline's --batch list";
       // Effective-batch sweeps have no --batch list: their splits are of their N.
-      const auto effective = [](const Report& r) -> std::optional<int64_t> {
-        const auto n = r.settings.is_object() ? r.settings.find("effective_batch") : r.settings.end();
-        return n != r.settings.end() && n->is_number_integer() ? std::optional<int64_t>(n->get<int64_t>())
-                                                               : std::nullopt;
-      };
       for (std::size_t i = 0; i < reports.size(); ++i)
-        if (effective(reports[i])) {
+        if (effective_batch_setting(reports[i])) {
           hint = "sweep the same splits: the same --effective-batch N in every run";
           break;
         }

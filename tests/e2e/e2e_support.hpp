@@ -46,6 +46,16 @@ class ScratchDir {
   std::filesystem::path path_;
 };
 
+// In a forked child: replaces it with BSW_BINARY run with `args` (exit 127 where that fails). Every e2e test
+// that starts the binary itself (to signal it, limit it, or give it a terminal) goes through here.
+[[noreturn]] inline void exec_batchsweep(const std::vector<std::string>& args) {
+  std::vector<char*> argv{const_cast<char*>(BSW_BINARY)};
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(BSW_BINARY, argv.data());
+  _exit(127);
+}
+
 // Runs BSW_BINARY with `args` (no shell), stdin from /dev/null, capturing both streams; `env` adds
 // NAME=VALUE; `cwd`, when given, is the directory it runs in.
 inline Result run(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
@@ -59,11 +69,7 @@ inline Result run(const std::vector<std::string>& args, const std::vector<std::s
     freopen(err_path.c_str(), "w", stderr);
     for (const std::string& e : env) putenv(const_cast<char*>(e.c_str()));
     if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(126);
-    std::vector<char*> argv{const_cast<char*>(BSW_BINARY)};
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(BSW_BINARY, argv.data());
-    _exit(127);
+    exec_batchsweep(args);
   }
   int status = 0;
   waitpid(pid, &status, 0);

@@ -1056,11 +1056,7 @@ std::vector<std::string> sleepy_sweep(const std::string& json) {
     dup2(fileno(stdout), fileno(stderr));
     const rlimit limit{kib * 1024, kib * 1024};
     if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(126);
-    std::vector<char*> argv{const_cast<char*>(BSW_BINARY)};
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(BSW_BINARY, argv.data());
-    _exit(127);
+    exec_batchsweep(args);
   }
   int status = 0;
   for (int waited_ms = 0; waited_ms < seconds * 1000; waited_ms += 20) {
@@ -1118,11 +1114,7 @@ int interrupt_after(const std::vector<std::string>& args, const std::string& jso
   if (pid == 0) {
     freopen("/dev/null", "w", stdout);
     freopen(stderr_path.c_str(), "w", stderr);
-    std::vector<char*> argv{const_cast<char*>(BSW_BINARY)};
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(BSW_BINARY, argv.data());
-    _exit(127);
+    exec_batchsweep(args);
   }
   size_t seen = 0;
   for (int i = 0; i < 400 && seen < points; ++i) {
@@ -1230,11 +1222,7 @@ TEST(Run, AnInterruptBeforeAnyPointFinishedSaysTheSweepStoppedFirst) {
   if (pid == 0) {
     freopen(out.c_str(), "w", stdout);
     freopen(err.c_str(), "w", stderr);
-    std::vector<char*> argv{const_cast<char*>(BSW_BINARY)};
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(BSW_BINARY, argv.data());
-    _exit(127);
+    exec_batchsweep(args);
   }
   for (int i = 0; i < 400 && !catches(pid, SIGINT); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(25));

@@ -49,11 +49,7 @@ Result run_on_terminals(const std::vector<std::string>& args, const std::vector<
     freopen(err.follower.c_str(), "w", stderr);
     unsetenv("NO_COLOR");  // the test's own environment decides nothing
     for (const std::string& e : env) putenv(const_cast<char*>(e.c_str()));
-    std::vector<char*> argv{const_cast<char*>(BSW_BINARY)};
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(BSW_BINARY, argv.data());
-    _exit(127);
+    exec_batchsweep(args);
   }
   // Drain both leaders while the child runs (a full terminal buffer would block it); a leader reads EIO once
   // the child has closed its side.
