@@ -570,6 +570,23 @@ Report report_from_json(const json& doc, const std::string& source) {
   return Reader(source).report(doc);
 }
 
+namespace {
+
+// Which of batchsweep's other outputs `text` is ("markdown", "CSV", "SVG"), judged from how each begins;
+// empty where it is none of them. Handed to a reader of reports, each is a user's slip, not a damaged file.
+std::string_view export_kind(std::string_view text) {
+  const std::size_t start = text.find_first_not_of(" \t\r\n");
+  if (start != std::string_view::npos) text.remove_prefix(start);
+  if (text.starts_with("## batchsweep report") || text.starts_with("## batchsweep compare"))
+    return "markdown";
+  if (text.starts_with("batch,accumulation,")) return "CSV";
+  if (text.starts_with("<svg") || (text.starts_with("<?xml") && text.find("<svg") != std::string_view::npos))
+    return "SVG";
+  return {};
+}
+
+}  // namespace
+
 Report read_report(const std::string& path) {
   namespace fs = std::filesystem;
   if (path.empty()) throw InputError("a report path is empty (\"\"; an unset shell variable?)");
@@ -598,6 +615,9 @@ Report read_report(const std::string& path) {
   try {
     doc = json::parse(text);
   } catch (const json::parse_error& e) {
+    if (const std::string_view kind = export_kind(text); !kind.empty())
+      throw InputError(path + ": is batchsweep's " + std::string(kind) +
+                       " export, not a report: analyze, compare and --resume read the file --json writes");
     throw InputError(path + ": not valid JSON: " + json_syntax_error(text, e.byte, e.what()));
   } catch (const json::out_of_range& e) {  // a number beyond a double's range, e.g. 1e400 (out_of_range.406)
     throw InputError(path + ": not valid JSON: " + json_syntax_error(text, 0, e.what()));
