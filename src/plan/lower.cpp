@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <limits>
 #include <utility>
 
@@ -171,9 +172,18 @@ class Lowerer {
     return graph_.ops.back();
   }
 
-  void add_param(Op& op, const std::string& name, int64_t elements, const std::string& path) {
-    if (elements <= 0) return;
-    if (elements > kMaxParameters || graph_.parameters + elements > kMaxParameters)
+  // A parameter tensor of the product of `factors` elements (none where one is 0), multiplied in 128 bits so
+  // that dimensions up to 2^31 each cannot wrap past the 2^40 limit into a small or vanished tensor.
+  void add_param(Op& op, const std::string& name, std::initializer_list<int64_t> factors,
+                 const std::string& path) {
+    __int128 product = 1;
+    for (const int64_t f : factors) {
+      if (f <= 0) return;
+      product *= f;
+      if (product > kMaxParameters) fail(path, "more than 2^40 parameters: sizes would overflow");
+    }
+    const auto elements = static_cast<int64_t>(product);
+    if (graph_.parameters + elements > kMaxParameters)
       fail(path, "more than 2^40 parameters: sizes would overflow");
     op.params.push_back({name, graph_.parameters, elements});
     op.param_elements += elements;
@@ -224,8 +234,8 @@ class Lowerer {
     op.out_features = out_features;
     op.bias = bias;
     op.activation = act;
-    add_param(op, "weight", in * out_features, path);
-    if (bias) add_param(op, "bias", out_features, path);
+    add_param(op, "weight", {in, out_features}, path);
+    if (bias) add_param(op, "bias", {out_features}, path);
     add_flops(op,
               2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(out_features));
   }
@@ -237,8 +247,8 @@ class Lowerer {
     Op& op = push(OpKind::layernorm, path, shape_);
     op.rows = rows;
     op.dim = dim;
-    add_param(op, "gamma", dim, path);
-    add_param(op, "beta", dim, path);
+    add_param(op, "gamma", {dim}, path);
+    add_param(op, "beta", {dim}, path);
   }
 
   // Per channel of an image [C, H, W] (BatchNorm2d) or per feature of a vector [F] (BatchNorm1d). A token
@@ -267,8 +277,8 @@ class Lowerer {
     op.channels = channels;
     op.spatial = spatial;
     op.activation = l.activation;
-    add_param(op, "gamma", channels, path);
-    add_param(op, "beta", channels, path);
+    add_param(op, "gamma", {channels}, path);
+    add_param(op, "beta", {channels}, path);
   }
 
   void attention(const LayerSpec& l, const std::string& path) {
@@ -382,8 +392,8 @@ class Lowerer {
     if (kind == OpKind::conv2d) {
       op.bias = l.bias;
       op.activation = l.activation;
-      add_param(op, "weight", cout * c * k * k, path);
-      if (l.bias) add_param(op, "bias", cout, path);
+      add_param(op, "weight", {cout, c, k, k}, path);
+      if (l.bias) add_param(op, "bias", {cout}, path);
       add_flops(op, 2.0 * static_cast<double>(cout) * static_cast<double>(c * k * k) *
                         static_cast<double>(hout * wout));
     }
@@ -446,8 +456,8 @@ class Lowerer {
         op.seq = seq;
         op.dim = l.dim;
         op.vocab = model_.input.vocab_size;
-        add_param(op, "tokens", op.vocab * l.dim, path);
-        add_param(op, "positions", seq * l.dim, path);
+        add_param(op, "tokens", {op.vocab, l.dim}, path);
+        add_param(op, "positions", {seq, l.dim}, path);
         break;
       }
       case LayerType::patch_embedding: {
@@ -469,9 +479,9 @@ class Lowerer {
         op.seq = n;
         op.dim = l.dim;
         op.bias = true;
-        add_param(op, "weight", l.dim * c * p * p, path);
-        add_param(op, "bias", l.dim, path);
-        add_param(op, "positions", n * l.dim, path);
+        add_param(op, "weight", {l.dim, c, p, p}, path);
+        add_param(op, "bias", {l.dim}, path);
+        add_param(op, "positions", {n, l.dim}, path);
         add_flops(op,
                   2.0 * static_cast<double>(l.dim) * static_cast<double>(c * p * p) * static_cast<double>(n));
         break;
@@ -490,6 +500,13 @@ class Lowerer {
         residual_close(in, path + ".attn", depth);
         residual_open(path + ".mlp", depth);
         layernorm(l, path + ".ln2");
+        // The hidden layer [tokens, mlp_ratio x dim] is named by the field that sizes it, before its product
+        // could overflow.
+        if (static_cast<__int128>(l.mlp_ratio) * dim * shape_[0] > kMaxSampleElements)
+          fail(l.json_path + ".mlp_ratio",
+               fmt::format("{} x the width {} over {} tokens makes an MLP hidden layer of more than 2^36 "
+                           "elements per sample: sizes would overflow",
+                           l.mlp_ratio, dim, shape_[0]));
         linear(l, path + ".mlp.fc", l.mlp_ratio * dim, true, Activation::gelu);
         linear(l, path + ".mlp.proj", dim, true, Activation::none);
         residual_close(in, path + ".mlp", depth);

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <array>
+#include <initializer_list>
 #include <stdexcept>
 #include <string_view>
 #include <utility>
@@ -31,6 +32,19 @@
 #include "batchsweep/plan.hpp"
 
 namespace bsw {
+
+namespace {
+
+// The product of sizes, held just above 2^62 where it would go beyond: a plan past 2^62 bytes is refused as
+// too large (Planner::add), never wrapped into a small one. A few times the cap still fits 64 bits.
+uint64_t sat_mul(std::initializer_list<uint64_t> factors) {
+  constexpr unsigned __int128 kCap = (static_cast<unsigned __int128>(1) << 62) + 1;
+  unsigned __int128 product = 1;
+  for (const uint64_t f : factors) product = std::min(product * f, kCap);
+  return static_cast<uint64_t>(product);
+}
+
+}  // namespace
 
 std::string_view to_string(Precision v) {
   switch (v) {
@@ -251,8 +265,9 @@ class Builder {
     const unsigned __int128 rounded = (raw + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
     total_ += rounded;
     if (total_ > (static_cast<unsigned __int128>(1) << 62))
-      throw UsageError(
-          fmt::format("--batch {}: the plan for this batch is larger than 2^62 bytes", r_.batch));
+      throw UsageError(fmt::format(
+          "--batch {}: the plan for this batch is larger than 2^62 bytes (passed at {}{})", r_.batch, name,
+          op >= 0 ? fmt::format(", {}", g_.ops[static_cast<size_t>(op)].path) : ""));
     buffers_.push_back({std::move(name), c, t, elements, static_cast<uint64_t>(rounded), op});
   }
 
@@ -279,7 +294,8 @@ class Builder {
     return op.kind != OpKind::residual_save && op.kind != OpKind::residual_branch;
   }
   static uint64_t probs_elements(const Op& op) {
-    return static_cast<uint64_t>(op.heads) * static_cast<uint64_t>(op.seq) * static_cast<uint64_t>(op.seq);
+    return sat_mul(
+        {static_cast<uint64_t>(op.heads), static_cast<uint64_t>(op.seq), static_cast<uint64_t>(op.seq)});
   }
 
   // Largest per-sample tensor each of inference's ping-pong buffers (act.a, act.b) holds, following the
@@ -428,8 +444,8 @@ class Builder {
         add(fmt::format("ops[{}].stats", i), MemoryCategory::saved_activations, DType::f32,
             b * static_cast<uint64_t>(op.heads * op.seq), idx);
       else if (op.kind == OpKind::attention_core)
-        add(fmt::format("ops[{}].probs", i), MemoryCategory::saved_activations, s_, b * probs_elements(op),
-            idx);
+        add(fmt::format("ops[{}].probs", i), MemoryCategory::saved_activations, s_,
+            sat_mul({b, probs_elements(op)}), idx);
     }
     const auto [grad_a, grad_b] = ping_pong_gradients();
     add("grad.a", MemoryCategory::transient, s_, b * grad_a);
@@ -451,7 +467,7 @@ class Builder {
     for (const Op& op : g_.ops) {
       if (op.kind == OpKind::layernorm) stats = std::max(stats, 2 * b * static_cast<uint64_t>(op.rows));
       if (op.kind == OpKind::attention_core && !fused_attention())
-        probs = std::max(probs, b * probs_elements(op));
+        probs = std::max(probs, sat_mul({b, probs_elements(op)}));
     }
     add("act.stats", MemoryCategory::transient, DType::f32, stats);
     add("act.probs", MemoryCategory::transient, s_, probs);
@@ -461,11 +477,13 @@ class Builder {
   static uint64_t cpu_op_scratch(const Op& op) {
     switch (op.kind) {
       case OpKind::conv2d:
-        return static_cast<uint64_t>(op.channels * op.kernel * op.kernel * op.out_height * op.out_width);
+        return sat_mul({static_cast<uint64_t>(op.channels * op.kernel * op.kernel),
+                        static_cast<uint64_t>(op.out_height * op.out_width)});
       case OpKind::patch_embedding:
-        return static_cast<uint64_t>(op.seq * op.channels * op.kernel * op.kernel);
+        return sat_mul(
+            {static_cast<uint64_t>(op.seq), static_cast<uint64_t>(op.channels * op.kernel * op.kernel)});
       case OpKind::attention_core:
-        return static_cast<uint64_t>(op.seq * op.seq);
+        return sat_mul({static_cast<uint64_t>(op.seq), static_cast<uint64_t>(op.seq)});
       default:
         return 0;
     }
@@ -504,7 +522,7 @@ class Builder {
       // aux holds a pre-activation in fp32: the scratch z of inference, or in training the one GELU and
       // SiLU keep (ReLU and tanh run in place on the output there).
       if (op.has_preactivation() && (!train || op.saves_preactivation())) aux = std::max(aux, out);
-      if (op.kind == OpKind::attention_core) aux = std::max(aux, b * probs_elements(op));
+      if (op.kind == OpKind::attention_core) aux = std::max(aux, sat_mul({b, probs_elements(op)}));
     }
     // The loss reads the logits (and mse targets) in fp32 and writes their gradient in fp32.
     const uint64_t logits = b * static_cast<uint64_t>(numel(g_.output_shape));
@@ -538,7 +556,7 @@ class Builder {
     uint64_t scores = 0, heads = 0, z = 0, col = 0, conv_out = 0, conv_dw = 0;
     for (const Op& op : g_.ops) {
       if (op.kind == OpKind::attention_core && !fused_attention()) {
-        scores = std::max(scores, b * probs_elements(op));
+        scores = std::max(scores, sat_mul({b, probs_elements(op)}));
         heads = std::max(heads, b * static_cast<uint64_t>(op.seq * op.dim));
       }
       if (op.has_preactivation() && !train) z = std::max(z, b * static_cast<uint64_t>(op.out_elements()));
@@ -549,7 +567,8 @@ class Builder {
       }
       if (op.kind == OpKind::conv2d || op.kind == OpKind::patch_embedding) {
         const uint64_t spatial = static_cast<uint64_t>(op.out_height * op.out_width);
-        const uint64_t per_sample = static_cast<uint64_t>(op.channels * op.kernel * op.kernel) * spatial;
+        const uint64_t per_sample =
+            sat_mul({static_cast<uint64_t>(op.channels * op.kernel * op.kernel), spatial});
         const uint64_t chunk = std::min(b, std::max<uint64_t>(1, kCudaIm2colElements / per_sample));
         col = std::max(col, chunk * per_sample);
         if (op.kind == OpKind::conv2d)
@@ -672,8 +691,8 @@ uint64_t cudnn_workspace_bytes(const Graph& graph, const PlanRequest& request) {
     if (op.kind != OpKind::attention_core || request.paths.attention != AttentionPath::cudnn_sdpa) continue;
     uint64_t sdpa = kCudnnSdpaBaseWorkspaceBytes;
     if (request.mode == Mode::train)
-      sdpa += static_cast<uint64_t>(request.batch) * static_cast<uint64_t>(op.heads * op.seq) *
-              static_cast<uint64_t>(op.dim / op.heads + 2) * 4;
+      sdpa += sat_mul({static_cast<uint64_t>(request.batch), static_cast<uint64_t>(op.heads * op.seq),
+                       static_cast<uint64_t>(op.dim / op.heads + 2), 4});
     bytes = std::max(bytes, sdpa);
   }
   return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;

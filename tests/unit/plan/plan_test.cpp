@@ -116,6 +116,51 @@ TEST(Lower, ShapeErrorsNameThePath) {
                       "sequence normalizes with `layernorm`)");
 }
 
+// Dimensions up to 2^31 each: a weight's product past 2^63 must be refused at its layer, not wrap into a
+// small or vanished tensor.
+TEST(Lower, WeightSizesBeyond64BitsAreRefusedAtTheirLayer) {
+  // 2^36 inputs x (2^28 + 1) outputs wraps to 2^36 + ... in 64 bits.
+  expect_config_error(
+      R"({"name": "x", "input": {"type": "image", "channels": 1, "height": 262144, "width": 262144},
+    "layers": [{"type": "flatten"}, {"type": "linear", "out_features": 268435457}], "loss": "mse"})",
+      "layers[1]: more than 2^40 parameters: sizes would overflow");
+  // 2^24 x 1 x 2^20 x 2^20 is 2^64: 0 in 64 bits, a weight that vanished.
+  expect_config_error(R"({"name": "x", "input": {"type": "image", "channels": 1, "height": 1, "width": 1},
+    "layers": [{"type": "conv2d", "out_channels": 16777216, "kernel_size": 1048576, "padding": 524288,
+                "bias": false}, {"type": "global_avgpool"}, {"type": "linear", "out_features": 10}]})",
+                      "layers[0]: more than 2^40 parameters: sizes would overflow");
+  expect_config_error(
+      R"({"name": "x", "input": {"type": "image", "channels": 1, "height": 262144, "width": 262144},
+    "layers": [{"type": "patch_embedding", "patch_size": 262144, "dim": 268435456}]})",
+      "layers[0]: more than 2^40 parameters: sizes would overflow");
+  // The MLP's hidden width is named by the field that sizes it.
+  expect_config_error(R"({"name": "x", "input": {"type": "tokens", "sequence_length": 8, "vocab_size": 10},
+    "layers": [{"type": "embedding", "dim": 64}, {"type": "transformer_block", "heads": 2,
+                "mlp_ratio": 2147483647}]})",
+                      "layers[1].mlp_ratio: 2147483647 x the width 64 over 8 tokens");
+}
+
+// Attention scores [heads, T, T] past 64 bits: the plan is refused as too large, naming the layer, instead of
+// wrapping into a small one.
+TEST(Plan, AttentionScoresBeyond64BitsAreTooLargeNotWrapped) {
+  const Graph g = graph_of(R"({"name": "x", "input": {"type": "tokens", "sequence_length": 2147483647,
+    "vocab_size": 2}, "layers": [{"type": "embedding", "dim": 8}, {"type": "attention", "heads": 8},
+    {"type": "linear", "out_features": 2}]})");
+  for (const Mode mode : {Mode::train, Mode::infer})
+    for (const BackendKind backend : {BackendKind::cpu, BackendKind::cuda}) {
+      try {
+        (void)make_plan(g, {1, Precision::bf16, mode, 1, backend});
+        ADD_FAILURE() << "expected a plan larger than 2^62 bytes";
+      } catch (const UsageError& e) {
+        EXPECT_NE(std::string(e.what()).find("larger than 2^62 bytes"), std::string::npos) << e.what();
+        // Training's saved probabilities belong to an op: they name its layer.
+        if (mode == Mode::train && backend == BackendKind::cpu) {
+          EXPECT_NE(std::string(e.what()).find("layers[1].core"), std::string::npos) << e.what();
+        }
+      }
+    }
+}
+
 TEST(Plan, TrainingBuffersByCategory) {
   const Graph g = graph_of(R"({"name": "m", "input": {"type": "vector", "features": 10},
     "layers": [{"type": "linear", "out_features": 20, "activation": "relu"},
