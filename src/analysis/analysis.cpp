@@ -22,6 +22,7 @@ using analysis_detail::falling_text;
 using analysis_detail::format_number;
 using analysis_detail::format_percent;
 using analysis_detail::format_rate;
+using analysis_detail::format_share;
 using analysis_detail::is_ok;
 using analysis_detail::KneeCall;
 using analysis_detail::swept_effective_batch;
@@ -146,7 +147,7 @@ BatchChoice saturation(std::span<const Point> points, const std::vector<CurvePoi
   return choose(
       *first->point,
       fmt::format("smallest batch reaching {}% of the best throughput: {} of {} samples/s (batch {})",
-                  format_number(pct), format_percent(first->samples_per_second / best->samples_per_second),
+                  format_number(pct), format_share(first->samples_per_second / best->samples_per_second, pct),
                   format_rate(best->samples_per_second), best->batch));
 }
 
@@ -466,7 +467,7 @@ std::string saturation_why(const Point& chosen, const Point& best, double pct) {
         chosen.batch, format_rate(best.samples_per_second), format_number(pct));
   return fmt::format("batch {} is the smallest reaching {}% of the best throughput: {} of batch {}{}",
                      chosen.batch, format_number(pct),
-                     format_percent(chosen.samples_per_second / best.samples_per_second), best.batch,
+                     format_share(chosen.samples_per_second / best.samples_per_second, pct), best.batch,
                      memory_clause(chosen, best));
 }
 
@@ -542,10 +543,10 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
         return {knee.batch, fmt::format("knee at {}, also the best throughput ({} samples/s)", knee.batch,
                                         format_rate(best.samples_per_second))};
       return {knee.batch, fmt::format("knee at {}: {} of the best throughput (batch {}){}", knee.batch,
-                                      format_percent(share), best.batch, memory_clause(knee, best))};
+                                      format_share(share, pct), best.batch, memory_clause(knee, best))};
     }
     const std::string knee_note = fmt::format("the knee at {} reaches only {} of the best throughput",
-                                              knee.batch, format_percent(share));
+                                              knee.batch, format_share(share, pct));
     return {saturated.batch, fmt::format("{}; {}{}", knee_note, saturation_why(saturated, best, pct),
                                          still_rising_note(in, saturated))};
   }
@@ -744,9 +745,10 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
     const Point* best = point_at(curve, *analysis.best_throughput.batch);
     if (knee_point != nullptr && best != nullptr &&
         knee_point->samples_per_second < options.saturation_pct / 100.0 * best->samples_per_second)
-      analysis.knee.reason +=
-          fmt::format("; throughput keeps rising past it (the knee reaches {} of the best, batch {})",
-                      format_percent(knee_point->samples_per_second / best->samples_per_second), best->batch);
+      analysis.knee.reason += fmt::format(
+          "; throughput keeps rising past it (the knee reaches {} of the best, batch {})",
+          format_share(knee_point->samples_per_second / best->samples_per_second, options.saturation_pct),
+          best->batch);
   }
   if (options.latency_slo_ms)
     analysis.latency_slo =

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 
 #include "batchsweep/analysis.hpp"
@@ -58,6 +59,19 @@ std::string format_percent(double fraction) {
   // Under 1% two decimals: "0.14% faster", not "0% faster".
   if (percent != 0.0 && std::fabs(percent) < 0.995) return fmt::format("{:.2f}%", percent);
   return fmt::format("{:.0f}%", percent);
+}
+
+std::string format_share(double fraction, double threshold_pct) {
+  std::string text = format_percent(fraction);
+  const double percent = fraction * 100.0;
+  const bool reaches = percent >= threshold_pct;
+  for (int decimals = 1; decimals <= 6 && (std::strtod(text.c_str(), nullptr) >= threshold_pct) != reaches;
+       ++decimals) {
+    text = fmt::format("{:.{}f}%", percent, decimals);
+    // Short of the whole, never "100.0%".
+    if (fraction < 1.0 && std::strtod(text.c_str(), nullptr) >= 100.0) text = format_percent(fraction);
+  }
+  return text;
 }
 
 std::string format_number(double value) {

@@ -51,6 +51,10 @@ struct KneeDetail {
 // A fraction as a whole percentage ("94%"), with one decimal where rounding would print 100% for less than
 // all.
 [[nodiscard]] std::string format_percent(double fraction);
+
+// format_percent of a share judged against `threshold_pct` (a percent), with the decimals that keep it on its
+// side: 94.69% against 95 reads "94.7%", not "95%"; 99.991% against 99.99 reads "99.99%", not "99.9%".
+[[nodiscard]] std::string format_share(double fraction, double threshold_pct);
 // "%g"-style number for option values in reasons ("1", "0.5", "12.5").
 [[nodiscard]] std::string format_number(double value);
 

@@ -137,8 +137,12 @@ std::string budget_side_text(double ms, std::optional<double> budget) {
   std::string text = rf::sig3(ms);
   if (!budget) return text;
   const bool over = ms > *budget;
-  // More decimals, never fewer digits than sig3's (no exponent: 12345.4 against 12345.3 reads "12345.4").
-  for (int decimals = 1; decimals <= 9 && (std::strtod(text.c_str(), nullptr) > *budget) != over; ++decimals)
+  // More decimals than sig3's, never fewer digits (0.5904 against 0.5904 reads "0.5904", not "0.6"; no
+  // exponent: 12345.4 against 12345.3 reads "12345.4").
+  const std::size_t point = text.find('.');
+  const int sig3_decimals = point == std::string::npos ? 0 : static_cast<int>(text.size() - point - 1);
+  for (int decimals = sig3_decimals + 1;
+       decimals <= 9 && (std::strtod(text.c_str(), nullptr) > *budget) != over; ++decimals)
     text = fmt::format("{:.{}f}", ms, decimals);
   return text;
 }

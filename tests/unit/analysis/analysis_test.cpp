@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "analysis/curve.hpp"
 #include "batchsweep/analysis.hpp"
 #include "batchsweep/errors.hpp"
 #include "sweep_points.hpp"
@@ -593,6 +594,24 @@ TEST(Recommendation, KneeWhenItReachesSaturation) {
   EXPECT_EQ(a.knee.batch, 128);
   EXPECT_EQ(a.recommended.batch, 128);
   EXPECT_EQ(a.recommended.why, "knee at 128: 95% of the best throughput (batch 4096) with 5% of its memory");
+}
+
+// A share judged against the saturation threshold keeps the digits that put it on its side: 95.2% against
+// 95.1 is not "95%", nor 94.7% against 95 "95%", nor 99.991% against 99.99 "99.9%".
+TEST(Recommendation, AShareIsNotRoundedOntoTheOtherSideOfTheThreshold) {
+  std::vector<Point> points = sweep(kBatches, [](double b) {
+    return roofline(1.0, 128.0)(b) * (b > 128 ? 1.0 + 0.01 * std::log2(b / 128) : 1.0);
+  });
+  AnalysisOptions options;
+  options.saturation_pct = 95.1;
+  const Analysis a = analyze(points, options);
+  EXPECT_EQ(a.recommended.batch, 128);
+  EXPECT_EQ(a.recommended.why,
+            "knee at 128: 95.2% of the best throughput (batch 4096) with 5% of its memory");
+  EXPECT_EQ(analysis_detail::format_share(0.9469, 95), "94.7%");
+  EXPECT_EQ(analysis_detail::format_share(0.6671, 66.8), "66.7%");
+  EXPECT_EQ(analysis_detail::format_share(0.99991, 99.99), "99.99%");
+  EXPECT_EQ(analysis_detail::format_share(0.96, 95), "96%");  // no more digits than it needs
 }
 
 TEST(Recommendation, KneeThatIsAlsoTheBest) {

@@ -200,6 +200,12 @@ TEST(Console, ABudgetsPercentileIsNotRoundedOntoTheOtherSide) {
   EXPECT_THAT(console, HasSubstr(" 2.0223 "));
   EXPECT_THAT(console, HasSubstr(" 2.02 "));  // 2.0219 is under it, as "2.02" reads
   EXPECT_THAT(format_markdown(r), HasSubstr("| 2.0223 |"));
+  r.points[0].step_ms.p99 = 0.5904325;  // never fewer digits than three: not "0.6" against 0.5904
+  r.settings["latency_slo_ms"] = 0.5904;
+  EXPECT_THAT(format_console(r, {}), HasSubstr(" 0.59043 "));
+  r.points[0].step_ms.p99 = 4.04656;
+  r.settings["latency_slo_ms"] = 4.047;
+  EXPECT_THAT(format_console(r, {}), HasSubstr(" 4.047 "));
   r.points[0].step_ms.p99 = 12345.4;  // more decimals, never an exponent
   r.settings["latency_slo_ms"] = 12345.3;
   EXPECT_THAT(format_console(r, {}), HasSubstr(" 12345.4 "));
