@@ -64,15 +64,19 @@ void escape_starved_blas_workers(char** argv) {
 
 int main(int argc, char** argv) {
   escape_starved_blas_workers(argv);
-  // A closed pipe (`--json >(head -c 1)`, `| head`) is a write error naming the export, not a silent death.
+  // A closed pipe (`--json >(head -c 1)`, `| head`) is a write error naming the export, not a silent death;
+  // so is a file past `ulimit -f` (EFBIG, not SIGXFSZ's kill that leaves a temporary file behind).
   std::signal(SIGPIPE, SIG_IGN);
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     const int code = bsw::cli::run_app(argc, argv);
     // The table (or an export) on stdout that never reached it (a full disk, a reader that left): a job
-    // reading exit 0 would take a cut-off output for the whole. A failure's own code stands.
-    if ((std::fflush(stdout) != 0 || std::ferror(stdout)) && code == bsw::kExitOk) {
+    // reading exit 0, 3 or 4 would take a cut-off output for the whole, as `--json -` already says. A
+    // failure's own code (1, 2, an interrupt) stands.
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
       std::fprintf(stderr, "batchsweep: error: cannot write to stdout\n");
-      return bsw::kExitRuntime;
+      if (code == bsw::kExitOk || code == bsw::kExitRegression || code == bsw::kExitNothingRan)
+        return bsw::kExitRuntime;
     }
     return code;
   } catch (const bsw::Error& e) {

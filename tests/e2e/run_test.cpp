@@ -1317,6 +1317,25 @@ TEST(Run, StdoutThatCannotBeWrittenIsAnError) {
   EXPECT_EQ(shell("plan --batch 1 --json /dev/full", "/dev/null"), 1);
   EXPECT_NE(slurp(err).find("--json: /dev/full: cannot write"), std::string::npos) << slurp(err);
   EXPECT_EQ(shell("plan --batch 1", "/dev/null"), 0);
+  // Nothing ran ok (exit 4 on a writable stdout): the lost table still says so, and it is exit 1.
+  EXPECT_EQ(shell(sweep + " --memory-limit 2MiB", "/dev/full"), 1);
+  EXPECT_NE(slurp(err).find("batchsweep: error: cannot write to stdout"), std::string::npos) << slurp(err);
+}
+
+// A file past `ulimit -f` is a write error naming the export (EFBIG), not a kill by SIGXFSZ that leaves a
+// temporary file behind.
+TEST(Run, AFileSizeLimitIsAWriteErrorNotAKill) {
+  ScratchDir dir;
+  const std::string command = "ulimit -f 8; '" + std::string(BSW_BINARY) +
+                              "' run --backend scripted --script '" + scripted("roofline.json") +
+                              "' --batch 128,256,512 --quiet --json '" + (dir / "x.json").string() +
+                              "' > /dev/null 2> '" + (dir / "err").string() + "' < /dev/null";
+  const int status = std::system(("bash -c \"" + command + "\"").c_str());
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << slurp(dir / "err");
+  EXPECT_NE(slurp(dir / "err").find("--json"), std::string::npos) << slurp(dir / "err");
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
+    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << entry.path();
 }
 
 // stderr carries only progress and diagnostics: where it cannot be written (a full disk, closed, a log
