@@ -97,6 +97,10 @@ struct CompareDelta {
   // steps drifted together, which the tests do not allow for) and the change is within twice the two means'
   // combined standard error. Shown "same (stopped short, within the means' noise)".
   bool short_within_noise = false;
+  // Steps on both sides, one side only one (its point stopped short: a step longer than --timeout): that
+  // step's noise is unknown, so no change is called, whatever the effect. Shown "same (one step: noise
+  // unknown)".
+  bool one_step = false;
   // The geometric mean's verdict also held the change to the means' combined noise (every row had samples).
   bool noise_checked = false;
 };

@@ -193,6 +193,14 @@ CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions
       d.from_mean = false;
       d.short_within_noise = true;
     }
+  } else if ((run.samples_ms.size() == 1 || baseline.samples_ms.size() == 1) && !run.samples_ms.empty() &&
+             !baseline.samples_ms.empty() &&
+             (stopped_short(run.stop_reason) || stopped_short(baseline.stop_reason))) {
+    // One step that stopped the point (longer than --timeout) says nothing of how much the next would
+    // differ: two runs of one command on a busy CPU are apart by whatever their single steps met. The
+    // README's rule for stopped-short points (clear the means' noise) cannot be met, so no change is called.
+    d.one_step = true;
+    d.verdict = Verdict::same;
   } else {
     d.verdict = effect ? direction(d.ratio) : Verdict::same;
   }
@@ -401,6 +409,7 @@ std::string verdict_text(const CompareDelta& d, double min_effect_pct,
   if (d.verdict == Verdict::not_comparable) return std::string(to_string(d.verdict));
   if (d.few_samples)
     return fmt::format("{} ({})", to_string(d.verdict), d.tied_samples ? "steps all equal" : "few samples");
+  if (d.one_step) return fmt::format("{} (one step: noise unknown)", to_string(d.verdict));
   if (!d.from_samples) return fmt::format("{} ({})", to_string(d.verdict), threshold_note);
   if (d.from_mean)
     return fmt::format("{} (mean; p={:.2g})", to_string(d.verdict), d.mean_p_value.value_or(1.0));
@@ -595,6 +604,7 @@ nlohmann::json delta_json(const CompareDelta& d, const std::string& run) {
           {"median_and_mean_disagree", d.median_and_mean_disagree},
           {"under_min_effect", d.under_min_effect},
           {"short_within_noise", d.short_within_noise},
+          {"one_step", d.one_step},
           {"mean_p_value", d.mean_p_value ? number_or_null(*d.mean_p_value) : nlohmann::json(nullptr)},
           {"noise_checked", d.noise_checked},
           {"p_value", d.p_value ? number_or_null(*d.p_value) : nlohmann::json(nullptr)}};
@@ -702,6 +712,24 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
                     short_points.size() == 1 ? "its" : "their",
                     worst_noise > 0 ? fmt::format(" (noise up to {:.1f}%)", worst_noise) : std::string(),
                     short_points.size() == 1 ? "its" : "their"));
+    result.notes.push_back(result.short_notes.back());
+  }
+  // Batches where a run timed one step: not judged, and said beside a gate's answer with the change seen.
+  std::vector<std::string> one_step, seen;
+  for (const CompareRow& row : result.rows)
+    for (size_t i = 0; i < row.deltas.size(); ++i) {
+      if (!row.deltas[i].one_step) continue;
+      const std::string label = batch_label(row.batch, row.accumulation);
+      if (one_step.empty() || one_step.back() != label) one_step.push_back(label);
+      seen.push_back(fmt::format("{} {:.1f}% {} at {}", letter(i + 1),
+                                 std::fabs(row.deltas[i].ratio - 1) * 100,
+                                 row.deltas[i].ratio < 1 ? "slower" : "faster", label));
+    }
+  if (!one_step.empty()) {
+    result.short_notes.push_back(
+        fmt::format("batch{} {}: one timed step (stopped short), whose noise is unknown: no change is called "
+                    "there ({}); a longer --timeout times more steps",
+                    one_step.size() == 1 ? "" : "es", fmt::join(one_step, ", "), fmt::join(seen, ", ")));
     result.notes.push_back(result.short_notes.back());
   }
   for (size_t i = 0; i < result.runs.size(); ++i) {
@@ -889,7 +917,7 @@ std::string format_compare(const CompareResult& result, bool color) {
       "mean (Welch's t), the two tests at alpha {} together; without raw samples the threshold alone; with "
       "too few for the rank test, and for the geometric mean, the threshold and a change beyond twice the "
       "means' combined standard error; where a point stopped short of its targets, also beyond that (its "
-      "standard error allowing for drift)\n",
+      "standard error allowing for drift), and after one step no change at all\n",
       result.min_effect_pct, result.alpha);
   for (const auto& note : result.notes) out += "note: " + note + "\n";
   return out;

@@ -700,6 +700,35 @@ TEST(Compare, AStoppedShortPointsChangeMustClearTheMeansNoise) {
   EXPECT_TRUE(drift.short_within_noise);
 }
 
+// A point that stopped short after one step (a step longer than --timeout) has no noise to clear: two runs
+// 9% apart there are "same (one step: noise unknown)", not a regression, and a note names the batch with the
+// change seen, for the gate to say on stderr.
+TEST(Compare, OneStepThatStoppedShortCallsNoChange) {
+  Report a = testing::sample_report();
+  for (Point& p : a.points) {
+    if (p.status != PointStatus::ok) continue;
+    p.samples_ms.resize(1);
+    p.samples_per_second = static_cast<double>(p.batch) / (p.samples_ms[0] / 1000);
+    p.stop_reason = "timeout";
+  }
+  const Report b = sped_up(a, 1.0 / 1.1);
+  const CompareResult result = compare_pair(a, b);
+  const CompareDelta& d = row_at(result, 64).deltas[0];
+  EXPECT_EQ(d.verdict, Verdict::same);
+  EXPECT_TRUE(d.one_step);
+  EXPECT_FALSE(d.from_samples);
+  EXPECT_THAT(format_compare(result, false), HasSubstr("same (one step: noise unknown)"));
+  EXPECT_EQ(to_json(result)["rows"][3]["deltas"][0]["one_step"], true);
+  for (const std::string& line : regressions(result, 5.0))
+    EXPECT_EQ(line.find("slower than A"), std::string::npos) << line;
+  EXPECT_THAT(result.short_notes, ::testing::Contains(HasSubstr("B 9.1% slower at 64")));
+  EXPECT_THAT(result.short_notes, ::testing::Contains(HasSubstr("one timed step (stopped short)")));
+  // Points that met their targets on one step each (no stop short) keep the threshold's verdict.
+  for (Point& p : a.points) p.stop_reason = "noise target";
+  const Report b2 = sped_up(a, 1.0 / 1.1);
+  EXPECT_EQ(row_at(compare_pair(a, b2), 64).deltas[0].verdict, Verdict::slower);
+}
+
 // Many samples a side: the geometric mean's noise is small, and a 3% change over every batch is called.
 TEST(Compare, TheGeometricMeanCallsAChangeBeyondItsNoise) {
   const Report a = testing::sample_report();
