@@ -578,7 +578,8 @@ TEST(Compare, BestAgainstBestAndTheRecommendedCost) {
 
 // Under one p99 budget, a run whose answer differs is noted (a tail-latency regression moves the budget's
 // batch down); the gate fails where the baseline's answer is over the budget in a run by more than PCT%; each
-// cell and run carries its p99; budgets that differ are said not to be compared.
+// cell and run carries its p99; budgets that differ are said not to be compared, and the gate holds every run
+// to the baseline's.
 TEST(Compare, TheAnswerUnderTheLatencyBudgetIsCompared) {
   const Report a = testing::sample_report();  // settings.latency_slo_ms 3, latency_slo batch 64 (p99 2.04)
   Report b = sped_up(a, 1.0);
@@ -613,14 +614,24 @@ TEST(Compare, TheAnswerUnderTheLatencyBudgetIsCompared) {
       compare_pair(a, other).notes,
       ::testing::Contains(
           "latency budgets differ (A 3 ms p99, B 5 ms p99): the answers under them are not compared"));
-  EXPECT_TRUE(regressions(compare_pair(a, other), 5).empty());
+  // The gate holds every run to the baseline's budget: another budget, or none, does not switch it off.
+  const std::string breach =
+      "batch 64 (A's answer under the 3 ms p99 budget): B's p99 is 4 ms, 33.3% over the budget (A 2.039 ms)";
+  EXPECT_THAT(regressions(compare_pair(a, other), 5), ::testing::Contains(breach));
+  Report none = b;
+  none.settings["latency_slo_ms"] = nullptr;
+  EXPECT_THAT(
+      compare_pair(a, none).notes,
+      ::testing::Contains("latency budgets differ (A 3 ms p99, B none): the answers under them are not "
+                          "compared"));
+  EXPECT_THAT(regressions(compare_pair(a, none), 5), ::testing::Contains(breach));
   Report p95 = b;  // the same milliseconds on another percentile is another budget
   p95.settings["latency_percentile"] = 95;
   EXPECT_THAT(
       compare_pair(a, p95).notes,
       ::testing::Contains("latency budgets differ (A 3 ms p99, B 3 ms p95): the answers under them are not "
                           "compared"));
-  EXPECT_TRUE(regressions(compare_pair(a, p95), 5).empty());
+  EXPECT_THAT(regressions(compare_pair(a, p95), 5), ::testing::Contains(breach));
   for (const std::string& note : compare_pair(a, a).notes)
     EXPECT_EQ(note.find("budget"), std::string::npos) << note;
 }
