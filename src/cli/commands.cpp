@@ -1347,7 +1347,15 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
           hint = "sweep the same splits: the same --effective-batch N in every run";
           break;
         }
-      for (std::size_t i = 1; i < reports.size(); ++i) {
+      // A run with no points at all (interrupted before one finished) shares no batch whatever it swept.
+      const auto empty =
+          std::find_if(reports.begin(), reports.end(), [](const Report& r) { return r.points.empty(); });
+      if (empty != reports.end()) {
+        const auto i = static_cast<std::size_t>(empty - reports.begin());
+        hint = fmt::format("{} ({}) has no points: it stopped before any finished", run_letter(i),
+                           result.runs[i].name);
+      }
+      for (std::size_t i = 1; i < reports.size() && empty == reports.end(); ++i) {
         if (accumulations(reports[i]) == accumulations(reports[0])) continue;
         hint = fmt::format(
             "the runs' accumulations differ, A {} and {} {}, and a batch is compared at one accumulation: "

@@ -952,6 +952,29 @@ TEST(Compare, RunsOfAnotherAccumulationAreSaidApart) {
       << gate.err;
 }
 
+// A gate against a run interrupted before any point finished compares nothing: the error says that run has
+// no points, not that accumulations differ.
+TEST(Compare, AGateAgainstARunWithNoPointsSaysSo) {
+  ScratchDir dir;
+  const std::string a = (dir / "a.json").string(), z = (dir / "z.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "128,256", "--json", a})).exit_code, 0);
+  nlohmann::json doc = read_json(a);
+  doc["points"] = nlohmann::json::array();
+  doc["state"] = "interrupted";
+  doc["analysis"] = nlohmann::json::parse(R"({
+    "best_throughput": {"batch": null, "reason": "stopped", "samples_per_second": null},
+    "knee": {"batch": null, "confidence": "unknown", "range_high": null, "range_low": null, "reason": "none"},
+    "max_fit": {"batch": null, "reason": "stopped", "samples_per_second": null},
+    "recommended": {"batch": null, "why": "stopped"},
+    "saturation": {"batch": null, "reason": "stopped", "samples_per_second": null}})");
+  std::ofstream(z) << doc.dump();
+  const Result gate = run({"compare", a, z, "--fail-on-regression", "5", "--allow-incomplete"});
+  EXPECT_EQ(gate.exit_code, 2) << gate.err;
+  EXPECT_NE(gate.err.find("(B (" + z + ") has no points: it stopped before any finished)"), std::string::npos)
+      << gate.err;
+  EXPECT_EQ(gate.err.find("accumulations differ"), std::string::npos) << gate.err;
+}
+
 TEST(Compare, MismatchedModelsAreAnInputError) {
   ScratchDir dir;
   const std::string a = (dir / "a.json").string(), b = (dir / "b.json").string();
