@@ -451,7 +451,8 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
       {"saturation_pct", s.analysis.saturation_pct},
       {"latency_slo_ms",
        s.analysis.latency_slo_ms ? nlohmann::json(*s.analysis.latency_slo_ms) : nlohmann::json()},
-      {"latency_percentile", s.analysis.latency_percentile},
+      // One of 50, 90, 95, 99 (validated): the integer the schema lists, not 99.0.
+      {"latency_percentile", static_cast<int>(s.analysis.latency_percentile)},
       {"price_per_hour",
        s.analysis.price_per_hour ? nlohmann::json(*s.analysis.price_per_hour) : nlohmann::json()},
   };
@@ -1241,7 +1242,7 @@ int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& ar
   report.settings["saturation_pct"] = flags.saturation_pct;
   report.settings["latency_slo_ms"] =
       flags.latency_slo_ms ? nlohmann::json(*flags.latency_slo_ms) : nlohmann::json();
-  report.settings["latency_percentile"] = flags.latency_percentile;
+  report.settings["latency_percentile"] = static_cast<int>(flags.latency_percentile);  // 50, 90, 95 or 99
   // command, created_at and tool stay the run's (what measured the points); this says what analysed them.
   report.settings["analyzed"] = {
       {"command", argv}, {"at", now_iso8601()}, {"version", BSW_VERSION}, {"git_commit", BSW_GIT_COMMIT}};

@@ -594,8 +594,9 @@ std::string same_run_text(const Report& a, size_t i, size_t j) {
       a.created_at.empty() ? std::string("neither has a created_at") : "created_at " + a.created_at);
 }
 
-nlohmann::json delta_json(const CompareDelta& d, const std::string& run) {
+nlohmann::json delta_json(const CompareDelta& d, const std::string& run, const std::string& label) {
   return {{"run", run},
+          {"label", label},
           {"ratio", number_or_null(d.ratio)},
           {"verdict", to_string(d.verdict)},
           {"from_samples", d.from_samples},
@@ -984,7 +985,7 @@ nlohmann::json to_json(const CompareResult& result) {
     if (r.latency_slo) {
       json budget = report_json::choice_json<json>(*r.latency_slo);
       budget["budget_ms"] = r.latency_slo_ms ? json(*r.latency_slo_ms) : json();
-      budget["latency_percentile"] = r.latency_percentile;
+      budget["latency_percentile"] = report_json::percentile_json<json>(r.latency_percentile);
       runs.back()["latency_slo"] = std::move(budget);
     }
   }
@@ -994,6 +995,7 @@ nlohmann::json to_json(const CompareResult& result) {
     for (size_t i = 0; i < row.runs.size(); ++i) {
       const CompareCell& c = row.runs[i];
       cells.push_back({{"run", result.runs[i].name},
+                       {"label", letter(i)},
                        {"status", to_string(c.status)},
                        {"reason", c.reason},
                        // Nothing measured where the point did not run: null, never 0.
@@ -1006,7 +1008,7 @@ nlohmann::json to_json(const CompareResult& result) {
     }
     json deltas = json::array();
     for (size_t i = 0; i < row.deltas.size(); ++i)
-      deltas.push_back(delta_json(row.deltas[i], result.runs[i + 1].name));
+      deltas.push_back(delta_json(row.deltas[i], result.runs[i + 1].name, letter(i + 1)));
     rows.push_back(
         {{"batch", row.batch}, {"accumulation", row.accumulation}, {"runs", cells}, {"deltas", deltas}});
   }
@@ -1016,7 +1018,7 @@ nlohmann::json to_json(const CompareResult& result) {
   }
   json geomean_deltas = json::array();
   for (size_t i = 0; i < result.geomean.deltas.size(); ++i) {
-    geomean_deltas.push_back(delta_json(result.geomean.deltas[i], result.runs[i + 1].name));
+    geomean_deltas.push_back(delta_json(result.geomean.deltas[i], result.runs[i + 1].name, letter(i + 1)));
   }
   json lost = json::array();
   for (const LostFit& f : result.lost_fits) {

@@ -17,6 +17,14 @@ Json number_or_null(double v) {
   return std::isfinite(v) ? Json(v) : Json(nullptr);
 }
 
+// A latency percentile (50, 90, 95, 99) as the integer the schema lists, not 99.0, which a reader decoding
+// into an integer type refuses.
+template <class Json>
+Json percentile_json(double pct) {
+  return std::isfinite(pct) && pct == std::floor(pct) && std::fabs(pct) <= 100 ? Json(static_cast<int>(pct))
+                                                                               : number_or_null<Json>(pct);
+}
+
 template <class Json>
 Json optional_number(const std::optional<double>& v) {
   return v ? number_or_null<Json>(*v) : Json(nullptr);

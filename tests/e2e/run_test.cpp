@@ -525,6 +525,8 @@ TEST(Run, TheLatencyBudgetHoldsThePercentileAsked) {
   const nlohmann::json report = read_json(out);
   expect_valid_report(out);
   EXPECT_EQ(report["settings"]["latency_percentile"], 95);
+  // The integer the schema lists (95, not 95.0), for readers that decode it into an integer type.
+  EXPECT_TRUE(report["settings"]["latency_percentile"].is_number_integer()) << report["settings"];
   const std::string reason = report["analysis"]["latency_slo"]["reason"];
   EXPECT_EQ(reason.rfind("p95 step ", 0), 0u) << reason;
   EXPECT_TRUE(report["analysis"]["latency_slo"]["latency_ms"].is_number());
@@ -535,6 +537,7 @@ TEST(Run, TheLatencyBudgetHoldsThePercentileAsked) {
   const Result other = run({"analyze", out, "--latency-percentile", "99", "--json", "-"});
   ASSERT_EQ(other.exit_code, 0) << other.err;
   EXPECT_EQ(nlohmann::json::parse(other.out)["settings"]["latency_percentile"], 99);
+  EXPECT_TRUE(nlohmann::json::parse(other.out)["settings"]["latency_percentile"].is_number_integer());
   const Result bad = run(scripted_run("roofline.json", {"--latency-slo", "5", "--latency-percentile", "97"}));
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--latency-percentile"), std::string::npos) << bad.err;

@@ -730,6 +730,11 @@ TEST(Compare, OneStepThatStoppedShortCallsNoChange) {
   EXPECT_FALSE(d.from_samples);
   EXPECT_THAT(format_compare(result, false), HasSubstr("same (one step: noise unknown)"));
   EXPECT_EQ(to_json(result)["rows"][3]["deltas"][0]["one_step"], true);
+  // Cells and deltas carry the runs' labels: one file given twice is told apart by them.
+  EXPECT_EQ(to_json(result)["rows"][3]["runs"][0]["label"], "A");
+  EXPECT_EQ(to_json(result)["rows"][3]["runs"][1]["label"], "B");
+  EXPECT_EQ(to_json(result)["rows"][3]["deltas"][0]["label"], "B");
+  EXPECT_EQ(to_json(result)["geomean"]["deltas"][0]["label"], "B");
   for (const std::string& line : regressions(result, 5.0))
     EXPECT_EQ(line.find("slower than A"), std::string::npos) << line;
   EXPECT_THAT(result.short_notes, ::testing::Contains(HasSubstr("B 9.1% slower at 64")));
