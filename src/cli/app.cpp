@@ -214,15 +214,15 @@ CLI::Validator non_negative() {
   });
 }
 
-// A count in lo..hi. CLI11 cannot fill an integer from "1e3" ("Could not convert"): this says to write 1000.
+// A count in lo..hi. CLI11 cannot fill an integer from "1e3" ("Could not convert"): a whole number written so
+// (as --batch takes it, README) is rewritten in digits first, so give it with ->transform, not ->check.
 CLI::Validator whole(int64_t lo, int64_t hi, std::string_view hi_note = {}) {
   return number_check(fmt::format("INT in [{} - {}]", lo, hi),
-                      [lo, hi, hi_note](double v, const std::string& text) {
+                      [lo, hi, hi_note](double v, std::string& text) {
                         if (v != std::floor(v)) return fmt::format("must be a whole number, got {}", text);
                         if (v < static_cast<double>(lo) || v > static_cast<double>(hi))
                           return fmt::format("must be in {}..{}{}, got {}", lo, hi, hi_note, text);
-                        if (text.find_first_of(".eE") != std::string::npos)
-                          return fmt::format("write the whole number in digits ({:.0f}), got {}", v, text);
+                        if (text.find_first_of(".eE") != std::string::npos) text = fmt::format("{:.0f}", v);
                         return std::string();
                       });
 }
@@ -402,7 +402,7 @@ int run_app(int argc, char** argv) {
           "--device", run.device,
           "cuda: the GPU to sweep (0-based, as CUDA numbers them after CUDA_VISIBLE_DEVICES; default 0)")
       ->type_name("N")
-      ->check(whole(0, std::numeric_limits<int>::max()));
+      ->transform(whole(0, std::numeric_limits<int>::max()));
   run_cmd->add_option("--script", run.script, "Step-time script for --backend scripted (testing)")
       ->type_name("FILE");
   run_cmd->add_option("--mode", run_raw.mode, "train | infer")->capture_default_str();
@@ -424,7 +424,7 @@ int run_app(int argc, char** argv) {
   CLI::Option* accum_opt = run_cmd
                                ->add_option("--accumulation", run.sweep.accumulation,
                                             "Micro-batches per optimizer step (gradient accumulation)")
-                               ->check(whole(1, kMaxBatch, " (2^24)"))
+                               ->transform(whole(1, kMaxBatch, " (2^24)"))
                                ->capture_default_str();
   CLI::Option* effective_opt =
       run_cmd
@@ -432,7 +432,7 @@ int run_app(int argc, char** argv) {
                        "Sweep the splits of N samples per step into micro-batch x accumulation (not with "
                        "--batch or --accumulation)")
           ->type_name("N")
-          ->check(whole(1, kMaxBatch, " (2^24)"));
+          ->transform(whole(1, kMaxBatch, " (2^24)"));
   effective_opt->excludes(accum_opt)->excludes(batch_opt);
   run_cmd
       ->add_option("--memory-limit", run_raw.memory_limit,
@@ -447,7 +447,7 @@ int run_app(int argc, char** argv) {
   add_analysis(run_cmd, run.analysis);
   StoppingSettings& stop = run.sweep.stopping;
   run_cmd->add_option("--warmup", stop.warmup_steps, "Untimed steps before each point")
-      ->check(whole(0, std::numeric_limits<int>::max()))
+      ->transform(whole(0, std::numeric_limits<int>::max()))
       ->capture_default_str();
   run_cmd
       ->add_option("--warmup-time", stop.warmup_time_s,
@@ -456,7 +456,7 @@ int run_app(int argc, char** argv) {
       ->type_name("S")
       ->check(non_negative());
   run_cmd->add_option("--min-samples", stop.min_samples, "Timed steps per point, at least")
-      ->check(whole(1, std::numeric_limits<int>::max()))
+      ->transform(whole(1, std::numeric_limits<int>::max()))
       ->capture_default_str();
   run_cmd->add_option("--min-time", stop.min_time_s, "Measured seconds per point, at least")
       ->type_name("S")
@@ -513,14 +513,14 @@ int run_app(int argc, char** argv) {
   plan_cmd->add_option("--mode", plan_raw.mode, "train | infer")->capture_default_str();
   CLI::Option* plan_accum_opt =
       plan_cmd->add_option("--accumulation", plan.accumulation, "Micro-batches per optimizer step")
-          ->check(whole(1, kMaxBatch, " (2^24)"))
+          ->transform(whole(1, kMaxBatch, " (2^24)"))
           ->capture_default_str();
   plan_cmd
       ->add_option("--effective-batch", plan_raw.effective_batch,
                    "Plan the splits of N samples per step into micro-batch x accumulation (not with --batch "
                    "or --accumulation); with --memory, the largest micro-batch that fits")
       ->type_name("N")
-      ->check(whole(1, kMaxBatch, " (2^24)"))
+      ->transform(whole(1, kMaxBatch, " (2^24)"))
       ->excludes(plan_accum_opt)
       ->excludes(plan_batch_opt);
   plan_cmd
@@ -594,7 +594,7 @@ int run_app(int argc, char** argv) {
       ->add_option("--device", devices.device,
                    "With --calibrate: the CUDA device to measure (0-based, as CUDA numbers them)")
       ->type_name("N")
-      ->check(whole(0, std::numeric_limits<int>::max()))
+      ->transform(whole(0, std::numeric_limits<int>::max()))
       ->needs(calibrate_flag)
       ->capture_default_str();
   devices_cmd->add_flag("--json", devices.json, "Print JSON");

@@ -2143,6 +2143,14 @@ TEST(Plan, AccumulationShowsTheEffectiveBatch) {
   EXPECT_EQ(j["max_fit_effective_batch"], j["max_fit_batch"].get<int64_t>() * 4);
   const Result plain_json = run({"plan", "--model", "mlp", "--memory", "64MiB", "--json", "-"});
   EXPECT_FALSE(nlohmann::json::parse(plain_json.out).contains("max_fit_effective_batch"));
+  // A whole number written 4e0 or 1e3 is taken, as --batch takes it (README).
+  const Result exponent =
+      run({"plan", "--model", "mlp", "--accumulation", "4e0", "--batch", "8", "--json", "-"});
+  ASSERT_EQ(exponent.exit_code, 0) << exponent.err;
+  EXPECT_EQ(nlohmann::json::parse(exponent.out)["accumulation"], 4);
+  const Result effective = run({"plan", "--model", "mlp", "--effective-batch", "1e3", "--json", "-"});
+  ASSERT_EQ(effective.exit_code, 0) << effective.err;
+  EXPECT_EQ(nlohmann::json::parse(effective.out)["effective_batch"], 1000);
 }
 
 // --effective-batch N plans the splits run would try, each row labelled by its split, and with --memory names
