@@ -16,6 +16,8 @@ struct PlanSummary {
   const Graph* graph = nullptr;
   std::vector<Plan> plans;               // one per batch, sorted by batch
   std::optional<uint64_t> memory_bytes;  // --memory
+  std::string
+      memory_card;  // --memory NAME: the card(s) of configs/gpus.json it named ("H100 SXM"); else empty
   std::optional<int64_t> max_fit_batch;  // with --memory: the largest batch that fits (nullopt: not even 1)
   bool with_buffers = false;             // --buffers: list every buffer of each plan
   int64_t accumulation = 1;              // --accumulation: max_fit_batch is a micro-batch of this many

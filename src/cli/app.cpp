@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "batchsweep/errors.hpp"
+#include "batchsweep/gpu_specs.hpp"
 #include "batchsweep/model.hpp"
 #include "cli/commands.hpp"
 #include "git_commit.hpp"
@@ -371,6 +372,41 @@ struct Raw {
   double memory_warn_pct = 90.0;
 };
 
+// --memory and --memory-limit: a size (80GiB), or a card of configs/gpus.json by name ("H100 SXM",
+// "rtx4090"), which is the total nvidia-smi reports for it. A name several cards begin with is taken where
+// they share that memory (H200: NVL and SXM), else refused with each card's.
+struct MemoryArg {
+  uint64_t bytes = 0;
+  std::string card;  // the card(s) named; empty for a size
+};
+
+MemoryArg parse_memory(const std::string& text, std::string_view flag) {
+  const std::vector<GpuMemory> cards = gpus_named(text);
+  if (!cards.empty()) {
+    const bool one_memory = std::all_of(cards.begin(), cards.end(),
+                                        [&](const GpuMemory& c) { return c.bytes == cards.front().bytes; });
+    std::vector<std::string> names;
+    for (const GpuMemory& c : cards)
+      names.push_back(one_memory ? c.name : fmt::format("{} ({} MiB)", c.name, c.bytes >> 20));
+    if (!one_memory)
+      throw UsageError(fmt::format("{} {}: names {} cards with different memories, {}: name one", flag, text,
+                                   cards.size(), fmt::join(names, ", ")));
+    return {cards.front().bytes, fmt::format("{}", fmt::join(names, " or "))};
+  }
+  // Not a card: a size, whose error lists the cards where the text was a word.
+  try {
+    return {parse_size(text, flag), {}};
+  } catch (const UsageError& e) {
+    if (text.empty() || std::isalpha(static_cast<unsigned char>(text.front())) == 0) throw;
+    const std::vector<std::string> known = gpu_names();
+    const std::vector<std::string_view> views(known.begin(), known.end());
+    const auto near = model_detail::nearest_name(text, views);
+    throw UsageError(fmt::format("{} {}: neither a size (80GiB) nor a card of configs/gpus.json{} ({})", flag,
+                                 text, near ? fmt::format(": did you mean '{}'?", *near) : std::string(),
+                                 fmt::join(known, ", ")));
+  }
+}
+
 }  // namespace
 
 int run_app(int argc, char** argv) {
@@ -435,9 +471,11 @@ int run_app(int argc, char** argv) {
           ->transform(whole(1, kMaxBatch, " (2^24)"));
   effective_opt->excludes(accum_opt)->excludes(batch_opt);
   run_cmd
-      ->add_option("--memory-limit", run_raw.memory_limit,
-                   "Refuse plans above 95% of SIZE (e.g. 24GiB, 80GiB; 80GB is 74.5 GiB)")
-      ->type_name("SIZE");
+      ->add_option(
+          "--memory-limit", run_raw.memory_limit,
+          "Refuse plans above 95% of SIZE (e.g. 24GiB, 80GiB; 80GB is 74.5 GiB), or of a card's memory by "
+          "name (L4, \"A100 40GB\": configs/gpus.json)")
+      ->type_name("SIZE|GPU");
   run_cmd
       ->add_option("--memory-warn", run_raw.memory_warn_pct,
                    "Warn when a point uses more than PCT% of the memory")
@@ -524,9 +562,11 @@ int run_app(int argc, char** argv) {
       ->excludes(plan_accum_opt)
       ->excludes(plan_batch_opt);
   plan_cmd
-      ->add_option("--memory", plan_raw.memory,
-                   "Device memory (e.g. 80GiB, 24GiB): report the largest batch whose plan fits in 95% of it")
-      ->type_name("SIZE");
+      ->add_option(
+          "--memory", plan_raw.memory,
+          "Device memory (e.g. 80GiB, 24GiB) or a card by name (\"H100 SXM\", L4: the memory nvidia-smi "
+          "reports for it, configs/gpus.json): report the largest batch whose plan fits in 95% of it")
+      ->type_name("SIZE|GPU");
   add_path_options(plan_cmd, plan_raw.attention, plan_raw.conv);
   plan_cmd->add_option("--json", plan.json_path, "Write the plan JSON to FILE, or - for stdout")
       ->type_name("FILE|-")
@@ -649,7 +689,7 @@ int run_app(int argc, char** argv) {
       throw UsageError("--accumulation: gradient accumulation only applies to --mode train");
     // Given but empty (an unset shell variable) is an error, not "no limit".
     if (run_cmd->count("--memory-limit") > 0)
-      run.sweep.memory_limit_bytes = parse_size(run_raw.memory_limit, "--memory-limit");
+      run.sweep.memory_limit_bytes = parse_memory(run_raw.memory_limit, "--memory-limit").bytes;
     run.sweep.memory_warn_fraction = run_raw.memory_warn_pct / 100.0;
     run.sweep.session.cuda_graphs = run_raw.graphs == "on";
     run.sweep.paths = parse_paths(run_raw.attention, run_raw.conv);
@@ -683,7 +723,11 @@ int run_app(int argc, char** argv) {
         throw UsageError("--effective-batch: gradient accumulation only applies to --mode train");
       plan.effective_batch = *plan_raw.effective_batch;
     }
-    if (plan_cmd->count("--memory") > 0) plan.memory_bytes = parse_size(plan_raw.memory, "--memory");
+    if (plan_cmd->count("--memory") > 0) {
+      const MemoryArg memory = parse_memory(plan_raw.memory, "--memory");
+      plan.memory_bytes = memory.bytes;
+      plan.memory_card = memory.card;
+    }
     plan.paths = parse_paths(plan_raw.attention, plan_raw.conv);
     return plan_command(plan, std::vector<std::string>(argv, argv + argc));
   }

@@ -611,8 +611,15 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
   print_warnings(graph.notes);
   note_paths_without_layers(graph, s.paths, "plan");
   const int64_t cap = max_micro_batch(s.accumulation);
+  // --memory naming a card sizes that GPU: --backend auto plans CUDA for it, with or without one here.
+  if (!s.memory_card.empty() && s.backend == "cpu")
+    throw UsageError(
+        fmt::format("--memory {} names a GPU, and --backend cpu plans the CPU backend's buffers: "
+                    "give --backend cuda (or auto) to size it",
+                    s.memory_card));
   BackendKind kind = BackendKind::cpu;
-  if (s.backend == "cuda" || (s.backend == "auto" && cuda_device_present())) kind = BackendKind::cuda;
+  if (s.backend == "cuda" || (s.backend == "auto" && (!s.memory_card.empty() || cuda_device_present())))
+    kind = BackendKind::cuda;
   PlanSummary summary;
   summary.graph = &graph;
   summary.with_buffers = s.buffers;
@@ -647,6 +654,7 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
           "batchsweep plan: note: no CUDA device here, so --backend auto planned the CPU backend; to "
           "size a GPU add --backend cuda (its plans differ)\n");
     summary.memory_bytes = s.memory_bytes;
+    summary.memory_card = s.memory_card;
     summary.max_fit_batch = max_fit_batch(graph, request, *s.memory_bytes);
     if (summary.max_fit_batch && *summary.max_fit_batch > cap) summary.max_fit_batch = cap;
     if (s.effective_batch && summary.max_fit_batch) {

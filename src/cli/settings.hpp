@@ -38,6 +38,7 @@ struct PlanSettings {
   int64_t accumulation = 1;
   std::optional<int64_t> effective_batch;  // --effective-batch: plan its splits instead of --batch
   std::optional<uint64_t> memory_bytes;
+  std::string memory_card;  // --memory NAME: the card(s) of configs/gpus.json named
   std::string json_path;
   bool buffers = false;
   PathChoice paths;  // --attention, --conv

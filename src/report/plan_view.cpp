@@ -115,6 +115,7 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
   doc["points"] = std::move(points);
   if (s.memory_bytes) {
     doc["memory_bytes"] = *s.memory_bytes;
+    doc["memory_card"] = s.memory_card.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.memory_card);
     doc["safety_fraction"] = kMemorySafetyFraction;
     doc["max_fit_batch"] = s.max_fit_batch ? nlohmann::json(*s.max_fit_batch) : nlohmann::json(nullptr);
     if (s.effective_batch) {
@@ -135,6 +136,14 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
     doc["memory_limits_batch"] = !(s.max_fit_batch && *s.max_fit_batch >= max_micro_batch(s.accumulation));
   }
   return doc;
+}
+
+// The --memory budget as said: "79.6 GiB", and for a card named "79.6 GiB (H100 SXM: 81559 MiB, as nvidia-smi
+// reports it)".
+static std::string memory_text(const PlanSummary& s) {
+  const std::string size = report_format::human_bytes(*s.memory_bytes);
+  if (s.memory_card.empty()) return size;
+  return fmt::format("{} ({}: {} MiB, as nvidia-smi reports it)", size, s.memory_card, *s.memory_bytes >> 20);
 }
 
 std::string format_plan_table(const PlanSummary& s) {
@@ -211,16 +220,15 @@ std::string format_plan_table(const PlanSummary& s) {
       out += fmt::format(
           "effective batch {} fits in {} as one batch ({}): no accumulation needed (plans may use {:.0f}% "
           "of it; the rest is headroom for the runtime)\n",
-          n, human_bytes(*s.memory_bytes), split_text(n, 1), kMemorySafetyFraction * 100);
+          n, memory_text(s), split_text(n, 1), kMemorySafetyFraction * 100);
     else if (s.max_fit_batch)
       out += fmt::format(
           "largest micro-batch that fits in {} for effective batch {}: {} (plans may use {:.0f}% of it; "
           "the rest is headroom for the runtime)\n",
-          human_bytes(*s.memory_bytes), n, split_text(*s.max_fit_batch, n / *s.max_fit_batch),
-          kMemorySafetyFraction * 100);
+          memory_text(s), n, split_text(*s.max_fit_batch, n / *s.max_fit_batch), kMemorySafetyFraction * 100);
     else
       out += fmt::format("not even micro-batch 1 ({}) fits in {} (plans may use {:.0f}% of it)\n",
-                         split_text(1, n), human_bytes(*s.memory_bytes), kMemorySafetyFraction * 100);
+                         split_text(1, n), memory_text(s), kMemorySafetyFraction * 100);
   } else if (s.memory_bytes) {
     out += "\n";
     const int64_t cap = max_micro_batch(s.accumulation);
@@ -230,7 +238,7 @@ std::string format_plan_table(const PlanSummary& s) {
                              : std::to_string(kMaxBatch);
       out +=
           fmt::format("every batch batchsweep plans (up to {}) fits in {}: memory does not limit the batch\n",
-                      upto, human_bytes(*s.memory_bytes));
+                      upto, memory_text(s));
     } else if (s.max_fit_batch) {
       const std::string accumulated =
           s.accumulation > 1 ? fmt::format(" (a micro-batch: effective batch {} with accumulation {})",
@@ -239,10 +247,10 @@ std::string format_plan_table(const PlanSummary& s) {
       out += fmt::format(
           "largest batch that fits in {}: {}{} (plans may use {:.0f}% of it; the rest is headroom for "
           "the runtime)\n",
-          human_bytes(*s.memory_bytes), *s.max_fit_batch, accumulated, kMemorySafetyFraction * 100);
+          memory_text(s), *s.max_fit_batch, accumulated, kMemorySafetyFraction * 100);
     } else {
-      out += fmt::format("not even batch 1 fits in {} (plans may use {:.0f}% of it)\n",
-                         human_bytes(*s.memory_bytes), kMemorySafetyFraction * 100);
+      out += fmt::format("not even batch 1 fits in {} (plans may use {:.0f}% of it)\n", memory_text(s),
+                         kMemorySafetyFraction * 100);
     }
   }
   return out;

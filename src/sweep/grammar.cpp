@@ -215,10 +215,7 @@ uint64_t parse_size(std::string_view text, std::string_view flag) {
     }
   }
   if (integer_digits == 0 && fraction_digits == 0)
-    return fail(
-        std::isalpha(static_cast<unsigned char>(s.front())) != 0
-            ? "it does not start with a number (a card is given by its memory: an 80 GB H100 is 80GiB)"
-            : "it does not start with a number");
+    return fail("it does not start with a number");  // a card's name is the CLI's (parse_memory)
   // An exponent, as --batch takes one: 1e9, 1.5e+10, 2e3MiB.
   u128 power = 1;
   if (pos + 1 < s.size() && (s[pos] == 'e' || s[pos] == 'E')) {

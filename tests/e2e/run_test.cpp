@@ -1956,6 +1956,52 @@ TEST(Plan, TheReadmeH200ExampleIsWhatTheBinaryPlans) {
   }
 }
 
+// --memory NAME sizes a card of configs/gpus.json by the total nvidia-smi reports for it, planning CUDA's
+// buffers with or without a GPU here; a name several cards with different memories begin is refused with
+// each.
+TEST(Plan, MemoryByCardNameIsTheMemoryTheDriverReports) {
+  const auto fit = [](const std::vector<std::string>& memory) {
+    std::vector<std::string> args{"plan", "--model", "gpt2-small", "--precision", "bf16", "--batch",
+                                  "1",    "--json",  "-"};
+    args.insert(args.end(), memory.begin(), memory.end());
+    const Result r = run(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json();
+  };
+  const nlohmann::json named = fit({"--memory", "H100 SXM"});
+  const nlohmann::json sized = fit({"--memory", "81559MiB", "--backend", "cuda"});
+  EXPECT_EQ(named["backend"], "cuda");
+  EXPECT_EQ(named["memory_bytes"], uint64_t{81559} << 20);
+  EXPECT_EQ(named["memory_card"], "H100 SXM");
+  EXPECT_EQ(sized["memory_card"], nullptr);
+  EXPECT_EQ(named["max_fit_batch"], sized["max_fit_batch"]);
+  EXPECT_EQ(fit({"--memory", "h200"})["memory_card"], "H200 NVL or H200 SXM");  // one memory: taken
+  const Result table = run({"plan", "--model", "gpt2-small", "--precision", "bf16", "--memory", "L4"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("(L4: 23034 MiB, as nvidia-smi reports it)"), std::string::npos) << table.out;
+  const Result ambiguous = run({"plan", "--memory", "H100"});
+  EXPECT_EQ(ambiguous.exit_code, 2);
+  EXPECT_NE(ambiguous.err.find("--memory H100: names 3 cards with different memories, H100 PCIe (81559 MiB), "
+                               "H100 NVL (95830 MiB), H100 SXM (81559 MiB): name one"),
+            std::string::npos)
+      << ambiguous.err;
+  const Result cpu = run({"plan", "--memory", "L4", "--backend", "cpu"});
+  EXPECT_EQ(cpu.exit_code, 2);
+  EXPECT_NE(cpu.err.find("names a GPU, and --backend cpu"), std::string::npos) << cpu.err;
+  const Result unknown = run({"plan", "--memory", "B200"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find("--memory B200: neither a size (80GiB) nor a card of configs/gpus.json"),
+            std::string::npos)
+      << unknown.err;
+  // run --memory-limit takes a card too: an L4's 23034 MiB, and a batch planned over 95% of it is over_limit.
+  ScratchDir dir;
+  const std::string report = (dir / "r.json").string();
+  const Result limited =
+      run(scripted_run("roofline.json", {"--batch", "128", "--memory-limit", "L4", "--json", report}));
+  ASSERT_EQ(limited.exit_code, 0) << limited.err;
+  EXPECT_EQ(read_json(report)["settings"]["memory_limit_bytes"], uint64_t{23034} << 20);
+}
+
 TEST(Plan, EveryPresetAnswersQuickly) {
   for (const char* name :
        {"mlp", "mlp-large", "resnet-small", "resnet-50", "bert-base", "gpt2-small", "vit-base", "tiny-lm"}) {
@@ -2285,7 +2331,8 @@ TEST(Plan, JsonIsAVersionedPlanThatReadersNameAsSuch) {
       {"plan", "--model", "mlp", "--memory", "2.1MiB", "--effective-batch", "96"},
       {"plan", "--model", "gpt2-small", "--backend", "cuda", "--precision", "bf16", "--batch", "1",
        "--buffers"},
-      {"plan", "--model", "resnet-small", "--backend", "cuda", "--mode", "infer", "--memory", "1GiB"}};
+      {"plan", "--model", "resnet-small", "--backend", "cuda", "--mode", "infer", "--memory", "1GiB"},
+      {"plan", "--model", "resnet-small", "--mode", "infer", "--memory", "L4"}};
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const std::string path = (dir / ("plan" + std::to_string(i) + ".json")).string();
     std::vector<std::string> args = shapes[i];

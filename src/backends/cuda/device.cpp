@@ -18,11 +18,9 @@
 #include "backends/cuda/gemm.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "batchsweep/errors.hpp"
+#include "batchsweep/gpu_specs.hpp"
 
 namespace bsw::cuda {
-namespace detail {
-extern const std::string_view kGpusJson;
-}  // namespace detail
 
 namespace {
 
@@ -216,8 +214,7 @@ std::string no_device_reason() {
 }
 
 const nlohmann::json& spec_sheet() {
-  static const nlohmann::json sheet = nlohmann::json::parse(detail::kGpusJson);
-  return sheet;
+  return gpu_spec_sheet();
 }
 
 std::optional<double> spec_peak_flops(const std::string& gpu_name, Precision precision) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "batchsweep/errors.hpp"
+#include "batchsweep/gpu_specs.hpp"
 #include "batchsweep/model.hpp"
 #include "batchsweep/plan.hpp"
 
@@ -159,6 +160,35 @@ TEST(Plan, AttentionScoresBeyond64BitsAreTooLargeNotWrapped) {
         }
       }
     }
+}
+
+// --memory NAME: a card of configs/gpus.json by the name a user types; a whole name wins over the names it
+// begins (A10 is not A100, L4 not L40S), and a prefix names every card it begins.
+TEST(GpuSpecs, CardsAreFoundByTheNamesUsersType) {
+  const auto names = [](std::string_view text) {
+    std::vector<std::string> out;
+    for (const GpuMemory& c : gpus_named(text)) out.push_back(c.name);
+    return out;
+  };
+  EXPECT_EQ(names("H100 SXM"), std::vector<std::string>{"H100 SXM"});
+  EXPECT_EQ(names("h100-sxm"), std::vector<std::string>{"H100 SXM"});
+  EXPECT_EQ(names("H100"), (std::vector<std::string>{"H100 PCIe", "H100 NVL", "H100 SXM"}));
+  EXPECT_EQ(names("A10"), std::vector<std::string>{"A10"});
+  EXPECT_EQ(names("L4"), std::vector<std::string>{"L4"});
+  EXPECT_EQ(names("rtx4090"), std::vector<std::string>{"GeForce RTX 4090"});
+  EXPECT_EQ(names("NVIDIA GeForce RTX 4090"), std::vector<std::string>{"GeForce RTX 4090"});
+  EXPECT_TRUE(names("80GiB").empty());
+  EXPECT_TRUE(names("").empty());
+  EXPECT_TRUE(names("GH200").empty());
+  // The memory is the total nvidia-smi reports: 81559 MiB for an H100 SXM, not its marketed 80 GB.
+  EXPECT_EQ(gpus_named("H100 SXM").front().bytes, uint64_t{81559} << 20);
+  // Every card of the sheet has a name that finds it, and a memory.
+  for (const std::string& name : gpu_names()) {
+    const std::vector<GpuMemory> found = gpus_named(name);
+    ASSERT_EQ(found.size(), 1u) << name;
+    EXPECT_EQ(found.front().name, name);
+    EXPECT_GT(found.front().bytes, uint64_t{1} << 33) << name;  // every card here has more than 8 GiB
+  }
 }
 
 TEST(Plan, TrainingBuffersByCategory) {
