@@ -140,26 +140,62 @@ constexpr const char* kExamples = R"(Examples:
   batchsweep presets
   batchsweep devices --calibrate)";
 
+// For a value a flag does not take: ": did you mean 'bf16'?" where it is one of `choices` in other case or
+// with a '-' or '_' (BF16, bf-16), another name for one (`aliases`: bfloat16, gpu), or one typed a letter
+// off; else empty.
+std::string did_you_mean(std::string_view text, const std::vector<std::string_view>& choices,
+                         std::initializer_list<std::pair<std::string_view, std::string_view>> aliases = {}) {
+  std::string folded;
+  for (const char c : text)
+    if (c != '-' && c != '_' && c != ' ')
+      folded += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const std::string_view choice : choices)
+    if (folded == choice) return fmt::format(": did you mean '{}'?", choice);
+  for (const auto& [alias, choice] : aliases)
+    if (folded == alias) return fmt::format(": did you mean '{}'?", choice);
+  if (const auto near = model_detail::nearest_name(folded, choices))
+    return fmt::format(": did you mean '{}'?", *near);
+  return {};
+}
+
 Precision parse_precision(const std::string& text) {
   if (text == "fp32") return Precision::fp32;
   if (text == "tf32") return Precision::tf32;
   if (text == "fp16") return Precision::fp16;
   if (text == "bf16") return Precision::bf16;
-  throw UsageError(
-      fmt::format("--precision: unknown precision '{}' (choose fp32, tf32, fp16 or bf16)", text));
+  throw UsageError(fmt::format("--precision: unknown precision '{}'{} (choose fp32, tf32, fp16 or bf16)",
+                               text,
+                               did_you_mean(text, {"fp32", "tf32", "fp16", "bf16"},
+                                            {{"bfloat16", "bf16"},
+                                             {"float16", "fp16"},
+                                             {"half", "fp16"},
+                                             {"float32", "fp32"},
+                                             {"float", "fp32"},
+                                             {"single", "fp32"},
+                                             {"tensorfloat32", "tf32"}})));
 }
 
 Mode parse_mode(const std::string& text) {
   if (text == "train" || text == "training") return Mode::train;
   if (text == "infer" || text == "inference") return Mode::infer;
-  throw UsageError(fmt::format("--mode: unknown mode '{}' (choose train or infer)", text));
+  throw UsageError(fmt::format("--mode: unknown mode '{}'{} (choose train or infer)", text,
+                               did_you_mean(text, {"train", "infer"},
+                                            {{"training", "train"},
+                                             {"inference", "infer"},
+                                             {"eval", "infer"},
+                                             {"predict", "infer"},
+                                             {"serve", "infer"}})));
 }
 
 // `plan` plans for the backends that have memory: it takes no scripted backend.
 void check_backend_name(const std::string& name, bool for_plan = false) {
   if (name != "auto" && name != "cpu" && name != "cuda" && (for_plan || name != "scripted"))
-    throw UsageError(fmt::format("--backend: unknown backend '{}' (choose {})", name,
-                                 for_plan ? "auto, cpu or cuda" : "auto, cpu, cuda or scripted"));
+    throw UsageError(fmt::format(
+        "--backend: unknown backend '{}'{} (choose {})", name,
+        for_plan
+            ? did_you_mean(name, {"auto", "cpu", "cuda"}, {{"gpu", "cuda"}, {"nvidia", "cuda"}})
+            : did_you_mean(name, {"auto", "cpu", "cuda", "scripted"}, {{"gpu", "cuda"}, {"nvidia", "cuda"}}),
+        for_plan ? "auto, cpu or cuda" : "auto, cpu, cuda or scripted"));
 }
 
 // Number checks whose messages read as the rule ("must be > 0, got 0"); CLI11's own print the bounds as
@@ -339,13 +375,28 @@ PathChoice parse_paths(const std::string& attention, const std::string& conv) {
   return c;
 }
 
+// One of `choices` (CLI11's IsMember says "cudn not in {auto,cudnn,explicit}"): says the value, the nearest
+// choice and every one, as --precision does. `choices` outlive the validator (string literals).
+CLI::Validator one_of(std::initializer_list<std::string_view> choices) {
+  std::vector<std::string_view> list(choices);
+  std::string shown = "{";
+  for (const std::string_view c : list) shown += (shown.size() > 1 ? "," : "") + std::string(c);
+  shown += "}";
+  return {[list](std::string& text) -> std::string {
+            if (std::find(list.begin(), list.end(), text) != list.end()) return {};
+            return fmt::format("unknown value '{}'{} (choose {})", text, did_you_mean(text, list),
+                               fmt::join(list, ", "));
+          },
+          shown};
+}
+
 void add_path_options(CLI::App* cmd, std::string& attention, std::string& conv) {
   cmd->add_option("--attention", attention,
                   "cuda: auto (cuDNN SDPA in fp16/bf16 where cuDNN takes the shape) | cudnn | explicit")
-      ->check(CLI::IsMember({"auto", "cudnn", "explicit"}))
+      ->check(one_of({"auto", "cudnn", "explicit"}))
       ->capture_default_str();
   cmd->add_option("--conv", conv, "cuda: auto (cuDNN where it takes the shape) | cudnn | im2col")
-      ->check(CLI::IsMember({"auto", "cudnn", "im2col"}))
+      ->check(one_of({"auto", "cudnn", "im2col"}))
       ->capture_default_str();
 }
 
@@ -517,13 +568,13 @@ int run_app(int argc, char** argv) {
       ->check(unsigned_64())
       ->capture_default_str();
   run_cmd->add_option("--graphs", run_raw.graphs, "cuda: capture each step as a CUDA graph (on|off)")
-      ->check(CLI::IsMember({"on", "off"}))
+      ->check(one_of({"on", "off"}))
       ->capture_default_str();
   add_path_options(run_cmd, run_raw.attention, run_raw.conv);
   run_cmd
       ->add_option("--telemetry", run.telemetry,
                    "NVML power/energy/clock sampling per point (auto: on for cuda)")
-      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->check(one_of({"auto", "on", "off"}))
       ->capture_default_str();
   add_exports(run_cmd, run.exports);
   run_cmd->add_flag("--quiet,-q", run.quiet, "No progress on stderr");
