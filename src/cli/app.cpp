@@ -116,8 +116,11 @@ std::string plain_parse_error(const std::string& what, const std::string& sub) {
         "analyze reads one report; not expected: {} (to set runs side by side: batchsweep compare)",
         fmt::join(words, " "));
   }
-  // `batchsweep plan mlp.json`, `batchsweep run gpt2-small`: a model given without its flag.
+  // `batchsweep plan help`: the subcommand's help is its --help.
   constexpr std::string_view kOne = "The following argument was not expected: ";
+  if (!sub.empty() && text == std::string(kOne) + "help")
+    return fmt::format("{}: not expected: help (for {}'s flags: batchsweep {} --help)", sub, sub, sub);
+  // `batchsweep plan mlp.json`, `batchsweep run gpt2-small`: a model given without its flag.
   if ((sub == "run" || sub == "plan") && text.starts_with(kOne)) {
     const std::string word(text.substr(kOne.size()));
     const std::vector<std::string> presets = preset_names();
@@ -691,12 +694,43 @@ int run_app(int argc, char** argv) {
   devices_cmd->add_flag("--json", devices.json, "Print JSON");
   CLI::App* presets_cmd = app.add_subcommand("presets", "List the embedded model presets");
 
+  std::vector<std::string_view> names;
+  for (const CLI::App* sub : app.get_subcommands({})) names.emplace_back(sub->get_name());
+  const auto is_subcommand = [&](std::string_view word) {
+    return std::find(names.begin(), names.end(), word) != names.end();
+  };
+  // `batchsweep help [SUBCOMMAND]` and `batchsweep version`, as git and go take them: the help or version.
+  if (argc >= 2 && (std::string_view(argv[1]) == "help" || std::string_view(argv[1]) == "version")) {
+    if (std::string_view(argv[1]) == "version") {
+      std::printf("%s\n", app.version().c_str());
+      return kExitOk;
+    }
+    CLI::App* about = argc >= 3 && is_subcommand(argv[2]) ? app.get_subcommand(argv[2]) : &app;
+    std::fputs((about == &app ? app.help() : about->help("batchsweep")).c_str(), stdout);
+    return kExitOk;
+  }
+  // A flag before the subcommand (`batchsweep --precision bf16 plan`): CLI11 says "not expected: bf16
+  // --precision"; the subcommand's flags go after it. Without a subcommand, the flag is named.
+  if (argc >= 2 && argv[1][0] == '-') {
+    const std::string_view flag = argv[1];
+    const bool own = flag == "-h" || flag == "--help" || flag.starts_with("--help=") || flag == "--version";
+    if (!own) {
+      const char* const* sub =
+          std::find_if(argv + 2, argv + argc, [&](const char* a) { return is_subcommand(a); });
+      if (sub != argv + argc)
+        throw UsageError(
+            fmt::format("{} comes before the subcommand: a subcommand's flags go after it "
+                        "(batchsweep {} {} ...)",
+                        flag, *sub, flag));
+      throw UsageError(fmt::format(
+          "batchsweep has no flag {} (its own are --help and --version; a subcommand's flags go after it)",
+          flag));
+    }
+  }
   // CLI11 says "A subcommand is required" for a mistyped one; name it, and the nearest, instead.
   if (argc >= 2 && argv[1][0] != '-') {
-    std::vector<std::string_view> names;
-    for (const CLI::App* sub : app.get_subcommands({})) names.emplace_back(sub->get_name());
     const std::string_view word = argv[1];
-    if (std::find(names.begin(), names.end(), word) == names.end()) {
+    if (!is_subcommand(word)) {
       const auto near = model_detail::nearest_name(word, names);
       throw UsageError(fmt::format("unknown subcommand '{}'{} (one of {}; --help for usage)", word,
                                    near ? fmt::format(": did you mean '{}'?", *near) : std::string(),

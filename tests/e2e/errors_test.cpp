@@ -576,5 +576,35 @@ TEST(Help, ListsExamplesAndExitCodes) {
   EXPECT_EQ(h.exit_code, 0);
 }
 
+// `batchsweep help [SUBCOMMAND]` and `batchsweep version`, as git and go take them; a flag before the
+// subcommand is said to go after it, and an unknown flag without one is named.
+TEST(Help, HelpAndVersionAsWordsAndFlagsInTheWrongPlace) {
+  const Result help = run({"help"});
+  EXPECT_EQ(help.exit_code, 0) << help.err;
+  EXPECT_EQ(help.out, run({"--help"}).out);
+  const Result plan_help = run({"help", "plan"});
+  EXPECT_EQ(plan_help.exit_code, 0) << plan_help.err;
+  EXPECT_EQ(plan_help.out, run({"plan", "--help"}).out);
+  const Result version = run({"version"});
+  EXPECT_EQ(version.exit_code, 0) << version.err;
+  EXPECT_EQ(version.out, run({"--version"}).out);
+  const Result before = run({"--precision", "bf16", "plan"});
+  EXPECT_EQ(before.exit_code, 2);
+  EXPECT_NE(before.err.find("--precision comes before the subcommand: a subcommand's flags go after it "
+                            "(batchsweep plan --precision ...)"),
+            std::string::npos)
+      << before.err;
+  const Result unknown = run({"-v"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find("batchsweep has no flag -v (its own are --help and --version"),
+            std::string::npos)
+      << unknown.err;
+  const Result word = run({"plan", "help"});
+  EXPECT_EQ(word.exit_code, 2);
+  EXPECT_NE(word.err.find("plan: not expected: help (for plan's flags: batchsweep plan --help)"),
+            std::string::npos)
+      << word.err;
+}
+
 }  // namespace
 }  // namespace bsw::e2e
