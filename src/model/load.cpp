@@ -53,6 +53,8 @@ std::string read_config_file(const std::string& path) {
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
   if (!fs::exists(status)) {
+    // A file in a directory this user may not enter: the file may be there, and the reason is the permission.
+    if (ec.value() == EACCES) fail(path, fmt::format("cannot be opened: {}", std::strerror(EACCES)));
     // A link to nothing (or a loop of links) is a file the user meant: said as such, not "no such preset".
     const bool loop = ec.value() == ELOOP;
     if (fs::is_symlink(fs::symlink_status(path, ec))) {
@@ -176,9 +178,13 @@ json parse_text(std::string_view text, const std::string& source) {
       fail(source, fmt::format("has a NUL byte at byte {}: not a text file", nul + 1));
     return doc;
   } catch (const json::parse_error& e) {
-    fail(source,
-         fmt::format("is not valid JSON{}: {}", looks_binary(text) ? " (it looks like a binary file)" : "",
-                     json_syntax_error(text, e.byte, e.what())));
+    // A YAML file (`name: my-model`), named by its extension: the format is JSON, not a typo in it.
+    const bool yaml = source.ends_with(".yaml") || source.ends_with(".yml");
+    fail(source, fmt::format("is not valid JSON{}: {}",
+                             looks_binary(text) ? " (it looks like a binary file)"
+                             : yaml             ? " (YAML is not read: write the model config in JSON)"
+                                                : "",
+                             json_syntax_error(text, e.byte, e.what())));
   } catch (const json::out_of_range& e) {
     // nlohmann refuses numbers beyond a double's range (e.g. 1e400) with out_of_range.406, not a parse_error.
     fail(source, fmt::format("is not valid JSON: {}", json_syntax_error(text, 0, e.what())));

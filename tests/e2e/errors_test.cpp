@@ -1,9 +1,13 @@
 // The bad-input table: what users throw at batchsweep and what they must get — exit code 2 (or the documented
 // code), one message naming the flag, field or file, and nothing half-written.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "e2e/e2e_support.hpp"
 
@@ -301,6 +305,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"run_bare_preset", {"run", "gpt2-small"}, 2, {"batchsweep run --model gpt2-small"}},
         Case{"plan_empty_memory", {"plan", "--memory", ""}, 2, {"--memory: invalid size '': empty"}},
         Case{"fraction_of_a_byte", {"plan", "--memory", "0.4B"}, 2, {"--memory", "use a larger unit"}},
+        Case{"yaml_model",
+             run_with({"--model", "{dir}/m.yaml"}),
+             2,
+             {"{dir}/m.yaml: is not valid JSON (YAML is not read: write the model config in JSON)"},
+             "m.yaml",
+             "name: my-model\ninput:\n  type: vector\n"},
         Case{"card_name_for_memory",
              {"plan", "--memory", "h100"},
              2,
@@ -556,6 +566,28 @@ TEST(BadInput, CudaWithoutADeviceSaysSoPlainly) {
   if (r.exit_code == 0) GTEST_SKIP() << "a CUDA device is present";
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--backend cuda"), std::string::npos) << r.err;
+}
+
+// A model file in a directory the user may not enter is "cannot be opened: Permission denied", not "no such
+// preset or file". Root enters every directory: run as nobody where setpriv can (as CI's root can).
+TEST(BadInput, AModelFileBehindAClosedDirectoryIsAPermissionError) {
+  if (geteuid() != 0 || !std::filesystem::exists("/usr/bin/setpriv"))
+    GTEST_SKIP() << "needs root and setpriv to run the binary as another user";
+  ScratchDir dir;  // mode 0700, root's: nobody cannot enter it
+  const std::string model = (dir / "m.json").string();
+  std::ofstream(model) << R"({"name": "m", "input": {"type": "vector", "features": 4},
+    "layers": [{"type": "linear", "out_features": 2}]})";
+  const std::string err = "/tmp/bsw-eacces-" + std::to_string(getpid());
+  const std::string command = "/usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups '" +
+                              std::string(BSW_BINARY) + "' plan --model '" + model +
+                              "' --batch 1 > /dev/null 2> '" + err + "' < /dev/null";
+  const int status = std::system(command.c_str());
+  const std::string text = slurp(err);
+  std::filesystem::remove(err);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2) << text;
+  EXPECT_NE(text.find(model + ": cannot be opened: Permission denied"), std::string::npos) << text;
+  EXPECT_EQ(text.find("no such preset"), std::string::npos) << text;
 }
 
 TEST(BadInput, AFailedRunLeavesAnExistingReportUntouched) {
