@@ -220,8 +220,26 @@ uint64_t parse_size(std::string_view text, std::string_view flag) {
   u128 power = 1;
   if (pos + 1 < s.size() && (s[pos] == 'e' || s[pos] == 'E')) {
     std::size_t at = pos + 1;
-    if (s[at] == '-' && at + 1 < s.size() && std::isdigit(static_cast<unsigned char>(s[at + 1])))
-      return fail("a negative exponent (write 0.001GiB, not 1e-3GiB)");
+    if (s[at] == '-' && at + 1 < s.size() && std::isdigit(static_cast<unsigned char>(s[at + 1]))) {
+      // Said as the decimal it is: 5e-1TiB is 0.5TiB.
+      std::size_t end = at + 1;
+      unsigned shift = 0;
+      while (end < s.size() && std::isdigit(static_cast<unsigned char>(s[end])) && shift < 100)
+        shift = shift * 10 + static_cast<unsigned>(s[end++] - '0');
+      std::string digits(s.substr(0, pos));
+      std::size_t point = digits.find('.');
+      if (point == std::string::npos) point = digits.size();
+      digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
+      if (shift > 30) return fail("a negative exponent (write the size as a decimal: 0.5TiB, not 5e-1TiB)");
+      while (point < shift + 1) {
+        digits.insert(digits.begin(), '0');
+        ++point;
+      }
+      std::string decimal = digits.substr(0, point - shift) + "." + digits.substr(point - shift);
+      while (decimal.ends_with('0')) decimal.pop_back();
+      if (decimal.ends_with('.')) decimal.pop_back();
+      return fail(fmt::format("a negative exponent (write it as a decimal: {}{})", decimal, s.substr(end)));
+    }
     if (s[at] == '+') ++at;
     std::size_t exponent_digits = 0;
     unsigned exponent = 0;
@@ -256,8 +274,9 @@ uint64_t parse_size(std::string_view text, std::string_view flag) {
   const u128 scale = static_cast<u128>(multiplier) * power;
   // A fraction of a unit rounds to the nearest byte (0.001GiB); a fraction of a byte is a typo.
   if (multiplier == 1 && fraction * scale % fraction_scale != 0)
-    return fail(unit.empty() ? "that is not a whole number of bytes (give a unit: 1.5GiB)"
-                             : "that is not a whole number of bytes (use a larger unit: 1.5KiB)");
+    return fail(unit.empty()
+                    ? "that is not a whole number of bytes (give a unit: 1.5GiB)"
+                    : "that is not a whole number of bytes (a fraction takes a larger unit, as in 1.5KiB)");
   const u128 whole_bytes = integer_part * scale;
   // Round the fractional bytes to the nearest byte.
   const u128 fraction_bytes = (fraction * scale * 2 + fraction_scale) / (fraction_scale * 2);

@@ -175,7 +175,12 @@ INSTANTIATE_TEST_SUITE_P(
         SizeBad{"16384PiB", "does not fit in 64 bits"}, SizeBad{"1.2.3GiB", "unknown unit"},
         SizeBad{"1e20", "does not fit in 64 bits"}, SizeBad{"1e100", "does not fit in 64 bits"},
         SizeBad{"2e19", "does not fit in 64 bits"}, SizeBad{"1e", "unknown unit 'e'"},
-        SizeBad{"1e-3GiB", "a negative exponent"}, SizeBad{"1e0020", "does not fit in 64 bits"},
+        SizeBad{"1e-3GiB", "a negative exponent (write it as a decimal: 0.001GiB)"},
+        SizeBad{"5e-1TiB", "a negative exponent (write it as a decimal: 0.5TiB)"},
+        SizeBad{"1.25e-2 GiB", "(write it as a decimal: 0.0125 GiB)"},
+        SizeBad{"25e-1GiB", "(write it as a decimal: 2.5GiB)"},
+        SizeBad{"0.5B", "a fraction takes a larger unit, as in 1.5KiB"},
+        SizeBad{"1e0020", "does not fit in 64 bits"},
         SizeBad{"1.1234567890123456789GiB", "more than 18 digits"}));
 
 TEST(FormatBytes, BinaryUnitsTwoDecimals) {
