@@ -13,15 +13,21 @@ namespace bsw {
 // The whole document, parsed once.
 [[nodiscard]] const nlohmann::json& gpu_spec_sheet();
 
-struct GpuMemory {
+struct GpuCard {
   std::string name;    // the sheet's name: "H100 SXM"
   uint64_t bytes = 0;  // memory_mib MiB: the total nvidia-smi reports for the card
 };
 
 // The cards of the sheet that `text` names, ignoring case, spaces, '-' and '_', and a "GeForce" or "NVIDIA"
-// before the name: the one whose whole name it is ("h100-sxm", "rtx4090"), else every card whose name it
-// begins ("H100": PCIe, NVL and SXM). Empty where it names none.
-[[nodiscard]] std::vector<GpuMemory> gpus_named(std::string_view text);
+// before the name: the one whose whole name it is ("h100-sxm", "rtx4090"), else every card whose name's first
+// words it is ("H100": PCIe, NVL and SXM; "A100 80GB": PCIe and SXM; not "L40" for L40S, nor "v"), else the
+// card a device name as nvidia-smi prints it names ("NVIDIA A100-SXM4-80GB"). Empty where it names none.
+[[nodiscard]] std::vector<GpuCard> gpus_named(std::string_view text);
+
+// The sheet's entry for a device name as CUDA or nvidia-smi gives it ("NVIDIA H100 80GB HBM3"): the first
+// entry one of whose `match` strings the name contains as whole tokens and none of whose `exclude` tokens it
+// contains (H200 is not found in GH200, A10 not in A10G); nullptr where none.
+[[nodiscard]] const nlohmann::json* gpu_spec_for_device(std::string_view device_name);
 
 // Every card's name, in the sheet's order.
 [[nodiscard]] std::vector<std::string> gpu_names();

@@ -16,8 +16,18 @@ struct PlanSummary {
   const Graph* graph = nullptr;
   std::vector<Plan> plans;               // one per batch, sorted by batch
   std::optional<uint64_t> memory_bytes;  // --memory
-  std::string
-      memory_card;  // --memory NAME: the card(s) of configs/gpus.json it named ("H100 SXM"); else empty
+  // --memory NAME: the card(s) of configs/gpus.json it named ("H100 SXM"); else empty.
+  std::string memory_card;
+  // --memory all: each card of configs/gpus.json with the largest batch (a micro-batch with accumulation or
+  // --effective-batch) whose plan fits in 95% of its memory; memory_bytes is then unset.
+  struct CardFit {
+    std::string name;
+    uint64_t memory_bytes = 0;             // memory_mib: what nvidia-smi reports
+    std::optional<int64_t> max_fit_batch;  // nullopt: not even batch 1
+    std::optional<double> peak_tflops;     // dense datasheet rate at the plan's precision; nullopt: none
+    double memory_bandwidth_gbps = 0;
+  };
+  std::vector<CardFit> cards;
   std::optional<int64_t> max_fit_batch;  // with --memory: the largest batch that fits (nullopt: not even 1)
   bool with_buffers = false;             // --buffers: list every buffer of each plan
   int64_t accumulation = 1;              // --accumulation: max_fit_batch is a micro-batch of this many

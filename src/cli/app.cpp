@@ -435,12 +435,12 @@ struct MemoryArg {
 };
 
 MemoryArg parse_memory(const std::string& text, std::string_view flag) {
-  const std::vector<GpuMemory> cards = gpus_named(text);
+  const std::vector<GpuCard> cards = gpus_named(text);
   if (!cards.empty()) {
     const bool one_memory = std::all_of(cards.begin(), cards.end(),
-                                        [&](const GpuMemory& c) { return c.bytes == cards.front().bytes; });
+                                        [&](const GpuCard& c) { return c.bytes == cards.front().bytes; });
     std::vector<std::string> names;
-    for (const GpuMemory& c : cards)
+    for (const GpuCard& c : cards)
       names.push_back(one_memory ? c.name : fmt::format("{} ({} MiB)", c.name, c.bytes >> 20));
     if (!one_memory)
       throw UsageError(fmt::format("{} {}: names {} cards with different memories, {}: name one", flag, text,
@@ -619,7 +619,8 @@ int run_app(int argc, char** argv) {
       ->add_option(
           "--memory", plan_raw.memory,
           "Device memory (e.g. 80GiB, 24GiB) or a card by name (\"H100 SXM\", L4: the memory nvidia-smi "
-          "reports for it, configs/gpus.json): report the largest batch whose plan fits in 95% of it")
+          "reports for it, configs/gpus.json): report the largest batch whose plan fits in 95% of it; all: "
+          "that batch on every card of configs/gpus.json")
       ->type_name("SIZE|GPU");
   add_path_options(plan_cmd, plan_raw.attention, plan_raw.conv);
   plan_cmd->add_option("--json", plan.json_path, "Write the plan JSON to FILE, or - for stdout")
@@ -808,7 +809,9 @@ int run_app(int argc, char** argv) {
         throw UsageError("--effective-batch: gradient accumulation only applies to --mode train");
       plan.effective_batch = *plan_raw.effective_batch;
     }
-    if (plan_cmd->count("--memory") > 0) {
+    if (plan_cmd->count("--memory") > 0 && plan_raw.memory == "all") {
+      plan.memory_all = true;
+    } else if (plan_cmd->count("--memory") > 0) {
       const MemoryArg memory = parse_memory(plan_raw.memory, "--memory");
       plan.memory_bytes = memory.bytes;
       plan.memory_card = memory.card;

@@ -33,6 +33,7 @@
 #include "batchsweep/compare.hpp"
 #include "batchsweep/errors.hpp"
 #include "batchsweep/files.hpp"
+#include "batchsweep/gpu_specs.hpp"
 #include "batchsweep/json_diff.hpp"
 #include "batchsweep/model.hpp"
 #include "batchsweep/plan_view.hpp"
@@ -587,6 +588,17 @@ void check_trainable(const Graph& graph, Mode mode) {
                     graph.model_name));
 }
 
+// The largest divisor of n that is at most `limit` (>= 1): the largest micro-batch of an effective batch n.
+int64_t largest_divisor_at_most(int64_t n, int64_t limit) {
+  int64_t best = 1;
+  for (int64_t d = 1; d * d <= n; ++d) {
+    if (n % d != 0) continue;
+    for (const int64_t micro : {d, n / d})
+      if (micro <= limit) best = std::max(best, micro);
+  }
+  return best;
+}
+
 }  // namespace
 
 int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
@@ -612,13 +624,14 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
   note_paths_without_layers(graph, s.paths, "plan");
   const int64_t cap = max_micro_batch(s.accumulation);
   // --memory naming a card sizes that GPU: --backend auto plans CUDA for it, with or without one here.
-  if (!s.memory_card.empty() && s.backend == "cpu")
-    throw UsageError(
-        fmt::format("--memory {} names a GPU, and --backend cpu plans the CPU backend's buffers: "
-                    "give --backend cuda (or auto) to size it",
-                    s.memory_card));
+  if ((!s.memory_card.empty() || s.memory_all) && s.backend == "cpu")
+    throw UsageError(fmt::format(
+        "--memory {} names {}, and --backend cpu plans the CPU backend's buffers: "
+        "give --backend cuda (or auto) to size {}",
+        s.memory_all ? "all" : s.memory_card, s.memory_all ? "GPUs" : "a GPU", s.memory_all ? "them" : "it"));
   BackendKind kind = BackendKind::cpu;
-  if (s.backend == "cuda" || (s.backend == "auto" && (!s.memory_card.empty() || cuda_device_present())))
+  if (s.backend == "cuda" ||
+      (s.backend == "auto" && (!s.memory_card.empty() || s.memory_all || cuda_device_present())))
     kind = BackendKind::cuda;
   PlanSummary summary;
   summary.graph = &graph;
@@ -662,16 +675,28 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
       // N's splits are a ladder that skips it, it is planned too, as run's probe between ladder steps finds
       // it.
       const int64_t n = *s.effective_batch;
-      int64_t best = 0;
-      for (int64_t d = 1; d * d <= n; ++d) {
-        if (n % d != 0) continue;
-        for (const int64_t micro : {d, n / d})
-          if (micro <= *summary.max_fit_batch) best = std::max(best, micro);
-      }
+      const int64_t best = largest_divisor_at_most(n, *summary.max_fit_batch);
       summary.max_fit_batch = best;  // 1 divides N, and batch 1 fits
       if (std::none_of(splits.begin(), splits.end(),
                        [&](const BatchSplit& x) { return x.micro_batch == best; }))
         splits.push_back(BatchSplit{best, n / best});
+    }
+  }
+  if (s.memory_all) {
+    // Every card of the sheet: its largest batch (the largest micro-batch dividing N for --effective-batch),
+    // its datasheet rate at this precision and its bandwidth, for choosing between them.
+    for (const nlohmann::json& gpu : gpu_spec_sheet().at("gpus")) {
+      PlanSummary::CardFit card;
+      card.name = gpu.at("name").get<std::string>();
+      card.memory_bytes = gpu.at("memory_mib").get<uint64_t>() << 20;
+      card.max_fit_batch = max_fit_batch(graph, request, card.memory_bytes);
+      if (card.max_fit_batch && *card.max_fit_batch > cap) card.max_fit_batch = cap;
+      if (s.effective_batch && card.max_fit_batch)
+        card.max_fit_batch = largest_divisor_at_most(*s.effective_batch, *card.max_fit_batch);
+      const nlohmann::json& rate = gpu.at("tflops").at(std::string(to_string(s.precision)));
+      if (rate.is_number()) card.peak_tflops = rate.get<double>();
+      card.memory_bandwidth_gbps = gpu.at("memory_bandwidth_gbps").get<double>();
+      summary.cards.push_back(std::move(card));
     }
   }
   // Ascending micro-batch, as a --batch list's rows.

@@ -39,6 +39,7 @@ struct PlanSettings {
   std::optional<int64_t> effective_batch;  // --effective-batch: plan its splits instead of --batch
   std::optional<uint64_t> memory_bytes;
   std::string memory_card;  // --memory NAME: the card(s) of configs/gpus.json named
+  bool memory_all = false;  // --memory all: every card of configs/gpus.json
   std::string json_path;
   bool buffers = false;
   PathChoice paths;  // --attention, --conv

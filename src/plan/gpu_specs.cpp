@@ -11,15 +11,54 @@ extern const std::string_view kGpusJson;  // generated from configs/gpus.json (s
 
 namespace {
 
-// "NVIDIA GeForce RTX-4090" -> "rtx4090": the spelling a user types and the sheet's name compare in.
+bool is_brand(std::string_view word) {
+  return word == "nvidia" || word == "geforce";
+}
+
+// The name's words, lower case, without a brand: "NVIDIA GeForce RTX-4090" -> {"rtx", "4090"}.
+std::vector<std::string> words_of(std::string_view name) {
+  std::vector<std::string> words;
+  std::string word;
+  for (const char c : std::string(name) + " ") {
+    if (c == ' ' || c == '-' || c == '_') {
+      if (!word.empty() && !is_brand(word)) words.push_back(word);
+      word.clear();
+    } else {
+      word += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+  }
+  return words;
+}
+
+// The spelling a user types and the sheet's name compare in: the words joined ("rtx4090").
 std::string normalized(std::string_view text) {
   std::string out;
-  for (const char c : text)
-    if (c != ' ' && c != '-' && c != '_')
-      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (const std::string_view prefix : {"nvidia", "geforce"})
-    if (out.starts_with(prefix) && out.size() > prefix.size()) out.erase(0, prefix.size());
+  for (const std::string& word : words_of(text)) out += word;
   return out;
+}
+
+std::string lower(std::string_view text) {
+  std::string out(text);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+// Whether `pattern` occurs in `name` (both lower case) as whole tokens: no letter or digit right before or
+// after it, so "h200" is not found in "nvidia gh200 480gb", nor "a10" in "nvidia a10g".
+bool contains_tokens(const std::string& name, const std::string& pattern) {
+  const auto alnum = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
+  for (size_t at = name.find(pattern); at != std::string::npos; at = name.find(pattern, at + 1)) {
+    const size_t end = at + pattern.size();
+    const bool left = at == 0 || !alnum(name[at - 1]) || !alnum(pattern.front());
+    const bool right = end == name.size() || !alnum(name[end]) || !alnum(pattern.back());
+    if (left && right) return true;
+  }
+  return false;
+}
+
+GpuCard card_of(const nlohmann::json& gpu) {
+  return {gpu.at("name").get<std::string>(), gpu.at("memory_mib").get<uint64_t>() * 1024 * 1024};
 }
 
 }  // namespace
@@ -29,6 +68,19 @@ const nlohmann::json& gpu_spec_sheet() {
   return sheet;
 }
 
+const nlohmann::json* gpu_spec_for_device(std::string_view device_name) {
+  const std::string name = lower(device_name);
+  const auto any_in_name = [&](const nlohmann::json& gpu, const char* key) {
+    if (!gpu.contains(key)) return false;
+    for (const nlohmann::json& pattern : gpu.at(key))
+      if (contains_tokens(name, lower(pattern.get<std::string>()))) return true;
+    return false;
+  };
+  for (const nlohmann::json& gpu : gpu_spec_sheet().at("gpus"))
+    if (any_in_name(gpu, "match") && !any_in_name(gpu, "exclude")) return &gpu;
+  return nullptr;
+}
+
 std::vector<std::string> gpu_names() {
   std::vector<std::string> names;
   for (const nlohmann::json& gpu : gpu_spec_sheet().at("gpus"))
@@ -36,20 +88,31 @@ std::vector<std::string> gpu_names() {
   return names;
 }
 
-std::vector<GpuMemory> gpus_named(std::string_view text) {
+std::vector<GpuCard> gpus_named(std::string_view text) {
   const std::string wanted = normalized(text);
   if (wanted.empty()) return {};
-  std::vector<GpuMemory> whole, begun;
+  std::vector<GpuCard> whole, begun;
   for (const nlohmann::json& gpu : gpu_spec_sheet().at("gpus")) {
     const std::string name = gpu.at("name").get<std::string>();
-    const std::string key = normalized(name);
-    const GpuMemory card{name, gpu.at("memory_mib").get<uint64_t>() * 1024 * 1024};
-    if (key == wanted)
-      whole.push_back(card);
-    else if (key.starts_with(wanted))
-      begun.push_back(card);
+    if (normalized(name) == wanted) {
+      whole.push_back(card_of(gpu));
+      continue;
+    }
+    // The name's first words, joined: "h100", then "h100sxm"; never part of a word ("l40" of "l40s").
+    std::string words;
+    for (const std::string& word : words_of(name)) {
+      words += word;
+      if (words == wanted) {
+        begun.push_back(card_of(gpu));
+        break;
+      }
+    }
   }
-  return whole.empty() ? begun : whole;
+  if (!whole.empty()) return whole;
+  if (!begun.empty()) return begun;
+  // A device name as nvidia-smi or CUDA prints it ("NVIDIA A100-SXM4-80GB"), by the sheet's own tokens.
+  if (const nlohmann::json* gpu = gpu_spec_for_device(text)) return {card_of(*gpu)};
+  return {};
 }
 
 }  // namespace bsw

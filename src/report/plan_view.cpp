@@ -113,6 +113,23 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
     points.push_back(std::move(point));
   }
   doc["points"] = std::move(points);
+  if (!s.cards.empty()) {
+    nlohmann::json cards = nlohmann::json::array();
+    for (const PlanSummary::CardFit& c : s.cards) {
+      nlohmann::json card = {
+          {"name", c.name},
+          {"memory_bytes", c.memory_bytes},
+          {"max_fit_batch", c.max_fit_batch ? nlohmann::json(*c.max_fit_batch) : nlohmann::json(nullptr)},
+          {"peak_tflops", c.peak_tflops ? nlohmann::json(*c.peak_tflops) : nlohmann::json(nullptr)},
+          {"memory_bandwidth_gbps", c.memory_bandwidth_gbps}};
+      if (s.effective_batch)
+        card["max_fit_accumulation"] =
+            c.max_fit_batch ? nlohmann::json(*s.effective_batch / *c.max_fit_batch) : nlohmann::json(nullptr);
+      cards.push_back(std::move(card));
+    }
+    doc["safety_fraction"] = kMemorySafetyFraction;
+    doc["cards"] = std::move(cards);
+  }
   if (s.memory_bytes) {
     doc["memory_bytes"] = *s.memory_bytes;
     doc["memory_card"] = s.memory_card.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.memory_card);
@@ -229,6 +246,30 @@ std::string format_plan_table(const PlanSummary& s) {
     else
       out += fmt::format("not even micro-batch 1 ({}) fits in {} (plans may use {:.0f}% of it)\n",
                          split_text(1, n), memory_text(s), kMemorySafetyFraction * 100);
+  } else if (!s.cards.empty()) {
+    // Each card's largest batch: the table a GPU shopper reads.
+    const std::string precision =
+        s.plans.empty() ? "" : std::string(to_string(s.plans.front().request.precision));
+    const char* what = s.effective_batch    ? "largest micro-batch (split)"
+                       : s.accumulation > 1 ? "largest micro-batch"
+                                            : "largest batch";
+    report_format::TextTable cards;
+    cards.headers = {"card", "memory", what, precision + " TFLOP/s", "GB/s"};
+    cards.align = {Align::left, Align::right, Align::right, Align::right, Align::right};
+    for (const PlanSummary::CardFit& c : s.cards) {
+      std::string fit = "none";
+      if (c.max_fit_batch)
+        fit = s.effective_batch ? split_text(*c.max_fit_batch, *s.effective_batch / *c.max_fit_batch)
+                                : std::to_string(*c.max_fit_batch);
+      cards.rows.push_back({c.name, human_bytes(c.memory_bytes), fit,
+                            c.peak_tflops ? fmt::format("{:g}", *c.peak_tflops) : std::string("—"),
+                            fmt::format("{:g}", c.memory_bandwidth_gbps)});
+    }
+    out += fmt::format(
+        "\n{} per card of configs/gpus.json (plans may use {:.0f}% of the memory nvidia-smi reports; "
+        "TFLOP/s dense, from the datasheet):\n",
+        what, kMemorySafetyFraction * 100);
+    for (const std::string& line : report_format::render_lines(cards)) out += line + "\n";
   } else if (s.memory_bytes) {
     out += "\n";
     const int64_t cap = max_micro_batch(s.accumulation);

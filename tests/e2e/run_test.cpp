@@ -2002,6 +2002,40 @@ TEST(Plan, MemoryByCardNameIsTheMemoryTheDriverReports) {
   EXPECT_EQ(read_json(report)["settings"]["memory_limit_bytes"], uint64_t{23034} << 20);
 }
 
+// --memory all: every card of the sheet with its largest batch, each the answer --memory NAME gives, with
+// its datasheet rate at the precision and its bandwidth: the table for choosing between GPUs.
+TEST(Plan, MemoryAllSizesEveryCard) {
+  const Result r = run({"plan", "--model", "gpt2-small", "--precision", "bf16", "--batch", "1", "--memory",
+                        "all", "--json", "-"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["backend"], "cuda");
+  EXPECT_FALSE(doc.contains("memory_bytes"));
+  ASSERT_EQ(doc["cards"].size(), 15u);
+  for (const nlohmann::json& card : doc["cards"]) {
+    const Result one = run({"plan", "--model", "gpt2-small", "--precision", "bf16", "--batch", "1",
+                            "--memory", card["name"], "--json", "-"});
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    EXPECT_EQ(card["max_fit_batch"], nlohmann::json::parse(one.out)["max_fit_batch"]) << card["name"];
+  }
+  EXPECT_EQ(doc["cards"][0]["name"], "H200 NVL");
+  EXPECT_EQ(doc["cards"][0]["peak_tflops"], 835.5);
+  EXPECT_EQ(doc["cards"].back()["peak_tflops"], nullptr);  // a V100 has no bf16
+  // The table, on stderr beside --json -, and on stdout without it.
+  EXPECT_NE(r.err.find("largest batch per card of configs/gpus.json"), std::string::npos) << r.err;
+  const Result split = run({"plan", "--model", "gpt2-small", "--precision", "bf16", "--effective-batch",
+                            "512", "--memory", "all", "--json", "-"});
+  ASSERT_EQ(split.exit_code, 0) << split.err;
+  for (const nlohmann::json& card : nlohmann::json::parse(split.out)["cards"])
+    if (!card["max_fit_batch"].is_null()) {
+      EXPECT_EQ(card["max_fit_batch"].get<int64_t>() * card["max_fit_accumulation"].get<int64_t>(), 512);
+    }
+  EXPECT_NE(split.err.find("largest micro-batch (split)"), std::string::npos) << split.err;
+  const Result cpu = run({"plan", "--memory", "all", "--backend", "cpu"});
+  EXPECT_EQ(cpu.exit_code, 2);
+  EXPECT_NE(cpu.err.find("--memory all names GPUs, and --backend cpu"), std::string::npos) << cpu.err;
+}
+
 TEST(Plan, EveryPresetAnswersQuickly) {
   for (const char* name :
        {"mlp", "mlp-large", "resnet-small", "resnet-50", "bert-base", "gpt2-small", "vit-base", "tiny-lm"}) {
@@ -2332,7 +2366,8 @@ TEST(Plan, JsonIsAVersionedPlanThatReadersNameAsSuch) {
       {"plan", "--model", "gpt2-small", "--backend", "cuda", "--precision", "bf16", "--batch", "1",
        "--buffers"},
       {"plan", "--model", "resnet-small", "--backend", "cuda", "--mode", "infer", "--memory", "1GiB"},
-      {"plan", "--model", "resnet-small", "--mode", "infer", "--memory", "L4"}};
+      {"plan", "--model", "resnet-small", "--mode", "infer", "--memory", "L4"},
+      {"plan", "--model", "mlp", "--effective-batch", "96", "--memory", "all"}};
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const std::string path = (dir / ("plan" + std::to_string(i) + ".json")).string();
     std::vector<std::string> args = shapes[i];

@@ -24,42 +24,13 @@ namespace bsw::cuda {
 
 namespace {
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
-
 std::string version_text(int v) {
   return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
 }
 
-// Whether `pattern` occurs in `name` (both lower case) as whole tokens: no letter or digit right before or
-// after it, so "h200" is not found in "nvidia gh200 480gb", nor "a10" in "nvidia a10g".
-bool contains_tokens(const std::string& name, const std::string& pattern) {
-  const auto alnum = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
-  for (size_t at = name.find(pattern); at != std::string::npos; at = name.find(pattern, at + 1)) {
-    const size_t end = at + pattern.size();
-    const bool left = at == 0 || !alnum(name[at - 1]) || !alnum(pattern.front());
-    const bool right = end == name.size() || !alnum(name[end]) || !alnum(pattern.back());
-    if (left && right) return true;
-  }
-  return false;
-}
-
-// The spec-sheet entry for a CUDA device name: the first entry one of whose `match` strings the name contains
-// as whole tokens and none of whose `exclude` tokens it contains.
+// The spec-sheet entry for a CUDA device name (configs/gpus.json's `match` and `exclude` tokens).
 const nlohmann::json* spec_entry(const std::string& gpu_name) {
-  const std::string name = lower(gpu_name);
-  const auto any_in_name = [&](const nlohmann::json& gpu, const char* key) {
-    if (!gpu.contains(key)) return false;
-    for (const nlohmann::json& pattern : gpu.at(key))
-      if (contains_tokens(name, lower(pattern.get<std::string>()))) return true;
-    return false;
-  };
-  for (const nlohmann::json& gpu : spec_sheet().at("gpus"))
-    if (any_in_name(gpu, "match") && !any_in_name(gpu, "exclude")) return &gpu;
-  return nullptr;
+  return gpu_spec_for_device(gpu_name);
 }
 
 int device_attribute(cudaDeviceAttr attribute, int device) {

@@ -167,7 +167,7 @@ TEST(Plan, AttentionScoresBeyond64BitsAreTooLargeNotWrapped) {
 TEST(GpuSpecs, CardsAreFoundByTheNamesUsersType) {
   const auto names = [](std::string_view text) {
     std::vector<std::string> out;
-    for (const GpuMemory& c : gpus_named(text)) out.push_back(c.name);
+    for (const GpuCard& c : gpus_named(text)) out.push_back(c.name);
     return out;
   };
   EXPECT_EQ(names("H100 SXM"), std::vector<std::string>{"H100 SXM"});
@@ -180,11 +180,20 @@ TEST(GpuSpecs, CardsAreFoundByTheNamesUsersType) {
   EXPECT_TRUE(names("80GiB").empty());
   EXPECT_TRUE(names("").empty());
   EXPECT_TRUE(names("GH200").empty());
+  // A prefix is whole words of the name, never part of one: L40 is another card than the L40S.
+  EXPECT_TRUE(names("L40").empty());
+  EXPECT_TRUE(names("v").empty());
+  EXPECT_TRUE(names("rtx 40").empty());
+  EXPECT_EQ(names("A100 80GB"), (std::vector<std::string>{"A100 80GB PCIe", "A100 80GB SXM"}));
+  // A device name as nvidia-smi prints it, by the sheet's match tokens.
+  EXPECT_EQ(names("NVIDIA A100-SXM4-80GB"), std::vector<std::string>{"A100 80GB SXM"});
+  EXPECT_EQ(names("NVIDIA H100 80GB HBM3"), std::vector<std::string>{"H100 SXM"});
+  EXPECT_EQ(names("Tesla V100-SXM2-32GB"), std::vector<std::string>{"V100 SXM2"});
   // The memory is the total nvidia-smi reports: 81559 MiB for an H100 SXM, not its marketed 80 GB.
   EXPECT_EQ(gpus_named("H100 SXM").front().bytes, uint64_t{81559} << 20);
   // Every card of the sheet has a name that finds it, and a memory.
   for (const std::string& name : gpu_names()) {
-    const std::vector<GpuMemory> found = gpus_named(name);
+    const std::vector<GpuCard> found = gpus_named(name);
     ASSERT_EQ(found.size(), 1u) << name;
     EXPECT_EQ(found.front().name, name);
     EXPECT_GT(found.front().bytes, uint64_t{1} << 33) << name;  // every card here has more than 8 GiB
