@@ -194,13 +194,25 @@ CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions
       d.short_within_noise = true;
     }
   } else if ((run.samples_ms.size() == 1 || baseline.samples_ms.size() == 1) && !run.samples_ms.empty() &&
-             !baseline.samples_ms.empty() &&
-             (stopped_short(run.stop_reason) || stopped_short(baseline.stop_reason))) {
-    // One step that stopped the point (longer than --timeout) says nothing of how much the next would
-    // differ: two runs of one command on a busy CPU are apart by whatever their single steps met. The
-    // README's rule for stopped-short points (clear the means' noise) cannot be met, so no change is called.
+             !baseline.samples_ms.empty()) {
+    // One timed step (a step longer than --timeout) says nothing of how much the next would differ: two runs
+    // of one command on a busy CPU are apart by whatever their single steps met. One against one calls no
+    // change. One against the other run's steps is a change only beyond every one of them (and the effect):
+    // a step 20x longer than all of the baseline's is a regression, one inside their spread is not.
     d.one_step = true;
     d.verdict = Verdict::same;
+    const bool run_one = run.samples_ms.size() == 1;
+    const std::vector<double>& many = run_one ? baseline.samples_ms : run.samples_ms;
+    if (many.size() >= 2 && effect) {
+      const double one = run_one ? run.samples_ms.front() : baseline.samples_ms.front();
+      const auto [low, high] = std::minmax_element(many.begin(), many.end());
+      // Slower: the run's steps are longer than the baseline's, every one of them.
+      const bool slower = run_one ? one > *high : *low > one;
+      const bool faster = run_one ? one < *low : *high < one;
+      if ((slower && direction(d.ratio) == Verdict::slower) ||
+          (faster && direction(d.ratio) == Verdict::faster))
+        d.verdict = direction(d.ratio);
+    }
   } else {
     d.verdict = effect ? direction(d.ratio) : Verdict::same;
   }
@@ -363,7 +375,11 @@ CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, con
     const bool all_ran = std::all_of(row.runs.begin(), row.runs.end(), [](const CompareCell& c) {
       return c.status == PointStatus::ok && std::isfinite(c.samples_per_second) && c.samples_per_second > 0;
     });
-    if (!all_ran) continue;
+    // A row whose change nobody can judge (one step against one) has no place in a judged mean either.
+    const bool unjudged = std::any_of(row.deltas.begin(), row.deltas.end(), [](const CompareDelta& d) {
+      return d.one_step && d.verdict == Verdict::same;
+    });
+    if (!all_ran || unjudged) continue;
     ++g.batches;
     for (size_t i = 0; i < runs; ++i) {
       rates[i].push_back(row.runs[i].samples_per_second);
@@ -409,7 +425,10 @@ std::string verdict_text(const CompareDelta& d, double min_effect_pct,
   if (d.verdict == Verdict::not_comparable) return std::string(to_string(d.verdict));
   if (d.few_samples)
     return fmt::format("{} ({})", to_string(d.verdict), d.tied_samples ? "steps all equal" : "few samples");
-  if (d.one_step) return fmt::format("{} (one step: noise unknown)", to_string(d.verdict));
+  if (d.one_step)
+    return d.verdict == Verdict::same
+               ? fmt::format("{} (one step: noise unknown)", to_string(d.verdict))
+               : fmt::format("{} (one step, beyond every step of the other run)", to_string(d.verdict));
   if (!d.from_samples) return fmt::format("{} ({})", to_string(d.verdict), threshold_note);
   if (d.from_mean)
     return fmt::format("{} (mean; p={:.2g})", to_string(d.verdict), d.mean_p_value.value_or(1.0));
@@ -719,7 +738,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   std::vector<std::string> one_step, seen;
   for (const CompareRow& row : result.rows)
     for (size_t i = 0; i < row.deltas.size(); ++i) {
-      if (!row.deltas[i].one_step) continue;
+      if (!row.deltas[i].one_step || row.deltas[i].verdict != Verdict::same) continue;
       const std::string label = batch_label(row.batch, row.accumulation);
       if (one_step.empty() || one_step.back() != label) one_step.push_back(label);
       seen.push_back(fmt::format("{} {:.1f}% {} at {}", letter(i + 1),
@@ -728,7 +747,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     }
   if (!one_step.empty()) {
     result.short_notes.push_back(
-        fmt::format("batch{} {}: one timed step (stopped short), whose noise is unknown: no change is called "
+        fmt::format("batch{} {}: one timed step, whose noise is unknown: no change is called "
                     "there ({}); a longer --timeout times more steps",
                     one_step.size() == 1 ? "" : "es", fmt::join(one_step, ", "), fmt::join(seen, ", ")));
     result.notes.push_back(result.short_notes.back());
@@ -822,7 +841,8 @@ std::vector<Regression> find_regressions(const CompareResult& result, double pct
         found.push_back(Regression{
             "slower", i + 1, row.batch, row.accumulation,
             fmt::format("batch {}: {} is {:.1f}% slower than A {}", batch, letter(i + 1), (1 - d.ratio) * 100,
-                        d.from_mean      ? "beyond its mean's noise (Welch's t; the ranks did not move)"
+                        d.one_step       ? "(one step, beyond every step of the other run)"
+                        : d.from_mean    ? "beyond its mean's noise (Welch's t; the ranks did not move)"
                         : d.from_samples ? "beyond noise"
                         : d.few_samples  ? "(too few samples for the test; beyond the means' noise)"
                                          : "(no samples to test against noise)")});

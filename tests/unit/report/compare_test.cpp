@@ -711,7 +711,7 @@ TEST(Compare, AStoppedShortPointsChangeMustClearTheMeansNoise) {
   EXPECT_TRUE(drift.short_within_noise);
 }
 
-// A point that stopped short after one step (a step longer than --timeout) has no noise to clear: two runs
+// A point that timed one step (a step longer than --timeout) has no noise to clear: two runs
 // 9% apart there are "same (one step: noise unknown)", not a regression, and a note names the batch with the
 // change seen, for the gate to say on stderr.
 TEST(Compare, OneStepThatStoppedShortCallsNoChange) {
@@ -738,11 +738,48 @@ TEST(Compare, OneStepThatStoppedShortCallsNoChange) {
   for (const std::string& line : regressions(result, 5.0))
     EXPECT_EQ(line.find("slower than A"), std::string::npos) << line;
   EXPECT_THAT(result.short_notes, ::testing::Contains(HasSubstr("B 9.1% slower at 64")));
-  EXPECT_THAT(result.short_notes, ::testing::Contains(HasSubstr("one timed step (stopped short)")));
-  // Points that met their targets on one step each (no stop short) keep the threshold's verdict.
+  EXPECT_THAT(result.short_notes, ::testing::Contains(HasSubstr("one timed step, whose noise is unknown")));
+  // No judged mean is made of rows nobody can judge: the geometric mean does not call them slower either.
+  EXPECT_NE(result.geomean.deltas[0].verdict, Verdict::slower);
+  // However the points stopped, one step against one has no noise to clear.
   for (Point& p : a.points) p.stop_reason = "noise target";
   const Report b2 = sped_up(a, 1.0 / 1.1);
-  EXPECT_EQ(row_at(compare_pair(a, b2), 64).deltas[0].verdict, Verdict::slower);
+  EXPECT_EQ(row_at(compare_pair(a, b2), 64).deltas[0].verdict, Verdict::same);
+}
+
+// One step against the other run's many: a change only beyond every one of them. A regression that made the
+// step 20x longer than --timeout (one step) fails the gate; one step inside the baseline's spread does not.
+TEST(Compare, OneStepAgainstManyIsAChangeOnlyBeyondEveryStep) {
+  const Report a = testing::sample_report();
+  Report b = sped_up(a, 1.0 / 20);
+  for (Point& p : b.points) {
+    if (p.status != PointStatus::ok) continue;
+    p.samples_ms.resize(1);
+    p.samples_per_second = static_cast<double>(p.batch) / (p.samples_ms[0] / 1000);
+    p.stop_reason = "timeout";
+  }
+  const CompareResult slow = compare_pair(a, b);
+  const CompareDelta& d = row_at(slow, 64).deltas[0];
+  EXPECT_EQ(d.verdict, Verdict::slower);
+  EXPECT_TRUE(d.one_step);
+  EXPECT_THAT(format_compare(slow, false),
+              HasSubstr("slower (one step, beyond every step of the other run)"));
+  EXPECT_THAT(regressions(slow, 5),
+              ::testing::Contains(HasSubstr("batch 64: B is 95.0% slower than A (one step")));
+  // The same single step placed inside A's spread: within what A's own steps did, no change.
+  Report inside = a;
+  for (Point& p : inside.points) {
+    if (p.status != PointStatus::ok || p.samples_ms.size() < 2) continue;
+    const auto [low, high] = std::minmax_element(p.samples_ms.begin(), p.samples_ms.end());
+    const double mid = (*low + *high) / 2;
+    p.samples_ms = {mid};
+    p.samples_per_second = static_cast<double>(p.batch) / (mid / 1000);
+  }
+  for (const CompareRow& row : compare_pair(a, inside).rows) {
+    if (row.deltas[0].one_step) {
+      EXPECT_EQ(row.deltas[0].verdict, Verdict::same) << row.batch;
+    }
+  }
 }
 
 // Many samples a side: the geometric mean's noise is small, and a 3% change over every batch is called.
