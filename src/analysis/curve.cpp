@@ -71,6 +71,9 @@ std::string format_share(double fraction, double threshold_pct) {
     // Short of the whole, never "100.0%".
     if (fraction < 1.0 && std::strtod(text.c_str(), nullptr) >= 100.0) text = format_percent(fraction);
   }
+  // Within a millionth of a percent of the threshold: rounded toward its true side, never onto the other.
+  if ((std::strtod(text.c_str(), nullptr) >= threshold_pct) != reaches)
+    text = fmt::format("{:.6f}%", reaches ? std::ceil(percent * 1e6) / 1e6 : std::floor(percent * 1e6) / 1e6);
   return text;
 }
 

@@ -706,7 +706,13 @@ int run_app(int argc, char** argv) {
       std::printf("%s\n", app.version().c_str());
       return kExitOk;
     }
-    CLI::App* about = argc >= 3 && is_subcommand(argv[2]) ? app.get_subcommand(argv[2]) : &app;
+    if (argc >= 3 && !is_subcommand(argv[2])) {
+      const auto near = model_detail::nearest_name(argv[2], names);
+      throw UsageError(fmt::format("help: unknown subcommand '{}'{} (one of {})", argv[2],
+                                   near ? fmt::format(": did you mean '{}'?", *near) : std::string(),
+                                   model_detail::join_names(names)));
+    }
+    CLI::App* about = argc >= 3 ? app.get_subcommand(argv[2]) : &app;
     std::fputs((about == &app ? app.help() : about->help("batchsweep")).c_str(), stdout);
     return kExitOk;
   }
@@ -714,7 +720,8 @@ int run_app(int argc, char** argv) {
   // --precision"; the subcommand's flags go after it. Without a subcommand, the flag is named.
   if (argc >= 2 && argv[1][0] == '-') {
     const std::string_view flag = argv[1];
-    const bool own = flag == "-h" || flag == "--help" || flag.starts_with("--help=") || flag == "--version";
+    const bool own = flag == "-h" || flag == "--help" || flag.starts_with("--help=") || flag == "--version" ||
+                     flag == "--";
     if (!own) {
       const char* const* sub =
           std::find_if(argv + 2, argv + argc, [&](const char* a) { return is_subcommand(a); });

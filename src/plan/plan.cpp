@@ -682,10 +682,11 @@ uint64_t cudnn_workspace_bytes(const Graph& graph, const PlanRequest& request) {
   for (const Op& op : graph.ops) {
     if (op.kind == OpKind::conv2d && request.paths.conv == ConvPath::cudnn) {
       // NCHW engines may transpose x, w and y (or dy, w, dx) to NHWC in the workspace.
-      const uint64_t tensors = (static_cast<uint64_t>(request.batch) *
-                                    static_cast<uint64_t>(op.in_elements() + op.out_elements()) +
-                                static_cast<uint64_t>(op.param_elements)) *
-                               dtype_bytes(storage_dtype(request.precision));
+      const uint64_t tensors =
+          sat_mul({sat_mul({static_cast<uint64_t>(request.batch),
+                            static_cast<uint64_t>(op.in_elements() + op.out_elements())}) +
+                       static_cast<uint64_t>(op.param_elements),
+                   dtype_bytes(storage_dtype(request.precision))});
       bytes = std::max({bytes, kCudnnConvWorkspaceBytes, tensors});
     }
     if (op.kind != OpKind::attention_core || request.paths.attention != AttentionPath::cudnn_sdpa) continue;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <optional>
@@ -144,6 +145,9 @@ std::string budget_side_text(double ms, std::optional<double> budget) {
   for (int decimals = sig3_decimals + 1;
        decimals <= 9 && (std::strtod(text.c_str(), nullptr) > *budget) != over; ++decimals)
     text = fmt::format("{:.{}f}", ms, decimals);
+  // Within a billionth of a millisecond of the budget: rounded toward the true side.
+  if ((std::strtod(text.c_str(), nullptr) > *budget) != over)
+    text = fmt::format("{:.9f}", over ? std::ceil(ms * 1e9) / 1e9 : std::floor(ms * 1e9) / 1e9);
   return text;
 }
 

@@ -634,6 +634,10 @@ TEST(Help, HelpAndVersionAsWordsAndFlagsInTheWrongPlace) {
   EXPECT_NE(unknown.err.find("batchsweep has no flag -v (its own are --help and --version"),
             std::string::npos)
       << unknown.err;
+  const Result typo = run({"help", "plna"});
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_NE(typo.err.find("help: unknown subcommand 'plna': did you mean 'plan'?"), std::string::npos)
+      << typo.err;
   const Result word = run({"plan", "help"});
   EXPECT_EQ(word.exit_code, 2);
   EXPECT_NE(word.err.find("plan: not expected: help (for plan's flags: batchsweep plan --help)"),

@@ -612,6 +612,7 @@ TEST(Recommendation, AShareIsNotRoundedOntoTheOtherSideOfTheThreshold) {
   EXPECT_EQ(analysis_detail::format_share(0.6671, 66.8), "66.7%");
   EXPECT_EQ(analysis_detail::format_share(0.99991, 99.99), "99.99%");
   EXPECT_EQ(analysis_detail::format_share(0.96, 95), "96%");  // no more digits than it needs
+  EXPECT_EQ(analysis_detail::format_share(0.9499999999996, 95), "94.999999%");  // never "95.000000%"
 }
 
 TEST(Recommendation, KneeThatIsAlsoTheBest) {

@@ -206,6 +206,9 @@ TEST(Console, ABudgetsPercentileIsNotRoundedOntoTheOtherSide) {
   r.points[0].step_ms.p99 = 4.04656;
   r.settings["latency_slo_ms"] = 4.047;
   EXPECT_THAT(format_console(r, {}), HasSubstr(" 4.047 "));
+  r.points[0].step_ms.p99 = 2.0220000000000002;  // over by a hair: still reads as over
+  r.settings["latency_slo_ms"] = 2.022;
+  EXPECT_THAT(format_console(r, {}), HasSubstr(" 2.022000001 "));
   r.points[0].step_ms.p99 = 12345.4;  // more decimals, never an exponent
   r.settings["latency_slo_ms"] = 12345.3;
   EXPECT_THAT(format_console(r, {}), HasSubstr(" 12345.4 "));
