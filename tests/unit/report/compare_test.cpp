@@ -43,6 +43,17 @@ Report sped_up(const Report& a, double speedup, bool keep_samples = true) {
   return b;
 }
 
+// `r` with each ok point cut to its first step, stopped by the timeout (a step longer than --timeout).
+Report one_step_each(Report r) {
+  for (Point& p : r.points) {
+    if (p.status != PointStatus::ok) continue;
+    p.samples_ms.resize(1);
+    p.samples_per_second = static_cast<double>(p.batch) / (p.samples_ms[0] / 1000);
+    p.stop_reason = "timeout";
+  }
+  return r;
+}
+
 // `r` with at most `n` raw samples a point.
 Report samples_cut_to(Report r, size_t n) {
   for (Point& p : r.points)
@@ -715,13 +726,7 @@ TEST(Compare, AStoppedShortPointsChangeMustClearTheMeansNoise) {
 // 9% apart there are "same (one step: noise unknown)", not a regression, and a note names the batch with the
 // change seen, for the gate to say on stderr.
 TEST(Compare, OneStepThatStoppedShortCallsNoChange) {
-  Report a = testing::sample_report();
-  for (Point& p : a.points) {
-    if (p.status != PointStatus::ok) continue;
-    p.samples_ms.resize(1);
-    p.samples_per_second = static_cast<double>(p.batch) / (p.samples_ms[0] / 1000);
-    p.stop_reason = "timeout";
-  }
+  Report a = one_step_each(testing::sample_report());
   const Report b = sped_up(a, 1.0 / 1.1);
   const CompareResult result = compare_pair(a, b);
   const CompareDelta& d = row_at(result, 64).deltas[0];
@@ -751,13 +756,7 @@ TEST(Compare, OneStepThatStoppedShortCallsNoChange) {
 // step 20x longer than --timeout (one step) fails the gate; one step inside the baseline's spread does not.
 TEST(Compare, OneStepAgainstManyIsAChangeOnlyBeyondEveryStep) {
   const Report a = testing::sample_report();
-  Report b = sped_up(a, 1.0 / 20);
-  for (Point& p : b.points) {
-    if (p.status != PointStatus::ok) continue;
-    p.samples_ms.resize(1);
-    p.samples_per_second = static_cast<double>(p.batch) / (p.samples_ms[0] / 1000);
-    p.stop_reason = "timeout";
-  }
+  const Report b = one_step_each(sped_up(a, 1.0 / 20));
   const CompareResult slow = compare_pair(a, b);
   const CompareDelta& d = row_at(slow, 64).deltas[0];
   EXPECT_EQ(d.verdict, Verdict::slower);
