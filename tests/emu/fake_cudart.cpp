@@ -339,8 +339,13 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->maxThreadsDim[2] = 64;
   prop->maxGridSize[0] = 0x7FFFFFFF;
   prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
+  // BSW_EMU_COMPUTE_CAPABILITY=7.0: an older GPU (a V100), for the backend's refusal of it.
   prop->major = 9;
   prop->minor = 0;
+  if (const char* cc = std::getenv("BSW_EMU_COMPUTE_CAPABILITY"); cc != nullptr && std::strlen(cc) >= 3) {
+    prop->major = cc[0] - '0';
+    prop->minor = cc[2] - '0';
+  }
   prop->multiProcessorCount = 132;
   prop->l2CacheSize = 50 << 20;
   prop->memoryBusWidth = 6144;

@@ -146,6 +146,16 @@ std::unique_ptr<Backend> make_cuda_backend(int device) {
   if (count == 0) throw UsageError(fmt::format("--backend cuda: no CUDA device: {}", no_device_reason()));
   if (device < 0 || device >= count)
     throw UsageError(fmt::format("--device {}: there are {} CUDA device(s), numbered from 0", device, count));
+  // The kernels (bf16 arithmetic) and cuDNN's fused attention need Ampere or newer: an older GPU (a V100, a
+  // T4) would fail at its first launch with "no kernel image"; said up front instead.
+  cudaDeviceProp prop{};
+  BSW_CUDA(cudaGetDeviceProperties(&prop, device));
+  if (prop.major < 8)
+    throw UsageError(
+        fmt::format("--backend cuda: device {} ({}) has compute capability {}.{}; batchsweep's CUDA backend "
+                    "needs 8.0 or newer "
+                    "(Ampere, Ada, Hopper): `plan --backend cuda --memory` still sizes it",
+                    device, prop.name, prop.major, prop.minor));
   return std::make_unique<CudaBackend>(device);
 }
 

@@ -97,6 +97,17 @@ TEST(EmulatedCuda, WithoutADeviceTheCudaBackendSaysWhyAndAutoRunsOnTheCpu) {
   EXPECT_EQ(read_json(dir / "r.json")["device"].at("backend"), "cpu");
 }
 
+// A GPU older than Ampere (a V100) is refused up front, naming its compute capability, not left to fail at
+// its first kernel launch.
+TEST(EmulatedCuda, AGpuOlderThanAmpereIsRefusedUpFront) {
+  const Result r = run(quick({"run", "--backend", "cuda", "--model", "mlp", "--batch", "2"}),
+                       {"BSW_EMU_COMPUTE_CAPABILITY=7.0"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("has compute capability 7.0; batchsweep's CUDA backend needs 8.0 or newer"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST(EmulatedCuda, TrainingSweepMeasuresEveryPointAndTheMemoryIsThePlan) {
   ScratchDir dir;
   const Result r =
