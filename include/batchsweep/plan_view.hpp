@@ -24,7 +24,9 @@ struct PlanSummary {
     std::string name;
     uint64_t memory_bytes = 0;             // memory_mib: what nvidia-smi reports
     std::optional<int64_t> max_fit_batch;  // nullopt: not even batch 1
-    std::optional<double> peak_tflops;     // dense datasheet rate at the plan's precision; nullopt: none
+    // With --effective-batch: the largest micro-batch that fits whether or not it divides N.
+    std::optional<int64_t> max_fit_any;
+    std::optional<double> peak_tflops;  // dense datasheet rate at the plan's precision; nullopt: none
     double memory_bandwidth_gbps = 0;
   };
   std::vector<CardFit> cards;
@@ -35,6 +37,9 @@ struct PlanSummary {
   // max_fit_batch is the micro-batch of the split with the largest one that fits (memory does not depend
   // on the accumulation).
   std::optional<int64_t> effective_batch;
+  // With --effective-batch and --memory: the largest micro-batch that fits whether or not it divides N (above
+  // max_fit_batch where N has no divisor between them: a prime N splits only 1xN).
+  std::optional<int64_t> max_fit_any;
 };
 
 // {model, parameters, flops_per_sample {forward, train}, precision, mode, accumulation, backend, points:

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <utility>
 
+#include "batchsweep/backends.hpp"
 #include "batchsweep/errors.hpp"
 #include "batchsweep/gpu_specs.hpp"
 #include "batchsweep/model.hpp"
@@ -781,8 +782,17 @@ int run_app(int argc, char** argv) {
     if (run.sweep.mode == Mode::infer && run.sweep.accumulation != 1)
       throw UsageError("--accumulation: gradient accumulation only applies to --mode train");
     // Given but empty (an unset shell variable) is an error, not "no limit".
-    if (run_cmd->count("--memory-limit") > 0)
-      run.sweep.memory_limit_bytes = parse_memory(run_raw.memory_limit, "--memory-limit").bytes;
+    if (run_cmd->count("--memory-limit") > 0) {
+      const MemoryArg limit = parse_memory(run_raw.memory_limit, "--memory-limit");
+      // A card's memory limits a GPU's sweep (an L4 emulated on a larger card); against the CPU backend's
+      // buffers it would only look like an answer about that card.
+      if (!limit.card.empty() && (run.backend == "cpu" || (run.backend == "auto" && !cuda_device_present())))
+        throw UsageError(fmt::format(
+            "--memory-limit {} names a GPU, and this run is on the cpu backend, whose buffers differ: give a "
+            "size, or size the card with batchsweep plan --memory \"{}\"",
+            run_raw.memory_limit, limit.card));
+      run.sweep.memory_limit_bytes = limit.bytes;
+    }
     run.sweep.memory_warn_fraction = run_raw.memory_warn_pct / 100.0;
     run.sweep.session.cuda_graphs = run_raw.graphs == "on";
     run.sweep.paths = parse_paths(run_raw.attention, run_raw.conv);
@@ -816,7 +826,7 @@ int run_app(int argc, char** argv) {
         throw UsageError("--effective-batch: gradient accumulation only applies to --mode train");
       plan.effective_batch = *plan_raw.effective_batch;
     }
-    if (plan_cmd->count("--memory") > 0 && plan_raw.memory == "all") {
+    if (plan_cmd->count("--memory") > 0 && (plan_raw.memory == "all" || plan_raw.memory == "ALL")) {
       plan.memory_all = true;
     } else if (plan_cmd->count("--memory") > 0) {
       const MemoryArg memory = parse_memory(plan_raw.memory, "--memory");

@@ -676,6 +676,7 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
       // it.
       const int64_t n = *s.effective_batch;
       const int64_t best = largest_divisor_at_most(n, *summary.max_fit_batch);
+      summary.max_fit_any = std::min(*summary.max_fit_batch, n);
       summary.max_fit_batch = best;  // 1 divides N, and batch 1 fits
       if (std::none_of(splits.begin(), splits.end(),
                        [&](const BatchSplit& x) { return x.micro_batch == best; }))
@@ -691,8 +692,10 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
       card.memory_bytes = gpu.at("memory_mib").get<uint64_t>() << 20;
       card.max_fit_batch = max_fit_batch(graph, request, card.memory_bytes);
       if (card.max_fit_batch && *card.max_fit_batch > cap) card.max_fit_batch = cap;
-      if (s.effective_batch && card.max_fit_batch)
+      if (s.effective_batch && card.max_fit_batch) {
+        card.max_fit_any = card.max_fit_batch;
         card.max_fit_batch = largest_divisor_at_most(*s.effective_batch, *card.max_fit_batch);
+      }
       const nlohmann::json& rate = gpu.at("tflops").at(std::string(to_string(s.precision)));
       if (rate.is_number()) card.peak_tflops = rate.get<double>();
       card.memory_bandwidth_gbps = gpu.at("memory_bandwidth_gbps").get<double>();

@@ -110,9 +110,25 @@ std::vector<GpuCard> gpus_named(std::string_view text) {
   }
   if (!whole.empty()) return whole;
   if (!begun.empty()) return begun;
-  // A device name as nvidia-smi or CUDA prints it ("NVIDIA A100-SXM4-80GB"), by the sheet's own tokens.
-  if (const nlohmann::json* gpu = gpu_spec_for_device(text)) return {card_of(*gpu)};
-  return {};
+  // A device name as nvidia-smi or CUDA prints it ("NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB"), by the
+  // sheet's own tokens; only a name that says whose it is (the peak-rate matcher ignores sizes, so "A100 80"
+  // would find the 40 GB entry), that is no laptop part, and whose "16GB" agrees with the card's memory_gb.
+  const std::vector<std::string> words = words_of(lower(text) + " ");
+  const std::string low = lower(text);
+  const bool branded =
+      low.starts_with("nvidia") || low.starts_with("tesla") || low.find("geforce") != std::string::npos;
+  if (!branded || low.find("laptop") != std::string::npos || low.find("mobile") != std::string::npos)
+    return {};
+  const nlohmann::json* gpu = gpu_spec_for_device(text);
+  if (gpu == nullptr) return {};
+  for (const std::string& word : words) {
+    if (word.size() < 3 || word.size() > 8 || !word.ends_with("gb") ||
+        !std::all_of(word.begin(), word.end() - 2,
+                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+      continue;
+    if (std::stoll(word.substr(0, word.size() - 2)) != gpu->at("memory_gb").get<int64_t>()) return {};
+  }
+  return {card_of(*gpu)};
 }
 
 }  // namespace bsw

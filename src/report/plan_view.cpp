@@ -240,9 +240,14 @@ std::string format_plan_table(const PlanSummary& s) {
           n, memory_text(s), split_text(n, 1), kMemorySafetyFraction * 100);
     else if (s.max_fit_batch)
       out += fmt::format(
-          "largest micro-batch that fits in {} for effective batch {}: {} (plans may use {:.0f}% of it; "
+          "largest micro-batch that fits in {} for effective batch {}: {}{} (plans may use {:.0f}% of it; "
           "the rest is headroom for the runtime)\n",
-          memory_text(s), n, split_text(*s.max_fit_batch, n / *s.max_fit_batch), kMemorySafetyFraction * 100);
+          memory_text(s), n, split_text(*s.max_fit_batch, n / *s.max_fit_batch),
+          s.max_fit_any && *s.max_fit_any > *s.max_fit_batch
+              ? fmt::format("; micro-batches up to {} fit, but {} has no divisor from {} to {}",
+                            *s.max_fit_any, n, *s.max_fit_batch + 1, *s.max_fit_any)
+              : std::string(),
+          kMemorySafetyFraction * 100);
     else
       out += fmt::format("not even micro-batch 1 ({}) fits in {} (plans may use {:.0f}% of it)\n",
                          split_text(1, n), memory_text(s), kMemorySafetyFraction * 100);
@@ -261,6 +266,10 @@ std::string format_plan_table(const PlanSummary& s) {
       if (c.max_fit_batch)
         fit = s.effective_batch ? split_text(*c.max_fit_batch, *s.effective_batch / *c.max_fit_batch)
                                 : std::to_string(*c.max_fit_batch);
+      // N has no divisor up to what fits: said, or a prime N reads as if only batch 1 fit.
+      if (c.max_fit_batch && c.max_fit_any && *c.max_fit_any > *c.max_fit_batch &&
+          *c.max_fit_any < *s.effective_batch)
+        fit += fmt::format(" (up to {} fit)", *c.max_fit_any);
       cards.rows.push_back({c.name, human_bytes(c.memory_bytes), fit,
                             c.peak_tflops ? fmt::format("{:g}", *c.peak_tflops) : std::string("—"),
                             fmt::format("{:g}", c.memory_bandwidth_gbps)});

@@ -2000,6 +2000,12 @@ TEST(Plan, MemoryByCardNameIsTheMemoryTheDriverReports) {
       run(scripted_run("roofline.json", {"--batch", "128", "--memory-limit", "L4", "--json", report}));
   ASSERT_EQ(limited.exit_code, 0) << limited.err;
   EXPECT_EQ(read_json(report)["settings"]["memory_limit_bytes"], uint64_t{23034} << 20);
+  // On the CPU backend a card's limit would only look like an answer about the card.
+  const Result cpu_limit = run({"run", "--backend", "cpu", "--batch", "1", "--memory-limit", "L4"});
+  EXPECT_EQ(cpu_limit.exit_code, 2);
+  EXPECT_NE(cpu_limit.err.find("--memory-limit L4 names a GPU, and this run is on the cpu backend"),
+            std::string::npos)
+      << cpu_limit.err;
 }
 
 // --memory all: every card of the sheet with its largest batch, each the answer --memory NAME gives, with
@@ -2031,6 +2037,12 @@ TEST(Plan, MemoryAllSizesEveryCard) {
       EXPECT_EQ(card["max_fit_batch"].get<int64_t>() * card["max_fit_accumulation"].get<int64_t>(), 512);
     }
   EXPECT_NE(split.err.find("largest micro-batch (split)"), std::string::npos) << split.err;
+  // A prime N splits only 1xN below N: the micro-batch that would fit is said, not hidden behind "1x97".
+  const Result prime = run(
+      {"plan", "--model", "gpt2-small", "--precision", "bf16", "--effective-batch", "97", "--memory", "L4"});
+  ASSERT_EQ(prime.exit_code, 0) << prime.err;
+  EXPECT_NE(prime.out.find(": 1x97; micro-batches up to "), std::string::npos) << prime.out;
+  EXPECT_NE(prime.out.find("fit, but 97 has no divisor from 2 to "), std::string::npos) << prime.out;
   const Result cpu = run({"plan", "--memory", "all", "--backend", "cpu"});
   EXPECT_EQ(cpu.exit_code, 2);
   EXPECT_NE(cpu.err.find("--memory all names GPUs, and --backend cpu"), std::string::npos) << cpu.err;
