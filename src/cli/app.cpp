@@ -707,12 +707,9 @@ int run_app(int argc, char** argv) {
       std::printf("%s\n", app.version().c_str());
       return kExitOk;
     }
-    if (argc >= 3 && !is_subcommand(argv[2])) {
-      const auto near = model_detail::nearest_name(argv[2], names);
+    if (argc >= 3 && !is_subcommand(argv[2]))
       throw UsageError(fmt::format("help: unknown subcommand '{}'{} (one of {})", argv[2],
-                                   near ? fmt::format(": did you mean '{}'?", *near) : std::string(),
-                                   model_detail::join_names(names)));
-    }
+                                   did_you_mean(argv[2], names), model_detail::join_names(names)));
     CLI::App* about = argc >= 3 ? app.get_subcommand(argv[2]) : &app;
     std::fputs((about == &app ? app.help() : about->help("batchsweep")).c_str(), stdout);
     return kExitOk;
@@ -739,12 +736,9 @@ int run_app(int argc, char** argv) {
   // CLI11 says "A subcommand is required" for a mistyped one; name it, and the nearest, instead.
   if (argc >= 2 && argv[1][0] != '-') {
     const std::string_view word = argv[1];
-    if (!is_subcommand(word)) {
-      const auto near = model_detail::nearest_name(word, names);
+    if (!is_subcommand(word))
       throw UsageError(fmt::format("unknown subcommand '{}'{} (one of {}; --help for usage)", word,
-                                   near ? fmt::format(": did you mean '{}'?", *near) : std::string(),
-                                   model_detail::join_names(names)));
-    }
+                                   did_you_mean(word, names), model_detail::join_names(names)));
   }
   try {
     app.parse(argc, argv);
