@@ -2032,7 +2032,8 @@ TEST(Plan, MemoryAllSizesEveryCard) {
   const Result split = run({"plan", "--model", "gpt2-small", "--precision", "bf16", "--effective-batch",
                             "512", "--memory", "all", "--json", "-"});
   ASSERT_EQ(split.exit_code, 0) << split.err;
-  for (const nlohmann::json& card : nlohmann::json::parse(split.out)["cards"])
+  const nlohmann::json split_doc = nlohmann::json::parse(split.out);  // kept: the loop reads into it
+  for (const nlohmann::json& card : split_doc["cards"])
     if (!card["max_fit_batch"].is_null()) {
       EXPECT_EQ(card["max_fit_batch"].get<int64_t>() * card["max_fit_accumulation"].get<int64_t>(), 512);
     }
