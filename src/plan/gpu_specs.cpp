@@ -113,7 +113,7 @@ std::vector<GpuCard> gpus_named(std::string_view text) {
   // A device name as nvidia-smi or CUDA prints it ("NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB"), by the
   // sheet's own tokens; only a name that says whose it is (the peak-rate matcher ignores sizes, so "A100 80"
   // would find the 40 GB entry), that is no laptop part, and whose "16GB" agrees with the card's memory_gb.
-  const std::vector<std::string> words = words_of(lower(text) + " ");
+  const std::vector<std::string> words = words_of(text);  // lower case already
   const std::string low = lower(text);
   const bool branded =
       low.starts_with("nvidia") || low.starts_with("tesla") || low.find("geforce") != std::string::npos;
