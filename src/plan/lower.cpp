@@ -9,6 +9,7 @@
 
 #include "batchsweep/errors.hpp"
 #include "batchsweep/plan.hpp"
+#include "op_names.hpp"
 
 namespace bsw {
 namespace {
@@ -119,6 +120,21 @@ class Lowerer {
     throw ConfigError(model_.source, path, message + repeat_note_);
   }
 
+  // For an op's path ("layers[2]#1.layers[0].attn.qkv"): the error names the layer's JSON path
+  // ("layers[2].layers[0]"; repeat_note_ says which copy) and the part of it in words.
+  [[noreturn]] void fail_op(const std::string& path, const std::string& message) const {
+    const detail::OpName name = detail::split_op_path(path);
+    std::string json;
+    for (size_t i = 0; i < name.layer.size(); ++i) {
+      if (name.layer[i] != '#') {
+        json += name.layer[i];
+        continue;
+      }
+      while (i + 1 < name.layer.size() && name.layer[i + 1] >= '0' && name.layer[i + 1] <= '9') ++i;
+    }
+    fail(json, name.part.empty() ? message : fmt::format("in its {}, {}", name.part, message));
+  }
+
   int64_t numel(const std::vector<int64_t>& s) const {
     int64_t n = 1;
     for (int64_t d : s) n *= d;
@@ -129,11 +145,11 @@ class Lowerer {
   void check_elements(const std::vector<int64_t>& s, const std::string& path) const {
     __int128 n = 1;
     for (int64_t d : s) {
-      if (d <= 0) fail(path, fmt::format("shape {} has a non-positive dimension", shape_text(s)));
+      if (d <= 0) fail_op(path, fmt::format("shape {} has a non-positive dimension", shape_text(s)));
       n *= d;
       if (n > kMaxSampleElements)
-        fail(path, fmt::format("shape {} has more than 2^36 elements per sample: sizes would overflow",
-                               shape_text(s)));
+        fail_op(path, fmt::format("shape {} has more than 2^36 elements per sample: sizes would overflow",
+                                  shape_text(s)));
     }
   }
 
@@ -180,11 +196,11 @@ class Lowerer {
     for (const int64_t f : factors) {
       if (f <= 0) return;
       product *= f;
-      if (product > kMaxParameters) fail(path, "more than 2^40 parameters: sizes would overflow");
+      if (product > kMaxParameters) fail_op(path, "more than 2^40 parameters: sizes would overflow");
     }
     const auto elements = static_cast<int64_t>(product);
     if (graph_.parameters + elements > kMaxParameters)
-      fail(path, "more than 2^40 parameters: sizes would overflow");
+      fail_op(path, "more than 2^40 parameters: sizes would overflow");
     op.params.push_back({name, graph_.parameters, elements});
     op.param_elements += elements;
     graph_.parameters += elements;
@@ -299,7 +315,7 @@ class Lowerer {
   }
 
   void residual_open(const std::string& path, int depth, bool has_shortcut = false) {
-    if (depth >= kMaxResidualDepth) fail(path, "residual nesting too deep (more than 32 levels)");
+    if (depth >= kMaxResidualDepth) fail_op(path, "residual nesting too deep (more than 32 levels)");
     Op& op = push(OpKind::residual_save, path + ".save", shape_);
     op.residual_depth = depth;
     op.has_shortcut = has_shortcut;
@@ -333,17 +349,18 @@ class Lowerer {
       other = shortcut_shapes_.back();
       shortcut_shapes_.pop_back();
       if (shape_ != other)
-        fail(path,
-             fmt::format("residual: the shortcut makes {} and the inner layers {}; they must match to be "
-                         "added (in torchvision's blocks the shortcut's 1x1 conv has the block's stride and "
-                         "out_channels, and the inner 3x3 conv padding 1)",
-                         shape_text(other), shape_text(shape_)));
+        fail_op(path, fmt::format(
+                          "residual: the shortcut makes {} and the inner layers {}; they must match to be "
+                          "added (in torchvision's blocks the shortcut's 1x1 conv has the block's stride and "
+                          "out_channels, and the inner 3x3 conv padding 1)",
+                          shape_text(other), shape_text(shape_)));
     } else if (shape_ != in_shape) {
-      fail(path, fmt::format(
-                     "residual: inner layers change the shape from {} to {}; they must keep it so the input "
-                     "can be added, or the residual needs a `shortcut` that projects its input to {} (a 1x1 "
-                     "conv with the inner layers' stride, then a batchnorm, as torchvision's downsample)",
-                     shape_text(in_shape), shape_text(shape_), shape_text(shape_)));
+      fail_op(
+          path,
+          fmt::format("residual: inner layers change the shape from {} to {}; they must keep it so the input "
+                      "can be added, or the residual needs a `shortcut` that projects its input to {} (a 1x1 "
+                      "conv with the inner layers' stride, then a batchnorm, as torchvision's downsample)",
+                      shape_text(in_shape), shape_text(shape_), shape_text(shape_)));
     }
     const Op& inner = graph_.ops.back();  // the last inner op (or the save or branch, for no inner op)
     // The sum goes over the inner layer's output, also with an activation after the add: a ReLU or tanh runs

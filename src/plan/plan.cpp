@@ -30,6 +30,7 @@
 
 #include "batchsweep/errors.hpp"
 #include "batchsweep/plan.hpp"
+#include "op_names.hpp"
 
 namespace bsw {
 
@@ -267,7 +268,7 @@ class Builder {
     if (total_ > (static_cast<unsigned __int128>(1) << 62))
       throw UsageError(fmt::format(
           "--batch {}: the plan for this batch is larger than 2^62 bytes (passed at {}{})", r_.batch, name,
-          op >= 0 ? fmt::format(", {}", g_.ops[static_cast<size_t>(op)].path) : ""));
+          op >= 0 ? fmt::format(", {}", detail::op_text(g_.ops[static_cast<size_t>(op)].path)) : ""));
     buffers_.push_back({std::move(name), c, t, elements, static_cast<uint64_t>(rounded), op});
   }
 

@@ -134,6 +134,15 @@ TEST(Lower, WeightSizesBeyond64BitsAreRefusedAtTheirLayer) {
       R"({"name": "x", "input": {"type": "image", "channels": 1, "height": 262144, "width": 262144},
     "layers": [{"type": "patch_embedding", "patch_size": 262144, "dim": 268435456}]})",
       "layers[0]: more than 2^40 parameters: sizes would overflow");
+  // The parts one layer lowers to are said in words at the layer's JSON path (the file has no `qkv`), also in
+  // a repeated layer's later copy.
+  expect_config_error(R"({"name": "x", "input": {"type": "tokens", "sequence_length": 1, "vocab_size": 2},
+    "layers": [{"type": "embedding", "dim": 1048576}, {"type": "transformer_block", "heads": 1}]})",
+                      "layers[1]: in its attention's q/k/v projection, more than 2^40 parameters");
+  expect_config_error(
+      R"({"name": "x", "input": {"type": "vector", "features": 4},
+    "layers": [{"type": "linear", "out_features": 2097152, "repeat": 2}], "loss": "mse"})",
+      "test.json: layers[0]: more than 2^40 parameters: sizes would overflow (in copy #1 of the 2");
   // The MLP's hidden width is named by the field that sizes it.
   expect_config_error(R"({"name": "x", "input": {"type": "tokens", "sequence_length": 8, "vocab_size": 10},
     "layers": [{"type": "embedding", "dim": 64}, {"type": "transformer_block", "heads": 2,
@@ -156,7 +165,8 @@ TEST(Plan, AttentionScoresBeyond64BitsAreTooLargeNotWrapped) {
         EXPECT_NE(std::string(e.what()).find("larger than 2^62 bytes"), std::string::npos) << e.what();
         // Training's saved probabilities belong to an op: they name its layer.
         if (mode == Mode::train && backend == BackendKind::cpu) {
-          EXPECT_NE(std::string(e.what()).find("layers[1].core"), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("layers[1]'s attention scores"), std::string::npos)
+              << e.what();
         }
       }
     }

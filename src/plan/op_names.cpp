@@ -1,0 +1,62 @@
+#include "op_names.hpp"
+
+#include <array>
+#include <utility>
+
+namespace bsw::detail {
+
+namespace {
+
+// Every suffix lower.cpp appends to a layer's path, in words. A transformer block's attention sits under
+// ".attn" (an `attention` layer's parts have no prefix).
+constexpr std::array<std::pair<std::string_view, std::string_view>, 19> kParts{{
+    {".attn.qkv", "attention's q/k/v projection"},
+    {".attn.core", "attention scores"},
+    {".attn.out", "attention's output projection"},
+    {".attn.save", "attention residual"},
+    {".attn.add", "attention residual's add"},
+    {".mlp.fc", "MLP's first linear (mlp_ratio x dim wide)"},
+    {".mlp.proj", "MLP's second linear"},
+    {".mlp.save", "MLP residual"},
+    {".mlp.add", "MLP residual's add"},
+    {".ln1", "layernorm before attention"},
+    {".ln2", "layernorm before the MLP"},
+    {".qkv", "q/k/v projection"},
+    {".core", "attention scores"},
+    {".out", "output projection"},
+    {".save", "residual input"},
+    {".branch", "shortcut"},
+    {".add", "residual add"},
+    {".attn", "attention residual"},
+    {".mlp", "MLP residual"},
+}};
+
+}  // namespace
+
+OpName split_op_path(std::string_view path) {
+  size_t end = path.rfind(']');
+  if (end == std::string_view::npos) return {std::string(path), ""};
+  ++end;
+  if (end < path.size() && path[end] == '#') {
+    ++end;
+    while (end < path.size() && path[end] >= '0' && path[end] <= '9') ++end;
+  }
+  const std::string_view suffix = path.substr(end);
+  OpName name{std::string(path.substr(0, end)), ""};
+  if (suffix.empty()) return name;
+  for (const auto& [key, words] : kParts) {
+    if (suffix == key) {
+      name.part = words;
+      return name;
+    }
+  }
+  name.part = std::string(suffix.substr(1));  // not one of ours: shown as it is
+  return name;
+}
+
+std::string op_text(std::string_view path) {
+  const OpName name = split_op_path(path);
+  return name.part.empty() ? name.layer : name.layer + "'s " + name.part;
+}
+
+}  // namespace bsw::detail

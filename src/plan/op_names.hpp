@@ -1,0 +1,22 @@
+// An op's path names its layer (a JSON path, "#k" after each repeated copy) and, for the ops one layer
+// lowers to, an internal part (".attn.qkv", ".mlp.fc"): errors name the layer and say the part in words,
+// since the user's model file has no field called `qkv`.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace bsw::detail {
+
+struct OpName {
+  std::string layer;  // "layers[1]", "layers[2]#1.layers[0]"
+  std::string part;   // "" for the layer itself, else words: "attention's q/k/v projection"
+};
+
+// Splits after the last "]" (and any "#k" after it): what follows is the part within that layer.
+OpName split_op_path(std::string_view path);
+
+// "layers[1]'s attention's q/k/v projection", or the layer alone.
+std::string op_text(std::string_view path);
+
+}  // namespace bsw::detail
