@@ -41,6 +41,29 @@ namespace {
 std::string likely_mistake(std::string_view text, std::size_t at, std::string_view what) {
   if (at >= text.size()) return {};
   const char c = text[at];
+  // A number written with a leading zero (0768, -01.5): JSON reads the 0 alone, then the rest as a second
+  // number where a ',' had to come; the parser stops in that number. 1.05 and 1e05 are JSON.
+  if (std::isdigit(static_cast<unsigned char>(c)) != 0) {
+    const auto in_number = [&](std::size_t i) {
+      const char p = text[i];
+      return std::isdigit(static_cast<unsigned char>(p)) != 0 || p == '.' || p == 'e' || p == 'E' ||
+             ((p == '+' || p == '-') && i > 0 && (text[i - 1] == 'e' || text[i - 1] == 'E'));
+    };
+    std::size_t start = at;
+    while (start > 0 && in_number(start - 1)) --start;
+    if (text[start] == '0' && start < at && std::isdigit(static_cast<unsigned char>(text[start + 1])) != 0) {
+      std::size_t end = at + 1;  // -007 stops at its second 0: the number goes on past it
+      while (end < text.size() && in_number(end)) ++end;
+      const std::string_view written = text.substr(start, end - start);
+      std::size_t from = 0;
+      while (from + 1 < written.size() && written[from] == '0' &&
+             std::isdigit(static_cast<unsigned char>(written[from + 1])) != 0)
+        ++from;
+      const char* sign = start > 0 && text[start - 1] == '-' ? "-" : "";
+      return fmt::format(" (JSON numbers take no leading zero: write {}{}, not {}{})", sign,
+                         written.substr(from), sign, written);
+    }
+  }
   // Another member or element where a ',' or the closing bracket had to come: {"a": 1 "b": 2}, [1 2].
   if ((what.starts_with("syntax error while parsing object - unexpected ") &&
        what.ends_with("expected '}'")) ||

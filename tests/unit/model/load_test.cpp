@@ -184,6 +184,9 @@ TEST(LoadModel, SyntaxErrorsNameTheLineColumnAndTheLikelyMistake) {
        "line 3, column 10: syntax error while parsing object - unexpected string literal; expected '}' (a "
        "missing comma before it?)"},
       {"[1 2]", "(a missing comma before it?)"},
+      // A leading zero reads as the number 0 and then another: said as the zero, not a comma.
+      {"{\"name\": \"m\", \"dim\": 0768}", "(JSON numbers take no leading zero: write 768, not 0768)"},
+      {"[-007]", "(JSON numbers take no leading zero: write -7, not -007)"},
       {"{\"a\": [1, 2}", "unexpected '}'; expected ']'"},
       {"{ name: \"m\" }", "(keys take double quotes)"},
       {"{\"name\": \"m\", \"bias\": True}", "(JSON writes true, false and null, in lower case)"},
@@ -197,6 +200,7 @@ TEST(LoadModel, SyntaxErrorsNameTheLineColumnAndTheLikelyMistake) {
   // A bracket of the other kind is not a missing comma.
   EXPECT_THAT(file_error(dir.write("c.json", "{\"a\": [1, 2}")), ::testing::Not(HasSubstr("missing comma")));
   EXPECT_THAT(file_error(dir.write("c.json", "{\"a\": 1]")), ::testing::Not(HasSubstr("missing comma")));
+  EXPECT_THAT(file_error(dir.write("c.json", "{\"a\": 0768}")), ::testing::Not(HasSubstr("missing comma")));
   EXPECT_THAT(file_error(dir.write("c.json", "{'name': 'm'}")),
               HasSubstr("(JSON strings take double quotes)"));
 }
