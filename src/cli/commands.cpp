@@ -1433,7 +1433,8 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
             result.runs[0].name, unswept.size() == 1 ? "it" : "they"));
     }
   }
-  if (!s.markdown_path.empty()) write_output("--markdown", s.markdown_path, format_compare_markdown(result));
+  if (!s.markdown_path.empty())
+    write_output("--markdown", s.markdown_path, format_compare_markdown(result, s.fail_on_regression_pct));
   if (!s.json_path.empty()) {
     nlohmann::json doc = to_json(result);
     // What wrote it and when, as a report says: a script reading the gate's answer can check both, and a

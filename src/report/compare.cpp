@@ -908,6 +908,18 @@ bool has_regression(const CompareResult& result, double pct) {
   return !regressions(result, pct).empty();
 }
 
+// How a verdict is reached, in the console's and the markdown's footnote alike.
+static std::string verdict_rule(const CompareResult& result) {
+  return fmt::format(
+      "a throughput change beyond {}% and a shift of the step times (Mann-Whitney U) or of their mean "
+      "(Welch's t), the two tests at alpha {} together; without raw samples the threshold alone; with too "
+      "few "
+      "for the rank test, and for the geometric mean, the threshold and a change beyond twice the means' "
+      "combined standard error; where a point stopped short of its targets, also beyond that (its standard "
+      "error allowing for drift), and after one step no change at all",
+      result.min_effect_pct, result.alpha);
+}
+
 std::string run_letter(size_t i) {
   return i < 26 ? std::string(1, static_cast<char>('A' + i)) : fmt::format("R{}", i + 1);
 }
@@ -935,18 +947,13 @@ std::string format_compare(const CompareResult& result, bool color) {
   for (size_t i = 0; i < result.runs.size(); ++i) {
     out += fmt::format("{}: {}\n", letter(i), run_line(result.runs[i]));
   }
-  out += fmt::format(
-      "\nverdicts: a throughput change beyond {}% and a shift of the step times (Mann-Whitney U) or of their "
-      "mean (Welch's t), the two tests at alpha {} together; without raw samples the threshold alone; with "
-      "too few for the rank test, and for the geometric mean, the threshold and a change beyond twice the "
-      "means' combined standard error; where a point stopped short of its targets, also beyond that (its "
-      "standard error allowing for drift), and after one step no change at all\n",
-      result.min_effect_pct, result.alpha);
+  out += "\nverdicts: " + verdict_rule(result) + "\n";
   for (const auto& note : result.notes) out += "note: " + note + "\n";
   return out;
 }
 
-std::string format_compare_markdown(const CompareResult& result) {
+std::string format_compare_markdown(const CompareResult& result,
+                                    std::optional<double> fail_on_regression_pct) {
   std::string out = "## batchsweep compare\n\n";
   for (size_t i = 0; i < result.runs.size(); ++i) {
     const std::string title = run_title(result.runs[i]);
@@ -964,16 +971,27 @@ std::string format_compare_markdown(const CompareResult& result) {
   for (size_t i = 0; i < result.runs.size(); ++i) {
     out += fmt::format("- **{}**: {}\n", letter(i), rf::markdown_cell(run_line(result.runs[i])));
   }
-  out += fmt::format(
-      "\n_Verdicts: a throughput change beyond {}% and a shift of the step times (Mann-Whitney U) or of "
-      "their "
-      "mean (Welch's t), the two tests at alpha {} together; without raw samples the threshold alone; with "
-      "too few for the rank test, and for the geometric mean, the threshold and a change beyond twice the "
-      "means' combined standard error._\n",
-      result.min_effect_pct, result.alpha);
+  out += "\n_Verdicts: " + verdict_rule(result) + "._\n";
   if (!result.notes.empty()) {
     out += "\n";
     for (const auto& note : result.notes) out += "- " + rf::markdown_cell(note) + "\n";
+  }
+  // The gate's answer, as the exit code gives it: a markdown posted to a pull request says whether the job
+  // failed and why, not only the table.
+  if (fail_on_regression_pct) {
+    const std::vector<Regression> found = find_regressions(result, *fail_on_regression_pct);
+    out += fmt::format("\n### Gate: `--fail-on-regression {:g}`: {}\n\n", *fail_on_regression_pct,
+                       found.empty() ? "passed" : "**failed**");
+    if (found.empty())
+      out += fmt::format(
+          "No run is slower than the baseline by more than {:g}%, lost a batch that fit, "
+          "failed a batch the baseline ran, or went over the baseline's latency budget.\n",
+          *fail_on_regression_pct);
+    for (const Regression& r : found) out += "- " + rf::markdown_cell(r.text) + "\n";
+    if (!result.short_notes.empty()) {
+      out += "\n";
+      for (const auto& note : result.short_notes) out += "- warning: " + rf::markdown_cell(note) + "\n";
+    }
   }
   return out;
 }

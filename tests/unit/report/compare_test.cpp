@@ -891,6 +891,18 @@ TEST(Compare, Printers) {
   const std::string md = format_compare_markdown(result);
   EXPECT_THAT(md, HasSubstr("| batch | A samples/s | B samples/s | B/A | verdict |"));
   EXPECT_THAT(md, HasSubstr("- **A** (baseline): a.json"));
+  EXPECT_THAT(md, HasSubstr("and after one step no change at all._"));  // the console's rule, in full
+  EXPECT_THAT(md, Not(HasSubstr("### Gate")));
+  // With the gate, the markdown says its answer and each regression, as stderr does.
+  const std::string gated = format_compare_markdown(result, 5.0);
+  const std::vector<std::string> found = regressions(result, 5.0);
+  ASSERT_FALSE(found.empty());
+  EXPECT_THAT(gated, HasSubstr("### Gate: `--fail-on-regression 5`: **failed**\n\n- "));
+  for (const std::string& line : found) EXPECT_THAT(gated, HasSubstr("- " + line + "\n"));
+  const auto same = compare_pair(testing::sample_report(), testing::sample_report());
+  EXPECT_THAT(format_compare_markdown(same, 5.0),
+              HasSubstr("### Gate: `--fail-on-regression 5`: passed\n\nNo run is slower than the baseline by "
+                        "more than 5%"));
 
   const nlohmann::json doc = to_json(result);
   EXPECT_EQ(doc["baseline"], "a.json");
