@@ -92,9 +92,13 @@ std::string format_progress_line(const ProgressLine& line, bool color) {
                      dim, in_point, format_duration(line.elapsed_s), eta, reset);
 }
 
+// A terminal that says it takes no escape codes (TERM=dumb: Emacs' shell, some CI log viewers) would show
+// them as text.
 bool color_allowed(int fd) {
   const char* no_color = std::getenv("NO_COLOR");
-  return isatty(fd) == 1 && (no_color == nullptr || no_color[0] == '\0');
+  const char* term = std::getenv("TERM");
+  return isatty(fd) == 1 && (no_color == nullptr || no_color[0] == '\0') &&
+         (term == nullptr || std::string_view(term) != "dumb");
 }
 
 ProgressOptions stderr_progress_options(bool quiet) {

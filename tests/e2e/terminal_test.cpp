@@ -33,8 +33,8 @@ struct Pty {
   Pty& operator=(const Pty&) = delete;
 };
 
-// Runs BSW_BINARY with `args`, stdout and stderr on two terminals, NO_COLOR unset and then `env` added;
-// reads both until it exits.
+// Runs BSW_BINARY with `args`, stdout and stderr on two terminals, NO_COLOR unset, TERM=xterm, then `env`
+// added; reads both until it exits.
 Result run_on_terminals(const std::vector<std::string>& args, const std::vector<std::string>& env) {
   Pty out, err;
   Result r;
@@ -48,6 +48,7 @@ Result run_on_terminals(const std::vector<std::string>& args, const std::vector<
     freopen(out.follower.c_str(), "w", stdout);
     freopen(err.follower.c_str(), "w", stderr);
     unsetenv("NO_COLOR");  // the test's own environment decides nothing
+    setenv("TERM", "xterm", 1);
     for (const std::string& e : env) putenv(const_cast<char*>(e.c_str()));
     exec_batchsweep(args);
   }
@@ -100,6 +101,15 @@ TEST(Terminal, ColourFollowsNoColorOnBothStreams) {
     EXPECT_TRUE(colored(r.out)) << no_color << "\n" << r.out;
     EXPECT_TRUE(colored(r.err)) << no_color << "\n" << r.err;
   }
+}
+
+// TERM=dumb says the terminal shows escape codes as text: no colour there either.
+TEST(Terminal, NoColourOnADumbTerminal) {
+  const Result r = run_on_terminals(sweep(), {"TERM=dumb"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("recommended:"), std::string::npos) << r.out;
+  EXPECT_FALSE(colored(r.out)) << r.out;
+  EXPECT_FALSE(colored(r.err)) << r.err;
 }
 
 }  // namespace
