@@ -451,7 +451,18 @@ MemoryArg parse_memory(const std::string& text, std::string_view flag) {
   // Not a card: a size, whose error lists the cards where the text was a word.
   try {
     return {parse_size(text, flag), {}};
-  } catch (const UsageError& e) {
+  } catch (const UsageError&) {
+    // A bare number that is a word of a card's name (4090, 3090): the card was likely meant.
+    if (!text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      for (const std::string& name : gpu_names()) {
+        const std::string padded = " " + name + " ";
+        if (padded.find(" " + text + " ") != std::string::npos)
+          throw UsageError(
+              fmt::format("{} {}: a number without a unit is bytes; for the {}, write {} \"{}\" "
+                          "(or a size with its unit: {}GiB, {}B for bytes)",
+                          flag, text, name, flag, name, text, text));
+      }
+    }
     if (text.empty() || std::isalpha(static_cast<unsigned char>(text.front())) == 0) throw;
     const std::vector<std::string> known = gpu_names();
     const std::vector<std::string_view> views(known.begin(), known.end());

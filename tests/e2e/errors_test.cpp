@@ -322,6 +322,20 @@ INSTANTIATE_TEST_SUITE_P(
              {"plan", "--memory", "plenty"},
              2,
              {"--memory plenty: neither a size (80GiB) nor a card of configs/gpus.json (H200 NVL, "}},
+        // A bare number that is in a card's name: the size's error, then the card.
+        Case{"card_number_for_memory",
+             {"plan", "--memory", "4090"},
+             2,
+             {"--memory 4090: a number without a unit is bytes; for the GeForce RTX 4090, write --memory "
+              "\"GeForce RTX 4090\""}},
+        Case{
+            "leading_zero_in_model",
+            {"plan", "--model", "{dir}/m.json"},
+            2,
+            {"m.json: is not valid JSON: line 1, column ",
+             "(JSON numbers take no leading zero: write 768, not 0768)"},
+            "m.json",
+            R"({"name": "m", "input": {"type": "vector", "features": 0768}, "layers": [{"type": "linear", "out_features": 2}]})"},
         Case{"precision_upper_case", {"plan", "--precision", "BF16"}, 2, {"'BF16': did you mean 'bf16'?"}},
         Case{"precision_other_name", {"plan", "--precision", "bfloat16"}, 2, {"did you mean 'bf16'?"}},
         Case{"backend_gpu", {"plan", "--backend", "gpu"}, 2, {"'gpu': did you mean 'cuda'?"}},
