@@ -31,6 +31,8 @@ class CpuSessionProbe {
   // Training sessions: forward, loss and backward over the step's micro-batches without an optimizer update.
   // Returns the mean loss; gradients_f32() then holds d(loss)/d(parameters).
   [[nodiscard]] virtual double loss_and_gradients() = 0;
+  // The last step's time spent generating its later micro-batches' data, left out of its step_ms.
+  [[nodiscard]] virtual double untimed_data_ms() const = 0;
 };
 
 }  // namespace bsw::cpu
