@@ -46,7 +46,8 @@ std::string fixed(double v, int decimals) {
 
 std::string human_rate(double v) {
   if (!std::isfinite(v)) return std::string(kAbsent);
-  static constexpr const char* kPrefixes[] = {"", "k", "M", "G", "T"};
+  // Up to E: a plan's FLOP per step passes 10^15 at large batches of a large model.
+  static constexpr const char* kPrefixes[] = {"", "k", "M", "G", "T", "P", "E"};
   double scaled = v;
   size_t unit = 0;
   // Move up while the value rounds to 1000 or more at three significant digits.

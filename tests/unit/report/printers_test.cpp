@@ -81,6 +81,8 @@ TEST(Format, HumanRates) {
   EXPECT_EQ(rf::human_rate(4.56e9), "4.56G");
   EXPECT_EQ(rf::human_rate(9.5), "9.50");
   EXPECT_EQ(rf::human_rate(999e12), "999T");
+  EXPECT_EQ(rf::human_rate(5.73e16), "57.3P");  // a plan's FLOP per step at a large batch
+  EXPECT_EQ(rf::human_rate(1.2e18), "1.20E");
   EXPECT_EQ(rf::human_rate(2e306), "2e+306");  // past the last prefix
 }
 
