@@ -28,6 +28,7 @@ struct PlanSummary {
     std::optional<int64_t> max_fit_any;
     std::optional<double> peak_tflops;  // dense datasheet rate at the plan's precision; nullopt: none
     double memory_bandwidth_gbps = 0;
+    double compute_capability = 0;  // below 8.0 batchsweep's CUDA backend does not run: a plan only
   };
   std::vector<CardFit> cards;
   std::optional<int64_t> max_fit_batch;  // with --memory: the largest batch that fits (nullopt: not even 1)

@@ -699,6 +699,7 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
       const nlohmann::json& rate = gpu.at("tflops").at(std::string(to_string(s.precision)));
       if (rate.is_number()) card.peak_tflops = rate.get<double>();
       card.memory_bandwidth_gbps = gpu.at("memory_bandwidth_gbps").get<double>();
+      card.compute_capability = gpu.at("compute_capability").get<double>();
       summary.cards.push_back(std::move(card));
     }
   }

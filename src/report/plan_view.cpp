@@ -121,7 +121,8 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
           {"memory_bytes", c.memory_bytes},
           {"max_fit_batch", c.max_fit_batch ? nlohmann::json(*c.max_fit_batch) : nlohmann::json(nullptr)},
           {"peak_tflops", c.peak_tflops ? nlohmann::json(*c.peak_tflops) : nlohmann::json(nullptr)},
-          {"memory_bandwidth_gbps", c.memory_bandwidth_gbps}};
+          {"memory_bandwidth_gbps", c.memory_bandwidth_gbps},
+          {"compute_capability", c.compute_capability}};
       if (s.effective_batch)
         card["max_fit_accumulation"] =
             c.max_fit_batch ? nlohmann::json(*s.effective_batch / *c.max_fit_batch) : nlohmann::json(nullptr);
@@ -279,6 +280,22 @@ std::string format_plan_table(const PlanSummary& s) {
         "TFLOP/s dense, from the datasheet):\n",
         what, kMemorySafetyFraction * 100);
     for (const std::string& line : report_format::render_lines(cards)) out += line + "\n";
+    // What the table cannot say in a cell: a dash is a mode the card lacks, and a card before Ampere is
+    // one batchsweep can plan for but not run on.
+    std::vector<std::string> lacking, older;
+    for (const PlanSummary::CardFit& c : s.cards) {
+      if (!c.peak_tflops) lacking.push_back(c.name);
+      if (c.compute_capability > 0 && c.compute_capability < 8.0)
+        older.push_back(fmt::format("{} ({:.1f})", c.name, c.compute_capability));
+    }
+    if (!lacking.empty())
+      out += fmt::format("— : {} {} no {} tensor-core mode\n", fmt::join(lacking, ", "),
+                         lacking.size() == 1 ? "has" : "have", precision);
+    if (!older.empty())
+      out += fmt::format(
+          "{}: compute capability below 8.0; batchsweep's CUDA backend runs on Ampere and newer, so {} a "
+          "plan `run` cannot measure\n",
+          fmt::join(older, ", "), older.size() == 1 ? "its row is" : "their rows are");
   } else if (s.memory_bytes) {
     out += "\n";
     const int64_t cap = max_micro_batch(s.accumulation);

@@ -2027,8 +2027,16 @@ TEST(Plan, MemoryAllSizesEveryCard) {
   EXPECT_EQ(doc["cards"][0]["name"], "H200 NVL");
   EXPECT_EQ(doc["cards"][0]["peak_tflops"], 835.5);
   EXPECT_EQ(doc["cards"].back()["peak_tflops"], nullptr);  // a V100 has no bf16
-  // The table, on stderr beside --json -, and on stdout without it.
+  EXPECT_EQ(doc["cards"].back()["compute_capability"], 7.0);
+  EXPECT_EQ(doc["cards"][0]["compute_capability"], 9.0);
+  // The table, on stderr beside --json -, and on stdout without it; below it what its cells cannot say.
   EXPECT_NE(r.err.find("largest batch per card of configs/gpus.json"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("— : V100 PCIe, V100 SXM2 have no bf16 tensor-core mode\n"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("V100 PCIe (7.0), V100 SXM2 (7.0): compute capability below 8.0; batchsweep's CUDA "
+                       "backend runs on Ampere and newer, so their rows are a plan `run` cannot measure"),
+            std::string::npos)
+      << r.err;
   const Result split = run({"plan", "--model", "gpt2-small", "--precision", "bf16", "--effective-batch",
                             "512", "--memory", "all", "--json", "-"});
   ASSERT_EQ(split.exit_code, 0) << split.err;
