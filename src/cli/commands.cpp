@@ -1203,14 +1203,15 @@ RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags,
     }
   }
   // The percentile only means something beside a budget: given without one it is an error, and the run's is
-  // kept (and said) only where there is a budget to hold it.
+  // said only where there is a budget to hold it. Without one (--no-latency-slo) it is still carried into the
+  // settings written, so a later analyze that gives a budget judges at the run's percentile, not at p99.
   require_budget_for_percentile(given.latency_percentile, flags.latency_slo_ms.has_value());
-  if (!given.latency_percentile && flags.latency_slo_ms) {
+  if (!given.latency_percentile) {
     if (const auto v = run_value("latency_percentile", 0.0, 100.0); v && *v != flags.latency_percentile) {
       if (is_latency_percentile(*v)) {
         flags.latency_percentile = *v;
-        out.kept.push_back(fmt::format("--latency-percentile {:g}", *v));
-      } else {
+        if (flags.latency_slo_ms) out.kept.push_back(fmt::format("--latency-percentile {:g}", *v));
+      } else if (flags.latency_slo_ms) {
         out.ignored.push_back(fmt::format("settings.latency_percentile {:g}", *v));
       }
     }

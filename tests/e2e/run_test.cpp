@@ -804,6 +804,22 @@ TEST(Analyze, KeepsTheRunsAnalysisSettingsUnlessAFlagChangesThem) {
   const Result both = run({"analyze", report, "--no-latency-slo", "--latency-slo", "3"});
   EXPECT_EQ(both.exit_code, 2) << both.err;
   EXPECT_NE(both.err.find("--no-latency-slo"), std::string::npos) << both.err;
+  // The budget dropped, the run's percentile is still carried: a later budget is judged at it, not at p99.
+  const std::string p50 = (dir / "p50.json").string();
+  ASSERT_EQ(run(scripted_run("saturating-slow.json", {"--batch", "16:256:*2", "--latency-slo", "12",
+                                                      "--latency-percentile", "50", "--json", p50}))
+                .exit_code,
+            0);
+  const std::string dropped = (dir / "dropped.json").string();
+  const Result none = run({"analyze", p50, "--no-latency-slo", "--json", dropped});
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_EQ(read_json(dropped)["settings"]["latency_percentile"], 50);
+  EXPECT_EQ(none.err.find("--latency-percentile"), std::string::npos) << none.err;  // nothing to judge at
+  const Result again = run({"analyze", dropped, "--latency-slo", "12", "--json", "-"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(nlohmann::json::parse(again.out)["analysis"]["latency_slo"],
+            read_json(p50)["analysis"]["latency_slo"]);
+  EXPECT_NE(again.err.find("--latency-percentile 50"), std::string::npos) << again.err;
 }
 
 TEST(Compare, AnExportOnStdoutMovesTheTableToStderr) {
