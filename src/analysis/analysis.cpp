@@ -660,7 +660,7 @@ Recommendation recommend(const RecommendationInputs& in, const Point*& chosen) {
         const double margin_pct = same_throughput_margin_pct(se_a, se_b);
         const double lead_pct = (fastest_split->samples_per_second / runner_up->samples_per_second - 1) * 100;
         if (lead_pct < margin_pct)
-          tie = fmt::format("; {} is within noise of it ({:.2f}% slower, < {:.3g}%)",
+          tie = fmt::format("; {} is within noise of it (it leads by {:.2f}%, < {:.3g}%)",
                             batch_label(runner_up->batch, runner_up->accumulation), lead_pct, margin_pct);
       }
     }
