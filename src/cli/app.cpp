@@ -465,11 +465,50 @@ MemoryArg parse_memory(const std::string& text, std::string_view flag) {
     }
     if (text.empty() || std::isalpha(static_cast<unsigned char>(text.front())) == 0) throw;
     const std::vector<std::string> known = gpu_names();
-    const std::vector<std::string_view> views(known.begin(), known.end());
-    const auto near = model_detail::nearest_name(text, views);
+    // Words with a digit are model numbers and sizes (A100, 94GB): a card is suggested only where its name
+    // holds every one of them, so "A100 SXM" is not led to the H100 SXM one letter away, nor "H100 94GB" to
+    // an A100 40GB; where several hold them, they are listed, not guessed between.
+    const auto alnum_lower = [](std::string_view t) {
+      std::string out;
+      for (const char c : t)
+        if (std::isalnum(static_cast<unsigned char>(c)) != 0)
+          out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return out;
+    };
+    std::vector<std::string> numbers;
+    std::string word;
+    for (size_t i = 0; i <= text.size(); ++i) {
+      if (i < text.size() && std::isalnum(static_cast<unsigned char>(text[i])) != 0) {
+        word += text[i];
+        continue;
+      }
+      if (std::any_of(word.begin(), word.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        numbers.push_back(alnum_lower(word));
+      word.clear();
+    }
+    std::string hint;
+    if (numbers.empty()) {
+      const std::vector<std::string_view> views(known.begin(), known.end());
+      if (const auto near = model_detail::nearest_name(text, views))
+        hint = fmt::format(": did you mean '{}'?", *near);
+    } else {
+      std::vector<std::string> sharing;
+      for (const std::string& name : known) {
+        const std::string n = alnum_lower(name);
+        if (std::all_of(numbers.begin(), numbers.end(),
+                        [&](const std::string& w) { return n.find(w) != std::string::npos; }))
+          sharing.push_back(name);
+      }
+      const std::vector<std::string_view> views(sharing.begin(), sharing.end());
+      if (const auto near = model_detail::nearest_name(text, views))
+        hint = fmt::format(": did you mean '{}'?", *near);
+      else if (sharing.size() == 1)
+        hint = fmt::format(": did you mean '{}'?", sharing.front());
+      else if (!sharing.empty())
+        hint = fmt::format(": the cards it could mean are {}", fmt::join(sharing, ", "));
+    }
     throw UsageError(fmt::format("{} {}: neither a size (80GiB) nor a card of configs/gpus.json{} ({})", flag,
-                                 text, near ? fmt::format(": did you mean '{}'?", *near) : std::string(),
-                                 fmt::join(known, ", ")));
+                                 text, hint, fmt::join(known, ", ")));
   }
 }
 

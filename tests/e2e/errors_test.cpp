@@ -322,6 +322,14 @@ INSTANTIATE_TEST_SUITE_P(
              {"plan", "--memory", "plenty"},
              2,
              {"--memory plenty: neither a size (80GiB) nor a card of configs/gpus.json (H200 NVL, "}},
+        // A card's model number is not swapped for a near one: the cards holding it are listed, or none.
+        Case{"card_other_model_number",
+             {"plan", "--memory", "A100 SXM"},
+             2,
+             {"--memory A100 SXM: neither a size (80GiB) nor a card of configs/gpus.json: the cards it could "
+              "mean are A100 80GB PCIe, A100 80GB SXM, A100 40GB ("}},
+        Case{"card_size_no_card_has", {"plan", "--memory", "H100 94GB"}, 2, {"configs/gpus.json (H200 NVL"}},
+        Case{"card_typo_in_words", {"plan", "--memory", "H100 SMX"}, 2, {"did you mean 'H100 SXM'?"}},
         // A bare number that is in a card's name: the size's error, then the card.
         Case{"card_number_for_memory",
              {"plan", "--memory", "4090"},
