@@ -321,8 +321,11 @@ std::vector<std::string> summary_lines(const Report& report) {
   const Analysis& a = report.analysis;
   std::vector<std::string> lines;
   // How --batch auto or --effective-batch chose what to measure (and what it left out).
+  // Re-analyzed, it is what the run measured, under the run's budget: said as such beside the new answer.
   if (const std::string search = json_string(report.settings, "search"); !search.empty())
-    lines.push_back("search: " + search);
+    lines.push_back((report.settings.is_object() && report.settings.contains("analyzed") ? "search (as run): "
+                                                                                         : "search: ") +
+                    search);
   if (a.knee.batch || !a.knee.reason.empty()) {
     std::string line =
         "knee: " + (a.knee.batch ? "batch " + std::to_string(*a.knee.batch) : std::string("none"));

@@ -503,6 +503,11 @@ TEST(Run, AutoSearchBisectsTheLatencyBudget) {
   // The refined edge needs no hint to measure more.
   EXPECT_EQ(slo["reason"].get<std::string>().find("measures between"), std::string::npos) << slo.dump();
   expect_valid_report(dir / "a.json");
+  EXPECT_NE(r.out.find("\nsearch: "), std::string::npos) << r.out;
+  // Re-analyzed under another budget, the search line is the run's, and says so.
+  const Result again = run({"analyze", (dir / "a.json").string(), "--latency-slo", "2.4"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.out.find("\nsearch (as run): "), std::string::npos) << again.out;
   // An explicit list leaves the edge coarse, and the analysis says how to narrow it.
   const Result coarse = run(scripted_run("still-scaling.json", {"--batch", "256:4096:*2", "--latency-slo",
                                                                 "2.8", "--json", (dir / "b.json").string()}));
