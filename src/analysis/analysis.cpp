@@ -735,6 +735,14 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
   Analysis analysis;
   const analysis_detail::KneeDetail knee = analysis_detail::find_knee_detail(view, options.knee_sensitivity);
   analysis.knee = knee.result;
+  // Splits of a fixed effective batch end at the whole batch in one step: "still scaling" there asks for no
+  // larger batch (none is a split of N), only says that the fewest micro-batches are fastest.
+  if (const std::optional<int64_t> n = split_sweep(view, options);
+      n && knee.call == analysis_detail::KneeCall::still_scaling && !curve.empty() &&
+      curve.back().batch == *n)
+    analysis.knee.reason +=
+        fmt::format("; {} is the whole effective batch in one micro-batch ({}x1), so no split is larger",
+                    curve.back().batch, curve.back().batch);
   analysis.saturation = saturation(view, curve, options.saturation_pct, options.unfinished);
   analysis.max_fit = max_fit(view, options.untimed_fit, options.unfinished);
   analysis.best_throughput = best_throughput(view, options.unfinished);

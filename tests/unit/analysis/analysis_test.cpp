@@ -543,6 +543,28 @@ TEST(EffectiveBatchSplit, FastestSplitIsRecommended) {
       << why;
 }
 
+// Throughput rising up to N x 1: the knee's "still scaling" asks for no larger batch, since none is a split.
+TEST(EffectiveBatchSplit, StillScalingAtTheWholeBatchSaysNoSplitIsLarger) {
+  std::vector<Point> points;
+  for (const int64_t b : {32, 64, 128, 256}) {
+    points.push_back(measured_point(b, 10.0 * static_cast<double>(b), 0.002, 21, 256 / b));
+    points.back().effective_batch = 256;
+  }
+  const Analysis a = analyze(points, {});
+  EXPECT_NE(a.knee.reason.find("throughput still scaling at the largest batch (256: "), std::string::npos)
+      << a.knee.reason;
+  EXPECT_NE(
+      a.knee.reason.find("; 256 is the whole effective batch in one micro-batch (256x1), so no split is "
+                         "larger"),
+      std::string::npos)
+      << a.knee.reason;
+  // A plain sweep still scaling is told nothing of splits.
+  std::vector<Point> plain;
+  for (const int64_t b : {32, 64, 128, 256})
+    plain.push_back(measured_point(b, 10.0 * static_cast<double>(b)));
+  EXPECT_EQ(analyze(plain, {}).knee.reason.find("split"), std::string::npos);
+}
+
 TEST(EffectiveBatchSplit, TheOnlySplitThatRanIsNotComparedWithItself) {
   std::vector<Point> points{measured_point(64, 1000, 0.002, 21, 4)};
   Point too_big = failed_point(256, PointStatus::over_limit, "over the budget");
