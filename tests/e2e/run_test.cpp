@@ -1971,10 +1971,20 @@ TEST(Plan, TheReadmeH200ExampleIsWhatTheBinaryPlans) {
             2);
   for (const auto& [attention, expected] : {std::pair{"auto", sdpa}, std::pair{"explicit", explicit_path}}) {
     const Result r = run({"plan", "--model", "gpt2-small", "--precision", "bf16", "--backend", "cuda",
-                          "--memory", "140GiB", "--attention", attention, "--batch", "1", "--json", "-"});
+                          "--memory", "H200", "--attention", attention, "--batch", "1", "--json", "-"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(nlohmann::json::parse(r.out)["max_fit_batch"].get<int64_t>(), expected) << attention;
   }
+  // And the round size it compares with.
+  int64_t round = 0;
+  const std::string aside = "(a round `--memory 140GiB` fits ";
+  const size_t at_round = readme.find(aside, at);
+  ASSERT_NE(at_round, std::string::npos);
+  ASSERT_EQ(std::sscanf(readme.c_str() + at_round + aside.size(), "%" SCNd64, &round), 1);
+  const Result r = run({"plan", "--model", "gpt2-small", "--precision", "bf16", "--backend", "cuda",
+                        "--memory", "140GiB", "--batch", "1", "--json", "-"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["max_fit_batch"].get<int64_t>(), round);
 }
 
 // --memory NAME sizes a card of configs/gpus.json by the total nvidia-smi reports for it, planning CUDA's
