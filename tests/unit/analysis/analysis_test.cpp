@@ -81,6 +81,12 @@ TEST(MaxFit, NamesTheFirstBatchThatDidNotFit) {
   EXPECT_THAT(analyze(gap, {}).max_fit.reason,
               ::testing::EndsWith("; the batches between 128 and 4096 were not tried (--batch 256:2048:*2 "
                                   "measures them)"));
+  // A 4x gap holds one doubling, which would not place the edge: even steps across it instead.
+  std::vector<Point> four = sweep(powers_of_two(16, 128), saturating(50000, 64));
+  four.push_back(failed_point(512, PointStatus::oom, "needs 90 GiB"));
+  EXPECT_THAT(analyze(four, {}).max_fit.reason,
+              ::testing::EndsWith("; the batches between 128 and 512 were not tried (--batch 144:480:+48 "
+                                  "measures them)"));
 }
 
 // --batch auto found a larger batch that fits but was too slow to time: the largest timed batch is not passed
