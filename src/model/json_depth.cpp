@@ -43,7 +43,9 @@ std::string likely_mistake(std::string_view text, std::size_t at, std::string_vi
   const char c = text[at];
   // A number written with a leading zero (0768, -01.5): JSON reads the 0 alone, then the rest as a second
   // number where a ',' had to come; the parser stops in that number. 1.05 and 1e05 are JSON.
-  if (std::isdigit(static_cast<unsigned char>(c)) != 0) {
+  // Only a number after a number gives this error: a bad \u escape also stops on a hex digit, in a string.
+  if (std::isdigit(static_cast<unsigned char>(c)) != 0 &&
+      what.find("unexpected number literal") != std::string_view::npos) {
     const auto in_number = [&](std::size_t i) {
       const char p = text[i];
       return std::isdigit(static_cast<unsigned char>(p)) != 0 || p == '.' || p == 'e' || p == 'E' ||

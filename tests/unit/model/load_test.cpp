@@ -201,6 +201,10 @@ TEST(LoadModel, SyntaxErrorsNameTheLineColumnAndTheLikelyMistake) {
   EXPECT_THAT(file_error(dir.write("c.json", "{\"a\": [1, 2}")), ::testing::Not(HasSubstr("missing comma")));
   EXPECT_THAT(file_error(dir.write("c.json", "{\"a\": 1]")), ::testing::Not(HasSubstr("missing comma")));
   EXPECT_THAT(file_error(dir.write("c.json", "{\"a\": 0768}")), ::testing::Not(HasSubstr("missing comma")));
+  // A bad surrogate stops on the escape's last hex digit, inside a string: no number is there.
+  for (const char* text :
+       {R"({"name": "m\ud83d\u00e9"})", R"(["\ud800\u0041"])", R"({"name": "\udc00\u0041"})"})
+    EXPECT_THAT(file_error(dir.write("c.json", text)), ::testing::Not(HasSubstr("leading zero"))) << text;
   EXPECT_THAT(file_error(dir.write("c.json", "{'name': 'm'}")),
               HasSubstr("(JSON strings take double quotes)"));
 }
