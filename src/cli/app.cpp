@@ -466,8 +466,8 @@ MemoryArg parse_memory(const std::string& text, std::string_view flag) {
     if (text.empty() || std::isalpha(static_cast<unsigned char>(text.front())) == 0) throw;
     const std::vector<std::string> known = gpu_names();
     // Words with a digit are model numbers and sizes (A100, 94GB): a card is suggested only where its name
-    // holds every one of them, so "A100 SXM" is not led to the H100 SXM one letter away, nor "H100 94GB" to
-    // an A100 40GB; where several hold them, they are listed, not guessed between.
+    // holds every one of them as a word, so "A100 SXM" is not led to the H100 SXM one letter away, nor "H100
+    // 94GB" to an A100 40GB; where several hold them, they are listed, not guessed between.
     const auto alnum_lower = [](std::string_view t) {
       std::string out;
       for (const char c : t)
@@ -492,11 +492,22 @@ MemoryArg parse_memory(const std::string& text, std::string_view flag) {
       if (const auto near = model_detail::nearest_name(text, views))
         hint = fmt::format(": did you mean '{}'?", *near);
     } else {
+      // Whole words: H20 is not the H200, nor V100S a V100 SXM2, nor L40 the L40S.
       std::vector<std::string> sharing;
       for (const std::string& name : known) {
-        const std::string n = alnum_lower(name);
-        if (std::all_of(numbers.begin(), numbers.end(),
-                        [&](const std::string& w) { return n.find(w) != std::string::npos; }))
+        std::vector<std::string> words;
+        std::string w;
+        for (size_t i = 0; i <= name.size(); ++i) {
+          if (i < name.size() && std::isalnum(static_cast<unsigned char>(name[i])) != 0) {
+            w += name[i];
+          } else if (!w.empty()) {
+            words.push_back(alnum_lower(w));
+            w.clear();
+          }
+        }
+        if (std::all_of(numbers.begin(), numbers.end(), [&](const std::string& n) {
+              return std::find(words.begin(), words.end(), n) != words.end();
+            }))
           sharing.push_back(name);
       }
       const std::vector<std::string_view> views(sharing.begin(), sharing.end());

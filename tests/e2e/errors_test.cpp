@@ -330,6 +330,10 @@ INSTANTIATE_TEST_SUITE_P(
               "mean are A100 80GB PCIe, A100 80GB SXM, A100 40GB ("}},
         Case{"card_size_no_card_has", {"plan", "--memory", "H100 94GB"}, 2, {"configs/gpus.json (H200 NVL"}},
         Case{"card_typo_in_words", {"plan", "--memory", "H100 SMX"}, 2, {"did you mean 'H100 SXM'?"}},
+        // A model number is a whole word: H20 is no H200 (another card), V100S no V100 SXM2.
+        Case{
+            "card_number_not_a_word_of_one", {"plan", "--memory", "H20"}, 2, {"configs/gpus.json (H200 NVL"}},
+        Case{"card_number_v100s", {"plan", "--memory", "V100S"}, 2, {"configs/gpus.json (H200 NVL"}},
         // A bare number that is in a card's name: the size's error, then the card.
         Case{"card_number_for_memory",
              {"plan", "--memory", "4090"},
