@@ -982,11 +982,20 @@ std::string format_compare_markdown(const CompareResult& result,
     const std::vector<Regression> found = find_regressions(result, *fail_on_regression_pct);
     out += fmt::format("\n### Gate: `--fail-on-regression {:g}`: {}\n\n", *fail_on_regression_pct,
                        found.empty() ? "passed" : "**failed**");
+    // The rule as find_regressions applies it: slower beyond noise and by more than the larger of PCT and
+    // the minimum effect (under which compare calls no change), over the budget by more than PCT.
+    const double pct = *fail_on_regression_pct;
+    const double throughput_pct = std::max(pct, result.min_effect_pct);
     if (found.empty())
       out += fmt::format(
-          "No run is slower than the baseline by more than {:g}%, lost a batch that fit, "
-          "failed a batch the baseline ran, or went over the baseline's latency budget.\n",
-          *fail_on_regression_pct);
+          "No run is slower than the baseline beyond noise and by more than {:g}%{}, lost a batch that fit, "
+          "failed a batch the baseline ran, or went more than {:g}% over the baseline's latency budget.\n",
+          throughput_pct,
+          pct < result.min_effect_pct
+              ? fmt::format(" (compare calls no throughput change under {:g}%, so the gate acts there)",
+                            result.min_effect_pct)
+              : std::string(),
+          pct);
     for (const Regression& r : found) out += "- " + rf::markdown_cell(r.text) + "\n";
     if (!result.short_notes.empty()) {
       out += "\n";
