@@ -2,6 +2,7 @@
 
 #include <array>
 #include <utility>
+#include <vector>
 
 namespace bsw::detail {
 
@@ -56,7 +57,26 @@ OpName split_op_path(std::string_view path) {
 
 std::string op_text(std::string_view path) {
   const OpName name = split_op_path(path);
-  return name.part.empty() ? name.layer : name.layer + "'s " + name.part;
+  // "layers[2]#1.layers[0]" -> "layers[2].layers[0]", and which copy of each repeated layer it is in.
+  std::string layer;
+  std::vector<std::string> copies;
+  for (size_t i = 0; i < name.layer.size(); ++i) {
+    if (name.layer[i] != '#') {
+      layer += name.layer[i];
+      continue;
+    }
+    std::string k;
+    while (i + 1 < name.layer.size() && name.layer[i + 1] >= '0' && name.layer[i + 1] <= '9')
+      k += name.layer[++i];
+    copies.push_back("copy #" + k + " of " + layer + "'s `repeat`");
+  }
+  std::string out = name.part.empty() ? layer : layer + "'s " + name.part;
+  if (!copies.empty()) {
+    out += " (";
+    for (size_t i = 0; i < copies.size(); ++i) out += (i ? ", " : "") + copies[i];
+    out += ")";
+  }
+  return out;
 }
 
 }  // namespace bsw::detail

@@ -16,7 +16,8 @@ struct OpName {
 // Splits after the last "]" (and any "#k" after it): what follows is the part within that layer.
 OpName split_op_path(std::string_view path);
 
-// "layers[1]'s attention's q/k/v projection", or the layer alone.
+// "layers[1]'s attention scores", or the layer alone; a repeated layer's copy said in words
+// ("layers[1]'s attention scores (copy #1 of layers[1]'s `repeat`)").
 std::string op_text(std::string_view path);
 
 }  // namespace bsw::detail

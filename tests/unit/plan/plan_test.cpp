@@ -172,6 +172,22 @@ TEST(Plan, AttentionScoresBeyond64BitsAreTooLargeNotWrapped) {
     }
 }
 
+// A plan past 2^62 bytes in a repeated layer's later copy: the layer by its JSON path, the copy in words.
+TEST(Plan, TooLargeInARepeatedCopySaysTheCopyInWords) {
+  const Graph g = graph_of(R"({"name": "x", "input": {"type": "tokens", "sequence_length": 1048576,
+    "vocab_size": 2}, "layers": [{"type": "embedding", "dim": 8}, {"type": "attention", "heads": 8, "repeat": 3},
+    {"type": "linear", "out_features": 2}]})");
+  try {
+    (void)make_plan(g, {65536, Precision::fp32, Mode::train, 1, BackendKind::cpu});
+    FAIL() << "expected a plan larger than 2^62 bytes";
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("layers[1]'s attention scores (copy #"), std::string::npos) << what;
+    EXPECT_NE(what.find(" of layers[1]'s `repeat`)"), std::string::npos) << what;
+    EXPECT_EQ(what.find("]#"), std::string::npos) << what;
+  }
+}
+
 // --memory NAME: a card of configs/gpus.json by the name a user types; a whole name wins over the names it
 // begins (A10 is not A100, L4 not L40S), and a prefix names every card it begins.
 TEST(GpuSpecs, CardsAreFoundByTheNamesUsersType) {
