@@ -67,7 +67,7 @@ const Point* first_failure_above(std::span<const Point> points, std::optional<in
 }
 
 // A --batch spec of batches strictly between lo and hi: every one up to 16, doublings where hi is more than
-// twice lo, else multiples of a step of (hi - lo) / 8 rounded down to 8s.
+// four times lo (two or more of them), else multiples of a step of (hi - lo) / 8 rounded down to 8s.
 std::string between_range(int64_t lo, int64_t hi) {
   if (hi <= 16) return lo + 1 == hi - 1 ? std::to_string(lo + 1) : fmt::format("{}:{}:+1", lo + 1, hi - 1);
   // Doublings where they give two batches or more; a gap of about 4x has one doubling inside it, which would

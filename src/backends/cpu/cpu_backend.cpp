@@ -138,7 +138,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
   CpuSession(const CpuSession&) = delete;
   CpuSession& operator=(const CpuSession&) = delete;
 
-  // The step's time leaves out the synthetic data of its later micro-batches (with accumulation), generated
+  // The step's time leaves out the synthetic data of its micro-batches (with accumulation), generated
   // between them: a training loop's data arrives prefetched, and generating it on the CPU can cost as much
   // as a small model's step (a 65536-wide input: 4x the step).
   StepResult step() override {

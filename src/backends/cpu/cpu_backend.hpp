@@ -31,7 +31,7 @@ class CpuSessionProbe {
   // Training sessions: forward, loss and backward over the step's micro-batches without an optimizer update.
   // Returns the mean loss; gradients_f32() then holds d(loss)/d(parameters).
   [[nodiscard]] virtual double loss_and_gradients() = 0;
-  // The last step's time spent generating its later micro-batches' data, left out of its step_ms.
+  // The last step's time spent generating its micro-batches' data (accumulation > 1), left out of step_ms.
   [[nodiscard]] virtual double untimed_data_ms() const = 0;
 };
 
