@@ -1367,9 +1367,17 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
     found = find_regressions(result, *s.fail_on_regression_pct);
     // A gate that compared nothing must not pass: no batch in every run, or none that ran in every run. An
     // input error, said before any export is written.
-    const bool compared = std::any_of(result.rows.begin(), result.rows.end(), [](const CompareRow& row) {
-      return std::any_of(row.deltas.begin(), row.deltas.end(),
-                         [](const CompareDelta& d) { return d.verdict != Verdict::not_comparable; });
+    // Judged: a verdict reached, not "same" for want of a second step (one step's noise is unknown). A gate
+    // whose every row is unjudged compared nothing it could tell apart: a 9% regression would pass.
+    const auto any_delta = [&](auto&& keep) {
+      return std::any_of(result.rows.begin(), result.rows.end(), [&](const CompareRow& row) {
+        return std::any_of(row.deltas.begin(), row.deltas.end(), keep);
+      });
+    };
+    const bool comparable =
+        any_delta([](const CompareDelta& d) { return d.verdict != Verdict::not_comparable; });
+    const bool compared = any_delta([](const CompareDelta& d) {
+      return d.verdict != Verdict::not_comparable && !(d.one_step && d.verdict == Verdict::same);
     });
     if (found.empty() && !compared) {
       // A batch is compared at one accumulation: runs of other accumulations share no row, whatever their
@@ -1402,6 +1410,12 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
             accumulations(reports[0]), run_letter(i), accumulations(reports[i]));
         break;
       }
+      if (comparable)
+        throw InputError(fmt::format(
+            "--fail-on-regression {:g}: every batch both runs ran ok timed one step in one of them (a step "
+            "past --timeout), whose noise is unknown, so no change could be judged (raise --timeout so each "
+            "point takes several steps)",
+            *s.fail_on_regression_pct));
       throw InputError(fmt::format(
           "--fail-on-regression {:g}: {}, so nothing was compared ({})", *s.fail_on_regression_pct,
           result.rows.empty() ? "no batch is in every run"
@@ -1435,8 +1449,18 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
             result.runs[0].name, unswept.size() == 1 ? "it" : "they"));
     }
   }
+  // An export that cannot be written is exit 1, named, but only after the table and the gate's lines: a CI
+  // log must still say what regressed, and the other export is still written.
+  std::optional<Error> export_error;
+  const auto export_to = [&](std::string_view flag, const std::string& path, const std::string& text) {
+    try {
+      write_output(flag, path, text);
+    } catch (const Error& e) {
+      if (!export_error) export_error = e;
+    }
+  };
   if (!s.markdown_path.empty())
-    write_output("--markdown", s.markdown_path, format_compare_markdown(result, s.fail_on_regression_pct));
+    export_to("--markdown", s.markdown_path, format_compare_markdown(result, s.fail_on_regression_pct));
   if (!s.json_path.empty()) {
     nlohmann::json doc = to_json(result);
     // What wrote it and when, as a report says: a script reading the gate's answer can check both, and a
@@ -1452,7 +1476,7 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
                      {"passed", found.empty()},
                      {"regressions", regression_lines(found)},
                      {"findings", regressions_json(result, found)}};
-    write_output("--json", s.json_path, doc.dump(2) + "\n");
+    export_to("--json", s.json_path, doc.dump(2) + "\n");
   }
   // An export on stdout keeps it to itself; the table then goes to stderr, as run's does.
   if (s.json_path == "-" || s.markdown_path == "-")
@@ -1465,10 +1489,9 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
     for (const std::string& note : result.short_notes)
       std::fprintf(stderr, "batchsweep: warning: %s\n", note.c_str());
     for (const Regression& r : found) std::fprintf(stderr, "batchsweep: regression: %s\n", r.text.c_str());
-    if (found.empty()) return kExitOk;
-    return kExitRegression;
   }
-  return kExitOk;
+  if (export_error) throw *export_error;
+  return s.fail_on_regression_pct && !found.empty() ? kExitRegression : kExitOk;
 }
 
 namespace {

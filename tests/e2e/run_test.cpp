@@ -827,6 +827,35 @@ TEST(Analyze, KeepsTheRunsAnalysisSettingsUnlessAFlagChangesThem) {
   EXPECT_NE(again.err.find("--latency-percentile 50"), std::string::npos) << again.err;
 }
 
+// Every shared batch timed one step in a run (a step past --timeout): no change can be judged, so the gate
+// cannot pass (exit 2) — a 10% slower candidate would otherwise pass as "same (one step: noise unknown)".
+TEST(Compare, AGateWithEveryRowOneStepJudgedNothingAndCannotPass) {
+  ScratchDir dir;
+  nlohmann::json script = read_json(scripted("sleepy.json"));
+  script["t0_ms"] = 300.0;
+  std::ofstream(dir / "a.script.json") << script.dump();
+  script["t0_ms"] = 330.0;
+  std::ofstream(dir / "b.script.json") << script.dump();
+  for (const char* side : {"a", "b"}) {
+    const Result r =
+        run({"run", "--backend", "scripted", "--script",
+             (dir / (std::string(side) + ".script.json")).string(), "--model", "mlp", "--warmup", "0",
+             "--batch", "1,2", "--timeout", "0.2", "--json", (dir / (std::string(side) + ".json")).string()});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  const Result gate =
+      run({"compare", (dir / "a.json").string(), (dir / "b.json").string(), "--fail-on-regression", "5"});
+  EXPECT_EQ(gate.exit_code, 2) << gate.out << gate.err;
+  EXPECT_NE(
+      gate.err.find("--fail-on-regression 5: every batch both runs ran ok timed one step in one of them"),
+      std::string::npos)
+      << gate.err;
+  // Without the gate, the table says the same, as before.
+  const Result table = run({"compare", (dir / "a.json").string(), (dir / "b.json").string()});
+  EXPECT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("same (one step: noise unknown)"), std::string::npos) << table.out;
+}
+
 TEST(Compare, AnExportOnStdoutMovesTheTableToStderr) {
   ScratchDir dir;
   const std::string a = (dir / "a.json").string();
@@ -851,6 +880,18 @@ TEST(Compare, RegressionExitsThreeAndSameRunPasses) {
   EXPECT_EQ(slower.exit_code, 3) << slower.out << slower.err;
   EXPECT_NE(slower.out.find("slower"), std::string::npos) << slower.out;
   EXPECT_NE(slower.err.find("batchsweep: regression: batch 1024: B is "), std::string::npos) << slower.err;
+  // An export that cannot be written is exit 1, after the table and the regressions (a CI log still says
+  // what regressed), and the other export is written.
+  if (std::filesystem::exists("/dev/full")) {
+    const std::string md = (dir / "pr.md").string();
+    const Result full =
+        run({"compare", a, b, "--fail-on-regression", "5", "--json", "/dev/full", "--markdown", md});
+    EXPECT_EQ(full.exit_code, 1) << full.err;
+    EXPECT_NE(full.out.find("compare (A is the baseline)"), std::string::npos) << full.out;
+    EXPECT_NE(full.err.find("batchsweep: regression: batch 1024: B is "), std::string::npos) << full.err;
+    EXPECT_NE(full.err.find("--json: /dev/full"), std::string::npos) << full.err;
+    EXPECT_NE(slurp(md).find("**failed**"), std::string::npos);
+  }
   const Result same = run({"compare", a, a, "--fail-on-regression", "5"});
   EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
   const Result faster = run({"compare", b, a, "--fail-on-regression", "5"});
