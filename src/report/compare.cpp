@@ -267,8 +267,11 @@ std::optional<std::string> budget_change(const RunSummary& base, const RunSummar
                  ? fmt::format("{:g} ms {}", *r.latency_slo_ms, latency_name(r.latency_percentile))
                  : std::string("none");
     };
-    return fmt::format("latency budgets differ (A {}, {} {}): the answers under them are not compared",
-                       text(base), name, text(run));
+    // Where A has one, --fail-on-regression still holds the run to it (find_regressions): said, or a PR
+    // reader sees "not compared" beside a gate that failed on it.
+    return fmt::format(
+        "latency budgets differ (A {}, {} {}): the answers under them are not compared{}", text(base), name,
+        text(run), base.latency_slo_ms ? " (--fail-on-regression still holds every run to A's budget)" : "");
   }
   if (!base.latency_slo || !run.latency_slo) return std::nullopt;
   const BatchChoice &a = *base.latency_slo, &b = *run.latency_slo;
@@ -988,14 +991,17 @@ std::string format_compare_markdown(const CompareResult& result,
     const double throughput_pct = std::max(pct, result.min_effect_pct);
     if (found.empty())
       out += fmt::format(
-          "No run is slower than the baseline beyond noise and by more than {:g}%{}, lost a batch that fit, "
-          "failed a batch the baseline ran, or went more than {:g}% over the baseline's latency budget.\n",
+          "No run is slower than the baseline beyond noise and by more than {:g}%{}, lost a batch that fit{} "
+          "failed a batch the baseline ran{}.\n",
           throughput_pct,
           pct < result.min_effect_pct
               ? fmt::format(" (compare calls no throughput change under {:g}%, so the gate acts there)",
                             result.min_effect_pct)
               : std::string(),
-          pct);
+          result.runs.front().latency_slo_ms ? "," : " or",
+          result.runs.front().latency_slo_ms
+              ? fmt::format(", or went more than {:g}% over the baseline's latency budget", pct)
+              : std::string());
     for (const Regression& r : found) out += "- " + rf::markdown_cell(r.text) + "\n";
     if (!result.short_notes.empty()) {
       out += "\n";

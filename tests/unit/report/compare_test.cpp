@@ -621,10 +621,10 @@ TEST(Compare, TheAnswerUnderTheLatencyBudgetIsCompared) {
 
   Report other = b;
   other.settings["latency_slo_ms"] = 5.0;
-  EXPECT_THAT(
-      compare_pair(a, other).notes,
-      ::testing::Contains(
-          "latency budgets differ (A 3 ms p99, B 5 ms p99): the answers under them are not compared"));
+  EXPECT_THAT(compare_pair(a, other).notes,
+              ::testing::Contains(
+                  "latency budgets differ (A 3 ms p99, B 5 ms p99): the answers under them are not compared "
+                  "(--fail-on-regression still holds every run to A's budget)"));
   // The gate holds every run to the baseline's budget: another budget, or none, does not switch it off.
   const std::string breach =
       "batch 64 (A's answer under the 3 ms p99 budget): B's p99 is 4 ms, 33.3% over the budget (A 2.039 ms)";
@@ -634,14 +634,14 @@ TEST(Compare, TheAnswerUnderTheLatencyBudgetIsCompared) {
   EXPECT_THAT(
       compare_pair(a, none).notes,
       ::testing::Contains("latency budgets differ (A 3 ms p99, B none): the answers under them are not "
-                          "compared"));
+                          "compared (--fail-on-regression still holds every run to A's budget)"));
   EXPECT_THAT(regressions(compare_pair(a, none), 5), ::testing::Contains(breach));
   Report p95 = b;  // the same milliseconds on another percentile is another budget
   p95.settings["latency_percentile"] = 95;
   EXPECT_THAT(
       compare_pair(a, p95).notes,
       ::testing::Contains("latency budgets differ (A 3 ms p99, B 3 ms p95): the answers under them are not "
-                          "compared"));
+                          "compared (--fail-on-regression still holds every run to A's budget)"));
   EXPECT_THAT(regressions(compare_pair(a, p95), 5), ::testing::Contains(breach));
   for (const std::string& note : compare_pair(a, a).notes)
     EXPECT_EQ(note.find("budget"), std::string::npos) << note;
@@ -909,6 +909,11 @@ TEST(Compare, Printers) {
   EXPECT_THAT(
       format_compare_markdown(same, 0.5),
       HasSubstr("by more than 1% (compare calls no throughput change under 1%, so the gate acts there)"));
+  // Without a baseline budget there is none to go over, and the sentence does not name one.
+  Report unbudgeted = testing::sample_report();
+  unbudgeted.settings["latency_slo_ms"] = nullptr;
+  EXPECT_THAT(format_compare_markdown(compare_pair(unbudgeted, unbudgeted), 5.0),
+              HasSubstr("by more than 5%, lost a batch that fit or failed a batch the baseline ran.\n"));
 
   const nlohmann::json doc = to_json(result);
   EXPECT_EQ(doc["baseline"], "a.json");
