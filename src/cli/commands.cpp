@@ -1342,6 +1342,7 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
   options.allow_model_mismatch = s.allow_model_mismatch;
   options.names = s.report_paths;
   const CompareResult result = compare_reports(reports, options);
+  std::vector<std::string> export_notes;  // said on stderr, and in the exports' notes (not the table's twice)
   // Not only in the table: a CI gate given one file twice passes, and its log should say why.
   for (const std::string& note : result.same_run_notes)
     std::fprintf(stderr, "batchsweep: warning: %s\n", note.c_str());
@@ -1435,12 +1436,14 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
                         : s.allow_incomplete ? "--allow-incomplete"
                         : !found.empty()     ? "the gate fails on the regressions below anyway"
                                              : nullptr;
-      if (why)
-        std::fprintf(stderr,
-                     "batchsweep compare: note: %s did not sweep batch%s %s, which ran ok in the baseline: "
-                     "not judged (%s)\n",
-                     result.runs[i].name.c_str(), unswept.size() == 1 ? "" : "es", list.c_str(), why);
-      else
+      if (why) {
+        // In the exports too: a PR comment or a script reading the gate sees what passed unjudged.
+        const std::string note =
+            fmt::format("{} did not sweep batch{} {}, which ran ok in the baseline: not judged ({})",
+                        result.runs[i].name, unswept.size() == 1 ? "" : "es", list, why);
+        std::fprintf(stderr, "batchsweep compare: note: %s\n", note.c_str());
+        export_notes.push_back(note);
+      } else
         throw InputError(fmt::format(
             "--fail-on-regression {:g}: {} did not sweep batch{} {}, which ran ok in the baseline {}: {} "
             "would pass unjudged (sweep the baseline's --batch list, or pass --allow-incomplete to judge the "
@@ -1459,10 +1462,12 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
       if (!export_error) export_error = e;
     }
   };
+  CompareResult exported = result;
+  exported.notes.insert(exported.notes.end(), export_notes.begin(), export_notes.end());
   if (!s.markdown_path.empty())
-    export_to("--markdown", s.markdown_path, format_compare_markdown(result, s.fail_on_regression_pct));
+    export_to("--markdown", s.markdown_path, format_compare_markdown(exported, s.fail_on_regression_pct));
   if (!s.json_path.empty()) {
-    nlohmann::json doc = to_json(result);
+    nlohmann::json doc = to_json(exported);
     // What wrote it and when, as a report says: a script reading the gate's answer can check both, and a
     // reader handed it for a report is told what it is.
     doc["kind"] = "compare";
