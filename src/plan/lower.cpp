@@ -124,15 +124,7 @@ class Lowerer {
   // ("layers[2].layers[0]"; repeat_note_ says which copy) and the part of it in words.
   [[noreturn]] void fail_op(const std::string& path, const std::string& message) const {
     const detail::OpName name = detail::split_op_path(path);
-    std::string json;
-    for (size_t i = 0; i < name.layer.size(); ++i) {
-      if (name.layer[i] != '#') {
-        json += name.layer[i];
-        continue;
-      }
-      while (i + 1 < name.layer.size() && name.layer[i + 1] >= '0' && name.layer[i + 1] <= '9') ++i;
-    }
-    fail(json, name.part.empty() ? message : fmt::format("in its {}, {}", name.part, message));
+    fail(name.json_path, name.part.empty() ? message : fmt::format("in its {}, {}", name.part, message));
   }
 
   int64_t numel(const std::vector<int64_t>& s) const {

@@ -36,14 +36,25 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 19> kParts{{
 
 OpName split_op_path(std::string_view path) {
   size_t end = path.rfind(']');
-  if (end == std::string_view::npos) return {std::string(path), ""};
+  if (end == std::string_view::npos) return {std::string(path), std::string(path), {}, ""};
   ++end;
   if (end < path.size() && path[end] == '#') {
     ++end;
     while (end < path.size() && path[end] >= '0' && path[end] <= '9') ++end;
   }
   const std::string_view suffix = path.substr(end);
-  OpName name{std::string(path.substr(0, end)), ""};
+  OpName name{std::string(path.substr(0, end)), "", {}, ""};
+  // "layers[2]#1.layers[0]" -> "layers[2].layers[0]", and which copy of each repeated layer it is in.
+  for (size_t i = 0; i < name.layer.size(); ++i) {
+    if (name.layer[i] != '#') {
+      name.json_path += name.layer[i];
+      continue;
+    }
+    std::string k;
+    while (i + 1 < name.layer.size() && name.layer[i + 1] >= '0' && name.layer[i + 1] <= '9')
+      k += name.layer[++i];
+    name.copies.push_back("copy #" + k + " of " + name.json_path + "'s `repeat`");
+  }
   if (suffix.empty()) return name;
   for (const auto& [key, words] : kParts) {
     if (suffix == key) {
@@ -57,23 +68,10 @@ OpName split_op_path(std::string_view path) {
 
 std::string op_text(std::string_view path) {
   const OpName name = split_op_path(path);
-  // "layers[2]#1.layers[0]" -> "layers[2].layers[0]", and which copy of each repeated layer it is in.
-  std::string layer;
-  std::vector<std::string> copies;
-  for (size_t i = 0; i < name.layer.size(); ++i) {
-    if (name.layer[i] != '#') {
-      layer += name.layer[i];
-      continue;
-    }
-    std::string k;
-    while (i + 1 < name.layer.size() && name.layer[i + 1] >= '0' && name.layer[i + 1] <= '9')
-      k += name.layer[++i];
-    copies.push_back("copy #" + k + " of " + layer + "'s `repeat`");
-  }
-  std::string out = name.part.empty() ? layer : layer + "'s " + name.part;
-  if (!copies.empty()) {
+  std::string out = name.part.empty() ? name.json_path : name.json_path + "'s " + name.part;
+  if (!name.copies.empty()) {
     out += " (";
-    for (size_t i = 0; i < copies.size(); ++i) out += (i ? ", " : "") + copies[i];
+    for (size_t i = 0; i < name.copies.size(); ++i) out += (i ? ", " : "") + name.copies[i];
     out += ")";
   }
   return out;

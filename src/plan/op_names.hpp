@@ -5,12 +5,15 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace bsw::detail {
 
 struct OpName {
-  std::string layer;  // "layers[1]", "layers[2]#1.layers[0]"
-  std::string part;   // "" for the layer itself, else words: "attention's q/k/v projection"
+  std::string layer;                // "layers[1]", "layers[2]#1.layers[0]"
+  std::string json_path;            // the layer in the model file: "layers[2].layers[0]"
+  std::vector<std::string> copies;  // each "#k" in words: "copy #1 of layers[2]'s `repeat`"
+  std::string part;                 // "" for the layer itself, else words: "attention's q/k/v projection"
 };
 
 // Splits after the last "]" (and any "#k" after it): what follows is the part within that layer.
