@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,5 +32,10 @@ struct GpuCard {
 
 // Every card's name, in the sheet's order.
 [[nodiscard]] std::vector<std::string> gpu_names();
+
+// The cards whose names hold, as whole words, every word of `text` with a digit in it (model numbers and
+// sizes: "A100", "94gb"), in the sheet's order: where a name fails to match, the cards it could mean, never
+// one a near spelling swaps in (H20 is no H200, V100S no V100 SXM2). nullopt where `text` has no such word.
+[[nodiscard]] std::optional<std::vector<std::string>> gpus_with_numbers_of(std::string_view text);
 
 }  // namespace bsw

@@ -452,72 +452,28 @@ MemoryArg parse_memory(const std::string& text, std::string_view flag) {
   try {
     return {parse_size(text, flag), {}};
   } catch (const UsageError&) {
+    // Cards are suggested only where their names hold the typed model numbers and sizes (A100, 94GB) as
+    // words: "A100 SXM" is not led to the H100 SXM one letter away, nor "H20" to the H200; where several hold
+    // them and none is near, they are listed, not guessed between.
+    const std::optional<std::vector<std::string>> sharing = gpus_with_numbers_of(text);
     // A bare number that is a word of a card's name (4090, 3090): the card was likely meant.
-    if (!text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      for (const std::string& name : gpu_names()) {
-        const std::string padded = " " + name + " ";
-        if (padded.find(" " + text + " ") != std::string::npos)
-          throw UsageError(
-              fmt::format("{} {}: a number without a unit is bytes; for the {}, write {} \"{}\" "
-                          "(or a size with its unit: {}GiB, {}B for bytes)",
-                          flag, text, name, flag, name, text, text));
-      }
-    }
+    if (sharing && !sharing->empty() &&
+        std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      throw UsageError(
+          fmt::format("{} {}: a number without a unit is bytes; for the {}, write {} \"{}\" "
+                      "(or a size with its unit: {}GiB, {}B for bytes)",
+                      flag, text, sharing->front(), flag, sharing->front(), text, text));
     if (text.empty() || std::isalpha(static_cast<unsigned char>(text.front())) == 0) throw;
     const std::vector<std::string> known = gpu_names();
-    // Words with a digit are model numbers and sizes (A100, 94GB): a card is suggested only where its name
-    // holds every one of them as a word, so "A100 SXM" is not led to the H100 SXM one letter away, nor "H100
-    // 94GB" to an A100 40GB; where several hold them, they are listed, not guessed between.
-    const auto alnum_lower = [](std::string_view t) {
-      std::string out;
-      for (const char c : t)
-        if (std::isalnum(static_cast<unsigned char>(c)) != 0)
-          out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      return out;
-    };
-    std::vector<std::string> numbers;
-    std::string word;
-    for (size_t i = 0; i <= text.size(); ++i) {
-      if (i < text.size() && std::isalnum(static_cast<unsigned char>(text[i])) != 0) {
-        word += text[i];
-        continue;
-      }
-      if (std::any_of(word.begin(), word.end(), [](char c) { return c >= '0' && c <= '9'; }))
-        numbers.push_back(alnum_lower(word));
-      word.clear();
-    }
+    const std::vector<std::string>& pool = sharing ? *sharing : known;
+    const std::vector<std::string_view> views(pool.begin(), pool.end());
     std::string hint;
-    if (numbers.empty()) {
-      const std::vector<std::string_view> views(known.begin(), known.end());
-      if (const auto near = model_detail::nearest_name(text, views))
-        hint = fmt::format(": did you mean '{}'?", *near);
-    } else {
-      // Whole words: H20 is not the H200, nor V100S a V100 SXM2, nor L40 the L40S.
-      std::vector<std::string> sharing;
-      for (const std::string& name : known) {
-        std::vector<std::string> words;
-        std::string w;
-        for (size_t i = 0; i <= name.size(); ++i) {
-          if (i < name.size() && std::isalnum(static_cast<unsigned char>(name[i])) != 0) {
-            w += name[i];
-          } else if (!w.empty()) {
-            words.push_back(alnum_lower(w));
-            w.clear();
-          }
-        }
-        if (std::all_of(numbers.begin(), numbers.end(), [&](const std::string& n) {
-              return std::find(words.begin(), words.end(), n) != words.end();
-            }))
-          sharing.push_back(name);
-      }
-      const std::vector<std::string_view> views(sharing.begin(), sharing.end());
-      if (const auto near = model_detail::nearest_name(text, views))
-        hint = fmt::format(": did you mean '{}'?", *near);
-      else if (sharing.size() == 1)
-        hint = fmt::format(": did you mean '{}'?", sharing.front());
-      else if (!sharing.empty())
-        hint = fmt::format(": the cards it could mean are {}", fmt::join(sharing, ", "));
-    }
+    if (const auto near = model_detail::nearest_name(text, views))
+      hint = fmt::format(": did you mean '{}'?", *near);
+    else if (sharing && sharing->size() == 1)
+      hint = fmt::format(": did you mean '{}'?", sharing->front());
+    else if (sharing && !sharing->empty())
+      hint = fmt::format(": the cards it could mean are {}", fmt::join(*sharing, ", "));
     throw UsageError(fmt::format("{} {}: neither a size (80GiB) nor a card of configs/gpus.json{} ({})", flag,
                                  text, hint, fmt::join(known, ", ")));
   }

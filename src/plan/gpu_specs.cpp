@@ -81,6 +81,24 @@ const nlohmann::json* gpu_spec_for_device(std::string_view device_name) {
   return nullptr;
 }
 
+std::optional<std::vector<std::string>> gpus_with_numbers_of(std::string_view text) {
+  std::vector<std::string> numbers;
+  for (const std::string& word : words_of(text))
+    if (std::any_of(word.begin(), word.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      numbers.push_back(word);
+  if (numbers.empty()) return std::nullopt;
+  std::vector<std::string> cards;
+  for (const nlohmann::json& gpu : gpu_spec_sheet().at("gpus")) {
+    const std::string name = gpu.at("name").get<std::string>();
+    const std::vector<std::string> words = words_of(name);
+    if (std::all_of(numbers.begin(), numbers.end(), [&](const std::string& n) {
+          return std::find(words.begin(), words.end(), n) != words.end();
+        }))
+      cards.push_back(name);
+  }
+  return cards;
+}
+
 std::vector<std::string> gpu_names() {
   std::vector<std::string> names;
   for (const nlohmann::json& gpu : gpu_spec_sheet().at("gpus"))

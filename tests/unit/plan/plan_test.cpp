@@ -190,6 +190,16 @@ TEST(Plan, TooLargeInARepeatedCopySaysTheCopyInWords) {
 
 // --memory NAME: a card of configs/gpus.json by the name a user types; a whole name wins over the names it
 // begins (A10 is not A100, L4 not L40S), and a prefix names every card it begins.
+// The cards an error may suggest hold the typed model numbers as words, never a near spelling's.
+TEST(GpuSpecs, SuggestionsHoldTheTypedModelNumbers) {
+  EXPECT_EQ(gpus_with_numbers_of("A100 SXM"),
+            (std::vector<std::string>{"A100 80GB PCIe", "A100 80GB SXM", "A100 40GB"}));
+  EXPECT_EQ(gpus_with_numbers_of("4090"), std::vector<std::string>{"GeForce RTX 4090"});
+  EXPECT_EQ(gpus_with_numbers_of("H20"), std::vector<std::string>{});
+  EXPECT_EQ(gpus_with_numbers_of("V100S"), std::vector<std::string>{});
+  EXPECT_EQ(gpus_with_numbers_of("sxm"), std::nullopt);  // no model number: any card may be near
+}
+
 TEST(GpuSpecs, CardsAreFoundByTheNamesUsersType) {
   const auto names = [](std::string_view text) {
     std::vector<std::string> out;
