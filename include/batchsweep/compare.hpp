@@ -101,6 +101,8 @@ struct CompareDelta {
   // step's noise is unknown, so no change is called, whatever the effect. Shown "same (one step: noise
   // unknown)".
   bool one_step = false;
+  // No change called for want of a second step: a row holding one is judged by nobody (the gate, the mean).
+  [[nodiscard]] bool unjudged() const { return one_step && verdict == Verdict::same; }
   // The geometric mean's verdict also held the change to the means' combined noise (every row had samples).
   bool noise_checked = false;
 };

@@ -1377,9 +1377,8 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
     };
     const bool comparable =
         any_delta([](const CompareDelta& d) { return d.verdict != Verdict::not_comparable; });
-    const bool compared = any_delta([](const CompareDelta& d) {
-      return d.verdict != Verdict::not_comparable && !(d.one_step && d.verdict == Verdict::same);
-    });
+    const bool compared = any_delta(
+        [](const CompareDelta& d) { return d.verdict != Verdict::not_comparable && !d.unjudged(); });
     if (found.empty() && !compared) {
       // A batch is compared at one accumulation: runs of other accumulations share no row, whatever their
       // batch lists, and "sweep the same batches" would not help.

@@ -379,9 +379,8 @@ CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, con
       return c.status == PointStatus::ok && std::isfinite(c.samples_per_second) && c.samples_per_second > 0;
     });
     // A row whose change nobody can judge (one step against one) has no place in a judged mean either.
-    const bool unjudged = std::any_of(row.deltas.begin(), row.deltas.end(), [](const CompareDelta& d) {
-      return d.one_step && d.verdict == Verdict::same;
-    });
+    const bool unjudged =
+        std::any_of(row.deltas.begin(), row.deltas.end(), [](const CompareDelta& d) { return d.unjudged(); });
     if (!all_ran || unjudged) continue;
     ++g.batches;
     for (size_t i = 0; i < runs; ++i) {
@@ -741,7 +740,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   std::vector<std::string> one_step, seen;
   for (const CompareRow& row : result.rows)
     for (size_t i = 0; i < row.deltas.size(); ++i) {
-      if (!row.deltas[i].one_step || row.deltas[i].verdict != Verdict::same) continue;
+      if (!row.deltas[i].unjudged()) continue;
       const std::string label = batch_label(row.batch, row.accumulation);
       if (one_step.empty() || one_step.back() != label) one_step.push_back(label);
       seen.push_back(fmt::format("{} {:.1f}% {} at {}", letter(i + 1),
