@@ -36,23 +36,23 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 19> kParts{{
 
 OpName split_op_path(std::string_view path) {
   size_t end = path.rfind(']');
-  if (end == std::string_view::npos) return {std::string(path), std::string(path), {}, ""};
+  if (end == std::string_view::npos) return {std::string(path), {}, ""};
   ++end;
   if (end < path.size() && path[end] == '#') {
     ++end;
     while (end < path.size() && path[end] >= '0' && path[end] <= '9') ++end;
   }
   const std::string_view suffix = path.substr(end);
-  OpName name{std::string(path.substr(0, end)), "", {}, ""};
+  const std::string_view layer = path.substr(0, end);  // "layers[2]#1.layers[0]"
+  OpName name;
   // "layers[2]#1.layers[0]" -> "layers[2].layers[0]", and which copy of each repeated layer it is in.
-  for (size_t i = 0; i < name.layer.size(); ++i) {
-    if (name.layer[i] != '#') {
-      name.json_path += name.layer[i];
+  for (size_t i = 0; i < layer.size(); ++i) {
+    if (layer[i] != '#') {
+      name.json_path += layer[i];
       continue;
     }
     std::string k;
-    while (i + 1 < name.layer.size() && name.layer[i + 1] >= '0' && name.layer[i + 1] <= '9')
-      k += name.layer[++i];
+    while (i + 1 < layer.size() && layer[i + 1] >= '0' && layer[i + 1] <= '9') k += layer[++i];
     name.copies.push_back("copy #" + k + " of " + name.json_path + "'s `repeat`");
   }
   if (suffix.empty()) return name;

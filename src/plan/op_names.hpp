@@ -10,7 +10,6 @@
 namespace bsw::detail {
 
 struct OpName {
-  std::string layer;                // "layers[1]", "layers[2]#1.layers[0]"
   std::string json_path;            // the layer in the model file: "layers[2].layers[0]"
   std::vector<std::string> copies;  // each "#k" in words: "copy #1 of layers[2]'s `repeat`"
   std::string part;                 // "" for the layer itself, else words: "attention's q/k/v projection"
