@@ -23,6 +23,11 @@ inline constexpr int kMaxJsonDepth = 64;
 // quotes.
 [[nodiscard]] std::string json_syntax_error(std::string_view text, std::size_t byte, std::string_view what);
 
+// A number written non-zero that a double cannot hold but as 0 (1e-400: nlohmann reads it as 0.0 without a
+// word, so a config field would be judged as 0): "line 3, column 14: the number 1e-400 is too small for a
+// double (it reads as 0)"; nullopt where every number reads as written. Run after the text parsed.
+[[nodiscard]] std::optional<std::string> json_number_underflow(std::string_view text);
+
 // Whether a character is an ASCII control character (C0 or DEL): a name that titles tables and lines must
 // hold none (a newline would split them), and text quoted back in a message shows them replaced.
 [[nodiscard]] constexpr bool is_control_character(char c) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 
 namespace bsw {
 
@@ -129,6 +130,50 @@ std::size_t number_at(std::string_view text, std::string_view token) {
 }
 
 }  // namespace
+
+std::optional<std::string> json_number_underflow(std::string_view text) {
+  bool in_string = false;
+  std::size_t line = 1, line_start = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      line_start = i + 1;
+    }
+    if (in_string) {
+      if (c == '\\')
+        ++i;  // the escaped character
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      continue;
+    }
+    if (c != '-' && std::isdigit(static_cast<unsigned char>(c)) == 0) continue;
+    // A number token (the text parsed: it is JSON's grammar); only one with an exponent can underflow.
+    std::size_t end = i + 1;
+    bool nonzero = c >= '1' && c <= '9', exponent = false;
+    while (end < text.size()) {
+      const char d = text[end];
+      if (d == 'e' || d == 'E') {
+        exponent = true;
+      } else if (std::isdigit(static_cast<unsigned char>(d)) != 0) {
+        if (!exponent && d != '0') nonzero = true;
+      } else if (d != '.' && d != '+' && d != '-') {
+        break;
+      }
+      ++end;
+    }
+    const std::string token(text.substr(i, end - i));
+    if (exponent && nonzero && std::strtod(token.c_str(), nullptr) == 0.0)
+      return fmt::format("line {}, column {}: the number {} is too small for a double (it reads as 0)", line,
+                         i - line_start + 1, token);
+    i = end - 1;
+  }
+  return std::nullopt;
+}
 
 std::string json_syntax_error(std::string_view text, std::size_t byte, std::string_view what) {
   if (!what.empty() && what.front() == '[') {

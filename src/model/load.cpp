@@ -176,6 +176,7 @@ json parse_text(std::string_view text, const std::string& source) {
     // nlohmann stops at a NUL: what follows would be read by no one, silently.
     if (const std::size_t nul = text.find('\0'); nul != std::string_view::npos)
       fail(source, fmt::format("has a NUL byte at byte {}: not a text file", nul + 1));
+    if (auto underflow = json_number_underflow(text)) fail(source, *underflow);
     return doc;
   } catch (const json::parse_error& e) {
     // A YAML file (`name: my-model`), named by its extension: the format is JSON, not a typo in it.

@@ -230,6 +230,20 @@ TEST(JsonSyntaxError, StaysInsideTheText) {
   EXPECT_EQ(bsw::json_syntax_error("{}", 0, overflow), "the number 1e400 is beyond a double's range");
 }
 
+TEST(LoadModel, SaysANumberTooSmallForADouble) {
+  // nlohmann reads 1e-400 as 0.0 without a word: said as written, where it stands, not as "got 0.0".
+  EXPECT_EQ(bsw::json_number_underflow("{\"name\": \"1e-400\",\n \"lr\": -0.5e-400}"),
+            "line 2, column 8: the number -0.5e-400 is too small for a double (it reads as 0)");
+  // Zero written as zero, a subnormal a double holds, and numbers without an exponent read as written.
+  for (const char* fine : {"[0e-400, 0.000e5, -0.0, 0]", "[1e-310, 4.9e-324]", "[0.00000000001, 12, -3.5]",
+                           "{\"a\": \"\\\" 1e-999\"}"})
+    EXPECT_EQ(bsw::json_number_underflow(fine), std::nullopt) << fine;
+  const test::TempDir dir;
+  EXPECT_THAT(
+      file_error(dir.write("tiny.json", "{\"name\": \"m\", \"x\": 1e-400}")),
+      HasSubstr("tiny.json: line 1, column 20: the number 1e-400 is too small for a double (it reads as 0)"));
+}
+
 TEST(LoadModel, RefusesDeepNestingBeforeParsing) {
   const test::TempDir dir;
   const std::string deep = std::string(512 * 1024, '[') + std::string(512 * 1024, ']');
