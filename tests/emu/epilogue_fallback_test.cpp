@@ -37,8 +37,8 @@ struct Outcome {
   nlohmann::json details;
 };
 
-Outcome run_model(BackendKind kind, Precision p, Mode mode, int steps) {
-  const Graph g = gputest::graph_of(kGeluMlp);
+Outcome run_model(BackendKind kind, Precision p, Mode mode, int steps, const char* config = kGeluMlp) {
+  const Graph g = gputest::graph_of(config);
   const Plan plan = make_plan(g, {16, p, mode, 1, kind});
   SessionOptions options;
   options.seed = 7;
@@ -118,6 +118,33 @@ TEST_F(EpilogueFallback, InferenceWithoutGeluBias) {
             nlohmann::json::array({"GELU_BIAS 16x32x24 f16", "GELU_BIAS 16x40x32 f16"}));
 }
 
+// Parameters are packed: the 12-wide layer leaves the next weight at element 300, so the GELU linear's bias
+// starts at element 492 and the head's at 636 (984 and 1272 bytes in bf16: 8-byte aligned, not 16). No
+// preference tells cuBLASLt of that, so those epilogues are not asked for; the plain products and the bias
+// and GELU kernels run, and the losses still follow the CPU's.
+constexpr const char* kPackedBiasMlp = R"({"name": "packed-bias-mlp",
+  "input": {"type": "vector", "features": 24},
+  "layers": [{"type": "linear", "out_features": 12, "activation": "relu"},
+             {"type": "linear", "out_features": 16, "activation": "gelu"},
+             {"type": "linear", "out_features": 8}],
+  "loss": "cross_entropy",
+  "optimizer": {"type": "sgd", "learning_rate": 0.5, "momentum": 0.0}})";
+
+TEST_F(EpilogueFallback, ABiasNotSixteenByteAlignedRunsUnfused) {
+  const Outcome cpu = run_model(BackendKind::cpu, Precision::bf16, Mode::train, 4, kPackedBiasMlp);
+  const Outcome gpu = run_model(BackendKind::cuda, Precision::bf16, Mode::train, 4, kPackedBiasMlp);
+  EXPECT_FALSE(gpu.details.contains("gelu")) << gpu.details.dump();
+  // The GELU linear's BIAS is not asked for either once its GELU_AUX_BIAS is not; the first layer's bias
+  // (element 288, 576 bytes) is aligned: its BIAS epilogue runs fused.
+  EXPECT_EQ(
+      gpu.details["epilogues_unavailable"].at("gemms"),
+      nlohmann::json::array({"BIAS 16x16x12 bf16", "BIAS 16x8x16 bf16", "GELU_AUX_BIAS 16x16x12 bf16"}));
+  expect_losses_near(gpu, cpu, 5e-4);
+  // In fp32 (4-byte elements) the same offsets are 1968 and 2544 bytes: 16-byte aligned, fused.
+  const Outcome fp32 = run_model(BackendKind::cuda, Precision::fp32, Mode::train, 2, kPackedBiasMlp);
+  EXPECT_FALSE(fp32.details.contains("epilogues_unavailable")) << fp32.details.dump();
+}
+
 TEST_F(EpilogueFallback, GemmAnswersAvailabilityAndRunNamesTheEpilogue) {
   gputest::DeviceArray a(DType::bf16, 16 * 32), b(DType::bf16, 32 * 8), c(DType::bf16, 16 * 8),
       bias(DType::bf16, 8), aux(DType::bf16, 16 * 8), workspace(DType::f32, 1024);
@@ -139,6 +166,11 @@ TEST_F(EpilogueFallback, GemmAnswersAvailabilityAndRunNamesTheEpilogue) {
   g.ld_aux = 8;
   EXPECT_TRUE(gemm.available(g));
   EXPECT_EQ(gemm.cached_shapes(), 1U);
+  // The same product with its bias 8 bytes into a 16-byte line is not asked of cuBLASLt.
+  g.bias = static_cast<const char*>(bias.get()) + 8;
+  EXPECT_FALSE(gemm.available(g));
+  EXPECT_EQ(gemm.cached_shapes(), 1U);
+  g.bias = bias.get();
 
   setenv(kRefuse, "GELU_AUX_BIAS", 1);
   g.ld_aux = 16;  // another problem, so the heuristic is asked again

@@ -56,6 +56,9 @@ cudaDataType_t cuda_type(DType t) {
   throw BackendError("gemm: int32 tensors cannot be multiplied");
 }
 
+// The alignment fused epilogues' bias and aux pointers need (see Gemm::find).
+constexpr uint32_t kEpilogueAlignment = 16;
+
 // Largest power of two (up to 256) dividing the address: the alignment the heuristic may assume.
 uint32_t alignment(const void* p) {
   const auto address = reinterpret_cast<uintptr_t>(p);
@@ -133,7 +136,8 @@ std::string Gemm::version() {
 }
 
 bool Gemm::gelu_epilogue_supported(int64_t n, const void* c, const void* aux) {
-  return n % 8 == 0 && alignment(c) >= 16 && (aux == nullptr || alignment(aux) >= 16);
+  return n % 8 == 0 && alignment(c) >= kEpilogueAlignment &&
+         (aux == nullptr || alignment(aux) >= kEpilogueAlignment);
 }
 
 Gemm::Entry* Gemm::find(const GemmArgs& g) {
@@ -161,6 +165,16 @@ Gemm::Entry* Gemm::find(const GemmArgs& g) {
                 g.beta != 0.0f};
   if (auto it = cache_.find(key); it != cache_.end()) return it->second.get();
   if (unsupported_.count(key) != 0) return nullptr;
+  // No preference describes the bias pointer's alignment, and an algorithm may load it 16 bytes at a time
+  // (a misaligned-address fault, sticky: the sweep would end). A bias packed among the parameters after a
+  // tensor whose size is not a multiple of 16 bytes (a 784x100 weight in 16 bits) is not 16-byte aligned,
+  // where PyTorch's, a tensor of its own, always is: such a product runs unfused, as where cuBLASLt has no
+  // algorithm.
+  if ((g.epilogue != Epilogue::none && alignment(g.bias) < kEpilogueAlignment) ||
+      (g.aux != nullptr && alignment(g.aux) < kEpilogueAlignment)) {
+    unsupported_.insert(key);
+    return nullptr;
+  }
 
   auto e = std::make_unique<Entry>();
   const cublasComputeType_t compute =

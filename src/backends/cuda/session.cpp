@@ -157,8 +157,9 @@ class CudaSession final : public Session {
     if (!unfused_epilogues_.empty())
       d["epilogues_unavailable"] = {
           {"note",
-           "cuBLASLt offered no algorithm for these fused epilogues (epilogue MxNxK dtype); the plain GEMM "
-           "and separate GELU / bias-gradient kernels ran instead"},
+           "cuBLASLt offered no algorithm for these fused epilogues (epilogue MxNxK dtype), or their bias "
+           "was not 16-byte aligned among the packed parameters; the plain GEMM and separate bias / GELU / "
+           "bias-gradient kernels ran instead"},
           {"gemms", unfused_epilogues_}};
     if (plan_.request.precision == Precision::fp16 &&
         plan_.request.mode == Mode::train) {  // no loss in infer
