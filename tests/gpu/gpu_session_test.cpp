@@ -291,6 +291,13 @@ TEST(GpuSessionMemory, MeasuredDeviceMemoryMatchesThePlan) {
   const double ratio = static_cast<double>(*m.device_used_bytes) / static_cast<double>(m.planned_bytes);
   EXPECT_NEAR(ratio, 1.0, 0.02) << *m.device_used_bytes << " measured, " << m.planned_bytes << " planned";
   EXPECT_TRUE(session->step().finite);
+  // Read again after the first step (lazily loaded kernels) and the graph's upload: never less, and what a
+  // step holds beside the arena is still small next to it.
+  const SessionMemory after = session->memory();
+  ASSERT_TRUE(after.device_used_bytes.has_value());
+  EXPECT_GE(*after.device_used_bytes, *m.device_used_bytes);
+  EXPECT_NEAR(static_cast<double>(*after.device_used_bytes) / static_cast<double>(m.planned_bytes), 1.0, 0.1)
+      << *after.device_used_bytes << " after a step, " << m.planned_bytes << " planned";
 }
 
 TEST(GpuSessionMemory, OutOfMemoryAtPrepareThenASmallerBatchRuns) {

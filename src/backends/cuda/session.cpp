@@ -115,7 +115,13 @@ class CudaSession final : public Session {
     } else {
       r.loss = std::numeric_limits<double>::quiet_NaN();
     }
-    if (options_.cuda_graphs && graph_exec_ == nullptr && graph_status_.empty()) capture_graph();
+    const bool first_step = steps_ == 1;
+    if (options_.cuda_graphs && graph_exec_ == nullptr && graph_status_.empty()) {
+      capture_graph();
+      note_device_use();
+    } else if (first_step) {
+      note_device_use();
+    }
     return r;
   }
 
@@ -230,9 +236,21 @@ class CudaSession final : public Session {
     initialise_parameters();
     if (plan_.request.mode == Mode::infer || plan_.request.accumulation == 1) fill_data(0);
     BSW_CUDA(cudaStreamSynchronize(stream_));
-    size_t free_after = 0;
-    BSW_CUDA(cudaMemGetInfo(&free_after, &device_total));
-    if (free_before >= free_after) device_used_bytes_ = free_before - free_after;
+    note_device_use();
+  }
+
+  // device_used_bytes: the most free memory fell since prepare began, read at its end, after the first step
+  // (which loads its kernels and cuBLASLt's lazily and may grow the context's local memory) and after a
+  // graph's instantiation and upload: what the timed steps hold, as nvidia-smi would show it then. Read
+  // outside the timed events, once each.
+  void note_device_use() {
+    size_t free_now = 0, device_total = 0;
+    if (cudaMemGetInfo(&free_now, &device_total) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      return;
+    }
+    if (free_before_ >= free_now)
+      device_used_bytes_ = std::max<uint64_t>(device_used_bytes_.value_or(0), free_before_ - free_now);
   }
 
   void release() noexcept {
