@@ -35,7 +35,9 @@ struct StepResult {
       0;            // wall time of the step on the device (CUDA events on the GPU, steady_clock on the CPU)
   double loss = 0;  // mean loss of the step (train), NaN in inference
   bool skipped = false;  // fp16: the step overflowed and the optimizer skipped it (loss scale lowered)
-  bool finite = true;    // false when the loss or a gradient was NaN/Inf (and not an fp16 skip)
+  bool finite = true;    // false when the loss or a gradient was NaN/Inf and not an fp16 skip: an fp16
+                         // overflow at the lowest loss scale (1), which no lower scale can absorb, is
+                         // skipped and not finite
 };
 
 struct SessionMemory {

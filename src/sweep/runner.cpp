@@ -345,7 +345,16 @@ bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& cri
   // A training loss that grew until it overflowed is the synthetic data diverging under the model's learning
   // rate, not the batch failing: the reason says so, and what to change (the rate does not change the step).
   std::optional<double> last_loss;
+  const bool fp16_train = settings_.precision == Precision::fp16 && settings_.mode == Mode::train;
   const auto non_finite_reason = [&](const std::string& where, std::optional<double> last) {
+    // fp16 skips an overflowing step and lowers the loss scale; only an overflow at the lowest scale, 1,
+    // comes back non-finite: the gradients overflow unscaled, so the weights have grown past fp16.
+    if (fp16_train)
+      return fmt::format(
+          "non-finite gradients (NaN/Inf) at {}{}: they overflow fp16 at the lowest loss scale (1), so every "
+          "step would skip its update; training diverged on the synthetic data: lower the model's "
+          "optimizer.learning_rate (it does not change the step time), or use bf16",
+          where, last ? fmt::format(" after a loss of {:.3g}", *last) : std::string());
     std::string reason = fmt::format("non-finite loss (NaN/Inf) at {}", where);
     if (settings_.mode == Mode::train && last && std::abs(*last) > 1e6)
       reason += fmt::format(

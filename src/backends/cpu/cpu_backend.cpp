@@ -811,6 +811,9 @@ class CpuSession final : public Session, public CpuSessionProbe {
         // does.
         r.skipped = true;
         ++skipped_steps_;
+        // At the lowest scale the gradients overflow unscaled: the scaler cannot help, and every later step
+        // would be skipped too (the weights no longer move), timing steps that train nothing.
+        if (loss_scale_ <= 1.0) r.finite = false;
         loss_scale_ = std::max(1.0, loss_scale_ / 2);
         clean_steps_ = 0;
         return r;

@@ -456,6 +456,7 @@ class CudaSession final : public Session {
       if (fp16) {
         r.skipped = true;
         ++skipped_steps_;
+        if (loss_scale_ <= 1.0) r.finite = false;  // as the CPU reference: no lower scale can absorb it
         loss_scale_ = std::max(1.0, loss_scale_ / 2);
         clean_steps_ = 0;
       } else {

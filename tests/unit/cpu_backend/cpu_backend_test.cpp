@@ -495,6 +495,26 @@ TEST(CpuBackend, Fp16LossScalingSkipsOverflowingStepsThenRecovers) {
   EXPECT_DOUBLE_EQ(s.probe->loss_scale(), 2048);
 }
 
+TEST(CpuBackend, Fp16OverflowAtTheLowestLossScaleIsNotFinite) {
+  const Graph g = graph_of(R"({"name": "f", "input": {"type": "vector", "features": 64},
+    "layers": [{"type": "linear", "out_features": 64, "activation": "gelu"}, {"type": "linear", "out_features": 4}],
+    "loss": "cross_entropy", "optimizer": {"type": "sgd", "learning_rate": 0.1, "momentum": 0.0}})");
+  Prepared s = prepare(g, 16, Precision::fp16, Mode::train);
+  // Weights that overflow fp16 unscaled (a diverged model): at scale 2 the step is skipped and the scale
+  // halves, as any overflow; at 1 no lower scale can help, so the step is skipped and not finite.
+  s.probe->set_parameters(std::vector<float>(static_cast<size_t>(g.parameters), 1e4f));
+  s.probe->set_loss_scale(2.0);
+  const StepResult halved = s.session->step();
+  EXPECT_TRUE(halved.skipped);
+  EXPECT_TRUE(halved.finite);
+  EXPECT_DOUBLE_EQ(s.probe->loss_scale(), 1.0);
+  const StepResult lowest = s.session->step();
+  EXPECT_TRUE(lowest.skipped);
+  EXPECT_FALSE(lowest.finite);
+  EXPECT_EQ(s.probe->skipped_steps(), 2);
+  EXPECT_DOUBLE_EQ(s.probe->loss_scale(), 1.0);
+}
+
 TEST(CpuBackend, MemoryLimitRefusesThePlan) {
   const Graph g = lower(load_model("mlp"));
   const Plan plan = make_plan(g, {64, Precision::fp32, Mode::train, 1, BackendKind::cpu});

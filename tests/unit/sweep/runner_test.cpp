@@ -344,6 +344,28 @@ TEST(Runner, NonFiniteLossMakesAnErrorPointThatKeepsItsSamples) {
   EXPECT_TRUE(p->samples_ms.empty());
 }
 
+// In fp16 training a backend returns a non-finite step only for an overflow at the lowest loss scale: the
+// reason says so, and what to change.
+TEST(Runner, Fp16NonFiniteStepSaysTheLossScaleCannotHelp) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline();
+  config.nan_at_batch = 32;
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = list_settings({32});
+  settings.precision = Precision::fp16;
+  settings.stopping.warmup_steps = 0;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  const Point& p = outcome.points.at(0);
+  EXPECT_EQ(p.status, PointStatus::error);
+  EXPECT_EQ(
+      p.reason,
+      "non-finite gradients (NaN/Inf) at step 1: they overflow fp16 at the lowest loss scale (1), so every "
+      "step would skip its update; training diverged on the synthetic data: lower the model's "
+      "optimizer.learning_rate (it does not change the step time), or use bf16");
+  EXPECT_EQ(p.stop_reason, "non-finite loss");
+}
+
 TEST(Runner, Fp16SkippedStepsAreCounted) {
   const Graph graph = tiny_graph();
   ScriptedConfig config = testing::roofline();
