@@ -837,7 +837,13 @@ int run_app(int argc, char** argv) {
         throw UsageError("--effective-batch: gradient accumulation only applies to --mode train");
       plan.effective_batch = *plan_raw.effective_batch;
     }
-    if (plan_cmd->count("--memory") > 0 && (plan_raw.memory == "all" || plan_raw.memory == "ALL")) {
+    // Any case, as card names: all, ALL, All.
+    const auto is_all = [](const std::string& v) {
+      return v.size() == 3 && std::tolower(static_cast<unsigned char>(v[0])) == 'a' &&
+             std::tolower(static_cast<unsigned char>(v[1])) == 'l' &&
+             std::tolower(static_cast<unsigned char>(v[2])) == 'l';
+    };
+    if (plan_cmd->count("--memory") > 0 && is_all(plan_raw.memory)) {
       plan.memory_all = true;
     } else if (plan_cmd->count("--memory") > 0) {
       const MemoryArg memory = parse_memory(plan_raw.memory, "--memory");

@@ -668,6 +668,21 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
           "size a GPU add --backend cuda (its plans differ)\n");
     summary.memory_bytes = s.memory_bytes;
     summary.memory_card = s.memory_card;
+    // A card before Ampere is planned, as --memory all's footnote says, but cannot be run: said here too.
+    for (const nlohmann::json& gpu : gpu_spec_sheet().at("gpus"))
+      if (!s.memory_card.empty() && gpu.at("name").get<std::string>() == s.memory_card) {
+        const double cc = gpu.at("compute_capability").get<double>();
+        const nlohmann::json& rate = gpu.at("tflops").at(std::string(to_string(s.precision)));
+        if (cc > 0 && cc < 8.0)
+          std::fprintf(
+              stderr,
+              "batchsweep plan: note: the %s has compute capability %.1f; batchsweep's CUDA backend "
+              "runs on Ampere (8.0) and newer, so this is a plan `run` cannot measure%s\n",
+              s.memory_card.c_str(), cc,
+              rate.is_null()
+                  ? fmt::format(" (nor has the card a {} tensor-core mode)", to_string(s.precision)).c_str()
+                  : "");
+      }
     summary.max_fit_batch = max_fit_batch(graph, request, *s.memory_bytes);
     if (summary.max_fit_batch && *summary.max_fit_batch > cap) summary.max_fit_batch = cap;
     if (s.effective_batch && summary.max_fit_batch) {

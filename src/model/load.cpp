@@ -71,7 +71,8 @@ std::string read_config_file(const std::string& path) {
     // Named as the flag that gave it: the name was neither a preset nor a file, so there is no file to name.
     fail(fmt::format("--model {}", path), fmt::format("{} (presets: {})", message, preset_list()));
   }
-  if (fs::is_directory(status)) fail(path, "is a directory, not a model config file");
+  if (fs::is_directory(status))
+    fail(fmt::format("--model {}", path), "is a directory, not a model config file");
 
   const std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
   if (!file) fail(path, fmt::format("cannot be opened: {}", std::strerror(errno)));

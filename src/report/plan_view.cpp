@@ -300,9 +300,10 @@ std::string format_plan_table(const PlanSummary& s) {
     out += "\n";
     const int64_t cap = max_micro_batch(s.accumulation);
     if (s.max_fit_batch && *s.max_fit_batch >= cap) {
-      const std::string upto =
-          s.accumulation > 1 ? fmt::format("{} x accumulation {} = 2^24 samples a step", cap, s.accumulation)
-                             : std::to_string(kMaxBatch);
+      const std::string upto = s.accumulation > 1
+                                   ? fmt::format("{} x accumulation {} = {} samples a step, within 2^24", cap,
+                                                 s.accumulation, cap * s.accumulation)
+                                   : std::to_string(kMaxBatch);
       out +=
           fmt::format("every batch batchsweep plans (up to {}) fits in {}: memory does not limit the batch\n",
                       upto, memory_text(s));

@@ -259,10 +259,26 @@ uint64_t parse_size(std::string_view text, std::string_view flag) {
   std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::tolower(c); });
   uint64_t multiplier = 1;
   if (!unit.empty()) {
+    // A prefix in capitals and a lower-case b is bits (80Gb is 10 GB), not taken for bytes; all lower case
+    // (80gb) is the casual spelling of bytes.
+    if (const std::string_view written = trim(s.substr(pos));
+        written.size() >= 2 && written.back() == 'b' &&
+        std::isupper(static_cast<unsigned char>(written.front())) != 0 &&
+        std::find_if(kUnits.begin(), kUnits.end(), [&](const Unit& u) { return u.name == unit; }) !=
+            kUnits.end())
+      return fail(fmt::format("'{}' is bits (a lower-case b); sizes are in bytes: {}B", written,
+                              written.substr(0, written.size() - 1)));
     const auto it = std::find_if(kUnits.begin(), kUnits.end(), [&](const Unit& u) { return u.name == unit; });
-    if (it == kUnits.end())
-      return fail(fmt::format("unknown unit '{}' (use B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB)",
-                              trim(s.substr(pos))));
+    if (it == kUnits.end()) {
+      const std::string_view written = trim(s.substr(pos));
+      // A decimal comma (80,5GiB) or a second point (80.5.1GiB): said as the number it is not.
+      if (written.starts_with(',') && written.size() > 1 &&
+          std::isdigit(static_cast<unsigned char>(written[1])))
+        return fail(fmt::format("a decimal comma: write {}.{}", s.substr(0, pos), written.substr(1)));
+      if (written.starts_with('.')) return fail("more than one decimal point");
+      return fail(
+          fmt::format("unknown unit '{}' (use B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB)", written));
+    }
     multiplier = it->bytes;
   }
 

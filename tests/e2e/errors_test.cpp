@@ -333,6 +333,10 @@ INSTANTIATE_TEST_SUITE_P(
         // A model number is a whole word: H20 is no H200 (another card), V100S no V100 SXM2.
         Case{
             "card_number_not_a_word_of_one", {"plan", "--memory", "H20"}, 2, {"configs/gpus.json (H200 NVL"}},
+        Case{"model_is_a_directory",
+             {"plan", "--model", "{dir}"},
+             2,
+             {"--model ", ": is a directory, not a model config file"}},
         Case{"card_number_v100s", {"plan", "--memory", "V100S"}, 2, {"configs/gpus.json (H200 NVL"}},
         // A bare number that is in a card's name: the size's error, then the card.
         Case{"card_number_for_memory",

@@ -2132,6 +2132,24 @@ TEST(Plan, MemoryAllSizesEveryCard) {
   ASSERT_EQ(prime.exit_code, 0) << prime.err;
   EXPECT_NE(prime.out.find(": 1x97; micro-batches up to "), std::string::npos) << prime.out;
   EXPECT_NE(prime.out.find("fit, but 97 has no divisor from 2 to "), std::string::npos) << prime.out;
+  // `all` in any case, as card names are.
+  const Result mixed = run({"plan", "--model", "gpt2-small", "--precision", "bf16", "--batch", "1",
+                            "--memory", "All", "--json", "-"});
+  ASSERT_EQ(mixed.exit_code, 0) << mixed.err;
+  EXPECT_EQ(nlohmann::json::parse(mixed.out)["cards"].size(), 15u);
+  // One card before Ampere, planned alone, is said to be one `run` cannot measure, as the table's footnote.
+  const Result v100 =
+      run({"plan", "--model", "gpt2-small", "--precision", "bf16", "--batch", "1", "--memory", "V100 SXM2"});
+  ASSERT_EQ(v100.exit_code, 0) << v100.err;
+  EXPECT_NE(
+      v100.err.find("note: the V100 SXM2 has compute capability 7.0; batchsweep's CUDA backend runs on "
+                    "Ampere (8.0) and newer, so this is a plan `run` cannot measure (nor has the card a "
+                    "bf16 tensor-core mode)"),
+      std::string::npos)
+      << v100.err;
+  const Result h100 = run({"plan", "--model", "gpt2-small", "--batch", "1", "--memory", "H100 SXM"});
+  ASSERT_EQ(h100.exit_code, 0) << h100.err;
+  EXPECT_EQ(h100.err.find("compute capability"), std::string::npos) << h100.err;
   const Result cpu = run({"plan", "--memory", "all", "--backend", "cpu"});
   EXPECT_EQ(cpu.exit_code, 2);
   EXPECT_NE(cpu.err.find("--memory all names GPUs, and --backend cpu"), std::string::npos) << cpu.err;
@@ -2254,8 +2272,16 @@ TEST(Plan, MemoryThatHoldsEveryBatchSaysSo) {
   ASSERT_EQ(accumulated.exit_code, 0) << accumulated.err;
   EXPECT_EQ(nlohmann::json::parse(accumulated.out)["max_fit_batch"], 16384);
   EXPECT_EQ(nlohmann::json::parse(accumulated.out)["memory_limits_batch"], false);
-  EXPECT_NE(accumulated.err.find("up to 16384 x accumulation 1024 = 2^24 samples a step"), std::string::npos)
+  EXPECT_NE(accumulated.err.find("up to 16384 x accumulation 1024 = 16777216 samples a step, within 2^24"),
+            std::string::npos)
       << accumulated.err;
+  // Where the accumulation does not divide 2^24 the product is said as it is, below it.
+  const Result odd =
+      run({"plan", "--model", "mlp", "--accumulation", "3", "--memory", "1PiB", "--batch", "1"});
+  ASSERT_EQ(odd.exit_code, 0) << odd.err;
+  EXPECT_NE(odd.out.find("up to 5592405 x accumulation 3 = 16777215 samples a step, within 2^24"),
+            std::string::npos)
+      << odd.out;
   EXPECT_EQ(run({"plan", "--batch", "16777216", "--accumulation", "2"}).exit_code, 2);
   const Result small = run({"plan", "--model", "mlp", "--memory", "1GiB"});
   ASSERT_EQ(small.exit_code, 0) << small.err;
