@@ -480,6 +480,11 @@ class Reader {
           source_ +
           ": is a memory plan (batchsweep plan --json), not a report: it measured nothing; analyze, "
           "compare and --resume read the reports run writes");
+    // A model config (the likeliest wrong file: it sits beside the reports) is what --model reads.
+    if (!doc.contains("schema_version") && doc.contains("layers") && doc.contains("input"))
+      throw InputError(source_ +
+                       ": is a model config (for --model), not a report: analyze, compare and --resume read "
+                       "the reports `batchsweep run --json` writes");
     auto version_it = doc.find("schema_version");
     if (version_it == doc.end()) fail("schema_version", "missing (required): is this a batchsweep report?");
     const int64_t version = integer(*version_it, "schema_version");

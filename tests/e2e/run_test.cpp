@@ -2520,6 +2520,20 @@ TEST(Plan, JsonIsAVersionedPlanThatReadersNameAsSuch) {
               std::string::npos)
         << misread.err;
   }
+  // A model config, the likeliest wrong file beside the reports, is named as one.
+  const std::string model = (dir / "model.json").string();
+  {
+    std::ofstream(model) << R"({"name": "m", "input": {"type": "vector", "features": 4},
+      "layers": [{"type": "linear", "out_features": 2}]})";
+  }
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"analyze", model},
+                                               {"compare", model, model},
+                                               {"run", "--resume", model, "--batch", "1"}}) {
+    const Result misread = run(args);
+    EXPECT_EQ(misread.exit_code, 2) << misread.err;
+    EXPECT_NE(misread.err.find(model + ": is a model config (for --model), not a report"), std::string::npos)
+        << misread.err;
+  }
 }
 
 // --mode takes the long words too.
