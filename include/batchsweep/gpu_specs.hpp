@@ -19,16 +19,22 @@ struct GpuCard {
   uint64_t bytes = 0;  // memory_mib MiB: the total nvidia-smi reports for the card
 };
 
-// The cards of the sheet that `text` names, ignoring case, spaces, '-' and '_', and a "GeForce" or "NVIDIA"
-// before the name: the one whose whole name it is ("h100-sxm", "rtx4090"), else every card whose name's first
-// words it is ("H100": PCIe, NVL and SXM; "A100 80GB": PCIe and SXM; not "L40" for L40S, nor "v"), else the
-// card a device name as nvidia-smi prints it names ("NVIDIA A100-SXM4-80GB"). Empty where it names none.
+// The cards of the sheet that `text` names, ignoring case, spaces, '-' and '_', and a "GeForce", "NVIDIA" or
+// "Tesla" before the name: the one whose whole name it is ("h100-sxm", "rtx4090"), else every card whose
+// name's first words it is ("H100": PCIe, NVL and SXM; "A100 80GB": PCIe and SXM; "Tesla V100": PCIe and
+// SXM2; not "L40" for L40S, nor "v"), else the card a device name as nvidia-smi prints it names, with its
+// vendor or its size ("NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"; a size that is not the card's names none).
+// Empty where it names none, and for a laptop part.
 [[nodiscard]] std::vector<GpuCard> gpus_named(std::string_view text);
 
 // The sheet's entry for a device name as CUDA or nvidia-smi gives it ("NVIDIA H100 80GB HBM3"): the first
 // entry one of whose `match` strings the name contains as whole tokens and none of whose `exclude` tokens it
 // contains (H200 is not found in GH200, A10 not in A10G); nullptr where none.
 [[nodiscard]] const nlohmann::json* gpu_spec_for_device(std::string_view device_name);
+
+// Whether a device name is a laptop part ("... Laptop GPU", "Mobile", "Max-Q"): the sheet's cards are
+// desktop and datacenter boards, and a laptop's namesake has other memory (a laptop RTX 4090 has 16 GB).
+[[nodiscard]] bool is_laptop_part(std::string_view name);
 
 // Every card's name, in the sheet's order.
 [[nodiscard]] std::vector<std::string> gpu_names();

@@ -465,6 +465,12 @@ MemoryArg parse_memory(const std::string& text, std::string_view flag) {
                       flag, text, sharing->front(), flag, sharing->front(), text, text));
     if (text.empty() || std::isalpha(static_cast<unsigned char>(text.front())) == 0) throw;
     const std::vector<std::string> known = gpu_names();
+    // Its desktop namesake has other memory: no card to suggest, its size to give.
+    if (is_laptop_part(text))
+      throw UsageError(fmt::format(
+          "{} {}: a laptop GPU is no card of configs/gpus.json (its desktop namesake has other memory): give "
+          "its memory as nvidia-smi reports it, e.g. {} 16GiB",
+          flag, text, flag));
     const std::vector<std::string>& pool = sharing ? *sharing : known;
     const std::vector<std::string_view> views(pool.begin(), pool.end());
     std::string hint;

@@ -11,8 +11,9 @@ extern const std::string_view kGpusJson;  // generated from configs/gpus.json (s
 
 namespace {
 
+// Words that say whose a card is, not which: "Tesla V100" is a V100 (PCIe or SXM2, as "V100" is).
 bool is_brand(std::string_view word) {
-  return word == "nvidia" || word == "geforce";
+  return word == "nvidia" || word == "geforce" || word == "tesla";
 }
 
 // The name's words, lower case, without a brand: "NVIDIA GeForce RTX-4090" -> {"rtx", "4090"}.
@@ -62,6 +63,11 @@ GpuCard card_of(const nlohmann::json& gpu) {
 }
 
 }  // namespace
+
+bool is_laptop_part(std::string_view name) {
+  const std::string low = lower(name);
+  return contains_tokens(low, "laptop") || contains_tokens(low, "mobile") || contains_tokens(low, "max-q");
+}
 
 const nlohmann::json& gpu_spec_sheet() {
   static const nlohmann::json sheet = nlohmann::json::parse(detail::kGpusJson);
@@ -129,23 +135,26 @@ std::vector<GpuCard> gpus_named(std::string_view text) {
   if (!whole.empty()) return whole;
   if (!begun.empty()) return begun;
   // A device name as nvidia-smi or CUDA prints it ("NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB"), by the
-  // sheet's own tokens; only a name that says whose it is (the peak-rate matcher ignores sizes, so "A100 80"
-  // would find the 40 GB entry), that is no laptop part, and whose "16GB" agrees with the card's memory_gb.
+  // sheet's own tokens; only a name that says whose it is or its size (the peak-rate matcher ignores sizes,
+  // so "A100 80" would find the 40 GB entry; "A100-SXM4-80GB", nvidia-smi's name without its vendor, says
+  // it), that is no laptop part, and whose "16GB" agrees with the card's memory_gb.
+  if (is_laptop_part(text)) return {};
   const std::vector<std::string> words = words_of(text);  // lower case already
   const std::string low = lower(text);
   const bool branded =
       low.starts_with("nvidia") || low.starts_with("tesla") || low.find("geforce") != std::string::npos;
-  if (!branded || low.find("laptop") != std::string::npos || low.find("mobile") != std::string::npos)
-    return {};
+  const auto size_word = [](const std::string& word) {
+    return word.size() >= 3 && word.size() <= 8 && word.ends_with("gb") &&
+           std::all_of(word.begin(), word.end() - 2,
+                       [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  };
+  const bool sized = std::any_of(words.begin(), words.end(), size_word);
+  if (!branded && !sized) return {};
   const nlohmann::json* gpu = gpu_spec_for_device(text);
   if (gpu == nullptr) return {};
-  for (const std::string& word : words) {
-    if (word.size() < 3 || word.size() > 8 || !word.ends_with("gb") ||
-        !std::all_of(word.begin(), word.end() - 2,
-                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
-      continue;
-    if (std::stoll(word.substr(0, word.size() - 2)) != gpu->at("memory_gb").get<int64_t>()) return {};
-  }
+  for (const std::string& word : words)
+    if (size_word(word) && std::stoll(word.substr(0, word.size() - 2)) != gpu->at("memory_gb").get<int64_t>())
+      return {};
   return {card_of(*gpu)};
 }
 

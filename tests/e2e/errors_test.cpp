@@ -337,6 +337,13 @@ INSTANTIATE_TEST_SUITE_P(
              {"plan", "--model", "{dir}"},
              2,
              {"--model ", ": is a directory, not a model config file"}},
+        // A laptop part is told to give its memory, not led to its desktop namesake's.
+        Case{
+            "card_laptop",
+            {"plan", "--memory", "NVIDIA GeForce RTX 4090 Laptop GPU"},
+            2,
+            {"a laptop GPU is no card of configs/gpus.json (its desktop namesake has other memory): give its "
+             "memory as nvidia-smi reports it, e.g. --memory 16GiB"}},
         Case{"card_number_v100s", {"plan", "--memory", "V100S"}, 2, {"configs/gpus.json (H200 NVL"}},
         // A bare number that is in a card's name: the size's error, then the card.
         Case{"card_number_for_memory",

@@ -225,10 +225,21 @@ TEST(GpuSpecs, CardsAreFoundByTheNamesUsersType) {
   EXPECT_EQ(names("NVIDIA A100-SXM4-80GB"), std::vector<std::string>{"A100 80GB SXM"});
   EXPECT_EQ(names("NVIDIA H100 80GB HBM3"), std::vector<std::string>{"H100 SXM"});
   EXPECT_EQ(names("Tesla V100-SXM2-32GB"), std::vector<std::string>{"V100 SXM2"});
+  // Without its vendor, its size says it is a device name: as nvidia-smi's, where the size agrees.
+  EXPECT_EQ(names("A100-SXM4-80GB"), std::vector<std::string>{"A100 80GB SXM"});
+  EXPECT_EQ(names("A100-SXM4-40GB"), std::vector<std::string>{"A100 40GB"});
+  EXPECT_EQ(names("V100-PCIE-32GB"), std::vector<std::string>{"V100 PCIe"});
+  EXPECT_TRUE(names("V100-SXM2-16GB").empty());
+  // "Tesla" says whose, as "NVIDIA": Tesla V100 is V100, the PCIe and the SXM2 (one memory), not one of them.
+  EXPECT_EQ(names("Tesla V100"), names("V100"));
+  EXPECT_EQ(names("Tesla V100"), (std::vector<std::string>{"V100 PCIe", "V100 SXM2"}));
   // But never the wrong memory: the 16 GB V100 is not the sheet's 32 GB one, a laptop 4090 is not the desktop
   // card, and loose words (no brand: "A100 80", "A100 SXM", "H100 94GB") name nothing rather than a guess.
   EXPECT_TRUE(names("Tesla V100-SXM2-16GB").empty());
   EXPECT_TRUE(names("NVIDIA GeForce RTX 4090 Laptop GPU").empty());
+  EXPECT_TRUE(is_laptop_part("NVIDIA GeForce RTX 4090 Laptop GPU"));
+  EXPECT_TRUE(is_laptop_part("RTX 3080 Max-Q"));
+  EXPECT_FALSE(is_laptop_part("NVIDIA GeForce RTX 4090"));
   for (const char* loose : {"A100 80", "A100 SXM", "A100 PCIe", "H100 94GB", "H100 foo"})
     EXPECT_TRUE(names(loose).empty()) << loose;
   // The memory is the total nvidia-smi reports: 81559 MiB for an H100 SXM, not its marketed 80 GB.
