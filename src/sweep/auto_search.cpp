@@ -164,6 +164,7 @@ class AutoSearch {
   // Bisects the fit edge with probes, then measures the largest batch that fits. Returns false when
   // interrupted.
   bool refine_edge() {
+    if (!edge_.smallest_unfit && edge_.largest_fit > 0) return cap_fits();
     if (!edge_.smallest_unfit || edge_.largest_fit == 0) return true;
     int64_t lo = edge_.largest_fit;
     int64_t hi = *edge_.smallest_unfit;
@@ -386,6 +387,29 @@ class AutoSearch {
   }
 
  private:
+  // Growth reached the cap without running out of memory, past the plateau only preparing: the cap fits,
+  // and is the max-fit answer. Timed where a step fits --timeout, as the bisected edge's largest fit is;
+  // else named untimed (settings.untimed_fit, a warning), so max fit does not read as the largest batch
+  // timed. Returns false when interrupted.
+  bool cap_fits() {
+    const int64_t largest = edge_.largest_fit;
+    largest_fit_ = largest;
+    if (edge_.largest_fit_measured || runner_.find(largest, accumulation_)) return true;
+    if (!too_slow_to_time(largest)) return runner_.measure(largest, accumulation_, true).has_value();
+    const std::string why = fmt::format(
+        "not timed: a step would take about {:.3g} s; raise --timeout to time it", predicted_step_s(largest));
+    edge_summary_ = fmt::format("largest fit {}, the cap ({})", largest, why);
+    runner_.set_untimed_fit(
+        UntimedFit{largest, fmt::format("the cap of 2^24 samples a step, prepared without running out of "
+                                        "memory; {}",
+                                        why)});
+    runner_.warn(
+        fmt::format("batch {} fits but was not timed: a step would take about {:.3g} s, more than "
+                    "--timeout {} s allows for --warmup and --min-samples; raise --timeout to time it",
+                    largest, predicted_step_s(largest), runner_.settings().stopping.timeout_s));
+    return true;
+  }
+
   void note_unfit(int64_t batch, Fit kind, const std::string& reason) {
     edge_.smallest_unfit = batch;
     edge_.unfit_kind = kind;

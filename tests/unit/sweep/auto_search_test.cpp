@@ -390,6 +390,42 @@ TEST(AutoSearch, StopsAtTheBatchCapWithoutAnEdge) {
   EXPECT_NE(outcome.search_summary.find("reached the cap"), std::string::npos) << outcome.search_summary;
 }
 
+// Past the plateau growth only prepares; where it reaches the cap without running out of memory, the cap is
+// the largest fit: timed where a step fits --timeout, else named untimed (max fit's reason, a warning), not
+// left as if the largest batch timed were the largest that fits.
+TEST(AutoSearch, ACapReachedByProbesIsTheLargestFit) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline(0.001, 1e6);  // plateau from ~1000; 2^24 takes 16.8 ms
+  config.memory_total_bytes = UINT64_MAX / 2;
+  const auto fast = make_scripted_backend(config);
+  RecordingObserver observer;
+  const SweepOutcome timed = run_sweep(*fast, graph, auto_settings(), observer);
+  const Point* cap = find_point(timed.points, kMaxBatch);
+  ASSERT_NE(cap, nullptr) << timed.search_summary;
+  EXPECT_EQ(cap->status, PointStatus::ok);
+  EXPECT_TRUE(cap->refinement);
+  EXPECT_FALSE(timed.untimed_fit.has_value());
+  EXPECT_EQ(largest_ok(timed.points), kMaxBatch);
+
+  config.curve = ScriptedConfig::Curve::saturating;  // 1 ms (1 + b / 64): 2^24 would take 262 s (264 by the
+                                                     // linear extrapolation)
+  config.t0_ms = 1.0;
+  config.b0 = 64;
+  const auto slow = make_scripted_backend(config);
+  const SweepOutcome untimed = run_sweep(*slow, graph, auto_settings(), observer);
+  EXPECT_EQ(find_point(untimed.points, kMaxBatch), nullptr);
+  ASSERT_TRUE(untimed.untimed_fit.has_value()) << untimed.search_summary;
+  EXPECT_EQ(untimed.untimed_fit->batch, kMaxBatch);
+  EXPECT_NE(
+      untimed.untimed_fit->reason.find("the cap of 2^24 samples a step, prepared without running out of "
+                                       "memory; not timed: a step would take about 26"),
+      std::string::npos)
+      << untimed.untimed_fit->reason;
+  EXPECT_NE(untimed.search_summary.find("fit edge: largest fit 16777216, the cap (not timed"),
+            std::string::npos)
+      << untimed.search_summary;
+}
+
 // --latency-slo: the batches where p99 crosses the budget are bisected with timed points until they are
 // within 1/16 of each other, so the best batch under the budget is known to a few percent.
 ScriptedConfig still_scaling() {
