@@ -52,6 +52,9 @@ std::atomic<int> g_signal{0};
 // batchsweep run ...` delivers SIGINT twice at once, and that must not quit at once.
 std::atomic<int64_t> g_first_signal_ns{0};
 constexpr int64_t kSameRequestNs = 1'000'000'000;
+// Whether a --json report file is on disk for --resume (written after a point, or the report being
+// resumed into): a second signal before then says there is none.
+std::atomic<bool> g_report_on_disk{false};
 
 int64_t monotonic_ns() {
   timespec now{};
@@ -65,9 +68,14 @@ extern "C" void on_signal(int sig) {
     if (now - g_first_signal_ns.load() < kSameRequestNs) return;  // the first, delivered twice
     // Again, later: quit now, as the process would without a handler, saying what is left.
     static constexpr char kQuit[] =
-        "\nbatchsweep: quitting now; a --json report file keeps the points finished so far (state "
+        "\nbatchsweep: quitting now; the --json report file keeps the points finished so far (state "
         "in_progress: --resume it)\n";
-    const ssize_t said = ::write(STDERR_FILENO, kQuit, sizeof(kQuit) - 1);
+    static constexpr char kQuitNothing[] =
+        "\nbatchsweep: quitting now; no report file was written (no point had finished, or no --json file "
+        "was given)\n";
+    const bool kept = g_report_on_disk.load();
+    const ssize_t said = kept ? ::write(STDERR_FILENO, kQuit, sizeof(kQuit) - 1)
+                              : ::write(STDERR_FILENO, kQuitNothing, sizeof(kQuitNothing) - 1);
     (void)said;
     ::signal(sig, SIG_DFL);
     ::raise(sig);  // delivered when this handler returns
@@ -497,7 +505,10 @@ class ExportingObserver final : public SweepObserver {
     std::set<std::string> failing;
     try {
       write_exports(report_, exports_, false, &failing);
+      if (!exports_.json_path.empty() && exports_.json_path != "-") g_report_on_disk.store(true);
     } catch (const Error& e) {
+      if (!exports_.json_path.empty() && exports_.json_path != "-" && !failing.contains("--json"))
+        g_report_on_disk.store(true);
       // Said once per export that starts failing, on its own line (not into the progress line).
       const bool new_failure = std::any_of(failing.begin(), failing.end(),
                                            [&](const std::string& flag) { return !warned_.contains(flag); });
@@ -1097,6 +1108,8 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   SweepSettings sweep = s.sweep;
   std::optional<ResumeSource> resume;
   if (!s.resume_path.empty()) resume = load_resume(s.resume_path, report, sweep);
+  // Resumed into its own file: that report is on disk, and --resume takes it again.
+  g_report_on_disk.store(!s.resume_path.empty() && s.resume_path == exports.json_path);
 
   SignalGuard signals;
   report.state = "in_progress";  // what the rewrites after each point say; a killed run leaves it so

@@ -1284,6 +1284,56 @@ TEST(Run, SigtermKeepsEveryFinishedPoint) {
   interrupt_keeps_finished_points(SIGTERM, 143, (dir / "i.json").string());
 }
 
+// A second signal, a second or more after the first, quits at once during a long step, saying whether a
+// --json report file holds the finished points for --resume: not where none had been written yet.
+TEST(Run, ASecondSignalSaysWhetherAReportWasWritten) {
+  ScratchDir dir;
+  const std::string script = (dir / "slow.json").string();
+  {
+    // Batch 1 steps in 20 ms; batch 4096 takes 4 s a step.
+    std::ofstream(script) << R"({"name": "slow", "memory_total_bytes": 85899345920, "t0_ms": 20.0,
+      "curve": "roofline", "samples_per_ms": 1, "sleep": true})";
+  }
+  const auto quit_twice = [&](const std::string& batches, size_t points_first) {
+    const std::string json = (dir / ("q" + batches + ".json")).string(), err = json + ".err";
+    const pid_t pid = fork();
+    if (pid == 0) {
+      freopen("/dev/null", "w", stdout);
+      freopen(err.c_str(), "w", stderr);
+      exec_batchsweep({"run", "--backend", "scripted", "--script", script, "--model", "mlp", "--batch",
+                       batches, "--warmup", "0", "--min-samples", "2", "--min-time", "0", "--json", json});
+    }
+    size_t seen = 0;
+    for (int i = 0; i < 400 && seen < points_first; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      try {
+        seen = read_json(json)["points"].size();
+      } catch (const std::exception&) {
+        seen = 0;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // into batch 4096's first step
+    kill(pid, SIGINT);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+    kill(pid, SIGINT);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << status;
+    return slurp(err);
+  };
+  const std::string kept = quit_twice("1,4096", 1);
+  EXPECT_NE(kept.find("quitting now; the --json report file keeps the points finished so far (state "
+                      "in_progress: --resume it)"),
+            std::string::npos)
+      << kept;
+  const std::string none = quit_twice("4096", 0);
+  EXPECT_NE(
+      none.find("quitting now; no report file was written (no point had finished, or no --json file was "
+                "given)"),
+      std::string::npos)
+      << none;
+}
+
 // Whether `pid` has a handler installed for `sig` (SigCgt in /proc/PID/status).
 bool catches(pid_t pid, int sig) {
   std::ifstream status("/proc/" + std::to_string(pid) + "/status");
