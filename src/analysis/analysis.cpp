@@ -574,10 +574,16 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
                         "did not fit{}",
                         largest.batch, rate, past.unfit->batch, past.gap)};
       case PastTheEnd::unfinished:
+        // Kept from --resume, the largest batch may be past those the stopped run did not reach: which side
+        // they lie on is not known here.
         return {largest.batch,
                 fmt::format("throughput still rising at the largest batch measured ({}, {} samples/s); the "
-                            "sweep stopped before larger ones",
-                            largest.batch, rate)};
+                            "sweep stopped before {}",
+                            largest.batch, rate,
+                            largest.resumed_from.empty()
+                                ? "larger ones"
+                                : "it finished (this batch is one kept from --resume: those it did not reach "
+                                  "may be smaller; --resume it again to measure them)")};
       case PastTheEnd::untried:
         break;
     }

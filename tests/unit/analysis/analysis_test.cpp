@@ -132,6 +132,16 @@ TEST(MaxFit, AnUnfinishedSweepSaysItStopped) {
   EXPECT_NE(a.recommended.why.find("the sweep stopped before larger ones"), std::string::npos)
       << a.recommended.why;
   EXPECT_EQ(a.recommended.why.find("among the batches measured"), std::string::npos) << a.recommended.why;
+  // Where the largest was kept from --resume, the batches not reached may lie below it: not said as larger.
+  std::vector<Point> resumed = points;
+  resumed.back().resumed_from = "2026-12-01T00:00:00Z";
+  const Analysis kept = analyze(resumed, options);
+  EXPECT_NE(
+      kept.recommended.why.find("the sweep stopped before it finished (this batch is one kept from --resume: "
+                                "those it did not reach may be smaller; --resume it again to measure them)"),
+      std::string::npos)
+      << kept.recommended.why;
+  EXPECT_EQ(kept.recommended.why.find("larger ones"), std::string::npos) << kept.recommended.why;
   // A recommendation whose own reason does not say so says it chose among what was measured.
   std::vector<Point> knee =
       sweep({1, 2, 4, 8, 16, 32, 64, 128}, [](double b) { return 1000.0 * b / (b + 8); });
