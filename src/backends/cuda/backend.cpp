@@ -59,7 +59,17 @@ class CudaBackend final : public Backend {
     BSW_CUDA(cudaSetDevice(device_));
     const ExecutionPaths& p = plan.request.paths;
     const bool uses_cudnn = p.conv == ConvPath::cudnn || p.attention == AttentionPath::cudnn_sdpa;
-    return make_cuda_session(graph, plan, options, device_, uses_cudnn ? cudnn() : nullptr);
+    std::shared_ptr<CudnnGraphs> graphs = uses_cudnn ? cudnn() : nullptr;
+    // Once, at the first prepare: the context, cuBLASLt's and cuDNN's handles (and cuDNN's batch-1 plans
+    // from execution_paths) exist, no arena yet; the sessions judge other processes' memory against it.
+    if (!in_use_at_start_) {
+      size_t free_bytes = 0, total_bytes = 0;
+      if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess)
+        in_use_at_start_ = total_bytes - free_bytes;
+      else
+        static_cast<void>(cudaGetLastError());
+    }
+    return make_cuda_session(graph, plan, options, device_, std::move(graphs), in_use_at_start_.value_or(0));
   }
 
   // The requested paths, each checked at batch 1 on this device: a pass cuDNN rejects (or whose plans all
@@ -137,6 +147,7 @@ class CudaBackend final : public Backend {
   int device_;
   std::shared_ptr<CudnnGraphs> graphs_;
   std::string cudnn_error_;
+  std::optional<uint64_t> in_use_at_start_;  // device memory in use at the first prepare (see prepare)
 };
 
 }  // namespace

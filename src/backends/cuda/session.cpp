@@ -28,7 +28,8 @@ constexpr double kInitialLossScale = 65536.0;
 constexpr int64_t kLossScaleGrowthInterval = 2000;
 constexpr uint64_t kDataStream = 1u << 20;    // the CPU backend's streams of the synthetic data
 constexpr uint64_t kTargetStream = 1u << 21;  // and of the targets
-constexpr uint64_t kOtherProcessWarnBytes = uint64_t{1} << 30;
+constexpr uint64_t kOtherProcessWarnBytes = uint64_t{1} << 30;     // more in use than when the sweep began
+constexpr uint64_t kOtherProcessAtStartBytes = uint64_t{2} << 30;  // in use then, past our own context's
 
 static_assert(kernels::kStepScalarsBytes <= 64, "workspace.scalars holds 16 fp32 slots");
 
@@ -53,13 +54,14 @@ struct Ref {
 class CudaSession final : public Session {
  public:
   CudaSession(const Graph& graph, const Plan& plan, const SessionOptions& options, int device,
-              std::shared_ptr<CudnnGraphs> cudnn)
+              std::shared_ptr<CudnnGraphs> cudnn, uint64_t in_use_at_start)
       : graph_(graph),
         plan_(plan),
         options_(options),
         device_(device),
         s_(storage_dtype(plan.request.precision)),
-        cudnn_(std::move(cudnn)) {
+        cudnn_(std::move(cudnn)),
+        in_use_at_start_(in_use_at_start) {
     try {
       setup();
     } catch (...) {
@@ -210,13 +212,25 @@ class CudaSession final : public Session {
                                     format_bytes(total), total, format_bytes(free_before), e.what()));
     }
     allocated_bytes_ = total;
+    // What this process holds beside the arena (its context, a few hundred MiB on a Hopper; cuBLASLt;
+    // cuDNN's handle and plans) is in the reading taken when the backend first prepared: memory in use
+    // beyond it since is another process's (or a leak). Memory in use at that first reading beyond what a
+    // process's own context and libraries take was another process's already.
     const uint64_t in_use_before = device_total - free_before;
-    if (in_use_before > kOtherProcessWarnBytes)
-      warnings_.push_back(
-          fmt::format("{:.1f} GiB of device memory was already in use before prepare (another process or "
-                      "session): timings and "
-                      "the largest batch may differ on an idle device",
-                      static_cast<double>(in_use_before) / static_cast<double>(uint64_t{1} << 30)));
+    const auto gib = [](uint64_t bytes) {
+      return static_cast<double>(bytes) / static_cast<double>(uint64_t{1} << 30);
+    };
+    if (in_use_at_start_ > kOtherProcessAtStartBytes)
+      warnings_.push_back(fmt::format(
+          "{:.1f} GiB of device memory was in use when the sweep began, more than batchsweep's own CUDA "
+          "context and libraries take (under {:.0f} GiB): another process or session holds it, so timings "
+          "and the largest batch may differ on an idle device",
+          gib(in_use_at_start_), gib(kOtherProcessAtStartBytes)));
+    if (in_use_before > in_use_at_start_ + kOtherProcessWarnBytes)
+      warnings_.push_back(fmt::format(
+          "{:.1f} GiB more device memory was in use before prepare than when the sweep began (another "
+          "process or session): timings and the largest batch may differ on an idle device",
+          gib(in_use_before - in_use_at_start_)));
 
     auto* base = static_cast<unsigned char*>(arena_);
     uint64_t offset = 0;
@@ -1295,6 +1309,7 @@ class CudaSession final : public Session {
   uint64_t allocated_bytes_ = 0;
   std::optional<uint64_t> device_used_bytes_;
   uint64_t free_before_ = 0;
+  uint64_t in_use_at_start_ = 0;  // see make_cuda_session
   std::vector<std::string> warnings_;
   std::unordered_map<std::string, Ref> buffers_;
   std::vector<Ref> input_of_ = std::vector<Ref>(graph_.ops.size());
@@ -1316,8 +1331,8 @@ class CudaSession final : public Session {
 
 std::unique_ptr<Session> make_cuda_session(const Graph& graph, const Plan& plan,
                                            const SessionOptions& options, int device,
-                                           std::shared_ptr<CudnnGraphs> cudnn) {
-  return std::make_unique<CudaSession>(graph, plan, options, device, std::move(cudnn));
+                                           std::shared_ptr<CudnnGraphs> cudnn, uint64_t in_use_at_start) {
+  return std::make_unique<CudaSession>(graph, plan, options, device, std::move(cudnn), in_use_at_start);
 }
 
 }  // namespace bsw::cuda

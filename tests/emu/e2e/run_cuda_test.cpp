@@ -229,10 +229,15 @@ TEST(EmulatedCuda, OutOfMemoryIsAPointAndTheSweepGoesOn) {
   EXPECT_EQ(status[1048576], "over_limit");
   EXPECT_EQ(status[512], "ok") << "the context stays usable after an out-of-memory point";
   EXPECT_EQ(report["analysis"]["max_fit"].at("batch"), 512) << report["analysis"].dump();
-  // Memory another process holds is said, on stderr and in the report.
+  // Memory another process holds is said, on stderr and in the report: judged against what was in use when
+  // the sweep began (3.8 GiB, more than a process's own context and libraries take), not against a fixed
+  // amount every point's prepare would exceed on a large GPU with this process's own context in it.
   bool warned = false;
   for (const nlohmann::json& w : report["warnings"])
-    warned = warned || w.get<std::string>().find("other process") != std::string::npos;
+    warned = warned || w.get<std::string>().find(
+                           "3.8 GiB of device memory was in use when the sweep began, "
+                           "more than batchsweep's own CUDA context and libraries take "
+                           "(under 2 GiB): another process or session holds it") != std::string::npos;
   EXPECT_TRUE(warned) << report["warnings"].dump();
 }
 
