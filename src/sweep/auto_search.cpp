@@ -151,6 +151,7 @@ class AutoSearch {
           return true;
       }
     }
+    reached_cap_ = true;
     growth_end_ =
         accumulation_ > 1
             ? fmt::format(
@@ -164,7 +165,7 @@ class AutoSearch {
   // Bisects the fit edge with probes, then measures the largest batch that fits. Returns false when
   // interrupted.
   bool refine_edge() {
-    if (!edge_.smallest_unfit && edge_.largest_fit > 0) return cap_fits();
+    if (reached_cap_ && edge_.largest_fit > 0) return cap_fits();
     if (!edge_.smallest_unfit || edge_.largest_fit == 0) return true;
     int64_t lo = edge_.largest_fit;
     int64_t hi = *edge_.smallest_unfit;
@@ -392,17 +393,33 @@ class AutoSearch {
   // else named untimed (settings.untimed_fit, a warning), so max fit does not read as the largest batch
   // timed. Returns false when interrupted.
   bool cap_fits() {
+    // With accumulation the cap (2^24 / accumulation) is no power of two: the doubling stopped below it.
+    // The cap itself is asked once; where it does not fit, the doubling's last batch is the answer known
+    // (the edge between is not bisected: both are within a factor of 2 of 2^24 samples a step).
+    if (edge_.largest_fit < cap_) {
+      if (const auto over = runner_.plan_over_budget(cap_, accumulation_); !over) {
+        const auto probe = runner_.probe(cap_, accumulation_);
+        if (!probe) return false;
+        ++edge_probes_;
+        if (probe->fit == Fit::fits) {
+          edge_.largest_fit = cap_;
+          edge_.largest_fit_measured = false;
+        }
+      }
+    }
     const int64_t largest = edge_.largest_fit;
     largest_fit_ = largest;
     if (edge_.largest_fit_measured || runner_.find(largest, accumulation_)) return true;
     if (!too_slow_to_time(largest)) return runner_.measure(largest, accumulation_, true).has_value();
     const std::string why = fmt::format(
         "not timed: a step would take about {:.3g} s; raise --timeout to time it", predicted_step_s(largest));
-    edge_summary_ = fmt::format("largest fit {}, the cap ({})", largest, why);
-    runner_.set_untimed_fit(
-        UntimedFit{largest, fmt::format("the cap of 2^24 samples a step, prepared without running out of "
-                                        "memory; {}",
-                                        why)});
+    const bool at_cap = largest == cap_;
+    edge_summary_ = fmt::format("largest fit {}{} ({})", largest, at_cap ? ", the cap" : "", why);
+    runner_.set_untimed_fit(UntimedFit{
+        largest, fmt::format("{}, which growth reached with no batch found not to fit; {}",
+                             at_cap ? std::string("the cap of 2^24 samples a step")
+                                    : fmt::format("the largest batch growth tried below the cap of {}", cap_),
+                             why)});
     runner_.warn(
         fmt::format("batch {} fits but was not timed: a step would take about {:.3g} s, more than "
                     "--timeout {} s allows for --warmup and --min-samples; raise --timeout to time it",
@@ -452,7 +469,8 @@ class AutoSearch {
   std::optional<int64_t> slow_at_;  // growth stopped timing here: the next batch would not fit the timeout
   const int64_t cap_;               // the largest batch: 2^24 samples per step over the accumulation
   Edge edge_;
-  int64_t largest_fit_ = 0;  // after the edge refinement; 0 when unknown
+  int64_t largest_fit_ = 0;   // after the edge refinement; 0 when unknown
+  bool reached_cap_ = false;  // growth doubled past the cap with every batch fitting
   int growth_probes_ = 0;
   int edge_probes_ = 0;
   std::string growth_end_, edge_summary_, edge_note_, knee_summary_, slo_summary_;

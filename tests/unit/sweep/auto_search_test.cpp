@@ -417,13 +417,27 @@ TEST(AutoSearch, ACapReachedByProbesIsTheLargestFit) {
   ASSERT_TRUE(untimed.untimed_fit.has_value()) << untimed.search_summary;
   EXPECT_EQ(untimed.untimed_fit->batch, kMaxBatch);
   EXPECT_NE(
-      untimed.untimed_fit->reason.find("the cap of 2^24 samples a step, prepared without running out of "
-                                       "memory; not timed: a step would take about 26"),
+      untimed.untimed_fit->reason.find("the cap of 2^24 samples a step, which growth reached with no batch "
+                                       "found not to fit; not timed: a step would take about 26"),
       std::string::npos)
       << untimed.untimed_fit->reason;
   EXPECT_NE(untimed.search_summary.find("fit edge: largest fit 16777216, the cap (not timed"),
             std::string::npos)
       << untimed.search_summary;
+  // With accumulation 3 the cap, 5592405, is no power of two: the doubling stops at 4194304, and the cap
+  // itself is asked, not named by the doubling's last batch.
+  SweepSettings accumulated = auto_settings();
+  accumulated.accumulation = 3;
+  const SweepOutcome three = run_sweep(*slow, graph, accumulated, observer);
+  ASSERT_TRUE(three.untimed_fit.has_value()) << three.search_summary;
+  EXPECT_EQ(three.untimed_fit->batch, 5592405);
+  EXPECT_EQ(three.untimed_fit->reason.rfind("the cap of 2^24 samples a step", 0), 0u)
+      << three.untimed_fit->reason;
+  // A growth that stopped on an error did not reach the cap: nothing is named untimed.
+  config.nan_at_batch = 16;
+  const auto failing = make_scripted_backend(config);
+  const SweepOutcome stopped = run_sweep(*failing, graph, auto_settings(), observer);
+  EXPECT_FALSE(stopped.untimed_fit.has_value()) << stopped.search_summary;
 }
 
 // --latency-slo: the batches where p99 crosses the budget are bisected with timed points until they are
