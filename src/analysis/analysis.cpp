@@ -574,16 +574,18 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
                         "did not fit{}",
                         largest.batch, rate, past.unfit->batch, past.gap)};
       case PastTheEnd::unfinished:
-        // Kept from --resume, the largest batch may be past those the stopped run did not reach: which side
-        // they lie on is not known here.
+        // Kept from --resume, the largest batch may be past some the stopped run did not reach (resumed into
+        // with 1..128 after a run of 64, 128): which side they lie on is not known here, so not said.
         return {largest.batch,
                 fmt::format("throughput still rising at the largest batch measured ({}, {} samples/s); the "
                             "sweep stopped before {}",
                             largest.batch, rate,
                             largest.resumed_from.empty()
                                 ? "larger ones"
-                                : "it finished (this batch is one kept from --resume: those it did not reach "
-                                  "may be smaller; --resume it again to measure them)")};
+                                : fmt::format("it finished (batch {} was kept from --resume, so the batches "
+                                              "it did not reach may lie below it too; --resume it again to "
+                                              "measure them)",
+                                              largest.batch))};
       case PastTheEnd::untried:
         break;
     }
