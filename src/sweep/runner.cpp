@@ -346,9 +346,16 @@ bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& cri
   // rate, not the batch failing: the reason says so, and what to change (the rate does not change the step).
   std::optional<double> last_loss;
   const bool fp16_train = settings_.precision == Precision::fp16 && settings_.mode == Mode::train;
+  bool updated = false;  // a step of this point updated the weights (neither skipped nor non-finite)
   const auto non_finite_reason = [&](const std::string& where, std::optional<double> last) {
     // fp16 skips an overflowing step and lowers the loss scale; only an overflow at the lowest scale, 1,
     // comes back non-finite: the gradients overflow unscaled, so the weights have grown past fp16.
+    // Where no step of the point updated the weights, they overflow as initialised: no learning rate helps.
+    if (fp16_train && !updated)
+      return fmt::format(
+          "non-finite gradients (NaN/Inf) at {}: they overflow fp16 at the lowest loss scale (1) and no step "
+          "updated the weights, so the model overflows fp16 as initialised: use bf16 or fp32",
+          where);
     if (fp16_train)
       return fmt::format(
           "non-finite gradients (NaN/Inf) at {}{}: they overflow fp16 at the lowest loss scale (1), so every "
@@ -402,6 +409,7 @@ bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& cri
         return true;
       }
       if (std::isfinite(warm_result.loss)) last_loss = warm_result.loss;
+      updated = updated || !warm_result.skipped;
       if (warm == 1) clock_start_s = criterion.elapsed_s();
     }
     observer_.on_timed_start(point);
@@ -426,6 +434,7 @@ bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& cri
         return true;
       }
       if (std::isfinite(result.loss)) last_loss = result.loss;
+      updated = updated || !result.skipped;
       if (settings_.mode == Mode::train && std::isfinite(result.loss)) point.loss = result.loss;
       if (criterion.is_finished()) return true;
     }

@@ -131,6 +131,37 @@ TEST(Run, ADivergingLossNamesTheLearningRate) {
       << reason;
 }
 
+// fp16 skips an overflowing step and halves the loss scale; once the weights grow past fp16 the gradients
+// overflow at scale 1 too, and every later step would skip its update: an error point, as fp32 and bf16 make
+// the same model, with the learning rate named (the steps trained first), not an ok point ranked on steps
+// that train nothing.
+TEST(Run, Fp16DivergenceIsAnErrorPoint) {
+  ScratchDir dir;
+  const auto model = dir / "div.json";
+  std::ofstream(model) << R"({"name": "div", "input": {"type": "vector", "features": 256}, "layers": [)"
+                          R"({"type": "linear", "out_features": 256, "activation": "relu"}, )"
+                          R"({"type": "linear", "out_features": 256, "activation": "relu"}, )"
+                          R"({"type": "linear", "out_features": 256}], "loss": "mse", )"
+                          R"("optimizer": {"type": "sgd", "learning_rate": 5.0}})";
+  const Result r = run({"run",         "--backend",  "cpu",     "--model",  model.string(),
+                        "--precision", "fp16",       "--batch", "2",        "--min-samples",
+                        "1000",        "--min-time", "0",       "--warmup", "0",
+                        "--timeout",   "120",        "--quiet", "--json",   "-"});
+  ASSERT_EQ(r.exit_code, 4) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  const nlohmann::json& p = report["points"][0];
+  EXPECT_EQ(p["status"], "error");
+  EXPECT_EQ(p["stop_reason"], "non-finite loss");
+  const std::string reason = p["reason"];
+  EXPECT_EQ(reason.rfind("non-finite gradients (NaN/Inf) at step ", 0), 0u) << reason;
+  EXPECT_NE(
+      reason.find("they overflow fp16 at the lowest loss scale (1), so every step would skip its update; "
+                  "training diverged on the synthetic data: lower the model's optimizer.learning_rate"),
+      std::string::npos)
+      << reason;
+  EXPECT_GE(p["skipped_steps"].get<int64_t>(), 16);  // 65536 halved to 1, then the overflow at 1
+}
+
 // Nothing fit: the points are measurements and the report says so, but the exit code tells a script that
 // reads nothing else that there is no batch to use (exit 4); one point that ran is an answer (exit 0).
 TEST(Run, ASweepWhereNoBatchRanOkExitsFour) {
