@@ -205,7 +205,7 @@ void check_backend_name(const std::string& name, bool for_plan = false) {
 // Number checks whose messages read as the rule ("must be > 0, got 0"); CLI11's own print the bounds as
 // floats, DBL_MAX in full for an open end. CLI11 puts the option's name in front.
 // Parses a whole, finite number into v; otherwise says what is wrong with the text.
-std::string parse_number(const std::string& text, double& v) {
+std::string parse_number(const std::string& text, double& v, std::string_view unit = {}) {
   try {
     // Decimal only: std::stod also reads hexadecimal ("0x10" would be 16).
     if (text.find_first_of("xXpP") != std::string::npos) return fmt::format("'{}' is not a number", text);
@@ -221,8 +221,11 @@ std::string parse_number(const std::string& text, double& v) {
     // ("1e" is a broken exponent, not a unit.)
     if (used > 0 && used < text.size() && std::isfinite(v) && text[used] != 'e' && text[used] != 'E' &&
         std::isalpha(static_cast<unsigned char>(text[used])) + (text[used] == '%') != 0)
-      return fmt::format("'{}' is not a number: write it without a unit, in the one --help gives the flag",
-                         text);
+      return unit.empty()
+                 ? fmt::format(
+                       "'{}' is not a number: write it without a unit, in the one --help gives the flag",
+                       text)
+                 : fmt::format("'{}' is not a number: write it without a unit, in {}", text, unit);
   } catch (const std::out_of_range&) {
     return fmt::format("{} is out of range", text);
   } catch (const std::invalid_argument&) {
@@ -234,19 +237,23 @@ std::string parse_number(const std::string& text, double& v) {
 // The description stays out of --help ("--accumulation INT:INT in [1 - 16777216]" pushed the text off its
 // column): the flag's own text says the range, and the error says it when broken.
 template <class Rule>
-CLI::Validator number_check(std::string /*description*/, Rule rule) {
-  return {[rule](std::string& text) -> std::string {
+CLI::Validator number_check(std::string /*description*/, Rule rule, std::string unit = {}) {
+  return {[rule, unit](std::string& text) -> std::string {
             double v = 0;
-            if (std::string why = parse_number(text, v); !why.empty()) return why;
+            if (std::string why = parse_number(text, v, unit); !why.empty()) return why;
             return rule(v, text);
           },
           std::string()};
 }
 
-CLI::Validator positive() {
-  return number_check("POSITIVE", [](double v, const std::string& text) {
-    return v > 0 ? std::string() : fmt::format("must be greater than 0, got {}", text);
-  });
+// `unit`: the flag's unit, named where a number is written with one ("50ms" for a flag in milliseconds).
+CLI::Validator positive(std::string unit = {}) {
+  return number_check(
+      "POSITIVE",
+      [](double v, const std::string& text) {
+        return v > 0 ? std::string() : fmt::format("must be greater than 0, got {}", text);
+      },
+      std::move(unit));
 }
 
 CLI::Validator non_negative() {
@@ -268,11 +275,14 @@ CLI::Validator whole(int64_t lo, int64_t hi, std::string_view hi_note = {}) {
                       });
 }
 
-CLI::Validator between(double lo, double hi) {
-  return number_check(fmt::format("FLOAT in [{} - {}]", lo, hi), [lo, hi](double v, const std::string& text) {
-    return v >= lo && v <= hi ? std::string()
-                              : fmt::format("must be between {} and {}, got {}", lo, hi, text);
-  });
+CLI::Validator between(double lo, double hi, std::string unit = {}) {
+  return number_check(
+      fmt::format("FLOAT in [{} - {}]", lo, hi),
+      [lo, hi](double v, const std::string& text) {
+        return v >= lo && v <= hi ? std::string()
+                                  : fmt::format("must be between {} and {}, got {}", lo, hi, text);
+      },
+      std::move(unit));
 }
 
 // An output path: an empty one (`--json ''`, an unset shell variable) would write nothing, silently.
@@ -321,7 +331,7 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
                      "it (default: the run's budget, if it had one)"
                    : "Step latency budget in ms (at --latency-percentile): report the best batch within it")
       ->type_name("MS")
-      ->check(positive());
+      ->check(positive("milliseconds: 50 for 50 ms"));
   CLI::Option* percentile =
       cmd->add_option(
              "--latency-percentile", a.latency_percentile,
@@ -583,12 +593,12 @@ int run_app(int argc, char** argv) {
           "--max-noise", stop.max_noise_pct,
           "Stop a point once its relative noise is at most PCT% (after --min-samples and --min-time)")
       ->type_name("PCT")
-      ->check(positive())
+      ->check(positive("percent: 5 for 5%"))
       ->capture_default_str();
   run_cmd
       ->add_option("--timeout", stop.timeout_s, "Wall-clock seconds per point before it stops with a warning")
       ->type_name("S")
-      ->check(positive())
+      ->check(positive("seconds: 30 for 30 s"))
       ->capture_default_str();
   run_cmd->add_option("--seed", run.sweep.session.seed, "Seed of the synthetic weights and data")
       ->type_name("N")
@@ -686,7 +696,7 @@ int run_app(int argc, char** argv) {
           "Exit 3 when a run is slower than the baseline beyond noise and PCT% (at least the 1% compare "
           "calls a change), fails a batch the baseline ran, or breaks the baseline's latency budget by PCT%")
       ->type_name("PCT")
-      ->check(between(0.0, 100.0));
+      ->check(between(0.0, 100.0, "percent: 5 for 5%"));
   compare_cmd->add_flag("--allow-model-mismatch", compare.allow_model_mismatch,
                         "Compare reports of different models");
   compare_cmd->add_flag(

@@ -680,11 +680,23 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
     summary.memory_bytes = s.memory_bytes;
     summary.memory_card = s.memory_card;
     // A card before Ampere is planned, as --memory all's footnote says, but cannot be run: said here too.
+    // memory_card names one card, or several sharing a memory ("V100 PCIe or V100 SXM2").
+    const auto named = [&](const std::string& name) {
+      const std::string& cards = s.memory_card;
+      for (size_t at = 0; at <= cards.size();) {
+        const size_t end = std::min(cards.find(" or ", at), cards.size());
+        if (cards.compare(at, end - at, name) == 0 && end - at == name.size()) return true;
+        at = end + 4;
+      }
+      return false;
+    };
+    bool said_pre_ampere = false;
     for (const nlohmann::json& gpu : gpu_spec_sheet().at("gpus"))
-      if (!s.memory_card.empty() && gpu.at("name").get<std::string>() == s.memory_card) {
+      if (!s.memory_card.empty() && named(gpu.at("name").get<std::string>())) {
         const double cc = gpu.at("compute_capability").get<double>();
         const nlohmann::json& rate = gpu.at("tflops").at(std::string(to_string(s.precision)));
-        if (cc > 0 && cc < 8.0)
+        if (cc > 0 && cc < 8.0 && !said_pre_ampere) {
+          said_pre_ampere = true;  // once for the cards a name shares ("V100 PCIe or V100 SXM2")
           std::fprintf(
               stderr,
               "batchsweep plan: note: the %s has compute capability %.1f; batchsweep's CUDA backend "
@@ -693,6 +705,7 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
               rate.is_null()
                   ? fmt::format(" (nor has the card a {} tensor-core mode)", to_string(s.precision)).c_str()
                   : "");
+        }
       }
     summary.max_fit_batch = max_fit_batch(graph, request, *s.memory_bytes);
     if (summary.max_fit_batch && *summary.max_fit_batch > cap) summary.max_fit_batch = cap;
@@ -1109,7 +1122,11 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   std::optional<ResumeSource> resume;
   if (!s.resume_path.empty()) resume = load_resume(s.resume_path, report, sweep);
   // Resumed into its own file: that report is on disk, and --resume takes it again.
-  g_report_on_disk.store(!s.resume_path.empty() && s.resume_path == exports.json_path);
+  {
+    std::error_code ec;  // ./r.json and r.json are one file
+    g_report_on_disk.store(!s.resume_path.empty() && !exports.json_path.empty() && exports.json_path != "-" &&
+                           std::filesystem::equivalent(s.resume_path, exports.json_path, ec) && !ec);
+  }
 
   SignalGuard signals;
   report.state = "in_progress";  // what the rewrites after each point say; a killed run leaves it so

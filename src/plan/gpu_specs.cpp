@@ -152,6 +152,16 @@ std::vector<GpuCard> gpus_named(std::string_view text) {
   if (!branded && !sized) return {};
   const nlohmann::json* gpu = gpu_spec_for_device(text);
   if (gpu == nullptr) return {};
+  // Without a vendor, only by a match string of more than the model number ("A100-SXM4-80GB"): "H100 80GB"
+  // holds one of the H100 PCIe and SXM, both 80 GB, and the sheet's first is no answer.
+  if (!branded) {
+    bool specific = false;
+    for (const nlohmann::json& pattern : gpu->at("match")) {
+      const std::string p = lower(pattern.get<std::string>());
+      specific = specific || (words_of(p).size() >= 2 && contains_tokens(low, p));
+    }
+    if (!specific) return {};
+  }
   for (const std::string& word : words)
     if (size_word(word) && std::stoll(word.substr(0, word.size() - 2)) != gpu->at("memory_gb").get<int64_t>())
       return {};

@@ -273,8 +273,15 @@ uint64_t parse_size(std::string_view text, std::string_view flag) {
       const std::string_view written = trim(s.substr(pos));
       // A decimal comma (80,5GiB) or a second point (80.5.1GiB): said as the number it is not.
       if (written.starts_with(',') && written.size() > 1 &&
-          std::isdigit(static_cast<unsigned char>(written[1])))
+          std::isdigit(static_cast<unsigned char>(written[1]))) {
+        // Three digits after it (1,024MiB) may be a thousands separator: both readings are offered.
+        std::size_t digits = 1;
+        while (digits < written.size() && std::isdigit(static_cast<unsigned char>(written[digits]))) ++digits;
+        if (digits == 4)
+          return fail(fmt::format("a comma: write {0}{1} (thousands) or {0}.{1} (a decimal)",
+                                  s.substr(0, pos), written.substr(1)));
         return fail(fmt::format("a decimal comma: write {}.{}", s.substr(0, pos), written.substr(1)));
+      }
       if (written.starts_with('.')) return fail("more than one decimal point");
       return fail(
           fmt::format("unknown unit '{}' (use B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB)", written));

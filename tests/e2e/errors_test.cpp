@@ -284,7 +284,17 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"slo_unit",
              run_with({"--latency-slo", "50ms"}),
              2,
-             {"--latency-slo: '50ms' is not a number: write it without a unit, in the one --help gives the "
+             {"--latency-slo: '50ms' is not a number: write it without a unit, in milliseconds: 50 for 50 "
+              "ms"}},
+        Case{"timeout_unit",
+             run_with({"--timeout", "30s"}),
+             2,
+             {"--timeout: '30s' is not a number: write it without a unit, in seconds: 30 for 30 s"}},
+        // A flag whose unit is not named keeps the general words.
+        Case{"saturation_unit",
+             run_with({"--saturation", "90%"}),
+             2,
+             {"--saturation: '90%' is not a number: write it without a unit, in the one --help gives the "
               "flag"}},
         Case{"saturation_out_of_range",
              run_with({"--saturation", "0"}),

@@ -2228,6 +2228,12 @@ TEST(Plan, MemoryAllSizesEveryCard) {
                     "bf16 tensor-core mode)"),
       std::string::npos)
       << v100.err;
+  // A name several such cards share ("V100": PCIe and SXM2) is said once, with both.
+  const Result v100s = run({"plan", "--model", "gpt2-small", "--batch", "1", "--memory", "V100"});
+  ASSERT_EQ(v100s.exit_code, 0) << v100s.err;
+  const size_t said = v100s.err.find("note: the V100 PCIe or V100 SXM2 has compute capability 7.0");
+  EXPECT_NE(said, std::string::npos) << v100s.err;
+  EXPECT_EQ(v100s.err.find("compute capability", said + 60), std::string::npos) << v100s.err;
   const Result h100 = run({"plan", "--model", "gpt2-small", "--batch", "1", "--memory", "H100 SXM"});
   ASSERT_EQ(h100.exit_code, 0) << h100.err;
   EXPECT_EQ(h100.err.find("compute capability"), std::string::npos) << h100.err;

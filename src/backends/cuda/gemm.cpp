@@ -166,8 +166,9 @@ Gemm::Entry* Gemm::find(const GemmArgs& g) {
   if (auto it = cache_.find(key); it != cache_.end()) return it->second.get();
   if (unsupported_.count(key) != 0) return nullptr;
   // No preference describes the bias pointer's alignment, and an algorithm may load it 16 bytes at a time
-  // (a misaligned-address fault, sticky: the sweep would end). A bias packed among the parameters after a
-  // tensor whose size is not a multiple of 16 bytes (a 784x100 weight in 16 bits) is not 16-byte aligned,
+  // (a misaligned-address fault, sticky: the sweep would end). A bias packed among the parameters at an
+  // offset that is not a multiple of 16 bytes (the second bias of a 784-100-10 MLP in 16 bits, after the
+  // first layer's 100-element bias) is not 16-byte aligned,
   // where PyTorch's, a tensor of its own, always is: such a product runs unfused, as where cuBLASLt has no
   // algorithm.
   if ((g.epilogue != Epilogue::none && alignment(g.bias) < kEpilogueAlignment) ||

@@ -230,6 +230,10 @@ TEST(GpuSpecs, CardsAreFoundByTheNamesUsersType) {
   EXPECT_EQ(names("A100-SXM4-40GB"), std::vector<std::string>{"A100 40GB"});
   EXPECT_EQ(names("V100-PCIE-32GB"), std::vector<std::string>{"V100 PCIe"});
   EXPECT_TRUE(names("V100-SXM2-16GB").empty());
+  // But loose words with a size name nothing: "H100 80GB" is the PCIe or the SXM, "H200 141GB" the NVL or
+  // SXM.
+  EXPECT_TRUE(names("H100 80GB").empty());
+  EXPECT_TRUE(names("H200 141GB").empty());
   // "Tesla" says whose, as "NVIDIA": Tesla V100 is V100, the PCIe and the SXM2 (one memory), not one of them.
   EXPECT_EQ(names("Tesla V100"), names("V100"));
   EXPECT_EQ(names("Tesla V100"), (std::vector<std::string>{"V100 PCIe", "V100 SXM2"}));

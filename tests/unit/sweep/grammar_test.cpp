@@ -174,6 +174,7 @@ INSTANTIATE_TEST_SUITE_P(
         SizeBad{"18446744073709551616", "does not fit in 64 bits"},
         SizeBad{"16384PiB", "does not fit in 64 bits"}, SizeBad{"1.2.3GiB", "more than one decimal point"},
         SizeBad{"80,5GiB", "a decimal comma: write 80.5GiB"},
+        SizeBad{"1,024MiB", "a comma: write 1024MiB (thousands) or 1.024MiB (a decimal)"},
         SizeBad{"80Gb", "'Gb' is bits (a lower-case b)"},
         SizeBad{"1Mib", "'Mib' is bits (a lower-case b); sizes are in bytes: MiB"},
         SizeBad{"1e20", "does not fit in 64 bits"}, SizeBad{"1e100", "does not fit in 64 bits"},
