@@ -871,13 +871,16 @@ std::vector<Regression> find_regressions(const CompareResult& result, double pct
         // Every run is held to the baseline's budget, whatever its own: a run that dropped or moved
         // --latency-slo does not switch the gate off (its samples say its latency just the same).
         if (!latency || *latency <= budget * (1 + pct / 100)) continue;
+        const double over = (*latency / budget - 1) * 100;
         found.push_back(Regression{
             "latency_budget", i, row.batch, row.accumulation,
-            fmt::format("batch {} (A's answer under the {:g} ms {} budget): {}'s {} is {:.4g} ms, {:.1f}% "
+            fmt::format("batch {} (A's answer under the {:g} ms {} budget): {}'s {} is {:.4g} ms, {}% "
                         "over the budget "
                         "(A {:.4g} ms)",
                         batch_label(row.batch, row.accumulation), budget, name, letter(i), name, *latency,
-                        (*latency / budget - 1) * 100, *row.runs.front().budget_latency_ms)});
+                        // A breach under 1% (PCT 0 gates any) keeps two significant digits: not "0.0%".
+                        over >= 1 ? fmt::format("{:.1f}", over) : fmt::format("{:.2g}", over),
+                        *row.runs.front().budget_latency_ms)});
       }
     }
   }

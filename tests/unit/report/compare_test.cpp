@@ -618,6 +618,14 @@ TEST(Compare, TheAnswerUnderTheLatencyBudgetIsCompared) {
       ::testing::Contains("batch 64 (A's answer under the 3 ms p99 budget): B's p99 is 4 ms, 33.3% over "
                           "the budget (A 2.039 ms)"));
   EXPECT_TRUE(regressions(lost, 50).empty());  // within 50% of the budget: the edge's noise, for that gate
+  // A breach under 1% (PCT 0 gates any) is said with its digits, not as "0.0% over".
+  Report edge = b;
+  for (Point& p : edge.points)
+    if (p.batch == 64) p.step_ms.p99 = 3.0006;
+  EXPECT_THAT(
+      regressions(compare_pair(a, edge), 0),
+      ::testing::Contains("batch 64 (A's answer under the 3 ms p99 budget): B's p99 is 3.001 ms, 0.02% "
+                          "over the budget (A 2.039 ms)"));
 
   Report other = b;
   other.settings["latency_slo_ms"] = 5.0;
