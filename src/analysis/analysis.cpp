@@ -25,6 +25,7 @@ using analysis_detail::format_rate;
 using analysis_detail::format_share;
 using analysis_detail::is_ok;
 using analysis_detail::KneeCall;
+using analysis_detail::latency_text;
 using analysis_detail::swept_effective_batch;
 
 // The N whose splits the points are: from the points where they hold two accumulations of one N, else from
@@ -210,20 +211,6 @@ std::string latency_basis(const Point& point, double pct) {
   if (steps.empty()) return {};
   return fmt::format(" ({} {}{})", latency_name(pct), steps,
                      point.samples_ms.size() > 1 ? ": near the slowest" : "");
-}
-
-// A latency (a p99, ...) beside the budget it is held to, with the digits it takes for the two to read the
-// way they compare: never "the smallest p99 is 20 ms" over a 20 ms budget for 20.008.
-std::string latency_text(double latency, double budget_ms) {
-  const double budget = std::stod(format_number(budget_ms));  // as the budget is printed
-  const auto order = [](double a, double b) { return (a > b) - (a < b); };
-  // At least the integer digits: 1234 ms, not 1.23e+03.
-  const int whole = latency >= 1 ? static_cast<int>(std::floor(std::log10(latency))) + 1 : 1;
-  for (int digits = std::max(3, whole); digits <= std::max(9, whole); ++digits) {
-    std::string text = fmt::format("{:.{}g}", latency, digits);
-    if (order(std::stod(text), budget) == order(latency, budget_ms)) return text;
-  }
-  return fmt::format("{}", latency);
 }
 
 // The relative standard error of a point's mean step time, from its noise (the steps' relative standard

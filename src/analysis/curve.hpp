@@ -57,5 +57,8 @@ struct KneeDetail {
 [[nodiscard]] std::string format_share(double fraction, double threshold_pct);
 // "%g"-style number for option values in reasons ("1", "0.5", "12.5").
 [[nodiscard]] std::string format_number(double value);
+// A latency (a p99, ...) beside the budget it is held to, with the digits it takes for the two to read the
+// way they compare: never "20 ms" over a 20 ms budget for 20.008.
+[[nodiscard]] std::string latency_text(double latency, double budget_ms);
 
 }  // namespace bsw::analysis_detail

@@ -289,7 +289,7 @@ std::string format_svg(const Report& report) {
         "stroke-dasharray=\"4 3\"/>\n",
         px(kLeft), px(y), px(kRight), px(y), kLatencyColor);
     out += text(kRight - 4, y - 4, "end",
-                fmt::format("{} budget {} ms", pct_name, report_format::sig3(*budget_ms)),
+                fmt::format("{} budget {:g} ms", pct_name, *budget_ms),
                 fmt::format("fill=\"{}\"", kLatencyColor));
   }
 

@@ -51,12 +51,15 @@
 #include <algorithm>
 #include <cmath>
 
+#include "analysis/curve.hpp"
 #include "batchsweep/analysis.hpp"
 #include "batchsweep/sweep.hpp"
 #include "sweep/point_runner.hpp"
 
 namespace bsw::sweep_detail {
 namespace {
+
+using analysis_detail::latency_text;
 
 constexpr int kKneeRefinementPoints = 2;
 // The latency-budget bisection: at most this many timed points (a gap of 2^24 needs fewer at 1/16).
@@ -316,19 +319,21 @@ class AutoSearch {
         const Point* quickest =
             *std::min_element(timed.begin(), timed.end(),
                               [&](const Point* x, const Point* y) { return latency(x) < latency(y); });
-        why = fmt::format("no timed batch's {} is within it (the smallest: {:.3g} ms, batch {})", name,
-                          latency(quickest), quickest->batch);
+        why = fmt::format("no timed batch's {} is within it (the smallest: {} ms, batch {})", name,
+                          latency_text(latency(quickest), *budget), quickest->batch);
         break;
       }
       if (lo + 1 == timed.size()) {
-        why = fmt::format("the largest timed batch, {}, is within it ({} {:.3g} ms)", timed[lo]->batch, name,
-                          latency(timed[lo]));
+        why = fmt::format("the largest timed batch, {}, is within it ({} {} ms)", timed[lo]->batch, name,
+                          latency_text(latency(timed[lo]), *budget));
         break;
       }
       const int64_t a = timed[lo]->batch;
       const int64_t b = timed[lo + 1]->batch;
-      why = fmt::format("{} crosses it between {} ({:.3g} ms) and {} ({:.3g} ms)", name, a,
-                        latency(timed[lo]), b, latency(timed[lo + 1]));
+      // With the digits that keep each on its side of the budget: not "1.7 ms" for 1.704 over 1.7.
+      why = fmt::format("{} crosses it between {} ({} ms) and {} ({} ms)", name, a,
+                        latency_text(latency(timed[lo]), *budget), b,
+                        latency_text(latency(timed[lo + 1]), *budget));
       if (budget_edge_narrow(a, b)) break;
       // The analysis picks the fastest batch within the budget (or one within noise of it at a lower p99):
       // where throughput is flat up to a

@@ -440,6 +440,24 @@ TEST(AutoSearch, ACapReachedByProbesIsTheLargestFit) {
   EXPECT_FALSE(stopped.untimed_fit.has_value()) << stopped.search_summary;
 }
 
+// The search line says the two batches around the budget with the digits that keep each on its side: a
+// p99 of 1.704 ms over a 1.7 ms budget is not "1.7 ms".
+TEST(AutoSearch, TheBudgetCrossingIsSaidOnItsSides) {
+  ScriptedConfig config = testing::roofline(1.0, 1.0, 0.0);
+  config.curve = ScriptedConfig::Curve::saturating;  // 1 ms (1 + b / 2000)
+  config.b0 = 2000;
+  config.oom_above_batch = 16384;
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = auto_settings();
+  settings.mode = Mode::infer;
+  settings.latency_slo_ms = 1.7;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, tiny_graph(), settings, observer);
+  EXPECT_NE(outcome.search_summary.find("p99 crosses it between 1344 (1.67 ms) and 1408 (1.704 ms)"),
+            std::string::npos)
+      << outcome.search_summary;
+}
+
 // --latency-slo: the batches where p99 crosses the budget are bisected with timed points until they are
 // within 1/16 of each other, so the best batch under the budget is known to a few percent.
 ScriptedConfig still_scaling() {
