@@ -102,56 +102,52 @@ std::string likely_mistake(std::string_view text, std::size_t at, std::string_vi
   return {};
 }
 
+// Calls visit(i) for each byte outside JSON strings and their quotes; visit returns the index to go on from
+// (i for the next byte, a token's last byte to skip it) or npos to stop there: the index it stopped at, or
+// npos where it never did.
+template <class Visit>
+std::size_t scan_outside_strings(std::string_view text, Visit visit) {
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;  // the escaped character
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      continue;
+    }
+    const std::size_t next = visit(i);
+    if (next == std::string_view::npos) return i;
+    i = next;
+  }
+  return std::string_view::npos;
+}
+
 // Where `token` stands as a number in `text`: outside strings, not part of a longer token; npos if nowhere.
 std::size_t number_at(std::string_view text, std::string_view token) {
   if (token.empty()) return std::string_view::npos;
   const auto part_of_number = [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '+' || c == '-';
   };
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\')
-        ++i;  // the escaped character
-      else if (c == '"')
-        in_string = false;
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-      continue;
-    }
-    if (text.compare(i, token.size(), token) == 0 && (i == 0 || !part_of_number(text[i - 1])) &&
-        (i + token.size() == text.size() || !part_of_number(text[i + token.size()])))
-      return i;
-  }
-  return std::string_view::npos;
+  return scan_outside_strings(text, [&](std::size_t i) {
+    const bool here = text.compare(i, token.size(), token) == 0 && (i == 0 || !part_of_number(text[i - 1])) &&
+                      (i + token.size() == text.size() || !part_of_number(text[i + token.size()]));
+    return here ? std::string_view::npos : i;
+  });
 }
 
 }  // namespace
 
 std::optional<std::string> json_number_underflow(std::string_view text) {
-  bool in_string = false;
-  std::size_t line = 1, line_start = 0;
-  for (std::size_t i = 0; i < text.size(); ++i) {
+  std::string token;
+  const std::size_t at = scan_outside_strings(text, [&](std::size_t i) {
     const char c = text[i];
-    if (c == '\n') {
-      ++line;
-      line_start = i + 1;
-    }
-    if (in_string) {
-      if (c == '\\')
-        ++i;  // the escaped character
-      else if (c == '"')
-        in_string = false;
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-      continue;
-    }
-    if (c != '-' && std::isdigit(static_cast<unsigned char>(c)) == 0) continue;
+    if (c != '-' && std::isdigit(static_cast<unsigned char>(c)) == 0) return i;
     // A number token (the text parsed: it is JSON's grammar); only one with an exponent can underflow.
     std::size_t end = i + 1;
     bool nonzero = c >= '1' && c <= '9', exponent = false;
@@ -166,13 +162,16 @@ std::optional<std::string> json_number_underflow(std::string_view text) {
       }
       ++end;
     }
-    const std::string token(text.substr(i, end - i));
-    if (exponent && nonzero && std::strtod(token.c_str(), nullptr) == 0.0)
-      return fmt::format("line {}, column {}: the number {} is too small for a double (it reads as 0)", line,
-                         i - line_start + 1, token);
-    i = end - 1;
-  }
-  return std::nullopt;
+    token.assign(text.substr(i, end - i));
+    if (exponent && nonzero && std::strtod(token.c_str(), nullptr) == 0.0) return std::string_view::npos;
+    return end - 1;
+  });
+  if (at == std::string_view::npos) return std::nullopt;
+  const std::size_t line_start =
+      text.rfind('\n', at) == std::string_view::npos ? 0 : text.rfind('\n', at) + 1;
+  const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n');
+  return fmt::format("line {}, column {}: the number {} is too small for a double (it reads as 0)", line,
+                     at - line_start + 1, token);
 }
 
 std::string json_syntax_error(std::string_view text, std::size_t byte, std::string_view what) {
