@@ -288,8 +288,7 @@ std::string format_svg(const Report& report) {
         "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"1\" "
         "stroke-dasharray=\"4 3\"/>\n",
         px(kLeft), px(y), px(kRight), px(y), kLatencyColor);
-    out += text(kRight - 4, y - 4, "end",
-                fmt::format("{} budget {:g} ms", pct_name, *budget_ms),
+    out += text(kRight - 4, y - 4, "end", fmt::format("{} budget {:g} ms", pct_name, *budget_ms),
                 fmt::format("fill=\"{}\"", kLatencyColor));
   }
 

@@ -1227,14 +1227,19 @@ TEST(Run, AnAddressSpaceLimitTooTightForOpenBlasThreadsDoesNotHang) {
 // SIGINT (exit 130) and SIGTERM (143) mid-sweep: every finished point is in a valid report at `json`.
 // Starts batchsweep with `args`, waits until `json` holds at least `points` points, sends `sig`; the exit
 // code, or -1 (and a failure) when the report never got there or the process did not exit.
-int interrupt_after(const std::vector<std::string>& args, const std::string& json, size_t points, int sig,
-                    const std::string& stderr_path = "/dev/null", int again_after_ms = -1) {
+// Starts batchsweep with `args` (stdout to /dev/null, stderr to `stderr_path`); its pid.
+pid_t start_batchsweep(const std::vector<std::string>& args, const std::string& stderr_path) {
   const pid_t pid = fork();
   if (pid == 0) {
     freopen("/dev/null", "w", stdout);
     freopen(stderr_path.c_str(), "w", stderr);
     exec_batchsweep(args);
   }
+  return pid;
+}
+
+// Waits (10 s at most) until the report at `json` holds `points` points; how many it holds then.
+size_t wait_for_points(const std::string& json, size_t points) {
   size_t seen = 0;
   for (int i = 0; i < 400 && seen < points; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
@@ -1244,6 +1249,13 @@ int interrupt_after(const std::vector<std::string>& args, const std::string& jso
       seen = 0;  // not written yet
     }
   }
+  return seen;
+}
+
+int interrupt_after(const std::vector<std::string>& args, const std::string& json, size_t points, int sig,
+                    const std::string& stderr_path = "/dev/null", int again_after_ms = -1) {
+  const pid_t pid = start_batchsweep(args, stderr_path);
+  const size_t seen = wait_for_points(json, points);
   if (seen < points) ADD_FAILURE() << "the sweep never wrote " << points << " points";
   kill(pid, sig);
   if (again_after_ms >= 0) {
@@ -1327,22 +1339,11 @@ TEST(Run, ASecondSignalSaysWhetherAReportWasWritten) {
   }
   const auto quit_twice = [&](const std::string& batches, size_t points_first) {
     const std::string json = (dir / ("q" + batches + ".json")).string(), err = json + ".err";
-    const pid_t pid = fork();
-    if (pid == 0) {
-      freopen("/dev/null", "w", stdout);
-      freopen(err.c_str(), "w", stderr);
-      exec_batchsweep({"run", "--backend", "scripted", "--script", script, "--model", "mlp", "--batch",
-                       batches, "--warmup", "0", "--min-samples", "2", "--min-time", "0", "--json", json});
-    }
-    size_t seen = 0;
-    for (int i = 0; i < 400 && seen < points_first; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(25));
-      try {
-        seen = read_json(json)["points"].size();
-      } catch (const std::exception&) {
-        seen = 0;
-      }
-    }
+    const pid_t pid =
+        start_batchsweep({"run", "--backend", "scripted", "--script", script, "--model", "mlp", "--batch",
+                          batches, "--warmup", "0", "--min-samples", "2", "--min-time", "0", "--json", json},
+                         err);
+    EXPECT_GE(wait_for_points(json, points_first), points_first);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // into batch 4096's first step
     kill(pid, SIGINT);
     std::this_thread::sleep_for(std::chrono::milliseconds(1300));

@@ -96,8 +96,8 @@ void batchnorm_backward(DType t, const void* x, const void* gamma, const float* 
 // ------------------------------------------------------------------------------------------------------
 void embedding_forward(DType t, const int32_t* ids, const void* tokens, const void* positions, void* y,
                        int64_t batch, int64_t seq, int64_t dim, cudaStream_t stream);
-// dtokens += (fp32 atomics: order-dependent in the last bits), dpositions += (column sums: in a fixed order up
-// to 256 samples, above that one fp32 atomic per 256-sample slab, order-dependent in the last bits too).
+// dtokens += (fp32 atomics: order-dependent in the last bits), dpositions += (column sums: in a fixed order
+// up to 256 samples, above that one fp32 atomic per 256-sample slab, order-dependent in the last bits too).
 void embedding_backward(DType t, const int32_t* ids, const void* dy, float* dtokens, float* dpositions,
                         int64_t batch, int64_t seq, int64_t dim, cudaStream_t stream);
 // y[n * count + i] += positions[i] for every sample n.
