@@ -27,6 +27,10 @@ struct GpuCard {
 // Empty where it names none, and for a laptop part.
 [[nodiscard]] std::vector<GpuCard> gpus_named(std::string_view text);
 
+// Where `text` is a device name whose size is not its card's ("V100-SXM2-16GB": the sheet has the 32 GB), so
+// gpus_named finds none: "V100 SXM2, which configs/gpus.json knows as 32 GB (32510 MiB)"; else nullopt.
+[[nodiscard]] std::optional<std::string> gpu_of_other_size(std::string_view text);
+
 // The sheet's entry for a device name as CUDA or nvidia-smi gives it ("NVIDIA H100 80GB HBM3"): the first
 // entry one of whose `match` strings the name contains as whole tokens and none of whose `exclude` tokens it
 // contains (H200 is not found in GH200, A10 not in A10G); nullptr where none.

@@ -481,6 +481,12 @@ MemoryArg parse_memory(const std::string& text, std::string_view flag) {
           "{} {}: a laptop GPU is no card of configs/gpus.json (its desktop namesake has other memory): give "
           "its memory as nvidia-smi reports it, e.g. {} 16GiB",
           flag, text, flag));
+    if (const std::optional<std::string> other = gpu_of_other_size(text))
+      throw UsageError(
+          fmt::format("{} {}: names the {}, not this size: give the card's memory as nvidia-smi "
+                      "reports it (nvidia-smi --query-gpu=memory.total --format=csv), e.g. {} "
+                      "16160MiB",
+                      flag, text, *other, flag));
     const std::vector<std::string>& pool = sharing ? *sharing : known;
     const std::vector<std::string_view> views(pool.begin(), pool.end());
     std::string hint;

@@ -1,6 +1,7 @@
 // The compiled-in GPU spec sheet and its cards by name (see include/batchsweep/gpu_specs.hpp).
 #include "batchsweep/gpu_specs.hpp"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cctype>
 
@@ -60,6 +61,47 @@ bool contains_tokens(const std::string& name, const std::string& pattern) {
 
 GpuCard card_of(const nlohmann::json& gpu) {
   return {gpu.at("name").get<std::string>(), gpu.at("memory_mib").get<uint64_t>() * 1024 * 1024};
+}
+
+// The card a device name as nvidia-smi or CUDA prints it names ("NVIDIA A100-SXM4-80GB", "Tesla
+// V100-SXM2-32GB"), by the sheet's own tokens: only a name that says whose it is or its size (the peak-rate
+// matcher ignores sizes, so "A100 80" would find the 40 GB entry; "A100-SXM4-80GB", nvidia-smi's name without
+// its vendor, says it), and no laptop part. `other_size`: its "16GB" is not the card's memory_gb (a V100
+// SXM2 16GB, a variant the sheet lacks).
+struct DeviceNameMatch {
+  const nlohmann::json* gpu = nullptr;
+  bool other_size = false;
+};
+
+DeviceNameMatch device_name_match(std::string_view text) {
+  if (is_laptop_part(text)) return {};
+  const std::vector<std::string> words = words_of(text);  // lower case already
+  const std::string low = lower(text);
+  const bool branded =
+      low.starts_with("nvidia") || low.starts_with("tesla") || low.find("geforce") != std::string::npos;
+  const auto size_word = [](const std::string& word) {
+    return word.size() >= 3 && word.size() <= 8 && word.ends_with("gb") &&
+           std::all_of(word.begin(), word.end() - 2,
+                       [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  };
+  const bool sized = std::any_of(words.begin(), words.end(), size_word);
+  if (!branded && !sized) return {};
+  const nlohmann::json* gpu = gpu_spec_for_device(text);
+  if (gpu == nullptr) return {};
+  // Without a vendor, only by a match string of more than the model number ("A100-SXM4-80GB"): "H100 80GB"
+  // holds one of the H100 PCIe and SXM, both 80 GB, and the sheet's first is no answer.
+  if (!branded) {
+    bool specific = false;
+    for (const nlohmann::json& pattern : gpu->at("match")) {
+      const std::string p = lower(pattern.get<std::string>());
+      specific = specific || (words_of(p).size() >= 2 && contains_tokens(low, p));
+    }
+    if (!specific) return {};
+  }
+  for (const std::string& word : words)
+    if (size_word(word) && std::stoll(word.substr(0, word.size() - 2)) != gpu->at("memory_gb").get<int64_t>())
+      return {gpu, true};
+  return {gpu, false};
 }
 
 }  // namespace
@@ -134,38 +176,18 @@ std::vector<GpuCard> gpus_named(std::string_view text) {
   }
   if (!whole.empty()) return whole;
   if (!begun.empty()) return begun;
-  // A device name as nvidia-smi or CUDA prints it ("NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB"), by the
-  // sheet's own tokens; only a name that says whose it is or its size (the peak-rate matcher ignores sizes,
-  // so "A100 80" would find the 40 GB entry; "A100-SXM4-80GB", nvidia-smi's name without its vendor, says
-  // it), that is no laptop part, and whose "16GB" agrees with the card's memory_gb.
-  if (is_laptop_part(text)) return {};
-  const std::vector<std::string> words = words_of(text);  // lower case already
-  const std::string low = lower(text);
-  const bool branded =
-      low.starts_with("nvidia") || low.starts_with("tesla") || low.find("geforce") != std::string::npos;
-  const auto size_word = [](const std::string& word) {
-    return word.size() >= 3 && word.size() <= 8 && word.ends_with("gb") &&
-           std::all_of(word.begin(), word.end() - 2,
-                       [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-  };
-  const bool sized = std::any_of(words.begin(), words.end(), size_word);
-  if (!branded && !sized) return {};
-  const nlohmann::json* gpu = gpu_spec_for_device(text);
-  if (gpu == nullptr) return {};
-  // Without a vendor, only by a match string of more than the model number ("A100-SXM4-80GB"): "H100 80GB"
-  // holds one of the H100 PCIe and SXM, both 80 GB, and the sheet's first is no answer.
-  if (!branded) {
-    bool specific = false;
-    for (const nlohmann::json& pattern : gpu->at("match")) {
-      const std::string p = lower(pattern.get<std::string>());
-      specific = specific || (words_of(p).size() >= 2 && contains_tokens(low, p));
-    }
-    if (!specific) return {};
-  }
-  for (const std::string& word : words)
-    if (size_word(word) && std::stoll(word.substr(0, word.size() - 2)) != gpu->at("memory_gb").get<int64_t>())
-      return {};
-  return {card_of(*gpu)};
+  const DeviceNameMatch match = device_name_match(text);
+  if (match.gpu == nullptr || match.other_size) return {};
+  return {card_of(*match.gpu)};
+}
+
+std::optional<std::string> gpu_of_other_size(std::string_view text) {
+  if (!gpus_named(text).empty()) return std::nullopt;
+  const DeviceNameMatch match = device_name_match(text);
+  if (match.gpu == nullptr || !match.other_size) return std::nullopt;
+  return fmt::format("{}, which configs/gpus.json knows as {} GB ({} MiB)",
+                     match.gpu->at("name").get<std::string>(), match.gpu->at("memory_gb").get<int64_t>(),
+                     match.gpu->at("memory_mib").get<uint64_t>());
 }
 
 }  // namespace bsw

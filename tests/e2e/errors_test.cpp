@@ -355,6 +355,13 @@ INSTANTIATE_TEST_SUITE_P(
             {"a laptop GPU is no card of configs/gpus.json (its desktop namesake has other memory): give its "
              "memory as nvidia-smi reports it, e.g. --memory 16GiB"}},
         Case{"card_number_v100s", {"plan", "--memory", "V100S"}, 2, {"configs/gpus.json (H200 NVL"}},
+        // A variant the sheet lacks (the 16 GB V100): its card is named, and why it is not taken.
+        Case{"card_other_size",
+             {"run", "--memory-limit", "Tesla V100-SXM2-16GB"},
+             2,
+             {"--memory-limit Tesla V100-SXM2-16GB: names the V100 SXM2, which configs/gpus.json knows as 32 "
+              "GB "
+              "(32510 MiB), not this size: give the card's memory as nvidia-smi reports it"}},
         // A bare number that is in a card's name: the size's error, then the card.
         Case{"card_number_for_memory",
              {"plan", "--memory", "4090"},

@@ -240,6 +240,12 @@ TEST(GpuSpecs, CardsAreFoundByTheNamesUsersType) {
   // But never the wrong memory: the 16 GB V100 is not the sheet's 32 GB one, a laptop 4090 is not the desktop
   // card, and loose words (no brand: "A100 80", "A100 SXM", "H100 94GB") name nothing rather than a guess.
   EXPECT_TRUE(names("Tesla V100-SXM2-16GB").empty());
+  // ... and says which card it would have been, for the error.
+  EXPECT_EQ(gpu_of_other_size("Tesla V100-SXM2-16GB"),
+            "V100 SXM2, which configs/gpus.json knows as 32 GB (32510 MiB)");
+  EXPECT_EQ(gpu_of_other_size("V100-SXM2-32GB"), std::nullopt);  // it is the card
+  EXPECT_EQ(gpu_of_other_size("H100 94GB"), std::nullopt);       // loose words name no card
+  EXPECT_EQ(gpu_of_other_size("RTX 4090 Laptop GPU 16GB"), std::nullopt);
   EXPECT_TRUE(names("NVIDIA GeForce RTX 4090 Laptop GPU").empty());
   EXPECT_TRUE(is_laptop_part("NVIDIA GeForce RTX 4090 Laptop GPU"));
   EXPECT_TRUE(is_laptop_part("RTX 3080 Max-Q"));
