@@ -735,6 +735,31 @@ class TorchSweepTest(unittest.TestCase):
         self.assertEqual(train["points"][0]["status"], "ok")
         self.assertIn("skipped_steps", train["points"][0])
 
+    def test_fp16_divergence_is_an_error_point_as_batchsweeps(self):
+        # GradScaler halves its scale without end; batchsweep stops at 1 and calls an overflow there an error
+        # point (every later step would skip its update). The peer says the same of the same model.
+        cfg = {"name": "div", "input": {"type": "vector", "features": 256},
+               "layers": [{"type": "linear", "out_features": 256, "activation": "relu"},
+                          {"type": "linear", "out_features": 256, "activation": "relu"},
+                          {"type": "linear", "out_features": 256}],
+               "loss": "mse", "optimizer": {"type": "sgd", "learning_rate": 100.0}}  # batchsweep: the same
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "report.json")
+            code, _, err = run_main(["--model", write_json(tmp, "div.json", cfg), "--batch", "2", "--precision",
+                                     "fp16", "--min-samples", "1000", "--min-time", "0", "--warmup", "0",
+                                     "--timeout", "120", "--quiet", "--device", "cpu", "--json", path])
+            self.assertEqual(code, 4, err)  # no batch ran ok
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+        validate(self, doc)
+        p = doc["points"][0]
+        self.assertEqual(p["status"], "error")
+        self.assertTrue(p["reason"].startswith("non-finite gradients (NaN/Inf) at step "), p["reason"])
+        self.assertIn("they overflow fp16 at the lowest loss scale (1), so every step would skip its update; "
+                      "training diverged on the synthetic data: lower the model's optimizer.learning_rate",
+                      p["reason"])
+        self.assertGreaterEqual(p["skipped_steps"], 16)  # 65536 halved to 1, then the overflow at 1
+
     def test_a_shape_pytorch_refuses_is_an_error_point_and_the_sweep_goes_on(self):
         # BatchNorm1d in training at batch 1 raises ValueError ("Expected more than 1 value per channel"), not a
         # RuntimeError: an error point, and the larger batches still run.

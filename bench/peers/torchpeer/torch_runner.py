@@ -86,6 +86,25 @@ def _cpu_memory_bytes():
         return None
 
 
+def _below_lowest_scale(scale: Optional[float]) -> bool:
+    """GradScaler halves its scale on every overflow, without end; batchsweep stops at 1: an overflow at
+    scale 1 (GradScaler's scale now below it) means the gradients overflow fp16 unscaled, so every later step
+    would skip its update. The point is then an error, as batchsweep's, not an ok point timed on steps that
+    train nothing."""
+    return scale is not None and scale < 1.0
+
+
+def _overflow_reason(where: str, updated: bool, last: Optional[float]) -> str:
+    """batchsweep's reason for the same point (src/sweep/runner.cpp)."""
+    if not updated:
+        return (f"non-finite gradients (NaN/Inf) at {where}: they overflow fp16 at the lowest loss scale (1) and "
+                "no step updated the weights, so the model overflows fp16 as initialised: use bf16 or fp32")
+    after = f" after a loss of {last:.3g}" if last is not None else ""
+    return (f"non-finite gradients (NaN/Inf) at {where}{after}: they overflow fp16 at the lowest loss scale (1), "
+            "so every step would skip its update; training diverged on the synthetic data: lower the model's "
+            "optimizer.learning_rate (it does not change the step time), or use bf16")
+
+
 class PointState:
     """Everything one point owns: model, optimizer, scaler and data. Dropped as a whole after the point."""
 
@@ -315,6 +334,8 @@ class TorchRunner:
         warmup = max(opts.stopping.warmup_steps, 1) if opts.compile else opts.stopping.warmup_steps
         state = None
         skipped_steps = 0
+        updated = False  # a step of this point updated the weights (not skipped by GradScaler)
+        last = None  # the last finite loss
         try:
             state = self.state_factory(self.loaded, self.graph, opts, self.device, batch, self.notes)
             scale = state.loss_scale()
@@ -335,6 +356,12 @@ class TorchRunner:
                 if warm == 1:
                     clock_start = self.clock()
                 criterion = criterion or NoiseCriterion(opts.stopping, self.clock)
+                updated = updated or not skipped
+                if skipped and _below_lowest_scale(scale):
+                    point.status, point.reason = "error", _overflow_reason(f"warm-up step {warm}", updated, last)
+                    break
+                if loss is not None and math.isfinite(loss):
+                    last = loss
                 if loss is not None and not math.isfinite(loss) and not skipped:
                     point.status, point.reason = "error", f"non-finite loss (NaN/Inf) at warm-up step {warm}"
                     break
@@ -348,6 +375,12 @@ class TorchRunner:
                 point.samples_ms.append(ms)
                 criterion.add_measurement(ms)
                 skipped_steps += skipped
+                updated = updated or not skipped
+                if skipped and _below_lowest_scale(scale):
+                    point.status, point.reason = "error", _overflow_reason(f"step {step}", updated, last)
+                    break
+                if loss is not None and math.isfinite(loss):
+                    last = loss
                 if loss is not None and not math.isfinite(loss) and not skipped:
                     point.status, point.reason = "error", f"non-finite loss (NaN/Inf) at step {step}"
                     break
