@@ -30,8 +30,10 @@ namespace bsw {
 // OpenBLAS starts its worker threads as it loads, before main, and each maps its work buffer (about 128 MiB)
 // at once, retrying without end where `ulimit -v` leaves no room for it: such a process hangs at exit,
 // joining a worker that never gets its buffer (even `presets`, which never calls BLAS). True where an
-// address-space limit is set, OpenBLAS has workers, and one buffer cannot be mapped now; main then runs
-// itself again with OPENBLAS_NUM_THREADS=1, which starts none.
+// address-space limit is set, OpenBLAS has workers, and what the limit leaves cannot hold the buffers the
+// workers have yet to map plus the main thread's; main then runs itself again with OPENBLAS_NUM_THREADS=1,
+// which starts none. Otherwise it returns once every worker holds its buffer (a worker that starts after main
+// must not find its room taken).
 [[nodiscard]] bool blas_workers_starved();
 // The threads OpenBLAS runs GEMMs on (OPENBLAS_NUM_THREADS, else the cores).
 [[nodiscard]] int blas_threads();

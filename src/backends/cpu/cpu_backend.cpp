@@ -11,12 +11,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -905,13 +907,65 @@ std::unique_ptr<Backend> make_cpu_backend() {
 
 namespace bsw {
 
+namespace {
+
+// This process's address space as the limit counts it (every mapping), and how many of OpenBLAS's 128 MiB
+// work buffers it holds: anonymous read-write mappings, counted by whole buffers (the kernel merges adjacent
+// ones: two workers' buffers read as one 256 MiB mapping). One read of /proc/self/maps, so the two agree.
+struct AddressSpace {
+  uint64_t mapped = 0;
+  int buffers = 0;
+};
+std::optional<AddressSpace> address_space() {
+  std::ifstream in("/proc/self/maps");
+  if (!in) return std::nullopt;
+  AddressSpace space;
+  std::string line;
+  while (std::getline(in, line)) {
+    unsigned long long begin = 0, end = 0, offset = 0, inode = 0;  // NOLINT(google-runtime-int): for %llx
+    char perms[5] = {};
+    char device[32] = {};
+    int path_at = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx %4s %llx %31s %llu %n", &begin, &end, perms, &offset, device,
+                    &inode, &path_at) < 6 ||
+        end < begin)
+      continue;
+    const uint64_t size = end - begin;
+    space.mapped += size;
+    const bool anonymous =
+        inode == 0 && line.find_first_not_of(' ', static_cast<size_t>(path_at)) == std::string::npos;
+    if (anonymous && std::strcmp(perms, "rw-p") == 0)
+      space.buffers += static_cast<int>(size / cpu::kBufferBytes);
+  }
+  return space;
+}
+
+}  // namespace
+
 bool blas_workers_starved() {
   rlimit limit{};
-  if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY || openblas_get_num_threads() < 2)
-    return false;
-  // A worker that got its buffer holds it; one still retrying needs this much more (its mapping is a page
-  // or two over 128 MiB).
-  return !cpu::can_map(1, cpu::kBufferBytes + (uint64_t{64} << 10));
+  const int threads = openblas_get_num_threads();
+  if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY || threads < 2) return false;
+  // The workers map their buffers as they start, which on a busy machine may be after main begins: judged
+  // by what they still need, not by whether one buffer fits now (a worker yet to map would then take it, and
+  // the process's own later mappings, a plan's arena, could take a slower one's room: it would retry without
+  // end). Starved where the room left cannot hold the buffers the workers still need and the main thread's
+  // (its first GEMM maps it: with one thread, the workers' room is its); else main waits until the workers
+  // hold theirs, so nothing mapped later can take their room. Each buffer is allowed 64 KiB of slack.
+  const uint64_t buffer = cpu::kBufferBytes + (uint64_t{64} << 10);
+  const int workers = threads - 1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (true) {
+    const std::optional<AddressSpace> space = address_space();
+    if (!space) return !cpu::can_map(1, buffer);  // no /proc: one retrying worker needs one buffer more
+    const int missing = workers - std::min(workers, space->buffers);
+    const uint64_t room = limit.rlim_cur > space->mapped ? limit.rlim_cur - space->mapped : 0;
+    if (room < static_cast<uint64_t>(missing + 1) * buffer) return true;
+    if (missing == 0) return false;
+    // Room for all, but a worker has not mapped its buffer in 5 s: single-threaded is the safe side.
+    if (std::chrono::steady_clock::now() >= deadline) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 int blas_threads() {
