@@ -363,7 +363,9 @@ bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& cri
           "optimizer.learning_rate (it does not change the step time), or use bf16",
           where, last ? fmt::format(" after a loss of {:.3g}", *last) : std::string());
     std::string reason = fmt::format("non-finite loss (NaN/Inf) at {}", where);
-    if (settings_.mode == Mode::train && last && std::abs(*last) > 1e6)
+    // A step that trained came first, and only the weights changed since: however small the loss before
+    // (a learning rate of 1e20 overflows in one step), the training diverged.
+    if (settings_.mode == Mode::train && last)
       reason += fmt::format(
           " after a loss of {:.3g}: training diverged on the synthetic data; lower the model's "
           "optimizer.learning_rate (it does not change the step time)",

@@ -129,6 +129,21 @@ TEST(Run, ADivergingLossNamesTheLearningRate) {
   EXPECT_NE(reason.find("training diverged on the synthetic data; lower the model's optimizer.learning_rate"),
             std::string::npos)
       << reason;
+
+  // A rate that overflows in one step, from a small loss: the same diagnosis, at the second step.
+  const auto instant = dir / "lr1e20.json";
+  std::ofstream(instant)
+      << R"({"name": "lr1e20", "input": {"type": "vector", "features": 64}, "layers": [{"type": "linear", )"
+         R"("out_features": 64}, {"type": "linear", "out_features": 64}], "loss": "mse", )"
+         R"("optimizer": {"type": "sgd", "learning_rate": 1e20}})";
+  const Result at_once = run({"run", "--backend", "cpu", "--model", instant.string(), "--batch", "4",
+                              "--warmup", "0", "--timeout", "120", "--quiet", "--json", "-"});
+  ASSERT_EQ(at_once.exit_code, 4) << at_once.err;
+  const std::string said = nlohmann::json::parse(at_once.out)["points"][0]["reason"];
+  EXPECT_EQ(said.rfind("non-finite loss (NaN/Inf) at step 2 after a loss of ", 0), 0u) << said;
+  EXPECT_NE(said.find("training diverged on the synthetic data; lower the model's optimizer.learning_rate"),
+            std::string::npos)
+      << said;
 }
 
 // fp16 skips an overflowing step and halves the loss scale; once the weights grow past fp16 the gradients
