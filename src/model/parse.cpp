@@ -58,6 +58,8 @@ struct OtherName {
   std::string_view theirs;
   std::string_view ours;
   std::string_view why;
+  // Said instead of "did you mean 'ours'?" where there is no one name to take (PyTorch's betas are two).
+  std::string_view instead = {};
 };
 constexpr OtherName kOtherNames[] = {
     {"downsample", "shortcut", "torchvision's downsample is a residual's shortcut here"},
@@ -70,6 +72,42 @@ constexpr OtherName kOtherNames[] = {
     {"embed_dim", "dim", "PyTorch's embed_dim is dim here"},
     {"hidden_size", "dim", "Hugging Face's hidden_size is dim here"},
     {"num_embeddings", "vocab_size", "PyTorch's num_embeddings is vocab_size here"},
+    {"embedding_dim", "dim", "PyTorch's embedding_dim is dim here"},
+    {"n_embd", "dim", "GPT-2's n_embd is dim here"},
+    {"n_heads", "heads", "n_heads is heads here"},
+    {"n_head", "heads", "GPT-2's n_head is heads here"},
+    {"num_attention_heads", "heads", "Hugging Face's num_attention_heads is heads here"},
+    {"is_causal", "causal", "PyTorch's is_causal is causal here"},
+    {"seq_len", "sequence_length", "the tokens' seq_len is sequence_length here"},
+    {"seq_length", "sequence_length", "the tokens' seq_length is sequence_length here"},
+    {"max_seq_len", "sequence_length", "the tokens' max_seq_len is sequence_length here"},
+    {"n_positions", "sequence_length", "GPT-2's n_positions is the input's sequence_length here"},
+    {"block_size", "sequence_length", "nanoGPT's block_size is the input's sequence_length here"},
+    {"in_channels", "channels", "the image input's in_channels is channels here"},
+    {"in_features", "features", "the vector input's in_features is features here"},
+    {"betas", "beta1", "", "PyTorch's betas [b1, b2] are two keys here: \"beta1\": b1, \"beta2\": b2"},
+    {"swish", "silu", "swish is SiLU"},
+    {"ce", "cross_entropy", "ce is cross_entropy here"},
+    {"crossentropy", "cross_entropy", "PyTorch's CrossEntropyLoss is cross_entropy here"},
+    {"crossentropyloss", "cross_entropy", "PyTorch's CrossEntropyLoss is cross_entropy here"},
+    {"mseloss", "mse", "PyTorch's MSELoss is mse here"},
+    {"adaptive_avgpool", "global_avgpool", "an adaptive average pool to 1x1 is global_avgpool here"},
+    {"adaptive_avgpool2d", "global_avgpool", "an adaptive average pool to 1x1 is global_avgpool here"},
+    {"adaptiveavgpool2d", "global_avgpool", "PyTorch's AdaptiveAvgPool2d((1, 1)) is global_avgpool here"},
+    {"adaptive_avg_pool2d", "global_avgpool", "PyTorch's adaptive_avg_pool2d to 1x1 is global_avgpool here"},
+    {"globalaveragepooling2d", "global_avgpool", "Keras's GlobalAveragePooling2D is global_avgpool here"},
+    {"relu", "linear", "",
+     "an activation is no layer here but a field of the layer before it: \"activation\": \"relu\" on a "
+     "linear, conv2d, batchnorm or residual"},
+    {"gelu", "linear", "",
+     "an activation is no layer here but a field of the layer before it: \"activation\": \"gelu\" on a "
+     "linear, conv2d, batchnorm or residual"},
+    {"silu", "linear", "",
+     "an activation is no layer here but a field of the layer before it: \"activation\": \"silu\" on a "
+     "linear, conv2d, batchnorm or residual"},
+    {"tanh", "linear", "",
+     "an activation is no layer here but a field of the layer before it: \"activation\": \"tanh\" on a "
+     "linear, conv2d, batchnorm or residual"},
     {"dense", "linear", "Keras's Dense is a linear layer here"},
     {"fc", "linear", "a fully connected layer is linear here"},
     {"multiheadattention", "attention", "PyTorch's MultiheadAttention is attention here"},
@@ -87,6 +125,12 @@ const OtherName* other_name(std::string_view word, std::span<const std::string_v
   for (const OtherName& n : kOtherNames)
     if (n.theirs == lower && std::find(allowed.begin(), allowed.end(), n.ours) != allowed.end()) return &n;
   return nullptr;
+}
+
+// What an error adds for another framework's name: "; did you mean 'heads'? (PyTorch's nhead is heads here)".
+std::string suggestion(const OtherName& n) {
+  if (!n.instead.empty()) return fmt::format(": {}", n.instead);
+  return fmt::format("; did you mean '{}'? ({})", n.ours, n.why);
 }
 
 // User-written text (a key, a name) as a message or path shows it: control characters replaced, clipped.
@@ -165,7 +209,7 @@ class Parser {
       if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
       std::string message = fmt::format("unknown key {} {}", quote_user(key), what);
       if (const OtherName* renamed = other_name(key, allowed)) {
-        message += fmt::format("; did you mean '{}'? ({})", renamed->ours, renamed->why);
+        message += suggestion(*renamed);
       } else if (const auto near = model_detail::nearest_name(key, allowed)) {
         message += fmt::format("; did you mean '{}'?", *near);
       } else {
@@ -242,7 +286,7 @@ class Parser {
     const std::vector<std::string_view> names = names_of(table, name_of);
     std::string message = fmt::format("unknown {} {}", what, quote_user(text));
     if (const OtherName* renamed = other_name(text, names))
-      message += fmt::format("; did you mean '{}'? ({})", renamed->ours, renamed->why);
+      message += suggestion(*renamed);
     else if (const auto near = model_detail::nearest_name(text, names))
       message += fmt::format("; did you mean '{}'?", *near);
     message += fmt::format(" (allowed: {})", model_detail::join_names(names));
@@ -423,6 +467,11 @@ class Parser {
   }
 
   OptimizerSpec parse_optimizer(const json& v) const {
+    if (v.is_string())  // "optimizer": "sgd", the name alone
+      fail("optimizer",
+           fmt::format("expected the optimizer settings (a JSON object), got {}: write {{\"type\": "
+                       "{}}} (with \"learning_rate\" and the rest beside it)",
+                       describe(v), describe(v)));
     require_object(v, "optimizer", "the optimizer settings");
     const auto types = schema::optimizer_infos();
     const auto name_of = [](const schema::OptimizerInfo& i) { return i.name; };
