@@ -42,6 +42,11 @@ namespace {
 std::string likely_mistake(std::string_view text, std::size_t at, std::string_view what) {
   if (at >= text.size()) return {};
   const char c = text[at];
+  // The parser skips one byte-order mark; a second (an editor that added its own) is a stray byte.
+  if (text.starts_with("\xEF\xBB\xBF\xEF\xBB\xBF") && at < 6)
+    return " (the file starts with two UTF-8 byte-order marks: remove one, or both)";
+  if (what.find("ill-formed UTF-8 byte") != std::string_view::npos)
+    return " (the file is not UTF-8 here, maybe Latin-1 or Windows-1252 text: save it as UTF-8)";
   // A number written with a leading zero (0768, -01.5): JSON reads the 0 alone, then the rest as a second
   // number where a ',' had to come; the parser stops in that number. 1.05 and 1e05 are JSON.
   // Only a number after a number gives this error: a bad \u escape also stops on a hex digit, in a string.
@@ -174,7 +179,52 @@ std::optional<std::string> json_number_underflow(std::string_view text) {
                      at - line_start + 1, token);
 }
 
-std::string json_syntax_error(std::string_view text, std::size_t byte, std::string_view what) {
+namespace {
+
+// The length of the well-formed UTF-8 sequence at `at` (1 for ASCII), or 0 where the bytes there are none.
+std::size_t utf8_sequence(std::string_view s, std::size_t at) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char b = byte(at);
+  if (b < 0x80) return 1;
+  const std::size_t n = b >= 0xC2 && b <= 0xDF   ? 2
+                        : b >= 0xE0 && b <= 0xEF ? 3
+                        : b >= 0xF0 && b <= 0xF4 ? 4
+                                                 : 0;
+  if (n == 0 || at + n > s.size()) return 0;
+  for (std::size_t i = 1; i < n; ++i)
+    if ((byte(at + i) & 0xC0) != 0x80) return 0;
+  const unsigned char second = byte(at + 1);
+  if ((b == 0xE0 && second < 0xA0) || (b == 0xED && second > 0x9F) || (b == 0xF0 && second < 0x90) ||
+      (b == 0xF4 && second > 0x8F))
+    return 0;  // overlong, a surrogate, or beyond U+10FFFF
+  return n;
+}
+
+// The parser's message with what it quotes of the file printable and visible: bytes that are not UTF-8 (a
+// Latin-1 "é"), control characters and a byte-order mark as \xE9, so a terminal or log reader gets valid
+// text that shows them.
+std::string printable(std::string_view what) {
+  std::string out;
+  for (std::size_t i = 0; i < what.size();) {
+    const std::size_t n = utf8_sequence(what, i);
+    const unsigned char b = static_cast<unsigned char>(what[i]);
+    const bool invisible = n == 1 ? b < 0x20 || b == 0x7F : what.substr(i, n) == "\xEF\xBB\xBF";  // U+FEFF
+    if (n == 0 || invisible) {
+      out += fmt::format("\\x{:02X}", b);
+      ++i;
+    } else {
+      out.append(what.substr(i, n));
+      i += n;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string json_syntax_error(std::string_view text, std::size_t byte, std::string_view raw_what) {
+  const std::string printed = printable(raw_what);
+  std::string_view what = printed;
   if (!what.empty() && what.front() == '[') {
     const std::size_t end = what.find("] ");
     if (end != std::string_view::npos) what.remove_prefix(end + 2);

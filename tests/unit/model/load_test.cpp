@@ -230,6 +230,18 @@ TEST(JsonSyntaxError, StaysInsideTheText) {
   EXPECT_EQ(bsw::json_syntax_error("{}", 0, overflow), "the number 1e400 is beyond a double's range");
 }
 
+// What the parser quotes of a file that is not UTF-8 reaches stderr as valid, visible text, and is named.
+TEST(LoadModel, SaysTextThatIsNotUtf8AsEscapes) {
+  const test::TempDir dir;
+  const std::string latin1 = file_error(dir.write("l.json", "{\"name\": \"caf\xE9\"}"));
+  EXPECT_THAT(latin1, HasSubstr("last read: '\"caf\\xE9\"' (the file is not UTF-8 here, maybe Latin-1 or "
+                                "Windows-1252 text: save it as UTF-8)"));
+  const std::string boms = file_error(dir.write("b.json", "\xEF\xBB\xBF\xEF\xBB\xBF{}"));
+  EXPECT_THAT(boms, HasSubstr("'\\xEF\\xBB\\xBF\\xEF' (the file starts with two UTF-8 byte-order marks"));
+  // Well-formed UTF-8 stays as written.
+  EXPECT_THAT(file_error(dir.write("u.json", "{\"name\": \"café\" x}")), HasSubstr("café"));
+}
+
 TEST(LoadModel, SaysANumberTooSmallForADouble) {
   // nlohmann reads 1e-400 as 0.0 without a word: said as written, where it stands, not as "got 0.0".
   EXPECT_EQ(bsw::json_number_underflow("{\"name\": \"1e-400\",\n \"lr\": -0.5e-400}"),
