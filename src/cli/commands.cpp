@@ -592,11 +592,11 @@ void note_paths_without_layers(const Graph& graph, const PathChoice& paths, cons
 // Training needs something to train: a model of pools alone has no gradients or optimizer to run.
 void check_trainable(const Graph& graph, Mode mode) {
   if (mode == Mode::train && graph.parameters == 0)
-    throw UsageError(
-        fmt::format("--mode train: model '{}' has no parameters to train (no linear, conv2d, layernorm, "
-                    "batchnorm or embedding "
-                    "layer); use --mode infer",
-                    graph.model_name));
+    throw UsageError(fmt::format(
+        "--mode train: model '{}' has no parameters to train (no linear, conv2d, layernorm, "
+        "batchnorm, embedding, patch_embedding, attention or transformer_block layer); use --mode "
+        "infer",
+        graph.model_name));
 }
 
 // The largest divisor of n that is at most `limit` (>= 1): the largest micro-batch of an effective batch n.

@@ -81,6 +81,9 @@ void check_count(std::size_t count, const ItemContext& ctx) {
 void expand_range(std::string_view item, const ItemContext& ctx, std::vector<int64_t>& out) {
   const auto fields = split(item, ':');
   if (fields.size() > 3) ctx.fail("a range is start:stop, start:stop:+step or start:stop:*factor");
+  // "1:" and ":8": which end is missing, as "the step is missing" says of "1:8:+".
+  if (trim(fields[0]).empty()) ctx.fail("the range's start is missing (start:stop)");
+  if (trim(fields[1]).empty()) ctx.fail("the range's stop is missing (start:stop)");
   const int64_t start = parse_integer(fields[0], ctx, "batch", 1, kMaxBatch);
   const int64_t stop = parse_integer(fields[1], ctx, "batch", 1, kMaxBatch);
   if (stop < start) ctx.fail(fmt::format("stop {} is below start {}", stop, start));

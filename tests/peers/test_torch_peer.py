@@ -167,6 +167,8 @@ class BatchGrammarTest(unittest.TestCase):
             "1:8:+0": "--batch: '1:8:+0': step 0 is below the minimum 1",
             "1:8:/2": "--batch: '1:8:/2': step '/2' must start with + (arithmetic) or * (geometric)",
             "1,,2": "--batch: '' in '1,,2': empty item in the batch list",
+            "1:": "--batch: '1:': the range's stop is missing (start:stop)",
+            ":8": "--batch: ':8': the range's start is missing (start:stop)",
             "1:2:3:4": "--batch: '1:2:3:4': a range is start:stop, start:stop:+step or start:stop:*factor",
             " ": "--batch: the batch list is empty",
         }

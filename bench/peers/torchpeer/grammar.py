@@ -60,6 +60,10 @@ def _expand_range(item: str, ctx: _Item, out: list):
     fields = item.split(":")
     if len(fields) > 3:
         ctx.fail("a range is start:stop, start:stop:+step or start:stop:*factor")
+    if not fields[0].strip():
+        ctx.fail("the range's start is missing (start:stop)")
+    if not fields[1].strip():
+        ctx.fail("the range's stop is missing (start:stop)")
     start = _parse_integer(fields[0], ctx, "batch", 1, MAX_BATCH)
     stop = _parse_integer(fields[1], ctx, "batch", 1, MAX_BATCH)
     if stop < start:
