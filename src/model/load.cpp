@@ -104,8 +104,9 @@ bool looks_utf16(std::string_view text) {
 // Refuses documents nested deeper than kMaxJsonDepth before nlohmann's recursive parser sees them.
 void check_nesting(std::string_view text, const std::string& source) {
   if (const auto at = json_too_deep_at(text))
-    fail(source, fmt::format("is nested deeper than {} levels (at byte {}): not a model config",
-                             kMaxJsonDepth, *at + 1));
+    fail(source, fmt::format("is nested deeper than {} levels (at byte {}): not a model config, whose "
+                             "residuals nest at most {} deep (each adds two levels)",
+                             kMaxJsonDepth, *at + 1, (kMaxJsonDepth - 3) / 2));
 }
 
 // Refuses a key given twice in one object, naming its JSON path: nlohmann keeps the last silently, so

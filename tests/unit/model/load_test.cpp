@@ -261,6 +261,17 @@ TEST(LoadModel, RefusesDeepNestingBeforeParsing) {
   const std::string deep = std::string(512 * 1024, '[') + std::string(512 * 1024, ']');
   EXPECT_THAT(file_error(dir.write("deep.json", deep)),
               HasSubstr("nested deeper than 64 levels (at byte 65)"));
+  // 31 residuals are one too many: the message says the limit in residuals, which is what one nests.
+  std::string layers = R"([{"type": "linear", "out_features": 4}])";
+  for (int i = 0; i < 31; ++i) layers = R"([{"type": "residual", "layers": )" + layers + "}]";
+  const std::string model =
+      R"({"name": "m", "input": {"type": "vector", "features": 4}, "layers": )" + layers + "}";
+  EXPECT_THAT(file_error(dir.write("nest.json", model)),
+              HasSubstr("not a model config, whose residuals nest at most 30 deep (each adds two levels)"));
+  layers = layers.substr(layers.find("\"layers\": ") + 10);  // 30 residuals load
+  layers.resize(layers.size() - 2);
+  EXPECT_NO_THROW((void)load_model(dir.write(
+      "ok.json", R"({"name": "m", "input": {"type": "vector", "features": 4}, "layers": )" + layers + "}")));
 }
 
 TEST(LoadModel, RefusesAHugeDocument) {
