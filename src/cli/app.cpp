@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -892,6 +893,14 @@ int run_app(int argc, char** argv) {
   if (devices_cmd->parsed()) return devices_command(devices);
   if (presets_cmd->parsed()) return presets_command();
   return kExitUsage;
+}
+
+int flush_stdout() {
+  static int failure = 0;
+  if (failure != 0) return failure;
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) failure = errno != 0 ? errno : -1;
+  return failure;
 }
 
 }  // namespace bsw::cli

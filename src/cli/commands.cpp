@@ -2,6 +2,7 @@
 // report) and to the printers. Signals, exports after every point, and what goes to stdout (data) vs stderr
 // (progress, warnings).
 #include "cli/commands.hpp"
+#include "cli/app.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -1044,12 +1045,14 @@ int recommendation_exit(const Report& report, std::string_view who) {
   const std::string& why = report.analysis.recommended.why;
   const bool none_ok = std::none_of(report.points.begin(), report.points.end(),
                                     [](const Point& p) { return p.status == PointStatus::ok; });
+  // The table on stdout that did not reach it makes the exit 1 (main): this line must not say 4 then.
+  const bool stdout_written = flush_stdout() == 0;
   // fputs, not fmt::print, which throws where stderr cannot be written: exit 4 stands.
   std::fputs(
       fmt::format(
-          "{}: {}{}; there is nothing to recommend (exit {})\n", who,
+          "{}: {}{}; there is nothing to recommend{}\n", who,
           none_ok && !report.points.empty() && !why.starts_with("no batch ran ok") ? "no batch ran ok: " : "",
-          why, static_cast<int>(kExitNothingRan))
+          why, stdout_written ? fmt::format(" (exit {})", static_cast<int>(kExitNothingRan)) : std::string())
           .c_str(),
       stderr);
   return kExitNothingRan;

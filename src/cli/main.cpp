@@ -73,8 +73,10 @@ int main(int argc, char** argv) {
     // The table (or an export) on stdout that never reached it (a full disk, a reader that left): a job
     // reading exit 0, 3 or 4 would take a cut-off output for the whole, as `--json -` already says. A
     // failure's own code (1, 2, an interrupt) stands.
-    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-      std::fprintf(stderr, "batchsweep: error: cannot write to stdout\n");
+    if (const int error = bsw::cli::flush_stdout(); error != 0) {
+      // The cause where a flush saw it; an earlier failed write left only the stream's error flag.
+      std::fprintf(stderr, "batchsweep: error: cannot write to stdout%s%s\n", error > 0 ? ": " : "",
+                   error > 0 ? std::strerror(error) : "");
       if (code == bsw::kExitOk || code == bsw::kExitRegression || code == bsw::kExitNothingRan)
         return bsw::kExitRuntime;
     }
