@@ -22,13 +22,15 @@ struct GpuCard {
 // The cards of the sheet that `text` names, ignoring case, spaces, '-' and '_', and a "GeForce", "NVIDIA" or
 // "Tesla" before the name: the one whose whole name it is ("h100-sxm", "rtx4090"), else every card whose
 // name's first words it is ("H100": PCIe, NVL and SXM; "A100 80GB": PCIe and SXM; "Tesla V100": PCIe and
-// SXM2; not "L40" for L40S, nor "v"), else the card a device name as nvidia-smi prints it names, with its
+// SXM2; not "L40" for L40S, nor "v"), else those of them with a size among the words ("H100 80GB": PCIe and
+// SXM; "H100 94GB": NVL), else the card a device name as nvidia-smi prints it names, with its
 // vendor or its size ("NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"; a size that is not the card's names none).
 // Empty where it names none, and for a laptop part.
 [[nodiscard]] std::vector<GpuCard> gpus_named(std::string_view text);
 
-// Where `text` is a device name whose size is not its card's ("V100-SXM2-16GB": the sheet has the 32 GB), so
-// gpus_named finds none: "V100 SXM2, which configs/gpus.json knows as 32 GB (32510 MiB)"; else nullopt.
+// Where `text` names cards but a size that is not theirs, so gpus_named finds none: a device name
+// ("V100-SXM2-16GB": "V100 SXM2, which configs/gpus.json knows as 32 GB (32510 MiB)") or loose words whose
+// cards share one memory ("V100 16GB": "V100 PCIe or V100 SXM2, which ..."); else nullopt.
 [[nodiscard]] std::optional<std::string> gpu_of_other_size(std::string_view text);
 
 // The sheet's entry for a device name as CUDA or nvidia-smi gives it ("NVIDIA H100 80GB HBM3"): the first

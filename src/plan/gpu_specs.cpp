@@ -2,6 +2,7 @@
 #include "batchsweep/gpu_specs.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <algorithm>
 #include <cctype>
 
@@ -63,6 +64,54 @@ GpuCard card_of(const nlohmann::json& gpu) {
   return {gpu.at("name").get<std::string>(), gpu.at("memory_mib").get<uint64_t>() * 1024 * 1024};
 }
 
+// The sheet's entries `wanted` (a normalized name) is the whole name of, else those whose first words it is
+// ("h100", then "h100sxm"; never part of a word: "l40" of "l40s").
+std::vector<const nlohmann::json*> entries_named(const std::string& wanted) {
+  if (wanted.empty()) return {};
+  std::vector<const nlohmann::json*> whole, begun;
+  for (const nlohmann::json& gpu : gpu_spec_sheet().at("gpus")) {
+    const std::string name = gpu.at("name").get<std::string>();
+    if (normalized(name) == wanted) {
+      whole.push_back(&gpu);
+      continue;
+    }
+    std::string words;
+    for (const std::string& word : words_of(name)) {
+      words += word;
+      if (words == wanted) {
+        begun.push_back(&gpu);
+        break;
+      }
+    }
+  }
+  return whole.empty() ? begun : whole;
+}
+
+// A size as a card's name gives it: "80gb" (lower case, from words_of).
+bool is_size_word(const std::string& word) {
+  return word.size() >= 3 && word.size() <= 8 && word.ends_with("gb") &&
+         std::all_of(word.begin(), word.end() - 2,
+                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+}
+
+// "H100 80GB" -> {"h100", 80}: the other words normalized, and the one size word's GB; nullopt without
+// exactly one size word and another word.
+std::optional<std::pair<std::string, int64_t>> without_size(std::string_view text) {
+  std::string rest;
+  std::optional<int64_t> gb;
+  for (const std::string& word : words_of(text)) {
+    if (!is_size_word(word)) {
+      rest += word;
+    } else if (gb) {
+      return std::nullopt;
+    } else {
+      gb = std::stoll(word.substr(0, word.size() - 2));
+    }
+  }
+  if (!gb || rest.empty()) return std::nullopt;
+  return std::pair{rest, *gb};
+}
+
 // The card a device name as nvidia-smi or CUDA prints it names ("NVIDIA A100-SXM4-80GB", "Tesla
 // V100-SXM2-32GB"), by the sheet's own tokens: only a name that says whose it is or its size (the peak-rate
 // matcher ignores sizes, so "A100 80" would find the 40 GB entry; "A100-SXM4-80GB", nvidia-smi's name without
@@ -79,12 +128,7 @@ DeviceNameMatch device_name_match(std::string_view text) {
   const std::string low = lower(text);
   const bool branded =
       low.starts_with("nvidia") || low.starts_with("tesla") || low.find("geforce") != std::string::npos;
-  const auto size_word = [](const std::string& word) {
-    return word.size() >= 3 && word.size() <= 8 && word.ends_with("gb") &&
-           std::all_of(word.begin(), word.end() - 2,
-                       [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-  };
-  const bool sized = std::any_of(words.begin(), words.end(), size_word);
+  const bool sized = std::any_of(words.begin(), words.end(), is_size_word);
   if (!branded && !sized) return {};
   const nlohmann::json* gpu = gpu_spec_for_device(text);
   if (gpu == nullptr) return {};
@@ -99,7 +143,8 @@ DeviceNameMatch device_name_match(std::string_view text) {
     if (!specific) return {};
   }
   for (const std::string& word : words)
-    if (size_word(word) && std::stoll(word.substr(0, word.size() - 2)) != gpu->at("memory_gb").get<int64_t>())
+    if (is_size_word(word) &&
+        std::stoll(word.substr(0, word.size() - 2)) != gpu->at("memory_gb").get<int64_t>())
       return {gpu, true};
   return {gpu, false};
 }
@@ -155,27 +200,19 @@ std::vector<std::string> gpu_names() {
 }
 
 std::vector<GpuCard> gpus_named(std::string_view text) {
-  const std::string wanted = normalized(text);
-  if (wanted.empty()) return {};
-  std::vector<GpuCard> whole, begun;
-  for (const nlohmann::json& gpu : gpu_spec_sheet().at("gpus")) {
-    const std::string name = gpu.at("name").get<std::string>();
-    if (normalized(name) == wanted) {
-      whole.push_back(card_of(gpu));
-      continue;
-    }
-    // The name's first words, joined: "h100", then "h100sxm"; never part of a word ("l40" of "l40s").
-    std::string words;
-    for (const std::string& word : words_of(name)) {
-      words += word;
-      if (words == wanted) {
-        begun.push_back(card_of(gpu));
-        break;
-      }
-    }
+  const auto cards = [](const std::vector<const nlohmann::json*>& entries) {
+    std::vector<GpuCard> out;
+    for (const nlohmann::json* gpu : entries) out.push_back(card_of(*gpu));
+    return out;
+  };
+  if (const auto named = entries_named(normalized(text)); !named.empty()) return cards(named);
+  // Loose words with a size ("H100 80GB", "H200 141GB"): the cards the other words name, of that size.
+  if (const auto sized = without_size(text)) {
+    std::vector<const nlohmann::json*> of_size;
+    for (const nlohmann::json* gpu : entries_named(sized->first))
+      if (gpu->at("memory_gb").get<int64_t>() == sized->second) of_size.push_back(gpu);
+    if (!of_size.empty()) return cards(of_size);
   }
-  if (!whole.empty()) return whole;
-  if (!begun.empty()) return begun;
   const DeviceNameMatch match = device_name_match(text);
   if (match.gpu == nullptr || match.other_size) return {};
   return {card_of(*match.gpu)};
@@ -183,11 +220,24 @@ std::vector<GpuCard> gpus_named(std::string_view text) {
 
 std::optional<std::string> gpu_of_other_size(std::string_view text) {
   if (!gpus_named(text).empty()) return std::nullopt;
+  const auto known_as = [](const std::vector<const nlohmann::json*>& entries) {
+    std::vector<std::string> names;
+    for (const nlohmann::json* gpu : entries) names.push_back(gpu->at("name").get<std::string>());
+    const nlohmann::json& first = *entries.front();
+    return fmt::format("{}, which configs/gpus.json knows as {} GB ({} MiB)", fmt::join(names, " or "),
+                       first.at("memory_gb").get<int64_t>(), first.at("memory_mib").get<uint64_t>());
+  };
+  // "V100 16GB": the V100s, all of another size (cards of several sizes are listed by the caller instead).
+  if (const auto sized = without_size(text)) {
+    const std::vector<const nlohmann::json*> named = entries_named(sized->first);
+    if (!named.empty() && std::all_of(named.begin(), named.end(), [&](const nlohmann::json* gpu) {
+          return gpu->at("memory_mib") == named.front()->at("memory_mib");
+        }))
+      return known_as(named);
+  }
   const DeviceNameMatch match = device_name_match(text);
   if (match.gpu == nullptr || !match.other_size) return std::nullopt;
-  return fmt::format("{}, which configs/gpus.json knows as {} GB ({} MiB)",
-                     match.gpu->at("name").get<std::string>(), match.gpu->at("memory_gb").get<int64_t>(),
-                     match.gpu->at("memory_mib").get<uint64_t>());
+  return known_as({match.gpu});
 }
 
 }  // namespace bsw

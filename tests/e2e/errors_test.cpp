@@ -338,7 +338,7 @@ INSTANTIATE_TEST_SUITE_P(
              2,
              {"--memory A100 SXM: neither a size (80GiB) nor a card of configs/gpus.json: the cards it could "
               "mean are A100 80GB PCIe, A100 80GB SXM, A100 40GB ("}},
-        Case{"card_size_no_card_has", {"plan", "--memory", "H100 94GB"}, 2, {"configs/gpus.json (H200 NVL"}},
+        Case{"card_size_no_card_has", {"plan", "--memory", "H100 40GB"}, 2, {"configs/gpus.json (H200 NVL"}},
         Case{"card_typo_in_words", {"plan", "--memory", "H100 SMX"}, 2, {"did you mean 'H100 SXM'?"}},
         // A model number is a whole word: H20 is no H200 (another card), V100S no V100 SXM2.
         Case{

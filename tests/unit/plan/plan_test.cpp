@@ -230,27 +230,33 @@ TEST(GpuSpecs, CardsAreFoundByTheNamesUsersType) {
   EXPECT_EQ(names("A100-SXM4-40GB"), std::vector<std::string>{"A100 40GB"});
   EXPECT_EQ(names("V100-PCIE-32GB"), std::vector<std::string>{"V100 PCIe"});
   EXPECT_TRUE(names("V100-SXM2-16GB").empty());
-  // But loose words with a size name nothing: "H100 80GB" is the PCIe or the SXM, "H200 141GB" the NVL or
-  // SXM.
-  EXPECT_TRUE(names("H100 80GB").empty());
-  EXPECT_TRUE(names("H200 141GB").empty());
+  // Loose words with a size: the cards the words name, of that size ("H100 80GB": the PCIe and the SXM, one
+  // memory, as "H200" is the NVL and the SXM).
+  EXPECT_EQ(names("H100 80GB"), (std::vector<std::string>{"H100 PCIe", "H100 SXM"}));
+  EXPECT_EQ(names("H100 94gb"), std::vector<std::string>{"H100 NVL"});
+  EXPECT_EQ(names("H200 141GB"), (std::vector<std::string>{"H200 NVL", "H200 SXM"}));
+  EXPECT_TRUE(names("H100 40GB").empty());       // no H100 has 40 GB
+  EXPECT_TRUE(names("H100 80GB 80GB").empty());  // two sizes
+  EXPECT_EQ(gpu_of_other_size("V100 16GB"),
+            "V100 PCIe or V100 SXM2, which configs/gpus.json knows as 32 GB (32510 MiB)");
+  EXPECT_EQ(gpu_of_other_size("H100 40GB"), std::nullopt);  // H100s of two memories: listed by the caller
   // "Tesla" says whose, as "NVIDIA": Tesla V100 is V100, the PCIe and the SXM2 (one memory), not one of them.
   EXPECT_EQ(names("Tesla V100"), names("V100"));
   EXPECT_EQ(names("Tesla V100"), (std::vector<std::string>{"V100 PCIe", "V100 SXM2"}));
   // But never the wrong memory: the 16 GB V100 is not the sheet's 32 GB one, a laptop 4090 is not the desktop
-  // card, and loose words (no brand: "A100 80", "A100 SXM", "H100 94GB") name nothing rather than a guess.
+  // card, and loose words (no brand: "A100 80", "A100 SXM", "H100 foo") name nothing rather than a guess.
   EXPECT_TRUE(names("Tesla V100-SXM2-16GB").empty());
   // ... and says which card it would have been, for the error.
   EXPECT_EQ(gpu_of_other_size("Tesla V100-SXM2-16GB"),
             "V100 SXM2, which configs/gpus.json knows as 32 GB (32510 MiB)");
   EXPECT_EQ(gpu_of_other_size("V100-SXM2-32GB"), std::nullopt);  // it is the card
-  EXPECT_EQ(gpu_of_other_size("H100 94GB"), std::nullopt);       // loose words name no card
+  EXPECT_EQ(gpu_of_other_size("H100 94GB"), std::nullopt);       // the H100 NVL
   EXPECT_EQ(gpu_of_other_size("RTX 4090 Laptop GPU 16GB"), std::nullopt);
   EXPECT_TRUE(names("NVIDIA GeForce RTX 4090 Laptop GPU").empty());
   EXPECT_TRUE(is_laptop_part("NVIDIA GeForce RTX 4090 Laptop GPU"));
   EXPECT_TRUE(is_laptop_part("RTX 3080 Max-Q"));
   EXPECT_FALSE(is_laptop_part("NVIDIA GeForce RTX 4090"));
-  for (const char* loose : {"A100 80", "A100 SXM", "A100 PCIe", "H100 94GB", "H100 foo"})
+  for (const char* loose : {"A100 80", "A100 SXM", "A100 PCIe", "H100 foo"})
     EXPECT_TRUE(names(loose).empty()) << loose;
   // The memory is the total nvidia-smi reports: 81559 MiB for an H100 SXM, not its marketed 80 GB.
   EXPECT_EQ(gpus_named("H100 SXM").front().bytes, uint64_t{81559} << 20);
