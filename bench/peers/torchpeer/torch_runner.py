@@ -336,6 +336,19 @@ class TorchRunner:
         skipped_steps = 0
         updated = False  # a step of this point updated the weights (not skipped by GradScaler)
         last = None  # the last finite loss
+
+        def judge(where: str, loss: Optional[float], skipped: bool, scale: Optional[float]) -> Optional[str]:
+            """The error reason of a step that ends the point (an fp16 overflow at scale 1, a non-finite
+            loss), else None."""
+            nonlocal updated, last
+            updated = updated or not skipped
+            if skipped and _below_lowest_scale(scale):
+                return _overflow_reason(where, updated, last)
+            if loss is not None and math.isfinite(loss):
+                last = loss
+            if loss is not None and not math.isfinite(loss) and not skipped:
+                return f"non-finite loss (NaN/Inf) at {where}"
+            return None
         try:
             state = self.state_factory(self.loaded, self.graph, opts, self.device, batch, self.notes)
             scale = state.loss_scale()
@@ -356,14 +369,9 @@ class TorchRunner:
                 if warm == 1:
                     clock_start = self.clock()
                 criterion = criterion or NoiseCriterion(opts.stopping, self.clock)
-                updated = updated or not skipped
-                if skipped and _below_lowest_scale(scale):
-                    point.status, point.reason = "error", _overflow_reason(f"warm-up step {warm}", updated, last)
-                    break
-                if loss is not None and math.isfinite(loss):
-                    last = loss
-                if loss is not None and not math.isfinite(loss) and not skipped:
-                    point.status, point.reason = "error", f"non-finite loss (NaN/Inf) at warm-up step {warm}"
+                failure = judge(f"warm-up step {warm}", loss, skipped, scale)
+                if failure:
+                    point.status, point.reason = "error", failure
                     break
             criterion = criterion or NoiseCriterion(opts.stopping, self.clock)
             step = 0
@@ -375,14 +383,9 @@ class TorchRunner:
                 point.samples_ms.append(ms)
                 criterion.add_measurement(ms)
                 skipped_steps += skipped
-                updated = updated or not skipped
-                if skipped and _below_lowest_scale(scale):
-                    point.status, point.reason = "error", _overflow_reason(f"step {step}", updated, last)
-                    break
-                if loss is not None and math.isfinite(loss):
-                    last = loss
-                if loss is not None and not math.isfinite(loss) and not skipped:
-                    point.status, point.reason = "error", f"non-finite loss (NaN/Inf) at step {step}"
+                failure = judge(f"step {step}", loss, skipped, scale)
+                if failure:
+                    point.status, point.reason = "error", failure
                     break
                 if loss is not None and math.isfinite(loss):
                     point.loss = loss
