@@ -538,10 +538,14 @@ class Reader {
   std::string source_;
 };
 
-// Rejects documents nested deeper than kMaxJsonDepth before nlohmann's recursive parser sees them.
+// A report holds its model config two levels down (settings.model): the deepest config a model file may hold
+// nests that much deeper here (the rest is margin), and its report must read back.
+constexpr int kMaxReportJsonDepth = kMaxJsonDepth + 8;
+
+// Rejects documents nested deeper than kMaxReportJsonDepth before nlohmann's recursive parser sees them.
 void check_nesting(std::string_view text, const std::string& path) {
-  if (json_too_deep_at(text))
-    throw InputError(path + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+  if (json_too_deep_at(text, kMaxReportJsonDepth))
+    throw InputError(path + ": JSON nested deeper than " + std::to_string(kMaxReportJsonDepth) +
                      " levels; not a batchsweep report");
 }
 

@@ -732,6 +732,26 @@ TEST(Run, RealCpuSweepOfATransformer) {
   }
 }
 
+// The deepest model config a file may hold (30 nested residuals) sits two levels deeper in its report's
+// settings.model: the report still reads back, for analyze, compare and --resume.
+TEST(Analyze, ReadsTheReportOfTheDeepestModelConfig) {
+  ScratchDir dir;
+  std::string layers = R"([{"type": "linear", "out_features": 4}])";
+  for (int i = 0; i < 30; ++i) layers = R"([{"type": "residual", "layers": )" + layers + "}]";
+  const auto model = dir / "deep.json";
+  std::ofstream(model) << R"({"name": "deep", "input": {"type": "vector", "features": 4}, "layers": )"
+                       << layers << ", \"loss\": \"mse\"}";
+  const std::string report = (dir / "r.json").string();
+  const Result r = run({"run", "--backend", "cpu", "--model", model.string(), "--batch", "1,2",
+                        "--min-samples", "3", "--min-time", "0", "--quiet", "--json", report});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Result analyzed = run({"analyze", report, "--json", "-"});
+  EXPECT_EQ(analyzed.exit_code, 0) << analyzed.err;
+  const Result resumed = run({"run", "--backend", "cpu", "--model", model.string(), "--batch", "1,2",
+                              "--min-samples", "3", "--min-time", "0", "--quiet", "--resume", report});
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+}
+
 TEST(Analyze, RecomputesFromAHandWrittenCurve) {
   ScratchDir dir;
   nlohmann::json doc = {{"schema_version", 1}, {"points", nlohmann::json::array()}};

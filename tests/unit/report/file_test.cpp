@@ -173,7 +173,7 @@ TEST_F(ReportFiles, DeepNestingIsRejectedBeforeParsing) {
       "{\"schema_version\": 1, \"points\": [], \"settings\": {\"x\": " + std::string(100000, '[') +
       std::string(100000, ']') + "}}";
   EXPECT_EQ(error_of(write("deep.json", deep)),
-            path("deep.json") + ": JSON nested deeper than 64 levels; not a batchsweep report");
+            path("deep.json") + ": JSON nested deeper than 72 levels; not a batchsweep report");
   // Brackets inside strings (with escaped quotes) do not count.
   const std::string in_strings =
       R"({"schema_version": 1, "points": [], "warnings": [")" + std::string(500, '[') + R"(\" {{{{"]})";
