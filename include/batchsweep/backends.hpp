@@ -29,12 +29,14 @@ namespace bsw {
 
 // OpenBLAS starts its worker threads as it loads, before main, and each maps its work buffer (about 128 MiB)
 // at once, retrying without end where `ulimit -v` leaves no room for it: such a process hangs at exit,
-// joining a worker that never gets its buffer (even `presets`, which never calls BLAS). True where an
-// address-space limit is set, OpenBLAS has workers, and what the limit leaves cannot hold the buffers the
-// workers have yet to map plus the main thread's; main then runs itself again with OPENBLAS_NUM_THREADS=1,
-// which starts none. Otherwise it returns once every worker holds its buffer (a worker that starts after main
-// must not find its room taken).
-[[nodiscard]] bool blas_workers_starved();
+// joining a worker that never gets its buffer (even `presets`, which never calls BLAS). Where an
+// address-space limit is set and OpenBLAS has workers: `starved` where what the limit leaves cannot hold the
+// buffers the workers have yet to map plus the main thread's, `slow` where a worker has not mapped its buffer
+// after 5 s though there is room; main then runs itself again with OPENBLAS_NUM_THREADS=1, which starts none.
+// Otherwise `fine`, once every worker holds its buffer (one that starts after main must not find its room
+// taken).
+enum class BlasWorkers { fine, starved, slow };
+[[nodiscard]] BlasWorkers blas_workers_check();
 // The threads OpenBLAS runs GEMMs on (OPENBLAS_NUM_THREADS, else the cores).
 [[nodiscard]] int blas_threads();
 

@@ -15,9 +15,9 @@
 
 namespace {
 
-// Set for the run again of blas_workers_starved: "<pid>:<threads>", the process's own pid (execv keeps it)
-// and the thread count OpenBLAS started with, so the note is said once, by that process, and a variable left
-// in the environment (or set by hand) is not taken for it.
+// Set for the run again of blas_workers_check: "<pid>:<threads>:<why>", the process's own pid (execv keeps
+// it), the thread count OpenBLAS started with and "starved" or "slow", so the note is said once, by that
+// process, and a variable left in the environment (or set by hand) is not taken for it.
 constexpr const char* kOneBlasThread = "BATCHSWEEP_BLAS_WORKERS_STARVED";
 
 // Under a `ulimit -v` too tight for all of OpenBLAS's threads' work buffers (about 128 MiB each; its worker
@@ -30,19 +30,32 @@ void escape_starved_blas_workers(char** argv) {
     unsetenv(kOneBlasThread);
     const std::string self = std::to_string(getpid()) + ":";
     if (value.starts_with(self)) {
-      std::fprintf(
-          stderr,
-          "batchsweep: note: ulimit -v leaves too little address space for the work buffers of all "
-          "%s of OpenBLAS's threads (about 128 MiB each), so batchsweep runs with "
-          "OPENBLAS_NUM_THREADS=1 (CPU timings are single-threaded); raise ulimit -v to use them all\n",
-          value.substr(self.size()).c_str());
+      const std::string rest = value.substr(self.size());
+      const size_t colon = rest.find(':');
+      const std::string threads = rest.substr(0, colon);
+      if (colon != std::string::npos && rest.substr(colon + 1) == "slow")
+        std::fprintf(
+            stderr,
+            "batchsweep: note: under ulimit -v, OpenBLAS's %s threads had not mapped their work "
+            "buffers after 5 s (a busy machine?), so batchsweep runs with OPENBLAS_NUM_THREADS=1 "
+            "(CPU timings are single-threaded) rather than risk a worker that never gets its buffer\n",
+            threads.c_str());
+      else
+        std::fprintf(
+            stderr,
+            "batchsweep: note: ulimit -v leaves too little address space for the work buffers of all "
+            "%s of OpenBLAS's threads (about 128 MiB each), so batchsweep runs with "
+            "OPENBLAS_NUM_THREADS=1 (CPU timings are single-threaded); raise ulimit -v to use them all\n",
+            threads.c_str());
       return;
     }
   }
-  if (!bsw::blas_workers_starved()) return;
+  const bsw::BlasWorkers workers = bsw::blas_workers_check();
+  if (workers == bsw::BlasWorkers::fine) return;
   const char* before = std::getenv("OPENBLAS_NUM_THREADS");
   const std::string user_threads = before != nullptr ? before : "";
-  const std::string marker = std::to_string(getpid()) + ":" + std::to_string(bsw::blas_threads());
+  const std::string marker = std::to_string(getpid()) + ":" + std::to_string(bsw::blas_threads()) +
+                             (workers == bsw::BlasWorkers::slow ? ":slow" : ":starved");
   setenv(kOneBlasThread, marker.c_str(), 1);
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
   execv("/proc/self/exe", argv);

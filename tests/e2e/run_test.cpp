@@ -1258,7 +1258,10 @@ TEST(Run, AnAddressSpaceLimitTooTightForOpenBlasThreadsDoesNotHang) {
   }
   // Across the band where the workers' buffers stop fitting, runs on a busy machine (ctest -j) used to hang
   // now and then: a worker that started after main found one buffer's room taken. None may hang.
-  for (rlim_t kib = works + 32 * 1024; kib <= works + 320 * 1024; kib += 32 * 1024) {
+  // The band is about a buffer per thread wide: 128 MiB each, and as much again.
+  const rlim_t band = (std::max(2u, std::thread::hardware_concurrency()) + 1) * 128 * 1024;
+  const rlim_t stride = std::max<rlim_t>(32 * 1024, band / 12);
+  for (rlim_t kib = works + stride; kib <= works + band; kib += stride) {
     const int code = run_address_limited(
         {"run", "--backend", "cpu", "--batch", "1,2", "--timeout", "0.2", "--quiet"}, kib, err, 30);
     ASSERT_NE(code, -1) << "batchsweep run hung under ulimit -v " << kib << ": " << slurp(err);

@@ -4,6 +4,7 @@
 #include "backends/cpu/cpu_backend.hpp"
 
 #include <fmt/format.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -911,16 +912,19 @@ namespace {
 
 // This process's address space as the limit counts it (every mapping), and how many of OpenBLAS's 128 MiB
 // work buffers it holds: anonymous read-write mappings, counted by whole buffers (the kernel merges adjacent
-// ones: two workers' buffers read as one 256 MiB mapping). One read of /proc/self/maps, so the two agree.
+// ones: two workers' buffers read as one 256 MiB mapping). A thread's stack is one too, right above its guard
+// page (---p): its size, `stack` bytes (glibc's default, from ulimit -s: 128 MiB or more would pass for a
+// buffer), is left out of such a mapping. One read of /proc/self/maps, so the counts agree.
 struct AddressSpace {
   uint64_t mapped = 0;
   int buffers = 0;
 };
-std::optional<AddressSpace> address_space() {
+std::optional<AddressSpace> address_space(uint64_t stack) {
   std::ifstream in("/proc/self/maps");
   if (!in) return std::nullopt;
   AddressSpace space;
   std::string line;
+  unsigned long long guard_end = 0;  // NOLINT(google-runtime-int): the last anonymous ---p's end
   while (std::getline(in, line)) {
     unsigned long long begin = 0, end = 0, offset = 0, inode = 0;  // NOLINT(google-runtime-int): for %llx
     char perms[5] = {};
@@ -930,22 +934,37 @@ std::optional<AddressSpace> address_space() {
                     &inode, &path_at) < 6 ||
         end < begin)
       continue;
-    const uint64_t size = end - begin;
+    uint64_t size = end - begin;
     space.mapped += size;
     const bool anonymous =
         inode == 0 && line.find_first_not_of(' ', static_cast<size_t>(path_at)) == std::string::npos;
-    if (anonymous && std::strcmp(perms, "rw-p") == 0)
+    if (anonymous && std::strcmp(perms, "rw-p") == 0) {
+      if (begin == guard_end) size -= std::min(size, stack);  // a thread's stack (and what merged with it)
       space.buffers += static_cast<int>(size / cpu::kBufferBytes);
+    }
+    if (anonymous && std::strcmp(perms, "---p") == 0) guard_end = end;
   }
   return space;
 }
 
+// glibc's default thread stack size (OpenBLAS starts its workers with it); 8 MiB where it does not say.
+uint64_t default_stack_bytes() {
+  pthread_attr_t attr;
+  size_t bytes = size_t{8} << 20;
+  if (pthread_getattr_default_np(&attr) == 0) {
+    pthread_attr_getstacksize(&attr, &bytes);
+    pthread_attr_destroy(&attr);
+  }
+  return bytes;
+}
+
 }  // namespace
 
-bool blas_workers_starved() {
+BlasWorkers blas_workers_check() {
   rlimit limit{};
   const int threads = openblas_get_num_threads();
-  if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY || threads < 2) return false;
+  if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY || threads < 2)
+    return BlasWorkers::fine;
   // The workers map their buffers as they start, which on a busy machine may be after main begins: judged
   // by what they still need, not by whether one buffer fits now (a worker yet to map would then take it, and
   // the process's own later mappings, a plan's arena, could take a slower one's room: it would retry without
@@ -953,17 +972,20 @@ bool blas_workers_starved() {
   // (its first GEMM maps it: with one thread, the workers' room is its); else main waits until the workers
   // hold theirs, so nothing mapped later can take their room. Each buffer is allowed 64 KiB of slack.
   const uint64_t buffer = cpu::kBufferBytes + (uint64_t{64} << 10);
+  const uint64_t stack = default_stack_bytes();
   const int workers = threads - 1;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (true) {
-    const std::optional<AddressSpace> space = address_space();
-    if (!space) return !cpu::can_map(1, buffer);  // no /proc: one retrying worker needs one buffer more
+    const std::optional<AddressSpace> space = address_space(stack);
+    if (!space)  // no /proc: one retrying worker needs one buffer more
+      return cpu::can_map(1, buffer) ? BlasWorkers::fine : BlasWorkers::starved;
     const int missing = workers - std::min(workers, space->buffers);
     const uint64_t room = limit.rlim_cur > space->mapped ? limit.rlim_cur - space->mapped : 0;
-    if (room < static_cast<uint64_t>(missing + 1) * buffer) return true;
-    if (missing == 0) return false;
-    // Room for all, but a worker has not mapped its buffer in 5 s: single-threaded is the safe side.
-    if (std::chrono::steady_clock::now() >= deadline) return true;
+    if (room < static_cast<uint64_t>(missing + 1) * buffer) return BlasWorkers::starved;
+    if (missing == 0) return BlasWorkers::fine;
+    // Room for all, but a worker has not mapped its buffer in 5 s (a machine that busy, or an OpenBLAS
+    // whose buffers are not Debian's 128 MiB): single-threaded is the side that cannot hang.
+    if (std::chrono::steady_clock::now() >= deadline) return BlasWorkers::slow;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
