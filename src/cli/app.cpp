@@ -485,8 +485,7 @@ MemoryArg parse_memory(const std::string& text, std::string_view flag) {
     if (const std::optional<std::string> other = gpu_of_other_size(text))
       throw UsageError(
           fmt::format("{} {}: names the {}, not this size: give the card's memory as nvidia-smi "
-                      "reports it (nvidia-smi --query-gpu=memory.total --format=csv), e.g. {} "
-                      "16160MiB",
+                      "reports it (nvidia-smi --query-gpu=memory.total --format=csv), as {} <that>MiB",
                       flag, text, *other, flag));
     const std::vector<std::string>& pool = sharing ? *sharing : known;
     const std::vector<std::string_view> views(pool.begin(), pool.end());

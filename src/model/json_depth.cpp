@@ -200,6 +200,22 @@ std::size_t utf8_sequence(std::string_view s, std::size_t at) {
   return n;
 }
 
+// The code point of one well-formed UTF-8 sequence.
+char32_t code_point(std::string_view seq) {
+  const auto byte = [&](std::size_t i) { return static_cast<char32_t>(static_cast<unsigned char>(seq[i])); };
+  if (seq.size() == 1) return byte(0);
+  char32_t c = byte(0) & (0xFFu >> (seq.size() + 1));
+  for (std::size_t i = 1; i < seq.size(); ++i) c = (c << 6) | (byte(i) & 0x3Fu);
+  return c;
+}
+
+// Characters a terminal shows as nothing, or acts on: C0 and C1 controls, DEL, zero-width characters and
+// direction marks, bidirectional embeddings and overrides (U+202E turns what follows around), the BOM.
+bool is_invisible(char32_t c) {
+  return c < 0x20 || (c >= 0x7F && c <= 0x9F) || (c >= 0x200B && c <= 0x200F) ||
+         (c >= 0x202A && c <= 0x202E) || (c >= 0x2066 && c <= 0x2069) || c == 0xFEFF;
+}
+
 // The parser's message with what it quotes of the file printable and visible: bytes that are not UTF-8 (a
 // Latin-1 "é"), control characters and a byte-order mark as \xE9, so a terminal or log reader gets valid
 // text that shows them.
@@ -208,7 +224,7 @@ std::string printable(std::string_view what) {
   for (std::size_t i = 0; i < what.size();) {
     const std::size_t n = utf8_sequence(what, i);
     const unsigned char b = static_cast<unsigned char>(what[i]);
-    const bool invisible = n == 1 ? b < 0x20 || b == 0x7F : what.substr(i, n) == "\xEF\xBB\xBF";  // U+FEFF
+    const bool invisible = n > 0 && is_invisible(code_point(what.substr(i, n)));
     if (n == 0 || invisible) {
       out += fmt::format("\\x{:02X}", b);
       ++i;

@@ -97,16 +97,16 @@ constexpr OtherName kOtherNames[] = {
     {"adaptive_avg_pool2d", "global_avgpool", "PyTorch's adaptive_avg_pool2d to 1x1 is global_avgpool here"},
     {"globalaveragepooling2d", "global_avgpool", "Keras's GlobalAveragePooling2D is global_avgpool here"},
     {"relu", "linear", "",
-     "an activation is no layer here but a field of the layer before it: \"activation\": \"relu\" on a "
+     "an activation is no layer here but a field of the layer it follows: \"activation\": \"relu\" on a "
      "linear, conv2d, batchnorm or residual"},
     {"gelu", "linear", "",
-     "an activation is no layer here but a field of the layer before it: \"activation\": \"gelu\" on a "
+     "an activation is no layer here but a field of the layer it follows: \"activation\": \"gelu\" on a "
      "linear, conv2d, batchnorm or residual"},
     {"silu", "linear", "",
-     "an activation is no layer here but a field of the layer before it: \"activation\": \"silu\" on a "
+     "an activation is no layer here but a field of the layer it follows: \"activation\": \"silu\" on a "
      "linear, conv2d, batchnorm or residual"},
     {"tanh", "linear", "",
-     "an activation is no layer here but a field of the layer before it: \"activation\": \"tanh\" on a "
+     "an activation is no layer here but a field of the layer it follows: \"activation\": \"tanh\" on a "
      "linear, conv2d, batchnorm or residual"},
     {"dense", "linear", "Keras's Dense is a linear layer here"},
     {"fc", "linear", "a fully connected layer is linear here"},
@@ -467,11 +467,24 @@ class Parser {
   }
 
   OptimizerSpec parse_optimizer(const json& v) const {
-    if (v.is_string())  // "optimizer": "sgd", the name alone
-      fail("optimizer",
-           fmt::format("expected the optimizer settings (a JSON object), got {}: write {{\"type\": "
-                       "{}}} (with \"learning_rate\" and the rest beside it)",
-                       describe(v), describe(v)));
+    if (v.is_string()) {  // "optimizer": "sgd", the name alone: the object, with the type it likely meant
+      const auto types = schema::optimizer_infos();
+      const std::vector<std::string_view> names =
+          names_of(types, [](const schema::OptimizerInfo& i) { return i.name; });
+      const std::string& text = v.get_ref<const std::string&>();
+      std::vector<std::string_view> meant = names;  // every type, where the name is none of them
+      if (std::find(names.begin(), names.end(), text) != names.end())
+        meant = {text};
+      else if (const OtherName* renamed = other_name(text, names))
+        meant = {renamed->ours};
+      else if (const auto near = model_detail::nearest_name(text, names))
+        meant = {*near};
+      std::vector<std::string> objects;
+      for (const std::string_view type : meant) objects.push_back(fmt::format("{{\"type\": \"{}\"}}", type));
+      fail("optimizer", fmt::format("expected the optimizer settings (a JSON object), got {}: write {} (with "
+                                    "\"learning_rate\" and the rest beside it)",
+                                    describe(v), fmt::join(objects, " or ")));
+    }
     require_object(v, "optimizer", "the optimizer settings");
     const auto types = schema::optimizer_infos();
     const auto name_of = [](const schema::OptimizerInfo& i) { return i.name; };

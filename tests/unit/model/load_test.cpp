@@ -238,6 +238,9 @@ TEST(LoadModel, SaysTextThatIsNotUtf8AsEscapes) {
                                 "Windows-1252 text: save it as UTF-8)"));
   const std::string boms = file_error(dir.write("b.json", "\xEF\xBB\xBF\xEF\xBB\xBF{}"));
   EXPECT_THAT(boms, HasSubstr("'\\xEF\\xBB\\xBF\\xEF' (the file starts with two UTF-8 byte-order marks"));
+  // Characters a terminal hides or acts on (U+202E turns the line around, U+009B starts an escape) too.
+  const std::string hidden = file_error(dir.write("h.json", "{\"name\": \"a\xE2\x80\xAE\xC2\x9B\xE9\"}"));
+  EXPECT_THAT(hidden, HasSubstr("last read: '\"a\\xE2\\x80\\xAE\\xC2\\x9B\\xE9\"'"));
   // Well-formed UTF-8 stays as written.
   EXPECT_THAT(file_error(dir.write("u.json", "{\"name\": \"café\" x}")), HasSubstr("café"));
 }
