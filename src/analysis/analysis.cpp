@@ -226,6 +226,13 @@ double same_throughput_margin_pct(std::optional<double> se_a, std::optional<doub
   return std::max(kSameThroughputPct, 100.0 * noise_margin(se_a.value_or(0.0), se_b.value_or(0.0)));
 }
 
+// Why a lead within `margin_pct` (same_throughput_margin_pct) is no difference: the two means' noise where
+// that set the margin, else the minimum effect (a 0.97% lead may be well beyond noise, yet it is under 1%).
+std::string tie_words(double margin_pct) {
+  if (margin_pct > kSameThroughputPct) return fmt::format("within noise (< {:.3g}%)", margin_pct);
+  return fmt::format("under the {:g}% that counts as a difference", kSameThroughputPct);
+}
+
 // The latency budget's answer. `fastest`: the highest-throughput ok point whose p99 is within the budget.
 // `chosen`: the point with the lowest p99 among those the fastest does not beat by a measurable margin:
 // kSameThroughputPct (compare's minimum effect), or twice the combined standard error of the two means where
@@ -357,9 +364,9 @@ BatchChoice latency_slo_choice(std::span<const Point> points, const Budget& b,
     // the fastest: throughput is flat there.)
     std::string after;
     if (chosen != budget.fastest)
-      after = fmt::format("; batch {} is {:.2f}% faster, within noise (< {:.3g}%), at {} {} ms",
-                          budget.fastest->batch, budget.lead_pct, budget.margin_pct, b.name(),
-                          latency_text(*b.of(*budget.fastest), b.ms));
+      after =
+          fmt::format("; batch {} is {:.2f}% faster, {}, at {} {} ms", budget.fastest->batch, budget.lead_pct,
+                      tie_words(budget.margin_pct), b.name(), latency_text(*b.of(*budget.fastest), b.ms));
     else
       after = edge_hint(points, *chosen, b) + budget_not_reached(points, *chosen, b, options);
     BatchChoice choice = choose(*chosen, fmt::format("{} step {} ms within the {} ms budget{}{}", b.name(),
@@ -614,13 +621,13 @@ Recommendation recommend(const RecommendationInputs& in, const Point*& chosen) {
           fmt::format("highest throughput within the {} ms {} budget: batch {} ({} samples/s, {} {} ms{})",
                       format_number(b.ms), name, chosen->batch, format_rate(chosen->samples_per_second), name,
                       latency_text(*b.of(*chosen), b.ms), steps_clause(*chosen, b.pct))};
-    return {
-        chosen->batch,
-        fmt::format("batch {} ({} samples/s, {} {} ms{}): within noise of batch {}, the highest throughput "
-                    "within the {} ms {} budget, at a lower {} than its {} ms",
-                    chosen->batch, format_rate(chosen->samples_per_second), name,
-                    latency_text(*b.of(*chosen), b.ms), steps_clause(*chosen, b.pct), budget.fastest->batch,
-                    format_number(b.ms), name, name, latency_text(*b.of(*budget.fastest), b.ms))};
+    return {chosen->batch,
+            fmt::format("batch {} ({} samples/s, {} {} ms{}): as fast as batch {}, the highest throughput "
+                        "within the {} ms {} budget, which leads by {:.2f}% ({}) at a higher {}, {} ms",
+                        chosen->batch, format_rate(chosen->samples_per_second), name,
+                        latency_text(*b.of(*chosen), b.ms), steps_clause(*chosen, b.pct),
+                        budget.fastest->batch, format_number(b.ms), name, budget.lead_pct,
+                        tie_words(budget.margin_pct), name, latency_text(*b.of(*budget.fastest), b.ms))};
   }
   if (a.effective_batch_split && a.effective_batch_split->batch) {
     std::size_t ran = 0;
@@ -657,8 +664,10 @@ Recommendation recommend(const RecommendationInputs& in, const Point*& chosen) {
         const double margin_pct = same_throughput_margin_pct(se_a, se_b);
         const double lead_pct = (fastest_split->samples_per_second / runner_up->samples_per_second - 1) * 100;
         if (lead_pct < margin_pct)
-          tie = fmt::format("; {} is within noise of it (it leads by {:.2f}%, < {:.3g}%)",
-                            batch_label(runner_up->batch, runner_up->accumulation), lead_pct, margin_pct);
+          tie = fmt::format("; {} is as fast: {} leads it by {:.2f}%, {}",
+                            batch_label(runner_up->batch, runner_up->accumulation),
+                            batch_label(fastest_split->batch, fastest_split->accumulation), lead_pct,
+                            tie_words(margin_pct));
       }
     }
     return {a.effective_batch_split->batch,

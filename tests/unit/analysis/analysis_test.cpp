@@ -231,11 +231,12 @@ TEST(LatencySlo, AFasterBatchWithinTheNoiseDoesNotWinAtTwiceTheLatency) {
   EXPECT_EQ(
       a.latency_slo->reason,
       "p99 step 2.02 ms within the 10 ms budget (p99 of 21 steps: near the slowest); batch 512 is 0.01% "
-      "faster, within noise (< 1%), at p99 4.04 ms");
+      "faster, under the 1% that counts as a difference, at p99 4.04 ms");
   EXPECT_EQ(a.recommended.batch, 256);
   EXPECT_EQ(a.recommended.why,
-            "batch 256 (127989 samples/s, p99 2.02 ms of 21 steps): within noise of batch 512, the highest "
-            "throughput within the 10 ms p99 budget, at a lower p99 than its 4.04 ms");
+            "batch 256 (127989 samples/s, p99 2.02 ms of 21 steps): as fast as batch 512, the highest "
+            "throughput within the 10 ms p99 budget, which leads by 0.01% (under the 1% that counts as a "
+            "difference) at a higher p99, 4.04 ms");
   EXPECT_EQ(a.best_throughput.batch, 512);  // the highest throughput is still named as such
 
   points[0].samples_per_second = 120000.0;  // 512 leads by 6.7%: beyond 1% and 2 x 0.15% standard error
@@ -555,7 +556,7 @@ TEST(EffectiveBatchSplit, FastestSplitIsRecommended) {
   // twice their combined error, and the recommendation says so.
   for (Point& p : points) p.noise_pct = 30.0;
   const std::string why = analyze(points, {}).recommended.why;
-  EXPECT_NE(why.find("slowest split); 128x2 is within noise of it (it leads by 11.11%, < 18.5%)"),
+  EXPECT_NE(why.find("slowest split); 128x2 is as fast: 64x4 leads it by 11.11%, within noise (< 18.5%)"),
             std::string::npos)
       << why;
 }
