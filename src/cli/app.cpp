@@ -535,7 +535,8 @@ int run_app(int argc, char** argv) {
       ->transform(whole(0, std::numeric_limits<int>::max()));
   run_cmd->add_option("--script", run.script, "Step-time script for --backend scripted (testing)")
       ->type_name("FILE");
-  run_cmd->add_option("--mode", run_raw.mode, "train | infer (training, inference too)")->capture_default_str();
+  run_cmd->add_option("--mode", run_raw.mode, "train | infer (training, inference too)")
+      ->capture_default_str();
   CLI::Option* resume_opt =
       run_cmd
           ->add_option(
@@ -642,7 +643,8 @@ int run_app(int argc, char** argv) {
           ->capture_default_str();
   plan_cmd->add_option("--precision,-p", plan_raw.precision, "fp32 | tf32 | fp16 | bf16")
       ->capture_default_str();
-  plan_cmd->add_option("--mode", plan_raw.mode, "train | infer (training, inference too)")->capture_default_str();
+  plan_cmd->add_option("--mode", plan_raw.mode, "train | infer (training, inference too)")
+      ->capture_default_str();
   CLI::Option* plan_accum_opt =
       plan_cmd->add_option("--accumulation", plan.accumulation, "Micro-batches per optimizer step")
           ->transform(whole(1, kMaxBatch, " (2^24)"))
