@@ -1271,6 +1271,40 @@ TEST(Run, AnAddressSpaceLimitTooTightForOpenBlasThreadsDoesNotHang) {
 #endif
 }
 
+// The run again single-threaded says why once, by the process that was run again: its pid opens the marker
+// (execv keeps it). A worker slow to map its buffer gets its own note, not the one for a limit too tight; a
+// marker with another pid (left in the environment, or set by hand) says nothing and the process goes on.
+// Runs `presets` with the marker set to "<the child's own pid or pid+1>:<rest>": stderr.
+std::string run_with_blas_marker(const std::string& rest, bool own_pid) {
+  ScratchDir dir;
+  const std::string err = (dir / "err").string();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    freopen("/dev/null", "r", stdin);
+    freopen("/dev/null", "w", stdout);
+    freopen(err.c_str(), "w", stderr);
+    const std::string marker = std::to_string(getpid() + (own_pid ? 0 : 1)) + ":" + rest;
+    setenv("BATCHSWEEP_BLAS_WORKERS_STARVED", marker.c_str(), 1);
+    exec_batchsweep({"presets"});
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << slurp(err);
+  return slurp(err);
+}
+
+TEST(Run, TheSingleThreadedRunAgainSaysWhyOnce) {
+  const std::string slow = run_with_blas_marker("7:slow", true);
+  EXPECT_NE(slow.find("OpenBLAS's 7 threads had not mapped their work buffers after 5 s"), std::string::npos)
+      << slow;
+  EXPECT_EQ(slow.find("raise ulimit -v"), std::string::npos) << slow;
+  const std::string starved = run_with_blas_marker("7:starved", true);
+  EXPECT_NE(starved.find("work buffers of all 7 of OpenBLAS's threads"), std::string::npos) << starved;
+  EXPECT_NE(starved.find("raise ulimit -v to use them all"), std::string::npos) << starved;
+  EXPECT_EQ(run_with_blas_marker("7:slow", false), "");
+  EXPECT_EQ(run_with_blas_marker("7:starved", false), "");
+}
+
 // SIGINT (exit 130) and SIGTERM (143) mid-sweep: every finished point is in a valid report at `json`.
 // Starts batchsweep with `args`, waits until `json` holds at least `points` points, sends `sig`; the exit
 // code, or -1 (and a failure) when the report never got there or the process did not exit.
