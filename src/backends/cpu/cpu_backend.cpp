@@ -41,8 +41,6 @@ namespace {
 
 constexpr double kInitialLossScale = 65536.0;
 constexpr int64_t kLossScaleGrowthInterval = 2000;
-constexpr uint64_t kDataStream = 1u << 20;    // streams of the synthetic data, apart from parameter streams
-constexpr uint64_t kTargetStream = 1u << 21;  // streams of the targets
 
 // One plan buffer inside the arena.
 struct Ref {
@@ -54,23 +52,6 @@ struct Ref {
   [[nodiscard]] int32_t* i32() const { return static_cast<int32_t*>(ptr); }
   [[nodiscard]] explicit operator bool() const { return ptr != nullptr; }
 };
-
-// splitmix64 over a global element index: the synthetic data of sample s is the same whether it is drawn in
-// one big batch or in micro-batches, which makes accumulation equivalence testable.
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-float data_value(uint64_t seed, uint64_t stream, uint64_t index) {
-  const uint64_t h = splitmix64(seed ^ splitmix64(stream ^ splitmix64(index)));
-  return static_cast<float>(static_cast<double>(h >> 11) * 0x1.0p-53 * 2.0 - 1.0);
-}
-int32_t data_label(uint64_t seed, uint64_t stream, uint64_t index, int64_t classes) {
-  const uint64_t h = splitmix64(seed ^ splitmix64(stream ^ splitmix64(index)));
-  return static_cast<int32_t>(h % static_cast<uint64_t>(classes));
-}
 
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");

@@ -188,4 +188,15 @@ void fill_uniform(float* x, int64_t n, float bound, uint64_t seed, uint64_t stre
 // classes < 1 throws BackendError.
 void fill_labels(int32_t* x, int64_t n, int32_t classes, uint64_t seed, uint64_t stream);
 
+// ---- the synthetic data a step trains on ------------------------------------------------------------------
+// splitmix64 over a global element index: the synthetic data of sample s is the same whether it is drawn in
+// one big batch or in micro-batches, which makes accumulation equivalence testable (and lets a peer,
+// tests/peers/step_trace, draw the same data).
+inline constexpr uint64_t kDataStream = 1u << 20;    // streams of the synthetic data, apart from parameters'
+inline constexpr uint64_t kTargetStream = 1u << 21;  // streams of the targets
+// A value uniform in [-1, 1) for element `index` of `stream`.
+[[nodiscard]] float data_value(uint64_t seed, uint64_t stream, uint64_t index);
+// A label uniform in [0, classes) for element `index` of `stream`.
+[[nodiscard]] int32_t data_label(uint64_t seed, uint64_t stream, uint64_t index, int64_t classes);
+
 }  // namespace bsw::cpu
