@@ -1,5 +1,6 @@
-// The GPU spec sheet (configs/gpus.json, compiled in): datasheet rates, and the memory each card's driver
-// reports, which `plan --memory NAME` and `run --memory-limit NAME` size a card by.
+// The GPU spec sheet (configs/gpus.json, compiled in): datasheet rates, and the memory CUDA reports for each
+// card (cuda_mib, under nvidia-smi's total by what the driver reserves), which `run` sizes a device by and so
+// `plan --memory NAME` and `run --memory-limit NAME` size a card by.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,7 @@ namespace bsw {
 
 struct GpuCard {
   std::string name;    // the sheet's name: "H100 SXM"
-  uint64_t bytes = 0;  // memory_mib MiB: the total nvidia-smi reports for the card
+  uint64_t bytes = 0;  // cuda_mib MiB: the total CUDA reports for the card (totalGlobalMem)
 };
 
 // The cards of the sheet that `text` names, ignoring case, spaces, '-' and '_', and a "GeForce", "NVIDIA" or
@@ -29,8 +30,8 @@ struct GpuCard {
 [[nodiscard]] std::vector<GpuCard> gpus_named(std::string_view text);
 
 // Where `text` names cards but a size that is not theirs, so gpus_named finds none: a device name
-// ("V100-SXM2-16GB": "V100 SXM2, which configs/gpus.json knows as 32 GB (32510 MiB)") or loose words whose
-// cards share one memory ("V100 16GB": "V100 PCIe or V100 SXM2, which ..."); else nullopt.
+// ("V100-SXM2-16GB": "V100 SXM2, which configs/gpus.json knows as 32 GB (32494 MiB as CUDA reports it)") or
+// loose words whose cards share one memory ("V100 16GB": "V100 PCIe or V100 SXM2, which ..."); else nullopt.
 [[nodiscard]] std::optional<std::string> gpu_of_other_size(std::string_view text);
 
 // The sheet's entry for a device name as CUDA or nvidia-smi gives it ("NVIDIA H100 80GB HBM3"): the first

@@ -22,7 +22,7 @@ struct PlanSummary {
   // --effective-batch) whose plan fits in 95% of its memory; memory_bytes is then unset.
   struct CardFit {
     std::string name;
-    uint64_t memory_bytes = 0;             // memory_mib: what nvidia-smi reports
+    uint64_t memory_bytes = 0;             // cuda_mib: the total CUDA reports
     std::optional<int64_t> max_fit_batch;  // nullopt: not even batch 1
     // With --effective-batch: the largest micro-batch that fits whether or not it divides N.
     std::optional<int64_t> max_fit_any;

@@ -439,8 +439,8 @@ struct Raw {
 };
 
 // --memory and --memory-limit: a size (80GiB), or a card of configs/gpus.json by name ("H100 SXM",
-// "rtx4090"), which is the total nvidia-smi reports for it. A name several cards begin with is taken where
-// they share that memory (H200: NVL and SXM), else refused with each card's.
+// "rtx4090"), which is the total CUDA reports for it (`run` sizes a device by that). A name several cards
+// begin with is taken where they share that memory (H200: NVL and SXM), else refused with each card's.
 struct MemoryArg {
   uint64_t bytes = 0;
   std::string card;  // the card(s) named; empty for a size
@@ -480,12 +480,13 @@ MemoryArg parse_memory(const std::string& text, std::string_view flag) {
     if (is_laptop_part(text))
       throw UsageError(fmt::format(
           "{} {}: a laptop GPU is no card of configs/gpus.json (its desktop namesake has other memory): give "
-          "its memory as nvidia-smi reports it, e.g. {} 16GiB",
+          "its memory as CUDA reports it (`batchsweep devices` on that machine), e.g. {} 16GiB",
           flag, text, flag));
     if (const std::optional<std::string> other = gpu_of_other_size(text))
       throw UsageError(
-          fmt::format("{} {}: names the {}, not this size: give the card's memory as nvidia-smi "
-                      "reports it (nvidia-smi --query-gpu=memory.total --format=csv), as {} <that>MiB",
+          fmt::format("{} {}: names the {}, not this size: give the card's memory as CUDA reports it "
+                      "(`batchsweep devices` on that machine, or nvidia-smi's memory.total less the driver's "
+                      "reserve, about 0.5 GiB on Ampere and newer), as {} <that>MiB",
                       flag, text, *other, flag));
     const std::vector<std::string>& pool = sharing ? *sharing : known;
     const std::vector<std::string_view> views(pool.begin(), pool.end());
@@ -496,8 +497,15 @@ MemoryArg parse_memory(const std::string& text, std::string_view flag) {
       hint = fmt::format(": did you mean '{}'?", sharing->front());
     else if (sharing && !sharing->empty())
       hint = fmt::format(": the cards it could mean are {}", fmt::join(*sharing, ", "));
-    throw UsageError(fmt::format("{} {}: neither a size (80GiB) nor a card of configs/gpus.json{} ({})", flag,
-                                 text, hint, fmt::join(known, ", ")));
+    // A model number the sheet lacks (T4, A10G, L40): how to size it anyway.
+    std::string other_card;
+    if (hint.empty() && std::any_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      other_card = fmt::format(
+          "; for another card give its memory as CUDA reports it (`batchsweep devices` on that machine), as "
+          "{} <that>MiB",
+          flag);
+    throw UsageError(fmt::format("{} {}: neither a size (80GiB) nor a card of configs/gpus.json{} ({}){}",
+                                 flag, text, hint, fmt::join(known, ", "), other_card));
   }
 }
 
@@ -660,8 +668,8 @@ int run_app(int argc, char** argv) {
   plan_cmd
       ->add_option(
           "--memory", plan_raw.memory,
-          "Device memory (e.g. 80GiB, 24GiB) or a card by name (\"H100 SXM\", L4: the memory nvidia-smi "
-          "reports for it, configs/gpus.json): report the largest batch whose plan fits in 95% of it; all: "
+          "Device memory (e.g. 80GiB, 24GiB) or a card by name (\"H100 SXM\", L4: the memory CUDA reports "
+          "for it, configs/gpus.json): report the largest batch whose plan fits in 95% of it; all: "
           "that batch on every card of configs/gpus.json")
       ->type_name("SIZE|GPU");
   add_path_options(plan_cmd, plan_raw.attention, plan_raw.conv);

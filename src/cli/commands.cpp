@@ -729,7 +729,7 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
     for (const nlohmann::json& gpu : gpu_spec_sheet().at("gpus")) {
       PlanSummary::CardFit card;
       card.name = gpu.at("name").get<std::string>();
-      card.memory_bytes = gpu.at("memory_mib").get<uint64_t>() << 20;
+      card.memory_bytes = gpu.at("cuda_mib").get<uint64_t>() << 20;
       card.max_fit_batch = max_fit_batch(graph, request, card.memory_bytes);
       if (card.max_fit_batch && *card.max_fit_batch > cap) card.max_fit_batch = cap;
       if (s.effective_batch && card.max_fit_batch) {

@@ -61,7 +61,7 @@ bool contains_tokens(const std::string& name, const std::string& pattern) {
 }
 
 GpuCard card_of(const nlohmann::json& gpu) {
-  return {gpu.at("name").get<std::string>(), gpu.at("memory_mib").get<uint64_t>() * 1024 * 1024};
+  return {gpu.at("name").get<std::string>(), gpu.at("cuda_mib").get<uint64_t>() * 1024 * 1024};
 }
 
 // The sheet's entries `wanted` (a normalized name) is the whole name of, else those whose first words it is
@@ -113,10 +113,10 @@ std::optional<std::pair<std::string, int64_t>> without_size(std::string_view tex
 }
 
 // The card a device name as nvidia-smi or CUDA prints it names ("NVIDIA A100-SXM4-80GB", "Tesla
-// V100-SXM2-32GB"), by the sheet's own tokens: only a name that says whose it is or its size (the peak-rate
-// matcher ignores sizes, so "A100 80" would find the 40 GB entry; "A100-SXM4-80GB", nvidia-smi's name without
-// its vendor, says it), and no laptop part. `other_size`: its "16GB" is not the card's memory_gb (a V100
-// SXM2 16GB, a variant the sheet lacks).
+// V100-SXM2-32GB"), by the sheet's own tokens: with its vendor, or by a match string of more than the model
+// number (the peak-rate matcher ignores sizes, so "A100 80" would find the 40 GB entry; "A100-SXM4-80GB",
+// nvidia-smi's name without its vendor, says it), and no laptop part. `other_size`: its "16GB" is not the
+// card's memory_gb (a V100 SXM2 16GB, a variant the sheet lacks).
 struct DeviceNameMatch {
   const nlohmann::json* gpu = nullptr;
   bool other_size = false;
@@ -128,17 +128,17 @@ DeviceNameMatch device_name_match(std::string_view text) {
   const std::string low = lower(text);
   const bool branded =
       low.starts_with("nvidia") || low.starts_with("tesla") || low.find("geforce") != std::string::npos;
-  const bool sized = std::any_of(words.begin(), words.end(), is_size_word);
-  if (!branded && !sized) return {};
   const nlohmann::json* gpu = gpu_spec_for_device(text);
   if (gpu == nullptr) return {};
-  // Without a vendor, only by a match string of more than the model number ("A100-SXM4-80GB"): "H100 80GB"
-  // holds one of the H100 PCIe and SXM, both 80 GB, and the sheet's first is no answer.
+  // Without a vendor, only by a match string of more than the model number ("A100-SXM4-80GB", spelt with
+  // spaces or dashes alike: "A100 SXM4 80GB"; "H100 SXM5"): "H100 80GB" holds one of the H100 PCIe and SXM,
+  // both 80 GB, and the sheet's first is no answer; "A100 SXM" is none of the three A100s.
   if (!branded) {
     bool specific = false;
     for (const nlohmann::json& pattern : gpu->at("match")) {
-      const std::string p = lower(pattern.get<std::string>());
-      specific = specific || (words_of(p).size() >= 2 && contains_tokens(low, p));
+      const std::vector<std::string> p = words_of(pattern.get<std::string>());
+      specific = specific || (p.size() >= 2 &&
+                              std::search(words.begin(), words.end(), p.begin(), p.end()) != words.end());
     }
     if (!specific) return {};
   }
@@ -162,11 +162,18 @@ const nlohmann::json& gpu_spec_sheet() {
 }
 
 const nlohmann::json* gpu_spec_for_device(std::string_view device_name) {
-  const std::string name = lower(device_name);
+  // Lower case, '-' and '_' as spaces: "A100 SXM4 80GB" is the "A100-SXM4-80GB" a pattern spells.
+  const auto spaced = [](std::string_view text) {
+    std::string out = lower(text);
+    std::replace_if(
+        out.begin(), out.end(), [](char c) { return c == '-' || c == '_'; }, ' ');
+    return out;
+  };
+  const std::string name = spaced(device_name);
   const auto any_in_name = [&](const nlohmann::json& gpu, const char* key) {
     if (!gpu.contains(key)) return false;
     for (const nlohmann::json& pattern : gpu.at(key))
-      if (contains_tokens(name, lower(pattern.get<std::string>()))) return true;
+      if (contains_tokens(name, spaced(pattern.get<std::string>()))) return true;
     return false;
   };
   for (const nlohmann::json& gpu : gpu_spec_sheet().at("gpus"))
@@ -224,14 +231,15 @@ std::optional<std::string> gpu_of_other_size(std::string_view text) {
     std::vector<std::string> names;
     for (const nlohmann::json* gpu : entries) names.push_back(gpu->at("name").get<std::string>());
     const nlohmann::json& first = *entries.front();
-    return fmt::format("{}, which configs/gpus.json knows as {} GB ({} MiB)", fmt::join(names, " or "),
-                       first.at("memory_gb").get<int64_t>(), first.at("memory_mib").get<uint64_t>());
+    return fmt::format("{}, which configs/gpus.json knows as {} GB ({} MiB as CUDA reports it)",
+                       fmt::join(names, " or "), first.at("memory_gb").get<int64_t>(),
+                       first.at("cuda_mib").get<uint64_t>());
   };
   // "V100 16GB": the V100s, all of another size (cards of several sizes are listed by the caller instead).
   if (const auto sized = without_size(text)) {
     const std::vector<const nlohmann::json*> named = entries_named(sized->first);
     if (!named.empty() && std::all_of(named.begin(), named.end(), [&](const nlohmann::json* gpu) {
-          return gpu->at("memory_mib") == named.front()->at("memory_mib");
+          return gpu->at("cuda_mib") == named.front()->at("cuda_mib");
         }))
       return known_as(named);
   }

@@ -58,6 +58,14 @@ std::string batch_text(const PlanSummary& s, const Plan& p) {
                            : std::to_string(p.request.batch);
 }
 
+// Whether a card's largest fit is batchsweep's cap (2^24 samples a step; with --effective-batch, the whole N
+// as the micro-batch), not an edge its memory sets.
+bool card_at_cap(const PlanSummary& s, const PlanSummary::CardFit& c) {
+  if (!c.max_fit_batch) return false;
+  if (s.effective_batch) return *c.max_fit_batch == *s.effective_batch;
+  return *c.max_fit_batch >= max_micro_batch(s.accumulation);
+}
+
 }  // namespace
 
 nlohmann::json plan_to_json(const PlanSummary& s) {
@@ -126,6 +134,8 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
       if (s.effective_batch)
         card["max_fit_accumulation"] =
             c.max_fit_batch ? nlohmann::json(*s.effective_batch / *c.max_fit_batch) : nlohmann::json(nullptr);
+      // As the one card's: a fit at the cap is every batch batchsweep plans, not an edge memory sets.
+      card["memory_limits_batch"] = !card_at_cap(s, c);
       cards.push_back(std::move(card));
     }
     doc["safety_fraction"] = kMemorySafetyFraction;
@@ -156,12 +166,12 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
   return doc;
 }
 
-// The --memory budget as said: "79.6 GiB", and for a card named "79.6 GiB (H100 SXM: 81559 MiB, as nvidia-smi
+// The --memory budget as said: "79.6 GiB", and for a card named "79.1 GiB (H100 SXM: 81008 MiB, as CUDA
 // reports it)".
 static std::string memory_text(const PlanSummary& s) {
   const std::string size = report_format::human_bytes(*s.memory_bytes);
   if (s.memory_card.empty()) return size;
-  return fmt::format("{} ({}: {} MiB, as nvidia-smi reports it)", size, s.memory_card, *s.memory_bytes >> 20);
+  return fmt::format("{} ({}: {} MiB, as CUDA reports it)", size, s.memory_card, *s.memory_bytes >> 20);
 }
 
 std::string format_plan_table(const PlanSummary& s) {
@@ -262,6 +272,7 @@ std::string format_plan_table(const PlanSummary& s) {
     report_format::TextTable cards;
     cards.headers = {"card", "memory", what, precision + " TFLOP/s", "GB/s"};
     cards.align = {Align::left, Align::right, Align::right, Align::right, Align::right};
+    bool capped = false;
     for (const PlanSummary::CardFit& c : s.cards) {
       std::string fit = "none";
       if (c.max_fit_batch)
@@ -271,12 +282,16 @@ std::string format_plan_table(const PlanSummary& s) {
       if (c.max_fit_batch && c.max_fit_any && *c.max_fit_any > *c.max_fit_batch &&
           *c.max_fit_any < *s.effective_batch)
         fit += fmt::format(" (up to {} fit)", *c.max_fit_any);
+      if (card_at_cap(s, c)) {
+        fit += " (cap)";
+        capped = true;
+      }
       cards.rows.push_back({c.name, human_bytes(c.memory_bytes), fit,
                             c.peak_tflops ? fmt::format("{:g}", *c.peak_tflops) : std::string("—"),
                             fmt::format("{:g}", c.memory_bandwidth_gbps)});
     }
     out += fmt::format(
-        "\n{} per card of configs/gpus.json (plans may use {:.0f}% of the memory nvidia-smi reports; "
+        "\n{} per card of configs/gpus.json (plans may use {:.0f}% of the memory CUDA reports; "
         "TFLOP/s dense, from the datasheet):\n",
         what, kMemorySafetyFraction * 100);
     for (const std::string& line : report_format::render_lines(cards)) out += line + "\n";
@@ -288,6 +303,15 @@ std::string format_plan_table(const PlanSummary& s) {
       if (c.compute_capability > 0 && c.compute_capability < 8.0)
         older.push_back(fmt::format("{} ({:.1f})", c.name, c.compute_capability));
     }
+    if (capped)
+      out +=
+          s.effective_batch
+              ? fmt::format(
+                    "(cap): the whole effective batch {} fits as one micro-batch: memory does not "
+                    "limit it\n",
+                    *s.effective_batch)
+              : fmt::format("(cap): every batch batchsweep plans (up to {}) fits: memory does not limit it\n",
+                            max_micro_batch(s.accumulation));
     if (!lacking.empty())
       out += fmt::format("— : {} {} no {} tensor-core mode\n", fmt::join(lacking, ", "),
                          lacking.size() == 1 ? "has" : "have", precision);

@@ -339,6 +339,13 @@ INSTANTIATE_TEST_SUITE_P(
              {"--memory A100 SXM: neither a size (80GiB) nor a card of configs/gpus.json: the cards it could "
               "mean are A100 80GB PCIe, A100 80GB SXM, A100 40GB ("}},
         Case{"card_size_no_card_has", {"plan", "--memory", "H100 40GB"}, 2, {"configs/gpus.json (H200 NVL"}},
+        // A card the sheet lacks: how to size it anyway (not said where a card was suggested).
+        Case{"card_not_on_the_sheet",
+             {"plan", "--memory", "Tesla T4"},
+             2,
+             {"--memory Tesla T4: neither a size (80GiB) nor a card of configs/gpus.json (H200 NVL, ",
+              "V100 SXM2); for another card give its memory as CUDA reports it (`batchsweep devices` on that "
+              "machine), as --memory <that>MiB"}},
         Case{"card_typo_in_words", {"plan", "--memory", "H100 SMX"}, 2, {"did you mean 'H100 SXM'?"}},
         // A model number is a whole word: H20 is no H200 (another card), V100S no V100 SXM2.
         Case{
@@ -353,15 +360,16 @@ INSTANTIATE_TEST_SUITE_P(
             {"plan", "--memory", "NVIDIA GeForce RTX 4090 Laptop GPU"},
             2,
             {"a laptop GPU is no card of configs/gpus.json (its desktop namesake has other memory): give its "
-             "memory as nvidia-smi reports it, e.g. --memory 16GiB"}},
+             "memory as CUDA reports it (`batchsweep devices` on that machine), e.g. --memory 16GiB"}},
         Case{"card_number_v100s", {"plan", "--memory", "V100S"}, 2, {"configs/gpus.json (H200 NVL"}},
         // A variant the sheet lacks (the 16 GB V100): its card is named, and why it is not taken.
         Case{"card_other_size",
              {"run", "--memory-limit", "Tesla V100-SXM2-16GB"},
              2,
              {"--memory-limit Tesla V100-SXM2-16GB: names the V100 SXM2, which configs/gpus.json knows as 32 "
-              "GB "
-              "(32510 MiB), not this size: give the card's memory as nvidia-smi reports it"}},
+              "GB (32494 MiB as CUDA reports it), not this size: give the card's memory as CUDA reports it "
+              "(`batchsweep devices` on that machine, or nvidia-smi's memory.total less the driver's "
+              "reserve"}},
         // A bare number that is in a card's name: the size's error, then the card.
         Case{"card_number_for_memory",
              {"plan", "--memory", "4090"},

@@ -2196,19 +2196,19 @@ TEST(Plan, TheReadmeH200ExampleIsWhatTheBinaryPlans) {
   }
   // And the round size it compares with.
   int64_t round = 0;
-  const std::string aside = "(a round `--memory 140GiB` fits ";
+  const std::string aside = "(a round `--memory 139GiB` fits ";
   const size_t at_round = readme.find(aside, at);
   ASSERT_NE(at_round, std::string::npos);
   ASSERT_EQ(std::sscanf(readme.c_str() + at_round + aside.size(), "%" SCNd64, &round), 1);
   const Result r = run({"plan", "--model", "gpt2-small", "--precision", "bf16", "--backend", "cuda",
-                        "--memory", "140GiB", "--batch", "1", "--json", "-"});
+                        "--memory", "139GiB", "--batch", "1", "--json", "-"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["max_fit_batch"].get<int64_t>(), round);
 }
 
-// --memory NAME sizes a card of configs/gpus.json by the total nvidia-smi reports for it, planning CUDA's
-// buffers with or without a GPU here; a name several cards with different memories begin is refused with
-// each.
+// --memory NAME sizes a card of configs/gpus.json by the total CUDA reports for it (as `run` sizes the
+// device, not nvidia-smi's larger total, which counts what the driver reserves), planning CUDA's buffers with
+// or without a GPU here; a name several cards with different memories begin is refused with each.
 TEST(Plan, MemoryByCardNameIsTheMemoryTheDriverReports) {
   const auto fit = [](const std::vector<std::string>& memory) {
     std::vector<std::string> args{"plan", "--model", "gpt2-small", "--precision", "bf16", "--batch",
@@ -2219,20 +2219,20 @@ TEST(Plan, MemoryByCardNameIsTheMemoryTheDriverReports) {
     return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json();
   };
   const nlohmann::json named = fit({"--memory", "H100 SXM"});
-  const nlohmann::json sized = fit({"--memory", "81559MiB", "--backend", "cuda"});
+  const nlohmann::json sized = fit({"--memory", "81008MiB", "--backend", "cuda"});
   EXPECT_EQ(named["backend"], "cuda");
-  EXPECT_EQ(named["memory_bytes"], uint64_t{81559} << 20);
+  EXPECT_EQ(named["memory_bytes"], uint64_t{81008} << 20);
   EXPECT_EQ(named["memory_card"], "H100 SXM");
   EXPECT_EQ(sized["memory_card"], nullptr);
   EXPECT_EQ(named["max_fit_batch"], sized["max_fit_batch"]);
   EXPECT_EQ(fit({"--memory", "h200"})["memory_card"], "H200 NVL or H200 SXM");  // one memory: taken
   const Result table = run({"plan", "--model", "gpt2-small", "--precision", "bf16", "--memory", "L4"});
   ASSERT_EQ(table.exit_code, 0) << table.err;
-  EXPECT_NE(table.out.find("(L4: 23034 MiB, as nvidia-smi reports it)"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("(L4: 22518 MiB, as CUDA reports it)"), std::string::npos) << table.out;
   const Result ambiguous = run({"plan", "--memory", "H100"});
   EXPECT_EQ(ambiguous.exit_code, 2);
-  EXPECT_NE(ambiguous.err.find("--memory H100: names 3 cards with different memories, H100 PCIe (81559 MiB), "
-                               "H100 NVL (95830 MiB), H100 SXM (81559 MiB): name one"),
+  EXPECT_NE(ambiguous.err.find("--memory H100: names 3 cards with different memories, H100 PCIe (81008 MiB), "
+                               "H100 NVL (95279 MiB), H100 SXM (81008 MiB): name one"),
             std::string::npos)
       << ambiguous.err;
   const Result cpu = run({"plan", "--memory", "L4", "--backend", "cpu"});
@@ -2243,13 +2243,13 @@ TEST(Plan, MemoryByCardNameIsTheMemoryTheDriverReports) {
   EXPECT_NE(unknown.err.find("--memory B200: neither a size (80GiB) nor a card of configs/gpus.json"),
             std::string::npos)
       << unknown.err;
-  // run --memory-limit takes a card too: an L4's 23034 MiB, and a batch planned over 95% of it is over_limit.
+  // run --memory-limit takes a card too: an L4's 22518 MiB, and a batch planned over 95% of it is over_limit.
   ScratchDir dir;
   const std::string report = (dir / "r.json").string();
   const Result limited =
       run(scripted_run("roofline.json", {"--batch", "128", "--memory-limit", "L4", "--json", report}));
   ASSERT_EQ(limited.exit_code, 0) << limited.err;
-  EXPECT_EQ(read_json(report)["settings"]["memory_limit_bytes"], uint64_t{23034} << 20);
+  EXPECT_EQ(read_json(report)["settings"]["memory_limit_bytes"], uint64_t{22518} << 20);
   // On the CPU backend a card's limit would only look like an answer about the card.
   const Result cpu_limit = run({"run", "--backend", "cpu", "--batch", "1", "--memory-limit", "L4"});
   EXPECT_EQ(cpu_limit.exit_code, 2);
@@ -2302,6 +2302,23 @@ TEST(Plan, MemoryAllSizesEveryCard) {
   ASSERT_EQ(prime.exit_code, 0) << prime.err;
   EXPECT_NE(prime.out.find(": 1x97; micro-batches up to "), std::string::npos) << prime.out;
   EXPECT_NE(prime.out.find("fit, but 97 has no divisor from 2 to "), std::string::npos) << prime.out;
+  for (const nlohmann::json& card : doc["cards"])
+    EXPECT_EQ(card["memory_limits_batch"], true) << card["name"];
+  // A small model fits batchsweep's 2^24 cap on the larger cards: that is no edge their memory sets, said in
+  // the JSON and marked in the table, where the smaller cards' edges are real.
+  const Result capped =
+      run({"plan", "--model", "mlp", "--precision", "fp16", "--memory", "all", "--json", "-"});
+  ASSERT_EQ(capped.exit_code, 0) << capped.err;
+  const nlohmann::json capped_doc = nlohmann::json::parse(capped.out);
+  for (const nlohmann::json& card : capped_doc["cards"])
+    EXPECT_EQ(card["memory_limits_batch"], card["max_fit_batch"] != 16777216) << card["name"];
+  EXPECT_EQ(capped_doc["cards"][0]["memory_limits_batch"], false);  // H200 NVL
+  EXPECT_EQ(capped_doc["cards"][9]["memory_limits_batch"], true);   // L4
+  EXPECT_NE(capped.err.find("16777216 (cap)"), std::string::npos) << capped.err;
+  EXPECT_NE(
+      capped.err.find("(cap): every batch batchsweep plans (up to 16777216) fits: memory does not limit it"),
+      std::string::npos)
+      << capped.err;
   // `all` in any case, as card names are.
   const Result mixed = run({"plan", "--model", "gpt2-small", "--precision", "bf16", "--batch", "1",
                             "--memory", "All", "--json", "-"});

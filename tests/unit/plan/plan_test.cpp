@@ -228,6 +228,15 @@ TEST(GpuSpecs, CardsAreFoundByTheNamesUsersType) {
   // Without its vendor, its size says it is a device name: as nvidia-smi's, where the size agrees.
   EXPECT_EQ(names("A100-SXM4-80GB"), std::vector<std::string>{"A100 80GB SXM"});
   EXPECT_EQ(names("A100-SXM4-40GB"), std::vector<std::string>{"A100 40GB"});
+  // Spaces for nvidia-smi's dashes, nvidia-smi's H100 name without its vendor, and SXM5 (the H100's form).
+  EXPECT_EQ(names("A100 SXM4 80GB"), std::vector<std::string>{"A100 80GB SXM"});
+  EXPECT_EQ(names("a100 pcie 40gb"), std::vector<std::string>{"A100 40GB"});
+  EXPECT_EQ(names("H100 80GB HBM3"), std::vector<std::string>{"H100 SXM"});
+  EXPECT_EQ(names("H100 SXM5"), std::vector<std::string>{"H100 SXM"});
+  EXPECT_EQ(names("H100-SXM5-80GB"), std::vector<std::string>{"H100 SXM"});
+  // A device name spelt with spaces finds the same entry as with dashes (its MFU rate too).
+  ASSERT_NE(gpu_spec_for_device("A100 SXM4 80GB"), nullptr);
+  EXPECT_EQ(gpu_spec_for_device("A100 SXM4 80GB")->at("name"), "A100 80GB SXM");
   EXPECT_EQ(names("V100-PCIE-32GB"), std::vector<std::string>{"V100 PCIe"});
   EXPECT_TRUE(names("V100-SXM2-16GB").empty());
   // Loose words with a size: the cards the words name, of that size ("H100 80GB": the PCIe and the SXM, one
@@ -238,7 +247,7 @@ TEST(GpuSpecs, CardsAreFoundByTheNamesUsersType) {
   EXPECT_TRUE(names("H100 40GB").empty());       // no H100 has 40 GB
   EXPECT_TRUE(names("H100 80GB 80GB").empty());  // two sizes
   EXPECT_EQ(gpu_of_other_size("V100 16GB"),
-            "V100 PCIe or V100 SXM2, which configs/gpus.json knows as 32 GB (32510 MiB)");
+            "V100 PCIe or V100 SXM2, which configs/gpus.json knows as 32 GB (32494 MiB as CUDA reports it)");
   EXPECT_EQ(gpu_of_other_size("H100 40GB"), std::nullopt);  // H100s of two memories: listed by the caller
   // "Tesla" says whose, as "NVIDIA": Tesla V100 is V100, the PCIe and the SXM2 (one memory), not one of them.
   EXPECT_EQ(names("Tesla V100"), names("V100"));
@@ -248,7 +257,7 @@ TEST(GpuSpecs, CardsAreFoundByTheNamesUsersType) {
   EXPECT_TRUE(names("Tesla V100-SXM2-16GB").empty());
   // ... and says which card it would have been, for the error.
   EXPECT_EQ(gpu_of_other_size("Tesla V100-SXM2-16GB"),
-            "V100 SXM2, which configs/gpus.json knows as 32 GB (32510 MiB)");
+            "V100 SXM2, which configs/gpus.json knows as 32 GB (32494 MiB as CUDA reports it)");
   EXPECT_EQ(gpu_of_other_size("V100-SXM2-32GB"), std::nullopt);  // it is the card
   EXPECT_EQ(gpu_of_other_size("H100 94GB"), std::nullopt);       // the H100 NVL
   EXPECT_EQ(gpu_of_other_size("RTX 4090 Laptop GPU 16GB"), std::nullopt);
@@ -258,8 +267,15 @@ TEST(GpuSpecs, CardsAreFoundByTheNamesUsersType) {
   EXPECT_FALSE(is_laptop_part("NVIDIA GeForce RTX 4090"));
   for (const char* loose : {"A100 80", "A100 SXM", "A100 PCIe", "H100 foo"})
     EXPECT_TRUE(names(loose).empty()) << loose;
-  // The memory is the total nvidia-smi reports: 81559 MiB for an H100 SXM, not its marketed 80 GB.
-  EXPECT_EQ(gpus_named("H100 SXM").front().bytes, uint64_t{81559} << 20);
+  // The memory is the total CUDA reports, what `run` sizes a device by: 81008 MiB for an H100, not its
+  // marketed 80 GB nor the 81559 MiB nvidia-smi reports (the driver keeps the rest).
+  EXPECT_EQ(gpus_named("H100 SXM").front().bytes, uint64_t{81008} << 20);
+  // Every card's CUDA total is under nvidia-smi's, by less than 1 GiB (what the driver reserves).
+  for (const nlohmann::json& gpu : gpu_spec_sheet().at("gpus")) {
+    const auto cuda = gpu.at("cuda_mib").get<uint64_t>(), smi = gpu.at("memory_mib").get<uint64_t>();
+    EXPECT_LE(cuda, smi) << gpu.at("name");
+    EXPECT_LT(smi - cuda, uint64_t{1024}) << gpu.at("name");
+  }
   // Every card of the sheet has a name that finds it, and a memory.
   for (const std::string& name : gpu_names()) {
     const std::vector<GpuCard> found = gpus_named(name);
