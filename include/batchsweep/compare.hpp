@@ -188,9 +188,11 @@ struct Regression {
 // The letter the table, notes and gate name run i by: A, B, ... Z, then R27, R28, ...
 [[nodiscard]] std::string run_letter(size_t i);
 [[nodiscard]] std::string format_compare(const CompareResult& result, bool color);
-// With fail_on_regression_pct, a section says the gate's answer and each regression, as stderr and exit 3 do.
-[[nodiscard]] std::string format_compare_markdown(
-    const CompareResult& result, std::optional<double> fail_on_regression_pct = std::nullopt);
+// With fail_on_regression_pct, a section says the gate's answer and each regression, as stderr and exit 3 do;
+// `refused`, where not empty, is why the gate cannot pass (exit 2), said as its answer.
+[[nodiscard]] std::string format_compare_markdown(const CompareResult& result,
+                                                  std::optional<double> fail_on_regression_pct = std::nullopt,
+                                                  std::string_view refused = {});
 [[nodiscard]] nlohmann::json to_json(const CompareResult& result);
 
 }  // namespace bsw

@@ -1395,14 +1395,16 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
   for (const std::string& note : result.same_run_notes)
     std::fprintf(stderr, "batchsweep: warning: %s\n", note.c_str());
   std::vector<Regression> found;
-  if (s.fail_on_regression_pct) {
+  // Why the gate cannot pass (exit 2), where it cannot. The exports are still written, with the gate's answer
+  // failed and this reason, so a CI job reading an export never finds an earlier run's "passed" there.
+  const auto gate_refusal = [&]() -> std::optional<std::string> {
     // A run that did not finish lacks batches for no reason of its own: the gate would pass them unjudged.
     for (const RunSummary& run : result.runs) {
       if (incomplete(run) && !s.allow_incomplete)
-        throw InputError(fmt::format(
+        return fmt::format(
             "--fail-on-regression {:g}: {} did not finish: {}; the batches it lacks would pass unjudged "
             "(run it again, or pass --allow-incomplete to judge the batches it holds)",
-            *s.fail_on_regression_pct, run.name, incomplete_why(run)));
+            *s.fail_on_regression_pct, run.name, incomplete_why(run));
     }
     // Under the minimum effect the throughput test calls nothing slower: said, since the latency budget's
     // gate does take such a PCT (0: any breach).
@@ -1414,8 +1416,7 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
           "given\n",
           *s.fail_on_regression_pct, result.min_effect_pct, result.min_effect_pct, *s.fail_on_regression_pct);
     found = find_regressions(result, *s.fail_on_regression_pct);
-    // A gate that compared nothing must not pass: no batch in every run, or none that ran in every run. An
-    // input error, said before any export is written.
+    // A gate that compared nothing must not pass: no batch in every run, or none that ran in every run.
     // Judged: a verdict reached, not "same" for want of a second step (one step's noise is unknown). A gate
     // whose every row is unjudged compared nothing it could tell apart: a 9% regression would pass.
     const auto any_delta = [&](auto&& keep) {
@@ -1459,16 +1460,16 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
         break;
       }
       if (comparable)
-        throw InputError(fmt::format(
+        return fmt::format(
             "--fail-on-regression {:g}: every batch both runs ran ok timed one step in one of them (a step "
             "past --timeout), whose noise is unknown, so no change could be judged (raise --timeout so each "
             "point takes several steps)",
-            *s.fail_on_regression_pct));
-      throw InputError(fmt::format(
+            *s.fail_on_regression_pct);
+      return fmt::format(
           "--fail-on-regression {:g}: {}, so nothing was compared ({})", *s.fail_on_regression_pct,
           result.rows.empty() ? "no batch is in every run"
                               : "no batch in every run ran ok in both the baseline and another run",
-          hint));
+          hint);
     }
     // A finished run whose batch list left out batches the baseline ran ok: the same hole (a CI job whose
     // --batch shrank would weaken its own gate). Searches (--batch auto, --effective-batch) choose their
@@ -1491,14 +1492,17 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
         std::fprintf(stderr, "batchsweep compare: note: %s\n", note.c_str());
         export_notes.push_back(note);
       } else
-        throw InputError(fmt::format(
+        return fmt::format(
             "--fail-on-regression {:g}: {} did not sweep batch{} {}, which ran ok in the baseline {}: {} "
             "would pass unjudged (sweep the baseline's --batch list, or pass --allow-incomplete to judge the "
             "batches both swept)",
             *s.fail_on_regression_pct, result.runs[i].name, unswept.size() == 1 ? "" : "es", list,
-            result.runs[0].name, unswept.size() == 1 ? "it" : "they"));
+            result.runs[0].name, unswept.size() == 1 ? "it" : "they");
     }
-  }
+    return std::nullopt;
+  };
+  const std::optional<std::string> refused =
+      s.fail_on_regression_pct ? gate_refusal() : std::optional<std::string>();
   // An export that cannot be written is exit 1, named, but only after the table and the gate's lines: a CI
   // log must still say what regressed, and the other export is still written.
   std::optional<Error> export_error;
@@ -1512,7 +1516,8 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
   CompareResult exported = result;
   exported.notes.insert(exported.notes.end(), export_notes.begin(), export_notes.end());
   if (!s.markdown_path.empty())
-    export_to("--markdown", s.markdown_path, format_compare_markdown(exported, s.fail_on_regression_pct));
+    export_to("--markdown", s.markdown_path,
+              format_compare_markdown(exported, s.fail_on_regression_pct, refused.value_or(std::string())));
   if (!s.json_path.empty()) {
     nlohmann::json doc = to_json(exported);
     // What wrote it and when, as a report says: a script reading the gate's answer can check both, and a
@@ -1523,11 +1528,13 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
     doc["created_at"] = now_iso8601();
     doc["command"] = argv;
     // What exit 3 meant, for a script that reads the JSON rather than stderr.
-    if (s.fail_on_regression_pct)
+    if (s.fail_on_regression_pct) {
       doc["gate"] = {{"fail_on_regression_pct", *s.fail_on_regression_pct},
-                     {"passed", found.empty()},
+                     {"passed", found.empty() && !refused},
                      {"regressions", regression_lines(found)},
                      {"findings", regressions_json(result, found)}};
+      if (refused) doc["gate"]["refused"] = *refused;
+    }
     export_to("--json", s.json_path, doc.dump(2) + "\n");
   }
   // An export on stdout keeps it to itself; the table then goes to stderr, as run's does.
@@ -1541,6 +1548,11 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
     for (const std::string& note : result.short_notes)
       std::fprintf(stderr, "batchsweep: warning: %s\n", note.c_str());
     for (const Regression& r : found) std::fprintf(stderr, "batchsweep: regression: %s\n", r.text.c_str());
+  }
+  if (refused) {
+    // Both said: the export that failed, then why the gate cannot pass, whose exit (2) is the answer.
+    if (export_error) std::fprintf(stderr, "batchsweep: error: %s\n", export_error->what());
+    throw InputError(*refused);
   }
   if (export_error) throw *export_error;
   return s.fail_on_regression_pct && !found.empty() ? kExitRegression : kExitOk;

@@ -957,8 +957,8 @@ std::string format_compare(const CompareResult& result, bool color) {
   return out;
 }
 
-std::string format_compare_markdown(const CompareResult& result,
-                                    std::optional<double> fail_on_regression_pct) {
+std::string format_compare_markdown(const CompareResult& result, std::optional<double> fail_on_regression_pct,
+                                    std::string_view refused) {
   std::string out = "## batchsweep compare\n\n";
   for (size_t i = 0; i < result.runs.size(); ++i) {
     const std::string title = run_title(result.runs[i]);
@@ -983,7 +983,10 @@ std::string format_compare_markdown(const CompareResult& result,
   }
   // The gate's answer, as the exit code gives it: a markdown posted to a pull request says whether the job
   // failed and why, not only the table.
-  if (fail_on_regression_pct) {
+  if (fail_on_regression_pct && !refused.empty()) {
+    out += fmt::format("\n### Gate: `--fail-on-regression {:g}`: **cannot pass**\n\n{}\n",
+                       *fail_on_regression_pct, rf::markdown_cell(refused));
+  } else if (fail_on_regression_pct) {
     const std::vector<Regression> found = find_regressions(result, *fail_on_regression_pct);
     out += fmt::format("\n### Gate: `--fail-on-regression {:g}`: {}\n\n", *fail_on_regression_pct,
                        found.empty() ? "passed" : "**failed**");

@@ -973,8 +973,8 @@ TEST(Compare, RegressionExitsThreeAndSameRunPasses) {
       << disjoint.err;
   EXPECT_EQ(run({"compare", a, c}).exit_code, 0);  // without the gate, a comparison of nothing is no error
 
-  // Batches in every run that ran in none of them (out of memory everywhere): nothing compared either, and
-  // no export written for a command that fails.
+  // Batches in every run that ran in none of them (out of memory everywhere): nothing compared either; the
+  // export says the gate cannot pass, and why.
   const std::string d = (dir / "d.json").string(), e = (dir / "e.json").string();
   ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "4096,8192", "--json", d})).exit_code, 4);
   ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "4096,8192", "--json", e})).exit_code, 4);
@@ -986,7 +986,11 @@ TEST(Compare, RegressionExitsThreeAndSameRunPasses) {
                       "compared"),
       std::string::npos)
       << failed.err;
-  EXPECT_FALSE(std::filesystem::exists(out));
+  const nlohmann::json refused = read_json(out);
+  EXPECT_EQ(refused["gate"]["passed"], false);
+  EXPECT_NE(refused["gate"].value("refused", std::string()).find("so nothing was compared"),
+            std::string::npos)
+      << refused.dump(2);
 }
 
 // One run given twice (the same file, a copy, analyze's re-export) compares a run with itself: the gate still
@@ -1540,7 +1544,8 @@ TEST(Run, AnErrorThatBreaksTheDeviceStopsTheSweepAndKeepsTheFinishedPoints) {
 }
 
 // A finished run whose batch list left out batches the baseline ran ok would pass them unjudged: the gate
-// refuses it (exit 2, nothing written) unless --allow-incomplete, which names them on stderr and judges the
+// refuses it (exit 2; its exports say the gate cannot pass, over a stale "passed" a CI workspace kept) unless
+// --allow-incomplete, which names them on stderr and judges the
 // rest; where a run is a search (--batch auto), whose batches follow its measurements, they are named, not
 // refused.
 // Output that never reached stdout (a full disk, a reader that left) is exit 1 naming what was lost: a job
@@ -1639,15 +1644,28 @@ TEST(Run, TheGateRefusesARunThatLeftOutTheBaselinesBatches) {
   const std::string searched = (dir / "auto.json").string(), gate_json = (dir / "gate.json").string();
   ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "64,128,256", "--json", base})).exit_code, 0);
   ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "64", "--json", fewer})).exit_code, 0);
-  Result gate = run({"compare", base, fewer, "--fail-on-regression", "5", "--json", gate_json});
+  // An earlier job's answer in the same workspace: overwritten, not left to be read as this one's.
+  const std::string gate_md = (dir / "gate.md").string();
+  {
+    std::ofstream(gate_json) << R"({"gate": {"passed": true}})";
+    std::ofstream(gate_md) << "### Gate: passed\n";
+  }
+  Result gate =
+      run({"compare", base, fewer, "--fail-on-regression", "5", "--json", gate_json, "--markdown", gate_md});
   EXPECT_EQ(gate.exit_code, 2) << gate.out << gate.err;
-  EXPECT_NE(gate.err.find("--fail-on-regression 5: " + fewer +
-                          " did not sweep batches 128, 256, which ran ok in "
-                          "the baseline " +
-                          base + ": they would pass unjudged"),
-            std::string::npos)
-      << gate.err;
-  EXPECT_FALSE(std::filesystem::exists(gate_json));
+  const std::string why = "--fail-on-regression 5: " + fewer +
+                          " did not sweep batches 128, 256, which ran ok in the baseline " + base +
+                          ": they would pass unjudged";
+  EXPECT_NE(gate.err.find(why), std::string::npos) << gate.err;
+  EXPECT_NE(gate.out.find("compare (A is the baseline)"), std::string::npos) << gate.out;
+  const nlohmann::json refused = read_json(gate_json);
+  EXPECT_EQ(refused["gate"]["passed"], false);
+  EXPECT_NE(refused["gate"].value("refused", std::string()).find(why), std::string::npos) << refused.dump(2);
+  if (!testing::python_with_jsonschema().empty()) {
+    EXPECT_EQ(testing::validate_file("compare-v1.schema.json", gate_json), 0) << refused.dump(2);
+  }
+  EXPECT_NE(slurp(gate_md).find("### Gate: `--fail-on-regression 5`: **cannot pass**"), std::string::npos)
+      << slurp(gate_md);
   gate =
       run({"compare", base, fewer, "--fail-on-regression", "5", "--allow-incomplete", "--json", gate_json});
   EXPECT_EQ(gate.exit_code, 0) << gate.out << gate.err;
@@ -1722,7 +1740,7 @@ TEST(Run, AKilledSweepsReportSaysItDidNotFinish) {
   EXPECT_NE(gate.err.find("--fail-on-regression 50: " + killed + " did not finish"), std::string::npos)
       << gate.err;
   EXPECT_NE(gate.err.find("--allow-incomplete"), std::string::npos) << gate.err;
-  EXPECT_FALSE(std::filesystem::exists(gate_json));  // refused before any export
+  EXPECT_EQ(read_json(gate_json)["gate"]["passed"], false);  // the export says the gate cannot pass
 
   gate =
       run({"compare", full, killed, "--fail-on-regression", "50", "--allow-incomplete", "--json", gate_json});
