@@ -2214,7 +2214,7 @@ TEST(Plan, TheReadmeH200ExampleIsWhatTheBinaryPlans) {
   }
   // And the round size it compares with.
   int64_t round = 0;
-  const std::string aside = "(a round `--memory 139GiB` fits ";
+  const std::string aside = "(a round `--memory 139GiB --backend cuda` fits ";
   const size_t at_round = readme.find(aside, at);
   ASSERT_NE(at_round, std::string::npos);
   ASSERT_EQ(std::sscanf(readme.c_str() + at_round + aside.size(), "%" SCNd64, &round), 1);
