@@ -3,6 +3,7 @@
 // tensor data.
 #include "backends/cpu/cpu_backend.hpp"
 
+#include <dlfcn.h>
 #include <fmt/format.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -88,6 +89,23 @@ bool can_map(int count, uint64_t bytes) {
 // -v) it retries without end: one GEMM here, before a plan's arena takes what is left, maps it while there is
 // room, so a plan beyond the limit fails its own allocation (an oom point) instead of hanging a step. Where
 // the address space left cannot hold that buffer, the GEMM itself would hang: said instead.
+// OpenBLAS's worker threads keep the floating-point mode they started with (Debian's build does not hand them
+// the caller's: no CONSISTENT_FPCSR), and they start as the library loads, before main. Stopped here under
+// FlushDenormals, they start again at the next threaded GEMM as copies of this thread's mode. False where
+// this OpenBLAS has no blas_thread_shutdown_ (an OpenMP build's threads start lazily, as copies anyway).
+bool restart_blas_workers() {
+  using Shutdown = int (*)();
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-reinterpret-cast): dlsym's result is the function
+  const auto shutdown = reinterpret_cast<Shutdown>(::dlsym(RTLD_DEFAULT, "blas_thread_shutdown_"));
+  if (shutdown == nullptr) return false;
+  shutdown();
+  return true;
+}
+
+// Whether every thread of OpenBLAS's GEMM flushes subnormals: warm_blas's GEMM multiplies subnormal values
+// by ones, threaded (256^3 is above OpenBLAS's threading threshold), and gets zeros only where each part did.
+bool g_blas_flushes_denormals = false;
+
 void warm_blas() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -101,9 +119,12 @@ void warm_blas() {
                                     threads == 2 ? std::string("thread holds")
                                                  : fmt::format("{} threads hold", threads - 1))
                       : std::string()));
+    const FlushDenormals flush;
+    restart_blas_workers();
     constexpr int64_t n = 256;
-    std::vector<float> a(n * n, 1.0f), w(n * n, 1.0f), y(n * n);
+    std::vector<float> a(n * n, std::numeric_limits<float>::denorm_min() * 1024), w(n * n, 1.0f), y(n * n);
     linear_forward(a.data(), w.data(), nullptr, nullptr, y.data(), n, n, n, Activation::none);
+    g_blas_flushes_denormals = std::all_of(y.begin(), y.end(), [](float v) { return v == 0.0f; });
   });
 }
 
@@ -112,6 +133,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
   CpuSession(const Graph& graph, const Plan& plan, const SessionOptions& options)
       : graph_(graph), plan_(plan), options_(options), storage_(storage_dtype(plan.request.precision)) {
     warm_blas();  // before the arena: see warm_blas
+    const FlushDenormals flush;
     allocate();
     initialise_parameters();
     if (plan_.request.mode == Mode::infer || plan_.request.accumulation == 1) fill_data(0);
@@ -126,6 +148,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
   // between them: a training loop's data arrives prefetched, and generating it on the CPU can cost as much
   // as a small model's step (a 65536-wide input: 4x the step).
   StepResult step() override {
+    const FlushDenormals flush;  // see ops.hpp: a memorized batch's subnormals would slow the steps tenfold
     data_ms_ = 0;
     const auto start = std::chrono::steady_clock::now();
     StepResult result = plan_.request.mode == Mode::train ? train_step() : infer_step();
@@ -777,6 +800,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
 
   double loss_and_gradients() override {
     if (plan_.request.mode != Mode::train) throw BackendError("loss_and_gradients needs a training session");
+    const FlushDenormals flush;
     return accumulate_gradients(1.0);
   }
 
@@ -863,7 +887,11 @@ class CpuBackend final : public Backend {
                     {"hardware_threads", std::thread::hardware_concurrency()},
                     {"blas", std::string(openblas_get_config())},
                     {"blas_core", std::string(openblas_get_corename())},
-                    {"memory_limit", limit.source}};
+                    {"memory_limit", limit.source},
+                    {"denormals", g_blas_flushes_denormals
+                                      ? "flushed to zero (FTZ/DAZ), in OpenBLAS's threads too"
+                                      : "flushed to zero (FTZ/DAZ) in batchsweep's thread; OpenBLAS's worker "
+                                        "threads keep them"}};
     if (precision == Precision::tf32) info.details["note"] = "tf32 runs as fp32 on the CPU";
     if (precision == Precision::bf16 || precision == Precision::fp16)
       info.details["note"] = "16-bit storage, fp32 math on the CPU";

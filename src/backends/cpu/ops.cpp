@@ -3,6 +3,9 @@
 #include "backends/cpu/ops.hpp"
 
 #include <cblas.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 #include <algorithm>
 #include <bit>
@@ -336,6 +339,48 @@ void fill_labels(int32_t* x, int64_t n, int32_t classes, uint64_t seed, uint64_t
     const uint64_t top32 = fill_bits(key, static_cast<uint64_t>(i)) >> 32;
     x[i] = static_cast<int32_t>((top32 * static_cast<uint64_t>(classes)) >> 32);
   }
+}
+
+namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+constexpr uint64_t kFlushBits = 0x8040;  // MXCSR FTZ (bit 15) and DAZ (bit 6)
+uint64_t float_mode() {
+  return _mm_getcsr();
+}
+void set_float_mode(uint64_t mode) {
+  _mm_setcsr(static_cast<unsigned>(mode));
+}
+#elif defined(__aarch64__)
+constexpr uint64_t kFlushBits = uint64_t{1} << 24;  // FPCR FZ
+uint64_t float_mode() {
+  uint64_t fpcr = 0;
+  __asm__ __volatile__("mrs %0, fpcr" : "=r"(fpcr));
+  return fpcr;
+}
+void set_float_mode(uint64_t mode) {
+  __asm__ __volatile__("msr fpcr, %0" : : "r"(mode));
+}
+#else
+constexpr uint64_t kFlushBits = 0;  // no control here: subnormals stay
+uint64_t float_mode() {
+  return 0;
+}
+void set_float_mode(uint64_t) {}
+#endif
+
+}  // namespace
+
+FlushDenormals::FlushDenormals() : saved_(float_mode()) {
+  set_float_mode(saved_ | kFlushBits);
+}
+
+FlushDenormals::~FlushDenormals() {
+  set_float_mode(saved_);
+}
+
+bool denormals_flushed() {
+  return kFlushBits != 0 && (float_mode() & kFlushBits) == kFlushBits;
 }
 
 namespace {

@@ -188,6 +188,28 @@ void fill_uniform(float* x, int64_t n, float bound, uint64_t seed, uint64_t stre
 // classes < 1 throws BackendError.
 void fill_labels(int32_t* x, int64_t n, int32_t classes, uint64_t seed, uint64_t stream);
 
+// ---- subnormal floats
+// --------------------------------------------------------------------------------------- While it lives,
+// this thread flushes subnormal results to zero and reads subnormal inputs as zero (x86 MXCSR FTZ and DAZ;
+// aarch64 FPCR FZ), as TensorFlow's CPU kernels do. A model that memorizes the fixed synthetic batch drives
+// its softmax, gradients and AdamW's second moment into the subnormal range, where x86 arithmetic takes a
+// microcode assist per operation: the mlp's batch-1 step went from 0.30 to 3.66 ms after about 600 steps, so
+// a point's time would depend on how long it ran. CUDA keeps subnormals at full speed, so only the CPU needs
+// this; the values flushed are below 1.2e-38, which no comparison here resolves.
+class FlushDenormals {
+ public:
+  FlushDenormals();
+  ~FlushDenormals();
+  FlushDenormals(const FlushDenormals&) = delete;
+  FlushDenormals& operator=(const FlushDenormals&) = delete;
+
+ private:
+  uint64_t saved_ = 0;
+};
+
+// Whether this thread flushes subnormals now (FlushDenormals is in effect).
+[[nodiscard]] bool denormals_flushed();
+
 // ---- the synthetic data a step trains on ------------------------------------------------------------------
 // splitmix64 over a global element index: the synthetic data of sample s is the same whether it is drawn in
 // one big batch or in micro-batches, which makes accumulation equivalence testable (and lets a peer,

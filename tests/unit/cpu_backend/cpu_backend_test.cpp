@@ -1,7 +1,9 @@
 // CPU backend tests: allocated bytes equal the plan for every preset, whole-network gradients against finite
 // differences, accumulation equivalent to one big batch, training lowers the loss in every precision.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/ops.hpp"
 #include "batchsweep/backends.hpp"
 #include "batchsweep/errors.hpp"
 #include "batchsweep/model.hpp"
@@ -219,6 +222,45 @@ void check_gradients(const char* text, int64_t batch) {
     }
   }
   EXPECT_GT(checked, 0);
+}
+
+// A step flushes subnormals to zero (cpu::FlushDenormals): three bias-free layers of weights 1e-20 make the
+// second layer's output 1e-40, subnormal, so every weight gradient (a product with it, or with W2·W3 = 1e-40)
+// is exactly zero where IEEE arithmetic leaves about 1e-40, and the calling thread's mode is left as it was.
+TEST(CpuBackend, StepsFlushSubnormalsToZero) {
+  const Graph g = graph_of(R"({"name": "tiny-weights", "input": {"type": "vector", "features": 8},
+    "layers": [{"type": "linear", "out_features": 8, "bias": false},
+               {"type": "linear", "out_features": 8, "bias": false},
+               {"type": "linear", "out_features": 4, "bias": false}], "loss": "mse"})");
+  Prepared s = prepare(g, 4, Precision::fp32, Mode::train);
+  s.probe->set_parameters(std::vector<float>(static_cast<size_t>(g.parameters), 1e-20f));
+  volatile float tiny = 1e-20f;
+  ASSERT_NE(tiny * tiny, 0.0f) << "this thread already flushes subnormals";
+  ASSERT_FALSE(cpu::denormals_flushed());
+  const double loss = s.probe->loss_and_gradients();
+  EXPECT_FALSE(cpu::denormals_flushed());
+  EXPECT_GT(loss, 0.0);
+  for (const float grad : s.probe->gradients_f32()) ASSERT_EQ(grad, 0.0f);
+  const StepResult step = s.session->step();
+  EXPECT_TRUE(step.finite);
+  EXPECT_FALSE(cpu::denormals_flushed());
+}
+
+// OpenBLAS's worker threads flush them too: restarted under the flush (they keep the mode they start with), a
+// threaded GEMM of subnormals by ones is zero in every part, and the device says so.
+TEST(CpuBackend, OpenBlasWorkersFlushSubnormalsToo) {
+  if (::dlsym(RTLD_DEFAULT, "blas_thread_shutdown_") == nullptr)
+    GTEST_SKIP() << "this OpenBLAS has no blas_thread_shutdown_: its workers keep subnormals";
+  const DeviceInfo info = cpu::make_cpu_backend()->device(Precision::fp32);
+  EXPECT_EQ(info.details.value("denormals", std::string()),
+            "flushed to zero (FTZ/DAZ), in OpenBLAS's threads too");
+  constexpr int64_t n = 512;
+  std::vector<float> a(n * n, 1e-39f), w(n * n, 1.0f), y(n * n, 1.0f);
+  {
+    const cpu::FlushDenormals flush;
+    cpu::linear_forward(a.data(), w.data(), nullptr, nullptr, y.data(), n, n, n, Activation::none);
+  }
+  EXPECT_EQ(std::count(y.begin(), y.end(), 0.0f), n * n);
 }
 
 TEST(CpuBackend, GradientsOfEveryLayerMatchFiniteDifferences) {
