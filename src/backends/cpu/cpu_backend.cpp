@@ -217,6 +217,10 @@ class CpuSession final : public Session, public CpuSessionProbe {
     if (options_.memory_limit_bytes && total > *options_.memory_limit_bytes)
       throw OutOfMemory(fmt::format("the plan needs {} ({} bytes), over the memory limit of {}",
                                     format_bytes(total), total, format_bytes(*options_.memory_limit_bytes)));
+    // What fits on this machine (the device's memory) may not be free now: another process's share is an
+    // out-of-memory point, as another tenant's is on a GPU, not a sweep the kernel kills.
+    if (const std::optional<std::string> why = over_available_memory(total, this_process_memory()))
+      throw OutOfMemory(*why);
     arena_ = std::aligned_alloc(kBufferAlignment, std::max<uint64_t>(total, kBufferAlignment));
     if (arena_ == nullptr)
       throw OutOfMemory(fmt::format("could not allocate {} ({} bytes) of host memory for the plan",

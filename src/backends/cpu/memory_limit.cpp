@@ -3,11 +3,15 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <sstream>
 #include <system_error>
+
+#include "batchsweep/plan.hpp"
 
 namespace bsw::cpu {
 namespace {
@@ -80,6 +84,29 @@ MemoryLimit memory_limit(const MemorySources& sources) {
   return limit;
 }
 
+std::optional<uint64_t> available_memory(const MemorySources& sources) {
+  std::istringstream in(sources.proc_meminfo);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.starts_with("MemAvailable:")) continue;
+    std::istringstream fields(line.substr(13));
+    uint64_t kib = 0;
+    std::string unit;
+    if (fields >> kib >> unit && unit == "kB") return kib * 1024;
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> over_available_memory(uint64_t bytes, const MemorySources& sources) {
+  const std::optional<uint64_t> available = available_memory(sources);
+  if (!available || bytes <= *available) return std::nullopt;
+  return fmt::format(
+      "the plan needs {} ({} bytes), more than the {} of memory available now (MemAvailable: other processes "
+      "hold the rest); touching it would push the machine into swap or its OOM killer",
+      format_bytes(bytes), bytes, format_bytes(*available));
+}
+
 MemorySources this_process_memory() {
   MemorySources s;
   const long pages = sysconf(_SC_PHYS_PAGES);
@@ -87,6 +114,7 @@ MemorySources this_process_memory() {
   if (pages > 0 && page > 0) s.physical_bytes = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
   s.cgroup_root = "/sys/fs/cgroup";
   s.proc_self_cgroup = slurp("/proc/self/cgroup");
+  s.proc_meminfo = slurp("/proc/meminfo");
   struct rlimit as {};
   if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
     s.address_space_limit = static_cast<uint64_t>(as.rlim_cur);

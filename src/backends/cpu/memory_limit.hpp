@@ -25,12 +25,24 @@ struct MemorySources {
   std::string proc_self_cgroup;
   std::optional<uint64_t> address_space_limit;
   uint64_t mapped_bytes = 0;
+  std::string proc_meminfo;  // /proc/meminfo's text: MemAvailable
 };
 
 // The smallest limit of those in `sources`: under cgroup v2 the smallest memory.max from this process's
 // cgroup up to the root, under v1 the memory controller's memory.limit_in_bytes likewise ("max", and v1's
 // 2^63-ish "unlimited", set none); under ulimit -v, the limit less what is mapped already.
 [[nodiscard]] MemoryLimit memory_limit(const MemorySources& sources);
+
+// What the machine can give a new allocation now without swapping or its OOM killer: /proc/meminfo's
+// MemAvailable (free memory and the page cache it can drop, less what the kernel keeps); nullopt where it
+// does not say. The limit above is the device's size, what fits on this machine; this is what other
+// processes leave of it at the moment.
+[[nodiscard]] std::optional<uint64_t> available_memory(const MemorySources& sources);
+
+// Why a plan of `bytes` cannot be allocated now, where more than available_memory: host memory overcommits,
+// so the allocation itself would succeed and touching it would push the machine into swap (step times of
+// the disk) or make the kernel kill a process, this one or another. nullopt where it fits.
+[[nodiscard]] std::optional<std::string> over_available_memory(uint64_t bytes, const MemorySources& sources);
 
 // The sources of this process now.
 [[nodiscard]] MemorySources this_process_memory();

@@ -89,9 +89,32 @@ TEST_F(CgroupTree, AnAddressSpaceLimitCountsWhatIsMappedAlready) {
   EXPECT_EQ(memory_limit(s).bytes, kGiB / 2);
 }
 
+// MemAvailable is what a plan may take now; a plan above it is refused with both sizes named, not allocated
+// (the allocation would succeed and touching it would swap or bring the OOM killer).
+TEST(MemoryLimit, APlanOverWhatIsAvailableNowIsRefused) {
+  MemorySources s;
+  s.physical_bytes = 24 * kGiB;
+  s.proc_meminfo = "MemTotal:       24597396 kB\nMemFree:         1000000 kB\nMemAvailable:   10485760 kB\n";
+  ASSERT_EQ(available_memory(s), std::optional<uint64_t>(10 * kGiB));
+  EXPECT_EQ(over_available_memory(10 * kGiB, s), std::nullopt);
+  const std::optional<std::string> why = over_available_memory(12 * kGiB, s);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(*why,
+            "the plan needs 12.00 GiB (12884901888 bytes), more than the 10.00 GiB of memory available now "
+            "(MemAvailable: other processes hold the rest); touching it would push the machine into swap or "
+            "its OOM killer");
+  // A kernel that does not say (before 3.14, or no /proc): nothing refused.
+  s.proc_meminfo = "MemTotal:       24597396 kB\nMemFree:         1000000 kB\n";
+  EXPECT_EQ(available_memory(s), std::nullopt);
+  EXPECT_EQ(over_available_memory(100 * kGiB, s), std::nullopt);
+  s.proc_meminfo = "MemAvailable:   lots\n";
+  EXPECT_EQ(available_memory(s), std::nullopt);
+}
+
 TEST(MemoryLimit, ThisProcessHasOne) {
   const MemoryLimit m = memory_limit(this_process_memory());
   EXPECT_GT(m.bytes, 0u);
+  EXPECT_GT(available_memory(this_process_memory()).value_or(0), 0u);
   EXPECT_FALSE(m.source.empty());
 }
 
