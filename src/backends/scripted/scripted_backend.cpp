@@ -173,13 +173,18 @@ struct ScriptReader {
     const auto it = doc.find(key);
     return it == doc.end() ? nullptr : &*it;
   }
-  [[nodiscard]] std::optional<double> positive_number(std::string_view key, bool allow_zero = false) const {
+  // A number within [minimum, maximum] (above 0, or from 0 with allow_zero): the bounds keep every step time
+  // a script yields finite and every throughput above 0, so a report run writes is one analyze reads back.
+  [[nodiscard]] std::optional<double> positive_number(std::string_view key, double minimum, double maximum,
+                                                      bool allow_zero = false) const {
     const nlohmann::json* value = find(key);
     if (!value) return std::nullopt;
     if (!value->is_number()) fail(key, fmt::format("must be a number, got {}", value->dump()));
     const double v = value->get<double>();
     if (!std::isfinite(v) || v < 0 || (v == 0 && !allow_zero))
       fail(key, fmt::format("must be {}, got {}", allow_zero ? ">= 0" : "> 0", value->dump()));
+    if ((v != 0 && v < minimum) || v > maximum)
+      fail(key, fmt::format("must be between {:g} and {:g}, got {}", minimum, maximum, value->dump()));
     return v;
   }
   [[nodiscard]] std::optional<int64_t> integer(std::string_view key, int64_t minimum) const {
@@ -223,6 +228,9 @@ ScriptedConfig parse_scripted_config(const nlohmann::json& doc, const std::strin
                                                           "step_oom_at_batch",
                                                           "step_error_at_batch",
                                                           "step_fatal_at_batch"};
+  // A model config given to --script (its flag is --model): said as such, not as its first unknown key.
+  if (doc.contains("layers") && doc.contains("input"))
+    throw UsageError(fmt::format("{}: is a model config (for --model), not a step-time script", source));
   for (const auto& [key, value] : doc.items()) {
     if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end())
       throw UsageError(fmt::format("{}: unknown key '{}' (known: {})", source, key, fmt::join(kKeys, ", ")));
@@ -240,8 +248,8 @@ ScriptedConfig parse_scripted_config(const nlohmann::json& doc, const std::strin
   const auto memory = in.integer("memory_total_bytes", 1);
   if (!memory) in.fail("memory_total_bytes", "is required (the device memory in bytes)");
   config.memory_total_bytes = static_cast<uint64_t>(*memory);
-  config.peak_flops = in.positive_number("peak_flops");
-  const auto t0 = in.positive_number("t0_ms");
+  config.peak_flops = in.positive_number("peak_flops", 1e3, 1e21);
+  const auto t0 = in.positive_number("t0_ms", 1e-6, 3.6e6);  // a nanosecond to an hour
   if (!t0) in.fail("t0_ms", "is required (the fixed cost of one micro-batch in ms)");
   config.t0_ms = *t0;
 
@@ -252,13 +260,13 @@ ScriptedConfig parse_scripted_config(const nlohmann::json& doc, const std::strin
   }
   if (curve == "roofline") {
     config.curve = ScriptedConfig::Curve::roofline;
-    const auto rate = in.positive_number("samples_per_ms");
+    const auto rate = in.positive_number("samples_per_ms", 1e-6, 1e12);
     if (!rate) in.fail("samples_per_ms", "is required by the roofline curve");
     if (in.find("b0")) in.fail("b0", "belongs to the saturating curve; the roofline uses samples_per_ms");
     config.samples_per_ms = *rate;
   } else if (curve == "saturating") {
     config.curve = ScriptedConfig::Curve::saturating;
-    const auto b0 = in.positive_number("b0");
+    const auto b0 = in.positive_number("b0", 1e-6, 1e12);
     if (!b0) in.fail("b0", "is required by the saturating curve");
     if (in.find("samples_per_ms"))
       in.fail("samples_per_ms", "belongs to the roofline curve; saturating uses b0");
@@ -267,7 +275,7 @@ ScriptedConfig parse_scripted_config(const nlohmann::json& doc, const std::strin
     in.fail("curve", fmt::format("must be \"roofline\" or \"saturating\", got \"{}\"", curve));
   }
 
-  config.noise_pct = in.positive_number("noise_pct", /*allow_zero=*/true).value_or(0.0);
+  config.noise_pct = in.positive_number("noise_pct", 0, 1000, /*allow_zero=*/true).value_or(0.0);
   if (const auto seed = in.integer("seed", 0)) config.seed = static_cast<uint64_t>(*seed);
   config.oom_above_batch = in.integer("oom_above_batch", 1);
   config.nan_at_batch = in.integer("nan_at_batch", 1);

@@ -2,6 +2,8 @@
 // noise, and the scripted failures (oom, NaN, fp16 skips, hang).
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -84,6 +86,26 @@ TEST(ScriptedConfig, ErrorsNameTheFileAndKey) {
   doc = base;
   doc["t0_ms"] = -1;
   EXPECT_NE(usage_message(doc).find("t0_ms: must be > 0"), std::string::npos);
+
+  // Bounded, so every step time is finite and every throughput above 0: a report `run` writes is one
+  // `analyze` reads back (noise 1e308 made ok points with 0 samples/s, which analyze refused).
+  for (const auto& [key, value, message] :
+       {std::tuple{"noise_pct", 1e308, "noise_pct: must be between 0 and 1000, got 1e+308"},
+        std::tuple{"t0_ms", 1e300, "t0_ms: must be between 1e-06 and 3.6e+06, got 1e+300"},
+        std::tuple{"samples_per_ms", 1e-300, "samples_per_ms: must be between 1e-06 and 1e+12, got 1e-300"},
+        std::tuple{"peak_flops", 1.0, "peak_flops: must be between 1000 and 1e+21, got 1.0"}}) {
+    doc = base;
+    doc[key] = value;
+    EXPECT_NE(usage_message(doc).find(message), std::string::npos) << usage_message(doc);
+  }
+  doc = base;
+  doc["noise_pct"] = 0;  // no noise: the lower bound is for numbers above 0
+  EXPECT_EQ(usage_message(doc), "");
+
+  // A model config given to --script is said to be one.
+  doc = nlohmann::json{
+      {"name", "m"}, {"input", {{"type", "vector"}, {"features", 4}}}, {"layers", nlohmann::json::array()}};
+  EXPECT_EQ(usage_message(doc), "script.json: is a model config (for --model), not a step-time script");
 
   doc = base;
   doc["curve"] = "cubic";
