@@ -422,6 +422,12 @@ std::string ratio_text(const CompareDelta& d) {
 
 // `threshold_note` says why a verdict did not come from the test: "no samples" for a batch, "threshold" for
 // the geometric mean.
+// "p=0.031", and "p<1e-300" where the test's p underflowed to 0 (thousands of samples far apart): a measured
+// p is never 0.
+std::string p_text(double p) {
+  return p > 0 ? fmt::format("p={:.2g}", p) : std::string("p<1e-300");
+}
+
 std::string verdict_text(const CompareDelta& d, double min_effect_pct,
                          const char* threshold_note = "no samples") {
   if (d.verdict == Verdict::not_comparable) return std::string(to_string(d.verdict));
@@ -433,13 +439,13 @@ std::string verdict_text(const CompareDelta& d, double min_effect_pct,
                : fmt::format("{} (one step, beyond every step of the other run)", to_string(d.verdict));
   if (!d.from_samples) return fmt::format("{} ({})", to_string(d.verdict), threshold_note);
   if (d.from_mean)
-    return fmt::format("{} (mean; p={:.2g})", to_string(d.verdict), d.mean_p_value.value_or(1.0));
+    return fmt::format("{} (mean; {})", to_string(d.verdict), p_text(d.mean_p_value.value_or(1.0)));
   if (d.under_min_effect)
-    return fmt::format("{} (under {}%; p={:.2g})", to_string(d.verdict), min_effect_pct,
-                       d.under_min_effect_p.value_or(1.0));
+    return fmt::format("{} (under {}%; {})", to_string(d.verdict), min_effect_pct,
+                       p_text(d.under_min_effect_p.value_or(1.0)));
   if (d.short_within_noise)
     return fmt::format("{} (stopped short, within the means' noise)", to_string(d.verdict));
-  return fmt::format("{} (p={:.2g}{})", to_string(d.verdict), d.p_value.value_or(1.0),
+  return fmt::format("{} ({}{})", to_string(d.verdict), p_text(d.p_value.value_or(1.0)),
                      d.median_and_mean_disagree ? "; median and mean disagree" : "");
 }
 

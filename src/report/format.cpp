@@ -32,6 +32,9 @@ double rounded_magnitude(double v) {
 
 std::string sig3(double v) {
   if (!std::isfinite(v)) return std::string(kAbsent);
+  // Under a millionth (a TFLOP/s of hour-long steps), three significant digits in scientific notation, not
+  // "0": a measured value is never shown as nothing.
+  if (v != 0 && std::fabs(v) < 1e-6) return fmt::format("{:.3g}", v);
   std::string out = fmt::format("{:.{}f}", v, decimals_for_sig3(v));
   if (out == "-0" || out.find_first_not_of("-0.") == std::string::npos) out = fmt::format("{:.{}f}", 0.0, 0);
   return out;

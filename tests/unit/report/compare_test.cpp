@@ -100,6 +100,24 @@ TEST(Compare, VerdictsFromSamples) {
 }
 
 // fp32 against bf16 on the CPU: the note says the CPU's 16 bits are storage with fp32 math.
+// Thousands of steps far apart: the rank test's p underflows to 0, said as below the doubles' range, not as
+// "p=0".
+TEST(Compare, APValueThatUnderflowsIsSaidAsTiny) {
+  Report a = testing::sample_report();
+  for (Point& p : a.points) {
+    if (p.status != PointStatus::ok || p.batch != 4) continue;
+    p.samples_ms.clear();
+    for (int i = 0; i < 4000; ++i) p.samples_ms.push_back(1.0 + 0.001 * (i % 7));
+    p.samples_per_second = 4 / (summarize(p.samples_ms).mean / 1000.0);
+  }
+  const CompareResult r = compare_pair(a, sped_up(a, 2.0));
+  const CompareDelta& d = row_at(r, 4).deltas.at(0);
+  ASSERT_EQ(d.verdict, Verdict::faster);
+  ASSERT_EQ(d.p_value.value_or(1.0), 0.0);
+  EXPECT_THAT(format_compare(r, false), HasSubstr("faster (p<1e-300)"));
+  EXPECT_THAT(format_compare(r, false), Not(HasSubstr("p=0)")));
+}
+
 TEST(Compare, CpuSixteenBitPrecisionsAreSaidToBeEmulated) {
   Report a = testing::sample_report();
   a.device.backend = "cpu";

@@ -69,6 +69,10 @@ TEST(Format, SignificantDigits) {
   EXPECT_EQ(rf::sig3(9.996), "10.0");
   EXPECT_EQ(rf::sig3(0.0), "0");
   EXPECT_EQ(rf::sig3(-0.0001234), "-0.000123");
+  // Under a millionth, scientific: a measured TFLOP/s of hour-long steps is not "0".
+  EXPECT_EQ(rf::sig3(1.4e-10), "1.4e-10");
+  EXPECT_EQ(rf::sig3(-2.345e-8), "-2.35e-08");
+  EXPECT_EQ(rf::sig3(0.000001234), "0.00000123");
   EXPECT_EQ(rf::sig3(std::nan("")), "\u2014");
   EXPECT_EQ(rf::fixed(-0.01, 1), "0.0");
 }
