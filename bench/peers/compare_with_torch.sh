@@ -52,13 +52,20 @@ echo "== batchsweep ($backend): $model $mode $precision, batches $batch" >&2
 "$bsw" run "${common[@]}" --backend "$backend" --json "$out/batchsweep.json" >/dev/null
 runs=(batchsweep)
 
-echo "== PyTorch eager ($device)" >&2
-"$python" "$here/torch_sweep.py" "${common[@]}" --device "$device" --batchsweep "$bsw" --json "$out/torch-eager.json"
+# On the CPU, PyTorch computes with as many threads as batchsweep's OpenBLAS did (device.threads): a CPU's
+# throughput scales with its threads, and torch's default (its physical cores) may not be OpenBLAS's.
+threads=$("$python" -c 'import json, sys
+d = json.load(open(sys.argv[1]))["device"]
+print(d.get("threads", "") if d.get("backend") == "cpu" else "")' "$out/batchsweep.json")
+peer=(--device "$device" --batchsweep "$bsw")
+if [[ -n $threads ]]; then peer+=(--threads "$threads"); fi
+
+echo "== PyTorch eager ($device${threads:+, $threads threads})" >&2
+"$python" "$here/torch_sweep.py" "${common[@]}" "${peer[@]}" --json "$out/torch-eager.json"
 runs+=(torch-eager)
 if [[ $compile == 1 ]]; then
   echo "== PyTorch torch.compile ($device)" >&2
-  "$python" "$here/torch_sweep.py" "${common[@]}" --device "$device" --batchsweep "$bsw" --compile \
-    --json "$out/torch-compile.json"
+  "$python" "$here/torch_sweep.py" "${common[@]}" "${peer[@]}" --compile --json "$out/torch-compile.json"
   runs+=(torch-compile)
 fi
 

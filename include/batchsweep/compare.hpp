@@ -39,6 +39,7 @@ enum class Verdict { same, faster, slower, not_comparable };
 struct RunSummary {
   std::string name;  // CompareOptions::names, or "run N"
   std::string model, device, backend, mode, precision;
+  std::string threads;  // a CPU run's compute threads (device.threads), empty where the report says none
   std::string
       split;  // "accumulation 4", "effective batch 256"; empty for one micro-batch a step (title only)
   std::string state;  // Report::state: "complete", "interrupted", "in_progress", or empty (not said)

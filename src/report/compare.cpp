@@ -226,6 +226,9 @@ RunSummary summarize_run(const Report& report, std::string name) {
   s.model = t.model;
   s.device = report.device.name;
   s.backend = report.device.backend;
+  if (report.device.details.is_object() && report.device.details.contains("threads") &&
+      report.device.details["threads"].is_number_integer())
+    s.threads = std::to_string(report.device.details["threads"].get<int64_t>());
   s.mode = t.mode;
   s.precision = t.precision;
   s.split = t.split();
@@ -781,6 +784,15 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   }
   note_difference(
       result.runs, "devices", [](const RunSummary& r) { return device_of(r); }, result.notes);
+  // On a CPU the threads are the device's size: batchsweep's OpenBLAS threads against the PyTorch peer's
+  // (torch.get_num_threads), or OPENBLAS_NUM_THREADS=1 against the default. Where every run says.
+  if (std::all_of(result.runs.begin(), result.runs.end(), [](const RunSummary& r) { return !r.threads.empty(); })) {
+    const size_t before = result.notes.size();
+    note_difference(
+        result.runs, "CPU threads", [](const RunSummary& r) { return r.threads; }, result.notes);
+    if (result.notes.size() > before)
+      result.notes.back() += " (a CPU's throughput scales with its threads: the peer's --threads sets them)";
+  }
   // How each point was measured: another noise target or timeout stops points by another rule, and CUDA
   // graphs or another attention or conv path is another step. Said, as --resume refuses such a run.
   for (size_t i = 1; i < reports.size(); ++i) {

@@ -451,6 +451,47 @@ class ReportTest(unittest.TestCase):
             with self.assertRaisesRegex(InputError, "--json .*missing"):
                 write_file_atomic(os.path.join(tmp, "missing", "r.json"), "{}")
 
+    def test_a_report_is_as_readable_as_any_new_file_and_keeps_a_replaced_ones_mode(self):
+        mask = os.umask(0o022)
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = os.path.join(tmp, "r.json")
+                write_file_atomic(path, "{}")
+                self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o644)  # not mkstemp's 0600
+                os.chmod(path, 0o640)
+                write_file_atomic(path, "{}")
+                self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o640)
+                # A symlink stays one: its target is the report rewritten.
+                link = os.path.join(tmp, "latest.json")
+                os.symlink(path, link)
+                write_file_atomic(link, "[1]")
+                self.assertTrue(os.path.islink(link))
+                with open(path, encoding="utf-8") as f:
+                    self.assertEqual(f.read(), "[1]")
+        finally:
+            os.umask(mask)
+
+    def test_a_device_or_fifo_is_written_into_not_replaced(self):
+        # As root a rename over /dev/null replaced it with a file: a device is written into. Tried on a null
+        # device made here (as root), never on /dev/null itself, which a regression would replace.
+        with tempfile.TemporaryDirectory() as tmp:
+            null = os.path.join(tmp, "null")
+            try:
+                os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+            except OSError:
+                null = None  # not root: no device node to try
+            if null:
+                write_file_atomic(null, "{}")
+                self.assertTrue(stat.S_ISCHR(os.stat(null).st_mode))
+            fifo = os.path.join(tmp, "pipe")
+            os.mkfifo(fifo)
+            received = []
+            reader = subprocess.Popen(["cat", fifo], stdout=subprocess.PIPE, text=True)
+            write_file_atomic(fifo, "{\"a\": 1}")
+            received.append(reader.communicate(timeout=30)[0])
+            self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode))
+            self.assertEqual(received, ['{"a": 1}'])
+
 
 class CliTest(unittest.TestCase):
     def test_usage_errors_exit_2_naming_the_flag(self):
@@ -463,6 +504,8 @@ class CliTest(unittest.TestCase):
             (["--min-samples", "0"], "--min-samples: must be at least 1"),
             (["--peak-flops", "-1"], "--peak-flops: must be"),
             (["--device", "tpu"], "--device: 'tpu'"),
+            (["--device", "cuda:x"], "--device: 'cuda:x' is not auto, cpu, cuda or cuda:N (N a device index"),
+            (["--threads", "0"], "--threads: must be in 1..4096, got 0"),
             (["--compile-mode", "max-autotune"], "--compile-mode: needs --compile"),
             (["--precision", "fp8"], "argument --precision/-p: invalid choice"),
             (["--json", "/no/such/dir/r.json"], "--json /no/such/dir/r.json: the directory"),
@@ -706,6 +749,22 @@ class TorchSweepTest(unittest.TestCase):
             # 3x forward, less the first linear's input gradient (it reads the data).
             flops = (3 * 2 * (16 * 32 + 32 * 4) - 2 * 16 * 32) * p["batch"]
             self.assertAlmostEqual(p["tflops"], flops / (p["step_ms"]["mean"] / 1000.0) / 1e12)
+
+    def test_threads_set_the_cpus_compute_threads(self):
+        doc = self.sweep(["--model", "mlp", "--batch", "1", "--threads", "1"])
+        self.assertEqual(doc["device"]["threads"], 1)
+
+    def test_a_file_named_like_a_preset_is_said_to_be_passed_over(self):
+        cwd = os.getcwd()
+        with tempfile.TemporaryDirectory() as tmp:
+            write_json(tmp, "mlp", TINY_MLP)
+            try:
+                os.chdir(tmp)
+                code, _, err = run_main(["--model", "mlp", "--batch", "1", "--device", "cpu"] + FAST)
+            finally:
+                os.chdir(cwd)
+        self.assertEqual(code, 0, err)
+        self.assertIn("--model mlp: the preset mlp, not the file mlp here (give ./mlp to read the file)", err)
 
     def test_tiny_lm_preset(self):
         doc = self.sweep(["--model", "tiny-lm", "--batch", "1,2", "--peak-flops", "1e12"])

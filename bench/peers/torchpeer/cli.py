@@ -55,6 +55,7 @@ class Settings:
     peak_flops: Optional[float] = None
     json_path: str = ""
     batchsweep: Optional[str] = None  # binary for the parameter check; None: build/batchsweep if present
+    threads: Optional[int] = None  # torch.set_num_threads on the CPU; None: torch's default
     quiet: bool = False
     stopping: StoppingSettings = field(default_factory=StoppingSettings)
 
@@ -85,6 +86,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile-mode", choices=["default", "reduce-overhead", "max-autotune"], default=d.compile_mode,
                    help="torch.compile mode with --compile (default: %(default)s)")
     p.add_argument("--device", default=d.device, help="auto | cpu | cuda | cuda:N (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU compute threads "
+                   "(torch.set_num_threads): give batchsweep's device.threads for a like-for-like CPU comparison "
+                   "(default: torch's own)")
     p.add_argument("--warmup", type=int, default=s.warmup_steps, help="untimed steps per point (default: "
                    "%(default)s)")
     p.add_argument("--warmup-time", type=float, default=None, metavar="S", help="untimed seconds per point at "
@@ -113,7 +117,8 @@ def parse_settings(argv: list) -> Settings:
     a = make_parser().parse_args(argv)
     s = Settings(model=a.model, batch=a.batch, mode=a.mode, precision=a.precision, accumulation=a.accumulation,
                  compile=a.compile, compile_mode=a.compile_mode, device=a.device, seed=a.seed,
-                 peak_flops=a.peak_flops, json_path=a.json_path, batchsweep=a.batchsweep, quiet=a.quiet)
+                 peak_flops=a.peak_flops, json_path=a.json_path, batchsweep=a.batchsweep, threads=a.threads,
+                 quiet=a.quiet)
     s.stopping = StoppingSettings(warmup_steps=a.warmup, warmup_time_s=a.warmup_time, min_samples=a.min_samples, min_time_s=a.min_time,
                                   max_noise_pct=a.max_noise, timeout_s=a.timeout)
     s.stopping.validate()
@@ -128,8 +133,11 @@ def parse_settings(argv: list) -> Settings:
         raise UsageError("--accumulation: gradient accumulation only applies to --mode train")
     if s.peak_flops is not None and not (math.isfinite(s.peak_flops) and s.peak_flops > 0):
         raise UsageError(f"--peak-flops: must be a number of FLOP/s > 0, got {s.peak_flops}")
-    if s.device != "auto" and s.device != "cpu" and not (s.device == "cuda" or s.device.startswith("cuda:")):
-        raise UsageError(f"--device: '{s.device}' is not auto, cpu, cuda or cuda:N")
+    if s.device not in ("auto", "cpu", "cuda") and not (
+            s.device.startswith("cuda:") and s.device[5:].isdigit() and s.device[5:].isascii()):
+        raise UsageError(f"--device: '{s.device}' is not auto, cpu, cuda or cuda:N (N a device index: cuda:0)")
+    if s.threads is not None and not 1 <= s.threads <= 4096:
+        raise UsageError(f"--threads: must be in 1..4096, got {s.threads}")
     if s.seed < 0:
         raise UsageError(f"--seed: must be at least 0, got {s.seed}")
     if s.compile_mode != "default" and not s.compile:
@@ -232,6 +240,10 @@ def _progress(i: int, total: int, point) -> str:
 
 def run(s: Settings, argv: list) -> int:
     model = load_model(s.model)
+    # As batchsweep: a preset wins over a file of its name here, which is said.
+    if model.source.startswith("preset:") and os.path.isfile(s.model):
+        print(f"{PEER_NAME}: warning: --model {s.model}: the preset {s.model}, not the file {s.model} here "
+              f"(give ./{s.model} to read the file)", file=sys.stderr)
     graph = lower(model.config, model.source)
     if s.mode == "train" and graph.parameters == 0:  # as batchsweep run and plan
         raise UsageError(f"--mode train: model '{model.config['name']}' has no parameters to train (no linear, "
@@ -252,6 +264,13 @@ def run(s: Settings, argv: list) -> int:
     device = pick_device(s.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"--device: {s.device} requested but torch.cuda.is_available() is false")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise UsageError(f"--device: {s.device}: there are {torch.cuda.device_count()} CUDA devices "
+                         f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})")
+    if s.threads is not None:
+        if device.type != "cpu":
+            raise UsageError("--threads: sets the CPU's compute threads; this run is on " + str(device))
+        torch.set_num_threads(s.threads)
     options = RunOptions(mode=s.mode, precision=s.precision, accumulation=s.accumulation, compile=s.compile,
                          compile_mode=s.compile_mode, seed=s.seed, peak_flops=s.peak_flops, stopping=s.stopping)
     runner = TorchRunner(model, graph, options, device)

@@ -183,6 +183,12 @@ class Report:
         return json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_file_atomic(path: str, content: str):
     """Writes a temporary file beside `path`, fsyncs it and renames it over `path`, so a reader never sees a
     partial report; "-" is stdout. Raises InputError naming the path."""
@@ -190,15 +196,29 @@ def write_file_atomic(path: str, content: str):
         sys.stdout.write(content)
         sys.stdout.flush()
         return
+    # A device or a FIFO (/dev/null, /dev/stdout, a pipe's name) is written into, not renamed over: as root the
+    # rename would replace /dev/null with a file. A symlink's target is the file rewritten.
+    path = os.path.realpath(path) if os.path.islink(path) else path
+    if os.path.exists(path) and not os.path.isfile(path):
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(content)
+        except OSError as e:
+            raise InputError(f"--json {path}: cannot write: {e.strerror or e}") from None
+        return
     folder = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp.", dir=folder)
     except OSError as e:
         raise InputError(f"--json {path}: cannot write in {folder}: {e.strerror or e}") from None
     try:
+        # mkstemp makes it 0600; a report is as readable as any file this process creates (0666 less the
+        # umask), or keeps the mode of the report it replaces.
+        mode = os.stat(path).st_mode & 0o777 if os.path.isfile(path) else 0o666 & ~_umask()
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(content)
             f.flush()
+            os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as e:
@@ -215,6 +235,11 @@ def check_writable(path: str, flag: str = "--json"):
         return
     if os.path.isdir(path):
         raise InputError(f"{flag} {path}: is a directory")
+    path = os.path.realpath(path) if os.path.islink(path) else path
+    if os.path.exists(path) and not os.path.isfile(path):  # a device or FIFO: written into (write_file_atomic)
+        if not os.access(path, os.W_OK):
+            raise InputError(f"{flag} {path}: is not writable")
+        return
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise InputError(f"{flag} {path}: the directory {folder} does not exist")

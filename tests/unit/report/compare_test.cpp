@@ -118,6 +118,21 @@ TEST(Compare, APValueThatUnderflowsIsSaidAsTiny) {
   EXPECT_THAT(format_compare(r, false), Not(HasSubstr("p=0)")));
 }
 
+// CPU runs with other thread counts (OpenBLAS's against the PyTorch peer's) are said to differ; runs that do
+// not all say their threads (a GPU's) are not.
+TEST(Compare, CpuThreadCountsThatDifferAreNoted) {
+  Report a = testing::sample_report();
+  a.device.details["threads"] = 2;
+  Report b = a;
+  EXPECT_THAT(compare_pair(a, b).notes, Not(::testing::Contains(HasSubstr("threads"))));
+  b.device.details["threads"] = 1;
+  EXPECT_THAT(compare_pair(a, b).notes,
+              ::testing::Contains(HasSubstr("CPU threads differ: A 2, B 1 (a CPU's throughput scales with its "
+                                            "threads: the peer's --threads sets them)")));
+  b.device.details.erase("threads");
+  EXPECT_THAT(compare_pair(a, b).notes, Not(::testing::Contains(HasSubstr("threads"))));
+}
+
 TEST(Compare, CpuSixteenBitPrecisionsAreSaidToBeEmulated) {
   Report a = testing::sample_report();
   a.device.backend = "cpu";
