@@ -786,7 +786,8 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
       result.runs, "devices", [](const RunSummary& r) { return device_of(r); }, result.notes);
   // On a CPU the threads are the device's size: batchsweep's OpenBLAS threads against the PyTorch peer's
   // (torch.get_num_threads), or OPENBLAS_NUM_THREADS=1 against the default. Where every run says.
-  if (std::all_of(result.runs.begin(), result.runs.end(), [](const RunSummary& r) { return !r.threads.empty(); })) {
+  if (std::all_of(result.runs.begin(), result.runs.end(),
+                  [](const RunSummary& r) { return !r.threads.empty(); })) {
     const size_t before = result.notes.size();
     note_difference(
         result.runs, "CPU threads", [](const RunSummary& r) { return r.threads; }, result.notes);

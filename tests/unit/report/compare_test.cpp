@@ -126,9 +126,10 @@ TEST(Compare, CpuThreadCountsThatDifferAreNoted) {
   Report b = a;
   EXPECT_THAT(compare_pair(a, b).notes, Not(::testing::Contains(HasSubstr("threads"))));
   b.device.details["threads"] = 1;
-  EXPECT_THAT(compare_pair(a, b).notes,
-              ::testing::Contains(HasSubstr("CPU threads differ: A 2, B 1 (a CPU's throughput scales with its "
-                                            "threads: the peer's --threads sets them)")));
+  EXPECT_THAT(
+      compare_pair(a, b).notes,
+      ::testing::Contains(HasSubstr("CPU threads differ: A 2, B 1 (a CPU's throughput scales with its "
+                                    "threads: the peer's --threads sets them)")));
   b.device.details.erase("threads");
   EXPECT_THAT(compare_pair(a, b).notes, Not(::testing::Contains(HasSubstr("threads"))));
 }
