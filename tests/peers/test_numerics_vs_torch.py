@@ -26,6 +26,9 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "peers"))
 
 from torchpeer.config import resolve_config  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_torch_peer import EVERY_LAYER  # noqa: E402  the peer tests' every-layer stack, SGD, cross entropy
+
 try:
     import torch
 except ImportError:
@@ -149,26 +152,8 @@ CASES = {
         "optimizer": {"type": "adamw", "learning_rate": 0.001, "weight_decay": 0.05}}),
     # Every layer type in one stack (test_torch_peer.py's EVERY_LAYER): conv, residual, both pools, BatchNorm2d
     # and BatchNorm1d, patch embedding, causal attention, transformer blocks, layernorm, flatten; SGD momentum.
-    "every-layer-sgd": dict(batch=4, accumulation=1, steps=3, seed=17, model={
-        "name": "every-layer-sgd",
-        "input": {"type": "image", "channels": 3, "height": 16, "width": 16},
-        "layers": [
-            {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "activation": "silu"},
-            {"type": "residual", "activation": "relu", "layers": [
-                {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "activation": "tanh"}]},
-            {"type": "maxpool2d", "kernel_size": 3, "stride": 2, "padding": 1},
-            {"type": "avgpool2d", "kernel_size": 2, "stride": 1},
-            {"type": "batchnorm", "activation": "relu"},
-            {"type": "patch_embedding", "patch_size": 7, "dim": 16},
-            {"type": "attention", "heads": 2, "causal": True},
-            {"type": "transformer_block", "heads": 4, "mlp_ratio": 2, "repeat": 2},
-            {"type": "layernorm"},
-            {"type": "linear", "out_features": 12, "activation": "gelu"},
-            {"type": "flatten"},
-            {"type": "batchnorm"},
-            {"type": "linear", "out_features": 5, "bias": False}],
-        "loss": "cross_entropy",
-        "optimizer": {"type": "sgd", "learning_rate": 0.01}}),
+    "every-layer-sgd": dict(batch=4, accumulation=1, steps=3, seed=17,
+                            model=dict(EVERY_LAYER, name="every-layer-sgd")),
     # Sensitivity: the sweep's initialisation keeps pre-activations near 0, where GELU's tanh and erf forms agree
     # to ~1e-5 and layernorm's eps hardly matters. Weights x4 put GELU's inputs around +-2, where the forms part
     # (erf for tanh: 1.6e-3 in the gradients); a layernorm right after the embedding (std 0.02, variance 4e-4)
