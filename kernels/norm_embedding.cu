@@ -63,8 +63,8 @@ __global__ void layernorm_dx_kernel(const T* x, const T* gamma, const float* mea
 }
 
 // dgamma[c] += sum_r dy * xhat, dbeta[c] += sum_r dy: a (32 x 8) block owns 32 columns and a slab of rows.
-// The slabs add into dgamma/dbeta with atomics, in whatever order they finish: these two gradients may differ in
-// their last bits from run to run, as the embedding's token gradient below may.
+// The slabs add into dgamma/dbeta with atomics, in whatever order they finish: these two gradients may differ
+// in their last bits from run to run, as the embedding's token gradient below may.
 template <class T>
 __global__ void layernorm_param_grad_kernel(const T* x, const float* mean, const float* rstd, const T* dy,
                                             float* dgamma, float* dbeta, int64_t rows, int64_t dim,
