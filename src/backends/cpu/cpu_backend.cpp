@@ -84,11 +84,6 @@ bool can_map(int count, uint64_t bytes) {
   return ok;
 }
 
-// OpenBLAS maps the calling thread's work buffer on its first large GEMM (each worker thread maps its own as
-// the library loads: see blas_workers_starved), and where that mapping fails (an address-space limit, ulimit
-// -v) it retries without end: one GEMM here, before a plan's arena takes what is left, maps it while there is
-// room, so a plan beyond the limit fails its own allocation (an oom point) instead of hanging a step. Where
-// the address space left cannot hold that buffer, the GEMM itself would hang: said instead.
 // OpenBLAS's worker threads keep the floating-point mode they started with (Debian's build does not hand them
 // the caller's: no CONSISTENT_FPCSR), and they start as the library loads, before main. Stopped here under
 // FlushDenormals, they start again at the next threaded GEMM as copies of this thread's mode. False where
@@ -106,6 +101,12 @@ bool restart_blas_workers() {
 // by ones, threaded (256^3 is above OpenBLAS's threading threshold), and gets zeros only where each part did.
 bool g_blas_flushes_denormals = false;
 
+// OpenBLAS maps the calling thread's work buffer on its first large GEMM (each worker thread maps its own as
+// the library loads: see blas_workers_starved), and where that mapping fails (an address-space limit, ulimit
+// -v) it retries without end: one GEMM here, before a plan's arena takes what is left, maps it while there is
+// room, so a plan beyond the limit fails its own allocation (an oom point) instead of hanging a step. Where
+// the address space left cannot hold that buffer, the GEMM itself would hang: said instead. The same GEMM
+// restarts the workers under FlushDenormals and checks that every part of it flushed.
 void warm_blas() {
   static std::once_flag once;
   std::call_once(once, [] {
