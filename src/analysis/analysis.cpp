@@ -296,8 +296,11 @@ std::string edge_hint(std::span<const Point> points, const Point& chosen, const 
   const std::string between = failed ? fmt::format(" and batch {} between them has status {}", failed->batch,
                                                    to_string(failed->status))
                                      : "";
-  return fmt::format("; batch {}'s {} is {} ms{}: --batch {} measures between them", hi, budget.name(),
-                     latency_text(*p99, budget.ms), between, range);
+  // At the points' accumulation: --batch alone would measure other points, at 1/A of the samples per step.
+  const std::string accumulation =
+      chosen.accumulation > 1 ? fmt::format(" --accumulation {}", chosen.accumulation) : std::string();
+  return fmt::format("; batch {}'s {} is {} ms{}: --batch {}{} measures between them", hi, budget.name(),
+                     latency_text(*p99, budget.ms), between, range, accumulation);
 }
 
 // Where the budget did not bind above the answer: the chosen batch is the largest that ran (no larger batch
@@ -392,8 +395,10 @@ BatchChoice latency_slo_choice(std::span<const Point> points, const Budget& b,
   if (smallest && quickest->batch > 1 && !split_sweep(points, options)) {
     int64_t last = 1;
     while (last * 2 < quickest->batch) last *= 2;
-    below = fmt::format("; no batch below {} was swept (try --batch {})", quickest->batch,
-                        last == 1 ? std::string("1") : fmt::format("1:{}:*2", last));
+    below = fmt::format("; no batch below {} was swept (try --batch {}{})", quickest->batch,
+                        last == 1 ? std::string("1") : fmt::format("1:{}:*2", last),
+                        quickest->accumulation > 1 ? fmt::format(" --accumulation {}", quickest->accumulation)
+                                                   : std::string());
   }
   const std::string steps = latency_steps(*quickest, b.pct);
   return none(fmt::format("no batch meets the {} ms {} budget: the smallest {} is {} ms (batch {}{}){}",

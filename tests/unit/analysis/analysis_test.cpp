@@ -331,6 +331,27 @@ TEST(LatencySlo, NothingFitsTheBudget) {
       << reason;
 }
 
+// With accumulation the advice keeps it: --batch alone would measure other points, at 1/A of the samples.
+TEST(LatencySlo, TheBatchAdviceKeepsTheAccumulation) {
+  std::vector<Point> points{measured_point(64, 1000.0), measured_point(96, 1100.0)};
+  for (Point& p : points) p.accumulation = 4;
+  points[0].step_ms.p99 = 1.0;
+  points[1].step_ms.p99 = 3.0;
+  AnalysisOptions options;
+  options.latency_slo_ms = 2.0;
+  const std::string between = analyze(points, options).latency_slo->reason;
+  EXPECT_NE(between.find("; batch 96's p99 is 3 ms: --batch 72:88:+8 --accumulation 4 measures between them"),
+            std::string::npos)
+      << between;
+  std::vector<Point> large = sweep({128, 256}, saturating(50000, 64));
+  for (Point& p : large) p.accumulation = 2;
+  options.latency_slo_ms = 2.0;
+  const std::string below = analyze(large, options).latency_slo->reason;
+  EXPECT_NE(below.find("no batch below 128 was swept (try --batch 1:64:*2 --accumulation 2)"),
+            std::string::npos)
+      << below;
+}
+
 // --latency-percentile 95: the budget holds the p95, and the answers say so. A batch whose p99 is over the
 // budget but whose p95 is within it qualifies.
 TEST(LatencySlo, TheBudgetHoldsTheChosenPercentile) {
