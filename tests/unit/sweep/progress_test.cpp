@@ -238,6 +238,11 @@ TEST(ProgressPrinter, ResumedPointsDoNotCountTowardTheEta) {
   printer.on_point_start(PointStart{3, 4, false, 4, 1, false});
   // One measured point took 6 s: two left, 12 s (not 6 s elapsed over 2 finished points times 2).
   EXPECT_NE(out.text().find("[3/4] batch 4 · elapsed 6.0 s · ETA ~12 s"), std::string::npos) << out.text();
+  // The closing line counts them apart, as settings.measured_points does.
+  printer.on_sweep_end(false);
+  EXPECT_NE(out.text().find("sweep done: 2 points (1 measured, 1 taken from --resume) in 6.0 s"),
+            std::string::npos)
+      << out.text();
 }
 
 TEST(ProgressPrinter, ASweepEndedByAnExceptionLeavesNoHalfLine) {
