@@ -384,22 +384,21 @@ bool denormals_flushed() {
 }
 
 namespace {
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
+// The bits of element `index` of a data stream: splitmix64 (its increment, then its output function) applied
+// three times, over the index, the stream and the seed.
+uint64_t data_bits(uint64_t seed, uint64_t stream, uint64_t index) {
+  const auto splitmix64 = [](uint64_t x) { return splitmix64_mix(x + kGolden); };
+  return splitmix64(seed ^ splitmix64(stream ^ splitmix64(index)));
 }
 }  // namespace
 
 float data_value(uint64_t seed, uint64_t stream, uint64_t index) {
-  const uint64_t h = splitmix64(seed ^ splitmix64(stream ^ splitmix64(index)));
-  return static_cast<float>(static_cast<double>(h >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+  return static_cast<float>(static_cast<double>(data_bits(seed, stream, index) >> 11) * 0x1.0p-53 * 2.0 -
+                            1.0);
 }
 
 int32_t data_label(uint64_t seed, uint64_t stream, uint64_t index, int64_t classes) {
-  const uint64_t h = splitmix64(seed ^ splitmix64(stream ^ splitmix64(index)));
-  return static_cast<int32_t>(h % static_cast<uint64_t>(classes));
+  return static_cast<int32_t>(data_bits(seed, stream, index) % static_cast<uint64_t>(classes));
 }
 
 }  // namespace bsw::cpu
