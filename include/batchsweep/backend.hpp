@@ -65,6 +65,13 @@ class Backend {
   // When false — the CPU, whose host allocator overcommits — the plan alone decides what fits, and sweeps
   // need not prepare a batch just to learn whether it fits.
   [[nodiscard]] virtual bool reports_out_of_memory() const { return true; }
+  // Where reports_out_of_memory() is false: whether `bytes` cannot be held now, though the budget allows
+  // them (the CPU: more than MemAvailable, other processes holding the rest), and why — what prepare()
+  // would throw OutOfMemory for, asked without preparing, so a fit probe does not call such a batch a fit.
+  [[nodiscard]] virtual std::optional<std::string> over_memory_now(uint64_t bytes) const {
+    static_cast<void>(bytes);
+    return std::nullopt;
+  }
   // The execution paths this backend takes for the graph at this precision and mode, given the ones asked for
   // (requested_cuda_paths); they decide the plan's buffers, so a sweep asks once and plans every point with
   // them. The CUDA backend checks on the device that cuDNN accepts each requested cuDNN path and falls back

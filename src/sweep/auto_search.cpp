@@ -220,7 +220,7 @@ class AutoSearch {
     // max fit does not read as if the edge were unknown.
     const int64_t plan_fit =  // 0: the plan does not name a larger fit
         plan_edge && hi == *plan_edge + 1 && hi_kind == Fit::over_limit && lo < *plan_edge &&
-                edge_note_.empty()
+                edge_note_.empty() && !runner_.over_memory_now(*plan_edge, accumulation_)
             ? *plan_edge
             : 0;
     edge_summary_ = plan_fit ? fmt::format("largest fit {} by the plan (the search stopped at {}), {}{}",

@@ -51,6 +51,11 @@ class PointRunner {
   void record_unfit(int64_t batch, int64_t accumulation, PointStatus status, std::string reason,
                     bool refinement);
 
+  // Where the backend cannot report out-of-memory at prepare (the CPU): why the plan of (batch,
+  // accumulation) cannot be held now though the budget allows it (memory other processes hold); nullopt when
+  // it can, or when only preparing would tell.
+  [[nodiscard]] std::optional<std::string> over_memory_now(int64_t batch, int64_t accumulation) const;
+
   // The largest batch whose plan fits the budget (capped at kMaxBatch); nullopt without a budget or when
   // batch 1 does not fit.
   [[nodiscard]] std::optional<int64_t> plan_max_fit(int64_t accumulation) const;

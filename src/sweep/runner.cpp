@@ -97,6 +97,17 @@ std::optional<std::string> PointRunner::plan_over_budget(const PlanRequest& requ
                      alike ? fmt::format("{} B", usable) : format_bytes(usable));
 }
 
+std::optional<std::string> PointRunner::over_memory_now(int64_t batch, int64_t accumulation) const {
+  if (backend_.reports_out_of_memory()) return std::nullopt;  // only preparing can tell
+  uint64_t planned_bytes = 0;
+  try {
+    planned_bytes = make_plan(graph_, request(batch, accumulation)).memory.total_bytes();
+  } catch (const UsageError& e) {
+    return fmt::format("the plan is too large to size: {}", e.what());
+  }
+  return backend_.over_memory_now(planned_bytes);
+}
+
 std::optional<int64_t> PointRunner::plan_max_fit(int64_t accumulation) const {
   if (budget_bytes_ == 0) return std::nullopt;
   try {
@@ -182,8 +193,12 @@ std::optional<FitProbe> PointRunner::probe(int64_t batch, int64_t accumulation) 
   }
   if (resumable(batch, accumulation) != nullptr) return FitProbe{Fit::fits, {}};  // the earlier run ran it
   ++probed_;
-  // Where only the plan can say no, preparing (gigabytes allocated and filled) would teach nothing.
-  if (!backend_.reports_out_of_memory()) return FitProbe{Fit::fits, {}};
+  // Where only the plan can say no, preparing (gigabytes allocated and filled) would teach nothing — but
+  // memory other processes hold now can (the CPU's MemAvailable), as it would at prepare.
+  if (!backend_.reports_out_of_memory()) {
+    if (auto now = over_memory_now(batch, accumulation)) return FitProbe{Fit::oom, std::move(*now)};
+    return FitProbe{Fit::fits, {}};
+  }
   observer_.on_probe_start(batch, accumulation);
   struct ProbeDone {  // also when prepare_point throws
     SweepObserver& observer;
@@ -615,6 +630,7 @@ void run_batch_list(PointRunner& runner, const std::vector<int64_t>& batches, in
   if (above == nullptr || above->status != PointStatus::over_limit) return;
   const std::optional<int64_t> plan_fit = runner.plan_max_fit(accumulation);
   if (!plan_fit || *plan_fit <= largest_ok->batch || *plan_fit >= above->batch) return;
+  if (runner.over_memory_now(*plan_fit, accumulation)) return;  // within the limit, but not free now
   runner.set_untimed_fit(UntimedFit{
       *plan_fit,
       fmt::format("by the plan, the largest within the memory limit (batch {} was over_limit); not "

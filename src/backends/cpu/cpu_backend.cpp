@@ -880,6 +880,9 @@ class CpuBackend final : public Backend {
  public:
   BackendKind kind() const override { return BackendKind::cpu; }
   bool reports_out_of_memory() const override { return false; }
+  std::optional<std::string> over_memory_now(uint64_t bytes) const override {
+    return over_available_memory(bytes, this_process_memory());
+  }
 
   DeviceInfo device(Precision precision) const override {
     DeviceInfo info;

@@ -262,6 +262,69 @@ TEST(AutoSearch, PlanBasedEdgeIsFoundWithoutPreparingWhatThePlanRejects) {
   }
 }
 
+// Like the CPU: prepare cannot run out of memory below the budget (the host overcommits), but memory other
+// processes hold leaves only `available` bytes now, which prepare refuses to go past.
+class BusyHostBackend final : public Backend {
+ public:
+  explicit BusyHostBackend(uint64_t available)
+      : available_(available), inner_(make_scripted_backend(testing::roofline(2.0, 128.0))) {}
+  BackendKind kind() const override { return BackendKind::scripted; }
+  DeviceInfo device(Precision p) const override { return inner_->device(p); }
+  bool reports_out_of_memory() const override { return false; }
+  std::optional<std::string> over_memory_now(uint64_t bytes) const override {
+    if (bytes <= available_) return std::nullopt;
+    return fmt::format("{} bytes, more than the {} available now", bytes, available_);
+  }
+  std::unique_ptr<Session> prepare(const Graph& graph, const Plan& plan,
+                                   const SessionOptions& options) override {
+    ++prepared_;
+    if (auto why = over_memory_now(plan.memory.total_bytes())) throw OutOfMemory(*why);
+    return inner_->prepare(graph, plan, options);
+  }
+
+  uint64_t available_;
+  std::unique_ptr<Backend> inner_;
+  int prepared_ = 0;
+};
+
+TEST(AutoSearch, ProbesOnABusyHostFindTheEdgeOfTheMemoryFreeNowNotThePlans) {
+  const Graph graph = tiny_graph();
+  BusyHostBackend backend(planned_bytes(graph, 3003));  // the budget (80 GiB) is far above
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(backend, graph, auto_settings(), observer);
+  RecordProperty("search_summary", outcome.search_summary);
+  // Every point that ran fits what is free; the smallest that did not names why, and is within the
+  // bisection's tolerance of the edge, so no batch found to fit was measured out of memory.
+  const int64_t ok = largest_ok(outcome.points);
+  EXPECT_LE(ok, 3003);
+  EXPECT_GE(ok, 3003 - 8);
+  for (const Point& p : outcome.points) {
+    if (p.status != PointStatus::ok) {
+      EXPECT_EQ(p.status, PointStatus::oom) << p.batch;
+      EXPECT_GT(p.batch, 3003);
+      EXPECT_NE(p.reason.find("available now"), std::string::npos) << p.reason;
+    }
+  }
+  EXPECT_LE(smallest_failed_above(outcome.points, ok), ok + 8);
+  EXPECT_FALSE(outcome.untimed_fit.has_value());
+  EXPECT_NE(outcome.search_summary.find("oom at"), std::string::npos) << outcome.search_summary;
+}
+
+TEST(AutoSearch, ThePlansLargerFitIsNotClaimedWhenItIsNotFreeNow) {
+  const Graph graph = tiny_graph();
+  SweepSettings settings = auto_settings();
+  // The budget's edge is 3003 by the plan (the test above it claims 3003 untimed); only 3001 is free now.
+  settings.memory_limit_bytes =
+      static_cast<uint64_t>(static_cast<double>(planned_bytes(graph, 3003)) / 0.95) + 1;
+  BusyHostBackend backend(planned_bytes(graph, 3001));
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(backend, graph, settings, observer);
+  RecordProperty("search_summary", outcome.search_summary);
+  EXPECT_EQ(largest_ok(outcome.points), 3000);
+  EXPECT_FALSE(outcome.untimed_fit.has_value()) << outcome.untimed_fit->reason;
+  EXPECT_EQ(outcome.search_summary.find("by the plan"), std::string::npos) << outcome.search_summary;
+}
+
 TEST(AutoSearch, SaturatingCurveStopsTimingAtThePlateau) {
   const Graph graph = tiny_graph();
   ScriptedConfig config = testing::roofline(2.0, 128.0);
