@@ -88,7 +88,8 @@ struct CompareDelta {
   bool from_mean = false;
   std::optional<double> mean_p_value;  // two-sided Welch's t-test p on the mean step times, when from_samples
   // from_samples, a change beyond the minimum effect, and the rank test significant (p < alpha / 2) in the
-  // other direction than the mean: the steps mostly moved one way and the mean the other, so "same".
+  // other direction than the mean: the steps mostly moved one way and the mean the other. "same" where the
+  // mean's change is within its noise; else the mean's verdict (from_mean), throughput being the mean's.
   bool median_and_mean_disagree = false;
   // from_samples, "same", and a test significant (p < alpha / 2) on a change within the minimum effect: a
   // real but negligible change, shown "same (under 1%; p=…)" so the small p does not read as a change.

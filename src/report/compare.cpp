@@ -176,8 +176,11 @@ CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions
     d.verdict = effect && (shifted || mean_moved) ? dir : Verdict::same;
     d.from_mean = d.verdict != Verdict::same && !shifted;
     // The ranks moved significantly the other way from the mean (most steps faster, a few much slower, or
-    // the reverse): neither direction is the change, and the shown p is the rank test's.
-    d.median_and_mean_disagree = d.verdict == Verdict::same && effect && test.p_value < half_alpha && !agrees;
+    // the reverse). Where the mean's change is within its noise neither direction is the change, and the
+    // shown p is the rank test's; where it is beyond, the mean's is: throughput, the total time of the steps,
+    // moved with it (a stall every 20th step is a regression however many steps got faster), and the text
+    // says the ranks went the other way.
+    d.median_and_mean_disagree = effect && test.p_value < half_alpha && !agrees;
     d.under_min_effect = d.verdict == Verdict::same && !effect && (shifted || mean_moved);
     if (d.under_min_effect) d.under_min_effect_p = shifted ? test.p_value : welch.p_value;
     // A point that stopped short of its measurement targets (timeout, sample cap, noise settled) had steps
@@ -442,7 +445,8 @@ std::string verdict_text(const CompareDelta& d, double min_effect_pct,
                : fmt::format("{} (one step, beyond every step of the other run)", to_string(d.verdict));
   if (!d.from_samples) return fmt::format("{} ({})", to_string(d.verdict), threshold_note);
   if (d.from_mean)
-    return fmt::format("{} (mean; {})", to_string(d.verdict), p_text(d.mean_p_value.value_or(1.0)));
+    return fmt::format("{} (mean; {}{})", to_string(d.verdict), p_text(d.mean_p_value.value_or(1.0)),
+                       d.median_and_mean_disagree ? "; median and mean disagree" : "");
   if (d.under_min_effect)
     return fmt::format("{} (under {}%; {})", to_string(d.verdict), min_effect_pct,
                        p_text(d.under_min_effect_p.value_or(1.0)));
@@ -863,6 +867,9 @@ std::vector<Regression> find_regressions(const CompareResult& result, double pct
             "slower", i + 1, row.batch, row.accumulation,
             fmt::format("batch {}: {} is {:.1f}% slower than A {}", batch, letter(i + 1), (1 - d.ratio) * 100,
                         d.one_step       ? "(one step, beyond every step of the other run)"
+                        : d.from_mean && d.median_and_mean_disagree
+                            ? "beyond its mean's noise (Welch's t; by rank most steps were faster, and a few "
+                              "much slower ones make the mean)"
                         : d.from_mean    ? "beyond its mean's noise (Welch's t; the ranks did not move)"
                         : d.from_samples ? "beyond noise"
                         : d.few_samples  ? "(too few samples for the test; beyond the means' noise)"

@@ -322,6 +322,37 @@ TEST(Compare, RanksAndMeanMovingApartIsSameAndSaysSo) {
   EXPECT_THAT(format_compare(compare_pair(a, a), false), Not(HasSubstr("disagree")));
 }
 
+// Most steps 1.5% faster, every 20th three times as long: by rank the run is faster (p ~ 1e-100), and its
+// mean, the throughput, 7% slower beyond its noise (the walk that found the two disagreeing had the mean's
+// verdict and "the ranks did not move"). The mean decides, and both texts say the ranks went the other way.
+TEST(Compare, RanksAgainstAMeanBeyondItsNoiseIsTheMeansChangeAndSaysSo) {
+  Report a = testing::sample_report();
+  a.points = {testing::ok_point(128, 1.0)};
+  std::vector<double> steps;
+  for (int i = 0; i < 400; ++i) steps.push_back(1.025 + 0.0025 * ((i * 7) % 5 - 2));
+  a.points[0].samples_ms = steps;
+  a.points[0].samples_per_second = 128 / (summarize(steps).mean / 1000.0);
+  Report b = a;
+  for (size_t i = 0; i < steps.size(); ++i) steps[i] = i % 20 == 19 ? 3.0 : steps[i] - 0.02;
+  b.points[0].samples_ms = steps;
+  b.points[0].samples_per_second = 128 / (summarize(steps).mean / 1000.0);
+  const CompareResult r = compare_pair(a, b);
+  const CompareDelta& d = r.rows.at(0).deltas.at(0);
+  EXPECT_LT(d.ratio, 0.95);
+  EXPECT_LT(*d.p_value, 1e-50);                   // the ranks: faster
+  EXPECT_LT(*d.mean_p_value, kCompareAlpha / 2);  // the mean: slower, beyond its noise
+  EXPECT_EQ(d.verdict, Verdict::slower);
+  EXPECT_TRUE(d.from_mean);
+  EXPECT_TRUE(d.median_and_mean_disagree);
+  EXPECT_THAT(format_compare(r, false),
+              HasSubstr(fmt::format("slower (mean; p={:.2g}; median and mean disagree)", *d.mean_p_value)));
+  EXPECT_THAT(regressions(r, 5),
+              ::testing::Contains(HasSubstr("beyond its mean's noise (Welch's t; by rank most steps were faster, "
+                                            "and a few much slower ones make the mean)")));
+  EXPECT_THAT(regressions(r, 5), Not(::testing::Contains(HasSubstr("the ranks did not move"))));
+  EXPECT_EQ(to_json(r)["rows"][0]["deltas"][0]["median_and_mean_disagree"], true);
+}
+
 // Every step 0.5% faster: the tests are sure of it, but it is under the 1% minimum effect. "same", and the
 // text says the change is under it, so the tiny p does not read as a change.
 TEST(Compare, SignificantChangeUnderTheMinimumEffectSaysSo) {
