@@ -781,6 +781,14 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
     if (p != nullptr) analysis.recommended_accumulation = p->accumulation;
     if (options.price_per_hour && p != nullptr && p->telemetry)
       analysis.recommended_cost_per_million_samples = p->telemetry->cost_per_million_samples;
+    // One timed step has no spread: the answer may rest on whatever that step met. Said where a script
+    // reading only `recommended` sees it, as the sweep's warning says it on the terminal.
+    if (p != nullptr && p->samples_ms.size() == 1 &&
+        analysis.recommended.why.find("single step") == std::string::npos)
+      analysis.recommended.why += fmt::format(
+          "; batch {} was timed a single step, so its noise is unknown{}",
+          batch_label(p->batch, p->accumulation),
+          p->stop_reason == "timeout" ? " (the --timeout cut it: raise --timeout to time more)" : "");
   }
   // A sweep that stopped early chose among what it measured: said in the reason, which is what a script
   // reading only `recommended` sees.

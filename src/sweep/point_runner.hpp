@@ -139,6 +139,8 @@ class PointRunner {
   struct StopWarning {
     int64_t batch = 0, accumulation = 1;
     std::string why;
+    size_t samples = 0;       // timed steps
+    bool warmup_cut = false;  // --timeout cut its warm-up short
   };
   std::vector<StopWarning> stop_warnings_;  // in sweep order
   std::string warmup_cut_;                  // the point being timed: why its warm-up was cut short, if it was

@@ -514,7 +514,9 @@ void PointRunner::summarize_point(Point& point, const Plan& plan, const NoiseCri
   // One entry per point: a cut warm-up joins the point's timeout warning.
   std::optional<std::string> warning = criterion.warning();
   if (!warmup_cut_.empty()) warning = warning ? fmt::format("{} ({})", *warning, warmup_cut_) : warmup_cut_;
-  if (warning) stop_warnings_.push_back({point.batch, point.accumulation, std::move(*warning)});
+  if (warning)
+    stop_warnings_.push_back({point.batch, point.accumulation, std::move(*warning), point.samples_ms.size(),
+                              !warmup_cut_.empty()});
 }
 
 // What prepare or the steps warned about (memory other processes hold, a fallback): said once per sweep,
@@ -552,14 +554,28 @@ void PointRunner::add_stop_warnings() {
   std::stable_sort(sorted.begin(), sorted.end(), [](const StopWarning& a, const StopWarning& b) {
     return a.batch != b.batch ? a.batch < b.batch : a.accumulation < b.accumulation;
   });
-  std::vector<std::string> labels;
-  for (const StopWarning& w : sorted) labels.push_back(batch_label(w.batch, w.accumulation));
+  std::vector<std::string> labels, single, cut;
+  for (const StopWarning& w : sorted) {
+    labels.push_back(batch_label(w.batch, w.accumulation));
+    if (w.samples == 1) single.push_back(labels.back());
+    if (w.warmup_cut) cut.push_back(labels.back());
+  }
   const StopWarning& first = stop_warnings_.front();
+  // The quoted one may be the mildest: those whose numbers rest on least are named whatever it says.
+  std::string worst;
+  if (!single.empty())
+    worst +=
+        fmt::format("; {} {} timed a single step (noise unknown: {} throughput and latency are one step's)",
+                    single.size() == 1 ? "batch" : "batches", fmt::join(single, ", "),
+                    single.size() == 1 ? "its" : "their");
+  if (!cut.empty())
+    worst += fmt::format("; the --timeout cut the warm-up of {} {}", cut.size() == 1 ? "batch" : "batches",
+                         fmt::join(cut, ", "));
   warn(fmt::format(
       "{} points stopped before meeting their measurement targets (batches {}); the first measured, batch "
-      "{}: {}. Each point's stop_reason and noise_pct are in the report",
-      stop_warnings_.size(), fmt::join(labels, ", "), batch_label(first.batch, first.accumulation),
-      first.why));
+      "{}: {}{}. Each point's stop_reason and noise_pct are in the report",
+      stop_warnings_.size(), fmt::join(labels, ", "), batch_label(first.batch, first.accumulation), first.why,
+      worst));
 }
 
 std::vector<Point> PointRunner::unreached_resume_points() const {

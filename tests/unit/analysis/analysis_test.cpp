@@ -676,6 +676,24 @@ TEST(Recommendation, AShareIsNotRoundedOntoTheOtherSideOfTheThreshold) {
   EXPECT_EQ(analysis_detail::format_share(0.9499999999996, 95), "94.999999%");  // never "95.000000%"
 }
 
+// An answer resting on one timed step says so in its reason, which is what a script reading only
+// `recommended` sees; one resting on many does not.
+TEST(Recommendation, AnAnswerFromASingleTimedStepSaysSo) {
+  std::vector<Point> points = sweep({64, 128, 256}, [](double b) { return 100.0 * b; });
+  points.push_back(measured_point(512, 51200.0, 0.0, 1));
+  points.back().stop_reason = "timeout";
+  Analysis a = analyze(points, {});
+  ASSERT_EQ(a.recommended.batch, 512);
+  EXPECT_NE(a.recommended.why.find("; batch 512 was timed a single step, so its noise is unknown (the "
+                                   "--timeout cut it: raise --timeout to time more)"),
+            std::string::npos)
+      << a.recommended.why;
+  points.pop_back();
+  a = analyze(points, {});
+  ASSERT_EQ(a.recommended.batch, 256);
+  EXPECT_EQ(a.recommended.why.find("single step"), std::string::npos) << a.recommended.why;
+}
+
 TEST(Recommendation, KneeThatIsAlsoTheBest) {
   std::vector<Point> points = sweep(kBatches, roofline(1.0, 128.0));
   const Analysis a = analyze(points, {});

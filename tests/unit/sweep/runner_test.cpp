@@ -552,6 +552,27 @@ TEST(Runner, ManyPointsMissingTheirTargetsMakeOneWarning) {
   EXPECT_TRUE(contains(w, "batch 1: sample cap 20 reached")) << w;
   EXPECT_TRUE(contains(w, "--max-noise")) << w;
 
+  // The one quoted may be the mildest: points timed a single step, or whose warm-up the --timeout cut, are
+  // named whatever it is (the walk that found this had 4 such points and only the first's sample count said).
+  {
+    ScriptedConfig slow = config;
+    slow.hang_at_batch = 8;  // 50 ms a step
+    const auto slow_backend = make_scripted_backend(slow);
+    SweepSettings timed_out = settings;
+    timed_out.stopping.timeout_s = 0.12;
+    timed_out.stopping.warmup_steps = 40;
+    const SweepOutcome cut = run_sweep(*slow_backend, graph, timed_out, observer);
+    ASSERT_EQ(find_point(cut.points, 8)->samples_ms.size(), 1u);
+    ASSERT_EQ(cut.warnings.size(), 1u);
+    EXPECT_TRUE(contains(cut.warnings[0], "the first measured, batch 1: sample cap 20 reached"))
+        << cut.warnings[0];
+    EXPECT_TRUE(contains(cut.warnings[0],
+                         "; batch 8 timed a single step (noise unknown: its throughput and latency are one "
+                         "step's); the --timeout cut the warm-up of batch 8. Each point's"))
+        << cut.warnings[0];
+  }
+  EXPECT_FALSE(contains(w, "single step")) << w;
+
   // Three or fewer are listed one by one.
   SweepSettings few = list_settings({1, 2});
   few.stopping.max_samples = 20;
