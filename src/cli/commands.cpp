@@ -1374,6 +1374,27 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
   std::vector<InputFile> inputs;
   for (const std::string& path : s.report_paths) inputs.push_back({"a report compare reads", path});
   check_inputs_spared(exports, inputs);
+  // A gate that cannot compare at all (a report missing or unreadable, runs of different modes) has no
+  // answer to write, and an export left from an earlier job would read as this one's: removed, and said.
+  // (Gates that compare and refuse write their refusal there instead, below.)
+  struct StaleGateExports {
+    const CompareSettings& settings;
+    const std::vector<ExportPath>& exports;
+    bool compared = false;
+    ~StaleGateExports() {
+      if (compared || !settings.fail_on_regression_pct) return;
+      for (const ExportPath& e : exports) {
+        std::error_code error;
+        if (e.path.empty() || e.path == "-" || !std::filesystem::is_regular_file(e.path, error)) continue;
+        if (std::filesystem::remove(e.path, error))
+          std::fprintf(
+              stderr,
+              "batchsweep compare: removed %s (%s), an earlier answer: this gate compared nothing, and "
+              "a script must not read that file's gate as this one's\n",
+              e.typed.c_str(), std::string(e.flag).c_str());
+      }
+    }
+  } stale_exports{s, exports};
   std::vector<Report> reports;
   for (const std::string& path : s.report_paths) {
     reports.push_back(read_report(path));
@@ -1390,6 +1411,7 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
   options.allow_model_mismatch = s.allow_model_mismatch;
   options.names = s.report_paths;
   const CompareResult result = compare_reports(reports, options);
+  stale_exports.compared = true;
   std::vector<std::string> export_notes;  // said on stderr, and in the exports' notes (not the table's twice)
   // Not only in the table: a CI gate given one file twice passes, and its log should say why.
   for (const std::string& note : result.same_run_notes)

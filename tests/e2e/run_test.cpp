@@ -1638,6 +1638,37 @@ TEST(Run, ExportsToDevNullAreDiscarded) {
   EXPECT_EQ(std::system(command.c_str()), 0) << slurp(err);
 }
 
+// A gate that cannot compare at all (a report missing, runs of different modes) has no answer to write: an
+// earlier job's export is removed, not left to read as this job's "passed".
+TEST(Run, AGateThatComparesNothingRemovesAnEarlierJobsExports) {
+  ScratchDir dir;
+  const std::string base = (dir / "base.json").string(), infer = (dir / "infer.json").string();
+  const std::string gate_json = (dir / "gate.json").string(), gate_md = (dir / "gate.md").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "64", "--json", base})).exit_code, 0);
+  ASSERT_EQ(
+      run(scripted_run("roofline.json", {"--batch", "64", "--mode", "infer", "--json", infer})).exit_code, 0);
+  const auto earlier_job = [&] {
+    std::ofstream(gate_json) << R"({"gate": {"passed": true}})";
+    std::ofstream(gate_md) << "### Gate: passed\n";
+  };
+  for (const std::string& other : {(dir / "missing.json").string(), infer}) {
+    earlier_job();
+    const Result gate = run(
+        {"compare", base, other, "--fail-on-regression", "5", "--json", gate_json, "--markdown", gate_md});
+    EXPECT_EQ(gate.exit_code, 2) << gate.err;
+    EXPECT_FALSE(std::filesystem::exists(gate_json)) << other;
+    EXPECT_FALSE(std::filesystem::exists(gate_md)) << other;
+    EXPECT_NE(
+        gate.err.find("removed " + gate_json + " (--json), an earlier answer: this gate compared nothing"),
+        std::string::npos)
+        << gate.err;
+  }
+  // Without a gate there is no answer to mistake: the file is left as it was, as run leaves its exports.
+  earlier_job();
+  EXPECT_EQ(run({"compare", base, infer, "--json", gate_json}).exit_code, 2);
+  EXPECT_TRUE(std::filesystem::exists(gate_json));
+}
+
 TEST(Run, TheGateRefusesARunThatLeftOutTheBaselinesBatches) {
   ScratchDir dir;
   const std::string base = (dir / "base.json").string(), fewer = (dir / "fewer.json").string();
