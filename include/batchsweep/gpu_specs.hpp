@@ -16,8 +16,9 @@ namespace bsw {
 [[nodiscard]] const nlohmann::json& gpu_spec_sheet();
 
 struct GpuCard {
-  std::string name;    // the sheet's name: "H100 SXM"
-  uint64_t bytes = 0;  // cuda_mib MiB: the total CUDA reports for the card (totalGlobalMem)
+  std::string name;       // the sheet's name: "H100 SXM"
+  uint64_t bytes = 0;     // cuda_mib MiB: the total CUDA reports for the card (totalGlobalMem)
+  int64_t memory_gb = 0;  // the datasheet's memory_gb: the size its name is sold by ("H100 80GB")
 };
 
 // The cards of the sheet that `text` names, ignoring case, spaces, '-' and '_', and a "GeForce", "NVIDIA" or

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <limits>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -452,11 +453,29 @@ MemoryArg parse_memory(const std::string& text, std::string_view flag) {
     const bool one_memory = std::all_of(cards.begin(), cards.end(),
                                         [&](const GpuCard& c) { return c.bytes == cards.front().bytes; });
     std::vector<std::string> names;
-    for (const GpuCard& c : cards)
-      names.push_back(one_memory ? c.name : fmt::format("{} ({} MiB)", c.name, c.bytes >> 20));
-    if (!one_memory)
-      throw UsageError(fmt::format("{} {}: names {} cards with different memories, {}: name one", flag, text,
-                                   cards.size(), fmt::join(names, ", ")));
+    for (const GpuCard& c : cards) names.push_back(c.name);
+    if (!one_memory) {
+      // By memory, each with what names it: the card, or the name and its size where several share it
+      // ("H100 80GB": the PCIe and the SXM).
+      std::vector<std::string> groups;
+      std::set<uint64_t> said;
+      for (const GpuCard& c : cards) {
+        if (!said.insert(c.bytes).second) continue;
+        std::vector<std::string> same;
+        for (const GpuCard& d : cards)
+          if (d.bytes == c.bytes) same.push_back(d.name);
+        std::string spell = fmt::format("\"{}\"", c.name);
+        if (same.size() > 1) {
+          const std::string sized = fmt::format("{} {}GB", text, c.memory_gb);
+          const std::vector<GpuCard> named = gpus_named(sized);
+          spell = named.size() == same.size() ? fmt::format("\"{}\"", sized) : "one by name";
+        }
+        groups.push_back(
+            fmt::format("{} MiB: {} ({} {})", c.bytes >> 20, fmt::join(same, ", "), flag, spell));
+      }
+      throw UsageError(fmt::format("{} {}: names {} cards of {} memory sizes, {}: name one", flag, text,
+                                   cards.size(), said.size(), fmt::join(groups, "; ")));
+    }
     return {cards.front().bytes, fmt::format("{}", fmt::join(names, " or "))};
   }
   // Not a card: a size, whose error lists the cards where the text was a word.

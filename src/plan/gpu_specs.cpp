@@ -61,7 +61,8 @@ bool contains_tokens(const std::string& name, const std::string& pattern) {
 }
 
 GpuCard card_of(const nlohmann::json& gpu) {
-  return {gpu.at("name").get<std::string>(), gpu.at("cuda_mib").get<uint64_t>() * 1024 * 1024};
+  return {gpu.at("name").get<std::string>(), gpu.at("cuda_mib").get<uint64_t>() * 1024 * 1024,
+          gpu.at("memory_gb").get<int64_t>()};
 }
 
 // The sheet's entries `wanted` (a normalized name) is the whole name of, else those whose first words it is
@@ -87,11 +88,20 @@ std::vector<const nlohmann::json*> entries_named(const std::string& wanted) {
   return whole.empty() ? begun : whole;
 }
 
-// A size as a card's name gives it: "80gb" (lower case, from words_of).
+// The GB of a size as a card's name gives it: "80gb", or "40g" as people shorten it (lower case, from
+// words_of); nullopt for any other word.
+std::optional<int64_t> size_word_gb(const std::string& word) {
+  const size_t unit = word.ends_with("gb") ? 2 : word.ends_with("g") ? 1 : 0;
+  const size_t digits = word.size() - unit;
+  if (unit == 0 || digits == 0 || digits > 6 ||
+      !std::all_of(word.begin(), word.begin() + static_cast<std::ptrdiff_t>(digits),
+                   [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+    return std::nullopt;
+  return std::stoll(word.substr(0, digits));
+}
+
 bool is_size_word(const std::string& word) {
-  return word.size() >= 3 && word.size() <= 8 && word.ends_with("gb") &&
-         std::all_of(word.begin(), word.end() - 2,
-                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  return size_word_gb(word).has_value();
 }
 
 // "H100 80GB" -> {"h100", 80}: the other words normalized, and the one size word's GB; nullopt without
@@ -105,7 +115,7 @@ std::optional<std::pair<std::string, int64_t>> without_size(std::string_view tex
     } else if (gb) {
       return std::nullopt;
     } else {
-      gb = std::stoll(word.substr(0, word.size() - 2));
+      gb = size_word_gb(word);
     }
   }
   if (!gb || rest.empty()) return std::nullopt;
@@ -143,8 +153,7 @@ DeviceNameMatch device_name_match(std::string_view text) {
     if (!specific) return {};
   }
   for (const std::string& word : words)
-    if (is_size_word(word) &&
-        std::stoll(word.substr(0, word.size() - 2)) != gpu->at("memory_gb").get<int64_t>())
+    if (const auto gb = size_word_gb(word); gb && *gb != gpu->at("memory_gb").get<int64_t>())
       return {gpu, true};
   return {gpu, false};
 }

@@ -327,7 +327,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"card_name_for_memory",
              {"plan", "--memory", "h100"},
              2,
-             {"--memory h100: names 3 cards with different memories", "name one"}},
+             {"--memory h100: names 3 cards of 2 memory sizes", "name one"}},
         Case{"word_for_memory",
              {"plan", "--memory", "plenty"},
              2,

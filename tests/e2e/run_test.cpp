@@ -2280,10 +2280,14 @@ TEST(Plan, MemoryByCardNameIsTheMemoryTheDriverReports) {
   EXPECT_NE(table.out.find("(L4: 22518 MiB, as CUDA reports it)"), std::string::npos) << table.out;
   const Result ambiguous = run({"plan", "--memory", "H100"});
   EXPECT_EQ(ambiguous.exit_code, 2);
-  EXPECT_NE(ambiguous.err.find("--memory H100: names 3 cards with different memories, H100 PCIe (81008 MiB), "
-                               "H100 NVL (95279 MiB), H100 SXM (81008 MiB): name one"),
-            std::string::npos)
+  // By memory, each with a spelling that names it (a walk read "3 cards with different memories" of two
+  // alike, and was not told "H100 80GB").
+  EXPECT_NE(
+      ambiguous.err.find("--memory H100: names 3 cards of 2 memory sizes, 81008 MiB: H100 PCIe, H100 SXM "
+                         "(--memory \"H100 80GB\"); 95279 MiB: H100 NVL (--memory \"H100 NVL\"): name one"),
+      std::string::npos)
       << ambiguous.err;
+  EXPECT_EQ(fit({"--memory", "H100 80GB"})["memory_card"], "H100 PCIe or H100 SXM");
   const Result cpu = run({"plan", "--memory", "L4", "--backend", "cpu"});
   EXPECT_EQ(cpu.exit_code, 2);
   EXPECT_NE(cpu.err.find("names a GPU, and --backend cpu"), std::string::npos) << cpu.err;

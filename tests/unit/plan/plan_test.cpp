@@ -244,6 +244,10 @@ TEST(GpuSpecs, CardsAreFoundByTheNamesUsersType) {
   EXPECT_EQ(names("H100 80GB"), (std::vector<std::string>{"H100 PCIe", "H100 SXM"}));
   EXPECT_EQ(names("H100 94gb"), std::vector<std::string>{"H100 NVL"});
   EXPECT_EQ(names("H200 141GB"), (std::vector<std::string>{"H200 NVL", "H200 SXM"}));
+  // "40G" as people shorten a card's size (a walk typed "A100 40G"), never part of a model number (A10G).
+  EXPECT_EQ(names("A100 40G"), std::vector<std::string>{"A100 40GB"});
+  EXPECT_EQ(names("h100 80g"), (std::vector<std::string>{"H100 PCIe", "H100 SXM"}));
+  EXPECT_TRUE(names("A10G").empty());
   EXPECT_TRUE(names("H100 40GB").empty());       // no H100 has 40 GB
   EXPECT_TRUE(names("H100 80GB 80GB").empty());  // two sizes
   EXPECT_EQ(gpu_of_other_size("V100 16GB"),
