@@ -344,6 +344,23 @@ std::string budget_not_reached(std::span<const Point> points, const Point& chose
                    chosen.batch);
 }
 
+// A smaller batch over the budget while the chosen one is within it: a step should take no longer at a
+// smaller batch, so one of the two percentiles is likely noise (a stall, too few steps near the slowest),
+// and the chosen batch's margin may not hold in a rerun. Said, with the largest such batch.
+std::string smaller_over_budget(std::span<const Point> points, const Point& chosen, const Budget& budget) {
+  const Point* over = nullptr;
+  for (const Point& p : points)
+    if (is_ok(p) && p.accumulation == chosen.accumulation && p.batch < chosen.batch && budget.of(p) &&
+        *budget.of(p) > budget.ms && (over == nullptr || p.batch > over->batch))
+      over = &p;
+  if (over == nullptr) return {};
+  return fmt::format(
+      "; but batch {}, smaller, is over it ({} {} ms): a smaller batch's step should be no longer, so these "
+      "{}s are likely noisy and batch {}'s may not hold in a rerun (more steps: --min-samples, --timeout)",
+      batch_label(over->batch, over->accumulation), budget.name(), latency_text(*budget.of(*over), budget.ms),
+      budget.name(), batch_label(chosen.batch, chosen.accumulation));
+}
+
 // Ok points with no step time at the budget's percentile (a hand-made or trimmed report: neither step_ms at
 // it nor samples_ms) cannot be judged against it; said, rather than passed over in silence: "; batches 16, 32
 // have no p95 step time (step_ms.p95 or samples_ms) and were not judged".
@@ -372,9 +389,10 @@ BatchChoice latency_slo_choice(std::span<const Point> points, const Budget& b,
                       tie_words(budget.margin_pct), b.name(), latency_text(*b.of(*budget.fastest), b.ms));
     else
       after = edge_hint(points, *chosen, b) + budget_not_reached(points, *chosen, b, options);
-    BatchChoice choice = choose(*chosen, fmt::format("{} step {} ms within the {} ms budget{}{}", b.name(),
-                                                     latency_text(*b.of(*chosen), b.ms), format_number(b.ms),
-                                                     latency_basis(*chosen, b.pct), after));
+    BatchChoice choice = choose(
+        *chosen, fmt::format("{} step {} ms within the {} ms budget{}{}{}", b.name(),
+                             latency_text(*b.of(*chosen), b.ms), format_number(b.ms),
+                             latency_basis(*chosen, b.pct), smaller_over_budget(points, *chosen, b), after));
     choice.latency_ms = b.of(*chosen);
     return choice;
   }

@@ -425,6 +425,30 @@ TEST(LatencySlo, AP99FromOneStepCutShortSaysSo) {
       << a.latency_slo->reason;
 }
 
+// A smaller batch over the budget while a larger one is within it: one of the percentiles is likely noise
+// (a walk had batch 4 at p99 152 ms and batch 8, chosen, at 127 ms under a 150 ms budget, unremarked).
+TEST(LatencySlo, ASmallerBatchOverTheBudgetThanTheChosenOneSaysTheP99sAreNoisy) {
+  std::vector<Point> points = sweep({1, 2, 4, 8}, [](double b) { return 100.0 * b; });
+  points[2].samples_ms.back() = 152.0;  // batch 4's slowest step: its p99 over the budget
+  points[2].step_ms = summarize(points[2].samples_ms);
+  AnalysisOptions options;
+  options.latency_slo_ms = 100.0;  // every other step takes 10 ms
+  const Analysis a = analyze(points, options);
+  ASSERT_EQ(a.latency_slo->batch, 8);
+  EXPECT_NE(a.latency_slo->reason.find("; but batch 4, smaller, is over it (p99 "), std::string::npos)
+      << a.latency_slo->reason;
+  EXPECT_NE(
+      a.latency_slo->reason.find("so these p99s are likely noisy and batch 8's may not hold in a rerun"),
+      std::string::npos)
+      << a.latency_slo->reason;
+  // A larger batch over it is the budget binding, as it should: nothing said.
+  points = sweep({1, 2, 4, 8}, [](double b) { return 1000.0 * b / (b + 4); });  // steps of b + 4 ms
+  options.latency_slo_ms = 10.0;
+  const BatchChoice binding = *analyze(points, options).latency_slo;
+  ASSERT_EQ(binding.batch, 4);
+  EXPECT_EQ(binding.reason.find("smaller"), std::string::npos) << binding.reason;
+}
+
 // A budget every batch meets did not bind: nothing said where it would, so the answer says to extend the
 // sweep, or, where the sweep stopped early, that it did.
 TEST(LatencySlo, ABudgetThatNeverBindsSaysSo) {
