@@ -1,17 +1,22 @@
 // Atomic file replacement for reports and exports: a crash or Ctrl-C between points leaves either the
 // previous file or the new one, never half of one. Write `<path>.tmp.<host>.<pid>` in the same directory,
-// fsync, rename over `path`. Pipes, FIFOs and devices are written in place instead (a rename would replace
-// them).
+// fsync, rename over `path` (and remove what writers killed before their rename left there). Pipes, FIFOs and
+// devices are written in place instead (a rename would replace them).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
+#include <set>
 #include <string>
+#include <string_view>
 
 #include "batchsweep/errors.hpp"
 #include "batchsweep/files.hpp"
@@ -67,13 +72,61 @@ bool write_all(int fd, const std::string& content) {
   return true;
 }
 
-}  // namespace
-
-std::string temp_path_beside(const std::string& path) {
+// The host name the temporary names carry: at most 64 characters, "localhost" where there is none.
+std::string host_name() {
   char host[256] = {};
   std::string name = ::gethostname(host, sizeof(host) - 1) == 0 ? host : "";
   if (name.empty()) name = "localhost";
   name.resize(std::min<size_t>(name.size(), 64));
+  return name;
+}
+
+// Temporary files beside `path` that a writer on this host left when it was killed (kill -9, the OOM
+// killer: no handler runs) would stay forever, and a CI job that uploads the directory would ship them.
+// Removed once per path per process, after a write succeeded: only `<path>.tmp.<this host>.<pid>` (or the
+// long-name form `<path>.tmp.<pid>`) whose pid is no live process here. Another host's, on a shared file
+// system, and a live writer's are left alone; a dead writer's pid reused since is left too (the safe side).
+void remove_stale_temps(const std::string& path) {
+  static std::mutex mutex;
+  static std::set<std::string> cleaned;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (!cleaned.insert(path).second) return;
+  }
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const std::string base = target.filename().string() + ".tmp.";
+  const std::string on_host = base + host_name() + ".";
+  const auto dead_pid = [](std::string_view digits) {
+    if (digits.empty() || digits.size() > 9 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return false;
+    const pid_t pid = static_cast<pid_t>(std::stol(std::string(digits)));
+    return pid > 0 && pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH;
+  };
+  std::error_code ec;
+  for (fs::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::string_view pid;
+    if (name.starts_with(on_host))
+      pid = std::string_view(name).substr(on_host.size());
+    else if (name.starts_with(base))
+      pid = std::string_view(name).substr(base.size());
+    else
+      continue;
+    std::error_code type_error;
+    if (dead_pid(pid) && it->is_regular_file(type_error)) {
+      std::error_code ignored;
+      fs::remove(it->path(), ignored);
+    }
+  }
+}
+
+}  // namespace
+
+std::string temp_path_beside(const std::string& path) {
+  const std::string name = host_name();
   const std::string pid = std::to_string(::getpid());
   // The temporary name must stay within NAME_MAX (255) wherever the export's own name does: a long export
   // name gives up the host name first.
@@ -135,6 +188,7 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   const std::string dir = parent.empty() ? std::string(".") : parent.string();
   FileDescriptor dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir_fd.get() >= 0) (void)::fsync(dir_fd.get());
+  remove_stale_temps(path);
 }
 
 }  // namespace bsw

@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "batchsweep/errors.hpp"
 #include "batchsweep/files.hpp"
@@ -213,6 +215,29 @@ TEST_F(ReportFiles, AtomicWriteReplacesAndLeavesNoTemporary) {
     EXPECT_EQ(entry.path().filename(), "out.json");
   }
   EXPECT_EQ(files, 1u);
+}
+
+// A writer killed before its rename (kill -9: no handler runs) leaves its temporary beside the export; the
+// next write there removes it, but not a live writer's, another host's, or another file's.
+TEST_F(ReportFiles, AtomicWriteRemovesTemporariesDeadWritersLeft) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);  // a pid no process has now
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof(host) - 1), 0);
+  std::string here = host;
+  here.resize(std::min<size_t>(here.size(), 64));
+  const std::string dead = std::to_string(child), live = std::to_string(::getppid());
+  const std::vector<std::string> removed = {"r.json.tmp." + here + "." + dead, "r.json.tmp." + dead};
+  const std::vector<std::string> kept = {"r.json.tmp." + here + "." + live, "r.json.tmp.otherhost." + dead,
+                                         "r.csv.tmp." + here + "." + dead, "r.json.tmp." + here + ".x1"};
+  for (const std::string& name : removed) static_cast<void>(write(name, "{\"partial"));
+  for (const std::string& name : kept) static_cast<void>(write(name, "{\"partial"));
+  write_file_atomic(path("r.json"), "{}");
+  for (const std::string& name : removed) EXPECT_FALSE(fs::exists(path(name))) << name;
+  for (const std::string& name : kept) EXPECT_TRUE(fs::exists(path(name))) << name;
+  EXPECT_EQ(read(path("r.json")), "{}");
 }
 
 // Replacing a file by renaming a new one over it must not reset its permissions (a 0444 report came back
