@@ -35,7 +35,8 @@ constexpr const char* kExitCodes =
     "compare;\n"
     "4 nothing to recommend: no batch ran ok (all oom, over_limit or error), or none meets --latency-slo\n"
     "  (the report is written);\n"
-    "130 interrupted by SIGINT (143 SIGTERM) - the report of finished points is still written.";
+    "130 interrupted by SIGINT (143 SIGTERM), 129 ended by SIGHUP - the report of finished points is still "
+    "written.";
 
 // CLI11 says "The following arguments were not expected: 1,2,4 --batches" for a mistyped flag: name the
 // first flag the subcommand does not have, and the nearest one it does ("--batch").
@@ -140,11 +141,25 @@ constexpr const char* kExamples = R"(Examples:
   batchsweep run --model gpt2-small --precision bf16 --batch 1:64:*2 --json gpt2.json
   batchsweep run --model my-model.json --mode infer --latency-slo 50 --json sweep.json --svg sweep.svg
   batchsweep run --model bert-base --effective-batch 256 --precision bf16
+  batchsweep plan --model gpt2-small --precision bf16 --memory "H100 SXM"  # a card by name plans for CUDA
   batchsweep plan --model gpt2-small --precision bf16 --backend cuda --memory 80GiB
+  batchsweep plan --model gpt2-small --precision bf16 --memory all
   batchsweep analyze sweep.json --latency-slo 20 --saturation 90
   batchsweep compare h100.json h200.json --fail-on-regression 5
+  batchsweep compare base.json new.json --fail-on-regression 5 --json gate.json
   batchsweep presets
   batchsweep devices --calibrate)";
+
+// A subcommand's --help: its own examples (all of them for the top level), then the exit codes.
+std::string footer_for(std::string_view command) {
+  std::istringstream lines(kExamples);
+  std::string out, line;
+  const std::string prefix = fmt::format("  batchsweep {}", command);
+  while (std::getline(lines, line))
+    if (command.empty() || line == "Examples:" || line == prefix || line.starts_with(prefix + " "))
+      out += line + "\n";
+  return out + "\n" + kExitCodes;
+}
 
 // For a value a flag does not take: ": did you mean 'bf16'?" where it is one of `choices` in other case or
 // with a '-' or '_' (BF16, bf-16), another name for one (`aliases`: bfloat16, gpu), or one typed a letter
@@ -538,7 +553,7 @@ int run_app(int argc, char** argv) {
       "reports throughput, latency percentiles, memory, the knee, the largest batch that fits and the best\n"
       "batch under a latency budget.",
       "batchsweep"};
-  app.footer(std::string(kExamples) + "\n\n" + kExitCodes);
+  app.footer(footer_for(""));
   app.set_version_flag("--version", std::string(BSW_VERSION) + " (" + BSW_GIT_COMMIT + ")");
   app.require_subcommand(1);
   app.fallthrough(false);
@@ -550,7 +565,7 @@ int run_app(int argc, char** argv) {
   Raw run_raw;
   CLI::App* run_cmd =
       app.add_subcommand("run", "Sweep batch sizes and report the knee, max fit and best batch");
-  run_cmd->footer(std::string(kExamples) + "\n\n" + kExitCodes);
+  run_cmd->footer(footer_for("run"));
   run_cmd->add_option("--model,-m", run.model, "Preset name (see `batchsweep presets`) or a model JSON file")
       ->capture_default_str();
   run_cmd->add_option("--backend", run.backend, "auto | cpu | cuda | scripted")->capture_default_str();
@@ -656,6 +671,7 @@ int run_app(int argc, char** argv) {
   Raw plan_raw;
   CLI::App* plan_cmd = app.add_subcommand(
       "plan", "Print the exact memory plan and FLOPs per batch; with --memory, the max batch");
+  plan_cmd->footer(footer_for("plan"));
   plan_cmd->add_option("--model,-m", plan.model, "Preset name or model JSON file")->capture_default_str();
   plan_cmd
       ->add_option(
@@ -688,8 +704,10 @@ int run_app(int argc, char** argv) {
       ->add_option(
           "--memory", plan_raw.memory,
           "Device memory (e.g. 80GiB, 24GiB) or a card by name (\"H100 SXM\", L4: the memory CUDA reports "
-          "for it, configs/gpus.json): report the largest batch whose plan fits in 95% of it; all: "
-          "that batch on every card of configs/gpus.json")
+          "for it, configs/gpus.json; a card plans for cuda, a size for --backend's choice, the cpu without "
+          "a "
+          "GPU): report the largest batch whose plan fits in 95% of it; all: that batch on every card of "
+          "configs/gpus.json")
       ->type_name("SIZE|GPU");
   add_path_options(plan_cmd, plan_raw.attention, plan_raw.conv);
   plan_cmd->add_option("--json", plan.json_path, "Write the plan JSON to FILE, or - for stdout")
@@ -704,6 +722,7 @@ int run_app(int argc, char** argv) {
       "analyze",
       "Recompute the analysis of a report (other SLO, saturation, sensitivity); a flag not given keeps the "
       "run's value");
+  analyze_cmd->footer(footer_for("analyze"));
   analyze_cmd->add_option("report", analyze.report_path, "A batchsweep JSON report")
       ->required()
       ->type_name("REPORT");
@@ -719,6 +738,7 @@ int run_app(int argc, char** argv) {
   CompareSettings compare;
   CLI::App* compare_cmd = app.add_subcommand(
       "compare", "Compare runs per batch (the first is the baseline) with a noise-aware verdict");
+  compare_cmd->footer(footer_for("compare"));
   // Counted after parsing: CLI11 prints a bounded count as "reports(2x)", which reads as exactly two; an
   // unbounded one as "reports...".
   compare_cmd->add_option("reports", compare.report_paths, "Two or more JSON reports, the baseline first")
@@ -752,6 +772,7 @@ int run_app(int argc, char** argv) {
   DevicesSettings devices;
   CLI::App* devices_cmd =
       app.add_subcommand("devices", "List backends and devices; --calibrate measures GEMM rates");
+  devices_cmd->footer(footer_for("devices"));
   CLI::Option* calibrate_flag = devices_cmd->add_flag("--calibrate", devices.calibrate,
                                                       "Measure this GPU's GEMM rates and copy bandwidth");
   devices_cmd
@@ -763,6 +784,7 @@ int run_app(int argc, char** argv) {
       ->capture_default_str();
   devices_cmd->add_flag("--json", devices.json, "Print JSON");
   CLI::App* presets_cmd = app.add_subcommand("presets", "List the embedded model presets");
+  presets_cmd->footer(footer_for("presets"));
 
   std::vector<std::string_view> names;
   for (const CLI::App* sub : app.get_subcommands({})) names.emplace_back(sub->get_name());

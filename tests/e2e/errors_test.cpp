@@ -671,6 +671,20 @@ TEST(Help, ListsExamplesAndExitCodes) {
   EXPECT_NE(r.out.find("Examples"), std::string::npos);
   const Result h = run({"-h"});
   EXPECT_EQ(h.exit_code, 0);
+  // Every example at the top; a subcommand's help gives its own (a walk found `presets --help` listing
+  // compare's), and every one the exit codes.
+  for (const char* command : {"run", "plan", "analyze", "compare", "devices", "presets"}) {
+    EXPECT_NE(r.out.find(std::string("  batchsweep ") + command), std::string::npos) << command;
+    const Result sub = run({command, "--help"});
+    EXPECT_EQ(sub.exit_code, 0) << command;
+    EXPECT_NE(sub.out.find(std::string("Examples:\n  batchsweep ") + command), std::string::npos) << sub.out;
+    EXPECT_NE(sub.out.find("Exit codes"), std::string::npos) << command;
+    for (const char* other : {"run", "plan", "analyze", "compare", "devices", "presets"})
+      if (std::string_view(other) != command) {
+        EXPECT_EQ(sub.out.find(std::string("  batchsweep ") + other + " "), std::string::npos)
+            << command << other;
+      }
+  }
 }
 
 // `batchsweep help [SUBCOMMAND]` and `batchsweep version`, as git and go take them; a flag before the
