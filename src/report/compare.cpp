@@ -621,10 +621,13 @@ bool same_run(const Report& a, const Report& b) {
 }
 
 std::string same_run_text(const Report& a, size_t i, size_t j) {
+  // A script's steps repeat exactly: two runs of one started in one second are indistinguishable.
+  const bool scripted = a.device.backend == "scripted";
   return fmt::format(
-      "{} and {} are the same run ({}, the same points): every verdict between them compares the run with "
+      "{} and {} are the same run{} ({}, the same points): every verdict between them compares the run with "
       "itself, so \"same\" there says nothing about a change",
       letter(i), letter(j),
+      scripted ? ", or two runs of one script started in one second, whose steps repeat" : "",
       a.created_at.empty() ? std::string("neither has a created_at") : "created_at " + a.created_at);
 }
 
@@ -866,7 +869,7 @@ std::vector<Regression> find_regressions(const CompareResult& result, double pct
         found.push_back(Regression{
             "slower", i + 1, row.batch, row.accumulation,
             fmt::format("batch {}: {} is {:.1f}% slower than A {}", batch, letter(i + 1), (1 - d.ratio) * 100,
-                        d.one_step       ? "(one step, beyond every step of the other run)"
+                        d.one_step ? "(one step, beyond every step of the other run)"
                         : d.from_mean && d.median_and_mean_disagree
                             ? "beyond its mean's noise (Welch's t; by rank most steps were faster, and a few "
                               "much slower ones make the mean)"
