@@ -56,6 +56,9 @@ constexpr int64_t kSameRequestNs = 1'000'000'000;
 // Whether a --json report file is on disk for --resume (written after a point, or the report being
 // resumed into): a second signal before then says there is none.
 std::atomic<bool> g_report_on_disk{false};
+// Whether stderr is a terminal, where the messages below start on a new line (after "^C" or a progress
+// line); in a log they do not leave a blank one. Set before the handler is installed.
+std::atomic<bool> g_stderr_tty{true};
 
 int64_t monotonic_ns() {
   timespec now{};
@@ -75,8 +78,9 @@ extern "C" void on_signal(int sig) {
         "\nbatchsweep: quitting now; no report file was written (no point had finished, or no --json file "
         "was given)\n";
     const bool kept = g_report_on_disk.load();
-    const ssize_t said = kept ? ::write(STDERR_FILENO, kQuit, sizeof(kQuit) - 1)
-                              : ::write(STDERR_FILENO, kQuitNothing, sizeof(kQuitNothing) - 1);
+    const size_t skip = g_stderr_tty.load() ? 0 : 1;  // the leading newline
+    const ssize_t said = kept ? ::write(STDERR_FILENO, kQuit + skip, sizeof(kQuit) - 1 - skip)
+                              : ::write(STDERR_FILENO, kQuitNothing + skip, sizeof(kQuitNothing) - 1 - skip);
     (void)said;
     ::signal(sig, SIG_DFL);
     ::raise(sig);  // delivered when this handler returns
@@ -92,8 +96,10 @@ extern "C" void on_signal(int sig) {
   static constexpr char kSaidTerm[] =
       "\nbatchsweep: stopping after the current step; the finished points are kept (send SIGTERM again to "
       "quit now)\n";
-  const ssize_t written = sig == SIGTERM ? ::write(STDERR_FILENO, kSaidTerm, sizeof(kSaidTerm) - 1)
-                                         : ::write(STDERR_FILENO, kSaidInt, sizeof(kSaidInt) - 1);
+  const size_t skip = g_stderr_tty.load() ? 0 : 1;  // the leading newline
+  const ssize_t written = sig == SIGTERM
+                              ? ::write(STDERR_FILENO, kSaidTerm + skip, sizeof(kSaidTerm) - 1 - skip)
+                              : ::write(STDERR_FILENO, kSaidInt + skip, sizeof(kSaidInt) - 1 - skip);
   (void)written;
 }
 
@@ -102,6 +108,7 @@ extern "C" void on_signal(int sig) {
 class SignalGuard {
  public:
   SignalGuard() {
+    g_stderr_tty.store(::isatty(STDERR_FILENO) != 0);
     struct sigaction sa {};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);

@@ -1369,6 +1369,9 @@ void interrupt_keeps_finished_points(int sig, int expected_exit, const std::stri
   EXPECT_NE(slurp(err).find("batchsweep: stopping after the current step; the finished points are kept"),
             std::string::npos)
       << slurp(err);
+  // In a log (stderr no terminal) it leaves no blank line before it, as it would after a terminal's "^C".
+  EXPECT_EQ(slurp(err).find("\n\nbatchsweep: stopping"), std::string::npos) << slurp(err);
+  EXPECT_NE(slurp(err).front(), '\n') << slurp(err);
   EXPECT_NE(
       slurp(err).find(sig == SIGTERM ? "(send SIGTERM again to quit now)" : "(Ctrl-C again to quit now)"),
       std::string::npos)
