@@ -12,6 +12,7 @@
 
 #include "analysis/curve.hpp"
 #include "batchsweep/errors.hpp"
+#include "batchsweep/plan.hpp"
 #include "batchsweep/stats.hpp"
 
 namespace bsw {
@@ -303,6 +304,20 @@ std::string edge_hint(std::span<const Point> points, const Point& chosen, const 
                      latency_text(*p99, budget.ms), between, range, accumulation);
 }
 
+// The next doublings above `largest`, to paste, after the advice to extend --batch: ", e.g. --batch
+// 1024:8192:*2", keeping its accumulation, up to the cap of 2^24 samples a step; empty at the cap.
+std::string extend_example(const Point& largest) {
+  const int64_t accumulation = std::max<int64_t>(1, largest.accumulation);
+  const int64_t cap = kMaxBatch / accumulation;
+  const int64_t from = largest.batch * 2;
+  if (from > cap) return {};
+  int64_t to = from;
+  for (int i = 0; i < 3 && to * 2 <= cap; ++i) to *= 2;
+  const std::string batches = from == to ? fmt::format("{}", from) : fmt::format("{}:{}:*2", from, to);
+  return fmt::format(", e.g. --batch {}{}", batches,
+                     accumulation > 1 ? fmt::format(" --accumulation {}", accumulation) : std::string());
+}
+
 // Where the budget did not bind above the answer: the chosen batch is the largest that ran (no larger batch
 // failed to fit). Then nothing says where latency would stop the batch growing: "extend --batch", as the
 // curve's own still-rising advice does; an unfinished sweep says it stopped first. A smaller batch over the
@@ -331,17 +346,18 @@ std::string budget_not_reached(std::span<const Point> points, const Point& chose
                                          chosen.batch, above->batch, gap);
   }
   if (every_one_meets)
-    return unfinished
-               ? "; every batch measured meets the budget, and the sweep stopped before larger ones"
-               : "; every batch swept meets the budget: larger batches were not tried (extend --batch to "
-                 "find where it binds)";
+    return unfinished ? "; every batch measured meets the budget, and the sweep stopped before larger ones"
+                      : fmt::format(
+                            "; every batch swept meets the budget: larger batches were not tried (extend "
+                            "--batch to find where it binds{})",
+                            extend_example(chosen));
   return unfinished
              ? fmt::format("; batch {} is the largest measured, and the sweep stopped before larger ones",
                            chosen.batch)
              : fmt::format(
                    "; batch {} is the largest swept: larger batches were not tried (extend "
-                   "--batch to find where the budget binds)",
-                   chosen.batch);
+                   "--batch to find where the budget binds{})",
+                   chosen.batch, extend_example(chosen));
 }
 
 // A smaller batch over the budget while the chosen one is within it: a step should take no longer at a
@@ -546,7 +562,10 @@ std::string still_rising_note(const RecommendationInputs& in, const Point& satur
     case PastTheEnd::untried:
       break;
   }
-  return "; throughput still rising at the largest batch swept: extend --batch to find where it stops";
+  return fmt::format(
+      "; throughput still rising at the largest batch swept: extend --batch to find where it "
+      "stops{}",
+      extend_example(saturated));
 }
 
 Recommendation recommend_from_curve(const RecommendationInputs& in) {
@@ -608,8 +627,8 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
     }
     return {largest.batch,
             fmt::format("throughput still rising at the largest batch swept ({}, {} samples/s); larger "
-                        "batches were not tried: extend --batch to find where it stops",
-                        largest.batch, rate)};
+                        "batches were not tried: extend --batch to find where it stops{}",
+                        largest.batch, rate, extend_example(largest))};
   }
   std::string prefix = "no knee";
   if (in.knee_call == KneeCall::too_few)

@@ -216,7 +216,8 @@ TEST(Compare, APointTakenFromTheBaselineByResumeIsSaidToBeTheSameMeasurement) {
 // A report compared with itself, or with a copy that has the same created_at and points: every "same" is a
 // run compared with itself, and the first note says so.
 TEST(Compare, OneRunTwiceIsNoted) {
-  const Report a = testing::sample_report();
+  Report a = testing::sample_report();
+  a.device.backend = "cuda";  // a script's runs are worded apart (below)
   const CompareResult r = compare_pair(a, a);
   const std::string said =
       "A and B are the same run (created_at 2025-01-02T03:04:05Z, the same points): every verdict between "
@@ -227,6 +228,14 @@ TEST(Compare, OneRunTwiceIsNoted) {
   ASSERT_FALSE(r.notes.empty());
   EXPECT_EQ(r.notes[0], r.same_run_notes[0]);
   EXPECT_THAT(to_json(r)["notes"][0].get<std::string>(), HasSubstr(said));
+  // A script's steps repeat exactly: two runs of one started in one second read alike, and the words allow
+  // it.
+  Report scripted = a;
+  scripted.device.backend = "scripted";
+  EXPECT_THAT(
+      compare_pair(scripted, scripted).same_run_notes.at(0),
+      HasSubstr("A and B are the same run, or two runs of one script started in one second, whose steps "
+                "repeat (created_at"));
   // Of three, the pair that is one run.
   const CompareResult three = compare_reports({a, testing::sample_candidate(), a}, {});
   ASSERT_EQ(three.same_run_notes.size(), 1u);
@@ -346,9 +355,9 @@ TEST(Compare, RanksAgainstAMeanBeyondItsNoiseIsTheMeansChangeAndSaysSo) {
   EXPECT_TRUE(d.median_and_mean_disagree);
   EXPECT_THAT(format_compare(r, false),
               HasSubstr(fmt::format("slower (mean; p={:.2g}; median and mean disagree)", *d.mean_p_value)));
-  EXPECT_THAT(regressions(r, 5),
-              ::testing::Contains(HasSubstr("beyond its mean's noise (Welch's t; by rank most steps were faster, "
-                                            "and a few much slower ones make the mean)")));
+  EXPECT_THAT(regressions(r, 5), ::testing::Contains(HasSubstr(
+                                     "beyond its mean's noise (Welch's t; by rank most steps were faster, "
+                                     "and a few much slower ones make the mean)")));
   EXPECT_THAT(regressions(r, 5), Not(::testing::Contains(HasSubstr("the ranks did not move"))));
   EXPECT_EQ(to_json(r)["rows"][0]["deltas"][0]["median_and_mean_disagree"], true);
 }
