@@ -151,8 +151,9 @@ struct CompareResult {
   // between them compares a run with itself. The CLI repeats them on stderr.
   std::vector<std::string> same_run_notes;
   // The notes (also in `notes`) naming compared points that stopped before meeting their measurement targets
-  // (timeout, sample cap, noise settled): the CLI repeats them on stderr under --fail-on-regression, where a
-  // busy machine's noise can fail (or pass) a gate.
+  // (timeout, sample cap, noise settled), or timed while other processes competed for the CPUs (PointHost):
+  // the CLI repeats them on stderr under --fail-on-regression, where a busy machine's noise can fail (or
+  // pass) a gate.
   std::vector<std::string> short_notes;
   std::vector<LostFit> lost_fits;
 };

@@ -54,6 +54,28 @@ struct PointTelemetry {
   std::optional<double> cost_per_million_samples;  // with --price-per-hour
 };
 
+// What else the host's CPUs did over a point's timed window (the cpu and cuda backends): a busy machine makes
+// step times measure its load. From the process's CPU clock, getrusage and /proc/stat.
+struct PointHost {
+  double wall_s = 0;  // the timed window
+  double cpu_s = 0;   // this process's CPU time in it, every thread
+  int cpus = 0;       // the CPUs it may run on (its affinity)
+  // Other processes' CPU time on those CPUs over the window, in CPUs (CPU seconds per second); null where
+  // /proc/stat is unreadable or the window too short for its clock ticks.
+  std::optional<double> others_cores;
+  std::optional<double> steal_pct;   // the hypervisor's share of those CPUs' time
+  int64_t involuntary_switches = 0;  // the scheduler preempted this process's threads
+
+  // Other processes took at least a quarter of a CPU and, with this process, left less than a quarter of a
+  // CPU idle: they competed for the CPUs it used.
+  [[nodiscard]] bool contended() const {
+    if (!others_cores || cpus <= 0 || wall_s <= 0) return false;
+    return *others_cores >= 0.25 && *others_cores + cpu_s / wall_s > cpus - 0.25;
+  }
+  // The hypervisor took at least 5% of the CPUs' time.
+  [[nodiscard]] bool stolen() const { return steal_pct && *steal_pct >= 5.0; }
+};
+
 struct Point {
   int64_t batch = 0;  // micro-batch
   int64_t accumulation = 1;
@@ -76,6 +98,7 @@ struct Point {
   std::optional<int64_t> skipped_steps;  // fp16 overflow skips during the timed window
   std::optional<double> loss;            // last loss seen (train)
   std::optional<PointTelemetry> telemetry;
+  std::optional<PointHost> host;
   // The backend's own account of how the step ran (Session::details): for CUDA the graph capture, the
   // attention and convolution paths, the fused epilogues, the fp16 loss scale and any warning of prepare.
   nlohmann::json execution = nlohmann::json::object();

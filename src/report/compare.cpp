@@ -752,6 +752,26 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
                     short_points.size() == 1 ? "its" : "their"));
     result.notes.push_back(result.short_notes.back());
   }
+  // Points timed while other processes competed for the CPUs (or a hypervisor took them): their step times
+  // measured the machine's load too, which a verdict there may be.
+  for (size_t i = 0; i < reports.size(); ++i) {
+    std::vector<std::string> busy;
+    double worst = 0;
+    for (const CompareRow& row : result.rows) {
+      const Point* p = find_point(reports[i], {row.batch, row.accumulation});
+      if (p == nullptr || !ran(*p) || !p->host || !(p->host->contended() || p->host->stolen())) continue;
+      busy.push_back(batch_label(row.batch, row.accumulation));
+      worst = std::max(worst, p->host->others_cores.value_or(0.0));
+    }
+    if (busy.empty()) continue;
+    result.short_notes.push_back(fmt::format(
+        "{}: batch{} {} {} timed while {}, so a verdict there may be the machine's load, not a change (the "
+        "points' host figures)",
+        letter(i), busy.size() == 1 ? "" : "es", fmt::join(busy, ", "), busy.size() == 1 ? "was" : "were",
+        worst > 0 ? fmt::format("other processes competed for its CPUs, taking up to {:.2g}", worst)
+                  : std::string("the hypervisor took its CPUs (steal)")));
+    result.notes.push_back(result.short_notes.back());
+  }
   // Batches where a run timed one step: not judged, and said beside a gate's answer with the change seen.
   std::vector<std::string> one_step, seen;
   for (const CompareRow& row : result.rows)

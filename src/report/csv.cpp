@@ -21,8 +21,15 @@ namespace {
 using ordered = nlohmann::ordered_json;
 
 // Point fields added after the first release, in the order they were added: their columns come last.
-constexpr std::string_view kAddedColumns[] = {"resumed_from", "telemetry.mem_clock_mhz.min",
-                                              "telemetry.mem_clock_mhz.median"};
+constexpr std::string_view kAddedColumns[] = {"resumed_from",
+                                              "telemetry.mem_clock_mhz.min",
+                                              "telemetry.mem_clock_mhz.median",
+                                              "host.wall_s",
+                                              "host.cpu_s",
+                                              "host.cpus",
+                                              "host.others_cores",
+                                              "host.steal_pct",
+                                              "host.involuntary_switches"};
 
 // Leaves of a point's JSON, in order; arrays other than the raw samples are leaves too.
 void flatten(const ordered& doc, const std::string& prefix,
@@ -53,6 +60,7 @@ Point point_with_every_field() {
   p.loss = 0;
   p.telemetry = PointTelemetry{};
   p.telemetry->mem_clock_mhz_min = 0;  // written only where NVML reads it
+  p.host = PointHost{};
   return p;
 }
 

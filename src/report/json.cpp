@@ -400,6 +400,18 @@ class Reader {
     p.loss = optional_number(v, path, "loss");
     if (const json* t = optional_object(v, path, "telemetry"))
       p.telemetry = telemetry(*t, child(path, "telemetry"));
+    if (const json* h = optional_object(v, path, "host")) {
+      const std::string here = child(path, "host");
+      PointHost host;
+      host.wall_s = optional_number(*h, here, "wall_s").value_or(0.0);
+      host.cpu_s = optional_number(*h, here, "cpu_s").value_or(0.0);
+      host.cpus =
+          static_cast<int>(std::clamp<int64_t>(optional_integer(*h, here, "cpus").value_or(0), 0, 1 << 20));
+      host.others_cores = optional_number(*h, here, "others_cores");
+      host.steal_pct = optional_number(*h, here, "steal_pct");
+      host.involuntary_switches = optional_integer(*h, here, "involuntary_switches").value_or(0);
+      p.host = host;
+    }
     if (const json* e = optional_object(v, path, "execution")) p.execution = *e;
     return p;
   }

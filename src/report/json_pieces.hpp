@@ -83,8 +83,20 @@ Json telemetry_json(const PointTelemetry& t) {
   return out;
 }
 
+template <class Json>
+Json host_json(const PointHost& h) {
+  Json out = Json::object();
+  out["wall_s"] = number_or_null<Json>(h.wall_s);
+  out["cpu_s"] = number_or_null<Json>(h.cpu_s);
+  out["cpus"] = h.cpus;
+  out["others_cores"] = optional_number<Json>(h.others_cores);
+  out["steal_pct"] = optional_number<Json>(h.steal_pct);
+  out["involuntary_switches"] = h.involuntary_switches;
+  return out;
+}
+
 // Every point carries the same core fields; the extras (noise_pct, stop_reason, skipped_steps, loss,
-// telemetry, execution) appear only when present.
+// telemetry, host, execution) appear only when present.
 template <class Json>
 Json point_json(const Point& p) {
   Json out = Json::object();
@@ -113,6 +125,7 @@ Json point_json(const Point& p) {
   if (p.skipped_steps) out["skipped_steps"] = *p.skipped_steps;
   if (p.loss) out["loss"] = number_or_null<Json>(*p.loss);
   if (p.telemetry) out["telemetry"] = telemetry_json<Json>(*p.telemetry);
+  if (p.host) out["host"] = host_json<Json>(*p.host);
   if (p.execution.is_object() && !p.execution.empty()) out["execution"] = Json::parse(p.execution.dump());
   return out;
 }

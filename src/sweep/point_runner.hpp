@@ -127,6 +127,10 @@ class PointRunner {
   DeviceInfo device_;
   ExecutionPaths paths_;  // asked of the backend once: every point is planned with them
   SessionOptions session_options_;
+  // Where the host's load is measured (the cpu and cuda backends: a scripted device's steps need no CPU): the
+  // CPUs this process may run on, for /proc/stat.
+  bool measure_host_ = false;
+  std::vector<int> host_cpus_;
   uint64_t budget_bytes_ = 0;  // 0: no budget known
   std::string budget_name_;    // "device memory", "--memory-limit"
   std::vector<Point> points_;  // sorted by (effective_batch, batch)

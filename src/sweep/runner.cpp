@@ -3,15 +3,18 @@
 // effective batch).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 #include <typeinfo>
 
 #include "batchsweep/analysis.hpp"
 #include "batchsweep/errors.hpp"
 #include "batchsweep/stats.hpp"
 #include "batchsweep/sweep.hpp"
+#include "sweep/host_load.hpp"
 #include "sweep/point_runner.hpp"
 
 namespace bsw {
@@ -42,7 +45,9 @@ PointRunner::PointRunner(Backend& backend, const Graph& graph, const SweepSettin
       observer_(observer),
       device_(backend.device(settings.precision)),
       paths_(resolve_execution_paths(backend, graph, settings)),
-      session_options_(settings.session) {
+      session_options_(settings.session),
+      measure_host_(backend.kind() == BackendKind::cpu || backend.kind() == BackendKind::cuda),
+      host_cpus_(measure_host_ ? affinity_cpus() : std::vector<int>()) {
   if (backend.kind() == BackendKind::cuda && settings.stopping.warmup_steps == 0 &&
       warmup_time_s(settings.stopping, backend.kind()) == 0)
     warn(
@@ -430,6 +435,8 @@ bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& cri
       if (warm == 1) clock_start_s = criterion.elapsed_s();
     }
     observer_.on_timed_start(point);
+    const std::optional<HostSnapshot> host_from =
+        measure_host_ ? std::optional<HostSnapshot>(host_snapshot(host_cpus_)) : std::nullopt;
     for (int64_t step = 1;; ++step) {
       if (observer_.should_stop()) {
         interrupted_ = true;
@@ -453,7 +460,16 @@ bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& cri
       if (std::isfinite(result.loss)) last_loss = result.loss;
       updated = updated || !result.skipped;
       if (settings_.mode == Mode::train && std::isfinite(result.loss)) point.loss = result.loss;
-      if (criterion.is_finished()) return true;
+      if (criterion.is_finished()) {
+        if (host_from) {
+          const int cpus = host_cpus_.empty()
+                               ? static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))
+                               : static_cast<int>(host_cpus_.size());
+          point.host = host_load(*host_from, host_snapshot(host_cpus_), cpus,
+                                 static_cast<double>(sysconf(_SC_CLK_TCK)));
+        }
+        return true;
+      }
     }
   } catch (const OutOfMemory& e) {
     point.status = PointStatus::oom;
@@ -605,6 +621,7 @@ std::vector<Point> PointRunner::points_with_unreached() const {
 
 SweepOutcome PointRunner::finish(std::string search_summary) {
   add_stop_warnings();
+  if (std::string busy = host_load_warning(points_); !busy.empty()) warn(std::move(busy));
   // The earlier points an interrupted sweep keeps are judged against this run's memory budget too (the
   // earlier run's memory warnings are not carried).
   if (interrupted_)

@@ -751,6 +751,39 @@ TEST(Compare, PointsThatStoppedShortAreNoted) {
   EXPECT_TRUE(compare_pair(a, a).short_notes.empty());
 }
 
+// A point timed while other processes competed for the CPUs (or the hypervisor took them) is named in a note,
+// kept apart for the CLI to say beside a gate's answer: a verdict there may be the machine's load.
+TEST(Compare, PointsTimedOnABusyHostAreNoted) {
+  const Report a = testing::sample_report();
+  Report b = sped_up(a, 1.0);
+  const auto host = [](double others, double steal) {
+    PointHost h;
+    h.wall_s = 2.0;
+    h.cpu_s = 3.6;
+    h.cpus = 2;
+    h.others_cores = others;
+    h.steal_pct = steal;
+    return h;
+  };
+  for (Point& p : b.points)
+    p.host = p.batch == 16 ? host(0.8, 0.0) : p.batch == 64 ? host(1.3, 0.0) : host(0.01, 0.0);
+  const CompareResult result = compare_pair(a, b);
+  const std::string said =
+      "B: batches 16, 64 were timed while other processes competed for its CPUs, taking up to 1.3, so a "
+      "verdict "
+      "there may be the machine's load, not a change (the points' host figures)";
+  EXPECT_THAT(result.notes, ::testing::Contains(said));
+  EXPECT_THAT(result.short_notes, ::testing::Contains(said));
+  // Steal alone says so too; a quiet host says nothing.
+  for (Point& p : b.points) p.host = p.batch == 16 ? host(0.0, 20.0) : host(0.0, 0.0);
+  EXPECT_THAT(compare_pair(a, b).notes,
+              ::testing::Contains(
+                  "B: batch 16 was timed while the hypervisor took its CPUs (steal), so a verdict there "
+                  "may be the machine's load, not a change (the points' host figures)"));
+  for (Point& p : b.points) p.host = host(0.01, 0.0);
+  EXPECT_TRUE(compare_pair(a, b).short_notes.empty());
+}
+
 // Steps that would not settle (a point stopped short) drift together on a busy machine, and the tests, which
 // take each step as independent, call a shift no rerun reproduces. There a change must clear the means' noise
 // too: the same samples are "slower" where both points met their targets, "same" where one stopped short.

@@ -67,7 +67,9 @@ class ReportFiles : public ::testing::Test {
 };
 
 TEST_F(ReportFiles, ReadsWhatItWrites) {
-  const Report r = testing::sample_report();
+  Report r = testing::sample_report();
+  r.points[0].host = PointHost{1.5, 2.9, 2, 0.4, 0.0, 321};  // a cpu or cuda point's host figures
+  r.points[1].host = PointHost{0.2, 0.3, 4, std::nullopt, std::nullopt, 0};
   const std::string p = path("report.json");
   write_file_atomic(p, format_json(r));
   EXPECT_EQ(to_json(read_report(p)), to_json(r));

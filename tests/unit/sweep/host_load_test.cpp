@@ -1,0 +1,142 @@
+// The host's load over a point's timed window: /proc/stat read for the CPUs this process may use, the load
+// between two snapshots, when other processes competed, and the warning that says so.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "sweep/host_load.hpp"
+
+namespace bsw::sweep_detail {
+namespace {
+
+// The aggregate line, then cpu0..cpu3: user nice system idle iowait irq softirq steal guest guest_nice.
+constexpr std::string_view kStat =
+    "cpu  100 0 50 1000 10 0 5 20 0 0\n"
+    "cpu0 10 1 5 100 1 1 1 2 3 0\n"
+    "cpu1 20 0 10 200 2 0 1 4 0 0\n"
+    "cpu2 30 0 15 300 3 0 1 6 0 0\n"
+    "cpu3 40 0 20 400 4 0 2 8 0 0\n"
+    "intr 12345 0 0\n"
+    "ctxt 999\n";
+
+TEST(HostLoad, ProcStatIsSummedOverTheCpusThisProcessMayUse) {
+  const auto all = parse_proc_stat(kStat, {});
+  ASSERT_TRUE(all.has_value());
+  // busy = user + nice + system + irq + softirq; total adds idle, iowait and steal (guest is within user).
+  EXPECT_EQ(all->busy, (10 + 1 + 5 + 1 + 1) + (20 + 10 + 1) + (30 + 15 + 1) + (40 + 20 + 2));
+  EXPECT_EQ(all->steal, 2u + 4 + 6 + 8);
+  EXPECT_EQ(all->total, all->busy + (100 + 1 + 2) + (200 + 2 + 4) + (300 + 3 + 6) + (400 + 4 + 8));
+  const auto some = parse_proc_stat(kStat, {1, 3});
+  ASSERT_TRUE(some.has_value());
+  EXPECT_EQ(some->busy, (20u + 10 + 1) + (40 + 20 + 2));
+  EXPECT_EQ(some->steal, 4u + 8);
+  // A CPU of the affinity /proc/stat does not list, a malformed line, or no CPU line: unknown, not 0.
+  EXPECT_FALSE(parse_proc_stat(kStat, {1, 7}).has_value());
+  EXPECT_FALSE(parse_proc_stat("cpu0 1 2 three 4 5 6 7 8\n", {}).has_value());
+  EXPECT_FALSE(parse_proc_stat("cpu0 1 2 3\n", {}).has_value());
+  EXPECT_FALSE(parse_proc_stat("intr 1\n", {}).has_value());
+  // Older kernels' lines without guest fields still hold the eight read.
+  EXPECT_TRUE(parse_proc_stat("cpu0 1 2 3 4 5 6 7 8\n", {}).has_value());
+}
+
+TEST(HostLoad, OtherProcessesCpuTimeIsTheCpusBusyTimeLessThisProcesss) {
+  HostSnapshot from, to;
+  from.wall_s = 10.0;
+  to.wall_s = 12.0;
+  from.cpu_s = 1.0;
+  to.cpu_s = 4.0;  // this process: 1.5 CPUs over the 2 s
+  from.involuntary_switches = 5;
+  to.involuntary_switches = 405;
+  from.ticks = CpuTicks{1000, 10, 5000};
+  to.ticks = CpuTicks{1000 + 360, 10 + 20, 5000 + 400};  // 3.6 CPU-s busy at 100 ticks/s, 20 of 400 stolen
+  const PointHost h = host_load(from, to, 2, 100.0);
+  EXPECT_DOUBLE_EQ(h.wall_s, 2.0);
+  EXPECT_DOUBLE_EQ(h.cpu_s, 3.0);
+  EXPECT_EQ(h.cpus, 2);
+  EXPECT_EQ(h.involuntary_switches, 400);
+  ASSERT_TRUE(h.others_cores.has_value());
+  EXPECT_NEAR(*h.others_cores, (3.6 - 3.0) / 2.0, 1e-12);
+  ASSERT_TRUE(h.steal_pct.has_value());
+  EXPECT_NEAR(*h.steal_pct, 5.0, 1e-12);
+  EXPECT_TRUE(h.contended());  // 0.3 others + 1.5 own on 2 CPUs: less than a quarter idle
+  EXPECT_TRUE(h.stolen());
+  // The same others on 8 CPUs left room: no contention.
+  EXPECT_FALSE(host_load(from, to, 8, 100.0).contended());
+  // Under half a second the ticks (10 ms a CPU) cannot tell: null, and no call.
+  to.wall_s = 10.3;
+  const PointHost short_window = host_load(from, to, 2, 100.0);
+  EXPECT_FALSE(short_window.others_cores.has_value());
+  EXPECT_FALSE(short_window.contended());
+  // Without /proc/stat: the process's own figures only.
+  to.wall_s = 12.0;
+  to.ticks.reset();
+  const PointHost no_stat = host_load(from, to, 2, 100.0);
+  EXPECT_FALSE(no_stat.others_cores.has_value());
+  EXPECT_FALSE(no_stat.steal_pct.has_value());
+  EXPECT_DOUBLE_EQ(no_stat.cpu_s, 3.0);
+}
+
+TEST(HostLoad, AQuietMachineIsNotContended) {
+  PointHost idle;
+  idle.wall_s = 2.0;
+  idle.cpu_s = 3.9;  // this process's two threads, busy
+  idle.cpus = 2;
+  idle.others_cores = 0.02;  // a daemon's ticks
+  idle.steal_pct = 0.0;
+  EXPECT_FALSE(idle.contended());
+  EXPECT_FALSE(idle.stolen());
+  // A second process as busy as a CPU: contended.
+  idle.others_cores = 0.9;
+  EXPECT_TRUE(idle.contended());
+}
+
+Point point_with_host(int64_t batch, double others, double steal) {
+  Point p;
+  p.batch = batch;
+  p.effective_batch = batch;
+  PointHost h;
+  h.wall_s = 2.0;
+  h.cpu_s = 3.0;  // 1.5 CPUs of its own
+  h.cpus = 2;
+  h.others_cores = others;
+  h.steal_pct = steal;
+  h.involuntary_switches = 1000;
+  p.host = h;
+  return p;
+}
+
+TEST(HostLoad, OneWarningNamesTheBatchesAndTheWorstFigures) {
+  EXPECT_EQ(host_load_warning({point_with_host(8, 0.01, 0.0), point_with_host(16, 0.0, 1.0)}), "");
+  std::vector<Point> points = {point_with_host(8, 0.5, 0.0), point_with_host(16, 0.01, 0.0),
+                               point_with_host(32, 0.9, 12.0)};
+  const std::string w = host_load_warning(points);
+  EXPECT_EQ(
+      w,
+      "other processes competed for the CPUs while batches 8, 32 timed (up to 0.9 of the 2 CPUs this "
+      "process may use, beside its own 1.5; the scheduler preempted its threads 500 times a second); and "
+      "the hypervisor took up to 12% of the CPUs' time (steal) while batch 32 timed: their step times "
+      "measure the machine's load as well as the model; rerun on an idle machine before trusting them "
+      "(each point's host figures are in the report)");
+  // A point taken by --resume was the earlier run's: warned there, not again.
+  points[0].resumed_from = "2026-12-01T00:00:00Z";
+  points[2].resumed_from = "2026-12-01T00:00:00Z";
+  EXPECT_EQ(host_load_warning(points), "");
+}
+
+TEST(HostLoad, ASnapshotOfThisProcessReadsItsCpuClockAndProcStat) {
+  const std::vector<int> cpus = affinity_cpus();
+  ASSERT_FALSE(cpus.empty());
+  const HostSnapshot from = host_snapshot(cpus);
+  volatile double sink = 0;
+  for (int i = 0; i < 20'000'000; ++i) sink = sink + 1e-9 * i;  // some CPU time of its own
+  const HostSnapshot to = host_snapshot(cpus);
+  EXPECT_GT(to.cpu_s, from.cpu_s);
+  EXPECT_GT(to.wall_s, from.wall_s);
+  EXPECT_GE(to.involuntary_switches, from.involuntary_switches);
+  EXPECT_TRUE(from.ticks.has_value());  // Linux: /proc/stat lists every CPU of the affinity
+  const PointHost h = host_load(from, to, static_cast<int>(cpus.size()), 100.0);
+  EXPECT_GT(h.cpu_s, 0.0);
+}
+
+}  // namespace
+}  // namespace bsw::sweep_detail
