@@ -10,11 +10,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <mutex>
-#include <set>
 #include <string>
 #include <string_view>
 
@@ -82,22 +83,28 @@ std::string host_name() {
 }
 
 // Temporary files beside `path` that a writer on this host left when it was killed (kill -9, the OOM
-// killer: no handler runs) would stay forever, and a CI job that uploads the directory would ship them.
-// Removed once per path per process, after a write succeeded: only `<path>.tmp.<this host>.<pid>` (or the
-// long-name form `<path>.tmp.<pid>`) whose pid is no live process here. Another host's, on a shared file
-// system, and a live writer's are left alone; a dead writer's pid reused since is left too (the safe side).
+// killer: no handler runs) would stay for ever, and a CI job that uploads the directory would ship them.
+// Removed after a write succeeded: only `<path>.tmp.<this host>.<pid>` whose pid
+// is no live process here and which was last written over a minute ago. A live writer's temporary lives from
+// its open to its rename, a moment, so the age also spares one whose pid this process cannot see (a container
+// sharing the host name but not the process table). Another host's, on a shared file system, and the
+// host-less form of very long export names are left alone.
 void remove_stale_temps(const std::string& path) {
+  // Looked for at the first write, then at most once a minute (a sweep rewrites its exports after every
+  // point), so a temporary too fresh at the start is removed later in the run.
   static std::mutex mutex;
-  static std::set<std::string> cleaned;
+  static std::map<std::string, std::chrono::steady_clock::time_point> scanned;
   {
     const std::lock_guard<std::mutex> lock(mutex);
-    if (!cleaned.insert(path).second) return;
+    const auto steady_now = std::chrono::steady_clock::now();
+    const auto [at, first] = scanned.try_emplace(path, steady_now);
+    if (!first && steady_now - at->second < std::chrono::minutes(1)) return;
+    at->second = steady_now;
   }
   namespace fs = std::filesystem;
   const fs::path target(path);
   const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  const std::string base = target.filename().string() + ".tmp.";
-  const std::string on_host = base + host_name() + ".";
+  const std::string on_host = target.filename().string() + ".tmp." + host_name() + ".";
   const auto dead_pid = [](std::string_view digits) {
     if (digits.empty() || digits.size() > 9 ||
         !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
@@ -105,21 +112,17 @@ void remove_stale_temps(const std::string& path) {
     const pid_t pid = static_cast<pid_t>(std::stol(std::string(digits)));
     return pid > 0 && pid != ::getpid() && ::kill(pid, 0) != 0 && errno == ESRCH;
   };
+  const auto now = fs::file_time_type::clock::now();
   std::error_code ec;
   for (fs::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    std::string_view pid;
-    if (name.starts_with(on_host))
-      pid = std::string_view(name).substr(on_host.size());
-    else if (name.starts_with(base))
-      pid = std::string_view(name).substr(base.size());
-    else
-      continue;
-    std::error_code type_error;
-    if (dead_pid(pid) && it->is_regular_file(type_error)) {
-      std::error_code ignored;
-      fs::remove(it->path(), ignored);
-    }
+    if (!name.starts_with(on_host) || !dead_pid(std::string_view(name).substr(on_host.size()))) continue;
+    std::error_code type_error, time_error;
+    if (!it->is_regular_file(type_error) || type_error) continue;
+    const auto written = fs::last_write_time(it->path(), time_error);
+    if (time_error || now - written < std::chrono::minutes(1)) continue;
+    std::error_code ignored;
+    fs::remove(it->path(), ignored);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 
 #include <filesystem>
@@ -220,7 +221,8 @@ TEST_F(ReportFiles, AtomicWriteReplacesAndLeavesNoTemporary) {
 }
 
 // A writer killed before its rename (kill -9: no handler runs) leaves its temporary beside the export; the
-// next write there removes it, but not a live writer's, another host's, or another file's.
+// next write there removes it once a minute old, but not a live writer's, a fresh one (a writer this process
+// cannot see, in another process table), another host's, the host-less long-name form, or another file's.
 TEST_F(ReportFiles, AtomicWriteRemovesTemporariesDeadWritersLeft) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
@@ -231,13 +233,22 @@ TEST_F(ReportFiles, AtomicWriteRemovesTemporariesDeadWritersLeft) {
   std::string here = host;
   here.resize(std::min<size_t>(here.size(), 64));
   const std::string dead = std::to_string(child), live = std::to_string(::getppid());
-  const std::vector<std::string> removed = {"r.json.tmp." + here + "." + dead, "r.json.tmp." + dead};
+  const std::string removed = "r.json.tmp." + here + "." + dead;
+  const std::string fresh = "r.json.tmp." + here + "." + std::to_string(child + 1);
   const std::vector<std::string> kept = {"r.json.tmp." + here + "." + live, "r.json.tmp.otherhost." + dead,
-                                         "r.csv.tmp." + here + "." + dead, "r.json.tmp." + here + ".x1"};
-  for (const std::string& name : removed) static_cast<void>(write(name, "{\"partial"));
-  for (const std::string& name : kept) static_cast<void>(write(name, "{\"partial"));
+                                         "r.json.tmp." + dead, "r.csv.tmp." + here + "." + dead,
+                                         "r.json.tmp." + here + ".x1"};
+  const auto an_hour_ago = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  for (const std::string& name : kept) {
+    static_cast<void>(write(name, "{\"partial"));
+    fs::last_write_time(path(name), an_hour_ago);
+  }
+  static_cast<void>(write(removed, "{\"partial"));
+  fs::last_write_time(path(removed), an_hour_ago);
+  static_cast<void>(write(fresh, "{\"partial"));  // written now: kept, whoever wrote it
   write_file_atomic(path("r.json"), "{}");
-  for (const std::string& name : removed) EXPECT_FALSE(fs::exists(path(name))) << name;
+  EXPECT_FALSE(fs::exists(path(removed))) << removed;
+  EXPECT_TRUE(fs::exists(path(fresh))) << fresh;
   for (const std::string& name : kept) EXPECT_TRUE(fs::exists(path(name))) << name;
   EXPECT_EQ(read(path("r.json")), "{}");
 }
