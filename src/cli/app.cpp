@@ -933,11 +933,6 @@ int run_app(int argc, char** argv) {
     return analyze_command(analyze, std::vector<std::string>(argv, argv + argc));
   }
   if (compare_cmd->parsed()) {
-    if (compare.report_paths.size() < 2 || compare.report_paths.size() > 64)
-      throw UsageError(
-          fmt::format("compare: give two to 64 reports, the baseline first (A.json B.json ...), "
-                      "not {}",
-                      compare.report_paths.size()));
     return compare_command(compare, std::vector<std::string>(argv, argv + argc));
   }
   if (devices_cmd->parsed()) return devices_command(devices);

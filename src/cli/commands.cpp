@@ -1393,15 +1393,24 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
       for (const ExportPath& e : exports) {
         std::error_code error;
         if (e.path.empty() || e.path == "-" || !std::filesystem::is_regular_file(e.path, error)) continue;
-        if (std::filesystem::remove(e.path, error))
-          std::fprintf(
-              stderr,
-              "batchsweep compare: removed %s (%s), an earlier answer: this gate compared nothing, and "
-              "a script must not read that file's gate as this one's\n",
-              e.typed.c_str(), std::string(e.flag).c_str());
+        std::error_code link_error;
+        const bool link = std::filesystem::is_symlink(e.typed, link_error);
+        if (std::filesystem::remove(e.path, error)) {
+          const std::string what = link ? fmt::format("{}, the file {} {} links to", e.path, e.flag, e.typed)
+                                        : fmt::format("{} ({})", e.typed, e.flag);
+          std::fprintf(stderr,
+                       "batchsweep compare: removed %s, an earlier answer: this gate compared nothing, and a "
+                       "script must not read that file's gate as this one's\n",
+                       what.c_str());
+        }
       }
     }
   } stale_exports{s, exports};
+  // Counted here, after the guard: a CI job whose candidate's path was an empty variable gave one report.
+  if (s.report_paths.size() < 2 || s.report_paths.size() > 64)
+    throw UsageError(
+        fmt::format("compare: give two to 64 reports, the baseline first (A.json B.json ...), not {}",
+                    s.report_paths.size()));
   std::vector<Report> reports;
   for (const std::string& path : s.report_paths) {
     reports.push_back(read_report(path));

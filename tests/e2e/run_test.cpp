@@ -1712,6 +1712,12 @@ TEST(Run, AGateThatComparesNothingRemovesAnEarlierJobsExports) {
         std::string::npos)
         << gate.err;
   }
+  // One report (a CI job whose candidate path was an empty variable): the same.
+  earlier_job();
+  const Result one = run({"compare", base, "--fail-on-regression", "5", "--json", gate_json});
+  EXPECT_EQ(one.exit_code, 2) << one.err;
+  EXPECT_NE(one.err.find("give two to 64 reports"), std::string::npos) << one.err;
+  EXPECT_FALSE(std::filesystem::exists(gate_json));
   // Without a gate there is no answer to mistake: the file is left as it was, as run leaves its exports.
   earlier_job();
   EXPECT_EQ(run({"compare", base, infer, "--json", gate_json}).exit_code, 2);
