@@ -35,8 +35,8 @@ constexpr const char* kExitCodes =
     "compare;\n"
     "4 nothing to recommend: no batch ran ok (all oom, over_limit or error), or none meets --latency-slo\n"
     "  (the report is written);\n"
-    "130 interrupted by SIGINT (143 SIGTERM), 129 ended by SIGHUP - the report of finished points is still "
-    "written.";
+    "130 interrupted by SIGINT (143 SIGTERM) - the report of finished points is still written;\n"
+    "129 ended by SIGHUP (the terminal closed) - a --json file already holds every finished point.";
 
 // CLI11 says "The following arguments were not expected: 1,2,4 --batches" for a mistyped flag: name the
 // first flag the subcommand does not have, and the nearest one it does ("--batch").
@@ -483,7 +483,8 @@ MemoryArg parse_memory(const std::string& text, std::string_view flag) {
         if (same.size() > 1) {
           const std::string sized = fmt::format("{} {}GB", text, c.memory_gb);
           const std::vector<GpuCard> named = gpus_named(sized);
-          spell = named.size() == same.size() ? fmt::format("\"{}\"", sized) : "one by name";
+          // Else any of them by its whole name: they share the memory.
+          if (named.size() == same.size()) spell = fmt::format("\"{}\"", sized);
         }
         groups.push_back(
             fmt::format("{} MiB: {} ({} {})", c.bytes >> 20, fmt::join(same, ", "), flag, spell));

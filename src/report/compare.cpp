@@ -194,6 +194,7 @@ CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions
             noise_margin(*point_standard_error(run), *point_standard_error(baseline))) {
       d.verdict = Verdict::same;
       d.from_mean = false;
+      d.median_and_mean_disagree = false;  // the means' noise decides, whichever way the ranks went
       d.short_within_noise = true;
     }
   } else if ((run.samples_ms.size() == 1 || baseline.samples_ms.size() == 1) && !run.samples_ms.empty() &&
