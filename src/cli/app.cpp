@@ -145,7 +145,7 @@ constexpr const char* kExamples = R"(Examples:
   batchsweep plan --model gpt2-small --precision bf16 --backend cuda --memory 80GiB
   batchsweep plan --model gpt2-small --precision bf16 --memory all
   batchsweep analyze sweep.json --latency-slo 20 --saturation 90
-  batchsweep compare h100.json h200.json --fail-on-regression 5
+  batchsweep compare h100.json h200.json                   # two cards side by side
   batchsweep compare base.json new.json --fail-on-regression 5 --json gate.json
   batchsweep presets
   batchsweep devices --calibrate)";

@@ -1585,6 +1585,15 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
     // runner), not the code's: said beside the gate's answer, not only in the table.
     for (const std::string& note : result.short_notes)
       std::fprintf(stderr, "batchsweep: warning: %s\n", note.c_str());
+    // A gate holds a run to its baseline as the same machine's before and after: across devices its
+    // "regressions" are the other card's speed.
+    for (const std::string& note : result.notes)
+      if (note.starts_with("devices differ:"))
+        std::fprintf(stderr,
+                     "batchsweep: warning: %s: the gate judges each run against A as if on one machine, so a "
+                     "slower card reads as a regression (to choose between cards, compare without "
+                     "--fail-on-regression)\n",
+                     note.c_str());
     for (const Regression& r : found) std::fprintf(stderr, "batchsweep: regression: %s\n", r.text.c_str());
   }
   if (refused) {

@@ -1724,6 +1724,34 @@ TEST(Run, AGateThatComparesNothingRemovesAnEarlierJobsExports) {
   EXPECT_TRUE(std::filesystem::exists(gate_json));
 }
 
+// A gate across two devices judges the other card's speed as a regression: said beside its answer, with
+// how to compare cards instead.
+TEST(Run, AGateAcrossDevicesSaysItJudgesThemAsOneMachine) {
+  ScratchDir dir;
+  std::vector<std::string> reports;
+  for (const auto& [name, rate] : {std::pair{"card A", 128.0}, std::pair{"card B", 64.0}}) {
+    nlohmann::json doc = read_json(std::filesystem::path(BSW_TEST_DATA) / "data/scripted/roofline.json");
+    doc["name"] = name;
+    doc["samples_per_ms"] = rate;
+    const std::string script = (dir / (std::string(name) + ".script.json")).string();
+    reports.push_back((dir / (std::string(name) + ".json")).string());
+    std::ofstream(script) << doc.dump();
+    ASSERT_EQ(run({"run", "--backend", "scripted", "--script", script, "--batch", "512,1024", "--json",
+                   reports.back()})
+                  .exit_code,
+              0);
+  }
+  const Result gate = run({"compare", reports[0], reports[1], "--fail-on-regression", "5"});
+  EXPECT_EQ(gate.exit_code, 3) << gate.err;
+  EXPECT_NE(
+      gate.err.find("batchsweep: warning: devices differ: A card A (scripted), B card B (scripted): the "
+                    "gate judges each run against A as if on one machine"),
+      std::string::npos)
+      << gate.err;
+  EXPECT_EQ(run({"compare", reports[0], reports[0], "--fail-on-regression", "5"}).err.find("devices differ"),
+            std::string::npos);
+}
+
 TEST(Run, TheGateRefusesARunThatLeftOutTheBaselinesBatches) {
   ScratchDir dir;
   const std::string base = (dir / "base.json").string(), fewer = (dir / "fewer.json").string();
