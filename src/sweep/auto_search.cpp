@@ -233,7 +233,11 @@ class AutoSearch {
         const std::string why =
             fmt::format("not timed: a step would take about {:.3g} s; raise --timeout to time it",
                         predicted_step_s(largest));
-        edge_summary_ += " (" + why + ")";
+        // Said of the largest fit, not of the batch that did not fit after it.
+        edge_summary_ = plan_fit
+                            ? fmt::format("largest fit {} by the plan (the search stopped at {}; {}), {}{}",
+                                          plan_fit, lo, why, unfit, edge_note_)
+                            : fmt::format("largest fit {} ({}), {}{}", lo, why, unfit, edge_note_);
         runner_.set_untimed_fit(UntimedFit{
             largest, fmt::format("{}{}; {}", plan_fit ? "by the plan, which is " : "", unfit, why)});
         runner_.warn(
