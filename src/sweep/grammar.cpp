@@ -286,6 +286,14 @@ uint64_t parse_size(std::string_view text, std::string_view flag) {
         return fail(fmt::format("a decimal comma: write {}.{}", s.substr(0, pos), written.substr(1)));
       }
       if (written.starts_with('.')) return fail("more than one decimal point");
+      // docker's 40g and Kubernetes' 40G mean 2^30 and 10^9: which one is not guessed.
+      if (written.size() == 1 && std::string_view("kKmMgGtTpP").find(written[0]) != std::string_view::npos) {
+        const char u = static_cast<char>(std::toupper(static_cast<unsigned char>(written[0])));
+        return fail(
+            fmt::format("'{0}' could be binary or decimal: write {1}{2}iB (powers of 2, as CUDA and "
+                        "docker count) or {1}{2}B (powers of 10, as a datasheet does)",
+                        written, s.substr(0, pos), u));
+      }
       return fail(
           fmt::format("unknown unit '{}' (use B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB)", written));
     }
