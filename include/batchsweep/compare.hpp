@@ -49,6 +49,7 @@ struct RunSummary {
   Recommendation recommended;
   std::optional<int64_t> recommended_accumulation;  // the micro-batches a step of the recommendation, if any
   std::optional<double> recommended_cost_per_million_samples;  // USD, where the run has a price
+  std::optional<double> price_per_hour;                        // USD (settings.price_per_hour), if given
   std::optional<double> latency_slo_ms;    // the run's latency budget (settings.latency_slo_ms), if any
   double latency_percentile = 99;          // the step-time percentile it holds (settings.latency_percentile)
   std::optional<BatchChoice> latency_slo;  // and its answer under that budget

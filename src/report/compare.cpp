@@ -243,6 +243,9 @@ RunSummary summarize_run(const Report& report, std::string name) {
   s.recommended = report.analysis.recommended;
   s.recommended_accumulation = report.analysis.recommended_accumulation;
   s.recommended_cost_per_million_samples = report.analysis.recommended_cost_per_million_samples;
+  if (report.settings.is_object() && report.settings.contains("price_per_hour") &&
+      report.settings["price_per_hour"].is_number() && report.settings["price_per_hour"].get<double>() > 0)
+    s.price_per_hour = report.settings["price_per_hour"].get<double>();
   if (report.settings.is_object() && report.settings.contains("latency_slo_ms") &&
       report.settings["latency_slo_ms"].is_number())
     s.latency_slo_ms = report.settings["latency_slo_ms"].get<double>();
@@ -723,11 +726,21 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     const RunSummary& run = result.runs[i];
     if (!base.best.samples_per_second || !run.best.samples_per_second || !base.best.batch || !run.best.batch)
       continue;
+    // Where both have a price (run or analyze --price-per-hour): what a million samples cost at each best,
+    // which is what choosing between cards weighs against the speed.
+    std::string cost;
+    if (base.price_per_hour && run.price_per_hour) {
+      const auto per_million = [](double price, double rate) { return price * 1e6 / 3600.0 / rate; };
+      const double a = per_million(*base.price_per_hour, *base.best.samples_per_second);
+      const double b = per_million(*run.price_per_hour, *run.best.samples_per_second);
+      cost = fmt::format("; a million samples there cost {} ${:.4g}, A ${:.4g} ({}/A {}\u00d7)", letter(i), b,
+                         a, letter(i), rf::fixed(b / a, 3));
+    }
     result.notes.push_back(
-        fmt::format("best against best: {}/A {}\u00d7 ({} {} samples/s at batch {}, A {} at batch {})",
+        fmt::format("best against best: {}/A {}\u00d7 ({} {} samples/s at batch {}, A {} at batch {}){}",
                     letter(i), rf::fixed(*run.best.samples_per_second / *base.best.samples_per_second, 3),
                     letter(i), rf::human_rate(*run.best.samples_per_second), *run.best.batch,
-                    rf::human_rate(*base.best.samples_per_second), *base.best.batch));
+                    rf::human_rate(*base.best.samples_per_second), *base.best.batch, cost));
   }
   for (size_t i = 1; i < result.runs.size(); ++i)
     if (auto change = budget_change(base, result.runs[i], letter(i), options.min_effect_pct))

@@ -670,6 +670,17 @@ TEST(Compare, BestAgainstBestAndTheRecommendedCost) {
   EXPECT_EQ(to_json(result)["runs"][1]["recommended_cost_per_million_samples"], 0.61);
   EXPECT_TRUE(to_json(result)["runs"][0]["recommended_cost_per_million_samples"].is_null());
   EXPECT_EQ(to_json(result)["runs"][1]["best_throughput"]["batch"], *b.analysis.best_throughput.batch);
+  // With a price in both (cards at different rates), what a million samples cost at each best, and the ratio;
+  // without one in either, nothing said of cost.
+  for (const std::string& note : result.notes) EXPECT_EQ(note.find("cost"), std::string::npos) << note;
+  a.settings["price_per_hour"] = 2.0;
+  b.settings["price_per_hour"] = 3.0;
+  const double cost_a = 2.0 * 1e6 / 3600 / *a.analysis.best_throughput.samples_per_second;
+  const double cost_b = 3.0 * 1e6 / 3600 / *b.analysis.best_throughput.samples_per_second;
+  EXPECT_THAT(compare_pair(a, b).notes,
+              ::testing::Contains(HasSubstr(
+                  fmt::format("); a million samples there cost B ${:.4g}, A ${:.4g} (B/A {:.3f}\u00d7)",
+                              cost_b, cost_a, cost_b / cost_a))));
 }
 
 // Under one p99 budget, a run whose answer differs is noted (a tail-latency regression moves the budget's
