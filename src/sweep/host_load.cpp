@@ -95,7 +95,9 @@ std::string host_load_warning(const std::vector<Point>& points) {
   const PointHost* worst_busy = nullptr;
   const PointHost* worst_steal = nullptr;
   for (const Point& p : points) {
-    if (!p.host || !p.resumed_from.empty()) continue;
+    // Points taken by --resume too: the earlier run's warning said so of many points at once, which a
+    // resumed report does not carry, and their step times are as much the load's.
+    if (!p.host) continue;
     const PointHost& h = *p.host;
     if (h.contended()) {
       busy.push_back(batch_label(p.batch, p.accumulation));
