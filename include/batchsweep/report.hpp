@@ -55,7 +55,7 @@ struct PointTelemetry {
 };
 
 // What else the host's CPUs did over a point's timed window (the cpu and cuda backends): a busy machine makes
-// step times measure its load. From the process's CPU clock, getrusage and /proc/stat.
+// step times measure its load. From the process's CPU clock, its threads' schedstat and /proc/stat.
 struct PointHost {
   double wall_s = 0;  // the timed window
   double cpu_s = 0;   // this process's CPU time in it, every thread
@@ -63,14 +63,20 @@ struct PointHost {
   // Other processes' CPU time on those CPUs over the window, in CPUs (CPU seconds per second); null where
   // /proc/stat is unreadable or the window too short for its clock ticks.
   std::optional<double> others_cores;
-  std::optional<double> steal_pct;   // the hypervisor's share of those CPUs' time
-  int64_t involuntary_switches = 0;  // the scheduler preempted this process's threads
+  std::optional<double> steal_pct;  // the hypervisor's share of those CPUs' time
+  // The time this process's threads were ready to run but waited for a CPU, summed over its threads
+  // (/proc/self/task/*/schedstat); null where the kernel does not keep it.
+  std::optional<double> waited_s;
 
-  // Other processes took at least a quarter of a CPU and, with this process, left less than a quarter of a
-  // CPU idle: they competed for the CPUs it used.
+  // Other processes competed for the CPUs this process used: its threads waited for a CPU at least 2% of the
+  // window (summed over them) while other processes took at least a quarter of a CPU. Without the wait (a
+  // kernel without schedstat): other processes took a quarter of a CPU and, with this process, left less
+  // than a quarter of one idle. Other processes busy on CPUs this process did not need are no competition.
   [[nodiscard]] bool contended() const {
-    if (!others_cores || cpus <= 0 || wall_s <= 0) return false;
-    return *others_cores >= 0.25 && *others_cores + cpu_s / wall_s > cpus - 0.25;
+    if (cpus <= 0 || wall_s <= 0) return false;
+    const bool others_busy = !others_cores || *others_cores >= 0.25;
+    if (waited_s) return *waited_s >= 0.02 * wall_s && others_busy;
+    return others_cores && others_busy && *others_cores + cpu_s / wall_s > cpus - 0.25;
   }
   // The hypervisor took at least 5% of the CPUs' time.
   [[nodiscard]] bool stolen() const { return steal_pct && *steal_pct >= 5.0; }

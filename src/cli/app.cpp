@@ -849,6 +849,22 @@ int run_app(int argc, char** argv) {
     if (sub.empty() && argc >= 2) sub = argv[1];
     std::fprintf(stderr, "batchsweep: error: %s\nRun with --help for usage.\n",
                  (hint.empty() ? plain_parse_error(e.what(), sub) : hint).c_str());
+    // A gate whose flags did not parse (--fail-on-regression 5%) compared nothing either: an earlier job's
+    // answer at its export paths must not read as this one's. The words are read as given.
+    if (sub == "compare") {
+      bool gate = false;
+      std::vector<std::pair<std::string, std::string>> exports;
+      for (int i = 2; i < argc; ++i) {
+        const std::string_view arg = argv[i];
+        gate |= arg.starts_with("--fail-on-regression");
+        for (const char* flag : {"--json", "--markdown"}) {
+          if (arg == flag && i + 1 < argc) exports.emplace_back(flag, argv[i + 1]);
+          if (arg.starts_with(std::string(flag) + "="))
+            exports.emplace_back(flag, std::string(arg.substr(std::string_view(flag).size() + 1)));
+        }
+      }
+      if (gate) remove_stale_gate_exports(exports);
+    }
     return kExitUsage;
   }
 

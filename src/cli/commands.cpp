@@ -21,10 +21,12 @@
 #include <ctime>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <limits>
 #include <set>
+#include <sstream>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -1369,6 +1371,38 @@ std::vector<std::string> unswept_baseline_batches(const Report& baseline, const 
 
 }  // namespace
 
+void remove_stale_gate_exports(const std::vector<std::pair<std::string, std::string>>& exports) {
+  namespace fs = std::filesystem;
+  for (const auto& [flag, typed] : exports) {
+    if (typed.empty() || typed == "-") continue;
+    std::error_code error;
+    const fs::path target = fs::is_symlink(typed, error) ? fs::canonical(typed, error) : fs::path(typed);
+    if (error || !fs::is_regular_file(target, error) || fs::file_size(target, error) > (uint64_t{64} << 20))
+      continue;
+    std::ifstream in(target, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    const std::string content = text.str();
+    // Only an earlier answer of compare's: a report, a model or a README at a mistyped path is not touched.
+    bool answer = false;
+    if (flag == "--markdown") {
+      answer = content.starts_with("## batchsweep compare\n");
+    } else {
+      const nlohmann::json doc = nlohmann::json::parse(content, nullptr, /*allow_exceptions=*/false);
+      answer = doc.is_object() && doc.value("kind", std::string()) == "compare";
+    }
+    if (!answer || !fs::remove(target, error)) continue;
+    const std::string what = target == fs::path(typed)
+                                 ? fmt::format("{} ({})", typed, flag)
+                                 : fmt::format("{}, the file {} {} links to", target.string(), flag, typed);
+    std::fprintf(
+        stderr,
+        "batchsweep compare: removed %s, an earlier gate's answer: this gate compared nothing, and a "
+        "script must not read that file's answer as this one's\n",
+        what.c_str());
+  }
+}
+
 int compare_command(const CompareSettings& input, const std::vector<std::string>& argv) {
   CompareSettings s = input;
   s.json_path = resolve_export_path(s.json_path, "--json");
@@ -1390,20 +1424,9 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
     bool compared = false;
     ~StaleGateExports() {
       if (compared || !settings.fail_on_regression_pct) return;
-      for (const ExportPath& e : exports) {
-        std::error_code error;
-        if (e.path.empty() || e.path == "-" || !std::filesystem::is_regular_file(e.path, error)) continue;
-        std::error_code link_error;
-        const bool link = std::filesystem::is_symlink(e.typed, link_error);
-        if (std::filesystem::remove(e.path, error)) {
-          const std::string what = link ? fmt::format("{}, the file {} {} links to", e.path, e.flag, e.typed)
-                                        : fmt::format("{} ({})", e.typed, e.flag);
-          std::fprintf(stderr,
-                       "batchsweep compare: removed %s, an earlier answer: this gate compared nothing, and a "
-                       "script must not read that file's gate as this one's\n",
-                       what.c_str());
-        }
-      }
+      std::vector<std::pair<std::string, std::string>> paths;
+      for (const ExportPath& e : exports) paths.emplace_back(std::string(e.flag), e.typed);
+      remove_stale_gate_exports(paths);
     }
   } stale_exports{s, exports};
   // Counted here, after the guard: a CI job whose candidate's path was an empty variable gave one report.

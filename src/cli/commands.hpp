@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/settings.hpp"
@@ -13,6 +14,10 @@ namespace bsw::cli {
 [[nodiscard]] int run_command(const RunSettings& settings, const std::vector<std::string>& argv);
 [[nodiscard]] int analyze_command(const AnalyzeSettings& settings, const std::vector<std::string>& argv);
 [[nodiscard]] int compare_command(const CompareSettings& settings, const std::vector<std::string>& argv);
+// A gate that cannot compare (a report missing, a bad flag) has no answer to write, and an earlier job's at
+// its export paths would read as this one's: each (flag, path) that holds an earlier compare answer — JSON of
+// kind "compare", or compare's markdown — is removed, and said on stderr. Anything else there is left alone.
+void remove_stale_gate_exports(const std::vector<std::pair<std::string, std::string>>& exports);
 [[nodiscard]] int devices_command(const DevicesSettings& settings);
 [[nodiscard]] int presets_command();
 

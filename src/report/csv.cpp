@@ -29,7 +29,7 @@ constexpr std::string_view kAddedColumns[] = {"resumed_from",
                                               "host.cpus",
                                               "host.others_cores",
                                               "host.steal_pct",
-                                              "host.involuntary_switches"};
+                                              "host.waited_s"};
 
 // Leaves of a point's JSON, in order; arrays other than the raw samples are leaves too.
 void flatten(const ordered& doc, const std::string& prefix,

@@ -409,7 +409,7 @@ class Reader {
           static_cast<int>(std::clamp<int64_t>(optional_integer(*h, here, "cpus").value_or(0), 0, 1 << 20));
       host.others_cores = optional_number(*h, here, "others_cores");
       host.steal_pct = optional_number(*h, here, "steal_pct");
-      host.involuntary_switches = optional_integer(*h, here, "involuntary_switches").value_or(0);
+      host.waited_s = optional_number(*h, here, "waited_s");
       p.host = host;
     }
     if (const json* e = optional_object(v, path, "execution")) p.execution = *e;

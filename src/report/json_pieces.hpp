@@ -91,7 +91,7 @@ Json host_json(const PointHost& h) {
   out["cpus"] = h.cpus;
   out["others_cores"] = optional_number<Json>(h.others_cores);
   out["steal_pct"] = optional_number<Json>(h.steal_pct);
-  out["involuntary_switches"] = h.involuntary_switches;
+  out["waited_s"] = optional_number<Json>(h.waited_s);
   return out;
 }
 

@@ -1,11 +1,12 @@
 // Internal to src/sweep: what else the host's CPUs did while a point was timed. A busy machine (another job
 // on a shared runner, a build, a hypervisor taking the CPU) makes step times measure its load, not the model:
 // the sweep records per point this process's CPU time, the CPU time other processes took on the CPUs it may
-// run on (from /proc/stat), the hypervisor's steal and the scheduler's involuntary context switches
-// (PointHost), and warns where other processes competed for the CPUs.
+// run on (from /proc/stat), the hypervisor's steal and how long its threads waited for a CPU (their
+// schedstat) (PointHost), and warns where other processes competed for the CPUs it used.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,10 +30,18 @@ struct CpuTicks {
 // The CPUs this process may run on (sched_getaffinity); empty where that cannot be read.
 [[nodiscard]] std::vector<int> affinity_cpus();
 
+// The run delay (ns ready to run but waiting for a CPU) of each thread of this process, by thread id, from
+// /proc/self/task/<tid>/schedstat ("<on-CPU ns> <run delay ns> <timeslices>"); nullopt where unreadable.
+[[nodiscard]] std::optional<std::map<int, uint64_t>> thread_run_delays();
+
+// The waiting between two readings of thread_run_delays, in seconds: each thread's growth, and the whole of
+// a thread that started between them.
+[[nodiscard]] double waited_between(const std::map<int, uint64_t>& from, const std::map<int, uint64_t>& to);
+
 struct HostSnapshot {
   double wall_s = 0;  // steady clock
   double cpu_s = 0;   // this process, every thread
-  int64_t involuntary_switches = 0;
+  std::optional<std::map<int, uint64_t>> run_delays;
   std::optional<CpuTicks> ticks;
 };
 
@@ -40,7 +49,7 @@ struct HostSnapshot {
 [[nodiscard]] HostSnapshot host_snapshot(const std::vector<int>& cpus);
 
 // The load between two snapshots, on `cpus` CPUs. `ticks_per_s` is sysconf(_SC_CLK_TCK). Other processes'
-// CPU time is null over windows under 0.5 s (too short for the ticks' resolution) or without the ticks.
+// CPU time is null over windows under 0.2 s (too short for the ticks' resolution) or without the ticks.
 [[nodiscard]] PointHost host_load(const HostSnapshot& from, const HostSnapshot& to, int cpus,
                                   double ticks_per_s);
 

@@ -737,7 +737,10 @@ TEST(Run, ACpuPointTimedWhileOtherProcessesCompeteSaysSo) {
   EXPECT_GE(host["wall_s"].get<double>(), 0.5) << host.dump();
   ASSERT_TRUE(host["others_cores"].is_number()) << host.dump();
   EXPECT_GE(host["others_cores"].get<double>(), 0.25) << host.dump();
-  EXPECT_GT(host["involuntary_switches"].get<int64_t>(), 0) << host.dump();
+  // Its threads waited for a CPU (where the kernel keeps schedstat, as Debian's does).
+  if (!host["waited_s"].is_null()) {
+    EXPECT_GT(host["waited_s"].get<double>(), 0.0) << host.dump();
+  }
   expect_valid_report(json);
   // Read back, the figures stay: compare says which points measured the load (here against itself).
   const Result compared = run({"compare", json, json});
@@ -1697,8 +1700,8 @@ TEST(Run, AGateThatComparesNothingRemovesAnEarlierJobsExports) {
   ASSERT_EQ(
       run(scripted_run("roofline.json", {"--batch", "64", "--mode", "infer", "--json", infer})).exit_code, 0);
   const auto earlier_job = [&] {
-    std::ofstream(gate_json) << R"({"gate": {"passed": true}})";
-    std::ofstream(gate_md) << "### Gate: passed\n";
+    std::ofstream(gate_json) << R"({"kind": "compare", "gate": {"passed": true}})";
+    std::ofstream(gate_md) << "## batchsweep compare\n\n### Gate: passed\n";
   };
   for (const std::string& other : {(dir / "missing.json").string(), infer}) {
     earlier_job();
@@ -1707,9 +1710,9 @@ TEST(Run, AGateThatComparesNothingRemovesAnEarlierJobsExports) {
     EXPECT_EQ(gate.exit_code, 2) << gate.err;
     EXPECT_FALSE(std::filesystem::exists(gate_json)) << other;
     EXPECT_FALSE(std::filesystem::exists(gate_md)) << other;
-    EXPECT_NE(
-        gate.err.find("removed " + gate_json + " (--json), an earlier answer: this gate compared nothing"),
-        std::string::npos)
+    EXPECT_NE(gate.err.find("removed " + gate_json +
+                            " (--json), an earlier gate's answer: this gate compared nothing"),
+              std::string::npos)
         << gate.err;
   }
   // One report (a CI job whose candidate path was an empty variable): the same.
@@ -1718,6 +1721,24 @@ TEST(Run, AGateThatComparesNothingRemovesAnEarlierJobsExports) {
   EXPECT_EQ(one.exit_code, 2) << one.err;
   EXPECT_NE(one.err.find("give two to 64 reports"), std::string::npos) << one.err;
   EXPECT_FALSE(std::filesystem::exists(gate_json));
+  // A flag that does not parse (5%): the same.
+  earlier_job();
+  const Result bad_flag = run(
+      {"compare", base, infer, "--fail-on-regression", "5%", "--json", gate_json, "--markdown=" + gate_md});
+  EXPECT_EQ(bad_flag.exit_code, 2) << bad_flag.err;
+  EXPECT_FALSE(std::filesystem::exists(gate_json));
+  EXPECT_FALSE(std::filesystem::exists(gate_md));
+  // Only an earlier compare answer is removed: a report, a model or a README at a mistyped path is not (a
+  // walk lost a run report so).
+  const std::string victim = (dir / "victim.json").string(), notes = (dir / "notes.md").string();
+  std::filesystem::copy_file(base, victim);
+  std::ofstream(notes) << "# my notes\n";
+  const Result kept = run({"compare", (dir / "missing.json").string(), base, "--fail-on-regression", "5",
+                           "--json", victim, "--markdown", notes});
+  EXPECT_EQ(kept.exit_code, 2) << kept.err;
+  EXPECT_TRUE(std::filesystem::exists(victim));
+  EXPECT_EQ(slurp(notes), "# my notes\n");
+  EXPECT_EQ(kept.err.find("removed"), std::string::npos) << kept.err;
   // Without a gate there is no answer to mistake: the file is left as it was, as run leaves its exports.
   earlier_job();
   EXPECT_EQ(run({"compare", base, infer, "--json", gate_json}).exit_code, 2);

@@ -259,7 +259,7 @@ TEST(Csv, HeaderIsTheJsonNames) {
   keys.insert("resumed_from");  // only on points taken by --resume
   // Only on points the cpu and cuda backends timed (the sample is a scripted run's).
   const std::vector<std::string> host = {"host.wall_s",       "host.cpu_s",     "host.cpus",
-                                         "host.others_cores", "host.steal_pct", "host.involuntary_switches"};
+                                         "host.others_cores", "host.steal_pct", "host.waited_s"};
   keys.insert(host.begin(), host.end());
   keys.erase("samples_ms");
   // Then the run's context, the same on every row.
