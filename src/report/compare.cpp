@@ -782,7 +782,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
         "{}: batch{} {} {} timed while {}, so a verdict there may be the machine's load, not a change (the "
         "points' host figures)",
         letter(i), busy.size() == 1 ? "" : "es", fmt::join(busy, ", "), busy.size() == 1 ? "was" : "were",
-        worst > 0 ? fmt::format("other processes competed for its CPUs, taking up to {:.2g}", worst)
+        worst > 0 ? fmt::format("other processes competed for its CPUs, taking up to {:.2g} CPUs", worst)
                   : std::string("the hypervisor took its CPUs (steal)")));
     result.notes.push_back(result.short_notes.back());
   }

@@ -791,7 +791,7 @@ TEST(Compare, PointsTimedOnABusyHostAreNoted) {
     p.host = p.batch == 16 ? host(0.8, 0.0) : p.batch == 64 ? host(1.3, 0.0) : host(0.01, 0.0);
   const CompareResult result = compare_pair(a, b);
   const std::string said =
-      "B: batches 16, 64 were timed while other processes competed for its CPUs, taking up to 1.3, so a "
+      "B: batches 16, 64 were timed while other processes competed for its CPUs, taking up to 1.3 CPUs, so a "
       "verdict "
       "there may be the machine's load, not a change (the points' host figures)";
   EXPECT_THAT(result.notes, ::testing::Contains(said));
