@@ -37,12 +37,15 @@ struct GpuCard {
 
 // The sheet's entry for a device name as CUDA or nvidia-smi gives it ("NVIDIA H100 80GB HBM3"): the first
 // entry one of whose `match` strings the name contains as whole tokens and none of whose `exclude` tokens it
-// contains (H200 is not found in GH200, A10 not in A10G); nullptr where none.
+// contains (H200 is not found in GH200, A10 not in A10G); nullptr where none, and for a MIG slice.
 [[nodiscard]] const nlohmann::json* gpu_spec_for_device(std::string_view device_name);
 
 // Whether a device name is a laptop part ("... Laptop GPU", "Mobile", "Max-Q"): the sheet's cards are
 // desktop and datacenter boards, and a laptop's namesake has other memory (a laptop RTX 4090 has 16 GB).
 [[nodiscard]] bool is_laptop_part(std::string_view name);
+// A MIG slice of a card ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", "3g.40gb"): a fraction of the card's memory,
+// which no card of the sheet is.
+[[nodiscard]] bool is_mig_slice(std::string_view name);
 
 // Every card's name, in the sheet's order.
 [[nodiscard]] std::vector<std::string> gpu_names();

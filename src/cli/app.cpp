@@ -511,6 +511,13 @@ MemoryArg parse_memory(const std::string& text, std::string_view flag) {
                       flag, text, sharing->front(), flag, sharing->front(), text, text));
     if (text.empty() || std::isalpha(static_cast<unsigned char>(text.front())) == 0) throw;
     const std::vector<std::string> known = gpu_names();
+    // A slice of a card has a fraction of its memory: what CUDA reports inside the slice is the size.
+    if (is_mig_slice(text))
+      throw UsageError(fmt::format(
+          "{} {}: a MIG slice is no card of configs/gpus.json (it has a fraction of the card's memory): give "
+          "the slice's memory as CUDA reports it inside it (`batchsweep devices` there, or nvidia-smi's MIG "
+          "listing), e.g. {} 9.75GiB",
+          flag, text, flag));
     // Its desktop namesake has other memory: no card to suggest, its size to give.
     if (is_laptop_part(text))
       throw UsageError(fmt::format(

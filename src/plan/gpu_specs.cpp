@@ -133,25 +133,22 @@ struct DeviceNameMatch {
 };
 
 DeviceNameMatch device_name_match(std::string_view text) {
-  if (is_laptop_part(text)) return {};
-  const std::vector<std::string> words = words_of(text);  // lower case already
-  const std::string low = lower(text);
-  const bool branded =
-      low.starts_with("nvidia") || low.starts_with("tesla") || low.find("geforce") != std::string::npos;
+  if (is_laptop_part(text) || is_mig_slice(text)) return {};
+  const std::vector<std::string> words = words_of(text);  // lower case already, without a brand
   const nlohmann::json* gpu = gpu_spec_for_device(text);
   if (gpu == nullptr) return {};
-  // Without a vendor, only by a match string of more than the model number ("A100-SXM4-80GB", spelt with
-  // spaces or dashes alike: "A100 SXM4 80GB"; "H100 SXM5"): "H100 80GB" holds one of the H100 PCIe and SXM,
-  // both 80 GB, and the sheet's first is no answer; "A100 SXM" is none of the three A100s.
-  if (!branded) {
-    bool specific = false;
-    for (const nlohmann::json& pattern : gpu->at("match")) {
-      const std::vector<std::string> p = words_of(pattern.get<std::string>());
-      specific = specific || (p.size() >= 2 &&
-                              std::search(words.begin(), words.end(), p.begin(), p.end()) != words.end());
-    }
-    if (!specific) return {};
+  // Only by a match string of more than the model number ("A100-SXM4-80GB", spelt with spaces or dashes
+  // alike: "A100 SXM4 80GB"; "H100 SXM5"), with a vendor or without: "H100 80GB" holds one of the H100 PCIe
+  // and SXM, both 80 GB, and the sheet's first is no answer; "A100 SXM" is none of the three A100s, nor is
+  // "NVIDIA A100 PCIe" the 40 GB one whose catch-all "A100" it holds. (A device as CUDA names it always
+  // holds its form or size: "NVIDIA A100-PCIE-40GB", "NVIDIA H100 80GB HBM3".)
+  bool specific = false;
+  for (const nlohmann::json& pattern : gpu->at("match")) {
+    const std::vector<std::string> p = words_of(pattern.get<std::string>());
+    specific = specific ||
+               (p.size() >= 2 && std::search(words.begin(), words.end(), p.begin(), p.end()) != words.end());
   }
+  if (!specific) return {};
   for (const std::string& word : words)
     if (const auto gb = size_word_gb(word); gb && *gb != gpu->at("memory_gb").get<int64_t>())
       return {gpu, true};
@@ -159,6 +156,23 @@ DeviceNameMatch device_name_match(std::string_view text) {
 }
 
 }  // namespace
+
+bool is_mig_slice(std::string_view name) {
+  for (const std::string& word : words_of(name)) {
+    if (word == "mig") return true;
+    // "1g.10gb": compute slices, a point, the slice's memory.
+    const size_t g = word.find("g.");
+    if (g == std::string::npos || g == 0 || !word.ends_with("gb") || g + 4 > word.size()) continue;
+    const auto digits = [](std::string_view part) {
+      return !part.empty() &&
+             std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    if (digits(std::string_view(word).substr(0, g)) &&
+        digits(std::string_view(word).substr(g + 2, word.size() - g - 4)))
+      return true;
+  }
+  return false;
+}
 
 bool is_laptop_part(std::string_view name) {
   const std::string low = lower(name);
@@ -171,6 +185,9 @@ const nlohmann::json& gpu_spec_sheet() {
 }
 
 const nlohmann::json* gpu_spec_for_device(std::string_view device_name) {
+  // A MIG slice has a fraction of the card's SMs and memory: the card's peak rates would put its MFU several
+  // times too low.
+  if (is_mig_slice(device_name)) return nullptr;
   // Lower case, '-' and '_' as spaces: "A100 SXM4 80GB" is the "A100-SXM4-80GB" a pattern spells.
   const auto spaced = [](std::string_view text) {
     std::string out = lower(text);

@@ -244,6 +244,20 @@ TEST(GpuSpecs, CardsAreFoundByTheNamesUsersType) {
   EXPECT_EQ(names("H100 80GB"), (std::vector<std::string>{"H100 PCIe", "H100 SXM"}));
   EXPECT_EQ(names("H100 94gb"), std::vector<std::string>{"H100 NVL"});
   EXPECT_EQ(names("H200 141GB"), (std::vector<std::string>{"H200 NVL", "H200 SXM"}));
+  // A vendor does not make a catch-all match string name a card: "NVIDIA A100 PCIe" is no more the 40 GB A100
+  // than "A100 PCIe" is, nor "NVIDIA H100 x" the SXM (a walk found both taken); CUDA's names still are.
+  EXPECT_TRUE(names("NVIDIA A100 PCIe").empty());
+  EXPECT_TRUE(names("NVIDIA H100 x").empty());
+  EXPECT_EQ(names("NVIDIA A100-PCIE-40GB"), std::vector<std::string>{"A100 40GB"});
+  EXPECT_EQ(names("NVIDIA L4"), std::vector<std::string>{"L4"});
+  // A MIG slice is a fraction of its card: no card of the sheet, nor the card's peak rates.
+  for (const char* slice : {"NVIDIA H100 80GB HBM3 MIG 1g.10gb", "A100-SXM4-80GB MIG 3g.40gb", "H100 MIG"}) {
+    EXPECT_TRUE(is_mig_slice(slice)) << slice;
+    EXPECT_TRUE(names(slice).empty()) << slice;
+    EXPECT_EQ(gpu_spec_for_device(slice), nullptr) << slice;
+  }
+  for (const char* card : {"NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "A10G", "1.10gb"})
+    EXPECT_FALSE(is_mig_slice(card)) << card;
   // "40G" as people shorten a card's size (a walk typed "A100 40G"), never part of a model number (A10G).
   EXPECT_EQ(names("A100 40G"), std::vector<std::string>{"A100 40GB"});
   EXPECT_EQ(names("h100 80g"), (std::vector<std::string>{"H100 PCIe", "H100 SXM"}));
