@@ -68,6 +68,9 @@ struct CompareCell {
   std::optional<double> p99_ms;  // the p99 step time, where the point ran
   // The step time at the baseline's budget percentile (p99 without a budget), where the point ran.
   std::optional<double> budget_latency_ms;
+  // Timed while other processes competed for its CPUs or the hypervisor took them (PointHost): a verdict at
+  // this batch may be the machine's load.
+  bool busy_host = false;
 };
 
 // A run (B, C, ...) against the baseline at one batch.

@@ -686,7 +686,8 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
       row.runs.push_back({p->status, p->reason, p->samples_per_second,
                           usable_samples(p->samples_ms) ? p->samples_ms.size() : size_t{0},
                           point_standard_error(*p), latency_if_ran(*p, 99),
-                          latency_if_ran(*p, result.runs.front().latency_percentile)});
+                          latency_if_ran(*p, result.runs.front().latency_percentile),
+                          ran(*p) && p->host && (p->host->contended() || p->host->stolen())});
     }
     for (size_t i = 1; i < points.size(); ++i) row.deltas.push_back(delta(*points[0], *points[i], options));
     // One measurement in two runs: run --resume took one run's point into another (or both took one earlier
@@ -733,8 +734,9 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
       const auto per_million = [](double price, double rate) { return price * 1e6 / 3600.0 / rate; };
       const double a = per_million(*base.price_per_hour, *base.best.samples_per_second);
       const double b = per_million(*run.price_per_hour, *run.best.samples_per_second);
-      cost = fmt::format("; a million samples there cost {} ${:.4g}, A ${:.4g} ({}/A {}\u00d7)", letter(i), b,
-                         a, letter(i), rf::fixed(b / a, 3));
+      if (std::isfinite(a) && std::isfinite(b) && a > 0 && b > 0)  // a hand-edited price of 1e308 is none
+        cost = fmt::format("; a million samples there cost {} ${:.4g}, A ${:.4g} ({}/A {}\u00d7)", letter(i),
+                           b, a, letter(i), rf::fixed(b / a, 3));
     }
     result.notes.push_back(
         fmt::format("best against best: {}/A {}\u00d7 ({} {} samples/s at batch {}, A {} at batch {}){}",
@@ -1125,7 +1127,8 @@ nlohmann::json to_json(const CompareResult& result) {
                        {"samples", c.samples},
                        {"p99_ms", c.p99_ms ? json(*c.p99_ms) : json()},
                        // at the baseline's budget percentile: what the gate reads
-                       {"latency_ms", c.budget_latency_ms ? json(*c.budget_latency_ms) : json()}});
+                       {"latency_ms", c.budget_latency_ms ? json(*c.budget_latency_ms) : json()},
+                       {"busy_host", c.busy_host}});
     }
     json deltas = json::array();
     for (size_t i = 0; i < row.deltas.size(); ++i)

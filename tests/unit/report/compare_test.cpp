@@ -796,6 +796,13 @@ TEST(Compare, PointsTimedOnABusyHostAreNoted) {
       "there may be the machine's load, not a change (the points' host figures)";
   EXPECT_THAT(result.notes, ::testing::Contains(said));
   EXPECT_THAT(result.short_notes, ::testing::Contains(said));
+  // In the JSON, per cell, for a script that reads the gate rather than its notes.
+  const nlohmann::json doc = to_json(result);
+  for (const nlohmann::json& row : doc["rows"]) {
+    const int64_t batch = row["batch"];
+    EXPECT_EQ(row["runs"][1]["busy_host"], batch == 16 || batch == 64) << batch;
+    EXPECT_EQ(row["runs"][0]["busy_host"], false) << batch;
+  }
   // Steal alone says so too; a quiet host says nothing.
   for (Point& p : b.points) p.host = p.batch == 16 ? host(0.0, 20.0) : host(0.0, 0.0);
   EXPECT_THAT(compare_pair(a, b).notes,
