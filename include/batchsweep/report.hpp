@@ -69,14 +69,15 @@ struct PointHost {
   std::optional<double> waited_s;
 
   // Other processes competed for the CPUs this process used: its threads waited for a CPU at least 2% of the
-  // window (summed over them) while other processes took at least a quarter of a CPU. Without the wait (a
-  // kernel without schedstat): other processes took a quarter of a CPU and, with this process, left less
-  // than a quarter of one idle. Other processes busy on CPUs this process did not need are no competition.
+  // window (summed over them) while other processes took at least a quarter of a CPU; where how busy they
+  // were is unknown (a window under 0.2 s), a wait of 10% alone. Without the wait (a kernel without
+  // schedstat): other processes took a quarter of a CPU and, with this process, left less than a quarter of
+  // one idle. Other processes busy on CPUs this process did not need are no competition.
   [[nodiscard]] bool contended() const {
     if (cpus <= 0 || wall_s <= 0) return false;
-    const bool others_busy = !others_cores || *others_cores >= 0.25;
-    if (waited_s) return *waited_s >= 0.02 * wall_s && others_busy;
-    return others_cores && others_busy && *others_cores + cpu_s / wall_s > cpus - 0.25;
+    if (waited_s)
+      return others_cores ? *waited_s >= 0.02 * wall_s && *others_cores >= 0.25 : *waited_s >= 0.1 * wall_s;
+    return others_cores && *others_cores >= 0.25 && *others_cores + cpu_s / wall_s > cpus - 0.25;
   }
   // The hypervisor took at least 5% of the CPUs' time.
   [[nodiscard]] bool stolen() const { return steal_pct && *steal_pct >= 5.0; }

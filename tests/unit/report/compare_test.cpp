@@ -367,7 +367,8 @@ TEST(Compare, RanksAgainstAMeanBeyondItsNoiseIsTheMeansChangeAndSaysSo) {
   std::sort(drifting.begin(), drifting.end());
   b.points[0].samples_ms = drifting;
   b.points[0].stop_reason = "timeout";
-  const CompareDelta& drifted = compare_pair(a, b).rows.at(0).deltas.at(0);
+  const CompareResult drifted_result = compare_pair(a, b);
+  const CompareDelta& drifted = drifted_result.rows.at(0).deltas.at(0);
   EXPECT_EQ(drifted.verdict, Verdict::same);
   EXPECT_TRUE(drifted.short_within_noise);
   EXPECT_FALSE(drifted.median_and_mean_disagree);
