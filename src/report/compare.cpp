@@ -103,6 +103,12 @@ bool ran(const Point& p) {
   return p.status == PointStatus::ok && std::isfinite(p.samples_per_second) && p.samples_per_second > 0;
 }
 
+// Ran while other processes competed for its CPUs or the hypervisor took them: a verdict there may be the
+// machine's load (the cell's busy_host, and the note naming such batches).
+bool busy_host(const Point& p) {
+  return ran(p) && p.host && (p.host->contended() || p.host->stolen());
+}
+
 // The point a run has for `key`: its first ok point with that key, else its first point with that key.
 const Point* find_point(const Report& report, const Key& key) {
   const Point* found = nullptr;
@@ -686,8 +692,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
       row.runs.push_back({p->status, p->reason, p->samples_per_second,
                           usable_samples(p->samples_ms) ? p->samples_ms.size() : size_t{0},
                           point_standard_error(*p), latency_if_ran(*p, 99),
-                          latency_if_ran(*p, result.runs.front().latency_percentile),
-                          ran(*p) && p->host && (p->host->contended() || p->host->stolen())});
+                          latency_if_ran(*p, result.runs.front().latency_percentile), busy_host(*p)});
     }
     for (size_t i = 1; i < points.size(); ++i) row.deltas.push_back(delta(*points[0], *points[i], options));
     // One measurement in two runs: run --resume took one run's point into another (or both took one earlier
@@ -775,7 +780,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     double worst = 0;
     for (const CompareRow& row : result.rows) {
       const Point* p = find_point(reports[i], {row.batch, row.accumulation});
-      if (p == nullptr || !ran(*p) || !p->host || !(p->host->contended() || p->host->stolen())) continue;
+      if (p == nullptr || !busy_host(*p)) continue;
       busy.push_back(batch_label(row.batch, row.accumulation));
       worst = std::max(worst, p->host->others_cores.value_or(0.0));
     }
