@@ -17,5 +17,9 @@ namespace bsw {
 // file; a stream target (above) is written in place; "-" writes to stdout. Throws InputError naming the path
 // (and leaves an existing file untouched) on failure.
 void write_file_atomic(const std::string& path, const std::string& content);
+// The whole of a small file (a /proc or /sys file, an earlier export) as bytes, or "" where it cannot be
+// opened or read: for readers where a missing file simply means "nothing to learn here", never for input
+// the user named (those say why they failed).
+[[nodiscard]] std::string read_file_or_empty(const std::string& path);
 
 }  // namespace bsw

@@ -1379,10 +1379,7 @@ void remove_stale_gate_exports(const std::vector<std::pair<std::string, std::str
     const fs::path target = fs::is_symlink(typed, error) ? fs::canonical(typed, error) : fs::path(typed);
     if (error || !fs::is_regular_file(target, error) || fs::file_size(target, error) > (uint64_t{64} << 20))
       continue;
-    std::ifstream in(target, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    const std::string content = text.str();
+    const std::string content = read_file_or_empty(target.string());
     // Only an earlier answer of compare's: a report, a model or a README at a mistyped path is not touched.
     bool answer = false;
     if (flag == "--markdown") {

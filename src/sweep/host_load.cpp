@@ -10,9 +10,9 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "batchsweep/analysis.hpp"
+#include "batchsweep/files.hpp"
 
 namespace bsw::sweep_detail {
 
@@ -95,10 +95,7 @@ HostSnapshot host_snapshot(const std::vector<int>& cpus) {
   if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0)
     s.cpu_s = static_cast<double>(cpu.tv_sec) + static_cast<double>(cpu.tv_nsec) * 1e-9;
   s.run_delays = thread_run_delays();
-  std::ifstream in("/proc/stat");
-  std::ostringstream text;
-  text << in.rdbuf();
-  s.ticks = parse_proc_stat(text.str(), cpus);
+  s.ticks = parse_proc_stat(read_file_or_empty("/proc/stat"), cpus);
   return s;
 }
 

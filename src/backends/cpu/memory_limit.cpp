@@ -7,26 +7,19 @@
 
 #include <algorithm>
 #include <charconv>
-#include <fstream>
 #include <sstream>
 #include <system_error>
 
+#include "batchsweep/files.hpp"
 #include "batchsweep/plan.hpp"
 
 namespace bsw::cpu {
 namespace {
 
-std::string slurp(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // A limit file's value: a byte count, or nullopt for "max", absent files and v1's "unlimited" (2^63 less a
 // page).
 std::optional<uint64_t> read_limit(const std::filesystem::path& file) {
-  std::string text = slurp(file);
+  std::string text = read_file_or_empty(file.string());
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   uint64_t value = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -113,13 +106,13 @@ MemorySources this_process_memory() {
   const long page = sysconf(_SC_PAGE_SIZE);
   if (pages > 0 && page > 0) s.physical_bytes = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
   s.cgroup_root = "/sys/fs/cgroup";
-  s.proc_self_cgroup = slurp("/proc/self/cgroup");
-  s.proc_meminfo = slurp("/proc/meminfo");
+  s.proc_self_cgroup = read_file_or_empty("/proc/self/cgroup");
+  s.proc_meminfo = read_file_or_empty("/proc/meminfo");
   struct rlimit as {};
   if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
     s.address_space_limit = static_cast<uint64_t>(as.rlim_cur);
     // /proc/self/statm: the first field is the virtual size in pages.
-    std::istringstream statm(slurp("/proc/self/statm"));
+    std::istringstream statm(read_file_or_empty("/proc/self/statm"));
     uint64_t size_pages = 0;
     if (statm >> size_pages && page > 0) s.mapped_bytes = size_pages * static_cast<uint64_t>(page);
   }

@@ -76,6 +76,14 @@ TEST_F(ReportFiles, ReadsWhatItWrites) {
   EXPECT_EQ(to_json(read_report(p)), to_json(r));
 }
 
+TEST_F(ReportFiles, BestEffortReadGivesTheBytesOrNothing) {
+  const std::string bytes("a\0b\nlast line without newline", 30);
+  EXPECT_EQ(read_file_or_empty(write("bytes.bin", bytes)), bytes);
+  EXPECT_EQ(read_file_or_empty(path("missing")), "");
+  EXPECT_EQ(read_file_or_empty(dir_.string()), "");  // a directory opens but reads nothing
+  EXPECT_EQ(read_file_or_empty(""), "");
+}
+
 TEST_F(ReportFiles, MissingFile) {
   EXPECT_EQ(error_of(path("nope.json")), path("nope.json") + ": no such file");
 }
