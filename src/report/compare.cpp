@@ -630,15 +630,23 @@ bool same_run(const Report& a, const Report& b) {
   return true;
 }
 
-std::string same_run_text(const Report& a, size_t i, size_t j) {
+// `runs`: the indices of two or more reports that are one run (same_run above), in order.
+std::string same_run_text(const Report& a, const std::vector<size_t>& runs) {
   // A script's steps repeat exactly: two runs of one started in one second are indistinguishable.
   const bool scripted = a.device.backend == "scripted";
+  std::string names;
+  for (size_t k = 0; k < runs.size(); ++k)
+    names += (k == 0 ? "" : k + 1 == runs.size() ? " and " : ", ") + letter(runs[k]);
+  const bool two = runs.size() == 2;
   return fmt::format(
-      "{} and {} are the same run{} ({}, the same points): every verdict between them compares the run with "
+      "{} are the same run{} ({}, the same points): every verdict between them compares the run with "
       "itself, so \"same\" there says nothing about a change",
-      letter(i), letter(j),
-      scripted ? ", or two runs of one script started in one second, whose steps repeat" : "",
-      a.created_at.empty() ? std::string("neither has a created_at") : "created_at " + a.created_at);
+      names,
+      scripted ? fmt::format(", or {} runs of one script started in one second, whose steps repeat",
+                             two ? std::string("two") : std::to_string(runs.size()))
+               : "",
+      a.created_at.empty() ? std::string(two ? "neither has a created_at" : "none has a created_at")
+                           : "created_at " + a.created_at);
 }
 
 nlohmann::json delta_json(const CompareDelta& d, const std::string& run, const std::string& label) {
@@ -713,10 +721,19 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   result.geomean = geomean_row(result.rows, reports.size(), options);
   result.lost_fits = lost_fits(reports);
 
+  // One note per run given more than once, naming every copy: 64 copies of one report are one warning,
+  // not 2016. same_run compares fields for equality, so "the same run as" is transitive.
+  std::vector<bool> grouped(reports.size(), false);
   for (size_t i = 0; i < reports.size(); ++i) {
+    if (grouped[i]) continue;
+    std::vector<size_t> copies{i};
     for (size_t j = i + 1; j < reports.size(); ++j) {
-      if (same_run(reports[i], reports[j])) result.same_run_notes.push_back(same_run_text(reports[i], i, j));
+      if (!grouped[j] && same_run(reports[i], reports[j])) {
+        copies.push_back(j);
+        grouped[j] = true;
+      }
     }
+    if (copies.size() > 1) result.same_run_notes.push_back(same_run_text(reports[i], copies));
   }
   result.notes = result.same_run_notes;  // first: it outweighs every other note
 

@@ -240,6 +240,15 @@ TEST(Compare, OneRunTwiceIsNoted) {
   const CompareResult three = compare_reports({a, testing::sample_candidate(), a}, {});
   ASSERT_EQ(three.same_run_notes.size(), 1u);
   EXPECT_THAT(three.same_run_notes[0], HasSubstr("A and C are the same run"));
+  // Many copies are one note naming them all, beside another run's own pair.
+  Report other = testing::sample_candidate();
+  other.device.backend = "cuda";
+  const CompareResult many = compare_reports({a, other, a, a, other, a}, {});
+  ASSERT_EQ(many.same_run_notes.size(), 2u);
+  EXPECT_THAT(many.same_run_notes[0], HasSubstr("A, C, D and F are the same run (created_at"));
+  EXPECT_THAT(many.same_run_notes[1], HasSubstr("B and E are the same run (created_at"));
+  EXPECT_THAT(compare_reports({scripted, scripted, scripted}, {}).same_run_notes.at(0),
+              HasSubstr("A, B and C are the same run, or 3 runs of one script started in one second"));
   // Another created_at, or another sample, is another run.
   Report later = a;
   later.created_at = "2025-01-02T03:04:06Z";
