@@ -794,20 +794,36 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   // measured the machine's load too, which a verdict there may be.
   for (size_t i = 0; i < reports.size(); ++i) {
     std::vector<std::string> busy;
-    double worst = 0;
+    bool contended = false, stolen = false;
+    double worst_others = 0, worst_steal = 0;
     for (const CompareRow& row : result.rows) {
       const Point* p = find_point(reports[i], {row.batch, row.accumulation});
       if (p == nullptr || !busy_host(*p)) continue;
       busy.push_back(batch_label(row.batch, row.accumulation));
-      worst = std::max(worst, p->host->others_cores.value_or(0.0));
+      if (p->host->contended()) {
+        contended = true;
+        worst_others = std::max(worst_others, p->host->others_cores.value_or(0.0));
+      }
+      if (p->host->stolen()) {
+        stolen = true;
+        worst_steal = std::max(worst_steal, p->host->steal_pct.value_or(0.0));
+      }
     }
     if (busy.empty()) continue;
+    // Each cause that was there, with its worst figure: a wait alone (no /proc/stat) names no CPU count.
+    std::vector<std::string> causes;
+    if (contended)
+      causes.push_back(
+          worst_others > 0
+              ? fmt::format("other processes competed for its CPUs, taking up to {:.2g} CPUs", worst_others)
+              : std::string("its threads waited for a CPU"));
+    if (stolen)
+      causes.push_back(fmt::format("the hypervisor took up to {:.0f}% of its CPU time (steal)", worst_steal));
     result.short_notes.push_back(fmt::format(
         "{}: batch{} {} {} timed while {}, so a verdict there may be the machine's load, not a change (the "
         "points' host figures)",
         letter(i), busy.size() == 1 ? "" : "es", fmt::join(busy, ", "), busy.size() == 1 ? "was" : "were",
-        worst > 0 ? fmt::format("other processes competed for its CPUs, taking up to {:.2g} CPUs", worst)
-                  : std::string("the hypervisor took its CPUs (steal)")));
+        fmt::join(causes, " and ")));
     result.notes.push_back(result.short_notes.back());
   }
   // Batches where a run timed one step: not judged, and said beside a gate's answer with the change seen.

@@ -817,8 +817,26 @@ TEST(Compare, PointsTimedOnABusyHostAreNoted) {
   for (Point& p : b.points) p.host = p.batch == 16 ? host(0.0, 20.0) : host(0.0, 0.0);
   EXPECT_THAT(compare_pair(a, b).notes,
               ::testing::Contains(
-                  "B: batch 16 was timed while the hypervisor took its CPUs (steal), so a verdict there "
-                  "may be the machine's load, not a change (the points' host figures)"));
+                  "B: batch 16 was timed while the hypervisor took up to 20% of its CPU time (steal), so a "
+                  "verdict there may be the machine's load, not a change (the points' host figures)"));
+  // Both causes, each with its worst figure, over different points.
+  for (Point& p : b.points)
+    p.host = p.batch == 16 ? host(0.0, 12.0) : p.batch == 64 ? host(0.9, 0.0) : host(0.0, 0.0);
+  EXPECT_THAT(compare_pair(a, b).notes,
+              ::testing::Contains(::testing::HasSubstr(
+                  "B: batches 16, 64 were timed while other processes competed for its CPUs, taking up to "
+                  "0.9 CPUs and the hypervisor took up to 12% of its CPU time (steal), so")));
+  // A long wait in a window too short to read /proc/stat's ticks: the wait is named, not steal.
+  PointHost waited = host(0.0, 0.0);
+  waited.wall_s = 0.1;
+  waited.cpu_s = 0.1;
+  waited.others_cores.reset();
+  waited.steal_pct.reset();
+  waited.waited_s = 0.05;
+  for (Point& p : b.points) p.host = p.batch == 16 ? waited : host(0.0, 0.0);
+  EXPECT_THAT(compare_pair(a, b).notes,
+              ::testing::Contains(::testing::HasSubstr(
+                  "B: batch 16 was timed while its threads waited for a CPU, so a verdict there")));
   for (Point& p : b.points) p.host = host(0.01, 0.0);
   EXPECT_TRUE(compare_pair(a, b).short_notes.empty());
 }
