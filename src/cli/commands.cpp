@@ -1218,7 +1218,7 @@ struct RunAnalysis {
   AnalysisFlags flags;  // the command line's, with the run's values where a flag was not given
   AnalysisOptions options;
   std::vector<std::string> kept;     // "--saturation 90": the run's values taken
-  std::vector<std::string> ignored;  // "settings.saturation_pct 400": out of range, not taken
+  std::vector<std::string> ignored;  // "settings.saturation_pct 400 out of range": not taken
 };
 
 // A flag given now replaces the run's value; without it the run's value holds (re-exporting a report, or
@@ -1233,7 +1233,8 @@ RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags,
     const auto it = report.settings.find(key);
     if (it == report.settings.end() || it->is_null()) return std::nullopt;
     if (!it->is_number() || !(it->get<double>() > lo && it->get<double>() <= hi)) {
-      out.ignored.push_back(fmt::format("settings.{} {}", key, it->dump()));
+      out.ignored.push_back(fmt::format("settings.{} {} {}", key, it->dump(),
+                                        it->is_number() ? "out of range" : "not a number"));
       return std::nullopt;
     }
     return it->get<double>();
@@ -1269,7 +1270,7 @@ RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags,
         flags.latency_percentile = *v;
         if (flags.latency_slo_ms) out.kept.push_back(fmt::format("--latency-percentile {:g}", *v));
       } else if (flags.latency_slo_ms) {
-        out.ignored.push_back(fmt::format("settings.latency_percentile {:g}", *v));
+        out.ignored.push_back(fmt::format("settings.latency_percentile {:g} not one of 50, 90, 95, 99", *v));
       }
     }
   }
@@ -1308,7 +1309,7 @@ int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& ar
     std::fprintf(stderr, "batchsweep analyze: the run's %s kept (give the flag to change it)\n",
                  fmt::format("{}", fmt::join(run.kept, ", ")).c_str());
   if (!run.ignored.empty())
-    std::fprintf(stderr, "batchsweep analyze: %s out of range, not taken (the default or the flag holds)\n",
+    std::fprintf(stderr, "batchsweep analyze: %s: not taken (the default or the flag holds)\n",
                  fmt::format("{}", fmt::join(run.ignored, ", ")).c_str());
   const AnalysisOptions options = run.options;
   // A budget on a report whose ok points carry no step times (a hand-made one: ours always do) is a question
@@ -1439,8 +1440,8 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
     Report& report = reports.back();
     const RunAnalysis run = run_analysis(report, AnalysisFlags{}, GivenFlags{});
     if (!run.ignored.empty())
-      std::fprintf(stderr, "batchsweep compare: %s: %s out of range, not taken (the default holds)\n",
-                   path.c_str(), fmt::format("{}", fmt::join(run.ignored, ", ")).c_str());
+      std::fprintf(stderr, "batchsweep compare: %s: %s: not taken (the default holds)\n", path.c_str(),
+                   fmt::format("{}", fmt::join(run.ignored, ", ")).c_str());
     report.analysis = analyze(report.points, run.options);
   }
   CompareOptions options;

@@ -914,8 +914,14 @@ TEST(Analyze, KeepsTheRunsAnalysisSettingsUnlessAFlagChangesThem) {
   const Result odd = run({"analyze", (dir / "edited.json").string(), "--json", "-"});
   ASSERT_EQ(odd.exit_code, 0) << odd.err;
   EXPECT_EQ(nlohmann::json::parse(odd.out)["settings"]["saturation_pct"], 95);
-  EXPECT_NE(odd.err.find("settings.saturation_pct 150 out of range, not taken"), std::string::npos)
+  EXPECT_NE(odd.err.find("settings.saturation_pct 150 out of range: not taken"), std::string::npos)
       << odd.err;
+  // One of the wrong type says so, not "out of range".
+  edited["settings"]["price_per_hour"] = "2.5";
+  std::ofstream(dir / "edited.json") << edited.dump();
+  const Result typed = run({"analyze", (dir / "edited.json").string(), "--json", "-"});
+  ASSERT_EQ(typed.exit_code, 0) << typed.err;
+  EXPECT_NE(typed.err.find("settings.price_per_hour \"2.5\" not a number"), std::string::npos) << typed.err;
 
   const Result both = run({"analyze", report, "--no-latency-slo", "--latency-slo", "3"});
   EXPECT_EQ(both.exit_code, 2) << both.err;
