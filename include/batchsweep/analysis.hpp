@@ -43,6 +43,9 @@
 // random magnitudes in [-1, 1] of the spread). The same inputs always give the same answer. "stable" when
 // every curve gives the same knee batch (or every one gives none), else "range" with range_low / range_high
 // the smallest and largest knee batch seen; the reason then says so, and how often the knee vanished.
+// "contended" instead of "stable" where a curve point was timed on a busy host (Point::timed_on_busy_host):
+// the knee held under that run's own noise, but the load moved whole steps, and a rerun may put it elsewhere
+// (two runs of one command on a loaded 2-CPU machine put it at none and at batch 2, each "stable").
 // "unknown" when no point has two samples: nothing can be moved, which says nothing about stability.
 //
 // The recommendation (Analysis::recommended), first rule that applies:

@@ -81,6 +81,7 @@ struct PointHost {
   }
   // The hypervisor took at least 5% of the CPUs' time.
   [[nodiscard]] bool stolen() const { return steal_pct && *steal_pct >= 5.0; }
+  [[nodiscard]] bool busy() const { return contended() || stolen(); }
 };
 
 struct Point {

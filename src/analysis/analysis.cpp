@@ -657,19 +657,23 @@ Recommendation recommend(const RecommendationInputs& in, const Point*& chosen) {
     chosen = budget.chosen;
     if (!chosen) return {std::nullopt, a.latency_slo->reason};
     const std::string name = b.name();
+    // The caveat the budget's own line carries, here too: a script reads recommended.why alone.
+    const std::string doubt = smaller_over_budget(in.points, *chosen, b);
     if (chosen == budget.fastest)
       return {
           chosen->batch,
-          fmt::format("highest throughput within the {} ms {} budget: batch {} ({} samples/s, {} {} ms{})",
+          fmt::format("highest throughput within the {} ms {} budget: batch {} ({} samples/s, {} {} ms{}){}",
                       format_number(b.ms), name, chosen->batch, format_rate(chosen->samples_per_second), name,
-                      latency_text(*b.of(*chosen), b.ms), steps_clause(*chosen, b.pct))};
-    return {chosen->batch,
-            fmt::format("batch {} ({} samples/s, {} {} ms{}): as fast as batch {}, the highest throughput "
-                        "within the {} ms {} budget, which leads by {:.2f}% ({}) at a higher {}, {} ms",
-                        chosen->batch, format_rate(chosen->samples_per_second), name,
-                        latency_text(*b.of(*chosen), b.ms), steps_clause(*chosen, b.pct),
-                        budget.fastest->batch, format_number(b.ms), name, budget.lead_pct,
-                        tie_words(budget.margin_pct), name, latency_text(*b.of(*budget.fastest), b.ms))};
+                      latency_text(*b.of(*chosen), b.ms), steps_clause(*chosen, b.pct), doubt)};
+    return {
+        chosen->batch,
+        fmt::format("batch {} ({} samples/s, {} {} ms{}): not measurably slower than batch {}, the highest "
+                    "throughput within the {} ms {} budget, which leads by {:.2f}% ({}) at a higher {}, {} "
+                    "ms{}",
+                    chosen->batch, format_rate(chosen->samples_per_second), name,
+                    latency_text(*b.of(*chosen), b.ms), steps_clause(*chosen, b.pct), budget.fastest->batch,
+                    format_number(b.ms), name, budget.lead_pct, tie_words(budget.margin_pct), name,
+                    latency_text(*b.of(*budget.fastest), b.ms), doubt)};
   }
   if (a.effective_batch_split && a.effective_batch_split->batch) {
     std::size_t ran = 0;

@@ -2,6 +2,7 @@
 // points, flat curve, still scaling), and its confidence under each point's measured step-time noise.
 // The rules are documented in include/batchsweep/analysis.hpp.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -367,6 +368,22 @@ KneedleResult kneedle(std::span<const double> x, std::span<const double> y, doub
 
 namespace analysis_detail {
 
+// A knee that held under each point's own noise, on points some of which were timed while other processes
+// competed for the CPUs (or the hypervisor took them): that noise is not the load's, which moved whole steps
+// and differs from run to run, so "stable" would promise a rerun the same answer.
+void add_busy_host(KneeResult& knee, const std::vector<CurvePoint>& curve) {
+  if (knee.confidence != "stable") return;
+  std::vector<int64_t> busy;
+  for (const CurvePoint& c : curve)
+    if (c.point->host && c.point->host->busy()) busy.push_back(c.batch);
+  if (busy.empty()) return;
+  knee.confidence = "contended";
+  knee.reason += fmt::format(
+      "; batch{} {} {} timed on a busy host (the points' host figures), so a rerun may put the knee "
+      "elsewhere",
+      busy.size() == 1 ? "" : "es", fmt::join(busy, ", "), busy.size() == 1 ? "was" : "were");
+}
+
 KneeDetail find_knee_detail(std::span<const Point> points, double sensitivity) {
   if (!std::isfinite(sensitivity) || sensitivity <= 0.0)
     throw std::invalid_argument(fmt::format("find_knee: sensitivity must be > 0, got {}", sensitivity));
@@ -383,6 +400,7 @@ KneeDetail find_knee_detail(std::span<const Point> points, double sensitivity) {
   if (outcome.index) detail.result.batch = curve[*outcome.index].batch;
   detail.result.reason = knee_reason(outcome, curve, points, sensitivity);
   add_confidence(detail.result, curve, log2_batch, log2_rate, sensitivity);
+  add_busy_host(detail.result, curve);
   return detail;
 }
 

@@ -106,7 +106,7 @@ bool ran(const Point& p) {
 // Ran while other processes competed for its CPUs or the hypervisor took them: a verdict there may be the
 // machine's load (the cell's busy_host, and the note naming such batches).
 bool busy_host(const Point& p) {
-  return ran(p) && p.host && (p.host->contended() || p.host->stolen());
+  return ran(p) && p.host && p.host->busy();
 }
 
 // The point a run has for `key`: its first ok point with that key, else its first point with that key.

@@ -403,6 +403,35 @@ TEST(FindKnee, ConfidenceIsDeterministic) {
   EXPECT_EQ(first.range_high, second.range_high);
 }
 
+// A knee that holds under each point's own noise, where some points were timed on a busy host: the load
+// moved whole steps and differs from run to run, so it is "contended", not "stable", and the reason names
+// them. A quiet host's figures change nothing.
+TEST(FindKnee, AKneeOnABusyHostIsContendedNotStable) {
+  std::vector<Point> points = sweep(kBatches, saturating(50000, 64));
+  const auto host = [](double others, double steal) {
+    PointHost h;
+    h.wall_s = 1.0;
+    h.cpu_s = 1.0;
+    h.cpus = 2;
+    h.others_cores = others;
+    h.steal_pct = steal;
+    h.waited_s = others > 0 ? 0.2 : 0.0;
+    return h;
+  };
+  for (Point& p : points) p.host = host(0.0, 0.0);
+  const KneeResult quiet = find_knee(points, 1.0);
+  ASSERT_EQ(quiet.confidence, "stable") << quiet.reason;
+  for (Point& p : points)
+    if (p.batch == 32 || p.batch == 128) p.host = host(1.0, 0.0);
+  points.back().host = host(0.0, 9.0);  // steal alone
+  const KneeResult busy = find_knee(points, 1.0);
+  EXPECT_EQ(busy.batch, quiet.batch);
+  EXPECT_EQ(busy.confidence, "contended");
+  EXPECT_EQ(busy.reason, quiet.reason +
+                             "; batches 32, 128, 4096 were timed on a busy host (the points' host figures), "
+                             "so a rerun may put the knee elsewhere");
+}
+
 // However noisy their summaries, points without raw samples cannot be moved: the knee stays, its confidence
 // is unknown.
 TEST(FindKnee, PointsWithoutSamplesDoNotMove) {
