@@ -180,6 +180,9 @@ struct Regression {
   int64_t batch = 0;
   int64_t accumulation = 1;
   std::string text;  // the line regressions() gives
+  // A slower verdict where either point was timed on a busy host (its cell's busy_host): the change may be
+  // the machine's load; the line says so, and a script may rerun before failing the build.
+  bool busy_host = false;
 };
 [[nodiscard]] std::vector<Regression> find_regressions(const CompareResult& result, double pct);
 [[nodiscard]] std::vector<std::string> regressions(const CompareResult& result, double pct);

@@ -939,10 +939,15 @@ std::vector<Regression> find_regressions(const CompareResult& result, double pct
       const CompareDelta& d = row.deltas[i];
       const CompareCell& base = row.runs.front();
       const CompareCell& run = row.runs[i + 1];
-      if (d.verdict == Verdict::slower && d.ratio < min_ratio)
+      if (d.verdict == Verdict::slower && d.ratio < min_ratio) {
+        const std::string busy = base.busy_host && run.busy_host ? "both runs"
+                                 : base.busy_host                ? "A"
+                                 : run.busy_host                 ? letter(i + 1)
+                                                                 : std::string();
         found.push_back(Regression{
             "slower", i + 1, row.batch, row.accumulation,
-            fmt::format("batch {}: {} is {:.1f}% slower than A {}", batch, letter(i + 1), (1 - d.ratio) * 100,
+            fmt::format("batch {}: {} is {:.1f}% slower than A {}{}", batch, letter(i + 1),
+                        (1 - d.ratio) * 100,
                         d.one_step ? "(one step, beyond every step of the other run)"
                         : d.from_mean && d.median_and_mean_disagree
                             ? "beyond its mean's noise (Welch's t; by rank most steps were faster, and a few "
@@ -950,8 +955,13 @@ std::vector<Regression> find_regressions(const CompareResult& result, double pct
                         : d.from_mean    ? "beyond its mean's noise (Welch's t; the ranks did not move)"
                         : d.from_samples ? "beyond noise"
                         : d.few_samples  ? "(too few samples for the test; beyond the means' noise)"
-                                         : "(no samples to test against noise)")});
-      else if (base.status == PointStatus::ok && run.status != PointStatus::ok)
+                                         : "(no samples to test against noise)",
+                        busy.empty() ? std::string()
+                                     : fmt::format("; timed on a busy host in {}, so it may be the machine's "
+                                                   "load (rerun on a quiet machine)",
+                                                   busy)),
+            !busy.empty()});
+      } else if (base.status == PointStatus::ok && run.status != PointStatus::ok)
         found.push_back(Regression{
             "failed", i + 1, row.batch, row.accumulation,
             fmt::format("batch {}: ran in A, {} in {}{}", batch, to_string(run.status), letter(i + 1),
@@ -1008,7 +1018,8 @@ nlohmann::json regressions_json(const CompareResult& result, const std::vector<R
                    {"label", letter(r.run)},
                    {"batch", r.batch},
                    {"accumulation", r.accumulation},
-                   {"message", r.text}});
+                   {"message", r.text},
+                   {"busy_host", r.busy_host}});
   return out;
 }
 

@@ -841,6 +841,46 @@ TEST(Compare, PointsTimedOnABusyHostAreNoted) {
   EXPECT_TRUE(compare_pair(a, b).short_notes.empty());
 }
 
+// A gate's slower finding at a point timed on a busy host says so, in its line and in the JSON, so a CI job
+// can rerun before it fails the build; a finding on a quiet host does not.
+TEST(Compare, ASlowerFindingOnABusyHostSaysSo) {
+  const Report a = testing::sample_report();
+  Report b = sped_up(a, 0.5);
+  PointHost busy;
+  busy.wall_s = 2.0;
+  busy.cpu_s = 2.0;
+  busy.cpus = 2;
+  busy.others_cores = 1.0;
+  busy.waited_s = 0.5;
+  for (Point& p : b.points)
+    if (p.batch == 64) p.host = busy;
+  const CompareResult result = compare_pair(a, b);
+  const std::vector<Regression> found = find_regressions(result, 5.0);
+  ASSERT_FALSE(found.empty());
+  bool saw_busy = false, saw_quiet = false;
+  for (const Regression& r : found) {
+    if (r.kind != "slower") continue;
+    const bool busy_line = r.text.find(
+                               "; timed on a busy host in B, so it may be the machine's load (rerun on "
+                               "a quiet machine)") != std::string::npos;
+    EXPECT_EQ(busy_line, r.batch == 64) << r.text;
+    EXPECT_EQ(r.busy_host, r.batch == 64) << r.text;
+    (r.batch == 64 ? saw_busy : saw_quiet) = true;
+  }
+  EXPECT_TRUE(saw_busy);
+  EXPECT_TRUE(saw_quiet);
+  for (const nlohmann::json& f : regressions_json(result, found))
+    EXPECT_EQ(f["busy_host"], f["kind"] == "slower" && f["batch"] == 64) << f.dump();
+  // Busy in the baseline only: named too.
+  Report base = a;
+  for (Point& p : base.points)
+    if (p.batch == 64) p.host = busy;
+  for (const Regression& r : find_regressions(compare_pair(base, sped_up(a, 0.5)), 5.0))
+    if (r.kind == "slower" && r.batch == 64) {
+      EXPECT_NE(r.text.find("busy host in A,"), std::string::npos) << r.text;
+    }
+}
+
 // Steps that would not settle (a point stopped short) drift together on a busy machine, and the tests, which
 // take each step as independent, call a shift no rerun reproduces. There a change must clear the means' noise
 // too: the same samples are "slower" where both points met their targets, "same" where one stopped short.
