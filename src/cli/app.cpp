@@ -638,9 +638,11 @@ int run_app(int argc, char** argv) {
                    "[default: 0.2 on cuda, 0 elsewhere]")
       ->type_name("S")
       ->check(non_negative());
-  run_cmd->add_option("--min-samples", stop.min_samples, "Timed steps per point, at least")
-      ->transform(whole(1, std::numeric_limits<int>::max()))
-      ->capture_default_str();
+  run_cmd
+      ->add_option("--min-samples", stop.min_samples,
+                   "Timed steps per point, at least [default: 10; with --latency-slo, enough for its "
+                   "percentile: 100 at p99, 20 at p95]")
+      ->transform(whole(1, std::numeric_limits<int>::max()));
   run_cmd->add_option("--min-time", stop.min_time_s, "Measured seconds per point, at least")
       ->type_name("S")
       ->check(non_negative())
@@ -910,6 +912,11 @@ int run_app(int argc, char** argv) {
     run.sweep.latency_percentile = run.analysis.latency_percentile;
     require_budget_for_percentile(run_cmd->count("--latency-percentile") > 0,
                                   run.analysis.latency_slo_ms.has_value());
+    // A budget at p99 judged on 10 steps is judged on the slowest of them: enough steps for the percentile,
+    // unless --min-samples says otherwise (settings.stopping.min_samples records which).
+    if (run.analysis.latency_slo_ms && run_cmd->count("--min-samples") == 0)
+      run.sweep.stopping.min_samples =
+          std::max(run.sweep.stopping.min_samples, latency_budget_min_samples(run.analysis.latency_percentile));
     validate(run.sweep.stopping);
     if (run.backend == "scripted" && run.script.empty())
       throw UsageError("--script: --backend scripted needs a step-time script (see tests/data/scripted)");

@@ -844,8 +844,12 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
         const nlohmann::json* a = at(*before, field);
         const nlohmann::json* b = at(*here, field);
         if ((a == nullptr) != (b == nullptr) || (a != nullptr && *a != *b))
-          return fmt::format("its settings.stopping.{} is {}, this run's is {} ({})", field, shown(a),
-                             shown(b), flag);
+          return fmt::format("its settings.stopping.{} is {}, this run's is {} ({}{})", field, shown(a),
+                             shown(b), flag,
+                             std::string_view(field) == "min_samples"
+                                 ? "; a --latency-slo raises its default to what the percentile needs: give "
+                                   "--min-samples to match"
+                                 : "");
       }
     }
     if (std::string_view(setting.key) == "model")  // one side has none: a whole model is too long to quote

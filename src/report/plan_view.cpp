@@ -169,9 +169,12 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
 // The --memory budget as said: "79.6 GiB", and for a card named "79.1 GiB (H100 SXM: 81008 MiB, as CUDA
 // reports it)".
 static std::string memory_text(const PlanSummary& s) {
-  const std::string size = report_format::human_bytes(*s.memory_bytes);
-  if (s.memory_card.empty()) return size;
-  return fmt::format("{} ({}: {} MiB, as CUDA reports it)", size, s.memory_card, *s.memory_bytes >> 20);
+  if (s.memory_card.empty()) return report_format::human_bytes(*s.memory_bytes);
+  // A card to a tenth of a GiB: the three digits elsewhere would round 139.8 GiB to "140 GiB", which given as
+  // --memory plans for 0.2 GiB the card does not have.
+  return fmt::format("{:.1f} GiB ({}: {} MiB, as CUDA reports it)",
+                     static_cast<double>(*s.memory_bytes) / static_cast<double>(uint64_t{1} << 30),
+                     s.memory_card, *s.memory_bytes >> 20);
 }
 
 std::string format_plan_table(const PlanSummary& s) {

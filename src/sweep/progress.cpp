@@ -270,11 +270,12 @@ void ProgressPrinter::on_sweep_end(bool interrupted) {
   if (options_.quiet) return;
   clear_line();
   const double elapsed_s = now_s() - start_s_;
-  // Points taken from --resume were not measured in this time: said apart, as settings.measured_points is.
+  // Points taken from --resume were not measured in this time: said apart. "From this run", not "measured":
+  // settings.measured_points leaves out the points that did not fit, which this count holds.
   const int measured = finished_ - resumed_;
-  const std::string resumed = resumed_ > 0
-                                  ? fmt::format(" ({} measured, {} taken from --resume)", measured, resumed_)
-                                  : std::string();
+  const std::string resumed =
+      resumed_ > 0 ? fmt::format(" ({} from this run, {} taken from --resume)", measured, resumed_)
+                   : std::string();
   put(stream_, fmt::format("{} {} point{}{} in {}\n", interrupted ? "interrupted after" : "sweep done:",
                            finished_, finished_ == 1 ? "" : "s", resumed, format_duration(elapsed_s)));
   std::fflush(stream_);

@@ -65,6 +65,46 @@ TEST(Run, StderrThatIsNotATerminalGetsNoProgressLines) {
   EXPECT_NE(r.err.find("sweep done: 2 points"), std::string::npos) << r.err;
 }
 
+// A latency budget is judged on enough steps for its percentile: --min-samples' default rises to 100 at p99
+// and 20 at p95 (one step above the percentile at least), 10 stays at p90; --min-samples given wins. A resume
+// that differs only in that says how to match.
+TEST(Run, ALatencyBudgetTakesEnoughStepsForItsPercentile) {
+  ScratchDir dir;
+  const auto min_samples = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {
+        "run",     "--backend", "scripted", "--script", scripted("roofline.json"),
+        "--batch", "64",        "--mode",   "infer",    "--min-time",
+        "0.01",    "--quiet",   "--json",   "-"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const Result r = run(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json doc = nlohmann::json::parse(r.out, nullptr, false);
+    if (!doc.is_object()) return int64_t{-1};
+    EXPECT_GE(static_cast<int64_t>(doc["points"][0]["samples_ms"].size()),
+              doc["settings"]["stopping"]["min_samples"].get<int64_t>());
+    return doc["settings"]["stopping"]["min_samples"].get<int64_t>();
+  };
+  EXPECT_EQ(min_samples({}), 10);
+  EXPECT_EQ(min_samples({"--latency-slo", "50"}), 100);
+  EXPECT_EQ(min_samples({"--latency-slo", "50", "--latency-percentile", "95"}), 20);
+  EXPECT_EQ(min_samples({"--latency-slo", "50", "--latency-percentile", "90"}), 10);
+  EXPECT_EQ(min_samples({"--latency-slo", "50", "--min-samples", "12"}), 12);
+  // Resumed without the budget: the minimum differs, and the refusal says where it came from.
+  const std::string first = (dir / "first.json").string();
+  ASSERT_EQ(run({"run", "--backend", "scripted", "--script", scripted("roofline.json"), "--batch", "64",
+                 "--mode", "infer", "--min-time", "0.01", "--quiet", "--latency-slo", "50", "--json", first})
+                .exit_code,
+            0);
+  const Result resumed =
+      run({"run", "--backend", "scripted", "--script", scripted("roofline.json"), "--batch", "64,128",
+           "--mode", "infer", "--min-time", "0.01", "--quiet", "--resume", first});
+  EXPECT_EQ(resumed.exit_code, 2) << resumed.err;
+  EXPECT_NE(resumed.err.find("settings.stopping.min_samples is 100, this run's is 10 (--min-samples; a "
+                             "--latency-slo raises its default"),
+            std::string::npos)
+      << resumed.err;
+}
+
 // `> log 2>&1`: stdout and stderr are one file, and the table there already ends with the warnings, so
 // they are not said on stderr a second time (with stdout alone in a file they are, for the terminal).
 TEST(Run, WarningsAreSaidOnceWhenStdoutAndStderrAreOneFile) {

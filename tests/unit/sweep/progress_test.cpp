@@ -240,7 +240,7 @@ TEST(ProgressPrinter, ResumedPointsDoNotCountTowardTheEta) {
   EXPECT_NE(out.text().find("[3/4] batch 4 · elapsed 6.0 s · ETA ~12 s"), std::string::npos) << out.text();
   // The closing line counts them apart, as settings.measured_points does.
   printer.on_sweep_end(false);
-  EXPECT_NE(out.text().find("sweep done: 2 points (1 measured, 1 taken from --resume) in 6.0 s"),
+  EXPECT_NE(out.text().find("sweep done: 2 points (1 from this run, 1 taken from --resume) in 6.0 s"),
             std::string::npos)
       << out.text();
 }
