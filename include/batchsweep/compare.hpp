@@ -111,6 +111,17 @@ struct CompareDelta {
   [[nodiscard]] bool unjudged() const { return one_step && verdict == Verdict::same; }
   // The geometric mean's verdict also held the change to the means' combined noise (every row had samples).
   bool noise_checked = false;
+
+  // The tail: the step time at the baseline's latency percentile (CompareResult::tail_percentile; p99
+  // without a budget), B's over A's, where both ran. Its verdict (slower: B's tail is longer) needs the
+  // quantile test (stats.hpp) at alpha / 2 in that direction and a change beyond the minimum effect; a mean
+  // can hold still while one step in twenty stalls, and an inference user serves the tail.
+  std::optional<double> tail_ratio;
+  Verdict tail_verdict = Verdict::not_comparable;  // not_comparable without raw samples on both sides
+  std::optional<double> tail_p_value;              // the one-sided p in the direction the percentile moved
+  // Samples on both sides, but too few at this percentile for any split to reach alpha / 2 (a p99 needs
+  // several hundred steps a side): "same (few steps)", whatever the ratio.
+  bool tail_few_steps = false;
 };
 
 // A (batch, accumulation) present in every run.
@@ -150,6 +161,10 @@ struct CompareResult {
   CompareGeomean geomean;
   double alpha = kCompareAlpha;
   double min_effect_pct = kCompareMinEffectPct;
+  double tail_percentile = 99;  // the baseline's latency percentile: each delta's tail is judged at it
+  // The table shows the tail column: the baseline is an inference sweep (where the tail is what a server
+  // answers in), or some run's tail moved beyond noise.
+  bool show_tail = false;
   std::vector<std::string> notes;  // batches not in every run, differing devices or precisions, ...
   // The notes (also in `notes`) that two reports hold one run (same created_at and points): every verdict
   // between them compares a run with itself. The CLI repeats them on stderr.
@@ -174,14 +189,16 @@ struct CompareResult {
 // large), and the baseline's answer under its latency budget where a run with the same budget (milliseconds
 // and percentile) has a step time there, at that percentile, more than pct% over the budget (a different
 // answer under the budget is only a note: it moves with latency noise).
+// In an inference comparison (the baseline's mode infer) also each batch where a run's tail (CompareDelta)
+// is "slower" and more than pct% longer than the baseline's: "tail_latency".
 struct Regression {
-  std::string kind;  // "slower", "failed", "lost_fit" or "latency_budget"
+  std::string kind;  // "slower", "failed", "lost_fit", "latency_budget" or "tail_latency"
   size_t run = 0;    // index into CompareResult::runs, >= 1
   int64_t batch = 0;
   int64_t accumulation = 1;
   std::string text;  // the line regressions() gives
-  // A slower verdict where either point was timed on a busy host (its cell's busy_host): the change may be
-  // the machine's load; the line says so, and a script may rerun before failing the build.
+  // A slower (or tail_latency) verdict where either point was timed on a busy host (its cell's busy_host):
+  // the change may be the machine's load; the line says so, and a script may rerun before failing the build.
   bool busy_host = false;
 };
 [[nodiscard]] std::vector<Regression> find_regressions(const CompareResult& result, double pct);

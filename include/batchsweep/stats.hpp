@@ -62,6 +62,25 @@ struct WelchResult {
 // I_{df/(df+t^2)}(df/2, 1/2), by its continued fraction.
 [[nodiscard]] double student_t_two_sided_p(double t, double df);
 
+// Whether b's q-th percentile lies above (or below) a's: the quantile test, Mood's median test carried to
+// any percentile. The threshold is the pooled samples' q-th percentile (`percentile`); under the null (one
+// distribution) the count of b's samples strictly above it is hypergeometric: N = n_a + n_b draws, K of them
+// above, n_b taken. p_longer = P(X >= above_b), p_shorter = P(X <= above_b), exactly (Fisher's exact test on
+// the 2x2 table). Distribution-free, so a heavy tail (a stall, a preemption) moves it as it moves the
+// percentile and no more. `resolvable`: even the most extreme split (every step above the threshold in b, or
+// none) reaches p < alpha_side; where it does not, the samples are too few for this percentile (a p99 needs
+// several hundred steps a side at alpha 0.005) and no verdict can come from them. Throws
+// std::invalid_argument for an empty sample, a non-finite value or q outside (0, 100).
+struct QuantileTestResult {
+  double threshold = 0;  // the pooled q-th percentile
+  std::size_t above_a = 0, above_b = 0;
+  double p_longer = 1;   // one-sided: b's percentile above a's
+  double p_shorter = 1;  // one-sided: b's percentile below a's
+  bool resolvable = false;
+};
+[[nodiscard]] QuantileTestResult quantile_test(std::span<const double> a, std::span<const double> b, double q,
+                                               double alpha_side);
+
 // exp(mean(log r)) of ratios (e.g. candidate / baseline throughput per batch); nullopt for no ratios.
 // Throws std::invalid_argument naming the index of a ratio that is not finite and > 0.
 [[nodiscard]] std::optional<double> geometric_mean(std::span<const double> ratios);

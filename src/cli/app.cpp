@@ -759,7 +759,10 @@ int run_app(int argc, char** argv) {
       ->add_option(
           "--fail-on-regression", compare.fail_on_regression_pct,
           "Exit 3 when a run is slower than the baseline beyond noise and PCT% (at least the 1% compare "
-          "calls a change), fails a batch the baseline ran, or breaks the baseline's latency budget by PCT%")
+          "calls a change), fails a batch the baseline ran, or breaks the baseline's latency budget by PCT%; "
+          "in inference, also when a run's p99 step (the baseline's budget percentile) is longer beyond "
+          "noise "
+          "and PCT%")
       ->type_name("PCT")
       ->check(between(0.0, 100.0, "percent: 5 for 5%"));
   compare_cmd->add_flag("--allow-model-mismatch", compare.allow_model_mismatch,
@@ -915,8 +918,8 @@ int run_app(int argc, char** argv) {
     // A budget at p99 judged on 10 steps is judged on the slowest of them: enough steps for the percentile,
     // unless --min-samples says otherwise (settings.stopping.min_samples records which).
     if (run.analysis.latency_slo_ms && run_cmd->count("--min-samples") == 0)
-      run.sweep.stopping.min_samples =
-          std::max(run.sweep.stopping.min_samples, latency_budget_min_samples(run.analysis.latency_percentile));
+      run.sweep.stopping.min_samples = std::max(run.sweep.stopping.min_samples,
+                                                latency_budget_min_samples(run.analysis.latency_percentile));
     validate(run.sweep.stopping);
     if (run.backend == "scripted" && run.script.empty())
       throw UsageError("--script: --backend scripted needs a step-time script (see tests/data/scripted)");

@@ -140,12 +140,32 @@ double smallest_p(const std::vector<double>& a, const std::vector<double>& b) {
   return mann_whitney_u(high, low).p_value;
 }
 
-CompareDelta delta(const Point& baseline, const Point& run, const CompareOptions& options) {
+// The tail's ratio and verdict at percentile `pct` (CompareDelta's tail fields), for two points that ran.
+void judge_tail(CompareDelta& d, const Point& baseline, const Point& run, double pct,
+                const CompareOptions& options) {
+  const std::optional<double> base = step_latency_ms(baseline, pct), here = step_latency_ms(run, pct);
+  if (!base || !here || !(*base > 0)) return;
+  d.tail_ratio = *here / *base;
+  if (!usable_samples(baseline.samples_ms) || !usable_samples(run.samples_ms)) return;
+  const double half_alpha = options.alpha / 2;
+  const QuantileTestResult test = quantile_test(baseline.samples_ms, run.samples_ms, pct, half_alpha);
+  d.tail_verdict = Verdict::same;
+  if (!test.resolvable) {
+    d.tail_few_steps = true;
+    return;
+  }
+  const Verdict dir = *d.tail_ratio > 1 ? Verdict::slower : Verdict::faster;
+  d.tail_p_value = dir == Verdict::slower ? test.p_longer : test.p_shorter;
+  if (*d.tail_p_value < half_alpha && beyond_effect(*d.tail_ratio, options)) d.tail_verdict = dir;
+}
+
+CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, const CompareOptions& options) {
   CompareDelta d;
   if (!ran(baseline) || !ran(run)) {
     d.ratio = std::nan("");
     return d;
   }
+  judge_tail(d, baseline, run, tail_pct, options);
   d.ratio = run.samples_per_second / baseline.samples_per_second;
   const bool effect = beyond_effect(d.ratio, options);
   const bool samples = usable_samples(baseline.samples_ms) && usable_samples(run.samples_ms);
@@ -466,6 +486,23 @@ std::string verdict_text(const CompareDelta& d, double min_effect_pct,
                      d.median_and_mean_disagree ? "; median and mean disagree" : "");
 }
 
+// The tail column: "1.70× longer", "0.98× same", "1.40× (few steps)", "—" where either did not run.
+std::string tail_text(const CompareDelta& d) {
+  if (!d.tail_ratio) return std::string(rf::kAbsent);
+  const std::string ratio = rf::fixed(*d.tail_ratio, 2) + "\u00d7";
+  switch (d.tail_verdict) {
+    case Verdict::slower:
+      return ratio + " longer";
+    case Verdict::faster:
+      return ratio + " shorter";
+    case Verdict::same:
+      return ratio + (d.tail_few_steps ? " (few steps)" : " same");
+    case Verdict::not_comparable:
+      break;
+  }
+  return ratio + " (no samples)";
+}
+
 std::string cell_text(const CompareCell& c) {
   return c.status == PointStatus::ok ? rf::human_rate(c.samples_per_second)
                                      : std::string(to_string(c.status));
@@ -523,9 +560,11 @@ rf::TextTable compare_table(const CompareResult& result) {
   column("batch", rf::Align::right);
   if (show_accumulation) column("accum", rf::Align::right);
   for (size_t i = 0; i < runs; ++i) column(letter(i) + " samples/s", rf::Align::right);
+  const std::string tail = latency_name(result.tail_percentile);
   for (size_t i = 1; i < runs; ++i) {
     column(letter(i) + "/A", rf::Align::right);
     column(runs == 2 ? std::string("verdict") : letter(i) + " verdict", rf::Align::left);
+    if (result.show_tail) column(letter(i) + " " + tail + "/A", rf::Align::left);
   }
   for (const auto& row : result.rows) {
     std::vector<std::string> cells{std::to_string(row.batch)};
@@ -534,6 +573,7 @@ rf::TextTable compare_table(const CompareResult& result) {
     for (const auto& d : row.deltas) {
       cells.push_back(ratio_text(d));
       cells.push_back(verdict_text(d, result.min_effect_pct));
+      if (result.show_tail) cells.push_back(tail_text(d));
     }
     table.rows.push_back(std::move(cells));
   }
@@ -547,6 +587,7 @@ rf::TextTable compare_table(const CompareResult& result) {
       cells.push_back(ratio_text(d));
       cells.push_back(
           verdict_text(d, result.min_effect_pct, d.noise_checked ? "threshold and noise" : "threshold"));
+      if (result.show_tail) cells.emplace_back();
     }
     table.rows.push_back(std::move(cells));
   }
@@ -557,7 +598,7 @@ rf::TextTable compare_table(const CompareResult& result) {
 std::optional<Verdict> line_verdict(const std::vector<CompareDelta>& deltas) {
   std::optional<Verdict> out;
   for (const auto& d : deltas) {
-    if (d.verdict == Verdict::slower) return Verdict::slower;
+    if (d.verdict == Verdict::slower || d.tail_verdict == Verdict::slower) return Verdict::slower;
     if (d.verdict == Verdict::faster) out = Verdict::faster;
   }
   return out;
@@ -663,7 +704,11 @@ nlohmann::json delta_json(const CompareDelta& d, const std::string& run, const s
           {"one_step", d.one_step},
           {"mean_p_value", d.mean_p_value ? number_or_null(*d.mean_p_value) : nlohmann::json(nullptr)},
           {"noise_checked", d.noise_checked},
-          {"p_value", d.p_value ? number_or_null(*d.p_value) : nlohmann::json(nullptr)}};
+          {"p_value", d.p_value ? number_or_null(*d.p_value) : nlohmann::json(nullptr)},
+          {"tail_ratio", d.tail_ratio ? number_or_null(*d.tail_ratio) : nlohmann::json(nullptr)},
+          {"tail_verdict", to_string(d.tail_verdict)},
+          {"tail_p_value", d.tail_p_value ? number_or_null(*d.tail_p_value) : nlohmann::json(nullptr)},
+          {"tail_few_steps", d.tail_few_steps}};
 }
 
 }  // namespace
@@ -679,6 +724,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   for (size_t i = 0; i < reports.size(); ++i)
     result.runs.push_back(summarize_run(reports[i], run_name(options, i)));
   check_comparable(reports, result.runs, options);
+  result.tail_percentile = result.runs.front().latency_percentile;
 
   std::set<Key> all_keys;
   for (const auto& r : reports) {
@@ -702,7 +748,8 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
                           point_standard_error(*p), latency_if_ran(*p, 99),
                           latency_if_ran(*p, result.runs.front().latency_percentile), busy_host(*p)});
     }
-    for (size_t i = 1; i < points.size(); ++i) row.deltas.push_back(delta(*points[0], *points[i], options));
+    for (size_t i = 1; i < points.size(); ++i)
+      row.deltas.push_back(delta(*points[0], *points[i], result.tail_percentile, options));
     // One measurement in two runs: run --resume took one run's point into another (or both took one earlier
     // run's). A point was measured when its report was made, unless it says it was taken; two reports made
     // in the same second are not taken for one.
@@ -719,6 +766,10 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     result.rows.push_back(std::move(row));
   }
   result.geomean = geomean_row(result.rows, reports.size(), options);
+  result.show_tail = result.runs.front().mode == "infer";
+  for (const CompareRow& row : result.rows)
+    for (const CompareDelta& d : row.deltas)
+      result.show_tail |= d.tail_verdict == Verdict::slower || d.tail_verdict == Verdict::faster;
   result.lost_fits = lost_fits(reports);
 
   // One note per run given more than once, naming every copy: 64 copies of one report are one warning,
@@ -932,6 +983,8 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
 
 std::vector<Regression> find_regressions(const CompareResult& result, double pct) {
   const double min_ratio = 1 - pct / 100;
+  const bool inference = result.runs.front().mode == "infer";
+  const std::string tail = latency_name(result.tail_percentile);
   std::vector<Regression> found;
   for (const auto& row : result.rows) {
     const std::string batch = batch_label(row.batch, row.accumulation);
@@ -939,11 +992,28 @@ std::vector<Regression> find_regressions(const CompareResult& result, double pct
       const CompareDelta& d = row.deltas[i];
       const CompareCell& base = row.runs.front();
       const CompareCell& run = row.runs[i + 1];
+      const std::string busy = base.busy_host && run.busy_host ? "both runs"
+                               : base.busy_host                ? "A"
+                               : run.busy_host                 ? letter(i + 1)
+                                                               : std::string();
+      const std::string busy_text =
+          busy.empty() ? std::string()
+                       : fmt::format(
+                             "; timed on a busy host in {}, so it may be the machine's load (rerun on a "
+                             "quiet machine)",
+                             busy);
+      // An inference run's tail, longer beyond noise and by more than PCT: the latency a server answers in.
+      if (inference && d.tail_verdict == Verdict::slower && d.tail_ratio && *d.tail_ratio > 1 + pct / 100 &&
+          base.budget_latency_ms && run.budget_latency_ms)
+        found.push_back(Regression{
+            "tail_latency", i + 1, row.batch, row.accumulation,
+            fmt::format(
+                "batch {}: {}'s {} step is {:.1f}% longer than A's ({} ms against {} ms; beyond noise: "
+                "quantile test {}){}",
+                batch, letter(i + 1), tail, (*d.tail_ratio - 1) * 100, rf::sig3(*run.budget_latency_ms),
+                rf::sig3(*base.budget_latency_ms), p_text(d.tail_p_value.value_or(1.0)), busy_text),
+            !busy.empty()});
       if (d.verdict == Verdict::slower && d.ratio < min_ratio) {
-        const std::string busy = base.busy_host && run.busy_host ? "both runs"
-                                 : base.busy_host                ? "A"
-                                 : run.busy_host                 ? letter(i + 1)
-                                                                 : std::string();
         found.push_back(Regression{
             "slower", i + 1, row.batch, row.accumulation,
             fmt::format("batch {}: {} is {:.1f}% slower than A {}{}", batch, letter(i + 1),
@@ -956,10 +1026,7 @@ std::vector<Regression> find_regressions(const CompareResult& result, double pct
                         : d.from_samples ? "beyond noise"
                         : d.few_samples  ? "(too few samples for the test; beyond the means' noise)"
                                          : "(no samples to test against noise)",
-                        busy.empty() ? std::string()
-                                     : fmt::format("; timed on a busy host in {}, so it may be the machine's "
-                                                   "load (rerun on a quiet machine)",
-                                                   busy)),
+                        busy_text),
             !busy.empty()});
       } else if (base.status == PointStatus::ok && run.status != PointStatus::ok)
         found.push_back(Regression{
@@ -1035,8 +1102,15 @@ static std::string verdict_rule(const CompareResult& result) {
       "few "
       "for the rank test, and for the geometric mean, the threshold and a change beyond twice the means' "
       "combined standard error; where a point stopped short of its targets, also beyond that (its standard "
-      "error allowing for drift), and after one step no change at all",
-      result.min_effect_pct, result.alpha);
+      "error allowing for drift), and after one step no change at all{}",
+      result.min_effect_pct, result.alpha,
+      result.show_tail
+          ? fmt::format(
+                "; the {0} column: B's {0} step over A's, longer or shorter where it moved beyond {1}% "
+                "and the quantile test (the steps above the pooled {0}, Fisher's exact test) gives p < "
+                "{2:g} that way; \"few steps\" where no split of so few steps could",
+                latency_name(result.tail_percentile), result.min_effect_pct, result.alpha / 2)
+          : std::string());
 }
 
 std::string run_letter(size_t i) {
@@ -1108,19 +1182,23 @@ std::string format_compare_markdown(const CompareResult& result, std::optional<d
     // the minimum effect (under which compare calls no change), over the budget by more than PCT.
     const double pct = *fail_on_regression_pct;
     const double throughput_pct = std::max(pct, result.min_effect_pct);
+    const bool inference = result.runs.front().mode == "infer";
+    const bool budget = result.runs.front().latency_slo_ms.has_value();
     if (found.empty())
       out += fmt::format(
-          "No run is slower than the baseline beyond noise and by more than {:g}%{}, lost a batch that fit{} "
-          "failed a batch the baseline ran{}.\n",
+          "No run is slower than the baseline beyond noise and by more than {:g}%{}{}, lost a batch that "
+          "fit{} failed a batch the baseline ran{}.\n",
           throughput_pct,
           pct < result.min_effect_pct
               ? fmt::format(" (compare calls no throughput change under {:g}%, so the gate acts there)",
                             result.min_effect_pct)
               : std::string(),
-          result.runs.front().latency_slo_ms ? "," : " or",
-          result.runs.front().latency_slo_ms
-              ? fmt::format(", or went more than {:g}% over the baseline's latency budget", pct)
-              : std::string());
+          inference ? fmt::format(", has a {} step longer beyond noise and by more than {:g}%",
+                                  latency_name(result.tail_percentile), std::max(pct, result.min_effect_pct))
+                    : std::string(),
+          budget ? "," : " or",
+          budget ? fmt::format(", or went more than {:g}% over the baseline's latency budget", pct)
+                 : std::string());
     for (const Regression& r : found) out += "- " + rf::markdown_cell(r.text) + "\n";
     if (!result.short_notes.empty()) {
       out += "\n";
@@ -1206,6 +1284,7 @@ nlohmann::json to_json(const CompareResult& result) {
   return {{"baseline", result.runs.empty() ? std::string() : result.runs.front().name},
           {"alpha", result.alpha},
           {"min_effect_pct", result.min_effect_pct},
+          {"tail_percentile", report_json::percentile_json<json>(result.tail_percentile)},
           {"runs", runs},
           {"rows", rows},
           {"geomean",

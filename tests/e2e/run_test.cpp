@@ -65,6 +65,54 @@ TEST(Run, StderrThatIsNotATerminalGetsNoProgressLines) {
   EXPECT_NE(r.err.find("sweep done: 2 points"), std::string::npos) << r.err;
 }
 
+// A stall every 25th step barely moves the mean (2%) and lengthens the p99 by half. In inference the table's
+// tail column says "longer" and the gate fails on it (tail_latency); the other way round it is "shorter"; in
+// training the column shows (the tail moved) and the gate judges throughput alone. Too few steps say so.
+TEST(Compare, ALongerTailFailsAnInferenceGate) {
+  ScratchDir dir;
+  const auto sweep = [&](const std::string& script, const std::string& mode, const std::string& samples) {
+    const std::string out = (dir / (script + "-" + mode + "-" + samples + ".json")).string();
+    const Result r =
+        run({"run", "--backend", "scripted", "--script", scripted(script + ".json"), "--batch", "64",
+             "--mode", mode, "--min-samples", samples, "--min-time", "0.01", "--quiet", "--json", out});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return out;
+  };
+  const std::string base = sweep("roofline", "infer", "600"),
+                    stalls = sweep("roofline-stalls", "infer", "600");
+  const std::string gate = (dir / "gate.json").string();
+  const Result failed = run({"compare", base, stalls, "--fail-on-regression", "5", "--json", gate});
+  EXPECT_EQ(failed.exit_code, 3) << failed.err;
+  EXPECT_NE(failed.out.find("B p99/A"), std::string::npos) << failed.out;
+  EXPECT_NE(failed.out.find("1.49\u00d7 longer"), std::string::npos) << failed.out;
+  EXPECT_NE(failed.err.find("regression: batch 64: B's p99 step is 4"), std::string::npos) << failed.err;
+  const nlohmann::json doc = read_json(gate);
+  EXPECT_EQ(doc["tail_percentile"], 99);
+  const nlohmann::json& d = doc["rows"][0]["deltas"][0];
+  EXPECT_EQ(d["tail_verdict"], "slower") << d.dump();
+  EXPECT_NEAR(d["tail_ratio"].get<double>(), 1.49, 0.02) << d.dump();
+  EXPECT_LT(d["tail_p_value"].get<double>(), 0.005) << d.dump();
+  ASSERT_EQ(doc["gate"]["findings"].size(), 1u) << doc["gate"].dump();
+  EXPECT_EQ(doc["gate"]["findings"][0]["kind"], "tail_latency");
+  if (!testing::python_with_jsonschema().empty()) {
+    EXPECT_EQ(testing::validate_file("compare-v1.schema.json", gate), 0) << doc.dump(2);
+  }
+  // The stalls as the baseline: shorter, and no regression.
+  const Result better = run({"compare", stalls, base, "--fail-on-regression", "5"});
+  EXPECT_EQ(better.exit_code, 0) << better.err;
+  EXPECT_NE(better.out.find("0.67\u00d7 shorter"), std::string::npos) << better.out;
+  // Training: the column shows, since the tail moved, and the gate judges throughput, 2% slower: passed.
+  const Result train = run({"compare", sweep("roofline", "train", "600"),
+                            sweep("roofline-stalls", "train", "600"), "--fail-on-regression", "5"});
+  EXPECT_EQ(train.exit_code, 0) << train.err;
+  EXPECT_NE(train.out.find("longer"), std::string::npos) << train.out;
+  // Ten steps a side: the p99 is not resolved, and the column says so rather than guess.
+  const Result few = run({"compare", sweep("roofline", "infer", "10"),
+                          sweep("roofline-stalls", "infer", "10"), "--fail-on-regression", "5"});
+  EXPECT_NE(few.out.find("(few steps)"), std::string::npos) << few.out;
+  EXPECT_EQ(few.err.find("p99 step is"), std::string::npos) << few.err;
+}
+
 // A latency budget is judged on enough steps for its percentile: --min-samples' default rises to 100 at p99
 // and 20 at p95 (one step above the percentile at least), 10 stays at p90; --min-samples given wins. A resume
 // that differs only in that says how to match.

@@ -75,7 +75,9 @@ class ScriptedSession final : public Session {
     } else {
       double ms = base_ms_;
       if (config_.noise_pct > 0) ms *= 1.0 + config_.noise_pct / 100.0 * gaussian(rng_state_);
-      result.step_ms = std::max(ms, base_ms_ * 0.01);  // noise never makes a step free or negative
+      ms = std::max(ms, base_ms_ * 0.01);  // noise never makes a step free or negative
+      if (config_.stall_every_steps && steps_ % *config_.stall_every_steps == 0) ms *= config_.stall_factor;
+      result.step_ms = ms;
       if (config_.sleep)
         std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(result.step_ms));
     }
@@ -211,7 +213,7 @@ double ScriptedConfig::step_ms(int64_t micro_batch, int64_t accumulation) const 
 ScriptedConfig parse_scripted_config(const nlohmann::json& doc, const std::string& source) {
   if (!doc.is_object())
     throw UsageError(fmt::format("{}: a scripted backend script must be a JSON object", source));
-  static constexpr std::array<std::string_view, 17> kKeys{"name",
+  static constexpr std::array<std::string_view, 19> kKeys{"name",
                                                           "memory_total_bytes",
                                                           "peak_flops",
                                                           "t0_ms",
@@ -223,6 +225,8 @@ ScriptedConfig parse_scripted_config(const nlohmann::json& doc, const std::strin
                                                           "oom_above_batch",
                                                           "nan_at_batch",
                                                           "skip_every_steps",
+                                                          "stall_every_steps",
+                                                          "stall_factor",
                                                           "sleep",
                                                           "hang_at_batch",
                                                           "step_oom_at_batch",
@@ -280,6 +284,12 @@ ScriptedConfig parse_scripted_config(const nlohmann::json& doc, const std::strin
   config.oom_above_batch = in.integer("oom_above_batch", 1);
   config.nan_at_batch = in.integer("nan_at_batch", 1);
   config.skip_every_steps = in.integer("skip_every_steps", 1);
+  config.stall_every_steps = in.integer("stall_every_steps", 1);
+  if (const auto factor = in.positive_number("stall_factor", 1, 1e6, /*allow_zero=*/false)) {
+    if (!config.stall_every_steps) in.fail("stall_factor", "needs stall_every_steps");
+    if (!(*factor > 1)) in.fail("stall_factor", fmt::format("must be above 1, got {}", *factor));
+    config.stall_factor = *factor;
+  }
   config.hang_at_batch = in.integer("hang_at_batch", 1);
   config.step_oom_at_batch = in.integer("step_oom_at_batch", 1);
   config.step_error_at_batch = in.integer("step_error_at_batch", 1);

@@ -17,6 +17,9 @@
 //   "oom_above_batch"     integer, optional: prepare throws OutOfMemory for micro-batches above it
 //   "nan_at_batch"        integer, optional: at this micro-batch every step reports a non-finite loss
 //   "skip_every_steps"    integer >= 1, optional: every Nth step reports an fp16 overflow skip
+//   "stall_every_steps"   integer >= 1, optional: every Nth step of a session takes stall_factor times as
+//                         long (a preemption, a GC pause, a queue): a tail the mean barely shows
+//   "stall_factor"        number > 1 (default 2), with stall_every_steps
 //   "hang_at_batch"       integer, optional: at this micro-batch each step sleeps 50 ms and reports
 //                         25 ms and 75 ms alternately (50% noise), so only the timeout ends the point
 //   "step_oom_at_batch"   integer, optional: at this micro-batch the 3rd step of a session throws
@@ -53,6 +56,8 @@ struct ScriptedConfig {
   std::optional<int64_t> oom_above_batch;
   std::optional<int64_t> nan_at_batch;
   std::optional<int64_t> skip_every_steps;
+  std::optional<int64_t> stall_every_steps;
+  double stall_factor = 2.0;
   std::optional<int64_t> hang_at_batch;
   std::optional<int64_t> step_oom_at_batch;
   std::optional<int64_t> step_error_at_batch;

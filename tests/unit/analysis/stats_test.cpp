@@ -122,5 +122,59 @@ TEST(Welch, UnequalVariancesAndSizes) {
   EXPECT_THROW((void)welch_t_test(std::vector<double>{1}, b), std::invalid_argument);
 }
 
+// The quantile test against exact sums of binomial coefficients (Python's math.comb): the counts above the
+// pooled percentile, both one-sided p, and whether any split of so many steps could be significant.
+TEST(QuantileTest, MatchesFishersExactTestOnTheCountsAboveThePooledPercentile) {
+  std::vector<double> a, b;
+  for (int i = 0; i < 400; ++i) {
+    a.push_back(1.0 + 0.01 * (i % 17));
+    b.push_back(1.0 + 0.01 * (i % 17) + (i % 25 == 0 ? 1.0 : 0.0));  // a stall every 25th step
+  }
+  const QuantileTestResult longer = quantile_test(a, b, 99, 0.005);
+  EXPECT_NEAR(longer.threshold, 2.0701, 1e-12);
+  EXPECT_EQ(longer.above_a, 0u);
+  EXPECT_EQ(longer.above_b, 8u);
+  EXPECT_NEAR(longer.p_longer, 0.0037706450711151598, 1e-12);
+  EXPECT_NEAR(longer.p_shorter, 1.0, 1e-12);
+  EXPECT_TRUE(longer.resolvable);
+  // The other way round: the same p, shorter.
+  const QuantileTestResult shorter = quantile_test(b, a, 99, 0.005);
+  EXPECT_NEAR(shorter.p_shorter, 0.0037706450711151598, 1e-12);
+  EXPECT_NEAR(shorter.p_longer, 1.0, 1e-12);
+  // Unequal sizes at p95.
+  a.clear();
+  b.clear();
+  for (int i = 0; i < 300; ++i) a.push_back(1.0 + 0.001 * i);
+  for (int i = 0; i < 200; ++i) b.push_back(1.0 + 0.001 * i + (i % 10 == 0 ? 0.5 : 0.0));
+  const QuantileTestResult p95 = quantile_test(a, b, 95, 0.005);
+  EXPECT_EQ(p95.above_a, 5u);
+  EXPECT_EQ(p95.above_b, 20u);
+  EXPECT_NEAR(p95.p_longer, 3.5171605199478245e-05, 1e-15);
+  EXPECT_NEAR(p95.p_shorter, 0.9999950978052426, 1e-12);
+  EXPECT_TRUE(p95.resolvable);
+}
+
+// 20 steps a side cannot resolve a p99 (one step lies above it), however far apart they are; steps all
+// equal have none above; bad input throws.
+TEST(QuantileTest, TooFewStepsOrNoneAboveIsNotResolvable) {
+  std::vector<double> a, b;
+  for (int i = 1; i <= 20; ++i) {
+    a.push_back(i);
+    b.push_back(i + 100.0);
+  }
+  const QuantileTestResult few = quantile_test(a, b, 99, 0.005);
+  EXPECT_FALSE(few.resolvable);
+  EXPECT_EQ(few.above_b, 1u);
+  EXPECT_NEAR(few.p_longer, 0.5, 1e-12);
+  const std::vector<double> flat(1000, 2.0);
+  const QuantileTestResult equal = quantile_test(flat, flat, 99, 0.005);
+  EXPECT_FALSE(equal.resolvable);
+  EXPECT_EQ(equal.above_a + equal.above_b, 0u);
+  EXPECT_EQ(equal.p_longer, 1.0);
+  EXPECT_THROW((void)quantile_test(std::vector<double>{}, flat, 99, 0.005), std::invalid_argument);
+  EXPECT_THROW((void)quantile_test(flat, std::vector<double>{1.0, NAN}, 99, 0.005), std::invalid_argument);
+  EXPECT_THROW((void)quantile_test(flat, flat, 100, 0.005), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace bsw

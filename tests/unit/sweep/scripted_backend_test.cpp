@@ -256,6 +256,42 @@ TEST(ScriptedBackend, ScriptedFailures) {
   EXPECT_THROW((void)make_scripted_backend(small)->prepare(graph, plan, SessionOptions{}), OutOfMemory);
 }
 
+// Every Nth step of a session stalls by the factor: a tail the mean barely shows. Both keys are checked.
+TEST(ScriptedBackend, StallsLengthenEveryNthStep) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline();
+  config.noise_pct = 0;
+  config.stall_every_steps = 3;
+  config.stall_factor = 4.0;
+  const auto session = make_scripted_backend(config)->prepare(graph, plan_for(graph, 8), SessionOptions{});
+  std::vector<double> ms;
+  for (int i = 0; i < 6; ++i) ms.push_back(session->step().step_ms);
+  EXPECT_EQ(ms[2], 4.0 * ms[0]);
+  EXPECT_EQ(ms[5], 4.0 * ms[0]);
+  EXPECT_EQ(ms[1], ms[0]);
+  EXPECT_EQ(ms[3], ms[0]);
+
+  const auto doc = nlohmann::json{{"memory_total_bytes", 1000},
+                                  {"t0_ms", 1.0},
+                                  {"samples_per_ms", 10},
+                                  {"stall_every_steps", 25},
+                                  {"stall_factor", 1.5}};
+  const ScriptedConfig parsed = parse_scripted_config(doc, "s.json");
+  EXPECT_EQ(parsed.stall_every_steps, 25);
+  EXPECT_EQ(parsed.stall_factor, 1.5);
+  auto alone = doc;
+  alone.erase("stall_every_steps");
+  EXPECT_NE(usage_message(alone).find("stall_factor: needs stall_every_steps"), std::string::npos)
+      << usage_message(alone);
+  auto one = doc;
+  one["stall_factor"] = 1;
+  EXPECT_NE(usage_message(one).find("stall_factor: must be above 1, got 1"), std::string::npos)
+      << usage_message(one);
+  auto zero = doc;
+  zero["stall_every_steps"] = 0;
+  EXPECT_NE(usage_message(zero).find("stall_every_steps"), std::string::npos) << usage_message(zero);
+}
+
 TEST(ScriptedBackend, HangSleepsAndReportsHugeNoise) {
   const Graph graph = tiny_graph();
   ScriptedConfig config = testing::roofline();

@@ -1,0 +1,78 @@
+// The quantile test (Mood's median test at any percentile) by Fisher's exact test on the counts above the
+// pooled percentile: see stats.hpp.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+#include "batchsweep/stats.hpp"
+
+namespace bsw {
+namespace {
+
+double log_choose(double n, double k) {
+  return std::lgamma(n + 1) - std::lgamma(k + 1) - std::lgamma(n - k + 1);
+}
+
+// P(X = x) for X hypergeometric: `drawn` of `total`, `marked` of which are marked.
+double hypergeometric_pmf(std::size_t x, std::size_t total, std::size_t marked, std::size_t drawn) {
+  if (x > marked || x > drawn || drawn - x > total - marked) return 0.0;
+  const auto d = [](std::size_t v) { return static_cast<double>(v); };
+  return std::exp(log_choose(d(marked), d(x)) + log_choose(d(total - marked), d(drawn - x)) -
+                  log_choose(d(total), d(drawn)));
+}
+
+// P(X >= x) and P(X <= x), summed over the shorter side of the support and clamped to [0, 1].
+double upper_tail(std::size_t x, std::size_t total, std::size_t marked, std::size_t drawn) {
+  const std::size_t top = std::min(marked, drawn);
+  double p = 0;
+  for (std::size_t k = x; k <= top; ++k) p += hypergeometric_pmf(k, total, marked, drawn);
+  return std::clamp(p, 0.0, 1.0);
+}
+
+double lower_tail(std::size_t x, std::size_t total, std::size_t marked, std::size_t drawn) {
+  const std::size_t bottom = drawn > total - marked ? drawn - (total - marked) : 0;
+  double p = 0;
+  for (std::size_t k = bottom; k <= x; ++k) p += hypergeometric_pmf(k, total, marked, drawn);
+  return std::clamp(p, 0.0, 1.0);
+}
+
+void check(std::span<const double> samples, const char* which) {
+  if (samples.empty()) throw std::invalid_argument(fmt::format("quantile_test: sample {} is empty", which));
+  for (double v : samples)
+    if (!std::isfinite(v))
+      throw std::invalid_argument(fmt::format("quantile_test: sample {} holds a non-finite value", which));
+}
+
+}  // namespace
+
+QuantileTestResult quantile_test(std::span<const double> a, std::span<const double> b, double q,
+                                 double alpha_side) {
+  check(a, "a");
+  check(b, "b");
+  if (!(q > 0 && q < 100)) throw std::invalid_argument(fmt::format("quantile_test: q {} not in (0, 100)", q));
+  std::vector<double> pooled(a.begin(), a.end());
+  pooled.insert(pooled.end(), b.begin(), b.end());
+  QuantileTestResult r;
+  r.threshold = percentile(pooled, q);
+  const auto above = [&](std::span<const double> s) {
+    return static_cast<std::size_t>(
+        std::count_if(s.begin(), s.end(), [&](double v) { return v > r.threshold; }));
+  };
+  r.above_a = above(a);
+  r.above_b = above(b);
+  const std::size_t total = a.size() + b.size(), marked = r.above_a + r.above_b, drawn = b.size();
+  r.p_longer = upper_tail(r.above_b, total, marked, drawn);
+  r.p_shorter = lower_tail(r.above_b, total, marked, drawn);
+  // The most extreme splits the margins allow: every marked step in b, or as few as fit.
+  const std::size_t most = std::min(marked, drawn);
+  const std::size_t least = drawn > total - marked ? drawn - (total - marked) : 0;
+  r.resolvable = upper_tail(most, total, marked, drawn) < alpha_side &&
+                 lower_tail(least, total, marked, drawn) < alpha_side;
+  return r;
+}
+
+}  // namespace bsw
