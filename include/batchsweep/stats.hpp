@@ -64,19 +64,23 @@ struct WelchResult {
 
 // Whether b's q-th percentile lies above (or below) a's: the quantile test, Mood's median test carried to
 // any percentile. The threshold is the pooled samples' q-th percentile (`percentile`); under the null (one
-// distribution) the count of b's samples strictly above it is hypergeometric: N = n_a + n_b draws, K of them
-// above, n_b taken. p_longer = P(X >= above_b), p_shorter = P(X <= above_b), exactly (Fisher's exact test on
-// the 2x2 table). Distribution-free, so a heavy tail (a stall, a preemption) moves it as it moves the
-// percentile and no more. `resolvable`: even the most extreme split (every step above the threshold in b, or
-// none) reaches p < alpha_side; where it does not, the samples are too few for this percentile (a p99 needs
-// several hundred steps a side at alpha 0.005) and no verdict can come from them. Throws
-// std::invalid_argument for an empty sample, a non-finite value or q outside (0, 100).
+// distribution) the count of b's samples above it is hypergeometric: N = n_a + n_b draws, K of them above,
+// n_b taken. p_longer = P(X >= above_b), p_shorter = P(X <= above_b), exactly (Fisher's exact test on the
+// 2x2 table). "Above" is strictly above, or at or above where no step is strictly above (the slowest steps
+// tie at the threshold): either rule is a function of the pooled steps, so the test stays exact.
+// Distribution-free, so a heavy tail (a stall, a preemption) moves it as it moves the percentile and no more.
+// `longer_resolvable` (`shorter_resolvable`): the most extreme split that way (every step above the
+// threshold in b, or as few as fit) reaches p < alpha_side; where it does not, the steps are too few for this
+// percentile that way (a p99 needs several hundred in the run that shows the longer tail) and no verdict can
+// come from them. Throws std::invalid_argument for an empty sample, a non-finite value or q outside (0, 100).
 struct QuantileTestResult {
-  double threshold = 0;  // the pooled q-th percentile
+  double threshold = 0;       // the pooled q-th percentile
+  bool ties_counted = false;  // steps at the threshold counted as above (none was strictly above)
   std::size_t above_a = 0, above_b = 0;
   double p_longer = 1;   // one-sided: b's percentile above a's
   double p_shorter = 1;  // one-sided: b's percentile below a's
-  bool resolvable = false;
+  bool longer_resolvable = false;
+  bool shorter_resolvable = false;
 };
 [[nodiscard]] QuantileTestResult quantile_test(std::span<const double> a, std::span<const double> b, double q,
                                                double alpha_side);

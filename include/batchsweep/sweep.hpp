@@ -3,7 +3,6 @@
 // Points. The sweep knows backends only through backend.hpp and knows nothing of how points are printed.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <deque>
@@ -82,14 +81,6 @@ inline constexpr double kCudaWarmupTimeS = 0.2;
 // The warm-up time a sweep on `backend` uses: --warmup-time where given, else kCudaWarmupTimeS on cuda.
 [[nodiscard]] inline double warmup_time_s(const StoppingSettings& stopping, BackendKind backend) {
   return stopping.warmup_time_s.value_or(backend == BackendKind::cuda ? kCudaWarmupTimeS : 0.0);
-}
-
-// The timed steps a latency budget at percentile `pct` needs by default: enough that at least one step lies
-// above the percentile (100 at p99, 20 at p95, 10 at p90), so the p99 a budget is judged on is not simply the
-// slowest of a few steps, nor read lower than trtexec's or perf_analyzer's nearest-rank p99 by much. run
-// raises --min-samples to it where a budget is given and --min-samples is not; --timeout still bounds a point.
-[[nodiscard]] inline int64_t latency_budget_min_samples(double pct) {
-  return pct < 100.0 ? static_cast<int64_t>(std::ceil(100.0 / (100.0 - pct) - 1e-9)) : 1;
 }
 
 // Throws UsageError naming the flag (--warmup, --warmup-time, --min-samples, --min-time, --max-noise,

@@ -731,7 +731,7 @@ void require(bool valid, std::string_view flag, std::string_view rule, double va
 }  // namespace
 
 bool is_latency_percentile(double pct) {
-  return pct == 50 || pct == 90 || pct == 95 || pct == 99;
+  return pct == 50 || pct == 90 || pct == 95 || pct == 99 || pct == 99.9;
 }
 
 std::string latency_name(double pct) {
@@ -758,7 +758,7 @@ void validate(const AnalysisOptions& options) {
   if (options.latency_slo_ms)
     require(std::isfinite(*options.latency_slo_ms) && *options.latency_slo_ms > 0.0, "--latency-slo",
             "a step time in ms > 0", *options.latency_slo_ms);
-  require(is_latency_percentile(options.latency_percentile), "--latency-percentile", "50, 90, 95 or 99",
+  require(is_latency_percentile(options.latency_percentile), "--latency-percentile", "50, 90, 95, 99 or 99.9",
           options.latency_percentile);
   if (options.price_per_hour)
     require(std::isfinite(*options.price_per_hour) && *options.price_per_hour >= 0.0, "--price-per-hour",

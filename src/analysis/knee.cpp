@@ -372,7 +372,8 @@ namespace analysis_detail {
 // competed for the CPUs (or the hypervisor took them): that noise is not the load's, which moved whole steps
 // and differs from run to run, so "stable" would promise a rerun the same answer.
 void add_busy_host(KneeResult& knee, const std::vector<CurvePoint>& curve) {
-  if (knee.confidence != "stable") return;
+  // Too few points for a knee is that, whatever the load.
+  if (knee.confidence != "stable" || curve.size() < kMinKneePoints) return;
   std::vector<int64_t> busy;
   for (const CurvePoint& c : curve)
     if (c.point->host && c.point->host->busy()) busy.push_back(c.batch);

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <utility>
 
+#include "batchsweep/analysis.hpp"
 #include "batchsweep/backends.hpp"
 #include "batchsweep/errors.hpp"
 #include "batchsweep/gpu_specs.hpp"
@@ -353,10 +354,10 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
       cmd->add_option(
              "--latency-percentile", a.latency_percentile,
              of_report
-                 ? "The step-time percentile --latency-slo holds: 50, 90, 95 or 99 (default: the "
+                 ? "The step-time percentile --latency-slo holds: 50, 90, 95, 99 or 99.9 (default: the "
                    "run's, else 99)"
-                 : "The step-time percentile --latency-slo holds: 50, 90, 95 or 99 (p95 works too; needs "
-                   "--latency-slo; default 99)")
+                 : "The step-time percentile --latency-slo holds: 50, 90, 95, 99 or 99.9 (p95 works too; "
+                   "needs --latency-slo; default 99)")
           ->type_name("P")
           // "p95" as the answers write it is 95, and "95%" too.
           ->transform([](const std::string& v) {
@@ -365,10 +366,10 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
             if (out.size() > 1 && out.back() == '%') out.pop_back();
             return out;
           })
-          ->check(number_check("{50,90,95,99}", [](double v, const std::string& text) {
-            return v == 50 || v == 90 || v == 95 || v == 99
+          ->check(number_check("{50,90,95,99,99.9}", [](double v, const std::string& text) {
+            return is_latency_percentile(v)
                        ? std::string()
-                       : fmt::format("must be 50, 90, 95 or 99 (p95 works too), got {}", text);
+                       : fmt::format("must be 50, 90, 95, 99 or 99.9 (p95 works too), got {}", text);
           }));
   CLI::Option* saturation =
       cmd->add_option("--saturation", a.saturation_pct,

@@ -45,9 +45,16 @@
 #include "batchsweep/sweep.hpp"
 #include "batchsweep/telemetry.hpp"
 #include "git_commit.hpp"
+#include "report/json_pieces.hpp"
 
 namespace bsw::cli {
 namespace {
+
+// settings.latency_percentile as the schema lists it: 99, not 99.0 (a reader decoding into an integer type
+// refuses that), and 99.9.
+nlohmann::json percentile_setting(double pct) {
+  return report_json::percentile_json<nlohmann::json>(pct);
+}
 
 std::atomic<int> g_signal{0};
 // When the first signal came (CLOCK_MONOTONIC, ns). A second within kSameRequestNs is the same request: GNU
@@ -470,8 +477,8 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
       {"saturation_pct", s.analysis.saturation_pct},
       {"latency_slo_ms",
        s.analysis.latency_slo_ms ? nlohmann::json(*s.analysis.latency_slo_ms) : nlohmann::json()},
-      // One of 50, 90, 95, 99 (validated): the integer the schema lists, not 99.0.
-      {"latency_percentile", static_cast<int>(s.analysis.latency_percentile)},
+      // One of 50, 90, 95, 99, 99.9 (validated): as the schema lists it, 99 not 99.0.
+      {"latency_percentile", percentile_setting(s.analysis.latency_percentile)},
       {"price_per_hour",
        s.analysis.price_per_hour ? nlohmann::json(*s.analysis.price_per_hour) : nlohmann::json()},
   };
@@ -1274,7 +1281,8 @@ RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags,
         flags.latency_percentile = *v;
         if (flags.latency_slo_ms) out.kept.push_back(fmt::format("--latency-percentile {:g}", *v));
       } else if (flags.latency_slo_ms) {
-        out.ignored.push_back(fmt::format("settings.latency_percentile {:g} not one of 50, 90, 95, 99", *v));
+        out.ignored.push_back(
+            fmt::format("settings.latency_percentile {:g} not one of 50, 90, 95, 99, 99.9", *v));
       }
     }
   }
@@ -1342,7 +1350,7 @@ int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& ar
   report.settings["saturation_pct"] = flags.saturation_pct;
   report.settings["latency_slo_ms"] =
       flags.latency_slo_ms ? nlohmann::json(*flags.latency_slo_ms) : nlohmann::json();
-  report.settings["latency_percentile"] = static_cast<int>(flags.latency_percentile);  // 50, 90, 95 or 99
+  report.settings["latency_percentile"] = percentile_setting(flags.latency_percentile);
   // command, created_at and tool stay the run's (what measured the points); this says what analysed them.
   report.settings["analyzed"] = {
       {"command", argv}, {"at", now_iso8601()}, {"version", BSW_VERSION}, {"git_commit", BSW_GIT_COMMIT}};

@@ -146,17 +146,25 @@ void judge_tail(CompareDelta& d, const Point& baseline, const Point& run, double
   const std::optional<double> base = step_latency_ms(baseline, pct), here = step_latency_ms(run, pct);
   if (!base || !here || !(*base > 0)) return;
   d.tail_ratio = *here / *base;
-  if (!usable_samples(baseline.samples_ms) || !usable_samples(run.samples_ms)) return;
-  const double half_alpha = options.alpha / 2;
-  const QuantileTestResult test = quantile_test(baseline.samples_ms, run.samples_ms, pct, half_alpha);
+  if (baseline.samples_ms.empty() || run.samples_ms.empty()) return;  // not comparable: no samples
   d.tail_verdict = Verdict::same;
-  if (!test.resolvable) {
+  // One step (a step longer than --timeout) says nothing of a percentile.
+  if (!usable_samples(baseline.samples_ms) || !usable_samples(run.samples_ms)) {
     d.tail_few_steps = true;
     return;
   }
-  const Verdict dir = *d.tail_ratio > 1 ? Verdict::slower : Verdict::faster;
-  d.tail_p_value = dir == Verdict::slower ? test.p_longer : test.p_shorter;
-  if (*d.tail_p_value < half_alpha && beyond_effect(*d.tail_ratio, options)) d.tail_verdict = dir;
+  const double half_alpha = options.alpha / 2;
+  const QuantileTestResult test = quantile_test(baseline.samples_ms, run.samples_ms, pct, half_alpha);
+  if (*d.tail_ratio == 1) return;  // the percentile did not move (steps all equal, a coarse timer)
+  // Judged in the direction the percentile moved: the run with the longer tail needs the steps to show it.
+  const bool longer = *d.tail_ratio > 1;
+  d.tail_p_value = longer ? test.p_longer : test.p_shorter;
+  if (*d.tail_p_value < half_alpha) {
+    if (beyond_effect(*d.tail_ratio, options)) d.tail_verdict = longer ? Verdict::slower : Verdict::faster;
+  } else if (!(longer ? test.longer_resolvable : test.shorter_resolvable)) {
+    d.tail_few_steps = true;
+    d.tail_p_value.reset();
+  }
 }
 
 CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, const CompareOptions& options) {
@@ -594,11 +602,13 @@ rf::TextTable compare_table(const CompareResult& result) {
   return table;
 }
 
-// Which verdict colors a console line: slower wins over faster.
-std::optional<Verdict> line_verdict(const std::vector<CompareDelta>& deltas) {
+// Which verdict colors a console line: slower wins over faster; a longer tail counts where the gate judges
+// it (`tail_gated`: inference).
+std::optional<Verdict> line_verdict(const std::vector<CompareDelta>& deltas, bool tail_gated) {
   std::optional<Verdict> out;
   for (const auto& d : deltas) {
-    if (d.verdict == Verdict::slower || d.tail_verdict == Verdict::slower) return Verdict::slower;
+    if (d.verdict == Verdict::slower || (tail_gated && d.tail_verdict == Verdict::slower))
+      return Verdict::slower;
     if (d.verdict == Verdict::faster) out = Verdict::faster;
   }
   return out;
@@ -684,7 +694,7 @@ std::string same_run_text(const Report& a, const std::vector<size_t>& runs) {
       "itself, so \"same\" there says nothing about a change",
       names,
       scripted ? fmt::format(", or {} runs of one script started in one second, whose steps repeat",
-                             two ? std::string("two") : std::to_string(runs.size()))
+                             two ? "two" : "several")
                : "",
       a.created_at.empty() ? std::string(two ? "neither has a created_at" : "none has a created_at")
                            : "created_at " + a.created_at);
@@ -820,6 +830,29 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   for (size_t i = 1; i < result.runs.size(); ++i)
     if (auto change = budget_change(base, result.runs[i], letter(i), options.min_effect_pct))
       result.notes.push_back(std::move(*change));
+  // In inference, where the gate judges the tail: batches whose tail could not be judged for want of steps,
+  // so a gate's "passed" is not read as "the p99 held".
+  if (result.runs.front().mode == "infer") {
+    for (size_t i = 1; i < reports.size(); ++i) {
+      std::vector<std::string> unjudged;
+      size_t fewest = std::numeric_limits<size_t>::max();
+      for (const CompareRow& row : result.rows) {
+        if (!row.deltas[i - 1].tail_few_steps) continue;
+        unjudged.push_back(batch_label(row.batch, row.accumulation));
+        for (size_t k : {size_t{0}, i})
+          if (const Point* p = find_point(reports[k], {row.batch, row.accumulation}))
+            fewest = std::min(fewest, p->samples_ms.size());
+      }
+      if (unjudged.empty()) continue;
+      result.short_notes.push_back(fmt::format(
+          "{}: its {} step was not judged against A's at batch{} {}: too few steps (as few as {}) for any "
+          "change there to show beyond noise; a {} needs {} or more in each run (--min-samples)",
+          letter(i), latency_name(result.tail_percentile), unjudged.size() == 1 ? "" : "es",
+          fmt::join(unjudged, ", "), fewest, latency_name(result.tail_percentile),
+          5 * latency_budget_min_samples(result.tail_percentile)));
+      result.notes.push_back(result.short_notes.back());
+    }
+  }
   // Points that stopped short of their measurement targets: their verdicts rest on noisier means.
   for (size_t i = 0; i < reports.size(); ++i) {
     std::vector<std::string> short_points;
@@ -1108,7 +1141,7 @@ static std::string verdict_rule(const CompareResult& result) {
           ? fmt::format(
                 "; the {0} column: B's {0} step over A's, longer or shorter where it moved beyond {1}% "
                 "and the quantile test (the steps above the pooled {0}, Fisher's exact test) gives p < "
-                "{2:g} that way; \"few steps\" where no split of so few steps could",
+                "{2:g} that way; \"few steps\" where no split of so few steps could reach that",
                 latency_name(result.tail_percentile), result.min_effect_pct, result.alpha / 2)
           : std::string());
 }
@@ -1128,12 +1161,13 @@ std::string format_compare(const CompareResult& result, bool color) {
     out += "no batch is in every run\n";
   } else {
     const auto lines = rf::render_lines(compare_table(result));
+    const bool tail_gated = result.runs.front().mode == "infer";
     out += (color ? "\x1b[1m" + lines[0] + "\x1b[0m" : lines[0]) + "\n";
     for (size_t i = 0; i < result.rows.size(); ++i) {
-      out += colored(lines[i + 1], line_verdict(result.rows[i].deltas), color) + "\n";
+      out += colored(lines[i + 1], line_verdict(result.rows[i].deltas, tail_gated), color) + "\n";
     }
     if (lines.size() > result.rows.size() + 1) {
-      out += colored(lines.back(), line_verdict(result.geomean.deltas), color) + "\n";
+      out += colored(lines.back(), line_verdict(result.geomean.deltas, tail_gated), color) + "\n";
     }
   }
   out += "\n";

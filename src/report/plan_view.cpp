@@ -170,11 +170,11 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
 // reports it)".
 static std::string memory_text(const PlanSummary& s) {
   if (s.memory_card.empty()) return report_format::human_bytes(*s.memory_bytes);
-  // A card to a tenth of a GiB: the three digits elsewhere would round 139.8 GiB to "140 GiB", which given as
-  // --memory plans for 0.2 GiB the card does not have.
-  return fmt::format("{:.1f} GiB ({}: {} MiB, as CUDA reports it)",
-                     static_cast<double>(*s.memory_bytes) / static_cast<double>(uint64_t{1} << 30),
-                     s.memory_card, *s.memory_bytes >> 20);
+  // A card to a tenth of a GiB, rounded down: the three digits elsewhere would round 139.8 GiB to "140 GiB",
+  // which given as --memory plans for 0.2 GiB the card does not have (and 22518 MiB, an L4, is 21.99 GiB).
+  const uint64_t tenths = *s.memory_bytes * 10 / (uint64_t{1} << 30);
+  return fmt::format("{}.{} GiB ({}: {} MiB, as CUDA reports it)", tenths / 10, tenths % 10, s.memory_card,
+                     *s.memory_bytes >> 20);
 }
 
 std::string format_plan_table(const PlanSummary& s) {

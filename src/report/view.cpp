@@ -201,6 +201,13 @@ rf::TextTable point_table(const Report& report) {
                          return has_step_stats(p) && p.step_ms.p99 > 0 ? budget_side_text(p.step_ms.p99, b)
                                                                        : std::string(rf::kAbsent);
                        }});
+    // A p99.9 budget, after p99: from the raw steps (step_ms has no p99.9).
+    if (pct == 99.9)
+      columns.push_back({"p99.9 ms", Align::right, [pct, budget](const Point& p) {
+                           const std::optional<double> v = step_latency_ms(p, pct);
+                           return p.status == PointStatus::ok && v ? budget_side_text(*v, budget)
+                                                                   : std::string(rf::kAbsent);
+                         }});
   }
   if (any_point(report, [](const Point& p) { return p.noise_pct.has_value(); })) {
     columns.push_back({"noise %", Align::right, [&](const Point& p) {

@@ -125,7 +125,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"latency_percentile_not_offered",
              {"run", "--latency-slo", "5", "--latency-percentile", "97"},
              2,
-             {"--latency-percentile: must be 50, 90, 95 or 99 (p95 works too), got 97"}},
+             {"--latency-percentile: must be 50, 90, 95, 99 or 99.9 (p95 works too), got 97"}},
         Case{"model_number_overflow",
              {"plan", "--model", "{dir}/m.json"},
              2,

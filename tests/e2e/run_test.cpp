@@ -137,6 +137,21 @@ TEST(Run, ALatencyBudgetTakesEnoughStepsForItsPercentile) {
   EXPECT_EQ(min_samples({"--latency-slo", "50", "--latency-percentile", "95"}), 20);
   EXPECT_EQ(min_samples({"--latency-slo", "50", "--latency-percentile", "90"}), 10);
   EXPECT_EQ(min_samples({"--latency-slo", "50", "--min-samples", "12"}), 12);
+  // A serving tail at one request in a thousand: p99.9, from the raw steps (1000 of them by default).
+  EXPECT_EQ(min_samples({"--latency-slo", "50", "--latency-percentile", "p99.9"}), 1000);
+  const std::string tail = (dir / "p999.json").string();
+  const Result p999 = run({"run", "--backend", "scripted", "--script", scripted("roofline.json"), "--batch",
+                           "64,128", "--mode", "infer", "--min-time", "0.01", "--quiet", "--latency-slo",
+                           "50", "--latency-percentile", "99.9", "--json", tail});
+  ASSERT_EQ(p999.exit_code, 0) << p999.err;
+  EXPECT_EQ(read_json(tail)["settings"]["latency_percentile"], 99.9);
+  EXPECT_NE(read_json(tail)["analysis"]["latency_slo"]["reason"].get<std::string>().find("p99.9 step "),
+            std::string::npos)
+      << read_json(tail)["analysis"].dump();
+  expect_valid_report(tail);
+  const Result reanalyzed = run({"analyze", tail, "--latency-slo", "40"});
+  EXPECT_EQ(reanalyzed.exit_code, 0) << reanalyzed.err;
+  EXPECT_NE(reanalyzed.out.find("40 ms p99.9 budget"), std::string::npos) << reanalyzed.out;
   // Resumed without the budget: the minimum differs, and the refusal says where it came from.
   const std::string first = (dir / "first.json").string();
   ASSERT_EQ(run({"run", "--backend", "scripted", "--script", scripted("roofline.json"), "--batch", "64",

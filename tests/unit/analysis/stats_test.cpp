@@ -136,7 +136,9 @@ TEST(QuantileTest, MatchesFishersExactTestOnTheCountsAboveThePooledPercentile) {
   EXPECT_EQ(longer.above_b, 8u);
   EXPECT_NEAR(longer.p_longer, 0.0037706450711151598, 1e-12);
   EXPECT_NEAR(longer.p_shorter, 1.0, 1e-12);
-  EXPECT_TRUE(longer.resolvable);
+  EXPECT_FALSE(longer.ties_counted);
+  EXPECT_TRUE(longer.longer_resolvable);
+  EXPECT_TRUE(longer.shorter_resolvable);
   // The other way round: the same p, shorter.
   const QuantileTestResult shorter = quantile_test(b, a, 99, 0.005);
   EXPECT_NEAR(shorter.p_shorter, 0.0037706450711151598, 1e-12);
@@ -151,7 +153,32 @@ TEST(QuantileTest, MatchesFishersExactTestOnTheCountsAboveThePooledPercentile) {
   EXPECT_EQ(p95.above_b, 20u);
   EXPECT_NEAR(p95.p_longer, 3.5171605199478245e-05, 1e-15);
   EXPECT_NEAR(p95.p_shorter, 0.9999950978052426, 1e-12);
-  EXPECT_TRUE(p95.resolvable);
+  EXPECT_TRUE(p95.longer_resolvable);
+  // Many more steps in a than in b: a longer tail in b shows (every stall above the threshold is b's), while
+  // a shorter one could not (0.87^K at best), so each direction says for itself whether it could.
+  a.clear();
+  b.clear();
+  for (int i = 0; i < 2000; ++i) a.push_back(1.0 + 0.0001 * (i % 97));
+  for (int i = 0; i < 300; ++i) b.push_back(1.0 + 0.0001 * (i % 97) + (i % 25 == 0 ? 0.5 : 0.0));
+  const QuantileTestResult uneven = quantile_test(a, b, 99, 0.005);
+  EXPECT_EQ(uneven.above_a, 0u);
+  EXPECT_EQ(uneven.above_b, 12u);
+  EXPECT_NEAR(uneven.p_longer, 1.997168322959615e-11, 1e-20);
+  EXPECT_TRUE(uneven.longer_resolvable);
+  EXPECT_FALSE(uneven.shorter_resolvable);
+}
+
+// Stalls of one length at the pooled percentile: none is strictly above it, so the steps at it count.
+TEST(QuantileTest, TiedSlowestStepsAtThePercentileCount) {
+  const std::vector<double> a(600, 2.0);
+  std::vector<double> b;
+  for (int i = 0; i < 600; ++i) b.push_back(i % 25 == 0 ? 3.0 : 2.0);
+  const QuantileTestResult r = quantile_test(a, b, 99, 0.005);
+  EXPECT_EQ(r.threshold, 3.0);
+  EXPECT_TRUE(r.ties_counted);
+  EXPECT_EQ(r.above_a, 0u);
+  EXPECT_EQ(r.above_b, 24u);
+  EXPECT_NEAR(r.p_longer, 4.71400904175901e-08, 1e-16);
 }
 
 // 20 steps a side cannot resolve a p99 (one step lies above it), however far apart they are; steps all
@@ -163,13 +190,15 @@ TEST(QuantileTest, TooFewStepsOrNoneAboveIsNotResolvable) {
     b.push_back(i + 100.0);
   }
   const QuantileTestResult few = quantile_test(a, b, 99, 0.005);
-  EXPECT_FALSE(few.resolvable);
+  EXPECT_FALSE(few.longer_resolvable);
+  EXPECT_FALSE(few.shorter_resolvable);
   EXPECT_EQ(few.above_b, 1u);
   EXPECT_NEAR(few.p_longer, 0.5, 1e-12);
   const std::vector<double> flat(1000, 2.0);
   const QuantileTestResult equal = quantile_test(flat, flat, 99, 0.005);
-  EXPECT_FALSE(equal.resolvable);
-  EXPECT_EQ(equal.above_a + equal.above_b, 0u);
+  EXPECT_FALSE(equal.longer_resolvable);
+  EXPECT_TRUE(equal.ties_counted);
+  EXPECT_EQ(equal.above_a + equal.above_b, 2000u);  // every step ties: nothing to tell apart
   EXPECT_EQ(equal.p_longer, 1.0);
   EXPECT_THROW((void)quantile_test(std::vector<double>{}, flat, 99, 0.005), std::invalid_argument);
   EXPECT_THROW((void)quantile_test(flat, std::vector<double>{1.0, NAN}, 99, 0.005), std::invalid_argument);

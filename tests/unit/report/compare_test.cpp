@@ -248,7 +248,7 @@ TEST(Compare, OneRunTwiceIsNoted) {
   EXPECT_THAT(many.same_run_notes[0], HasSubstr("A, C, D and F are the same run (created_at"));
   EXPECT_THAT(many.same_run_notes[1], HasSubstr("B and E are the same run (created_at"));
   EXPECT_THAT(compare_reports({scripted, scripted, scripted}, {}).same_run_notes.at(0),
-              HasSubstr("A, B and C are the same run, or 3 runs of one script started in one second"));
+              HasSubstr("A, B and C are the same run, or several runs of one script started in one second"));
   // Another created_at, or another sample, is another run.
   Report later = a;
   later.created_at = "2025-01-02T03:04:06Z";
