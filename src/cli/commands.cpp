@@ -50,6 +50,9 @@
 namespace bsw::cli {
 namespace {
 
+// The rows plan --buffers may list (batches x buffers): a few hundred megabytes of JSON at most.
+constexpr uint64_t kMaxBufferRows = 200'000;
+
 // settings.latency_percentile as the schema lists it: 99, not 99.0 (a reader decoding into an integer type
 // refuses that), and 99.9.
 nlohmann::json percentile_setting(double pct) {
@@ -762,10 +765,30 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
   // Ascending micro-batch, as a --batch list's rows.
   std::sort(splits.begin(), splits.end(),
             [](const BatchSplit& a, const BatchSplit& b) { return a.micro_batch < b.micro_batch; });
+  // --buffers lists every buffer of every batch: bounded, since a long --batch list of a deep model would
+  // build gigabytes of rows (and die of it) rather than an answer. The largest batch has the most buffers.
+  if (s.buffers && !splits.empty()) {
+    request.batch = splits.back().micro_batch;
+    request.accumulation = splits.back().accumulation;
+    const uint64_t per_plan = make_plan(graph, request).buffers.size();
+    const uint64_t rows = per_plan * splits.size();
+    if (rows > kMaxBufferRows)
+      throw UsageError(fmt::format(
+          "--buffers: {} batches of {} buffers each would list {} rows, over the {} a listing holds; give "
+          "--buffers a few batches (e.g. --batch {})",
+          splits.size(), per_plan, rows, kMaxBufferRows,
+          std::max<uint64_t>(1, kMaxBufferRows / per_plan) >= 3
+              ? fmt::format("{},{},{}", splits.front().micro_batch, splits[splits.size() / 2].micro_batch,
+                            splits.back().micro_batch)
+              : std::to_string(splits.back().micro_batch)));
+  }
   for (const BatchSplit& split : splits) {
     request.batch = split.micro_batch;
     request.accumulation = split.accumulation;
     summary.plans.push_back(make_plan(graph, request));
+    // Without --buffers only the totals are shown: a deep model's buffer list at each of thousands of batches
+    // is memory the answer does not need.
+    if (!s.buffers) summary.plans.back().buffers = {};
   }
   if (!json_path.empty()) {
     // What wrote it and when, as a report and a comparison say: a reader handed it for a report is told

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <string>
 
 #include "batchsweep/backends.hpp"
@@ -97,6 +98,12 @@ int main(int argc, char** argv) {
   } catch (const bsw::Error& e) {
     std::fprintf(stderr, "batchsweep: error: %s\n", e.what());
     return e.exit_code();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "batchsweep: error: out of memory: what this command builds (its plans, its report or its "
+                 "output) needs more memory than the process may have (ulimit -v, a cgroup limit, or the "
+                 "machine); give a shorter --batch list or a smaller model\n");
+    return bsw::kExitRuntime;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "batchsweep: internal error: %s\n", e.what());
     return bsw::kExitRuntime;

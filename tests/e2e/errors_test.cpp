@@ -122,6 +122,13 @@ INSTANTIATE_TEST_SUITE_P(
              {"--json {dir}/m.json/plan.json: {dir}/m.json is a file, not a directory"},
              "m.json",
              "{}"},
+        // Every buffer of 4096 batches of a 12-layer transformer: 600k rows, which a deeper model would
+        // make gigabytes of (and die of), refused up front with a list that fits.
+        Case{"buffers_listing_too_long",
+             {"plan", "--model", "gpt2-small", "--batch", "1:4096:+1", "--buffers", "--json", "{dir}/p.json"},
+             2,
+             {"--buffers: 4096 batches of 147 buffers each would list 602112 rows, over the 200000 a listing "
+              "holds; give --buffers a few batches (e.g. --batch 1,2049,4096)"}},
         Case{"latency_percentile_not_offered",
              {"run", "--latency-slo", "5", "--latency-percentile", "97"},
              2,
