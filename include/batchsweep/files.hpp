@@ -17,6 +17,14 @@ namespace bsw {
 // file; a stream target (above) is written in place; "-" writes to stdout. Throws InputError naming the path
 // (and leaves an existing file untouched) on failure.
 void write_file_atomic(const std::string& path, const std::string& content);
+// Opens `path` to read, as open(2) with O_RDONLY | O_CLOEXEC, except that a named pipe (FIFO) nothing has
+// opened to write does not block the process forever: it waits up to kFifoWaitS for a writer's data (or its
+// end), then gives up. A pipe (`--model <(cat m.json)`) reads as a file. Returns the descriptor, or -1 with
+// `why` saying what failed ("cannot be opened: Permission denied", "is a named pipe (FIFO) that nothing wrote
+// to in 10 s").
+inline constexpr int kFifoWaitS = 10;
+[[nodiscard]] int open_input(const std::string& path, std::string& why);
+
 // The whole of a small file (a /proc or /sys file, an earlier export) as bytes, or "" where it cannot be
 // opened or read: for readers where a missing file simply means "nothing to learn here", never for input
 // the user named (those say why they failed).

@@ -1,6 +1,7 @@
 // load_model: a preset embedded at build time, or a JSON file read with guards (size, nesting depth, binary
 // data) so that a wrong file gives a clear ConfigError instead of a crash or a cryptic parser message.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "batchsweep/errors.hpp"
+#include "batchsweep/files.hpp"
 #include "batchsweep/json_depth.hpp"
 #include "batchsweep/model.hpp"
 #include "model/suggest.hpp"
@@ -74,8 +76,14 @@ std::string read_config_file(const std::string& path) {
   if (fs::is_directory(status))
     fail(fmt::format("--model {}", path), "is a directory, not a model config file");
 
-  const std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
-  if (!file) fail(path, fmt::format("cannot be opened: {}", std::strerror(errno)));
+  std::string why;
+  const int fd = open_input(path, why);
+  if (fd < 0) fail(path, why);
+  const std::unique_ptr<std::FILE, FileCloser> file(::fdopen(fd, "rb"));
+  if (!file) {
+    ::close(fd);
+    fail(path, fmt::format("cannot be opened: {}", std::strerror(errno)));
+  }
   std::string text;
   char buffer[1 << 16];
   while (true) {

@@ -1,6 +1,7 @@
 // The bad-input table: what users throw at batchsweep and what they must get — exit code 2 (or the documented
 // code), one message naming the flag, field or file, and nothing half-written.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -660,6 +661,26 @@ TEST(BadInput, AModelFileBehindAClosedDirectoryIsAPermissionError) {
   EXPECT_EQ(WEXITSTATUS(status), 2) << text;
   EXPECT_NE(text.find(model + ": cannot be opened: Permission denied"), std::string::npos) << text;
   EXPECT_EQ(text.find("no such preset"), std::string::npos) << text;
+}
+
+// A named pipe as --model or --script: read as a file once something writes to it (within 10 s), and an
+// error naming it, not a process blocked forever, where nothing does.
+TEST(BadInput, ANamedPipeNothingWritesToIsAnErrorNotAHang) {
+  ScratchDir dir;
+  const std::string fifo = (dir / "m.json").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const Result idle = run({"plan", "--model", fifo, "--batch", "1"});
+  EXPECT_EQ(idle.exit_code, 2) << idle.err;
+  EXPECT_NE(idle.err.find(fifo + ": is a named pipe (FIFO) that nothing wrote to in 10 s"), std::string::npos)
+      << idle.err;
+  // A writer a moment later: the script is read whole and the run goes on.
+  const std::string command =
+      "(sleep 1; cat '" + scripted("roofline.json") + "' > '" + fifo + "') & '" + std::string(BSW_BINARY) +
+      "' run --backend scripted --script '" + fifo +
+      "' --batch 8 --quiet --min-time 0.01 > /dev/null 2>&1 < /dev/null; echo $? > '" +
+      (dir / "rc").string() + "'; wait";
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  EXPECT_EQ(slurp(dir / "rc"), "0\n");
 }
 
 TEST(BadInput, AFailedRunLeavesAnExistingReportUntouched) {

@@ -4,10 +4,13 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <unistd.h>
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <numbers>
@@ -15,6 +18,7 @@
 #include <thread>
 
 #include "batchsweep/errors.hpp"
+#include "batchsweep/files.hpp"
 #include "batchsweep/json_depth.hpp"
 
 namespace bsw {
@@ -306,10 +310,29 @@ std::unique_ptr<Backend> make_scripted_backend(ScriptedConfig config) {
 }
 
 std::unique_ptr<Backend> make_scripted_backend(const std::string& script_path) {
-  std::ifstream file(script_path);
-  if (!file) throw UsageError(fmt::format("--script: cannot read '{}'", script_path));
-  std::stringstream text;
-  text << file.rdbuf();
+  std::string why;
+  const int fd = open_input(script_path, why);
+  if (fd < 0) throw UsageError(fmt::format("--script {}: {}", script_path, why));
+  std::string bytes;
+  char buffer[1 << 16];
+  for (ssize_t n = 0; (n = ::read(fd, buffer, sizeof buffer)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      ::close(fd);
+      throw UsageError(fmt::format("--script {}: cannot be read: {}", script_path, std::strerror(error)));
+    }
+    bytes.append(buffer, static_cast<size_t>(n));
+    if (bytes.size() > (size_t{1} << 20)) {
+      ::close(fd);
+      throw UsageError(
+          fmt::format("--script {}: is larger than 1 MiB: a step-time script is a small JSON "
+                      "document",
+                      script_path));
+    }
+  }
+  ::close(fd);
+  std::stringstream text(bytes);
   if (text.str().find_first_not_of(" \t\r\n") == std::string::npos)
     throw UsageError(
         fmt::format("{}: is empty (or not a file): expected a step-time script (JSON)", script_path));
