@@ -33,9 +33,15 @@ inline constexpr int kMaxJsonDepth = 64;
 [[nodiscard]] constexpr bool is_control_character(char c) {
   return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
 }
+// Also the C1 controls U+0080..U+009F as UTF-8 (0xC2 0x80..0x9F): U+0085 is a line break to some readers, and
+// U+009B opens a terminal escape as ESC [ does.
 [[nodiscard]] constexpr bool has_control_characters(std::string_view text) {
-  for (const char c : text)
-    if (is_control_character(c)) return true;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (is_control_character(text[i])) return true;
+    if (static_cast<unsigned char>(text[i]) == 0xC2 && i + 1 < text.size() &&
+        static_cast<unsigned char>(text[i + 1]) >= 0x80 && static_cast<unsigned char>(text[i + 1]) <= 0x9F)
+      return true;
+  }
   return false;
 }
 

@@ -304,9 +304,11 @@ CLI::Validator between(double lo, double hi, std::string unit = {}) {
 }
 
 // An output path: an empty one (`--json ''`, an unset shell variable) would write nothing, silently.
-CLI::Validator file_path() {
-  return {[](std::string& text) -> std::string {
-            return text.empty() ? std::string("needs a file name (or - for stdout), got an empty one")
+// `to_stdout`: the flag also takes - (only the JSON exports do).
+CLI::Validator file_path(bool to_stdout = false) {
+  return {[to_stdout](std::string& text) -> std::string {
+            return text.empty() ? fmt::format("needs a file name{}, got an empty one",
+                                              to_stdout ? " (or - for stdout)" : "")
                                 : std::string();
           },
           ""};
@@ -326,7 +328,7 @@ CLI::Validator unsigned_64() {
 void add_exports(CLI::App* cmd, ExportSettings& e) {
   cmd->add_option("--json", e.json_path, "Write the JSON report (schema v1) to FILE, or - for stdout")
       ->type_name("FILE|-")
-      ->check(file_path());
+      ->check(file_path(true));
   cmd->add_option("--csv", e.csv_path, "Write one CSV row per point to FILE")
       ->type_name("FILE")
       ->check(file_path());
@@ -723,7 +725,7 @@ int run_app(int argc, char** argv) {
   add_path_options(plan_cmd, plan_raw.attention, plan_raw.conv);
   plan_cmd->add_option("--json", plan.json_path, "Write the plan JSON to FILE, or - for stdout")
       ->type_name("FILE|-")
-      ->check(file_path());
+      ->check(file_path(true));
   plan_cmd->add_flag("--buffers", plan.buffers, "List every buffer of each plan");
 
   // ---- analyze
@@ -774,12 +776,12 @@ int run_app(int argc, char** argv) {
       "that did not sweep every batch the baseline ran ok, on the batches it holds");
   compare_cmd->add_option("--json", compare.json_path, "Write the comparison as JSON to FILE, or -")
       ->type_name("FILE|-")
-      ->check(file_path());
+      ->check(file_path(true));
   compare_cmd
       ->add_option("--markdown", compare.markdown_path,
                    "Write the comparison as markdown to FILE (- for stdout)")
       ->type_name("FILE")
-      ->check(file_path());
+      ->check(file_path(true));
 
   // ---- devices, presets
   // -------------------------------------------------------------------------------------------

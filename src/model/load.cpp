@@ -180,21 +180,22 @@ json parse_text(std::string_view text, const std::string& source) {
     fail(source, "is empty: expected a JSON model config");
   if (looks_binary(text) && looks_utf16(text))
     fail(source, "is UTF-16 text (Windows' \"Unicode\"): save it as UTF-8");
+  // A NUL is no part of a JSON text, wherever it is (nlohmann stops at one: what follows would be read by no
+  // one, and one mid-document reads as a syntax error that hides it).
+  if (const std::size_t nul = text.find('\0'); nul != std::string_view::npos)
+    fail(source, fmt::format("has a NUL byte at byte {}: not a text file (a binary file?), expected a JSON "
+                             "model config",
+                             nul + 1));
   check_nesting(text, source);
   try {
     json doc = json::parse(text, DuplicateKeyCheck(source));
-    // nlohmann stops at a NUL: what follows would be read by no one, silently.
-    if (const std::size_t nul = text.find('\0'); nul != std::string_view::npos)
-      fail(source, fmt::format("has a NUL byte at byte {}: not a text file", nul + 1));
     if (auto underflow = json_number_underflow(text)) fail(source, *underflow);
     return doc;
   } catch (const json::parse_error& e) {
     // A YAML file (`name: my-model`), named by its extension: the format is JSON, not a typo in it.
     const bool yaml = source.ends_with(".yaml") || source.ends_with(".yml");
     fail(source, fmt::format("is not valid JSON{}: {}",
-                             looks_binary(text) ? " (it looks like a binary file)"
-                             : yaml             ? " (YAML is not read: write the model config in JSON)"
-                                                : "",
+                             yaml ? " (YAML is not read: write the model config in JSON)" : "",
                              json_syntax_error(text, e.byte, e.what())));
   } catch (const json::out_of_range& e) {
     // nlohmann refuses numbers beyond a double's range (e.g. 1e400) with out_of_range.406, not a parse_error.

@@ -33,14 +33,23 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
 }
 
 // Context for error messages: "--batch: '8:2' in '1,8:2': stop 2 is below start 8".
+// A --batch value quoted back in a message: a long list (thousands of batches) clipped to its start, so the
+// error is a line, not the whole list again.
+std::string quoted_spec(std::string_view text) {
+  text = trim(text);
+  constexpr std::size_t kShown = 60;
+  if (text.size() <= kShown + 20) return std::string(text);
+  return fmt::format("{}\u2026 ({} characters)", text.substr(0, kShown), text.size());
+}
+
 struct ItemContext {
   std::string_view flag;
   std::string_view text;
   std::string_view item;
 
   [[noreturn]] void fail(const std::string& why) const {
-    if (trim(text) == trim(item)) throw UsageError(fmt::format("{}: '{}': {}", flag, trim(item), why));
-    throw UsageError(fmt::format("{}: '{}' in '{}': {}", flag, trim(item), trim(text), why));
+    if (trim(text) == trim(item)) throw UsageError(fmt::format("{}: '{}': {}", flag, quoted_spec(item), why));
+    throw UsageError(fmt::format("{}: '{}' in '{}': {}", flag, quoted_spec(item), quoted_spec(text), why));
   }
 };
 
@@ -60,6 +69,13 @@ int64_t parse_integer(std::string_view token, const ItemContext& ctx, std::strin
     const auto [rend, rec] = std::from_chars(token.data(), token.data() + token.size(), real);
     const bool is_number = (rec == std::errc() || rec == std::errc::result_out_of_range) &&
                            rend == token.data() + token.size() && !std::isnan(real);
+    // Out of a double's range from_chars leaves `real` as it was: huge (1e400) or tiny (1e-400) by the
+    // exponent's sign, and below zero by the number's.
+    if (is_number && rec == std::errc::result_out_of_range) {
+      const std::size_t e = token.find_first_of("eE");
+      const bool tiny = e != std::string_view::npos && e + 1 < token.size() && token[e + 1] == '-';
+      real = tiny ? 0.5 : token.front() == '-' ? -HUGE_VAL : HUGE_VAL;
+    }
     if (!is_number || (std::isfinite(real) && real != std::floor(real)))
       ctx.fail(fmt::format("{} '{}' is not an integer", what, token));
     if (real < static_cast<double>(lowest))
@@ -169,8 +185,11 @@ BatchSpec parse_batch_spec(std::string_view text, std::string_view flag) {
       std::sort(batches.begin(), batches.end());
       batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
       if (batches.size() > kMaxBatchCount)
-        throw UsageError(fmt::format("{}: '{}' expands to more than {} batches; use larger steps or `auto`",
-                                     flag, spec.text, kMaxBatchCount));
+        throw UsageError(
+            fmt::format("{}: '{}' {} more than {} batches; {}", flag, quoted_spec(spec.text),
+                        text.find(':') == std::string_view::npos ? "lists" : "expands to", kMaxBatchCount,
+                        text.find(':') == std::string_view::npos ? "give fewer, a range (1:4096:*2) or `auto`"
+                                                                 : "use larger steps or `auto`"));
     }
   }
   std::sort(batches.begin(), batches.end());

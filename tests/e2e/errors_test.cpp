@@ -15,6 +15,16 @@
 namespace bsw::e2e {
 namespace {
 
+// 1,2,...,4097: one batch more than a list may hold.
+const std::string kLongList = [] {
+  std::string list = "1";
+  for (int i = 2; i <= 4097; ++i) {
+    list.push_back(',');
+    list.append(std::to_string(i));
+  }
+  return list;
+}();
+
 struct Case {
   std::string name;
   std::vector<std::string> args;  // "{dir}" is replaced by the scratch directory
@@ -241,6 +251,22 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"batch_negative", run_with({"--batch=-4"}), 2, {"--batch"}},
         Case{"batch_range_backwards", run_with({"--batch", "8:2"}), 2, {"--batch", "8:2"}},
         Case{"batch_huge", run_with({"--batch", "1:1e9"}), 2, {"--batch"}},
+        // Beyond a double: huge is above the maximum, not "below the minimum" (from_chars leaves it 0).
+        Case{"batch_beyond_a_double",
+             run_with({"--batch", "1e400"}),
+             2,
+             {"--batch: '1e400': batch 1e400 is above the maximum 16777216 (2^24)"}},
+        Case{"step_beyond_a_double",
+             run_with({"--batch", "1:10:+1e400"}),
+             2,
+             {"--batch: '1:10:+1e400': step 1e400 is above the maximum 16777216"}},
+        // A list of 4097 is quoted by its start, not in full, and told to shrink, not to take larger steps.
+        Case{"batch_list_too_long",
+             run_with({"--batch", kLongList}),
+             2,
+             {"--batch: '1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,\u2026 (19377 "
+              "characters)' "
+              "lists more than 4096 batches; give fewer, a range (1:4096:*2) or `auto`"}},
         Case{"batch_word", run_with({"--batch", "abc"}), 2, {"--batch", "abc"}},
         Case{"batch_empty", run_with({"--batch", ","}), 2, {"--batch"}},
         Case{"accumulation_zero",
@@ -450,6 +476,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"empty_json_path", run_with({"--json", ""}), 2, {"--json: needs a file name"}},
         Case{"empty_svg_path", run_with({"--svg="}), 2, {"--svg"}},
         Case{"csv_to_stdout", run_with({"--csv", "-"}), 2, {"--csv -: only --json goes to stdout"}},
+        // Empty: a file name is asked for, and stdout is not offered where the flag does not take it.
+        Case{"csv_empty", run_with({"--csv", ""}), 2, {"--csv: needs a file name, got an empty one"}},
         Case{"markdown_to_dev_stdout",
              run_with({"--markdown", "/dev/stdout"}),
              2,

@@ -51,6 +51,28 @@ json image_model() {
   })");
 }
 
+// A name titles tables and lines: C0 controls, DEL and the C1 controls (U+0080..U+009F, U+0085 a line break
+// to some readers, U+009B a terminal escape) are refused; other non-ASCII letters are a name.
+TEST(ParseModel, ANameWithControlCharactersIsRefused) {
+  for (const char* name : {"a\nb", "a\x1b[31mb", "a\x7f",
+                           "a\xc2\x85"
+                           "b",
+                           "a\xc2\x9b"
+                           "31m"}) {
+    json doc = base_model();
+    doc["name"] = name;
+    try {
+      (void)parse_model(doc, kSource);
+      ADD_FAILURE() << "accepted " << name;
+    } catch (const ConfigError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("name: must not contain control characters"));
+    }
+  }
+  json doc = base_model();
+  doc["name"] = "r\xc3\xa9seau-\xc2\xa0\xe6\xa8\xa1\xe5\x9e\x8b";  // é, a no-break space, CJK
+  EXPECT_NO_THROW((void)parse_model(doc, kSource));
+}
+
 TEST(ParseModel, AppliesDefaults) {
   const ModelSpec m = parse_model(base_model(), kSource);
   EXPECT_EQ(m.name, "t");

@@ -160,15 +160,17 @@ TEST(ScriptedBackend, FileErrorsNameTheFile) {
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find(path.string() + ": not valid JSON"), std::string::npos) << e.what();
   }
-  // An empty file, and a directory (which opens, and reads nothing).
-  for (const std::string& empty :
-       {std::string("/dev/null"), std::filesystem::temp_directory_path().string()}) {
+  // An empty file, and a directory (which opens, and cannot be read).
+  for (const auto& [input, said] :
+       {std::pair{std::string("/dev/null"), std::string("/dev/null: is empty (or not a file)")},
+        std::pair{std::filesystem::temp_directory_path().string(),
+                  "--script " + std::filesystem::temp_directory_path().string() +
+                      ": cannot be read: Is a directory"}}) {
     try {
-      (void)make_scripted_backend(empty);
-      FAIL() << empty;
+      (void)make_scripted_backend(input);
+      FAIL() << input;
     } catch (const UsageError& e) {
-      EXPECT_NE(std::string(e.what()).find(empty + ": is empty (or not a file)"), std::string::npos)
-          << e.what();
+      EXPECT_NE(std::string(e.what()).find(said), std::string::npos) << e.what();
     }
   }
   std::filesystem::remove(path);
