@@ -28,6 +28,11 @@ inline constexpr int kMaxJsonDepth = 64;
 // double (it reads as 0)"; nullopt where every number reads as written. Run after the text parsed.
 [[nodiscard]] std::optional<std::string> json_number_underflow(std::string_view text);
 
+// `text` with what a terminal would act on or hide shown instead: bytes that are not UTF-8, control
+// characters (C0, DEL, C1: ESC [ 31m would color the rest of the line), zero-width and bidirectional marks,
+// as \x1B. For a message quoting a file name or a value the user typed.
+[[nodiscard]] std::string printable_text(std::string_view text);
+
 // Whether a character is an ASCII control character (C0 or DEL): a name that titles tables and lines must
 // hold none (a newline would split them), and text quoted back in a message shows them replaced.
 [[nodiscard]] constexpr bool is_control_character(char c) {

@@ -23,6 +23,7 @@
 #include "batchsweep/backends.hpp"
 #include "batchsweep/errors.hpp"
 #include "batchsweep/gpu_specs.hpp"
+#include "batchsweep/json_depth.hpp"
 #include "batchsweep/model.hpp"
 #include "cli/commands.hpp"
 #include "git_commit.hpp"
@@ -863,7 +864,7 @@ int run_app(int argc, char** argv) {
       if (candidate->parsed()) sub = candidate->get_name();
     if (sub.empty() && argc >= 2) sub = argv[1];
     std::fprintf(stderr, "batchsweep: error: %s\nRun with --help for usage.\n",
-                 (hint.empty() ? plain_parse_error(e.what(), sub) : hint).c_str());
+                 printable_text(hint.empty() ? plain_parse_error(e.what(), sub) : hint).c_str());
     // A gate whose flags did not parse (--fail-on-regression 5%) compared nothing either: an earlier job's
     // answer at its export paths must not read as this one's. The words are read as given.
     if (sub == "compare") {

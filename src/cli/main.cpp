@@ -12,6 +12,7 @@
 
 #include "batchsweep/backends.hpp"
 #include "batchsweep/errors.hpp"
+#include "batchsweep/json_depth.hpp"
 #include "cli/app.hpp"
 
 namespace {
@@ -96,7 +97,8 @@ int main(int argc, char** argv) {
     }
     return code;
   } catch (const bsw::Error& e) {
-    std::fprintf(stderr, "batchsweep: error: %s\n", e.what());
+    // A message quotes paths and values as given: a file named with ESC [ 31m must not color the terminal.
+    std::fprintf(stderr, "batchsweep: error: %s\n", bsw::printable_text(e.what()).c_str());
     return e.exit_code();
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr,

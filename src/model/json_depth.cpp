@@ -238,6 +238,10 @@ std::string printable(std::string_view what) {
 
 }  // namespace
 
+std::string printable_text(std::string_view text) {
+  return printable(text);
+}
+
 std::string json_syntax_error(std::string_view text, std::size_t byte, std::string_view raw_what) {
   const std::string printed = printable(raw_what);
   std::string_view what = printed;

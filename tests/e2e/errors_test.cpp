@@ -711,6 +711,18 @@ TEST(BadInput, ANamedPipeNothingWritesToIsAnErrorNotAHang) {
   EXPECT_EQ(slurp(dir / "rc"), "0\n");
 }
 
+// A file name holding a terminal escape (or a newline) is quoted with them shown, not acted on: the error
+// must not color the rest of the terminal or split the log line.
+TEST(BadInput, AnErrorShowsControlCharactersInAPathRatherThanSendingThem) {
+  ScratchDir dir;
+  const std::string model = (dir / "a\nb\x1b[31m.json").string();
+  std::ofstream(model) << "{";
+  const Result r = run({"plan", "--model", model});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("a\\x0Ab\\x1B[31m.json: is not valid JSON"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err;
+}
+
 TEST(BadInput, AFailedRunLeavesAnExistingReportUntouched) {
   ScratchDir dir;
   const auto path = dir / "keep.json";
