@@ -160,10 +160,10 @@ struct UntimedFit {
 };
 
 struct AnalysisOptions {
-  double knee_sensitivity = 1.0;          // Kneedle S
-  double saturation_pct = 95.0;           // of the best throughput
-  std::optional<double> latency_slo_ms;   // step latency budget, at latency_percentile
-  double latency_percentile = 99;         // which step-time percentile the budget holds: 50, 90, 95, 99 or 99.9
+  double knee_sensitivity = 1.0;         // Kneedle S
+  double saturation_pct = 95.0;          // of the best throughput
+  std::optional<double> latency_slo_ms;  // step latency budget, at latency_percentile
+  double latency_percentile = 99;  // which step-time percentile the budget holds: 50, 90, 95, 99 or 99.9
   std::optional<double> price_per_hour;   // USD per device-hour: cost_per_million_samples per point
   std::optional<UntimedFit> untimed_fit;  // max_fit's reason names it where it is above the largest timed
   // The sweep stopped before the batches it asked for (report state interrupted or in_progress): the largest

@@ -9,6 +9,7 @@
 
 #include "batchsweep/analysis.hpp"
 #include "sweep_points.hpp"
+#include "unit/host_figures.hpp"
 
 namespace bsw {
 namespace {
@@ -409,14 +410,7 @@ TEST(FindKnee, ConfidenceIsDeterministic) {
 TEST(FindKnee, AKneeOnABusyHostIsContendedNotStable) {
   std::vector<Point> points = sweep(kBatches, saturating(50000, 64));
   const auto host = [](double others, double steal) {
-    PointHost h;
-    h.wall_s = 1.0;
-    h.cpu_s = 1.0;
-    h.cpus = 2;
-    h.others_cores = others;
-    h.steal_pct = steal;
-    h.waited_s = others > 0 ? 0.2 : 0.0;
-    return h;
+    return test::host_figures(1.0, 1.0, others, steal, others > 0 ? 0.2 : 0.0);
   };
   for (Point& p : points) p.host = host(0.0, 0.0);
   const KneeResult quiet = find_knee(points, 1.0);

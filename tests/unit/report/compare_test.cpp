@@ -12,6 +12,7 @@
 #include "batchsweep/errors.hpp"
 #include "golden/sample_report.hpp"
 #include "report/format.hpp"
+#include "unit/host_figures.hpp"
 
 namespace bsw {
 namespace {
@@ -789,13 +790,7 @@ TEST(Compare, PointsTimedOnABusyHostAreNoted) {
   const Report a = testing::sample_report();
   Report b = sped_up(a, 1.0);
   const auto host = [](double others, double steal) {
-    PointHost h;
-    h.wall_s = 2.0;
-    h.cpu_s = 3.6;
-    h.cpus = 2;
-    h.others_cores = others;
-    h.steal_pct = steal;
-    return h;
+    return test::host_figures(2.0, 3.6, others, steal, std::nullopt);
   };
   for (Point& p : b.points)
     p.host = p.batch == 16 ? host(0.8, 0.0) : p.batch == 64 ? host(1.3, 0.0) : host(0.01, 0.0);
@@ -827,12 +822,7 @@ TEST(Compare, PointsTimedOnABusyHostAreNoted) {
                   "B: batches 16, 64 were timed while other processes competed for its CPUs, taking up to "
                   "0.9 CPUs and the hypervisor took up to 12% of its CPU time (steal), so")));
   // A long wait in a window too short to read /proc/stat's ticks: the wait is named, not steal.
-  PointHost waited = host(0.0, 0.0);
-  waited.wall_s = 0.1;
-  waited.cpu_s = 0.1;
-  waited.others_cores.reset();
-  waited.steal_pct.reset();
-  waited.waited_s = 0.05;
+  const PointHost waited = test::host_figures(0.1, 0.1, std::nullopt, std::nullopt, 0.05);
   for (Point& p : b.points) p.host = p.batch == 16 ? waited : host(0.0, 0.0);
   EXPECT_THAT(compare_pair(a, b).notes,
               ::testing::Contains(::testing::HasSubstr(
@@ -846,12 +836,7 @@ TEST(Compare, PointsTimedOnABusyHostAreNoted) {
 TEST(Compare, ASlowerFindingOnABusyHostSaysSo) {
   const Report a = testing::sample_report();
   Report b = sped_up(a, 0.5);
-  PointHost busy;
-  busy.wall_s = 2.0;
-  busy.cpu_s = 2.0;
-  busy.cpus = 2;
-  busy.others_cores = 1.0;
-  busy.waited_s = 0.5;
+  const PointHost busy = test::host_figures(2.0, 2.0, 1.0, std::nullopt, 0.5);
   for (Point& p : b.points)
     if (p.batch == 64) p.host = busy;
   const CompareResult result = compare_pair(a, b);

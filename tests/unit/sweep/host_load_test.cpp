@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "sweep/host_load.hpp"
+#include "unit/host_figures.hpp"
 
 namespace bsw::sweep_detail {
 namespace {
@@ -117,14 +118,7 @@ Point point_with_host(int64_t batch, double others, double steal) {
   Point p;
   p.batch = batch;
   p.effective_batch = batch;
-  PointHost h;
-  h.wall_s = 2.0;
-  h.cpu_s = 3.0;  // 1.5 CPUs of its own
-  h.cpus = 2;
-  h.others_cores = others;
-  h.steal_pct = steal;
-  h.waited_s = others >= 0.25 ? 0.5 : 0.0;
-  p.host = h;
+  p.host = test::host_figures(2.0, 3.0, others, steal, others >= 0.25 ? 0.5 : 0.0);  // 1.5 CPUs of its own
   return p;
 }
 
