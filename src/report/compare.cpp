@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "batchsweep/errors.hpp"
+#include "batchsweep/json_depth.hpp"
 #include "batchsweep/json_diff.hpp"
 #include "batchsweep/stats.hpp"
 #include "report/format.hpp"
@@ -140,6 +141,10 @@ double smallest_p(const std::vector<double>& a, const std::vector<double>& b) {
   return mann_whitney_u(high, low).p_value;
 }
 
+// Steps a run needs, per step above its percentile (100 at p99), for "same" to say the tail held: five above
+// the pooled p99 a side, 500 steps, where a stall every 25th step shows at p = 1e-4 or below.
+constexpr int64_t kTailStepsPerSample = 5;
+
 // The tail's ratio and verdict at percentile `pct` (CompareDelta's tail fields), for two points that ran.
 void judge_tail(CompareDelta& d, const Point& baseline, const Point& run, double pct,
                 const CompareOptions& options) {
@@ -164,6 +169,12 @@ void judge_tail(CompareDelta& d, const Point& baseline, const Point& run, double
   } else if (!(longer ? test.longer_resolvable : test.shorter_resolvable)) {
     d.tail_few_steps = true;
     d.tail_p_value.reset();
+  } else if (std::min(baseline.samples_ms.size(), run.samples_ms.size()) <
+             static_cast<size_t>(kTailStepsPerSample * latency_budget_min_samples(pct))) {
+    // Some split could have shown a change, but with so few steps above the percentile only a tail longer
+    // in nearly every one of them would: a stall in one step of 25 cannot show in 100 (p = 0.0098), so
+    // "same" there is not "the tail held".
+    d.tail_few_steps = true;
   }
 }
 
@@ -262,7 +273,7 @@ RunSummary summarize_run(const Report& report, std::string name) {
   RunSummary s;
   s.name = std::move(name);
   s.model = t.model;
-  s.device = report.device.name;
+  s.device = printable_text(report.device.name);  // quoted in notes and titles: shown, not sent
   s.backend = report.device.backend;
   if (report.device.details.is_object() && report.device.details.contains("threads") &&
       report.device.details["threads"].is_number_integer())
@@ -845,11 +856,11 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
       }
       if (unjudged.empty()) continue;
       result.short_notes.push_back(fmt::format(
-          "{}: its {} step was not judged against A's at batch{} {}: too few steps (as few as {}) for any "
-          "change there to show beyond noise; a {} needs {} or more in each run (--min-samples)",
+          "{}: its {} step was not judged against A's at batch{} {}: too few steps (as few as {}) to tell "
+          "whether it held; a {} needs {} or more in each run (--min-samples)",
           letter(i), latency_name(result.tail_percentile), unjudged.size() == 1 ? "" : "es",
           fmt::join(unjudged, ", "), fewest, latency_name(result.tail_percentile),
-          5 * latency_budget_min_samples(result.tail_percentile)));
+          kTailStepsPerSample * latency_budget_min_samples(result.tail_percentile)));
       result.notes.push_back(result.short_notes.back());
     }
   }
@@ -1154,7 +1165,8 @@ std::string format_compare(const CompareResult& result, bool color) {
   std::string out = "compare (A is the baseline)\n";
   for (size_t i = 0; i < result.runs.size(); ++i) {
     const std::string title = run_title(result.runs[i]);
-    out += fmt::format("  {}  {}{}{}\n", letter(i), result.runs[i].name, title.empty() ? "" : "  ", title);
+    out += fmt::format("  {}  {}{}{}\n", letter(i), printable_text(result.runs[i].name),
+                       title.empty() ? "" : "  ", title);
   }
   out += "\n";
   if (result.rows.empty()) {
@@ -1185,8 +1197,8 @@ std::string format_compare_markdown(const CompareResult& result, std::optional<d
   for (size_t i = 0; i < result.runs.size(); ++i) {
     const std::string title = run_title(result.runs[i]);
     out += fmt::format("- **{}**{}: {}{}{}\n", letter(i), i == 0 ? " (baseline)" : "",
-                       rf::markdown_cell(result.runs[i].name), title.empty() ? "" : " \u2014 ",
-                       rf::markdown_cell(title));
+                       rf::markdown_cell(printable_text(result.runs[i].name)),
+                       title.empty() ? "" : " \u2014 ", rf::markdown_cell(title));
   }
   out += "\n";
   if (result.rows.empty()) {
@@ -1218,6 +1230,9 @@ std::string format_compare_markdown(const CompareResult& result, std::optional<d
     const double throughput_pct = std::max(pct, result.min_effect_pct);
     const bool inference = result.runs.front().mode == "infer";
     const bool budget = result.runs.front().latency_slo_ms.has_value();
+    bool tail_unjudged = false;
+    for (const CompareRow& row : result.rows)
+      for (const CompareDelta& d : row.deltas) tail_unjudged |= d.tail_few_steps;
     if (found.empty())
       out += fmt::format(
           "No run is slower than the baseline beyond noise and by more than {:g}%{}{}, lost a batch that "
@@ -1227,9 +1242,11 @@ std::string format_compare_markdown(const CompareResult& result, std::optional<d
               ? fmt::format(" (compare calls no throughput change under {:g}%, so the gate acts there)",
                             result.min_effect_pct)
               : std::string(),
-          inference ? fmt::format(", has a {} step longer beyond noise and by more than {:g}%",
-                                  latency_name(result.tail_percentile), std::max(pct, result.min_effect_pct))
-                    : std::string(),
+          inference
+              ? fmt::format(", has a {} step longer beyond noise and by more than {:g}%{}",
+                            latency_name(result.tail_percentile), std::max(pct, result.min_effect_pct),
+                            tail_unjudged ? " (where its steps could tell: see the warnings below)" : "")
+              : std::string(),
           budget ? "," : " or",
           budget ? fmt::format(", or went more than {:g}% over the baseline's latency budget", pct)
                  : std::string());

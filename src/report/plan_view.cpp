@@ -168,12 +168,18 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
 
 // The --memory budget as said: "79.6 GiB", and for a card named "79.1 GiB (H100 SXM: 81008 MiB, as CUDA
 // reports it)".
+// A memory budget to a tenth of a GiB, rounded down: the three digits of human_bytes would round 139.8 GiB
+// to "140 GiB", which given as --memory plans for 0.2 GiB the card does not have (and 22518 MiB, an L4, is
+// 21.99 GiB). Under a GiB, human_bytes.
+static std::string budget_text(uint64_t bytes) {
+  if (bytes < (uint64_t{1} << 30)) return report_format::human_bytes(bytes);
+  const uint64_t tenths = static_cast<uint64_t>((static_cast<unsigned __int128>(bytes) * 10) >> 30);
+  return fmt::format("{}.{} GiB", tenths / 10, tenths % 10);
+}
+
 static std::string memory_text(const PlanSummary& s) {
-  if (s.memory_card.empty()) return report_format::human_bytes(*s.memory_bytes);
-  // A card to a tenth of a GiB, rounded down: the three digits elsewhere would round 139.8 GiB to "140 GiB",
-  // which given as --memory plans for 0.2 GiB the card does not have (and 22518 MiB, an L4, is 21.99 GiB).
-  const uint64_t tenths = *s.memory_bytes * 10 / (uint64_t{1} << 30);
-  return fmt::format("{}.{} GiB ({}: {} MiB, as CUDA reports it)", tenths / 10, tenths % 10, s.memory_card,
+  if (s.memory_card.empty()) return report_format::human_bytes(*s.memory_bytes);  // the size as given
+  return fmt::format("{} ({}: {} MiB, as CUDA reports it)", budget_text(*s.memory_bytes), s.memory_card,
                      *s.memory_bytes >> 20);
 }
 
@@ -289,7 +295,7 @@ std::string format_plan_table(const PlanSummary& s) {
         fit += " (cap)";
         capped = true;
       }
-      cards.rows.push_back({c.name, human_bytes(c.memory_bytes), fit,
+      cards.rows.push_back({c.name, budget_text(c.memory_bytes), fit,
                             c.peak_tflops ? fmt::format("{:g}", *c.peak_tflops) : std::string("—"),
                             fmt::format("{:g}", c.memory_bandwidth_gbps)});
     }

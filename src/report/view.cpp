@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "batchsweep/analysis.hpp"
+#include "batchsweep/json_depth.hpp"
 
 namespace bsw::report_view {
 
@@ -302,6 +303,10 @@ Title title(const Report& report) {
   if (const auto it = report.device.details.find("note");
       !t.precision.empty() && it != report.device.details.end() && it->is_string())
     t.precision_shown = fmt::format("{} ({})", t.precision, it->get<std::string>());
+  // A report read back may hold anything in these strings (a hand-edited one, another tool's): what a
+  // terminal would act on (ESC [ 2J) is shown, not sent.
+  for (std::string* text : {&t.model, &t.device, &t.mode, &t.precision, &t.precision_shown})
+    *text = printable_text(*text);
   const auto whole = [&](const char* key) -> std::optional<int64_t> {
     const auto it = report.settings.find(key);
     if (it == report.settings.end() || !it->is_number_integer()) return std::nullopt;

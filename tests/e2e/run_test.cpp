@@ -106,11 +106,49 @@ TEST(Compare, ALongerTailFailsAnInferenceGate) {
                             sweep("roofline-stalls", "train", "600"), "--fail-on-regression", "5"});
   EXPECT_EQ(train.exit_code, 0) << train.err;
   EXPECT_NE(train.out.find("longer"), std::string::npos) << train.out;
+  // 100 steps against 600: a split could have shown a change, but a stall in 25 steps cannot, so "same" is
+  // "few steps", a warning names the batch, and the markdown's "passed" says its tail check was partial.
+  const std::string hundred = (dir / "hundred.json").string();
+  ASSERT_EQ(run({"run", "--backend", "scripted", "--script", scripted("roofline-stalls.json"), "--batch",
+                 "64", "--mode", "infer", "--min-samples", "100", "--max-noise", "50", "--min-time", "0.01",
+                 "--quiet", "--json", hundred})
+                .exit_code,
+            0);
+  const std::string md = (dir / "gate.md").string();
+  const Result partial = run({"compare", base, hundred, "--fail-on-regression", "5", "--markdown", md});
+  EXPECT_EQ(partial.exit_code, 0) << partial.err;
+  EXPECT_NE(partial.out.find("(few steps)"), std::string::npos) << partial.out;
+  EXPECT_NE(
+      partial.err.find("B: its p99 step was not judged against A's at batch 64: too few steps (as few as "
+                       "100) to tell whether it held"),
+      std::string::npos)
+      << partial.err;
+  EXPECT_NE(slurp(md).find("(where its steps could tell: see the warnings below)"), std::string::npos)
+      << slurp(md);
   // Ten steps a side: the p99 is not resolved, and the column says so rather than guess.
   const Result few = run({"compare", sweep("roofline", "infer", "10"),
                           sweep("roofline-stalls", "infer", "10"), "--fail-on-regression", "5"});
   EXPECT_NE(few.out.find("(few steps)"), std::string::npos) << few.out;
   EXPECT_EQ(few.err.find("p99 step is"), std::string::npos) << few.err;
+}
+
+// A report read back may hold anything in its strings, and its file name anything a path may: analyze and
+// compare show a terminal escape in them (\x1B), they do not send it.
+TEST(Compare, EscapesInAReportOrItsNameAreShownNotSent) {
+  ScratchDir dir;
+  const std::string clean = (dir / "clean.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "64", "--json", clean})).exit_code, 0);
+  nlohmann::json doc = read_json(clean);
+  doc["device"]["name"] = "gpu\x1b[2Jx";
+  const std::string odd = (dir / "e\x1b[31m.json").string();
+  std::ofstream(odd) << doc.dump();
+  for (const Result& r : {run({"analyze", odd}), run({"compare", clean, odd, "--allow-model-mismatch"})}) {
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("gpu\\x1B[2Jx"), std::string::npos) << r.out;
+  }
+  const Result compared = run({"compare", clean, odd});
+  EXPECT_NE(compared.out.find("e\\x1B[31m.json"), std::string::npos) << compared.out;
 }
 
 // A latency budget is judged on enough steps for its percentile: --min-samples' default rises to 100 at p99

@@ -412,6 +412,23 @@ TEST(LatencySlo, AP99NearTheBudgetIsPrintedOnItsSide) {
 
 // A point cut short by --timeout after one step is no sound p99: the answer and the recommendation say what
 // it rests on.
+// A percentile of exactly as many steps as place one above it is not "near the slowest": 100 at p99, 1000 at
+// p99.9 (whose 1000 * 0.1 is a hair under 100 in doubles); one step fewer is.
+TEST(LatencySlo, EnoughStepsForThePercentileAreNotNearTheSlowest) {
+  for (const auto& [pct, enough] : {std::pair{99.0, 100}, std::pair{99.9, 1000}}) {
+    for (const int steps : {enough - 1, enough}) {
+      std::vector<Point> points{measured_point(64, 50000.0, 0.002, steps)};
+      AnalysisOptions options;
+      options.latency_slo_ms = 100.0;
+      options.latency_percentile = pct;
+      const Analysis a = analyze(points, options);
+      ASSERT_TRUE(a.latency_slo.has_value());
+      EXPECT_EQ(a.latency_slo->reason.find("near the slowest") != std::string::npos, steps < enough)
+          << pct << " " << steps << ": " << a.latency_slo->reason;
+    }
+  }
+}
+
 TEST(LatencySlo, AP99FromOneStepCutShortSaysSo) {
   std::vector<Point> points{measured_point(1024, 50000.0), measured_point(4096, 54613.0, 0.0, 1)};
   points[1].stop_reason = "timeout";
