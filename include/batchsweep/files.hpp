@@ -2,7 +2,10 @@
 // errors.hpp), so a backend's cache and the report's exports share one way to replace a file.
 #pragma once
 
+#include <cstddef>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace bsw {
 
@@ -24,6 +27,11 @@ void write_file_atomic(const std::string& path, const std::string& content);
 // to in 10 s").
 inline constexpr int kFifoWaitS = 10;
 [[nodiscard]] int open_input(const std::string& path, std::string& why);
+// The whole of `path`, read through open_input, for an input the user named (--model, --script): nullopt
+// with `why` where it cannot be opened or read, or is over `max_bytes` ("is larger than 1 MiB: <what> is a
+// small JSON document").
+[[nodiscard]] std::optional<std::string> read_input(const std::string& path, std::size_t max_bytes,
+                                                    std::string_view what, std::string& why);
 
 // The whole of a small file (a /proc or /sys file, an earlier export) as bytes, or "" where it cannot be
 // opened or read: for readers where a missing file simply means "nothing to learn here", never for input

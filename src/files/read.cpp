@@ -53,4 +53,29 @@ int open_input(const std::string& path, std::string& why) {
   return fd;
 }
 
+std::optional<std::string> read_input(const std::string& path, std::size_t max_bytes, std::string_view what,
+                                      std::string& why) {
+  const int fd = open_input(path, why);
+  if (fd < 0) return std::nullopt;
+  std::string bytes;
+  char buffer[1 << 16];
+  for (ssize_t n = 0; (n = ::read(fd, buffer, sizeof buffer)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      why = std::string("cannot be read: ") + std::strerror(errno);
+      ::close(fd);
+      return std::nullopt;
+    }
+    bytes.append(buffer, static_cast<std::size_t>(n));
+    if (bytes.size() > max_bytes) {
+      why = "is larger than " + std::to_string(max_bytes >> 20) + " MiB: " + std::string(what) +
+            " is a small JSON document";
+      ::close(fd);
+      return std::nullopt;
+    }
+  }
+  ::close(fd);
+  return bytes;
+}
+
 }  // namespace bsw

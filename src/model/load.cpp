@@ -1,11 +1,9 @@
 // load_model: a preset embedded at build time, or a JSON file read with guards (size, nesting depth, binary
 // data) so that a wrong file gives a clear ConfigError instead of a crash or a cryptic parser message.
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -33,10 +31,6 @@ using nlohmann::json;
 // A model config is a small document; anything larger is a wrong file.
 constexpr size_t kMaxDocumentBytes = size_t{16} << 20;
 // nlohmann's parser recurses once per level: deeper documents are refused before parsing.
-
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
 
 [[noreturn]] void fail(const std::string& source, const std::string& message) {
   throw ConfigError(source, "", message);
@@ -77,25 +71,9 @@ std::string read_config_file(const std::string& path) {
     fail(fmt::format("--model {}", path), "is a directory, not a model config file");
 
   std::string why;
-  const int fd = open_input(path, why);
-  if (fd < 0) fail(path, why);
-  const std::unique_ptr<std::FILE, FileCloser> file(::fdopen(fd, "rb"));
-  if (!file) {
-    ::close(fd);
-    fail(path, fmt::format("cannot be opened: {}", std::strerror(errno)));
-  }
-  std::string text;
-  char buffer[1 << 16];
-  while (true) {
-    const size_t n = std::fread(buffer, 1, sizeof buffer, file.get());
-    text.append(buffer, n);
-    if (text.size() > kMaxDocumentBytes)
-      fail(path, fmt::format("is larger than {} MiB: a model config is a small JSON document",
-                             kMaxDocumentBytes >> 20));
-    if (n < sizeof buffer) break;
-  }
-  if (std::ferror(file.get())) fail(path, fmt::format("cannot be read: {}", std::strerror(errno)));
-  return text;
+  std::optional<std::string> text = read_input(path, kMaxDocumentBytes, "a model config", why);
+  if (!text) fail(path, why);
+  return std::move(*text);
 }
 
 bool looks_binary(std::string_view text) {

@@ -4,13 +4,10 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <unistd.h>
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <fstream>
 #include <limits>
 #include <numbers>
@@ -311,28 +308,10 @@ std::unique_ptr<Backend> make_scripted_backend(ScriptedConfig config) {
 
 std::unique_ptr<Backend> make_scripted_backend(const std::string& script_path) {
   std::string why;
-  const int fd = open_input(script_path, why);
-  if (fd < 0) throw UsageError(fmt::format("--script {}: {}", script_path, why));
-  std::string bytes;
-  char buffer[1 << 16];
-  for (ssize_t n = 0; (n = ::read(fd, buffer, sizeof buffer)) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int error = errno;
-      ::close(fd);
-      throw UsageError(fmt::format("--script {}: cannot be read: {}", script_path, std::strerror(error)));
-    }
-    bytes.append(buffer, static_cast<size_t>(n));
-    if (bytes.size() > (size_t{1} << 20)) {
-      ::close(fd);
-      throw UsageError(
-          fmt::format("--script {}: is larger than 1 MiB: a step-time script is a small JSON "
-                      "document",
-                      script_path));
-    }
-  }
-  ::close(fd);
-  std::stringstream text(bytes);
+  const std::optional<std::string> bytes =
+      read_input(script_path, size_t{1} << 20, "a step-time script", why);
+  if (!bytes) throw UsageError(fmt::format("--script {}: {}", script_path, why));
+  std::stringstream text(*bytes);
   if (text.str().find_first_not_of(" \t\r\n") == std::string::npos)
     throw UsageError(
         fmt::format("{}: is empty (or not a file): expected a step-time script (JSON)", script_path));
