@@ -158,9 +158,9 @@ void judge_tail(CompareDelta& d, const Point& baseline, const Point& run, double
     d.tail_few_steps = true;
     return;
   }
+  if (*d.tail_ratio == 1) return;  // the percentile did not move (steps all equal, a coarse timer)
   const double half_alpha = options.alpha / 2;
   const QuantileTestResult test = quantile_test(baseline.samples_ms, run.samples_ms, pct, half_alpha);
-  if (*d.tail_ratio == 1) return;  // the percentile did not move (steps all equal, a coarse timer)
   // Judged in the direction the percentile moved: the run with the longer tail needs the steps to show it.
   const bool longer = *d.tail_ratio > 1;
   d.tail_p_value = longer ? test.p_longer : test.p_shorter;
