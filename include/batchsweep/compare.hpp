@@ -30,6 +30,9 @@ struct CompareOptions {
   bool allow_model_mismatch = false;
   double alpha = kCompareAlpha;                  // Mann-Whitney significance level
   double min_effect_pct = kCompareMinEffectPct;  // |B/A - 1| must exceed this to call a change
+  // A gate judges training runs' tails too (--fail-on-latency-regression given): the batches whose tail
+  // could not be judged are then noted in training as they are in inference.
+  bool tail_gated_in_training = false;
 };
 
 enum class Verdict { same, faster, slower, not_comparable };
@@ -189,8 +192,10 @@ struct CompareResult {
 // large), and the baseline's answer under its latency budget where a run with the same budget (milliseconds
 // and percentile) has a step time there, at that percentile, more than pct% over the budget (a different
 // answer under the budget is only a note: it moves with latency noise).
-// In an inference comparison (the baseline's mode infer) also each batch where a run's tail (CompareDelta)
-// is "slower" and more than pct% longer than the baseline's: "tail_latency".
+// In an inference comparison (the baseline's mode infer), or any where GateThresholds::latency_given, also
+// each batch where a run's tail (CompareDelta) is "slower" and more than the latency PCT longer than the
+// baseline's: "tail_latency". The latency findings use GateThresholds::latency_pct, and none is made where it
+// is off.
 struct Regression {
   std::string kind;  // "slower", "failed", "lost_fit", "latency_budget" or "tail_latency"
   size_t run = 0;    // index into CompareResult::runs, >= 1
@@ -201,6 +206,23 @@ struct Regression {
   // the change may be the machine's load; the line says so, and a script may rerun before failing the build.
   bool busy_host = false;
 };
+// What the gate holds runs to: `--fail-on-regression PCT` and, where given,
+// `--fail-on-latency-regression PCT|off`.
+struct GateThresholds {
+  double pct = 0;  // "slower" (at least the minimum effect), and with it "failed" and "lost_fit" (any)
+  // "tail_latency" and "latency_budget": PCT unless --fail-on-latency-regression gave its own; nullopt where
+  // it said off (neither is gated).
+  std::optional<double> latency_pct;
+  // --fail-on-latency-regression given: a training run's tail is gated too (by default only inference's,
+  // since a training step's p99 is not an answer anyone waits for).
+  bool latency_given = false;
+};
+// PCT for every finding, as --fail-on-regression alone sets them.
+[[nodiscard]] GateThresholds uniform_gate(double pct);
+// The gate's flags as given: "--fail-on-regression 5", then " --fail-on-latency-regression 20" (or "off").
+[[nodiscard]] std::string gate_flags(const GateThresholds& gate);
+[[nodiscard]] std::vector<Regression> find_regressions(const CompareResult& result,
+                                                       const GateThresholds& gate);
 [[nodiscard]] std::vector<Regression> find_regressions(const CompareResult& result, double pct);
 [[nodiscard]] std::vector<std::string> regressions(const CompareResult& result, double pct);
 // The lines of found regressions, as regressions() gives them.
@@ -215,10 +237,12 @@ struct Regression {
 // The letter the table, notes and gate name run i by: A, B, ... Z, then R27, R28, ...
 [[nodiscard]] std::string run_letter(size_t i);
 [[nodiscard]] std::string format_compare(const CompareResult& result, bool color);
-// With fail_on_regression_pct, a section says the gate's answer and each regression, as stderr and exit 3 do;
+// With a gate, a section says the gate's answer and each regression, as stderr and exit 3 do;
 // `refused`, where not empty, is why the gate cannot pass (exit 2), said as its answer.
 [[nodiscard]] std::string format_compare_markdown(const CompareResult& result,
-                                                  std::optional<double> fail_on_regression_pct = std::nullopt,
+                                                  std::optional<GateThresholds> gate = std::nullopt,
+                                                  std::string_view refused = {});
+[[nodiscard]] std::string format_compare_markdown(const CompareResult& result, double fail_on_regression_pct,
                                                   std::string_view refused = {});
 [[nodiscard]] nlohmann::json to_json(const CompareResult& result);
 

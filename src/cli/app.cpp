@@ -769,6 +769,17 @@ int run_app(int argc, char** argv) {
           "and PCT%")
       ->type_name("PCT")
       ->check(between(0.0, 100.0, "percent: 5 for 5%"));
+  compare_cmd
+      ->add_option(
+          "--fail-on-latency-regression", compare.fail_on_latency_regression,
+          "The latency findings' own PCT (a tail longer beyond noise and PCT%, the baseline's budget "
+          "broken by PCT%) in place of --fail-on-regression's, or off to gate neither; given, the "
+          "tail is gated in training too")
+      ->type_name("PCT|off")
+      ->check(CLI::Validator([pct = between(0.0, 100.0, "percent: 20 for 20%")](
+                                 std::string& text) { return text == "off" ? std::string() : pct(text); },
+                             ""))
+      ->needs("--fail-on-regression");
   compare_cmd->add_flag("--allow-model-mismatch", compare.allow_model_mismatch,
                         "Compare reports of different models");
   compare_cmd->add_flag(

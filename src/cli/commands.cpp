@@ -1479,7 +1479,20 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
                    fmt::format("{}", fmt::join(run.ignored, ", ")).c_str());
     report.analysis = analyze(report.points, run.options);
   }
+  // What the gate holds runs to: PCT everywhere, unless --fail-on-latency-regression gave the latency
+  // findings their own (validated: a number in 0..100, or off).
+  std::optional<GateThresholds> gate;
+  if (s.fail_on_regression_pct) {
+    gate = uniform_gate(*s.fail_on_regression_pct);
+    if (!s.fail_on_latency_regression.empty()) {
+      gate->latency_given = true;
+      gate->latency_pct = s.fail_on_latency_regression == "off"
+                              ? std::nullopt
+                              : std::optional<double>(std::stod(s.fail_on_latency_regression));
+    }
+  }
   CompareOptions options;
+  options.tail_gated_in_training = gate && gate->latency_given && gate->latency_pct;
   options.allow_model_mismatch = s.allow_model_mismatch;
   options.names = s.report_paths;
   const CompareResult result = compare_reports(reports, options);
@@ -1502,14 +1515,17 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
     }
     // Under the minimum effect the throughput test calls nothing slower: said, since the latency budget's
     // gate does take such a PCT (0: any breach).
-    if (*s.fail_on_regression_pct < result.min_effect_pct)
+    if (gate->pct < result.min_effect_pct)
       std::fprintf(
-          stderr,
-          "batchsweep compare: note: --fail-on-regression %g: compare calls no throughput change under "
-          "%g%% slower, so the throughput gate acts at %g%%; the latency budget's gate takes %g%% as "
-          "given\n",
-          *s.fail_on_regression_pct, result.min_effect_pct, result.min_effect_pct, *s.fail_on_regression_pct);
-    found = find_regressions(result, *s.fail_on_regression_pct);
+          stderr, "%s",
+          fmt::format("batchsweep compare: note: --fail-on-regression {:g}: compare calls no throughput "
+                      "change under {:g}% slower, so the throughput gate acts at {:g}%{}\n",
+                      gate->pct, result.min_effect_pct, result.min_effect_pct,
+                      gate->latency_pct && !gate->latency_given
+                          ? fmt::format("; the latency budget's gate takes {:g}% as given", gate->pct)
+                          : std::string())
+              .c_str());
+    found = find_regressions(result, *gate);
     // A gate that compared nothing must not pass: no batch in every run, or none that ran in every run.
     // Judged: a verdict reached, not "same" for want of a second step (one step's noise is unknown). A gate
     // whose every row is unjudged compared nothing it could tell apart: a 9% regression would pass.
@@ -1611,7 +1627,7 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
   exported.notes.insert(exported.notes.end(), export_notes.begin(), export_notes.end());
   if (!s.markdown_path.empty())
     export_to("--markdown", s.markdown_path,
-              format_compare_markdown(exported, s.fail_on_regression_pct, refused.value_or(std::string())));
+              format_compare_markdown(exported, gate, refused.value_or(std::string())));
   if (!s.json_path.empty()) {
     nlohmann::json doc = to_json(exported);
     // What wrote it and when, as a report says: a script reading the gate's answer can check both, and a
@@ -1623,7 +1639,9 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
     doc["command"] = argv;
     // What exit 3 meant, for a script that reads the JSON rather than stderr.
     if (s.fail_on_regression_pct) {
-      doc["gate"] = {{"fail_on_regression_pct", *s.fail_on_regression_pct},
+      doc["gate"] = {{"fail_on_regression_pct", gate->pct},
+                     {"fail_on_latency_regression_pct",
+                      gate->latency_pct ? nlohmann::json(*gate->latency_pct) : nlohmann::json()},
                      {"passed", found.empty() && !refused},
                      {"regressions", regression_lines(found)},
                      {"findings", regressions_json(result, found)}};

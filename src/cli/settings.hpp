@@ -71,6 +71,8 @@ struct AnalyzeSettings {
 struct CompareSettings {
   std::vector<std::string> report_paths;
   std::optional<double> fail_on_regression_pct;
+  // --fail-on-latency-regression: the latency findings' own PCT, or "off"; empty where not given (PCT holds).
+  std::string fail_on_latency_regression;
   bool allow_model_mismatch = false;
   bool allow_incomplete = false;  // gate runs that did not finish on the batches they hold
   std::string json_path, markdown_path;

@@ -787,7 +787,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     result.rows.push_back(std::move(row));
   }
   result.geomean = geomean_row(result.rows, reports.size(), options);
-  result.show_tail = result.runs.front().mode == "infer";
+  result.show_tail = result.runs.front().mode == "infer" || options.tail_gated_in_training;
   for (const CompareRow& row : result.rows)
     for (const CompareDelta& d : row.deltas)
       result.show_tail |= d.tail_verdict == Verdict::slower || d.tail_verdict == Verdict::faster;
@@ -841,9 +841,9 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   for (size_t i = 1; i < result.runs.size(); ++i)
     if (auto change = budget_change(base, result.runs[i], letter(i), options.min_effect_pct))
       result.notes.push_back(std::move(*change));
-  // In inference, where the gate judges the tail: batches whose tail could not be judged for want of steps,
-  // so a gate's "passed" is not read as "the p99 held".
-  if (result.runs.front().mode == "infer") {
+  // Where the gate judges the tail (inference, or training where asked): batches whose tail could not be
+  // judged for want of steps, so a gate's "passed" is not read as "the p99 held".
+  if (result.runs.front().mode == "infer" || options.tail_gated_in_training) {
     for (size_t i = 1; i < reports.size(); ++i) {
       std::vector<std::string> unjudged;
       size_t fewest = std::numeric_limits<size_t>::max();
@@ -1025,9 +1025,28 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   return result;
 }
 
+GateThresholds uniform_gate(double pct) {
+  return GateThresholds{pct, pct, false};
+}
+
+std::string gate_flags(const GateThresholds& gate) {
+  std::string out = fmt::format("--fail-on-regression {:g}", gate.pct);
+  if (gate.latency_given)
+    out += gate.latency_pct ? fmt::format(" --fail-on-latency-regression {:g}", *gate.latency_pct)
+                            : std::string(" --fail-on-latency-regression off");
+  return out;
+}
+
 std::vector<Regression> find_regressions(const CompareResult& result, double pct) {
+  return find_regressions(result, uniform_gate(pct));
+}
+
+std::vector<Regression> find_regressions(const CompareResult& result, const GateThresholds& gate) {
+  const double pct = gate.pct;
   const double min_ratio = 1 - pct / 100;
-  const bool inference = result.runs.front().mode == "infer";
+  // The tail is gated in inference, and in training where --fail-on-latency-regression asked for it.
+  const bool tail_gated = gate.latency_pct && (result.runs.front().mode == "infer" || gate.latency_given);
+  const double latency_pct = gate.latency_pct.value_or(0);
   const std::string tail = latency_name(result.tail_percentile);
   std::vector<Regression> found;
   for (const auto& row : result.rows) {
@@ -1046,9 +1065,9 @@ std::vector<Regression> find_regressions(const CompareResult& result, double pct
                              "; timed on a busy host in {}, so it may be the machine's load (rerun on a "
                              "quiet machine)",
                              busy);
-      // An inference run's tail, longer beyond noise and by more than PCT: the latency a server answers in.
-      if (inference && d.tail_verdict == Verdict::slower && d.tail_ratio && *d.tail_ratio > 1 + pct / 100 &&
-          base.budget_latency_ms && run.budget_latency_ms)
+      // A run's tail, longer beyond noise and by more than the latency PCT: the latency a server answers in.
+      if (tail_gated && d.tail_verdict == Verdict::slower && d.tail_ratio &&
+          *d.tail_ratio > 1 + latency_pct / 100 && base.budget_latency_ms && run.budget_latency_ms)
         found.push_back(Regression{
             "tail_latency", i + 1, row.batch, row.accumulation,
             fmt::format(
@@ -1085,7 +1104,7 @@ std::vector<Regression> find_regressions(const CompareResult& result, double pct
   // and its latency there is over the budget by more than PCT%: a tail-latency regression at the batch served
   // (the mean may not move). Within PCT% it is the noise at the budget's edge, and only the note says it.
   const RunSummary& base = result.runs.front();
-  if (base.latency_slo_ms && base.latency_slo && base.latency_slo->batch) {
+  if (gate.latency_pct && base.latency_slo_ms && base.latency_slo && base.latency_slo->batch) {
     const double budget = *base.latency_slo_ms;
     const std::string name = latency_name(base.latency_percentile);
     for (const CompareRow& row : result.rows) {
@@ -1094,7 +1113,7 @@ std::vector<Regression> find_regressions(const CompareResult& result, double pct
         const std::optional<double> latency = row.runs[i].budget_latency_ms;
         // Every run is held to the baseline's budget, whatever its own: a run that dropped or moved
         // --latency-slo does not switch the gate off (its samples say its latency just the same).
-        if (!latency || *latency <= budget * (1 + pct / 100)) continue;
+        if (!latency || *latency <= budget * (1 + latency_pct / 100)) continue;
         const double over = (*latency / budget - 1) * 100;
         found.push_back(Regression{
             "latency_budget", i, row.batch, row.accumulation,
@@ -1191,7 +1210,12 @@ std::string format_compare(const CompareResult& result, bool color) {
   return out;
 }
 
-std::string format_compare_markdown(const CompareResult& result, std::optional<double> fail_on_regression_pct,
+std::string format_compare_markdown(const CompareResult& result, double fail_on_regression_pct,
+                                    std::string_view refused) {
+  return format_compare_markdown(result, uniform_gate(fail_on_regression_pct), refused);
+}
+
+std::string format_compare_markdown(const CompareResult& result, std::optional<GateThresholds> gate,
                                     std::string_view refused) {
   std::string out = "## batchsweep compare\n\n";
   for (size_t i = 0; i < result.runs.size(); ++i) {
@@ -1217,19 +1241,20 @@ std::string format_compare_markdown(const CompareResult& result, std::optional<d
   }
   // The gate's answer, as the exit code gives it: a markdown posted to a pull request says whether the job
   // failed and why, not only the table.
-  if (fail_on_regression_pct && !refused.empty()) {
-    out += fmt::format("\n### Gate: `--fail-on-regression {:g}`: **cannot pass**\n\n{}\n",
-                       *fail_on_regression_pct, rf::markdown_cell(refused));
-  } else if (fail_on_regression_pct) {
-    const std::vector<Regression> found = find_regressions(result, *fail_on_regression_pct);
-    out += fmt::format("\n### Gate: `--fail-on-regression {:g}`: {}\n\n", *fail_on_regression_pct,
-                       found.empty() ? "passed" : "**failed**");
+  if (gate && !refused.empty()) {
+    out += fmt::format("\n### Gate: `{}`: **cannot pass**\n\n{}\n", gate_flags(*gate),
+                       rf::markdown_cell(refused));
+  } else if (gate) {
+    const std::vector<Regression> found = find_regressions(result, *gate);
+    out +=
+        fmt::format("\n### Gate: `{}`: {}\n\n", gate_flags(*gate), found.empty() ? "passed" : "**failed**");
     // The rule as find_regressions applies it: slower beyond noise and by more than the larger of PCT and
-    // the minimum effect (under which compare calls no change), over the budget by more than PCT.
-    const double pct = *fail_on_regression_pct;
+    // the minimum effect (under which compare calls no change), over the budget by more than the latency PCT.
+    const double pct = gate->pct;
     const double throughput_pct = std::max(pct, result.min_effect_pct);
-    const bool inference = result.runs.front().mode == "infer";
-    const bool budget = result.runs.front().latency_slo_ms.has_value();
+    const bool tail_gated = gate->latency_pct && (result.runs.front().mode == "infer" || gate->latency_given);
+    const double latency_pct = gate->latency_pct.value_or(0);
+    const bool budget = gate->latency_pct && result.runs.front().latency_slo_ms.has_value();
     bool tail_unjudged = false;
     for (const CompareRow& row : result.rows)
       for (const CompareDelta& d : row.deltas) tail_unjudged |= d.tail_few_steps;
@@ -1242,14 +1267,16 @@ std::string format_compare_markdown(const CompareResult& result, std::optional<d
               ? fmt::format(" (compare calls no throughput change under {:g}%, so the gate acts there)",
                             result.min_effect_pct)
               : std::string(),
-          inference
-              ? fmt::format(", has a {} step longer beyond noise and by more than {:g}%{}",
-                            latency_name(result.tail_percentile), std::max(pct, result.min_effect_pct),
-                            tail_unjudged ? " (where its steps could tell: see the warnings below)" : "")
-              : std::string(),
+          tail_gated ? fmt::format(
+                           ", has a {} step longer beyond noise and by more than {:g}%{}",
+                           latency_name(result.tail_percentile), std::max(latency_pct, result.min_effect_pct),
+                           tail_unjudged ? " (where its steps could tell: see the warnings below)" : "")
+                     : std::string(),
           budget ? "," : " or",
-          budget ? fmt::format(", or went more than {:g}% over the baseline's latency budget", pct)
+          budget ? fmt::format(", or went more than {:g}% over the baseline's latency budget", latency_pct)
                  : std::string());
+    // Said where the latency gate is off: a reader of "passed" must not think the tail was judged.
+    if (!gate->latency_pct) out += "Latency is not gated (`--fail-on-latency-regression off`).\n";
     for (const Regression& r : found) out += "- " + rf::markdown_cell(r.text) + "\n";
     if (!result.short_notes.empty()) {
       out += "\n";

@@ -132,6 +132,65 @@ TEST(Compare, ALongerTailFailsAnInferenceGate) {
   EXPECT_EQ(few.err.find("p99 step is"), std::string::npos) << few.err;
 }
 
+// --fail-on-latency-regression gives the latency findings their own PCT: a 49% longer p99 passes at 60 and
+// fails at 40, whatever --fail-on-regression's; off gates no latency (said in the markdown, null in the
+// JSON); given, a training run's tail is gated too. Without --fail-on-regression, or with a PCT that is not
+// one, it is a usage error.
+TEST(Compare, TheLatencyGateTakesItsOwnThreshold) {
+  ScratchDir dir;
+  const auto sweep = [&](const std::string& script, const std::string& mode) {
+    const std::string out = (dir / (script + "-" + mode + ".json")).string();
+    const Result r =
+        run({"run", "--backend", "scripted", "--script", scripted(script + ".json"), "--batch", "64",
+             "--mode", mode, "--min-samples", "600", "--min-time", "0.01", "--quiet", "--json", out});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return out;
+  };
+  const std::string base = sweep("roofline", "infer"), stalls = sweep("roofline-stalls", "infer");
+  const std::string gate = (dir / "gate.json").string(), md = (dir / "gate.md").string();
+  const Result loose = run({"compare", base, stalls, "--fail-on-regression", "5",
+                            "--fail-on-latency-regression", "60", "--json", gate});
+  EXPECT_EQ(loose.exit_code, 0) << loose.err;
+  EXPECT_EQ(read_json(gate)["gate"]["fail_on_latency_regression_pct"], 60.0) << slurp(gate);
+  const Result tight = run({"compare", base, stalls, "--fail-on-regression", "50",
+                            "--fail-on-latency-regression", "40", "--json", gate});
+  EXPECT_EQ(tight.exit_code, 3) << tight.err;
+  EXPECT_NE(tight.err.find("regression: batch 64: B's p99 step is 4"), std::string::npos) << tight.err;
+  EXPECT_EQ(read_json(gate)["gate"]["findings"][0]["kind"], "tail_latency") << slurp(gate);
+  // Without the flag, the latency PCT is --fail-on-regression's, and the JSON says so.
+  EXPECT_EQ(run({"compare", base, stalls, "--fail-on-regression", "50", "--json", gate}).exit_code, 0);
+  EXPECT_EQ(read_json(gate)["gate"]["fail_on_latency_regression_pct"], 50.0) << slurp(gate);
+  const Result off = run({"compare", base, stalls, "--fail-on-regression", "5",
+                          "--fail-on-latency-regression", "off", "--json", gate, "--markdown", md});
+  EXPECT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_TRUE(read_json(gate)["gate"]["fail_on_latency_regression_pct"].is_null()) << slurp(gate);
+  EXPECT_NE(slurp(md).find("`--fail-on-regression 5 --fail-on-latency-regression off`: passed"),
+            std::string::npos)
+      << slurp(md);
+  EXPECT_NE(slurp(md).find("Latency is not gated"), std::string::npos) << slurp(md);
+  if (!testing::python_with_jsonschema().empty()) {
+    EXPECT_EQ(testing::validate_file("compare-v1.schema.json", gate), 0) << slurp(gate);
+  }
+  // Training: shown, not gated by default; gated where the flag asks.
+  const std::string train_base = sweep("roofline", "train"), train_stalls = sweep("roofline-stalls", "train");
+  EXPECT_EQ(run({"compare", train_base, train_stalls, "--fail-on-regression", "5"}).exit_code, 0);
+  const Result train = run({"compare", train_base, train_stalls, "--fail-on-regression", "5",
+                            "--fail-on-latency-regression", "20"});
+  EXPECT_EQ(train.exit_code, 3) << train.err;
+  EXPECT_NE(train.err.find("p99 step is 4"), std::string::npos) << train.err;
+  // Usage errors name the flag.
+  const Result alone = run({"compare", base, stalls, "--fail-on-latency-regression", "20"});
+  EXPECT_EQ(alone.exit_code, 2);
+  EXPECT_NE(alone.err.find("--fail-on-latency-regression requires --fail-on-regression"), std::string::npos)
+      << alone.err;
+  for (const char* bad : {"20%", "-1", "101", "of"}) {
+    const Result r =
+        run({"compare", base, stalls, "--fail-on-regression", "5", "--fail-on-latency-regression", bad});
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_NE(r.err.find("--fail-on-latency-regression"), std::string::npos) << r.err;
+  }
+}
+
 // A report read back may hold anything in its strings, and its file name anything a path may: analyze and
 // compare show a terminal escape in them (\x1B), they do not send it.
 TEST(Compare, EscapesInAReportOrItsNameAreShownNotSent) {

@@ -725,6 +725,22 @@ TEST(Compare, TheAnswerUnderTheLatencyBudgetIsCompared) {
       ::testing::Contains("batch 64 (A's answer under the 3 ms p99 budget): B's p99 is 4 ms, 33.3% over "
                           "the budget (A 2.039 ms)"));
   EXPECT_TRUE(regressions(lost, 50).empty());  // within 50% of the budget: the edge's noise, for that gate
+  // --fail-on-latency-regression gives the budget's finding its own PCT, whatever the throughput's; off,
+  // none.
+  const auto kinds = [&](const GateThresholds& gate) {
+    std::vector<std::string> out;
+    for (const Regression& r : find_regressions(lost, gate)) out.push_back(r.kind);
+    return out;
+  };
+  EXPECT_THAT(kinds(GateThresholds{50, 5, true}), ::testing::Contains("latency_budget"));
+  EXPECT_THAT(kinds(GateThresholds{5, 50, true}), ::testing::Not(::testing::Contains("latency_budget")));
+  EXPECT_THAT(kinds(GateThresholds{0, std::nullopt, true}),
+              ::testing::Not(::testing::Contains("latency_budget")));
+  EXPECT_EQ(gate_flags(GateThresholds{5, std::nullopt, true}),
+            "--fail-on-regression 5 --fail-on-latency-regression off");
+  EXPECT_EQ(gate_flags(GateThresholds{5, 20, true}),
+            "--fail-on-regression 5 --fail-on-latency-regression 20");
+  EXPECT_EQ(gate_flags(uniform_gate(2.5)), "--fail-on-regression 2.5");
   // A breach under 1% (PCT 0 gates any) is said with its digits, not as "0.0% over".
   Report edge = b;
   for (Point& p : edge.points)
