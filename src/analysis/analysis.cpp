@@ -472,11 +472,51 @@ std::optional<BatchChoice> energy_optimal(std::span<const Point> points) {
                             *chosen->telemetry->joules_per_sample, format_rate(chosen->samples_per_second)));
 }
 
+// The split of an effective-batch sweep to use. `fastest`: the highest-throughput ok split. `ties`: the other
+// splits the fastest does not beat by a measurable margin (same_throughput_margin_pct: 1%, or twice the two
+// means' combined standard error), fastest first. `chosen`: among the fastest and its ties, the one needing
+// the least memory (the fastest where memory is equal or unknown): splits that run alike at one effective
+// batch are told apart by what they leave free, not by noise. Only between measured points (both with
+// noise_pct), as within_budget.
+struct SplitChoice {
+  struct Tie {
+    const Point* point;
+    double lead_pct;    // how much faster the fastest is, percent
+    double margin_pct;  // the margin that lead stayed within
+  };
+  const Point* chosen = nullptr;
+  const Point* fastest = nullptr;
+  std::vector<Tie> ties;
+};
+
+SplitChoice choose_split(std::span<const Point> points) {
+  SplitChoice c;
+  c.fastest = fastest(points, [](const Point&) { return true; });
+  c.chosen = c.fastest;
+  if (!c.fastest || !c.fastest->noise_pct) return c;
+  const std::optional<double> fastest_se = mean_uncertainty(*c.fastest);
+  for (const Point& p : points) {
+    if (!is_ok(p) || &p == c.fastest || !p.noise_pct || p.samples_per_second <= 0) continue;
+    const double margin_pct = same_throughput_margin_pct(fastest_se, mean_uncertainty(p));
+    const double lead_pct = (c.fastest->samples_per_second / p.samples_per_second - 1.0) * 100.0;
+    if (lead_pct < margin_pct) c.ties.push_back({&p, lead_pct, margin_pct});
+  }
+  std::sort(c.ties.begin(), c.ties.end(), [](const SplitChoice::Tie& a, const SplitChoice::Tie& b) {
+    return a.point->samples_per_second > b.point->samples_per_second;
+  });
+  if (memory_bytes(*c.fastest) == 0) return c;
+  for (const SplitChoice::Tie& t : c.ties) {
+    const uint64_t bytes = memory_bytes(*t.point);
+    if (bytes > 0 && bytes < memory_bytes(*c.chosen)) c.chosen = t.point;
+  }
+  return c;
+}
+
 std::optional<BatchChoice> effective_batch_split(std::span<const Point> points,
                                                  const AnalysisOptions& options) {
   const std::optional<int64_t> effective = split_sweep(points, options);
   if (!effective) return std::nullopt;
-  const Point* chosen = fastest(points, [](const Point&) { return true; });
+  const Point* chosen = choose_split(points).chosen;
   if (!chosen) return none(fmt::format("no split of effective batch {} ran ok", *effective));
   return choose(*chosen, split_name(*chosen));
 }
@@ -692,36 +732,39 @@ Recommendation recommend(const RecommendationInputs& in, const Point*& chosen) {
       return {a.effective_batch_split->batch,
               fmt::format("the only split of effective batch {} that ran: {} ({} samples/s)", effective,
                           a.effective_batch_split->reason, rate)};
-    // The runner-up, where the lead over it is within the two means' noise: the fastest is not told apart.
-    const Point* fastest_split = nullptr;
-    const Point* runner_up = nullptr;
-    for (const Point& point : in.points) {
-      if (!is_ok(point)) continue;
-      if (!fastest_split || point.samples_per_second > fastest_split->samples_per_second) {
-        runner_up = fastest_split;
-        fastest_split = &point;
-      } else if (!runner_up || point.samples_per_second > runner_up->samples_per_second) {
-        runner_up = &point;
-      }
+    // The splits as fast as the fastest: named, so a rerun that picks another of them reads as the same
+    // answer, and the one needing the least memory is chosen among them.
+    const SplitChoice split = choose_split(in.points);
+    const auto label = [](const Point* p) { return batch_label(p->batch, p->accumulation); };
+    std::vector<std::string> others;
+    for (const SplitChoice::Tie& t : split.ties)
+      if (t.point != split.chosen) others.push_back(label(t.point));
+    const std::string what = fmt::format("{} ({} samples/s, {} faster than the slowest split)",
+                                         a.effective_batch_split->reason, rate, format_percent(gain));
+    if (split.chosen != split.fastest) {
+      const auto tie = std::find_if(split.ties.begin(), split.ties.end(),
+                                    [&](const SplitChoice::Tie& t) { return t.point == split.chosen; });
+      const uint64_t chosen_bytes = memory_bytes(*split.chosen), fastest_bytes = memory_bytes(*split.fastest);
+      return {a.effective_batch_split->batch,
+              fmt::format("least memory of the splits of effective batch {} as fast as the fastest: {}; {} "
+                          "leads it by {:.2f}% ({}) with {:.1f}\u00d7 its memory{}",
+                          effective, what, label(split.fastest), tie->lead_pct, tie_words(tie->margin_pct),
+                          static_cast<double>(fastest_bytes) / static_cast<double>(chosen_bytes),
+                          others.empty() ? std::string()
+                                         : fmt::format("; {} {} as fast too", fmt::join(others, ", "),
+                                                       others.size() == 1 ? "is" : "are"))};
     }
+    const std::string head = fmt::format("fastest split of effective batch {}: {}", effective, what);
     std::string tie;
-    if (fastest_split && runner_up && runner_up->samples_per_second > 0) {
-      const std::optional<double> se_a = mean_uncertainty(*fastest_split),
-                                  se_b = mean_uncertainty(*runner_up);
-      if (se_a && se_b) {
-        const double margin_pct = same_throughput_margin_pct(se_a, se_b);
-        const double lead_pct = (fastest_split->samples_per_second / runner_up->samples_per_second - 1) * 100;
-        if (lead_pct < margin_pct)
-          tie = fmt::format("; {} is as fast: {} leads it by {:.2f}%, {}",
-                            batch_label(runner_up->batch, runner_up->accumulation),
-                            batch_label(fastest_split->batch, fastest_split->accumulation), lead_pct,
-                            tie_words(margin_pct));
-      }
-    }
-    return {a.effective_batch_split->batch,
-            fmt::format(
-                "fastest split of effective batch {}: {} ({} samples/s, {} faster than the slowest split){}",
-                effective, a.effective_batch_split->reason, rate, format_percent(gain), tie)};
+    if (split.ties.size() == 1)
+      tie = fmt::format("; {} is as fast: {} leads it by {:.2f}%, {}", label(split.ties[0].point),
+                        label(split.fastest), split.ties[0].lead_pct, tie_words(split.ties[0].margin_pct));
+    else if (!split.ties.empty())
+      tie = fmt::format("; {} are as fast: {} leads them by {:.2f}% to {:.2f}%, each within noise or under the "
+                        "{:g}% that counts as a difference (none needs less memory)",
+                        fmt::join(others, ", "), label(split.fastest), split.ties.front().lead_pct,
+                        split.ties.back().lead_pct, kSameThroughputPct);
+    return {a.effective_batch_split->batch, head + tie};
   }
   return recommend_from_curve(in);
 }

@@ -35,7 +35,7 @@ std::vector<Mark> marks_of(const Analysis& a) {
   if (a.latency_slo) marks.push_back({"slo", "the latency SLO's batch", a.latency_slo->batch});
   if (a.energy_optimal) marks.push_back({"energy", "fewest joules per sample", a.energy_optimal->batch});
   if (a.effective_batch_split) {
-    marks.push_back({"split", "fastest micro-batch x accumulation split", a.effective_batch_split->batch});
+    marks.push_back({"split", "micro-batch x accumulation split to use", a.effective_batch_split->batch});
   }
   marks.push_back({"rec", "recommended", a.recommended.batch});
   return marks;

@@ -628,6 +628,36 @@ TEST(EffectiveBatchSplit, FastestSplitIsRecommended) {
       << why;
 }
 
+// Splits that run alike (a roofline's plateau) are told apart by memory, not by noise: among the splits the
+// fastest leads by under 1% (or within noise), the one needing the least memory is chosen, and the reason
+// names the fastest, its lead and memory, and the others as fast. Hand-made figures (no noise) and a fastest
+// that also needs the least memory keep the fastest.
+TEST(EffectiveBatchSplit, SplitsAsFastAsTheFastestAreToldApartByMemory) {
+  std::vector<Point> points{measured_point(256, 1000, 0.002, 21, 4), measured_point(128, 998, 0.002, 21, 8),
+                            measured_point(64, 996, 0.002, 21, 16), measured_point(32, 700, 0.002, 21, 32)};
+  EXPECT_EQ(analyze(points, {}).recommended.batch, 256);  // no noise: the figures alone cannot tie
+  for (Point& p : points) p.noise_pct = 0.2;
+  const Analysis a = analyze(points, {});
+  ASSERT_TRUE(a.effective_batch_split.has_value());
+  EXPECT_EQ(a.effective_batch_split->batch, 64);
+  EXPECT_EQ(a.recommended.batch, 64);
+  EXPECT_EQ(a.recommended_accumulation, 16);
+  EXPECT_EQ(a.recommended.why,
+            "least memory of the splits of effective batch 1024 as fast as the fastest: batch 64 x "
+            "accumulation 16 (996 samples/s, 42% faster than the slowest split); 256x4 leads it by 0.40% "
+            "(under the 1% that counts as a difference) with 2.2\u00d7 its memory; 128x8 is as fast "
+            "too");
+  // The fastest needing the least memory: it stays, and the others as fast are named.
+  for (Point& p : points) p.memory.planned_bytes = static_cast<uint64_t>(1024 / p.batch) << 20;
+  const Analysis fastest = analyze(points, {});
+  EXPECT_EQ(fastest.recommended.batch, 256);
+  EXPECT_NE(fastest.recommended.why.find(
+                "slowest split); 128x8, 64x16 are as fast: 256x4 leads them by 0.20% to 0.40%, each within "
+                "noise or under the 1% that counts as a difference (none needs less memory)"),
+            std::string::npos)
+      << fastest.recommended.why;
+}
+
 // Throughput rising up to N x 1: the knee's "still scaling" asks for no larger batch, since none is a split.
 TEST(EffectiveBatchSplit, StillScalingAtTheWholeBatchSaysNoSplitIsLarger) {
   std::vector<Point> points;
