@@ -105,6 +105,9 @@ std::string nearby_split_hint(int64_t n, int64_t fit, int64_t unfit, std::option
 
 }  // namespace
 
+// The fewest timed steps a split is worth measuring with: two give its noise (NoiseCriterion needs them).
+constexpr int64_t kFewestTimedSteps = 2;
+
 void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::string& summary) {
   const std::vector<BatchSplit> splits = effective_batch_splits(effective_batch);
   int64_t unfit_before = 0;  // the accumulation of the ladder split tried last, where it did not fit (else 0)
@@ -133,18 +136,18 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
         runner.resumed_points() > 0 ? fmt::format(" ({} taken from --resume)", runner.resumed_points()) : "";
     std::string not_timed;
     if (!untimed.empty()) {
-      not_timed = fmt::format(
-          "; not timed, too slow for --timeout {:g} s (a step of up to {:.3g} s over --warmup and "
-          "--min-samples): "
-          "{}",
-          stopping.timeout_s, untimed_bound_s, fmt::join(untimed, ", "));
-      runner.warn(
-          fmt::format("--effective-batch {}: {} split{} not timed: a step would take up to {:.3g} s, "
-                      "more than --timeout {:g} s allows for --warmup and --min-samples; a smaller "
-                      "micro-batch is seldom faster than a larger one that fits, but only timing says (raise "
-                      "--timeout to time them)",
-                      effective_batch, untimed.size(), untimed.size() == 1 ? "" : "s", untimed_bound_s,
-                      stopping.timeout_s));
+      // The first split left out, and its own bound: the later ones' are looser (more micro-batches).
+      const std::string why = fmt::format(
+          "from {} on, a step of up to {:.3g} s, so --warmup {} and 2 timed steps could take {:.3g} s",
+          untimed.front(), untimed_bound_s, stopping.warmup_steps,
+          untimed_bound_s * static_cast<double>(stopping.warmup_steps + kFewestTimedSteps));
+      not_timed = fmt::format("; not timed, too slow for --timeout {:g} s ({}): {}", stopping.timeout_s, why,
+                              fmt::join(untimed, ", "));
+      runner.warn(fmt::format(
+          "--effective-batch {}: {} split{} not timed, too slow for --timeout {:g} s ({}); a "
+          "smaller micro-batch is seldom faster than a larger one that fits, but only timing "
+          "says (raise --timeout to time them)",
+          effective_batch, untimed.size(), untimed.size() == 1 ? "" : "s", stopping.timeout_s, why));
     }
     const std::string unfit_text =
         unfit.empty() ? std::string() : fmt::format("; did not fit: {}", fmt::join(unfit, ", "));
@@ -178,12 +181,15 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
     if (last_ok && last_ok->step_s > 0) {
       const double bound_s = last_ok->step_s * static_cast<double>(split.accumulation) /
                              static_cast<double>(last_ok->accumulation);
-      // The noise target needs two samples whatever --min-samples says (NoiseCriterion).
-      const auto steps = stopping.warmup_steps + std::max<int64_t>(2, stopping.min_samples);
+      // Left out only where --timeout could not take the warm-up and two timed steps (the fewest that give a
+      // noise estimate): a split --timeout cuts short is still timed, as a plain point is, and says so
+      // (stop_reason timeout). Holding each to --min-samples ended the search after one split wherever a
+      // training step took 200 ms (13 steps of the next split's 400 ms are over the default 5 s).
+      const auto steps = stopping.warmup_steps + kFewestTimedSteps;
       if (bound_s * static_cast<double>(steps) > stopping.timeout_s &&
           !runner.find(split.micro_batch, split.accumulation)) {
+        if (untimed.empty()) untimed_bound_s = bound_s;
         untimed.push_back(batch_label(split.micro_batch, split.accumulation));
-        untimed_bound_s = std::max(untimed_bound_s, bound_s);
         continue;
       }
     }

@@ -55,7 +55,8 @@ TEST(EffectiveBatchSplits, RejectsOutOfRange) {
 }
 
 // 8198 = 2 x 4099: where 8198x1 and 4099x2 do not fit, 2x4099 runs (8.2 s a step: 4099 micro-batches at the
-// 2 ms floor), and 1x8198, up to twice that a step, is not timed: 13 steps of it would not fit --timeout.
+// 2 ms floor), and 1x8198, up to twice that a step, is not timed: 3 warm-up and 2 timed steps of it (82 s)
+// would not fit --timeout 60. (Under 82 s it would be timed, the timeout cutting it short.)
 TEST(EffectiveBatch, ASplitTooSlowToTimeIsNotTimed) {
   const Graph graph = tiny_graph();
   ScriptedConfig config = testing::roofline(2.0, 128.0);
@@ -63,7 +64,7 @@ TEST(EffectiveBatch, ASplitTooSlowToTimeIsNotTimed) {
   const auto backend = make_scripted_backend(config);
   SweepSettings settings;
   settings.effective_batch = 8198;
-  settings.stopping.timeout_s = 200;  // 13 steps of 8.2 s fit; of 16.4 s they do not
+  settings.stopping.timeout_s = 60;  // 5 steps of 8.2 s fit; of 16.4 s they do not
   RecordingObserver observer;
   const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
   ASSERT_EQ(outcome.points.size(), 3u) << outcome.search_summary;
@@ -77,14 +78,15 @@ TEST(EffectiveBatch, ASplitTooSlowToTimeIsNotTimed) {
   EXPECT_NE(
       outcome.search_summary.find("effective batch 8198: 1 of 4 splits (micro-batch x accumulation) "
                                   "measured; did not fit: 8198 (oom), 4099x2 (oom); not timed, too slow "
-                                  "for --timeout 200 s (a step of up to 16.4 s over --warmup and "
-                                  "--min-samples): 1x8198"),
+                                  "for --timeout 60 s (from 1x8198 on, a step of up to 16.4 s, so --warmup 3 "
+                                  "and 2 timed steps could take 82 s): 1x8198"),
       std::string::npos)
       << outcome.search_summary;
   ASSERT_FALSE(outcome.warnings.empty());
-  EXPECT_NE(outcome.warnings.back().find("--effective-batch 8198: 1 split not timed: a step would take up to "
-                                         "16.4 s"),
-            std::string::npos)
+  EXPECT_NE(
+      outcome.warnings.back().find("--effective-batch 8198: 1 split not timed, too slow for --timeout 60 "
+                                   "s (from 1x8198 on, a step of up to 16.4 s"),
+      std::string::npos)
       << outcome.warnings.back();
 }
 
