@@ -760,10 +760,11 @@ Recommendation recommend(const RecommendationInputs& in, const Point*& chosen) {
       tie = fmt::format("; {} is as fast: {} leads it by {:.2f}%, {}", label(split.ties[0].point),
                         label(split.fastest), split.ties[0].lead_pct, tie_words(split.ties[0].margin_pct));
     else if (!split.ties.empty())
-      tie = fmt::format("; {} are as fast: {} leads them by {:.2f}% to {:.2f}%, each within noise or under the "
-                        "{:g}% that counts as a difference (none needs less memory)",
-                        fmt::join(others, ", "), label(split.fastest), split.ties.front().lead_pct,
-                        split.ties.back().lead_pct, kSameThroughputPct);
+      tie = fmt::format(
+          "; {} are as fast: {} leads them by {:.2f}% to {:.2f}%, each within noise or under the "
+          "{:g}% that counts as a difference (none needs less memory)",
+          fmt::join(others, ", "), label(split.fastest), split.ties.front().lead_pct,
+          split.ties.back().lead_pct, kSameThroughputPct);
     return {a.effective_batch_split->batch, head + tie};
   }
   return recommend_from_curve(in);

@@ -633,7 +633,9 @@ int run_app(int argc, char** argv) {
       ->capture_default_str();
   add_analysis(run_cmd, run.analysis);
   StoppingSettings& stop = run.sweep.stopping;
-  run_cmd->add_option("--warmup", stop.warmup_steps, "Untimed steps before each point")
+  run_cmd
+      ->add_option("--warmup", stop.warmup_steps,
+                   "Untimed steps before each point (0 times the cold first step, one-time work included)")
       ->transform(whole(0, std::numeric_limits<int>::max()))
       ->capture_default_str();
   run_cmd

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -80,9 +81,10 @@ std::optional<double> standard_error(const std::vector<double>& samples) {
 // kDriftBatches runs of consecutive steps and takes the spread of their means (a slow stretch moves one batch
 // mean, where stddev / sqrt(n) would count each of its steps as independent evidence). Independent steps
 // give about the same from both.
+constexpr std::size_t kDriftBatches = 10;
+
 std::optional<double> drift_standard_error(const std::vector<double>& samples) {
   const std::optional<double> independent = standard_error(samples);
-  constexpr std::size_t kDriftBatches = 10;
   if (!independent || samples.size() < 2 * kDriftBatches) return independent;
   const std::size_t per_batch = samples.size() / kDriftBatches;
   std::vector<double> means;
@@ -94,6 +96,51 @@ std::optional<double> drift_standard_error(const std::vector<double>& samples) {
   const double batches = relative_noise(means) / std::sqrt(static_cast<double>(kDriftBatches));
   return std::max(*independent, batches);
 }
+
+// Student's t quantile: the t whose two-sided p on `df` degrees of freedom is `alpha` (bisection on
+// student_t_two_sided_p; 2.88 at alpha 0.01 on 18).
+double critical_t(double alpha, double df) {
+  double lo = 0, hi = 1e4;
+  for (int i = 0; i < 100; ++i) {
+    const double mid = (lo + hi) / 2;
+    (student_t_two_sided_p(mid, df) > alpha ? lo : hi) = mid;
+  }
+  return hi;
+}
+
+// How far apart (in log, as the relative standard errors are) two means must be for a change at alpha,
+// two-sided: t at alpha on `df` degrees of freedom times their combined standard error. Twice it, a z-test
+// near 5%, called one command's reruns changed 5-10% of the time where steps drift together.
+double change_margin(double se_a, double se_b, double alpha, double df) {
+  return critical_t(alpha, df) * std::sqrt(se_a * se_a + se_b * se_b);
+}
+
+// Student's two-sample t-test with the variances pooled: t > 0 where a's mean is the larger. Steps all equal
+// on both sides give t 0 (p 1) for equal means, else an infinite t (p 0).
+struct PooledT {
+  double t = 0;
+  double p_value = 1;
+};
+PooledT pooled_t_test(const std::vector<double>& a, const std::vector<double>& b) {
+  const StepStats sa = summarize(a), sb = summarize(b);
+  const double na = static_cast<double>(a.size()), nb = static_cast<double>(b.size());
+  const double df = na + nb - 2;
+  const double pooled = ((na - 1) * sa.stddev * sa.stddev + (nb - 1) * sb.stddev * sb.stddev) / df;
+  const double diff = sa.mean - sb.mean;
+  PooledT r;
+  if (pooled <= 0) {
+    r.t = diff == 0 ? 0.0 : std::copysign(std::numeric_limits<double>::infinity(), diff);
+    r.p_value = diff == 0 ? 1.0 : 0.0;
+    return r;
+  }
+  r.t = diff / std::sqrt(pooled * (1 / na + 1 / nb));
+  r.p_value = student_t_two_sided_p(r.t, df);
+  return r;
+}
+
+// The drift guard's degrees of freedom: each side's standard error rests on the spread of kDriftBatches
+// batch means.
+constexpr double kDriftDegrees = 2.0 * (kDriftBatches - 1);
 
 // The standard error a point's verdicts use: drift-aware where it stopped short of its targets.
 std::optional<double> point_standard_error(const Point& p) {
@@ -192,18 +239,21 @@ CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, con
   // alpha of the time.
   const double half_alpha = options.alpha / 2;
   if (samples && smallest_p(run.samples_ms, baseline.samples_ms) >= half_alpha) {
-    // Three samples a side can never give p below 0.1: the test could only ever say "same". The threshold
-    // decides, unless the change is within the two means' noise.
+    // Three samples a side can never give p below 0.1: the rank test could only ever say "same". The means'
+    // test decides, at alpha / 2 as beside the rank test: Student's t with the two runs' spread pooled (one
+    // command's runs on one machine share it), on na + nb - 2 degrees of freedom, so two steps against fifty
+    // borrow the fifty's spread, where Welch's t would rest on one degree of freedom. (Twice the means'
+    // combined standard error, a z-test near 5% that ignores the degrees of freedom, called 6-10% of one
+    // command's reruns changed.)
     d.few_samples = true;
     const auto [run_min, run_max] = std::minmax_element(run.samples_ms.begin(), run.samples_ms.end());
     const auto [base_min, base_max] =
         std::minmax_element(baseline.samples_ms.begin(), baseline.samples_ms.end());
     d.tied_samples = *run_min == *run_max && *base_min == *base_max && *run_min == *base_min;
-    // Relative standard errors are errors of the log of each mean: so is the margin, the same either way.
-    const bool within_noise =
-        std::fabs(std::log(d.ratio)) <=
-        noise_margin(*standard_error(run.samples_ms), *standard_error(baseline.samples_ms));
-    d.verdict = effect && !within_noise ? direction(d.ratio) : Verdict::same;
+    const PooledT pooled = pooled_t_test(run.samples_ms, baseline.samples_ms);
+    d.mean_p_value = pooled.p_value;
+    const bool mean_agrees = direction(d.ratio) == Verdict::slower ? pooled.t > 0 : pooled.t < 0;
+    d.verdict = effect && mean_agrees && pooled.p_value < half_alpha ? direction(d.ratio) : Verdict::same;
   } else if (samples) {
     // a = the run, b = the baseline: z > 0 when the run's steps tend to take longer.
     const MannWhitneyResult test = mann_whitney_u(run.samples_ms, baseline.samples_ms);
@@ -235,8 +285,9 @@ CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, con
     // two means' combined noise, with each mean's standard error allowing for drift (batch means).
     if (d.verdict != Verdict::same &&
         (stopped_short(run.stop_reason) || stopped_short(baseline.stop_reason)) &&
-        std::fabs(std::log(d.ratio)) <=
-            noise_margin(*point_standard_error(run), *point_standard_error(baseline))) {
+        std::fabs(std::log(d.ratio)) <= change_margin(*point_standard_error(run),
+                                                      *point_standard_error(baseline), options.alpha,
+                                                      kDriftDegrees)) {
       d.verdict = Verdict::same;
       d.from_mean = false;
       d.median_and_mean_disagree = false;  // the means' noise decides, whichever way the ranks went
@@ -246,20 +297,33 @@ CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, con
              !baseline.samples_ms.empty()) {
     // One timed step (a step longer than --timeout) says nothing of how much the next would differ: two runs
     // of one command on a busy CPU are apart by whatever their single steps met. One against one calls no
-    // change. One against the other run's steps is a change only beyond every one of them (and the effect):
-    // a step 20x longer than all of the baseline's is a regression, one inside their spread is not.
+    // change. One against the other run's steps is a change only beyond every one of them (and the effect),
+    // and beyond their spread: the prediction test for one more step from their distribution, t = (one -
+    // mean) / (stddev * sqrt(1 + 1/n)) on n - 1 degrees of freedom, at alpha / 2. Beyond every one of n
+    // alone happens by chance 2 / (n + 1) of the time: two runs of one command, 1 step against 2, failed a
+    // gate two times in three. A step 20x longer than all of the baseline's is a regression; one just past
+    // the slowest of a few is not.
     d.one_step = true;
     d.verdict = Verdict::same;
     const bool run_one = run.samples_ms.size() == 1;
     const std::vector<double>& many = run_one ? baseline.samples_ms : run.samples_ms;
-    if (many.size() >= 2 && effect) {
+    if (usable_samples(many)) {
       const double one = run_one ? run.samples_ms.front() : baseline.samples_ms.front();
+      const StepStats stats = summarize(many);
+      const double n = static_cast<double>(many.size());
+      // Every step of the many alike (a coarse timer): no spread to scale by, and only rank can say, 2/(n+1).
+      d.mean_p_value =
+          stats.stddev > 0
+              ? student_t_two_sided_p((one - stats.mean) / (stats.stddev * std::sqrt(1 + 1 / n)), n - 1)
+          : one == stats.mean ? 1.0
+                              : 2 / (n + 1);
       const auto [low, high] = std::minmax_element(many.begin(), many.end());
       // Slower: the run's steps are longer than the baseline's, every one of them.
       const bool slower = run_one ? one > *high : *low > one;
       const bool faster = run_one ? one < *low : *high < one;
-      if ((slower && direction(d.ratio) == Verdict::slower) ||
-          (faster && direction(d.ratio) == Verdict::faster))
+      if (effect && *d.mean_p_value < half_alpha &&
+          ((slower && direction(d.ratio) == Verdict::slower) ||
+           (faster && direction(d.ratio) == Verdict::faster)))
         d.verdict = direction(d.ratio);
     }
   } else {
@@ -455,8 +519,11 @@ CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, con
       if (variance[0] && variance[i]) {
         d.noise_checked = true;
         const double k = static_cast<double>(g.batches);
+        // Each row's standard error may rest on its batch means (drift): their degrees of freedom, the
+        // fewest any row has, hold for the sum too.
         beyond_noise =
-            std::fabs(std::log(d.ratio)) > noise_margin(std::sqrt(*variance[0]), std::sqrt(*variance[i])) / k;
+            std::fabs(std::log(d.ratio)) >
+            change_margin(std::sqrt(*variance[0]), std::sqrt(*variance[i]), options.alpha, kDriftDegrees) / k;
       }
       d.verdict = beyond_effect(d.ratio, options) && beyond_noise ? direction(d.ratio) : Verdict::same;
     } else {
@@ -487,11 +554,16 @@ std::string verdict_text(const CompareDelta& d, double min_effect_pct,
                          const char* threshold_note = "no samples") {
   if (d.verdict == Verdict::not_comparable) return std::string(to_string(d.verdict));
   if (d.few_samples)
-    return fmt::format("{} ({})", to_string(d.verdict), d.tied_samples ? "steps all equal" : "few samples");
+    return d.verdict == Verdict::same || d.tied_samples
+               ? fmt::format("{} ({})", to_string(d.verdict),
+                             d.tied_samples ? "steps all equal" : "few samples")
+               : fmt::format("{} (few samples; mean {})", to_string(d.verdict),
+                             p_text(d.mean_p_value.value_or(1.0)));
   if (d.one_step)
     return d.verdict == Verdict::same
                ? fmt::format("{} (one step: noise unknown)", to_string(d.verdict))
-               : fmt::format("{} (one step, beyond every step of the other run)", to_string(d.verdict));
+               : fmt::format("{} (one step, beyond every step of the other run; {})", to_string(d.verdict),
+                             p_text(d.mean_p_value.value_or(1.0)));
   if (!d.from_samples) return fmt::format("{} ({})", to_string(d.verdict), threshold_note);
   if (d.from_mean)
     return fmt::format("{} (mean; {}{})", to_string(d.verdict), p_text(d.mean_p_value.value_or(1.0)),
@@ -1079,17 +1151,21 @@ std::vector<Regression> find_regressions(const CompareResult& result, const Gate
       if (d.verdict == Verdict::slower && d.ratio < min_ratio) {
         found.push_back(Regression{
             "slower", i + 1, row.batch, row.accumulation,
-            fmt::format("batch {}: {} is {:.1f}% slower than A {}{}", batch, letter(i + 1),
-                        (1 - d.ratio) * 100,
-                        d.one_step ? "(one step, beyond every step of the other run)"
-                        : d.from_mean && d.median_and_mean_disagree
-                            ? "beyond its mean's noise (Welch's t; by rank most steps were faster, and a few "
-                              "much slower ones make the mean)"
-                        : d.from_mean    ? "beyond its mean's noise (Welch's t; the ranks did not move)"
-                        : d.from_samples ? "beyond noise"
-                        : d.few_samples  ? "(too few samples for the test; beyond the means' noise)"
-                                         : "(no samples to test against noise)",
-                        busy_text),
+            fmt::format(
+                "batch {}: {} is {:.1f}% slower than A {}{}", batch, letter(i + 1), (1 - d.ratio) * 100,
+                d.one_step ? fmt::format("(one step, beyond every step of the other run and their spread: "
+                                         "{})",
+                                         p_text(d.mean_p_value.value_or(1.0)))
+                : d.from_mean && d.median_and_mean_disagree
+                    ? "beyond its mean's noise (Welch's t; by rank most steps were faster, and a few "
+                      "much slower ones make the mean)"
+                : d.from_mean    ? "beyond its mean's noise (Welch's t; the ranks did not move)"
+                : d.from_samples ? "beyond noise"
+                : d.few_samples  ? fmt::format("(too few samples for the rank test; Student's t on the "
+                                                "means, spread pooled: {})",
+                                               p_text(d.mean_p_value.value_or(1.0)))
+                                 : "(no samples to test against noise)",
+                busy_text),
             !busy.empty()});
       } else if (base.status == PointStatus::ok && run.status != PointStatus::ok)
         found.push_back(Regression{
@@ -1162,11 +1238,12 @@ static std::string verdict_rule(const CompareResult& result) {
   return fmt::format(
       "a throughput change beyond {}% and a shift of the step times (Mann-Whitney U) or of their mean "
       "(Welch's t), the two tests at alpha {} together; without raw samples the threshold alone; with too "
-      "few "
-      "for the rank test, and for the geometric mean, the threshold and a change beyond twice the means' "
-      "combined standard error; where a point stopped short of its targets, also beyond that (its standard "
-      "error allowing for drift), and after one step no change at all{}",
-      result.min_effect_pct, result.alpha,
+      "few for the rank test, Student's t on the means with the runs' spread pooled; for the geometric mean, "
+      "and where a point stopped short of its targets, also a change beyond Student's t at alpha {} times "
+      "the "
+      "means' combined standard error (allowing for drift); after one step, against another no change at "
+      "all, against many only beyond every one of them and their spread (p < {:g}){}",
+      result.min_effect_pct, result.alpha, result.alpha, result.alpha / 2,
       result.show_tail
           ? fmt::format(
                 "; the {0} column: B's {0} step over A's, longer or shorter where it moved beyond {1}% "
