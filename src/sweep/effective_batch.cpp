@@ -124,7 +124,8 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
   std::optional<OkSplit> last_ok;
   int slower_in_a_row = 0;
   std::size_t done = 0;
-  std::vector<std::string> unfit;  // over the memory budget or out of memory: tried, not timed
+  std::vector<std::string> unfit;   // over the memory budget or out of memory: tried, not timed
+  std::vector<std::string> failed;  // measured and failed otherwise (an error)
   std::string stopped_early;
   std::vector<std::string> untimed;
   double untimed_bound_s = 0;
@@ -151,6 +152,8 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
     }
     const std::string unfit_text =
         unfit.empty() ? std::string() : fmt::format("; did not fit: {}", fmt::join(unfit, ", "));
+    const std::string failed_text =
+        failed.empty() ? std::string() : fmt::format("; failed: {}", fmt::join(failed, ", "));
     const std::string between = refined.empty()
                                     ? std::string()
                                     : fmt::format("; between the ladder's steps, the largest that fits: {}",
@@ -172,10 +175,10 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
         largest_ok > 0 && smallest_unfit > 0 && !errored_between
             ? nearby_split_hint(effective_batch, largest_ok, smallest_unfit, runner.plan_max_fit(1))
             : std::string();
-    summary =
-        fmt::format("effective batch {}: {} of {} splits (micro-batch x accumulation) measured{}{}{}{}{}{}{}",
-                    effective_batch, done, splits.size() + probed, taken, unfit_text, between, stopped_early,
-                    not_timed, nearby, interrupted ? "; interrupted before the rest" : "");
+    summary = fmt::format(
+        "effective batch {}: {} of {} splits (micro-batch x accumulation) measured{}{}{}{}{}{}{}{}",
+        effective_batch, done, splits.size() + probed, taken, unfit_text, failed_text, between, stopped_early,
+        not_timed, nearby, interrupted ? "; interrupted before the rest" : "");
   };
   for (const BatchSplit& split : splits) {
     if (last_ok && last_ok->step_s > 0) {
@@ -227,7 +230,13 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
     }
     unfit_before = 0;
     ++done;
-    if (point->status != PointStatus::ok) continue;
+    if (point->status != PointStatus::ok) {
+      // Measured, and failed otherwise than out of memory (an error): named, as the splits that did not fit
+      // are, so the summary does not read as if every measured split ran.
+      failed.push_back(fmt::format("{} ({})", batch_label(split.micro_batch, split.accumulation),
+                                   to_string(point->status)));
+      continue;
+    }
     last_ok = OkSplit{point->step_ms.mean / 1000.0, point->accumulation};
     const double throughput = point->samples_per_second;
     if (previous_ok_throughput &&

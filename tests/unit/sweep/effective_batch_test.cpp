@@ -101,6 +101,23 @@ SweepOutcome effective_sweep(double samples_per_ms, int64_t oom_above, int64_t e
   return run_sweep(*backend, tiny_graph(), settings, observer);
 }
 
+// A split measured that failed otherwise than out of memory (a non-finite loss: error) is named on the search
+// line, as the splits that did not fit are: "5 of 11 measured" must not read as five that ran.
+TEST(EffectiveBatch, ASplitThatFailedIsNamedInTheSummary) {
+  ScriptedConfig config = testing::roofline(2.0, 128.0);
+  config.nan_at_batch = 128;
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings;
+  settings.effective_batch = 1024;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, tiny_graph(), settings, observer);
+  const Point* failed = find_point(outcome.points, 128, 8);
+  ASSERT_NE(failed, nullptr) << outcome.search_summary;
+  EXPECT_EQ(failed->status, PointStatus::error);
+  EXPECT_NE(outcome.search_summary.find("; failed: 128x8 (error)"), std::string::npos)
+      << outcome.search_summary;
+}
+
 // 720 has 30 divisors, so the sweep takes a ladder of them; where 24x30 does not fit, the ladder's next step
 // is 16x45, and 20x36 and 18x40 would be skipped, though 20x36 fits and is the fastest. Once a ladder split
 // fits after one that did not, the skipped splits between are probed from the largest down.
