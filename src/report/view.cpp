@@ -64,9 +64,13 @@ bool any_point(const Report& r, Pred pred) {
   return false;
 }
 
-std::string choice_line(const std::string& label, const BatchChoice& c) {
+// "batch 256", or with the run's accumulation "batch 256x32" (what to set: pasting 256 alone into --batch
+// would change the effective batch).
+using BatchText = std::function<std::string(int64_t)>;
+
+std::string choice_line(const std::string& label, const BatchChoice& c, const BatchText& batch_text) {
   if (!c.batch && c.reason.empty()) return {};
-  std::string line = label + ": " + (c.batch ? "batch " + std::to_string(*c.batch) : std::string("none"));
+  std::string line = label + ": " + (c.batch ? batch_text(*c.batch) : std::string("none"));
   if (c.batch && c.samples_per_second) line += ", " + rf::human_rate(*c.samples_per_second) + " samples/s";
   if (!c.reason.empty()) line += " \u2014 " + c.reason;
   return line;
@@ -332,6 +336,18 @@ std::string Title::split() const {
 std::vector<std::string> summary_lines(const Report& report) {
   const Analysis& a = report.analysis;
   std::vector<std::string> lines;
+  // The accumulation a batch ran with: N / batch in an effective-batch sweep, else the run's --accumulation.
+  const auto setting = [&](const char* key) -> int64_t {
+    const auto it = report.settings.find(key);
+    return it != report.settings.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+  };
+  const int64_t effective = setting("effective_batch"), accumulation = setting("accumulation");
+  const BatchText batch_text = [&](int64_t batch) {
+    const int64_t steps = effective > 0 && batch > 0 && effective % batch == 0 ? effective / batch
+                          : effective > 0                                      ? 1
+                                          : std::max<int64_t>(accumulation, 1);
+    return "batch " + batch_label(batch, steps);
+  };
   // How --batch auto or --effective-batch chose what to measure (and what it left out).
   // Re-analyzed, it is what the run measured, under the run's budget: said as such beside the new answer.
   if (const std::string search = json_string(report.settings, "search"); !search.empty())
@@ -339,8 +355,7 @@ std::vector<std::string> summary_lines(const Report& report) {
                                                                                          : "search: ") +
                     search);
   if (a.knee.batch || !a.knee.reason.empty()) {
-    std::string line =
-        "knee: " + (a.knee.batch ? "batch " + std::to_string(*a.knee.batch) : std::string("none"));
+    std::string line = "knee: " + (a.knee.batch ? batch_text(*a.knee.batch) : std::string("none"));
     if (a.knee.batch && a.knee.range_low && a.knee.range_high && a.knee.confidence == "range") {
       // Equal ends: the knee never moves, only vanishes under noise (the reason says how often).
       line += *a.knee.range_low == *a.knee.range_high
@@ -363,7 +378,8 @@ std::vector<std::string> summary_lines(const Report& report) {
   };
   for (const auto& [label, choice] : choices) {
     if (!choice) continue;
-    if (std::string line = choice_line(label, *choice); !line.empty()) lines.push_back(std::move(line));
+    if (std::string line = choice_line(label, *choice, batch_text); !line.empty())
+      lines.push_back(std::move(line));
   }
   if (a.recommended.batch || !a.recommended.why.empty()) {
     std::string line =

@@ -334,6 +334,19 @@ TEST(Titles, SayTheAccumulationOrEffectiveBatch) {
   EXPECT_THAT(format_svg(r), HasSubstr("bf16 \u00b7 effective batch 256</text>"));
 }
 
+// The analysis lines name the batch with its accumulation where there is one (what to set: 256 alone pasted
+// into --batch would change the effective batch): the run's --accumulation, or N / batch for the splits of N.
+TEST(Console, AnalysisLinesNameTheAccumulation) {
+  Report r = testing::sample_report();  // knee 64, max fit 128
+  EXPECT_THAT(format_console(r, {false}), HasSubstr("knee: batch 64 ("));
+  r.settings["accumulation"] = 4;
+  EXPECT_THAT(format_console(r, {false}), HasSubstr("knee: batch 64x4 ("));
+  EXPECT_THAT(format_console(r, {false}), HasSubstr("max fit: batch 128x4,"));
+  r.settings["effective_batch"] = 1024;
+  EXPECT_THAT(format_console(r, {false}), HasSubstr("knee: batch 64x16 ("));
+  EXPECT_THAT(format_console(r, {false}), HasSubstr("max fit: batch 128x8,"));
+}
+
 TEST(Svg, EscapedDeterministicAndComplete) {
   Report r = testing::sample_report();
   r.settings["model"]["name"] = "<script>alert('x')</script>";
