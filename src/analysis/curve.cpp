@@ -84,13 +84,15 @@ std::string format_number(double value) {
 // A latency (a p99, ...) beside the budget it is held to, with the digits it takes for the two to read the
 // way they compare: never "the smallest p99 is 20 ms" over a 20 ms budget for 20.008.
 std::string latency_text(double latency, double budget_ms) {
-  const double budget = std::stod(format_number(budget_ms));  // as the budget is printed
+  // Read back with strtod, which takes a subnormal (a hand-edited report's 1e-310 ms) where std::stod throws.
+  const auto read = [](const std::string& text) { return std::strtod(text.c_str(), nullptr); };
+  const double budget = read(format_number(budget_ms));  // as the budget is printed
   const auto order = [](double a, double b) { return (a > b) - (a < b); };
   // At least the integer digits: 1234 ms, not 1.23e+03.
   const int whole = latency >= 1 ? static_cast<int>(std::floor(std::log10(latency))) + 1 : 1;
   for (int digits = std::max(3, whole); digits <= std::max(9, whole); ++digits) {
     std::string text = fmt::format("{:.{}g}", latency, digits);
-    if (order(std::stod(text), budget) == order(latency, budget_ms)) return text;
+    if (order(read(text), budget) == order(latency, budget_ms)) return text;
   }
   return fmt::format("{}", latency);
 }

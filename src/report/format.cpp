@@ -30,11 +30,16 @@ double rounded_magnitude(double v) {
 
 }  // namespace
 
+// A figure at or above this is printed with an exponent whatever the column: no measurement reaches it.
+constexpr double kHugeFigure = 1e15;
+
 std::string sig3(double v) {
   if (!std::isfinite(v)) return std::string(kAbsent);
   // Under a millionth (a TFLOP/s of hour-long steps), three significant digits in scientific notation, not
   // "0": a measured value is never shown as nothing.
   if (v != 0 && std::fabs(v) < 1e-6) return fmt::format("{:.3g}", v);
+  // Beyond any measured figure (a hand-edited 1e300): three digits and an exponent, not 301 digits.
+  if (std::fabs(v) >= kHugeFigure) return fmt::format("{:.3g}", v);
   std::string out = fmt::format("{:.{}f}", v, decimals_for_sig3(v));
   if (out == "-0" || out.find_first_not_of("-0.") == std::string::npos) out = fmt::format("{:.{}f}", 0.0, 0);
   return out;
@@ -42,6 +47,7 @@ std::string sig3(double v) {
 
 std::string fixed(double v, int decimals) {
   if (!std::isfinite(v)) return std::string(kAbsent);
+  if (std::fabs(v) >= kHugeFigure) return fmt::format("{:.3g}", v);
   std::string out = fmt::format("{:.{}f}", v, decimals);
   if (out.front() == '-' && out.find_first_not_of("-0.") == std::string::npos) out.erase(0, 1);
   return out;

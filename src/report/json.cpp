@@ -27,6 +27,11 @@ using nlohmann::json;
 
 namespace {
 
+// The step times a report may hold: a picosecond to about a year. 0 ms (or a subnormal, whose rate overflows
+// to infinity) would let any throughput pass the consistency check; more than a year no step takes.
+constexpr double kShortestStepMs = 1e-9;
+constexpr double kLongestStepMs = 3.2e10;
+
 constexpr uint64_t kMaxReportBytes = uint64_t{256} << 20;
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -281,8 +286,14 @@ class Reader {
         {"mean", p.step_ms.mean}, {"median", p.step_ms.median}, {"stddev", p.step_ms.stddev},
         {"min", p.step_ms.min},   {"max", p.step_ms.max},       {"p50", p.step_ms.p50},
         {"p90", p.step_ms.p90},   {"p95", p.step_ms.p95},       {"p99", p.step_ms.p99}};
-    for (const auto& [name, value] : fields)
+    for (const auto& [name, value] : fields) {
       if (value < 0) fail(child(stats, name), "a step time must be >= 0 ms");
+      // 0 is absent (null); a step time is otherwise within what a step can take (a spread may be tiny).
+      if (std::string_view(name) != "stddev" && value > 0 &&
+          !(value >= kShortestStepMs && value <= kLongestStepMs))
+        fail(child(stats, name), fmt::format("a step time must be {:g} to {:g} ms (or null), got {:g}",
+                                             kShortestStepMs, kLongestStepMs, value));
+    }
     double mean = p.step_ms.mean;  // what the rate is over: the samples' mean where there are samples
     if (!p.samples_ms.empty()) {
       const StepStats from_samples = summarize(p.samples_ms);
@@ -371,7 +382,6 @@ class Reader {
         fail(child(path, "samples_per_second"),
              "must be > 0 on an ok point (it ran, so it has a throughput)");
     }
-    p.tokens_per_second = optional_number(v, path, "tokens_per_second");
     if (const json* stats = optional_object(v, path, "step_ms"))
       p.step_ms = step_stats(*stats, child(path, "step_ms"));
     if (const json* samples = optional(v, path, "samples_ms")) {
@@ -380,12 +390,25 @@ class Reader {
       p.samples_ms.reserve(samples->size());
       for (size_t i = 0; i < samples->size(); ++i) {
         p.samples_ms.push_back(number((*samples)[i], element(here, i)));
-        if (p.samples_ms.back() < 0) fail(element(here, i), "a step time must be >= 0 ms");
+        // A timed step took time: 0 ms (or a subnormal, whose throughput overflows) would let any
+        // samples_per_second pass the check below; over a year (3.2e10 ms) no step runs.
+        const double step = p.samples_ms.back();
+        if (!(step >= kShortestStepMs && step <= kLongestStepMs))
+          fail(element(here, i), fmt::format("a timed step must take {:g} to {:g} ms, got {:g}",
+                                             kShortestStepMs, kLongestStepMs, step));
       }
     }
     check_consistent(p, path);
-    p.tflops = optional_number(v, path, "tflops");
-    p.mfu = optional_number(v, path, "mfu");
+    // Figures derived from the rate: none is negative (a negative MFU or noise printed as one would be read).
+    const auto non_negative = [&](const json& obj, const std::string& where,
+                                  const char* key) -> std::optional<double> {
+      const std::optional<double> value = optional_number(obj, where, key);
+      if (value && *value < 0) fail(child(where, key), fmt::format("must be >= 0, got {:g}", *value));
+      return value;
+    };
+    p.tokens_per_second = non_negative(v, path, "tokens_per_second");
+    p.tflops = non_negative(v, path, "tflops");
+    p.mfu = non_negative(v, path, "mfu");
     if (const json* memory = optional_object(v, path, "memory")) {
       const std::string here = child(path, "memory");
       p.memory.planned_bytes = optional_bytes(*memory, here, "planned_bytes").value_or(0);
@@ -394,7 +417,7 @@ class Reader {
     }
     p.refinement = optional_bool(v, path, "refinement");
     p.resumed_from = optional_string(v, path, "resumed_from");
-    p.noise_pct = optional_number(v, path, "noise_pct");
+    p.noise_pct = non_negative(v, path, "noise_pct");
     p.stop_reason = optional_string(v, path, "stop_reason");
     p.skipped_steps = optional_integer(v, path, "skipped_steps");
     p.loss = optional_number(v, path, "loss");
@@ -403,13 +426,18 @@ class Reader {
     if (const json* h = optional_object(v, path, "host")) {
       const std::string here = child(path, "host");
       PointHost host;
-      host.wall_s = optional_number(*h, here, "wall_s").value_or(0.0);
-      host.cpu_s = optional_number(*h, here, "cpu_s").value_or(0.0);
-      host.cpus =
-          static_cast<int>(std::clamp<int64_t>(optional_integer(*h, here, "cpus").value_or(0), 0, 1 << 20));
-      host.others_cores = optional_number(*h, here, "others_cores");
-      host.steal_pct = optional_number(*h, here, "steal_pct");
-      host.waited_s = optional_number(*h, here, "waited_s");
+      // What decides busy_host: a negative wall time would hide a busy point, a steal over 100% flag one.
+      host.wall_s = non_negative(*h, here, "wall_s").value_or(0.0);
+      host.cpu_s = non_negative(*h, here, "cpu_s").value_or(0.0);
+      const int64_t cpus = optional_integer(*h, here, "cpus").value_or(0);
+      if (cpus < 0 || cpus > (1 << 20))
+        fail(child(here, "cpus"), fmt::format("must be in 0..{}, got {}", 1 << 20, cpus));
+      host.cpus = static_cast<int>(cpus);
+      host.others_cores = non_negative(*h, here, "others_cores");
+      host.steal_pct = non_negative(*h, here, "steal_pct");
+      if (host.steal_pct && *host.steal_pct > 100)
+        fail(child(here, "steal_pct"), fmt::format("must be at most 100, got {:g}", *host.steal_pct));
+      host.waited_s = non_negative(*h, here, "waited_s");
       p.host = host;
     }
     if (const json* e = optional_object(v, path, "execution")) p.execution = *e;
@@ -543,7 +571,58 @@ class Reader {
       r.analysis = analysis(*analysis_doc, "analysis");
     }
     r.warnings = string_list(doc, top, "warnings");
+    check_settings(r);
     return r;
+  }
+
+  // The settings a reader acts on: mode (compare refuses train against infer; a mode it cannot read would
+  // slip past), precision, accumulation, effective_batch (the title and the splits' analysis) and the
+  // latency budget. Others are kept as written. The CLI's aliases (training, inference) read as train, infer.
+  void check_settings(Report& r) const {
+    if (!r.settings.is_object()) return;
+    const auto present = [&](const char* key) -> json* {
+      const auto it = r.settings.find(key);
+      return it == r.settings.end() || it->is_null() ? nullptr : &*it;
+    };
+    const std::string top = "settings";
+    if (json* mode = present("mode")) {
+      const std::string text = mode->is_string() ? mode->get<std::string>() : std::string();
+      if (text == "training" || text == "train")
+        *mode = "train";
+      else if (text == "inference" || text == "infer")
+        *mode = "infer";
+      else
+        fail(child(top, "mode"), fmt::format("{} is not train or infer", printable_text(mode->dump())));
+    }
+    if (json* precision = present("precision")) {
+      const std::string text = precision->is_string() ? precision->get<std::string>() : std::string();
+      if (text != "fp32" && text != "tf32" && text != "fp16" && text != "bf16")
+        fail(child(top, "precision"),
+             fmt::format("{} is not fp32, tf32, fp16 or bf16", printable_text(precision->dump())));
+    }
+    if (json* accumulation = present("accumulation")) {
+      const int64_t n = integer(*accumulation, child(top, "accumulation"));
+      if (n < 1 || n > kMaxBatch)
+        fail(child(top, "accumulation"), fmt::format("must be in 1..{} (2^24), got {}", kMaxBatch, n));
+    }
+    if (json* effective = present("effective_batch")) {
+      const int64_t n = integer(*effective, child(top, "effective_batch"));
+      if (n < 1 || n > kMaxBatch * kMaxBatch)
+        fail(child(top, "effective_batch"), fmt::format("must be at least 1, got {}", n));
+      // The points are its splits: one of another effective batch would be analysed as one of them.
+      for (size_t i = 0; i < r.points.size(); ++i)
+        if (r.points[i].effective_batch != n)
+          fail(child(top, "effective_batch"),
+               fmt::format("{} is not the effective batch of the point at batch {} ({}): a report of "
+                           "--effective-batch N holds the splits of N alone",
+                           n, batch_label(r.points[i].batch, r.points[i].accumulation),
+                           r.points[i].effective_batch));
+    }
+    if (json* budget = present("latency_slo_ms")) {
+      const double ms = number(*budget, child(top, "latency_slo_ms"));
+      if (!(ms >= std::numeric_limits<double>::min()))
+        fail(child(top, "latency_slo_ms"), fmt::format("must be a positive number of ms, got {:g}", ms));
+    }
   }
 
  private:

@@ -74,13 +74,25 @@ double nice_step(double raw) {
 }
 
 // A linear value axis from 0 to a round maximum, with about five ticks.
+// Ticks are counted, not stepped to the maximum by addition: near the largest double a step added to a tick
+// no longer moves it (a hand-edited report's 1.6e308 samples/s looped forever, growing the SVG).
 struct ValueAxis {
   double max = 1, step = 1;
+  int steps = 1;  // ticks above 0
   explicit ValueAxis(double data_max) {
     if (!(data_max > 0) || !std::isfinite(data_max)) return;
-    step = nice_step(data_max / 5);
-    max = std::ceil(data_max / step - 1e-9) * step;
+    const double nice = nice_step(data_max / 5);
+    const double top = std::ceil(data_max / nice - 1e-9) * nice;
+    if (std::isfinite(top) && nice > 0 && std::isfinite(nice)) {
+      step = nice;
+      max = top;
+    } else {  // rounding up overflowed: five plain steps to the data's maximum
+      step = data_max / 5;
+      max = data_max;
+    }
+    steps = static_cast<int>(std::clamp(std::round(max / step), 1.0, 20.0));
   }
+  [[nodiscard]] double tick(int i) const { return step * i; }
   [[nodiscard]] double y(double v) const { return kBottom - v / max * (kBottom - kTop); }
 };
 
@@ -246,7 +258,8 @@ std::string format_svg(const Report& report) {
 
   // Grid and axes.
   out += "<g stroke=\"#e0e0e0\" stroke-width=\"1\">\n";
-  for (double v = rate_axis.step; v <= rate_axis.max * (1 + 1e-9); v += rate_axis.step) {
+  for (int i = 1; i <= rate_axis.steps; ++i) {
+    const double v = rate_axis.tick(i);
     out += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>\n", px(kLeft), px(rate_axis.y(v)),
                        px(kRight), px(rate_axis.y(v)));
   }
@@ -264,7 +277,8 @@ std::string format_svg(const Report& report) {
                 e <= 62 ? fmt::format("{}", int64_t{1} << e) : fmt::format("2^{}", e));
   }
   out += text((kLeft + kRight) / 2, kBottom + 40, "middle", "batch (log2 scale)");
-  for (double v = 0; v <= rate_axis.max * (1 + 1e-9); v += rate_axis.step) {
+  for (int i = 0; i <= rate_axis.steps; ++i) {
+    const double v = rate_axis.tick(i);
     out += text(kLeft - 8, rate_axis.y(v) + 4, "end", report_format::human_rate(v),
                 fmt::format("fill=\"{}\"", kThroughputColor));
   }
@@ -272,7 +286,8 @@ std::string format_svg(const Report& report) {
       24, (kTop + kBottom) / 2, "middle", "samples/s",
       fmt::format("fill=\"{}\" transform=\"rotate(-90 24 {})\"", kThroughputColor, px((kTop + kBottom) / 2)));
   if (any_latency) {
-    for (double v = 0; v <= latency_axis.max * (1 + 1e-9); v += latency_axis.step) {
+    for (int i = 0; i <= latency_axis.steps; ++i) {
+      const double v = latency_axis.tick(i);
       out += text(kRight + 8, latency_axis.y(v) + 4, "start", report_format::sig3(v),
                   fmt::format("fill=\"{}\"", kLatencyColor));
     }

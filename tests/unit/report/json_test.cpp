@@ -254,6 +254,15 @@ TEST(ReportJson, NullThroughputOnlyForPointsThatDidNotRun) {
             "b.json: points[1].samples_per_second: expected a number");
 }
 
+// The CLI's mode aliases read as the names run writes, so compare holds them to each other.
+TEST(ReportJson, ModeAliasesReadAsTheirNames) {
+  json doc = minimal_doc();
+  doc["settings"] = {{"mode", "inference"}};
+  EXPECT_EQ(report_from_json(doc, "a.json").settings["mode"], "infer");
+  doc["settings"] = {{"mode", "training"}};
+  EXPECT_EQ(report_from_json(doc, "a.json").settings["mode"], "train");
+}
+
 TEST(ReportJson, ErrorsNameFileAndField) {
   struct Case {
     std::function<void(json&)> edit;
@@ -332,6 +341,67 @@ TEST(ReportJson, ErrorsNameFileAndField) {
        },
        "b.json: device.memory_total_bytes: expected a non-negative integer (bytes)"},
       {[](json& d) { d["settings"] = "fast"; }, "b.json: settings: expected an object"},
+      // Hand-edited numbers that would pass the throughput check or print as valid (an adversarial walk).
+      {[](json& d) {
+         d["points"][0]["samples_ms"] = {0.0, 0.0, 0.0};
+       },
+       "b.json: points[0].samples_ms[0]: a timed step must take 1e-09 to 3.2e+10 ms, got 0"},
+      {[](json& d) {
+         d["points"][0]["samples_ms"] = {1e-310, 1e-310};
+       },
+       "b.json: points[0].samples_ms[0]: a timed step must take 1e-09 to 3.2e+10 ms, got 1e-310"},
+      {[](json& d) {
+         d["points"][0]["samples_ms"] = {1.7e308, 1.7e308};
+       },
+       "b.json: points[0].samples_ms[0]: a timed step must take 1e-09 to 3.2e+10 ms, got 1.7e+308"},
+      {[](json& d) {
+         d["points"][0]["step_ms"] = {{"mean", 1e-310}};
+       },
+       "b.json: points[0].step_ms.mean: a step time must be 1e-09 to 3.2e+10 ms (or null), got 1e-310"},
+      {[](json& d) { d["points"][0]["mfu"] = -1; }, "b.json: points[0].mfu: must be >= 0, got -1"},
+      {[](json& d) { d["points"][0]["tflops"] = -1; }, "b.json: points[0].tflops: must be >= 0, got -1"},
+      {[](json& d) { d["points"][0]["noise_pct"] = -1; },
+       "b.json: points[0].noise_pct: must be >= 0, got -1"},
+      {[](json& d) { d["points"][0]["tokens_per_second"] = -1; },
+       "b.json: points[0].tokens_per_second: must be >= 0, got -1"},
+      {[](json& d) {
+         d["points"][0]["host"] = {{"wall_s", -1}};
+       },
+       "b.json: points[0].host.wall_s: must be >= 0, got -1"},
+      {[](json& d) {
+         d["points"][0]["host"] = {{"steal_pct", 500}};
+       },
+       "b.json: points[0].host.steal_pct: must be at most 100, got 500"},
+      {[](json& d) {
+         d["points"][0]["host"] = {{"cpus", -2}};
+       },
+       "b.json: points[0].host.cpus: must be in 0..1048576, got -2"},
+      {[](json& d) {
+         d["settings"] = {{"mode", 1}};
+       },
+       "b.json: settings.mode: 1 is not train or infer"},
+      {[](json& d) {
+         d["settings"] = {{"mode", "INFER"}};
+       },
+       "b.json: settings.mode: \"INFER\" is not train or infer"},
+      {[](json& d) {
+         d["settings"] = {{"precision", "fp8"}};
+       },
+       "b.json: settings.precision: \"fp8\" is not fp32, tf32, fp16 or bf16"},
+      {[](json& d) {
+         d["settings"] = {{"accumulation", 0}};
+       },
+       "b.json: settings.accumulation: must be in 1..16777216 (2^24), got 0"},
+      {[](json& d) {
+         d["settings"] = {{"effective_batch", 512}};
+       },
+       "b.json: settings.effective_batch: 512 is not the effective batch of the point at batch 1 (1): a "
+       "report "
+       "of --effective-batch N holds the splits of N alone"},
+      {[](json& d) {
+         d["settings"] = {{"latency_slo_ms", 1e-310}};
+       },
+       "b.json: settings.latency_slo_ms: must be a positive number of ms, got 1e-310"},
       {[](json& d) { d["schema_version"] = 2; },
        "b.json: schema_version 2 is not supported (this batchsweep reads 1)"},
       {[](json& d) { d["schema_version"] = "1"; }, "b.json: schema_version: expected an integer"},

@@ -409,6 +409,17 @@ TEST(Svg, SurvivesOddCurves) {
   EXPECT_THAT(format_svg(r), Not(HasSubstr("nan")));
   r.points[0].samples_per_second = 0;
   EXPECT_THAT(format_svg(r), HasSubstr("</svg>"));
+  // Near the largest double a tick step no longer moves the tick: the axis counted them by addition and
+  // looped forever, growing the SVG (a hand-edited report's rate, or --latency-slo 1.6e308).
+  r.points[0].samples_per_second = 1.6e308;
+  EXPECT_THAT(format_svg(r), HasSubstr("</svg>"));
+  r.points[0].status = PointStatus::ok;
+  r.points[0].samples_per_second = 100;
+  r.points[0].step_ms.p99 = 30;
+  r.settings["latency_slo_ms"] = 1.6e308;
+  const std::string svg = format_svg(r);
+  EXPECT_THAT(svg, HasSubstr("</svg>"));
+  EXPECT_LT(svg.size(), 100000u);
 }
 
 }  // namespace
