@@ -62,6 +62,21 @@ struct WelchResult {
 // I_{df/(df+t^2)}(df/2, 1/2), by its continued fraction.
 [[nodiscard]] double student_t_two_sided_p(double t, double df);
 
+// Student's t quantile: the t > 0 whose two-sided p on df > 0 degrees of freedom is alpha (2.88 at alpha 0.01
+// on 18), by bisection on student_t_two_sided_p.
+[[nodiscard]] double student_t_critical(double alpha, double df);
+
+// How well the mean of a run of step times is known, relative (0.01 = 1%), allowing for drift: the larger of
+// stddev / mean / sqrt(n) and, from 2 * kDriftBatches samples up, the batch-means estimate, which splits the
+// samples in order into kDriftBatches runs of consecutive ones and takes the spread of their means over
+// sqrt(kDriftBatches) (a slow stretch moves one batch mean, where stddev / sqrt(n) would count each of its
+// steps as independent evidence). Independent steps give about the same from both. nullopt under 2 samples
+// or with a non-finite one. `degrees` gets the estimate's degrees of freedom: n - 1, or kDriftBatches - 1
+// where the batch means are used.
+inline constexpr std::size_t kDriftBatches = 10;
+[[nodiscard]] std::optional<double> drift_standard_error(std::span<const double> samples,
+                                                         double* degrees = nullptr);
+
 // Whether b's q-th percentile lies above (or below) a's: the quantile test, Mood's median test carried to
 // any percentile. The threshold is the pooled samples' q-th percentile (`percentile`); under the null (one
 // distribution) the count of b's samples above it is hypergeometric: N = n_a + n_b draws, K of them above,

@@ -130,6 +130,39 @@ double student_t_two_sided_p(double t, double df) {
   return std::clamp(incomplete_beta(df / 2.0, 0.5, df / (df + t * t)), 0.0, 1.0);
 }
 
+double student_t_critical(double alpha, double df) {
+  if (!(alpha > 0.0 && alpha < 1.0) || !(df > 0.0))
+    throw std::invalid_argument(
+        fmt::format("student_t_critical: alpha {} with {} degrees of freedom", alpha, df));
+  double lo = 0.0, hi = 1e6;
+  for (int i = 0; i < 200 && hi - lo > 1e-12 * hi; ++i) {
+    const double mid = (lo + hi) / 2.0;
+    (student_t_two_sided_p(mid, df) > alpha ? lo : hi) = mid;
+  }
+  return hi;
+}
+
+std::optional<double> drift_standard_error(std::span<const double> samples, double* degrees) {
+  if (samples.size() < 2 ||
+      !std::all_of(samples.begin(), samples.end(), [](double v) { return std::isfinite(v); }))
+    return std::nullopt;
+  const double n = static_cast<double>(samples.size());
+  const double independent = relative_noise(samples) / std::sqrt(n);
+  if (degrees) *degrees = n - 1.0;
+  if (samples.size() < 2 * kDriftBatches) return independent;
+  const std::size_t per_batch = samples.size() / kDriftBatches;
+  std::vector<double> means;
+  for (std::size_t b = 0; b < kDriftBatches; ++b) {
+    double sum = 0;
+    for (std::size_t i = b * per_batch; i < (b + 1) * per_batch; ++i) sum += samples[i];
+    means.push_back(sum / static_cast<double>(per_batch));
+  }
+  const double batches = relative_noise(means) / std::sqrt(static_cast<double>(kDriftBatches));
+  if (batches <= independent) return independent;
+  if (degrees) *degrees = static_cast<double>(kDriftBatches - 1);
+  return batches;
+}
+
 WelchResult welch_t_test(std::span<const double> a, std::span<const double> b) {
   require_finite(a, "welch_t_test: sample a");
   require_finite(b, "welch_t_test: sample b");

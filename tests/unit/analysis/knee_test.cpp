@@ -395,6 +395,31 @@ TEST(FindKnee, VeryNoisyDataGivesARange) {
       << knee.reason;
 }
 
+// The band each point moves in is its mean's 99% confidence interval, not its steps' spread: the throughput
+// is the mean's. 400 steps a point at +-20% spread know each mean to about 1%, so the knee is stable (the
+// steps' median/p10..p90 band said "range"); two steps a point at +-1% know it to no better than +-60% (t on
+// one degree of freedom is 64), so it is not.
+TEST(FindKnee, TheBandIsTheMeansConfidenceIntervalNotTheStepsSpread) {
+  std::vector<Point> many;
+  for (int64_t b : kBatches) {
+    many.push_back(measured_point(b, saturating(50000, 64)(static_cast<double>(b)), 0.2, 400));
+    // measured_point lays its steps out as a ramp, which is drift; the same steps in a scrambled order are
+    // not.
+    std::vector<double>& steps = many.back().samples_ms;
+    std::vector<double> scrambled(steps.size());
+    for (std::size_t i = 0; i < steps.size(); ++i) scrambled[i] = steps[(i * 263) % steps.size()];
+    steps = scrambled;
+  }
+  const KneeResult known = find_knee(many, 1.0);
+  ASSERT_TRUE(known.batch.has_value()) << known.reason;
+  EXPECT_EQ(known.confidence, "stable") << known.reason;
+  std::vector<Point> two;
+  for (int64_t b : kBatches)
+    two.push_back(measured_point(b, saturating(50000, 64)(static_cast<double>(b)), 0.01, 2));
+  const KneeResult guessed = find_knee(two, 1.0);
+  EXPECT_EQ(guessed.confidence, "range") << guessed.reason;
+}
+
 TEST(FindKnee, ConfidenceIsDeterministic) {
   const std::vector<Point> points = sweep(kBatches, saturating(50000, 64), 0.4);
   const KneeResult first = find_knee(points, 1.0);
