@@ -76,43 +76,11 @@ std::optional<double> standard_error(const std::vector<double>& samples) {
   return relative_noise(samples) / std::sqrt(static_cast<double>(samples.size()));
 }
 
-// The same where steps may drift together (a point that stopped short of its targets: a busy machine, clocks
-// moving): the larger of that and the batch-means estimate, which splits the steps in order into
-// kDriftBatches runs of consecutive steps and takes the spread of their means (a slow stretch moves one batch
-// mean, where stddev / sqrt(n) would count each of its steps as independent evidence). Independent steps
-// give about the same from both.
-constexpr std::size_t kDriftBatches = 10;
-
-std::optional<double> drift_standard_error(const std::vector<double>& samples) {
-  const std::optional<double> independent = standard_error(samples);
-  if (!independent || samples.size() < 2 * kDriftBatches) return independent;
-  const std::size_t per_batch = samples.size() / kDriftBatches;
-  std::vector<double> means;
-  for (std::size_t b = 0; b < kDriftBatches; ++b) {
-    double sum = 0;
-    for (std::size_t i = b * per_batch; i < (b + 1) * per_batch; ++i) sum += samples[i];
-    means.push_back(sum / static_cast<double>(per_batch));
-  }
-  const double batches = relative_noise(means) / std::sqrt(static_cast<double>(kDriftBatches));
-  return std::max(*independent, batches);
-}
-
-// Student's t quantile: the t whose two-sided p on `df` degrees of freedom is `alpha` (bisection on
-// student_t_two_sided_p; 2.88 at alpha 0.01 on 18).
-double critical_t(double alpha, double df) {
-  double lo = 0, hi = 1e4;
-  for (int i = 0; i < 100; ++i) {
-    const double mid = (lo + hi) / 2;
-    (student_t_two_sided_p(mid, df) > alpha ? lo : hi) = mid;
-  }
-  return hi;
-}
-
 // How far apart (in log, as the relative standard errors are) two means must be for a change at alpha,
 // two-sided: t at alpha on `df` degrees of freedom times their combined standard error. Twice it, a z-test
 // near 5%, called one command's reruns changed 5-10% of the time where steps drift together.
 double change_margin(double se_a, double se_b, double alpha, double df) {
-  return critical_t(alpha, df) * std::sqrt(se_a * se_a + se_b * se_b);
+  return student_t_critical(alpha, df) * std::sqrt(se_a * se_a + se_b * se_b);
 }
 
 // Student's two-sample t-test with the variances pooled: t > 0 where a's mean is the larger. Steps all equal
@@ -913,6 +881,22 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   for (size_t i = 1; i < result.runs.size(); ++i)
     if (auto change = budget_change(base, result.runs[i], letter(i), options.min_effect_pct))
       result.notes.push_back(std::move(*change));
+  // The baseline's answer under its budget, where a run ran that batch but has no step times there (a
+  // report of rates alone): the budget gate cannot judge it, and its "passed" must not read as "held".
+  if (base.latency_slo_ms && base.latency_slo && base.latency_slo->batch) {
+    for (const CompareRow& row : result.rows) {
+      if (row.batch != *base.latency_slo->batch) continue;
+      for (size_t i = 1; i < row.runs.size(); ++i)
+        if (row.runs[i].status == PointStatus::ok && !row.runs[i].budget_latency_ms) {
+          result.short_notes.push_back(fmt::format(
+              "{}: batch {} (A's answer under the {:g} ms {} budget) has no step times, so its latency there "
+              "was not judged against the budget",
+              letter(i), batch_label(row.batch, row.accumulation), *base.latency_slo_ms,
+              latency_name(base.latency_percentile)));
+          result.notes.push_back(result.short_notes.back());
+        }
+    }
+  }
   // Where the gate judges the tail (inference, or training where asked): batches whose tail could not be
   // judged for want of steps, so a gate's "passed" is not read as "the p99 held".
   if (result.runs.front().mode == "infer" || options.tail_gated_in_training) {

@@ -780,6 +780,20 @@ TEST(Compare, TheAnswerUnderTheLatencyBudgetIsCompared) {
   EXPECT_THAT(regressions(compare_pair(a, p95), 5), ::testing::Contains(breach));
   for (const std::string& note : compare_pair(a, a).notes)
     EXPECT_EQ(note.find("budget"), std::string::npos) << note;
+  // A run with no step times at A's answer (a report of rates alone): the budget gate cannot judge it, and a
+  // warning beside the gate says so rather than let "passed" read as "held".
+  Report bare = sped_up(a, 1.0);
+  for (Point& p : bare.points)
+    if (p.batch == 64) {
+      p.samples_ms.clear();
+      p.step_ms = StepStats{};
+    }
+  const CompareResult unjudged = compare_pair(a, bare);
+  EXPECT_THAT(
+      unjudged.short_notes,
+      ::testing::Contains("B: batch 64 (A's answer under the 3 ms p99 budget) has no step times, so its "
+                          "latency there was not judged against the budget"));
+  EXPECT_TRUE(regressions(unjudged, 5).empty());
 }
 
 // A point that stopped short of its targets (timeout, sample cap, noise settled) is named in a note.
