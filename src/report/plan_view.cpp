@@ -183,6 +183,27 @@ static std::string memory_text(const PlanSummary& s) {
                      *s.memory_bytes >> 20);
 }
 
+// Why not even batch 1 fits: what batch 1 needs, and how much of it the model's state takes (parameters,
+// master weights, gradients, optimizer state: the same at every batch). Where the state alone is over the
+// budget, no batch or accumulation can help. Empty where batch 1 was not planned.
+static std::string batch_one_needs(const PlanSummary& s) {
+  const auto one =
+      std::find_if(s.plans.begin(), s.plans.end(), [](const Plan& p) { return p.request.batch == 1; });
+  if (one == s.plans.end() || !s.memory_bytes) return {};
+  const MemoryBreakdown& m = one->memory;
+  const uint64_t state = m.parameters + m.master_weights + m.gradients + m.optimizer_state;
+  const auto budget = static_cast<double>(*s.memory_bytes) * kMemorySafetyFraction;
+  return fmt::format(
+      ": batch 1 needs {}, of which {} is the model's state (parameters{}{}{}), the same at every batch{}",
+      report_format::human_bytes(m.total_bytes()), report_format::human_bytes(state),
+      m.master_weights > 0 ? ", master weights" : "", m.gradients > 0 ? ", gradients" : "",
+      m.optimizer_state > 0 ? ", optimizer state" : "",
+      static_cast<double>(state) > budget
+          ? ", and alone over the budget: no batch or accumulation fits (a card with more memory, or a "
+            "smaller model or precision, does)"
+          : "");
+}
+
 std::string format_plan_table(const PlanSummary& s) {
   using report_format::Align;
   using report_format::human_bytes;
@@ -269,8 +290,8 @@ std::string format_plan_table(const PlanSummary& s) {
               : std::string(),
           kMemorySafetyFraction * 100);
     else
-      out += fmt::format("not even micro-batch 1 ({}) fits in {} (plans may use {:.0f}% of it)\n",
-                         split_text(1, n), memory_text(s), kMemorySafetyFraction * 100);
+      out += fmt::format("not even micro-batch 1 ({}) fits in {} (plans may use {:.0f}% of it){}\n",
+                         split_text(1, n), memory_text(s), kMemorySafetyFraction * 100, batch_one_needs(s));
   } else if (!s.cards.empty()) {
     // Each card's largest batch: the table a GPU shopper reads.
     const std::string precision =
@@ -350,8 +371,8 @@ std::string format_plan_table(const PlanSummary& s) {
           "the runtime)\n",
           memory_text(s), *s.max_fit_batch, accumulated, kMemorySafetyFraction * 100);
     } else {
-      out += fmt::format("not even batch 1 fits in {} (plans may use {:.0f}% of it)\n", memory_text(s),
-                         kMemorySafetyFraction * 100);
+      out += fmt::format("not even batch 1 fits in {} (plans may use {:.0f}% of it){}\n", memory_text(s),
+                         kMemorySafetyFraction * 100, batch_one_needs(s));
     }
   }
   return out;
