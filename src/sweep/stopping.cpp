@@ -121,7 +121,8 @@ std::optional<std::string> NoiseCriterion::warning() const {
     const double mean_pct = 1.96 * noise / std::sqrt(static_cast<double>(samples));
     return fmt::format(
         "noise settled at {}%, above the {:g}% target, after {} samples: steps vary that much, and more of "
-        "them would not lower it; the mean step is known to ±{:.2f}% (relax --max-noise to stop sooner)",
+        "them would not lower it; the mean step is known to ±{:.2f}% (95% confidence, taking the steps as "
+        "independent; compare allows for drift) (relax --max-noise to stop sooner)",
         noise > settings_.max_noise_pct ? noise_above(noise, settings_.max_noise_pct)
                                         : fmt::format("{:.1f}", noise),
         settings_.max_noise_pct, samples, mean_pct);
