@@ -15,6 +15,7 @@
 #include "batchsweep/errors.hpp"
 #include "batchsweep/files.hpp"
 #include "batchsweep/json_depth.hpp"
+#include "batchsweep/json_keys.hpp"
 #include "batchsweep/model.hpp"
 #include "model/suggest.hpp"
 
@@ -95,63 +96,6 @@ void check_nesting(std::string_view text, const std::string& source) {
                              kMaxJsonDepth, *at + 1, (kMaxJsonDepth - 3) / 2));
 }
 
-// Refuses a key given twice in one object, naming its JSON path: nlohmann keeps the last silently, so
-// `{"out_features": 10, ..., "out_features": 100}` would run a model the user did not read.
-class DuplicateKeyCheck {
- public:
-  explicit DuplicateKeyCheck(const std::string& source) : source_(source) {}
-
-  bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        count_element();
-        frames_.push_back({event == json::parse_event_t::array_start, -1, {}, {}});
-        break;
-      case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-        frames_.pop_back();
-        break;
-      case json::parse_event_t::key: {
-        Frame& f = frames_.back();
-        f.key = parsed.get<std::string>();
-        if (!f.keys.insert(f.key).second)
-          throw ConfigError(source_, path(),
-                            "is given twice in the same object; JSON keeps only the last, so remove one");
-        break;
-      }
-      case json::parse_event_t::value:
-        count_element();
-        break;
-    }
-    return true;
-  }
-
- private:
-  struct Frame {
-    bool array = false;
-    int64_t index = -1;  // arrays: the element being read
-    std::string key;     // objects: the key being read
-    std::set<std::string> keys;
-  };
-  void count_element() {
-    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
-  }
-  [[nodiscard]] std::string path() const {
-    std::string out;
-    for (const Frame& f : frames_) {
-      if (f.array)
-        out += fmt::format("[{}]", f.index);
-      else
-        out += out.empty() ? f.key : "." + f.key;
-    }
-    return out;
-  }
-
-  const std::string& source_;
-  std::vector<Frame> frames_;
-};
-
 json parse_text(std::string_view text, const std::string& source) {
   if (std::all_of(text.begin(), text.end(),
                   [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }))
@@ -166,7 +110,12 @@ json parse_text(std::string_view text, const std::string& source) {
                              nul + 1));
   check_nesting(text, source);
   try {
-    json doc = json::parse(text, DuplicateKeyCheck(source));
+    json doc =
+        json::parse(text, DuplicateKeyCheck([&](const std::string& path) {
+                      throw ConfigError(source, path,
+                                        "is given twice in the same object; JSON keeps only the last, so "
+                                        "remove one");
+                    }));
     if (auto underflow = json_number_underflow(text)) fail(source, *underflow);
     return doc;
   } catch (const json::parse_error& e) {

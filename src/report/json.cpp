@@ -15,6 +15,7 @@
 
 #include "batchsweep/errors.hpp"
 #include "batchsweep/json_depth.hpp"
+#include "batchsweep/json_keys.hpp"
 #include "batchsweep/plan.hpp"
 #include "batchsweep/printers.hpp"
 #include "batchsweep/report.hpp"
@@ -713,7 +714,13 @@ Report read_report(const std::string& path) {
   check_nesting(text, path);
   json doc;
   try {
-    doc = json::parse(text);
+    // A key given twice (a hand-merged report): nlohmann would keep the last, and the point read would not be
+    // the one the reader saw.
+    doc = json::parse(text, DuplicateKeyCheck([&](const std::string& where) {
+                        throw InputError(path + ": " + where +
+                                         ": is given twice in the same object; JSON keeps only the last, so "
+                                         "remove one");
+                      }));
   } catch (const json::parse_error& e) {
     if (const std::string_view kind = export_kind(text); !kind.empty())
       throw InputError(path + ": is batchsweep's " + std::string(kind) +

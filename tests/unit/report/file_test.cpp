@@ -112,6 +112,16 @@ TEST_F(ReportFiles, FieldErrorsNameTheFile) {
   EXPECT_EQ(error_of(v2), v2 + ": schema_version 2 is not supported (this batchsweep reads 1)");
 }
 
+// A key given twice (a hand-merged report) is refused naming its path: nlohmann would keep the last, so the
+// point read would not be the one the reader saw.
+TEST_F(ReportFiles, AKeyGivenTwiceIsRefused) {
+  const std::string p = write("dup.json", R"({"schema_version": 1, "points": [{"batch": 2, "status": "ok",
+      "samples_per_second": 10}, {"batch": 64, "batch": 65, "status": "ok", "samples_per_second": 10}]})");
+  EXPECT_EQ(error_of(p),
+            p + ": points[1].batch: is given twice in the same object; JSON keeps only the last, so "
+                "remove one");
+}
+
 // An ok point's throughput and mean step come from its raw samples: a report where they disagree (edited by
 // hand) would have the analysis read one speed and compare's tests another, so it is refused naming the
 // field.
