@@ -68,6 +68,7 @@ struct CompareCell {
   // for a point that stopped short of its targets, at least the batch-means estimate, which allows for steps
   // that drift together.
   std::optional<double> standard_error;
+  double standard_error_df = 0;  // its degrees of freedom: n - 1, or 9 where the batch means set it
   std::optional<double> p99_ms;  // the p99 step time, where the point ran
   // The step time at the baseline's budget percentile (p99 without a budget), where the point ran.
   std::optional<double> budget_latency_ms;
@@ -107,11 +108,14 @@ struct CompareDelta {
   // combined standard error. Shown "same (stopped short, within the means' noise)".
   bool short_within_noise = false;
   // Steps on both sides, one side only one (its point stopped short: a step longer than --timeout): that
-  // step's noise is unknown, so no change is called, whatever the effect. Shown "same (one step: noise
-  // unknown)".
+  // step's noise is unknown. Against one step no change is called, whatever the effect ("same (one step:
+  // noise unknown)"); against many, only beyond every one of them and their spread (mean_p_value, the
+  // prediction test).
   bool one_step = false;
-  // No change called for want of a second step: a row holding one is judged by nobody (the gate, the mean).
-  [[nodiscard]] bool unjudged() const { return one_step && verdict == Verdict::same; }
+  // No change called for want of a second step on either side (one step against one): a row holding one is
+  // judged by nobody (the gate, the mean). One step against many is judged by the prediction test
+  // (mean_p_value): "same" there is within the many's spread.
+  [[nodiscard]] bool unjudged() const { return one_step && verdict == Verdict::same && !mean_p_value; }
   // The geometric mean's verdict also held the change to the means' combined noise (every row had samples).
   bool noise_checked = false;
 

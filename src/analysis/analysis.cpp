@@ -493,13 +493,11 @@ SplitChoice choose_split(std::span<const Point> points) {
   SplitChoice c;
   c.fastest = fastest(points, [](const Point&) { return true; });
   c.chosen = c.fastest;
-  if (!c.fastest || !c.fastest->noise_pct) return c;
-  const std::optional<double> fastest_se = mean_uncertainty(*c.fastest);
+  if (!c.fastest) return c;
   for (const Point& p : points) {
-    if (!is_ok(p) || &p == c.fastest || !p.noise_pct || p.samples_per_second <= 0) continue;
-    const double margin_pct = same_throughput_margin_pct(fastest_se, mean_uncertainty(p));
+    if (!is_ok(p) || &p == c.fastest || p.samples_per_second <= 0) continue;
     const double lead_pct = (c.fastest->samples_per_second / p.samples_per_second - 1.0) * 100.0;
-    if (lead_pct < margin_pct) c.ties.push_back({&p, lead_pct, margin_pct});
+    if (lead_pct < kSameThroughputPct) c.ties.push_back({&p, lead_pct, kSameThroughputPct});
   }
   std::sort(c.ties.begin(), c.ties.end(), [](const SplitChoice::Tie& a, const SplitChoice::Tie& b) {
     return a.point->samples_per_second > b.point->samples_per_second;
@@ -739,8 +737,11 @@ Recommendation recommend(const RecommendationInputs& in, const Point*& chosen) {
     std::vector<std::string> others;
     for (const SplitChoice::Tie& t : split.ties)
       if (t.point != split.chosen) others.push_back(label(t.point));
-    const std::string what = fmt::format("{} ({} samples/s, {} faster than the slowest split)",
-                                         a.effective_batch_split->reason, rate, format_percent(gain));
+    // The chosen split may be the slowest (every split within 1%): then no gain is said.
+    const std::string what = gain > 0
+                                 ? fmt::format("{} ({} samples/s, {} faster than the slowest split)",
+                                               a.effective_batch_split->reason, rate, format_percent(gain))
+                                 : fmt::format("{} ({} samples/s)", a.effective_batch_split->reason, rate);
     if (split.chosen != split.fastest) {
       const auto tie = std::find_if(split.ties.begin(), split.ties.end(),
                                     [&](const SplitChoice::Tie& t) { return t.point == split.chosen; });
@@ -756,15 +757,35 @@ Recommendation recommend(const RecommendationInputs& in, const Point*& chosen) {
     }
     const std::string head = fmt::format("fastest split of effective batch {}: {}", effective, what);
     std::string tie;
+    const char* no_less = memory_bytes(*split.fastest) > 0 ? " (none needs less memory)" : "";
     if (split.ties.size() == 1)
-      tie = fmt::format("; {} is as fast: {} leads it by {:.2f}%, {}", label(split.ties[0].point),
-                        label(split.fastest), split.ties[0].lead_pct, tie_words(split.ties[0].margin_pct));
+      tie = fmt::format("; {} is as fast: {} leads it by {:.2f}%, {}{}", label(split.ties[0].point),
+                        label(split.fastest), split.ties[0].lead_pct, tie_words(split.ties[0].margin_pct),
+                        no_less);
     else if (!split.ties.empty())
       tie = fmt::format(
-          "; {} are as fast: {} leads them by {:.2f}% to {:.2f}%, each within noise or under the "
-          "{:g}% that counts as a difference (none needs less memory)",
+          "; {} are as fast: {} leads them by {:.2f}% to {:.2f}%, each under the {:g}% that "
+          "counts as a difference{}",
           fmt::join(others, ", "), label(split.fastest), split.ties.front().lead_pct,
-          split.ties.back().lead_pct, kSameThroughputPct);
+          split.ties.back().lead_pct, kSameThroughputPct, no_less);
+    // The next fastest beyond 1%, where the two means' noise cannot tell it from the fastest: said, since a
+    // rerun may order them otherwise (the fastest is still chosen: only under 1% does memory decide).
+    const Point* next = nullptr;
+    for (const Point& p : in.points) {
+      if (!is_ok(p) || &p == split.fastest || p.samples_per_second <= 0 ||
+          std::any_of(split.ties.begin(), split.ties.end(),
+                      [&](const SplitChoice::Tie& t) { return t.point == &p; }))
+        continue;
+      if (!next || p.samples_per_second > next->samples_per_second) next = &p;
+    }
+    if (next && split.fastest->noise_pct && next->noise_pct) {
+      const double margin_pct =
+          same_throughput_margin_pct(mean_uncertainty(*split.fastest), mean_uncertainty(*next));
+      const double lead_pct = (split.fastest->samples_per_second / next->samples_per_second - 1) * 100;
+      if (lead_pct < margin_pct)
+        tie += fmt::format("; {} is not measurably slower: {} leads it by {:.2f}%, {}", label(next),
+                           label(split.fastest), lead_pct, tie_words(margin_pct));
+    }
     return {a.effective_batch_split->batch, head + tie};
   }
   return recommend_from_curve(in);

@@ -1488,7 +1488,7 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
       gate->latency_given = true;
       gate->latency_pct = s.fail_on_latency_regression == "off"
                               ? std::nullopt
-                              : std::optional<double>(std::stod(s.fail_on_latency_regression));
+                              : std::optional<double>(std::stod(s.fail_on_latency_regression) + 0.0);
     }
   }
   CompareOptions options;

@@ -76,11 +76,34 @@ std::optional<double> standard_error(const std::vector<double>& samples) {
   return relative_noise(samples) / std::sqrt(static_cast<double>(samples.size()));
 }
 
+// A standard error and its degrees of freedom.
+struct MeanError {
+  double se = 0;
+  double df = 0;
+};
+
+// Welch-Satterthwaite: the degrees of freedom of a sum of independent variances, each with its own.
+double combined_degrees(const std::vector<MeanError>& parts) {
+  double total = 0, spread = 0;
+  for (const MeanError& e : parts) {
+    const double v = e.se * e.se;
+    total += v;
+    if (e.df > 0) spread += v * v / e.df;
+  }
+  return spread > 0 ? total * total / spread : std::numeric_limits<double>::infinity();
+}
+
 // How far apart (in log, as the relative standard errors are) two means must be for a change at alpha,
-// two-sided: t at alpha on `df` degrees of freedom times their combined standard error. Twice it, a z-test
-// near 5%, called one command's reruns changed 5-10% of the time where steps drift together.
-double change_margin(double se_a, double se_b, double alpha, double df) {
-  return student_t_critical(alpha, df) * std::sqrt(se_a * se_a + se_b * se_b);
+// two-sided: Student's t at alpha on the errors' combined degrees of freedom (Welch-Satterthwaite) times
+// their combined standard error. Twice it, a z-test near 5%, called one command's reruns changed 5-10% of the
+// time where steps drift together; t on 18 degrees of freedom whatever the samples, 3-7% of geometric means
+// of one or two rows of 2 or 3 steps.
+double change_margin(const std::vector<MeanError>& parts, double alpha) {
+  double total = 0;
+  for (const MeanError& e : parts) total += e.se * e.se;
+  const double df = combined_degrees(parts);
+  // Beyond 1e6 degrees of freedom, the normal's quantile (t's bisection would not tell them apart).
+  return student_t_critical(alpha, std::min(df, 1e6)) * std::sqrt(total);
 }
 
 // Student's two-sample t-test with the variances pooled: t > 0 where a's mean is the larger. Steps all equal
@@ -106,13 +129,17 @@ PooledT pooled_t_test(const std::vector<double>& a, const std::vector<double>& b
   return r;
 }
 
-// The drift guard's degrees of freedom: each side's standard error rests on the spread of kDriftBatches
-// batch means.
-constexpr double kDriftDegrees = 2.0 * (kDriftBatches - 1);
-
-// The standard error a point's verdicts use: drift-aware where it stopped short of its targets.
-std::optional<double> point_standard_error(const Point& p) {
-  return stopped_short(p.stop_reason) ? drift_standard_error(p.samples_ms) : standard_error(p.samples_ms);
+// The standard error a point's verdicts use, with its degrees of freedom: drift-aware where it stopped short
+// of its targets (the batch means' 9 where they set it), else stddev / mean / sqrt(n) on n - 1.
+std::optional<MeanError> point_mean_error(const Point& p) {
+  if (!usable_samples(p.samples_ms)) return std::nullopt;
+  if (stopped_short(p.stop_reason)) {
+    double df = 0;
+    const std::optional<double> se = drift_standard_error(p.samples_ms, &df);
+    if (!se) return std::nullopt;
+    return MeanError{*se, df};
+  }
+  return MeanError{*standard_error(p.samples_ms), static_cast<double>(p.samples_ms.size()) - 1};
 }
 
 bool ran(const Point& p) {
@@ -208,7 +235,7 @@ CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, con
   const double half_alpha = options.alpha / 2;
   if (samples && smallest_p(run.samples_ms, baseline.samples_ms) >= half_alpha) {
     // Three samples a side can never give p below 0.1: the rank test could only ever say "same". The means'
-    // test decides, at alpha / 2 as beside the rank test: Student's t with the two runs' spread pooled (one
+    // test decides, at alpha (the only test there): Student's t with the two runs' spread pooled (one
     // command's runs on one machine share it), on na + nb - 2 degrees of freedom, so two steps against fifty
     // borrow the fifty's spread, where Welch's t would rest on one degree of freedom. (Twice the means'
     // combined standard error, a z-test near 5% that ignores the degrees of freedom, called 6-10% of one
@@ -221,7 +248,7 @@ CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, con
     const PooledT pooled = pooled_t_test(run.samples_ms, baseline.samples_ms);
     d.mean_p_value = pooled.p_value;
     const bool mean_agrees = direction(d.ratio) == Verdict::slower ? pooled.t > 0 : pooled.t < 0;
-    d.verdict = effect && mean_agrees && pooled.p_value < half_alpha ? direction(d.ratio) : Verdict::same;
+    d.verdict = effect && mean_agrees && pooled.p_value < options.alpha ? direction(d.ratio) : Verdict::same;
   } else if (samples) {
     // a = the run, b = the baseline: z > 0 when the run's steps tend to take longer.
     const MannWhitneyResult test = mann_whitney_u(run.samples_ms, baseline.samples_ms);
@@ -253,9 +280,8 @@ CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, con
     // two means' combined noise, with each mean's standard error allowing for drift (batch means).
     if (d.verdict != Verdict::same &&
         (stopped_short(run.stop_reason) || stopped_short(baseline.stop_reason)) &&
-        std::fabs(std::log(d.ratio)) <= change_margin(*point_standard_error(run),
-                                                      *point_standard_error(baseline), options.alpha,
-                                                      kDriftDegrees)) {
+        std::fabs(std::log(d.ratio)) <=
+            change_margin({*point_mean_error(run), *point_mean_error(baseline)}, options.alpha)) {
       d.verdict = Verdict::same;
       d.from_mean = false;
       d.median_and_mean_disagree = false;  // the means' noise decides, whichever way the ranks went
@@ -267,10 +293,10 @@ CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, con
     // of one command on a busy CPU are apart by whatever their single steps met. One against one calls no
     // change. One against the other run's steps is a change only beyond every one of them (and the effect),
     // and beyond their spread: the prediction test for one more step from their distribution, t = (one -
-    // mean) / (stddev * sqrt(1 + 1/n)) on n - 1 degrees of freedom, at alpha / 2. Beyond every one of n
-    // alone happens by chance 2 / (n + 1) of the time: two runs of one command, 1 step against 2, failed a
-    // gate two times in three. A step 20x longer than all of the baseline's is a regression; one just past
-    // the slowest of a few is not.
+    // mean) / (stddev * sqrt(1 + 1/n)) on n - 1 degrees of freedom, at alpha (the only test). Beyond every
+    // one of n alone happens by chance 2 / (n + 1) of the time: two runs of one command, 1 step against 2,
+    // failed a gate two times in three. A step 20x longer than all of the baseline's is a regression; one
+    // just past the slowest of a few is not.
     d.one_step = true;
     d.verdict = Verdict::same;
     const bool run_one = run.samples_ms.size() == 1;
@@ -279,17 +305,18 @@ CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, con
       const double one = run_one ? run.samples_ms.front() : baseline.samples_ms.front();
       const StepStats stats = summarize(many);
       const double n = static_cast<double>(many.size());
-      // Every step of the many alike (a coarse timer): no spread to scale by, and only rank can say, 2/(n+1).
+      // Every step of the many alike (a deterministic step): one that differs lies beyond their spread, as
+      // the few-samples test takes it (an infinite t).
       d.mean_p_value =
           stats.stddev > 0
               ? student_t_two_sided_p((one - stats.mean) / (stats.stddev * std::sqrt(1 + 1 / n)), n - 1)
           : one == stats.mean ? 1.0
-                              : 2 / (n + 1);
+                              : 0.0;
       const auto [low, high] = std::minmax_element(many.begin(), many.end());
       // Slower: the run's steps are longer than the baseline's, every one of them.
       const bool slower = run_one ? one > *high : *low > one;
       const bool faster = run_one ? one < *low : *high < one;
-      if (effect && *d.mean_p_value < half_alpha &&
+      if (effect && *d.mean_p_value < options.alpha &&
           ((slower && direction(d.ratio) == Verdict::slower) ||
            (faster && direction(d.ratio) == Verdict::faster)))
         d.verdict = direction(d.ratio);
@@ -461,6 +488,7 @@ CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, con
   // Per run, the sum of its rows' squared standard errors, while every row has one: the log of a geometric
   // mean ratio is the mean of the rows' log ratios, whose variance is about the sum of both sides' over k^2.
   std::vector<std::optional<double>> variance(runs, 0.0);
+  std::vector<std::vector<MeanError>> errors(runs);  // each row's, for the sum's degrees of freedom
   for (const auto& row : rows) {
     const bool all_ran = std::all_of(row.runs.begin(), row.runs.end(), [](const CompareCell& c) {
       return c.status == PointStatus::ok && std::isfinite(c.samples_per_second) && c.samples_per_second > 0;
@@ -474,6 +502,7 @@ CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, con
       rates[i].push_back(row.runs[i].samples_per_second);
       const std::optional<double>& se = row.runs[i].standard_error;
       variance[i] = variance[i] && se ? std::optional<double>(*variance[i] + *se * *se) : std::nullopt;
+      if (se) errors[i].push_back({*se, row.runs[i].standard_error_df});
     }
   }
   for (size_t i = 0; i < runs; ++i) g.samples_per_second.push_back(geometric_mean(rates[i]));
@@ -487,11 +516,10 @@ CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, con
       if (variance[0] && variance[i]) {
         d.noise_checked = true;
         const double k = static_cast<double>(g.batches);
-        // Each row's standard error may rest on its batch means (drift): their degrees of freedom, the
-        // fewest any row has, hold for the sum too.
-        beyond_noise =
-            std::fabs(std::log(d.ratio)) >
-            change_margin(std::sqrt(*variance[0]), std::sqrt(*variance[i]), options.alpha, kDriftDegrees) / k;
+        // Every row's standard error of both runs, with its own degrees of freedom (Welch-Satterthwaite).
+        std::vector<MeanError> parts = errors[0];
+        parts.insert(parts.end(), errors[i].begin(), errors[i].end());
+        beyond_noise = std::fabs(std::log(d.ratio)) > change_margin(parts, options.alpha) / k;
       }
       d.verdict = beyond_effect(d.ratio, options) && beyond_noise ? direction(d.ratio) : Verdict::same;
     } else {
@@ -527,6 +555,9 @@ std::string verdict_text(const CompareDelta& d, double min_effect_pct,
                              d.tied_samples ? "steps all equal" : "few samples")
                : fmt::format("{} (few samples; mean {})", to_string(d.verdict),
                              p_text(d.mean_p_value.value_or(1.0)));
+  if (d.one_step && d.verdict == Verdict::same && d.mean_p_value)
+    return fmt::format("{} (one step, within the other run's spread: {})", to_string(d.verdict),
+                       p_text(*d.mean_p_value));
   if (d.one_step)
     return d.verdict == Verdict::same
                ? fmt::format("{} (one step: noise unknown)", to_string(d.verdict))
@@ -805,9 +836,13 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     row.accumulation = key.second;
     for (const Point* p : points) {
       row.runs.push_back({p->status, p->reason, p->samples_per_second,
-                          usable_samples(p->samples_ms) ? p->samples_ms.size() : size_t{0},
-                          point_standard_error(*p), latency_if_ran(*p, 99),
-                          latency_if_ran(*p, result.runs.front().latency_percentile), busy_host(*p)});
+                          usable_samples(p->samples_ms) ? p->samples_ms.size() : size_t{0}, std::nullopt, 0,
+                          latency_if_ran(*p, 99), latency_if_ran(*p, result.runs.front().latency_percentile),
+                          busy_host(*p)});
+      if (const std::optional<MeanError> e = point_mean_error(*p)) {
+        row.runs.back().standard_error = e->se;
+        row.runs.back().standard_error_df = e->df;
+      }
     }
     for (size_t i = 1; i < points.size(); ++i)
       row.deltas.push_back(delta(*points[0], *points[i], result.tail_percentile, options));
@@ -1227,7 +1262,7 @@ static std::string verdict_rule(const CompareResult& result) {
       "the "
       "means' combined standard error (allowing for drift); after one step, against another no change at "
       "all, against many only beyond every one of them and their spread (p < {:g}){}",
-      result.min_effect_pct, result.alpha, result.alpha, result.alpha / 2,
+      result.min_effect_pct, result.alpha, result.alpha, result.alpha,
       result.show_tail
           ? fmt::format(
                 "; the {0} column: B's {0} step over A's, longer or shorter where it moved beyond {1}% "

@@ -609,7 +609,9 @@ class Reader {
     if (json* effective = present("effective_batch")) {
       const int64_t n = integer(*effective, child(top, "effective_batch"));
       if (n < 1 || n > kMaxBatch * kMaxBatch)
-        fail(child(top, "effective_batch"), fmt::format("must be at least 1, got {}", n));
+        fail(child(top, "effective_batch"), fmt::format("must be in 1..2^48 (a batch times an accumulation, "
+                                                        "each at most 2^24), got {}",
+                                                        n));
       // The points are its splits: one of another effective batch would be analysed as one of them.
       for (size_t i = 0; i < r.points.size(); ++i)
         if (r.points[i].effective_batch != n)

@@ -200,7 +200,8 @@ static std::string batch_one_needs(const PlanSummary& s) {
       m.optimizer_state > 0 ? ", optimizer state" : "",
       static_cast<double>(state) > budget
           ? ", and alone over the budget: no batch or accumulation fits (a card with more memory, or a "
-            "smaller model or precision, does)"
+            "smaller model, does; in training a 16-bit precision holds more state, its fp32 master weights "
+            "beside the 16-bit ones)"
           : "");
 }
 

@@ -342,10 +342,18 @@ std::vector<std::string> summary_lines(const Report& report) {
     return it != report.settings.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
   };
   const int64_t effective = setting("effective_batch"), accumulation = setting("accumulation");
+  // The point's own accumulation where one point has that batch (a settings value could disagree with the
+  // points); else N / batch for the splits of N, or the run's --accumulation.
   const BatchText batch_text = [&](int64_t batch) {
-    const int64_t steps = effective > 0 && batch > 0 && effective % batch == 0 ? effective / batch
-                          : effective > 0                                      ? 1
-                                          : std::max<int64_t>(accumulation, 1);
+    const Point* only = nullptr;
+    int found = 0;
+    for (const Point& p : report.points)
+      if (p.batch == batch && found++ == 0) only = &p;
+    int64_t steps = std::max<int64_t>(accumulation, 1);
+    if (found == 1)
+      steps = only->accumulation;
+    else if (effective > 0)
+      steps = batch > 0 && effective % batch == 0 ? effective / batch : 1;
     return "batch " + batch_label(batch, steps);
   };
   // How --batch auto or --effective-batch chose what to measure (and what it left out).

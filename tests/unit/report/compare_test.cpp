@@ -634,7 +634,7 @@ TEST(Compare, EveryStepEqualOnBothSidesSaysSoNotFewSamples) {
 }
 
 // Three samples a side at 12% noise: a 7% change is inside the noise of both means (a t-test on 4 degrees of
-// freedom at p < 0.005 needs about half the mean), so neither a batch nor the geometric mean calls it, and
+// freedom at p < 0.01 needs about half the mean), so neither a batch nor the geometric mean calls it, and
 // the gate passes. Nor does 22% either way; steps twice as long (or half) are called.
 TEST(Compare, FewNoisySamplesWithinTheirNoiseAreTheSame) {
   Report a = samples_cut_to(testing::sample_report(), 3);
@@ -1011,7 +1011,7 @@ TEST(Compare, OneStepAgainstManyIsAChangeOnlyBeyondEveryStep) {
     }
   }
   // Just past the slowest of three steps (7% over their mean, 1% apart): beyond every one of three happens
-  // by chance half the time, and the prediction test on 2 degrees of freedom gives p = 0.03, so no change.
+  // by chance half the time, and the prediction test on 2 degrees of freedom gives p = 0.026, so no change.
   // One step 20x longer than three is still one.
   const Report three = samples_cut_to(a, 3);
   Report past = three;
@@ -1026,6 +1026,34 @@ TEST(Compare, OneStepAgainstManyIsAChangeOnlyBeyondEveryStep) {
   EXPECT_TRUE(regressions(near, 5).empty());
   const CompareResult twenty = compare_pair(three, one_step_each(sped_up(three, 1.0 / 20)));
   EXPECT_EQ(row_at(twenty, 64).deltas[0].verdict, Verdict::slower);
+  // Ten times longer than two steps 10% apart: t on one degree of freedom is 109, p = 0.006 < alpha.
+  Report two = samples_cut_to(a, 2);
+  for (Point& p : two.points) {
+    if (p.status != PointStatus::ok || p.samples_ms.size() < 2) continue;
+    p.samples_ms = {4.0, 4.4};
+    p.samples_per_second = static_cast<double>(p.batch) / (4.2 / 1000);
+  }
+  Report ten = two;
+  for (Point& p : ten.points) {
+    if (p.status != PointStatus::ok || p.samples_ms.size() < 2) continue;
+    p.samples_ms = {42.0};
+    p.samples_per_second = static_cast<double>(p.batch) / (42.0 / 1000);
+  }
+  const CompareResult tenfold = compare_pair(two, ten);
+  EXPECT_EQ(row_at(tenfold, 64).deltas[0].verdict, Verdict::slower);
+  EXPECT_FALSE(regressions(tenfold, 5).empty());
+  // Steps all equal on the other side (a deterministic step): any other step lies beyond them.
+  Report flat = two;
+  for (Point& p : flat.points)
+    if (p.status == PointStatus::ok && p.samples_ms.size() == 2) {
+      p.samples_ms = {4.0, 4.0, 4.0, 4.0};
+      p.samples_per_second = static_cast<double>(p.batch) / (4.0 / 1000);
+    }
+  EXPECT_EQ(row_at(compare_pair(flat, ten), 64).deltas[0].verdict, Verdict::slower);
+  // Within the other run's spread, judged "same" (not "noise unknown"), and the row is judged.
+  const CompareResult within = compare_pair(three, past);
+  EXPECT_FALSE(row_at(within, 64).deltas[0].unjudged());
+  EXPECT_THAT(format_compare(within, false), HasSubstr("same (one step, within the other run's spread: p="));
 }
 
 // Many samples a side: the geometric mean's noise is small, and a 3% change over every batch is called.
@@ -1141,7 +1169,7 @@ TEST(Compare, Printers) {
   EXPECT_THAT(
       md,
       HasSubstr(
-          "only beyond every one of them and their spread (p < 0.005)._"));  // the console's rule, in full
+          "only beyond every one of them and their spread (p < 0.01)._"));  // the console's rule, in full
   EXPECT_THAT(md, Not(HasSubstr("### Gate")));
   // With the gate, the markdown says its answer and each regression, as stderr does.
   const std::string gated = format_compare_markdown(result, 5.0);

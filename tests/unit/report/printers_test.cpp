@@ -340,9 +340,19 @@ TEST(Console, AnalysisLinesNameTheAccumulation) {
   Report r = testing::sample_report();  // knee 64, max fit 128
   EXPECT_THAT(format_console(r, {false}), HasSubstr("knee: batch 64 ("));
   r.settings["accumulation"] = 4;
+  // The points' own accumulation names them: a settings value that disagrees with them does not.
+  EXPECT_THAT(format_console(r, {false}), HasSubstr("knee: batch 64 ("));
+  for (Point& p : r.points) {
+    p.accumulation = 4;
+    p.effective_batch = p.batch * 4;
+  }
   EXPECT_THAT(format_console(r, {false}), HasSubstr("knee: batch 64x4 ("));
   EXPECT_THAT(format_console(r, {false}), HasSubstr("max fit: batch 128x4,"));
   r.settings["effective_batch"] = 1024;
+  for (Point& p : r.points) {
+    p.accumulation = 1024 / p.batch;
+    p.effective_batch = 1024;
+  }
   EXPECT_THAT(format_console(r, {false}), HasSubstr("knee: batch 64x16 ("));
   EXPECT_THAT(format_console(r, {false}), HasSubstr("max fit: batch 128x8,"));
 }
