@@ -26,6 +26,9 @@ using analysis_detail::KneeCall;
 
 // Slack on "y_d at or below the threshold" and "above the diagonal", for values that are equal on paper.
 constexpr double kKneedleTolerance = 1e-9;
+// The share of Kneedle's threshold drop by which a difference may miss the threshold and still confirm a
+// knee.
+constexpr double kKneedleDropSlack = 0.01;
 
 std::vector<double> normalized(std::span<const double> values) {
   const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
@@ -362,8 +365,13 @@ KneedleResult kneedle(std::span<const double> x, std::span<const double> y, doub
     if (y_d[candidate] <= kKneedleTolerance) continue;  // on or below the diagonal: not a concave bend
     const std::size_t next = k + 1 < maxima.size() ? maxima[k + 1] : n - 1;
     const double threshold = y_d[candidate] - threshold_drop;
+    // A plateau of one point after the bend falls by exactly the drop (S = 1: the last point's difference is
+    // 0 and the threshold is 0), so which of two equal throughputs measured 0.01% higher decided whether the
+    // knee was confirmed: "not stable" with every mean known to 0.05%. Within 1% of the drop counts as
+    // reaching it.
+    const double slack = std::max(kKneedleTolerance, kKneedleDropSlack * threshold_drop);
     for (std::size_t j = candidate + 1; j <= next && j < n; ++j) {
-      if (y_d[j] <= threshold + kKneedleTolerance) {
+      if (y_d[j] <= threshold + slack) {
         result.knee = candidate;
         return result;
       }

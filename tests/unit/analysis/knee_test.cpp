@@ -46,6 +46,18 @@ TEST(Kneedle, MatchesKneedOnSaturatingCurves) {
   }
 }
 
+// A plateau of one point after the bend falls by exactly Kneedle's drop at S = 1: whether its throughput
+// measured 0.01% above or below the bend's must not decide whether there is a knee.
+TEST(Kneedle, AOnePointPlateauConfirmsTheKneeWhicheverSideRoundingPutsIt) {
+  const std::vector<double> x{6, 7, 8, 9};  // log2 of 64..512
+  for (const double last : {17.0 - 1e-4, 17.0, 17.0 + 1e-4}) {
+    const std::vector<double> y{15, 16, 17, last};
+    const KneedleResult r = kneedle(x, y, 1.0);
+    ASSERT_TRUE(r.knee.has_value()) << last;
+    EXPECT_EQ(*r.knee, 2u) << last;
+  }
+}
+
 TEST(Kneedle, AStraightLineOrAConstantHasNoKnee) {
   const std::vector<double> x{0, 1, 2, 3, 4, 5};
   const std::vector<double> line{2, 3, 4, 5, 6, 7};
