@@ -63,7 +63,7 @@ struct CompareCell {
   PointStatus status = PointStatus::ok;
   std::string reason;
   double samples_per_second = 0;
-  size_t samples = 0;  // raw step-time samples the verdict could use
+  size_t samples = 0;  // raw step-time samples (one: a step past --timeout, judged by the prediction test)
   // The relative standard error of the mean step time (stddev / mean / sqrt(n)), where there are samples;
   // for a point that stopped short of its targets, at least the batch-means estimate, which allows for steps
   // that drift together.

@@ -226,6 +226,10 @@ void check_backend_name(const std::string& name, bool for_plan = false) {
 // Parses a whole, finite number into v; otherwise says what is wrong with the text.
 std::string parse_number(const std::string& text, double& v, std::string_view unit = {}) {
   try {
+    // std::stod skips leading spaces (' 3' read, '3 ' did not): neither is read.
+    if (!text.empty() && (std::isspace(static_cast<unsigned char>(text.front())) != 0 ||
+                          std::isspace(static_cast<unsigned char>(text.back())) != 0))
+      return fmt::format("'{}' is not a number (it has a space around it)", text);
     // Decimal only: std::stod also reads hexadecimal ("0x10" would be 16).
     if (text.find_first_of("xXpP") != std::string::npos) return fmt::format("'{}' is not a number", text);
     // CLI11 reads a whole number with a leading zero as octal ("010" would be 8).

@@ -835,8 +835,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     row.batch = key.first;
     row.accumulation = key.second;
     for (const Point* p : points) {
-      row.runs.push_back({p->status, p->reason, p->samples_per_second,
-                          usable_samples(p->samples_ms) ? p->samples_ms.size() : size_t{0}, std::nullopt, 0,
+      row.runs.push_back({p->status, p->reason, p->samples_per_second, p->samples_ms.size(), std::nullopt, 0,
                           latency_if_ran(*p, 99), latency_if_ran(*p, result.runs.front().latency_percentile),
                           busy_host(*p)});
       if (const std::optional<MeanError> e = point_mean_error(*p)) {
