@@ -141,10 +141,9 @@ struct Analysis {
   BatchChoice saturation;
   BatchChoice max_fit;
   BatchChoice best_throughput;
-  std::optional<BatchChoice> latency_slo;     // only with --latency-slo
-  std::optional<BatchChoice> energy_optimal;  // only with telemetry
-  std::optional<BatchChoice>
-      effective_batch_split;  // --effective-batch: the split to use (README)
+  std::optional<BatchChoice> latency_slo;            // only with --latency-slo
+  std::optional<BatchChoice> energy_optimal;         // only with telemetry
+  std::optional<BatchChoice> effective_batch_split;  // --effective-batch: the split to use (README)
   Recommendation recommended;
   std::optional<double> recommended_cost_per_million_samples;  // USD, with --price-per-hour
   // The recommended point's gradient accumulation: set micro-batch recommended.batch and this many

@@ -90,10 +90,8 @@ TEST(EffectiveBatch, ASplitTooSlowToTimeIsNotTimed) {
       << outcome.warnings.back();
 }
 
-// An --effective-batch sweep on a roofline device (2 ms floor) that runs out of memory above `oom_above`.
-SweepOutcome effective_sweep(double samples_per_ms, int64_t oom_above, int64_t effective_batch) {
-  ScriptedConfig config = testing::roofline(2.0, samples_per_ms);
-  config.oom_above_batch = oom_above;
+// An --effective-batch sweep of N on a scripted device.
+SweepOutcome effective_sweep(const ScriptedConfig& config, int64_t effective_batch) {
   const auto backend = make_scripted_backend(config);
   SweepSettings settings;
   settings.effective_batch = effective_batch;
@@ -101,16 +99,19 @@ SweepOutcome effective_sweep(double samples_per_ms, int64_t oom_above, int64_t e
   return run_sweep(*backend, tiny_graph(), settings, observer);
 }
 
+// The same on a roofline device (2 ms floor) that runs out of memory above `oom_above`.
+SweepOutcome effective_sweep(double samples_per_ms, int64_t oom_above, int64_t effective_batch) {
+  ScriptedConfig config = testing::roofline(2.0, samples_per_ms);
+  config.oom_above_batch = oom_above;
+  return effective_sweep(config, effective_batch);
+}
+
 // A split measured that failed otherwise than out of memory (a non-finite loss: error) is named on the search
 // line, as the splits that did not fit are: "5 of 11 measured" must not read as five that ran.
 TEST(EffectiveBatch, ASplitThatFailedIsNamedInTheSummary) {
   ScriptedConfig config = testing::roofline(2.0, 128.0);
   config.nan_at_batch = 128;
-  const auto backend = make_scripted_backend(config);
-  SweepSettings settings;
-  settings.effective_batch = 1024;
-  RecordingObserver observer;
-  const SweepOutcome outcome = run_sweep(*backend, tiny_graph(), settings, observer);
+  const SweepOutcome outcome = effective_sweep(config, 1024);
   const Point* failed = find_point(outcome.points, 128, 8);
   ASSERT_NE(failed, nullptr) << outcome.search_summary;
   EXPECT_EQ(failed->status, PointStatus::error);
