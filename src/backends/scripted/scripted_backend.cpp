@@ -52,6 +52,8 @@ class ScriptedSession final : public Session {
         micro_batch_(plan.request.batch),
         accumulation_(plan.request.accumulation),
         train_(plan.request.mode == Mode::train),
+        // Loss scaling, and so an overflow skip, is fp16 training's alone.
+        loss_scaled_(plan.request.mode == Mode::train && plan.request.precision == Precision::fp16),
         planned_bytes_(plan.memory.total_bytes()),
         base_ms_(config.step_ms(plan.request.batch, plan.request.accumulation)) {
     rng_state_ = config.seed ^ (static_cast<uint64_t>(micro_batch_) * 0x9E3779B97F4A7C15ULL) ^
@@ -87,7 +89,7 @@ class ScriptedSession final : public Session {
       result.loss = std::numeric_limits<double>::quiet_NaN();
       return result;
     }
-    result.skipped = config_.skip_every_steps && steps_ % *config_.skip_every_steps == 0;
+    result.skipped = loss_scaled_ && config_.skip_every_steps && steps_ % *config_.skip_every_steps == 0;
     // A loss that falls slowly, like the first steps of training on synthetic data; NaN in inference.
     result.loss =
         train_ ? 2.3 / (1.0 + 0.01 * static_cast<double>(steps_)) : std::numeric_limits<double>::quiet_NaN();
@@ -110,6 +112,7 @@ class ScriptedSession final : public Session {
   int64_t micro_batch_;
   int64_t accumulation_;
   bool train_;
+  bool loss_scaled_;
   uint64_t planned_bytes_;
   double base_ms_;
   uint64_t rng_state_ = 0;

@@ -19,8 +19,9 @@ namespace {
 using testing::kGiB;
 using testing::tiny_graph;
 
-Plan plan_for(const Graph& graph, int64_t batch, int64_t accumulation = 1, Mode mode = Mode::train) {
-  return make_plan(graph, PlanRequest{batch, Precision::fp32, mode, accumulation, BackendKind::scripted});
+Plan plan_for(const Graph& graph, int64_t batch, int64_t accumulation = 1, Mode mode = Mode::train,
+              Precision precision = Precision::fp32) {
+  return make_plan(graph, PlanRequest{batch, precision, mode, accumulation, BackendKind::scripted});
 }
 
 std::string usage_message(const nlohmann::json& doc) {
@@ -243,10 +244,17 @@ TEST(ScriptedBackend, ScriptedFailures) {
   const auto nan_session = backend->prepare(graph, plan_for(graph, 16), SessionOptions{});
   EXPECT_FALSE(nan_session->step().finite);
 
-  const auto session = backend->prepare(graph, plan_for(graph, 8), SessionOptions{});
+  const auto session =
+      backend->prepare(graph, plan_for(graph, 8, 1, Mode::train, Precision::fp16), SessionOptions{});
   std::vector<bool> skipped;
   for (int i = 0; i < 6; ++i) skipped.push_back(session->step().skipped);
   EXPECT_EQ(skipped, (std::vector<bool>{false, false, true, false, false, true}));
+  // Loss scaling is fp16 training's alone: bf16, fp32 and inference never skip.
+  for (const Plan& plan : {plan_for(graph, 8, 1, Mode::train, Precision::bf16), plan_for(graph, 8),
+                           plan_for(graph, 8, 1, Mode::infer, Precision::fp16)}) {
+    const auto other = backend->prepare(graph, plan, SessionOptions{});
+    for (int i = 0; i < 6; ++i) EXPECT_FALSE(other->step().skipped) << i;
+  }
 
   // The device memory and the session's memory limit are enforced at prepare.
   const Plan plan = plan_for(graph, 32);
