@@ -58,6 +58,13 @@ struct WelchResult {
 };
 [[nodiscard]] WelchResult welch_t_test(std::span<const double> a, std::span<const double> b);
 
+// Student's two-sample t-test with the variances pooled (na + nb - 2 degrees of freedom), for samples that
+// share their spread (one command's runs on one machine). t > 0 when a's mean is larger; both without spread,
+// t is 0 (equal means: p = 1) or infinite (p = 0). Throws std::invalid_argument for fewer than 2 values on
+// a side or a non-finite one.
+using StudentResult = WelchResult;
+[[nodiscard]] StudentResult student_t_test(std::span<const double> a, std::span<const double> b);
+
 // P(|T| >= |t|) for Student's t with df > 0 degrees of freedom: the regularized incomplete beta
 // I_{df/(df+t^2)}(df/2, 1/2), by its continued fraction.
 [[nodiscard]] double student_t_two_sided_p(double t, double df);

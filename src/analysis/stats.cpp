@@ -186,6 +186,28 @@ WelchResult welch_t_test(std::span<const double> a, std::span<const double> b) {
   return r;
 }
 
+StudentResult student_t_test(std::span<const double> a, std::span<const double> b) {
+  require_finite(a, "student_t_test: sample a");
+  require_finite(b, "student_t_test: sample b");
+  if (a.size() < 2 || b.size() < 2)
+    throw std::invalid_argument(
+        fmt::format("student_t_test: needs 2 values a side, got {} and {}", a.size(), b.size()));
+  const StepStats sa = summarize(a), sb = summarize(b);
+  const double na = static_cast<double>(a.size()), nb = static_cast<double>(b.size());
+  StudentResult r;
+  r.df = na + nb - 2.0;
+  const double pooled = ((na - 1.0) * sa.stddev * sa.stddev + (nb - 1.0) * sb.stddev * sb.stddev) / r.df;
+  const double diff = sa.mean - sb.mean;
+  if (pooled <= 0.0) {
+    r.t = diff == 0.0 ? 0.0 : std::copysign(std::numeric_limits<double>::infinity(), diff);
+    r.p_value = diff == 0.0 ? 1.0 : 0.0;
+    return r;
+  }
+  r.t = diff / std::sqrt(pooled * (1.0 / na + 1.0 / nb));
+  r.p_value = student_t_two_sided_p(r.t, r.df);
+  return r;
+}
+
 std::optional<double> geometric_mean(std::span<const double> ratios) {
   if (ratios.empty()) return std::nullopt;
   double log_sum = 0.0;

@@ -106,29 +106,6 @@ double change_margin(const std::vector<MeanError>& parts, double alpha) {
   return student_t_critical(alpha, std::min(df, 1e6)) * std::sqrt(total);
 }
 
-// Student's two-sample t-test with the variances pooled: t > 0 where a's mean is the larger. Steps all equal
-// on both sides give t 0 (p 1) for equal means, else an infinite t (p 0).
-struct PooledT {
-  double t = 0;
-  double p_value = 1;
-};
-PooledT pooled_t_test(const std::vector<double>& a, const std::vector<double>& b) {
-  const StepStats sa = summarize(a), sb = summarize(b);
-  const double na = static_cast<double>(a.size()), nb = static_cast<double>(b.size());
-  const double df = na + nb - 2;
-  const double pooled = ((na - 1) * sa.stddev * sa.stddev + (nb - 1) * sb.stddev * sb.stddev) / df;
-  const double diff = sa.mean - sb.mean;
-  PooledT r;
-  if (pooled <= 0) {
-    r.t = diff == 0 ? 0.0 : std::copysign(std::numeric_limits<double>::infinity(), diff);
-    r.p_value = diff == 0 ? 1.0 : 0.0;
-    return r;
-  }
-  r.t = diff / std::sqrt(pooled * (1 / na + 1 / nb));
-  r.p_value = student_t_two_sided_p(r.t, df);
-  return r;
-}
-
 // The standard error a point's verdicts use, with its degrees of freedom: drift-aware where it stopped short
 // of its targets (the batch means' 9 where they set it), else stddev / mean / sqrt(n) on n - 1.
 std::optional<MeanError> point_mean_error(const Point& p) {
@@ -245,7 +222,7 @@ CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, con
     const auto [base_min, base_max] =
         std::minmax_element(baseline.samples_ms.begin(), baseline.samples_ms.end());
     d.tied_samples = *run_min == *run_max && *base_min == *base_max && *run_min == *base_min;
-    const PooledT pooled = pooled_t_test(run.samples_ms, baseline.samples_ms);
+    const StudentResult pooled = student_t_test(run.samples_ms, baseline.samples_ms);
     d.mean_p_value = pooled.p_value;
     const bool mean_agrees = direction(d.ratio) == Verdict::slower ? pooled.t > 0 : pooled.t < 0;
     d.verdict = effect && mean_agrees && pooled.p_value < options.alpha ? direction(d.ratio) : Verdict::same;
