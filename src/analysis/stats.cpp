@@ -163,49 +163,57 @@ std::optional<double> drift_standard_error(std::span<const double> samples, doub
   return batches;
 }
 
-WelchResult welch_t_test(std::span<const double> a, std::span<const double> b) {
-  require_finite(a, "welch_t_test: sample a");
-  require_finite(b, "welch_t_test: sample b");
+namespace {
+
+// The two samples a t-test reads, checked (finite, 2 values a side) and summarized; `test` names the test in
+// the errors.
+struct TwoSamples {
+  StepStats a, b;
+  double na = 0, nb = 0;
+};
+
+TwoSamples two_samples(std::span<const double> a, std::span<const double> b, std::string_view test) {
+  require_finite(a, fmt::format("{}: sample a", test));
+  require_finite(b, fmt::format("{}: sample b", test));
   if (a.size() < 2 || b.size() < 2)
     throw std::invalid_argument(
-        fmt::format("welch_t_test: needs 2 values a side, got {} and {}", a.size(), b.size()));
-  const StepStats sa = summarize(a), sb = summarize(b);
-  const double na = static_cast<double>(a.size()), nb = static_cast<double>(b.size());
-  const double va = sa.stddev * sa.stddev / na, vb = sb.stddev * sb.stddev / nb;
+        fmt::format("{}: needs 2 values a side, got {} and {}", test, a.size(), b.size()));
+  return {summarize(a), summarize(b), static_cast<double>(a.size()), static_cast<double>(b.size())};
+}
+
+// t = diff / se on df degrees of freedom, with its two-sided p. Without spread (se 0) t is 0 for equal means
+// (p 1), else infinite (p 0).
+WelchResult t_result(double diff, double se, double df) {
   WelchResult r;
-  const double diff = sa.mean - sb.mean;
-  if (va + vb == 0.0) {
+  r.df = df;
+  if (se <= 0.0) {
     r.t = diff == 0.0 ? 0.0 : std::copysign(std::numeric_limits<double>::infinity(), diff);
-    r.df = na + nb - 2.0;
     r.p_value = diff == 0.0 ? 1.0 : 0.0;
     return r;
   }
-  r.t = diff / std::sqrt(va + vb);
-  r.df = (va + vb) * (va + vb) / (va * va / (na - 1.0) + vb * vb / (nb - 1.0));
+  r.t = diff / se;
   r.p_value = student_t_two_sided_p(r.t, r.df);
   return r;
 }
 
+}  // namespace
+
+WelchResult welch_t_test(std::span<const double> a, std::span<const double> b) {
+  const TwoSamples s = two_samples(a, b, "welch_t_test");
+  const double va = s.a.stddev * s.a.stddev / s.na, vb = s.b.stddev * s.b.stddev / s.nb;
+  // Without spread the Welch-Satterthwaite degrees of freedom are 0/0: the pooled count stands in.
+  const double df = va + vb == 0.0
+                        ? s.na + s.nb - 2.0
+                        : (va + vb) * (va + vb) / (va * va / (s.na - 1.0) + vb * vb / (s.nb - 1.0));
+  return t_result(s.a.mean - s.b.mean, std::sqrt(va + vb), df);
+}
+
 StudentResult student_t_test(std::span<const double> a, std::span<const double> b) {
-  require_finite(a, "student_t_test: sample a");
-  require_finite(b, "student_t_test: sample b");
-  if (a.size() < 2 || b.size() < 2)
-    throw std::invalid_argument(
-        fmt::format("student_t_test: needs 2 values a side, got {} and {}", a.size(), b.size()));
-  const StepStats sa = summarize(a), sb = summarize(b);
-  const double na = static_cast<double>(a.size()), nb = static_cast<double>(b.size());
-  StudentResult r;
-  r.df = na + nb - 2.0;
-  const double pooled = ((na - 1.0) * sa.stddev * sa.stddev + (nb - 1.0) * sb.stddev * sb.stddev) / r.df;
-  const double diff = sa.mean - sb.mean;
-  if (pooled <= 0.0) {
-    r.t = diff == 0.0 ? 0.0 : std::copysign(std::numeric_limits<double>::infinity(), diff);
-    r.p_value = diff == 0.0 ? 1.0 : 0.0;
-    return r;
-  }
-  r.t = diff / std::sqrt(pooled * (1.0 / na + 1.0 / nb));
-  r.p_value = student_t_two_sided_p(r.t, r.df);
-  return r;
+  const TwoSamples s = two_samples(a, b, "student_t_test");
+  const double df = s.na + s.nb - 2.0;
+  const double pooled =
+      ((s.na - 1.0) * s.a.stddev * s.a.stddev + (s.nb - 1.0) * s.b.stddev * s.b.stddev) / df;
+  return t_result(s.a.mean - s.b.mean, std::sqrt(pooled * (1.0 / s.na + 1.0 / s.nb)), df);
 }
 
 std::optional<double> geometric_mean(std::span<const double> ratios) {

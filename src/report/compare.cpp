@@ -462,10 +462,10 @@ std::string device_of(const RunSummary& r) {
 CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, const CompareOptions& options) {
   CompareGeomean g;
   std::vector<std::vector<double>> rates(runs);
-  // Per run, the sum of its rows' squared standard errors, while every row has one: the log of a geometric
-  // mean ratio is the mean of the rows' log ratios, whose variance is about the sum of both sides' over k^2.
-  std::vector<std::optional<double>> variance(runs, 0.0);
-  std::vector<std::vector<MeanError>> errors(runs);  // each row's, for the sum's degrees of freedom
+  // Per run, its rows' standard errors with their degrees of freedom: the log of a geometric mean ratio is
+  // the mean of the rows' log ratios, whose variance is about the sum of both sides' over k^2. Used where
+  // every row has one.
+  std::vector<std::vector<MeanError>> errors(runs);
   for (const auto& row : rows) {
     const bool all_ran = std::all_of(row.runs.begin(), row.runs.end(), [](const CompareCell& c) {
       return c.status == PointStatus::ok && std::isfinite(c.samples_per_second) && c.samples_per_second > 0;
@@ -477,9 +477,8 @@ CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, con
     ++g.batches;
     for (size_t i = 0; i < runs; ++i) {
       rates[i].push_back(row.runs[i].samples_per_second);
-      const std::optional<double>& se = row.runs[i].standard_error;
-      variance[i] = variance[i] && se ? std::optional<double>(*variance[i] + *se * *se) : std::nullopt;
-      if (se) errors[i].push_back({*se, row.runs[i].standard_error_df});
+      if (const std::optional<double>& se = row.runs[i].standard_error)
+        errors[i].push_back({*se, row.runs[i].standard_error_df});
     }
   }
   for (size_t i = 0; i < runs; ++i) g.samples_per_second.push_back(geometric_mean(rates[i]));
@@ -490,7 +489,7 @@ CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, con
       // Beyond the minimum effect, and beyond the noise of the means where every row says how noisy it is,
       // so the row does not call a change no batch could tell apart from noise.
       bool beyond_noise = true;
-      if (variance[0] && variance[i]) {
+      if (errors[0].size() == g.batches && errors[i].size() == g.batches) {
         d.noise_checked = true;
         const double k = static_cast<double>(g.batches);
         // Every row's standard error of both runs, with its own degrees of freedom (Welch-Satterthwaite).
