@@ -33,6 +33,9 @@ struct CompareOptions {
   // A gate judges training runs' tails too (--fail-on-latency-regression given): the batches whose tail
   // could not be judged are then noted in training as they are in inference.
   bool tail_gated_in_training = false;
+  // A gate holds latency (false: --fail-on-latency-regression off). Where it does not, the batches whose
+  // latency could not be judged are notes only, not short_notes the CLI repeats beside the gate's answer.
+  bool latency_gated = true;
 };
 
 enum class Verdict { same, faster, slower, not_comparable };

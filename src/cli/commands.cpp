@@ -1493,6 +1493,7 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
   }
   CompareOptions options;
   options.tail_gated_in_training = gate && gate->latency_given && gate->latency_pct;
+  options.latency_gated = !gate || gate->latency_pct.has_value();
   options.allow_model_mismatch = s.allow_model_mismatch;
   options.names = s.report_paths;
   const CompareResult result = compare_reports(reports, options);

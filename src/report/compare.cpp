@@ -898,12 +898,12 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
       if (row.batch != *base.latency_slo->batch) continue;
       for (size_t i = 1; i < row.runs.size(); ++i)
         if (row.runs[i].status == PointStatus::ok && !row.runs[i].budget_latency_ms) {
-          result.short_notes.push_back(fmt::format(
+          result.notes.push_back(fmt::format(
               "{}: batch {} (A's answer under the {:g} ms {} budget) has no step times, so its latency there "
               "was not judged against the budget",
               letter(i), batch_label(row.batch, row.accumulation), *base.latency_slo_ms,
               latency_name(base.latency_percentile)));
-          result.notes.push_back(result.short_notes.back());
+          if (options.latency_gated) result.short_notes.push_back(result.notes.back());
         }
     }
   }
@@ -921,13 +921,13 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
             fewest = std::min(fewest, p->samples_ms.size());
       }
       if (unjudged.empty()) continue;
-      result.short_notes.push_back(fmt::format(
+      result.notes.push_back(fmt::format(
           "{}: its {} step was not judged against A's at batch{} {}: too few steps (as few as {}) to tell "
           "whether it held; a {} needs {} or more in each run (--min-samples)",
           letter(i), latency_name(result.tail_percentile), unjudged.size() == 1 ? "" : "es",
           fmt::join(unjudged, ", "), fewest, latency_name(result.tail_percentile),
           kTailStepsPerSample * latency_budget_min_samples(result.tail_percentile)));
-      result.notes.push_back(result.short_notes.back());
+      if (options.latency_gated) result.short_notes.push_back(result.notes.back());
     }
   }
   // Points that stopped short of their measurement targets: their verdicts rest on noisier means.

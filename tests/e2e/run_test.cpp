@@ -125,6 +125,13 @@ TEST(Compare, ALongerTailFailsAnInferenceGate) {
       << partial.err;
   EXPECT_NE(slurp(md).find("(where its steps could tell: see the warnings below)"), std::string::npos)
       << slurp(md);
+  // With latency not gated, the unjudged tail is the JSON's note, not a warning beside the gate's answer.
+  const std::string off_json = (dir / "off.json").string();
+  const Result off = run({"compare", base, hundred, "--fail-on-regression", "5", "--fail-on-latency-regression",
+                          "off", "--json", off_json});
+  EXPECT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_EQ(off.err.find("was not judged"), std::string::npos) << off.err;
+  EXPECT_NE(read_json(off_json)["notes"].dump().find("was not judged"), std::string::npos);
   // Ten steps a side: the p99 is not resolved, and the column says so rather than guess.
   const Result few = run({"compare", sweep("roofline", "infer", "10"),
                           sweep("roofline-stalls", "infer", "10"), "--fail-on-regression", "5"});

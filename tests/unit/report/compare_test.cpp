@@ -794,6 +794,12 @@ TEST(Compare, TheAnswerUnderTheLatencyBudgetIsCompared) {
       ::testing::Contains("B: batch 64 (A's answer under the 3 ms p99 budget) has no step times, so its "
                           "latency there was not judged against the budget"));
   EXPECT_TRUE(regressions(unjudged, 5).empty());
+  // Latency not gated (--fail-on-latency-regression off): a note, not a warning beside the gate's answer.
+  CompareOptions ungated;
+  ungated.latency_gated = false;
+  const CompareResult off = compare_reports({a, bare}, ungated);
+  EXPECT_TRUE(off.short_notes.empty()) << ::testing::PrintToString(off.short_notes);
+  EXPECT_THAT(off.notes, ::testing::Contains(::testing::HasSubstr("was not judged against the budget")));
 }
 
 // A point that stopped short of its targets (timeout, sample cap, noise settled) is named in a note.
