@@ -1,9 +1,9 @@
 // Comparing sweeps: the first report is the baseline A, the others (B, C, ...) are set against it batch by
 // batch. A verdict needs a throughput change beyond a minimum effect (1%) and a significant test on the raw
 // step times: Mann-Whitney U (a shift of the steps) or Welch's t (a change of their mean, which throughput is
-// made of), each at alpha / 2 (alpha 0.01 together), so noise alone reads as a change at most alpha of the
-// time. Where the samples are too few for the rank test ever to reach alpha / 2, the minimum effect and the
-// means' noise decide.
+// made of), each at alpha / 2 (alpha 0.01 together), with each run's p's adjusted across its batches (Holm),
+// so noise alone reads as a change at any batch at most alpha of the time. Where the samples are too few for
+// the rank test ever to reach alpha / 2, the minimum effect and the means' noise decide.
 #pragma once
 
 #include <cstdint>
@@ -121,6 +121,11 @@ struct CompareDelta {
   [[nodiscard]] bool unjudged() const { return one_step && verdict == Verdict::same && !mean_p_value; }
   // The geometric mean's verdict also held the change to the means' combined noise (every row had samples).
   bool noise_checked = false;
+  // The tests in this row's family (its run's rows with a throughput test, Holm's step-down over them): the
+  // p's above (p_value, mean_p_value, under_min_effect_p) are adjusted for them, scaled by the row's adjusted
+  // p over its own, and the verdict is judged on the adjusted p's, so noise alone calls any batch of a
+  // comparison changed at most alpha of the time. 1: unadjusted; 0: no test.
+  size_t p_adjusted_for = 0;
 
   // The tail: the step time at the baseline's latency percentile (CompareResult::tail_percentile; p99
   // without a budget), B's over A's, where both ran. Its verdict (slower: B's tail is longer) needs the
@@ -132,6 +137,8 @@ struct CompareDelta {
   // Samples on both sides, but too few at this percentile for any split to reach alpha / 2 (a p99 needs
   // several hundred steps a side): "same (few steps)", whatever the ratio.
   bool tail_few_steps = false;
+  // The tails tested in this run (a family of their own): tail_p_value is adjusted for them as p_value is.
+  size_t tail_p_adjusted_for = 0;
 };
 
 // A (batch, accumulation) present in every run.

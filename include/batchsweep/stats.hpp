@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "batchsweep/report.hpp"
 
@@ -106,6 +107,13 @@ struct QuantileTestResult {
 };
 [[nodiscard]] QuantileTestResult quantile_test(std::span<const double> a, std::span<const double> b, double q,
                                                double alpha_side);
+
+// Holm's step-down adjustment of p-values for a family of tests (R's p.adjust(p, "holm")): with the p's
+// sorted ascending p(1) <= ... <= p(m), the adjusted p(i) = max over j <= i of min(1, (m - j + 1) * p(j)),
+// returned in the input's order. Rejecting where the adjusted p is below alpha holds the chance that noise
+// rejects any of the m to alpha, whatever the tests' dependence. Throws std::invalid_argument for a p outside
+// [0, 1].
+[[nodiscard]] std::vector<double> holm_adjust(std::span<const double> p_values);
 
 // exp(mean(log r)) of ratios (e.g. candidate / baseline throughput per batch); nullopt for no ratios.
 // Throws std::invalid_argument naming the index of a ratio that is not finite and > 0.

@@ -216,6 +216,26 @@ StudentResult student_t_test(std::span<const double> a, std::span<const double> 
   return t_result(s.a.mean - s.b.mean, std::sqrt(pooled * (1.0 / s.na + 1.0 / s.nb)), df);
 }
 
+std::vector<double> holm_adjust(std::span<const double> p_values) {
+  std::vector<std::size_t> order(p_values.size());
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if (!(p_values[i] >= 0.0 && p_values[i] <= 1.0))
+      throw std::invalid_argument(
+          fmt::format("holm_adjust: p-value {} is {}, must be in [0, 1]", i, p_values[i]));
+    order[i] = i;
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t x, std::size_t y) { return p_values[x] < p_values[y]; });
+  std::vector<double> adjusted(p_values.size());
+  const double m = static_cast<double>(p_values.size());
+  double running = 0.0;
+  for (std::size_t rank = 0; rank < order.size(); ++rank) {
+    running = std::max(running, std::min(1.0, (m - static_cast<double>(rank)) * p_values[order[rank]]));
+    adjusted[order[rank]] = running;
+  }
+  return adjusted;
+}
+
 std::optional<double> geometric_mean(std::span<const double> ratios) {
   if (ratios.empty()) return std::nullopt;
   double log_sum = 0.0;

@@ -164,9 +164,16 @@ double smallest_p(const std::vector<double>& a, const std::vector<double>& b) {
 // the pooled p99 a side, 500 steps, where a stall every 25th step shows at p = 1e-4 or below.
 constexpr int64_t kTailStepsPerSample = 5;
 
+// A p-value as its family's adjustment scales it (Holm: the adjusted p over the unadjusted, for this row's
+// test), capped at 1.
+double scaled(double p, double scale) {
+  return std::min(1.0, p * scale);
+}
+
 // The tail's ratio and verdict at percentile `pct` (CompareDelta's tail fields), for two points that ran.
+// `scale` is the tail's family adjustment (1 before it is known).
 void judge_tail(CompareDelta& d, const Point& baseline, const Point& run, double pct,
-                const CompareOptions& options) {
+                const CompareOptions& options, double scale) {
   const std::optional<double> base = step_latency_ms(baseline, pct), here = step_latency_ms(run, pct);
   if (!base || !here || !(*base > 0)) return;
   d.tail_ratio = *here / *base;
@@ -182,7 +189,7 @@ void judge_tail(CompareDelta& d, const Point& baseline, const Point& run, double
   const QuantileTestResult test = quantile_test(baseline.samples_ms, run.samples_ms, pct, half_alpha);
   // Judged in the direction the percentile moved: the run with the longer tail needs the steps to show it.
   const bool longer = *d.tail_ratio > 1;
-  d.tail_p_value = longer ? test.p_longer : test.p_shorter;
+  d.tail_p_value = scaled(longer ? test.p_longer : test.p_shorter, scale);
   if (*d.tail_p_value < half_alpha) {
     if (beyond_effect(*d.tail_ratio, options)) d.tail_verdict = longer ? Verdict::slower : Verdict::faster;
   } else if (!(longer ? test.longer_resolvable : test.shorter_resolvable)) {
@@ -197,13 +204,17 @@ void judge_tail(CompareDelta& d, const Point& baseline, const Point& run, double
   }
 }
 
-CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, const CompareOptions& options) {
+// One run against the baseline at a batch. `p_scale` and `tail_scale` are the row's Holm adjustments in its
+// run's families (throughput, tail): every p the verdicts compare with alpha is scaled by them, so a row
+// changes only where its adjusted p does (1: unadjusted, as the first pass computes them).
+CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, const CompareOptions& options,
+                   double p_scale = 1, double tail_scale = 1) {
   CompareDelta d;
   if (!ran(baseline) || !ran(run)) {
     d.ratio = std::nan("");
     return d;
   }
-  judge_tail(d, baseline, run, tail_pct, options);
+  judge_tail(d, baseline, run, tail_pct, options, tail_scale);
   d.ratio = run.samples_per_second / baseline.samples_per_second;
   const bool effect = beyond_effect(d.ratio, options);
   const bool samples = usable_samples(baseline.samples_ms) && usable_samples(run.samples_ms);
@@ -223,23 +234,23 @@ CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, con
         std::minmax_element(baseline.samples_ms.begin(), baseline.samples_ms.end());
     d.tied_samples = *run_min == *run_max && *base_min == *base_max && *run_min == *base_min;
     const StudentResult pooled = student_t_test(run.samples_ms, baseline.samples_ms);
-    d.mean_p_value = pooled.p_value;
+    d.mean_p_value = scaled(pooled.p_value, p_scale);
     const bool mean_agrees = direction(d.ratio) == Verdict::slower ? pooled.t > 0 : pooled.t < 0;
-    d.verdict = effect && mean_agrees && pooled.p_value < options.alpha ? direction(d.ratio) : Verdict::same;
+    d.verdict = effect && mean_agrees && *d.mean_p_value < options.alpha ? direction(d.ratio) : Verdict::same;
   } else if (samples) {
     // a = the run, b = the baseline: z > 0 when the run's steps tend to take longer.
     const MannWhitneyResult test = mann_whitney_u(run.samples_ms, baseline.samples_ms);
     d.from_samples = true;
-    d.p_value = test.p_value;
+    d.p_value = scaled(test.p_value, p_scale);
     const Verdict dir = direction(d.ratio);
     const bool agrees = dir == Verdict::slower ? test.z > 0 : test.z < 0;
-    const bool shifted = test.p_value < half_alpha && agrees;
+    const bool shifted = *d.p_value < half_alpha && agrees;
     // The throughput compared is the mean's: Welch's t-test on the mean step times counts too (a few much
     // slower steps move the mean, and the throughput, but barely the ranks).
     const WelchResult welch = welch_t_test(run.samples_ms, baseline.samples_ms);
-    d.mean_p_value = welch.p_value;
+    d.mean_p_value = scaled(welch.p_value, p_scale);
     const bool mean_agrees = dir == Verdict::slower ? welch.t > 0 : welch.t < 0;
-    const bool mean_moved = welch.p_value < half_alpha && mean_agrees;
+    const bool mean_moved = *d.mean_p_value < half_alpha && mean_agrees;
     d.verdict = effect && (shifted || mean_moved) ? dir : Verdict::same;
     d.from_mean = d.verdict != Verdict::same && !shifted;
     // The ranks moved significantly the other way from the mean (most steps faster, a few much slower, or
@@ -247,9 +258,9 @@ CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, con
     // shown p is the rank test's; where it is beyond, the mean's is: throughput, the total time of the steps,
     // moved with it (a stall every 20th step is a regression however many steps got faster), and the text
     // says the ranks went the other way.
-    d.median_and_mean_disagree = effect && test.p_value < half_alpha && !agrees;
+    d.median_and_mean_disagree = effect && *d.p_value < half_alpha && !agrees;
     d.under_min_effect = d.verdict == Verdict::same && !effect && (shifted || mean_moved);
-    if (d.under_min_effect) d.under_min_effect_p = shifted ? test.p_value : welch.p_value;
+    if (d.under_min_effect) d.under_min_effect_p = shifted ? d.p_value : d.mean_p_value;
     // A point that stopped short of its measurement targets (timeout, sample cap, noise settled) had steps
     // that would not settle: on a busy machine they drift together, and both tests, which take each step as
     // independent, grow sure of a shift that a rerun would not reproduce (two runs of one command on a loaded
@@ -258,7 +269,7 @@ CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, con
     if (d.verdict != Verdict::same &&
         (stopped_short(run.stop_reason) || stopped_short(baseline.stop_reason)) &&
         std::fabs(std::log(d.ratio)) <=
-            change_margin({*point_mean_error(run), *point_mean_error(baseline)}, options.alpha)) {
+            change_margin({*point_mean_error(run), *point_mean_error(baseline)}, options.alpha / p_scale)) {
       d.verdict = Verdict::same;
       d.from_mean = false;
       d.median_and_mean_disagree = false;  // the means' noise decides, whichever way the ranks went
@@ -284,11 +295,12 @@ CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, con
       const double n = static_cast<double>(many.size());
       // Every step of the many alike (a deterministic step): one that differs lies beyond their spread, as
       // the few-samples test takes it (an infinite t).
-      d.mean_p_value =
+      d.mean_p_value = scaled(
           stats.stddev > 0
               ? student_t_two_sided_p((one - stats.mean) / (stats.stddev * std::sqrt(1 + 1 / n)), n - 1)
           : one == stats.mean ? 1.0
-                              : 0.0;
+                              : 0.0,
+          p_scale);
       const auto [low, high] = std::minmax_element(many.begin(), many.end());
       // Slower: the run's steps are longer than the baseline's, every one of them.
       const bool slower = run_one ? one > *high : *low > one;
@@ -302,6 +314,55 @@ CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, con
     d.verdict = effect ? direction(d.ratio) : Verdict::same;
   }
   return d;
+}
+
+// The p a row's throughput verdict rests on, as one test at alpha: the rank test and the mean's each at
+// alpha / 2 (twice the smaller p); the few-samples or one-step test alone. nullopt where no test ran.
+std::optional<double> family_p(const CompareDelta& d) {
+  if (d.from_samples && d.p_value && d.mean_p_value)
+    return std::min(1.0, 2 * std::min(*d.p_value, *d.mean_p_value));
+  if ((d.few_samples || d.one_step) && d.mean_p_value) return *d.mean_p_value;
+  return std::nullopt;
+}
+
+// A comparison asks, per run, one question of every batch (did its throughput change?) and another of every
+// tail: ten batches at alpha each would call noise a change somewhere in one comparison of ten. So each run's
+// tests are two families, each held to alpha by Holm's step-down adjustment (stats.hpp), and every row whose
+// adjusted p differs from its own is judged again with its p's scaled to the adjusted ones: noise alone
+// calls any batch of a comparison changed at most alpha of the time (its throughput; its tail likewise).
+void adjust_for_batches(std::vector<CompareRow>& rows, const std::vector<std::vector<const Point*>>& points,
+                        double tail_pct, const CompareOptions& options) {
+  if (rows.empty()) return;
+  for (size_t run = 1; run < rows.front().runs.size(); ++run) {
+    // Each family's rows and their unadjusted p's (a tail's one-sided p at alpha / 2 is a test at alpha).
+    std::vector<size_t> tested, tail_tested;
+    std::vector<double> p, tail_p;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const CompareDelta& d = rows[r].deltas[run - 1];
+      if (const std::optional<double> q = family_p(d)) {
+        tested.push_back(r);
+        p.push_back(*q);
+      }
+      if (d.tail_p_value) {
+        tail_tested.push_back(r);
+        tail_p.push_back(std::min(1.0, 2 * *d.tail_p_value));
+      }
+    }
+    const std::vector<double> adjusted = holm_adjust(p), tail_adjusted = holm_adjust(tail_p);
+    std::vector<double> scale(rows.size(), 1), tail_scale(rows.size(), 1);
+    // Where the unadjusted p is 0 (underflow), so is the adjusted one: no scale to find or need.
+    for (size_t k = 0; k < tested.size(); ++k)
+      if (p[k] > 0) scale[tested[k]] = adjusted[k] / p[k];
+    for (size_t k = 0; k < tail_tested.size(); ++k)
+      if (tail_p[k] > 0) tail_scale[tail_tested[k]] = tail_adjusted[k] / tail_p[k];
+    for (size_t r = 0; r < rows.size(); ++r) {
+      CompareDelta& d = rows[r].deltas[run - 1];
+      if (scale[r] != 1 || tail_scale[r] != 1)
+        d = delta(*points[r][0], *points[r][run], tail_pct, options, scale[r], tail_scale[r]);
+    }
+    for (size_t r : tested) rows[r].deltas[run - 1].p_adjusted_for = tested.size();
+    for (size_t r : tail_tested) rows[r].deltas[run - 1].tail_p_adjusted_for = tail_tested.size();
+  }
 }
 
 RunSummary summarize_run(const Report& report, std::string name) {
@@ -776,7 +837,9 @@ nlohmann::json delta_json(const CompareDelta& d, const std::string& run, const s
           {"tail_ratio", d.tail_ratio ? number_or_null(*d.tail_ratio) : nlohmann::json(nullptr)},
           {"tail_verdict", to_string(d.tail_verdict)},
           {"tail_p_value", d.tail_p_value ? number_or_null(*d.tail_p_value) : nlohmann::json(nullptr)},
-          {"tail_few_steps", d.tail_few_steps}};
+          {"tail_few_steps", d.tail_few_steps},
+          {"p_adjusted_for", d.p_adjusted_for},
+          {"tail_p_adjusted_for", d.tail_p_adjusted_for}};
 }
 
 }  // namespace
@@ -800,6 +863,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   }
   std::vector<std::string> missing;
   std::vector<std::string> shared;  // batches a run took from the baseline's own measurement (--resume)
+  std::vector<std::vector<const Point*>> row_points;  // each row's point in every run
   for (const Key& key : all_keys) {
     std::vector<const Point*> points;
     for (const auto& r : reports) points.push_back(find_point(r, key));
@@ -835,7 +899,9 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     }
     if (one_measurement) shared.push_back(batch_label(key.first, key.second));
     result.rows.push_back(std::move(row));
+    row_points.push_back(std::move(points));
   }
+  adjust_for_batches(result.rows, row_points, result.tail_percentile, options);
   result.geomean = geomean_row(result.rows, reports.size(), options);
   result.show_tail = result.runs.front().mode == "infer" || options.tail_gated_in_training;
   for (const CompareRow& row : result.rows)
@@ -1231,7 +1297,8 @@ bool has_regression(const CompareResult& result, double pct) {
 static std::string verdict_rule(const CompareResult& result) {
   return fmt::format(
       "a throughput change beyond {}% and a shift of the step times (Mann-Whitney U) or of their mean "
-      "(Welch's t), the two tests at alpha {} together; without raw samples the threshold alone; with too "
+      "(Welch's t), the two tests at alpha {} together, their p's adjusted for the batches compared (Holm); "
+      "without raw samples the threshold alone; with too "
       "few for the rank test, Student's t on the means with the runs' spread pooled; for the geometric mean, "
       "and where a point stopped short of its targets, also a change beyond Student's t at alpha {} times "
       "the "
@@ -1432,6 +1499,7 @@ nlohmann::json to_json(const CompareResult& result) {
   }
   return {{"baseline", result.runs.empty() ? std::string() : result.runs.front().name},
           {"alpha", result.alpha},
+          {"p_adjustment", "holm"},
           {"min_effect_pct", result.min_effect_pct},
           {"tail_percentile", report_json::percentile_json<json>(result.tail_percentile)},
           {"runs", runs},

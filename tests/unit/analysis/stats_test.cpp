@@ -223,3 +223,21 @@ TEST(QuantileTest, TooFewStepsOrNoneAboveIsNotResolvable) {
 
 }  // namespace
 }  // namespace bsw
+
+// Holm's adjustment as R's p.adjust(p, "holm") gives it: p.adjust(c(0.01, 0.04, 0.03, 0.02, 0.05), "holm")
+// is 0.05 0.09 0.09 0.08 0.09 (the step-down keeps them monotone in the p's order), in the input's order.
+TEST(Holm, MatchesRsPAdjust) {
+  const std::vector<double> p = {0.01, 0.04, 0.03, 0.02, 0.05};
+  const std::vector<double> adjusted = bsw::holm_adjust(p);
+  const std::vector<double> expected = {0.05, 0.09, 0.09, 0.08, 0.09};
+  ASSERT_EQ(adjusted.size(), expected.size());
+  for (size_t i = 0; i < p.size(); ++i) EXPECT_NEAR(adjusted[i], expected[i], 1e-12) << i;
+  // Capped at 1; one test is its own p; ties keep one adjusted value; an empty family is empty.
+  EXPECT_EQ(bsw::holm_adjust(std::vector<double>{0.4, 0.6}), (std::vector<double>{0.8, 0.8}));
+  EXPECT_EQ(bsw::holm_adjust(std::vector<double>{0.003}), (std::vector<double>{0.003}));
+  EXPECT_EQ(bsw::holm_adjust(std::vector<double>{0.01, 0.01}), (std::vector<double>{0.02, 0.02}));
+  EXPECT_TRUE(bsw::holm_adjust(std::vector<double>{}).empty());
+  EXPECT_EQ(bsw::holm_adjust(std::vector<double>{0.0, 0.2}), (std::vector<double>{0.0, 0.2}));
+  EXPECT_THROW((void)bsw::holm_adjust(std::vector<double>{0.1, 1.5}), std::invalid_argument);
+  EXPECT_THROW((void)bsw::holm_adjust(std::vector<double>{std::nan("")}), std::invalid_argument);
+}

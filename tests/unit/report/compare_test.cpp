@@ -635,7 +635,8 @@ TEST(Compare, EveryStepEqualOnBothSidesSaysSoNotFewSamples) {
 
 // Three samples a side at 12% noise: a 7% change is inside the noise of both means (a t-test on 4 degrees of
 // freedom at p < 0.01 needs about half the mean), so neither a batch nor the geometric mean calls it, and
-// the gate passes. Nor does 22% either way; steps twice as long (or half) are called.
+// the gate passes. Nor does 22% either way. Steps twice as long give p = 0.003 at each of the six batches,
+// 0.018 once adjusted for the six (Holm): not called. Three times as long (or a third) are.
 TEST(Compare, FewNoisySamplesWithinTheirNoiseAreTheSame) {
   Report a = samples_cut_to(testing::sample_report(), 3);
   for (Point& p : a.points) {
@@ -654,9 +655,14 @@ TEST(Compare, FewNoisySamplesWithinTheirNoiseAreTheSame) {
   // standard error called such reruns changed 6-10% of the time.
   EXPECT_EQ(row_at(compare_pair(a, sped_up(a, 1.22)), 64).deltas[0].verdict, Verdict::same);
   EXPECT_EQ(row_at(compare_pair(a, sped_up(a, 1.0 / 1.22)), 64).deltas[0].verdict, Verdict::same);
-  EXPECT_EQ(row_at(compare_pair(a, sped_up(a, 2.0)), 64).deltas[0].verdict, Verdict::faster);
-  // Beyond the noise (steps twice as long) it is called, and the gate fails.
-  const CompareResult far = compare_pair(a, sped_up(a, 1.0 / 2.0));
+  const CompareResult twice = compare_pair(a, sped_up(a, 1.0 / 2.0));
+  EXPECT_EQ(row_at(twice, 64).deltas[0].verdict, Verdict::same);
+  EXPECT_EQ(row_at(twice, 64).deltas[0].p_adjusted_for, 6u);
+  EXPECT_NEAR(*row_at(twice, 64).deltas[0].mean_p_value, 0.018, 0.001);
+  EXPECT_TRUE(regressions(twice, 5.0).empty());
+  EXPECT_EQ(row_at(compare_pair(a, sped_up(a, 3.0)), 64).deltas[0].verdict, Verdict::faster);
+  // Beyond the noise (steps three times as long) it is called, and the gate fails.
+  const CompareResult far = compare_pair(a, sped_up(a, 1.0 / 3.0));
   ASSERT_FALSE(regressions(far, 5.0).empty());
   EXPECT_THAT(regressions(far, 5.0)[0],
               HasSubstr("(too few samples for the rank test; Student's t on the means"));
@@ -1045,9 +1051,19 @@ TEST(Compare, OneStepAgainstManyIsAChangeOnlyBeyondEveryStep) {
     p.samples_ms = {42.0};
     p.samples_per_second = static_cast<double>(p.batch) / (42.0 / 1000);
   }
-  const CompareResult tenfold = compare_pair(two, ten);
+  // At one batch; at each of six, p = 0.006 is 0.035 once adjusted for the six (Holm), and no change.
+  const auto only_64 = [](Report r) {
+    std::erase_if(r.points, [](const Point& p) { return p.batch != 64; });
+    return r;
+  };
+  const CompareResult tenfold = compare_pair(only_64(two), only_64(ten));
   EXPECT_EQ(row_at(tenfold, 64).deltas[0].verdict, Verdict::slower);
   EXPECT_FALSE(regressions(tenfold, 5).empty());
+  const CompareResult six = compare_pair(two, ten);
+  EXPECT_EQ(row_at(six, 64).deltas[0].verdict, Verdict::same);
+  EXPECT_NEAR(*row_at(six, 64).deltas[0].mean_p_value, 6 * *row_at(tenfold, 64).deltas[0].mean_p_value, 1e-9);
+  EXPECT_THAT(format_compare(six, false),
+              HasSubstr("same (one step, within the other run's spread: p=0.035)"));
   // Steps all equal on the other side (a deterministic step): any other step lies beyond them.
   Report flat = two;
   for (Point& p : flat.points)
@@ -1213,4 +1229,64 @@ TEST(Compare, Printers) {
 }
 
 }  // namespace
+
+// Each run's p's are adjusted across its batches (Holm): a batch's p in a comparison of many is its p alone
+// times at most the tests in its family, and the tails are a family of their own. 600 steps a side at every
+// batch, B stalling (1.5x) every 25th step: each tail is judged, and adjusted for the others.
+TEST(Compare, PValuesAreAdjustedAcrossTheBatches) {
+  Report a = testing::sample_report();
+  a.settings["mode"] = "infer";
+  uint64_t state = 12345;
+  const auto jitter = [&state] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return 1 + 0.03 * (static_cast<double>(state >> 11) / 9007199254740992.0 - 0.5);
+  };
+  Report b = a;
+  for (size_t k = 0; k < a.points.size(); ++k) {
+    Point &pa = a.points[k], &pb = b.points[k];
+    if (pa.status != PointStatus::ok) continue;
+    const double base = testing::roofline_step_ms(pa.batch);
+    pa.samples_ms.clear();
+    pb.samples_ms.clear();
+    for (int i = 0; i < 600; ++i) {
+      pa.samples_ms.push_back(base * jitter());
+      pb.samples_ms.push_back(base * jitter() * (i % 25 == 24 ? 1.5 : 1.0));
+    }
+    pa.resumed_from.clear();
+    pb.resumed_from.clear();
+    for (Point* p : {&pa, &pb}) {
+      p->step_ms = summarize(p->samples_ms);
+      p->samples_per_second = static_cast<double>(p->batch) / (p->step_ms.mean / 1000);
+    }
+  }
+  const auto only_64 = [](Report r) {
+    std::erase_if(r.points, [](const Point& p) { return p.batch != 64; });
+    return r;
+  };
+  const CompareResult all = compare_pair(a, b), one = compare_pair(only_64(a), only_64(b));
+  size_t tested = 0;
+  for (const CompareRow& row : all.rows) tested += row.deltas[0].tail_p_value.has_value();
+  ASSERT_GT(tested, 1u);
+  const CompareDelta &many = row_at(all, 64).deltas[0], &alone = row_at(one, 64).deltas[0];
+  EXPECT_EQ(alone.p_adjusted_for, 1u);
+  EXPECT_EQ(alone.tail_p_adjusted_for, 1u);
+  EXPECT_EQ(many.p_adjusted_for, tested);
+  EXPECT_EQ(many.tail_p_adjusted_for, tested);
+  ASSERT_TRUE(many.tail_p_value && alone.tail_p_value && many.p_value && alone.p_value);
+  EXPECT_GT(*many.tail_p_value, *alone.tail_p_value);
+  EXPECT_LE(*many.tail_p_value, static_cast<double>(tested) * *alone.tail_p_value * (1 + 1e-12));
+  EXPECT_GE(*many.p_value, *alone.p_value);
+  EXPECT_LE(*many.p_value, std::min(1.0, static_cast<double>(tested) * *alone.p_value) * (1 + 1e-12));
+  // A stall every 25th step is beyond noise at every batch, adjusted or not.
+  EXPECT_EQ(many.tail_verdict, Verdict::slower);
+  EXPECT_EQ(alone.tail_verdict, Verdict::slower);
+  const nlohmann::json doc = to_json(all);
+  EXPECT_EQ(doc["p_adjustment"], "holm");
+  for (const nlohmann::json& row : doc["rows"]) {
+    if (row["batch"] == 64) {
+      EXPECT_EQ(row["deltas"][0]["tail_p_adjusted_for"], tested);
+    }
+  }
+}
+
 }  // namespace bsw
