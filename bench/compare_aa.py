@@ -114,6 +114,8 @@ def make_report(args, batches, rng, run_seed, created_at, slow_batch=None, slow_
         xs = draw_steps(rng, args.steps, mean_ms, args.cv / 100.0, args.phi)
         if b == slow_batch:
             xs = [x * slow_factor for x in xs]
+            if args.stall:  # a stall in a random STALL% of the steps: the tail moves, the mean barely
+                xs = [x * args.stall_factor if rng.random() < args.stall / 100.0 else x for x in xs]
         st = step_stats(xs)
         eff = b * 1
         sps = eff / (st["mean"] / 1000.0)
@@ -225,6 +227,10 @@ def main():
     ap.add_argument("--seed", type=int, default=1, help="master RNG seed (default 1)")
     ap.add_argument("--effect", type=float, default=0.0,
                     help="make run B's steps PCT%% longer at the middle batch: measures power (default 0: A/A)")
+    ap.add_argument("--stall", type=float, default=0.0,
+                    help="make a random STALL%% of run B's steps at the middle batch --stall-factor times as long "
+                         "(a tail effect; measures the tail gate's power with --mode infer)")
+    ap.add_argument("--stall-factor", type=float, default=1.5, help="a stall's length over a step's (default 1.5)")
     ap.add_argument("--extra", type=str, default="",
                     help="extra arguments appended to compare, one string split on whitespace; write it as "
                          "--extra='--fail-on-latency-regression off' since it starts with --")
@@ -250,7 +256,7 @@ def main():
         ap.error("binary not executable: %s" % binary)
 
     batches = [2 ** i for i in range(args.batches)]
-    slow_batch = batches[len(batches) // 2] if args.effect else None
+    slow_batch = batches[len(batches) // 2] if args.effect or args.stall else None
     slow_factor = 1.0 + args.effect / 100.0
     extra = args.extra.split()
 
@@ -350,13 +356,14 @@ def main():
         shutil.rmtree(workdir, ignore_errors=True)
 
     judged = exit_codes[0] + exit_codes[3]
-    what = "POWER (detection rate)" if args.effect else "A/A false-positive rate"
+    what = "POWER (detection rate)" if args.effect or args.stall else "A/A false-positive rate"
     print("== batchsweep compare gate: %s ==" % what)
     print("options: mode=%s batches=%d (%s..%s) steps=%d cv=%g%% phi=%g pct=%s pairs=%d seed=%d "
           "mean_ms=%g*b^%g stop_reason=%r%s%s" % (
               args.mode, args.batches, batches[0], batches[-1], args.steps, args.cv, args.phi, args.pct,
               args.pairs, args.seed, args.base_ms, args.exponent, args.stop_reason,
-              (" effect=+%g%% step time at batch %d" % (args.effect, slow_batch)) if args.effect else "",
+              (" effect=+%g%% step time, stalls %g%% x%g at batch %d" % (
+                  args.effect, args.stall, args.stall_factor, slow_batch)) if slow_batch is not None else "",
               (" extra=%r" % args.extra) if args.extra else ""))
     print("exit codes: %s" % dict(sorted(exit_codes.items(), key=lambda kv: str(kv[0]))))
     if judged:

@@ -67,9 +67,8 @@ struct CompareCell {
   std::string reason;
   double samples_per_second = 0;
   size_t samples = 0;  // raw step-time samples (one: a step past --timeout, judged by the prediction test)
-  // The relative standard error of the mean step time (stddev / mean / sqrt(n)), where there are samples;
-  // for a point that stopped short of its targets, at least the batch-means estimate, which allows for steps
-  // that drift together.
+  // The relative standard error of the mean step time, where there are samples: the larger of stddev / mean /
+  // sqrt(n) and, from 20 steps, the batch-means estimate, which allows for steps that drift together.
   std::optional<double> standard_error;
   double standard_error_df = 0;  // its degrees of freedom: n - 1, or 9 where the batch means set it
   std::optional<double> p99_ms;  // the p99 step time, where the point ran
@@ -106,9 +105,13 @@ struct CompareDelta {
   // real but negligible change, shown "same (under 1%; p=…)" so the small p does not read as a change.
   bool under_min_effect = false;
   std::optional<double> under_min_effect_p;  // the p of the test that was significant, shown with it
-  // from_samples, "same": a test was significant, but a point stopped short of its measurement targets (its
-  // steps drifted together, which the tests do not allow for) and the change is within twice the two means'
-  // combined standard error. Shown "same (stopped short, within the means' noise)".
+  // from_samples, "same": a test was significant, but the change is within the two means' combined standard
+  // error, each allowing for drift (batch means: steps that drift together, which the tests take as
+  // independent), times Student's t at the row's level. Shown "same (within the means' noise, allowing for
+  // drift)".
+  bool within_drift_noise = false;
+  // within_drift_noise where a point stopped short of its measurement targets (timeout, sample cap, noise
+  // settled: steps that would not settle). Shown "same (stopped short, within the means' noise)".
   bool short_within_noise = false;
   // Steps on both sides, one side only one (its point stopped short: a step longer than --timeout): that
   // step's noise is unknown. Against one step no change is called, whatever the effect ("same (one step:
@@ -137,6 +140,9 @@ struct CompareDelta {
   // Samples on both sides, but too few at this percentile for any split to reach alpha / 2 (a p99 needs
   // several hundred steps a side): "same (few steps)", whatever the ratio.
   bool tail_few_steps = false;
+  // The quantile test was significant, but not once each run's count above is allowed to vary as its runs of
+  // consecutive steps show (steps that drift together: stats.hpp, QuantileTestResult): "same (drift)".
+  bool tail_within_drift_noise = false;
   // The tails tested in this run (a family of their own): tail_p_value is adjusted for them as p_value is.
   size_t tail_p_adjusted_for = 0;
 };

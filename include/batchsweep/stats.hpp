@@ -80,10 +80,15 @@ using StudentResult = WelchResult;
 // sqrt(kDriftBatches) (a slow stretch moves one batch mean, where stddev / sqrt(n) would count each of its
 // steps as independent evidence). Independent steps give about the same from both. nullopt under 2 samples
 // or with a non-finite one. `degrees` gets the estimate's degrees of freedom: n - 1, or kDriftBatches - 1
-// where the batch means are used.
+// where the batch means are used. `significant_only`: the batch means only where they show drift, their
+// variance beyond independent steps' by more than noise would put it one time in 20 (kChiSquare9At95: the
+// ratio times kDriftBatches - 1 is about chi-square on kDriftBatches - 1 degrees of freedom), so independent
+// steps keep the tests' power while steps that drift together are still caught.
 inline constexpr std::size_t kDriftBatches = 10;
+inline constexpr double kChiSquare9At95 = 16.919;  // the chi-square 95th percentile on kDriftBatches - 1
 [[nodiscard]] std::optional<double> drift_standard_error(std::span<const double> samples,
-                                                         double* degrees = nullptr);
+                                                         double* degrees = nullptr,
+                                                         bool significant_only = false);
 
 // Whether b's q-th percentile lies above (or below) a's: the quantile test, Mood's median test carried to
 // any percentile. The threshold is the pooled samples' q-th percentile (`percentile`); under the null (one
@@ -104,6 +109,13 @@ struct QuantileTestResult {
   double p_shorter = 1;  // one-sided: b's percentile below a's
   bool longer_resolvable = false;
   bool shorter_resolvable = false;
+  // Allowing for steps that drift together, which the exact test takes as independent: each run's count
+  // above varies inflation_x times as much as independent steps' would (the counts in kDriftBatches runs of
+  // consecutive steps, against p (1 - p) per step, p the run's own fraction above; at least 1, and 1 under
+  // 2 * kDriftBatches steps), and the one-sided normal p's of the fractions above differing that way (the
+  // pooled fraction's variance, each run's inflated so). 1 where no step or every step is above.
+  double inflation_a = 1, inflation_b = 1;
+  double p_longer_drift = 1, p_shorter_drift = 1;
 };
 [[nodiscard]] QuantileTestResult quantile_test(std::span<const double> a, std::span<const double> b, double q,
                                                double alpha_side);

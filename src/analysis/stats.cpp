@@ -142,7 +142,8 @@ double student_t_critical(double alpha, double df) {
   return hi;
 }
 
-std::optional<double> drift_standard_error(std::span<const double> samples, double* degrees) {
+std::optional<double> drift_standard_error(std::span<const double> samples, double* degrees,
+                                           bool significant_only) {
   if (samples.size() < 2 ||
       !std::all_of(samples.begin(), samples.end(), [](double v) { return std::isfinite(v); }))
     return std::nullopt;
@@ -159,6 +160,10 @@ std::optional<double> drift_standard_error(std::span<const double> samples, doub
   }
   const double batches = relative_noise(means) / std::sqrt(static_cast<double>(kDriftBatches));
   if (batches <= independent) return independent;
+  if (significant_only &&
+      (batches * batches) / (independent * independent) * static_cast<double>(kDriftBatches - 1) <=
+          kChiSquare9At95)
+    return independent;
   if (degrees) *degrees = static_cast<double>(kDriftBatches - 1);
   return batches;
 }

@@ -241,3 +241,66 @@ TEST(Holm, MatchesRsPAdjust) {
   EXPECT_THROW((void)bsw::holm_adjust(std::vector<double>{0.1, 1.5}), std::invalid_argument);
   EXPECT_THROW((void)bsw::holm_adjust(std::vector<double>{std::nan("")}), std::invalid_argument);
 }
+
+namespace bsw {
+namespace {
+
+// Steps from a fixed generator: independent, about 3% apart.
+std::vector<double> independent_steps(size_t n, uint64_t seed) {
+  std::vector<double> steps;
+  for (size_t i = 0; i < n; ++i) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    steps.push_back(1.0 + 0.1 * (static_cast<double>(seed >> 11) / 9007199254740992.0 - 0.5));
+  }
+  return steps;
+}
+
+// The mean's standard error allowing for drift: the batch means' where they are larger (a slow first half is
+// one piece of evidence, not 100), on 9 degrees of freedom; significant_only takes them only where they are
+// beyond what independent steps' noise would give one time in 20, so independent steps keep stddev / sqrt(n)
+// on n - 1.
+TEST(DriftStandardError, BatchMeansWhereStepsDriftTogether) {
+  const std::vector<double> flat = independent_steps(200, 7);
+  double df = 0;
+  const double iid = relative_noise(flat) / std::sqrt(200.0);
+  EXPECT_NEAR(*drift_standard_error(flat, &df, true), iid, 1e-15);
+  EXPECT_EQ(df, 199);
+  EXPECT_GE(*drift_standard_error(flat, &df), iid);  // the larger of the two, whichever it is
+  std::vector<double> halves = flat;
+  for (size_t i = 0; i < 100; ++i) halves[i] *= 1.2;
+  const double drifted = *drift_standard_error(halves, &df, true);
+  EXPECT_EQ(df, 9);
+  EXPECT_GT(drifted, 3 * relative_noise(halves) / std::sqrt(200.0));
+  EXPECT_EQ(*drift_standard_error(halves, &df, false), drifted);
+  // Under 20 steps: stddev / sqrt(n) on n - 1; under 2, nothing.
+  const std::vector<double> few(flat.begin(), flat.begin() + 19);
+  EXPECT_NEAR(*drift_standard_error(few, &df, true), relative_noise(few) / std::sqrt(19.0), 1e-15);
+  EXPECT_EQ(df, 18);
+  EXPECT_FALSE(drift_standard_error(std::vector<double>{1.0}).has_value());
+}
+
+// The quantile test's drift allowance: steps above the percentile that come in one run of consecutive steps
+// (a slow stretch) vary from one tenth of the run to the next far more than independent ones would, so the
+// difference that the exact test is sure of is not sure once each count varies as its tenths show. The same
+// number of slow steps spread evenly (a stall every 25th step) keeps its significance.
+TEST(QuantileTest, CountsAboveThatComeInARunAllowForDrift) {
+  const std::vector<double> a = independent_steps(600, 11);
+  std::vector<double> spread = independent_steps(600, 12), stretch = spread;
+  for (size_t i = 0; i < 600; ++i) {
+    if (i % 25 == 24) spread[i] *= 1.5;
+    if (i >= 300 && i < 324) stretch[i] *= 1.5;
+  }
+  const QuantileTestResult even = quantile_test(a, spread, 99, 0.005);
+  EXPECT_LT(even.p_longer, 1e-3);
+  EXPECT_EQ(even.inflation_b, 1.0);
+  EXPECT_LT(even.p_longer_drift, 0.005);
+  const QuantileTestResult run = quantile_test(a, stretch, 99, 0.005);
+  EXPECT_EQ(run.above_b, even.above_b);
+  EXPECT_NEAR(run.p_longer, even.p_longer, 1e-12);  // the exact test sees only the counts
+  EXPECT_GT(run.inflation_b, 5);
+  EXPECT_GT(run.p_longer_drift, 0.005);
+  EXPECT_GT(run.p_shorter_drift, 0.5);
+}
+
+}  // namespace
+}  // namespace bsw
