@@ -1304,18 +1304,17 @@ static std::string verdict_rule(const CompareResult& result) {
   return fmt::format(
       "a throughput change beyond {}% and a shift of the step times (Mann-Whitney U) or of their mean "
       "(Welch's t), the two tests at alpha {} together, their p's adjusted for the batches compared (Holm); "
-      "without raw samples the threshold alone; with too "
-      "few for the rank test, Student's t on the means with the runs' spread pooled; for the geometric mean, "
-      "and where a point stopped short of its targets, also a change beyond Student's t at alpha {} times "
-      "the "
-      "means' combined standard error (allowing for drift); after one step, against another no change at "
-      "all, against many only beyond every one of them and their spread (p < {:g}){}",
-      result.min_effect_pct, result.alpha, result.alpha, result.alpha,
+      "without raw samples the threshold alone; with too few for the rank test, Student's t on the means "
+      "with the runs' spread pooled; also, as for the geometric mean, a change beyond Student's t at that "
+      "level times the means' combined standard error (allowing for drift); after one step, against "
+      "another no change at all, against many only beyond every one of them and their spread (p < {:g}){}",
+      result.min_effect_pct, result.alpha, result.alpha,
       result.show_tail
           ? fmt::format(
                 "; the {0} column: B's {0} step over A's, longer or shorter where it moved beyond {1}% "
-                "and the quantile test (the steps above the pooled {0}, Fisher's exact test) gives p < "
-                "{2:g} that way; \"few steps\" where no split of so few steps could reach that",
+                "and the quantile test (the steps above the pooled {0}, Fisher's exact test, adjusted as "
+                "above) gives p < {2:g} that way, also allowing for drift (\"same (drift)\"); \"few steps\" "
+                "where no split of so few steps could reach that",
                 latency_name(result.tail_percentile), result.min_effect_pct, result.alpha / 2)
           : std::string());
 }
