@@ -127,8 +127,8 @@ TEST(Compare, ALongerTailFailsAnInferenceGate) {
       << slurp(md);
   // With latency not gated, the unjudged tail is the JSON's note, not a warning beside the gate's answer.
   const std::string off_json = (dir / "off.json").string();
-  const Result off = run({"compare", base, hundred, "--fail-on-regression", "5", "--fail-on-latency-regression",
-                          "off", "--json", off_json});
+  const Result off = run({"compare", base, hundred, "--fail-on-regression", "5",
+                          "--fail-on-latency-regression", "off", "--json", off_json});
   EXPECT_EQ(off.exit_code, 0) << off.err;
   EXPECT_EQ(off.err.find("was not judged"), std::string::npos) << off.err;
   EXPECT_NE(read_json(off_json)["notes"].dump().find("was not judged"), std::string::npos);
