@@ -110,6 +110,10 @@ struct CompareDelta {
   // independent), times Student's t at the row's level. Shown "same (within the means' noise, allowing for
   // drift)".
   bool within_drift_noise = false;
+  // Where either point's steps drift (its standard error from the batch means) or it stopped short: the p of
+  // the change against the two means' combined standard error (Student's t), adjusted as p_value is. A change
+  // needs it below alpha too, and the larger of it and the tests' p is the row's for the adjustment.
+  std::optional<double> drift_p_value;
   // within_drift_noise where a point stopped short of its measurement targets (timeout, sample cap, noise
   // settled: steps that would not settle). Shown "same (stopped short, within the means' noise)".
   bool short_within_noise = false;
@@ -143,6 +147,9 @@ struct CompareDelta {
   // The quantile test was significant, but not once each run's count above is allowed to vary as its runs of
   // consecutive steps show (steps that drift together: stats.hpp, QuantileTestResult): "same (drift)".
   bool tail_within_drift_noise = false;
+  // Where a run's counts above vary beyond a binomial's (inflation above 1): the drift-allowing test's
+  // one-sided p, adjusted as tail_p_value is; a tail change needs it below alpha / 2 too.
+  std::optional<double> tail_drift_p_value;
   // The tails tested in this run (a family of their own): tail_p_value is adjusted for them as p_value is.
   size_t tail_p_adjusted_for = 0;
 };

@@ -162,7 +162,7 @@ std::optional<double> drift_standard_error(std::span<const double> samples, doub
   if (batches <= independent) return independent;
   if (significant_only &&
       (batches * batches) / (independent * independent) * static_cast<double>(kDriftBatches - 1) <=
-          kChiSquare9At95)
+          kChiSquare9At75)
     return independent;
   if (degrees) *degrees = static_cast<double>(kDriftBatches - 1);
   return batches;

@@ -74,6 +74,7 @@ bool usable_samples(const std::vector<double>& samples) {
 struct MeanError {
   double se = 0;
   double df = 0;
+  bool drift = false;  // the batch means set it: the steps drift together
 };
 
 // Welch-Satterthwaite: the degrees of freedom of a sum of independent variances, each with its own.
@@ -100,14 +101,26 @@ double change_margin(const std::vector<MeanError>& parts, double alpha) {
   return student_t_critical(alpha, std::min(df, 1e6)) * std::sqrt(total);
 }
 
-// The standard error a point's verdicts use, with its degrees of freedom: drift-aware (stats.hpp: the larger
-// of stddev / mean / sqrt(n) on n - 1 and, from 20 steps up, the batch means' estimate on 9).
+// The standard error a point's verdicts use, with its degrees of freedom, allowing for drift (stats.hpp):
+// from 20 steps, the batch means' estimate on 9 where a point stopped short of its targets (steps that would
+// not settle) and it is the larger, or where it is beyond stddev / mean / sqrt(n) by more than independent
+// steps would put it one time in 20; else stddev / mean / sqrt(n) on n - 1.
 std::optional<MeanError> point_mean_error(const Point& p) {
   if (!usable_samples(p.samples_ms)) return std::nullopt;
   double df = 0;
-  const std::optional<double> se = drift_standard_error(p.samples_ms, &df, true);
+  const std::optional<double> se = drift_standard_error(p.samples_ms, &df, !stopped_short(p.stop_reason));
   if (!se) return std::nullopt;
-  return MeanError{*se, df};
+  return MeanError{*se, df, df < static_cast<double>(p.samples_ms.size()) - 1};
+}
+
+// The two-sided p of a change of log(ratio) against the two means' combined standard error: Student's t on
+// their combined degrees of freedom (Welch-Satterthwaite).
+double change_p(double ratio, const std::vector<MeanError>& parts) {
+  double total = 0;
+  for (const MeanError& e : parts) total += e.se * e.se;
+  const double change = std::fabs(std::log(ratio));
+  if (!(total > 0)) return change > 0 ? 0.0 : 1.0;
+  return student_t_two_sided_p(change / std::sqrt(total), std::min(combined_degrees(parts), 1e6));
 }
 
 bool ran(const Point& p) {
@@ -181,13 +194,14 @@ void judge_tail(CompareDelta& d, const Point& baseline, const Point& run, double
   // Judged in the direction the percentile moved: the run with the longer tail needs the steps to show it.
   const bool longer = *d.tail_ratio > 1;
   d.tail_p_value = scaled(longer ? test.p_longer : test.p_shorter, scale);
+  // The exact test takes each step as independent; where steps drift together their slow ones come in runs,
+  // and the counts above vary more than it allows (AR(1), phi 0.9: 53% of 10-batch A/A inference gates
+  // failed on a tail). Where a run's counts show it, the change must also hold with each run's count as
+  // variable as its runs of consecutive steps show (tail_drift_p_value, in the row's p for the adjustment).
+  if (test.inflation_a > 1 || test.inflation_b > 1)
+    d.tail_drift_p_value = scaled(longer ? test.p_longer_drift : test.p_shorter_drift, scale);
   if (*d.tail_p_value < half_alpha) {
-    // The exact test takes each step as independent; where steps drift together their slow ones come in
-    // runs, and the counts above vary more than it allows (AR(1), phi 0.9: 53% of 10-batch A/A inference
-    // gates failed on a tail). The change must also hold with each run's count as variable as its runs of
-    // consecutive steps show.
-    const double drift_p = scaled(longer ? test.p_longer_drift : test.p_shorter_drift, scale);
-    if (drift_p >= half_alpha)
+    if (d.tail_drift_p_value && *d.tail_drift_p_value >= half_alpha)
       d.tail_within_drift_noise = true;
     else if (beyond_effect(*d.tail_ratio, options))
       d.tail_verdict = longer ? Verdict::slower : Verdict::faster;
@@ -264,16 +278,20 @@ CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, con
     // make them sure of a shift that a rerun would not reproduce: two runs of one command on a loaded CPU
     // read "47% slower, p=1e-74" at a point whose own noise was 150%, and steps correlated from one to the
     // next (AR(1), phi 0.5) failed 19% of 10-batch A/A gates, though each point met its noise target (which
-    // is the steps' spread, not how well their mean is known). So a change must also clear the two means'
-    // combined noise, each mean's standard error allowing for drift (batch means), at the row's level.
-    if (d.verdict != Verdict::same &&
-        std::fabs(std::log(d.ratio)) <=
-            change_margin({*point_mean_error(run), *point_mean_error(baseline)}, options.alpha / p_scale)) {
-      d.verdict = Verdict::same;
-      d.from_mean = false;
-      d.median_and_mean_disagree = false;  // the means' noise decides, whichever way the ranks went
-      d.within_drift_noise = true;
-      d.short_within_noise = stopped_short(run.stop_reason) || stopped_short(baseline.stop_reason);
+    // is the steps' spread, not how well their mean is known). So where either point's steps drift (its
+    // standard error from the batch means) or it stopped short, a change must also clear the two means'
+    // combined noise at the row's level: its p (drift_p_value) is in the row's p for the batches' adjustment.
+    const MeanError run_error = *point_mean_error(run), base_error = *point_mean_error(baseline);
+    const bool short_point = stopped_short(run.stop_reason) || stopped_short(baseline.stop_reason);
+    if (short_point || run_error.drift || base_error.drift) {
+      d.drift_p_value = scaled(change_p(d.ratio, {run_error, base_error}), p_scale);
+      if (d.verdict != Verdict::same && *d.drift_p_value >= options.alpha) {
+        d.verdict = Verdict::same;
+        d.from_mean = false;
+        d.median_and_mean_disagree = false;  // the means' noise decides, whichever way the ranks went
+        d.within_drift_noise = true;
+        d.short_within_noise = short_point;
+      }
     }
   } else if ((run.samples_ms.size() == 1 || baseline.samples_ms.size() == 1) && !run.samples_ms.empty() &&
              !baseline.samples_ms.empty()) {
@@ -318,9 +336,10 @@ CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, con
 
 // The p a row's throughput verdict rests on, as one test at alpha: the rank test and the mean's each at
 // alpha / 2 (twice the smaller p); the few-samples or one-step test alone. nullopt where no test ran.
+// Where the means' noise is checked too (drift_p_value), the larger of the two: a change needs both.
 std::optional<double> family_p(const CompareDelta& d) {
   if (d.from_samples && d.p_value && d.mean_p_value)
-    return std::min(1.0, 2 * std::min(*d.p_value, *d.mean_p_value));
+    return std::max(std::min(1.0, 2 * std::min(*d.p_value, *d.mean_p_value)), d.drift_p_value.value_or(0.0));
   if ((d.few_samples || d.one_step) && d.mean_p_value) return *d.mean_p_value;
   return std::nullopt;
 }
@@ -330,14 +349,18 @@ std::optional<double> family_p(const CompareDelta& d) {
 // tests are two families, each held to alpha by Holm's step-down adjustment (stats.hpp), and every row whose
 // adjusted p differs from its own is judged again with its p's scaled to the adjusted ones: noise alone
 // calls any batch of a comparison changed at most alpha of the time (its throughput; its tail likewise).
+// `self[r][run]`: the row's point in that run is the baseline's own measurement (run --resume took it, and
+// its steps are the baseline's), a comparison of a point with itself that no test should be counted for.
 void adjust_for_batches(std::vector<CompareRow>& rows, const std::vector<std::vector<const Point*>>& points,
-                        double tail_pct, const CompareOptions& options) {
+                        const std::vector<std::vector<bool>>& self, double tail_pct,
+                        const CompareOptions& options) {
   if (rows.empty()) return;
   for (size_t run = 1; run < rows.front().runs.size(); ++run) {
     // Each family's rows and their unadjusted p's (a tail's one-sided p at alpha / 2 is a test at alpha).
     std::vector<size_t> tested, tail_tested;
     std::vector<double> p, tail_p;
     for (size_t r = 0; r < rows.size(); ++r) {
+      if (self[r][run]) continue;
       const CompareDelta& d = rows[r].deltas[run - 1];
       if (const std::optional<double> q = family_p(d)) {
         tested.push_back(r);
@@ -345,7 +368,7 @@ void adjust_for_batches(std::vector<CompareRow>& rows, const std::vector<std::ve
       }
       if (d.tail_p_value) {
         tail_tested.push_back(r);
-        tail_p.push_back(std::min(1.0, 2 * *d.tail_p_value));
+        tail_p.push_back(std::min(1.0, 2 * std::max(*d.tail_p_value, d.tail_drift_p_value.value_or(0.0))));
       }
     }
     const std::vector<double> adjusted = holm_adjust(p), tail_adjusted = holm_adjust(tail_p);
@@ -835,6 +858,7 @@ nlohmann::json delta_json(const CompareDelta& d, const std::string& run, const s
           {"under_min_effect", d.under_min_effect},
           {"short_within_noise", d.short_within_noise},
           {"within_drift_noise", d.within_drift_noise},
+          {"drift_p_value", d.drift_p_value ? number_or_null(*d.drift_p_value) : nlohmann::json(nullptr)},
           {"one_step", d.one_step},
           {"mean_p_value", d.mean_p_value ? number_or_null(*d.mean_p_value) : nlohmann::json(nullptr)},
           {"noise_checked", d.noise_checked},
@@ -844,6 +868,8 @@ nlohmann::json delta_json(const CompareDelta& d, const std::string& run, const s
           {"tail_p_value", d.tail_p_value ? number_or_null(*d.tail_p_value) : nlohmann::json(nullptr)},
           {"tail_few_steps", d.tail_few_steps},
           {"tail_within_drift_noise", d.tail_within_drift_noise},
+          {"tail_drift_p_value",
+           d.tail_drift_p_value ? number_or_null(*d.tail_drift_p_value) : nlohmann::json(nullptr)},
           {"p_adjusted_for", d.p_adjusted_for},
           {"tail_p_adjusted_for", d.tail_p_adjusted_for}};
 }
@@ -870,6 +896,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   std::vector<std::string> missing;
   std::vector<std::string> shared;  // batches a run took from the baseline's own measurement (--resume)
   std::vector<std::vector<const Point*>> row_points;  // each row's point in every run
+  std::vector<std::vector<bool>> row_self;            // ... that is the baseline's own measurement
   for (const Key& key : all_keys) {
     std::vector<const Point*> points;
     for (const auto& r : reports) points.push_back(find_point(r, key));
@@ -904,10 +931,15 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
         one_measurement |= j != i && measured_at(j) == points[i]->resumed_from;
     }
     if (one_measurement) shared.push_back(batch_label(key.first, key.second));
+    std::vector<bool> self(points.size(), false);
+    for (size_t i = 1; i < points.size(); ++i)
+      self[i] = (!points[0]->resumed_from.empty() || !points[i]->resumed_from.empty()) &&
+                measured_at(0) == measured_at(i) && points[0]->samples_ms == points[i]->samples_ms;
     result.rows.push_back(std::move(row));
     row_points.push_back(std::move(points));
+    row_self.push_back(std::move(self));
   }
-  adjust_for_batches(result.rows, row_points, result.tail_percentile, options);
+  adjust_for_batches(result.rows, row_points, row_self, result.tail_percentile, options);
   result.geomean = geomean_row(result.rows, reports.size(), options);
   result.show_tail = result.runs.front().mode == "infer" || options.tail_gated_in_training;
   for (const CompareRow& row : result.rows)
