@@ -104,7 +104,7 @@ double change_margin(const std::vector<MeanError>& parts, double alpha) {
 // The standard error a point's verdicts use, with its degrees of freedom, allowing for drift (stats.hpp):
 // from 20 steps, the batch means' estimate on 9 where a point stopped short of its targets (steps that would
 // not settle) and it is the larger, or where it is beyond stddev / mean / sqrt(n) by more than independent
-// steps would put it one time in 20; else stddev / mean / sqrt(n) on n - 1.
+// steps would put it one time in 4; else stddev / mean / sqrt(n) on n - 1.
 std::optional<MeanError> point_mean_error(const Point& p) {
   if (!usable_samples(p.samples_ms)) return std::nullopt;
   double df = 0;

@@ -257,7 +257,7 @@ std::vector<double> independent_steps(size_t n, uint64_t seed) {
 
 // The mean's standard error allowing for drift: the batch means' where they are larger (a slow first half is
 // one piece of evidence, not 100), on 9 degrees of freedom; significant_only takes them only where they are
-// beyond what independent steps' noise would give one time in 20, so independent steps keep stddev / sqrt(n)
+// beyond what independent steps' noise would give one time in 4, so independent steps keep stddev / sqrt(n)
 // on n - 1.
 TEST(DriftStandardError, BatchMeansWhereStepsDriftTogether) {
   const std::vector<double> flat = independent_steps(200, 7);
