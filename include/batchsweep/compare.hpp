@@ -67,8 +67,9 @@ struct CompareCell {
   std::string reason;
   double samples_per_second = 0;
   size_t samples = 0;  // raw step-time samples (one: a step past --timeout, judged by the prediction test)
-  // The relative standard error of the mean step time, where there are samples: the larger of stddev / mean /
-  // sqrt(n) and, from 20 steps, the batch-means estimate, which allows for steps that drift together.
+  // The relative standard error of the mean step time, where there are samples, allowing for drift: from 20
+  // steps the batch-means estimate where the steps show drift (or the point stopped short and it is the
+  // larger), else stddev / mean / sqrt(n).
   std::optional<double> standard_error;
   double standard_error_df = 0;  // its degrees of freedom: n - 1, or 9 where the batch means set it
   std::optional<double> p99_ms;  // the p99 step time, where the point ran
