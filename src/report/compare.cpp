@@ -88,19 +88,6 @@ double combined_degrees(const std::vector<MeanError>& parts) {
   return spread > 0 ? total * total / spread : std::numeric_limits<double>::infinity();
 }
 
-// How far apart (in log, as the relative standard errors are) two means must be for a change at alpha,
-// two-sided: Student's t at alpha on the errors' combined degrees of freedom (Welch-Satterthwaite) times
-// their combined standard error. Twice it, a z-test near 5%, called one command's reruns changed 5-10% of the
-// time where steps drift together; t on 18 degrees of freedom whatever the samples, 3-7% of geometric means
-// of one or two rows of 2 or 3 steps.
-double change_margin(const std::vector<MeanError>& parts, double alpha) {
-  double total = 0;
-  for (const MeanError& e : parts) total += e.se * e.se;
-  const double df = combined_degrees(parts);
-  // Beyond 1e6 degrees of freedom, the normal's quantile (t's bisection would not tell them apart).
-  return student_t_critical(alpha, std::min(df, 1e6)) * std::sqrt(total);
-}
-
 // The standard error a point's verdicts use, with its degrees of freedom, allowing for drift (stats.hpp):
 // from 20 steps, the batch means' estimate on 9 where a point stopped short of its targets (steps that would
 // not settle) and it is the larger, or where it is beyond stddev / mean / sqrt(n) by more than independent
@@ -113,12 +100,15 @@ std::optional<MeanError> point_mean_error(const Point& p) {
   return MeanError{*se, df, df < static_cast<double>(p.samples_ms.size()) - 1};
 }
 
-// The two-sided p of a change of log(ratio) against the two means' combined standard error: Student's t on
-// their combined degrees of freedom (Welch-Satterthwaite).
-double change_p(double ratio, const std::vector<MeanError>& parts) {
+// The two-sided p of a change `log_change` (in log, as the relative standard errors are) against the
+// errors' combined standard error: Student's t on their combined degrees of freedom (Welch-Satterthwaite;
+// capped at 1e6, where t is the normal). Twice the standard error, a z-test near 5%, called one command's
+// reruns changed 5-10% of the time where steps drift together; t on 18 degrees of freedom whatever the
+// samples, 3-7% of geometric means of one or two rows of 2 or 3 steps.
+double change_p(double log_change, const std::vector<MeanError>& parts) {
   double total = 0;
   for (const MeanError& e : parts) total += e.se * e.se;
-  const double change = std::fabs(std::log(ratio));
+  const double change = std::fabs(log_change);
   if (!(total > 0)) return change > 0 ? 0.0 : 1.0;
   return student_t_two_sided_p(change / std::sqrt(total), std::min(combined_degrees(parts), 1e6));
 }
@@ -284,7 +274,7 @@ CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, con
     const MeanError run_error = *point_mean_error(run), base_error = *point_mean_error(baseline);
     const bool short_point = stopped_short(run.stop_reason) || stopped_short(baseline.stop_reason);
     if (short_point || run_error.drift || base_error.drift) {
-      d.drift_p_value = scaled(change_p(d.ratio, {run_error, base_error}), p_scale);
+      d.drift_p_value = scaled(change_p(std::log(d.ratio), {run_error, base_error}), p_scale);
       if (d.verdict != Verdict::same && *d.drift_p_value >= options.alpha) {
         d.verdict = Verdict::same;
         d.from_mean = false;
@@ -579,7 +569,8 @@ CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, con
         // Every row's standard error of both runs, with its own degrees of freedom (Welch-Satterthwaite).
         std::vector<MeanError> parts = errors[0];
         parts.insert(parts.end(), errors[i].begin(), errors[i].end());
-        beyond_noise = std::fabs(std::log(d.ratio)) > change_margin(parts, options.alpha) / k;
+        // The mean of k log ratios against its error: the sum of them against the rows' summed errors.
+        beyond_noise = change_p(k * std::log(d.ratio), parts) < options.alpha;
       }
       d.verdict = beyond_effect(d.ratio, options) && beyond_noise ? direction(d.ratio) : Verdict::same;
     } else {
