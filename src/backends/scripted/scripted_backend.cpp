@@ -10,6 +10,8 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <memory>
 #include <numbers>
 #include <sstream>
 #include <thread>
@@ -47,20 +49,32 @@ double gaussian(uint64_t& state) {
 
 class ScriptedSession final : public Session {
  public:
-  ScriptedSession(const ScriptedConfig& config, const Plan& plan)
+  // How many sessions of each (micro-batch, accumulation) have stepped: a point measured again (run
+  // --rounds) draws other noise than the first time, and a prepare-only probe draws none.
+  using Stepped = std::map<std::pair<int64_t, int64_t>, uint64_t>;
+
+  // `sessions_before`: the sessions the backend prepared before this one (the script's drift_pct).
+  ScriptedSession(const ScriptedConfig& config, const Plan& plan, int64_t sessions_before,
+                  std::shared_ptr<Stepped> stepped)
       : config_(config),
+        stepped_(std::move(stepped)),
         micro_batch_(plan.request.batch),
         accumulation_(plan.request.accumulation),
         train_(plan.request.mode == Mode::train),
         // Loss scaling, and so an overflow skip, is fp16 training's alone.
         loss_scaled_(plan.request.mode == Mode::train && plan.request.precision == Precision::fp16),
         planned_bytes_(plan.memory.total_bytes()),
-        base_ms_(config.step_ms(plan.request.batch, plan.request.accumulation)) {
+        base_ms_(config.step_ms(plan.request.batch, plan.request.accumulation) *
+                 (1.0 + config.drift_pct / 100.0 * static_cast<double>(sessions_before))) {
     rng_state_ = config.seed ^ (static_cast<uint64_t>(micro_batch_) * 0x9E3779B97F4A7C15ULL) ^
                  (static_cast<uint64_t>(accumulation_) * 0xC2B2AE3D27D4EB4FULL);
   }
 
   StepResult step() override {
+    if (steps_ == 0) {
+      const uint64_t before = (*stepped_)[{micro_batch_, accumulation_}]++;
+      rng_state_ ^= before * 0xD6E8FEB86659FD93ULL;  // 0 the first time: the samples a single sweep draws
+    }
     ++steps_;
     if (steps_ == kFailingStep && config_.step_oom_at_batch == micro_batch_)
       throw OutOfMemory(fmt::format("scripted device '{}': out of memory in step {} at batch {}",
@@ -108,7 +122,8 @@ class ScriptedSession final : public Session {
   }
 
  private:
-  ScriptedConfig config_;  // a copy, so a session never points into its backend
+  ScriptedConfig config_;             // a copy, so a session never points into its backend
+  std::shared_ptr<Stepped> stepped_;  // shared with the backend, and with the sessions after this one
   int64_t micro_batch_;
   int64_t accumulation_;
   bool train_;
@@ -137,6 +152,7 @@ class ScriptedBackend final : public Backend {
                     {"t0_ms", config_.t0_ms},
                     {"noise_pct", config_.noise_pct},
                     {"seed", config_.seed}};
+    if (config_.drift_pct > 0) info.details["drift_pct"] = config_.drift_pct;
     if (config_.curve == ScriptedConfig::Curve::roofline)
       info.details["samples_per_ms"] = config_.samples_per_ms;
     else
@@ -160,11 +176,13 @@ class ScriptedBackend final : public Backend {
       throw OutOfMemory(
           fmt::format("scripted device '{}': the plan needs {} ({} bytes), above the memory limit of {}",
                       config_.name, format_bytes(total), total, format_bytes(*options.memory_limit_bytes)));
-    return std::make_unique<ScriptedSession>(config_, plan);
+    return std::make_unique<ScriptedSession>(config_, plan, sessions_++, stepped_);
   }
 
  private:
   ScriptedConfig config_;
+  int64_t sessions_ = 0;  // prepared so far
+  std::shared_ptr<ScriptedSession::Stepped> stepped_ = std::make_shared<ScriptedSession::Stepped>();
 };
 
 // Typed accessors that name the source and key in every error.
@@ -217,7 +235,7 @@ double ScriptedConfig::step_ms(int64_t micro_batch, int64_t accumulation) const 
 ScriptedConfig parse_scripted_config(const nlohmann::json& doc, const std::string& source) {
   if (!doc.is_object())
     throw UsageError(fmt::format("{}: a scripted backend script must be a JSON object", source));
-  static constexpr std::array<std::string_view, 19> kKeys{"name",
+  static constexpr std::array<std::string_view, 20> kKeys{"name",
                                                           "memory_total_bytes",
                                                           "peak_flops",
                                                           "t0_ms",
@@ -225,6 +243,7 @@ ScriptedConfig parse_scripted_config(const nlohmann::json& doc, const std::strin
                                                           "samples_per_ms",
                                                           "b0",
                                                           "noise_pct",
+                                                          "drift_pct",
                                                           "seed",
                                                           "oom_above_batch",
                                                           "nan_at_batch",
@@ -284,6 +303,7 @@ ScriptedConfig parse_scripted_config(const nlohmann::json& doc, const std::strin
   }
 
   config.noise_pct = in.positive_number("noise_pct", 0, 1000, /*allow_zero=*/true).value_or(0.0);
+  config.drift_pct = in.positive_number("drift_pct", 0, 1000, /*allow_zero=*/true).value_or(0.0);
   if (const auto seed = in.integer("seed", 0)) config.seed = static_cast<uint64_t>(*seed);
   config.oom_above_batch = in.integer("oom_above_batch", 1);
   config.nan_at_batch = in.integer("nan_at_batch", 1);

@@ -12,6 +12,9 @@
 //   "b0"                  number > 0, saturating: micro_ms(b) = t0_ms * (1 + b / b0)
 //                         (samples/ms tends to b0 / t0_ms)
 //   "noise_pct"           number >= 0 (default 0): each sample times (1 + noise_pct / 100 * N(0, 1))
+//   "drift_pct"           number >= 0 (default 0): each session runs this many percent of the formula
+//                         slower per session the backend prepared before it (the k-th takes 1 +
+//                         drift_pct / 100 * (k - 1) times as long): a GPU that heats up over the sweep
 //   "seed"                integer (default 1), mixed with the batch and accumulation: each point's
 //                         samples are the same whatever order the sweep measures it in
 //   "oom_above_batch"     integer, optional: prepare throws OutOfMemory for micro-batches above it
@@ -52,6 +55,7 @@ struct ScriptedConfig {
   double samples_per_ms = 0;  // roofline
   double b0 = 0;              // saturating
   double noise_pct = 0;
+  double drift_pct = 0;
   uint64_t seed = 1;
   std::optional<int64_t> oom_above_batch;
   std::optional<int64_t> nan_at_batch;

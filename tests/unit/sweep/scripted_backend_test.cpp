@@ -210,7 +210,7 @@ TEST(ScriptedBackend, StepsReturnTheFormulaAndMemoryIsThePlan) {
 
 TEST(ScriptedBackend, NoiseIsSeededPerPoint) {
   const Graph graph = tiny_graph();
-  const auto backend = make_scripted_backend(testing::roofline(2.0, 128.0, 5.0));
+  auto backend = make_scripted_backend(testing::roofline(2.0, 128.0, 5.0));
   const auto samples = [&](int64_t batch) {
     const auto session = backend->prepare(graph, plan_for(graph, batch), SessionOptions{});
     std::vector<double> out;
@@ -218,8 +218,19 @@ TEST(ScriptedBackend, NoiseIsSeededPerPoint) {
     return out;
   };
   const auto a = samples(64);
-  EXPECT_EQ(a, samples(64));  // the same point gives the same samples whenever it is measured
   EXPECT_NE(a, samples(32));
+  // Measured again on the same device (run --rounds), a point draws other noise...
+  const auto again = samples(64);
+  EXPECT_NE(a, again);
+  // ...but a sweep measures the same samples for it whenever it comes first: in any order, on a new device.
+  backend = make_scripted_backend(testing::roofline(2.0, 128.0, 5.0));
+  (void)samples(32);
+  EXPECT_EQ(a, samples(64));
+  EXPECT_EQ(again, samples(64));
+  // A session that never steps (a prepare-only probe) draws nothing.
+  backend = make_scripted_backend(testing::roofline(2.0, 128.0, 5.0));
+  (void)backend->prepare(graph, plan_for(graph, 64), SessionOptions{});
+  EXPECT_EQ(a, samples(64));
   double sum = 0, sum_sq = 0;
   for (double v : a) {
     sum += v;
@@ -300,6 +311,30 @@ TEST(ScriptedBackend, StallsLengthenEveryNthStep) {
   auto zero = doc;
   zero["stall_every_steps"] = 0;
   EXPECT_NE(usage_message(zero).find("stall_every_steps"), std::string::npos) << usage_message(zero);
+}
+
+TEST(ScriptedBackend, DriftSlowsEachSessionAfterTheFirst) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline();
+  config.drift_pct = 10;
+  const auto backend = make_scripted_backend(config);
+  const auto first_step = [&](int64_t batch) {
+    return backend->prepare(graph, plan_for(graph, batch), SessionOptions{})->step().step_ms;
+  };
+  EXPECT_DOUBLE_EQ(first_step(8), 2.0);
+  EXPECT_DOUBLE_EQ(first_step(8), 2.2);
+  EXPECT_DOUBLE_EQ(first_step(512), 4.0 * 1.2);  // whatever the batch: the device is warmer
+  EXPECT_EQ(backend->device(Precision::fp32).details.at("drift_pct"), 10.0);
+  EXPECT_FALSE(
+      make_scripted_backend(testing::roofline())->device(Precision::fp32).details.contains("drift_pct"));
+
+  const auto doc = nlohmann::json{
+      {"memory_total_bytes", 1000}, {"t0_ms", 1.0}, {"samples_per_ms", 10}, {"drift_pct", 2.5}};
+  EXPECT_EQ(parse_scripted_config(doc, "s.json").drift_pct, 2.5);
+  auto negative = doc;
+  negative["drift_pct"] = -1;
+  EXPECT_NE(usage_message(negative).find("script.json: drift_pct: must be >= 0, got -1"), std::string::npos)
+      << usage_message(negative);
 }
 
 TEST(ScriptedBackend, HangSleepsAndReportsHugeNoise) {
