@@ -143,6 +143,26 @@ void validate(const AnalysisOptions& options);
 // the summary is empty (a hand-made report); nullopt without either.
 [[nodiscard]] std::optional<double> step_latency_ms(const Point& point, double pct);
 
+// run --rounds: whether a point's rounds measured one machine. Each round with at least one step has its mean
+// step (its slice of samples_ms); spread_pct = (slowest mean - fastest) / fastest * 100. p_value: the
+// two-sided p that the slowest and the fastest round share one mean, by Welch's t on their drift-aware
+// standard errors (drift_standard_error, significant_only) and Welch-Satterthwaite degrees of freedom,
+// Bonferroni over the R (R - 1) / 2 pairs of R such rounds, capped at 1; nullopt where either has under 2
+// steps. Steps without spread (a script without noise): 0 where the means differ, 1 where they do not.
+// `disagree`: p < kRoundsAlpha and spread_pct >= kRoundSpreadPct — the machine ran the batch at another
+// speed in another round (clocks, temperature, other processes), so a rerun would see either.
+struct RoundsAgreement {
+  std::vector<double> means_ms;  // each round with steps, in order
+  double spread_pct = 0;
+  int slowest = 0, fastest = 0;  // 1-based numbers of those rounds among Point::rounds
+  std::optional<double> p_value;
+  bool disagree = false;
+};
+inline constexpr double kRoundSpreadPct = 1.0;
+inline constexpr double kRoundsAlpha = 0.01;
+// nullopt where fewer than two rounds have steps, or the rounds' steps do not add up to samples_ms.
+[[nodiscard]] std::optional<RoundsAgreement> rounds_agreement(const Point& point);
+
 // Sets telemetry->cost_per_million_samples = price_per_hour / 3600 / samples_per_second * 1e6 on every ok
 // point (creating the telemetry object where absent) and clears it on the others.
 void annotate_cost(std::vector<Point>& points, double price_per_hour);

@@ -84,6 +84,17 @@ struct PointHost {
   [[nodiscard]] bool busy() const { return contended() || stolen(); }
 };
 
+// One round of a point measured in several (run --rounds): its steps follow the earlier rounds' in
+// Point::samples_ms. A round that failed (out of memory at its prepare, a non-finite loss) added no steps.
+inline constexpr int64_t kMaxRounds = 100;  // run --rounds 1..100 (settings.rounds)
+
+struct PointRound {
+  int64_t steps = 0;        // timed steps it added to samples_ms
+  std::string stop_reason;  // its stopping rule, as Point::stop_reason; empty for a failed round
+  PointStatus status = PointStatus::ok;
+  std::string reason;  // why it failed; empty when ok
+};
+
 struct Point {
   int64_t batch = 0;  // micro-batch
   int64_t accumulation = 1;
@@ -107,6 +118,9 @@ struct Point {
   std::optional<double> loss;            // last loss seen (train)
   std::optional<PointTelemetry> telemetry;
   std::optional<PointHost> host;
+  // run --rounds N (N > 1): the rounds that measured this ok point, in order; empty for a point measured
+  // once. samples_ms holds their steps one round after another, and every figure above pools them.
+  std::vector<PointRound> rounds;
   // The backend's own account of how the step ran (Session::details): for CUDA the graph capture, the
   // attention and convolution paths, the fused epilogues, the fp16 loss scale and any warning of prepare.
   nlohmann::json execution = nlohmann::json::object();

@@ -124,6 +124,11 @@ class NoiseCriterion final : public StoppingCriterion {
   [[nodiscard]] std::string stop_reason() const override;
   [[nodiscard]] std::optional<std::string> warning() const override;
 
+  // run --rounds, rounds 2 on: finish after exactly `steps` steps, round 1's count, whatever the noise
+  // ("steps of round 1"), so every round weighs the same in the point's pooled mean; the timeout still
+  // applies.
+  void set_round_steps(int64_t steps) { round_steps_ = steps; }
+
   [[nodiscard]] double noise_pct() const;  // of the samples so far, 0 with fewer than 2
   [[nodiscard]] std::size_t samples() const { return samples_; }
   [[nodiscard]] double measured_s() const { return measured_ms_ / 1000.0; }
@@ -138,7 +143,8 @@ class NoiseCriterion final : public StoppingCriterion {
 
   [[nodiscard]] bool noise_settled() const;
 
-  enum class Stop { none, noise_target, noise_settled, timeout, sample_cap };
+  enum class Stop { none, noise_target, noise_settled, timeout, sample_cap, round_steps };
+  int64_t round_steps_ = 0;  // 0: the noise rules
   StoppingSettings settings_;
   Clock clock_;
   double start_s_ = 0;
@@ -175,6 +181,12 @@ struct SweepSettings {
   std::optional<double> latency_slo_ms;
   double latency_percentile = 99;  // --latency-percentile: the step-time percentile the budget holds
   PathChoice paths;                // --attention, --conv (cuda)
+  // --rounds: measure every ok point this many times. Round 1 is the strategy's own; rounds 2.. each measure
+  // every point that was ok in all its rounds so far again (prepare, warm-up, then as many timed steps as
+  // its round 1 took, within --timeout), in the order of batch, descending in even rounds and ascending in
+  // odd ones, so a drift over the sweep (clocks, temperature, other processes) touches every batch alike;
+  // each point pools its rounds' steps (Point::rounds), every round weighing the same. 1..kMaxRounds.
+  int64_t rounds = 1;
   // run --resume: an earlier run's points, each with resumed_from set. Where the sweep asks for a (batch,
   // accumulation) that is ok among them, and its plan still fits the budget, that point is taken as it is
   // instead of being measured again; the caller has checked that both runs measure the same thing. An
@@ -200,6 +212,8 @@ struct PointStart {
   int64_t batch = 0;
   int64_t accumulation = 1;
   bool refinement = false;
+  int round = 1;   // run --rounds: which round measures it (1 for the first, and without --rounds)
+  int rounds = 1;  // of how many
 };
 
 // Hooks the runner calls on the calling thread. Every method has a do-nothing default.
@@ -287,10 +301,12 @@ struct ProgressLine {
   std::optional<double> eta_s;    // none before the first point finished
   std::optional<double> point_s;  // time in the current point, shown once the line is redrawn during it
   bool probe = false;             // a prepare-only probe of `batch`, before the point `index`
+  int round = 1, rounds = 1;      // run --rounds: "(round 2/3)" from round 2 on
 };
 
 // "[3/9] batch 64 · elapsed 12.4 s · ETA ~31 s"; an estimated total reads "[3/~9]", an accumulation
-// "batch 16x4", a refinement point "batch 184 (refine)"; redrawn during a long point,
+// "batch 16x4", a refinement point "batch 184 (refine)", a later round "batch 64 (round 2/3)"; redrawn during
+// a long point,
 // "[3/9] batch 64 · 8.2 s in this point · elapsed 20.6 s · ETA ~23 s". `color` adds ANSI bold/dim (never
 // with a non-empty NO_COLOR).
 [[nodiscard]] std::string format_progress_line(const ProgressLine& line, bool color);

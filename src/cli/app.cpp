@@ -669,6 +669,14 @@ int run_app(int argc, char** argv) {
       ->type_name("S")
       ->check(positive("seconds: 30 for 30 s"))
       ->capture_default_str();
+  run_cmd
+      ->add_option("--rounds", run.sweep.rounds,
+                   "Measure every batch N times, the order reversed each round, pooling the rounds: a drift "
+                   "over the sweep (clocks, heat, other load) reaches every batch alike, and rounds that "
+                   "disagree are named (time x N; 2 balances a steady drift)")
+      ->type_name("N")
+      ->transform(whole(1, kMaxRounds))
+      ->capture_default_str();
   run_cmd->add_option("--seed", run.sweep.session.seed, "Seed of the synthetic weights and data")
       ->type_name("N")
       ->check(unsigned_64())

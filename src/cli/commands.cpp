@@ -470,6 +470,7 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
         {"max_noise_pct", w.stopping.max_noise_pct},
         {"timeout_s", w.stopping.timeout_s},
         {"max_samples", w.stopping.max_samples}}},
+      {"rounds", w.rounds},
       {"seed", w.session.seed},
       // Only cuda captures graphs: a CPU report saying `true` would claim replays that never happened.
       {"cuda_graphs", backend_kind == "cuda" ? nlohmann::json(w.session.cuda_graphs) : nlohmann::json()},
@@ -898,7 +899,7 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
   std::vector<const char*> keys = {"threads",  "blas",           "blas_core", "uuid", "compute_capability",
                                    "versions", "execution_paths"};
   if (now.device.backend == "scripted")
-    keys.insert(keys.end(), {"curve", "t0_ms", "samples_per_ms", "b0", "noise_pct", "seed"});
+    keys.insert(keys.end(), {"curve", "t0_ms", "samples_per_ms", "b0", "noise_pct", "drift_pct", "seed"});
   for (const char* key : keys) {
     const nlohmann::json* before = at(earlier.device.details, key);
     const nlohmann::json* here = at(now.device.details, key);
@@ -962,7 +963,13 @@ void note_resume(Report& report, const ResumeSource& source,
                  const std::string& json_path) {
   const Report& earlier = source.earlier;
   report.settings["resumed"]["points"] = count_resumed(report.points);
-  std::vector<std::string> taken, kept;
+  std::vector<std::string> taken, kept, extended;
+  // The rounds a point had in the earlier report (1 for one measured without --rounds).
+  const auto earlier_rounds = [&earlier](const Point& p) -> size_t {
+    for (const Point& q : earlier.points)
+      if (q.batch == p.batch && q.accumulation == p.accumulation) return std::max<size_t>(1, q.rounds.size());
+    return 1;
+  };
   const auto add = [&report](const std::string& w) {
     if (std::find(report.warnings.begin(), report.warnings.end(), w) == report.warnings.end())
       report.warnings.push_back(w);
@@ -970,7 +977,12 @@ void note_resume(Report& report, const ResumeSource& source,
   for (const Point& p : report.points) {
     if (p.resumed_from.empty()) continue;
     const std::string label = batch_label(p.batch, p.accumulation);
-    (swept.contains({p.batch, p.accumulation}) ? taken : kept).push_back(label);
+    if (!swept.contains({p.batch, p.accumulation}))
+      kept.push_back(label);
+    else if (p.rounds.size() > earlier_rounds(p))
+      extended.push_back(label);  // run --rounds measured the rounds it lacked
+    else
+      taken.push_back(label);
     // What the earlier run warned about this point's measurement still holds (noise, telemetry). Memory
     // warnings are the runner's again, against this run's budget.
     // The earlier run's own warning about this point's stop begins "batch L: <stop_reason> ..." (the
@@ -1011,6 +1023,12 @@ void note_resume(Report& report, const ResumeSource& source,
         "state may have changed since",
         path, batches(taken), taken.size() == 1 ? "was" : "were", commit_note));
   }
+  if (!extended.empty())
+    report.warnings.push_back(fmt::format(
+        "--resume {}: {} kept {} earlier rounds and {} measured in the rounds {} lacked now (each point's "
+        "rounds[] in the report); the machine's state may have changed between them",
+        path, batches(extended), extended.size() == 1 ? "its" : "their",
+        extended.size() == 1 ? "was" : "were", extended.size() == 1 ? "it" : "they"));
   if (!kept.empty())
     report.warnings.push_back(fmt::format(
         "--resume {}: {}, which this interrupted sweep did not reach, {} kept from it as measured then, so "

@@ -29,7 +29,10 @@ constexpr std::string_view kAddedColumns[] = {"resumed_from",
                                               "host.cpus",
                                               "host.others_cores",
                                               "host.steal_pct",
-                                              "host.waited_s"};
+                                              "host.waited_s",
+                                              "rounds.mean_ms",
+                                              "round_spread_pct",
+                                              "rounds_disagree"};
 
 // Leaves of a point's JSON, in order; arrays other than the raw samples are leaves too.
 void flatten(const ordered& doc, const std::string& prefix,
@@ -37,6 +40,12 @@ void flatten(const ordered& doc, const std::string& prefix,
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     const std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
     if (key == "samples_ms") continue;
+    if (key == "rounds" && it->is_array()) {  // --rounds: the rounds' mean steps, in order
+      ordered means = ordered::array();
+      for (const auto& round : *it) means.push_back(round.value("mean_ms", ordered()));
+      out.emplace_back("rounds.mean_ms", std::move(means));
+      continue;
+    }
     if (it->is_object()) {
       flatten(*it, key, out);
     } else {
@@ -61,6 +70,8 @@ Point point_with_every_field() {
   p.telemetry = PointTelemetry{};
   p.telemetry->mem_clock_mhz_min = 0;  // written only where NVML reads it
   p.host = PointHost{};
+  p.samples_ms = {1, 1};
+  p.rounds = {PointRound{1, "-", PointStatus::ok, {}}, PointRound{1, "-", PointStatus::ok, {}}};
   return p;
 }
 

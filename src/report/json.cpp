@@ -442,7 +442,42 @@ class Reader {
       p.host = host;
     }
     if (const json* e = optional_object(v, path, "execution")) p.execution = *e;
+    if (const json* rounds = optional(v, path, "rounds"))
+      p.rounds = point_rounds(*rounds, p, child(path, "rounds"));
     return p;
+  }
+
+  // run --rounds: a point's rounds, whose steps add up to its samples_ms (mean_ms is derived from them, and
+  // is written again from them).
+  [[nodiscard]] std::vector<PointRound> point_rounds(const json& v, const Point& p,
+                                                     const std::string& path) const {
+    if (!v.is_array()) fail(path, "expected an array of rounds");
+    if (p.status != PointStatus::ok && !v.empty())
+      fail(path, fmt::format("only an ok point has rounds; this one is {}", to_string(p.status)));
+    std::vector<PointRound> rounds;
+    int64_t steps = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      const std::string here = element(path, i);
+      if (!v[i].is_object()) fail(here, "expected an object");
+      PointRound r;
+      r.steps = integer(required(v[i], here, "steps"), child(here, "steps"));
+      if (r.steps < 0 || r.steps > static_cast<int64_t>(p.samples_ms.size()))
+        fail(child(here, "steps"),
+             fmt::format("must be in 0..{} (the point's samples_ms), got {}", p.samples_ms.size(), r.steps));
+      if (const json* status_field = optional(v[i], here, "status"))
+        r.status = status(*status_field, child(here, "status"));
+      r.stop_reason = optional_string(v[i], here, "stop_reason");
+      r.reason = optional_string(v[i], here, "reason");
+      if (r.status != PointStatus::ok && r.steps != 0)
+        fail(child(here, "steps"),
+             fmt::format("a round that failed ({}) added no steps, got {}", to_string(r.status), r.steps));
+      steps += r.steps;
+      rounds.push_back(std::move(r));
+    }
+    if (!rounds.empty() && steps != static_cast<int64_t>(p.samples_ms.size()))
+      fail(path, fmt::format("its rounds' steps add up to {}, but the point has {} samples_ms", steps,
+                             p.samples_ms.size()));
+    return rounds;
   }
 
   [[nodiscard]] BatchChoice choice(const json& v, const std::string& path) const {
@@ -605,6 +640,11 @@ class Reader {
       const int64_t n = integer(*accumulation, child(top, "accumulation"));
       if (n < 1 || n > kMaxBatch)
         fail(child(top, "accumulation"), fmt::format("must be in 1..{} (2^24), got {}", kMaxBatch, n));
+    }
+    if (json* rounds = present("rounds")) {
+      const int64_t n = integer(*rounds, child(top, "rounds"));
+      if (n < 1 || n > kMaxRounds)
+        fail(child(top, "rounds"), fmt::format("must be in 1..{}, got {}", kMaxRounds, n));
     }
     if (json* effective = present("effective_batch")) {
       const int64_t n = integer(*effective, child(top, "effective_batch"));

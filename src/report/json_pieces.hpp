@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "batchsweep/analysis.hpp"
 #include "batchsweep/report.hpp"
 
 namespace bsw::report_json {
@@ -126,6 +127,31 @@ Json point_json(const Point& p) {
   if (p.loss) out["loss"] = number_or_null<Json>(*p.loss);
   if (p.telemetry) out["telemetry"] = telemetry_json<Json>(*p.telemetry);
   if (p.host) out["host"] = host_json<Json>(*p.host);
+  if (!p.rounds.empty()) {
+    Json rounds = Json::array();
+    size_t at = 0;
+    for (const PointRound& r : p.rounds) {
+      Json round = Json::object();
+      round["steps"] = r.steps;
+      const auto steps = static_cast<size_t>(r.steps);
+      double total = 0;
+      if (steps > 0 && at + steps <= p.samples_ms.size())
+        for (size_t i = at; i < at + steps; ++i) total += p.samples_ms[i];
+      round["mean_ms"] = steps > 0 && at + steps <= p.samples_ms.size()
+                             ? number_or_null<Json>(total / static_cast<double>(steps))
+                             : Json(nullptr);
+      round["status"] = std::string(to_string(r.status));
+      if (!r.stop_reason.empty()) round["stop_reason"] = r.stop_reason;
+      if (!r.reason.empty()) round["reason"] = r.reason;
+      rounds.push_back(std::move(round));
+      at += steps;
+    }
+    out["rounds"] = std::move(rounds);
+    if (const std::optional<RoundsAgreement> agreement = rounds_agreement(p)) {
+      out["round_spread_pct"] = number_or_null<Json>(agreement->spread_pct);
+      out["rounds_disagree"] = agreement->disagree;
+    }
+  }
   if (p.execution.is_object() && !p.execution.empty()) out["execution"] = Json::parse(p.execution.dump());
   return out;
 }

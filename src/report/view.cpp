@@ -2,7 +2,9 @@
 #include "report/view.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -333,6 +335,46 @@ std::string Title::split() const {
   return label + " " + split_value;
 }
 
+std::string rounds_line(const Report& report) {
+  const auto it = report.settings.find("rounds");
+  const int64_t asked = it != report.settings.end() && it->is_number_integer() ? it->get<int64_t>() : 1;
+  std::vector<std::string> apart, short_of;
+  std::string widest;
+  double widest_pct = -1, apart_pct = -1;
+  bool any = false;
+  for (const Point& p : report.points) {
+    if (p.status != PointStatus::ok || p.rounds.empty()) continue;
+    any = true;
+    const std::string label = batch_label(p.batch, p.accumulation);
+    const auto ran = std::count_if(p.rounds.begin(), p.rounds.end(),
+                                   [](const PointRound& r) { return r.status == PointStatus::ok; });
+    if (ran < asked) short_of.push_back(fmt::format("{} ({} of {})", label, ran, asked));
+    const std::optional<RoundsAgreement> agreement = rounds_agreement(p);
+    if (!agreement) continue;
+    if (agreement->disagree) {
+      apart.push_back(label);
+      apart_pct = std::max(apart_pct, agreement->spread_pct);
+    }
+    if (agreement->spread_pct > widest_pct) {
+      widest_pct = agreement->spread_pct;
+      widest = label;
+    }
+  }
+  if (!any || asked < 2) return {};
+  std::string line = fmt::format("rounds: {} per batch, the order reversed each round", asked);
+  if (!apart.empty()) {
+    line += fmt::format("; the rounds of {} {} disagree, up to {:.1f}% apart (see the warnings)",
+                        apart.size() == 1 ? "batch" : "batches", fmt::join(apart, ", "), apart_pct);
+  } else if (widest_pct >= 0) {
+    line += fmt::format("; every batch's rounds agree within their noise (widest: batch {}, {:.1f}% apart)",
+                        widest, widest_pct);
+  }
+  if (!short_of.empty())
+    line += fmt::format("; fewer rounds ran at {} {}", short_of.size() == 1 ? "batch" : "batches",
+                        fmt::join(short_of, ", "));
+  return line;
+}
+
 std::vector<std::string> summary_lines(const Report& report) {
   const Analysis& a = report.analysis;
   std::vector<std::string> lines;
@@ -362,6 +404,7 @@ std::vector<std::string> summary_lines(const Report& report) {
     lines.push_back((report.settings.is_object() && report.settings.contains("analyzed") ? "search (as run): "
                                                                                          : "search: ") +
                     search);
+  if (std::string rounds = rounds_line(report); !rounds.empty()) lines.push_back(std::move(rounds));
   if (a.knee.batch || !a.knee.reason.empty()) {
     std::string line = "knee: " + (a.knee.batch ? batch_text(*a.knee.batch) : std::string("none"));
     if (a.knee.batch && a.knee.range_low && a.knee.range_high && a.knee.confidence == "range") {

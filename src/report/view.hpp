@@ -44,6 +44,9 @@ struct Title {
 [[nodiscard]] std::string unfinished_line(const Report& report);
 
 // "knee: batch 64 (stable) — reason", one line per analysis result that is set.
+// run --rounds N (settings.rounds > 1): "rounds: N per batch, ...", whether each batch's rounds agree
+// (rounds_agreement) and which batches ran fewer; empty without rounds.
+[[nodiscard]] std::string rounds_line(const Report& report);
 [[nodiscard]] std::vector<std::string> summary_lines(const Report& report);
 
 }  // namespace bsw::report_view

@@ -75,6 +75,12 @@ class PointRunner {
   void warn(std::string warning) { warnings_.push_back(std::move(warning)); }
   void set_untimed_fit(UntimedFit fit) { untimed_fit_ = std::move(fit); }
 
+  // run --rounds N: rounds 2..N over the points that are ok in every round so far (src/sweep/rounds.cpp),
+  // each round in the order of batch, descending in even rounds and ascending in odd ones. Returns when
+  // done, or when should_stop() interrupts (the round being timed is dropped; its point keeps the rounds
+  // before it).
+  void run_rounds();
+
   // Ends the sweep: on_sweep_end, then the outcome with the points sorted.
   [[nodiscard]] SweepOutcome finish(std::string search_summary);
 
@@ -103,6 +109,13 @@ class PointRunner {
   [[nodiscard]] bool time_steps(Session& session, Point& point, NoiseCriterion& criterion);
   // Statistics, throughput, TFLOP/s, MFU and the stop reason of a timed point; a stopping warning when due.
   void summarize_point(Point& point, const Plan& plan, const NoiseCriterion& criterion);
+  // Throughput, tokens/s, TFLOP/s and MFU of an ok point from its step_ms.mean.
+  void rates(Point& point, const Plan& plan) const;
+  // One more round of the stored ok point (batch, accumulation), pooled into it (rounds.cpp). False when
+  // should_stop() interrupted it.
+  [[nodiscard]] bool measure_round(int64_t batch, int64_t accumulation, int round);
+  // Tells the observer a stored point is done (again, after a round): with every point so far.
+  void notify_done(const Point& stored);
   void add_memory_warning(const Point& point);
   std::optional<Point> measure_point(int64_t batch, int64_t accumulation, bool refinement);
   void add_session_warnings(const Point& point);

@@ -86,9 +86,10 @@ std::string format_progress_line(const ProgressLine& line, bool color) {
                                             : std::string();
   return fmt::format("{}[{}/{}] {}batch {}{}{}{}{} · elapsed {}{}{}", bold, line.index, total,
                      line.probe ? "probing " : "", batch, reset,
-                     line.probe        ? " (prepare only)"
-                     : line.refinement ? " (refine)"
-                                       : "",
+                     line.probe        ? std::string(" (prepare only)")
+                     : line.round > 1  ? fmt::format(" (round {}/{})", line.round, line.rounds)
+                     : line.refinement ? std::string(" (refine)")
+                                       : std::string(),
                      dim, in_point, format_duration(line.elapsed_s), eta, reset);
 }
 
@@ -178,7 +179,7 @@ void ProgressPrinter::draw(const PointStart& start, double point_start_s, bool s
   ProgressLine line{start.index, start.planned_total, start.total_is_estimate,
                     start.batch, start.accumulation,  start.refinement,
                     elapsed_s,   std::nullopt,        std::nullopt,
-                    probing_};
+                    probing_,    start.round,         start.rounds};
   const double in_point_s = std::max(0.0, now - point_start_s);
   if (show_point_time) line.point_s = in_point_s;
   if (finished_ > resumed_) {
@@ -242,7 +243,8 @@ void ProgressPrinter::tick() {
 void ProgressPrinter::on_point_done(const Point& point, const std::vector<Point>& /*all_so_far*/) {
   const std::lock_guard lock(ticker_->mutex);
   ++finished_;
-  if (!point.resumed_from.empty()) ++resumed_;
+  // A resumed point measured again in a later round (run --rounds) ran now: it counts for the ETA.
+  if (!point.resumed_from.empty() && (!current_ || current_->round <= 1)) ++resumed_;
   current_.reset();
   probing_ = false;
   if (options_.quiet || point.status == PointStatus::ok) return;

@@ -140,13 +140,19 @@ const Point* PointRunner::resumable(int64_t batch, int64_t accumulation) const {
 }
 
 void PointRunner::set_planned_total(int total, bool estimate) {
-  planned_total_ = total;
-  total_is_estimate_ = estimate;
+  // A strategy counts its own round; --rounds measures each of those points again, where it ran ok (which
+  // run_rounds knows, and says, once the first round is done).
+  const auto rounds = static_cast<int>(settings_.rounds);
+  planned_total_ = total * rounds;
+  total_is_estimate_ = estimate || rounds > 1;
 }
 
 void PointRunner::insert(Point point) {
   const auto at = std::upper_bound(points_.begin(), points_.end(), point, point_order);
-  const Point& stored = *points_.insert(at, std::move(point));
+  notify_done(*points_.insert(at, std::move(point)));
+}
+
+void PointRunner::notify_done(const Point& stored) {
   if (settings_.resume_points.empty()) {
     observer_.on_point_done(stored, points_);
   } else {
@@ -354,6 +360,10 @@ std::optional<Point> PointRunner::measure_point(int64_t batch, int64_t accumulat
   session.reset();  // release the device before anything else is prepared
 
   summarize_point(point, plan, criterion);
+  // With --rounds, this is round 1 of the point.
+  if (settings_.rounds > 1 && point.status == PointStatus::ok)
+    point.rounds.push_back(
+        {static_cast<int64_t>(point.samples_ms.size()), point.stop_reason, PointStatus::ok, {}});
   add_memory_warning(point);
   add_model_warnings(point);
   insert(point);
@@ -481,6 +491,17 @@ bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& cri
   return true;
 }
 
+void PointRunner::rates(Point& point, const Plan& plan) const {
+  const double mean_s = point.step_ms.mean / 1000.0;
+  if (!(mean_s > 0)) return;
+  point.samples_per_second = static_cast<double>(point.effective_batch) / mean_s;
+  if (graph_.tokens_per_sample > 0)
+    point.tokens_per_second = point.samples_per_second * static_cast<double>(graph_.tokens_per_sample);
+  const double flops_per_second = plan.flops_per_step / mean_s;
+  point.tflops = flops_per_second / 1e12;
+  if (device_.peak_flops && *device_.peak_flops > 0) point.mfu = flops_per_second / *device_.peak_flops;
+}
+
 void PointRunner::summarize_point(Point& point, const Plan& plan, const NoiseCriterion& criterion) {
   if (!point.samples_ms.empty()) {
     point.step_ms = summarize(point.samples_ms);
@@ -499,26 +520,16 @@ void PointRunner::summarize_point(Point& point, const Plan& plan, const NoiseCri
     return;
   }
   point.stop_reason = criterion.stop_reason();
-  const double mean_s = point.step_ms.mean / 1000.0;
-  if (mean_s > 0) {
-    point.samples_per_second = static_cast<double>(point.effective_batch) / mean_s;
-    if (graph_.tokens_per_sample > 0)
-      point.tokens_per_second = point.samples_per_second * static_cast<double>(graph_.tokens_per_sample);
-    const double flops_per_second = plan.flops_per_step / mean_s;
-    point.tflops = flops_per_second / 1e12;
-    if (device_.peak_flops && *device_.peak_flops > 0) {
-      point.mfu = flops_per_second / *device_.peak_flops;
-      if (*point.mfu > 1.0)
-        warn(fmt::format(
-            "batch {}: {} TFLOP/s is {:.0f}% of the device peak ({} TFLOP/s, {}): the peak or the "
-            "step timing is wrong{}",
-            batch_label(point.batch, point.accumulation), tflops_text(flops_per_second / 1e12),
-            *point.mfu * 100, tflops_text(*device_.peak_flops / 1e12),
-            device_.peak_flops_source.empty() ? "source unknown" : device_.peak_flops_source,
-            // Only a GPU can be calibrated; a script's peak is the script's.
-            device_.backend == "cuda" ? "; run `batchsweep devices --calibrate`" : ""));
-    }
-  }
+  rates(point, plan);
+  if (point.mfu && *point.mfu > 1.0 && point.tflops)
+    warn(
+        fmt::format("batch {}: {} TFLOP/s is {:.0f}% of the device peak ({} TFLOP/s, {}): the peak or the "
+                    "step timing is wrong{}",
+                    batch_label(point.batch, point.accumulation), tflops_text(*point.tflops),
+                    *point.mfu * 100, tflops_text(*device_.peak_flops / 1e12),
+                    device_.peak_flops_source.empty() ? "source unknown" : device_.peak_flops_source,
+                    // Only a GPU can be calibrated; a script's peak is the script's.
+                    device_.backend == "cuda" ? "; run `batchsweep devices --calibrate`" : ""));
   // fp16 steps that overflowed skip the optimizer: shorter than a real step, so many of them flatter the
   // throughput. A few are the loss scaler finding its level.
   if (point.skipped_steps && *point.skipped_steps * 20 > static_cast<int64_t>(point.samples_ms.size()))
@@ -750,6 +761,8 @@ SweepOutcome run_sweep(Backend& backend, const Graph& graph, const SweepSettings
     throw UsageError(fmt::format("--latency-percentile: must be 50, 90, 95, 99 or 99.9, got {:g}",
                                  settings.latency_percentile));
   validate(settings.stopping);
+  if (settings.rounds < 1 || settings.rounds > kMaxRounds)
+    throw UsageError(fmt::format("--rounds: must be in 1..{}, got {}", kMaxRounds, settings.rounds));
 
   sweep_detail::PointRunner runner(backend, graph, settings, observer);
   std::string summary;
@@ -760,6 +773,7 @@ SweepOutcome run_sweep(Backend& backend, const Graph& graph, const SweepSettings
   } else {
     sweep_detail::run_batch_list(runner, settings.batches.batches, settings.accumulation);
   }
+  runner.run_rounds();
   return runner.finish(std::move(summary));
 }
 

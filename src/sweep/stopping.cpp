@@ -62,6 +62,14 @@ bool NoiseCriterion::is_finished() {
   if (stop_ != Stop::none) return true;
   const double elapsed_s = clock_() - start_s_;
   const auto samples = static_cast<int64_t>(samples_);
+  if (round_steps_ > 0) {
+    if (samples >= round_steps_)
+      stop_ = Stop::round_steps;
+    else if (elapsed_s >= settings_.timeout_s)
+      stop_ = Stop::timeout;
+    if (stop_ != Stop::none) elapsed_at_stop_s_ = elapsed_s;
+    return stop_ != Stop::none;
+  }
   // One sample says nothing of the noise: the noise target needs two, whatever --min-samples says.
   if (samples >= std::max<int64_t>(2, settings_.min_samples) &&
       measured_ms_ >= settings_.min_time_s * 1000.0) {
@@ -93,6 +101,8 @@ std::string NoiseCriterion::stop_reason() const {
       return "timeout";
     case Stop::sample_cap:
       return "sample cap";
+    case Stop::round_steps:
+      return "steps of round 1";
   }
   return {};
 }
@@ -112,8 +122,14 @@ std::string noise_above(double noise, double target) {
 }  // namespace
 
 std::optional<std::string> NoiseCriterion::warning() const {
-  if (stop_ == Stop::none || stop_ == Stop::noise_target) return std::nullopt;
+  if (stop_ == Stop::none || stop_ == Stop::noise_target || stop_ == Stop::round_steps) return std::nullopt;
   const auto samples = static_cast<int64_t>(samples_);
+  if (round_steps_ > 0)
+    return fmt::format("timeout {:g} s reached after {} s with {} of round 1's {} steps (raise --timeout)",
+                       settings_.timeout_s,
+                       elapsed_at_stop_s_ < 100 ? fmt::format("{:.3g}", elapsed_at_stop_s_)
+                                                : fmt::format("{:.0f}", elapsed_at_stop_s_),
+                       samples, round_steps_);
   const double noise = noise_pct();
   const bool noisy = noise > settings_.max_noise_pct;
   if (stop_ == Stop::noise_settled) {

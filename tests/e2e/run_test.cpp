@@ -1514,13 +1514,18 @@ TEST(Run, AnAddressSpaceLimitTooTightForOpenBlasThreadsDoesNotHang) {
   ASSERT_EQ(run_address_limited({"presets"}, works, err, 60), 0) << slurp(err);
   EXPECT_NE(slurp(err).find("so batchsweep runs with OPENBLAS_NUM_THREADS=1"), std::string::npos)
       << slurp(err);
-  // A CPU run there: single-threaded, it runs or says OpenBLAS's buffer does not fit; and so 64 MiB above.
+  // A CPU run there: single-threaded, it runs or says why not — OpenBLAS's buffer does not fit (exit 1), or
+  // the address space left is the CPU's memory and the plan is over it (exit 4, the point over_limit); and so
+  // 64 MiB above.
+  const auto ran_or_said_why = [&](int code) {
+    return code == 0 || (code == 1 && slurp(err).find("OpenBLAS's work buffer") != std::string::npos) ||
+           (code == 4 && slurp(err).find("over_limit: planned") != std::string::npos);
+  };
   for (const rlim_t kib : {works, works + 64 * 1024}) {
     const int code = run_address_limited(
         {"run", "--backend", "cpu", "--batch", "1", "--timeout", "0.2", "--quiet"}, kib, err, 120);
     ASSERT_NE(code, -1) << "batchsweep run hung under ulimit -v " << kib << ": " << slurp(err);
-    EXPECT_TRUE(code == 0 || (code == 1 && slurp(err).find("OpenBLAS's work buffer") != std::string::npos))
-        << "ulimit -v " << kib << ": exit " << code << ": " << slurp(err);
+    EXPECT_TRUE(ran_or_said_why(code)) << "ulimit -v " << kib << ": exit " << code << ": " << slurp(err);
   }
   // Across the band where the workers' buffers stop fitting, runs on a busy machine (ctest -j) used to hang
   // now and then: a worker that started after main found one buffer's room taken. None may hang.
@@ -1531,8 +1536,7 @@ TEST(Run, AnAddressSpaceLimitTooTightForOpenBlasThreadsDoesNotHang) {
     const int code = run_address_limited(
         {"run", "--backend", "cpu", "--batch", "1,2", "--timeout", "0.2", "--quiet"}, kib, err, 30);
     ASSERT_NE(code, -1) << "batchsweep run hung under ulimit -v " << kib << ": " << slurp(err);
-    EXPECT_TRUE(code == 0 || (code == 1 && slurp(err).find("OpenBLAS's work buffer") != std::string::npos))
-        << "ulimit -v " << kib << ": exit " << code << ": " << slurp(err);
+    EXPECT_TRUE(ran_or_said_why(code)) << "ulimit -v " << kib << ": exit " << code << ": " << slurp(err);
   }
 #endif
 }
@@ -3187,6 +3191,96 @@ TEST(Run, AnMfuAboveTheDevicePeakIsAWarning) {
       std::string::npos)
       << warning;
   EXPECT_NE(r.err.find(warning), std::string::npos) << r.err;
+}
+
+// run --rounds: every batch measured again in reversed order, as many steps as its round 1, pooled; the
+// console says how the rounds agree, a drifting device's rounds are named, the CSV has their means.
+TEST(Run, RoundsPoolEveryBatchAndNameTheRoundsThatDisagree) {
+  ScratchDir dir;
+  const std::string json = (dir / "r.json").string(), csv = (dir / "r.csv").string();
+  std::vector<std::string> args =
+      scripted_run("drifting.json", {"--batch", "1:64:*4", "--rounds", "2", "--json", json, "--csv", csv});
+  const Result r = run(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_valid_report(json);
+  const nlohmann::json report = read_json(json);
+  EXPECT_EQ(report["settings"]["rounds"], 2);
+  ASSERT_EQ(report["points"].size(), 4u);
+  for (const auto& p : report["points"]) {
+    ASSERT_EQ(p["rounds"].size(), 2u) << p.dump();
+    EXPECT_EQ(p["rounds"][1]["steps"], p["rounds"][0]["steps"]);
+    EXPECT_EQ(p["rounds"][1]["stop_reason"], "steps of round 1");
+    EXPECT_EQ(p["samples_ms"].size(), 2 * p["rounds"][0]["steps"].get<size_t>());
+  }
+  // Sessions 1-4 ascending, 5-8 descending, 4% slower each: batch 1 ran first and last (1.00 and 1.28),
+  // batch 64 fourth and fifth (1.12 and 1.16).
+  const nlohmann::json& first = *point_at(report, 1);
+  EXPECT_NEAR(first["round_spread_pct"].get<double>(), 28.0, 1.0);
+  EXPECT_EQ(first["rounds_disagree"], true);
+  EXPECT_NEAR((*point_at(report, 64))["round_spread_pct"].get<double>(), 100.0 * 0.04 / 1.12, 1.0);
+  // Every batch pays the drift alike: the pooled steps over the formula's, within the 0.5% noise.
+  for (const int64_t batch : {1, 4, 16}) {
+    const double formula = 2.0 * 1.14;  // t0 2 ms (every batch here is under the roofline's knee)
+    EXPECT_NEAR((*point_at(report, batch))["step_ms"]["mean"].get<double>(), formula, formula * 0.01)
+        << batch;
+  }
+  EXPECT_NE(
+      r.out.find("rounds: 2 per batch, the order reversed each round; the rounds of batches 1, 4, 16, 64 "
+                 "disagree"),
+      std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("warning: the rounds of batches 1, 4, 16, 64 disagree, more than their noise explains "
+                       "(batch 1: its 2 rounds' mean steps differ by"),
+            std::string::npos)
+      << r.out;
+  const std::string table = slurp(csv);
+  EXPECT_NE(table.find(",rounds.mean_ms,round_spread_pct,rounds_disagree,"), std::string::npos) << table;
+}
+
+TEST(Run, RoundsOutOfRangeAreAUsageError) {
+  for (const std::string bad : {"0", "101", "two"}) {
+    const Result r = run(scripted_run("roofline.json", {"--batch", "1", "--rounds", bad}));
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_NE(r.err.find("--rounds: "), std::string::npos) << r.err;
+  }
+}
+
+// Interrupted in round 2, the report keeps every point's finished rounds; resumed, each point runs the
+// rounds it lacks and keeps the earlier ones.
+TEST(Run, AnInterruptedRoundsSweepResumesTheRoundsItLacks) {
+  ScratchDir dir;
+  const std::string json = (dir / "i.json").string();
+  const std::vector<std::string> args =
+      scripted_run("sleepy.json", {"--batch", "1:4:*2", "--rounds", "2", "--json", json});
+  // The three points of round 1 are written before round 2 starts.
+  EXPECT_EQ(interrupt_after(args, json, 3, SIGINT), 130);
+  if (HasFailure()) return;
+  const nlohmann::json first = read_json(json);
+  EXPECT_EQ(first["state"], "interrupted");
+  ASSERT_EQ(first["points"].size(), 3u);
+  size_t second_rounds = 0;
+  for (const auto& p : first["points"]) {
+    ASSERT_GE(p["rounds"].size(), 1u);
+    second_rounds += p["rounds"].size() - 1;
+  }
+  EXPECT_LT(second_rounds, 3u) << "interrupted before round 2 finished";
+
+  std::vector<std::string> resume = args;
+  resume.insert(resume.end(), {"--resume", json});
+  const Result r = run(resume);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_valid_report(json);
+  const nlohmann::json report = read_json(json);
+  EXPECT_EQ(report["state"], "complete");
+  for (const auto& p : report["points"]) {
+    ASSERT_EQ(p["rounds"].size(), 2u) << p.dump();
+    const nlohmann::json& before = *point_at(first, p["batch"].get<int64_t>());
+    EXPECT_EQ(p["rounds"][0], before["rounds"][0]) << "round 1 as measured then";
+    EXPECT_EQ(p["resumed_from"], first["created_at"]);
+  }
+  EXPECT_NE(r.err.find("kept their earlier rounds and were measured in the rounds they lacked now"),
+            std::string::npos)
+      << r.err;
 }
 
 }  // namespace

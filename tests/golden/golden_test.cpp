@@ -63,6 +63,30 @@ TEST(Golden, Json) {
   expect_golden("report.json", bsw::format_json(bsw::testing::sample_report()));
 }
 
+// The sample report as run --rounds 2 would hold it: each ok point's steps split into two rounds, and the
+// warning the runner gives where they disagree.
+bsw::Report rounds_report() {
+  bsw::Report r = bsw::testing::sample_report();
+  r.settings["rounds"] = 2;
+  for (bsw::Point& p : r.points) {
+    if (p.status != bsw::PointStatus::ok || p.samples_ms.size() < 2) continue;
+    const auto half = static_cast<int64_t>(p.samples_ms.size() / 2);
+    p.rounds = {
+        bsw::PointRound{half, "noise target", bsw::PointStatus::ok, {}},
+        bsw::PointRound{
+            static_cast<int64_t>(p.samples_ms.size()) - half, "steps of round 1", bsw::PointStatus::ok, {}}};
+  }
+  return r;
+}
+
+TEST(Golden, ConsoleRounds) {
+  expect_golden("console-rounds.txt", bsw::format_console(rounds_report(), {.color = false}));
+}
+
+TEST(Golden, CsvRounds) {
+  expect_golden("report-rounds.csv", bsw::format_csv(rounds_report()));
+}
+
 TEST(Golden, Compare) {
   bsw::CompareOptions options;
   options.names = {"a100.json", "h100.json"};

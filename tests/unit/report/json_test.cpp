@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 
+#include "batchsweep/analysis.hpp"
 #include "batchsweep/errors.hpp"
 #include "batchsweep/printers.hpp"
 #include "batchsweep/report.hpp"
@@ -210,6 +211,41 @@ TEST(ReportJson, RoundTrip) {
   EXPECT_EQ(to_json(report_from_json(json::parse(format_json(original)), "sample.json")), doc);
 }
 
+TEST(ReportJson, RoundsRoundTripWithTheirMeansAndAgreement) {
+  Report report = testing::sample_report();
+  Point& p = report.points[3];
+  const size_t n = p.samples_ms.size();
+  ASSERT_GE(n, 4u);
+  const int64_t half = static_cast<int64_t>(n / 2);
+  p.rounds = {PointRound{half, "noise target", PointStatus::ok, {}},
+              PointRound{static_cast<int64_t>(n) - half, "steps of round 1", PointStatus::ok, {}},
+              PointRound{0, {}, PointStatus::oom, "another process took the memory"}};
+  const json doc = to_json(report);
+  const json& rounds = doc["points"][3]["rounds"];
+  ASSERT_EQ(rounds.size(), 3u);
+  double first = 0;
+  for (int64_t i = 0; i < half; ++i) first += p.samples_ms[static_cast<size_t>(i)];
+  EXPECT_DOUBLE_EQ(rounds[0]["mean_ms"].get<double>(), first / static_cast<double>(half));
+  EXPECT_EQ(rounds[0]["stop_reason"], "noise target");
+  EXPECT_EQ(rounds[0]["status"], "ok");
+  EXPECT_FALSE(rounds[0].contains("reason"));
+  EXPECT_TRUE(rounds[2]["mean_ms"].is_null()) << "a failed round has no steps to average";
+  EXPECT_EQ(rounds[2]["status"], "oom");
+  EXPECT_EQ(rounds[2]["reason"], "another process took the memory");
+  EXPECT_FALSE(rounds[2].contains("stop_reason"));
+  const std::optional<RoundsAgreement> agreement = rounds_agreement(p);
+  ASSERT_TRUE(agreement);
+  EXPECT_DOUBLE_EQ(doc["points"][3]["round_spread_pct"].get<double>(), agreement->spread_pct);
+  EXPECT_EQ(doc["points"][3]["rounds_disagree"], agreement->disagree);
+  EXPECT_FALSE(doc["points"][2].contains("rounds")) << "a point measured once has none";
+  EXPECT_FALSE(doc["points"][2].contains("round_spread_pct"));
+  const Report back = report_from_json(doc, "sample.json");
+  ASSERT_EQ(back.points[3].rounds.size(), 3u);
+  EXPECT_EQ(back.points[3].rounds[1].stop_reason, "steps of round 1");
+  EXPECT_EQ(back.points[3].rounds[2].status, PointStatus::oom);
+  EXPECT_EQ(to_json(back), doc);
+}
+
 TEST(ReportJson, MinimalPointsAreValid) {
   const Report r = report_from_json(minimal_doc(), "curve.json");
   ASSERT_EQ(r.points.size(), 3u);
@@ -376,6 +412,35 @@ TEST(ReportJson, ErrorsNameFileAndField) {
          d["points"][0]["host"] = {{"cpus", -2}};
        },
        "b.json: points[0].host.cpus: must be in 0..1048576, got -2"},
+      {[](json& d) {
+         d["points"][0]["samples_ms"] = {9.9, 10.0, 10.1};
+         d["points"][0]["rounds"] = json::array({{{"steps", 2}}, {{"steps", 5}}});
+       },
+       "b.json: points[0].rounds[1].steps: must be in 0..3 (the point's samples_ms), got 5"},
+      {[](json& d) {
+         d["points"][0]["samples_ms"] = {9.9, 10.0, 10.1};
+         d["points"][0]["rounds"] = json::array({{{"steps", 2}}});
+       },
+       "b.json: points[0].rounds: its rounds' steps add up to 2, but the point has 3 samples_ms"},
+      {[](json& d) {
+         d["points"][0]["samples_ms"] = {9.9, 10.0, 10.1};
+         d["points"][0]["rounds"] = json::array({{{"steps", 2}}, {{"steps", 1}, {"status", "oom"}}});
+       },
+       "b.json: points[0].rounds[1].steps: a round that failed (oom) added no steps, got 1"},
+      {[](json& d) { d["points"][0]["rounds"] = 2; },
+       "b.json: points[0].rounds: expected an array of rounds"},
+      {[](json& d) {
+         d["points"][2]["rounds"] = json::array({{{"steps", 0}}});
+       },
+       "b.json: points[2].rounds: only an ok point has rounds; this one is oom"},
+      {[](json& d) {
+         d["points"][0]["rounds"] = json::array({{{"steps", "many"}}});
+       },
+       "b.json: points[0].rounds[0].steps: expected an integer"},
+      {[](json& d) {
+         d["settings"] = {{"rounds", 0}};
+       },
+       "b.json: settings.rounds: must be in 1..100, got 0"},
       {[](json& d) {
          d["settings"] = {{"mode", 1}};
        },

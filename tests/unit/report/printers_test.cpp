@@ -261,6 +261,9 @@ TEST(Csv, HeaderIsTheJsonNames) {
   const std::vector<std::string> host = {"host.wall_s",       "host.cpu_s",     "host.cpus",
                                          "host.others_cores", "host.steal_pct", "host.waited_s"};
   keys.insert(host.begin(), host.end());
+  // Only on points of a run --rounds sweep: the rounds' means (not their objects), their spread.
+  const std::vector<std::string> rounds = {"rounds.mean_ms", "round_spread_pct", "rounds_disagree"};
+  keys.insert(rounds.begin(), rounds.end());
   keys.erase("samples_ms");
   // Then the run's context, the same on every row.
   const std::vector<std::string> context = {"run.model",     "run.device",     "run.backend", "run.mode",
@@ -275,6 +278,7 @@ TEST(Csv, HeaderIsTheJsonNames) {
   std::vector<std::string> added = {"resumed_from", "telemetry.mem_clock_mhz.min",
                                     "telemetry.mem_clock_mhz.median"};
   added.insert(added.end(), host.begin(), host.end());
+  added.insert(added.end(), rounds.begin(), rounds.end());
   EXPECT_EQ(std::vector<std::string>(point_columns.end() - static_cast<std::ptrdiff_t>(added.size()),
                                      point_columns.end()),
             added);

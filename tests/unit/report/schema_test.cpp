@@ -67,6 +67,15 @@ TEST_F(Schema, EveryOptionalSectionIsValid) {
   r.points[0].memory.device_used_bytes = 12345;
   r.points[1].status = PointStatus::error;
   r.points[1].reason = "loss is NaN";
+  // run --rounds: two rounds of steps and one that failed.
+  Point& rounds = r.points[3];
+  const auto half = static_cast<int64_t>(rounds.samples_ms.size() / 2);
+  rounds.rounds = {
+      PointRound{half, "noise target", PointStatus::ok, {}},
+      PointRound{
+          static_cast<int64_t>(rounds.samples_ms.size()) - half, "steps of round 1", PointStatus::ok, {}},
+      PointRound{0, {}, PointStatus::oom, "out of memory"}};
+  r.settings["rounds"] = 3;
   EXPECT_EQ(validate(r, "full.json"), 0);
 }
 

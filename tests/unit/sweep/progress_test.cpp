@@ -55,6 +55,16 @@ TEST(FormatProgressLine, Variants) {
   line.refinement = false;
   line.eta_s.reset();
   EXPECT_EQ(format_progress_line(line, false), "[1/?] batch 184 · elapsed 0.0 s");
+  // run --rounds: a later round says which; a refinement point's later round says the round.
+  line.index = 9;
+  line.planned_total = 12;
+  line.total_is_estimate = false;
+  line.refinement = true;
+  line.round = 2;
+  line.rounds = 3;
+  EXPECT_EQ(format_progress_line(line, false), "[9/12] batch 184 (round 2/3) · elapsed 0.0 s");
+  line.round = 1;
+  EXPECT_EQ(format_progress_line(line, false), "[9/12] batch 184 (refine) · elapsed 0.0 s");
 }
 
 TEST(FormatProgressLine, ColorOnlyWhenAsked) {

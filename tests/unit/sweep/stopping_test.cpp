@@ -53,6 +53,28 @@ TEST(NoiseCriterion, FinishesWhenAllTargetsHold) {
   EXPECT_DOUBLE_EQ(criterion.measured_s(), 0.6);
 }
 
+TEST(NoiseCriterion, ALaterRoundTimesExactlyRoundOnesSteps) {
+  FakeClock time;
+  NoiseCriterion criterion(StoppingSettings{}, time.clock());
+  criterion.set_round_steps(25);
+  // Noisy steps well past --min-samples, --min-time and any noise target: only the count ends it.
+  EXPECT_EQ(feed(criterion, time, [](int i) { return i % 2 ? 200.0 : 20.0; }), 25);
+  EXPECT_EQ(criterion.stop_reason(), "steps of round 1");
+  EXPECT_FALSE(stopped_short(criterion.stop_reason()));
+  EXPECT_FALSE(criterion.warning().has_value());
+
+  // The timeout still ends it, and says how far it got.
+  FakeClock slow;
+  NoiseCriterion cut(StoppingSettings{}, slow.clock());
+  cut.set_round_steps(25);
+  EXPECT_EQ(feed(
+                cut, slow, [](int) { return 60.0; }, 0.5),
+            10);
+  EXPECT_EQ(cut.stop_reason(), "timeout");
+  ASSERT_TRUE(cut.warning().has_value());
+  EXPECT_EQ(*cut.warning(), "timeout 5 s reached after 5 s with 10 of round 1's 25 steps (raise --timeout)");
+}
+
 TEST(NoiseCriterion, WaitsForMinSamples) {
   FakeClock time;
   StoppingSettings settings;

@@ -1,0 +1,64 @@
+// run --rounds: whether a point's rounds agree (see rounds_agreement in include/batchsweep/analysis.hpp).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <span>
+
+#include "batchsweep/analysis.hpp"
+#include "batchsweep/stats.hpp"
+
+namespace bsw {
+
+std::optional<RoundsAgreement> rounds_agreement(const Point& point) {
+  const auto total = std::accumulate(point.rounds.begin(), point.rounds.end(), int64_t{0},
+                                     [](int64_t sum, const PointRound& r) { return sum + r.steps; });
+  if (point.rounds.size() < 2 || total != static_cast<int64_t>(point.samples_ms.size())) return std::nullopt;
+  struct Slice {
+    int number = 0;  // 1-based, among point.rounds
+    std::span<const double> steps;
+    double mean = 0;
+  };
+  std::vector<Slice> slices;
+  size_t at = 0;
+  for (size_t i = 0; i < point.rounds.size(); ++i) {
+    const auto steps = static_cast<size_t>(point.rounds[i].steps);
+    if (steps > 0) {
+      const std::span<const double> slice(point.samples_ms.data() + at, steps);
+      const double mean = std::accumulate(slice.begin(), slice.end(), 0.0) / static_cast<double>(steps);
+      slices.push_back({static_cast<int>(i + 1), slice, mean});
+    }
+    at += steps;
+  }
+  if (slices.size() < 2) return std::nullopt;
+  RoundsAgreement out;
+  for (const Slice& s : slices) out.means_ms.push_back(s.mean);
+  const auto [fast, slow] = std::minmax_element(
+      slices.begin(), slices.end(), [](const Slice& a, const Slice& b) { return a.mean < b.mean; });
+  out.fastest = fast->number;
+  out.slowest = slow->number;
+  if (!(fast->mean > 0) || !std::isfinite(slow->mean)) return out;
+  out.spread_pct = (slow->mean - fast->mean) / fast->mean * 100.0;
+  double df_slow = 0, df_fast = 0;
+  const std::optional<double> se_slow = drift_standard_error(slow->steps, &df_slow, true);
+  const std::optional<double> se_fast = drift_standard_error(fast->steps, &df_fast, true);
+  if (se_slow && se_fast) {
+    // drift_standard_error is relative: in ms, each round's own mean times it.
+    const double v_slow = std::pow(*se_slow * slow->mean, 2), v_fast = std::pow(*se_fast * fast->mean, 2);
+    const double diff = slow->mean - fast->mean;
+    double p = 1;
+    if (v_slow + v_fast <= 0) {
+      p = diff > 0 ? 0.0 : 1.0;
+    } else {
+      const double t = diff / std::sqrt(v_slow + v_fast);
+      const double df = std::pow(v_slow + v_fast, 2) / ((v_slow > 0 ? v_slow * v_slow / df_slow : 0) +
+                                                        (v_fast > 0 ? v_fast * v_fast / df_fast : 0));
+      p = student_t_two_sided_p(t, df);
+    }
+    const double pairs = static_cast<double>(slices.size() * (slices.size() - 1) / 2);
+    out.p_value = std::min(1.0, p * pairs);
+    out.disagree = *out.p_value < kRoundsAlpha && out.spread_pct >= kRoundSpreadPct;
+  }
+  return out;
+}
+
+}  // namespace bsw
