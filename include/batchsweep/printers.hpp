@@ -2,7 +2,10 @@
 // the report, so the same data prints the same text every time (tests/golden pins each one).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "batchsweep/report.hpp"
 
@@ -29,6 +32,20 @@ struct ConsoleOptions {
 // another) against batch (log2 axis), planned memory as
 // bars, knee / saturation / max-fit lines, oom points on the axis. Deterministic.
 [[nodiscard]] std::string format_svg(const Report& report);
+
+// --config-for: the frameworks whose setup the recommended batch is written for.
+enum class ConfigTarget { deepspeed, lightning, accelerate, transformers };
+[[nodiscard]] std::string_view to_string(ConfigTarget target);
+[[nodiscard]] std::optional<ConfigTarget> parse_config_target(std::string_view name);
+
+// The recommended batch (analysis.recommended, with its accumulation) as the lines to paste into `target`'s
+// setup, in the precision the sweep ran (settings.precision; tf32 as PyTorch's matmul switch), for training
+// or inference (settings.mode), over `world_size` GPUs each running that micro-batch: DeepSpeed's config JSON
+// (train_batch_size = micro-batch x accumulation x world size, which DeepSpeed checks), Lightning's
+// DataLoader and Trainer, accelerate's Accelerator, transformers' TrainingArguments. A one-line "none"
+// without a recommendation. Throws UsageError naming --world-size below 1.
+[[nodiscard]] std::string format_config_snippet(const Report& report, ConfigTarget target,
+                                                int64_t world_size);
 
 // to_json(report).dump(2), with invalid UTF-8 in strings replaced rather than thrown on; ends with a newline.
 [[nodiscard]] std::string format_json(const Report& report);

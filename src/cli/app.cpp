@@ -330,6 +330,21 @@ CLI::Validator unsigned_64() {
           "UINT64"};
 }
 
+// One of `choices` (CLI11's IsMember says "cudn not in {auto,cudnn,explicit}"): says the value, the nearest
+// choice and every one, as --precision does. `choices` outlive the validator (string literals).
+CLI::Validator one_of(std::initializer_list<std::string_view> choices) {
+  std::vector<std::string_view> list(choices);
+  std::string shown = "{";
+  for (const std::string_view c : list) shown += (shown.size() > 1 ? "," : "") + std::string(c);
+  shown += "}";
+  return {[list](std::string& text) -> std::string {
+            if (std::find(list.begin(), list.end(), text) != list.end()) return {};
+            return fmt::format("unknown value '{}'{} (choose {})", text, did_you_mean(text, list),
+                               fmt::join(list, ", "));
+          },
+          shown};
+}
+
 void add_exports(CLI::App* cmd, ExportSettings& e) {
   cmd->add_option("--json", e.json_path, "Write the JSON report (schema v1) to FILE, or - for stdout")
       ->type_name("FILE|-")
@@ -345,6 +360,18 @@ void add_exports(CLI::App* cmd, ExportSettings& e) {
          "Write an SVG plot (throughput, step latency at the budget's percentile or p99, memory) to FILE")
       ->type_name("FILE")
       ->check(file_path());
+  CLI::Option* config =
+      cmd->add_option("--config-for", e.config_for,
+                      "Print the recommended batch as lines for deepspeed | lightning | accelerate | "
+                      "transformers, last")
+          ->type_name("FRAMEWORK")
+          ->check(one_of({"deepspeed", "lightning", "accelerate", "transformers"}));
+  cmd->add_option("--world-size", e.world_size,
+                  "With --config-for: GPUs that each run the micro-batch (DeepSpeed's train_batch_size "
+                  "counts them)")
+      ->type_name("N")
+      ->transform(whole(1, 1 << 20))
+      ->needs(config);
 }
 
 // `of_report`: for analyze, where a flag not given keeps the report's value (the defaults apply only where
@@ -412,21 +439,6 @@ PathChoice parse_paths(const std::string& attention, const std::string& conv) {
     c.attention = attention == "cudnn" ? AttentionPath::cudnn_sdpa : AttentionPath::explicit_softmax;
   if (conv != "auto") c.conv = conv == "cudnn" ? ConvPath::cudnn : ConvPath::im2col_gemm;
   return c;
-}
-
-// One of `choices` (CLI11's IsMember says "cudn not in {auto,cudnn,explicit}"): says the value, the nearest
-// choice and every one, as --precision does. `choices` outlive the validator (string literals).
-CLI::Validator one_of(std::initializer_list<std::string_view> choices) {
-  std::vector<std::string_view> list(choices);
-  std::string shown = "{";
-  for (const std::string_view c : list) shown += (shown.size() > 1 ? "," : "") + std::string(c);
-  shown += "}";
-  return {[list](std::string& text) -> std::string {
-            if (std::find(list.begin(), list.end(), text) != list.end()) return {};
-            return fmt::format("unknown value '{}'{} (choose {})", text, did_you_mean(text, list),
-                               fmt::join(list, ", "));
-          },
-          shown};
 }
 
 void add_path_options(CLI::App* cmd, std::string& attention, std::string& conv) {

@@ -420,6 +420,11 @@ void print_final(const Report& report, const ExportSettings& e) {
     const std::string table = format_console(report, {color_allowed(STDOUT_FILENO)});
     std::fwrite(table.data(), 1, table.size(), stdout);
   }
+  // Beside the table: on stdout, or on stderr where stdout carries the JSON.
+  if (const std::optional<ConfigTarget> target = parse_config_target(e.config_for)) {
+    const std::string snippet = "\n" + format_config_snippet(report, *target, e.world_size);
+    std::fwrite(snippet.data(), 1, snippet.size(), e.json_path == "-" ? stderr : stdout);
+  }
   if (export_error) {
     std::fflush(stdout);
     std::rethrow_exception(export_error);

@@ -16,6 +16,8 @@ namespace bsw::cli {
 // Where a report goes besides the console table. "-" for --json means stdout (the table then goes to stderr).
 struct ExportSettings {
   std::string json_path, csv_path, markdown_path, svg_path;
+  std::string config_for;  // --config-for: deepspeed, lightning, accelerate, transformers; empty for none
+  int64_t world_size = 1;  // --world-size: GPUs that each run the recommended micro-batch
   [[nodiscard]] bool any() const {
     return !json_path.empty() || !csv_path.empty() || !markdown_path.empty() || !svg_path.empty();
   }

@@ -2,6 +2,7 @@
 // backend (deterministic step times: knee, saturation, max-fit, SLO, exports, auto search, compare's exit
 // code, interrupt) and one short real CPU sweep.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -3281,6 +3282,50 @@ TEST(Run, AnInterruptedRoundsSweepResumesTheRoundsItLacks) {
   EXPECT_NE(r.err.find("kept their earlier rounds and were measured in the rounds they lacked now"),
             std::string::npos)
       << r.err;
+}
+
+// --config-for: the recommended batch as a framework's setup, last on stdout (on stderr beside the table
+// where stdout carries the JSON); DeepSpeed's block is JSON that counts the world size.
+TEST(Run, ConfigForPrintsTheRecommendationAsAFrameworksSetup) {
+  const Result r = run(scripted_run("roofline.json", {"--batch", "64:1024:*2", "--config-for", "deepspeed",
+                                                      "--world-size", "4", "--json", "-"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);  // stdout is the JSON alone
+  const int64_t batch = report["analysis"]["recommended"]["batch"];
+  const std::string head = fmt::format(
+      "config for DeepSpeed (batch {}, fp32, 4 GPUs; {} samples per optimizer step):\n", batch, 4 * batch);
+  const size_t at = r.err.find(head);
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const size_t open = r.err.find("  {\n", at), close = r.err.find("  }\n", at);
+  ASSERT_NE(open, std::string::npos);
+  ASSERT_NE(close, std::string::npos);
+  const nlohmann::json ds = nlohmann::json::parse(r.err.substr(open, close + 3 - open));
+  EXPECT_EQ(ds["train_micro_batch_size_per_gpu"], batch);
+  EXPECT_EQ(ds["gradient_accumulation_steps"], 1);
+  EXPECT_EQ(ds["train_batch_size"], 4 * batch);
+
+  // analyze gives it for a report, last on stdout.
+  ScratchDir dir;
+  const std::string json = (dir / "r.json").string();
+  std::ofstream(json) << r.out;
+  const Result again = run({"analyze", json, "--config-for", "lightning"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  const std::string lightning = fmt::format(
+      "config for Lightning (batch {}, fp32, 1 GPU; {} samples per optimizer step):\n"
+      "  loader = DataLoader(dataset, batch_size={})\n"
+      "  trainer = L.Trainer(precision=\"32-true\")\n",
+      batch, batch, batch);
+  EXPECT_TRUE(again.out.ends_with(lightning)) << again.out;
+}
+
+TEST(Run, WorldSizeNeedsConfigFor) {
+  const Result r = run(scripted_run("roofline.json", {"--batch", "64", "--world-size", "2"}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--world-size requires --config-for"), std::string::npos) << r.err;
+  const Result zero = run(
+      scripted_run("roofline.json", {"--batch", "64", "--config-for", "accelerate", "--world-size", "0"}));
+  EXPECT_EQ(zero.exit_code, 2);
+  EXPECT_NE(zero.err.find("--world-size: "), std::string::npos) << zero.err;
 }
 
 }  // namespace

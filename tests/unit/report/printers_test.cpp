@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "batchsweep/errors.hpp"
 #include "batchsweep/printers.hpp"
 #include "golden/sample_report.hpp"
 #include "report/format.hpp"
@@ -434,6 +435,82 @@ TEST(Svg, SurvivesOddCurves) {
   const std::string svg = format_svg(r);
   EXPECT_THAT(svg, HasSubstr("</svg>"));
   EXPECT_LT(svg.size(), 100000u);
+}
+
+}  // namespace
+}  // namespace bsw
+
+namespace bsw {
+namespace {
+
+// --config-for: the recommended batch in each framework's terms, with the run's precision and mode.
+TEST(ConfigSnippet, EachFrameworkInTheRunsPrecision) {
+  Report r = testing::sample_report();  // train, bf16, recommended 64, scripted
+  r.analysis.recommended_accumulation = 4;
+  EXPECT_EQ(
+      format_config_snippet(r, ConfigTarget::deepspeed, 8),
+      "config for DeepSpeed (batch 64 x accumulation 4, bf16, 8 GPUs; 2048 samples per optimizer step):\n"
+      "  {\n"
+      "    \"train_micro_batch_size_per_gpu\": 64,\n"
+      "    \"gradient_accumulation_steps\": 4,\n"
+      "    \"train_batch_size\": 2048,\n"
+      "    \"bf16\": {\"enabled\": true}\n"
+      "  }\n");
+  EXPECT_EQ(format_config_snippet(r, ConfigTarget::lightning, 1),
+            "config for Lightning (batch 64 x accumulation 4, bf16, 1 GPU; 256 samples per optimizer step):\n"
+            "  loader = DataLoader(dataset, batch_size=64)\n"
+            "  trainer = L.Trainer(accumulate_grad_batches=4, precision=\"bf16-mixed\")\n");
+  EXPECT_EQ(
+      format_config_snippet(r, ConfigTarget::accelerate, 2),
+      "config for accelerate (batch 64 x accumulation 4, bf16, 2 GPUs; 512 samples per optimizer step):\n"
+      "  accelerator = Accelerator(gradient_accumulation_steps=4, mixed_precision=\"bf16\")\n"
+      "  loader = DataLoader(dataset, batch_size=64)  # per process; accelerate launch --num_processes 2\n");
+  EXPECT_EQ(
+      format_config_snippet(r, ConfigTarget::transformers, 1),
+      "config for transformers (batch 64 x accumulation 4, bf16, 1 GPU; 256 samples per optimizer step):\n"
+      "  args = TrainingArguments(output_dir=\"out\", per_device_train_batch_size=64, "
+      "gradient_accumulation_steps=4, bf16=True)\n");
+
+  r.settings["precision"] = "fp16";
+  r.analysis.recommended_accumulation.reset();
+  EXPECT_NE(
+      format_config_snippet(r, ConfigTarget::deepspeed, 1)
+          .find("    \"train_batch_size\": 64,\n    \"fp16\": {\"enabled\": true, \"loss_scale\": 0}\n"),
+      std::string::npos)
+      << "dynamic loss scaling, as the sweep's fp16 training";
+  EXPECT_NE(format_config_snippet(r, ConfigTarget::lightning, 1).find("precision=\"16-mixed\""),
+            std::string::npos);
+  r.settings["precision"] = "tf32";
+  const std::string tf32 = format_config_snippet(r, ConfigTarget::deepspeed, 1);
+  EXPECT_NE(tf32.find("    \"train_batch_size\": 64\n  }\n"), std::string::npos) << tf32;
+  EXPECT_NE(tf32.find("torch.backends.cuda.matmul.allow_tf32 = True"), std::string::npos) << tf32;
+  EXPECT_NE(format_config_snippet(r, ConfigTarget::transformers, 1).find(", tf32=True)"), std::string::npos);
+  EXPECT_NE(format_config_snippet(r, ConfigTarget::lightning, 1)
+                .find("torch.set_float32_matmul_precision(\"high\")"),
+            std::string::npos);
+}
+
+TEST(ConfigSnippet, InferenceCpuAndNoRecommendation) {
+  Report r = testing::sample_report();
+  r.settings["mode"] = "infer";
+  r.device.backend = "cpu";
+  EXPECT_EQ(format_config_snippet(r, ConfigTarget::transformers, 1),
+            "config for transformers (inference, batch 64, bf16, 1 process):\n"
+            "  # measured on the CPU backend: a GPU's best batch differs, so sweep on the GPU itself\n"
+            "  args = TrainingArguments(output_dir=\"out\", per_device_eval_batch_size=64, bf16=True)\n");
+  const std::string ds = format_config_snippet(r, ConfigTarget::deepspeed, 3);
+  EXPECT_NE(ds.find("(inference, batch 64, bf16, 3 processes):"), std::string::npos) << ds;
+  EXPECT_NE(ds.find("  loader = DataLoader(dataset, batch_size=64)\n"
+                    "  engine = deepspeed.init_inference(model, dtype=torch.bfloat16)\n"),
+            std::string::npos)
+      << ds;
+  EXPECT_EQ(ds.find("train_batch_size"), std::string::npos) << ds;
+  r.analysis.recommended = {};
+  EXPECT_EQ(format_config_snippet(r, ConfigTarget::accelerate, 1),
+            "config for accelerate: none — there is no recommended batch to set (see recommended: above)\n");
+  EXPECT_THROW((void)format_config_snippet(r, ConfigTarget::accelerate, 0), UsageError);
+  EXPECT_EQ(parse_config_target("lightning"), ConfigTarget::lightning);
+  EXPECT_FALSE(parse_config_target("Lightning"));
 }
 
 }  // namespace

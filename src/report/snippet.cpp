@@ -1,0 +1,136 @@
+// --config-for: the recommended batch as the lines to paste into a training or inference setup (DeepSpeed's
+// config, Lightning's Trainer, accelerate's Accelerator, transformers' TrainingArguments), with the precision
+// the sweep measured in.
+#include <fmt/format.h>
+
+#include <string>
+
+#include "batchsweep/errors.hpp"
+#include "batchsweep/printers.hpp"
+
+namespace bsw {
+namespace {
+
+std::string setting(const Report& report, const char* key, const char* fallback) {
+  const auto it = report.settings.find(key);
+  return it != report.settings.end() && it->is_string() ? it->get<std::string>() : std::string(fallback);
+}
+
+// tf32 is a global switch in PyTorch, off for matmuls by default: the line that turns it on.
+constexpr const char* kTf32Line =
+    "torch.backends.cuda.matmul.allow_tf32 = True  # the sweep ran tf32 matmuls";
+
+}  // namespace
+
+std::string_view to_string(ConfigTarget target) {
+  switch (target) {
+    case ConfigTarget::deepspeed:
+      return "deepspeed";
+    case ConfigTarget::lightning:
+      return "lightning";
+    case ConfigTarget::accelerate:
+      return "accelerate";
+    case ConfigTarget::transformers:
+      return "transformers";
+  }
+  return "deepspeed";
+}
+
+std::optional<ConfigTarget> parse_config_target(std::string_view name) {
+  for (const ConfigTarget t : {ConfigTarget::deepspeed, ConfigTarget::lightning, ConfigTarget::accelerate,
+                               ConfigTarget::transformers})
+    if (name == to_string(t)) return t;
+  return std::nullopt;
+}
+
+std::string format_config_snippet(const Report& report, ConfigTarget target, int64_t world_size) {
+  if (world_size < 1) throw UsageError(fmt::format("--world-size: must be at least 1, got {}", world_size));
+  static constexpr const char* kNames[] = {"DeepSpeed", "Lightning", "accelerate", "transformers"};
+  const char* name = kNames[static_cast<int>(target)];
+  const Analysis& a = report.analysis;
+  if (!a.recommended.batch)
+    return fmt::format(
+        "config for {}: none — there is no recommended batch to set (see recommended: above)\n", name);
+  const int64_t batch = *a.recommended.batch;
+  const int64_t accumulation = a.recommended_accumulation.value_or(1);
+  const bool train = setting(report, "mode", "train") != "infer";
+  const std::string precision = setting(report, "precision", "fp32");
+  const int64_t global = batch * accumulation * world_size;
+  // What each of the world runs on: a CPU sweep's answer is a CPU process's, said as such.
+  const bool cpu = report.device.backend == "cpu";
+  const std::string gpus =
+      fmt::format("{} {}{}", world_size, cpu ? "process" : "GPU", world_size == 1 ? "" : (cpu ? "es" : "s"));
+  std::string out = fmt::format(
+      "config for {} ({}batch {}{}, {}, {}{}):\n", name, train ? "" : "inference, ", batch,
+      accumulation > 1 ? fmt::format(" x accumulation {}", accumulation) : std::string(), precision, gpus,
+      train ? fmt::format("; {} samples per optimizer step", global) : std::string());
+  if (cpu) out += "  # measured on the CPU backend: a GPU's best batch differs, so sweep on the GPU itself\n";
+  const bool tf32 = precision == "tf32";
+  switch (target) {
+    case ConfigTarget::deepspeed: {
+      if (!train) {
+        out += fmt::format(
+            "  # DeepSpeed's config holds no inference batch: the data loader gives it\n"
+            "  loader = DataLoader(dataset, batch_size={})\n",
+            batch);
+        if (precision == "fp16" || precision == "bf16")
+          out += fmt::format("  engine = deepspeed.init_inference(model, dtype=torch.{})\n",
+                             precision == "fp16" ? "float16" : "bfloat16");
+        if (tf32) out += fmt::format("  {}\n", kTf32Line);
+        break;
+      }
+      // DeepSpeed checks train_batch_size = micro x accumulation x world size.
+      out += "  {\n";
+      out += fmt::format("    \"train_micro_batch_size_per_gpu\": {},\n", batch);
+      out += fmt::format("    \"gradient_accumulation_steps\": {},\n", accumulation);
+      out += fmt::format("    \"train_batch_size\": {}{}\n", global,
+                         precision == "fp16" || precision == "bf16" ? "," : "");
+      if (precision == "fp16") out += "    \"fp16\": {\"enabled\": true, \"loss_scale\": 0}\n";
+      if (precision == "bf16") out += "    \"bf16\": {\"enabled\": true}\n";
+      out += "  }\n";
+      if (tf32) out += fmt::format("  # and in the script: {}\n", kTf32Line);
+      break;
+    }
+    case ConfigTarget::lightning: {
+      const char* lightning_precision = precision == "fp16"   ? "16-mixed"
+                                        : precision == "bf16" ? "bf16-mixed"
+                                                              : "32-true";
+      if (tf32) out += "  torch.set_float32_matmul_precision(\"high\")  # the sweep ran tf32 matmuls\n";
+      out += fmt::format("  loader = DataLoader(dataset, batch_size={})\n", batch);
+      out += fmt::format("  trainer = L.Trainer({}precision=\"{}\"{})\n",
+                         train && accumulation > 1 ? fmt::format("accumulate_grad_batches={}, ", accumulation)
+                                                   : std::string(),
+                         lightning_precision, world_size > 1 ? fmt::format(", devices={}", world_size) : "");
+      break;
+    }
+    case ConfigTarget::accelerate: {
+      const char* mixed = precision == "fp16" ? "fp16" : precision == "bf16" ? "bf16" : "no";
+      if (tf32) out += fmt::format("  {}\n", kTf32Line);
+      out += fmt::format("  accelerator = Accelerator({}mixed_precision=\"{}\")\n",
+                         train && accumulation > 1
+                             ? fmt::format("gradient_accumulation_steps={}, ", accumulation)
+                             : std::string(),
+                         mixed);
+      out += fmt::format(
+          "  loader = DataLoader(dataset, batch_size={})  # per process{}\n", batch,
+          world_size > 1 ? fmt::format("; accelerate launch --num_processes {}", world_size) : "");
+      break;
+    }
+    case ConfigTarget::transformers: {
+      std::string args = train ? fmt::format("per_device_train_batch_size={}", batch)
+                               : fmt::format("per_device_eval_batch_size={}", batch);
+      if (train && accumulation > 1) args += fmt::format(", gradient_accumulation_steps={}", accumulation);
+      if (precision == "fp16") args += ", fp16=True";
+      if (precision == "bf16") args += ", bf16=True";
+      if (tf32) args += ", tf32=True";
+      out += fmt::format("  args = TrainingArguments(output_dir=\"out\", {})\n", args);
+      if (world_size > 1)
+        out +=
+            fmt::format("  # torchrun --nproc_per_node {}: each process runs the batch above\n", world_size);
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace bsw
