@@ -158,6 +158,7 @@ class PointRunner {
     std::string why;
     size_t samples = 0;       // timed steps
     bool warmup_cut = false;  // --timeout cut its warm-up short
+    int round = 1;            // run --rounds: the round that stopped short
   };
   std::vector<StopWarning> stop_warnings_;  // in sweep order
   std::string warmup_cut_;                  // the point being timed: why its warm-up was cut short, if it was

@@ -227,10 +227,10 @@ bool PointRunner::measure_round(int64_t batch, int64_t accumulation, int round) 
     std::string why = fmt::format("round {}: {}", round, *warning);
     if (!warmup_cut_.empty()) why += fmt::format(" ({})", warmup_cut_);
     stop_warnings_.push_back(
-        {batch, accumulation, std::move(why), fresh.samples_ms.size(), !warmup_cut_.empty()});
+        {batch, accumulation, std::move(why), fresh.samples_ms.size(), !warmup_cut_.empty(), round});
   } else if (!warmup_cut_.empty()) {
     stop_warnings_.push_back({batch, accumulation, fmt::format("round {}: {}", round, warmup_cut_),
-                              fresh.samples_ms.size(), true});
+                              fresh.samples_ms.size(), true, round});
   }
   notify_done(stored);
   return true;

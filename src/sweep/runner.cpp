@@ -583,7 +583,8 @@ void PointRunner::add_stop_warnings() {
   });
   std::vector<std::string> labels, single, cut;
   for (const StopWarning& w : sorted) {
-    labels.push_back(batch_label(w.batch, w.accumulation));
+    labels.push_back(w.round > 1 ? fmt::format("{} (round {})", batch_label(w.batch, w.accumulation), w.round)
+                                 : batch_label(w.batch, w.accumulation));
     if (w.samples == 1) single.push_back(labels.back());
     if (w.warmup_cut) cut.push_back(labels.back());
   }

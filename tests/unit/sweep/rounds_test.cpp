@@ -244,6 +244,30 @@ TEST(Rounds, ATimeoutInALaterRoundIsThePointsStopReason) {
   EXPECT_TRUE(contains(*warning, "of round 1's 40 steps (raise --timeout)")) << *warning;
 }
 
+TEST(Rounds, ManyPointsStoppingShortNameTheirRounds) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline(20.0, 128.0, 0.0);
+  config.sleep = true;
+  config.drift_pct = 100;  // later sessions far slower: round 2 cannot time round 1's steps either
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = list_settings({1, 2});
+  settings.stopping.warmup_steps = 1;
+  settings.stopping.min_samples = 40;  // 0.8 s of 20 ms steps: more than the timeout
+  settings.stopping.timeout_s = 0.25;
+  settings.rounds = 2;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  const auto warning =
+      std::find_if(outcome.warnings.begin(), outcome.warnings.end(), [](const std::string& w) {
+        return contains(w, "points stopped before meeting their measurement targets");
+      });
+  ASSERT_NE(warning, outcome.warnings.end());
+  EXPECT_TRUE(contains(*warning,
+                       "4 points stopped before meeting their measurement targets (batches 1, 1 (round 2), "
+                       "2, 2 (round 2)); the first measured, batch 1: timeout"))
+      << *warning;
+}
+
 TEST(Rounds, OutOfRangeIsAUsageErrorNamingTheFlag) {
   const Graph graph = tiny_graph();
   const auto backend = make_scripted_backend(testing::roofline());
