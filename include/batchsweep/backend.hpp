@@ -28,6 +28,9 @@ struct SessionOptions {
   uint64_t seed = 1234;
   bool cuda_graphs = true;                     // cuda: capture the step as a graph and replay it
   std::optional<uint64_t> memory_limit_bytes;  // refuse plans above this (the emulated smaller card)
+  // run --rounds: which measurement of its point this session is (1 the first). The real backends run the
+  // same step every time; the scripted device draws other noise in each round.
+  int round = 1;
 };
 
 struct StepResult {

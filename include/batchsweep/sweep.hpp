@@ -373,6 +373,7 @@ class ProgressPrinter : public SweepObserver {
   double start_s_ = 0;
   int finished_ = 0;
   int resumed_ = 0;                    // finished points taken from --resume: no time of this run's
+  int later_rounds_ = 0;               // run --rounds: measurements of rounds 2.., among finished_
   std::size_t drawn_width_ = 0;        // characters of the line drawn in place
   std::optional<PointStart> current_;  // the point being measured, or the one after the probe
   bool probing_ = false;               // current_ is a prepare-only probe of current_->batch

@@ -996,9 +996,11 @@ void note_resume(Report& report, const ResumeSource& source,
     const std::string said_taken = fmt::format("batch {}: taken from the earlier run, ", label);
     bool stop_said = false;
     for (const std::string& w : earlier.warnings) {
+      // Nor what the earlier run said of its rounds' agreement: this run judges every point's rounds again.
       const bool about_it =
           (w.starts_with("batch " + label + ":") || w.starts_with("batch " + label + " ")) &&
-          !w.ends_with(": close to out-of-memory");
+          !w.ends_with(": close to out-of-memory") &&
+          w.find(" rounds' mean steps differ by ") == std::string::npos;
       if (!about_it) continue;
       add(w);
       stop_said |= w.starts_with(said_stop) || w.starts_with(said_taken);

@@ -92,7 +92,7 @@ std::string cell(const ordered& v) {
     std::string joined;
     for (const auto& item : v) {
       if (!joined.empty()) joined += ';';
-      joined += item.is_string() ? item.get<std::string>() : item.dump();
+      joined += item.is_string() ? item.get<std::string>() : item.is_null() ? std::string() : item.dump();
     }
     return quote(joined);
   }

@@ -113,9 +113,12 @@ std::string marks_legend(const Report& report) {
   }
   if (any_point(report,
                 [](const Point& p) { return p.status == PointStatus::ok && !p.resumed_from.empty(); })) {
-    out +=
-        (out.empty() ? "" : "; ") +
-        std::string("resumed = taken from --resume, measured by an earlier run (resumed_from in the JSON)");
+    out += (out.empty() ? "" : "; ") +
+           std::string(
+               any_point(report, [](const Point& p) { return !p.resumed_from.empty() && !p.rounds.empty(); })
+                   ? "resumed = taken from --resume, measured by an earlier run (with --rounds, its first "
+                     "rounds; resumed_from in the JSON)"
+                   : "resumed = taken from --resume, measured by an earlier run (resumed_from in the JSON)");
   }
   // What MFU is a fraction of: a spec sheet's peak, a calibration, or a script's.
   if (report.device.peak_flops && *report.device.peak_flops > 0 &&
@@ -336,21 +339,29 @@ std::string Title::split() const {
 }
 
 std::string rounds_line(const Report& report) {
+  // settings.rounds as asked; a resumed report's points may hold more (or, asked 1, still hold rounds).
   const auto it = report.settings.find("rounds");
-  const int64_t asked = it != report.settings.end() && it->is_number_integer() ? it->get<int64_t>() : 1;
-  std::vector<std::string> apart, short_of;
+  int64_t asked = 1;
+  if (it != report.settings.end() && it->is_number() && it->get<double>() >= 1 &&
+      it->get<double>() == std::floor(it->get<double>()))
+    asked = static_cast<int64_t>(it->get<double>());
+  std::vector<std::string> apart, untested, short_of;
   std::string widest;
   double widest_pct = -1, apart_pct = -1;
-  bool any = false;
+  int64_t most = 0;
   for (const Point& p : report.points) {
     if (p.status != PointStatus::ok || p.rounds.empty()) continue;
-    any = true;
+    most = std::max<int64_t>(most, static_cast<int64_t>(p.rounds.size()));
     const std::string label = batch_label(p.batch, p.accumulation);
     const auto ran = std::count_if(p.rounds.begin(), p.rounds.end(),
                                    [](const PointRound& r) { return r.status == PointStatus::ok; });
     if (ran < asked) short_of.push_back(fmt::format("{} ({} of {})", label, ran, asked));
     const std::optional<RoundsAgreement> agreement = rounds_agreement(p);
     if (!agreement) continue;
+    if (!agreement->p_value) {  // a round of one step: no spread to judge the difference by
+      untested.push_back(label);
+      continue;
+    }
     if (agreement->disagree) {
       apart.push_back(label);
       apart_pct = std::max(apart_pct, agreement->spread_pct);
@@ -360,18 +371,26 @@ std::string rounds_line(const Report& report) {
       widest = label;
     }
   }
-  if (!any || asked < 2) return {};
-  std::string line = fmt::format("rounds: {} per batch, the order reversed each round", asked);
+  if (most < 2 && asked < 2) return {};
+  std::string line = asked >= most || most < 2
+                         ? fmt::format("rounds: {} per batch, the order reversed each round", asked)
+                         : fmt::format(
+                               "rounds: {} per batch asked, up to {} held (from the resumed report), the "
+                               "order reversed each round",
+                               asked, most);
+  const auto batches = [](const std::vector<std::string>& labels) {
+    return fmt::format("{} {}", labels.size() == 1 ? "batch" : "batches", fmt::join(labels, ", "));
+  };
   if (!apart.empty()) {
-    line += fmt::format("; the rounds of {} {} disagree, up to {:.1f}% apart (see the warnings)",
-                        apart.size() == 1 ? "batch" : "batches", fmt::join(apart, ", "), apart_pct);
+    line += fmt::format("; the rounds of {} disagree, up to {:.1f}% apart (see the warnings)", batches(apart),
+                        apart_pct);
   } else if (widest_pct >= 0) {
-    line += fmt::format("; every batch's rounds agree within their noise (widest: batch {}, {:.1f}% apart)",
-                        widest, widest_pct);
+    line += fmt::format("; {} rounds agree within their noise (widest: batch {}, {:.1f}% apart)",
+                        untested.empty() ? "every batch's" : "the tested batches'", widest, widest_pct);
   }
-  if (!short_of.empty())
-    line += fmt::format("; fewer rounds ran at {} {}", short_of.size() == 1 ? "batch" : "batches",
-                        fmt::join(short_of, ", "));
+  if (!untested.empty())
+    line += fmt::format("; {} had a round of one step, too few to compare", batches(untested));
+  if (!short_of.empty()) line += fmt::format("; fewer rounds ran at {}", batches(short_of));
   return line;
 }
 

@@ -100,7 +100,7 @@ class PointRunner {
   // Prepares (batch, accumulation) with the sweep's paths. Where the backend rejects a library path at this
   // batch (PathRejected) that the user did not force, plans the point again on our own path, checks that plan
   // against the budget and prepares it; the plan's paths note says so.
-  [[nodiscard]] Prepared prepare_point(int64_t batch, int64_t accumulation);
+  [[nodiscard]] Prepared prepare_point(int64_t batch, int64_t accumulation, int round = 1);
   // The sweep's paths with the rejected one replaced by our own; nullopt where the user forced it.
   [[nodiscard]] std::optional<ExecutionPaths> fallback_paths(const ExecutionPaths& paths,
                                                              const PathRejected& rejected);
@@ -116,6 +116,8 @@ class PointRunner {
   [[nodiscard]] bool measure_round(int64_t batch, int64_t accumulation, int round);
   // Tells the observer a stored point is done (again, after a round): with every point so far.
   void notify_done(const Point& stored);
+  // run --rounds: the warning naming the points whose rounds disagree (rounds_agreement), if any.
+  void warn_disagreeing_rounds();
   void add_memory_warning(const Point& point);
   std::optional<Point> measure_point(int64_t batch, int64_t accumulation, bool refinement);
   void add_session_warnings(const Point& point);
@@ -170,6 +172,10 @@ class PointRunner {
   std::optional<UntimedFit> untimed_fit_;
   int probed_ = 0;
   int resumed_ = 0;
+  // run --rounds: the points of round 1 in the order it ran them (ok ones, measured or resumed), and the
+  // points this run has measured, so a resumed point measured in a later round counts once.
+  std::vector<std::pair<int64_t, int64_t>> first_round_order_;
+  std::set<std::pair<int64_t, int64_t>> measured_now_;
 };
 
 // The strategies, each in its own file.

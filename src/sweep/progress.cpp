@@ -243,8 +243,11 @@ void ProgressPrinter::tick() {
 void ProgressPrinter::on_point_done(const Point& point, const std::vector<Point>& /*all_so_far*/) {
   const std::lock_guard lock(ticker_->mutex);
   ++finished_;
-  // A resumed point measured again in a later round (run --rounds) ran now: it counts for the ETA.
-  if (!point.resumed_from.empty() && (!current_ || current_->round <= 1)) ++resumed_;
+  // A later round of a point (run --rounds) is a measurement, for the ETA, but no new point; a resumed
+  // point measured again in one ran now.
+  const bool later_round = current_ && current_->round > 1;
+  if (later_round) ++later_rounds_;
+  if (!point.resumed_from.empty() && !later_round) ++resumed_;
   current_.reset();
   probing_ = false;
   if (options_.quiet || point.status == PointStatus::ok) return;
@@ -274,12 +277,16 @@ void ProgressPrinter::on_sweep_end(bool interrupted) {
   const double elapsed_s = now_s() - start_s_;
   // Points taken from --resume were not measured in this time: said apart. "From this run", not "measured":
   // settings.measured_points leaves out the points that did not fit, which this count holds.
-  const int measured = finished_ - resumed_;
+  const int points = finished_ - later_rounds_;
+  const int measured = points - resumed_;
   const std::string resumed =
       resumed_ > 0 ? fmt::format(" ({} from this run, {} taken from --resume)", measured, resumed_)
                    : std::string();
-  put(stream_, fmt::format("{} {} point{}{} in {}\n", interrupted ? "interrupted after" : "sweep done:",
-                           finished_, finished_ == 1 ? "" : "s", resumed, format_duration(elapsed_s)));
+  const std::string rounds =
+      later_rounds_ > 0 ? fmt::format(" and {} later round{}", later_rounds_, later_rounds_ == 1 ? "" : "s")
+                        : std::string();
+  put(stream_, fmt::format("{} {} point{}{}{} in {}\n", interrupted ? "interrupted after" : "sweep done:",
+                           points, points == 1 ? "" : "s", resumed, rounds, format_duration(elapsed_s)));
   std::fflush(stream_);
 }
 

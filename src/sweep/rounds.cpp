@@ -102,37 +102,60 @@ double sum(const std::vector<double>& v, size_t from = 0) {
 
 void PointRunner::run_rounds() {
   const int rounds = static_cast<int>(settings_.rounds);
-  if (rounds <= 1 || interrupted_) return;
-  for (int round = 2; round <= rounds; ++round) {
-    // The measurements left, exact now that round 1 is done (less any whose round fails later).
-    int left = 0;
-    for (int later = round; later <= rounds; ++later)
-      left += static_cast<int>(
-          std::count_if(points_.begin(), points_.end(), [&](const Point& p) { return due(p, later); }));
-    planned_total_ = started_ + left;
-    total_is_estimate_ = false;
-    std::vector<std::pair<int64_t, int64_t>> order;  // points_ is sorted by (effective batch, batch)
+  if (rounds > 1 && !interrupted_) {
+    // Round 1's order as it ran (a list ascending, --effective-batch from the largest micro-batch down, a
+    // search's refinements last), then any point it did not record, by batch.
+    std::vector<std::pair<int64_t, int64_t>> first;
+    for (const auto& key : first_round_order_)
+      if (std::find(first.begin(), first.end(), key) == first.end()) first.push_back(key);
     for (const Point& p : points_)
-      if (due(p, round)) order.emplace_back(p.batch, p.accumulation);
-    if (round % 2 == 0) std::reverse(order.begin(), order.end());
-    for (const auto& [batch, accumulation] : order)
-      if (!measure_round(batch, accumulation, round)) return;
+      if (std::find(first.begin(), first.end(), std::pair(p.batch, p.accumulation)) == first.end())
+        first.emplace_back(p.batch, p.accumulation);
+    for (int round = 2; round <= rounds && !interrupted_; ++round) {
+      // The measurements left, exact now that round 1 is done (less any whose round fails later).
+      int left = 0;
+      for (int later = round; later <= rounds; ++later)
+        left += static_cast<int>(
+            std::count_if(points_.begin(), points_.end(), [&](const Point& p) { return due(p, later); }));
+      planned_total_ = started_ + left;
+      total_is_estimate_ = false;
+      std::vector<std::pair<int64_t, int64_t>> order;
+      for (const auto& [batch, accumulation] : first) {
+        const Point* p = find(batch, accumulation);
+        if (p != nullptr && due(*p, round)) order.emplace_back(batch, accumulation);
+      }
+      if (round % 2 == 0) std::reverse(order.begin(), order.end());  // round 1's order, reversed
+      for (const auto& [batch, accumulation] : order)
+        if (!measure_round(batch, accumulation, round)) break;
+    }
   }
-  // The rounds that disagree: the machine changed speed between them. Said per point where few, else once.
+  warn_disagreeing_rounds();
+}
+
+void PointRunner::warn_disagreeing_rounds() {
+  // The rounds that disagree: the machine changed speed between them. Said per point where few, else once;
+  // also for an interrupted sweep, and for rounds a resumed report brought.
   std::vector<std::string> apart;
   std::string first;
   for (const Point& p : points_) {
     const std::optional<RoundsAgreement> agreement = rounds_agreement(p);
     if (!agreement || !agreement->disagree) continue;
     apart.push_back(batch_label(p.batch, p.accumulation));
-    if (first.empty())
-      first = fmt::format("its {} rounds' mean steps differ by {:.1f}% ({} ms; p = {:.2g})",
-                          agreement->means_ms.size(), agreement->spread_pct,
-                          fmt::join(agreement->means_ms | std::views::transform([](double ms) {
-                                      return fmt::format("{:.4g}", ms);
-                                    }),
-                                    ", "),
-                          *agreement->p_value);
+    if (!first.empty()) continue;
+    const auto ms = [](double v) { return fmt::format("{:.4g}", v); };
+    // Up to six means listed; more are their extremes.
+    const std::string means =
+        agreement->means_ms.size() <= 6
+            ? fmt::format("{} ms", fmt::join(agreement->means_ms | std::views::transform(ms), ", "))
+            : fmt::format("fastest {} ms in round {}, slowest {} ms in round {}",
+                          ms(*std::min_element(agreement->means_ms.begin(), agreement->means_ms.end())),
+                          agreement->fastest,
+                          ms(*std::max_element(agreement->means_ms.begin(), agreement->means_ms.end())),
+                          agreement->slowest);
+    first = fmt::format("its {} rounds' mean steps differ by {:.1f}% ({}; {})", agreement->means_ms.size(),
+                        agreement->spread_pct, means,
+                        *agreement->p_value < 1e-12 ? std::string("p < 1e-12")
+                                                    : fmt::format("p = {:.2g}", *agreement->p_value));
   }
   if (apart.empty()) return;
   const std::string why =
@@ -166,14 +189,16 @@ bool PointRunner::measure_round(int64_t batch, int64_t accumulation, int round) 
         {static_cast<int64_t>(stored.samples_ms.size()), stored.stop_reason, PointStatus::ok, {}});
   const std::string label = batch_label(batch, accumulation);
   const auto failed = [&](PointStatus status, std::string reason) {
-    warn(
-        fmt::format("batch {}: round {} failed ({}: {}); its figures pool rounds 1-{}, and it ran no more "
-                    "rounds",
-                    label, round, to_string(status), reason, round - 1));
+    warn(fmt::format("batch {}: round {} failed ({}: {}); its figures are {}, and it ran no more rounds",
+                     label, round, to_string(status), reason,
+                     round == 2 ? std::string("round 1's") : fmt::format("rounds 1-{} pooled", round - 1)));
     stored.rounds.push_back({0, {}, status, std::move(reason)});
     notify_done(stored);
     return true;
   };
+
+  // A point taken from --resume that this run measures again was measured by this run too.
+  if (measured_now_.insert({batch, accumulation}).second && !stored.resumed_from.empty()) ++measured_;
 
   Point fresh;  // this round alone
   fresh.batch = batch;
@@ -182,7 +207,7 @@ bool PointRunner::measure_round(int64_t batch, int64_t accumulation, int round) 
   fresh.refinement = stored.refinement;
   NoiseCriterion criterion(settings_.stopping);
   criterion.set_round_steps(std::max<int64_t>(1, stored.rounds.front().steps));
-  Prepared prepared = prepare_point(batch, accumulation);
+  Prepared prepared = prepare_point(batch, accumulation, round);
   std::unique_ptr<Session> session = std::move(prepared.session);
   if (!session) return failed(prepared.status, std::move(prepared.reason));
   const bool finished = time_steps(*session, fresh, criterion);
@@ -201,8 +226,8 @@ bool PointRunner::measure_round(int64_t batch, int64_t accumulation, int round) 
   stored.samples_ms.insert(stored.samples_ms.end(), fresh.samples_ms.begin(), fresh.samples_ms.end());
   const std::string stop = criterion.stop_reason();
   stored.rounds.push_back({static_cast<int64_t>(fresh.samples_ms.size()), stop, PointStatus::ok, {}});
-  // The point's stop_reason is the weakest of its rounds': one that stopped short says so.
-  if (stopped_short(stop) && !stopped_short(stored.stop_reason)) stored.stop_reason = stop;
+  // The point's stop_reason is the weakest of its rounds': a round the timeout cut says so.
+  if (stop == "timeout") stored.stop_reason = stop;
   if (fresh.skipped_steps) stored.skipped_steps = stored.skipped_steps.value_or(0) + *fresh.skipped_steps;
   if (fresh.loss) stored.loss = fresh.loss;
   stored.memory.measured_bytes = std::max(stored.memory.measured_bytes.value_or(0), memory.allocated_bytes);

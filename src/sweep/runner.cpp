@@ -255,13 +255,15 @@ std::optional<ExecutionPaths> PointRunner::fallback_paths(const ExecutionPaths& 
   return fallback;
 }
 
-PointRunner::Prepared PointRunner::prepare_point(int64_t batch, int64_t accumulation) {
+PointRunner::Prepared PointRunner::prepare_point(int64_t batch, int64_t accumulation, int round) {
   ExecutionPaths paths = paths_;
+  SessionOptions options = session_options_;
+  options.round = round;
   Prepared prepared{nullptr, make_plan(graph_, request(batch, accumulation, paths)), PointStatus::ok, {}};
   // Each retry takes one library path away (attention, conv), so this ends after three attempts at most.
   for (;;) {
     try {
-      prepared.session = backend_.prepare(graph_, prepared.plan, session_options_);
+      prepared.session = backend_.prepare(graph_, prepared.plan, options);
       return prepared;
     } catch (const OutOfMemory& e) {
       prepared.status = PointStatus::oom;
@@ -322,6 +324,7 @@ std::optional<Point> PointRunner::measure_point(int64_t batch, int64_t accumulat
     Point point = *earlier;
     point.refinement = refinement;  // what this sweep's search asked it for
     ++resumed_;
+    first_round_order_.emplace_back(batch, accumulation);
     add_memory_warning(point);  // against this run's budget and --memory-warn, not the earlier run's
     insert(point);
     return *find(batch, accumulation);
@@ -361,6 +364,8 @@ std::optional<Point> PointRunner::measure_point(int64_t batch, int64_t accumulat
 
   summarize_point(point, plan, criterion);
   // With --rounds, this is round 1 of the point.
+  first_round_order_.emplace_back(batch, accumulation);
+  measured_now_.insert({batch, accumulation});
   if (settings_.rounds > 1 && point.status == PointStatus::ok)
     point.rounds.push_back(
         {static_cast<int64_t>(point.samples_ms.size()), point.stop_reason, PointStatus::ok, {}});
@@ -599,11 +604,16 @@ void PointRunner::add_stop_warnings() {
   if (!cut.empty())
     worst += fmt::format("; the --timeout cut the warm-up of {} {}", cut.size() == 1 ? "batch" : "batches",
                          fmt::join(cut, ", "));
+  // With --rounds a point may stop short in several rounds: the points are counted, and the rounds listed.
+  std::set<std::pair<int64_t, int64_t>> points;
+  for (const StopWarning& w : stop_warnings_) points.insert({w.batch, w.accumulation});
   warn(fmt::format(
-      "{} points stopped before meeting their measurement targets (batches {}); the first measured, batch "
+      "{} point{} stopped before meeting their measurement targets{} ({} {}); the first measured, batch "
       "{}: {}{}. Each point's stop_reason and noise_pct are in the report",
-      stop_warnings_.size(), fmt::join(labels, ", "), batch_label(first.batch, first.accumulation), first.why,
-      worst));
+      points.size(), points.size() == 1 ? "" : "s",
+      points.size() < stop_warnings_.size() ? fmt::format(", in {} rounds", stop_warnings_.size()) : "",
+      points.size() == 1 ? "batch" : "batches", fmt::join(labels, ", "),
+      batch_label(first.batch, first.accumulation), first.why, worst));
 }
 
 std::vector<Point> PointRunner::unreached_resume_points() const {

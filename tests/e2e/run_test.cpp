@@ -3238,6 +3238,29 @@ TEST(Run, RoundsPoolEveryBatchAndNameTheRoundsThatDisagree) {
   EXPECT_NE(table.find(",rounds.mean_ms,round_spread_pct,rounds_disagree,"), std::string::npos) << table;
 }
 
+// Resumed with more rounds, a point's rounds are judged again: the earlier run's verdict on them is not kept.
+TEST(Run, AResumeWithMoreRoundsJudgesThemAgain) {
+  ScratchDir dir;
+  const std::string json = (dir / "r.json").string();
+  const auto args = [&](const char* rounds) {
+    return scripted_run("drifting.json", {"--batch", "64", "--rounds", rounds, "--json", json});
+  };
+  ASSERT_EQ(run(args("2")).exit_code, 0);
+  std::vector<std::string> resume = args("3");
+  resume.insert(resume.end(), {"--resume", json});
+  const Result r = run(resume);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(json);
+  ASSERT_EQ(report["points"][0]["rounds"].size(), 3u);
+  std::vector<std::string> verdicts;
+  for (const auto& w : report["warnings"])
+    if (w.get<std::string>().find("rounds' mean steps differ by") != std::string::npos) verdicts.push_back(w);
+  ASSERT_EQ(verdicts.size(), 1u) << report["warnings"].dump();
+  EXPECT_NE(verdicts[0].find("batch 64: its 3 rounds' mean steps differ by"), std::string::npos)
+      << verdicts[0];
+  EXPECT_EQ(report["settings"]["measured_points"], 1) << "its round 3 was measured now";
+}
+
 TEST(Run, RoundsOutOfRangeAreAUsageError) {
   for (const std::string bad : {"0", "101", "two"}) {
     const Result r = run(scripted_run("roofline.json", {"--batch", "1", "--rounds", bad}));

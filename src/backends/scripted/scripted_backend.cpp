@@ -10,7 +10,6 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
-#include <map>
 #include <memory>
 #include <numbers>
 #include <sstream>
@@ -49,15 +48,11 @@ double gaussian(uint64_t& state) {
 
 class ScriptedSession final : public Session {
  public:
-  // How many sessions of each (micro-batch, accumulation) have stepped: a point measured again (run
-  // --rounds) draws other noise than the first time, and a prepare-only probe draws none.
-  using Stepped = std::map<std::pair<int64_t, int64_t>, uint64_t>;
-
-  // `sessions_before`: the sessions the backend prepared before this one (the script's drift_pct).
-  ScriptedSession(const ScriptedConfig& config, const Plan& plan, int64_t sessions_before,
-                  std::shared_ptr<Stepped> stepped)
+  // `sessions_before`: the sessions the backend prepared before this one (the script's drift_pct). `round`:
+  // which measurement of the point this is (run --rounds): each round draws its own noise, the same in
+  // whichever run or order measures it.
+  ScriptedSession(const ScriptedConfig& config, const Plan& plan, int64_t sessions_before, int round)
       : config_(config),
-        stepped_(std::move(stepped)),
         micro_batch_(plan.request.batch),
         accumulation_(plan.request.accumulation),
         train_(plan.request.mode == Mode::train),
@@ -67,14 +62,11 @@ class ScriptedSession final : public Session {
         base_ms_(config.step_ms(plan.request.batch, plan.request.accumulation) *
                  (1.0 + config.drift_pct / 100.0 * static_cast<double>(sessions_before))) {
     rng_state_ = config.seed ^ (static_cast<uint64_t>(micro_batch_) * 0x9E3779B97F4A7C15ULL) ^
-                 (static_cast<uint64_t>(accumulation_) * 0xC2B2AE3D27D4EB4FULL);
+                 (static_cast<uint64_t>(accumulation_) * 0xC2B2AE3D27D4EB4FULL) ^
+                 (static_cast<uint64_t>(std::max(round, 1) - 1) * 0xD6E8FEB86659FD93ULL);  // round 1: 0
   }
 
   StepResult step() override {
-    if (steps_ == 0) {
-      const uint64_t before = (*stepped_)[{micro_batch_, accumulation_}]++;
-      rng_state_ ^= before * 0xD6E8FEB86659FD93ULL;  // 0 the first time: the samples a single sweep draws
-    }
     ++steps_;
     if (steps_ == kFailingStep && config_.step_oom_at_batch == micro_batch_)
       throw OutOfMemory(fmt::format("scripted device '{}': out of memory in step {} at batch {}",
@@ -122,8 +114,7 @@ class ScriptedSession final : public Session {
   }
 
  private:
-  ScriptedConfig config_;             // a copy, so a session never points into its backend
-  std::shared_ptr<Stepped> stepped_;  // shared with the backend, and with the sessions after this one
+  ScriptedConfig config_;  // a copy, so a session never points into its backend
   int64_t micro_batch_;
   int64_t accumulation_;
   bool train_;
@@ -176,13 +167,12 @@ class ScriptedBackend final : public Backend {
       throw OutOfMemory(
           fmt::format("scripted device '{}': the plan needs {} ({} bytes), above the memory limit of {}",
                       config_.name, format_bytes(total), total, format_bytes(*options.memory_limit_bytes)));
-    return std::make_unique<ScriptedSession>(config_, plan, sessions_++, stepped_);
+    return std::make_unique<ScriptedSession>(config_, plan, sessions_++, options.round);
   }
 
  private:
   ScriptedConfig config_;
   int64_t sessions_ = 0;  // prepared so far
-  std::shared_ptr<ScriptedSession::Stepped> stepped_ = std::make_shared<ScriptedSession::Stepped>();
 };
 
 // Typed accessors that name the source and key in every error.

@@ -15,8 +15,9 @@
 //   "drift_pct"           number >= 0 (default 0): each session runs this many percent of the formula
 //                         slower per session the backend prepared before it (the k-th takes 1 +
 //                         drift_pct / 100 * (k - 1) times as long): a GPU that heats up over the sweep
-//   "seed"                integer (default 1), mixed with the batch and accumulation: each point's
-//                         samples are the same whatever order the sweep measures it in
+//   "seed"                integer (default 1), mixed with the batch, the accumulation and the round
+//                         (SessionOptions::round): each point's samples are the same whatever order the
+//                         sweep measures it in, and each round of it (run --rounds) draws its own
 //   "oom_above_batch"     integer, optional: prepare throws OutOfMemory for micro-batches above it
 //   "nan_at_batch"        integer, optional: at this micro-batch every step reports a non-finite loss
 //   "skip_every_steps"    integer >= 1, optional: every Nth step reports an fp16 overflow skip

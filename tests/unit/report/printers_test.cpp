@@ -10,6 +10,7 @@
 #include "batchsweep/printers.hpp"
 #include "golden/sample_report.hpp"
 #include "report/format.hpp"
+#include "report/view.hpp"
 
 namespace bsw {
 namespace {
@@ -511,6 +512,62 @@ TEST(ConfigSnippet, InferenceCpuAndNoRecommendation) {
   EXPECT_THROW((void)format_config_snippet(r, ConfigTarget::accelerate, 0), UsageError);
   EXPECT_EQ(parse_config_target("lightning"), ConfigTarget::lightning);
   EXPECT_FALSE(parse_config_target("Lightning"));
+}
+
+}  // namespace
+}  // namespace bsw
+
+namespace bsw {
+namespace {
+
+// The sample report's ok points, each in rounds of the given steps (rounds beyond the samples are dropped).
+Report with_rounds(std::vector<std::vector<double>> rounds_ms, nlohmann::json setting) {
+  Report r = testing::sample_report();
+  r.settings["rounds"] = std::move(setting);
+  for (Point& p : r.points) {
+    if (p.status != PointStatus::ok) continue;
+    p.samples_ms.clear();
+    p.rounds.clear();
+    for (const auto& round : rounds_ms) {
+      p.samples_ms.insert(p.samples_ms.end(), round.begin(), round.end());
+      p.rounds.push_back(PointRound{static_cast<int64_t>(round.size()), "noise target", PointStatus::ok, {}});
+    }
+  }
+  return r;
+}
+
+TEST(RoundsLine, RoundsOfOneStepAreNotCalledInAgreement) {
+  const std::string line = report_view::rounds_line(with_rounds({{2.0}, {2.5}}, 2));
+  EXPECT_EQ(line.find("agree"), std::string::npos) << line;
+  EXPECT_NE(line.find("; batches 1, 4, 16, 64, 96, 128 had a round of one step, too few to compare"),
+            std::string::npos)
+      << line;
+}
+
+TEST(RoundsLine, AgreementDisagreementAndRoundsFromAResumedReport) {
+  const std::vector<double> a = {2.0, 2.02, 1.98, 2.01, 1.99}, b = {2.3, 2.32, 2.28, 2.31, 2.29};
+  EXPECT_EQ(
+      report_view::rounds_line(with_rounds({a, a}, 2)),
+      "rounds: 2 per batch, the order reversed each round; every batch's rounds agree within their noise "
+      "(widest: batch 1, 0.0% apart)");
+  EXPECT_EQ(report_view::rounds_line(with_rounds({a, b}, 2.0)),  // 2.0 as a report may spell it
+            "rounds: 2 per batch, the order reversed each round; the rounds of batches 1, 4, 16, 64, 96, 128 "
+            "disagree, up to 15.0% apart (see the warnings)");
+  // Resumed with fewer rounds asked than the points hold (or with none): the line says both.
+  EXPECT_EQ(
+      report_view::rounds_line(with_rounds({a, a, a}, 1)),
+      "rounds: 1 per batch asked, up to 3 held (from the resumed report), the order reversed each round; "
+      "every batch's rounds agree within their noise (widest: batch 1, 0.0% apart)");
+  EXPECT_EQ(report_view::rounds_line(testing::sample_report()), "") << "no rounds, no line";
+}
+
+TEST(Csv, AFailedRoundsMeanIsAnEmptyEntry) {
+  Report r = with_rounds({{2.0, 2.02}, {2.0, 2.04}}, 3);
+  for (Point& p : r.points)
+    if (!p.rounds.empty()) p.rounds.push_back(PointRound{0, {}, PointStatus::oom, "gone"});
+  const std::string csv = format_csv(r);
+  EXPECT_NE(csv.find(",2.01;2.02;,"), std::string::npos) << csv;
+  EXPECT_EQ(csv.find("null"), std::string::npos) << csv;
 }
 
 }  // namespace

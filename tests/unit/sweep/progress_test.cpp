@@ -234,6 +234,36 @@ TEST(ProgressPrinter, ProbesMoveTheLine) {
   EXPECT_EQ(out.text().find('\n'), out.text().size() - 1) << out.text();
 }
 
+TEST(ProgressPrinter, LaterRoundsCountTowardTheEtaButAreNoNewPoints) {
+  Capture out;
+  double now_s = 0;
+  ProgressPrinter printer(out.file(), terminal_at(now_s));
+  std::vector<Point> all{point_of(1, PointStatus::ok), point_of(2, PointStatus::ok)};
+  all[0].resumed_from = "2026-11-29T10:00:00Z";  // round 1 from an earlier run, round 2 now
+  printer.on_point_start(PointStart{1, 4, true, 1, 1, false});
+  printer.on_point_done(all[0], all);
+  printer.on_point_start(PointStart{2, 4, true, 2, 1, false});
+  now_s = 4;
+  printer.on_point_done(all[1], all);
+  printer.on_point_start(PointStart{3, 4, false, 2, 1, false, 2, 2});
+  EXPECT_NE(out.text().find("[3/4] batch 2 (round 2/2) · elapsed 4.0 s · ETA ~8 s"), std::string::npos)
+      << out.text();
+  now_s = 8;
+  printer.on_point_done(all[1], all);
+  printer.on_point_start(PointStart{4, 4, false, 1, 1, false, 2, 2});
+  // Two measurements in 8 s: the resumed point's round 2 is this run's.
+  EXPECT_NE(out.text().find("[4/4] batch 1 (round 2/2) · elapsed 8.0 s · ETA ~4 s"), std::string::npos)
+      << out.text();
+  now_s = 12;
+  printer.on_point_done(all[0], all);
+  printer.on_sweep_end(false);
+  EXPECT_NE(
+      out.text().find("sweep done: 2 points (1 from this run, 1 taken from --resume) and 2 later rounds "
+                      "in 12.0 s"),
+      std::string::npos)
+      << out.text();
+}
+
 TEST(ProgressPrinter, ResumedPointsDoNotCountTowardTheEta) {
   Capture out;
   double now_s = 0;

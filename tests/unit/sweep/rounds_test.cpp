@@ -156,10 +156,10 @@ TEST(Rounds, ARoundThatFailsKeepsTheEarlierRoundsAndEndsThePointsRounds) {
   const auto warning = std::find_if(outcome.warnings.begin(), outcome.warnings.end(),
                                     [](const std::string& w) { return w.starts_with("batch 4: round 2"); });
   ASSERT_NE(warning, outcome.warnings.end());
-  EXPECT_EQ(
-      *warning,
-      "batch 4: round 2 failed (oom: another process holds the memory now); its figures pool rounds 1-1, "
-      "and it ran no more rounds");
+  EXPECT_EQ(*warning,
+            "batch 4: round 2 failed (oom: another process holds the memory now); its figures are round 1's, "
+            "and it "
+            "ran no more rounds");
   // Round 2 starts all three (batch 4's fails), round 3 the two still ok.
   EXPECT_EQ(observer.starts.size(), 3u + 3u + 2u);
   EXPECT_EQ(observer.starts.back().planned_total, 8) << "round 3's total lost batch 4";
@@ -204,12 +204,20 @@ TEST(Rounds, ResumedPointsRunTheRoundsTheyLack) {
   RecordingObserver observer;
   const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
   EXPECT_EQ(outcome.resumed_points, 2);
-  EXPECT_EQ(outcome.measured_points, 0);
+  EXPECT_EQ(outcome.measured_points, 2) << "each was measured by this run too, in its round 2";
   for (const Point& p : outcome.points) {
     ASSERT_EQ(p.rounds.size(), 2u) << p.batch;
     EXPECT_EQ(p.rounds[0].steps, static_cast<int64_t>(first.points[p.batch == 1 ? 0 : 1].samples_ms.size()));
     EXPECT_EQ(p.rounds[1].steps, p.rounds[0].steps);
     EXPECT_EQ(p.resumed_from, "2026-12-05T00:00:00Z") << "its round 1 is still the earlier run's";
+  }
+  // Round 2 drew its own noise, not round 1's again (nor the earlier run's).
+  for (const Point& p : outcome.points) {
+    const auto first_steps = static_cast<size_t>(p.rounds[0].steps);
+    EXPECT_FALSE(std::equal(p.samples_ms.begin(),
+                            p.samples_ms.begin() + static_cast<std::ptrdiff_t>(first_steps),
+                            p.samples_ms.begin() + static_cast<std::ptrdiff_t>(first_steps)))
+        << p.batch;
   }
   // Only round 2 was measured now: batch 2 then batch 1.
   ASSERT_EQ(observer.starts.size(), 4u);
@@ -244,6 +252,67 @@ TEST(Rounds, ATimeoutInALaterRoundIsThePointsStopReason) {
   EXPECT_TRUE(contains(*warning, "of round 1's 40 steps (raise --timeout)")) << *warning;
 }
 
+TEST(Rounds, RoundTwoReversesRoundOnesOwnOrder) {
+  // --effective-batch measures from the largest micro-batch down: round 2 goes up, and the drift evens out.
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline(2.0, 128.0, 0.0);
+  config.drift_pct = 3.0;
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings;
+  settings.effective_batch = 256;
+  settings.stopping.min_samples = 20;
+  settings.stopping.min_time_s = 0;
+  settings.rounds = 2;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  std::vector<int64_t> first, second;
+  for (const PointStart& s : observer.starts) (s.round == 1 ? first : second).push_back(s.batch);
+  ASSERT_GE(first.size(), 2u);
+  EXPECT_TRUE(std::is_sorted(first.rbegin(), first.rend())) << "round 1: the largest micro-batch first";
+  EXPECT_EQ(second, std::vector<int64_t>(first.rbegin(), first.rend()));
+  // Every split pays the same drift: sessions k and 2n-1-k average to (n - 0.5) * 3%.
+  const double n = static_cast<double>(first.size());
+  for (const Point& p : outcome.points)
+    EXPECT_NEAR(p.step_ms.mean / config.step_ms(p.batch, p.accumulation), 1 + 0.03 * (n - 0.5), 1e-9)
+        << batch_label(p.batch, p.accumulation);
+}
+
+TEST(Rounds, AnInterruptedSweepStillNamesTheRoundsThatDisagree) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline(2.0, 128.0, 0.5);
+  config.drift_pct = 20;
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = list_settings({1, 2});
+  settings.rounds = 3;
+  RecordingObserver observer;
+  observer.stop_when = [](const RecordingObserver& o) { return o.done.size() == 4; };  // after round 2
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  ASSERT_TRUE(outcome.interrupted);
+  ASSERT_EQ(find_point(outcome.points, 1)->rounds.size(), 2u);
+  EXPECT_TRUE(std::any_of(outcome.warnings.begin(), outcome.warnings.end(), [](const std::string& w) {
+    return contains(w, "the rounds of batches 1, 2 disagree");
+  })) << "the report's rounds: line points to this warning";
+}
+
+TEST(Rounds, ALaterRoundCutByTheTimeoutIsThePointsStopReasonWhateverRoundOneSaid) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline(0.5, 128.0, 30.0);  // noise that settles far above 1%
+  config.sleep = true;
+  config.drift_pct = 1000;  // round 2's steps 11 times as long
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = list_settings({1});
+  settings.stopping.min_time_s = 0;
+  settings.stopping.timeout_s = 0.6;
+  settings.rounds = 2;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  const Point& p = outcome.points.at(0);
+  ASSERT_EQ(p.rounds.size(), 2u);
+  EXPECT_EQ(p.rounds[0].stop_reason, "noise settled");
+  EXPECT_EQ(p.rounds[1].stop_reason, "timeout");
+  EXPECT_EQ(p.stop_reason, "timeout");
+}
+
 TEST(Rounds, ManyPointsStoppingShortNameTheirRounds) {
   const Graph graph = tiny_graph();
   ScriptedConfig config = testing::roofline(20.0, 128.0, 0.0);
@@ -263,8 +332,8 @@ TEST(Rounds, ManyPointsStoppingShortNameTheirRounds) {
       });
   ASSERT_NE(warning, outcome.warnings.end());
   EXPECT_TRUE(contains(*warning,
-                       "4 points stopped before meeting their measurement targets (batches 1, 1 (round 2), "
-                       "2, 2 (round 2)); the first measured, batch 1: timeout"))
+                       "2 points stopped before meeting their measurement targets, in 4 rounds (batches 1, "
+                       "1 (round 2), 2, 2 (round 2)); the first measured, batch 1: timeout"))
       << *warning;
 }
 

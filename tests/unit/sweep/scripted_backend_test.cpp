@@ -210,27 +210,23 @@ TEST(ScriptedBackend, StepsReturnTheFormulaAndMemoryIsThePlan) {
 
 TEST(ScriptedBackend, NoiseIsSeededPerPoint) {
   const Graph graph = tiny_graph();
-  auto backend = make_scripted_backend(testing::roofline(2.0, 128.0, 5.0));
-  const auto samples = [&](int64_t batch) {
-    const auto session = backend->prepare(graph, plan_for(graph, batch), SessionOptions{});
+  const auto backend = make_scripted_backend(testing::roofline(2.0, 128.0, 5.0));
+  const auto samples = [&](int64_t batch, int round = 1) {
+    SessionOptions options;
+    options.round = round;
+    const auto session = backend->prepare(graph, plan_for(graph, batch), options);
     std::vector<double> out;
     for (int i = 0; i < 200; ++i) out.push_back(session->step().step_ms);
     return out;
   };
   const auto a = samples(64);
+  EXPECT_EQ(a, samples(64));  // the same point gives the same samples whenever it is measured
   EXPECT_NE(a, samples(32));
-  // Measured again on the same device (run --rounds), a point draws other noise...
-  const auto again = samples(64);
+  // A later round (run --rounds) draws its own, the same whenever that round is measured (also by a resume).
+  const auto again = samples(64, 2);
   EXPECT_NE(a, again);
-  // ...but a sweep measures the same samples for it whenever it comes first: in any order, on a new device.
-  backend = make_scripted_backend(testing::roofline(2.0, 128.0, 5.0));
-  (void)samples(32);
-  EXPECT_EQ(a, samples(64));
-  EXPECT_EQ(again, samples(64));
-  // A session that never steps (a prepare-only probe) draws nothing.
-  backend = make_scripted_backend(testing::roofline(2.0, 128.0, 5.0));
-  (void)backend->prepare(graph, plan_for(graph, 64), SessionOptions{});
-  EXPECT_EQ(a, samples(64));
+  EXPECT_EQ(again, samples(64, 2));
+  EXPECT_NE(again, samples(64, 3));
   double sum = 0, sum_sq = 0;
   for (double v : a) {
     sum += v;
