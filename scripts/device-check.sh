@@ -113,19 +113,22 @@ PY
     "resnet-small train bf16 16:4096:*4"
     "bert-base train bf16 1:512:*4"
     "gpt2-small train bf16 1:64:*2"
-    "gpt2-small infer bf16 1:256:*4"
+    "gpt2-small infer bf16 1:256:*4 --rounds 2"
   )
   if [[ -n "${DEVICE_CHECK_REHEARSAL:-}" ]]; then
     common=(--backend cuda --quiet --warmup 1 --min-samples 3 --min-time 0 --max-noise 100 --timeout 20)
-    sweeps=("mlp train bf16 1:256:*4" "tiny-lm train bf16 1:4:*2" "tiny-lm infer fp16 1:4:*4")
+    sweeps=("mlp train bf16 1:256:*4" "tiny-lm train bf16 1:4:*2" "tiny-lm infer fp16 1:4:*4 --rounds 2")
   fi
   for s in "${sweeps[@]}"; do
-    read -r model mode precision batches <<<"$s"
+    # An inference sweep in two rounds, the second in reverse order: whether the GPU's clocks drift across a
+    # sweep (rounds_disagree, round_spread_pct in its points).
+    read -r model mode precision batches extra <<<"$s"
     local name="$model-$mode-$precision"
     if (( SECONDS - started > 420 )); then echo "skipping $name: the 8-minute budget is spent"; continue; fi
     echo "-- $name ($batches)"
+    # shellcheck disable=SC2086
     timeout "$(step_limit 150)" "$dir/bin/batchsweep" run --model "$model" --mode "$mode" --precision "$precision" \
-      --batch "$batches" "${common[@]}" --json "$out/$name.json" || echo "$name: rc $?"
+      --batch "$batches" "${common[@]}" $extra --json "$out/$name.json" || echo "$name: rc $?"
   done
 
   echo "== PyTorch peer (issue 6): same model, same batches, same GPU; eager, then torch.compile while time lasts"
@@ -218,6 +221,9 @@ for f in sorted(out.glob("*-*-*.json")):
                   f"  memory clock median {(tel.get('mem_clock_mhz') or {}).get('median')} MHz"
                   f"  util {tel.get('utilization_pct')}%  {tel.get('temperature_c')} C"
                   f"  throttle {tel.get('throttle_reasons')}")
+        if p.get("rounds"):  # run --rounds: each round's mean step, and whether they disagree
+            print(f"      rounds {[r.get('mean_ms') for r in p['rounds']]} ms  spread {p.get('round_spread_pct')}%"
+                  f"  disagree {p.get('rounds_disagree')}")
     if (a.get("energy_optimal") or {}).get("batch") is not None:
         print(f"  energy optimal: batch {a['energy_optimal']['batch']} ({a['energy_optimal'].get('reason')})")
 PY
