@@ -2,6 +2,7 @@
 // times plus a minimum effect on throughput), a geometric-mean row, and what each run's analysis chose;
 // console, markdown and JSON.
 #include "batchsweep/compare.hpp"
+#include "batchsweep/analysis.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -1080,6 +1081,27 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
         "points' host figures)",
         letter(i), busy.size() == 1 ? "" : "es", fmt::join(busy, ", "), busy.size() == 1 ? "was" : "were",
         fmt::join(causes, " and ")));
+    result.notes.push_back(result.short_notes.back());
+  }
+  // Points whose own rounds (run --rounds) disagreed: the machine changed speed within that run, so a rerun
+  // of it, and a verdict against it, may move as much.
+  for (size_t i = 0; i < reports.size(); ++i) {
+    std::vector<std::string> apart;
+    double widest = 0;
+    for (const CompareRow& row : result.rows) {
+      const Point* p = find_point(reports[i], {row.batch, row.accumulation});
+      if (p == nullptr) continue;
+      const std::optional<RoundsAgreement> agreement = rounds_agreement(*p);
+      if (!agreement || !agreement->disagree) continue;
+      apart.push_back(batch_label(row.batch, row.accumulation));
+      widest = std::max(widest, agreement->spread_pct);
+    }
+    if (apart.empty()) continue;
+    result.short_notes.push_back(
+        fmt::format("{}: the rounds of batch{} {} disagreed (up to {:.1f}% apart): the machine changed speed "
+                    "during that run, "
+                    "so a verdict there may be the machine's, not a change (its points' rounds[])",
+                    letter(i), apart.size() == 1 ? "" : "es", fmt::join(apart, ", "), widest));
     result.notes.push_back(result.short_notes.back());
   }
   // Batches where a run timed one step: not judged, and said beside a gate's answer with the change seen.

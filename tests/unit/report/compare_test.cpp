@@ -877,6 +877,31 @@ TEST(Compare, PointsTimedOnABusyHostAreNoted) {
   EXPECT_TRUE(compare_pair(a, b).short_notes.empty());
 }
 
+// A run whose own rounds disagreed at a batch: the machine changed speed during it, which a verdict may be.
+TEST(Compare, PointsWhoseRoundsDisagreedAreNoted) {
+  const Report a = testing::sample_report();
+  Report b = sped_up(a, 1.0);
+  for (Point& p : b.points) {
+    if (p.status != PointStatus::ok) continue;
+    const double ms = p.step_ms.mean;
+    const double slow = p.batch == 64 ? 1.05 : 1.0;  // batch 64's second round 5% slower
+    p.samples_ms = {ms,        ms * 1.001,        ms * 0.999,        ms,
+                    ms * slow, ms * slow * 1.001, ms * slow * 0.999, ms * slow};
+    p.rounds = {PointRound{4, "noise target", PointStatus::ok, {}},
+                PointRound{4, "steps of round 1", PointStatus::ok, {}}};
+  }
+  const CompareResult result = compare_pair(a, b);
+  const std::string said =
+      "B: the rounds of batch 64 disagreed (up to 5.0% apart): the machine changed speed during that run, so "
+      "a "
+      "verdict there may be the machine's, not a change (its points' rounds[])";
+  EXPECT_THAT(result.notes, ::testing::Contains(said));
+  EXPECT_THAT(result.short_notes, ::testing::Contains(said));
+  for (Point& p : b.points) p.rounds.clear();
+  for (const std::string& note : compare_pair(a, b).notes)
+    EXPECT_EQ(note.find("rounds"), std::string::npos) << note;
+}
+
 // A gate's slower finding at a point timed on a busy host says so, in its line and in the JSON, so a CI job
 // can rerun before it fails the build; a finding on a quiet host does not.
 TEST(Compare, ASlowerFindingOnABusyHostSaysSo) {
