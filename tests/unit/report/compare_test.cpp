@@ -892,9 +892,8 @@ TEST(Compare, PointsWhoseRoundsDisagreedAreNoted) {
   }
   const CompareResult result = compare_pair(a, b);
   const std::string said =
-      "B: the rounds of batch 64 disagreed (up to 5.0% apart): the machine changed speed during that run, so "
-      "a "
-      "verdict there may be the machine's, not a change (its points' rounds[])";
+      "B: the rounds of batch 64 disagreed (up to 5.0% apart): the machine changed speed during that "
+      "run, so a verdict there may be the machine's, not a change (its points' rounds[])";
   EXPECT_THAT(result.notes, ::testing::Contains(said));
   EXPECT_THAT(result.short_notes, ::testing::Contains(said));
   for (Point& p : b.points) p.rounds.clear();

@@ -14,14 +14,11 @@
 namespace bsw {
 namespace {
 
+using testing::contains;
 using testing::find_point;
 using testing::list_settings;
 using testing::RecordingObserver;
 using testing::tiny_graph;
-
-bool contains(const std::string& text, const std::string& piece) {
-  return text.find(piece) != std::string::npos;
-}
 
 // The scripted backend, except that the `fail_at`-th prepare of micro-batch `batch` (1-based) runs out of
 // memory: another process took the memory between two rounds.

@@ -17,15 +17,12 @@
 namespace bsw {
 namespace {
 
+using testing::contains;
 using testing::find_point;
 using testing::list_settings;
 using testing::planned_bytes;
 using testing::RecordingObserver;
 using testing::tiny_graph;
-
-bool contains(const std::string& text, const std::string& piece) {
-  return text.find(piece) != std::string::npos;
-}
 
 TEST(Runner, RooflineGivesTheExpectedThroughput) {
   const Graph graph = tiny_graph();

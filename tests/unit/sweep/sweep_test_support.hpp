@@ -88,6 +88,10 @@ class RecordingObserver : public SweepObserver {
   std::function<bool(const RecordingObserver&)> stop_when;
 };
 
+inline bool contains(const std::string& text, const std::string& piece) {
+  return text.find(piece) != std::string::npos;
+}
+
 inline const Point* find_point(const std::vector<Point>& points, int64_t batch, int64_t accumulation = 1) {
   for (const Point& p : points)
     if (p.batch == batch && p.accumulation == accumulation) return &p;
