@@ -162,6 +162,9 @@ inline constexpr double kRoundSpreadPct = 1.0;
 inline constexpr double kRoundsAlpha = 0.01;
 // nullopt where fewer than two rounds have steps, or the rounds' steps do not add up to samples_ms.
 [[nodiscard]] std::optional<RoundsAgreement> rounds_agreement(const Point& point);
+// Each round's steps, its slice of samples_ms (empty for a failed round); empty where the point has no rounds
+// or their steps do not add up to samples_ms.
+[[nodiscard]] std::vector<std::span<const double>> round_slices(const Point& point);
 
 // Sets telemetry->cost_per_million_samples = price_per_hour / 3600 / samples_per_second * 1e6 on every ok
 // point (creating the telemetry object where absent) and clears it on the others.

@@ -9,26 +9,35 @@
 
 namespace bsw {
 
-std::optional<RoundsAgreement> rounds_agreement(const Point& point) {
+std::vector<std::span<const double>> round_slices(const Point& point) {
   const auto total = std::accumulate(point.rounds.begin(), point.rounds.end(), int64_t{0},
                                      [](int64_t sum, const PointRound& r) { return sum + r.steps; });
-  if (point.rounds.size() < 2 || total != static_cast<int64_t>(point.samples_ms.size())) return std::nullopt;
+  const bool negative =
+      std::any_of(point.rounds.begin(), point.rounds.end(), [](const PointRound& r) { return r.steps < 0; });
+  if (point.rounds.empty() || negative || total != static_cast<int64_t>(point.samples_ms.size())) return {};
+  std::vector<std::span<const double>> slices;
+  size_t at = 0;
+  for (const PointRound& r : point.rounds) {
+    const auto steps = static_cast<size_t>(r.steps);
+    slices.emplace_back(point.samples_ms.data() + at, steps);
+    at += steps;
+  }
+  return slices;
+}
+
+std::optional<RoundsAgreement> rounds_agreement(const Point& point) {
   struct Slice {
     int number = 0;  // 1-based, among point.rounds
     std::span<const double> steps;
     double mean = 0;
   };
   std::vector<Slice> slices;
-  size_t at = 0;
-  for (size_t i = 0; i < point.rounds.size(); ++i) {
-    const auto steps = static_cast<size_t>(point.rounds[i].steps);
-    if (steps > 0) {
-      const std::span<const double> slice(point.samples_ms.data() + at, steps);
-      const double mean = std::accumulate(slice.begin(), slice.end(), 0.0) / static_cast<double>(steps);
-      slices.push_back({static_cast<int>(i + 1), slice, mean});
-    }
-    at += steps;
-  }
+  const std::vector<std::span<const double>> rounds = round_slices(point);
+  for (size_t i = 0; i < rounds.size(); ++i)
+    if (!rounds[i].empty())
+      slices.push_back(
+          {static_cast<int>(i + 1), rounds[i],
+           std::accumulate(rounds[i].begin(), rounds[i].end(), 0.0) / static_cast<double>(rounds[i].size())});
   if (slices.size() < 2) return std::nullopt;
   RoundsAgreement out;
   for (const Slice& s : slices) out.means_ms.push_back(s.mean);

@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <optional>
+#include <span>
 
 #include "batchsweep/analysis.hpp"
 #include "batchsweep/report.hpp"
@@ -129,22 +131,19 @@ Json point_json(const Point& p) {
   if (p.host) out["host"] = host_json<Json>(*p.host);
   if (!p.rounds.empty()) {
     Json rounds = Json::array();
-    size_t at = 0;
-    for (const PointRound& r : p.rounds) {
+    const std::vector<std::span<const double>> slices = round_slices(p);
+    for (size_t i = 0; i < p.rounds.size(); ++i) {
+      const PointRound& r = p.rounds[i];
       Json round = Json::object();
       round["steps"] = r.steps;
-      const auto steps = static_cast<size_t>(r.steps);
-      double total = 0;
-      if (steps > 0 && at + steps <= p.samples_ms.size())
-        for (size_t i = at; i < at + steps; ++i) total += p.samples_ms[i];
-      round["mean_ms"] = steps > 0 && at + steps <= p.samples_ms.size()
-                             ? number_or_null<Json>(total / static_cast<double>(steps))
+      round["mean_ms"] = i < slices.size() && !slices[i].empty()
+                             ? number_or_null<Json>(std::accumulate(slices[i].begin(), slices[i].end(), 0.0) /
+                                                    static_cast<double>(slices[i].size()))
                              : Json(nullptr);
       round["status"] = std::string(to_string(r.status));
       if (!r.stop_reason.empty()) round["stop_reason"] = r.stop_reason;
       if (!r.reason.empty()) round["reason"] = r.reason;
       rounds.push_back(std::move(round));
-      at += steps;
     }
     out["rounds"] = std::move(rounds);
     if (const std::optional<RoundsAgreement> agreement = rounds_agreement(p)) {

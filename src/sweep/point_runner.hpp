@@ -62,6 +62,9 @@ class PointRunner {
   [[nodiscard]] bool has_budget() const { return budget_bytes_ > 0; }
 
   [[nodiscard]] const Point* find(int64_t batch, int64_t accumulation) const;
+  [[nodiscard]] Point* find(int64_t batch, int64_t accumulation) {
+    return const_cast<Point*>(std::as_const(*this).find(batch, accumulation));
+  }
   [[nodiscard]] const std::vector<Point>& points() const { return points_; }
   [[nodiscard]] bool interrupted() const { return interrupted_; }
   [[nodiscard]] int measured_points() const { return measured_; }

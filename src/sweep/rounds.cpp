@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <ranges>
 
 #include "batchsweep/analysis.hpp"
@@ -92,10 +93,8 @@ PointHost merged(const PointHost& a, const PointHost& b) {
   return h;
 }
 
-double sum(const std::vector<double>& v, size_t from = 0) {
-  double total = 0;
-  for (size_t i = from; i < v.size(); ++i) total += v[i];
-  return total;
+double sum(const std::vector<double>& v) {
+  return std::accumulate(v.begin(), v.end(), 0.0);
 }
 
 }  // namespace
@@ -175,11 +174,9 @@ bool PointRunner::measure_round(int64_t batch, int64_t accumulation, int round) 
     interrupted_ = true;
     return false;
   }
-  const auto stored_it = std::find_if(points_.begin(), points_.end(), [&](const Point& p) {
-    return p.batch == batch && p.accumulation == accumulation;
-  });
-  if (stored_it == points_.end()) return true;
-  Point& stored = *stored_it;
+  Point* const found = find(batch, accumulation);
+  if (found == nullptr) return true;
+  Point& stored = *found;
   observer_.on_point_start(PointStart{++started_, std::max(planned_total_, started_), total_is_estimate_,
                                       batch, accumulation, stored.refinement, round,
                                       static_cast<int>(settings_.rounds)});
