@@ -124,12 +124,12 @@ std::string noise_above(double noise, double target) {
 std::optional<std::string> NoiseCriterion::warning() const {
   if (stop_ == Stop::none || stop_ == Stop::noise_target || stop_ == Stop::round_steps) return std::nullopt;
   const auto samples = static_cast<int64_t>(samples_);
+  // When the timeout struck: three digits, whole seconds from 100 s.
+  const std::string stopped_at = elapsed_at_stop_s_ < 100 ? fmt::format("{:.3g}", elapsed_at_stop_s_)
+                                                          : fmt::format("{:.0f}", elapsed_at_stop_s_);
   if (round_steps_ > 0)
     return fmt::format("timeout {:g} s reached after {} s with {} of round 1's {} steps (raise --timeout)",
-                       settings_.timeout_s,
-                       elapsed_at_stop_s_ < 100 ? fmt::format("{:.3g}", elapsed_at_stop_s_)
-                                                : fmt::format("{:.0f}", elapsed_at_stop_s_),
-                       samples, round_steps_);
+                       settings_.timeout_s, stopped_at, samples, round_steps_);
   const double noise = noise_pct();
   const bool noisy = noise > settings_.max_noise_pct;
   if (stop_ == Stop::noise_settled) {
@@ -159,9 +159,7 @@ std::optional<std::string> NoiseCriterion::warning() const {
   const std::string what = missed.empty() ? std::string("all targets met at the same moment")
                                           : fmt::format("{}", fmt::join(missed, ", "));
   if (stop_ == Stop::timeout) {
-    return fmt::format("timeout {:g} s reached after {} s with {} ({})", settings_.timeout_s,
-                       elapsed_at_stop_s_ < 100 ? fmt::format("{:.3g}", elapsed_at_stop_s_)
-                                                : fmt::format("{:.0f}", elapsed_at_stop_s_),
+    return fmt::format("timeout {:g} s reached after {} s with {} ({})", settings_.timeout_s, stopped_at,
                        what, noisy ? "raise --timeout or relax --max-noise" : "raise --timeout");
   }
   // The cap is reached by steps so short that min_time needs more of them, or by noise that never settled.
