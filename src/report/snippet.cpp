@@ -7,13 +7,26 @@
 
 #include "batchsweep/errors.hpp"
 #include "batchsweep/printers.hpp"
+#include "report/view.hpp"
 
 namespace bsw {
 namespace {
 
-std::string setting(const Report& report, const char* key, const char* fallback) {
-  const auto it = report.settings.find(key);
-  return it != report.settings.end() && it->is_string() ? it->get<std::string>() : std::string(fallback);
+// Each framework: the --config-for name, and the name its lines are headed with.
+struct Framework {
+  ConfigTarget target;
+  std::string_view flag;
+  const char* name;
+};
+constexpr Framework kFrameworks[] = {{ConfigTarget::deepspeed, "deepspeed", "DeepSpeed"},
+                                     {ConfigTarget::lightning, "lightning", "Lightning"},
+                                     {ConfigTarget::accelerate, "accelerate", "accelerate"},
+                                     {ConfigTarget::transformers, "transformers", "transformers"}};
+
+const Framework& framework(ConfigTarget target) {
+  for (const Framework& f : kFrameworks)
+    if (f.target == target) return f;
+  return kFrameworks[0];
 }
 
 // tf32 is a global switch in PyTorch, off for matmuls by default: the line that turns it on.
@@ -23,38 +36,28 @@ constexpr const char* kTf32Line =
 }  // namespace
 
 std::string_view to_string(ConfigTarget target) {
-  switch (target) {
-    case ConfigTarget::deepspeed:
-      return "deepspeed";
-    case ConfigTarget::lightning:
-      return "lightning";
-    case ConfigTarget::accelerate:
-      return "accelerate";
-    case ConfigTarget::transformers:
-      return "transformers";
-  }
-  return "deepspeed";
+  return framework(target).flag;
 }
 
 std::optional<ConfigTarget> parse_config_target(std::string_view name) {
-  for (const ConfigTarget t : {ConfigTarget::deepspeed, ConfigTarget::lightning, ConfigTarget::accelerate,
-                               ConfigTarget::transformers})
-    if (name == to_string(t)) return t;
+  for (const Framework& f : kFrameworks)
+    if (name == f.flag) return f.target;
   return std::nullopt;
 }
 
 std::string format_config_snippet(const Report& report, ConfigTarget target, int64_t world_size) {
   if (world_size < 1) throw UsageError(fmt::format("--world-size: must be at least 1, got {}", world_size));
-  static constexpr const char* kNames[] = {"DeepSpeed", "Lightning", "accelerate", "transformers"};
-  const char* name = kNames[static_cast<int>(target)];
+  const char* name = framework(target).name;
   const Analysis& a = report.analysis;
   if (!a.recommended.batch)
     return fmt::format(
         "config for {}: none — there is no recommended batch to set (see recommended: above)\n", name);
   const int64_t batch = *a.recommended.batch;
   const int64_t accumulation = a.recommended_accumulation.value_or(1);
-  const bool train = setting(report, "mode", "train") != "infer";
-  const std::string precision = setting(report, "precision", "fp32");
+  // The run's settings as the table's title reads them; a report that names none ran fp32 training.
+  const report_view::Title title = report_view::title(report);
+  const bool train = title.mode != "infer";
+  const std::string precision = title.precision.empty() ? "fp32" : title.precision;
   const int64_t global = batch * accumulation * world_size;
   // What each of the world runs on: a CPU sweep's answer is a CPU process's, said as such.
   const bool cpu = report.device.backend == "cpu";
