@@ -169,6 +169,13 @@ struct Graph {
   double train_flops_per_sample = 0;
   int64_t tokens_per_sample = 0;  // T for token inputs, else 0
   int max_residual_depth = 0;     // number of residual nesting levels
+  // The blocks --checkpointing recomputes: each copy of a top-level `transformer_block` or `residual`, as
+  // the op range [first, last] (last is its residual add). Hugging Face's gradient checkpointing wraps each
+  // decoder layer the same way; the layers between blocks (embeddings, heads) keep their activations.
+  struct Block {
+    size_t first = 0, last = 0;
+  };
+  std::vector<Block> blocks;
 
   // Whether any op is of `kind` (a model with attention, with a convolution: what a CUDA path choice
   // touches).
@@ -212,6 +219,11 @@ struct BufferSpec {
   uint64_t elements = 0;
   uint64_t bytes = 0;  // elements * dtype_bytes, rounded up to kBufferAlignment
   int op = -1;         // index into Graph::ops, when the buffer belongs to one op
+  // A view inside another buffer (the recompute arena of --checkpointing): `offset` bytes into the buffer
+  // named `within`, which holds its memory. A view is listed with its size but counted once, in its arena.
+  std::string within;
+  uint64_t offset = 0;
+  [[nodiscard]] bool is_view() const { return !within.empty(); }
 };
 
 // Every buffer starts on this boundary (and so its size is rounded up to it), on every backend.
@@ -241,6 +253,10 @@ struct PlanRequest {
   int64_t accumulation = 1;
   BackendKind backend = BackendKind::cpu;
   ExecutionPaths paths{};  // cuda only
+  // Training with activation checkpointing (torch.utils.checkpoint per block): each of Graph::blocks keeps
+  // its output only; its other activations live in one arena (buffer "recompute", as large as the largest
+  // block's) and backward runs the block's forward again before its backward. No effect in inference.
+  bool checkpointing = false;
 };
 
 // What the user asked for (--attention, --conv); nullopt leaves the choice to the backend.
@@ -291,11 +307,18 @@ struct Plan {
   MemoryBreakdown memory;
   double flops_per_sample = 0;  // Graph::forward_flops_per_sample, or train_flops_per_sample in training
   double flops_per_step = 0;    // flops_per_sample * batch * accumulation
+  // With checkpointing: the blocks' forward FLOPs per sample that backward runs again. Not in
+  // flops_per_sample (model FLOPs, which MFU counts, as Megatron's does); the hardware does this work too.
+  double recompute_flops_per_sample = 0;
 
   // The buffer of that name; throws std::out_of_range naming it when absent.
   [[nodiscard]] const BufferSpec& buffer(std::string_view name) const;
   [[nodiscard]] const BufferSpec* find(std::string_view name) const;
 };
+
+// With checkpointing in training: for each op, the index into graph.blocks of the block it ends, else -1
+// (all -1 otherwise). Backward recomputes that block's forward when it reaches the op.
+[[nodiscard]] std::vector<int> blocks_ending(const Graph& graph, const PlanRequest& request);
 
 // Throws UsageError for batch < 1 or accumulation < 1, and OutOfMemory-free: sizes are computed in 128 bits
 // and a plan whose total would not fit in 64 bits throws UsageError naming the batch.

@@ -257,6 +257,14 @@ std::string parse_number(const std::string& text, double& v, std::string_view un
 }
 
 // A validator that parses the number, then applies `rule` (an empty string when the value is allowed).
+constexpr const char* kCheckpointingHelp =
+    "Training with activation checkpointing: keep each transformer_block's or residual's output only and "
+    "recompute its activations in backward (torch.utils.checkpoint per block; Hugging Face's "
+    "gradient_checkpointing)";
+constexpr const char* kCheckpointingInferError =
+    "--checkpointing: activation checkpointing recomputes what backward reads, and --mode infer has no "
+    "backward";
+
 // The description stays out of --help ("--accumulation INT:INT in [1 - 16777216]" pushed the text off its
 // column): the flag's own text says the range, and the error says it when broken.
 template <class Rule>
@@ -635,6 +643,7 @@ int run_app(int argc, char** argv) {
           ->type_name("N")
           ->transform(whole(1, kMaxBatch, " (2^24)"));
   effective_opt->excludes(accum_opt)->excludes(batch_opt);
+  run_cmd->add_flag("--checkpointing", run.sweep.checkpointing, kCheckpointingHelp);
   run_cmd
       ->add_option(
           "--memory-limit", run_raw.memory_limit,
@@ -740,6 +749,7 @@ int run_app(int argc, char** argv) {
       ->transform(whole(1, kMaxBatch, " (2^24)"))
       ->excludes(plan_accum_opt)
       ->excludes(plan_batch_opt);
+  plan_cmd->add_flag("--checkpointing", plan.checkpointing, kCheckpointingHelp);
   plan_cmd
       ->add_option(
           "--memory", plan_raw.memory,
@@ -935,6 +945,7 @@ int run_app(int argc, char** argv) {
     }
     if (run.sweep.mode == Mode::infer && run.sweep.accumulation != 1)
       throw UsageError("--accumulation: gradient accumulation only applies to --mode train");
+    if (run.sweep.mode == Mode::infer && run.sweep.checkpointing) throw UsageError(kCheckpointingInferError);
     // Given but empty (an unset shell variable) is an error, not "no limit".
     if (run_cmd->count("--memory-limit") > 0) {
       const MemoryArg limit = parse_memory(run_raw.memory_limit, "--memory-limit");
@@ -980,6 +991,7 @@ int run_app(int argc, char** argv) {
     plan.mode = parse_mode(plan_raw.mode);
     if (plan.mode == Mode::infer && plan.accumulation != 1)
       throw UsageError("--accumulation: gradient accumulation only applies to --mode train");
+    if (plan.mode == Mode::infer && plan.checkpointing) throw UsageError(kCheckpointingInferError);
     if (plan_raw.effective_batch) {
       if (plan.mode != Mode::train)
         throw UsageError("--effective-batch: gradient accumulation only applies to --mode train");

@@ -461,6 +461,7 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
       {"mode", to_string(w.mode)},
       {"precision", to_string(w.precision)},
       {"accumulation", w.accumulation},
+      {"checkpointing", w.checkpointing},
       {"batch", w.effective_batch ? std::string() : w.batches.text},
       {"effective_batch", w.effective_batch ? nlohmann::json(*w.effective_batch) : nlohmann::json(nullptr)},
       {"memory_limit_bytes",
@@ -625,6 +626,16 @@ void check_trainable(const Graph& graph, Mode mode) {
         graph.model_name));
 }
 
+// --checkpointing recomputes blocks: a model without one would run as without it, which is not what was
+// asked.
+void check_checkpointing(const Graph& graph, bool checkpointing) {
+  if (checkpointing && graph.blocks.empty())
+    throw UsageError(fmt::format(
+        "--checkpointing: model '{}' has no transformer_block or residual layer at its top level, the blocks "
+        "that checkpointing recomputes, so it would change nothing",
+        graph.model_name));
+}
+
 // The largest divisor of n that is at most `limit` (>= 1): the largest micro-batch of an effective batch n.
 int64_t largest_divisor_at_most(int64_t n, int64_t limit) {
   int64_t best = 1;
@@ -646,6 +657,7 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
   const ModelSpec model = load_model(s.model);
   const Graph graph = lower(model);
   check_trainable(graph, s.mode);
+  check_checkpointing(graph, s.checkpointing);
   // --effective-batch N plans its splits (micro-batch x accumulation), as run would try them.
   std::vector<BatchSplit> splits;
   if (s.effective_batch) {
@@ -676,6 +688,7 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
   summary.accumulation = s.accumulation;
   summary.effective_batch = s.effective_batch;
   PlanRequest request{1, s.precision, s.mode, s.accumulation, kind};
+  request.checkpointing = s.checkpointing;
   // The paths the CUDA backend prefers (or the ones forced); where cuDNN rejects a shape on the device, `run`
   // falls back and plans our own path instead (its report says which ran).
   if (kind == BackendKind::cuda) {
@@ -827,6 +840,7 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
       {"mode", "--mode"},
       {"precision", "--precision"},
       {"seed", "--seed"},
+      {"checkpointing", "--checkpointing"},
       {"cuda_graphs", "--graphs"},
       {"attention", "--attention"},
       {"conv", "--conv"},
@@ -854,6 +868,12 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
       stopping_before = *before;
       stopping_before["warmup_time_s"] = 0.0;
       before = &stopping_before;
+    }
+    // Reports from before --checkpointing kept every activation.
+    static const nlohmann::json kNoCheckpointing = false;
+    if (key == "checkpointing") {
+      if (before == nullptr) before = &kNoCheckpointing;
+      if (here == nullptr) here = &kNoCheckpointing;
     }
     if (before != nullptr && here != nullptr && *before == *here) continue;
     // Another model altogether says so by name; one name with other layers, where.
@@ -1136,6 +1156,7 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   const ModelSpec model = load_model(s.model);
   const Graph graph = lower(model);
   check_trainable(graph, s.sweep.mode);
+  check_checkpointing(graph, s.sweep.checkpointing);
   note_paths_without_layers(graph, s.sweep.paths, "run");
   std::unique_ptr<Backend> backend = make_backend(s.backend, s.script, s.device);
   AnalysisOptions options = analysis_options(s.analysis);

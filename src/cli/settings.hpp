@@ -38,6 +38,7 @@ struct PlanSettings {
   Precision precision = Precision::fp32;
   Mode mode = Mode::train;
   int64_t accumulation = 1;
+  bool checkpointing = false;              // --checkpointing (training)
   std::optional<int64_t> effective_batch;  // --effective-batch: plan its splits instead of --batch
   std::optional<uint64_t> memory_bytes;
   std::string memory_card;  // --memory NAME: the card(s) of configs/gpus.json named

@@ -224,7 +224,10 @@ class Lowerer {
         repeat_note_ = fmt::format(" (in copy #{} of the {} that {}'s `repeat` makes, counting from #0{}{}",
                                    r, layer.repeat, layer.json_path, outer.empty() ? ")" : "; ",
                                    std::string_view(outer).substr(outer.empty() ? 0 : 2));
+      const size_t first = graph_.ops.size();
       lower_layer(layer, path, depth);
+      const bool block = layer.type == LayerType::transformer_block || layer.type == LayerType::residual;
+      if (depth == 0 && block) graph_.blocks.push_back({first, graph_.ops.size() - 1});
       if (layer.repeat > 1) copies_.pop_back();
     }
     repeat_note_ = outer;

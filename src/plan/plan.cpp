@@ -36,12 +36,14 @@ namespace bsw {
 
 namespace {
 
+// Sizes past this are refused by Builder::add as larger than 2^62 bytes.
+constexpr unsigned __int128 kSizeCap = (static_cast<unsigned __int128>(1) << 62) + 1;
+
 // The product of sizes, held just above 2^62 where it would go beyond: a plan past 2^62 bytes is refused as
-// too large (Planner::add), never wrapped into a small one. A few times the cap still fits 64 bits.
+// too large (Builder::add), never wrapped into a small one. A few times the cap still fits 64 bits.
 uint64_t sat_mul(std::initializer_list<uint64_t> factors) {
-  constexpr unsigned __int128 kCap = (static_cast<unsigned __int128>(1) << 62) + 1;
   unsigned __int128 product = 1;
-  for (const uint64_t f : factors) product = std::min(product * f, kCap);
+  for (const uint64_t f : factors) product = std::min(product * f, kSizeCap);
   return static_cast<uint64_t>(product);
 }
 
@@ -227,9 +229,14 @@ class Builder {
     append_workspaces();
 
     plan.buffers = std::move(buffers_);
-    for (const BufferSpec& b : plan.buffers) item(plan.memory, b.category) += b.bytes;
+    for (const BufferSpec& b : plan.buffers)
+      if (!b.is_view()) item(plan.memory, b.category) += b.bytes;
     const double forward = g_.forward_flops_per_sample;
     plan.flops_per_sample = train ? g_.train_flops_per_sample : forward;
+    if (train && r_.checkpointing)
+      for (const Graph::Block& blk : g_.blocks)
+        for (size_t i = blk.first; i <= blk.last; ++i)
+          plan.recompute_flops_per_sample += g_.ops[i].forward_flops;
     plan.flops_per_step = plan.flops_per_sample * static_cast<double>(r_.batch) *
                           static_cast<double>(train ? r_.accumulation : 1);
     return plan;
@@ -269,7 +276,7 @@ class Builder {
       throw UsageError(fmt::format(
           "--batch {}: the plan for this batch is larger than 2^62 bytes (passed at {}{})", r_.batch, name,
           op >= 0 ? fmt::format(", {}", detail::op_text(g_.ops[static_cast<size_t>(op)].path)) : ""));
-    buffers_.push_back({std::move(name), c, t, elements, static_cast<uint64_t>(rounded), op});
+    buffers_.push_back({std::move(name), c, t, elements, static_cast<uint64_t>(rounded), op, {}, 0});
   }
 
   void add_data(bool train) {
@@ -423,31 +430,56 @@ class Builder {
 
   void add_training_activations() {
     const uint64_t b = batch();
+    // With checkpointing, a block's activations other than its output are views into one arena, laid out
+    // from its start for each block in turn: only one block's are alive at a time (its forward, or its
+    // recomputation just before its backward).
+    std::vector<int> block_of(g_.ops.size(), -1);
+    std::vector<bool> kept(g_.ops.size(), false);
+    if (r_.checkpointing) {
+      for (size_t k = 0; k < g_.blocks.size(); ++k) {
+        const Graph::Block& blk = g_.blocks[k];
+        for (size_t i = blk.first; i <= blk.last; ++i) block_of[i] = static_cast<int>(k);
+        kept[block_output_storage(blk)] = true;
+      }
+    }
+    struct View {
+      std::string name;
+      DType dtype;
+      uint64_t elements;
+      int op;
+    };
+    std::vector<std::vector<View>> views(g_.blocks.size());
+    auto save = [&](std::string name, DType t, uint64_t elements, size_t i, bool is_output) {
+      const int k = block_of[i];
+      if (k < 0 || (is_output && kept[i])) {
+        add(std::move(name), MemoryCategory::saved_activations, t, elements, static_cast<int>(i));
+        return;
+      }
+      if (elements > 0)
+        views[static_cast<size_t>(k)].push_back({std::move(name), t, elements, static_cast<int>(i)});
+    };
     for (size_t i = 0; i < g_.ops.size(); ++i) {
       const Op& op = g_.ops[i];
-      const int idx = static_cast<int>(i);
       if (!has_output(op)) continue;
       const uint64_t out = b * static_cast<uint64_t>(op.out_elements());
       // An in-place add's sum lives in the previous op's ops[i].out: as its output, or as the pre-activation
       // of a GELU or SiLU after it.
       // A shortcut's result that backward does not read waits for the add in act.shortcut[d] (transient).
       if (!op.output_is_input() && !op.shortcut_result_transient())
-        add(fmt::format("ops[{}].out", i), MemoryCategory::saved_activations, s_, out, idx);
+        save(fmt::format("ops[{}].out", i), s_, out, i, true);
       if (op.saves_preactivation() && !op.preactivation_is_input())
-        add(fmt::format("ops[{}].pre", i), MemoryCategory::saved_activations, s_, out, idx);
+        save(fmt::format("ops[{}].pre", i), s_, out, i, false);
       if (op.kind == OpKind::layernorm)
-        add(fmt::format("ops[{}].stats", i), MemoryCategory::saved_activations, DType::f32,
-            2 * b * static_cast<uint64_t>(op.rows), idx);
+        save(fmt::format("ops[{}].stats", i), DType::f32, 2 * b * static_cast<uint64_t>(op.rows), i, false);
       if (op.kind == OpKind::batchnorm)  // the batch's mean and 1/std per channel (save_mean, save_invstd)
-        add(fmt::format("ops[{}].stats", i), MemoryCategory::saved_activations, DType::f32,
-            2 * static_cast<uint64_t>(op.channels), idx);
+        save(fmt::format("ops[{}].stats", i), DType::f32, 2 * static_cast<uint64_t>(op.channels), i, false);
       if (op.kind == OpKind::attention_core && fused_attention())
-        add(fmt::format("ops[{}].stats", i), MemoryCategory::saved_activations, DType::f32,
-            b * static_cast<uint64_t>(op.heads * op.seq), idx);
+        save(fmt::format("ops[{}].stats", i), DType::f32, b * static_cast<uint64_t>(op.heads * op.seq), i,
+             false);
       else if (op.kind == OpKind::attention_core)
-        add(fmt::format("ops[{}].probs", i), MemoryCategory::saved_activations, s_,
-            sat_mul({b, probs_elements(op)}), idx);
+        save(fmt::format("ops[{}].probs", i), s_, sat_mul({b, probs_elements(op)}), i, false);
     }
+    add_recompute_arena(views);
     const auto [grad_a, grad_b] = ping_pong_gradients();
     add("grad.a", MemoryCategory::transient, s_, b * grad_a);
     add("grad.b", MemoryCategory::transient, s_, b * grad_b);
@@ -455,6 +487,36 @@ class Builder {
     add_per_depth("grad.residual", MemoryCategory::transient, residual_gradients());
     add_per_depth("grad.branch", MemoryCategory::transient, branch_gradients());
     add_per_depth("act.shortcut", MemoryCategory::transient, shortcut_results(true));
+  }
+
+  // The buffer holding a block's output: its last op's, or where that op adds in place (the inner path's
+  // last output), the op whose buffer it wrote over.
+  size_t block_output_storage(const Graph::Block& blk) const {
+    size_t j = blk.last;
+    while (j > blk.first && g_.ops[j].output_is_input()) --j;
+    return j;
+  }
+
+  template <typename View>
+  void add_recompute_arena(const std::vector<std::vector<View>>& views) {
+    unsigned __int128 arena = 0;
+    std::vector<BufferSpec> placed;
+    for (const std::vector<View>& block : views) {
+      unsigned __int128 offset = 0;
+      for (const View& v : block) {
+        const unsigned __int128 raw = static_cast<unsigned __int128>(v.elements) * dtype_bytes(v.dtype);
+        const unsigned __int128 rounded = (raw + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+        placed.push_back({v.name, MemoryCategory::saved_activations, v.dtype, v.elements,
+                          static_cast<uint64_t>(std::min(rounded, kSizeCap)), v.op, "recompute",
+                          static_cast<uint64_t>(std::min(offset, kSizeCap))});
+        offset = std::min(offset + rounded, kSizeCap);
+      }
+      arena = std::max(arena, offset);
+    }
+    if (arena == 0) return;
+    add("recompute", MemoryCategory::saved_activations, DType::f32,
+        static_cast<uint64_t>(arena / dtype_bytes(DType::f32)));
+    for (BufferSpec& v : placed) buffers_.push_back(std::move(v));
   }
 
   void add_inference_activations() {
@@ -647,6 +709,13 @@ Plan make_plan(const Graph& graph, const PlanRequest& request) {
     throw UsageError(
         fmt::format("cuDNN SDPA attention needs fp16 or bf16, not {}", to_string(request.precision)));
   return Builder(graph, normalised).build();
+}
+
+std::vector<int> blocks_ending(const Graph& graph, const PlanRequest& request) {
+  std::vector<int> ends(graph.ops.size(), -1);
+  if (!request.checkpointing || request.mode != Mode::train) return ends;
+  for (size_t k = 0; k < graph.blocks.size(); ++k) ends.at(graph.blocks[k].last) = static_cast<int>(k);
+  return ends;
 }
 
 ExecutionPaths preferred_cuda_paths(const Graph& graph, Precision precision) {

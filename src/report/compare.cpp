@@ -796,6 +796,13 @@ std::string lost_fit_text(const LostFit& f) {
                      batch_label(f.baseline_max_fit, f.accumulation));
 }
 
+// settings.checkpointing: absent (a report from before --checkpointing, the PyTorch peer's) is false.
+bool checkpointing(const nlohmann::json& settings) {
+  if (!settings.is_object()) return false;
+  const auto it = settings.find("checkpointing");
+  return it != settings.end() && it->is_boolean() && it->get<bool>();
+}
+
 // One run in two reports: the same created_at and the same points, sample for sample (a file given twice, a
 // copy, or analyze's re-export, which keeps created_at).
 bool same_run(const Report& a, const Report& b) {
@@ -807,6 +814,7 @@ bool same_run(const Report& a, const Report& b) {
   };
   for (const char* key : {"backend", "model", "mode", "precision", "seed", "accumulation"})
     if (setting(a, key) != setting(b, key)) return false;
+  if (checkpointing(a.settings) != checkpointing(b.settings)) return false;
   if (a.device.name != b.device.name || a.device.backend != b.device.backend) return false;
   const auto same_rate = [](double x, double y) { return x == y || (std::isnan(x) && std::isnan(y)); };
   for (size_t i = 0; i < a.points.size(); ++i) {
@@ -1179,6 +1187,8 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
       if (!a.is_null() && !b.is_null() && a != b)
         differ.push_back(fmt::format("{} {} vs {}", key, a.dump(), b.dump()));
     }
+    if (checkpointing(first) != checkpointing(other))
+      differ.push_back(fmt::format("checkpointing {} vs {}", checkpointing(first), checkpointing(other)));
     if (!differ.empty())
       result.notes.push_back(fmt::format("{} and {}: measured with other settings ({})", letter(0), letter(i),
                                          fmt::join(differ, ", ")));

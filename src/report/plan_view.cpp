@@ -86,6 +86,7 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
       doc["accumulation"] = r.accumulation;
     }
     doc["backend"] = to_string(r.backend);
+    doc["checkpointing"] = r.checkpointing;
     // A path for a kind of layer the model does not have is null: nothing runs on it.
     const ModelPaths has = layer_kinds(g);
     if (r.backend == BackendKind::cuda)
@@ -100,6 +101,11 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
                             {"effective_batch", p.request.batch * p.request.accumulation},
                             {"flops_per_step", p.flops_per_step},
                             {"memory", memory_json(p.memory)}};
+    // Checkpointing's extra work, not in flops_per_step (model FLOPs): the blocks' forward again.
+    if (p.request.checkpointing)
+      point["recompute_flops_per_step"] = p.recompute_flops_per_sample *
+                                          static_cast<double>(p.request.batch) *
+                                          static_cast<double>(p.request.accumulation);
     if (s.memory_bytes) point["fits"] = fits_budget(s, p);
     if (s.with_buffers) {
       nlohmann::json buffers = nlohmann::json::array();
@@ -109,6 +115,11 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
                                  {"dtype", to_string(b.dtype)},
                                  {"elements", b.elements},
                                  {"bytes", b.bytes}};
+        // A view into the recompute arena: its bytes are the arena's, counted there.
+        if (b.is_view()) {
+          buffer["within"] = b.within;
+          buffer["offset"] = b.offset;
+        }
         // An op's buffer: the config layer it came from (ops[i] numbers the lowered ops, not the layers).
         if (b.op >= 0 && static_cast<size_t>(b.op) < g.ops.size()) {
           buffer["layer"] = g.ops[static_cast<size_t>(b.op)].path;
@@ -205,6 +216,18 @@ static std::string batch_one_needs(const PlanSummary& s) {
           : "");
 }
 
+// The title's clause for --checkpointing: what is recomputed and what it costs.
+std::string checkpointing_text(const Graph& g) {
+  double recomputed = 0;
+  for (const Graph::Block& blk : g.blocks)
+    for (size_t i = blk.first; i <= blk.last; ++i) recomputed += g.ops[i].forward_flops;
+  return fmt::format(
+      "\nactivation checkpointing: {} block{} keep only their outputs and run forward again in backward "
+      "(+{} per sample, {:.0f}% more than the training FLOPs)",
+      g.blocks.size(), g.blocks.size() == 1 ? "" : "s", flops_text(recomputed),
+      g.train_flops_per_sample > 0 ? 100.0 * recomputed / g.train_flops_per_sample : 0.0);
+}
+
 std::string format_plan_table(const PlanSummary& s) {
   using report_format::Align;
   using report_format::human_bytes;
@@ -229,6 +252,7 @@ std::string format_plan_table(const PlanSummary& s) {
       out += " (16-bit storage, fp32 math on the CPU: its fp32 operands are in the workspace)";
     if (r.backend == BackendKind::cpu && r.precision == Precision::tf32)
       out += " (tf32 runs as fp32 on the CPU)";
+    if (r.checkpointing) out += checkpointing_text(g);
     out += "\n\n";
   }
   report_format::TextTable t;
@@ -266,8 +290,12 @@ std::string format_plan_table(const PlanSummary& s) {
         const std::string layer = of_op ? fmt::format("{} ({})", g.ops[static_cast<size_t>(buf.op)].path,
                                                       to_string(g.ops[static_cast<size_t>(buf.op)].kind))
                                         : std::string();
-        b.rows.push_back({buf.name, std::string(to_string(buf.category)), std::string(to_string(buf.dtype)),
-                          std::to_string(buf.elements), std::to_string(buf.bytes), layer});
+        // A view shares its arena's bytes: "in recompute" says where, and the table's totals count it once.
+        b.rows.push_back(
+            {buf.name, std::string(to_string(buf.category)), std::string(to_string(buf.dtype)),
+             std::to_string(buf.elements),
+             buf.is_view() ? fmt::format("({} in {})", buf.bytes, buf.within) : std::to_string(buf.bytes),
+             layer});
       }
       for (const std::string& line : report_format::render_lines(b)) out += line + "\n";
     }

@@ -140,8 +140,11 @@ constexpr const char* kShortcuts = R"({"name": "shortcuts",
   "optimizer": {"type": "sgd", "learning_rate": 0.1, "momentum": 0.9}})";
 
 std::vector<double> run_losses(const Graph& g, BackendKind kind, Precision p, int64_t batch,
-                               int64_t accumulation, int steps, bool graphs = true) {
-  const Plan plan = make_plan(g, {batch, p, Mode::train, accumulation, kind});
+                               int64_t accumulation, int steps, bool graphs = true,
+                               bool checkpointing = false) {
+  PlanRequest request{batch, p, Mode::train, accumulation, kind};
+  request.checkpointing = checkpointing;
+  const Plan plan = make_plan(g, request);
   SessionOptions options;
   options.seed = 42;
   options.cuda_graphs = graphs;
@@ -235,6 +238,36 @@ INSTANTIATE_TEST_SUITE_P(Presets, GpuPresetStep,
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;
                          });
+
+// --checkpointing: each block's forward runs again inside backward (captured in the step's graph too), into
+// the recompute arena the plan lays out. The losses match the same session keeping every activation, and the
+// CPU backend's with checkpointing; the device memory is the (smaller) plan's.
+TEST(GpuSessionCheckpointing, MatchesKeepingEveryActivationAndTheCpu) {
+  BSW_REQUIRE_DEVICE();
+  for (const char* model : {kTokens, kVitMse, kResidualOfInput, kBatchNorm, kShortcuts}) {
+    const Graph g = graph_of(model);
+    ASSERT_FALSE(g.blocks.empty()) << g.model_name;
+    for (Precision p : {Precision::fp32, Precision::bf16}) {
+      const int64_t accumulation = p == Precision::bf16 ? 2 : 1;
+      const double tol = p == Precision::fp32 ? 1e-4 : 3e-2;
+      const std::vector<double> kept = run_losses(g, BackendKind::cuda, p, 4, accumulation, 3, true, false);
+      const std::vector<double> recomputed =
+          run_losses(g, BackendKind::cuda, p, 4, accumulation, 3, true, true);
+      const std::vector<double> plain = run_losses(g, BackendKind::cuda, p, 4, accumulation, 3, false, true);
+      const std::vector<double> cpu = run_losses(g, BackendKind::cpu, p, 4, accumulation, 3, true, true);
+      for (size_t i = 0; i < kept.size(); ++i) {
+        EXPECT_NEAR(recomputed[i], kept[i], 1e-5 * std::abs(kept[i])) << g.model_name << " step " << i + 1;
+        EXPECT_NEAR(plain[i], recomputed[i], 1e-5 * std::abs(kept[i])) << g.model_name << " step " << i + 1;
+        EXPECT_NEAR(recomputed[i], cpu[i], tol * std::abs(cpu[i])) << g.model_name << " step " << i + 1;
+      }
+    }
+    PlanRequest request{4, Precision::bf16, Mode::train, 1, BackendKind::cuda};
+    request.checkpointing = true;
+    const Plan plan = make_plan(g, request);
+    auto session = cuda::make_cuda_backend(0)->prepare(g, plan, SessionOptions{});
+    EXPECT_EQ(session->memory().allocated_bytes, plan.memory.total_bytes()) << g.model_name;
+  }
+}
 
 TEST(GpuSessionGraphs, ReplayMatchesPlainLaunches) {
   BSW_REQUIRE_DEVICE();

@@ -230,9 +230,15 @@ class CpuSession final : public Session, public CpuSessionProbe {
     auto* base = static_cast<unsigned char*>(arena_);
     uint64_t offset = 0;
     for (const BufferSpec& b : plan_.buffers) {
+      if (b.is_view()) continue;
       buffers_[b.name] = Ref{base + offset, b.dtype, b.elements};
       offset += b.bytes;
     }
+    // Views (the recompute arena's activations) share the memory of the buffer they are in.
+    for (const BufferSpec& b : plan_.buffers)
+      if (b.is_view())
+        buffers_[b.name] =
+            Ref{static_cast<unsigned char*>(need(b.within).ptr) + b.offset, b.dtype, b.elements};
     // Gradients and optimizer state start at zero; the rest is written before it is read.
     for (const char* name : {"gradients", "optimizer.m", "optimizer.v", "optimizer.momentum"})
       if (Ref r = ref(name)) std::memset(r.ptr, 0, r.elements * dtype_bytes(r.dtype));
@@ -506,8 +512,9 @@ class CpuSession final : public Session, public CpuSessionProbe {
         const int64_t c = op.channels;
         if (train) {
           float* stats = need(fmt::format("ops[{}].stats", i)).f32();
-          batchnorm_forward_train(x, w, w + c, normalized, stats, stats + c, running, running + c, b, c,
-                                  op.spatial, kBatchNormMomentum);
+          // Recomputing, it normalizes as before without moving the running statistics a second time.
+          batchnorm_forward_train(x, w, w + c, normalized, stats, stats + c, recomputing_ ? nullptr : running,
+                                  recomputing_ ? nullptr : running + c, b, c, op.spatial, kBatchNormMomentum);
         } else {
           batchnorm_forward_infer(x, w, w + c, running, running + c, normalized, b, c, op.spatial);
         }
@@ -591,6 +598,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
     Ref other = ref("grad.b");
     for (size_t i = graph_.ops.size(); i-- > 0;) {
       const Op& op = graph_.ops[i];
+      if (const int k = block_ending_at_[i]; k >= 0) recompute(graph_.blocks[static_cast<size_t>(k)]);
       const Ref in = input_of_[i];
       const bool need_dx = op.input_gradient;
       if (op.kind == OpKind::residual_add) {
@@ -646,6 +654,19 @@ class CpuSession final : public Session, public CpuSessionProbe {
       }
       std::swap(current, other);
     }
+  }
+
+  // Checkpointing: a block's forward again, from its input (kept) into the same buffers as the forward pass
+  // used (its activations' views in the recompute arena, where the later blocks' have been since), just
+  // before its backward reads them. Torch's checkpoint recomputes the same way.
+  void recompute(const Graph::Block& block) {
+    recomputing_ = true;
+    for (size_t j = block.first; j <= block.last; ++j) {
+      const Op& op = graph_.ops[j];
+      if (op.kind == OpKind::residual_save || op.kind == OpKind::residual_branch) continue;
+      forward_op(j, op, input_of_[j], output_of(j, op), true);
+    }
+    recomputing_ = false;
   }
 
   // Where op i's output and saved pre-activation are in training: ops[i].out and ops[i].pre, or for a
@@ -869,6 +890,10 @@ class CpuSession final : public Session, public CpuSessionProbe {
   uint64_t allocated_bytes_ = 0;
   std::unordered_map<std::string, Ref> buffers_;
   std::vector<Ref> input_of_ = std::vector<Ref>(graph_.ops.size());
+  // With checkpointing: for each op, the index of the block it ends (else -1); backward recomputes that
+  // block's forward when it reaches the op.
+  std::vector<int> block_ending_at_ = blocks_ending(graph_, plan_.request);
+  bool recomputing_ = false;  // a block's forward again: batchnorm's running statistics stay as they are
   double loss_scale_ = kInitialLossScale;
   int64_t clean_steps_ = 0;
   int64_t skipped_steps_ = 0;

@@ -235,9 +235,15 @@ class CudaSession final : public Session {
     auto* base = static_cast<unsigned char*>(arena_);
     uint64_t offset = 0;
     for (const BufferSpec& b : plan_.buffers) {
+      if (b.is_view()) continue;
       buffers_[b.name] = Ref{base + offset, b.dtype, b.elements};
       offset += b.bytes;
     }
+    // Views (the recompute arena's activations) share the memory of the buffer they are in.
+    for (const BufferSpec& b : plan_.buffers)
+      if (b.is_view())
+        buffers_[b.name] =
+            Ref{static_cast<unsigned char*>(need(b.within).ptr) + b.offset, b.dtype, b.elements};
     const Ref ws = need("workspace.cublaslt");
     gemm_ = std::make_unique<Gemm>(plan_.request.precision, ws.ptr, ws.elements * dtype_bytes(ws.dtype));
     scalars_dev_ = static_cast<kernels::StepScalars*>(need("workspace.scalars").ptr);
@@ -613,6 +619,33 @@ class CudaSession final : public Session {
     return current;
   }
 
+  // Checkpointing: a block's forward again, from its input (kept) into the same buffers as the forward pass
+  // used (its activations' views in the recompute arena, where the later blocks' have been since), just
+  // before its backward reads them. Torch's checkpoint recomputes the same way. A block starts outside every
+  // residual, so its residuals' stack starts empty.
+  void recompute(const Graph::Block& block) {
+    recomputing_ = true;
+    residual_stack_.clear();
+    Ref current = input_of_[block.first];
+    for (size_t j = block.first; j <= block.last; ++j) {
+      const Op& op = graph_.ops[j];
+      if (op.kind == OpKind::residual_save) {
+        residual_stack_.push_back(current);
+        continue;
+      }
+      if (op.kind == OpKind::residual_branch) {
+        const Ref input = residual_stack_.back();
+        residual_stack_.back() = current;
+        current = input;
+        continue;
+      }
+      const Ref out = output_of(j, op);
+      forward_op(j, op, current, out, true);
+      current = out;
+    }
+    recomputing_ = false;
+  }
+
   void forward_op(size_t i, const Op& op, const Ref& in, const Ref& out, bool train) {
     const int64_t b = batch();
     const Ref w = op.param_elements > 0 ? params_of(op) : Ref{};
@@ -652,9 +685,11 @@ class CudaSession final : public Session {
         const void* beta = w.at(static_cast<uint64_t>(c), 0).ptr;
         if (train) {
           const Ref stats = need(fmt::format("ops[{}].stats", i));
-          kernels::batchnorm_statistics(s_, in.ptr, stats.f32(), stats.f32() + c, running.f32(),
-                                        running.f32() + c, b, c, op.spatial, kBatchNormMomentum,
-                                        need("workspace.batchnorm").f32(), stream_);
+          // Recomputing, it normalizes as before without moving the running statistics a second time.
+          kernels::batchnorm_statistics(s_, in.ptr, stats.f32(), stats.f32() + c,
+                                        recomputing_ ? nullptr : running.f32(),
+                                        recomputing_ ? nullptr : running.f32() + c, b, c, op.spatial,
+                                        kBatchNormMomentum, need("workspace.batchnorm").f32(), stream_);
           kernels::batchnorm_apply(s_, in.ptr, w.ptr, beta, stats.f32(), stats.f32() + c, false,
                                    normalized.ptr, b, c, op.spatial, stream_);
         } else {
@@ -964,6 +999,7 @@ class CudaSession final : public Session {
     Ref other = ref("grad.b");
     for (size_t i = graph_.ops.size(); i-- > 0;) {
       const Op& op = graph_.ops[i];
+      if (const int k = block_ending_at_[i]; k >= 0) recompute(graph_.blocks[static_cast<size_t>(k)]);
       const Ref in = input_of_[i];
       const bool need_dx = op.input_gradient;
       if (op.kind == OpKind::residual_add) {
@@ -1314,6 +1350,10 @@ class CudaSession final : public Session {
   std::unordered_map<std::string, Ref> buffers_;
   std::vector<Ref> input_of_ = std::vector<Ref>(graph_.ops.size());
   std::vector<Ref> residual_stack_;
+  // With checkpointing: for each op, the index of the block it ends (else -1); backward recomputes that
+  // block's forward when it reaches the op.
+  std::vector<int> block_ending_at_ = blocks_ending(graph_, plan_.request);
+  bool recomputing_ = false;  // a block's forward again: batchnorm's running statistics stay as they are
   bool has_attention_ = false;
   bool gelu_epilogue_used_ = false;
   bool dgelu_epilogue_used_ = false;

@@ -1,6 +1,7 @@
 // CPU backend tests: allocated bytes equal the plan for every preset, whole-network gradients against finite
 // differences, accumulation equivalent to one big batch, training lowers the loss in every precision.
 #include <dlfcn.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -555,6 +556,66 @@ TEST(CpuBackend, Fp16OverflowAtTheLowestLossScaleIsNotFinite) {
   EXPECT_FALSE(lowest.finite);
   EXPECT_EQ(s.probe->skipped_steps(), 2);
   EXPECT_DOUBLE_EQ(s.probe->loss_scale(), 1.0);
+}
+
+// Checkpointing runs each block's forward again before its backward, in the same buffers: the same losses,
+// gradients, weights and batchnorm running statistics, bit for bit, as keeping every activation (the same
+// ops on the same inputs), in less memory. Blocks on the network input (backward stops inside them),
+// shortcuts, activations after adds in place, nested residuals, batchnorm at a block's end, accumulation.
+TEST(CpuBackend, CheckpointingGivesTheSameStepsInLessMemory) {
+  const auto checked_prepare = [](const Graph& g, Precision p, int64_t accumulation, bool checkpointing) {
+    PlanRequest request{3, p, Mode::train, accumulation, BackendKind::cpu};
+    request.checkpointing = checkpointing;
+    Prepared out{g, make_plan(g, request), nullptr, nullptr};
+    SessionOptions options;
+    options.seed = 11;
+    out.session = cpu::make_cpu_backend()->prepare(out.graph, out.plan, options);
+    out.probe = dynamic_cast<cpu::CpuSessionProbe*>(out.session.get());
+    return out;
+  };
+  std::vector<Graph> graphs;
+  for (const char* text :
+       {kAllLayersImage, kAllLayersTokens, kVitMse, kResidualOfInput, kPoolFirst, kBatchNorm,
+        kResidualActivations, kShortcuts, kShortcutOnly, kShortcutNested, kShortcutVector})
+    graphs.push_back(graph_of(text));
+  for (const char* name : {"tiny-lm", "resnet-small"}) graphs.push_back(lower(load_model(name)));
+  int compared = 0;
+  for (const Graph& g : graphs) {
+    ASSERT_FALSE(g.blocks.empty()) << g.model_name;
+    for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16}) {
+      for (int64_t accumulation : {int64_t{1}, int64_t{2}}) {
+        if (p != Precision::fp32 && accumulation != 1) continue;
+        Prepared plain = checked_prepare(g, p, accumulation, false);
+        Prepared ckpt = checked_prepare(g, p, accumulation, true);
+        const std::string what =
+            fmt::format("{} {} accumulation {}", g.model_name, to_string(p), accumulation);
+        EXPECT_EQ(ckpt.session->memory().allocated_bytes, ckpt.plan.memory.total_bytes()) << what;
+        EXPECT_LE(ckpt.plan.memory.total_bytes(), plain.plan.memory.total_bytes()) << what;
+        for (int step = 0; step < 3; ++step) {
+          const StepResult a = plain.session->step(), b = ckpt.session->step();
+          EXPECT_EQ(a.loss, b.loss) << what << " step " << step;
+          EXPECT_EQ(a.finite, b.finite) << what;
+        }
+        EXPECT_EQ(plain.probe->gradients_f32(), ckpt.probe->gradients_f32()) << what;
+        EXPECT_EQ(plain.probe->parameters_f32(), ckpt.probe->parameters_f32()) << what;
+        for (size_t i = 0; i < g.ops.size(); ++i)
+          if (g.ops[i].kind == OpKind::batchnorm) {
+            const std::string running = fmt::format("ops[{}].running", i);
+            EXPECT_EQ(plain.probe->buffer_f32(running), ckpt.probe->buffer_f32(running))
+                << what << " " << running;
+          }
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 13 * 4);
+  // The arena holds one block's activations, not all of them: tiny-lm's two blocks keep two outputs.
+  const Graph lm = lower(load_model("tiny-lm"));
+  PlanRequest request{8, Precision::fp32, Mode::train, 1, BackendKind::cpu};
+  const Plan plain = make_plan(lm, request);
+  request.checkpointing = true;
+  const Plan ckpt = make_plan(lm, request);
+  EXPECT_LT(ckpt.memory.saved_activations, plain.memory.saved_activations * 2 / 3);
 }
 
 TEST(CpuBackend, MemoryLimitRefusesThePlan) {
