@@ -392,6 +392,7 @@ RunSummary summarize_run(const Report& report, std::string name) {
   s.mode = t.mode;
   s.precision = t.precision;
   s.split = t.split();
+  s.checkpointing = t.checkpointing;
   s.state = report.state;
   s.knee = report.analysis.knee;
   s.max_fit = report.analysis.max_fit;
@@ -686,7 +687,7 @@ std::string run_line(const RunSummary& r) {
 
 std::string run_title(const RunSummary& r) {
   std::string out;
-  for (const std::string& piece : {r.model, device_of(r), r.mode, r.precision, r.split}) {
+  for (const std::string& piece : {r.model, device_of(r), r.mode, r.precision, r.split, r.checkpointing}) {
     if (piece.empty()) continue;
     if (!out.empty()) out += " \u00b7 ";
     out += piece;

@@ -27,7 +27,8 @@ std::string format_markdown(const Report& report) {
                                                                {"Device", &t.device},
                                                                {"Mode", &t.mode},
                                                                {"Precision", &t.precision_shown},
-                                                               {t.split_label.c_str(), &t.split_value}};
+                                                               {t.split_label.c_str(), &t.split_value},
+                                                               {"Memory", &t.checkpointing}};
   for (const auto& [label, value] : pieces) {
     if (value->empty()) continue;
     header += (header.empty() ? "" : " \u00b7 ") + std::string("**") + label + "** " + markdown_cell(*value);

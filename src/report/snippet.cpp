@@ -63,10 +63,16 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
   const bool cpu = report.device.backend == "cpu";
   const std::string gpus =
       fmt::format("{} {}{}", world_size, cpu ? "process" : "GPU", world_size == 1 ? "" : (cpu ? "es" : "s"));
-  std::string out = fmt::format(
-      "config for {} ({}batch {}{}, {}, {}{}):\n", name, train ? "" : "inference, ", batch,
-      accumulation > 1 ? fmt::format(" x accumulation {}", accumulation) : std::string(), precision, gpus,
-      train ? fmt::format("; {} samples per optimizer step", global) : std::string());
+  // A batch measured with checkpointing fits only with it: the lines turn it on.
+  const bool checkpointing = train && !title.checkpointing.empty();
+  std::string out =
+      fmt::format("config for {} ({}batch {}{}, {}{}, {}{}):\n", name, train ? "" : "inference, ", batch,
+                  accumulation > 1 ? fmt::format(" x accumulation {}", accumulation) : std::string(),
+                  precision, checkpointing ? ", activation checkpointing" : "", gpus,
+                  train ? fmt::format("; {} samples per optimizer step", global) : std::string());
+  // Hugging Face models checkpoint each decoder layer, as the sweep recomputed each block.
+  const char* checkpoint_line =
+      "model.gradient_checkpointing_enable()  # Hugging Face models; else torch.utils.checkpoint per block";
   if (cpu) out += "  # measured on the CPU backend: a GPU's best batch differs, so sweep on the GPU itself\n";
   const bool tf32 = precision == "tf32";
   switch (target) {
@@ -92,6 +98,7 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
       if (precision == "bf16") out += "    \"bf16\": {\"enabled\": true}\n";
       out += "  }\n";
       if (tf32) out += fmt::format("  # and in the script: {}\n", kTf32Line);
+      if (checkpointing) out += fmt::format("  # and in the script: {}\n", checkpoint_line);
       break;
     }
     case ConfigTarget::lightning: {
@@ -99,6 +106,7 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
                                         : precision == "bf16" ? "bf16-mixed"
                                                               : "32-true";
       if (tf32) out += "  torch.set_float32_matmul_precision(\"high\")  # the sweep ran tf32 matmuls\n";
+      if (checkpointing) out += fmt::format("  {}\n", checkpoint_line);
       out += fmt::format("  loader = DataLoader(dataset, batch_size={})\n", batch);
       out += fmt::format("  trainer = L.Trainer({}precision=\"{}\"{})\n",
                          train && accumulation > 1 ? fmt::format("accumulate_grad_batches={}, ", accumulation)
@@ -109,6 +117,7 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
     case ConfigTarget::accelerate: {
       const char* mixed = precision == "fp16" ? "fp16" : precision == "bf16" ? "bf16" : "no";
       if (tf32) out += fmt::format("  {}\n", kTf32Line);
+      if (checkpointing) out += fmt::format("  {}\n", checkpoint_line);
       out += fmt::format("  accelerator = Accelerator({}mixed_precision=\"{}\")\n",
                          train && accumulation > 1
                              ? fmt::format("gradient_accumulation_steps={}, ", accumulation)
@@ -126,6 +135,7 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
       if (precision == "fp16") args += ", fp16=True";
       if (precision == "bf16") args += ", bf16=True";
       if (tf32) args += ", tf32=True";
+      if (checkpointing) args += ", gradient_checkpointing=True";
       out += fmt::format("  args = TrainingArguments(output_dir=\"out\", {})\n", args);
       if (world_size > 1)
         out +=

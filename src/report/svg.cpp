@@ -140,7 +140,8 @@ std::string title_text(const Report& report) {
   std::string title = "batchsweep";
   std::string details;
   const std::string split = t.split();
-  for (const std::string* piece : {&t.model, &t.device, &t.mode, &t.precision_shown, &split}) {
+  for (const std::string* piece :
+       {&t.model, &t.device, &t.mode, &t.precision_shown, &split, &t.checkpointing}) {
     if (!piece->empty()) details += (details.empty() ? "" : " \u00b7 ") + *piece;
   }
   title = details.empty() ? title : title + ": " + details;

@@ -328,6 +328,9 @@ Title title(const Report& report) {
     t.split_label = "Accumulation";
     t.split_value = std::to_string(*accumulation);
   }
+  if (const auto it = report.settings.find("checkpointing");
+      it != report.settings.end() && it->is_boolean() && it->get<bool>())
+    t.checkpointing = "activation checkpointing";
   return t;
 }
 

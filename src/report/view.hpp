@@ -34,6 +34,8 @@ namespace bsw::report_view {
 struct Title {
   std::string model, device, mode, precision, precision_shown;
   std::string split_label, split_value;
+  // "activation checkpointing" where settings.checkpointing is true (run --checkpointing); else empty.
+  std::string checkpointing;
   // "accumulation 4", "effective batch 256": the split as a title piece; empty for one micro-batch a step.
   [[nodiscard]] std::string split() const;
 };

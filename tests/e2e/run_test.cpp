@@ -3056,6 +3056,97 @@ TEST(Presets, ListEachWithItsPlansCounts) {
   EXPECT_NE(r.out.find("not tied to its embedding"), std::string::npos) << r.out;
 }
 
+// --checkpointing: the plan keeps each block's output and lays its other activations into one recompute arena
+// (views that the totals count once), so more fits; the run measures that plan, says so in its title and
+// settings, and `--config-for` turns it on. A resumed run must match it; inference and a model without
+// blocks are refused.
+TEST(Checkpointing, PlansRunsAndSaysIt) {
+  const auto contains = [](const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos;
+  };
+  ScratchDir dir;
+  const std::string plain = (dir / "plain.json").string(), ckpt = (dir / "ckpt.json").string();
+  ASSERT_EQ(run({"plan", "--model", "gpt2-small", "--backend", "cuda", "-p", "bf16", "--memory", "80GiB",
+                 "--batch", "8", "--json", plain})
+                .exit_code,
+            0);
+  const Result planned = run({"plan", "--model", "gpt2-small", "--backend", "cuda", "-p", "bf16", "--memory",
+                              "80GiB", "--batch", "8", "--checkpointing", "--json", ckpt, "--buffers"});
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  EXPECT_TRUE(
+      contains(planned.err + planned.out, "activation checkpointing: 12 blocks keep only their outputs"))
+      << planned.out;
+  const nlohmann::json a = read_json(plain), b = read_json(ckpt);
+  EXPECT_EQ(a["checkpointing"], false);
+  EXPECT_EQ(b["checkpointing"], true);
+  const nlohmann::json& pa = a["points"][0];
+  const nlohmann::json& pb = b["points"][0];
+  EXPECT_LT(pb["memory"]["saved_activations"].get<uint64_t>(),
+            pa["memory"]["saved_activations"].get<uint64_t>() / 2);
+  EXPECT_EQ(pb["flops_per_step"], pa["flops_per_step"]);  // model FLOPs, as MFU counts them
+  EXPECT_GT(pb["recompute_flops_per_step"].get<double>(), 0.2 * pb["flops_per_step"].get<double>());
+  EXPECT_FALSE(pa.contains("recompute_flops_per_step"));
+  // The views' bytes are the arena's: the buffers that are not views add up to the total.
+  uint64_t own = 0, arena = 0, views = 0;
+  for (const nlohmann::json& buf : pb["buffers"]) {
+    if (buf.contains("within")) {
+      EXPECT_EQ(buf["within"], "recompute");
+      EXPECT_LE(buf["offset"].get<uint64_t>() + buf["bytes"].get<uint64_t>(),
+                arena == 0 ? UINT64_MAX : arena);
+      ++views;
+      continue;
+    }
+    own += buf["bytes"].get<uint64_t>();
+    if (buf["name"] == "recompute") arena = buf["bytes"].get<uint64_t>();
+  }
+  EXPECT_EQ(own, pb["memory"]["total_bytes"].get<uint64_t>());
+  EXPECT_GT(arena, 0u);
+  EXPECT_GT(views, 12u * 5u);
+  EXPECT_GT(b["max_fit_batch"].get<int64_t>(), a["max_fit_batch"].get<int64_t>() * 3 / 2);
+
+  // The run: a smaller measured plan, the title and settings say it, and the config lines turn it on.
+  const std::string report_plain = (dir / "run-plain.json").string(), report = (dir / "run.json").string();
+  const std::vector<std::string> quick = {"run",     "--model",  "tiny-lm",    "--backend", "cpu",
+                                          "--batch", "4",        "--min-time", "0",         "--min-samples",
+                                          "3",       "--warmup", "1",          "-q"};
+  std::vector<std::string> args = quick;
+  args.insert(args.end(), {"--json", report_plain});
+  ASSERT_EQ(run(args).exit_code, 0);
+  args = quick;
+  args.insert(args.end(), {"--checkpointing", "--json", report, "--config-for", "transformers"});
+  const Result measured = run(args);
+  ASSERT_EQ(measured.exit_code, 0) << measured.err;
+  EXPECT_TRUE(contains(measured.out, "fp32 \u00b7 activation checkpointing")) << measured.out;
+  EXPECT_TRUE(contains(measured.out, "gradient_checkpointing=True")) << measured.out;
+  const nlohmann::json r = read_json(report), rp = read_json(report_plain);
+  EXPECT_EQ(r["settings"]["checkpointing"], true);
+  EXPECT_EQ(rp["settings"]["checkpointing"], false);
+  EXPECT_LT(r["points"][0]["memory"]["planned_bytes"].get<uint64_t>(),
+            rp["points"][0]["memory"]["planned_bytes"].get<uint64_t>());
+  if (!testing::python_with_jsonschema().empty()) {
+    EXPECT_EQ(testing::validate_file("report-v1.schema.json", report), 0);
+  }
+  // Resuming the plain run with checkpointing would take points measured without it.
+  args = quick;
+  args.insert(args.end(), {"--checkpointing", "--resume", report_plain});
+  const Result resumed = run(args);
+  EXPECT_EQ(resumed.exit_code, 2) << resumed.err;
+  EXPECT_TRUE(contains(resumed.err, "(--checkpointing)")) << resumed.err;
+  // Compare notes the difference.
+  const Result compared = run({"compare", report_plain, report});
+  EXPECT_TRUE(contains(compared.out, "checkpointing false vs true")) << compared.out;
+
+  for (const std::vector<std::string>& refused :
+       {std::vector<std::string>{"run", "--model", "tiny-lm", "--mode", "infer", "--checkpointing"},
+        {"plan", "--model", "tiny-lm", "--mode", "infer", "--checkpointing"},
+        {"run", "--model", "mlp", "--checkpointing"},
+        {"plan", "--model", "mlp", "--checkpointing"}}) {
+    const Result e = run(refused);
+    EXPECT_EQ(e.exit_code, 2) << e.err;
+    EXPECT_TRUE(contains(e.err, "--checkpointing: ")) << e.err;
+  }
+}
+
 // plan --json says what it is and what wrote it, matches configs/schema/plan-v1.schema.json in each of its
 // shapes, and handed to analyze or compare for a report is named as a plan.
 TEST(Plan, JsonIsAVersionedPlanThatReadersNameAsSuch) {
@@ -3068,7 +3159,8 @@ TEST(Plan, JsonIsAVersionedPlanThatReadersNameAsSuch) {
        "--buffers"},
       {"plan", "--model", "resnet-small", "--backend", "cuda", "--mode", "infer", "--memory", "1GiB"},
       {"plan", "--model", "resnet-small", "--mode", "infer", "--memory", "L4"},
-      {"plan", "--model", "mlp", "--effective-batch", "96", "--memory", "all"}};
+      {"plan", "--model", "mlp", "--effective-batch", "96", "--memory", "all"},
+      {"plan", "--model", "tiny-lm", "--checkpointing", "--batch", "4", "--buffers"}};
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const std::string path = (dir / ("plan" + std::to_string(i) + ".json")).string();
     std::vector<std::string> args = shapes[i];

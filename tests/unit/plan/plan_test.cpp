@@ -999,5 +999,99 @@ TEST(Plan, PublishedParameterCounts) {
   EXPECT_EQ(vit.parameters, 86567656 - 768 - 768);
 }
 
+// --checkpointing: Graph::blocks are the top-level transformer_block and residual copies (not the residuals
+// inside them); each keeps its output's buffer, and every other activation of a block is a view into the
+// recompute arena, laid from its start per block, so the arena is the largest block's sum and views of one
+// block never overlap. Layers between blocks keep theirs; inference and the FLOPs a step counts are as
+// without it; backward knows which op ends which block.
+TEST(Plan, CheckpointingViewsOneBlockAtATimeInTheArena) {
+  const Graph lm = lower(load_model("tiny-lm"));
+  ASSERT_EQ(lm.blocks.size(), 2u);  // transformer_block with repeat 2: two copies, each two residuals
+  EXPECT_EQ(lm.ops[lm.blocks[0].first].kind, OpKind::residual_save);
+  EXPECT_EQ(lm.ops[lm.blocks[0].last].kind, OpKind::residual_add);
+  EXPECT_EQ(lm.blocks[1].first, lm.blocks[0].last + 1);
+  EXPECT_EQ(lower(load_model("resnet-50")).blocks.size(), 16u);  // 3 + 4 + 6 + 3 bottlenecks
+  EXPECT_TRUE(lower(load_model("mlp")).blocks.empty());
+  for (const char* name : {"tiny-lm", "gpt2-small", "resnet-small", "resnet-50", "vit-base"}) {
+    const Graph g = lower(load_model(name));
+    for (const BackendKind backend : {BackendKind::cpu, BackendKind::cuda}) {
+      PlanRequest request{3, Precision::bf16, Mode::train, 1, backend};
+      if (backend == BackendKind::cuda) request.paths = preferred_cuda_paths(g, Precision::bf16);
+      const Plan plain = make_plan(g, request);
+      request.checkpointing = true;
+      const Plan ckpt = make_plan(g, request);
+      EXPECT_LT(ckpt.memory.saved_activations, plain.memory.saved_activations) << name;
+      EXPECT_EQ(ckpt.memory.total_bytes() - ckpt.memory.saved_activations,
+                plain.memory.total_bytes() - plain.memory.saved_activations)
+          << name;
+      EXPECT_EQ(ckpt.flops_per_step, plain.flops_per_step) << name;
+      double recomputed = 0;
+      for (const Graph::Block& b : g.blocks)
+        for (size_t i = b.first; i <= b.last; ++i) recomputed += g.ops[i].forward_flops;
+      EXPECT_DOUBLE_EQ(ckpt.recompute_flops_per_sample, recomputed) << name;
+      EXPECT_EQ(plain.recompute_flops_per_sample, 0.0);
+      const BufferSpec& arena = ckpt.buffer("recompute");
+      uint64_t own = 0;
+      std::vector<uint64_t> block_bytes(g.blocks.size(), 0);
+      std::vector<std::vector<std::pair<uint64_t, uint64_t>>> ranges(g.blocks.size());
+      for (const BufferSpec& b : ckpt.buffers) {
+        if (!b.is_view()) {
+          own += b.bytes;
+          continue;
+        }
+        EXPECT_EQ(b.within, "recompute");
+        EXPECT_EQ(b.category, MemoryCategory::saved_activations);
+        EXPECT_LE(b.offset + b.bytes, arena.bytes) << name << " " << b.name;
+        EXPECT_EQ(b.offset % kBufferAlignment, 0u);
+        ASSERT_GE(b.op, 0);
+        size_t k = 0;
+        while (k < g.blocks.size() && !(g.blocks[k].first <= static_cast<size_t>(b.op) &&
+                                        static_cast<size_t>(b.op) <= g.blocks[k].last))
+          ++k;
+        ASSERT_LT(k, g.blocks.size()) << name << " " << b.name << ": a view outside every block";
+        block_bytes[k] += b.bytes;
+        for (const auto& [offset, bytes] : ranges[k])
+          EXPECT_TRUE(b.offset + b.bytes <= offset || offset + bytes <= b.offset) << name << " " << b.name;
+        ranges[k].emplace_back(b.offset, b.bytes);
+        // Its plain plan has the same buffer, of the same size, in memory of its own.
+        const BufferSpec& same = plain.buffer(b.name);
+        EXPECT_EQ(same.bytes, b.bytes);
+        EXPECT_FALSE(same.is_view());
+      }
+      EXPECT_EQ(own, ckpt.memory.total_bytes()) << name;
+      EXPECT_EQ(arena.bytes, *std::max_element(block_bytes.begin(), block_bytes.end())) << name;
+      // Each block's output stays in memory of its own.
+      for (const Graph::Block& b : g.blocks) {
+        size_t j = b.last;
+        while (j > b.first && g.ops[j].output_is_input()) --j;
+        const BufferSpec* out = ckpt.find(fmt::format("ops[{}].out", j));
+        ASSERT_NE(out, nullptr) << name << " block ending at " << b.last;
+        EXPECT_FALSE(out->is_view()) << name;
+      }
+      const std::vector<int> ends = blocks_ending(g, request);
+      for (size_t k = 0; k < g.blocks.size(); ++k) EXPECT_EQ(ends[g.blocks[k].last], static_cast<int>(k));
+      EXPECT_EQ(std::count_if(ends.begin(), ends.end(), [](int e) { return e >= 0; }),
+                static_cast<std::ptrdiff_t>(g.blocks.size()));
+      // Inference has no backward: the same plan either way, and no block to recompute.
+      request.mode = Mode::infer;
+      const Plan infer = make_plan(g, request);
+      request.checkpointing = false;
+      EXPECT_EQ(infer.memory.total_bytes(), make_plan(g, request).memory.total_bytes()) << name;
+      request.checkpointing = true;
+      const std::vector<int> none = blocks_ending(g, request);
+      EXPECT_TRUE(std::all_of(none.begin(), none.end(), [](int e) { return e < 0; }));
+    }
+  }
+  // The largest batch that fits grows (gpt2-small bf16 on an 80 GiB card: about twice).
+  const Graph gpt2 = lower(load_model("gpt2-small"));
+  PlanRequest request{1, Precision::bf16,   Mode::train,
+                      1, BackendKind::cuda, preferred_cuda_paths(gpt2, Precision::bf16)};
+  const std::optional<int64_t> without = max_fit_batch(gpt2, request, uint64_t{80} << 30);
+  request.checkpointing = true;
+  const std::optional<int64_t> with = max_fit_batch(gpt2, request, uint64_t{80} << 30);
+  ASSERT_TRUE(without && with);
+  EXPECT_GT(*with, *without * 3 / 2);
+}
+
 }  // namespace
 }  // namespace bsw
