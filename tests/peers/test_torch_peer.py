@@ -107,6 +107,37 @@ TINY_LM = {
                {"type": "layernorm"}, {"type": "linear", "out_features": 50}],
 }
 
+# --checkpointing's two kinds of block: transformer blocks (one layer, repeat 2: two blocks between an embedding
+# and a head, which are not checkpointed), and residuals whose batchnorms' running statistics a recompute must not
+# update again (one with a projection shortcut, as torchvision's downsample, one with the identity).
+CHECKPOINTED_LM = {
+    "name": "checkpointed-lm",
+    "input": {"type": "tokens", "sequence_length": 8, "vocab_size": 50},
+    "layers": [{"type": "embedding", "dim": 16},
+               {"type": "transformer_block", "heads": 2, "causal": True, "repeat": 2},
+               {"type": "layernorm"}, {"type": "linear", "out_features": 50}],
+}
+
+CHECKPOINTED_BATCHNORM = {
+    "name": "checkpointed-batchnorm",
+    "input": {"type": "image", "channels": 3, "height": 8, "width": 8},
+    "layers": [{"type": "conv2d", "out_channels": 4, "kernel_size": 3, "padding": 1},
+               {"type": "batchnorm", "activation": "relu"},
+               {"type": "residual", "activation": "relu",
+                "layers": [{"type": "conv2d", "out_channels": 8, "kernel_size": 3, "stride": 2, "padding": 1,
+                            "bias": False},
+                           {"type": "batchnorm", "activation": "relu"},
+                           {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": False},
+                           {"type": "batchnorm"}],
+                "shortcut": [{"type": "conv2d", "out_channels": 8, "kernel_size": 1, "stride": 2, "bias": False},
+                             {"type": "batchnorm"}]},
+               {"type": "residual", "activation": "relu",
+                "layers": [{"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1},
+                           {"type": "batchnorm"}]},
+               {"type": "global_avgpool"}, {"type": "linear", "out_features": 5}],
+    "optimizer": {"type": "sgd", "learning_rate": 0.1},
+}
+
 FAST = ["--warmup", "1", "--min-samples", "3", "--min-time", "0", "--max-noise", "1000", "--timeout", "5", "--quiet"]
 
 
@@ -517,6 +548,21 @@ class CliTest(unittest.TestCase):
                 self.assertEqual(code, 2)
                 self.assertIn(message, err)
 
+    def test_checkpointing_is_refused_where_it_would_change_nothing(self):
+        # batchsweep's words and exit code, for inference and for a model without a top-level block.
+        code, _, err = run_main(["--model", "tiny-lm", "--mode", "infer", "--checkpointing"])
+        self.assertEqual(code, 2, err)
+        self.assertIn(f"{PEER_NAME}: --checkpointing: activation checkpointing recomputes what backward reads, and "
+                      "--mode infer has no backward\n", err)
+        with tempfile.TemporaryDirectory() as tmp:
+            code, _, err = run_main(["--model", write_json(tmp, "tiny.json", TINY_MLP), "--checkpointing",
+                                     "--device", "cpu"])
+        self.assertEqual(code, 2, err)
+        self.assertIn(f"{PEER_NAME}: --checkpointing: model 'tiny-mlp' has no transformer_block or residual layer at "
+                      "its top level, the blocks that checkpointing recomputes, so it would change nothing\n", err)
+        self.assertFalse(parse_settings([]).checkpointing)
+        self.assertTrue(parse_settings(["--checkpointing"]).checkpointing)
+
     def test_settings(self):
         s = parse_settings(["--model", "tiny-lm", "--batch", "1:8:*2", "--precision", "bf16", "--compile",
                             "--timeout", "3"])
@@ -896,6 +942,19 @@ class TorchSweepTest(unittest.TestCase):
         self.assertLess(len(doc["points"]), 8)
         validate(self, doc)
 
+    def test_checkpointing_is_in_the_settings(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = write_json(tmp, "residual.json", TINY_RESIDUAL)
+            on = self.sweep(["--model", path, "--batch", "2", "--checkpointing"])
+            off = self.sweep(["--model", path, "--batch", "2"])
+        # Always written, as batchsweep writes it.
+        self.assertIs(on["settings"]["checkpointing"], True)
+        self.assertIs(off["settings"]["checkpointing"], False)
+        self.assertIn("torch.utils.checkpoint.checkpoint(use_reentrant=False) around each of the 1 top-level",
+                      on["settings"]["torch"]["checkpointing"])
+        self.assertEqual(off["settings"]["torch"]["checkpointing"], "off")
+        self.assertEqual(on["points"][0]["status"], "ok")
+
     def test_non_finite_loss_is_an_error_point(self):
         from torchpeer import torch_runner
 
@@ -909,6 +968,56 @@ class TorchSweepTest(unittest.TestCase):
         p = doc["points"][0]
         self.assertEqual((p["status"], p["reason"], p["stop_reason"]),
                          ("error", "non-finite loss (NaN/Inf) at warm-up step 1", "non-finite loss"))
+
+
+@unittest.skipIf(torch is None, "PyTorch is not importable")
+class TorchCheckpointingTest(unittest.TestCase):
+    """--checkpointing recomputes each block in backward and changes nothing else: the peer's own training steps
+    with and without it give the same losses, weights and batchnorm running statistics, as batchsweep's do."""
+
+    STEPS = 3
+
+    def train(self, config: dict, checkpointing: bool, accumulation: int = 1):
+        """(each step's loss, the model's state_dict, forward calls per block) of STEPS steps of a sweep point's
+        own state (PointState: seeded model, optimizer and data) on the CPU in fp32."""
+        from torchpeer.config import LoadedModel
+        from torchpeer.torch_runner import PointState, RunOptions
+
+        cfg = resolve_config(config, "checkpointing.json")
+        loaded = LoadedModel(cfg, "checkpointing.json", "checkpointing.json", "checkpointing.json")
+        options = RunOptions(accumulation=accumulation, checkpointing=checkpointing)
+        state = PointState(loaded, lower(cfg, loaded.source), options, torch.device("cpu"), 4, {})
+        model = state.eager_model
+        calls = dict.fromkeys(model.graph.blocks, 0)
+        for i in calls:  # a pre-hook: the recompute may stop inside the block once it has what backward needs
+            model[i].register_forward_pre_hook(lambda module, args, i=i: calls.__setitem__(i, calls[i] + 1))
+        losses = [float(state.step()) for _ in range(self.STEPS)]
+        return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}, calls
+
+    def assert_same_training(self, config: dict, blocks: list, accumulation: int = 1) -> dict:
+        plain_losses, plain, plain_calls = self.train(config, False, accumulation)
+        losses, checkpointed, calls = self.train(config, True, accumulation)
+        forwards = self.STEPS * accumulation
+        self.assertEqual(plain_calls, dict.fromkeys(blocks, forwards))
+        self.assertEqual(calls, dict.fromkeys(blocks, 2 * forwards))  # each block's forward again in backward
+        self.assertNotEqual(plain_losses[0], plain_losses[-1])  # the steps trained
+        for step, (loss, expected) in enumerate(zip(losses, plain_losses), 1):
+            self.assertLessEqual(abs(loss - expected), 1e-6 * abs(expected), f"step {step}")
+        self.assertEqual(list(checkpointed), list(plain))
+        for name, value in checkpointed.items():
+            torch.testing.assert_close(value, plain[name], rtol=1e-6, atol=1e-7, msg=name)
+        return checkpointed
+
+    def test_transformer_blocks_train_the_same(self):
+        # The embedding, final layernorm and head run outside the two blocks.
+        self.assert_same_training(CHECKPOINTED_LM, blocks=[1, 2])
+
+    def test_residuals_with_batchnorm_train_the_same_and_update_the_running_statistics_once(self):
+        state = self.assert_same_training(CHECKPOINTED_BATCHNORM, blocks=[2, 3], accumulation=2)
+        tracked = {k: int(v) for k, v in state.items() if k.endswith("num_batches_tracked")}
+        self.assertEqual(len(tracked), 5)  # one outside the blocks, four inside
+        self.assertEqual(set(tracked.values()), {self.STEPS * 2})  # once per micro-batch, not again per recompute
+        self.assertTrue(all(v.abs().sum() > 0 for k, v in state.items() if k.endswith("running_mean")))
 
 
 @unittest.skipIf(torch is None or find_batchsweep() is None, "needs PyTorch and the batchsweep binary")

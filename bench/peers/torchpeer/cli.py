@@ -48,6 +48,7 @@ class Settings:
     mode: str = "train"
     precision: str = "fp32"
     accumulation: int = 1
+    checkpointing: bool = False
     compile: bool = False
     compile_mode: str = "default"
     device: str = "auto"
@@ -82,6 +83,9 @@ def make_parser() -> argparse.ArgumentParser:
                    help="default: %(default)s")
     p.add_argument("--accumulation", type=int, default=d.accumulation,
                    help="micro-batches per optimizer step (train only; default: %(default)s)")
+    p.add_argument("--checkpointing", action="store_true", help="training with activation checkpointing: keep "
+                   "each top-level transformer_block's or residual's output only and recompute its activations in "
+                   "backward (torch.utils.checkpoint per block; Hugging Face's gradient_checkpointing)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (default: eager)")
     p.add_argument("--compile-mode", choices=["default", "reduce-overhead", "max-autotune"], default=d.compile_mode,
                    help="torch.compile mode with --compile (default: %(default)s)")
@@ -116,9 +120,9 @@ def parse_settings(argv: list) -> Settings:
     """The checked settings of a command line. Raises UsageError naming the flag."""
     a = make_parser().parse_args(argv)
     s = Settings(model=a.model, batch=a.batch, mode=a.mode, precision=a.precision, accumulation=a.accumulation,
-                 compile=a.compile, compile_mode=a.compile_mode, device=a.device, seed=a.seed,
-                 peak_flops=a.peak_flops, json_path=a.json_path, batchsweep=a.batchsweep, threads=a.threads,
-                 quiet=a.quiet)
+                 checkpointing=a.checkpointing, compile=a.compile, compile_mode=a.compile_mode, device=a.device,
+                 seed=a.seed, peak_flops=a.peak_flops, json_path=a.json_path, batchsweep=a.batchsweep,
+                 threads=a.threads, quiet=a.quiet)
     s.stopping = StoppingSettings(warmup_steps=a.warmup, warmup_time_s=a.warmup_time, min_samples=a.min_samples, min_time_s=a.min_time,
                                   max_noise_pct=a.max_noise, timeout_s=a.timeout)
     s.stopping.validate()
@@ -131,6 +135,9 @@ def parse_settings(argv: list) -> Settings:
                          f"{MAX_BATCH} (2^24) samples per step; lower the accumulation or the largest batch")
     if s.mode == "infer" and s.accumulation != 1:
         raise UsageError("--accumulation: gradient accumulation only applies to --mode train")
+    if s.mode == "infer" and s.checkpointing:  # batchsweep's words
+        raise UsageError("--checkpointing: activation checkpointing recomputes what backward reads, and --mode "
+                         "infer has no backward")
     if s.peak_flops is not None and not (math.isfinite(s.peak_flops) and s.peak_flops > 0):
         raise UsageError(f"--peak-flops: must be a number of FLOP/s > 0, got {s.peak_flops}")
     if s.device not in ("auto", "cpu", "cuda") and not (
@@ -214,6 +221,7 @@ def settings_json(s: Settings, model: LoadedModel, backend: str, graph, paramete
         "mode": s.mode,
         "precision": s.precision,
         "accumulation": s.accumulation,
+        "checkpointing": s.checkpointing,
         "batch": s.batch,
         "effective_batch": None,
         "memory_limit_bytes": None,
@@ -248,6 +256,11 @@ def run(s: Settings, argv: list) -> int:
     if s.mode == "train" and graph.parameters == 0:  # as batchsweep run and plan
         raise UsageError(f"--mode train: model '{model.config['name']}' has no parameters to train (no linear, "
                          f"conv2d, layernorm, batchnorm or embedding layer); use --mode infer")
+    # As batchsweep run and plan: without a block to recompute the run would be one without checkpointing.
+    if s.checkpointing and not graph.blocks:
+        raise UsageError(f"--checkpointing: model '{model.config['name']}' has no transformer_block or residual "
+                         "layer at its top level, the blocks that checkpointing recomputes, so it would change "
+                         "nothing")
     binary = find_batchsweep(s.batchsweep)
     try:
         import torch  # noqa: F401 - only here: everything before works without torch
@@ -271,8 +284,9 @@ def run(s: Settings, argv: list) -> int:
         if device.type != "cpu":
             raise UsageError("--threads: sets the CPU's compute threads; this run is on " + str(device))
         torch.set_num_threads(s.threads)
-    options = RunOptions(mode=s.mode, precision=s.precision, accumulation=s.accumulation, compile=s.compile,
-                         compile_mode=s.compile_mode, seed=s.seed, peak_flops=s.peak_flops, stopping=s.stopping)
+    options = RunOptions(mode=s.mode, precision=s.precision, accumulation=s.accumulation,
+                         checkpointing=s.checkpointing, compile=s.compile, compile_mode=s.compile_mode, seed=s.seed,
+                         peak_flops=s.peak_flops, stopping=s.stopping)
     runner = TorchRunner(model, graph, options, device)
     info = runner.device_info()
     report = Report(command=["torch_sweep.py"] + list(argv), device=info,

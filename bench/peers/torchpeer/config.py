@@ -17,6 +17,8 @@ MAX_EXPANDED_LAYERS = 10000
 MAX_SAMPLE_ELEMENTS = 1 << 36
 MAX_PARAMETERS = 1 << 40
 MAX_CONFIG_BYTES = 16 << 20
+# The layer types whose top-level copies --checkpointing recomputes (Graph.blocks).
+CHECKPOINTED_LAYERS = ("transformer_block", "residual")
 
 REQUIRED = object()  # marks a field without a default
 
@@ -323,6 +325,10 @@ class Graph:
     loss_rows: int = 0  # cross_entropy: positions per sample; mse: output elements per sample
     loss_classes: int = 0  # cross_entropy only
     modules: list = field(default_factory=list)  # what the builder made, in order
+    # The blocks --checkpointing recomputes, as indices into `modules`: each copy of a top-level
+    # transformer_block or residual (batchsweep's Graph::blocks; Hugging Face checkpoints each decoder layer
+    # the same way). The layers between them (embeddings, heads) keep their activations.
+    blocks: list = field(default_factory=list)
 
     @property
     def train_flops_per_sample(self) -> float:
@@ -438,6 +444,8 @@ class _Lowerer:
         made = []
         for i, layer in enumerate(layers):
             for _ in range(layer["repeat"]):  # independent copies
+                if depth == 0 and layer["type"] in CHECKPOINTED_LAYERS:
+                    self.graph.blocks.append(len(made))
                 made.append(self.layer(layer, f"{path}[{i}]", depth))
         return made
 

@@ -6,11 +6,16 @@ layernorm has eps 1e-5 over the last dim; batchnorm is BatchNorm2d (image) or Ba
 momentum 0.1, then its activation; embedding = token table + learned positions; patch_embedding = conv
 k=p stride=p with bias + learned positions, no class token; attention = one qkv Linear(dim, 3 dim) with bias,
 scaled_dot_product_attention, an out Linear, no residual; transformer_block is pre-LN with residual adds;
-repeat makes independent copies."""
+repeat makes independent copies. With checkpointing (training), each top-level transformer_block or residual
+copy runs under torch.utils.checkpoint, as batchsweep run --checkpointing recomputes it."""
+
+import contextlib
+import functools
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .config import Graph, lower
 
@@ -192,18 +197,64 @@ def _build(kind: str, **d) -> nn.Module:
     raise ValueError(f"unknown layer kind {kind!r}")
 
 
-class PeerModel(nn.Sequential):
-    """The whole stack; `graph` holds the counts of the walk that built it."""
+@contextlib.contextmanager
+def _running_stats_kept(norms: list):
+    """Puts the batchnorm buffers (running mean and variance, num_batches_tracked) back as they were when the
+    recomputation began. batchsweep updates the running statistics once per forward; torch.utils.checkpoint
+    re-runs the block's forward in train mode, which would apply the momentum a second time and count the batch
+    twice. The recomputation must run the same ops as the forward, so the update is undone rather than
+    avoided: with track_running_stats off BatchNorm calls the no-stats kernel, which saves fewer tensors, and
+    checkpoint refuses that ("A different number of tensors was saved"); momentum 0 would still count
+    num_batches_tracked."""
+    saved = [(buffer, buffer.clone()) for m in norms for buffer in m.buffers()]
+    try:
+        yield
+    finally:  # also when checkpoint stops the recomputation early, once it has what backward needs
+        with torch.no_grad():
+            for buffer, value in saved:
+                buffer.copy_(value)
 
-    def __init__(self, graph: Graph):
+
+def _recompute_contexts(norms: list):
+    """checkpoint's context_fn: nothing around the forward, the batchnorm buffers kept around the recompute."""
+    return contextlib.nullcontext(), _running_stats_kept(norms)
+
+
+class PeerModel(nn.Sequential):
+    """The whole stack; `graph` holds the counts of the walk that built it. With `checkpointing`, each of
+    graph.blocks runs in training under torch.utils.checkpoint(use_reentrant=False): it keeps only its input (the
+    output before it) and backward runs its forward again (Hugging Face's gradient_checkpointing per decoder layer)."""
+
+    def __init__(self, graph: Graph, checkpointing: bool = False):
         super().__init__(*graph.modules)
         self.graph = graph
+        self.checkpointing = checkpointing
+        # Per block (index into the stack), its batchnorm layers: their buffers are kept across the recompute.
+        self._block_norms = {i: [m for m in self[i].modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+                             for i in graph.blocks}
+
+    def forward(self, x):
+        if not (self.checkpointing and self.training):  # as Hugging Face's: inference keeps nothing to recompute
+            return super().forward(x)
+        for i, layer in enumerate(self):
+            if i not in self._block_norms:
+                x = layer(x)
+            elif self._block_norms[i] and not torch.compiler.is_compiling():
+                x = checkpoint(layer, x, use_reentrant=False,
+                               context_fn=functools.partial(_recompute_contexts, self._block_norms[i]))
+            else:
+                # Under torch.compile, AOT autograd makes the buffer update an output of the forward graph, so a
+                # recompute in backward never writes the buffers: nothing to put back. And dynamo refuses this
+                # context_fn (torch 2.15: "checkpoint not implemented for ... context_fn").
+                x = checkpoint(layer, x, use_reentrant=False)
+        return x
 
 
-def build_model(config: dict, source: str) -> PeerModel:
-    """The module for a resolved config, parameters in fp32 on the CPU (the caller moves it)."""
+def build_model(config: dict, source: str, checkpointing: bool = False) -> PeerModel:
+    """The module for a resolved config, parameters in fp32 on the CPU (the caller moves it); `checkpointing`
+    recomputes its blocks in training (PeerModel)."""
     graph = lower(config, source, builder=_build)
-    return PeerModel(graph)
+    return PeerModel(graph, checkpointing)
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -1,8 +1,9 @@
 """Measuring one batch with PyTorch the way a careful user would: a fresh model per point (seeded, built on the
 device), synthetic seeded data created on the device once, autocast bf16/fp16 in training (GradScaler for
 fp16), 16-bit weights in inference, TF32 only for --precision tf32, fused optimizers where available, SDPA for
-attention, eager or torch.compile. Steps are timed with CUDA events on the GPU (perf_counter on the CPU) under
-batchsweep's stopping rule; out-of-memory becomes an `oom` point and the sweep goes on."""
+attention, torch.utils.checkpoint per block with --checkpointing, eager or torch.compile. Steps are timed with
+CUDA events on the GPU (perf_counter on the CPU) under batchsweep's stopping rule; out-of-memory becomes an `oom`
+point and the sweep goes on."""
 
 import contextlib
 import gc
@@ -29,6 +30,7 @@ class RunOptions:
     mode: str = "train"  # train | infer
     precision: str = "fp32"  # fp32 | tf32 | fp16 | bf16
     accumulation: int = 1
+    checkpointing: bool = False  # torch.utils.checkpoint per block (train only)
     compile: bool = False
     compile_mode: str = "default"
     seed: int = 1234
@@ -119,7 +121,7 @@ class PointState:
 
         torch.manual_seed(options.seed)
         with torch.device(device):
-            model = build_model(loaded.config, loaded.source)
+            model = build_model(loaded.config, loaded.source, checkpointing=options.checkpointing and self.train)
         if self.weight_dtype is not None:
             model = model.to(self.weight_dtype)
         model.train(self.train)
@@ -274,6 +276,10 @@ class TorchRunner:
             if self.options.compile else "eager",
             "precision": amp,
             "attention": "torch.nn.functional.scaled_dot_product_attention",
+            "checkpointing": f"torch.utils.checkpoint.checkpoint(use_reentrant=False) around each of the "
+            f"{len(self.graph.blocks)} top-level transformer_block / residual copies; a recompute leaves batchnorm's "
+            "running statistics as the forward left them, as batchsweep's"
+            if train and self.options.checkpointing else "off",
             "timing": "CUDA events around each step" if self.cuda else "time.perf_counter around each step",
             "memory": "torch.cuda.max_memory_allocated, peak reset per point" if self.cuda
             else "not measured on the CPU",
