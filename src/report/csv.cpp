@@ -111,9 +111,15 @@ std::string format_csv(const Report& report) {
   }
   const report_view::Title t = report_view::title(report);
   const std::pair<std::string_view, std::string> context[] = {
-      {"run.model", t.model},     {"run.device", report.device.name}, {"run.backend", report.device.backend},
-      {"run.mode", t.mode},       {"run.precision", t.precision},     {"run.created_at", report.created_at},
-      {"run.state", report.state}};
+      {"run.model", t.model},
+      {"run.device", report.device.name},
+      {"run.backend", report.device.backend},
+      {"run.mode", t.mode},
+      {"run.precision", t.precision},
+      {"run.created_at", report.created_at},
+      {"run.state", report.state},
+      // Appended after the others, which keep their places for scripts that read columns by position.
+      {"run.checkpointing", t.checkpointing.empty() ? "false" : "true"}};
   std::string out;
   for (size_t i = 0; i < columns.size(); ++i) {
     if (i) out += ',';

@@ -3113,11 +3113,21 @@ TEST(Checkpointing, PlansRunsAndSaysIt) {
   args.insert(args.end(), {"--json", report_plain});
   ASSERT_EQ(run(args).exit_code, 0);
   args = quick;
-  args.insert(args.end(), {"--checkpointing", "--json", report, "--config-for", "transformers"});
+  const std::string csv = (dir / "run.csv").string();
+  args.insert(args.end(),
+              {"--checkpointing", "--json", report, "--csv", csv, "--config-for", "transformers"});
   const Result measured = run(args);
   ASSERT_EQ(measured.exit_code, 0) << measured.err;
   EXPECT_TRUE(contains(measured.out, "fp32 \u00b7 activation checkpointing")) << measured.out;
   EXPECT_TRUE(contains(measured.out, "gradient_checkpointing=True")) << measured.out;
+  {
+    std::ifstream in(csv);
+    std::string header, row;
+    std::getline(in, header);
+    std::getline(in, row);
+    EXPECT_TRUE(header.ends_with(",run.checkpointing")) << header;
+    EXPECT_TRUE(row.ends_with(",true")) << row;
+  }
   const nlohmann::json r = read_json(report), rp = read_json(report_plain);
   EXPECT_EQ(r["settings"]["checkpointing"], true);
   EXPECT_EQ(rp["settings"]["checkpointing"], false);

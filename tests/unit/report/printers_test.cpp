@@ -267,9 +267,10 @@ TEST(Csv, HeaderIsTheJsonNames) {
   const std::vector<std::string> rounds = {"rounds.mean_ms", "round_spread_pct", "rounds_disagree"};
   keys.insert(rounds.begin(), rounds.end());
   keys.erase("samples_ms");
-  // Then the run's context, the same on every row.
-  const std::vector<std::string> context = {"run.model",     "run.device",     "run.backend", "run.mode",
-                                            "run.precision", "run.created_at", "run.state"};
+  // Then the run's context, the same on every row (run.checkpointing added after the others).
+  const std::vector<std::string> context = {"run.model", "run.device",       "run.backend",
+                                            "run.mode",  "run.precision",    "run.created_at",
+                                            "run.state", "run.checkpointing"};
   const auto n = static_cast<std::ptrdiff_t>(context.size());
   ASSERT_GE(header.size(), context.size() + 3);
   EXPECT_EQ(std::vector<std::string>(header.end() - n, header.end()), context);
@@ -288,7 +289,7 @@ TEST(Csv, HeaderIsTheJsonNames) {
   const auto first = csv_fields(lines[1]);
   EXPECT_EQ(std::vector<std::string>(first.end() - n, first.end()),
             (std::vector<std::string>{"mlp-small", r.device.name, "scripted", "train", "bf16", r.created_at,
-                                      r.state}));
+                                      r.state, "false"}));
   EXPECT_FALSE(r.created_at.empty());
 }
 
