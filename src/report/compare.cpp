@@ -1497,6 +1497,7 @@ nlohmann::json to_json(const CompareResult& result) {
          {"backend", r.backend},
          {"mode", r.mode},
          {"precision", r.precision},
+         {"checkpointing", !r.checkpointing.empty()},
          {"state", r.state.empty() ? json() : json(r.state)},
          {"knee", report_json::knee_json<json>(r.knee)},
          {"max_fit", report_json::choice_json<json>(r.max_fit)},
