@@ -1125,6 +1125,39 @@ std::optional<std::string> batchnorm_split_warning(const Graph& graph, Mode mode
       *micro, accumulation, bn->path, *micro, *micro * accumulation, *micro * accumulation);
 }
 
+// A training sweep whose batches ran out of memory (or past --memory-limit), of a model with blocks to
+// checkpoint: what --checkpointing would plan for the smallest batch that did not fit, the next thing a
+// user runs out of memory tries. On stderr, as a note; the report holds what was measured.
+void note_checkpointing(const Graph& graph, const SweepSettings& sweep, BackendKind kind,
+                        const ExecutionPaths& paths, const Report& report) {
+  if (sweep.mode != Mode::train || sweep.checkpointing || graph.blocks.empty()) return;
+  const Point* failed = nullptr;
+  for (const Point& p : report.points)
+    if ((p.status == PointStatus::oom || p.status == PointStatus::over_limit) &&
+        (failed == nullptr || p.batch < failed->batch))
+      failed = &p;
+  if (failed == nullptr) return;
+  PlanRequest request{failed->batch, sweep.precision, sweep.mode, failed->accumulation, kind, paths};
+  const uint64_t without = make_plan(graph, request).memory.total_bytes();
+  request.checkpointing = true;
+  const Plan with = make_plan(graph, request);
+  if (with.memory.total_bytes() >= without) return;
+  std::string fits;
+  if (sweep.memory_limit_bytes)
+    if (const std::optional<int64_t> most = max_fit_batch(graph, request, *sweep.memory_limit_bytes))
+      fits = fmt::format("; micro-batches up to {} fit --memory-limit with it", *most);
+  std::fflush(stdout);  // after the table, where both go to one file
+  std::fprintf(
+      stderr,
+      "batchsweep run: note: batch %s %s (its plan needs %s); with --checkpointing it plans %s, "
+      "recomputing its %zu blocks' forward in backward (+%.0f%% FLOPs)%s: rerun with --checkpointing "
+      "to measure what fits and what it costs\n",
+      batch_label(failed->batch, failed->accumulation).c_str(),
+      failed->status == PointStatus::oom ? "ran out of memory" : "was over --memory-limit",
+      format_bytes(without).c_str(), format_bytes(with.memory.total_bytes()).c_str(), graph.blocks.size(),
+      100.0 * with.recompute_flops_per_sample / with.flops_per_sample, fits.c_str());
+}
+
 // Out of memory is a measurement, and the report says it; but a script that reads only the exit code must
 // not take "no batch fits this GPU", or "no batch meets --latency-slo", for an answer: both exit 4, said on
 // stderr with the analysis's reason.
@@ -1178,9 +1211,10 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   report.settings = settings_json(s, model, to_string(backend->kind()));
   report.warnings = model.notes;
   report.warnings.insert(report.warnings.end(), graph.notes.begin(), graph.notes.end());
+  ExecutionPaths paths;  // as the sweep plans its points (cuda), for the note after it
   if (backend->kind() == BackendKind::cuda) {
     // The sweep resolves them again (from the backend's cache) and plans every point with them.
-    const ExecutionPaths paths = resolve_execution_paths(*backend, graph, s.sweep);
+    paths = resolve_execution_paths(*backend, graph, s.sweep);
     nlohmann::json p = {{"attention", to_string(paths.attention)}, {"conv", to_string(paths.conv)}};
     if (!paths.note.empty()) {
       p["note"] = paths.note;
@@ -1270,6 +1304,7 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
     print_warnings(unsaid);
   }
   print_final(report, exports);
+  note_checkpointing(graph, sweep, backend->kind(), paths, report);
   if (outcome.interrupted) return sig == SIGTERM ? 143 : kExitInterrupted;
   return recommendation_exit(report, "batchsweep");
 }

@@ -3146,6 +3146,29 @@ TEST(Checkpointing, PlansRunsAndSaysIt) {
   const Result compared = run({"compare", report_plain, report});
   EXPECT_TRUE(contains(compared.out, "checkpointing false vs true")) << compared.out;
 
+  // A training sweep whose larger batch is over the memory limit is told what checkpointing would plan; one
+  // already checkpointing, or of a model without blocks, is not.
+  const std::vector<std::string> limited = {
+      "run",   "--backend",  "cpu", "--batch",       "4,64", "--memory-limit",
+      "30MiB", "--min-time", "0",   "--min-samples", "3",    "--warmup",
+      "1",     "-q"};
+  args = limited;
+  args.insert(args.end(), {"--model", "tiny-lm"});
+  const Result over = run(args);
+  EXPECT_EQ(over.exit_code, 0) << over.err;
+  EXPECT_TRUE(contains(over.err,
+                       "note: batch 64 was over --memory-limit (its plan needs 135.55 MiB); with "
+                       "--checkpointing it plans 101.49 MiB, recomputing its 2 blocks' forward"))
+      << over.err;
+  EXPECT_TRUE(contains(over.err, "micro-batches up to 12 fit --memory-limit with it")) << over.err;
+  args.push_back("--checkpointing");
+  EXPECT_FALSE(contains(run(args).err, "with --checkpointing it plans"));
+  const Result mlp = run({"run", "--backend", "cpu", "--model", "mlp", "--batch", "4,65536", "--memory-limit",
+                          "30MiB", "--min-time", "0", "--min-samples", "3", "--warmup", "1", "-q"});
+  EXPECT_EQ(mlp.exit_code, 0) << mlp.err;
+  EXPECT_TRUE(contains(mlp.out, "over_limit")) << mlp.out;
+  EXPECT_FALSE(contains(mlp.err, "--checkpointing")) << mlp.err;
+
   for (const std::vector<std::string>& refused :
        {std::vector<std::string>{"run", "--model", "tiny-lm", "--mode", "infer", "--checkpointing"},
         {"plan", "--model", "tiny-lm", "--mode", "infer", "--checkpointing"},
