@@ -4,9 +4,9 @@
 For each model, runs `batchsweep run --rounds 2` over --batch twice, once keeping every activation and once
 with --checkpointing, the two sweeps alternating model by model so both see the same machine state. Prints per
 batch the planned memory of each (and their ratio) and the throughput of each (and their ratio), plus what the
-plan says the recomputation adds in FLOPs. Ratios, not absolute figures, are what carries across machines: on a
-GPU the recomputed forward is about a third of a step's FLOPs, and there is no better place to measure it than
-the card itself (`--backend cuda`).
+plan says the recomputation adds in FLOPs (about a quarter of a transformer's training FLOPs, a third of a
+ResNet's). Ratios, not absolute figures, are what carries across machines, and a GPU's are measured on the card
+itself (`--backend cuda`).
 
 Standard library only. Examples:
     python3 bench/checkpointing.py

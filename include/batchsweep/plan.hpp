@@ -317,7 +317,8 @@ struct Plan {
 };
 
 // With checkpointing in training: for each op, the index into graph.blocks of the block it ends, else -1
-// (all -1 otherwise). Backward recomputes that block's forward when it reaches the op.
+// (all -1 otherwise). Backward recomputes that block's forward when it reaches the op: every block but those
+// before the first layer that learns, where backward stops.
 [[nodiscard]] std::vector<int> blocks_ending(const Graph& graph, const PlanRequest& request);
 
 // Throws UsageError for batch < 1 or accumulation < 1, and OutOfMemory-free: sizes are computed in 128 bits

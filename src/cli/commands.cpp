@@ -627,13 +627,23 @@ void check_trainable(const Graph& graph, Mode mode) {
 }
 
 // --checkpointing recomputes blocks: a model without one would run as without it, which is not what was
-// asked.
-void check_checkpointing(const Graph& graph, bool checkpointing) {
-  if (checkpointing && graph.blocks.empty())
+// asked. Blocks that keep nothing beyond their outputs (one layer whose output the add writes over) are
+// recomputed for no memory, as torch.utils.checkpoint would do: said as a warning.
+std::optional<std::string> check_checkpointing(const Graph& graph, bool checkpointing) {
+  if (!checkpointing) return std::nullopt;
+  if (graph.blocks.empty())
     throw UsageError(fmt::format(
         "--checkpointing: model '{}' has no transformer_block or residual layer at its top level, the blocks "
         "that checkpointing recomputes, so it would change nothing",
         graph.model_name));
+  PlanRequest request{1, Precision::fp32, Mode::train, 1, BackendKind::cpu};
+  request.checkpointing = true;
+  if (make_plan(graph, request).find("recompute") != nullptr) return std::nullopt;
+  return fmt::format(
+      "--checkpointing: the blocks of model '{}' keep nothing for backward beyond their outputs, so "
+      "checkpointing "
+      "saves no memory; backward still runs their forward again, as torch.utils.checkpoint would",
+      graph.model_name);
 }
 
 // The largest divisor of n that is at most `limit` (>= 1): the largest micro-batch of an effective batch n.
@@ -657,7 +667,8 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
   const ModelSpec model = load_model(s.model);
   const Graph graph = lower(model);
   check_trainable(graph, s.mode);
-  check_checkpointing(graph, s.checkpointing);
+  if (const std::optional<std::string> note = check_checkpointing(graph, s.checkpointing))
+    std::fprintf(stderr, "batchsweep plan: note: %s\n", note->c_str());
   // --effective-batch N plans its splits (micro-batch x accumulation), as run would try them.
   std::vector<BatchSplit> splits;
   if (s.effective_batch) {
@@ -1189,7 +1200,7 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   const ModelSpec model = load_model(s.model);
   const Graph graph = lower(model);
   check_trainable(graph, s.sweep.mode);
-  check_checkpointing(graph, s.sweep.checkpointing);
+  const std::optional<std::string> checkpointing_note = check_checkpointing(graph, s.sweep.checkpointing);
   note_paths_without_layers(graph, s.sweep.paths, "run");
   std::unique_ptr<Backend> backend = make_backend(s.backend, s.script, s.device);
   AnalysisOptions options = analysis_options(s.analysis);
@@ -1211,6 +1222,7 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   report.settings = settings_json(s, model, to_string(backend->kind()));
   report.warnings = model.notes;
   report.warnings.insert(report.warnings.end(), graph.notes.begin(), graph.notes.end());
+  if (checkpointing_note) report.warnings.push_back(*checkpointing_note);
   ExecutionPaths paths;  // as the sweep plans its points (cuda), for the note after it
   if (backend->kind() == BackendKind::cuda) {
     // The sweep resolves them again (from the backend's cache) and plans every point with them.

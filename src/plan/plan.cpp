@@ -233,9 +233,10 @@ class Builder {
       if (!b.is_view()) item(plan.memory, b.category) += b.bytes;
     const double forward = g_.forward_flops_per_sample;
     plan.flops_per_sample = train ? g_.train_flops_per_sample : forward;
-    if (train && r_.checkpointing)
-      for (const Graph::Block& blk : g_.blocks)
-        for (size_t i = blk.first; i <= blk.last; ++i)
+    const std::vector<int> ends = blocks_ending(g_, r_);
+    for (size_t last = 0; last < ends.size(); ++last)
+      if (ends[last] >= 0)
+        for (size_t i = g_.blocks[static_cast<size_t>(ends[last])].first; i <= last; ++i)
           plan.recompute_flops_per_sample += g_.ops[i].forward_flops;
     plan.flops_per_step = plan.flops_per_sample * static_cast<double>(r_.batch) *
                           static_cast<double>(train ? r_.accumulation : 1);
@@ -714,7 +715,15 @@ Plan make_plan(const Graph& graph, const PlanRequest& request) {
 std::vector<int> blocks_ending(const Graph& graph, const PlanRequest& request) {
   std::vector<int> ends(graph.ops.size(), -1);
   if (!request.checkpointing || request.mode != Mode::train) return ends;
-  for (size_t k = 0; k < graph.blocks.size(); ++k) ends.at(graph.blocks[k].last) = static_cast<int>(k);
+  for (size_t k = 0; k < graph.blocks.size(); ++k) {
+    // A block with no parameters whose ops have no input gradient comes before every layer that learns:
+    // backward stops before it, and nothing recomputes it.
+    const Graph::Block& b = graph.blocks[k];
+    bool reached = false;
+    for (size_t i = b.first; i <= b.last && !reached; ++i)
+      reached = graph.ops[i].input_gradient || graph.ops[i].param_elements > 0;
+    if (reached) ends.at(b.last) = static_cast<int>(k);
+  }
   return ends;
 }
 

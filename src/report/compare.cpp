@@ -797,7 +797,7 @@ std::string lost_fit_text(const LostFit& f) {
                      batch_label(f.baseline_max_fit, f.accumulation));
 }
 
-// settings.checkpointing: absent (a report from before --checkpointing, the PyTorch peer's) is false.
+// settings.checkpointing: absent (a report from before --checkpointing, or a hand-made one) is false.
 bool checkpointing(const nlohmann::json& settings) {
   if (!settings.is_object()) return false;
   const auto it = settings.find("checkpointing");

@@ -217,15 +217,24 @@ static std::string batch_one_needs(const PlanSummary& s) {
 }
 
 // The title's clause for --checkpointing: what is recomputed and what it costs.
-std::string checkpointing_text(const Graph& g) {
-  double recomputed = 0;
-  for (const Graph::Block& blk : g.blocks)
-    for (size_t i = blk.first; i <= blk.last; ++i) recomputed += g.ops[i].forward_flops;
-  return fmt::format(
-      "\nactivation checkpointing: {} block{} keep only their outputs and run forward again in backward "
-      "(+{} per sample, {:.0f}% more than the training FLOPs)",
-      g.blocks.size(), g.blocks.size() == 1 ? "" : "s", flops_text(recomputed),
-      g.train_flops_per_sample > 0 ? 100.0 * recomputed / g.train_flops_per_sample : 0.0);
+std::string checkpointing_text(const Graph& g, const Plan& plan) {
+  const std::vector<int> ends = blocks_ending(g, plan.request);
+  const auto recomputed = std::count_if(ends.begin(), ends.end(), [](int k) { return k >= 0; });
+  std::string text =
+      fmt::format("\nactivation checkpointing: {} block{} keep{} only {} output{}", g.blocks.size(),
+                  g.blocks.size() == 1 ? "" : "s", g.blocks.size() == 1 ? "s" : "",
+                  g.blocks.size() == 1 ? "its" : "their", g.blocks.size() == 1 ? "" : "s");
+  const double flops = plan.recompute_flops_per_sample;
+  const std::string cost =
+      fmt::format("+{} per sample, {:.0f}% more than the training FLOPs", flops_text(flops),
+                  g.train_flops_per_sample > 0 ? 100.0 * flops / g.train_flops_per_sample : 0.0);
+  if (recomputed == static_cast<std::ptrdiff_t>(g.blocks.size()))
+    return text +
+           fmt::format(" and run{} forward again in backward ({})", g.blocks.size() == 1 ? "s" : "", cost);
+  return text + fmt::format(
+                    "; {} of them run{} forward again in backward ({}), the rest come before every "
+                    "layer that learns",
+                    recomputed, recomputed == 1 ? "s" : "", cost);
 }
 
 std::string format_plan_table(const PlanSummary& s) {
@@ -252,7 +261,7 @@ std::string format_plan_table(const PlanSummary& s) {
       out += " (16-bit storage, fp32 math on the CPU: its fp32 operands are in the workspace)";
     if (r.backend == BackendKind::cpu && r.precision == Precision::tf32)
       out += " (tf32 runs as fp32 on the CPU)";
-    if (r.checkpointing) out += checkpointing_text(g);
+    if (r.checkpointing) out += checkpointing_text(g, s.plans.front());
     out += "\n\n";
   }
   report_format::TextTable t;

@@ -3169,6 +3169,24 @@ TEST(Checkpointing, PlansRunsAndSaysIt) {
   EXPECT_TRUE(contains(mlp.out, "over_limit")) << mlp.out;
   EXPECT_FALSE(contains(mlp.err, "--checkpointing")) << mlp.err;
 
+  // Blocks of pools keep nothing beyond their outputs: a warning says checkpointing saves nothing there, and
+  // the one before the first layer that learns is never recomputed (backward stops before it).
+  const std::string pools = (dir / "pools.json").string();
+  std::ofstream(pools)
+      << R"({"name": "pools", "input": {"type": "image", "channels": 3, "height": 8, "width": 8},
+    "layers": [{"type": "residual", "layers": [{"type": "avgpool2d", "kernel_size": 3, "stride": 1, "padding": 1}]},
+               {"type": "conv2d", "out_channels": 4, "kernel_size": 3, "padding": 1},
+               {"type": "residual", "layers": [{"type": "maxpool2d", "kernel_size": 3, "stride": 1, "padding": 1}]},
+               {"type": "flatten"}, {"type": "linear", "out_features": 3}]})";
+  const Result pooled = run({"plan", "--model", pools, "--checkpointing", "--batch", "2"});
+  EXPECT_EQ(pooled.exit_code, 0) << pooled.err;
+  EXPECT_TRUE(contains(pooled.err,
+                       "keep nothing for backward beyond their outputs, so checkpointing saves no "
+                       "memory"))
+      << pooled.err;
+  EXPECT_TRUE(contains(pooled.out, "2 blocks keep only their outputs; 1 of them runs forward again"))
+      << pooled.out;
+
   for (const std::vector<std::string>& refused :
        {std::vector<std::string>{"run", "--model", "tiny-lm", "--mode", "infer", "--checkpointing"},
         {"plan", "--model", "tiny-lm", "--mode", "infer", "--checkpointing"},

@@ -1082,6 +1082,23 @@ TEST(Plan, CheckpointingViewsOneBlockAtATimeInTheArena) {
       EXPECT_TRUE(std::all_of(none.begin(), none.end(), [](int e) { return e < 0; }));
     }
   }
+  // A block before every layer that learns (a pool of the data) is never reached by backward: nothing
+  // recomputes it.
+  const Graph pools = graph_of(R"({"name": "pools", "input": {"type": "vector", "features": 6},
+    "layers": [{"type": "residual", "layers": [{"type": "linear", "out_features": 6, "activation": "gelu"}]},
+               {"type": "residual", "layers": [{"type": "batchnorm"}]}]})");
+  ASSERT_EQ(pools.blocks.size(), 2u);
+  const Graph unlearned = graph_of(R"({"name": "late", "input": {"type": "image", "channels": 2, "height": 4,
+    "width": 4}, "layers": [{"type": "residual", "layers": [{"type": "avgpool2d", "kernel_size": 3, "stride": 1,
+    "padding": 1}]}, {"type": "flatten"}, {"type": "linear", "out_features": 3}]})");
+  ASSERT_EQ(unlearned.blocks.size(), 1u);
+  PlanRequest late{2, Precision::fp32, Mode::train, 1, BackendKind::cpu};
+  late.checkpointing = true;
+  const std::vector<int> late_ends = blocks_ending(unlearned, late);
+  EXPECT_TRUE(std::all_of(late_ends.begin(), late_ends.end(), [](int e) { return e < 0; }));
+  const std::vector<int> both = blocks_ending(pools, late);
+  EXPECT_EQ(std::count_if(both.begin(), both.end(), [](int e) { return e >= 0; }), 2);
+
   // The largest batch that fits grows (gpt2-small bf16 on an 80 GiB card: about twice).
   const Graph gpt2 = lower(load_model("gpt2-small"));
   PlanRequest request{1, Precision::bf16,   Mode::train,
