@@ -41,6 +41,9 @@ struct PlanSummary {
   // With --effective-batch and --memory: the largest micro-batch that fits whether or not it divides N (above
   // max_fit_batch where N has no divisor between them: a prime N splits only 1xN).
   std::optional<int64_t> max_fit_any;
+  // Training with --memory and without --checkpointing, for a model whose blocks checkpointing would shrink,
+  // where memory limits the batch: the largest batch that fits with --checkpointing (the next question).
+  std::optional<int64_t> max_fit_with_checkpointing;
 };
 
 // {model, parameters, flops_per_sample {forward, train}, precision, mode, accumulation, backend, points:

@@ -759,6 +759,13 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
       }
     summary.max_fit_batch = max_fit_batch(graph, request, *s.memory_bytes);
     if (summary.max_fit_batch && *summary.max_fit_batch > cap) summary.max_fit_batch = cap;
+    if (s.mode == Mode::train && !s.checkpointing && !s.effective_batch && !graph.blocks.empty() &&
+        summary.max_fit_batch && *summary.max_fit_batch < cap) {
+      PlanRequest checkpointed = request;
+      checkpointed.checkpointing = true;
+      const std::optional<int64_t> with = max_fit_batch(graph, checkpointed, *s.memory_bytes);
+      if (with && *with > *summary.max_fit_batch) summary.max_fit_with_checkpointing = std::min(*with, cap);
+    }
     if (s.effective_batch && summary.max_fit_batch) {
       // The largest micro-batch dividing N that fits (memory does not depend on the accumulation); where
       // N's splits are a ladder that skips it, it is planned too, as run's probe between ladder steps finds

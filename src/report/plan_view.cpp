@@ -157,6 +157,7 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
     doc["memory_card"] = s.memory_card.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.memory_card);
     doc["safety_fraction"] = kMemorySafetyFraction;
     doc["max_fit_batch"] = s.max_fit_batch ? nlohmann::json(*s.max_fit_batch) : nlohmann::json(nullptr);
+    if (s.max_fit_with_checkpointing) doc["max_fit_batch_with_checkpointing"] = *s.max_fit_with_checkpointing;
     if (s.effective_batch) {
       // The split with the largest micro-batch that fits: its accumulation, and the N it makes.
       const int64_t n = *s.effective_batch;
@@ -408,6 +409,11 @@ std::string format_plan_table(const PlanSummary& s) {
           "largest batch that fits in {}: {}{} (plans may use {:.0f}% of it; the rest is headroom for "
           "the runtime)\n",
           memory_text(s), *s.max_fit_batch, accumulated, kMemorySafetyFraction * 100);
+      if (s.max_fit_with_checkpointing)
+        out += fmt::format(
+            "with --checkpointing: {} (each block keeps only its output and runs its forward again in "
+            "backward)\n",
+            *s.max_fit_with_checkpointing);
     } else {
       out += fmt::format("not even batch 1 fits in {} (plans may use {:.0f}% of it){}\n", memory_text(s),
                          kMemorySafetyFraction * 100, batch_one_needs(s));

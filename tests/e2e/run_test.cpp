@@ -3103,6 +3103,9 @@ TEST(Checkpointing, PlansRunsAndSaysIt) {
   EXPECT_GT(arena, 0u);
   EXPECT_GT(views, 12u * 5u);
   EXPECT_GT(b["max_fit_batch"].get<int64_t>(), a["max_fit_batch"].get<int64_t>() * 3 / 2);
+  // The plan without it says what would fit with it, the next question where memory limits the batch.
+  EXPECT_EQ(a["max_fit_batch_with_checkpointing"], b["max_fit_batch"]);
+  EXPECT_FALSE(b.contains("max_fit_batch_with_checkpointing"));
 
   // The run: a smaller measured plan, the title and settings say it, and the config lines turn it on.
   const std::string report_plain = (dir / "run-plain.json").string(), report = (dir / "run.json").string();
