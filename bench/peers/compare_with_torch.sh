@@ -6,8 +6,8 @@
 #   bench/peers/compare_with_torch.sh BATCHSWEEP [--model M] [--batch B] [--mode train|infer]
 #       [--precision fp32|tf32|fp16|bf16] [--backend auto|cpu|cuda] [--compile] [--out DIR] [-- FLAGS...]
 #
-# FLAGS after `--` go to both tools (the stopping flags they share: --warmup, --min-samples, --min-time,
-# --max-noise, --timeout, --seed). Reports land in DIR (default: a new temporary folder): batchsweep.json,
+# FLAGS after `--` go to both tools (the flags they share: --warmup, --min-samples, --min-time, --max-noise,
+# --timeout, --seed, --accumulation, --checkpointing). Reports land in DIR (default: a new temporary folder): batchsweep.json,
 # torch-eager.json, torch-compile.json and their analyzed copies *.analyzed.json. Exit 2 on usage errors;
 # otherwise the exit code of the first tool that failed.
 set -euo pipefail
