@@ -583,12 +583,27 @@ class CudaSession final : public Session {
   // ----------------------------------------------------------------------------------------------------
   Ref forward() {
     const bool train = plan_.request.mode == Mode::train;
-    Ref current = need("data.input");
+    residual_stack_.clear();
+    return forward_ops(0, graph_.ops.size(), need("data.input"), train);
+  }
+
+  // Checkpointing: a block's forward again, from its input (kept) into the same buffers as the forward pass
+  // used (its activations' views in the recompute arena, where the later blocks' have been since), just
+  // before its backward reads them. Torch's checkpoint recomputes the same way. A block starts outside every
+  // residual, so its residuals' stack starts empty.
+  void recompute(const Graph::Block& block) {
+    recomputing_ = true;
+    residual_stack_.clear();
+    forward_ops(block.first, block.last + 1, input_of_[block.first], true);
+    recomputing_ = false;
+  }
+
+  // Ops [first, end) from `current`, their input; returns the buffer holding the last one's output.
+  Ref forward_ops(size_t first, size_t end, Ref current, bool train) {
     // The plan sizes each to what the ops writing it hold: one no op writes (a single layer) is absent.
     const Ref ping = train ? Ref{} : ref("act.a");
     const Ref pong = train ? Ref{} : ref("act.b");
-    residual_stack_.clear();
-    for (size_t i = 0; i < graph_.ops.size(); ++i) {
+    for (size_t i = first; i < end; ++i) {
       const Op& op = graph_.ops[i];
       input_of_[i] = current;
       if (op.kind == OpKind::residual_save) {
@@ -617,33 +632,6 @@ class CudaSession final : public Session {
       current = out;
     }
     return current;
-  }
-
-  // Checkpointing: a block's forward again, from its input (kept) into the same buffers as the forward pass
-  // used (its activations' views in the recompute arena, where the later blocks' have been since), just
-  // before its backward reads them. Torch's checkpoint recomputes the same way. A block starts outside every
-  // residual, so its residuals' stack starts empty.
-  void recompute(const Graph::Block& block) {
-    recomputing_ = true;
-    residual_stack_.clear();
-    Ref current = input_of_[block.first];
-    for (size_t j = block.first; j <= block.last; ++j) {
-      const Op& op = graph_.ops[j];
-      if (op.kind == OpKind::residual_save) {
-        residual_stack_.push_back(current);
-        continue;
-      }
-      if (op.kind == OpKind::residual_branch) {
-        const Ref input = residual_stack_.back();
-        residual_stack_.back() = current;
-        current = input;
-        continue;
-      }
-      const Ref out = output_of(j, op);
-      forward_op(j, op, current, out, true);
-      current = out;
-    }
-    recomputing_ = false;
   }
 
   void forward_op(size_t i, const Op& op, const Ref& in, const Ref& out, bool train) {
