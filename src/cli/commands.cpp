@@ -627,8 +627,9 @@ void check_trainable(const Graph& graph, Mode mode) {
 }
 
 // --checkpointing recomputes blocks: a model without one would run as without it, which is not what was
-// asked. Blocks that keep nothing beyond their outputs (one layer whose output the add writes over) are
-// recomputed for no memory, as torch.utils.checkpoint would do: said as a warning.
+// asked. Where it saves no memory (one block, whose activations are all alive at once anyway, or blocks that
+// keep nothing beyond their outputs), the blocks are still recomputed, as torch.utils.checkpoint would do:
+// said as a warning.
 std::optional<std::string> check_checkpointing(const Graph& graph, bool checkpointing) {
   if (!checkpointing) return std::nullopt;
   if (graph.blocks.empty())
@@ -636,13 +637,17 @@ std::optional<std::string> check_checkpointing(const Graph& graph, bool checkpoi
         "--checkpointing: model '{}' has no transformer_block or residual layer at its top level, the blocks "
         "that checkpointing recomputes, so it would change nothing",
         graph.model_name));
-  PlanRequest request{1, Precision::fp32, Mode::train, 1, BackendKind::cpu};
+  // Activations grow with the batch: at 64 the 256-byte rounding hides no saving.
+  PlanRequest request{64, Precision::fp32, Mode::train, 1, BackendKind::cpu};
+  const uint64_t kept = make_plan(graph, request).memory.saved_activations;
   request.checkpointing = true;
-  if (make_plan(graph, request).find("recompute") != nullptr) return std::nullopt;
+  if (make_plan(graph, request).memory.saved_activations < kept) return std::nullopt;
   return fmt::format(
-      "--checkpointing: the blocks of model '{}' keep nothing for backward beyond their outputs, so "
-      "checkpointing "
-      "saves no memory; backward still runs their forward again, as torch.utils.checkpoint would",
+      "--checkpointing: it saves model '{}' no memory, as its recompute arena holds what its blocks kept "
+      "without "
+      "it (a single block, or blocks that keep nothing beyond their outputs); backward still runs their "
+      "forward "
+      "again, as torch.utils.checkpoint would",
       graph.model_name);
 }
 
@@ -1173,7 +1178,9 @@ void note_checkpointing(const Graph& graph, const SweepSettings& sweep, BackendK
       batch_label(failed->batch, failed->accumulation).c_str(),
       failed->status == PointStatus::oom ? "ran out of memory" : "was over --memory-limit",
       format_bytes(without).c_str(), format_bytes(with.memory.total_bytes()).c_str(), graph.blocks.size(),
-      100.0 * with.recompute_flops_per_sample / with.flops_per_sample, fits.c_str());
+      // A model of norms alone counts no FLOPs: nothing to add to.
+      with.flops_per_sample > 0 ? 100.0 * with.recompute_flops_per_sample / with.flops_per_sample : 0.0,
+      fits.c_str());
 }
 
 // Out of memory is a measurement, and the report says it; but a script that reads only the exit code must

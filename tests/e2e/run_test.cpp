@@ -3183,10 +3183,15 @@ TEST(Checkpointing, PlansRunsAndSaysIt) {
                {"type": "flatten"}, {"type": "linear", "out_features": 3}]})";
   const Result pooled = run({"plan", "--model", pools, "--checkpointing", "--batch", "2"});
   EXPECT_EQ(pooled.exit_code, 0) << pooled.err;
-  EXPECT_TRUE(contains(pooled.err,
-                       "keep nothing for backward beyond their outputs, so checkpointing saves no "
-                       "memory"))
-      << pooled.err;
+  EXPECT_TRUE(contains(pooled.err, "--checkpointing: it saves model 'pools' no memory")) << pooled.err;
+  // One block: its activations are all in memory at once either way.
+  const std::string single = (dir / "single.json").string();
+  std::ofstream(single) << R"({"name": "single", "input": {"type": "vector", "features": 64}, "loss": "mse",
+    "layers": [{"type": "residual", "layers": [{"type": "batchnorm", "activation": "gelu"}, {"type": "batchnorm"}]},
+               {"type": "batchnorm"}]})";
+  EXPECT_TRUE(contains(run({"plan", "--model", single, "--checkpointing"}).err,
+                       "--checkpointing: it saves model 'single' no memory"));
+  EXPECT_FALSE(contains(run({"plan", "--model", "tiny-lm", "--checkpointing"}).err, "no memory"));
   EXPECT_TRUE(contains(pooled.out, "2 blocks keep only their outputs; 1 of them runs forward again"))
       << pooled.out;
 
