@@ -644,10 +644,8 @@ std::optional<std::string> check_checkpointing(const Graph& graph, bool checkpoi
   if (make_plan(graph, request).memory.saved_activations < kept) return std::nullopt;
   return fmt::format(
       "--checkpointing: it saves model '{}' no memory, as its recompute arena holds what its blocks kept "
-      "without "
-      "it (a single block, or blocks that keep nothing beyond their outputs); backward still runs their "
-      "forward "
-      "again, as torch.utils.checkpoint would",
+      "without it (a single block, or blocks that keep nothing beyond their outputs); backward still runs "
+      "their forward again, as torch.utils.checkpoint would",
       graph.model_name);
 }
 
@@ -1165,6 +1163,9 @@ void note_checkpointing(const Graph& graph, const SweepSettings& sweep, BackendK
   request.checkpointing = true;
   const Plan with = make_plan(graph, request);
   if (with.memory.total_bytes() >= without) return;
+  // The blocks backward reaches, as the plan's title counts them (not one before every layer that learns).
+  const std::vector<int> ends = blocks_ending(graph, request);
+  const auto recomputed = std::count_if(ends.begin(), ends.end(), [](int k) { return k >= 0; });
   std::string fits;
   if (sweep.memory_limit_bytes)
     if (const std::optional<int64_t> most = max_fit_batch(graph, request, *sweep.memory_limit_bytes))
@@ -1173,11 +1174,11 @@ void note_checkpointing(const Graph& graph, const SweepSettings& sweep, BackendK
   std::fprintf(
       stderr,
       "batchsweep run: note: batch %s %s (its plan needs %s); with --checkpointing it plans %s, "
-      "recomputing its %zu blocks' forward in backward (+%.0f%% FLOPs)%s: rerun with --checkpointing "
+      "recomputing its %td blocks' forward in backward (+%.0f%% FLOPs)%s: rerun with --checkpointing "
       "to measure what fits and what it costs\n",
       batch_label(failed->batch, failed->accumulation).c_str(),
       failed->status == PointStatus::oom ? "ran out of memory" : "was over --memory-limit",
-      format_bytes(without).c_str(), format_bytes(with.memory.total_bytes()).c_str(), graph.blocks.size(),
+      format_bytes(without).c_str(), format_bytes(with.memory.total_bytes()).c_str(), recomputed,
       // A model of norms alone counts no FLOPs: nothing to add to.
       with.flops_per_sample > 0 ? 100.0 * with.recompute_flops_per_sample / with.flops_per_sample : 0.0,
       fits.c_str());
