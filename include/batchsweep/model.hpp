@@ -85,8 +85,36 @@ struct ModelSpec {
   OptimizerSpec optimizer;
   // What the config does that its author may not mean, each "<source>: <JSON path>: ...": the commands say
   // them as warnings. Not part of the model (to_json leaves them out).
-  std::vector<std::string> notes;
+  std::vector<std::string> notes;  // The --set overrides applied to the config before it was parsed, as given
+                                   // ("input.sequence_length=1024"):
+  // the model is the config with them, so to_json includes their values; this says where they came from.
+  std::vector<std::string> overrides;
 };
+
+// One `--set PATH=VALUE`: a value put into the config document at a JSON path before it is parsed, so that a
+// preset or a file can be swept at another sequence length, width or depth without writing a new file.
+// PATH is written as errors name config paths: keys joined by '.', array elements as [N]
+// (`layers[1].repeat`). VALUE is JSON where it parses as JSON (1024, 1e-3, true, "x", {"type": "sgd"}),
+// else the text as a string (`gelu`).
+struct ModelOverride {
+  struct Step {
+    std::string key;  // an object's key, or empty for an array element
+    size_t index = 0;
+  };
+  std::string text;  // "path=value" as given, trimmed
+  std::string path;  // "layers[1].repeat"
+  std::vector<Step> steps;
+  nlohmann::json value;
+};
+
+// Parses one --set argument. Throws UsageError naming --set and what is wrong.
+[[nodiscard]] ModelOverride parse_model_override(std::string_view text);
+
+// Puts each override's value at its path in `doc` (a config document, read from `source`), in order. A key
+// missing from an object is added (the parser then checks it as any key: an unknown one is an error with a
+// suggestion); an array element must exist. Throws UsageError naming the --set and the path.
+void apply_model_overrides(nlohmann::json& doc, const std::vector<ModelOverride>& overrides,
+                           const std::string& source);
 
 // Parses and validates a config document. `source` names the file in errors. Throws ConfigError.
 // Validation covers keys and types here; shapes through the stack are checked by lower() in plan.hpp, which
@@ -96,6 +124,10 @@ struct ModelSpec {
 // Reads a preset by name (see preset_names()) or a JSON file by path. Throws ConfigError (exit 2) naming the
 // file.
 [[nodiscard]] ModelSpec load_model(std::string_view name_or_path);
+// The same with --set overrides applied to the document before it is parsed (see ModelOverride). An error in
+// the resulting model names the --set it comes from, or every --set where none is on its path.
+[[nodiscard]] ModelSpec load_model(std::string_view name_or_path,
+                                   const std::vector<ModelOverride>& overrides);
 
 // The names of the presets embedded at build time from configs/models/*.json, sorted.
 [[nodiscard]] std::vector<std::string> preset_names();

@@ -130,6 +130,44 @@ json parse_text(std::string_view text, const std::string& source) {
   }
 }
 
+// Whether an error at config path `error` is about what --set put at `set`: the same place, inside it, or the
+// element or object that holds it.
+bool on_path(std::string_view error, std::string_view set) {
+  const auto within = [](std::string_view inner, std::string_view outer) {
+    return inner.starts_with(outer) &&
+           (inner.size() == outer.size() || inner[outer.size()] == '.' || inner[outer.size()] == '[');
+  };
+  return !error.empty() && (within(error, set) || within(set, error));
+}
+
+// parse_model on the document with the overrides applied. An error the parser (or lower) finds names the
+// --set on its path, or, where none is (a shape that no longer chains three layers later), every --set: the
+// file alone may be fine.
+ModelSpec parse_overridden(nlohmann::json doc, const std::string& source,
+                           const std::vector<ModelOverride>& overrides) {
+  if (overrides.empty()) return parse_model(doc, source);
+  apply_model_overrides(doc, overrides, source);
+  try {
+    ModelSpec model = parse_model(doc, source);
+    for (const ModelOverride& o : overrides) model.overrides.push_back(o.text);
+    return model;
+  } catch (const ConfigError& e) {
+    std::string message = e.what();
+    const std::string prefix =
+        e.source() + ": " + (e.json_path().empty() ? std::string() : e.json_path() + ": ");
+    if (message.starts_with(prefix)) message.erase(0, prefix.size());
+    std::string named;
+    for (const ModelOverride& o : overrides)
+      if (on_path(e.json_path(), o.path))
+        named += fmt::format("{}--set {}", named.empty() ? "" : ", ", printable_text(o.text));
+    if (!named.empty())
+      throw ConfigError(e.source(), e.json_path(), fmt::format("{} (from {})", message, named));
+    for (const ModelOverride& o : overrides)
+      named += fmt::format("{}--set {}", named.empty() ? "" : ", ", printable_text(o.text));
+    throw ConfigError(e.source(), e.json_path(), fmt::format("{} (with {})", message, named));
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> preset_names() {
@@ -147,9 +185,13 @@ std::string_view preset_text(std::string_view name) {
 }
 
 ModelSpec load_model(std::string_view name_or_path) {
+  return load_model(name_or_path, {});
+}
+
+ModelSpec load_model(std::string_view name_or_path, const std::vector<ModelOverride>& overrides) {
   if (const std::string_view text = preset_text(name_or_path); !text.empty()) {
     const std::string source = fmt::format("preset:{}", name_or_path);
-    ModelSpec model = parse_model(parse_text(text, source), source);
+    ModelSpec model = parse_overridden(parse_text(text, source), source, overrides);
     // A file of that name here is not read: said, since its author may have meant it.
     std::error_code ec;
     if (std::filesystem::is_regular_file(std::filesystem::path(name_or_path), ec))
@@ -163,7 +205,7 @@ ModelSpec load_model(std::string_view name_or_path) {
   if (path.empty())
     fail("--model", fmt::format("an empty name is neither a preset nor a file (presets: {})", preset_list()));
   const std::string text = read_config_file(path);
-  return parse_model(parse_text(text, path), path);
+  return parse_overridden(parse_text(text, path), path, overrides);
 }
 
 }  // namespace bsw
