@@ -49,7 +49,8 @@ struct RunSummary {
   std::string
       split;  // "accumulation 4", "effective batch 256"; empty for one micro-batch a step (title only)
   std::string checkpointing;  // "activation checkpointing" (settings.checkpointing), else empty (title only)
-  std::string state;          // Report::state: "complete", "interrupted", "in_progress", or empty (not said)
+  std::vector<std::string> overrides;  // settings.model_overrides (run --set), as given
+  std::string state;  // Report::state: "complete", "interrupted", "in_progress", or empty (not said)
   KneeResult knee;
   BatchChoice max_fit;
   BatchChoice best;  // the highest throughput, at whichever batch each run reached it

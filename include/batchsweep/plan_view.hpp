@@ -14,6 +14,8 @@ namespace bsw {
 
 struct PlanSummary {
   const Graph* graph = nullptr;
+  // --set PATH=VALUE as given: the model is the config with them (its name stays the config's).
+  std::vector<std::string> model_overrides;
   std::vector<Plan> plans;               // one per batch, sorted by batch
   std::optional<uint64_t> memory_bytes;  // --memory
   // --memory NAME: the card(s) of configs/gpus.json it named ("H100 SXM"); else empty.

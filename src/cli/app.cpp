@@ -143,6 +143,7 @@ constexpr const char* kExamples = R"(Examples:
   batchsweep run --model gpt2-small --precision bf16 --batch 1:64:*2 --json gpt2.json
   batchsweep run --model my-model.json --mode infer --latency-slo 50 --json sweep.json --svg sweep.svg
   batchsweep run --model bert-base --effective-batch 256 --precision bf16
+  batchsweep run --model gpt2-small --set input.sequence_length=512 --precision bf16  # the preset at 512 tokens
   batchsweep plan --model gpt2-small --precision bf16 --memory "H100 SXM"  # a card by name plans for CUDA
   batchsweep plan --model gpt2-small --precision bf16 --backend cuda --memory 80GiB
   batchsweep plan --model gpt2-small --precision bf16 --memory all
@@ -150,6 +151,7 @@ constexpr const char* kExamples = R"(Examples:
   batchsweep compare h100.json h200.json                   # two cards side by side
   batchsweep compare base.json new.json --fail-on-regression 5 --json gate.json
   batchsweep presets
+  batchsweep presets gpt2-small                     # its config: the fields --set changes
   batchsweep devices --calibrate)";
 
 // A subcommand's --help: its own examples (all of them for the top level), then the exit codes.
@@ -261,6 +263,10 @@ constexpr const char* kCheckpointingHelp =
     "Training with activation checkpointing: keep each transformer_block's or residual's output only and "
     "recompute its activations in backward (torch.utils.checkpoint per block; Hugging Face's "
     "gradient_checkpointing)";
+constexpr const char* kSetHelp =
+    "Set a field of the model config before it is read, e.g. input.sequence_length=1024, layers[1].repeat=24 "
+    "or optimizer.learning_rate=1e-3 (a path as errors name it; the value is JSON, or a bare word as a "
+    "string); repeatable";
 constexpr const char* kCheckpointingInferError =
     "--checkpointing: activation checkpointing recomputes what backward reads, and --mode infer has no "
     "backward";
@@ -604,6 +610,7 @@ int run_app(int argc, char** argv) {
   run_cmd->footer(footer_for("run"));
   run_cmd->add_option("--model,-m", run.model, "Preset name (see `batchsweep presets`) or a model JSON file")
       ->capture_default_str();
+  run_cmd->add_option("--set", run.model_sets, kSetHelp)->type_name("PATH=VALUE");
   run_cmd->add_option("--backend", run.backend, "auto | cpu | cuda | scripted")->capture_default_str();
   run_cmd
       ->add_option(
@@ -722,6 +729,7 @@ int run_app(int argc, char** argv) {
       "plan", "Print the exact memory plan and FLOPs per batch; with --memory, the max batch");
   plan_cmd->footer(footer_for("plan"));
   plan_cmd->add_option("--model,-m", plan.model, "Preset name or model JSON file")->capture_default_str();
+  plan_cmd->add_option("--set", plan.model_sets, kSetHelp)->type_name("PATH=VALUE");
   plan_cmd
       ->add_option(
           "--backend", plan.backend,
@@ -847,8 +855,12 @@ int run_app(int argc, char** argv) {
       ->needs(calibrate_flag)
       ->capture_default_str();
   devices_cmd->add_flag("--json", devices.json, "Print JSON");
-  CLI::App* presets_cmd = app.add_subcommand("presets", "List the embedded model presets");
+  CLI::App* presets_cmd = app.add_subcommand(
+      "presets", "List the embedded model presets; with a name, print that preset's config");
   presets_cmd->footer(footer_for("presets"));
+  std::string preset_shown;
+  presets_cmd->add_option("name", preset_shown,
+                          "A preset whose config to print (the paths --set takes: layers[1].repeat)");
 
   std::vector<std::string_view> names;
   for (const CLI::App* sub : app.get_subcommands({})) names.emplace_back(sub->get_name());
@@ -1023,7 +1035,7 @@ int run_app(int argc, char** argv) {
     return compare_command(compare, std::vector<std::string>(argv, argv + argc));
   }
   if (devices_cmd->parsed()) return devices_command(devices);
-  if (presets_cmd->parsed()) return presets_command();
+  if (presets_cmd->parsed()) return presets_command(preset_shown);
   return kExitUsage;
 }
 

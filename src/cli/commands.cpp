@@ -37,6 +37,7 @@
 #include "batchsweep/errors.hpp"
 #include "batchsweep/files.hpp"
 #include "batchsweep/gpu_specs.hpp"
+#include "batchsweep/json_depth.hpp"
 #include "batchsweep/json_diff.hpp"
 #include "batchsweep/model.hpp"
 #include "batchsweep/plan_view.hpp"
@@ -45,6 +46,7 @@
 #include "batchsweep/sweep.hpp"
 #include "batchsweep/telemetry.hpp"
 #include "git_commit.hpp"
+#include "model/suggest.hpp"
 #include "report/json_pieces.hpp"
 
 namespace bsw::cli {
@@ -324,6 +326,13 @@ void check_inputs_spared(const std::vector<ExportPath>& exports, const std::vect
 
 // The model config, when --model names a file it reads (a preset's name reads none, even where a file of
 // that name exists: the preset wins).
+std::vector<ModelOverride> model_overrides(const std::vector<std::string>& sets) {
+  std::vector<ModelOverride> overrides;
+  overrides.reserve(sets.size());
+  for (const std::string& text : sets) overrides.push_back(parse_model_override(text));
+  return overrides;
+}
+
 InputFile model_input(const std::string& model) {
   std::error_code ec;
   const bool file = preset_text(model).empty() && std::filesystem::is_regular_file(model, ec);
@@ -492,6 +501,8 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
       {"price_per_hour",
        s.analysis.price_per_hour ? nlohmann::json(*s.analysis.price_per_hour) : nlohmann::json()},
   };
+  // settings.model holds their values already; this says which fields the config did not give so.
+  if (!model.overrides.empty()) j["model_overrides"] = model.overrides;
   return j;
 }
 
@@ -667,7 +678,7 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
   const std::string json_path = resolve_export_path(s.json_path, "--json");
   check_writable(json_path, "--json");
   check_inputs_spared({{"--json", json_path, s.json_path}}, {model_input(s.model)});
-  const ModelSpec model = load_model(s.model);
+  const ModelSpec model = load_model(s.model, model_overrides(s.model_sets));
   const Graph graph = lower(model);
   check_trainable(graph, s.mode);
   if (const std::optional<std::string> note = check_checkpointing(graph, s.checkpointing))
@@ -698,6 +709,7 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
     kind = BackendKind::cuda;
   PlanSummary summary;
   summary.graph = &graph;
+  summary.model_overrides = model.overrides;
   summary.with_buffers = s.buffers;
   summary.accumulation = s.accumulation;
   summary.effective_batch = s.effective_batch;
@@ -857,7 +869,7 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
   };
   static constexpr Setting kMeasured[] = {
       {"backend", "--backend"},
-      {"model", "--model"},
+      {"model", "--model or --set"},
       {"mode", "--mode"},
       {"precision", "--precision"},
       {"seed", "--seed"},
@@ -1212,7 +1224,7 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   check_exports(
       exports,
       {model_input(s.model), {"the --script file", s.script}, {"the --resume report", s.resume_path, true}});
-  const ModelSpec model = load_model(s.model);
+  const ModelSpec model = load_model(s.model, model_overrides(s.model_sets));
   const Graph graph = lower(model);
   check_trainable(graph, s.sweep.mode);
   const std::optional<std::string> checkpointing_note = check_checkpointing(graph, s.sweep.checkpointing);
@@ -1912,7 +1924,20 @@ int devices_command(const DevicesSettings& s) {
   return kExitOk;
 }
 
-int presets_command() {
+int presets_command(const std::string& shown) {
+  if (!shown.empty()) {
+    const std::string_view text = preset_text(shown);
+    if (text.empty()) {
+      const std::vector<std::string> names = preset_names();
+      const std::vector<std::string_view> views(names.begin(), names.end());
+      const std::optional<std::string_view> near = model_detail::nearest_name(shown, views);
+      throw UsageError(fmt::format("presets {}: no such preset{} (presets: {})", printable_text(shown),
+                                   near ? fmt::format("; did you mean '{}'?", *near) : std::string(),
+                                   fmt::format("{}", fmt::join(names, ", "))));
+    }
+    std::cout << text << (text.ends_with('\n') ? "" : "\n");
+    return kExitOk;
+  }
   // GFLOP per sample: the forward pass, and a training step (forward and backward).
   std::cout << fmt::format("{:<14} {:>14} {:>10} {:>12}  {}\n", "preset", "parameters", "fwd GFLOP",
                            "train GFLOP", "input");
@@ -1928,7 +1953,8 @@ int presets_command() {
   std::cout
       << "GFLOP per sample: fwd the forward pass, train a training step (forward and backward)\n"
          "parameters: a language model's output layer is its own linear, not tied to its embedding\n"
-         "as Hugging Face's GPT-2 (124.4M) and BERT are: gpt2-small has 163.0M; the FLOPs are the same\n";
+         "as Hugging Face's GPT-2 (124.4M) and BERT are: gpt2-small has 163.0M; the FLOPs are the same\n"
+         "batchsweep presets NAME prints one's config; run and plan --set PATH=VALUE change a field of it\n";
   return kExitOk;
 }
 

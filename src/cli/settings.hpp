@@ -33,6 +33,7 @@ struct AnalysisFlags {
 
 struct PlanSettings {
   std::string model = "mlp";
+  std::vector<std::string> model_sets;  // --set PATH=VALUE, in order (parsed by parse_model_override)
   std::string backend = "auto";
   std::string batch = "1,8,64,512";
   Precision precision = Precision::fp32;
@@ -50,6 +51,7 @@ struct PlanSettings {
 
 struct RunSettings {
   std::string model = "mlp";
+  std::vector<std::string> model_sets;  // --set PATH=VALUE, in order
   std::string backend = "auto";
   std::string script;              // --script, for --backend scripted
   std::string telemetry = "auto";  // --telemetry auto|on|off: NVML sampling per point (auto: on for cuda)

@@ -384,6 +384,9 @@ RunSummary summarize_run(const Report& report, std::string name) {
   RunSummary s;
   s.name = std::move(name);
   s.model = t.model;
+  if (const auto it = report.settings.find("model_overrides"); it != report.settings.end() && it->is_array())
+    for (const nlohmann::json& o : *it)
+      if (o.is_string()) s.overrides.push_back(o.get<std::string>());
   s.device = printable_text(report.device.name);  // quoted in notes and titles: shown, not sent
   s.backend = report.device.backend;
   if (report.device.details.is_object() && report.device.details.contains("threads") &&
@@ -687,7 +690,11 @@ std::string run_line(const RunSummary& r) {
 
 std::string run_title(const RunSummary& r) {
   std::string out;
-  for (const std::string& piece : {r.model, device_of(r), r.mode, r.precision, r.split, r.checkpointing}) {
+  std::string overrides;
+  for (const std::string& o : r.overrides)
+    overrides += (overrides.empty() ? "set " : ", ") + printable_text(o);
+  for (const std::string& piece :
+       {r.model, overrides, device_of(r), r.mode, r.precision, r.split, r.checkpointing}) {
     if (piece.empty()) continue;
     if (!out.empty()) out += " \u00b7 ";
     out += piece;
@@ -1498,6 +1505,7 @@ nlohmann::json to_json(const CompareResult& result) {
          {"mode", r.mode},
          {"precision", r.precision},
          {"checkpointing", !r.checkpointing.empty()},
+         {"model_overrides", r.overrides},
          {"state", r.state.empty() ? json() : json(r.state)},
          {"knee", report_json::knee_json<json>(r.knee)},
          {"max_fit", report_json::choice_json<json>(r.max_fit)},

@@ -22,8 +22,9 @@ std::string styled(const std::string& text, const char* style, bool color) {
 std::string title_line(const report_view::Title& t) {
   std::string line;
   const std::string split = t.split();
+  const std::string overrides = t.overrides_piece();
   for (const std::string* piece :
-       {&t.model, &t.device, &t.mode, &t.precision_shown, &split, &t.checkpointing}) {
+       {&t.model, &overrides, &t.device, &t.mode, &t.precision_shown, &split, &t.checkpointing}) {
     if (piece->empty()) continue;
     line += (line.empty() ? "" : " \u00b7 ") + *piece;
   }

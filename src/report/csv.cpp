@@ -2,7 +2,8 @@
 // with dots (`step_ms.p99`), taken from the same code that writes the JSON, so the two cannot drift apart;
 // except that fields added after the first release (kAddedColumns) come last, in the order listed there, so
 // that readers by position keep working. After them, the run's context on every row (run.model, run.device,
-// run.backend, run.mode, run.precision, run.created_at, run.state), so rows of several runs concatenated
+// run.backend, run.mode, run.precision, run.created_at, run.state, then run.checkpointing and
+// run.model_overrides), so rows of several runs concatenated
 // still say which run they are (two runs of one model on one device type by when they started).
 #include <algorithm>
 #include <map>
@@ -99,6 +100,15 @@ std::string cell(const ordered& v) {
   return v.dump();
 }
 
+// settings.model_overrides (run --set) joined by "; ", or empty.
+std::string model_overrides(const Report& report) {
+  std::string joined;
+  if (const auto it = report.settings.find("model_overrides"); it != report.settings.end() && it->is_array())
+    for (const nlohmann::json& o : *it)
+      if (o.is_string()) joined += (joined.empty() ? "" : "; ") + o.get<std::string>();
+  return joined;
+}
+
 }  // namespace
 
 std::string format_csv(const Report& report) {
@@ -119,7 +129,8 @@ std::string format_csv(const Report& report) {
       {"run.created_at", report.created_at},
       {"run.state", report.state},
       // Appended after the others, which keep their places for scripts that read columns by position.
-      {"run.checkpointing", t.checkpointing.empty() ? "false" : "true"}};
+      {"run.checkpointing", t.checkpointing.empty() ? "false" : "true"},
+      {"run.model_overrides", model_overrides(report)}};
   std::string out;
   for (size_t i = 0; i < columns.size(); ++i) {
     if (i) out += ',';

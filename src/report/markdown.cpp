@@ -24,6 +24,7 @@ std::string format_markdown(const Report& report) {
   const report_view::Title t = report_view::title(report);
   std::string header;
   const std::pair<const char*, const std::string*> pieces[] = {{"Model", &t.model},
+                                                               {"Set", &t.overrides},
                                                                {"Device", &t.device},
                                                                {"Mode", &t.mode},
                                                                {"Precision", &t.precision_shown},

@@ -5,6 +5,7 @@
 
 #include <cctype>
 
+#include "batchsweep/json_depth.hpp"
 #include "report/format.hpp"
 
 namespace bsw {
@@ -66,6 +67,14 @@ bool card_at_cap(const PlanSummary& s, const PlanSummary::CardFit& c) {
   return *c.max_fit_batch >= max_micro_batch(s.accumulation);
 }
 
+// " with input.sequence_length=1024, layers[1].repeat=24", or empty without --set.
+std::string overrides_clause(const std::vector<std::string>& overrides) {
+  std::string out;
+  for (const std::string& o : overrides)
+    out += fmt::format("{}{}", out.empty() ? " with " : ", ", printable_text(o));
+  return out;
+}
+
 }  // namespace
 
 nlohmann::json plan_to_json(const PlanSummary& s) {
@@ -74,6 +83,7 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
       {"model", g.model_name},
       {"parameters", g.parameters},
       {"flops_per_sample", {{"forward", g.forward_flops_per_sample}, {"train", g.train_flops_per_sample}}}};
+  if (!s.model_overrides.empty()) doc["model_overrides"] = s.model_overrides;
   if (!s.plans.empty()) {
     const PlanRequest& r = s.plans.front().request;
     doc["precision"] = to_string(r.precision);
@@ -242,9 +252,9 @@ std::string format_plan_table(const PlanSummary& s) {
   using report_format::Align;
   using report_format::human_bytes;
   const Graph& g = *s.graph;
-  std::string out =
-      fmt::format("model {}: {} parameters, {} per sample forward, {} per sample training\n", g.model_name,
-                  g.parameters, flops_text(g.forward_flops_per_sample), flops_text(g.train_flops_per_sample));
+  std::string out = fmt::format("model {}{}: {} parameters, {} per sample forward, {} per sample training\n",
+                                g.model_name, overrides_clause(s.model_overrides), g.parameters,
+                                flops_text(g.forward_flops_per_sample), flops_text(g.train_flops_per_sample));
   if (!s.plans.empty()) {
     const PlanRequest& r = s.plans.front().request;
     out += fmt::format("{} {} on {}, ", to_string(r.precision), to_string(r.mode), to_string(r.backend));

@@ -140,8 +140,9 @@ std::string title_text(const Report& report) {
   std::string title = "batchsweep";
   std::string details;
   const std::string split = t.split();
+  const std::string overrides = t.overrides_piece();
   for (const std::string* piece :
-       {&t.model, &t.device, &t.mode, &t.precision_shown, &split, &t.checkpointing}) {
+       {&t.model, &overrides, &t.device, &t.mode, &t.precision_shown, &split, &t.checkpointing}) {
     if (!piece->empty()) details += (details.empty() ? "" : " \u00b7 ") + *piece;
   }
   title = details.empty() ? title : title + ": " + details;

@@ -331,6 +331,12 @@ Title title(const Report& report) {
   if (const auto it = report.settings.find("checkpointing");
       it != report.settings.end() && it->is_boolean() && it->get<bool>())
     t.checkpointing = "activation checkpointing";
+  if (const auto it = report.settings.find("model_overrides");
+      it != report.settings.end() && it->is_array()) {
+    for (const nlohmann::json& o : *it)
+      if (o.is_string())
+        t.overrides += (t.overrides.empty() ? "" : ", ") + printable_text(o.get<std::string>());
+  }
   return t;
 }
 

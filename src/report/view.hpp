@@ -36,6 +36,12 @@ struct Title {
   std::string split_label, split_value;
   // "activation checkpointing" where settings.checkpointing is true (run --checkpointing); else empty.
   std::string checkpointing;
+  // "input.sequence_length=1024, layers[1].repeat=24": settings.model_overrides (run --set); else empty.
+  std::string overrides;
+  // "set input.sequence_length=1024, ...": the overrides as a title piece; empty without them.
+  [[nodiscard]] std::string overrides_piece() const {
+    return overrides.empty() ? overrides : "set " + overrides;
+  }
   // "accumulation 4", "effective batch 256": the split as a title piece; empty for one micro-batch a step.
   [[nodiscard]] std::string split() const;
 };

@@ -2194,7 +2194,7 @@ TEST(Run, ResumeRefusesAReportThatMeasuredSomethingElse) {
   *std::find(other_model.begin(), other_model.end(), "mlp") = "mlp-large";
   Result r = run(other_model);
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("it measured model \"mlp\", this run measures \"mlp-large\" (--model)"),
+  EXPECT_NE(r.err.find("it measured model \"mlp\", this run measures \"mlp-large\" (--model or --set)"),
             std::string::npos)
       << r.err;
   // One name, other layers: it names where the models first differ, so a one-field edit is found without
@@ -2211,7 +2211,7 @@ TEST(Run, ResumeRefusesAReportThatMeasuredSomethingElse) {
   r = run(other_model);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("its resolved model (settings.model) differs from this run's at input.features: 784 "
-                       "there, 100 here (--model)"),
+                       "there, 100 here (--model or --set)"),
             std::string::npos)
       << r.err;
   r = run(scripted_run("sleepy.json", {"--batch", "8", "--resume", earlier, "--json", out}));
@@ -3128,8 +3128,8 @@ TEST(Checkpointing, PlansRunsAndSaysIt) {
     std::string header, row;
     std::getline(in, header);
     std::getline(in, row);
-    EXPECT_TRUE(header.ends_with(",run.checkpointing")) << header;
-    EXPECT_TRUE(row.ends_with(",true")) << row;
+    EXPECT_TRUE(header.ends_with(",run.checkpointing,run.model_overrides")) << header;
+    EXPECT_TRUE(row.ends_with(",true,")) << row;
   }
   const nlohmann::json r = read_json(report), rp = read_json(report_plain);
   EXPECT_EQ(r["settings"]["checkpointing"], true);
@@ -3500,6 +3500,124 @@ TEST(Run, WorldSizeNeedsConfigFor) {
       scripted_run("roofline.json", {"--batch", "64", "--config-for", "accelerate", "--world-size", "0"}));
   EXPECT_EQ(zero.exit_code, 2);
   EXPECT_NE(zero.err.find("--world-size: "), std::string::npos) << zero.err;
+}
+
+TEST(ModelOverrides, PlanAndRunTheModelTheSetsMakeAndSaySo) {
+  const auto contains = [](const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos;
+  };
+  ScratchDir dir;
+  const std::string plain = (dir / "plain.json").string(), longer = (dir / "longer.json").string();
+  ASSERT_EQ(run({"plan", "--model", "tiny-lm", "--batch", "8", "--json", plain}).exit_code, 0);
+  const Result planned = run({"plan", "--model", "tiny-lm", "--batch", "8", "--set",
+                              "input.sequence_length=128", "--set", "layers[1].repeat=3", "--json", longer});
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  const nlohmann::json a = read_json(plain), b = read_json(longer);
+  EXPECT_FALSE(a.contains("model_overrides"));
+  EXPECT_EQ(b["model_overrides"],
+            nlohmann::json::parse(R"(["input.sequence_length=128", "layers[1].repeat=3"])"));
+  EXPECT_EQ(b["model"], "tiny-lm");
+  // Twice the tokens through half again as many blocks: more than twice the FLOPs and memory.
+  EXPECT_GT(b["flops_per_sample"]["forward"].get<double>(),
+            2 * a["flops_per_sample"]["forward"].get<double>());
+  EXPECT_GT(b["points"][0]["memory"]["total_bytes"].get<uint64_t>(),
+            a["points"][0]["memory"]["total_bytes"].get<uint64_t>());
+  const Result shown = run({"plan", "--model", "tiny-lm", "--set", "input.sequence_length=128"});
+  EXPECT_TRUE(shown.out.starts_with("model tiny-lm with input.sequence_length=128: ")) << shown.out;
+  if (!testing::python_with_jsonschema().empty()) {
+    EXPECT_EQ(testing::validate_file("plan-v1.schema.json", longer), 0);
+  }
+
+  // The run records the sets and the values, and its title, CSV and compare say them.
+  const std::vector<std::string> quick = {
+      "run",           "--model", "tiny-lm",  "--backend", "cpu",        "--batch", "2",
+      "--min-samples", "3",       "--warmup", "1",         "--min-time", "0",       "-q"};
+  const std::string report = (dir / "run.json").string(), report_plain = (dir / "run-plain.json").string(),
+                    csv = (dir / "run.csv").string();
+  std::vector<std::string> args = quick;
+  args.insert(args.end(), {"--json", report_plain});
+  ASSERT_EQ(run(args).exit_code, 0);
+  args = quick;
+  args.insert(args.end(), {"--set", "input.sequence_length=32", "--json", report, "--csv", csv});
+  const Result measured = run(args);
+  ASSERT_EQ(measured.exit_code, 0) << measured.err;
+  EXPECT_TRUE(contains(measured.out, "tiny-lm \u00b7 set input.sequence_length=32 \u00b7 ")) << measured.out;
+  const nlohmann::json r = read_json(report);
+  EXPECT_EQ(r["settings"]["model_overrides"], nlohmann::json::parse(R"(["input.sequence_length=32"])"));
+  EXPECT_EQ(r["settings"]["model"]["input"]["sequence_length"], 32);
+  EXPECT_EQ(r["settings"]["model_source"], "preset:tiny-lm");
+  EXPECT_FALSE(read_json(report_plain)["settings"].contains("model_overrides"));
+  if (!testing::python_with_jsonschema().empty()) {
+    EXPECT_EQ(testing::validate_file("report-v1.schema.json", report), 0);
+  }
+  {
+    std::ifstream in(csv);
+    std::string header, row;
+    std::getline(in, header);
+    std::getline(in, row);
+    EXPECT_TRUE(header.ends_with(",run.checkpointing,run.model_overrides")) << header;
+    EXPECT_TRUE(row.ends_with(",false,input.sequence_length=32")) << row;
+  }
+  // Resuming with other values would take points of another model; the same sets resume.
+  args = quick;
+  args.insert(args.end(), {"--set", "input.sequence_length=32", "--resume", report_plain});
+  const Result resumed = run(args);
+  EXPECT_EQ(resumed.exit_code, 2) << resumed.err;
+  EXPECT_TRUE(contains(resumed.err, "input.sequence_length: 64 there, 32 here (--model or --set)"))
+      << resumed.err;
+  args = quick;
+  args.insert(args.end(), {"--set", "input.sequence_length=32", "--resume", report});
+  EXPECT_EQ(run(args).exit_code, 0);
+  // Compare refuses one name with other values, and with --allow-model-mismatch titles each run with its
+  // sets.
+  const Result refused = run({"compare", report_plain, report});
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_TRUE(contains(refused.err, "settings.model.input.sequence_length: 64 vs 32")) << refused.err;
+  const std::string compared_json = (dir / "compare.json").string();
+  const Result compared =
+      run({"compare", report_plain, report, "--allow-model-mismatch", "--json", compared_json});
+  EXPECT_EQ(compared.exit_code, 0) << compared.err;
+  EXPECT_TRUE(contains(compared.out, "tiny-lm \u00b7 set input.sequence_length=32")) << compared.out;
+  const nlohmann::json c = read_json(compared_json);
+  EXPECT_EQ(c["runs"][0]["model_overrides"], nlohmann::json::array());
+  EXPECT_EQ(c["runs"][1]["model_overrides"], nlohmann::json::parse(R"(["input.sequence_length=32"])"));
+
+  // presets NAME prints the config whose paths --set takes.
+  const Result shown_preset = run({"presets", "gpt2-small"});
+  ASSERT_EQ(shown_preset.exit_code, 0) << shown_preset.err;
+  const nlohmann::json preset = nlohmann::json::parse(shown_preset.out);
+  EXPECT_EQ(preset["layers"][1]["type"], "transformer_block");
+  EXPECT_EQ(preset["input"]["sequence_length"], 1024);
+  const Result no_preset = run({"presets", "gpt2-smal"});
+  EXPECT_EQ(no_preset.exit_code, 2);
+  EXPECT_TRUE(contains(no_preset.err, "presets gpt2-smal: no such preset; did you mean 'gpt2-small'?"))
+      << no_preset.err;
+
+  // Bad sets: exit 2, naming the --set, nothing written.
+  const std::string none = (dir / "none.json").string();
+  const struct {
+    std::vector<std::string> sets;
+    std::string says;
+  } bad[] = {
+      {{"input.sequence_length"}, "--set input.sequence_length: expected PATH=VALUE"},
+      {{"layers[9].repeat=2"}, "--set layers[9].repeat=2: layers in preset:tiny-lm has 4 elements"},
+      {{"layers[1].heads=3"}, "(from --set layers[1].heads=3)"},
+      {{"input.sequence_lenght=32"}, "did you mean 'sequence_length'?"},
+      {{"a=1", "a=2"}, "give each path once"},
+  };
+  for (const auto& wrong : bad) {
+    args = {"run", "--model", "tiny-lm", "--backend", "cpu", "--batch", "2", "--json", none};
+    for (const std::string& set : wrong.sets) args.insert(args.end(), {"--set", set});
+    const Result refusal = run(args);
+    EXPECT_EQ(refusal.exit_code, 2) << wrong.sets.front() << ": " << refusal.err;
+    EXPECT_TRUE(contains(refusal.err, wrong.says)) << refusal.err;
+    EXPECT_FALSE(std::filesystem::exists(none));
+    args[0] = "plan";
+    const Result planned_wrong = run(args);
+    EXPECT_EQ(planned_wrong.exit_code, 2) << wrong.sets.front();
+    EXPECT_TRUE(contains(planned_wrong.err, wrong.says)) << planned_wrong.err;
+    EXPECT_FALSE(std::filesystem::exists(none));
+  }
 }
 
 }  // namespace
