@@ -17,6 +17,7 @@ from . import PEER_NAME
 from .config import LoadedModel, load_model, lower, repo_root
 from .errors import EXIT_FAILURE, EXIT_NOTHING_RAN, EXIT_OK, InputError, ParameterMismatch, PeerError, UsageError
 from .grammar import MAX_BATCH, parse_batches
+from .overrides import parse_model_override, printable, texts
 from .report import Report, check_writable, write_file_atomic
 from .stopping import StoppingSettings
 
@@ -37,12 +38,14 @@ EXAMPLES = """examples:
   torch_sweep.py --model tiny-lm --batch 1:64:*2 --json tiny-lm-torch.json
   torch_sweep.py --model gpt2-small --precision bf16 --batch 1:32:*2 --compile --json gpt2-compile.json
   torch_sweep.py --model my-model.json --mode infer --precision fp16 --batch 8:256:+8 --peak-flops 989e12
+  torch_sweep.py --model tiny-lm --set input.sequence_length=256 --set 'layers[1].repeat=4' --batch 1:16:*2
 then: batchsweep analyze tiny-lm-torch.json;  batchsweep compare batchsweep.json tiny-lm-torch.json"""
 
 
 @dataclass
 class Settings:
     model: str = "mlp"
+    model_sets: list = field(default_factory=list)  # --set PATH=VALUE, parsed (overrides.ModelOverride), in order
     batch: str = "1,8,64,512"
     batches: list = field(default_factory=list)
     mode: str = "train"
@@ -76,6 +79,10 @@ def make_parser() -> argparse.ArgumentParser:
                 epilog=EXAMPLES)
     p.add_argument("--model", "-m", default=d.model, help="preset name (configs/models/NAME.json) or a model "
                    "JSON file (default: %(default)s)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
+                   help="set a field of the model config before it is read, e.g. input.sequence_length=1024, "
+                   "layers[1].repeat=24 or optimizer.learning_rate=1e-3 (a path as errors name it; the value is "
+                   "JSON, or a bare word as a string); repeatable, as batchsweep run --set")
     p.add_argument("--batch", "-b", default=d.batch, help="batches: 1,8,64  8:256:+8  1:4096:*2 (default: "
                    "%(default)s)")
     p.add_argument("--mode", choices=["train", "infer"], default=d.mode, help="default: %(default)s")
@@ -126,6 +133,7 @@ def parse_settings(argv: list) -> Settings:
     s.stopping = StoppingSettings(warmup_steps=a.warmup, warmup_time_s=a.warmup_time, min_samples=a.min_samples, min_time_s=a.min_time,
                                   max_noise_pct=a.max_noise, timeout_s=a.timeout)
     s.stopping.validate()
+    s.model_sets = [parse_model_override(text) for text in a.sets]
     s.batches = parse_batches(a.batch, "--batch")
     if not 1 <= s.accumulation <= MAX_BATCH:
         raise UsageError(f"--accumulation: must be in 1..{MAX_BATCH} (2^24), got {s.accumulation}")
@@ -174,6 +182,8 @@ def batchsweep_parameters(binary: str, model: LoadedModel) -> int:
     # The count does not depend on the mode; infer also plans a model without parameters (train refuses it).
     command = [binary, "plan", "--model", argument, "--batch", "1", "--backend", "cpu", "--mode", "infer",
                "--json", "-"]
+    for o in model.overrides:  # the same model: the same --set, as the peer applied them
+        command += ["--set", o.text]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=PLAN_TIMEOUT_S, check=False)
     except (OSError, subprocess.SubprocessError) as e:
@@ -214,7 +224,7 @@ def check_parameters(module_parameters: int, counted: int, binary: Optional[str]
 def settings_json(s: Settings, model: LoadedModel, backend: str, graph, parameter_check: str, torch_notes: dict):
     """The report's settings: batchsweep's keys (model, mode, precision, accumulation, batch, stopping, ...)
     plus what is particular to the peer under "torch"."""
-    return {
+    settings = {
         "model": model.config,
         "model_source": model.source,
         "backend": backend,
@@ -233,6 +243,11 @@ def settings_json(s: Settings, model: LoadedModel, backend: str, graph, paramete
                              "train": graph.train_flops_per_sample},
         "torch": torch_notes,
     }
+    # settings.model holds their values already; this says which fields the config did not give so (absent
+    # without --set, as batchsweep's).
+    if model.overrides:
+        settings["model_overrides"] = texts(model.overrides)
+    return settings
 
 
 def _progress(i: int, total: int, point) -> str:
@@ -247,7 +262,7 @@ def _progress(i: int, total: int, point) -> str:
 
 
 def run(s: Settings, argv: list) -> int:
-    model = load_model(s.model)
+    model = load_model(s.model, overrides=s.model_sets)
     # As batchsweep: a preset wins over a file of its name here, which is said.
     if model.source.startswith("preset:") and os.path.isfile(s.model):
         print(f"{PEER_NAME}: warning: --model {s.model}: the preset {s.model}, not the file {s.model} here "
@@ -302,7 +317,9 @@ def run(s: Settings, argv: list) -> int:
             write_file_atomic(s.json_path, report.dumps())
 
     if not s.quiet:
-        print(f"{PEER_NAME}: {model.config['name']} ({graph.parameters:,} parameters) {s.mode} {s.precision} on "
+        # " with input.sequence_length=1024, layers[1].repeat=24", as batchsweep plan says the --set ones.
+        sets = "".join((", " if i else " with ") + printable(t) for i, t in enumerate(texts(model.overrides)))
+        print(f"{PEER_NAME}: {model.config['name']}{sets} ({graph.parameters:,} parameters) {s.mode} {s.precision} on "
               f"{info['name']} ({info['backend']}, torch {torch.__version__}); {parameter_check}", file=sys.stderr)
     # As batchsweep: SIGINT (130) or SIGTERM (143) anywhere in the sweep keeps every finished point and
     # marks the report interrupted.

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from .errors import ConfigError
+from .overrides import annotate, apply_model_overrides
 
 MAX_INT_FIELD = 2147483647
 MAX_RESIDUAL_DEPTH = 32
@@ -272,16 +273,31 @@ def resolve_config(doc: Any, source: str) -> dict:
     return config
 
 
+def resolve_overridden(doc: Any, source: str, overrides: Optional[list] = None) -> dict:
+    """resolve_config on the document with the --set overrides applied (batchsweep's parse_overridden). An error
+    of the parser names the --set on its path, or, where none is, every --set. Raises UsageError for a --set
+    that cannot be applied, ConfigError for what the parser refuses."""
+    if not overrides:
+        return resolve_config(doc, source)
+    apply_model_overrides(doc, overrides, source)
+    try:
+        return resolve_config(doc, source)
+    except ConfigError as e:
+        raise annotate(e, overrides) from None
+
+
 @dataclass
 class LoadedModel:
-    config: dict  # resolved, every default written out
+    config: dict  # resolved, every default written out (with the --set values)
     source: str  # "preset:<name>" or the file path
     argument: str  # what the user passed to --model (for `batchsweep plan --model`)
     path: str  # the file read
+    overrides: list = field(default_factory=list)  # the --set overrides applied (overrides.ModelOverride)
 
 
-def load_model(name_or_path: str, root: Optional[str] = None) -> LoadedModel:
-    """A preset name (configs/models/<name>.json; presets win, as in batchsweep) or a JSON file path."""
+def load_model(name_or_path: str, root: Optional[str] = None, overrides: Optional[list] = None) -> LoadedModel:
+    """A preset name (configs/models/<name>.json; presets win, as in batchsweep) or a JSON file path, with the
+    --set overrides (overrides.parse_model_override) applied to its document before it is parsed."""
     names = preset_names(root)
     if not name_or_path:
         raise ConfigError("(model)", "", f"an empty name is neither a preset nor a file (presets: {', '.join(names)})")
@@ -302,7 +318,8 @@ def load_model(name_or_path: str, root: Optional[str] = None) -> LoadedModel:
         raise ConfigError(source, "", f"cannot read: {e.strerror or e}") from None
     except (UnicodeDecodeError, ValueError) as e:
         raise ConfigError(source, "", f"not valid JSON: {e}") from None
-    return LoadedModel(resolve_config(doc, source), source, name_or_path, path)
+    return LoadedModel(resolve_overridden(doc, source, overrides), source, name_or_path, path,
+                       list(overrides or []))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -484,11 +501,13 @@ class _Lowerer:
         self.op(learns=True)
         return self.make("batchnorm", channels=channels, image=len(self.shape) == 3, activation=layer["activation"])
 
-    def attention(self, layer: dict, path: str):
+    def attention(self, layer: dict, path: str, layer_path: Optional[str] = None):
+        """layer_path: the config path of the layer whose heads these are (a transformer_block's, for errors
+        named as batchsweep names them: `layers[1].heads`); `path` by default."""
         self.require_tokens(layer, path)
         seq, dim = self.shape
         if dim % layer["heads"] != 0:
-            self.fail(f"{path}.heads", f"{layer['heads']} does not divide dim {dim}")
+            self.fail(f"{layer_path or path}.heads", f"{layer['heads']} does not divide dim {dim}")
         qkv = self.linear(layer, path, 3 * dim, True, "none")
         self.set_shape([seq, dim], path)
         # q k^T and p v: 2 * T * T * D each, counted in full also when causal.
@@ -570,7 +589,7 @@ class _Lowerer:
             self.require_tokens(layer, path)
             dim = self.shape[1]
             ln1 = self.layernorm(layer, f"{path}.ln1")
-            attn = self.attention(layer, f"{path}.attn")
+            attn = self.attention(layer, f"{path}.attn", path)
             ln2 = self.layernorm(layer, f"{path}.ln2")
             fc = self.linear(layer, f"{path}.mlp.fc", layer["mlp_ratio"] * dim, True, "gelu")
             proj = self.linear(layer, f"{path}.mlp.proj", dim, True, "none")

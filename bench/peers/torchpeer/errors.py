@@ -23,6 +23,7 @@ class ConfigError(PeerError):
     def __init__(self, source: str, path: str, message: str):
         self.source = source
         self.path = path
+        self.message = message  # without the source and path
         super().__init__(f"{source}: {path}: {message}" if path else f"{source}: {message}")
 
 
