@@ -130,14 +130,13 @@ json parse_text(std::string_view text, const std::string& source) {
   }
 }
 
-// Whether an error at config path `error` is about what --set put at `set`: the same place, inside it, or the
-// element or object that holds it.
+// Whether an error at config path `error` is about what --set put at `set`: the same place or inside it. An
+// error at a layer that holds it may come from elsewhere (a shape an earlier layer changed): not said to be
+// this one's.
 bool on_path(std::string_view error, std::string_view set) {
-  const auto within = [](std::string_view inner, std::string_view outer) {
-    return inner.starts_with(outer) &&
-           (inner.size() == outer.size() || inner[outer.size()] == '.' || inner[outer.size()] == '[');
-  };
-  return !error.empty() && (within(error, set) || within(set, error));
+  return !error.empty() && error.starts_with(set) &&
+         (error.size() == set.size() || error[set.size()] == '.' || error[set.size()] == '[' ||
+          error[set.size()] == ' ');
 }
 
 // parse_model on the document with the overrides applied. An error the parser (or lower) finds names the

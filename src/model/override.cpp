@@ -1,6 +1,6 @@
 // --set PATH=VALUE: a value put into a model config document before it is parsed. The path is written as the
 // parser's errors name config paths (`layers[1].repeat`), so a user can copy one from an error or from
-// `plan --buffers`' layer names; every check on the value is the parser's own, with the --set named.
+// `batchsweep presets NAME`; every check on the value is the parser's own, with the --set named.
 #include <fmt/format.h>
 
 #include <cctype>
@@ -25,7 +25,7 @@ constexpr size_t kMaxOverrideBytes = size_t{64} << 10;
 // The largest array index a path takes: no config holds more than 10,000 layers.
 constexpr size_t kMaxIndexDigits = 9;
 
-constexpr std::string_view kExample = "e.g. --set input.sequence_length=1024 or --set layers[1].repeat=24";
+constexpr std::string_view kExample = "e.g. --set input.sequence_length=1024 or --set 'layers[1].repeat=24'";
 
 std::string_view trim(std::string_view text) {
   while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
@@ -35,6 +35,30 @@ std::string_view trim(std::string_view text) {
 
 [[noreturn]] void refuse(std::string_view text, const std::string& message) {
   throw UsageError(fmt::format("--set {}: {}", printable_text(text), message));
+}
+
+bool valid_utf8(std::string_view text) {
+  try {
+    static_cast<void>(json(std::string(text)).dump());
+    return true;
+  } catch (const json::type_error&) {
+    return false;
+  }
+}
+
+// The first `limit` bytes, not splitting a UTF-8 sequence, and "..." where cut.
+std::string clip(std::string_view text, size_t limit) {
+  if (text.size() <= limit) return std::string(text);
+  size_t end = limit;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return std::string(text.substr(0, end)) + "...";
+}
+
+// The character at byte i, whole (a UTF-8 sequence), for a message pointing at it.
+std::string character_at(std::string_view text, size_t i) {
+  size_t end = i + 1;
+  while (end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) ++end;
+  return printable_text(text.substr(i, end - i));
 }
 
 bool key_character(char c) {
@@ -52,19 +76,22 @@ std::vector<ModelOverride::Step> parse_path(std::string_view text, std::string_v
   while (true) {
     const size_t start = i;
     while (i < path.size() && key_character(path[i])) ++i;
-    if (i == start) bad(i, i < path.size() ? fmt::format("'{}'", path[i]) : std::string("a missing key"));
+    if (i == start)
+      bad(i, i < path.size() ? fmt::format("'{}'", character_at(path, i)) : std::string("a missing key"));
     steps.push_back({std::string(path.substr(start, i - start)), 0});
     while (i < path.size() && path[i] == '[') {
       const size_t digits = ++i;
       while (i < path.size() && std::isdigit(static_cast<unsigned char>(path[i])) != 0) ++i;
       if (i == digits) bad(i, "a list index that is not a whole number");
+      // [01] would be [1] under another spelling: one path, two names (and "set twice" unseen).
+      if (path[digits] == '0' && i - digits > 1) bad(digits, "a list index with a leading zero");
       if (i - digits > kMaxIndexDigits) bad(digits, "a list index too large for any config");
       if (i >= path.size() || path[i] != ']') bad(i, "a '[' without its ']'");
       steps.push_back({std::string(), static_cast<size_t>(std::strtoull(path.data() + digits, nullptr, 10))});
       ++i;
     }
     if (i == path.size()) return steps;
-    if (path[i] != '.') bad(i, fmt::format("'{}'", path[i]));
+    if (path[i] != '.') bad(i, fmt::format("'{}'", character_at(path, i)));
     ++i;
   }
 }
@@ -83,7 +110,8 @@ json parse_value(std::string_view text, std::string_view value) {
                                                "remove one",
                                                path));
                     }));
-    if (auto underflow = json_number_underflow(value)) refuse(text, *underflow);
+    if (auto underflow = json_number_underflow(value))
+      refuse(text, fmt::format("{} is not a JSON value: {}", printable_text(value), *underflow));
     return parsed;
   } catch (const json::exception& e) {
     // What starts as JSON does (an object, a list, a quoted string, a number) is taken as JSON gone wrong,
@@ -114,8 +142,10 @@ ModelOverride parse_model_override(std::string_view text) {
   text = trim(text);
   if (text.size() > kMaxOverrideBytes)
     refuse(
-        text.substr(0, 48),
+        clip(text, 48),
         fmt::format("is {} bytes long; a value that large belongs in a model file (--model)", text.size()));
+  if (!valid_utf8(text))
+    refuse(text, "is not UTF-8 text (a byte no character begins with or continues); a config is UTF-8");
   if (has_control_characters(text))
     refuse(text,
            "holds a control character (a newline, a tab inside, an escape), which no config path or value "
@@ -146,6 +176,20 @@ void apply_model_overrides(json& doc, const std::vector<ModelOverride>& override
       refuse(o.text, fmt::format("--set {} sets {} too; give each path once",
                                  printable_text(it->second->text), printable_text(o.path)));
   }
+  // A later --set of a list or an object that an earlier one set inside would put the earlier value out of
+  // the model while the report still names it: the whole, then its parts, is the order that keeps both.
+  for (size_t j = 0; j < overrides.size(); ++j)
+    for (size_t i = 0; i < j; ++i) {
+      const std::string& inner = overrides[i].path;
+      const std::string& outer = overrides[j].path;
+      if (inner.size() > outer.size() && inner.starts_with(outer) &&
+          (inner[outer.size()] == '.' || inner[outer.size()] == '['))
+        refuse(
+            overrides[j].text,
+            fmt::format("it replaces {}, inside which --set {} came first and would be lost; give the whole "
+                        "first, then its parts",
+                        printable_text(outer), printable_text(overrides[i].text)));
+    }
   // A document that is not an object is the parser's to refuse, naming the file.
   if (!doc.is_object()) return;
   for (const ModelOverride& o : overrides) {

@@ -16,6 +16,7 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // The UsageError parse_model_override throws for `text`.
 std::string usage_error(const std::string& text) {
@@ -96,13 +97,22 @@ TEST(ModelOverride, RefusesWhatIsNoPathOrValue) {
   EXPECT_THAT(usage_error("a=1O24"), HasSubstr("--set a=1O24: 1O24 is not a JSON value: line 1, column 2"));
   EXPECT_THAT(usage_error("a={\"type\": \"sgd\",}"), HasSubstr("is not a JSON value"));
   EXPECT_THAT(usage_error("a=[1, 2"), HasSubstr("is not a JSON value"));
-  EXPECT_THAT(usage_error("a=1e-400"), HasSubstr("too small for a double"));
+  EXPECT_THAT(usage_error("a=1e-400"),
+              HasSubstr("1e-400 is not a JSON value: line 1, column 1: the number 1e-400 is "
+                        "too small for a double"));
   EXPECT_THAT(usage_error(R"(a={"b": 1, "b": 2})"), HasSubstr("gives b twice"));
   EXPECT_THAT(usage_error("layers[0].bias=False"), HasSubstr("False is Python's; JSON writes false"));
   EXPECT_THAT(usage_error("a=None"), HasSubstr("JSON writes null"));
   EXPECT_THAT(usage_error("name=a\nb"), HasSubstr("holds a control character"));
   EXPECT_THAT(usage_error("a=" + std::string(100, '[')), HasSubstr("nested deeper than 64 levels"));
   EXPECT_THAT(usage_error("a=" + std::string(70000, 'x')), HasSubstr("belongs in a model file (--model)"));
+  // Cut at a character, not inside one.
+  EXPECT_THAT(usage_error("name=" + std::string(42, 'x') + "\u00e9" + std::string(70000, 'x')),
+              HasSubstr("--set name=" + std::string(42, 'x') + "...: is 70049 bytes long"));
+  EXPECT_THAT(usage_error("name=\xff"), HasSubstr("is not UTF-8 text"));
+  EXPECT_THAT(usage_error("layers[01].repeat=2"),
+              HasSubstr("a list index with a leading zero at character 8"));
+  EXPECT_THAT(usage_error("caf\u00e9=1"), HasSubstr("'\u00e9' at character 4"));
 }
 
 TEST(ModelOverride, SetsKeysElementsAndWholeObjects) {
@@ -136,6 +146,12 @@ TEST(ModelOverride, RefusesPathsTheConfigDoesNotHave) {
   EXPECT_THAT(apply_error(doc, {"input.features=8", "input.features=16"}),
               HasSubstr("--set input.features=16: --set input.features=8 sets input.features too; give each "
                         "path once"));
+  // A whole list after a change inside it would drop that change: the whole first, then its parts.
+  EXPECT_THAT(apply_error(doc, {"layers[0].out_features=20", R"(layers=[{"type": "linear"}])"}),
+              HasSubstr(R"(--set layers=[{"type": "linear"}]: it replaces layers, inside which --set )"
+                        "layers[0].out_features=20 came first and would be lost"));
+  EXPECT_EQ(applied(doc, {R"(layers=[{"type": "linear"}])", "layers[0].out_features=20"})["layers"],
+            json::parse(R"([{"type": "linear", "out_features": 20}])"));
 }
 
 TEST(ModelOverride, LoadsAPresetWithThemAndRecordsThem) {
@@ -177,6 +193,20 @@ TEST(ModelOverride, AnErrorNamesTheSetThatCausedIt) {
   // An unknown key is the parser's, with its suggestion.
   EXPECT_THAT(error({"layers[1].head=8"}), HasSubstr("did you mean 'heads'?"));
   EXPECT_THAT(error({"layers[1].head=8"}), HasSubstr("(from --set layers[1].head=8)"));
+  // An error at the layer holding a --set may come from another (a shape an earlier layer changed): all of
+  // them, not that one.
+  const std::string holder = error({"layers[0].dim=130", "layers[1].causal=false"});
+  EXPECT_THAT(holder, HasSubstr("(with --set layers[0].dim=130, --set layers[1].causal=false)"));
+  EXPECT_THAT(holder, Not(HasSubstr("(from ")));
+  std::vector<ModelOverride> resnet = {parse_model_override("layers[0].out_channels=16"),
+                                       parse_model_override("layers[2].repeat=1")};
+  try {
+    static_cast<void>(load_model("resnet-small", resnet));
+    ADD_FAILURE() << "resnet-small loaded with a stem of 16 channels";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.json_path(), "layers[2]");
+    EXPECT_THAT(e.what(), HasSubstr("(with --set layers[0].out_channels=16, --set layers[2].repeat=1)"));
+  }
   // Off every --set's path (a shape three layers later): all of them.
   const std::string shape = error({"layers[0].dim=130", "loss=mse"});
   EXPECT_THAT(shape, HasSubstr("preset:tiny-lm: layers[1]"));
