@@ -29,7 +29,9 @@ from torchpeer.errors import ConfigError, UsageError  # noqa: E402
 from torchpeer.overrides import (apply_model_overrides, on_path, parse_model_override,  # noqa: E402
                                  printable)
 
-EXAMPLE = "(keys joined by '.', list elements as [N]: --set input.sequence_length=1024 or --set layers[1].repeat=24)"
+EXAMPLE = ("(keys joined by '.', list elements as [N]: --set input.sequence_length=1024 or --set "
+           "'layers[1].repeat=24')")
+PEER = os.path.join(ROOT, "bench", "peers", "torch_sweep.py")
 TINY_LM_SEQUENCE = 64
 TINY_LM_DIM = 128
 
@@ -52,7 +54,8 @@ class OverrideParseTest(unittest.TestCase):
             "a[0][1]=1": ("a", 0, 1),
             "$schema=x": ("$schema",),
             "a_b-c.D9=1": ("a_b-c", "D9"),
-            "layers[007].repeat=2": ("layers", 7, "repeat"),
+            "layers[10].repeat=2": ("layers", 10, "repeat"),
+            "a[0]=1": ("a", 0),
             "a[123456789]=1": ("a", 123456789),  # nine digits: the most
         }
         for text, steps in cases.items():
@@ -84,7 +87,8 @@ class OverrideParseTest(unittest.TestCase):
 
     def test_errors_name_the_set(self):
         cases = [
-            ("a", "--set a: expected PATH=VALUE, e.g. --set input.sequence_length=1024 or --set layers[1].repeat=24"),
+            ("a", "--set a: expected PATH=VALUE, e.g. --set input.sequence_length=1024 or --set "
+                  "'layers[1].repeat=24'"),
             ("=1", "--set =1: no path before '=', e.g. --set input.sequence_length=1024"),
             (" = 1", "--set = 1: no path before '='"),
             ("a.b=", "--set a.b=: no value after '=' (an empty string is written \"\": --set 'a.b=\"\"')"),
@@ -100,6 +104,15 @@ class OverrideParseTest(unittest.TestCase):
             ("a[1=1", "a[1 is not a config path: a '[' without its ']' at character 4"),
             ("a[1]x=1", "a[1]x is not a config path: 'x' at character 5"),
             ("a/b=1", "a/b is not a config path: '/' at character 2"),
+            # [01] is [1] spelled otherwise: refused at its first digit
+            ("layers[01].repeat=2", f"--set layers[01].repeat=2: layers[01].repeat is not a config path: a list index "
+                                    f"with a leading zero at character 8 {EXAMPLE}"),
+            ("a[00]=1", "a[00] is not a config path: a list index with a leading zero at character 3"),
+            ("a[1][007]=1", "a[1][007] is not a config path: a list index with a leading zero at character 6"),
+            # the whole character quoted, not a byte of it
+            ("café=1", f"--set café=1: café is not a config path: 'é' at character 4 {EXAMPLE}"),
+            ("a\u200b=1", "--set a\\xE2\\x80\\x8B=1: a\\xE2\\x80\\x8B is not a config path: '\\xE2\\x80\\x8B' at "
+                         "character 2"),
             ("a=True", "--set a=True: True is Python's; JSON writes true"),
             ("a=False", "--set a=False: False is Python's; JSON writes false"),
             ("a=None", "--set a=None: None is Python's; JSON writes null"),
@@ -115,9 +128,14 @@ class OverrideParseTest(unittest.TestCase):
             ("a=-Infinity", "-Infinity is not a JSON value"),
             ("a=1e400", "--set a=1e400: 1e400 is not a JSON value: line 1, column 1: the number 1e400 is beyond a "
                         "double's range"),
-            ("a=1e-400", "--set a=1e-400: line 1, column 1: the number 1e-400 is too small for a double (it reads as "
-                         "0)"),
-            ("a=[1, 2.5e-999]", "line 1, column 5: the number 2.5e-999 is too small for a double"),
+            ("a=1e-400", "--set a=1e-400: 1e-400 is not a JSON value: line 1, column 1: the number 1e-400 is too "
+                         "small for a double (it reads as 0)"),
+            ("a=[1, 2.5e-999]", "[1, 2.5e-999] is not a JSON value: line 1, column 5: the number 2.5e-999 is too small "
+                                "for a double"),
+            # columns in UTF-8 bytes, as batchsweep counts them
+            ('a=["é", 1e-400]', '["é", 1e-400] is not a JSON value: line 1, column 8: the number 1e-400 is too '
+                                'small'),
+            ('a=["é", 1e400]', '["é", 1e400] is not a JSON value: line 1, column 8: the number 1e400 is beyond'),
             ('a={"x": 1, "x": 2}', "the value gives x twice; JSON keeps only the last, so remove one"),
             ('a=[{"y": {"x": 1, "x": 2}}]', "the value gives [0].y.x twice"),
             ("a=" + "[" * 65 + "]" * 65, "the value is nested deeper than 64 levels"),
@@ -126,6 +144,14 @@ class OverrideParseTest(unittest.TestCase):
             ("a=\x1b[31m", "--set a=\\x1B[31m: holds a control character"),
             ("a=\x7f", "holds a control character"),
             ("a=\u009b", "--set a=\\xC2\\x9B: holds a control character"),
+            # bytes that are not UTF-8, as sys.argv holds them (surrogate escapes), and a lone surrogate
+            ("a=\udcff", "--set a=\\xFF: is not UTF-8 text (a byte no character begins with or continues); a config "
+                         "is UTF-8"),
+            ("caf\udce9=1", "--set caf\\xE9=1: is not UTF-8 text"),
+            ("a=\udce2\udc82", "--set a=\\xE2\\x82: is not UTF-8 text"),
+            ("a=\ud800", "--set a=\\xED\\xA0\\x80: is not UTF-8 text"),
+            ("a=\udcff\x1b", "--set a=\\xFF\\x1B: is not UTF-8 text"),  # before the control character
+            ("\udcff", "--set \\xFF: is not UTF-8 text"),  # before PATH=VALUE
         ]
         for text, message in cases:
             with self.subTest(text=text):
@@ -138,10 +164,23 @@ class OverrideParseTest(unittest.TestCase):
     def test_a_value_of_more_than_64_kib_belongs_in_a_file(self):
         self.assertEqual(len(parse_model_override('x="' + "a" * ((64 << 10) - 4) + '"').text), 64 << 10)
         error = refused(self, UsageError, lambda: parse_model_override("x=" + "1" * (64 << 10)))
-        self.assertEqual(error, f"--set x={'1' * 46}: is {(64 << 10) + 2} bytes long; a value that large belongs in a "
-                                "model file (--model)")
-        # counted in UTF-8 bytes, as batchsweep counts them
-        self.assertIn("bytes long", refused(self, UsageError, lambda: parse_model_override("x=" + "é" * (32 << 10))))
+        self.assertEqual(error, f"--set x={'1' * 46}...: is {(64 << 10) + 2} bytes long; a value that large belongs in "
+                                "a model file (--model)")
+        # counted in UTF-8 bytes, as batchsweep counts them, and cut at a character's start (48 bytes at most)
+        error = refused(self, UsageError, lambda: parse_model_override("x=" + "é" * (32 << 10)))
+        self.assertEqual(error, f"--set x={'é' * 23}...: is {(64 << 10) + 2} bytes long; a value that large belongs "
+                                "in a model file (--model)")
+        error = refused(self, UsageError, lambda: parse_model_override("x=a" + "é" * (32 << 10)))
+        self.assertTrue(error.startswith(f"--set x=a{'é' * 22}...: is {(64 << 10) + 3} bytes long"), error)
+        # too long is said first, of bytes that are not UTF-8 too
+        error = refused(self, UsageError, lambda: parse_model_override("x=" + "\udcff" * (64 << 10)))
+        shown = "\\xFF" * 46
+        self.assertTrue(error.startswith(f"--set x={shown}...: is {(64 << 10) + 2} bytes long"), error)
+
+    def test_the_example_is_one_a_shell_takes(self):
+        # A shell globs an unquoted layers[1].repeat=24: the hint quotes it.
+        self.assertIn("--set 'layers[1].repeat=24'", refused(self, UsageError, lambda: parse_model_override("a")))
+        self.assertIn("--set 'layers[1].repeat=24'", refused(self, UsageError, lambda: parse_model_override("a.=1")))
 
     def test_printable(self):
         self.assertEqual(printable("a\x1bb\u200bc\udce9é"), "a\\x1Bb\\xE2\\x80\\x8Bc\\xE9é")
@@ -223,6 +262,37 @@ class OverrideApplyTest(unittest.TestCase):
             self.apply(doc, "input.features=2", "input.features=2")
         self.assertEqual(doc, self.doc())  # refused before anything is set
 
+    def test_the_whole_before_its_parts(self):
+        cases = [
+            (["layers[0].bias=false", "layers[0]={\"type\": \"flatten\"}"],
+             "--set layers[0]={\"type\": \"flatten\"}: it replaces layers[0], inside which --set layers[0].bias=false "
+             "came first and would be lost; give the whole first, then its parts"),
+            (["input.features=2", "input={\"type\": \"vector\", \"features\": 3}"],
+             "--set input={\"type\": \"vector\", \"features\": 3}: it replaces input, inside which --set "
+             "input.features=2 came first"),
+            (["layers[1].layers[0].bias=false", "layers=[]"],
+             "--set layers=[]: it replaces layers, inside which --set layers[1].layers[0].bias=false came first"),
+            # the first later --set that replaces an earlier one's whole
+            (["a.b.c=1", "a.b=2", "a=3"], "--set a.b=2: it replaces a.b, inside which --set a.b.c=1 came first"),
+            (["x=1", "a[0]=1", "a=2"], "--set a=2: it replaces a, inside which --set a[0]=1 came first"),
+            # a path given twice is said first, wherever it is
+            (["a.b=1", "a=2", "a.b=3"], "--set a.b=3: --set a.b=1 sets a.b too; give each path once"),
+        ]
+        for texts, message in cases:
+            with self.subTest(sets=texts):
+                doc = self.doc()
+                error = refused(self, UsageError, lambda: self.apply(doc, *texts))
+                self.assertTrue(error.startswith(message), error)
+                self.assertEqual(doc, self.doc())  # refused before anything is set
+        # The whole, then its parts; a sibling, or a key that only starts the same, is no part.
+        doc = self.apply(self.doc(), "layers[1]={\"type\": \"linear\", \"out_features\": 8}", "layers[1].bias=false",
+                         "input.features=2", "input.features_x=3", "layers[0].out_features=4", "layers[0].bias=true")
+        self.assertEqual(doc["layers"][1], {"type": "linear", "out_features": 8, "bias": False})
+        self.assertEqual(doc["input"], {"type": "vector", "features": 2, "features_x": 3})
+        doc = {"layers": [{} for _ in range(11)]}
+        apply_model_overrides(doc, sets("layers[10].x=1", "layers[1]=2"), "m.json")
+        self.assertEqual((doc["layers"][10], doc["layers"][1]), ({"x": 1}, 2))
+
     def test_a_document_that_is_not_an_object_is_left_to_the_parser(self):
         doc = [1, 2]
         apply_model_overrides(doc, sets("a=1"), "m.json")
@@ -268,7 +338,10 @@ class OverrideLoadTest(unittest.TestCase):
         self.assertIn("(from --set layers[1]={\"type\": \"transformer_block\"})",
                       error("layers[1]={\"type\": \"transformer_block\"}"))
         self.assertIn("unknown key 'foo' at the top level", error("foo.bar=1"))
-        self.assertIn("(from --set foo.bar=1)", error("foo.bar=1"))
+        # An error at what holds a --set's path (foo, for foo.bar) is not said to be that --set's: every --set.
+        self.assertTrue(error("foo.bar=1").endswith("(with --set foo.bar=1)"), error("foo.bar=1"))
+        self.assertTrue(error("input.sequence_length=32", "foo.bar=1").endswith(
+            "(with --set input.sequence_length=32, --set foo.bar=1)"))
         # Off every set's path: all of them, the file alone may be fine.
         self.assertEqual(error("input.sequence_length=32", "layers[0].dim=6"),
                          "preset:tiny-lm: layers[1].heads: 4 does not divide dim 6 (with --set "
@@ -288,8 +361,12 @@ class OverrideLoadTest(unittest.TestCase):
     def test_on_path(self):
         self.assertTrue(on_path("layers[1].heads", "layers[1].heads"))
         self.assertTrue(on_path("layers[1].heads", "layers[1]"))
-        self.assertTrue(on_path("layers[1]", "layers[1].heads"))
-        self.assertTrue(on_path("layers", "layers[1].heads"))
+        self.assertTrue(on_path("layers[1][0]", "layers[1]"))
+        self.assertTrue(on_path("layers[1] (repeat 2)", "layers[1]"))
+        # what holds the --set's path is not on it
+        self.assertFalse(on_path("layers[1]", "layers[1].heads"))
+        self.assertFalse(on_path("layers", "layers[1].heads"))
+        self.assertFalse(on_path("foo", "foo.bar"))
         self.assertFalse(on_path("layers[1].heads", "layers[1].head"))
         self.assertFalse(on_path("layers[10]", "layers[1]"))
         self.assertFalse(on_path("", "a"))
@@ -312,6 +389,13 @@ class OverrideCliTest(unittest.TestCase):
             (["--set", "layers[1].heads=3"],
              "preset:tiny-lm: layers[1].heads: 3 does not divide dim 128 (from --set layers[1].heads=3)"),
             (["--set"], "argument --set: expected one argument"),
+            (["--set", "a=\udcff"], "--set a=\\xFF: is not UTF-8 text (a byte no character begins with or continues); "
+                                    "a config is UTF-8"),
+            (["--set", "layers[01].dim=3"], "--set layers[01].dim=3: layers[01].dim is not a config path: a list index "
+                                            "with a leading zero at character 8"),
+            (["--set", "layers[1].heads=2", "--set", "layers[1]={\"type\": \"linear\", \"out_features\": 8}"],
+             "--set layers[1]={\"type\": \"linear\", \"out_features\": 8}: it replaces layers[1], inside which --set "
+             "layers[1].heads=2 came first and would be lost; give the whole first, then its parts"),
         ]
         with tempfile.TemporaryDirectory() as tmp:
             report = os.path.join(tmp, "report.json")
@@ -323,6 +407,20 @@ class OverrideCliTest(unittest.TestCase):
                     self.assertIn(f"{PEER_NAME}: {message}", err)
                     self.assertEqual(out, "")
                     self.assertFalse(os.path.exists(report))
+
+    @unittest.skipIf(os.name != "posix", "bytes in argv are POSIX's")
+    def test_bytes_that_are_not_utf8_on_the_command_line(self):
+        # As a shell passes them: sys.argv holds the byte as a surrogate escape.
+        with tempfile.TemporaryDirectory() as tmp:
+            report = os.path.join(tmp, "report.json")
+            done = subprocess.run([sys.executable, PEER, "--model", "tiny-lm", "--batch", "1", "--device", "cpu",
+                                   "--json", report, "--set", b"name=caf\xe9"], capture_output=True, timeout=60,
+                                  check=False, env=dict(os.environ, PYTHONUTF8="1"))
+            self.assertEqual(done.returncode, 2, done.stderr)
+            self.assertIn(b"--set name=caf\\xE9: is not UTF-8 text (a byte no character begins with or continues); a "
+                          b"config is UTF-8\n", done.stderr)
+            self.assertEqual(done.stdout, b"")
+            self.assertFalse(os.path.exists(report))
 
     def test_report_settings(self):
         model = load_model("tiny-lm")
@@ -379,7 +477,11 @@ class OverrideBatchsweepTest(unittest.TestCase):
         cases = [["a"], ["=1"], ["a="], ["a.=1"], ["a[]=1"], ["a[1234567890]=1"], ["a[1=1"], ["a b=1"], ["a=True"],
                  ["a=1e-400"], ["a=1e400"], ['a=[{"y": {"x": 1, "x": 2}}]'], ["layers[4].dim=3"],
                  ["layers.x=1"], ["layers[0][1]=1"], ["input.sequence_length.x=1"], ["foo[0]=1"],
-                 ["input.sequence_length=1", "input.sequence_length=2"], ["a=x\ty"]]
+                 ["input.sequence_length=1", "input.sequence_length=2"], ["a=x\ty"],
+                 ["layers[01].dim=3"], ["café=1"], ["a\u200b=1"], ["a=\udcff"], ["caf\udce9=1"],
+                 ['a=["é", 1e-400]'], ['a=["é", 1e400]'], ["x=" + "é" * (32 << 10)], ["x=a" + "é" * (32 << 10)],
+                 ["layers[1].heads=2", 'layers[1]={"type": "linear", "out_features": 8}'],
+                 ["a.b.c=1", "a.b=2", "a=3"], ["a.b=1", "a=2", "a.b=3"]]
         for texts in cases:
             with self.subTest(sets=texts):
                 done = self.plan(*texts)
@@ -393,7 +495,8 @@ class OverrideBatchsweepTest(unittest.TestCase):
                 self.assertEqual(done.stderr.strip(), f"batchsweep: error: {peer}")
 
     def test_parser_errors_name_the_same_sets(self):
-        for texts in (["layers[1].heads=0"], ["input.sequence_length=\"x\"", "layers[1].repeat=3"], ["foo.bar=1"]):
+        for texts in (["layers[1].heads=0"], ["input.sequence_length=\"x\"", "layers[1].repeat=3"], ["foo.bar=1"],
+                      ["input.sequence_length=32", "foo.bar=1"]):
             with self.subTest(sets=texts):
                 done = self.plan(*texts)
                 self.assertEqual(done.returncode, 2, done.stderr)

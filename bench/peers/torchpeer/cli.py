@@ -81,7 +81,7 @@ def make_parser() -> argparse.ArgumentParser:
                    "JSON file (default: %(default)s)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
                    help="set a field of the model config before it is read, e.g. input.sequence_length=1024, "
-                   "layers[1].repeat=24 or optimizer.learning_rate=1e-3 (a path as errors name it; the value is "
+                   "'layers[1].repeat=24' or optimizer.learning_rate=1e-3 (a path as errors name it; the value is "
                    "JSON, or a bare word as a string); repeatable, as batchsweep run --set")
     p.add_argument("--batch", "-b", default=d.batch, help="batches: 1,8,64  8:256:+8  1:4096:*2 (default: "
                    "%(default)s)")

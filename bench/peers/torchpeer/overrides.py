@@ -17,7 +17,7 @@ MAX_INDEX_DIGITS = 9
 # Deepest nesting a value may have (batchsweep's kMaxJsonDepth).
 MAX_JSON_DEPTH = 64
 
-EXAMPLE = "e.g. --set input.sequence_length=1024 or --set layers[1].repeat=24"
+EXAMPLE = "e.g. --set input.sequence_length=1024 or --set 'layers[1].repeat=24'"
 KEY_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-$")
 DIGITS = frozenset("0123456789")
 # What starts as JSON does (an object, a list, a quoted string, a number): such a value that does not parse is
@@ -60,11 +60,40 @@ def printable(text: str) -> str:
     return "".join(out)
 
 
-def _utf8_length(text: str) -> int:
+def _utf8_bytes(text: str) -> bytes:
+    """The bytes `text` stands for: UTF-8, with each undecodable byte of sys.argv (a surrogate escape, U+DC80..
+    U+DCFF) as that byte again, and any other lone surrogate as its three bytes."""
     try:
-        return len(text.encode("utf-8", "surrogateescape"))
+        return text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
-        return len(text.encode("utf-8", "surrogatepass"))
+        return b"".join(bytes([ord(ch) - 0xDC00]) if 0xDC80 <= ord(ch) <= 0xDCFF
+                        else ch.encode("utf-8", "surrogatepass") for ch in text)
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether `text` is UTF-8 text: no surrogate escape of a byte that is not UTF-8, nor a lone surrogate."""
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _clip(text: str, limit: int) -> str:
+    """The first `limit` UTF-8 bytes of `text`, not splitting a UTF-8 sequence, and "..." where cut (batchsweep's
+    clip)."""
+    data = _utf8_bytes(text)
+    if len(data) <= limit:
+        return text
+    end = limit
+    while end > 0 and data[end] & 0xC0 == 0x80:
+        end -= 1
+    return data[:end].decode("utf-8", "surrogateescape") + "..."
+
+
+def _column(text: str, at: int) -> int:
+    """The 1-based column of character `at` of a one-line `text`, in UTF-8 bytes, as batchsweep counts them."""
+    return len(_utf8_bytes(text[:at])) + 1
 
 
 def _has_control_characters(text: str) -> bool:
@@ -106,6 +135,9 @@ def _parse_path(text: str, path: str) -> tuple:
                 i += 1
             if i == digits:
                 bad(i, "a list index that is not a whole number")
+            # [01] would be [1] under another spelling: one path, two names (and "set twice" unseen).
+            if path[digits] == "0" and i - digits > 1:
+                bad(digits, "a list index with a leading zero")
             if i - digits > MAX_INDEX_DIGITS:
                 bad(digits, "a list index too large for any config")
             if i >= n or path[i] != "]":
@@ -242,7 +274,7 @@ def _parse_value(text: str, value: str) -> Any:
         # A number beyond a double's range (1e400) is no JSON batchsweep reads; Python would make it inf.
         for at, token in _number_tokens(value):
             if math.isinf(float(token)):
-                raise _NotJson(f"the number {token} is beyond a double's range", at)
+                raise _NotJson(f"the number {token} is beyond a double's range", _column(value, at) - 1)
     except (ValueError, RecursionError) as e:
         # `--set layers[0].out_features=1O24` is a typo, not the name "1O24".
         if value[0] in JSON_STARTS:
@@ -257,16 +289,20 @@ def _parse_value(text: str, value: str) -> Any:
     for at, token in _number_tokens(value):
         mantissa = token.lower().split("e")[0]
         if "e" in token.lower() and any(d in "123456789" for d in mantissa) and float(token) == 0.0:
-            _refuse(text, f"line 1, column {at + 1}: the number {token} is too small for a double (it reads as 0)")
+            _refuse(text, f"{printable(value)} is not a JSON value: line 1, column {_column(value, at)}: the number "
+                          f"{token} is too small for a double (it reads as 0)")
     return parsed
 
 
 def parse_model_override(text: str) -> ModelOverride:
     """One --set argument, checked. Raises UsageError naming `--set TEXT`."""
     text = _trim(text)
-    if _utf8_length(text) > MAX_OVERRIDE_BYTES:
-        _refuse(text[:48], f"is {_utf8_length(text)} bytes long; a value that large belongs in a model file "
-                           "(--model)")
+    size = len(_utf8_bytes(text))
+    if size > MAX_OVERRIDE_BYTES:
+        _refuse(_clip(text, 48), f"is {size} bytes long; a value that large belongs in a model file (--model)")
+    # sys.argv holds a byte that is not UTF-8 as a surrogate escape ('\udcff'): no config path or value has one.
+    if not _is_utf8(text):
+        _refuse(text, "is not UTF-8 text (a byte no character begins with or continues); a config is UTF-8")
     if _has_control_characters(text):
         _refuse(text, "holds a control character (a newline, a tab inside, an escape), which no config path or "
                       "value here needs")
@@ -301,7 +337,8 @@ def _kind_of(node: Any) -> str:
 
 def apply_model_overrides(doc: Any, overrides: list, source: str) -> None:
     """Sets each override's value in `doc` (a parsed config document), in order. Raises UsageError naming the
-    --set: a path given twice, a step into something that is not an object or a list, an index past the end."""
+    --set: a path given twice, a later --set of a whole that an earlier one set a part of, a step into something
+    that is not an object or a list, an index past the end. Nothing is set unless the first two pass."""
     # The same path set twice would keep only the last value, as a key given twice in a config would.
     by_path = {}
     for o in overrides:
@@ -309,6 +346,14 @@ def apply_model_overrides(doc: Any, overrides: list, source: str) -> None:
             _refuse(o.text, f"--set {printable(by_path[o.path].text)} sets {printable(o.path)} too; give each "
                             "path once")
         by_path[o.path] = o
+    # A later --set of a list or an object that an earlier one set inside would put the earlier value out of the
+    # model while the report still names it: the whole, then its parts, is the order that keeps both.
+    for j, outer in enumerate(overrides):
+        for inner in overrides[:j]:
+            if len(inner.path) > len(outer.path) and inner.path.startswith(outer.path) and \
+                    inner.path[len(outer.path)] in ".[":
+                _refuse(outer.text, f"it replaces {printable(outer.path)}, inside which --set {printable(inner.text)} "
+                                    "came first and would be lost; give the whole first, then its parts")
     # A document that is not an object is the parser's to refuse, naming the file.
     if not isinstance(doc, dict):
         return
@@ -351,18 +396,17 @@ def apply_model_overrides(doc: Any, overrides: list, source: str) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 def on_path(error: str, set_path: str) -> bool:
-    """Whether an error at config path `error` is about what --set put at `set_path`: the same place, inside it,
-    or the element or object that holds it."""
-    def within(inner: str, outer: str) -> bool:
-        return inner.startswith(outer) and (len(inner) == len(outer) or inner[len(outer)] in ".[")
-
-    return bool(error) and (within(error, set_path) or within(set_path, error))
+    """Whether an error at config path `error` is about what --set put at `set_path`: the same place or inside
+    it. An error at a layer that holds it may come from elsewhere (a shape an earlier layer changed): not said to
+    be this one's."""
+    return bool(error) and error.startswith(set_path) and (
+        len(error) == len(set_path) or error[len(set_path)] in ".[ ")
 
 
 def annotate(e: ConfigError, overrides: list) -> ConfigError:
-    """The parser's error with the --set on its path named, " (from --set P=V)", or where none is (a shape
-    that no longer chains three layers later) every --set, " (with --set a=1, --set b=2)": the file alone may be
-    fine."""
+    """The parser's error with the --set it is at or inside named, " (from --set P=V)", or where none is (a shape
+    that no longer chains three layers later, an error at a layer that holds the --set's path) every --set,
+    " (with --set a=1, --set b=2)": the file alone may be fine."""
     if not overrides:
         return e
     named = [o for o in overrides if on_path(e.path, o.path)]
