@@ -257,6 +257,9 @@ struct PlanRequest {
   // its output only; its other activations live in one arena (buffer "recompute", as large as the largest
   // block's) and backward runs the block's forward again before its backward. No effect in inference.
   bool checkpointing = false;
+  // With checkpointing: how many of the blocks backward reaches are checkpointed, the first ones in forward
+  // order (Megatron's "block" recompute method); the others keep every activation. 0: all of them.
+  int64_t checkpoint_blocks = 0;
 };
 
 // What the user asked for (--attention, --conv); nullopt leaves the choice to the backend.
@@ -321,6 +324,15 @@ struct Plan {
 // before the first layer that learns, where backward stops.
 [[nodiscard]] std::vector<int> blocks_ending(const Graph& graph, const PlanRequest& request);
 
+// The blocks backward reaches (indices into graph.blocks, in forward order): those checkpointing recomputes,
+// and those --checkpoint-blocks counts. Not a block before every layer that learns.
+[[nodiscard]] std::vector<size_t> recomputable_blocks(const Graph& graph);
+
+// For each of graph.blocks, whether it keeps only its output (its other activations in the recompute arena):
+// none without checkpointing or in inference; with request.checkpoint_blocks N, the first N recomputable
+// ones (and those backward never reaches, which keep nothing it reads); else every block.
+[[nodiscard]] std::vector<bool> checkpointed_blocks(const Graph& graph, const PlanRequest& request);
+
 // Throws UsageError for batch < 1 or accumulation < 1, and OutOfMemory-free: sizes are computed in 128 bits
 // and a plan whose total would not fit in 64 bits throws UsageError naming the batch.
 [[nodiscard]] Plan make_plan(const Graph& graph, const PlanRequest& request);
@@ -351,6 +363,13 @@ inline constexpr int64_t kMaxBatch = int64_t{1} << 24;
 // not. kMaxBatch means "at least kMaxBatch": memory is not what limits the batch.
 [[nodiscard]] std::optional<int64_t> max_fit_batch(const Graph& graph, PlanRequest request,
                                                    uint64_t memory_bytes);
+
+// Training: the fewest blocks --checkpoint-blocks may checkpoint (the first ones backward reaches) for
+// `request`'s batch to fit in usable_bytes(memory_bytes); nullopt where it does not fit even with every one.
+// 0 where it fits without checkpointing. Memory does not grow with the count (each block checkpointed past
+// the first frees its activations, and the arena grows by less), so this bisects.
+[[nodiscard]] std::optional<int64_t> fewest_checkpoint_blocks(const Graph& graph, PlanRequest request,
+                                                              uint64_t memory_bytes);
 
 // "512 B", "1.50 KiB", "74.10 GiB": binary units, two decimals above bytes. For messages about plans and
 // memory (the backends' out-of-memory reasons, the sweep's warnings).

@@ -165,8 +165,9 @@ struct SweepSettings {
   BatchSpec batches;  // explicit list or auto; ignored when effective_batch is set
   Precision precision = Precision::fp32;
   Mode mode = Mode::train;
-  int64_t accumulation = 1;    // micro-batches per optimizer step for every listed batch
-  bool checkpointing = false;  // --checkpointing: recompute each block's activations in backward
+  int64_t accumulation = 1;       // micro-batches per optimizer step for every listed batch
+  bool checkpointing = false;     // --checkpointing: recompute each block's activations in backward
+  int64_t checkpoint_blocks = 0;  // --checkpoint-blocks N: only the first N blocks (0: all of them)
   std::optional<int64_t>
       effective_batch;  // --effective-batch N: sweep the splits micro x accumulation = N instead
   std::optional<uint64_t>

@@ -436,8 +436,9 @@ class Builder {
     // recomputation just before its backward).
     std::vector<int> block_of(g_.ops.size(), -1);
     std::vector<bool> kept(g_.ops.size(), false);
-    if (r_.checkpointing) {
-      for (size_t k = 0; k < g_.blocks.size(); ++k) {
+    const std::vector<bool> checkpointed = checkpointed_blocks(g_, r_);
+    for (size_t k = 0; k < g_.blocks.size(); ++k) {
+      if (checkpointed[k]) {
         const Graph::Block& blk = g_.blocks[k];
         for (size_t i = blk.first; i <= blk.last; ++i) block_of[i] = static_cast<int>(k);
         kept[block_output_storage(blk)] = true;
@@ -703,6 +704,17 @@ Plan make_plan(const Graph& graph, const PlanRequest& request) {
     throw UsageError(fmt::format("--batch: {} is not a positive batch size", request.batch));
   if (request.accumulation < 1)
     throw UsageError(fmt::format("--accumulation: {} must be at least 1", request.accumulation));
+  if (request.checkpoint_blocks < 0)
+    throw UsageError(
+        fmt::format("--checkpoint-blocks: {} is not a count of blocks", request.checkpoint_blocks));
+  if (request.checkpointing && request.checkpoint_blocks > 0 && request.mode == Mode::train) {
+    const size_t reached = recomputable_blocks(graph).size();
+    if (static_cast<uint64_t>(request.checkpoint_blocks) > reached)
+      throw UsageError(
+          fmt::format("--checkpoint-blocks: {} is more than the {} block{} of model '{}' that "
+                      "backward recomputes",
+                      request.checkpoint_blocks, reached, reached == 1 ? "" : "s", graph.model_name));
+  }
   PlanRequest normalised = request;
   if (request.backend != BackendKind::cuda) normalised.paths = ExecutionPaths{};
   if (normalised.paths.attention == AttentionPath::cudnn_sdpa &&
@@ -712,9 +724,8 @@ Plan make_plan(const Graph& graph, const PlanRequest& request) {
   return Builder(graph, normalised).build();
 }
 
-std::vector<int> blocks_ending(const Graph& graph, const PlanRequest& request) {
-  std::vector<int> ends(graph.ops.size(), -1);
-  if (!request.checkpointing || request.mode != Mode::train) return ends;
+std::vector<size_t> recomputable_blocks(const Graph& graph) {
+  std::vector<size_t> reached_blocks;
   for (size_t k = 0; k < graph.blocks.size(); ++k) {
     // A block with no parameters whose ops have no input gradient comes before every layer that learns:
     // backward stops before it, and nothing recomputes it.
@@ -722,8 +733,27 @@ std::vector<int> blocks_ending(const Graph& graph, const PlanRequest& request) {
     bool reached = false;
     for (size_t i = b.first; i <= b.last && !reached; ++i)
       reached = graph.ops[i].input_gradient || graph.ops[i].param_elements > 0;
-    if (reached) ends.at(b.last) = static_cast<int>(k);
+    if (reached) reached_blocks.push_back(k);
   }
+  return reached_blocks;
+}
+
+std::vector<bool> checkpointed_blocks(const Graph& graph, const PlanRequest& request) {
+  std::vector<bool> checkpointed(graph.blocks.size(), false);
+  if (!request.checkpointing || request.mode != Mode::train) return checkpointed;
+  if (request.checkpoint_blocks <= 0) return std::vector<bool>(graph.blocks.size(), true);
+  std::fill(checkpointed.begin(), checkpointed.end(), true);
+  const std::vector<size_t> reached = recomputable_blocks(graph);
+  for (size_t n = static_cast<size_t>(request.checkpoint_blocks); n < reached.size(); ++n)
+    checkpointed[reached[n]] = false;
+  return checkpointed;
+}
+
+std::vector<int> blocks_ending(const Graph& graph, const PlanRequest& request) {
+  std::vector<int> ends(graph.ops.size(), -1);
+  const std::vector<bool> checkpointed = checkpointed_blocks(graph, request);
+  for (const size_t k : recomputable_blocks(graph))
+    if (checkpointed[k]) ends.at(graph.blocks[k].last) = static_cast<int>(k);
   return ends;
 }
 
@@ -776,6 +806,25 @@ uint64_t cudnn_workspace_bytes(const Graph& graph, const PlanRequest& request) {
     bytes = std::max(bytes, sdpa);
   }
   return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+}
+
+std::optional<int64_t> fewest_checkpoint_blocks(const Graph& graph, PlanRequest request,
+                                                uint64_t memory_bytes) {
+  const uint64_t budget = usable_bytes(memory_bytes);
+  auto fits = [&](int64_t blocks) {
+    request.checkpointing = blocks > 0;
+    request.checkpoint_blocks = blocks;
+    return make_plan(graph, request).memory.total_bytes() <= budget;
+  };
+  if (fits(0)) return 0;
+  const auto all = static_cast<int64_t>(recomputable_blocks(graph).size());
+  if (all == 0 || !fits(all)) return std::nullopt;
+  int64_t lo = 0, hi = all;  // lo does not fit, hi does
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? hi : lo) = mid;
+  }
+  return hi;
 }
 
 std::optional<int64_t> max_fit_batch(const Graph& graph, PlanRequest request, uint64_t memory_bytes) {

@@ -75,8 +75,14 @@ PlanRequest PointRunner::request(int64_t batch, int64_t accumulation) const {
 }
 
 PlanRequest PointRunner::request(int64_t batch, int64_t accumulation, const ExecutionPaths& paths) const {
-  return PlanRequest{batch, settings_.precision,    settings_.mode, accumulation, backend_.kind(),
-                     paths, settings_.checkpointing};
+  return PlanRequest{batch,
+                     settings_.precision,
+                     settings_.mode,
+                     accumulation,
+                     backend_.kind(),
+                     paths,
+                     settings_.checkpointing,
+                     settings_.checkpoint_blocks};
 }
 
 std::optional<std::string> PointRunner::plan_over_budget(int64_t batch, int64_t accumulation) const {

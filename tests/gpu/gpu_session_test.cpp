@@ -141,9 +141,10 @@ constexpr const char* kShortcuts = R"({"name": "shortcuts",
 
 std::vector<double> run_losses(const Graph& g, BackendKind kind, Precision p, int64_t batch,
                                int64_t accumulation, int steps, bool graphs = true,
-                               bool checkpointing = false) {
+                               bool checkpointing = false, int64_t checkpoint_blocks = 0) {
   PlanRequest request{batch, p, Mode::train, accumulation, kind};
   request.checkpointing = checkpointing;
+  request.checkpoint_blocks = checkpoint_blocks;
   const Plan plan = make_plan(g, request);
   SessionOptions options;
   options.seed = 42;
@@ -266,6 +267,21 @@ TEST(GpuSessionCheckpointing, MatchesKeepingEveryActivationAndTheCpu) {
     const Plan plan = make_plan(g, request);
     auto session = cuda::make_cuda_backend(0)->prepare(g, plan, SessionOptions{});
     EXPECT_EQ(session->memory().allocated_bytes, plan.memory.total_bytes()) << g.model_name;
+  }
+}
+
+// --checkpoint-blocks: the first block recomputes in the replayed graph, the second keeps its activations.
+TEST(GpuSessionCheckpointing, SomeBlocksMatchEveryActivationKept) {
+  BSW_REQUIRE_DEVICE();
+  for (const char* model : {kTokens, kShortcuts}) {
+    const Graph g = graph_of(model);
+    if (recomputable_blocks(g).size() < 2) continue;
+    for (Precision p : {Precision::fp32, Precision::bf16}) {
+      const std::vector<double> kept = run_losses(g, BackendKind::cuda, p, 4, 1, 3, true, false);
+      const std::vector<double> some = run_losses(g, BackendKind::cuda, p, 4, 1, 3, true, true, 1);
+      for (size_t i = 0; i < kept.size(); ++i)
+        EXPECT_NEAR(some[i], kept[i], 1e-5 * std::abs(kept[i])) << g.model_name << " step " << i + 1;
+    }
   }
 }
 

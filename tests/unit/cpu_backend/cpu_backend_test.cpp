@@ -618,6 +618,38 @@ TEST(CpuBackend, CheckpointingGivesTheSameStepsInLessMemory) {
   EXPECT_LT(ckpt.memory.saved_activations, plain.memory.saved_activations * 2 / 3);
 }
 
+// --checkpoint-blocks N: the first N blocks recompute, the rest keep their activations; the steps are the
+// same to the bit as keeping every activation, for every N.
+TEST(CpuBackend, CheckpointingSomeBlocksGivesTheSameSteps) {
+  for (const char* name : {"tiny-lm", "resnet-small"}) {
+    const Graph g = lower(load_model(
+        name,
+        {parse_model_override(std::string(name) == "tiny-lm" ? "layers[1].repeat=3" : "input.height=16")}));
+    const size_t blocks = recomputable_blocks(g).size();
+    ASSERT_GE(blocks, 3u) << name;
+    const auto run = [&](bool checkpointing, int64_t count) {
+      PlanRequest request{2, Precision::fp32, Mode::train, 1, BackendKind::cpu};
+      request.checkpointing = checkpointing;
+      request.checkpoint_blocks = count;
+      Prepared out{g, make_plan(g, request), nullptr, nullptr};
+      SessionOptions options;
+      options.seed = 5;
+      out.session = cpu::make_cpu_backend()->prepare(out.graph, out.plan, options);
+      out.probe = dynamic_cast<cpu::CpuSessionProbe*>(out.session.get());
+      EXPECT_EQ(out.session->memory().allocated_bytes, out.plan.memory.total_bytes()) << name << " " << count;
+      std::vector<double> losses;
+      for (int step = 0; step < 2; ++step) losses.push_back(out.session->step().loss);
+      return std::make_pair(losses, out.probe->parameters_f32());
+    };
+    const auto plain = run(false, 0);
+    for (const int64_t count : {int64_t{1}, int64_t{2}, static_cast<int64_t>(blocks) - 1}) {
+      const auto some = run(true, count);
+      EXPECT_EQ(some.first, plain.first) << name << " --checkpoint-blocks " << count;
+      EXPECT_EQ(some.second, plain.second) << name << " --checkpoint-blocks " << count;
+    }
+  }
+}
+
 TEST(CpuBackend, MemoryLimitRefusesThePlan) {
   const Graph g = lower(load_model("mlp"));
   const Plan plan = make_plan(g, {64, Precision::fp32, Mode::train, 1, BackendKind::cpu});

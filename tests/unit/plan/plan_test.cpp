@@ -1110,5 +1110,82 @@ TEST(Plan, CheckpointingViewsOneBlockAtATimeInTheArena) {
   EXPECT_GT(*with, *without * 3 / 2);
 }
 
+// --checkpoint-blocks N: the first N blocks backward reaches keep only their outputs; the others keep every
+// activation. Memory falls with N (from the second block on), and the fewest that fit a budget bisects it.
+TEST(Plan, CheckpointingTheFirstBlocksOnly) {
+  for (const char* name : {"gpt2-small", "resnet-small"}) {
+    const Graph g = lower(load_model(name));
+    const std::vector<size_t> reached = recomputable_blocks(g);
+    ASSERT_GE(reached.size(), 3u) << name;
+    PlanRequest request{4, Precision::bf16, Mode::train, 1, BackendKind::cpu};
+    const Plan plain = make_plan(g, request);
+    request.checkpointing = true;
+    const Plan all = make_plan(g, request);
+    uint64_t previous = plain.memory.total_bytes();
+    for (size_t n = 1; n <= reached.size(); ++n) {
+      request.checkpoint_blocks = static_cast<int64_t>(n);
+      const Plan some = make_plan(g, request);
+      const std::vector<bool> checkpointed = checkpointed_blocks(g, request);
+      // The first n recomputable blocks, in forward order, and none after them.
+      for (size_t k = 0; k < reached.size(); ++k)
+        EXPECT_EQ(checkpointed[reached[k]], k < n) << name << " " << n;
+      const std::vector<int> ends = blocks_ending(g, request);
+      EXPECT_EQ(std::count_if(ends.begin(), ends.end(), [](int e) { return e >= 0; }),
+                static_cast<std::ptrdiff_t>(n));
+      double recomputed = 0;
+      for (size_t k = 0; k < n; ++k)
+        for (size_t i = g.blocks[reached[k]].first; i <= g.blocks[reached[k]].last; ++i)
+          recomputed += g.ops[i].forward_flops;
+      EXPECT_DOUBLE_EQ(some.recompute_flops_per_sample, recomputed) << name << " " << n;
+      // No view outside a checkpointed block; a block not checkpointed keeps its buffers of its own.
+      for (const BufferSpec& b : some.buffers) {
+        if (!b.is_view()) continue;
+        size_t k = 0;
+        while (!(g.blocks[k].first <= static_cast<size_t>(b.op) &&
+                 static_cast<size_t>(b.op) <= g.blocks[k].last))
+          ++k;
+        EXPECT_TRUE(checkpointed[k]) << name << " " << b.name;
+      }
+      EXPECT_LE(some.memory.total_bytes(), previous) << name << " " << n;
+      if (n >= 2) {
+        EXPECT_LT(some.memory.total_bytes(), previous) << name << " " << n;
+      }
+      previous = some.memory.total_bytes();
+      if (n == reached.size()) {
+        EXPECT_EQ(some.memory.total_bytes(), all.memory.total_bytes()) << name;
+        EXPECT_DOUBLE_EQ(some.recompute_flops_per_sample, all.recompute_flops_per_sample) << name;
+      }
+    }
+    // More blocks than backward reaches, and a count below zero, are refused naming the flag.
+    request.checkpoint_blocks = static_cast<int64_t>(reached.size()) + 1;
+    EXPECT_THROW(static_cast<void>(make_plan(g, request)), UsageError);
+    request.checkpoint_blocks = -1;
+    EXPECT_THROW(static_cast<void>(make_plan(g, request)), UsageError);
+    // Inference and plain training ignore it.
+    request.checkpoint_blocks = 2;
+    request.checkpointing = false;
+    EXPECT_EQ(make_plan(g, request).memory.total_bytes(), plain.memory.total_bytes());
+
+    // The fewest blocks that fit: 0 where the plain plan fits, none where even all do not, and in between
+    // the smallest n whose plan fits (n - 1 does not).
+    request = PlanRequest{4, Precision::bf16, Mode::train, 1, BackendKind::cpu};
+    const auto budget_for = [](uint64_t bytes) { return bytes * 100 / 95 + 100; };  // usable_bytes >= bytes
+    EXPECT_EQ(fewest_checkpoint_blocks(g, request, budget_for(plain.memory.total_bytes())), 0);
+    EXPECT_EQ(fewest_checkpoint_blocks(g, request, all.memory.total_bytes()), std::nullopt);
+    PlanRequest three = request;
+    three.checkpointing = true;
+    three.checkpoint_blocks = 3;
+    const uint64_t needs = make_plan(g, three).memory.total_bytes();
+    const std::optional<int64_t> fewest = fewest_checkpoint_blocks(g, request, budget_for(needs));
+    ASSERT_TRUE(fewest.has_value()) << name;
+    EXPECT_LE(*fewest, 3) << name;
+    three.checkpoint_blocks = *fewest;
+    EXPECT_LE(make_plan(g, three).memory.total_bytes(), usable_bytes(budget_for(needs))) << name;
+    three.checkpoint_blocks = *fewest - 1;
+    three.checkpointing = *fewest > 1;
+    EXPECT_GT(make_plan(g, three).memory.total_bytes(), usable_bytes(budget_for(needs))) << name;
+  }
+}
+
 }  // namespace
 }  // namespace bsw
