@@ -50,6 +50,7 @@ struct RunSummary {
       split;  // "accumulation 4", "effective batch 256"; empty for one micro-batch a step (title only)
   std::string checkpointing;  // "activation checkpointing" (settings.checkpointing), else empty (title only)
   std::vector<std::string> overrides;  // settings.model_overrides (run --set), as given
+  int64_t checkpoint_blocks = 0;       // settings.checkpoint_blocks (run --checkpoint-blocks); 0: all or none
   std::string state;  // Report::state: "complete", "interrupted", "in_progress", or empty (not said)
   KneeResult knee;
   BatchChoice max_fit;

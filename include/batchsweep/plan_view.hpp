@@ -46,6 +46,15 @@ struct PlanSummary {
   // Training with --memory and without --checkpointing, for a model whose blocks checkpointing would shrink,
   // where memory limits the batch: the largest batch that fits with --checkpointing (the next question).
   std::optional<int64_t> max_fit_with_checkpointing;
+  // The same plans with --memory, where a batch does not fit (the smallest 64 such): the fewest blocks
+  // --checkpoint-blocks needs for it to fit. One per plan, or empty where not asked.
+  struct BlocksToFit {
+    bool asked = false;             // this plan did not fit, and was asked
+    std::optional<int64_t> blocks;  // nullopt: not even with every block checkpointed
+    double recompute_pct = 0;       // its recomputed FLOPs, % of the training FLOPs
+  };
+  std::vector<BlocksToFit> blocks_to_fit;
+  size_t recomputable_blocks = 0;  // the blocks --checkpoint-blocks counts (Graph's that backward reaches)
 };
 
 // {model, parameters, flops_per_sample {forward, train}, precision, mode, accumulation, backend, points:

@@ -264,12 +264,23 @@ constexpr const char* kCheckpointingHelp =
     "recompute its activations in backward (torch.utils.checkpoint per block; Hugging Face's "
     "gradient_checkpointing)";
 constexpr const char* kSetHelp =
-    "Set a field of the model config before it is read, e.g. input.sequence_length=1024, layers[1].repeat=24 "
+    "Set a field of the model config before it is read, e.g. input.sequence_length=1024, "
+    "'layers[1].repeat=24' "
     "or optimizer.learning_rate=1e-3 (a path as errors name it; the value is JSON, or a bare word as a "
     "string); repeatable";
 constexpr const char* kCheckpointingInferError =
     "--checkpointing: activation checkpointing recomputes what backward reads, and --mode infer has no "
     "backward";
+constexpr const char* kCheckpointBlocksHelp =
+    "Checkpoint only the first N blocks (--checkpointing for those; the others keep every activation): "
+    "less recomputation where checkpointing all of them is more than the batch needs to fit";
+// The largest --checkpoint-blocks: a model has at most this many layers after repeats.
+constexpr int64_t kMaxLayers = 10'000;
+std::string checkpointing_infer_error(bool blocks_given) {
+  std::string text = kCheckpointingInferError;
+  if (blocks_given) text.replace(0, std::string_view("--checkpointing").size(), "--checkpoint-blocks");
+  return text;
+}
 
 // The description stays out of --help ("--accumulation INT:INT in [1 - 16777216]" pushed the text off its
 // column): the flag's own text says the range, and the error says it when broken.
@@ -610,7 +621,7 @@ int run_app(int argc, char** argv) {
   run_cmd->footer(footer_for("run"));
   run_cmd->add_option("--model,-m", run.model, "Preset name (see `batchsweep presets`) or a model JSON file")
       ->capture_default_str();
-  run_cmd->add_option("--set", run.model_sets, kSetHelp)->type_name("PATH=VALUE");
+  run_cmd->add_option("--set", run.model_sets, kSetHelp)->type_name("PATH=VALUE")->expected(1)->take_all();
   run_cmd->add_option("--backend", run.backend, "auto | cpu | cuda | scripted")->capture_default_str();
   run_cmd
       ->add_option(
@@ -651,6 +662,9 @@ int run_app(int argc, char** argv) {
           ->transform(whole(1, kMaxBatch, " (2^24)"));
   effective_opt->excludes(accum_opt)->excludes(batch_opt);
   run_cmd->add_flag("--checkpointing", run.sweep.checkpointing, kCheckpointingHelp);
+  run_cmd->add_option("--checkpoint-blocks", run.sweep.checkpoint_blocks, kCheckpointBlocksHelp)
+      ->type_name("N")
+      ->transform(whole(1, kMaxLayers));
   run_cmd
       ->add_option(
           "--memory-limit", run_raw.memory_limit,
@@ -729,7 +743,7 @@ int run_app(int argc, char** argv) {
       "plan", "Print the exact memory plan and FLOPs per batch; with --memory, the max batch");
   plan_cmd->footer(footer_for("plan"));
   plan_cmd->add_option("--model,-m", plan.model, "Preset name or model JSON file")->capture_default_str();
-  plan_cmd->add_option("--set", plan.model_sets, kSetHelp)->type_name("PATH=VALUE");
+  plan_cmd->add_option("--set", plan.model_sets, kSetHelp)->type_name("PATH=VALUE")->expected(1)->take_all();
   plan_cmd
       ->add_option(
           "--backend", plan.backend,
@@ -758,6 +772,9 @@ int run_app(int argc, char** argv) {
       ->excludes(plan_accum_opt)
       ->excludes(plan_batch_opt);
   plan_cmd->add_flag("--checkpointing", plan.checkpointing, kCheckpointingHelp);
+  plan_cmd->add_option("--checkpoint-blocks", plan.checkpoint_blocks, kCheckpointBlocksHelp)
+      ->type_name("N")
+      ->transform(whole(1, kMaxLayers));
   plan_cmd
       ->add_option(
           "--memory", plan_raw.memory,
@@ -957,7 +974,9 @@ int run_app(int argc, char** argv) {
     }
     if (run.sweep.mode == Mode::infer && run.sweep.accumulation != 1)
       throw UsageError("--accumulation: gradient accumulation only applies to --mode train");
-    if (run.sweep.mode == Mode::infer && run.sweep.checkpointing) throw UsageError(kCheckpointingInferError);
+    if (run.sweep.checkpoint_blocks > 0) run.sweep.checkpointing = true;
+    if (run.sweep.mode == Mode::infer && run.sweep.checkpointing)
+      throw UsageError(checkpointing_infer_error(run.sweep.checkpoint_blocks > 0));
     // Given but empty (an unset shell variable) is an error, not "no limit".
     if (run_cmd->count("--memory-limit") > 0) {
       const MemoryArg limit = parse_memory(run_raw.memory_limit, "--memory-limit");
@@ -1003,7 +1022,9 @@ int run_app(int argc, char** argv) {
     plan.mode = parse_mode(plan_raw.mode);
     if (plan.mode == Mode::infer && plan.accumulation != 1)
       throw UsageError("--accumulation: gradient accumulation only applies to --mode train");
-    if (plan.mode == Mode::infer && plan.checkpointing) throw UsageError(kCheckpointingInferError);
+    if (plan.checkpoint_blocks > 0) plan.checkpointing = true;
+    if (plan.mode == Mode::infer && plan.checkpointing)
+      throw UsageError(checkpointing_infer_error(plan.checkpoint_blocks > 0));
     if (plan_raw.effective_batch) {
       if (plan.mode != Mode::train)
         throw UsageError("--effective-batch: gradient accumulation only applies to --mode train");
@@ -1035,7 +1056,9 @@ int run_app(int argc, char** argv) {
     return compare_command(compare, std::vector<std::string>(argv, argv + argc));
   }
   if (devices_cmd->parsed()) return devices_command(devices);
-  if (presets_cmd->parsed()) return presets_command(preset_shown);
+  if (presets_cmd->parsed())
+    return presets_command(presets_cmd->count("name") > 0 ? std::optional<std::string>(preset_shown)
+                                                          : std::nullopt);
   return kExitUsage;
 }
 

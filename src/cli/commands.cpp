@@ -503,6 +503,8 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
   };
   // settings.model holds their values already; this says which fields the config did not give so.
   if (!model.overrides.empty()) j["model_overrides"] = model.overrides;
+  // --checkpoint-blocks N: the first N blocks only (absent where checkpointing covers them all, or is off).
+  if (w.checkpointing && w.checkpoint_blocks > 0) j["checkpoint_blocks"] = w.checkpoint_blocks;
   return j;
 }
 
@@ -641,23 +643,38 @@ void check_trainable(const Graph& graph, Mode mode) {
 // asked. Where it saves no memory (one block, whose activations are all alive at once anyway, or blocks that
 // keep nothing beyond their outputs), the blocks are still recomputed, as torch.utils.checkpoint would do:
 // said as a warning.
-std::optional<std::string> check_checkpointing(const Graph& graph, bool checkpointing) {
+std::optional<std::string> check_checkpointing(const Graph& graph, bool checkpointing, int64_t blocks) {
   if (!checkpointing) return std::nullopt;
+  const char* flag = blocks > 0 ? "--checkpoint-blocks" : "--checkpointing";
   if (graph.blocks.empty())
-    throw UsageError(fmt::format(
-        "--checkpointing: model '{}' has no transformer_block or residual layer at its top level, the blocks "
-        "that checkpointing recomputes, so it would change nothing",
-        graph.model_name));
+    throw UsageError(
+        fmt::format("{}: model '{}' has no transformer_block or residual layer at its top level, the blocks "
+                    "that checkpointing recomputes, so it would change nothing",
+                    flag, graph.model_name));
+  const size_t recomputable = recomputable_blocks(graph).size();
+  if (blocks > 0 && static_cast<uint64_t>(blocks) > recomputable)
+    throw UsageError(
+        fmt::format("--checkpoint-blocks: {} is more than the {} block{} of model '{}' that "
+                    "backward recomputes{}",
+                    blocks, recomputable, recomputable == 1 ? "" : "s", graph.model_name,
+                    recomputable == 0 ? "" : fmt::format(" (--checkpointing is all {})", recomputable)));
   // Activations grow with the batch: at 64 the 256-byte rounding hides no saving.
   PlanRequest request{64, Precision::fp32, Mode::train, 1, BackendKind::cpu};
   const uint64_t kept = make_plan(graph, request).memory.saved_activations;
   request.checkpointing = true;
+  request.checkpoint_blocks = blocks;
   if (make_plan(graph, request).memory.saved_activations < kept) return std::nullopt;
+  if (blocks == 1 && recomputable > 1)
+    return fmt::format(
+        "--checkpoint-blocks 1: it saves model '{}' no memory, as the recompute arena holds one block's "
+        "activations, what that block kept without it; checkpoint 2 or more to save some (each one past the "
+        "first saves a block's activations); backward still runs its forward again",
+        graph.model_name);
   return fmt::format(
-      "--checkpointing: it saves model '{}' no memory, as its recompute arena holds what its blocks kept "
+      "{}: it saves model '{}' no memory, as its recompute arena holds what its blocks kept "
       "without it (a single block, or blocks that keep nothing beyond their outputs); backward still runs "
       "their forward again, as torch.utils.checkpoint would",
-      graph.model_name);
+      flag, graph.model_name);
 }
 
 // The largest divisor of n that is at most `limit` (>= 1): the largest micro-batch of an effective batch n.
@@ -681,7 +698,8 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
   const ModelSpec model = load_model(s.model, model_overrides(s.model_sets));
   const Graph graph = lower(model);
   check_trainable(graph, s.mode);
-  if (const std::optional<std::string> note = check_checkpointing(graph, s.checkpointing))
+  if (const std::optional<std::string> note =
+          check_checkpointing(graph, s.checkpointing, s.checkpoint_blocks))
     std::fprintf(stderr, "batchsweep plan: note: %s\n", note->c_str());
   // --effective-batch N plans its splits (micro-batch x accumulation), as run would try them.
   std::vector<BatchSplit> splits;
@@ -715,6 +733,7 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
   summary.effective_batch = s.effective_batch;
   PlanRequest request{1, s.precision, s.mode, s.accumulation, kind};
   request.checkpointing = s.checkpointing;
+  request.checkpoint_blocks = s.checkpoint_blocks;
   // The paths the CUDA backend prefers (or the ones forced); where cuDNN rejects a shape on the device, `run`
   // falls back and plans our own path instead (its report says which ran).
   if (kind == BackendKind::cuda) {
@@ -842,6 +861,34 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
     // is memory the answer does not need.
     if (!s.buffers) summary.plans.back().buffers = {};
   }
+  // Training without checkpointing, where a batch does not fit: the fewest blocks --checkpoint-blocks needs
+  // for it (recomputing fewer blocks than --checkpointing costs less), for the smallest batches that do not
+  // fit (each a bisection of plans).
+  const size_t recomputable = recomputable_blocks(graph).size();
+  if (s.memory_bytes && s.mode == Mode::train && !s.checkpointing && !s.effective_batch &&
+      recomputable >= 2) {
+    constexpr size_t kMostAsked = 64;
+    summary.blocks_to_fit.resize(summary.plans.size());
+    summary.recomputable_blocks = recomputable;
+    size_t asked = 0;
+    for (size_t i = 0; i < summary.plans.size() && asked < kMostAsked; ++i) {
+      const Plan& p = summary.plans[i];
+      if (p.memory.total_bytes() <= usable_bytes(*s.memory_bytes)) continue;
+      ++asked;
+      PlanSummary::BlocksToFit& fit = summary.blocks_to_fit[i];
+      fit.asked = true;
+      fit.blocks = fewest_checkpoint_blocks(graph, p.request, *s.memory_bytes);
+      if (fit.blocks) {
+        PlanRequest with = p.request;
+        with.checkpointing = true;
+        with.checkpoint_blocks = *fit.blocks;
+        const Plan planned = make_plan(graph, with);
+        fit.recompute_pct = planned.flops_per_sample > 0
+                                ? 100.0 * planned.recompute_flops_per_sample / planned.flops_per_sample
+                                : 0.0;
+      }
+    }
+  }
   if (!json_path.empty()) {
     // What wrote it and when, as a report and a comparison say: a reader handed it for a report is told
     // what it is (configs/schema/plan-v1.schema.json).
@@ -874,6 +921,7 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
       {"precision", "--precision"},
       {"seed", "--seed"},
       {"checkpointing", "--checkpointing"},
+      {"checkpoint_blocks", "--checkpoint-blocks"},
       {"cuda_graphs", "--graphs"},
       {"attention", "--attention"},
       {"conv", "--conv"},
@@ -907,6 +955,12 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
     if (key == "checkpointing") {
       if (before == nullptr) before = &kNoCheckpointing;
       if (here == nullptr) here = &kNoCheckpointing;
+    }
+    // Without --checkpoint-blocks every block is checkpointed (or none is): "all".
+    static const nlohmann::json kAllBlocks = "all";
+    if (key == "checkpoint_blocks") {
+      if (before == nullptr) before = &kAllBlocks;
+      if (here == nullptr) here = &kAllBlocks;
     }
     if (before != nullptr && here != nullptr && *before == *here) continue;
     // Another model altogether says so by name; one name with other layers, where.
@@ -1182,6 +1236,29 @@ void note_checkpointing(const Graph& graph, const SweepSettings& sweep, BackendK
   if (sweep.memory_limit_bytes)
     if (const std::optional<int64_t> most = max_fit_batch(graph, request, *sweep.memory_limit_bytes))
       fits = fmt::format("; micro-batches up to {} fit --memory-limit with it", *most);
+  // The budget the sweep held its plans to (the smaller of --memory-limit and the device's memory): the
+  // fewest blocks that fit the batch in it, where fewer than all would (less recomputation).
+  uint64_t budget = report.device.memory_total_bytes;
+  if (sweep.memory_limit_bytes && (budget == 0 || *sweep.memory_limit_bytes < budget))
+    budget = *sweep.memory_limit_bytes;
+  if (budget > 0) {
+    PlanRequest plain = request;
+    plain.checkpointing = false;
+    if (const std::optional<int64_t> fewest = fewest_checkpoint_blocks(graph, plain, budget);
+        fewest && *fewest > 0 && *fewest < recomputed) {
+      PlanRequest some = plain;
+      some.checkpointing = true;
+      some.checkpoint_blocks = *fewest;
+      const Plan partial = make_plan(graph, some);
+      fits += fmt::format("; --checkpoint-blocks {} (of {}) is the fewest that fit it in {} (+{:.0f}% FLOPs)",
+                          *fewest, recomputed,
+                          sweep.memory_limit_bytes && budget == *sweep.memory_limit_bytes ? "--memory-limit"
+                                                                                          : "device memory",
+                          partial.flops_per_sample > 0
+                              ? 100.0 * partial.recompute_flops_per_sample / partial.flops_per_sample
+                              : 0.0);
+    }
+  }
   std::fflush(stdout);  // after the table, where both go to one file
   std::fprintf(
       stderr,
@@ -1227,7 +1304,8 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   const ModelSpec model = load_model(s.model, model_overrides(s.model_sets));
   const Graph graph = lower(model);
   check_trainable(graph, s.sweep.mode);
-  const std::optional<std::string> checkpointing_note = check_checkpointing(graph, s.sweep.checkpointing);
+  const std::optional<std::string> checkpointing_note =
+      check_checkpointing(graph, s.sweep.checkpointing, s.sweep.checkpoint_blocks);
   note_paths_without_layers(graph, s.sweep.paths, "run");
   std::unique_ptr<Backend> backend = make_backend(s.backend, s.script, s.device);
   AnalysisOptions options = analysis_options(s.analysis);
@@ -1924,14 +2002,16 @@ int devices_command(const DevicesSettings& s) {
   return kExitOk;
 }
 
-int presets_command(const std::string& shown) {
-  if (!shown.empty()) {
-    const std::string_view text = preset_text(shown);
+int presets_command(const std::optional<std::string>& name) {
+  if (name) {
+    const std::string& shown = *name;
+    const std::string_view text = shown.empty() ? std::string_view() : preset_text(shown);
     if (text.empty()) {
       const std::vector<std::string> names = preset_names();
       const std::vector<std::string_view> views(names.begin(), names.end());
       const std::optional<std::string_view> near = model_detail::nearest_name(shown, views);
-      throw UsageError(fmt::format("presets {}: no such preset{} (presets: {})", printable_text(shown),
+      throw UsageError(fmt::format("presets {}: no such preset{} (presets: {})",
+                                   shown.empty() ? std::string("''") : printable_text(shown),
                                    near ? fmt::format("; did you mean '{}'?", *near) : std::string(),
                                    fmt::format("{}", fmt::join(names, ", "))));
     }
@@ -1941,12 +2021,12 @@ int presets_command(const std::string& shown) {
   // GFLOP per sample: the forward pass, and a training step (forward and backward).
   std::cout << fmt::format("{:<14} {:>14} {:>10} {:>12}  {}\n", "preset", "parameters", "fwd GFLOP",
                            "train GFLOP", "input");
-  for (const std::string& name : preset_names()) {
-    const ModelSpec m = load_model(name);
+  for (const std::string& preset : preset_names()) {
+    const ModelSpec m = load_model(preset);
     const Graph g = lower(m);
     const std::string input = fmt::format("{}", fmt::join(g.input_shape, "x"));
     // Four significant digits: mlp's 0.0002366 GFLOP printed as 0.000 with three decimals.
-    std::cout << fmt::format("{:<14} {:>14} {:>10.4g} {:>12.4g}  {} {}\n", name, g.parameters,
+    std::cout << fmt::format("{:<14} {:>14} {:>10.4g} {:>12.4g}  {} {}\n", preset, g.parameters,
                              g.forward_flops_per_sample / 1e9, g.train_flops_per_sample / 1e9,
                              to_string(m.input.type), input);
   }

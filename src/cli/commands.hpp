@@ -21,7 +21,7 @@ void remove_stale_gate_exports(const std::vector<std::pair<std::string, std::str
 [[nodiscard]] int devices_command(const DevicesSettings& settings);
 // Without a name, the table of presets; with one, that preset's config as embedded (UsageError for a name
 // that is no preset).
-[[nodiscard]] int presets_command(const std::string& name);
+[[nodiscard]] int presets_command(const std::optional<std::string>& name);
 
 // --latency-percentile chooses what --latency-slo holds: given with no budget (run's flag, or analyze's flag
 // and the run's budget) it is a usage error.

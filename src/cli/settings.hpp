@@ -40,6 +40,7 @@ struct PlanSettings {
   Mode mode = Mode::train;
   int64_t accumulation = 1;
   bool checkpointing = false;              // --checkpointing (training)
+  int64_t checkpoint_blocks = 0;           // --checkpoint-blocks N (sets checkpointing); 0: all blocks
   std::optional<int64_t> effective_batch;  // --effective-batch: plan its splits instead of --batch
   std::optional<uint64_t> memory_bytes;
   std::string memory_card;  // --memory NAME: the card(s) of configs/gpus.json named

@@ -396,6 +396,7 @@ RunSummary summarize_run(const Report& report, std::string name) {
   s.precision = t.precision;
   s.split = t.split();
   s.checkpointing = t.checkpointing;
+  s.checkpoint_blocks = t.checkpoint_blocks;
   s.state = report.state;
   s.knee = report.analysis.knee;
   s.max_fit = report.analysis.max_fit;
@@ -811,6 +812,14 @@ bool checkpointing(const nlohmann::json& settings) {
   return it != settings.end() && it->is_boolean() && it->get<bool>();
 }
 
+// How many blocks a checkpointing run checkpointed: settings.checkpoint_blocks, or "all" (absent); "none"
+// without checkpointing.
+std::string checkpointed(const nlohmann::json& settings) {
+  if (!checkpointing(settings)) return "none";
+  const auto it = settings.find("checkpoint_blocks");
+  return it != settings.end() && it->is_number_integer() ? it->dump() : "all";
+}
+
 // One run in two reports: the same created_at and the same points, sample for sample (a file given twice, a
 // copy, or analyze's re-export, which keeps created_at).
 bool same_run(const Report& a, const Report& b) {
@@ -822,7 +831,7 @@ bool same_run(const Report& a, const Report& b) {
   };
   for (const char* key : {"backend", "model", "mode", "precision", "seed", "accumulation"})
     if (setting(a, key) != setting(b, key)) return false;
-  if (checkpointing(a.settings) != checkpointing(b.settings)) return false;
+  if (checkpointed(a.settings) != checkpointed(b.settings)) return false;
   if (a.device.name != b.device.name || a.device.backend != b.device.backend) return false;
   const auto same_rate = [](double x, double y) { return x == y || (std::isnan(x) && std::isnan(y)); };
   for (size_t i = 0; i < a.points.size(); ++i) {
@@ -1197,6 +1206,8 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     }
     if (checkpointing(first) != checkpointing(other))
       differ.push_back(fmt::format("checkpointing {} vs {}", checkpointing(first), checkpointing(other)));
+    else if (checkpointed(first) != checkpointed(other))
+      differ.push_back(fmt::format("checkpoint_blocks {} vs {}", checkpointed(first), checkpointed(other)));
     if (!differ.empty())
       result.notes.push_back(fmt::format("{} and {}: measured with other settings ({})", letter(0), letter(i),
                                          fmt::join(differ, ", ")));
@@ -1505,6 +1516,7 @@ nlohmann::json to_json(const CompareResult& result) {
          {"mode", r.mode},
          {"precision", r.precision},
          {"checkpointing", !r.checkpointing.empty()},
+         {"checkpoint_blocks", r.checkpoint_blocks > 0 ? json(r.checkpoint_blocks) : json()},
          {"model_overrides", r.overrides},
          {"state", r.state.empty() ? json() : json(r.state)},
          {"knee", report_json::knee_json<json>(r.knee)},

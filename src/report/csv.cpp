@@ -2,8 +2,8 @@
 // with dots (`step_ms.p99`), taken from the same code that writes the JSON, so the two cannot drift apart;
 // except that fields added after the first release (kAddedColumns) come last, in the order listed there, so
 // that readers by position keep working. After them, the run's context on every row (run.model, run.device,
-// run.backend, run.mode, run.precision, run.created_at, run.state, then run.checkpointing and
-// run.model_overrides), so rows of several runs concatenated
+// run.backend, run.mode, run.precision, run.created_at, run.state, then run.checkpointing,
+// run.model_overrides and run.checkpoint_blocks), so rows of several runs concatenated
 // still say which run they are (two runs of one model on one device type by when they started).
 #include <algorithm>
 #include <map>
@@ -130,7 +130,9 @@ std::string format_csv(const Report& report) {
       {"run.state", report.state},
       // Appended after the others, which keep their places for scripts that read columns by position.
       {"run.checkpointing", t.checkpointing.empty() ? "false" : "true"},
-      {"run.model_overrides", model_overrides(report)}};
+      {"run.model_overrides", model_overrides(report)},
+      {"run.checkpoint_blocks",
+       t.checkpoint_blocks > 0 ? std::to_string(t.checkpoint_blocks) : std::string()}};
   std::string out;
   for (size_t i = 0; i < columns.size(); ++i) {
     if (i) out += ',';

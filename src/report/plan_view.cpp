@@ -2,7 +2,9 @@
 #include "batchsweep/plan_view.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cctype>
 
 #include "batchsweep/json_depth.hpp"
@@ -97,6 +99,7 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
     }
     doc["backend"] = to_string(r.backend);
     doc["checkpointing"] = r.checkpointing;
+    if (r.checkpointing && r.checkpoint_blocks > 0) doc["checkpoint_blocks"] = r.checkpoint_blocks;
     // A path for a kind of layer the model does not have is null: nothing runs on it.
     const ModelPaths has = layer_kinds(g);
     if (r.backend == BackendKind::cuda)
@@ -105,7 +108,8 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
           {"conv", has.conv ? nlohmann::json(to_string(r.paths.conv)) : nlohmann::json()}};
   }
   nlohmann::json points = nlohmann::json::array();
-  for (const Plan& p : s.plans) {
+  for (size_t i = 0; i < s.plans.size(); ++i) {
+    const Plan& p = s.plans[i];
     nlohmann::json point = {{"batch", p.request.batch},
                             {"accumulation", p.request.accumulation},
                             {"effective_batch", p.request.batch * p.request.accumulation},
@@ -117,6 +121,9 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
                                           static_cast<double>(p.request.batch) *
                                           static_cast<double>(p.request.accumulation);
     if (s.memory_bytes) point["fits"] = fits_budget(s, p);
+    if (i < s.blocks_to_fit.size() && s.blocks_to_fit[i].asked)
+      point["checkpoint_blocks_to_fit"] =
+          s.blocks_to_fit[i].blocks ? nlohmann::json(*s.blocks_to_fit[i].blocks) : nlohmann::json(nullptr);
     if (s.with_buffers) {
       nlohmann::json buffers = nlohmann::json::array();
       for (const BufferSpec& b : p.buffers) {
@@ -231,21 +238,55 @@ static std::string batch_one_needs(const PlanSummary& s) {
 std::string checkpointing_text(const Graph& g, const Plan& plan) {
   const std::vector<int> ends = blocks_ending(g, plan.request);
   const auto recomputed = std::count_if(ends.begin(), ends.end(), [](int k) { return k >= 0; });
-  std::string text =
-      fmt::format("\nactivation checkpointing: {} block{} keep{} only {} output{}", g.blocks.size(),
-                  g.blocks.size() == 1 ? "" : "s", g.blocks.size() == 1 ? "s" : "",
-                  g.blocks.size() == 1 ? "its" : "their", g.blocks.size() == 1 ? "" : "s");
+  const std::vector<bool> checkpointed = checkpointed_blocks(g, plan.request);
+  const auto kept = static_cast<size_t>(std::count(checkpointed.begin(), checkpointed.end(), true));
+  const size_t n = g.blocks.size();
   const double flops = plan.recompute_flops_per_sample;
   const std::string cost =
       fmt::format("+{} per sample, {:.0f}% more than the training FLOPs", flops_text(flops),
                   g.train_flops_per_sample > 0 ? 100.0 * flops / g.train_flops_per_sample : 0.0);
-  if (recomputed == static_cast<std::ptrdiff_t>(g.blocks.size()))
-    return text +
-           fmt::format(" and run{} forward again in backward ({})", g.blocks.size() == 1 ? "s" : "", cost);
+  // --checkpoint-blocks N: the first N that backward reaches (and any before them that it does not).
+  if (kept < n)
+    return fmt::format(
+        "\nactivation checkpointing (--checkpoint-blocks {}): the first {} of {} blocks keep only their "
+        "output{}{}; the other {} keep every activation",
+        plan.request.checkpoint_blocks, kept, n, kept == 1 ? "" : "s",
+        recomputed == static_cast<std::ptrdiff_t>(kept)
+            ? fmt::format(" and run{} forward again in backward ({})", kept == 1 ? "s" : "", cost)
+            : fmt::format(", {} of them running forward again in backward ({})", recomputed, cost),
+        n - kept);
+  std::string text =
+      fmt::format("\nactivation checkpointing: {} block{} keep{} only {} output{}", n, n == 1 ? "" : "s",
+                  n == 1 ? "s" : "", n == 1 ? "its" : "their", n == 1 ? "" : "s");
+  if (recomputed == static_cast<std::ptrdiff_t>(n))
+    return text + fmt::format(" and run{} forward again in backward ({})", n == 1 ? "s" : "", cost);
   return text + fmt::format(
                     "; {} of them run{} forward again in backward ({}), the rest come before every "
                     "layer that learns",
                     recomputed, recomputed == 1 ? "s" : "", cost);
+}
+
+// "checkpointing the fewest blocks: batch 256 fits with --checkpoint-blocks 7 of 12 (+14% FLOPs), 512 with 12
+// (+24%), 1024 not even with all 12": the fewest blocks for each batch that does not fit; empty where none
+// was asked.
+std::string blocks_to_fit_line(const PlanSummary& s) {
+  std::vector<std::string> pieces;
+  for (size_t i = 0; i < s.blocks_to_fit.size() && i < s.plans.size(); ++i) {
+    const PlanSummary::BlocksToFit& fit = s.blocks_to_fit[i];
+    if (!fit.asked) continue;
+    const std::string batch = batch_text(s, s.plans[i]);
+    if (!fit.blocks) {
+      pieces.push_back(fmt::format("{} not even with all {}", pieces.empty() ? "batch " + batch : batch,
+                                   s.recomputable_blocks));
+      break;  // larger batches need more still
+    }
+    pieces.push_back(pieces.empty()
+                         ? fmt::format("batch {} fits with --checkpoint-blocks {} of {} (+{:.0f}% FLOPs)",
+                                       batch, *fit.blocks, s.recomputable_blocks, fit.recompute_pct)
+                         : fmt::format("{} with {} (+{:.0f}%)", batch, *fit.blocks, fit.recompute_pct));
+  }
+  if (pieces.empty()) return {};
+  return fmt::format("checkpointing the fewest blocks: {}\n", fmt::join(pieces, ", "));
 }
 
 std::string format_plan_table(const PlanSummary& s) {
@@ -428,6 +469,7 @@ std::string format_plan_table(const PlanSummary& s) {
       out += fmt::format("not even batch 1 fits in {} (plans may use {:.0f}% of it){}\n", memory_text(s),
                          kMemorySafetyFraction * 100, batch_one_needs(s));
     }
+    out += blocks_to_fit_line(s);
   }
   return out;
 }

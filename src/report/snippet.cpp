@@ -68,11 +68,21 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
   std::string out =
       fmt::format("config for {} ({}batch {}{}, {}{}, {}{}):\n", name, train ? "" : "inference, ", batch,
                   accumulation > 1 ? fmt::format(" x accumulation {}", accumulation) : std::string(),
-                  precision, checkpointing ? ", activation checkpointing" : "", gpus,
+                  precision, checkpointing ? ", " + title.checkpointing : std::string(), gpus,
                   train ? fmt::format("; {} samples per optimizer step", global) : std::string());
-  // Hugging Face models checkpoint each decoder layer, as the sweep recomputed each block.
-  const char* checkpoint_line =
-      "model.gradient_checkpointing_enable()  # Hugging Face models; else torch.utils.checkpoint per block";
+  // Hugging Face models checkpoint each decoder layer, as the sweep recomputed each block. With
+  // --checkpoint-blocks only the first N were: no framework switch does that, so the line says how.
+  const std::string checkpoint_line =
+      title.checkpoint_blocks > 0
+          ? fmt::format(
+                "# checkpoint the first {0} blocks only: wrap each one's forward in "
+                "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) (Megatron: "
+                "--recompute-granularity full --recompute-method block --recompute-num-layers {0}); "
+                "gradient_checkpointing_enable() would recompute every block",
+                title.checkpoint_blocks)
+          : std::string(
+                "model.gradient_checkpointing_enable()  # Hugging Face models; else "
+                "torch.utils.checkpoint per block");
   if (cpu) out += "  # measured on the CPU backend: a GPU's best batch differs, so sweep on the GPU itself\n";
   const bool tf32 = precision == "tf32";
   switch (target) {
@@ -98,7 +108,9 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
       if (precision == "bf16") out += "    \"bf16\": {\"enabled\": true}\n";
       out += "  }\n";
       if (tf32) out += fmt::format("  # and in the script: {}\n", kTf32Line);
-      if (checkpointing) out += fmt::format("  # and in the script: {}\n", checkpoint_line);
+      if (checkpointing)
+        out += fmt::format("  # and in the script: {}\n",
+                           title.checkpoint_blocks > 0 ? checkpoint_line.substr(2) : checkpoint_line);
       break;
     }
     case ConfigTarget::lightning: {
@@ -135,8 +147,9 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
       if (precision == "fp16") args += ", fp16=True";
       if (precision == "bf16") args += ", bf16=True";
       if (tf32) args += ", tf32=True";
-      if (checkpointing) args += ", gradient_checkpointing=True";
+      if (checkpointing && title.checkpoint_blocks == 0) args += ", gradient_checkpointing=True";
       out += fmt::format("  args = TrainingArguments(output_dir=\"out\", {})\n", args);
+      if (checkpointing && title.checkpoint_blocks > 0) out += fmt::format("  {}\n", checkpoint_line);
       if (world_size > 1)
         out +=
             fmt::format("  # torchrun --nproc_per_node {}: each process runs the batch above\n", world_size);

@@ -331,6 +331,13 @@ Title title(const Report& report) {
   if (const auto it = report.settings.find("checkpointing");
       it != report.settings.end() && it->is_boolean() && it->get<bool>())
     t.checkpointing = "activation checkpointing";
+  if (const auto it = report.settings.find("checkpoint_blocks");
+      !t.checkpointing.empty() && it != report.settings.end() && it->is_number_integer() &&
+      it->get<int64_t>() > 0) {
+    t.checkpoint_blocks = it->get<int64_t>();
+    t.checkpointing +=
+        fmt::format(", first {} block{}", t.checkpoint_blocks, t.checkpoint_blocks == 1 ? "" : "s");
+  }
   if (const auto it = report.settings.find("model_overrides");
       it != report.settings.end() && it->is_array()) {
     for (const nlohmann::json& o : *it)

@@ -34,8 +34,10 @@ namespace bsw::report_view {
 struct Title {
   std::string model, device, mode, precision, precision_shown;
   std::string split_label, split_value;
-  // "activation checkpointing" where settings.checkpointing is true (run --checkpointing); else empty.
+  // "activation checkpointing" where settings.checkpointing is true (run --checkpointing), "activation
+  // checkpointing, first 5 blocks" with settings.checkpoint_blocks (run --checkpoint-blocks 5); else empty.
   std::string checkpointing;
+  int64_t checkpoint_blocks = 0;  // settings.checkpoint_blocks; 0: every block (or no checkpointing)
   // "input.sequence_length=1024, layers[1].repeat=24": settings.model_overrides (run --set); else empty.
   std::string overrides;
   // "set input.sequence_length=1024, ...": the overrides as a title piece; empty without them.

@@ -3128,8 +3128,8 @@ TEST(Checkpointing, PlansRunsAndSaysIt) {
     std::string header, row;
     std::getline(in, header);
     std::getline(in, row);
-    EXPECT_TRUE(header.ends_with(",run.checkpointing,run.model_overrides")) << header;
-    EXPECT_TRUE(row.ends_with(",true,")) << row;
+    EXPECT_TRUE(header.ends_with(",run.checkpointing,run.model_overrides,run.checkpoint_blocks")) << header;
+    EXPECT_TRUE(row.ends_with(",true,,")) << row;
   }
   const nlohmann::json r = read_json(report), rp = read_json(report_plain);
   EXPECT_EQ(r["settings"]["checkpointing"], true);
@@ -3555,8 +3555,8 @@ TEST(ModelOverrides, PlanAndRunTheModelTheSetsMakeAndSaySo) {
     std::string header, row;
     std::getline(in, header);
     std::getline(in, row);
-    EXPECT_TRUE(header.ends_with(",run.checkpointing,run.model_overrides")) << header;
-    EXPECT_TRUE(row.ends_with(",false,input.sequence_length=32")) << row;
+    EXPECT_TRUE(header.ends_with(",run.checkpointing,run.model_overrides,run.checkpoint_blocks")) << header;
+    EXPECT_TRUE(row.ends_with(",false,input.sequence_length=32,")) << row;
   }
   // Resuming with other values would take points of another model; the same sets resume.
   args = quick;
@@ -3618,6 +3618,138 @@ TEST(ModelOverrides, PlanAndRunTheModelTheSetsMakeAndSaySo) {
     EXPECT_TRUE(contains(planned_wrong.err, wrong.says)) << planned_wrong.err;
     EXPECT_FALSE(std::filesystem::exists(none));
   }
+}
+
+TEST(Checkpointing, TheFewestBlocksThatFitArePlannedRunAndSaid) {
+  const auto contains = [](const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos;
+  };
+  ScratchDir dir;
+  // gpt2-small bf16 on an 80 GiB card: 150 fits; more needs some of its 12 blocks checkpointed.
+  const std::string plain = (dir / "plain.json").string(), some = (dir / "some.json").string();
+  const Result planned = run({"plan", "--model", "gpt2-small", "--backend", "cuda", "-p", "bf16", "--memory",
+                              "80GiB", "--batch", "128,200,256,512", "--json", plain});
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  EXPECT_TRUE(contains(planned.out,
+                       "checkpointing the fewest blocks: batch 200 fits with --checkpoint-blocks 7 of "
+                       "12 (+14% FLOPs), 256 with 11 (+22%), 512 not even with all 12"))
+      << planned.out;
+  const nlohmann::json a = read_json(plain);
+  EXPECT_FALSE(a["points"][0].contains("checkpoint_blocks_to_fit"));  // 128 fits as it is
+  EXPECT_EQ(a["points"][1]["checkpoint_blocks_to_fit"], 7);
+  EXPECT_EQ(a["points"][2]["checkpoint_blocks_to_fit"], 11);
+  EXPECT_TRUE(a["points"][3]["checkpoint_blocks_to_fit"].is_null());
+  if (!testing::python_with_jsonschema().empty()) {
+    EXPECT_EQ(testing::validate_file("plan-v1.schema.json", plain), 0);
+  }
+  // Planned with 7: batch 200 fits, and its title says which blocks recompute and what it costs.
+  const Result seven = run({"plan", "--model", "gpt2-small", "--backend", "cuda", "-p", "bf16", "--memory",
+                            "80GiB", "--batch", "200", "--checkpoint-blocks", "7", "--json", some});
+  ASSERT_EQ(seven.exit_code, 0) << seven.err;
+  EXPECT_TRUE(contains(seven.out,
+                       "activation checkpointing (--checkpoint-blocks 7): the first 7 of 12 blocks keep "
+                       "only their outputs and run forward again in backward (+124 GFLOP per sample, "
+                       "14% more than the training FLOPs); the other 5 keep every activation"))
+      << seven.out;
+  const nlohmann::json b = read_json(some);
+  EXPECT_EQ(b["checkpointing"], true);
+  EXPECT_EQ(b["checkpoint_blocks"], 7);
+  EXPECT_EQ(b["points"][0]["fits"], true);
+  EXPECT_FALSE(b["points"][0].contains("checkpoint_blocks_to_fit"));
+  if (!testing::python_with_jsonschema().empty()) {
+    EXPECT_EQ(testing::validate_file("plan-v1.schema.json", some), 0);
+  }
+
+  // A run records it; the title, CSV, config lines, --resume and compare say it.
+  const std::vector<std::string> quick = {
+      "run",     "--model", "tiny-lm",       "--set", "layers[1].repeat=3", "--backend", "cpu",
+      "--batch", "2",       "--min-samples", "3",     "--warmup",           "1",         "--min-time",
+      "0",       "-q"};
+  const std::string report = (dir / "run.json").string(), all = (dir / "all.json").string(),
+                    csv = (dir / "run.csv").string();
+  std::vector<std::string> args = quick;
+  args.insert(args.end(), {"--checkpointing", "--json", all});
+  ASSERT_EQ(run(args).exit_code, 0);
+  args = quick;
+  args.insert(args.end(),
+              {"--checkpoint-blocks", "2", "--json", report, "--csv", csv, "--config-for", "transformers"});
+  const Result measured = run(args);
+  ASSERT_EQ(measured.exit_code, 0) << measured.err;
+  EXPECT_TRUE(contains(measured.out, "activation checkpointing, first 2 blocks")) << measured.out;
+  EXPECT_TRUE(contains(measured.out, "# checkpoint the first 2 blocks only")) << measured.out;
+  EXPECT_FALSE(contains(measured.out, "gradient_checkpointing=True")) << measured.out;
+  const nlohmann::json r = read_json(report);
+  EXPECT_EQ(r["settings"]["checkpointing"], true);
+  EXPECT_EQ(r["settings"]["checkpoint_blocks"], 2);
+  EXPECT_FALSE(read_json(all)["settings"].contains("checkpoint_blocks"));
+  EXPECT_LT(read_json(all)["points"][0]["memory"]["planned_bytes"].get<uint64_t>(),
+            r["points"][0]["memory"]["planned_bytes"].get<uint64_t>());
+  if (!testing::python_with_jsonschema().empty()) {
+    EXPECT_EQ(testing::validate_file("report-v1.schema.json", report), 0);
+  }
+  {
+    std::ifstream in(csv);
+    std::string header, row;
+    std::getline(in, header);
+    std::getline(in, row);
+    EXPECT_TRUE(header.ends_with(",run.checkpointing,run.model_overrides,run.checkpoint_blocks")) << header;
+    EXPECT_TRUE(row.ends_with(",true,layers[1].repeat=3,2")) << row;
+  }
+  args = quick;
+  args.insert(args.end(), {"--checkpointing", "--resume", report});
+  const Result resumed = run(args);
+  EXPECT_EQ(resumed.exit_code, 2) << resumed.err;
+  EXPECT_TRUE(contains(resumed.err,
+                       "its settings.checkpoint_blocks is 2, this run's is \"all\" (--checkpoint-blocks)"))
+      << resumed.err;
+  const std::string compared = (dir / "compare.json").string();
+  const Result compare = run({"compare", all, report, "--json", compared});
+  EXPECT_TRUE(contains(compare.out, "checkpoint_blocks all vs 2")) << compare.out;
+  const nlohmann::json c = read_json(compared);
+  EXPECT_TRUE(c["runs"][0]["checkpoint_blocks"].is_null());
+  EXPECT_EQ(c["runs"][1]["checkpoint_blocks"], 2);
+
+  // A sweep over its memory is told the fewest blocks that fit its smallest failed batch.
+  const Result over = run({"run",
+                           "--model",
+                           "tiny-lm",
+                           "--set",
+                           "layers[1].repeat=6",
+                           "--backend",
+                           "cpu",
+                           "--batch",
+                           "4,64",
+                           "--memory-limit",
+                           "200MiB",
+                           "--min-samples",
+                           "3",
+                           "--warmup",
+                           "1",
+                           "--min-time",
+                           "0",
+                           "--timeout",
+                           "2",
+                           "-q"});
+  EXPECT_EQ(over.exit_code, 0) << over.err;
+  EXPECT_TRUE(contains(over.err,
+                       "--checkpoint-blocks 4 (of 6) is the fewest that fit it in --memory-limit (+20% "
+                       "FLOPs)"))
+      << over.err;
+
+  // Refused: more blocks than backward recomputes, inference, a model without blocks; and warned where one
+  // block saves nothing.
+  const Result many = run({"plan", "--model", "gpt2-small", "--checkpoint-blocks", "13"});
+  EXPECT_EQ(many.exit_code, 2);
+  EXPECT_TRUE(contains(many.err,
+                       "--checkpoint-blocks: 13 is more than the 12 blocks of model 'gpt2-small' that "
+                       "backward recomputes"))
+      << many.err;
+  const Result infer = run({"run", "--model", "tiny-lm", "--mode", "infer", "--checkpoint-blocks", "1"});
+  EXPECT_EQ(infer.exit_code, 2);
+  EXPECT_TRUE(contains(infer.err, "--checkpoint-blocks: activation checkpointing recomputes")) << infer.err;
+  EXPECT_EQ(run({"plan", "--model", "mlp", "--checkpoint-blocks", "1"}).exit_code, 2);
+  EXPECT_TRUE(contains(run({"plan", "--model", "gpt2-small", "--checkpoint-blocks", "1", "--batch", "1"}).err,
+                       "--checkpoint-blocks 1: it saves model 'gpt2-small' no memory"));
 }
 
 }  // namespace
