@@ -7,14 +7,15 @@
 #       [--precision fp32|tf32|fp16|bf16] [--backend auto|cpu|cuda] [--compile] [--out DIR] [-- FLAGS...]
 #
 # FLAGS after `--` go to both tools (the flags they share: --warmup, --min-samples, --min-time, --max-noise,
-# --timeout, --seed, --accumulation, --checkpointing, and --set PATH=VALUE, repeatable, which changes a field of
-# the model config for both: `-- --set input.sequence_length=32`). Reports land in DIR (default: a new temporary
-# folder): batchsweep.json, torch-eager.json, torch-compile.json and their analyzed copies *.analyzed.json. Exit 2
-# on usage errors; otherwise the exit code of the first tool that failed.
+# --timeout, --seed, --accumulation, --checkpointing, --checkpoint-blocks N (the first N blocks backward reaches
+# only: `-- --checkpoint-blocks 4`), and --set PATH=VALUE, repeatable, which changes a field of the model config
+# for both: `-- --set input.sequence_length=32`). Reports land in DIR (default: a new temporary folder):
+# batchsweep.json, torch-eager.json, torch-compile.json and their analyzed copies *.analyzed.json. Exit 2 on usage
+# errors; otherwise the exit code of the first tool that failed.
 set -euo pipefail
 
 usage() {
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 

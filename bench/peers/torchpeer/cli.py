@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -33,6 +34,11 @@ class Terminated(BaseException):
 def _raise_terminated(signum, frame):
     raise Terminated()
 PLAN_TIMEOUT_S = 120
+# The largest --checkpoint-blocks, batchsweep's (src/cli/app.cpp kMaxLayers): a model has at most this many layers
+# after repeats.
+MAX_CHECKPOINT_BLOCKS = 10_000
+# What std::stod reads of a decimal number (batchsweep's parse_number): "2", "+2", "2.", ".5e1", "1e2".
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 EXAMPLES = """examples:
   torch_sweep.py --model tiny-lm --batch 1:64:*2 --json tiny-lm-torch.json
@@ -52,6 +58,7 @@ class Settings:
     precision: str = "fp32"
     accumulation: int = 1
     checkpointing: bool = False
+    checkpoint_blocks: Optional[int] = None  # --checkpoint-blocks N (implies checkpointing); None: every block
     compile: bool = False
     compile_mode: str = "default"
     device: str = "auto"
@@ -93,6 +100,10 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpointing", action="store_true", help="training with activation checkpointing: keep "
                    "each top-level transformer_block's or residual's output only and recompute its activations in "
                    "backward (torch.utils.checkpoint per block; Hugging Face's gradient_checkpointing)")
+    p.add_argument("--checkpoint-blocks", default=None, metavar="N", help="checkpoint only the first N blocks "
+                   "that backward reaches, in forward order (--checkpointing for those; the others keep every "
+                   "activation; Megatron's --recompute-method block --recompute-num-layers N); implies "
+                   "--checkpointing, train only")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (default: eager)")
     p.add_argument("--compile-mode", choices=["default", "reduce-overhead", "max-autotune"], default=d.compile_mode,
                    help="torch.compile mode with --compile (default: %(default)s)")
@@ -123,13 +134,46 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse_checkpoint_blocks(text: str) -> int:
+    """--checkpoint-blocks' value: a whole number in 1..MAX_CHECKPOINT_BLOCKS, read and refused in batchsweep's
+    words (src/cli/app.cpp parse_number and whole). Raises UsageError."""
+    def fail(why: str):
+        raise UsageError(f"--checkpoint-blocks: {why}")
+
+    if text and (text[0].isspace() or text[-1].isspace()):
+        fail(f"'{text}' is not a number (it has a space around it)")
+    if any(c in text for c in "xXpP"):  # decimal only, as batchsweep's (std::stod reads hexadecimal)
+        fail(f"'{text}' is not a number")
+    digits = len(text) - len(text.lstrip("+-"))
+    if digits + 1 < len(text) and text[digits] == "0" and text[digits + 1] in "0123456789":
+        fail(f"'{text}' has a leading zero (write it without)")
+    match = _DECIMAL.match(text)
+    if match is None:
+        fail(f"'{text}' is not a number")
+    value = float(match.group())
+    if not math.isfinite(value):  # std::stod's out_of_range ("1e999")
+        fail(f"{text} is out of range")
+    if match.end() < len(text):
+        after = text[match.end()]
+        if after not in "eE" and (after == "%" or (after.isascii() and after.isalpha())):
+            fail(f"'{text}' is not a number: write it without a unit, in the one --help gives the flag")
+        fail(f"'{text}' is not a number")
+    if value != math.floor(value):
+        fail(f"must be a whole number, got {text}")
+    if not 1 <= value <= MAX_CHECKPOINT_BLOCKS:
+        fail(f"must be in 1..{MAX_CHECKPOINT_BLOCKS}, got {text}")
+    return int(value)
+
+
 def parse_settings(argv: list) -> Settings:
     """The checked settings of a command line. Raises UsageError naming the flag."""
     a = make_parser().parse_args(argv)
+    blocks = None if a.checkpoint_blocks is None else parse_checkpoint_blocks(a.checkpoint_blocks)
+    # As batchsweep's: --checkpoint-blocks N implies --checkpointing (given too, it changes nothing).
     s = Settings(model=a.model, batch=a.batch, mode=a.mode, precision=a.precision, accumulation=a.accumulation,
-                 checkpointing=a.checkpointing, compile=a.compile, compile_mode=a.compile_mode, device=a.device,
-                 seed=a.seed, peak_flops=a.peak_flops, json_path=a.json_path, batchsweep=a.batchsweep,
-                 threads=a.threads, quiet=a.quiet)
+                 checkpointing=a.checkpointing or blocks is not None, checkpoint_blocks=blocks, compile=a.compile,
+                 compile_mode=a.compile_mode, device=a.device, seed=a.seed, peak_flops=a.peak_flops,
+                 json_path=a.json_path, batchsweep=a.batchsweep, threads=a.threads, quiet=a.quiet)
     s.stopping = StoppingSettings(warmup_steps=a.warmup, warmup_time_s=a.warmup_time, min_samples=a.min_samples, min_time_s=a.min_time,
                                   max_noise_pct=a.max_noise, timeout_s=a.timeout)
     s.stopping.validate()
@@ -144,8 +188,8 @@ def parse_settings(argv: list) -> Settings:
     if s.mode == "infer" and s.accumulation != 1:
         raise UsageError("--accumulation: gradient accumulation only applies to --mode train")
     if s.mode == "infer" and s.checkpointing:  # batchsweep's words
-        raise UsageError("--checkpointing: activation checkpointing recomputes what backward reads, and --mode "
-                         "infer has no backward")
+        raise UsageError(f"{_checkpointing_flag(s)}: activation checkpointing recomputes what backward reads, and "
+                         "--mode infer has no backward")
     if s.peak_flops is not None and not (math.isfinite(s.peak_flops) and s.peak_flops > 0):
         raise UsageError(f"--peak-flops: must be a number of FLOP/s > 0, got {s.peak_flops}")
     if s.device not in ("auto", "cpu", "cuda") and not (
@@ -159,6 +203,30 @@ def parse_settings(argv: list) -> Settings:
         raise UsageError("--compile-mode: needs --compile")
     check_writable(s.json_path, "--json")
     return s
+
+
+def _checkpointing_flag(s: Settings) -> str:
+    """The flag a checkpointing error names, as batchsweep's: --checkpoint-blocks where it was given."""
+    return "--checkpoint-blocks" if s.checkpoint_blocks is not None else "--checkpointing"
+
+
+def check_checkpointing(s: Settings, graph) -> None:
+    """batchsweep's check_checkpointing (src/cli/commands.cpp) on the lowered model: refused where checkpointing
+    would change nothing (no top-level block), and --checkpoint-blocks N beyond the blocks backward recomputes
+    (graph.recomputable_blocks). Raises UsageError."""
+    if not s.checkpointing:
+        return
+    # Without a block to recompute the run would be one without checkpointing.
+    if not graph.blocks:
+        raise UsageError(f"{_checkpointing_flag(s)}: model '{graph.name}' has no transformer_block or residual "
+                         "layer at its top level, the blocks that checkpointing recomputes, so it would change "
+                         "nothing")
+    reached = len(graph.recomputable_blocks)
+    if s.checkpoint_blocks is not None and s.checkpoint_blocks > reached:
+        all_of_them = f" (--checkpointing is all {reached})" if reached else ""
+        raise UsageError(f"--checkpoint-blocks: {s.checkpoint_blocks} is more than the {reached} "
+                         f"block{'' if reached == 1 else 's'} of model '{graph.name}' that backward "
+                         f"recomputes{all_of_them}")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -232,6 +300,12 @@ def settings_json(s: Settings, model: LoadedModel, backend: str, graph, paramete
         "precision": s.precision,
         "accumulation": s.accumulation,
         "checkpointing": s.checkpointing,
+    }
+    # --checkpoint-blocks N: the first N blocks only (absent where checkpointing covers them all, or is off), as
+    # batchsweep's settings_json.
+    if s.checkpointing and s.checkpoint_blocks is not None:
+        settings["checkpoint_blocks"] = s.checkpoint_blocks
+    settings.update({
         "batch": s.batch,
         "effective_batch": None,
         "memory_limit_bytes": None,
@@ -242,7 +316,7 @@ def settings_json(s: Settings, model: LoadedModel, backend: str, graph, paramete
         "flops_per_sample": {"forward": graph.forward_flops_per_sample,
                              "train": graph.train_flops_per_sample},
         "torch": torch_notes,
-    }
+    })
     # settings.model holds their values already; this says which fields the config did not give so (absent
     # without --set, as batchsweep's).
     if model.overrides:
@@ -271,11 +345,7 @@ def run(s: Settings, argv: list) -> int:
     if s.mode == "train" and graph.parameters == 0:  # as batchsweep run and plan
         raise UsageError(f"--mode train: model '{model.config['name']}' has no parameters to train (no linear, "
                          f"conv2d, layernorm, batchnorm or embedding layer); use --mode infer")
-    # As batchsweep run and plan: without a block to recompute the run would be one without checkpointing.
-    if s.checkpointing and not graph.blocks:
-        raise UsageError(f"--checkpointing: model '{model.config['name']}' has no transformer_block or residual "
-                         "layer at its top level, the blocks that checkpointing recomputes, so it would change "
-                         "nothing")
+    check_checkpointing(s, graph)  # as batchsweep run and plan
     binary = find_batchsweep(s.batchsweep)
     try:
         import torch  # noqa: F401 - only here: everything before works without torch
@@ -300,8 +370,8 @@ def run(s: Settings, argv: list) -> int:
             raise UsageError("--threads: sets the CPU's compute threads; this run is on " + str(device))
         torch.set_num_threads(s.threads)
     options = RunOptions(mode=s.mode, precision=s.precision, accumulation=s.accumulation,
-                         checkpointing=s.checkpointing, compile=s.compile, compile_mode=s.compile_mode, seed=s.seed,
-                         peak_flops=s.peak_flops, stopping=s.stopping)
+                         checkpointing=s.checkpointing, checkpoint_blocks=s.checkpoint_blocks, compile=s.compile,
+                         compile_mode=s.compile_mode, seed=s.seed, peak_flops=s.peak_flops, stopping=s.stopping)
     runner = TorchRunner(model, graph, options, device)
     info = runner.device_info()
     report = Report(command=["torch_sweep.py"] + list(argv), device=info,

@@ -346,6 +346,10 @@ class Graph:
     # transformer_block or residual (batchsweep's Graph::blocks; Hugging Face checkpoints each decoder layer
     # the same way). The layers between them (embeddings, heads) keep their activations.
     blocks: list = field(default_factory=list)
+    # Those of `blocks` that backward reaches, in forward order (batchsweep's recomputable_blocks, plan.cpp): a
+    # block with an op that has parameters or an input gradient. One before every layer that learns (pools on
+    # the data) has no gradient to compute: nothing recomputes it. --checkpoint-blocks N counts among these.
+    recomputable_blocks: list = field(default_factory=list)
 
     @property
     def train_flops_per_sample(self) -> float:
@@ -461,9 +465,14 @@ class _Lowerer:
         made = []
         for i, layer in enumerate(layers):
             for _ in range(layer["repeat"]):  # independent copies
-                if depth == 0 and layer["type"] in CHECKPOINTED_LAYERS:
+                block = depth == 0 and layer["type"] in CHECKPOINTED_LAYERS
+                if block:
                     self.graph.blocks.append(len(made))
                 made.append(self.layer(layer, f"{path}[{i}]", depth))
+                # Backward reaches the block where its output has a gradient: an op in it has parameters, or its
+                # input had a gradient already (batchsweep: some op in it has an input gradient or parameters).
+                if block and self.requires_grad:
+                    self.graph.recomputable_blocks.append(len(made) - 1)
         return made
 
     def linear(self, layer: dict, path: str, out_features: int, bias: bool, activation: str):

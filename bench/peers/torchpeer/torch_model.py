@@ -7,7 +7,8 @@ momentum 0.1, then its activation; embedding = token table + learned positions; 
 k=p stride=p with bias + learned positions, no class token; attention = one qkv Linear(dim, 3 dim) with bias,
 scaled_dot_product_attention, an out Linear, no residual; transformer_block is pre-LN with residual adds;
 repeat makes independent copies. With checkpointing (training), each top-level transformer_block or residual
-copy runs under torch.utils.checkpoint, as batchsweep run --checkpointing recomputes it."""
+copy runs under torch.utils.checkpoint, as batchsweep run --checkpointing recomputes it; with checkpoint_blocks N
+only the first N that backward reaches do (batchsweep run --checkpoint-blocks N)."""
 
 import contextlib
 import functools
@@ -220,18 +221,33 @@ def _recompute_contexts(norms: list):
     return contextlib.nullcontext(), _running_stats_kept(norms)
 
 
+def checkpointed_blocks(graph: Graph, checkpoint_blocks=None) -> list:
+    """The blocks (indices into the stack) that run under torch.utils.checkpoint with checkpointing on, as
+    batchsweep's checkpointed_blocks (plan.cpp): every one of graph.blocks, or with `checkpoint_blocks` N all but
+    the recomputable ones past the first N (Megatron's --recompute-method block --recompute-num-layers N). A block
+    backward does not reach stays wrapped, as with plain checkpointing: nothing recomputes it either way."""
+    if checkpoint_blocks is None:
+        return list(graph.blocks)
+    kept = set(graph.recomputable_blocks[checkpoint_blocks:])  # these keep every activation
+    return [i for i in graph.blocks if i not in kept]
+
+
 class PeerModel(nn.Sequential):
     """The whole stack; `graph` holds the counts of the walk that built it. With `checkpointing`, each of
     graph.blocks runs in training under torch.utils.checkpoint(use_reentrant=False): it keeps only its input (the
-    output before it) and backward runs its forward again (Hugging Face's gradient_checkpointing per decoder layer)."""
+    output before it) and backward runs its forward again (Hugging Face's gradient_checkpointing per decoder layer).
+    `checkpoint_blocks` N (with checkpointing) limits that to the first N blocks backward reaches
+    (checkpointed_blocks); the later ones run as without checkpointing."""
 
-    def __init__(self, graph: Graph, checkpointing: bool = False):
+    def __init__(self, graph: Graph, checkpointing: bool = False, checkpoint_blocks=None):
         super().__init__(*graph.modules)
         self.graph = graph
         self.checkpointing = checkpointing
-        # Per block (index into the stack), its batchnorm layers: their buffers are kept across the recompute.
+        self.checkpoint_blocks = checkpoint_blocks
+        # Per checkpointed block (index into the stack), its batchnorm layers: their buffers are kept across the
+        # recompute.
         self._block_norms = {i: [m for m in self[i].modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-                             for i in graph.blocks}
+                             for i in checkpointed_blocks(graph, checkpoint_blocks)}
 
     def forward(self, x):
         if not (self.checkpointing and self.training):  # as Hugging Face's: inference keeps nothing to recompute
@@ -250,11 +266,11 @@ class PeerModel(nn.Sequential):
         return x
 
 
-def build_model(config: dict, source: str, checkpointing: bool = False) -> PeerModel:
+def build_model(config: dict, source: str, checkpointing: bool = False, checkpoint_blocks=None) -> PeerModel:
     """The module for a resolved config, parameters in fp32 on the CPU (the caller moves it); `checkpointing`
-    recomputes its blocks in training (PeerModel)."""
+    recomputes its blocks in training, `checkpoint_blocks` N only the first N backward reaches (PeerModel)."""
     graph = lower(config, source, builder=_build)
-    return PeerModel(graph, checkpointing)
+    return PeerModel(graph, checkpointing, checkpoint_blocks)
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -1,9 +1,9 @@
 """Measuring one batch with PyTorch the way a careful user would: a fresh model per point (seeded, built on the
 device), synthetic seeded data created on the device once, autocast bf16/fp16 in training (GradScaler for
 fp16), 16-bit weights in inference, TF32 only for --precision tf32, fused optimizers where available, SDPA for
-attention, torch.utils.checkpoint per block with --checkpointing, eager or torch.compile. Steps are timed with
-CUDA events on the GPU (perf_counter on the CPU) under batchsweep's stopping rule; out-of-memory becomes an `oom`
-point and the sweep goes on."""
+attention, torch.utils.checkpoint per block with --checkpointing (the first N with --checkpoint-blocks N), eager
+or torch.compile. Steps are timed with CUDA events on the GPU (perf_counter on the CPU) under batchsweep's stopping
+rule; out-of-memory becomes an `oom` point and the sweep goes on."""
 
 import contextlib
 import gc
@@ -31,6 +31,7 @@ class RunOptions:
     precision: str = "fp32"  # fp32 | tf32 | fp16 | bf16
     accumulation: int = 1
     checkpointing: bool = False  # torch.utils.checkpoint per block (train only)
+    checkpoint_blocks: Optional[int] = None  # with checkpointing: only the first N blocks backward reaches
     compile: bool = False
     compile_mode: str = "default"
     seed: int = 1234
@@ -121,7 +122,8 @@ class PointState:
 
         torch.manual_seed(options.seed)
         with torch.device(device):
-            model = build_model(loaded.config, loaded.source, checkpointing=options.checkpointing and self.train)
+            model = build_model(loaded.config, loaded.source, checkpointing=options.checkpointing and self.train,
+                                checkpoint_blocks=options.checkpoint_blocks)
         if self.weight_dtype is not None:
             model = model.to(self.weight_dtype)
         model.train(self.train)
@@ -276,10 +278,7 @@ class TorchRunner:
             if self.options.compile else "eager",
             "precision": amp,
             "attention": "torch.nn.functional.scaled_dot_product_attention",
-            "checkpointing": f"torch.utils.checkpoint.checkpoint(use_reentrant=False) around each of the "
-            f"{len(self.graph.blocks)} top-level transformer_block / residual copies; a recompute leaves batchnorm's "
-            "running statistics as the forward left them, as batchsweep's"
-            if train and self.options.checkpointing else "off",
+            "checkpointing": self._describe_checkpointing() if train and self.options.checkpointing else "off",
             "timing": "CUDA events around each step" if self.cuda else "time.perf_counter around each step",
             "memory": "torch.cuda.max_memory_allocated, peak reset per point" if self.cuda
             else "not measured on the CPU",
@@ -288,6 +287,16 @@ class TorchRunner:
             else "starts before the model is built, as batchsweep's",
             **self.notes,
         }
+
+    def _describe_checkpointing(self) -> str:
+        n = self.options.checkpoint_blocks
+        reached = len(self.graph.recomputable_blocks)
+        where = (f"around each of the {len(self.graph.blocks)} top-level transformer_block / residual copies"
+                 if n is None else
+                 f"around the first {n} of the {reached} top-level transformer_block / residual copies that "
+                 f"backward reaches (--checkpoint-blocks {n}; the blocks after them keep every activation)")
+        return (f"torch.utils.checkpoint.checkpoint(use_reentrant=False) {where}; a recompute leaves batchnorm's "
+                "running statistics as the forward left them, as batchsweep's")
 
     # ---- memory
     def _release(self):
