@@ -274,6 +274,9 @@ constexpr const char* kCheckpointingInferError =
 constexpr const char* kCheckpointBlocksHelp =
     "Checkpoint only the first N blocks (--checkpointing for those; the others keep every activation): "
     "less recomputation where checkpointing all of them is more than the batch needs to fit";
+constexpr const char* kBothCheckpointingFlags =
+    "--checkpointing and --checkpoint-blocks: give one (--checkpointing checkpoints every block, "
+    "--checkpoint-blocks N the first N)";
 // The largest --checkpoint-blocks: a model has at most this many layers after repeats.
 constexpr int64_t kMaxLayers = 10'000;
 std::string checkpointing_infer_error(bool blocks_given) {
@@ -974,6 +977,7 @@ int run_app(int argc, char** argv) {
     }
     if (run.sweep.mode == Mode::infer && run.sweep.accumulation != 1)
       throw UsageError("--accumulation: gradient accumulation only applies to --mode train");
+    if (run.sweep.checkpoint_blocks > 0 && run.sweep.checkpointing) throw UsageError(kBothCheckpointingFlags);
     if (run.sweep.checkpoint_blocks > 0) run.sweep.checkpointing = true;
     if (run.sweep.mode == Mode::infer && run.sweep.checkpointing)
       throw UsageError(checkpointing_infer_error(run.sweep.checkpoint_blocks > 0));
@@ -1022,6 +1026,7 @@ int run_app(int argc, char** argv) {
     plan.mode = parse_mode(plan_raw.mode);
     if (plan.mode == Mode::infer && plan.accumulation != 1)
       throw UsageError("--accumulation: gradient accumulation only applies to --mode train");
+    if (plan.checkpoint_blocks > 0 && plan.checkpointing) throw UsageError(kBothCheckpointingFlags);
     if (plan.checkpoint_blocks > 0) plan.checkpointing = true;
     if (plan.mode == Mode::infer && plan.checkpointing)
       throw UsageError(checkpointing_infer_error(plan.checkpoint_blocks > 0));

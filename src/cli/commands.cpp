@@ -652,19 +652,28 @@ std::optional<std::string> check_checkpointing(const Graph& graph, bool checkpoi
                     "that checkpointing recomputes, so it would change nothing",
                     flag, graph.model_name));
   const size_t recomputable = recomputable_blocks(graph).size();
+  if (blocks > 0 && recomputable == 0)
+    throw UsageError(
+        fmt::format("--checkpoint-blocks: backward reaches no block of model '{}' (each comes before "
+                    "every layer that learns), so there are none to count; --checkpointing lays "
+                    "them all out in the arena",
+                    graph.model_name));
   if (blocks > 0 && static_cast<uint64_t>(blocks) > recomputable)
     throw UsageError(
         fmt::format("--checkpoint-blocks: {} is more than the {} block{} of model '{}' that "
-                    "backward recomputes{}",
-                    blocks, recomputable, recomputable == 1 ? "" : "s", graph.model_name,
-                    recomputable == 0 ? "" : fmt::format(" (--checkpointing is all {})", recomputable)));
+                    "backward recomputes (--checkpointing is all {})",
+                    blocks, recomputable, recomputable == 1 ? "" : "s", graph.model_name, recomputable));
   // Activations grow with the batch: at 64 the 256-byte rounding hides no saving.
   PlanRequest request{64, Precision::fp32, Mode::train, 1, BackendKind::cpu};
   const uint64_t kept = make_plan(graph, request).memory.saved_activations;
   request.checkpointing = true;
   request.checkpoint_blocks = blocks;
   if (make_plan(graph, request).memory.saved_activations < kept) return std::nullopt;
-  if (blocks == 1 && recomputable > 1)
+  // One block moves its activations into the arena and frees none; more would free some, where every block
+  // checkpointed saves memory at all.
+  PlanRequest every = request;
+  every.checkpoint_blocks = 0;
+  if (blocks == 1 && recomputable > 1 && make_plan(graph, every).memory.saved_activations < kept)
     return fmt::format(
         "--checkpoint-blocks 1: it saves model '{}' no memory, as the recompute arena holds one block's "
         "activations, what that block kept without it; checkpoint 2 or more to save some (each one past the "
@@ -675,6 +684,12 @@ std::optional<std::string> check_checkpointing(const Graph& graph, bool checkpoi
       "without it (a single block, or blocks that keep nothing beyond their outputs); backward still runs "
       "their forward again, as torch.utils.checkpoint would",
       flag, graph.model_name);
+}
+
+// --checkpoint-blocks N where N is every block backward reaches: --checkpointing, recorded and compared as
+// such (0), since the plans are the same to the byte.
+int64_t every_block_is_all(const Graph& graph, int64_t blocks) {
+  return blocks > 0 && static_cast<size_t>(blocks) == recomputable_blocks(graph).size() ? 0 : blocks;
 }
 
 // The largest divisor of n that is at most `limit` (>= 1): the largest micro-batch of an effective batch n.
@@ -690,7 +705,8 @@ int64_t largest_divisor_at_most(int64_t n, int64_t limit) {
 
 }  // namespace
 
-int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
+int plan_command(const PlanSettings& given, const std::vector<std::string>& argv) {
+  PlanSettings s = given;
   // As run's exports: /dev/stdout (or the file stdout goes to) is stdout, and a symlink keeps its link.
   const std::string json_path = resolve_export_path(s.json_path, "--json");
   check_writable(json_path, "--json");
@@ -698,6 +714,7 @@ int plan_command(const PlanSettings& s, const std::vector<std::string>& argv) {
   const ModelSpec model = load_model(s.model, model_overrides(s.model_sets));
   const Graph graph = lower(model);
   check_trainable(graph, s.mode);
+  s.checkpoint_blocks = every_block_is_all(graph, s.checkpoint_blocks);
   if (const std::optional<std::string> note =
           check_checkpointing(graph, s.checkpointing, s.checkpoint_blocks))
     std::fprintf(stderr, "batchsweep plan: note: %s\n", note->c_str());
@@ -920,7 +937,7 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
       {"mode", "--mode"},
       {"precision", "--precision"},
       {"seed", "--seed"},
-      {"checkpointing", "--checkpointing"},
+      {"checkpointing", "--checkpointing or --checkpoint-blocks"},
       {"checkpoint_blocks", "--checkpoint-blocks"},
       {"cuda_graphs", "--graphs"},
       {"attention", "--attention"},
@@ -1217,7 +1234,8 @@ std::optional<std::string> batchnorm_split_warning(const Graph& graph, Mode mode
 // user runs out of memory tries. On stderr, as a note; the report holds what was measured.
 void note_checkpointing(const Graph& graph, const SweepSettings& sweep, BackendKind kind,
                         const ExecutionPaths& paths, const Report& report) {
-  if (sweep.mode != Mode::train || sweep.checkpointing || graph.blocks.empty()) return;
+  if (sweep.mode != Mode::train || graph.blocks.empty()) return;
+  if (sweep.checkpointing && sweep.checkpoint_blocks == 0) return;  // every block already
   const Point* failed = nullptr;
   for (const Point& p : report.points)
     if ((p.status == PointStatus::oom || p.status == PointStatus::over_limit) &&
@@ -1225,6 +1243,35 @@ void note_checkpointing(const Graph& graph, const SweepSettings& sweep, BackendK
       failed = &p;
   if (failed == nullptr) return;
   PlanRequest request{failed->batch, sweep.precision, sweep.mode, failed->accumulation, kind, paths};
+  if (sweep.checkpointing) {
+    // --checkpoint-blocks N, and still over: how many would fit it, or that even all would not.
+    uint64_t budget = report.device.memory_total_bytes;
+    if (sweep.memory_limit_bytes && (budget == 0 || *sweep.memory_limit_bytes < budget))
+      budget = *sweep.memory_limit_bytes;
+    if (budget == 0) return;
+    const std::optional<int64_t> fewest = fewest_checkpoint_blocks(graph, request, budget);
+    const size_t all = recomputable_blocks(graph).size();
+    std::fflush(stdout);
+    if (fewest && *fewest > sweep.checkpoint_blocks)
+      std::fprintf(
+          stderr, "batchsweep run: note: batch %s %s with --checkpoint-blocks %lld; %s would fit it%s\n",
+          batch_label(failed->batch, failed->accumulation).c_str(),
+          failed->status == PointStatus::oom ? "ran out of memory" : "was over --memory-limit",
+          static_cast<long long>(sweep.checkpoint_blocks),
+          static_cast<size_t>(*fewest) == all
+              ? "--checkpointing (all of them)"
+              : fmt::format("--checkpoint-blocks {} (of {})", *fewest, all).c_str(),
+          failed->status == PointStatus::oom ? " by the plan (the device ran out anyway: leave it room)"
+                                             : "");
+    else if (!fewest)
+      std::fprintf(stderr,
+                   "batchsweep run: note: batch %s %s with --checkpoint-blocks %lld, and would be with "
+                   "--checkpointing too (every block)\n",
+                   batch_label(failed->batch, failed->accumulation).c_str(),
+                   failed->status == PointStatus::oom ? "ran out of memory" : "was over --memory-limit",
+                   static_cast<long long>(sweep.checkpoint_blocks));
+    return;
+  }
   const uint64_t without = make_plan(graph, request).memory.total_bytes();
   request.checkpointing = true;
   const Plan with = make_plan(graph, request);
@@ -1296,7 +1343,8 @@ int recommendation_exit(const Report& report, std::string_view who) {
 
 }  // namespace
 
-int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
+int run_command(const RunSettings& given, const std::vector<std::string>& argv) {
+  RunSettings s = given;
   ExportSettings exports = s.exports;
   check_exports(
       exports,
@@ -1304,6 +1352,7 @@ int run_command(const RunSettings& s, const std::vector<std::string>& argv) {
   const ModelSpec model = load_model(s.model, model_overrides(s.model_sets));
   const Graph graph = lower(model);
   check_trainable(graph, s.sweep.mode);
+  s.sweep.checkpoint_blocks = every_block_is_all(graph, s.sweep.checkpoint_blocks);
   const std::optional<std::string> checkpointing_note =
       check_checkpointing(graph, s.sweep.checkpointing, s.sweep.checkpoint_blocks);
   note_paths_without_layers(graph, s.sweep.paths, "run");

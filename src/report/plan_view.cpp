@@ -245,16 +245,26 @@ std::string checkpointing_text(const Graph& g, const Plan& plan) {
   const std::string cost =
       fmt::format("+{} per sample, {:.0f}% more than the training FLOPs", flops_text(flops),
                   g.train_flops_per_sample > 0 ? 100.0 * flops / g.train_flops_per_sample : 0.0);
-  // --checkpoint-blocks N: the first N that backward reaches (and any before them that it does not).
-  if (kept < n)
+  // --checkpoint-blocks N: the first N blocks that backward reaches recompute; blocks before every layer that
+  // learns, which it never reaches, keep only their outputs too (nothing reads the rest); the others keep
+  // all.
+  if (kept < n) {
+    const auto chosen = static_cast<size_t>(recomputed);
+    const size_t unreached = kept - chosen, rest = n - kept;
     return fmt::format(
-        "\nactivation checkpointing (--checkpoint-blocks {}): the first {} of {} blocks keep only their "
-        "output{}{}; the other {} keep every activation",
-        plan.request.checkpoint_blocks, kept, n, kept == 1 ? "" : "s",
-        recomputed == static_cast<std::ptrdiff_t>(kept)
-            ? fmt::format(" and run{} forward again in backward ({})", kept == 1 ? "s" : "", cost)
-            : fmt::format(", {} of them running forward again in backward ({})", recomputed, cost),
-        n - kept);
+        "\nactivation checkpointing (--checkpoint-blocks {}): {} keep{} only {} output{} and run{} forward "
+        "again in backward ({}){}; the other {} keep{} every activation",
+        plan.request.checkpoint_blocks,
+        chosen == 1 ? std::string("the first block backward reaches")
+                    : fmt::format("the first {} blocks backward reaches", chosen),
+        chosen == 1 ? "s" : "", chosen == 1 ? "its" : "their", chosen == 1 ? "" : "s", chosen == 1 ? "s" : "",
+        cost,
+        unreached == 0 ? std::string()
+                       : fmt::format("; {} before every layer that learns keep{} only {} output{} too",
+                                     unreached, unreached == 1 ? "s" : "", unreached == 1 ? "its" : "their",
+                                     unreached == 1 ? "" : "s"),
+        rest, rest == 1 ? "s" : "");
+  }
   std::string text =
       fmt::format("\nactivation checkpointing: {} block{} keep{} only {} output{}", n, n == 1 ? "" : "s",
                   n == 1 ? "s" : "", n == 1 ? "its" : "their", n == 1 ? "" : "s");

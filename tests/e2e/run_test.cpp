@@ -3144,7 +3144,7 @@ TEST(Checkpointing, PlansRunsAndSaysIt) {
   args.insert(args.end(), {"--checkpointing", "--resume", report_plain});
   const Result resumed = run(args);
   EXPECT_EQ(resumed.exit_code, 2) << resumed.err;
-  EXPECT_TRUE(contains(resumed.err, "(--checkpointing)")) << resumed.err;
+  EXPECT_TRUE(contains(resumed.err, "(--checkpointing or --checkpoint-blocks)")) << resumed.err;
   // Compare notes the difference.
   const Result compared = run({"compare", report_plain, report});
   EXPECT_TRUE(contains(compared.out, "checkpointing false vs true")) << compared.out;
@@ -3647,9 +3647,9 @@ TEST(Checkpointing, TheFewestBlocksThatFitArePlannedRunAndSaid) {
                             "80GiB", "--batch", "200", "--checkpoint-blocks", "7", "--json", some});
   ASSERT_EQ(seven.exit_code, 0) << seven.err;
   EXPECT_TRUE(contains(seven.out,
-                       "activation checkpointing (--checkpoint-blocks 7): the first 7 of 12 blocks keep "
-                       "only their outputs and run forward again in backward (+124 GFLOP per sample, "
-                       "14% more than the training FLOPs); the other 5 keep every activation"))
+                       "activation checkpointing (--checkpoint-blocks 7): the first 7 blocks backward "
+                       "reaches keep only their outputs and run forward again in backward (+124 GFLOP "
+                       "per sample, 14% more than the training FLOPs); the other 5 keep every activation"))
       << seven.out;
   const nlohmann::json b = read_json(some);
   EXPECT_EQ(b["checkpointing"], true);
@@ -3676,7 +3676,8 @@ TEST(Checkpointing, TheFewestBlocksThatFitArePlannedRunAndSaid) {
   const Result measured = run(args);
   ASSERT_EQ(measured.exit_code, 0) << measured.err;
   EXPECT_TRUE(contains(measured.out, "activation checkpointing, first 2 blocks")) << measured.out;
-  EXPECT_TRUE(contains(measured.out, "# checkpoint the first 2 blocks only")) << measured.out;
+  EXPECT_TRUE(contains(measured.out, "# checkpoint the first 2 blocks backward reaches only"))
+      << measured.out;
   EXPECT_FALSE(contains(measured.out, "gradient_checkpointing=True")) << measured.out;
   const nlohmann::json r = read_json(report);
   EXPECT_EQ(r["settings"]["checkpointing"], true);
@@ -3748,6 +3749,21 @@ TEST(Checkpointing, TheFewestBlocksThatFitArePlannedRunAndSaid) {
   EXPECT_EQ(infer.exit_code, 2);
   EXPECT_TRUE(contains(infer.err, "--checkpoint-blocks: activation checkpointing recomputes")) << infer.err;
   EXPECT_EQ(run({"plan", "--model", "mlp", "--checkpoint-blocks", "1"}).exit_code, 2);
+  const Result both = run({"plan", "--model", "gpt2-small", "--checkpoint-blocks", "3", "--checkpointing"});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_TRUE(contains(both.err, "--checkpointing and --checkpoint-blocks: give one")) << both.err;
+  // Every block is --checkpointing: recorded as such, so the two compare and resume as one.
+  const Result twelve = run({"plan", "--model", "gpt2-small", "--checkpoint-blocks", "12", "--json", "-"});
+  ASSERT_EQ(twelve.exit_code, 0) << twelve.err;
+  EXPECT_FALSE(nlohmann::json::parse(twelve.out).contains("checkpoint_blocks"));
+  EXPECT_EQ(nlohmann::json::parse(twelve.out)["checkpointing"], true);
+  // A sweep with too few blocks checkpointed is told how many would fit.
+  const Result few = run({"run", "--model", "tiny-lm", "--set", "layers[1].repeat=6", "--backend", "cpu",
+                          "--batch", "64", "--memory-limit", "200MiB", "--checkpoint-blocks", "2", "-q"});
+  EXPECT_TRUE(contains(few.err,
+                       "batch 64 was over --memory-limit with --checkpoint-blocks 2; --checkpoint-blocks 4 "
+                       "(of 6) would fit it"))
+      << few.err;
   EXPECT_TRUE(contains(run({"plan", "--model", "gpt2-small", "--checkpoint-blocks", "1", "--batch", "1"}).err,
                        "--checkpoint-blocks 1: it saves model 'gpt2-small' no memory"));
 }
