@@ -25,6 +25,7 @@ from test_torch_peer import (CHECKPOINTED_BATCHNORM, FAST, TINY_MLP, TINY_RESIDU
                              run_main, torch, validate, write_json)
 from torchpeer import PEER_NAME  # noqa: E402
 from torchpeer.cli import MAX_CHECKPOINT_BLOCKS, parse_settings  # noqa: E402
+from torchpeer.errors import UsageError  # noqa: E402
 from torchpeer.config import load_model, lower, resolve_config  # noqa: E402
 from torchpeer.errors import UsageError  # noqa: E402
 from torchpeer.overrides import parse_model_override  # noqa: E402
@@ -70,8 +71,10 @@ class CheckpointBlocksFlagTest(unittest.TestCase):
     def test_settings(self):
         s = parse_settings(["--checkpoint-blocks", "2"])
         self.assertEqual((s.checkpointing, s.checkpoint_blocks), (True, 2))  # it implies --checkpointing
-        s = parse_settings(["--checkpointing", "--checkpoint-blocks", "3"])
-        self.assertEqual((s.checkpointing, s.checkpoint_blocks), (True, 3))
+        # Both flags are refused, as batchsweep refuses them.
+        with self.assertRaises(UsageError) as caught:
+            parse_settings(["--checkpointing", "--checkpoint-blocks", "3"])
+        self.assertIn("--checkpointing and --checkpoint-blocks: give one", str(caught.exception))
         self.assertEqual(parse_settings(["--checkpoint-blocks=1e2"]).checkpoint_blocks, 100)  # as batchsweep reads it
         self.assertEqual(parse_settings(["--checkpoint-blocks", "+7"]).checkpoint_blocks, 7)
         self.assertEqual(parse_settings(["--checkpoint-blocks", "10000"]).checkpoint_blocks, MAX_CHECKPOINT_BLOCKS)
@@ -139,8 +142,9 @@ class CheckpointBlocksFlagTest(unittest.TestCase):
                                 "--checkpoint-blocks: 3 is more than the 2 blocks of model 'pool-first' that "
                                 "backward recomputes (--checkpointing is all 2)")
             self.assert_refused(["--model", write_json(tmp, "pools.json", POOL_ONLY), "--checkpoint-blocks", "1"],
-                                "--checkpoint-blocks: 1 is more than the 0 blocks of model 'pool-only' that backward "
-                                "recomputes")
+                                "--checkpoint-blocks: backward reaches no block of model 'pool-only' (each comes "
+                                "before every layer that learns), so there are none to count; --checkpointing lays "
+                                "them all out in the arena")
 
     def test_recomputable_blocks_are_those_backward_reaches(self):
         g = lower(tiny_lm_3().config, "tiny-lm")
@@ -292,7 +296,7 @@ class CheckpointBlocksTorchTest(unittest.TestCase):
         self.assertIs(settings["checkpointing"], True)
         self.assertEqual(settings["checkpoint_blocks"], 2)
         keys = list(settings)
-        self.assertEqual(keys.index("checkpoint_blocks"), keys.index("checkpointing") + 1)  # as batchsweep's
+        self.assertEqual(keys.index("checkpoint_blocks"), keys.index("checkpointing") + 1)  # beside it (batchsweep sorts its keys: there it comes just before)
         self.assertIn("around the first 2 of the 3 top-level transformer_block / residual copies that backward "
                       "reaches (--checkpoint-blocks 2;", settings["torch"]["checkpointing"])
         # Absent where every block is checkpointed, or none, as batchsweep writes it.

@@ -169,7 +169,10 @@ def parse_settings(argv: list) -> Settings:
     """The checked settings of a command line. Raises UsageError naming the flag."""
     a = make_parser().parse_args(argv)
     blocks = None if a.checkpoint_blocks is None else parse_checkpoint_blocks(a.checkpoint_blocks)
-    # As batchsweep's: --checkpoint-blocks N implies --checkpointing (given too, it changes nothing).
+    # As batchsweep's: --checkpoint-blocks N implies checkpointing, and the two together are refused.
+    if blocks is not None and a.checkpointing:
+        raise UsageError("--checkpointing and --checkpoint-blocks: give one (--checkpointing checkpoints every "
+                         "block, --checkpoint-blocks N the first N)")
     s = Settings(model=a.model, batch=a.batch, mode=a.mode, precision=a.precision, accumulation=a.accumulation,
                  checkpointing=a.checkpointing or blocks is not None, checkpoint_blocks=blocks, compile=a.compile,
                  compile_mode=a.compile_mode, device=a.device, seed=a.seed, peak_flops=a.peak_flops,
@@ -222,11 +225,17 @@ def check_checkpointing(s: Settings, graph) -> None:
                          "layer at its top level, the blocks that checkpointing recomputes, so it would change "
                          "nothing")
     reached = len(graph.recomputable_blocks)
+    if s.checkpoint_blocks is not None and reached == 0:
+        raise UsageError(f"--checkpoint-blocks: backward reaches no block of model '{graph.name}' (each comes "
+                         "before every layer that learns), so there are none to count; --checkpointing lays them "
+                         "all out in the arena")
     if s.checkpoint_blocks is not None and s.checkpoint_blocks > reached:
-        all_of_them = f" (--checkpointing is all {reached})" if reached else ""
         raise UsageError(f"--checkpoint-blocks: {s.checkpoint_blocks} is more than the {reached} "
                          f"block{'' if reached == 1 else 's'} of model '{graph.name}' that backward "
-                         f"recomputes{all_of_them}")
+                         f"recomputes (--checkpointing is all {reached})")
+    # Every block is --checkpointing, recorded as such (batchsweep's every_block_is_all).
+    if s.checkpoint_blocks == reached:
+        s.checkpoint_blocks = None
 
 
 # ---------------------------------------------------------------------------------------------------------------
