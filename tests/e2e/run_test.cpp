@@ -3060,6 +3060,15 @@ TEST(Presets, ListEachWithItsPlansCounts) {
 // (views that the totals count once), so more fits; the run measures that plan, says so in its title and
 // settings, and `--config-for` turns it on. A resumed run must match it; inference and a model without
 // blocks are refused.
+// A CSV export's header line and its first row.
+std::pair<std::string, std::string> csv_header_and_first_row(const std::string& path) {
+  std::ifstream in(path);
+  std::string header, row;
+  std::getline(in, header);
+  std::getline(in, row);
+  return {header, row};
+}
+
 TEST(Checkpointing, PlansRunsAndSaysIt) {
   const auto contains = [](const std::string& text, const std::string& part) {
     return text.find(part) != std::string::npos;
@@ -3124,10 +3133,7 @@ TEST(Checkpointing, PlansRunsAndSaysIt) {
   EXPECT_TRUE(contains(measured.out, "fp32 \u00b7 activation checkpointing")) << measured.out;
   EXPECT_TRUE(contains(measured.out, "gradient_checkpointing=True")) << measured.out;
   {
-    std::ifstream in(csv);
-    std::string header, row;
-    std::getline(in, header);
-    std::getline(in, row);
+    const auto [header, row] = csv_header_and_first_row(csv);
     EXPECT_TRUE(header.ends_with(",run.checkpointing,run.model_overrides,run.checkpoint_blocks")) << header;
     EXPECT_TRUE(row.ends_with(",true,,")) << row;
   }
@@ -3551,10 +3557,7 @@ TEST(ModelOverrides, PlanAndRunTheModelTheSetsMakeAndSaySo) {
     EXPECT_EQ(testing::validate_file("report-v1.schema.json", report), 0);
   }
   {
-    std::ifstream in(csv);
-    std::string header, row;
-    std::getline(in, header);
-    std::getline(in, row);
+    const auto [header, row] = csv_header_and_first_row(csv);
     EXPECT_TRUE(header.ends_with(",run.checkpointing,run.model_overrides,run.checkpoint_blocks")) << header;
     EXPECT_TRUE(row.ends_with(",false,input.sequence_length=32,")) << row;
   }
@@ -3689,10 +3692,7 @@ TEST(Checkpointing, TheFewestBlocksThatFitArePlannedRunAndSaid) {
     EXPECT_EQ(testing::validate_file("report-v1.schema.json", report), 0);
   }
   {
-    std::ifstream in(csv);
-    std::string header, row;
-    std::getline(in, header);
-    std::getline(in, row);
+    const auto [header, row] = csv_header_and_first_row(csv);
     EXPECT_TRUE(header.ends_with(",run.checkpointing,run.model_overrides,run.checkpoint_blocks")) << header;
     EXPECT_TRUE(row.ends_with(",true,layers[1].repeat=3,2")) << row;
   }
