@@ -686,6 +686,14 @@ std::optional<std::string> check_checkpointing(const Graph& graph, bool checkpoi
       flag, graph.model_name);
 }
 
+// What checkpointing `blocks` blocks (0: all) of `request`'s model recomputes, % of its training FLOPs.
+double recompute_pct(const Graph& graph, PlanRequest request, int64_t blocks) {
+  request.checkpointing = true;
+  request.checkpoint_blocks = blocks;
+  const Plan plan = make_plan(graph, request);
+  return plan.flops_per_sample > 0 ? 100.0 * plan.recompute_flops_per_sample / plan.flops_per_sample : 0.0;
+}
+
 // --checkpoint-blocks N where N is every block backward reaches: --checkpointing, recorded and compared as
 // such (0), since the plans are the same to the byte.
 int64_t every_block_is_all(const Graph& graph, int64_t blocks) {
@@ -895,15 +903,7 @@ int plan_command(const PlanSettings& given, const std::vector<std::string>& argv
       PlanSummary::BlocksToFit& fit = summary.blocks_to_fit[i];
       fit.asked = true;
       fit.blocks = fewest_checkpoint_blocks(graph, p.request, *s.memory_bytes);
-      if (fit.blocks) {
-        PlanRequest with = p.request;
-        with.checkpointing = true;
-        with.checkpoint_blocks = *fit.blocks;
-        const Plan planned = make_plan(graph, with);
-        fit.recompute_pct = planned.flops_per_sample > 0
-                                ? 100.0 * planned.recompute_flops_per_sample / planned.flops_per_sample
-                                : 0.0;
-      }
+      if (fit.blocks) fit.recompute_pct = recompute_pct(graph, p.request, *fit.blocks);
     }
   }
   if (!json_path.empty()) {
@@ -1243,11 +1243,15 @@ void note_checkpointing(const Graph& graph, const SweepSettings& sweep, BackendK
       failed = &p;
   if (failed == nullptr) return;
   PlanRequest request{failed->batch, sweep.precision, sweep.mode, failed->accumulation, kind, paths};
+  const char* what = failed->status == PointStatus::oom ? "ran out of memory" : "was over --memory-limit";
+  // The budget the sweep held its plans to: the smaller of --memory-limit and the device's memory.
+  uint64_t budget = report.device.memory_total_bytes;
+  if (sweep.memory_limit_bytes && (budget == 0 || *sweep.memory_limit_bytes < budget))
+    budget = *sweep.memory_limit_bytes;
+  const char* budget_name =
+      sweep.memory_limit_bytes && budget == *sweep.memory_limit_bytes ? "--memory-limit" : "device memory";
   if (sweep.checkpointing) {
     // --checkpoint-blocks N, and still over: how many would fit it, or that even all would not.
-    uint64_t budget = report.device.memory_total_bytes;
-    if (sweep.memory_limit_bytes && (budget == 0 || *sweep.memory_limit_bytes < budget))
-      budget = *sweep.memory_limit_bytes;
     if (budget == 0) return;
     const std::optional<int64_t> fewest = fewest_checkpoint_blocks(graph, request, budget);
     const size_t all = recomputable_blocks(graph).size();
@@ -1255,8 +1259,7 @@ void note_checkpointing(const Graph& graph, const SweepSettings& sweep, BackendK
     if (fewest && *fewest > sweep.checkpoint_blocks)
       std::fprintf(
           stderr, "batchsweep run: note: batch %s %s with --checkpoint-blocks %lld; %s would fit it%s\n",
-          batch_label(failed->batch, failed->accumulation).c_str(),
-          failed->status == PointStatus::oom ? "ran out of memory" : "was over --memory-limit",
+          batch_label(failed->batch, failed->accumulation).c_str(), what,
           static_cast<long long>(sweep.checkpoint_blocks),
           static_cast<size_t>(*fewest) == all
               ? "--checkpointing (all of them)"
@@ -1267,8 +1270,7 @@ void note_checkpointing(const Graph& graph, const SweepSettings& sweep, BackendK
       std::fprintf(stderr,
                    "batchsweep run: note: batch %s %s with --checkpoint-blocks %lld, and would be with "
                    "--checkpointing too (every block)\n",
-                   batch_label(failed->batch, failed->accumulation).c_str(),
-                   failed->status == PointStatus::oom ? "ran out of memory" : "was over --memory-limit",
+                   batch_label(failed->batch, failed->accumulation).c_str(), what,
                    static_cast<long long>(sweep.checkpoint_blocks));
     return;
   }
@@ -1283,28 +1285,14 @@ void note_checkpointing(const Graph& graph, const SweepSettings& sweep, BackendK
   if (sweep.memory_limit_bytes)
     if (const std::optional<int64_t> most = max_fit_batch(graph, request, *sweep.memory_limit_bytes))
       fits = fmt::format("; micro-batches up to {} fit --memory-limit with it", *most);
-  // The budget the sweep held its plans to (the smaller of --memory-limit and the device's memory): the
-  // fewest blocks that fit the batch in it, where fewer than all would (less recomputation).
-  uint64_t budget = report.device.memory_total_bytes;
-  if (sweep.memory_limit_bytes && (budget == 0 || *sweep.memory_limit_bytes < budget))
-    budget = *sweep.memory_limit_bytes;
+  // The fewest blocks that fit the batch in the budget, where fewer than all would (less recomputation).
   if (budget > 0) {
     PlanRequest plain = request;
     plain.checkpointing = false;
     if (const std::optional<int64_t> fewest = fewest_checkpoint_blocks(graph, plain, budget);
-        fewest && *fewest > 0 && *fewest < recomputed) {
-      PlanRequest some = plain;
-      some.checkpointing = true;
-      some.checkpoint_blocks = *fewest;
-      const Plan partial = make_plan(graph, some);
+        fewest && *fewest > 0 && *fewest < recomputed)
       fits += fmt::format("; --checkpoint-blocks {} (of {}) is the fewest that fit it in {} (+{:.0f}% FLOPs)",
-                          *fewest, recomputed,
-                          sweep.memory_limit_bytes && budget == *sweep.memory_limit_bytes ? "--memory-limit"
-                                                                                          : "device memory",
-                          partial.flops_per_sample > 0
-                              ? 100.0 * partial.recompute_flops_per_sample / partial.flops_per_sample
-                              : 0.0);
-    }
+                          *fewest, recomputed, budget_name, recompute_pct(graph, plain, *fewest));
   }
   std::fflush(stdout);  // after the table, where both go to one file
   std::fprintf(
@@ -1312,9 +1300,8 @@ void note_checkpointing(const Graph& graph, const SweepSettings& sweep, BackendK
       "batchsweep run: note: batch %s %s (its plan needs %s); with --checkpointing it plans %s, "
       "recomputing its %td blocks' forward in backward (+%.0f%% FLOPs)%s: rerun with --checkpointing "
       "to measure what fits and what it costs\n",
-      batch_label(failed->batch, failed->accumulation).c_str(),
-      failed->status == PointStatus::oom ? "ran out of memory" : "was over --memory-limit",
-      format_bytes(without).c_str(), format_bytes(with.memory.total_bytes()).c_str(), recomputed,
+      batch_label(failed->batch, failed->accumulation).c_str(), what, format_bytes(without).c_str(),
+      format_bytes(with.memory.total_bytes()).c_str(), recomputed,
       // A model of norms alone counts no FLOPs: nothing to add to.
       with.flops_per_sample > 0 ? 100.0 * with.recompute_flops_per_sample / with.flops_per_sample : 0.0,
       fits.c_str());
