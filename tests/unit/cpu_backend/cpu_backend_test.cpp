@@ -33,14 +33,18 @@ struct Prepared {
   cpu::CpuSessionProbe* probe = nullptr;
 };
 
-Prepared prepare(const Graph& g, int64_t batch, Precision p, Mode m, int64_t accumulation = 1,
-                 uint64_t seed = 7) {
-  Prepared out{g, make_plan(g, {batch, p, m, accumulation, BackendKind::cpu}), nullptr, nullptr};
+Prepared prepare(const Graph& g, const PlanRequest& request, uint64_t seed) {
+  Prepared out{g, make_plan(g, request), nullptr, nullptr};
   SessionOptions options;
   options.seed = seed;
   out.session = cpu::make_cpu_backend()->prepare(out.graph, out.plan, options);
   out.probe = dynamic_cast<cpu::CpuSessionProbe*>(out.session.get());
   return out;
+}
+
+Prepared prepare(const Graph& g, int64_t batch, Precision p, Mode m, int64_t accumulation = 1,
+                 uint64_t seed = 7) {
+  return prepare(g, {batch, p, m, accumulation, BackendKind::cpu}, seed);
 }
 
 // Every layer type, smooth activations (finite differences need no kinks).
@@ -566,12 +570,7 @@ TEST(CpuBackend, CheckpointingGivesTheSameStepsInLessMemory) {
   const auto checked_prepare = [](const Graph& g, Precision p, int64_t accumulation, bool checkpointing) {
     PlanRequest request{3, p, Mode::train, accumulation, BackendKind::cpu};
     request.checkpointing = checkpointing;
-    Prepared out{g, make_plan(g, request), nullptr, nullptr};
-    SessionOptions options;
-    options.seed = 11;
-    out.session = cpu::make_cpu_backend()->prepare(out.graph, out.plan, options);
-    out.probe = dynamic_cast<cpu::CpuSessionProbe*>(out.session.get());
-    return out;
+    return prepare(g, request, 11);
   };
   std::vector<Graph> graphs;
   for (const char* text :
@@ -631,11 +630,7 @@ TEST(CpuBackend, CheckpointingSomeBlocksGivesTheSameSteps) {
       PlanRequest request{2, Precision::fp32, Mode::train, 1, BackendKind::cpu};
       request.checkpointing = checkpointing;
       request.checkpoint_blocks = count;
-      Prepared out{g, make_plan(g, request), nullptr, nullptr};
-      SessionOptions options;
-      options.seed = 5;
-      out.session = cpu::make_cpu_backend()->prepare(out.graph, out.plan, options);
-      out.probe = dynamic_cast<cpu::CpuSessionProbe*>(out.session.get());
+      Prepared out = prepare(g, request, 5);
       EXPECT_EQ(out.session->memory().allocated_bytes, out.plan.memory.total_bytes()) << name << " " << count;
       std::vector<double> losses;
       for (int step = 0; step < 2; ++step) losses.push_back(out.session->step().loss);
