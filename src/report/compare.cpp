@@ -384,9 +384,7 @@ RunSummary summarize_run(const Report& report, std::string name) {
   RunSummary s;
   s.name = std::move(name);
   s.model = t.model;
-  if (const auto it = report.settings.find("model_overrides"); it != report.settings.end() && it->is_array())
-    for (const nlohmann::json& o : *it)
-      if (o.is_string()) s.overrides.push_back(o.get<std::string>());
+  s.overrides = report_view::model_overrides(report);
   s.device = printable_text(report.device.name);  // quoted in notes and titles: shown, not sent
   s.backend = report.device.backend;
   if (report.device.details.is_object() && report.device.details.contains("threads") &&

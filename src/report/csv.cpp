@@ -101,11 +101,10 @@ std::string cell(const ordered& v) {
 }
 
 // settings.model_overrides (run --set) joined by "; ", or empty.
-std::string model_overrides(const Report& report) {
+std::string overrides_cell(const Report& report) {
   std::string joined;
-  if (const auto it = report.settings.find("model_overrides"); it != report.settings.end() && it->is_array())
-    for (const nlohmann::json& o : *it)
-      if (o.is_string()) joined += (joined.empty() ? "" : "; ") + o.get<std::string>();
+  for (const std::string& o : report_view::model_overrides(report))
+    joined += (joined.empty() ? "" : "; ") + o;
   return joined;
 }
 
@@ -130,7 +129,7 @@ std::string format_csv(const Report& report) {
       {"run.state", report.state},
       // Appended after the others, which keep their places for scripts that read columns by position.
       {"run.checkpointing", t.checkpointing.empty() ? "false" : "true"},
-      {"run.model_overrides", model_overrides(report)},
+      {"run.model_overrides", overrides_cell(report)},
       {"run.checkpoint_blocks",
        t.checkpoint_blocks > 0 ? std::to_string(t.checkpoint_blocks) : std::string()}};
   std::string out;

@@ -338,13 +338,17 @@ Title title(const Report& report) {
     t.checkpointing +=
         fmt::format(", first {} block{}", t.checkpoint_blocks, t.checkpoint_blocks == 1 ? "" : "s");
   }
-  if (const auto it = report.settings.find("model_overrides");
-      it != report.settings.end() && it->is_array()) {
-    for (const nlohmann::json& o : *it)
-      if (o.is_string())
-        t.overrides += (t.overrides.empty() ? "" : ", ") + printable_text(o.get<std::string>());
-  }
+  for (const std::string& o : model_overrides(report))
+    t.overrides += (t.overrides.empty() ? "" : ", ") + printable_text(o);
   return t;
+}
+
+std::vector<std::string> model_overrides(const Report& report) {
+  std::vector<std::string> overrides;
+  if (const auto it = report.settings.find("model_overrides"); it != report.settings.end() && it->is_array())
+    for (const nlohmann::json& o : *it)
+      if (o.is_string()) overrides.push_back(o.get<std::string>());
+  return overrides;
 }
 
 std::string Title::split() const {

@@ -49,6 +49,10 @@ struct Title {
 };
 [[nodiscard]] Title title(const Report& report);
 
+// settings.model_overrides (run --set), as given, in order; the strings of it where a report read back holds
+// other values there too; empty without it.
+[[nodiscard]] std::vector<std::string> model_overrides(const Report& report);
+
 // For a sweep that did not finish (state interrupted or in_progress), one line saying the table is partial;
 // empty otherwise.
 [[nodiscard]] std::string unfinished_line(const Report& report);
