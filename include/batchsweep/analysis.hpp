@@ -50,6 +50,9 @@
 //
 // The recommendation (Analysis::recommended), first rule that applies:
 //   1. no ok point: none.
+//   1b. a request rate is given (--request-rate): the serving batch, analysis.serving.best (with a latency
+//      SLO, it holds the requests' latency, queueing included, not the step's); none where every batch
+//      saturates or none keeps the budget.
 //   2. a latency SLO is given: the latency_slo batch (highest throughput whose step time at the budget's
 //      percentile, p99 by default, fits the budget, or the batch lowest there within noise of it); none when
 //      nothing fits, and `why` gives the smallest seen.
@@ -122,7 +125,7 @@ inline constexpr double kFlatBelowGain = 0.03;
 
 // Throws UsageError naming the flag for options out of range: --knee-sensitivity (> 0), --saturation
 // (0 < pct <= 100), --latency-slo (> 0 ms), --latency-percentile (50, 90, 95, 99, 99.9), --price-per-hour (>=
-// 0); all must be finite.
+// 0), --request-rate (> 0 requests/s), --max-queue-delay (>= 0 ms); all must be finite.
 void validate(const AnalysisOptions& options);
 
 // The timed steps a latency budget at percentile `pct` needs by default: enough that at least one step lies
@@ -165,6 +168,20 @@ inline constexpr double kRoundsAlpha = 0.01;
 // Each round's steps, its slice of samples_ms (empty for a failed round); empty where the point has no rounds
 // or their steps do not add up to samples_ms.
 [[nodiscard]] std::vector<std::span<const double>> round_slices(const Point& point);
+
+// Serving at options.request_rate (run/analyze --request-rate; the model is in src/analysis/serving.cpp and
+// the README's "Serving"): for each ok batch of one micro-batch a step, as a dynamic batcher's max batch, the
+// requests it serves and their latency, simulated from the measured steps; and the max batch of the lowest
+// request latency at options.latency_percentile (the smallest within kServingTiePct of it), held to
+// options.latency_slo_ms where given. A max batch whose throughput is at or below the rate is saturated.
+// Deterministic: a fixed seed, and the same arrivals for every max batch.
+inline constexpr int64_t kServingRequests = 100000;       // timed per max batch
+inline constexpr int64_t kServingWarmupRequests = 10000;  // before them: the queue reaches its usual length
+inline constexpr double kServingTiePct = 2.0;             // latencies this close are one
+// The rate at this share of the best max batch's capacity or more: said to be near it.
+inline constexpr double kServingNearCapacity = 0.9;
+inline constexpr uint64_t kServingSeed = 0x73657276696e67ULL;
+[[nodiscard]] Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& options);
 
 // Sets telemetry->cost_per_million_samples = price_per_hour / 3600 / samples_per_second * 1e6 on every ok
 // point (creating the telemetry object where absent) and clears it on the others.

@@ -150,6 +150,30 @@ struct Recommendation {
   std::string why;  // one line
 };
 
+// run/analyze --request-rate: the sweep's steps serving requests (one sample each) that arrive at random
+// (Poisson) at that rate, through a dynamic batcher with each ok batch as its max batch
+// (src/analysis/serving.cpp says how). Simulated from the measured steps: a prediction, not a measurement.
+struct ServingBatch {
+  int64_t batch = 0;               // the batcher's max batch
+  double capacity_per_second = 0;  // batch / its mean step: the most requests/s it serves
+  bool saturated = false;          // the rate is at or above the capacity: the queue grows without bound
+  // Not saturated only: the share of time a step ran, requests per step, and each request's latency from
+  // its arrival to the end of its step (mean, p50 and at the serving's percentile).
+  std::optional<double> utilization, mean_batch;
+  std::optional<double> latency_mean_ms, latency_p50_ms, latency_ms;
+};
+
+struct Serving {
+  double request_rate = 0;        // requests per second
+  double max_queue_delay_ms = 0;  // how long the batcher holds a request to fill a batch
+  double latency_percentile = 99;
+  int64_t requests = 0;  // requests timed per max batch (after those that fill the queue)
+  std::vector<ServingBatch> batches;
+  // The max batch of the lowest request latency at the percentile (the smallest within kServingTiePct of
+  // it); latency_ms is its latency. None where every batch saturates, or none keeps the latency budget.
+  BatchChoice best;
+};
+
 struct Analysis {
   KneeResult knee;
   BatchChoice saturation;
@@ -158,6 +182,7 @@ struct Analysis {
   std::optional<BatchChoice> latency_slo;            // only with --latency-slo
   std::optional<BatchChoice> energy_optimal;         // only with telemetry
   std::optional<BatchChoice> effective_batch_split;  // --effective-batch: the split to use (README)
+  std::optional<Serving> serving;                    // only with --request-rate
   Recommendation recommended;
   std::optional<double> recommended_cost_per_million_samples;  // USD, with --price-per-hour
   // The recommended point's gradient accumulation: set micro-batch recommended.batch and this many
@@ -178,6 +203,8 @@ struct AnalysisOptions {
   std::optional<double> latency_slo_ms;  // step latency budget, at latency_percentile
   double latency_percentile = 99;  // which step-time percentile the budget holds: 50, 90, 95, 99 or 99.9
   std::optional<double> price_per_hour;   // USD per device-hour: cost_per_million_samples per point
+  std::optional<double> request_rate;     // requests/s: analysis.serving, and the recommendation from it
+  double max_queue_delay_ms = 0;          // the batcher's hold to fill a batch (Triton's max_queue_delay)
   std::optional<UntimedFit> untimed_fit;  // max_fit's reason names it where it is above the largest timed
   // The sweep stopped before the batches it asked for (report state interrupted or in_progress): the largest
   // batch measured is not "the largest swept", and larger ones were not "not tried".

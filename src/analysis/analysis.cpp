@@ -691,6 +691,10 @@ Recommendation recommend(const RecommendationInputs& in, const Point*& chosen) {
   const Analysis& a = in.analysis;
   chosen = nullptr;
   if (in.curve.empty()) return {std::nullopt, no_ok_reason(in.points, in.options.unfinished)};
+  if (a.serving) {
+    if (a.serving->best.batch) chosen = point_at(in.curve, *a.serving->best.batch);
+    return {a.serving->best.batch, a.serving->best.reason};
+  }
   if (a.latency_slo) {
     const Budget b{*in.options.latency_slo_ms, in.options.latency_percentile};
     const BudgetChoice budget = within_budget(in.points, b);
@@ -830,6 +834,11 @@ void validate(const AnalysisOptions& options) {
   if (options.price_per_hour)
     require(std::isfinite(*options.price_per_hour) && *options.price_per_hour >= 0.0, "--price-per-hour",
             "a price per device-hour >= 0", *options.price_per_hour);
+  if (options.request_rate)
+    require(std::isfinite(*options.request_rate) && *options.request_rate > 0.0, "--request-rate",
+            "requests per second > 0", *options.request_rate);
+  require(std::isfinite(options.max_queue_delay_ms) && options.max_queue_delay_ms >= 0.0, "--max-queue-delay",
+          "a hold in ms >= 0", options.max_queue_delay_ms);
 }
 
 void annotate_cost(std::vector<Point>& points, double price_per_hour) {
@@ -880,6 +889,7 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
   if (options.latency_slo_ms)
     analysis.latency_slo =
         latency_slo(view, Budget{*options.latency_slo_ms, options.latency_percentile}, options);
+  if (options.request_rate) analysis.serving = simulate_serving(view, options);
   analysis.energy_optimal = energy_optimal(view);
   analysis.effective_batch_split = effective_batch_split(view, options);
   const Point* chosen = nullptr;

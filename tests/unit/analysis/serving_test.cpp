@@ -1,0 +1,192 @@
+// Tests of the serving simulation (--request-rate): against queueing theory where it has a closed form
+// (M/D/1, a batch filled by Poisson arrivals), the batcher's hold and padding, saturation, the budget, the
+// tie rule, and the recommendation that follows it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "batchsweep/analysis.hpp"
+#include "batchsweep/errors.hpp"
+#include "sweep_points.hpp"
+
+namespace bsw {
+namespace {
+
+using test::measured_point;
+
+// A point whose every step takes `step_ms` (no spread).
+Point constant_step(int64_t batch, double step_ms) {
+  return measured_point(batch, static_cast<double>(batch) / step_ms * 1000.0, 0.0);
+}
+
+AnalysisOptions at_rate(double rate, double delay_ms = 0.0) {
+  AnalysisOptions o;
+  o.request_rate = rate;
+  o.max_queue_delay_ms = delay_ms;
+  return o;
+}
+
+const ServingBatch& row(const Serving& s, int64_t batch) {
+  for (const ServingBatch& b : s.batches)
+    if (b.batch == batch) return b;
+  throw std::runtime_error("no row for that batch");
+}
+
+TEST(Serving, OneRequestAStepIsTheMD1Queue) {
+  // Poisson arrivals, a deterministic 1 ms step, one server: mean time in system S + rho S / (2 (1 - rho)).
+  const std::vector<Point> points = {constant_step(1, 1.0)};
+  for (const double rho : {0.5, 0.8}) {
+    const Serving s = simulate_serving(points, at_rate(rho * 1000.0));
+    ASSERT_EQ(s.batches.size(), 1u);
+    const ServingBatch& b = s.batches[0];
+    ASSERT_FALSE(b.saturated);
+    const double theory = 1.0 + rho / (2.0 * (1.0 - rho));
+    EXPECT_NEAR(*b.latency_mean_ms, theory, 0.03 * theory) << "rho " << rho;
+    EXPECT_NEAR(*b.utilization, rho, 0.02) << "rho " << rho;
+    EXPECT_DOUBLE_EQ(*b.mean_batch, 1.0);
+    // No request is faster than its step, and the tail lies above the median.
+    EXPECT_GE(*b.latency_p50_ms, 1.0);
+    EXPECT_GT(*b.latency_ms, *b.latency_p50_ms);
+    EXPECT_EQ(s.requests, kServingRequests);
+  }
+}
+
+TEST(Serving, AHoldWithoutLimitWaitsForTheWholeBatch) {
+  // Max batch 4 filled from Poisson arrivals at 1 per ms: the i-th of a batch waits for 3 - i more arrivals,
+  // 1.5 gaps on average, then the 0.1 ms step.
+  const std::vector<Point> points = {constant_step(4, 0.1)};
+  const Serving s = simulate_serving(points, at_rate(1000.0, 1e9));
+  const ServingBatch& b = s.batches[0];
+  EXPECT_NEAR(*b.latency_mean_ms, 1.6, 0.05);
+  EXPECT_DOUBLE_EQ(*b.mean_batch, 4.0);
+}
+
+TEST(Serving, TheDelayBoundsTheHold) {
+  // At 10 requests/s a max batch of 8 never fills: each request waits the 5 ms hold alone, then its step.
+  const std::vector<Point> points = {constant_step(8, 1.0)};
+  const Serving held = simulate_serving(points, at_rate(10.0, 5.0));
+  EXPECT_NEAR(*held.batches[0].latency_p50_ms, 6.0, 1e-9);
+  EXPECT_LT(*held.batches[0].mean_batch, 1.1);
+  // Without a hold (Triton's default) it starts at once.
+  const Serving now = simulate_serving(points, at_rate(10.0, 0.0));
+  EXPECT_NEAR(*now.batches[0].latency_p50_ms, 1.0, 1e-9);
+}
+
+TEST(Serving, AStepRunsAsTheSmallestSweptBatchThatHoldsIt) {
+  // Batch 1 takes 1 ms, batch 64 10 ms. With max batch 64 at a low rate almost every step holds one request,
+  // which runs as batch 1, not padded to 64.
+  const std::vector<Point> points = {constant_step(1, 1.0), constant_step(64, 10.0)};
+  const Serving s = simulate_serving(points, at_rate(20.0));
+  EXPECT_NEAR(*row(s, 64).latency_p50_ms, 1.0, 1e-9);
+  // Swept without batch 1, the same request runs as 64.
+  const Serving padded = simulate_serving(std::vector<Point>{constant_step(64, 10.0)}, at_rate(20.0));
+  EXPECT_NEAR(*padded.batches[0].latency_p50_ms, 10.0, 1e-9);
+}
+
+TEST(Serving, ARateAtTheCapacitySaturatesAndBatchingServesIt) {
+  // Batch 1 serves 1000/s at most; batch 8 (2 ms) 4000/s. At 2000/s only batching keeps up.
+  const std::vector<Point> points = {constant_step(1, 1.0), constant_step(8, 2.0)};
+  const Serving s = simulate_serving(points, at_rate(2000.0));
+  EXPECT_TRUE(row(s, 1).saturated);
+  EXPECT_FALSE(row(s, 1).latency_ms.has_value());
+  EXPECT_DOUBLE_EQ(row(s, 1).capacity_per_second, 1000.0);
+  const ServingBatch& eight = row(s, 8);
+  ASSERT_FALSE(eight.saturated);
+  EXPECT_GT(*eight.mean_batch, 1.5);
+  EXPECT_EQ(s.best.batch, 8);
+  EXPECT_THAT(s.best.reason, testing::StartsWith("lowest p99 request latency at 2000 requests/s (simulated"));
+  // A rate of exactly the capacity never drains.
+  const Serving exact = simulate_serving(points, at_rate(4000.0));
+  EXPECT_TRUE(row(exact, 8).saturated);
+  EXPECT_FALSE(exact.best.batch.has_value());
+  EXPECT_EQ(
+      exact.best.reason,
+      "every max batch saturates at 4000 requests/s: the most one serves is 4000 requests/s (batch 8); the "
+      "rate needs more throughput (a larger batch where it still rises, or more GPUs)");
+}
+
+TEST(Serving, EqualLatenciesGoToTheSmallerMaxBatch) {
+  // At 10 requests/s every step holds one request, which runs as batch 1 under either max batch.
+  const std::vector<Point> points = {constant_step(1, 1.0), constant_step(2, 1.0)};
+  const Serving s = simulate_serving(points, at_rate(10.0));
+  EXPECT_DOUBLE_EQ(*row(s, 1).latency_ms, *row(s, 2).latency_ms);
+  EXPECT_EQ(s.best.batch, 1);
+}
+
+TEST(Serving, TheBudgetHoldsTheRequestLatency) {
+  const std::vector<Point> points = {constant_step(1, 1.0), constant_step(8, 2.0)};
+  AnalysisOptions o = at_rate(2000.0);
+  o.latency_slo_ms = 1.0;  // under one 2 ms step: nothing keeps it
+  Serving s = simulate_serving(points, o);
+  EXPECT_FALSE(s.best.batch.has_value());
+  EXPECT_THAT(s.best.reason, testing::StartsWith("no max batch keeps the p99 request latency within the 1 ms "
+                                                 "budget at 2000 requests/s"));
+  o.latency_slo_ms = 100.0;
+  s = simulate_serving(points, o);
+  EXPECT_EQ(s.best.batch, 8);
+  EXPECT_THAT(s.best.reason, testing::EndsWith("; within the 100 ms budget"));
+}
+
+TEST(Serving, TheRecommendationFollowsTheRate) {
+  // The step budget alone would take the fastest batch within 50 ms; the rate asks for the request latency.
+  std::vector<Point> points = {constant_step(1, 1.0), constant_step(8, 2.0), constant_step(64, 8.0)};
+  AnalysisOptions o = at_rate(2000.0);
+  o.latency_slo_ms = 50.0;
+  const Analysis a = analyze(points, o);
+  ASSERT_TRUE(a.serving.has_value());
+  ASSERT_TRUE(a.latency_slo.has_value());
+  EXPECT_EQ(a.latency_slo->batch, 64);
+  EXPECT_EQ(a.recommended.batch, a.serving->best.batch);
+  EXPECT_EQ(a.recommended.why, a.serving->best.reason);
+  // Without a rate there is no serving answer.
+  EXPECT_FALSE(analyze(points, {}).serving.has_value());
+}
+
+TEST(Serving, OneReportAlwaysGivesOneAnswer) {
+  const std::vector<Point> points = {measured_point(1, 900.0, 0.3), measured_point(8, 3000.0, 0.3),
+                                     measured_point(64, 9000.0, 0.3)};
+  const Serving a = simulate_serving(points, at_rate(2500.0, 2.0));
+  const Serving b = simulate_serving(points, at_rate(2500.0, 2.0));
+  ASSERT_EQ(a.batches.size(), b.batches.size());
+  for (size_t i = 0; i < a.batches.size(); ++i) {
+    EXPECT_EQ(a.batches[i].latency_ms, b.batches[i].latency_ms);
+    EXPECT_EQ(a.batches[i].utilization, b.batches[i].utilization);
+  }
+  EXPECT_EQ(a.best.reason, b.best.reason);
+}
+
+TEST(Serving, APointWithoutStepsServesAtItsMean) {
+  Point p = constant_step(1, 2.0);
+  p.samples_ms.clear();
+  const Serving s = simulate_serving(std::vector<Point>{p}, at_rate(1.0));
+  EXPECT_NEAR(*s.batches[0].latency_p50_ms, 2.0, 1e-9);
+}
+
+TEST(Serving, OnlyOneMicroBatchAStepServes) {
+  const std::vector<Point> points = {measured_point(4, 1000.0, 0.0, 5, 2), constant_step(8, 2.0)};
+  const Serving s = simulate_serving(points, at_rate(100.0));
+  ASSERT_EQ(s.batches.size(), 1u);
+  EXPECT_EQ(s.batches[0].batch, 8);
+}
+
+TEST(Serving, OptionsOutOfRangeNameTheirFlag) {
+  std::vector<Point> points = {constant_step(1, 1.0)};
+  for (const double bad : {0.0, -5.0, std::numeric_limits<double>::infinity()}) {
+    try {
+      (void)analyze(points, at_rate(bad));
+      ADD_FAILURE() << bad;
+    } catch (const UsageError& e) {
+      EXPECT_THAT(e.what(), testing::StartsWith("--request-rate: must be requests per second > 0"));
+    }
+  }
+  try {
+    (void)analyze(points, at_rate(10.0, -1.0));
+    ADD_FAILURE();
+  } catch (const UsageError& e) {
+    EXPECT_THAT(e.what(), testing::StartsWith("--max-queue-delay: must be a hold in ms >= 0"));
+  }
+}
+
+}  // namespace
+}  // namespace bsw
