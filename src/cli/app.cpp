@@ -36,7 +36,7 @@ constexpr const char* kExitCodes =
     "Exit codes: 0 success; 1 runtime failure; 2 usage, config or input error; 3 regression found by "
     "compare;\n"
     "4 nothing to recommend: no batch ran ok (all oom, over_limit or error), or none meets --latency-slo\n"
-    "  (the report is written);\n"
+    "  (or, with --request-rate, every batch saturates) (the report is written);\n"
     "130 interrupted by SIGINT (143 SIGTERM) - the report of finished points is still written;\n"
     "129 ended by SIGHUP (the terminal closed) - a --json file already holds every finished point.";
 
@@ -277,6 +277,9 @@ constexpr const char* kCheckpointBlocksHelp =
 constexpr const char* kBothCheckpointingFlags =
     "--checkpointing and --checkpoint-blocks: give one (--checkpointing checkpoints every block, "
     "--checkpoint-blocks N the first N)";
+constexpr const char* kRequestRateTrainingError =
+    "--request-rate: serving is of inference steps; a training sweep (--mode train, the default) serves no "
+    "requests: add --mode infer";
 // The largest --checkpoint-blocks: a model has at most this many layers after repeats.
 constexpr int64_t kMaxLayers = 10'000;
 std::string checkpointing_infer_error(bool blocks_given) {
@@ -458,6 +461,23 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
                       : "Device price in USD per hour: cost per million samples")
       ->type_name("USD")
       ->check(positive());
+  CLI::Option* rate =
+      cmd->add_option(
+             "--request-rate", a.request_rate,
+             std::string("Inference: requests (a sample each) per second arriving at random at a dynamic "
+                         "batcher; reports each batch as its max batch, the requests' latency "
+                         "(queueing included, simulated from the measured steps) and recommends the "
+                         "lowest; --latency-slo then holds the request's latency") +
+                 (of_report ? " (default: the run's rate, if it had one)" : ""))
+          ->type_name("PER_S")
+          ->check(positive("requests per second: 500 for 500 requests/s"));
+  cmd->add_option("--max-queue-delay", a.max_queue_delay_ms,
+                  std::string("With --request-rate: how long the batcher holds a request to fill a batch, in "
+                              "ms (Triton's max_queue_delay; TorchServe's max_batch_delay)") +
+                      (of_report ? " (default: the run's, else 0)" : " [default: 0]"))
+      ->type_name("MS")
+      ->check(non_negative());
+  if (!of_report) cmd->get_option("--max-queue-delay")->needs(rate);
 }
 
 // --attention auto|cudnn|explicit and --conv auto|cudnn|im2col (CLI11 has checked the words).
@@ -809,6 +829,10 @@ int run_app(int argc, char** argv) {
       ->add_flag("--no-latency-slo", analyze.no_latency_slo,
                  "Drop the run's latency budget (not with --latency-slo)")
       ->excludes("--latency-slo");
+  analyze_cmd
+      ->add_flag("--no-request-rate", analyze.no_request_rate,
+                 "Drop the run's --request-rate (and its serving answer; not with --request-rate)")
+      ->excludes("--request-rate");
   add_exports(analyze_cmd, analyze.exports);
 
   // ---- compare
@@ -975,6 +999,8 @@ int run_app(int argc, char** argv) {
     } else {
       run.sweep.batches = parse_batch_spec(run_raw.batch, "--batch");
     }
+    if (run.analysis.request_rate && run.sweep.mode != Mode::infer)
+      throw UsageError(kRequestRateTrainingError);
     if (run.sweep.mode == Mode::infer && run.sweep.accumulation != 1)
       throw UsageError("--accumulation: gradient accumulation only applies to --mode train");
     if (run.sweep.checkpoint_blocks > 0 && run.sweep.checkpointing) throw UsageError(kBothCheckpointingFlags);

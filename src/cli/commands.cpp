@@ -447,6 +447,8 @@ AnalysisOptions analysis_options(const AnalysisFlags& a) {
   o.latency_slo_ms = a.latency_slo_ms;
   o.latency_percentile = a.latency_percentile;
   o.price_per_hour = a.price_per_hour;
+  o.request_rate = a.request_rate;
+  o.max_queue_delay_ms = a.max_queue_delay_ms.value_or(0.0);
   validate(o);
   return o;
 }
@@ -501,6 +503,11 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
       {"price_per_hour",
        s.analysis.price_per_hour ? nlohmann::json(*s.analysis.price_per_hour) : nlohmann::json()},
   };
+  // --request-rate: the serving question (absent without it).
+  if (s.analysis.request_rate) {
+    j["request_rate"] = *s.analysis.request_rate;
+    j["max_queue_delay_ms"] = s.analysis.max_queue_delay_ms.value_or(0.0);
+  }
   // settings.model holds their values already; this says which fields the config did not give so.
   if (!model.overrides.empty()) j["model_overrides"] = model.overrides;
   // --checkpoint-blocks N: the first N blocks only (absent where checkpointing covers them all, or is off).
@@ -1477,6 +1484,7 @@ std::optional<int64_t> effective_batch_setting(const Report& report) {
 // Which analysis flags the command line gave (the rest come from the run's settings).
 struct GivenFlags {
   bool no_latency_slo = false;
+  bool no_request_rate = false;
   bool saturation = false;
   bool knee_sensitivity = false;
   bool latency_percentile = false;
@@ -1512,6 +1520,26 @@ RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags,
     flags.price_per_hour = run_value("price_per_hour", 0.0, kHuge);
     if (flags.price_per_hour) out.kept.push_back(fmt::format("--price-per-hour {:g}", *flags.price_per_hour));
   }
+  if (!flags.request_rate && !given.no_request_rate) {
+    flags.request_rate = run_value("request_rate", 0.0, kHuge);
+    if (flags.request_rate) out.kept.push_back(fmt::format("--request-rate {:g}", *flags.request_rate));
+  }
+  if (flags.request_rate && !flags.max_queue_delay_ms) {
+    if (const auto v = run_value("max_queue_delay_ms", -1.0, kHuge); v && *v >= 0.0) {
+      flags.max_queue_delay_ms = *v;
+      if (*v > 0) out.kept.push_back(fmt::format("--max-queue-delay {:g}", *v));
+    }
+  }
+  if (flags.max_queue_delay_ms && !flags.request_rate)
+    throw UsageError(
+        "--max-queue-delay: the batcher's hold needs a rate: give --request-rate (the run had none)");
+  const bool training =
+      report.settings.is_object() && report.settings.contains("mode") && report.settings["mode"] == "train";
+  if (flags.request_rate && training)
+    throw UsageError(
+        fmt::format("{}the report is of a training sweep (settings.mode train), whose steps serve "
+                    "no requests: serving needs a --mode infer sweep",
+                    given_flags.request_rate ? "--request-rate: " : "the run's --request-rate: "));
   if (!flags.latency_slo_ms && !given.no_latency_slo) {
     flags.latency_slo_ms = run_value("latency_slo_ms", 0.0, kHuge);
     if (flags.latency_slo_ms) out.kept.push_back(fmt::format("--latency-slo {:g}", *flags.latency_slo_ms));
@@ -1570,9 +1598,9 @@ int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& ar
                  "batchsweep analyze: %s is of an interrupted sweep (state interrupted): the analysis covers "
                  "the %zu point(s) it finished\n",
                  s.report_path.c_str(), report.points.size());
-  const RunAnalysis run = run_analysis(
-      report, s.analysis,
-      {s.no_latency_slo, s.saturation_given, s.knee_sensitivity_given, s.latency_percentile_given});
+  const RunAnalysis run = run_analysis(report, s.analysis,
+                                       {s.no_latency_slo, s.no_request_rate, s.saturation_given,
+                                        s.knee_sensitivity_given, s.latency_percentile_given});
   const AnalysisFlags& flags = run.flags;
   if (!run.kept.empty())
     std::fprintf(stderr, "batchsweep analyze: the run's %s kept (give the flag to change it)\n",
@@ -1608,6 +1636,13 @@ int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& ar
   report.settings["latency_slo_ms"] =
       flags.latency_slo_ms ? nlohmann::json(*flags.latency_slo_ms) : nlohmann::json();
   report.settings["latency_percentile"] = percentile_setting(flags.latency_percentile);
+  if (flags.request_rate) {
+    report.settings["request_rate"] = *flags.request_rate;
+    report.settings["max_queue_delay_ms"] = flags.max_queue_delay_ms.value_or(0.0);
+  } else if (report.settings.is_object()) {
+    report.settings.erase("request_rate");
+    report.settings.erase("max_queue_delay_ms");
+  }
   // command, created_at and tool stay the run's (what measured the points); this says what analysed them.
   report.settings["analyzed"] = {
       {"command", argv}, {"at", now_iso8601()}, {"version", BSW_VERSION}, {"git_commit", BSW_GIT_COMMIT}};

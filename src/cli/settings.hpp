@@ -29,6 +29,8 @@ struct AnalysisFlags {
   double saturation_pct = 95.0;
   double knee_sensitivity = 1.0;
   std::optional<double> price_per_hour;
+  std::optional<double> request_rate;        // --request-rate: serving at this many requests/s
+  std::optional<double> max_queue_delay_ms;  // --max-queue-delay: the batcher's hold (needs --request-rate)
 };
 
 struct PlanSettings {
@@ -71,7 +73,8 @@ struct AnalyzeSettings {
   ExportSettings exports;
   // Which analysis flags were given: the others take the run's values (its settings).
   bool saturation_given = false, knee_sensitivity_given = false, latency_percentile_given = false;
-  bool no_latency_slo = false;  // --no-latency-slo: drop the run's budget
+  bool no_latency_slo = false;   // --no-latency-slo: drop the run's budget
+  bool no_request_rate = false;  // --no-request-rate: drop the run's serving rate
 };
 
 struct CompareSettings {

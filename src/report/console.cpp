@@ -85,6 +85,11 @@ std::string format_console(const Report& report, const ConsoleOptions& options) 
     for (const auto& line : wrap_legend(report_view::marks_legend(report)))
       out += styled(line, kDim, color) + "\n";
   }
+  if (const std::string heading = report_view::serving_heading(report); !heading.empty()) {
+    out += "\n" + heading + "\n";
+    for (const std::string& line : report_format::render_lines(report_view::serving_table(report)))
+      out += line + "\n";
+  }
   const auto summary = report_view::summary_lines(report);
   if (!summary.empty()) {
     out += "\n";

@@ -13,6 +13,7 @@
 #include <map>
 #include <string_view>
 
+#include "batchsweep/analysis.hpp"
 #include "batchsweep/errors.hpp"
 #include "batchsweep/json_depth.hpp"
 #include "batchsweep/json_keys.hpp"
@@ -62,6 +63,30 @@ json without_non_finite(const json& doc) {
   return out;
 }
 
+// analysis.serving: each max batch's figures, null where it saturates.
+json serving_json(const Serving& s) {
+  json batches = json::array();
+  for (const ServingBatch& b : s.batches) {
+    json latency;
+    if (b.latency_ms)
+      latency = {{"mean", optional_number(b.latency_mean_ms)},
+                 {"p50", optional_number(b.latency_p50_ms)},
+                 {latency_name(s.latency_percentile), *b.latency_ms}};
+    batches.push_back({{"batch", b.batch},
+                       {"capacity_per_second", number_or_null(b.capacity_per_second)},
+                       {"saturated", b.saturated},
+                       {"utilization", optional_number(b.utilization)},
+                       {"mean_batch", optional_number(b.mean_batch)},
+                       {"latency_ms", latency}});
+  }
+  return {{"request_rate", number_or_null(s.request_rate)},
+          {"max_queue_delay_ms", number_or_null(s.max_queue_delay_ms)},
+          {"latency_percentile", s.latency_percentile},
+          {"requests", s.requests},
+          {"batches", std::move(batches)},
+          {"best", report_json::choice_json<json>(s.best)}};
+}
+
 json analysis_json(const Analysis& a) {
   using report_json::choice_json;
   json out = {{"knee", report_json::knee_json<json>(a.knee)},
@@ -78,6 +103,7 @@ json analysis_json(const Analysis& a) {
   if (a.latency_slo) out["latency_slo"] = choice_json<json>(*a.latency_slo);
   if (a.energy_optimal) out["energy_optimal"] = choice_json<json>(*a.energy_optimal);
   if (a.effective_batch_split) out["effective_batch_split"] = choice_json<json>(*a.effective_batch_split);
+  if (a.serving) out["serving"] = serving_json(*a.serving);
   return out;
 }
 
@@ -489,6 +515,40 @@ class Reader {
     return c;
   }
 
+  [[nodiscard]] Serving serving(const json& v, const std::string& path) const {
+    Serving s;
+    s.request_rate = number(required(v, path, "request_rate"), child(path, "request_rate"));
+    s.max_queue_delay_ms = optional_number(v, path, "max_queue_delay_ms").value_or(0.0);
+    s.latency_percentile = optional_number(v, path, "latency_percentile").value_or(99.0);
+    if (!is_latency_percentile(s.latency_percentile))
+      fail(child(path, "latency_percentile"), "must be 50, 90, 95, 99 or 99.9");
+    s.requests = optional_integer(v, path, "requests").value_or(0);
+    if (const json* rows = optional(v, path, "batches")) {
+      const std::string here = child(path, "batches");
+      if (!rows->is_array()) fail(here, "expected an array");
+      for (size_t i = 0; i < rows->size(); ++i) {
+        const std::string row = element(here, i);
+        const json& r = (*rows)[i];
+        if (!r.is_object()) fail(row, "expected an object");
+        ServingBatch b;
+        b.batch = integer(required(r, row, "batch"), child(row, "batch"));
+        b.capacity_per_second = optional_number(r, row, "capacity_per_second").value_or(0.0);
+        b.saturated = optional_bool(r, row, "saturated");
+        b.utilization = optional_number(r, row, "utilization");
+        b.mean_batch = optional_number(r, row, "mean_batch");
+        if (const json* latency = optional_object(r, row, "latency_ms")) {
+          const std::string at = child(row, "latency_ms");
+          b.latency_mean_ms = optional_number(*latency, at, "mean");
+          b.latency_p50_ms = optional_number(*latency, at, "p50");
+          b.latency_ms = optional_number(*latency, at, latency_name(s.latency_percentile));
+        }
+        s.batches.push_back(std::move(b));
+      }
+    }
+    if (const json* best = optional_object(v, path, "best")) s.best = choice(*best, child(path, "best"));
+    return s;
+  }
+
   [[nodiscard]] std::optional<BatchChoice> optional_choice(const json& obj, const std::string& path,
                                                            std::string_view key) const {
     const json* v = optional_object(obj, path, key);
@@ -512,6 +572,8 @@ class Reader {
     a.latency_slo = optional_choice(v, path, "latency_slo");
     a.energy_optimal = optional_choice(v, path, "energy_optimal");
     a.effective_batch_split = optional_choice(v, path, "effective_batch_split");
+    if (const json* serving = optional_object(v, path, "serving"))
+      a.serving = this->serving(*serving, child(path, "serving"));
     if (const json* rec = optional_object(v, path, "recommended")) {
       a.recommended.batch = optional_integer(*rec, child(path, "recommended"), "batch");
       a.recommended.why = optional_string(*rec, child(path, "recommended"), "why");

@@ -46,6 +46,9 @@ std::string format_markdown(const Report& report) {
       out += "\n_" + markdown_cell(legend) + "_\n";
     }
   }
+  if (const std::string heading = report_view::serving_heading(report); !heading.empty())
+    out += "\n" + markdown_cell(heading) + "\n\n" +
+           report_format::render_markdown(report_view::serving_table(report));
   const auto summary = report_view::summary_lines(report);
   if (!summary.empty()) {
     out += "\n";

@@ -36,6 +36,8 @@ std::vector<Mark> marks_of(const Analysis& a) {
   };
   if (a.latency_slo) marks.push_back({"slo", "the latency SLO's batch", a.latency_slo->batch});
   if (a.energy_optimal) marks.push_back({"energy", "fewest joules per sample", a.energy_optimal->batch});
+  if (a.serving)
+    marks.push_back({"serve", "lowest request latency at the request rate", a.serving->best.batch});
   if (a.effective_batch_split) {
     marks.push_back({"split", "micro-batch x accumulation split to use", a.effective_batch_split->batch});
   }
@@ -471,6 +473,11 @@ std::vector<std::string> summary_lines(const Report& report) {
     if (std::string line = choice_line(label, *choice, batch_text); !line.empty())
       lines.push_back(std::move(line));
   }
+  if (a.serving)
+    lines.push_back(
+        fmt::format("serving: {} — {}",
+                    a.serving->best.batch ? "max batch " + std::to_string(*a.serving->best.batch) : "none",
+                    a.serving->best.reason));
   if (a.recommended.batch || !a.recommended.why.empty()) {
     std::string line =
         "recommended: " +
@@ -485,6 +492,41 @@ std::vector<std::string> summary_lines(const Report& report) {
     lines.push_back(std::move(line));
   }
   return lines;
+}
+
+std::string serving_heading(const Report& report) {
+  if (!report.analysis.serving) return {};
+  const Serving& s = *report.analysis.serving;
+  return fmt::format(
+      "serving {} requests/s (simulated from the measured steps: {} requests arriving at random, one sample "
+      "each; a dynamic batcher{}; a step runs as the smallest swept batch that holds it):",
+      rf::sig3(s.request_rate), s.requests,
+      s.max_queue_delay_ms > 0
+          ? fmt::format(" that holds a request up to {:g} ms to fill a batch", s.max_queue_delay_ms)
+          : std::string());
+}
+
+rf::TextTable serving_table(const Report& report) {
+  rf::TextTable t;
+  if (!report.analysis.serving) return t;
+  const Serving& s = *report.analysis.serving;
+  const std::string pct = latency_name(s.latency_percentile);
+  t.headers = {"max batch", "capacity/s", "busy %", "per step", "mean ms", "p50 ms", pct + " ms", "marks"};
+  t.align = {rf::Align::right, rf::Align::right, rf::Align::right, rf::Align::right,
+             rf::Align::right, rf::Align::right, rf::Align::right, rf::Align::left};
+  const auto cell = [](const std::optional<double>& v, const std::function<std::string(double)>& f) {
+    return v ? f(*v) : std::string(rf::kAbsent);
+  };
+  const auto sig = [](double v) { return rf::sig3(v); };
+  for (const ServingBatch& b : s.batches) {
+    std::string mark = b.saturated ? "saturated: the rate is at or above its capacity" : "";
+    if (s.best.batch && *s.best.batch == b.batch) mark = "serve";
+    t.rows.push_back({std::to_string(b.batch), rf::human_rate(b.capacity_per_second),
+                      cell(b.utilization, [](double v) { return rf::fixed(v * 100.0, 0); }),
+                      cell(b.mean_batch, sig), cell(b.latency_mean_ms, sig), cell(b.latency_p50_ms, sig),
+                      cell(b.latency_ms, sig), mark});
+  }
+  return t;
 }
 
 }  // namespace bsw::report_view

@@ -63,4 +63,9 @@ struct Title {
 [[nodiscard]] std::string rounds_line(const Report& report);
 [[nodiscard]] std::vector<std::string> summary_lines(const Report& report);
 
+// run/analyze --request-rate: the line above the serving table (what was simulated), and the table, one row
+// per max batch (capacity, busy share, requests per step, request latency); empty without analysis.serving.
+[[nodiscard]] std::string serving_heading(const Report& report);
+[[nodiscard]] report_format::TextTable serving_table(const Report& report);
+
 }  // namespace bsw::report_view

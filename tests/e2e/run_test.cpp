@@ -3768,5 +3768,96 @@ TEST(Checkpointing, TheFewestBlocksThatFitArePlannedRunAndSaid) {
                        "--checkpoint-blocks 1: it saves model 'gpt2-small' no memory"));
 }
 
+// --request-rate: the serving table, its answer as the recommendation, the settings, and the schema.
+TEST(Serving, ARequestRateSimulatesEachMaxBatchAndRecommendsTheLowestLatency) {
+  ScratchDir dir;
+  const std::string report = (dir / "serve.json").string(), markdown = (dir / "serve.md").string();
+  // Roofline steps: 2 ms up to batch 256, so batches 1 and 8 serve 500 and 4000 requests/s at most.
+  const Result r =
+      run(scripted_run("roofline.json", {"--mode", "infer", "--batch", "1,8,64,512", "--request-rate",
+                                         "20000", "--json", report, "--markdown", markdown}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto contains = [](const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos;
+  };
+  EXPECT_TRUE(contains(r.out, "serving 20000 requests/s (simulated from the measured steps")) << r.out;
+  EXPECT_TRUE(contains(r.out, "saturated: the rate is at or above its capacity")) << r.out;
+  EXPECT_TRUE(contains(r.out, "serve = lowest request latency at the request rate")) << r.out;
+  const nlohmann::json j = read_json(report);
+  EXPECT_EQ(j["settings"]["request_rate"], 20000);
+  EXPECT_EQ(j["settings"]["max_queue_delay_ms"], 0);
+  const nlohmann::json& s = j["analysis"]["serving"];
+  ASSERT_EQ(s["batches"].size(), 4u);
+  EXPECT_EQ(s["batches"][0]["saturated"], true);
+  EXPECT_TRUE(s["batches"][0]["latency_ms"].is_null());
+  EXPECT_EQ(s["batches"][1]["saturated"], true);
+  EXPECT_EQ(s["batches"][2]["saturated"], false);
+  // A request's latency is at least one 2 ms step.
+  EXPECT_GE(s["batches"][2]["latency_ms"]["p50"].get<double>(), 2.0);
+  EXPECT_GE(s["batches"][2]["latency_ms"]["p99"].get<double>(),
+            s["batches"][2]["latency_ms"]["p50"].get<double>());
+  EXPECT_EQ(j["analysis"]["recommended"]["batch"], s["best"]["batch"]);
+  EXPECT_EQ(j["analysis"]["recommended"]["why"], s["best"]["reason"]);
+  EXPECT_TRUE(contains(slurp(markdown), "serving 20000 requests/s")) << slurp(markdown);
+  expect_valid_report(report);
+}
+
+TEST(Serving, AnalyzeKeepsChangesOrDropsTheRunsRate) {
+  ScratchDir dir;
+  const std::string report = (dir / "serve.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--mode", "infer", "--batch", "1,8,64,512", "--request-rate",
+                                               "20000", "--max-queue-delay", "1", "--json", report}))
+                .exit_code,
+            0);
+  const Result kept = run({"analyze", report, "--json", "-"});
+  ASSERT_EQ(kept.exit_code, 0) << kept.err;
+  EXPECT_NE(kept.err.find("the run's --request-rate 20000, --max-queue-delay 1 kept"), std::string::npos)
+      << kept.err;
+  EXPECT_EQ(nlohmann::json::parse(kept.out)["analysis"]["serving"], read_json(report)["analysis"]["serving"]);
+  // Above every batch's capacity (batch 512: 128000/s): nothing to recommend.
+  const Result over = run({"analyze", report, "--request-rate", "200000", "--json", "-"});
+  EXPECT_EQ(over.exit_code, 4) << over.err;
+  const nlohmann::json o = nlohmann::json::parse(over.out);
+  EXPECT_EQ(o["settings"]["request_rate"], 200000);
+  EXPECT_TRUE(o["analysis"]["recommended"]["batch"].is_null());
+  EXPECT_NE(o["analysis"]["recommended"]["why"].get<std::string>().find("every max batch saturates"),
+            std::string::npos);
+  const Result dropped = run({"analyze", report, "--no-request-rate", "--json", "-"});
+  ASSERT_EQ(dropped.exit_code, 0) << dropped.err;
+  const nlohmann::json d = nlohmann::json::parse(dropped.out);
+  EXPECT_FALSE(d["analysis"].contains("serving"));
+  EXPECT_FALSE(d["settings"].contains("request_rate"));
+  EXPECT_FALSE(d["settings"].contains("max_queue_delay_ms"));
+  // A hold with no rate at all.
+  const std::string plain = (dir / "plain.json").string();
+  ASSERT_EQ(
+      run(scripted_run("roofline.json", {"--mode", "infer", "--batch", "8,64", "--json", plain})).exit_code,
+      0);
+  const Result hold = run({"analyze", plain, "--max-queue-delay", "2"});
+  EXPECT_EQ(hold.exit_code, 2);
+  EXPECT_NE(hold.err.find("--max-queue-delay: the batcher's hold needs a rate"), std::string::npos)
+      << hold.err;
+}
+
+TEST(Serving, TrainingServesNoRequests) {
+  ScratchDir dir;
+  const std::string report = (dir / "train.json").string();
+  const Result r =
+      run(scripted_run("roofline.json", {"--batch", "8,64", "--request-rate", "100", "--json", report}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--request-rate: serving is of inference steps"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(report));
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "8,64", "--json", report})).exit_code, 0);
+  const Result a = run({"analyze", report, "--request-rate", "100"});
+  EXPECT_EQ(a.exit_code, 2);
+  EXPECT_NE(a.err.find("--request-rate: the report is of a training sweep"), std::string::npos) << a.err;
+  const Result hold = run(scripted_run("roofline.json", {"--mode", "infer", "--max-queue-delay", "2"}));
+  EXPECT_EQ(hold.exit_code, 2);
+  EXPECT_NE(hold.err.find("--max-queue-delay"), std::string::npos) << hold.err;
+  const Result zero = run(scripted_run("roofline.json", {"--mode", "infer", "--request-rate", "0"}));
+  EXPECT_EQ(zero.exit_code, 2);
+  EXPECT_NE(zero.err.find("--request-rate"), std::string::npos) << zero.err;
+}
+
 }  // namespace
 }  // namespace bsw::e2e

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include "batchsweep/analysis.hpp"
 #include "batchsweep/compare.hpp"
 #include "batchsweep/printers.hpp"
 #include "golden/sample_report.hpp"
@@ -85,6 +86,32 @@ TEST(Golden, ConsoleRounds) {
 
 TEST(Golden, CsvRounds) {
   expect_golden("report-rounds.csv", bsw::format_csv(rounds_report()));
+}
+
+// The sample report as an inference sweep with run --request-rate 5000 --max-queue-delay 0.5 would hold it:
+// the serving table (batches 1 and 4 saturate) and its answer as the recommendation (the smallest max batch
+// within 2% of the lowest latency).
+bsw::Report serving_report() {
+  bsw::Report r = bsw::testing::sample_report();
+  r.settings["mode"] = "infer";
+  r.settings["request_rate"] = 5000;
+  r.settings["max_queue_delay_ms"] = 0.5;
+  r.settings.erase("latency_slo_ms");  // a budget would hold the requests' latency: none here
+  r.analysis.latency_slo.reset();
+  bsw::AnalysisOptions options;
+  options.request_rate = 5000;
+  options.max_queue_delay_ms = 0.5;
+  r.analysis.serving = bsw::simulate_serving(r.points, options);
+  r.analysis.recommended = {r.analysis.serving->best.batch, r.analysis.serving->best.reason};
+  return r;
+}
+
+TEST(Golden, ConsoleServing) {
+  expect_golden("console-serving.txt", bsw::format_console(serving_report(), {.color = false}));
+}
+
+TEST(Golden, MarkdownServing) {
+  expect_golden("report-serving.md", bsw::format_markdown(serving_report()));
 }
 
 TEST(Golden, Compare) {

@@ -246,6 +246,38 @@ TEST(ReportJson, RoundsRoundTripWithTheirMeansAndAgreement) {
   EXPECT_EQ(to_json(back), doc);
 }
 
+TEST(ReportJson, ServingRoundTripsWithItsPercentileNamed) {
+  Report report = testing::sample_report();
+  AnalysisOptions options;
+  options.request_rate = 5000;
+  options.latency_percentile = 99.9;
+  report.analysis.serving = simulate_serving(report.points, options);
+  const json doc = to_json(report);
+  const json& s = doc["analysis"]["serving"];
+  EXPECT_EQ(s["request_rate"], 5000.0);
+  EXPECT_EQ(s["latency_percentile"], 99.9);
+  EXPECT_EQ(s["requests"], kServingRequests);
+  ASSERT_EQ(s["batches"].size(), 6u);  // the ok batches
+  EXPECT_EQ(s["batches"][0]["saturated"], true);
+  EXPECT_TRUE(s["batches"][0]["latency_ms"].is_null());
+  EXPECT_TRUE(s["batches"][0]["utilization"].is_null());
+  EXPECT_TRUE(s["batches"][2]["latency_ms"].contains("p99.9"));
+  EXPECT_DOUBLE_EQ(s["batches"][2]["latency_ms"]["p99.9"].get<double>(),
+                   *report.analysis.serving->batches[2].latency_ms);
+  const Report back = report_from_json(doc, "serving.json");
+  ASSERT_TRUE(back.analysis.serving.has_value());
+  EXPECT_EQ(back.analysis.serving->best.batch, report.analysis.serving->best.batch);
+  EXPECT_EQ(to_json(back), doc);
+  json bad = doc;
+  bad["analysis"]["serving"]["latency_percentile"] = 97;
+  EXPECT_EQ(input_error([&] { (void)report_from_json(bad, "a.json"); }),
+            "a.json: analysis.serving.latency_percentile: must be 50, 90, 95, 99 or 99.9");
+  bad = doc;
+  bad["analysis"]["serving"]["batches"][1]["batch"] = "eight";
+  EXPECT_EQ(input_error([&] { (void)report_from_json(bad, "a.json"); }),
+            "a.json: analysis.serving.batches[1].batch: expected an integer");
+}
+
 TEST(ReportJson, MinimalPointsAreValid) {
   const Report r = report_from_json(minimal_doc(), "curve.json");
   ASSERT_EQ(r.points.size(), 3u);
