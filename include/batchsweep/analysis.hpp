@@ -172,12 +172,20 @@ inline constexpr double kRoundsAlpha = 0.01;
 // Serving at options.request_rate (run/analyze --request-rate; the model is in src/analysis/serving.cpp and
 // the README's "Serving"): for each ok batch of one micro-batch a step, as a dynamic batcher's max batch, the
 // requests it serves and their latency, simulated from the measured steps; and the max batch of the lowest
-// request latency at options.latency_percentile (the smallest within kServingTiePct of it), held to
-// options.latency_slo_ms where given. A max batch whose throughput is at or below the rate is saturated.
+// request latency at options.latency_percentile among the settled ones (the smallest within kServingTiePct of
+// it, or twice the two latencies' combined standard error), held to options.latency_slo_ms where given. A max
+// batch whose throughput is at or below the rate is saturated; one whose latency the simulation cannot pin
+// down (fewer than kServingMinSteps steps, or a mean latency's standard error above kServingMaxRelativeError
+// of it: near its capacity the queue wanders longer than any simulation) is not settled and is not chosen.
 // Deterministic: a fixed seed, and the same arrivals for every max batch.
 inline constexpr int64_t kServingRequests = 100000;       // timed per max batch
 inline constexpr int64_t kServingWarmupRequests = 10000;  // before them: the queue reaches its usual length
-inline constexpr double kServingTiePct = 2.0;             // latencies this close are one
+inline constexpr double kServingTiePct = 2.0;  // latencies this close are one (or within twice their noise)
+inline constexpr std::size_t kServingSections = 20;  // for the latency's standard error
+inline constexpr int64_t kServingMinSteps = 200;     // a latency from fewer steps is not settled
+// nor one whose mean's standard error (regenerative: over the cycles between steps that empty the queue) is
+// more than 5% of it: an M/D/1 queue settles up to about 90% of its capacity in kServingRequests requests.
+inline constexpr double kServingMaxRelativeError = 0.05;
 // The rate at this share of the best max batch's capacity or more: said to be near it.
 inline constexpr double kServingNearCapacity = 0.9;
 inline constexpr uint64_t kServingSeed = 0x73657276696e67ULL;

@@ -161,6 +161,15 @@ struct ServingBatch {
   // its arrival to the end of its step (mean, p50 and at the serving's percentile).
   std::optional<double> utilization, mean_batch;
   std::optional<double> latency_mean_ms, latency_p50_ms, latency_ms;
+  std::optional<double>
+      latency_se_ms;        // latency_ms's standard error: its spread over sections of the requests
+  int64_t timed_steps = 0;  // the steps that served the timed requests
+  int64_t cycles = 0;       // steps that emptied the queue (regeneration points)
+  std::optional<double> latency_mean_se_ms;  // latency_mean_ms's standard error over those cycles
+  // Whether the figures stand: enough steps (kServingMinSteps) and latency_mean_ms known to
+  // kServingMaxRelativeError. Not, near its capacity: the queue there wanders longer than the simulation
+  // runs.
+  bool settled = false;
 };
 
 struct Serving {

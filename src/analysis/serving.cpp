@@ -17,10 +17,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "analysis/curve.hpp"
 #include "batchsweep/analysis.hpp"
-#include "batchsweep/stats.hpp"
 
 namespace bsw {
 namespace {
@@ -86,7 +86,7 @@ std::vector<Pool> pools_of(std::span<const Point> points) {
   return pools;
 }
 
-// Poisson arrivals in ms, drawn as far as they are read: the same stream for every max batch.
+// Poisson arrivals in ms, drawn as far as they are read: one stream, which every max batch reads.
 class Arrivals {
  public:
   Arrivals(double rate_per_s, uint64_t seed) : dice_(seed), mean_gap_ms_(1000.0 / rate_per_s) {}
@@ -111,22 +111,40 @@ class Arrivals {
   std::vector<double> at_;
 };
 
+// numpy's linear percentile of sorted values.
+double sorted_percentile(const std::vector<double>& sorted, double pct) {
+  const double h = static_cast<double>(sorted.size() - 1) * pct / 100.0;
+  const auto lo = static_cast<std::size_t>(std::floor(h));
+  if (lo + 1 >= sorted.size()) return sorted.back();
+  return sorted[lo] + (h - static_cast<double>(lo)) * (sorted[lo + 1] - sorted[lo]);
+}
+
+struct Simulated {
+  ServingBatch row;
+  std::size_t largest_step = 0;  // the most requests one step took
+};
+
 // The batcher with pools[top].batch as its max batch, `delay_ms` its hold, `pct` the latency percentile.
-ServingBatch simulate(const std::vector<Pool>& pools, std::size_t top, double rate, double delay_ms,
-                      double pct) {
-  ServingBatch out;
+Simulated simulate(const std::vector<Pool>& pools, std::size_t top, Arrivals& at, double delay_ms,
+                   double pct) {
+  Simulated sim;
+  ServingBatch& out = sim.row;
   const Pool& largest = pools[top];
   out.batch = largest.batch;
   out.capacity_per_second = largest.samples_per_second;
   const auto max_batch = static_cast<std::size_t>(largest.batch);
   const std::size_t warm = kServingWarmupRequests, end = warm + kServingRequests;
-  Arrivals at(rate, kServingSeed);
   Dice dice(kServingSeed ^ 0x5e57ULL);  // which measured step each step takes
-  std::vector<double> latencies;
+  std::vector<double> latencies;        // in the order the requests arrived
   latencies.reserve(kServingRequests);
   std::size_t next = 0, arrived = 0;  // the oldest waiting request; how many have arrived
   double free_at = 0, busy = 0, first_start = -1;
   int64_t steps = 0, served = 0;
+  // Regeneration: a step that takes every waiting request leaves the queue empty, and what follows depends on
+  // nothing before it. The timed requests' latencies summed per cycle between such steps (sum, count) give
+  // the mean latency's standard error however long the queue's memory (batch means would underrate it there).
+  std::vector<std::pair<double, double>> cycles;
+  double cycle_sum = 0, cycle_count = 0;
   const auto arrive_until = [&](double t) {
     while (at[arrived] <= t) ++arrived;
   };
@@ -144,30 +162,78 @@ ServingBatch simulate(const std::vector<Pool>& pools, std::size_t top, double ra
       arrive_until(start);
     }
     const std::size_t k = std::min(arrived - next, max_batch);
+    sim.largest_step = std::max(sim.largest_step, k);
     const auto runs_as =
         std::lower_bound(pools.begin(), pools.begin() + static_cast<std::ptrdiff_t>(top) + 1,
                          static_cast<int64_t>(k), [](const Pool& p, int64_t b) { return p.batch < b; });
     const double step = runs_as->ms[dice.below(runs_as->ms.size())];
-    const double done = start + step;
     if (next + k > warm) {
       if (first_start < 0) first_start = start;
       busy += step;
       ++steps;
       served += static_cast<int64_t>(k);
     }
-    for (std::size_t r = std::max(next, warm); r < std::min(next + k, end); ++r)
-      latencies.push_back(done - at[r]);
+    // The wait, then the step: a difference of two arrival-scale times only where there was a wait, so a
+    // step of microseconds after days of arrivals keeps its digits.
+    for (std::size_t r = std::max(next, warm); r < std::min(next + k, end); ++r) {
+      latencies.push_back((start - at[r]) + step);
+      cycle_sum += latencies.back();
+      cycle_count += 1;
+    }
+    if (k == arrived - next && cycle_count > 0) {
+      cycles.emplace_back(cycle_sum, cycle_count);
+      cycle_sum = cycle_count = 0;
+    }
     next += k;
-    free_at = done;
+    free_at = start + step;
   }
   out.utilization = free_at > first_start ? busy / (free_at - first_start) : 1.0;
   out.mean_batch = static_cast<double>(served) / static_cast<double>(std::max<int64_t>(steps, 1));
+  // The percentile's standard error from the spread of its value over consecutive sections of the requests
+  // (batch means): what another seed would move it by.
+  std::vector<double> by_section;
+  const std::size_t section = latencies.size() / kServingSections;
+  for (std::size_t i = 0; i < kServingSections; ++i) {
+    std::vector<double> part(latencies.begin() + static_cast<std::ptrdiff_t>(i * section),
+                             latencies.begin() + static_cast<std::ptrdiff_t>((i + 1) * section));
+    std::sort(part.begin(), part.end());
+    by_section.push_back(sorted_percentile(part, pct));
+  }
   double sum = 0;
   for (double v : latencies) sum += v;
   out.latency_mean_ms = sum / static_cast<double>(latencies.size());
-  out.latency_p50_ms = percentile(latencies, 50);
-  out.latency_ms = percentile(latencies, pct);
-  return out;
+  std::sort(latencies.begin(), latencies.end());
+  out.latency_p50_ms = sorted_percentile(latencies, 50);
+  out.latency_ms = sorted_percentile(latencies, pct);
+  double mean = 0, squares = 0;
+  for (double v : by_section) mean += v / static_cast<double>(by_section.size());
+  for (double v : by_section) squares += (v - mean) * (v - mean);
+  out.latency_se_ms = std::sqrt(squares / static_cast<double>(by_section.size() - 1)) /
+                      std::sqrt(static_cast<double>(by_section.size()));
+  out.timed_steps = steps;
+  // The ratio estimator's standard error over the cycles (the last, unfinished one left out).
+  double mean_se = std::numeric_limits<double>::infinity();
+  if (cycles.size() >= 2) {
+    double y = 0, n = 0;
+    for (const auto& [sum_ms, count] : cycles) {
+      y += sum_ms;
+      n += count;
+    }
+    const double ratio = y / n, per_cycle = n / static_cast<double>(cycles.size());
+    double spread = 0;
+    for (const auto& [sum_ms, count] : cycles) spread += (sum_ms - ratio * count) * (sum_ms - ratio * count);
+    spread /= static_cast<double>(cycles.size() - 1);
+    mean_se = std::sqrt(spread / static_cast<double>(cycles.size())) / per_cycle;
+  }
+  out.cycles = static_cast<int64_t>(cycles.size());
+  out.latency_mean_se_ms = mean_se;
+  out.settled = steps >= kServingMinSteps && mean_se <= kServingMaxRelativeError * *out.latency_mean_ms;
+  return sim;
+}
+
+std::string requests_per_step(double mean_batch) {
+  const std::string n = fmt::format("{:.3g}", mean_batch);
+  return fmt::format("{} request{} per step", n, n == "1" ? "" : "s");
 }
 
 }  // namespace
@@ -185,30 +251,48 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
     s.best = BatchChoice(std::nullopt, std::nullopt, "no ok point of one micro-batch a step to serve from");
     return s;
   }
+  Arrivals arrivals(s.request_rate, kServingSeed);
+  // A max batch no step filled: every larger one runs the very same steps (it holds no longer and pads the
+  // same), so its row is that one's.
+  std::optional<ServingBatch> unfilled;
   for (std::size_t i = 0; i < pools.size(); ++i) {
+    ServingBatch b;
     if (s.request_rate >= pools[i].samples_per_second) {
-      ServingBatch b;
-      b.batch = pools[i].batch;
-      b.capacity_per_second = pools[i].samples_per_second;
       b.saturated = true;
-      s.batches.push_back(b);
+    } else if (unfilled) {
+      b = *unfilled;
     } else {
-      s.batches.push_back(simulate(pools, i, s.request_rate, s.max_queue_delay_ms, s.latency_percentile));
+      const Simulated sim = simulate(pools, i, arrivals, s.max_queue_delay_ms, s.latency_percentile);
+      b = sim.row;
+      if (sim.largest_step < static_cast<std::size_t>(pools[i].batch)) unfilled = b;
     }
+    b.batch = pools[i].batch;
+    b.capacity_per_second = pools[i].samples_per_second;
+    s.batches.push_back(b);
   }
+  const auto usable = [](const ServingBatch& b) { return !b.saturated && b.settled; };
   const ServingBatch* lowest = nullptr;
   for (const ServingBatch& b : s.batches)
-    if (!b.saturated && (!lowest || *b.latency_ms < *lowest->latency_ms)) lowest = &b;
+    if (usable(b) && (!lowest || *b.latency_ms < *lowest->latency_ms)) lowest = &b;
   if (!lowest) {
     const ServingBatch& most = *std::max_element(s.batches.begin(), s.batches.end(),
                                                  [](const ServingBatch& a, const ServingBatch& b) {
                                                    return a.capacity_per_second < b.capacity_per_second;
                                                  });
-    s.best = BatchChoice(std::nullopt, std::nullopt,
-                         fmt::format("every max batch saturates at {}: the most one serves is {} requests/s "
-                                     "(batch {}); the rate needs more throughput (a larger batch where it "
-                                     "still rises, or more GPUs)",
-                                     rate, format_rate(most.capacity_per_second), most.batch));
+    const bool any_unsettled = std::any_of(s.batches.begin(), s.batches.end(),
+                                           [](const ServingBatch& b) { return !b.saturated && !b.settled; });
+    s.best = BatchChoice(
+        std::nullopt, std::nullopt,
+        any_unsettled
+            ? fmt::format(
+                  "no max batch serves {} steadily: each saturates or runs so near its capacity that its "
+                  "queue does not settle in {} requests (the most any serves is {} requests/s, batch {}); "
+                  "the rate needs more throughput (a larger batch where it still rises, or more GPUs)",
+                  rate, kServingRequests, format_rate(most.capacity_per_second), most.batch)
+            : fmt::format(
+                  "every max batch saturates at {}: the most one serves is {} requests/s (batch {}); the "
+                  "rate needs more throughput (a larger batch where it still rises, or more GPUs)",
+                  rate, format_rate(most.capacity_per_second), most.batch));
     return s;
   }
   const std::optional<double> budget = options.latency_slo_ms;
@@ -221,28 +305,30 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
                                 lowest->batch));
     return s;
   }
-  // The smallest max batch as good as the lowest (and within the budget): less memory and less padding for
-  // the same latency.
-  double tie = *lowest->latency_ms * (1.0 + kServingTiePct / 100.0);
-  if (budget) tie = std::min(tie, *budget);
+  // The smallest max batch as good as the lowest (within the tie, or the two estimates' noise, and within the
+  // budget): less memory and less padding for the same latency.
   const ServingBatch* best = lowest;
-  for (const ServingBatch& b : s.batches)
-    if (!b.saturated && b.batch < best->batch && *b.latency_ms <= tie) best = &b;
+  for (const ServingBatch& b : s.batches) {
+    if (!usable(b) || b.batch >= best->batch) continue;
+    const double margin = std::max(kServingTiePct / 100.0 * *lowest->latency_ms,
+                                   2.0 * std::hypot(*b.latency_se_ms, *lowest->latency_se_ms));
+    if (*b.latency_ms <= *lowest->latency_ms + margin && (!budget || *b.latency_ms <= *budget)) best = &b;
+  }
   const double ms = *best->latency_ms;
   const double load = s.request_rate / best->capacity_per_second;
-  const std::string figures = fmt::format(
-      "{} {} ms, p50 {} ms; {:.3g} request{} per step; the rate is {} of its capacity, {} requests/s", pct,
-      ms_text(ms), ms_text(*best->latency_p50_ms), *best->mean_batch,
-      fmt::format("{:.3g}", *best->mean_batch) == "1" ? "" : "s", format_percent(load),
-      format_rate(best->capacity_per_second));
+  std::string figures = fmt::format("{} {} \u00b1 {} ms", pct, ms_text(ms), ms_text(*best->latency_se_ms));
+  if (options.latency_percentile != 50) figures += fmt::format(", p50 {} ms", ms_text(*best->latency_p50_ms));
+  figures +=
+      fmt::format("; {}; the rate is {} of its capacity, {} requests/s", requests_per_step(*best->mean_batch),
+                  format_percent(load), format_rate(best->capacity_per_second));
   std::string why =
       best == lowest
           ? fmt::format("lowest {} request latency at {} (simulated from the measured steps): {}", pct, rate,
                         figures)
           : fmt::format(
-                "the smallest max batch within {:g}% of the lowest {} request latency at {} (max batch "
-                "{}'s {} ms; simulated from the measured steps): {}",
-                kServingTiePct, pct, rate, lowest->batch, ms_text(*lowest->latency_ms), figures);
+                "the smallest max batch as low as the lowest {} request latency at {} (max batch {}'s {} "
+                "ms, within {:g}% or the simulation's noise; simulated from the measured steps): {}",
+                pct, rate, lowest->batch, ms_text(*lowest->latency_ms), kServingTiePct, figures);
   if (load >= kServingNearCapacity)
     why += ", near it: a little more load or slower steps lengthen the queue fast";
   if (budget) why += fmt::format("; within the {} ms budget", format_number(*budget));

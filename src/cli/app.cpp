@@ -416,13 +416,14 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
       ->type_name("MS")
       ->check(positive("milliseconds: 50 for 50 ms"));
   CLI::Option* percentile =
-      cmd->add_option(
-             "--latency-percentile", a.latency_percentile,
-             of_report
-                 ? "The step-time percentile --latency-slo holds: 50, 90, 95, 99 or 99.9 (default: the "
-                   "run's, else 99)"
-                 : "The step-time percentile --latency-slo holds: 50, 90, 95, 99 or 99.9 (p95 works too; "
-                   "needs --latency-slo; default 99)")
+      cmd->add_option("--latency-percentile", a.latency_percentile,
+                      of_report
+                          ? "The step-time percentile --latency-slo holds (and --request-rate answers at): "
+                            "50, 90, 95, "
+                            "99 or 99.9 (default: the run's, else 99)"
+                          : "The step-time percentile --latency-slo holds (and --request-rate answers at): "
+                            "50, 90, 95, "
+                            "99 or 99.9 (p95 works too; needs --latency-slo or --request-rate; default 99)")
           ->type_name("P")
           // "p95" as the answers write it is 95, and "95%" too.
           ->transform([](const std::string& v) {
@@ -714,9 +715,10 @@ int run_app(int argc, char** argv) {
       ->type_name("S")
       ->check(non_negative());
   run_cmd
-      ->add_option("--min-samples", stop.min_samples,
-                   "Timed steps per point, at least [default: 10; with --latency-slo, enough for its "
-                   "percentile: 100 at p99, 20 at p95, 1000 at p99.9]")
+      ->add_option(
+          "--min-samples", stop.min_samples,
+          "Timed steps per point, at least [default: 10; with --latency-slo or --request-rate, enough "
+          "for its percentile: 100 at p99, 20 at p95, 1000 at p99.9]")
       ->transform(whole(1, std::numeric_limits<int>::max()));
   run_cmd->add_option("--min-time", stop.min_time_s, "Measured seconds per point, at least")
       ->type_name("S")
@@ -831,8 +833,10 @@ int run_app(int argc, char** argv) {
       ->excludes("--latency-slo");
   analyze_cmd
       ->add_flag("--no-request-rate", analyze.no_request_rate,
-                 "Drop the run's --request-rate (and its serving answer; not with --request-rate)")
-      ->excludes("--request-rate");
+                 "Drop the run's --request-rate (and its serving answer; not with --request-rate or "
+                 "--max-queue-delay)")
+      ->excludes("--request-rate")
+      ->excludes("--max-queue-delay");
   add_exports(analyze_cmd, analyze.exports);
 
   // ---- compare
@@ -1027,10 +1031,12 @@ int run_app(int argc, char** argv) {
     run.sweep.latency_slo_ms = run.analysis.latency_slo_ms;
     run.sweep.latency_percentile = run.analysis.latency_percentile;
     require_budget_for_percentile(run_cmd->count("--latency-percentile") > 0,
-                                  run.analysis.latency_slo_ms.has_value());
+                                  run.analysis.latency_slo_ms.has_value(),
+                                  run.analysis.request_rate.has_value());
     // A budget at p99 judged on 10 steps is judged on the slowest of them: enough steps for the percentile,
     // unless --min-samples says otherwise (settings.stopping.min_samples records which).
-    if (run.analysis.latency_slo_ms && run_cmd->count("--min-samples") == 0)
+    // Serving draws its steps from each batch's measured ones: their tail too.
+    if ((run.analysis.latency_slo_ms || run.analysis.request_rate) && run_cmd->count("--min-samples") == 0)
       run.sweep.stopping.min_samples = std::max(run.sweep.stopping.min_samples,
                                                 latency_budget_min_samples(run.analysis.latency_percentile));
     validate(run.sweep.stopping);

@@ -544,7 +544,11 @@ class ExportingObserver final : public SweepObserver {
     report_.points = all_so_far;
     if (report_.settings.contains("resumed"))
       report_.settings["resumed"]["points"] = count_resumed(report_.points);
-    report_.analysis = analyze(report_.points, options_);
+    // Serving is simulated once, at the end (and by analyze): each simulation runs 100,000 requests per
+    // batch, too slow to repeat after every point of a long sweep.
+    AnalysisOptions so_far = options_;
+    so_far.request_rate.reset();
+    report_.analysis = analyze(report_.points, so_far);
     if (!exports_.any()) return;
     // An export that cannot be rewritten (a full disk, a directory made read-only) does not stop the
     // measurement: said once, recorded, and tried again after each point and at the end (exit 1 if that
@@ -1208,11 +1212,11 @@ bool is_regular_file(const std::string& path) {
 }
 }  // namespace
 
-void require_budget_for_percentile(bool percentile_given, bool has_budget) {
-  if (percentile_given && !has_budget)
+void require_budget_for_percentile(bool percentile_given, bool has_budget, bool has_rate) {
+  if (percentile_given && !has_budget && !has_rate)
     throw UsageError(
-        "--latency-percentile: it chooses what --latency-slo holds, and there is no budget (give "
-        "--latency-slo MS)");
+        "--latency-percentile: it chooses what --latency-slo holds, or the request latency --request-rate "
+        "answers at, and there is neither (give --latency-slo MS or --request-rate PER_S)");
 }
 
 namespace {
@@ -1559,13 +1563,15 @@ RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags,
   // The percentile only means something beside a budget: given without one it is an error, and the run's is
   // said only where there is a budget to hold it. Without one (--no-latency-slo) it is still carried into the
   // settings written, so a later analyze that gives a budget judges at the run's percentile, not at p99.
-  require_budget_for_percentile(given.latency_percentile, flags.latency_slo_ms.has_value());
+  require_budget_for_percentile(given.latency_percentile, flags.latency_slo_ms.has_value(),
+                                flags.request_rate.has_value());
   if (!given.latency_percentile) {
     if (const auto v = run_value("latency_percentile", 0.0, 100.0); v && *v != flags.latency_percentile) {
       if (is_latency_percentile(*v)) {
         flags.latency_percentile = *v;
-        if (flags.latency_slo_ms) out.kept.push_back(fmt::format("--latency-percentile {:g}", *v));
-      } else if (flags.latency_slo_ms) {
+        if (flags.latency_slo_ms || flags.request_rate)
+          out.kept.push_back(fmt::format("--latency-percentile {:g}", *v));
+      } else if (flags.latency_slo_ms || flags.request_rate) {
         out.ignored.push_back(
             fmt::format("settings.latency_percentile {:g} not one of 50, 90, 95, 99, 99.9", *v));
       }

@@ -23,8 +23,8 @@ void remove_stale_gate_exports(const std::vector<std::pair<std::string, std::str
 // that is no preset).
 [[nodiscard]] int presets_command(const std::optional<std::string>& name);
 
-// --latency-percentile chooses what --latency-slo holds: given with no budget (run's flag, or analyze's flag
-// and the run's budget) it is a usage error.
-void require_budget_for_percentile(bool percentile_given, bool has_budget);
+// --latency-percentile chooses what --latency-slo holds and the percentile --request-rate answers at: given
+// with neither (run's flags, or analyze's flags and the run's) it is a usage error.
+void require_budget_for_percentile(bool percentile_given, bool has_budget, bool has_rate);
 
 }  // namespace bsw::cli

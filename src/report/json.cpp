@@ -77,7 +77,12 @@ json serving_json(const Serving& s) {
                        {"saturated", b.saturated},
                        {"utilization", optional_number(b.utilization)},
                        {"mean_batch", optional_number(b.mean_batch)},
-                       {"latency_ms", latency}});
+                       {"latency_ms", latency},
+                       {"latency_se_ms", optional_number(b.latency_se_ms)},
+                       {"timed_steps", b.timed_steps},
+                       {"cycles", b.cycles},
+                       {"latency_mean_se_ms", optional_number(b.latency_mean_se_ms)},
+                       {"settled", b.settled}});
   }
   return {{"request_rate", number_or_null(s.request_rate)},
           {"max_queue_delay_ms", number_or_null(s.max_queue_delay_ms)},
@@ -536,6 +541,11 @@ class Reader {
         b.saturated = optional_bool(r, row, "saturated");
         b.utilization = optional_number(r, row, "utilization");
         b.mean_batch = optional_number(r, row, "mean_batch");
+        b.latency_se_ms = optional_number(r, row, "latency_se_ms");
+        b.timed_steps = optional_integer(r, row, "timed_steps").value_or(0);
+        b.cycles = optional_integer(r, row, "cycles").value_or(0);
+        b.latency_mean_se_ms = optional_number(r, row, "latency_mean_se_ms");
+        b.settled = optional_bool(r, row, "settled");
         if (const json* latency = optional_object(r, row, "latency_ms")) {
           const std::string at = child(row, "latency_ms");
           b.latency_mean_ms = optional_number(*latency, at, "mean");
@@ -727,6 +737,18 @@ class Reader {
       const double ms = number(*budget, child(top, "latency_slo_ms"));
       if (!(ms >= std::numeric_limits<double>::min()))
         fail(child(top, "latency_slo_ms"), fmt::format("must be a positive number of ms, got {:g}", ms));
+    }
+    // run --request-rate and --max-queue-delay, which analyze keeps.
+    if (json* rate = present("request_rate")) {
+      const double per_s = number(*rate, child(top, "request_rate"));
+      if (!(per_s >= std::numeric_limits<double>::min()) || !std::isfinite(per_s))
+        fail(child(top, "request_rate"),
+             fmt::format("must be a positive number of requests/s, got {:g}", per_s));
+    }
+    if (json* delay = present("max_queue_delay_ms")) {
+      const double ms = number(*delay, child(top, "max_queue_delay_ms"));
+      if (!(ms >= 0) || !std::isfinite(ms))
+        fail(child(top, "max_queue_delay_ms"), fmt::format("must be a hold in ms >= 0, got {:g}", ms));
     }
   }
 

@@ -511,20 +511,42 @@ rf::TextTable serving_table(const Report& report) {
   if (!report.analysis.serving) return t;
   const Serving& s = *report.analysis.serving;
   const std::string pct = latency_name(s.latency_percentile);
-  t.headers = {"max batch", "capacity/s", "busy %", "per step", "mean ms", "p50 ms", pct + " ms", "marks"};
-  t.align = {rf::Align::right, rf::Align::right, rf::Align::right, rf::Align::right,
+  // At p50 the percentile's column is the p50's.
+  const bool median = s.latency_percentile == 50;
+  t.headers = {"max batch", "capacity/s", "busy %",    "per step", "mean ms",
+               "p50 ms",    pct + " ms",  "\u00b1 ms", "marks"};
+  t.align = {rf::Align::right, rf::Align::right, rf::Align::right, rf::Align::right, rf::Align::right,
              rf::Align::right, rf::Align::right, rf::Align::right, rf::Align::left};
+  if (median) {
+    t.headers.erase(t.headers.begin() + 5);
+    t.align.erase(t.align.begin() + 5);
+  }
   const auto cell = [](const std::optional<double>& v, const std::function<std::string(double)>& f) {
     return v ? f(*v) : std::string(rf::kAbsent);
   };
   const auto sig = [](double v) { return rf::sig3(v); };
   for (const ServingBatch& b : s.batches) {
-    std::string mark = b.saturated ? "saturated: the rate is at or above its capacity" : "";
-    if (s.best.batch && *s.best.batch == b.batch) mark = "serve";
-    t.rows.push_back({std::to_string(b.batch), rf::human_rate(b.capacity_per_second),
-                      cell(b.utilization, [](double v) { return rf::fixed(v * 100.0, 0); }),
-                      cell(b.mean_batch, sig), cell(b.latency_mean_ms, sig), cell(b.latency_p50_ms, sig),
-                      cell(b.latency_ms, sig), mark});
+    std::string mark;
+    if (b.saturated) {
+      mark = "saturated: the rate is at or above its capacity";
+    } else if (!b.settled) {
+      mark = b.timed_steps < kServingMinSteps
+                 ? fmt::format("unsettled: {} steps served the timed requests", b.timed_steps)
+                 : "unsettled: so near its capacity that the queue does not settle in the simulation";
+    } else if (s.best.batch && *s.best.batch == b.batch) {
+      mark = "serve";
+    }
+    std::vector<std::string> cells = {std::to_string(b.batch),
+                                      rf::human_rate(b.capacity_per_second),
+                                      cell(b.utilization, [](double v) { return rf::fixed(v * 100.0, 0); }),
+                                      cell(b.mean_batch, sig),
+                                      cell(b.latency_mean_ms, sig),
+                                      cell(b.latency_p50_ms, sig),
+                                      cell(b.latency_ms, sig),
+                                      cell(b.latency_se_ms, sig),
+                                      mark};
+    if (median) cells.erase(cells.begin() + 5);
+    t.rows.push_back(std::move(cells));
   }
   return t;
 }

@@ -555,7 +555,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"latency_percentile_without_a_budget",
              run_with({"--batch", "1", "--latency-percentile", "95"}),
              2,
-             {"--latency-percentile: it chooses what --latency-slo holds, and there is no budget"}},
+             {"--latency-percentile: it chooses what --latency-slo holds, or the request latency "
+              "--request-rate answers at, and there is neither"}},
         Case{"latency_percentile_not_offered",
              run_with({"--batch", "1", "--latency-slo", "5", "--latency-percentile", "97"}),
              2,

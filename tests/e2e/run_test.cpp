@@ -3828,6 +3828,23 @@ TEST(Serving, AnalyzeKeepsChangesOrDropsTheRunsRate) {
   EXPECT_FALSE(d["analysis"].contains("serving"));
   EXPECT_FALSE(d["settings"].contains("request_rate"));
   EXPECT_FALSE(d["settings"].contains("max_queue_delay_ms"));
+  // The percentile the answer is at needs no budget beside a rate.
+  const Result p95 = run({"analyze", report, "--latency-percentile", "95", "--json", "-"});
+  ASSERT_EQ(p95.exit_code, 0) << p95.err;
+  EXPECT_TRUE(
+      nlohmann::json::parse(p95.out)["analysis"]["serving"]["batches"][2]["latency_ms"].contains("p95"));
+  // Dropping the rate and setting its hold contradict each other.
+  EXPECT_EQ(run({"analyze", report, "--no-request-rate", "--max-queue-delay", "2"}).exit_code, 2);
+  // A hand-edited rate that is no rate is an input error naming the field.
+  nlohmann::json edited = read_json(report);
+  edited["settings"]["request_rate"] = -5;
+  const std::string bad = (dir / "bad.json").string();
+  std::ofstream(bad) << edited.dump();
+  const Result refused = run({"analyze", bad});
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("settings.request_rate: must be a positive number of requests/s, got -5"),
+            std::string::npos)
+      << refused.err;
   // A hold with no rate at all.
   const std::string plain = (dir / "plain.json").string();
   ASSERT_EQ(

@@ -143,6 +143,47 @@ TEST(Serving, TheRecommendationFollowsTheRate) {
   EXPECT_FALSE(analyze(points, {}).serving.has_value());
 }
 
+TEST(Serving, NearItsCapacityTheQueueDoesNotSettleAndIsNotChosen) {
+  // M/D/1 at 99% of the capacity: the mean latency is 50.5 ms in steady state, which 100,000 requests do not
+  // reach (the queue's memory is about 1 / (1 - rho)^2 steps). The regenerative standard error says so.
+  const std::vector<Point> points = {constant_step(1, 1.0)};
+  const Serving near = simulate_serving(points, at_rate(990.0));
+  ASSERT_FALSE(near.batches[0].saturated);
+  EXPECT_FALSE(near.batches[0].settled);
+  EXPECT_GT(*near.batches[0].latency_mean_se_ms, kServingMaxRelativeError * *near.batches[0].latency_mean_ms);
+  EXPECT_FALSE(near.best.batch.has_value());
+  EXPECT_THAT(near.best.reason, testing::StartsWith("no max batch serves 990 requests/s steadily"));
+  // At 80% it settles, and its mean's error covers the distance to the steady state's 3 ms.
+  const Serving settled = simulate_serving(points, at_rate(800.0));
+  EXPECT_TRUE(settled.batches[0].settled);
+  EXPECT_GT(settled.batches[0].cycles, 1000);
+  EXPECT_NEAR(*settled.batches[0].latency_mean_ms, 3.0, 3.0 * *settled.batches[0].latency_mean_se_ms);
+}
+
+TEST(Serving, AFewHugeStepsDoNotSettle) {
+  // Batches of 4096 held until full: the timed requests fill some 25 steps, too few for a latency.
+  const Serving s = simulate_serving(std::vector<Point>{constant_step(4096, 1.0)}, at_rate(1000.0, 1e9));
+  EXPECT_LT(s.batches[0].timed_steps, kServingMinSteps);
+  EXPECT_FALSE(s.batches[0].settled);
+  EXPECT_FALSE(s.best.batch.has_value());
+}
+
+TEST(Serving, AMicrosecondStepAfterDaysOfArrivalsKeepsItsDigits) {
+  const Serving s = simulate_serving(std::vector<Point>{constant_step(1, 0.001)}, at_rate(1e-6));
+  EXPECT_DOUBLE_EQ(*s.batches[0].latency_p50_ms, 0.001);
+  EXPECT_DOUBLE_EQ(*s.batches[0].latency_ms, 0.001);
+}
+
+TEST(Serving, AtTheMedianTheReasonNamesItOnce) {
+  AnalysisOptions o = at_rate(2000.0);
+  o.latency_percentile = 50;
+  const Serving s = simulate_serving(std::vector<Point>{constant_step(1, 1.0), constant_step(8, 2.0)}, o);
+  ASSERT_EQ(s.best.batch, 8);
+  EXPECT_THAT(s.best.reason,
+              testing::HasSubstr("at 2000 requests/s (simulated from the measured steps): p50 "));
+  EXPECT_EQ(s.best.reason.find("p50", s.best.reason.find(": p50 ") + 5), std::string::npos) << s.best.reason;
+}
+
 TEST(Serving, OneReportAlwaysGivesOneAnswer) {
   const std::vector<Point> points = {measured_point(1, 900.0, 0.3), measured_point(8, 3000.0, 0.3),
                                      measured_point(64, 9000.0, 0.3)};
