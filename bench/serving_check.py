@@ -58,7 +58,7 @@ def row(name, got, theory, what="mean"):
     if value is None:
         print(f"{name:<44} {'saturated' if got['saturated'] else '-':>10}")
         return
-    z = (value - theory) / se if se else float("inf")
+    z = (value - theory) / se if se else (0.0 if value == theory else float("inf"))
     print(f"{name:<44} {what:>5} {value:10.4g} ±{se or 0:<8.3g} {theory:10.4g} {z:+7.1f}  "
           f"{'settled' if got['settled'] else 'UNSETTLED'}")
 

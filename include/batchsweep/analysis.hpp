@@ -175,17 +175,22 @@ inline constexpr double kRoundsAlpha = 0.01;
 // request latency at options.latency_percentile among the settled ones (the smallest within kServingTiePct of
 // it, or twice the two latencies' combined standard error), held to options.latency_slo_ms where given. A max
 // batch whose throughput is at or below the rate is saturated; one whose latency the simulation cannot pin
-// down (fewer than kServingMinSteps steps, or a mean latency's standard error above kServingMaxRelativeError
-// of it: near its capacity the queue wanders longer than any simulation) is not settled and is not chosen.
-// Deterministic: a fixed seed, and the same arrivals for every max batch.
-inline constexpr int64_t kServingRequests = 100000;       // timed per max batch
-inline constexpr int64_t kServingWarmupRequests = 10000;  // before them: the queue reaches its usual length
+// down (fewer than kServingMinSteps steps, or a mean or percentile whose standard error, from the spread
+// between kServingReplications independent replications, is above kServingMaxRelativeError of it) is not
+// settled and is not chosen; nor is one whose mean moves by more than that when the simulation starts from a
+// backlog (kServingStartChecks). Below kServingNearCapacity such a row is simulated again with kServingLonger
+// times the requests (a few long steps, heavy-tailed ones); near its capacity the queue wanders longer than
+// any simulation. Deterministic: fixed seeds, and the same arrivals for every max batch.
+inline constexpr std::size_t kServingReplications = 8;       // independent runs per max batch, for the errors
+inline constexpr std::size_t kServingRequests = 200000;      // timed per max batch, over the replications
+inline constexpr std::size_t kServingLonger = 4;             // times as many where that does not settle
+inline constexpr std::size_t kServingWarmupRequests = 5000;  // before each replication's: the queue fills
 inline constexpr double kServingTiePct = 2.0;  // latencies this close are one (or within twice their noise)
-inline constexpr std::size_t kServingSections = 20;  // for the latency's standard error
-inline constexpr int64_t kServingMinSteps = 200;     // a latency from fewer steps is not settled
-// nor one whose mean's standard error (regenerative: over the cycles between steps that empty the queue) is
-// more than 5% of it: an M/D/1 queue settles up to about 90% of its capacity in kServingRequests requests.
+inline constexpr int64_t kServingMinSteps = 200;  // a latency from fewer steps is not settled
 inline constexpr double kServingMaxRelativeError = 0.05;
+// Replications also run from a backlog of ten max batches: a mean that moves more than
+// kServingMaxRelativeError with the start is not settled (a queue near its capacity remembers its start).
+inline constexpr std::size_t kServingStartChecks = 2;
 // The rate at this share of the best max batch's capacity or more: said to be near it.
 inline constexpr double kServingNearCapacity = 0.9;
 inline constexpr uint64_t kServingSeed = 0x73657276696e67ULL;

@@ -161,14 +161,16 @@ struct ServingBatch {
   // its arrival to the end of its step (mean, p50 and at the serving's percentile).
   std::optional<double> utilization, mean_batch;
   std::optional<double> latency_mean_ms, latency_p50_ms, latency_ms;
-  std::optional<double>
-      latency_se_ms;        // latency_ms's standard error: its spread over sections of the requests
-  int64_t timed_steps = 0;  // the steps that served the timed requests
-  int64_t cycles = 0;       // steps that emptied the queue (regeneration points)
-  std::optional<double> latency_mean_se_ms;  // latency_mean_ms's standard error over those cycles
-  // Whether the figures stand: enough steps (kServingMinSteps) and latency_mean_ms known to
-  // kServingMaxRelativeError. Not, near its capacity: the queue there wanders longer than the simulation
-  // runs.
+  // The standard errors of latency_ms and latency_mean_ms, from their spread between independent
+  // replications.
+  std::optional<double> latency_se_ms, latency_mean_se_ms;
+  int64_t requests =
+      0;  // the timed requests simulated (Serving::requests, or more where that did not settle)
+  int64_t timed_steps = 0;  // the steps that served them
+  // How far the mean moves (a fraction) when replications start with ten max batches waiting, not none.
+  std::optional<double> start_bias;
+  // Whether the figures stand: enough steps (kServingMinSteps), the mean and the percentile known to
+  // kServingMaxRelativeError. Not near its capacity, where the queue wanders longer than the simulation runs.
   bool settled = false;
 };
 
@@ -176,7 +178,8 @@ struct Serving {
   double request_rate = 0;        // requests per second
   double max_queue_delay_ms = 0;  // how long the batcher holds a request to fill a batch
   double latency_percentile = 99;
-  int64_t requests = 0;  // requests timed per max batch (after those that fill the queue)
+  int64_t requests = 0;      // requests timed per max batch (more where that does not settle)
+  int64_t replications = 0;  // the independent replications they are split into, for the errors
   std::vector<ServingBatch> batches;
   // The max batch of the lowest request latency at the percentile (the smallest within kServingTiePct of
   // it); latency_ms is its latency. None where every batch saturates, or none keeps the latency budget.

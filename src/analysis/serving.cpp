@@ -119,32 +119,38 @@ double sorted_percentile(const std::vector<double>& sorted, double pct) {
   return sorted[lo] + (h - static_cast<double>(lo)) * (sorted[lo + 1] - sorted[lo]);
 }
 
-struct Simulated {
-  ServingBatch row;
+// One replication: its own arrivals and draws, its own warm-up, its timed requests' latencies in arrival
+// order.
+struct Replication {
+  std::vector<double> latencies;
+  double busy = 0,
+         span = 0;  // time steps ran, and the time from the first timed step's start to the last's end
+  int64_t steps = 0, served = 0;
   std::size_t largest_step = 0;  // the most requests one step took
 };
 
-// The batcher with pools[top].batch as its max batch, `delay_ms` its hold, `pct` the latency percentile.
-Simulated simulate(const std::vector<Pool>& pools, std::size_t top, Arrivals& at, double delay_ms,
-                   double pct) {
-  Simulated sim;
-  ServingBatch& out = sim.row;
-  const Pool& largest = pools[top];
-  out.batch = largest.batch;
-  out.capacity_per_second = largest.samples_per_second;
-  const auto max_batch = static_cast<std::size_t>(largest.batch);
-  const std::size_t warm = kServingWarmupRequests, end = warm + kServingRequests;
-  Dice dice(kServingSeed ^ 0x5e57ULL);  // which measured step each step takes
-  std::vector<double> latencies;        // in the order the requests arrived
-  latencies.reserve(kServingRequests);
+// The batcher with pools[top].batch as its max batch and `delay_ms` its hold, over `at`'s arrivals: `warm`
+// requests, then `timed` ones; with a `backlog` of requests waiting at time 0 before them (whose latency is
+// not timed).
+Replication replicate(const std::vector<Pool>& pools, std::size_t top, Arrivals& arrivals, uint64_t draw_seed,
+                      double delay_ms, std::size_t warm, std::size_t timed, std::size_t backlog = 0) {
+  Replication rep;
+  const auto max_batch = static_cast<std::size_t>(pools[top].batch);
+  warm += backlog;
+  const std::size_t end = warm + timed;
+  struct {
+    Arrivals& stream;
+    std::size_t backlog;
+    double operator[](std::size_t i) { return i < backlog ? 0.0 : stream[i - backlog]; }
+    void reach(std::size_t i, double t) {
+      if (i >= backlog) stream.reach(i - backlog, t);
+    }
+    [[nodiscard]] bool drawn(std::size_t i) const { return i < backlog || stream.drawn(i - backlog); }
+  } at{arrivals, backlog};
+  Dice dice(draw_seed);  // which measured step each step takes
+  rep.latencies.reserve(timed);
   std::size_t next = 0, arrived = 0;  // the oldest waiting request; how many have arrived
-  double free_at = 0, busy = 0, first_start = -1;
-  int64_t steps = 0, served = 0;
-  // Regeneration: a step that takes every waiting request leaves the queue empty, and what follows depends on
-  // nothing before it. The timed requests' latencies summed per cycle between such steps (sum, count) give
-  // the mean latency's standard error however long the queue's memory (batch means would underrate it there).
-  std::vector<std::pair<double, double>> cycles;
-  double cycle_sum = 0, cycle_count = 0;
+  double free_at = 0, first_start = -1;
   const auto arrive_until = [&](double t) {
     while (at[arrived] <= t) ++arrived;
   };
@@ -162,72 +168,97 @@ Simulated simulate(const std::vector<Pool>& pools, std::size_t top, Arrivals& at
       arrive_until(start);
     }
     const std::size_t k = std::min(arrived - next, max_batch);
-    sim.largest_step = std::max(sim.largest_step, k);
+    rep.largest_step = std::max(rep.largest_step, k);
     const auto runs_as =
         std::lower_bound(pools.begin(), pools.begin() + static_cast<std::ptrdiff_t>(top) + 1,
                          static_cast<int64_t>(k), [](const Pool& p, int64_t b) { return p.batch < b; });
     const double step = runs_as->ms[dice.below(runs_as->ms.size())];
     if (next + k > warm) {
       if (first_start < 0) first_start = start;
-      busy += step;
-      ++steps;
-      served += static_cast<int64_t>(k);
+      rep.busy += step;
+      ++rep.steps;
+      rep.served += static_cast<int64_t>(k);
     }
     // The wait, then the step: a difference of two arrival-scale times only where there was a wait, so a
     // step of microseconds after days of arrivals keeps its digits.
-    for (std::size_t r = std::max(next, warm); r < std::min(next + k, end); ++r) {
-      latencies.push_back((start - at[r]) + step);
-      cycle_sum += latencies.back();
-      cycle_count += 1;
-    }
-    if (k == arrived - next && cycle_count > 0) {
-      cycles.emplace_back(cycle_sum, cycle_count);
-      cycle_sum = cycle_count = 0;
-    }
+    for (std::size_t r = std::max(next, warm); r < std::min(next + k, end); ++r)
+      rep.latencies.push_back((start - at[r]) + step);
     next += k;
     free_at = start + step;
   }
-  out.utilization = free_at > first_start ? busy / (free_at - first_start) : 1.0;
-  out.mean_batch = static_cast<double>(served) / static_cast<double>(std::max<int64_t>(steps, 1));
-  // The percentile's standard error from the spread of its value over consecutive sections of the requests
-  // (batch means): what another seed would move it by.
-  std::vector<double> by_section;
-  const std::size_t section = latencies.size() / kServingSections;
-  for (std::size_t i = 0; i < kServingSections; ++i) {
-    std::vector<double> part(latencies.begin() + static_cast<std::ptrdiff_t>(i * section),
-                             latencies.begin() + static_cast<std::ptrdiff_t>((i + 1) * section));
-    std::sort(part.begin(), part.end());
-    by_section.push_back(sorted_percentile(part, pct));
-  }
-  double sum = 0;
-  for (double v : latencies) sum += v;
-  out.latency_mean_ms = sum / static_cast<double>(latencies.size());
-  std::sort(latencies.begin(), latencies.end());
-  out.latency_p50_ms = sorted_percentile(latencies, 50);
-  out.latency_ms = sorted_percentile(latencies, pct);
+  rep.span = free_at - first_start;
+  return rep;
+}
+
+// Mean and standard error of the mean of independent values.
+std::pair<double, double> mean_and_error(const std::vector<double>& values) {
   double mean = 0, squares = 0;
-  for (double v : by_section) mean += v / static_cast<double>(by_section.size());
-  for (double v : by_section) squares += (v - mean) * (v - mean);
-  out.latency_se_ms = std::sqrt(squares / static_cast<double>(by_section.size() - 1)) /
-                      std::sqrt(static_cast<double>(by_section.size()));
-  out.timed_steps = steps;
-  // The ratio estimator's standard error over the cycles (the last, unfinished one left out).
-  double mean_se = std::numeric_limits<double>::infinity();
-  if (cycles.size() >= 2) {
-    double y = 0, n = 0;
-    for (const auto& [sum_ms, count] : cycles) {
-      y += sum_ms;
-      n += count;
-    }
-    const double ratio = y / n, per_cycle = n / static_cast<double>(cycles.size());
-    double spread = 0;
-    for (const auto& [sum_ms, count] : cycles) spread += (sum_ms - ratio * count) * (sum_ms - ratio * count);
-    spread /= static_cast<double>(cycles.size() - 1);
-    mean_se = std::sqrt(spread / static_cast<double>(cycles.size())) / per_cycle;
+  for (double v : values) mean += v / static_cast<double>(values.size());
+  for (double v : values) squares += (v - mean) * (v - mean);
+  const auto n = static_cast<double>(values.size());
+  return {mean, std::sqrt(squares / (n - 1.0) / n)};
+}
+
+struct Simulated {
+  ServingBatch row;
+  std::size_t largest_step = 0;  // the most requests one step took, over every replication
+};
+
+// kServingReplications independent replications of the batcher with pools[top].batch as its max batch, each
+// `timed` requests long after its warm-up; the figures pool their requests, and their errors come from the
+// spread between the replications (independent, so however long the queue remembers within one).
+Simulated simulate(const std::vector<Pool>& pools, std::size_t top, std::vector<Arrivals>& arrivals,
+                   double delay_ms, double pct, std::size_t timed) {
+  Simulated sim;
+  ServingBatch& out = sim.row;
+  std::vector<double> all, means, percentiles;
+  all.reserve(timed * arrivals.size());
+  double busy = 0, span = 0;
+  int64_t steps = 0, served = 0;
+  for (std::size_t r = 0; r < arrivals.size(); ++r) {
+    Replication rep = replicate(pools, top, arrivals[r], kServingSeed ^ (0x5e57ULL + r), delay_ms,
+                                kServingWarmupRequests, timed);
+    busy += rep.busy;
+    span += rep.span;
+    steps += rep.steps;
+    served += rep.served;
+    sim.largest_step = std::max(sim.largest_step, rep.largest_step);
+    double sum = 0;
+    for (double v : rep.latencies) sum += v;
+    means.push_back(sum / static_cast<double>(rep.latencies.size()));
+    all.insert(all.end(), rep.latencies.begin(), rep.latencies.end());
+    std::sort(rep.latencies.begin(), rep.latencies.end());
+    percentiles.push_back(sorted_percentile(rep.latencies, pct));
   }
-  out.cycles = static_cast<int64_t>(cycles.size());
+  out.requests = static_cast<int64_t>(all.size());
+  out.timed_steps = steps;
+  out.utilization = span > 0 ? busy / span : 1.0;
+  out.mean_batch = static_cast<double>(served) / static_cast<double>(std::max<int64_t>(steps, 1));
+  const auto [mean, mean_se] = mean_and_error(means);
+  out.latency_mean_ms = mean;
   out.latency_mean_se_ms = mean_se;
-  out.settled = steps >= kServingMinSteps && mean_se <= kServingMaxRelativeError * *out.latency_mean_ms;
+  // The percentile of every request pooled; its error from the replications' own percentiles (of a quarter
+  // as many requests each... their spread over sqrt(n) is the pooled estimate's error to first order).
+  std::sort(all.begin(), all.end());
+  out.latency_p50_ms = sorted_percentile(all, 50);
+  out.latency_ms = sorted_percentile(all, pct);
+  out.latency_se_ms = mean_and_error(percentiles).second;
+  // The same replications started with ten max batches waiting: a queue that forgets its start within the
+  // warm-up gives the same mean; one that does not (near its capacity, where it wanders longer than any
+  // simulation) reads higher, and the empty start read low.
+  double bias = 0;
+  for (std::size_t r = 0; r < kServingStartChecks && r < arrivals.size(); ++r) {
+    const Replication full =
+        replicate(pools, top, arrivals[r], kServingSeed ^ (0x5e57ULL + r), delay_ms, kServingWarmupRequests,
+                  timed, 10 * static_cast<std::size_t>(pools[top].batch));
+    double sum = 0;
+    for (double v : full.latencies) sum += v;
+    bias = std::max(bias, std::fabs(sum / static_cast<double>(full.latencies.size()) / means[r] - 1.0));
+  }
+  out.start_bias = bias;
+  out.settled = steps >= kServingMinSteps && mean_se <= kServingMaxRelativeError * mean &&
+                *out.latency_se_ms <= kServingMaxRelativeError * *out.latency_ms &&
+                bias <= kServingMaxRelativeError;
   return sim;
 }
 
@@ -243,7 +274,8 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
   s.request_rate = options.request_rate.value_or(0);
   s.max_queue_delay_ms = options.max_queue_delay_ms;
   s.latency_percentile = options.latency_percentile;
-  s.requests = kServingRequests;
+  s.requests = static_cast<int64_t>(kServingRequests);
+  s.replications = static_cast<int64_t>(kServingReplications);
   const std::vector<Pool> pools = pools_of(points);
   const std::string pct = latency_name(options.latency_percentile);
   const std::string rate = fmt::format("{} requests/s", format_rate(s.request_rate));
@@ -251,7 +283,10 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
     s.best = BatchChoice(std::nullopt, std::nullopt, "no ok point of one micro-batch a step to serve from");
     return s;
   }
-  Arrivals arrivals(s.request_rate, kServingSeed);
+  std::vector<Arrivals> arrivals;
+  for (std::size_t r = 0; r < kServingReplications; ++r)
+    arrivals.emplace_back(s.request_rate, kServingSeed + r);
+  const std::size_t timed = kServingRequests / kServingReplications;
   // A max batch no step filled: every larger one runs the very same steps (it holds no longer and pads the
   // same), so its row is that one's.
   std::optional<ServingBatch> unfilled;
@@ -262,7 +297,11 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
     } else if (unfilled) {
       b = *unfilled;
     } else {
-      const Simulated sim = simulate(pools, i, arrivals, s.max_queue_delay_ms, s.latency_percentile);
+      Simulated sim = simulate(pools, i, arrivals, s.max_queue_delay_ms, s.latency_percentile, timed);
+      // Unsettled away from its capacity (a few long steps, heavy-tailed ones): more requests settle it.
+      if (!sim.row.settled && s.request_rate < kServingNearCapacity * pools[i].samples_per_second)
+        sim =
+            simulate(pools, i, arrivals, s.max_queue_delay_ms, s.latency_percentile, timed * kServingLonger);
       b = sim.row;
       if (sim.largest_step < static_cast<std::size_t>(pools[i].batch)) unfilled = b;
     }
@@ -285,10 +324,11 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
         std::nullopt, std::nullopt,
         any_unsettled
             ? fmt::format(
-                  "no max batch serves {} steadily: each saturates or runs so near its capacity that its "
-                  "queue does not settle in {} requests (the most any serves is {} requests/s, batch {}); "
-                  "the rate needs more throughput (a larger batch where it still rises, or more GPUs)",
-                  rate, kServingRequests, format_rate(most.capacity_per_second), most.batch)
+                  "no max batch serves {} with a latency the simulation can pin down: each saturates, or its "
+                  "latency is not known to {:g}% in the requests simulated (near its capacity a queue "
+                  "wanders "
+                  "longer than any simulation); the most any serves is {} requests/s (batch {})",
+                  rate, kServingMaxRelativeError * 100, format_rate(most.capacity_per_second), most.batch)
             : fmt::format(
                   "every max batch saturates at {}: the most one serves is {} requests/s (batch {}); the "
                   "rate needs more throughput (a larger batch where it still rises, or more GPUs)",

@@ -544,7 +544,7 @@ class ExportingObserver final : public SweepObserver {
     report_.points = all_so_far;
     if (report_.settings.contains("resumed"))
       report_.settings["resumed"]["points"] = count_resumed(report_.points);
-    // Serving is simulated once, at the end (and by analyze): each simulation runs 100,000 requests per
+    // Serving is simulated once, at the end (and by analyze): each simulation runs 200,000 requests per
     // batch, too slow to repeat after every point of a long sweep.
     AnalysisOptions so_far = options_;
     so_far.request_rate.reset();

@@ -80,7 +80,8 @@ json serving_json(const Serving& s) {
                        {"latency_ms", latency},
                        {"latency_se_ms", optional_number(b.latency_se_ms)},
                        {"timed_steps", b.timed_steps},
-                       {"cycles", b.cycles},
+                       {"requests", b.requests},
+                       {"start_bias", optional_number(b.start_bias)},
                        {"latency_mean_se_ms", optional_number(b.latency_mean_se_ms)},
                        {"settled", b.settled}});
   }
@@ -88,6 +89,7 @@ json serving_json(const Serving& s) {
           {"max_queue_delay_ms", number_or_null(s.max_queue_delay_ms)},
           {"latency_percentile", s.latency_percentile},
           {"requests", s.requests},
+          {"replications", s.replications},
           {"batches", std::move(batches)},
           {"best", report_json::choice_json<json>(s.best)}};
 }
@@ -528,6 +530,7 @@ class Reader {
     if (!is_latency_percentile(s.latency_percentile))
       fail(child(path, "latency_percentile"), "must be 50, 90, 95, 99 or 99.9");
     s.requests = optional_integer(v, path, "requests").value_or(0);
+    s.replications = optional_integer(v, path, "replications").value_or(0);
     if (const json* rows = optional(v, path, "batches")) {
       const std::string here = child(path, "batches");
       if (!rows->is_array()) fail(here, "expected an array");
@@ -543,7 +546,8 @@ class Reader {
         b.mean_batch = optional_number(r, row, "mean_batch");
         b.latency_se_ms = optional_number(r, row, "latency_se_ms");
         b.timed_steps = optional_integer(r, row, "timed_steps").value_or(0);
-        b.cycles = optional_integer(r, row, "cycles").value_or(0);
+        b.requests = optional_integer(r, row, "requests").value_or(0);
+        b.start_bias = optional_number(r, row, "start_bias");
         b.latency_mean_se_ms = optional_number(r, row, "latency_mean_se_ms");
         b.settled = optional_bool(r, row, "settled");
         if (const json* latency = optional_object(r, row, "latency_ms")) {

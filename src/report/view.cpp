@@ -530,9 +530,12 @@ rf::TextTable serving_table(const Report& report) {
     if (b.saturated) {
       mark = "saturated: the rate is at or above its capacity";
     } else if (!b.settled) {
+      const bool near = s.request_rate >= kServingNearCapacity * b.capacity_per_second;
       mark = b.timed_steps < kServingMinSteps
                  ? fmt::format("unsettled: {} steps served the timed requests", b.timed_steps)
-                 : "unsettled: so near its capacity that the queue does not settle in the simulation";
+             : near ? "unsettled: so near its capacity that the queue does not settle in the simulation"
+                    : fmt::format("unsettled: its latency is not known to {:g}% in {} requests",
+                                  kServingMaxRelativeError * 100, b.requests);
     } else if (s.best.batch && *s.best.batch == b.batch) {
       mark = "serve";
     }
