@@ -181,16 +181,21 @@ inline constexpr double kRoundsAlpha = 0.01;
 // backlog (kServingStartChecks). Below kServingNearCapacity such a row is simulated again with kServingLonger
 // times the requests (a few long steps, heavy-tailed ones); near its capacity the queue wanders longer than
 // any simulation. Deterministic: fixed seeds, and the same arrivals for every max batch.
-inline constexpr std::size_t kServingReplications = 8;       // independent runs per max batch, for the errors
-inline constexpr std::size_t kServingRequests = 200000;      // timed per max batch, over the replications
-inline constexpr std::size_t kServingLonger = 4;             // times as many where that does not settle
-inline constexpr std::size_t kServingWarmupRequests = 5000;  // before each replication's: the queue fills
+inline constexpr std::size_t kServingReplications = 8;   // independent runs per max batch, for the errors
+inline constexpr std::size_t kServingRequests = 200000;  // timed per max batch, over the replications
+inline constexpr std::size_t kServingLonger = 4;         // times as many where that does not settle
+// Before each replication's timed requests, this many (at least kServingWarmupSteps max batches of them):
+// the queue fills.
+inline constexpr std::size_t kServingWarmupRequests = 5000;
+inline constexpr std::size_t kServingWarmupSteps = 20;
 inline constexpr double kServingTiePct = 2.0;  // latencies this close are one (or within twice their noise)
 inline constexpr int64_t kServingMinSteps = 200;  // a latency from fewer steps is not settled
 inline constexpr double kServingMaxRelativeError = 0.05;
-// Replications also run from a backlog of ten max batches: a mean that moves more than
-// kServingMaxRelativeError with the start is not settled (a queue near its capacity remembers its start).
+// kServingStartChecks replications also run from a backlog of kServingBacklog max batches: a mean that moves
+// more than kServingMaxRelativeError with the start is not settled (a queue near its capacity remembers its
+// start; one under 90% of it drains 2 max batches within the warm-up).
 inline constexpr std::size_t kServingStartChecks = 2;
+inline constexpr std::size_t kServingBacklog = 2;
 // The rate at this share of the best max batch's capacity or more: said to be near it.
 inline constexpr double kServingNearCapacity = 0.9;
 inline constexpr uint64_t kServingSeed = 0x73657276696e67ULL;

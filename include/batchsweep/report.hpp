@@ -167,7 +167,7 @@ struct ServingBatch {
   int64_t requests =
       0;  // the timed requests simulated (Serving::requests, or more where that did not settle)
   int64_t timed_steps = 0;  // the steps that served them
-  // How far the mean moves (a fraction) when replications start with ten max batches waiting, not none.
+  // How far the mean moves (a fraction) when replications start with kServingBacklog max batches waiting.
   std::optional<double> start_bias;
   // Whether the figures stand: enough steps (kServingMinSteps), the mean and the percentile known to
   // kServingMaxRelativeError. Not near its capacity, where the queue wanders longer than the simulation runs.

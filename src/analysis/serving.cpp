@@ -10,8 +10,11 @@
 //     random: the step-time spread the sweep saw reaches the requests;
 //   - a request's latency runs from its arrival to the end of its step: queueing, the hold and the step,
 //     nothing before or after it (no transfer, tokenizer, network).
-// The same arrivals and draws for every max batch (common random numbers), so their differences are the
-// batcher's and not the dice's; a fixed seed, so one report always gives one answer.
+// Each max batch runs kServingReplications independent replications, whose spread gives the figures' errors,
+// and two of them again from a backlog, which says whether the queue forgot how it started (see
+// analysis.hpp for when a row is settled). The same arrivals and draws for every max batch (common random
+// numbers), so their differences are the batcher's and not the dice's; fixed seeds, so one report always
+// gives one answer.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -123,8 +126,8 @@ double sorted_percentile(const std::vector<double>& sorted, double pct) {
 // order.
 struct Replication {
   std::vector<double> latencies;
-  double busy = 0,
-         span = 0;  // time steps ran, and the time from the first timed step's start to the last's end
+  // The time steps ran, and the time from the first timed step's start to the last's end.
+  double busy = 0, span = 0;
   int64_t steps = 0, served = 0;
   std::size_t largest_step = 0;  // the most requests one step took
 };
@@ -206,18 +209,22 @@ struct Simulated {
 
 // kServingReplications independent replications of the batcher with pools[top].batch as its max batch, each
 // `timed` requests long after its warm-up; the figures pool their requests, and their errors come from the
-// spread between the replications (independent, so however long the queue remembers within one).
+// spread between the replications. Those are independent, but each may be shorter than the queue's memory and
+// all read alike from the same empty start: the backlog start below tells that.
 Simulated simulate(const std::vector<Pool>& pools, std::size_t top, std::vector<Arrivals>& arrivals,
                    double delay_ms, double pct, std::size_t timed) {
   Simulated sim;
   ServingBatch& out = sim.row;
+  const auto max_batch = static_cast<std::size_t>(pools[top].batch);
+  // At least kServingWarmupSteps full steps' worth of requests, so that a queue of large batches fills too.
+  const std::size_t warm = std::max(kServingWarmupRequests, kServingWarmupSteps * max_batch);
   std::vector<double> all, means, percentiles;
   all.reserve(timed * arrivals.size());
   double busy = 0, span = 0;
   int64_t steps = 0, served = 0;
   for (std::size_t r = 0; r < arrivals.size(); ++r) {
-    Replication rep = replicate(pools, top, arrivals[r], kServingSeed ^ (0x5e57ULL + r), delay_ms,
-                                kServingWarmupRequests, timed);
+    Replication rep =
+        replicate(pools, top, arrivals[r], kServingSeed ^ (0x5e57ULL + r), delay_ms, warm, timed);
     busy += rep.busy;
     span += rep.span;
     steps += rep.steps;
@@ -237,20 +244,19 @@ Simulated simulate(const std::vector<Pool>& pools, std::size_t top, std::vector<
   const auto [mean, mean_se] = mean_and_error(means);
   out.latency_mean_ms = mean;
   out.latency_mean_se_ms = mean_se;
-  // The percentile of every request pooled; its error from the replications' own percentiles (of a quarter
-  // as many requests each... their spread over sqrt(n) is the pooled estimate's error to first order).
+  // The percentile of every request pooled; its error is that of the mean of the replications' own
+  // percentiles (their spread over the square root of their number), which it matches to first order.
   std::sort(all.begin(), all.end());
   out.latency_p50_ms = sorted_percentile(all, 50);
   out.latency_ms = sorted_percentile(all, pct);
   out.latency_se_ms = mean_and_error(percentiles).second;
-  // The same replications started with ten max batches waiting: a queue that forgets its start within the
-  // warm-up gives the same mean; one that does not (near its capacity, where it wanders longer than any
-  // simulation) reads higher, and the empty start read low.
+  // The same replications started with kServingBacklog max batches waiting: a queue that forgets its start
+  // within the warm-up gives the same mean; one that does not (near its capacity, where it wanders longer
+  // than any simulation) reads higher, and the empty start read low.
   double bias = 0;
   for (std::size_t r = 0; r < kServingStartChecks && r < arrivals.size(); ++r) {
-    const Replication full =
-        replicate(pools, top, arrivals[r], kServingSeed ^ (0x5e57ULL + r), delay_ms, kServingWarmupRequests,
-                  timed, 10 * static_cast<std::size_t>(pools[top].batch));
+    const Replication full = replicate(pools, top, arrivals[r], kServingSeed ^ (0x5e57ULL + r), delay_ms,
+                                       warm, timed, kServingBacklog * max_batch);
     double sum = 0;
     for (double v : full.latencies) sum += v;
     bias = std::max(bias, std::fabs(sum / static_cast<double>(full.latencies.size()) / means[r] - 1.0));
