@@ -17,6 +17,9 @@ namespace bsw {
 // result is x[floor(h)] + (h - floor(h)) * (x[floor(h) + 1] - x[floor(h)]). Empty input gives 0.
 // Throws std::invalid_argument when q is outside [0, 100] or a sample is not finite.
 [[nodiscard]] double percentile(std::span<const double> samples, double q);
+// percentile of samples already sorted ascending (non-empty; q not checked): no copy, no sort, for callers
+// that take several percentiles of one large sample.
+[[nodiscard]] double sorted_percentile(std::span<const double> sorted, double q);
 
 // mean, median (= p50), sample standard deviation (n - 1 denominator; 0 for one sample), min, max and the
 // p50/p90/p95/p99 percentiles (method as `percentile`). Empty input gives all zeros.

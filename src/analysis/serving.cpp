@@ -24,6 +24,7 @@
 
 #include "analysis/curve.hpp"
 #include "batchsweep/analysis.hpp"
+#include "batchsweep/stats.hpp"
 
 namespace bsw {
 namespace {
@@ -114,14 +115,6 @@ class Arrivals {
   std::vector<double> at_;
 };
 
-// numpy's linear percentile of sorted values.
-double sorted_percentile(const std::vector<double>& sorted, double pct) {
-  const double h = static_cast<double>(sorted.size() - 1) * pct / 100.0;
-  const auto lo = static_cast<std::size_t>(std::floor(h));
-  if (lo + 1 >= sorted.size()) return sorted.back();
-  return sorted[lo] + (h - static_cast<double>(lo)) * (sorted[lo + 1] - sorted[lo]);
-}
-
 // One replication: its own arrivals and draws, its own warm-up, its timed requests' latencies in arrival
 // order.
 struct Replication {
@@ -195,11 +188,8 @@ Replication replicate(const std::vector<Pool>& pools, std::size_t top, Arrivals&
 
 // Mean and standard error of the mean of independent values.
 std::pair<double, double> mean_and_error(const std::vector<double>& values) {
-  double mean = 0, squares = 0;
-  for (double v : values) mean += v / static_cast<double>(values.size());
-  for (double v : values) squares += (v - mean) * (v - mean);
-  const auto n = static_cast<double>(values.size());
-  return {mean, std::sqrt(squares / (n - 1.0) / n)};
+  const StepStats stats = summarize(values);
+  return {stats.mean, stats.stddev / std::sqrt(static_cast<double>(values.size()))};
 }
 
 struct Simulated {

@@ -27,20 +27,19 @@ double lerp(double a, double b, double t) {
   return t >= 0.5 ? b - diff * (1.0 - t) : a + diff * t;
 }
 
-// The q-th percentile of already sorted, non-empty samples.
-double sorted_percentile(const std::vector<double>& sorted, double q) {
-  const double h = static_cast<double>(sorted.size() - 1) * q / 100.0;
-  const auto lo = static_cast<std::size_t>(std::floor(h));
-  if (lo + 1 >= sorted.size()) return sorted.back();
-  return lerp(sorted[lo], sorted[lo + 1], h - static_cast<double>(lo));
-}
-
 void require_quantile(double q) {
   if (!(q >= 0.0 && q <= 100.0))
     throw std::invalid_argument(fmt::format("percentile: q must be in [0, 100], got {}", q));
 }
 
 }  // namespace
+
+double sorted_percentile(std::span<const double> sorted, double q) {
+  const double h = static_cast<double>(sorted.size() - 1) * q / 100.0;
+  const auto lo = static_cast<std::size_t>(std::floor(h));
+  if (lo + 1 >= sorted.size()) return sorted.back();
+  return lerp(sorted[lo], sorted[lo + 1], h - static_cast<double>(lo));
+}
 
 double percentile(std::span<const double> samples, double q) {
   require_quantile(q);
