@@ -186,6 +186,11 @@ Replication replicate(const std::vector<Pool>& pools, std::size_t top, Arrivals&
   return rep;
 }
 
+// The seed of replication r's step draws: one place, so that its backlog start draws as it does.
+uint64_t draw_seed(std::size_t r) {
+  return kServingSeed ^ (0x5e57ULL + r);
+}
+
 // Mean and standard error of the mean of independent values.
 std::pair<double, double> mean_and_error(const std::vector<double>& values) {
   const StepStats stats = summarize(values);
@@ -213,8 +218,7 @@ Simulated simulate(const std::vector<Pool>& pools, std::size_t top, std::vector<
   double busy = 0, span = 0;
   int64_t steps = 0, served = 0;
   for (std::size_t r = 0; r < arrivals.size(); ++r) {
-    Replication rep =
-        replicate(pools, top, arrivals[r], kServingSeed ^ (0x5e57ULL + r), delay_ms, warm, timed);
+    Replication rep = replicate(pools, top, arrivals[r], draw_seed(r), delay_ms, warm, timed);
     busy += rep.busy;
     span += rep.span;
     steps += rep.steps;
@@ -245,8 +249,8 @@ Simulated simulate(const std::vector<Pool>& pools, std::size_t top, std::vector<
   // than any simulation) reads higher, and the empty start read low.
   double bias = 0;
   for (std::size_t r = 0; r < kServingStartChecks && r < arrivals.size(); ++r) {
-    const Replication full = replicate(pools, top, arrivals[r], kServingSeed ^ (0x5e57ULL + r), delay_ms,
-                                       warm, timed, kServingBacklog * max_batch);
+    const Replication full =
+        replicate(pools, top, arrivals[r], draw_seed(r), delay_ms, warm, timed, kServingBacklog * max_batch);
     double sum = 0;
     for (double v : full.latencies) sum += v;
     bias = std::max(bias, std::fabs(sum / static_cast<double>(full.latencies.size()) / means[r] - 1.0));
