@@ -62,7 +62,16 @@ struct RunSummary {
   std::optional<double> latency_slo_ms;    // the run's latency budget (settings.latency_slo_ms), if any
   double latency_percentile = 99;          // the step-time percentile it holds (settings.latency_percentile)
   std::optional<BatchChoice> latency_slo;  // and its answer under that budget
+  // Its serving at a request rate (analysis.serving: the run's --request-rate, or compare's, which simulates
+  // every run at one rate), where it has one.
+  std::optional<Serving> serving;
 };
+
+// Whether two runs serve at one rate, batcher hold and percentile, so their request latencies compare.
+[[nodiscard]] bool same_serving(const RunSummary& a, const RunSummary& b);
+// B/A request latency at the percentile, each run at its own best max batch, where both have one at one
+// rate (same_serving): what choosing between cards for a server compares.
+[[nodiscard]] std::optional<double> serving_ratio(const RunSummary& base, const RunSummary& run);
 
 // One run's point at a compared batch.
 struct CompareCell {

@@ -878,6 +878,21 @@ int run_app(int argc, char** argv) {
       "--allow-incomplete", compare.allow_incomplete,
       "Let --fail-on-regression judge a run that did not finish (interrupted or killed), or "
       "that did not sweep every batch the baseline ran ok, on the batches it holds");
+  CLI::Option* compare_rate =
+      compare_cmd
+          ->add_option("--request-rate", compare.request_rate,
+                       "Inference: simulate every run serving this many requests/s through a dynamic "
+                       "batcher (as run --request-rate does) and compare their request latency, each at "
+                       "its best max batch (default: each report's own rate, if it has one)")
+          ->type_name("PER_S")
+          ->check(positive("requests per second: 500 for 500 requests/s"));
+  compare_cmd
+      ->add_option("--max-queue-delay", compare.max_queue_delay_ms,
+                   "With --request-rate: how long the batcher holds a request to fill a batch, in ms "
+                   "(default: each report's own, else 0)")
+      ->type_name("MS")
+      ->check(non_negative())
+      ->needs(compare_rate);
   compare_cmd->add_option("--json", compare.json_path, "Write the comparison as JSON to FILE, or -")
       ->type_name("FILE|-")
       ->check(file_path(true));

@@ -1748,7 +1748,16 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
     // Each run analysed as analyze would (its own settings): a hand-edited point or a report whose
     // analysis was left out (the PyTorch peer's) is summarised from its points, not from a stale block.
     Report& report = reports.back();
-    const RunAnalysis run = run_analysis(report, AnalysisFlags{}, GivenFlags{});
+    // compare --request-rate: every run served at one rate (a training sweep's steps serve no requests).
+    AnalysisFlags flags;
+    flags.request_rate = s.request_rate;
+    flags.max_queue_delay_ms = s.max_queue_delay_ms;
+    if (s.request_rate && report.settings.is_object() && report.settings.value("mode", "") == "train")
+      throw UsageError(fmt::format(
+          "--request-rate: {} is a training sweep (settings.mode train), whose steps serve no requests: "
+          "serving compares --mode infer sweeps",
+          path));
+    const RunAnalysis run = run_analysis(report, flags, GivenFlags{});
     if (!run.ignored.empty())
       std::fprintf(stderr, "batchsweep compare: %s: %s: not taken (the default holds)\n", path.c_str(),
                    fmt::format("{}", fmt::join(run.ignored, ", ")).c_str());

@@ -84,6 +84,8 @@ struct CompareSettings {
   std::string fail_on_latency_regression;
   bool allow_model_mismatch = false;
   bool allow_incomplete = false;  // gate runs that did not finish on the batches they hold
+  // --request-rate, --max-queue-delay: every run served at this rate (each report's own rate otherwise).
+  std::optional<double> request_rate, max_queue_delay_ms;
   std::string json_path, markdown_path;
 };
 

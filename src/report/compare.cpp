@@ -410,6 +410,7 @@ RunSummary summarize_run(const Report& report, std::string name) {
     s.latency_slo_ms = report.settings["latency_slo_ms"].get<double>();
   s.latency_percentile = report_view::budget_percentile(report);
   if (s.latency_slo_ms) s.latency_slo = report.analysis.latency_slo;
+  s.serving = report.analysis.serving;
   return s;
 }
 
@@ -461,6 +462,54 @@ std::optional<std::string> budget_change(const RunSummary& base, const RunSummar
   return fmt::format("{}: {} serves {} samples/s at batch {}{}, A {} at batch {}{} ({}/A {}\u00d7)", budget,
                      name, rf::human_rate(*b.samples_per_second), *b.batch, p99(b),
                      rf::human_rate(*a.samples_per_second), *a.batch, p99(a), name, rf::fixed(ratio, 3));
+}
+
+// Serving at a request rate, each run at its own best max batch: a server's latency on each card. Where the
+// runs serve at different rates (or only some at one), said, with how to set one rate for all.
+std::optional<std::string> serving_change(const RunSummary& base, const RunSummary& run,
+                                          const std::string& name) {
+  if (!base.serving && !run.serving) return std::nullopt;
+  const auto setting = [](const Serving& s, bool percentile) {
+    std::string out = fmt::format("{} requests/s", rf::sig3(s.request_rate));
+    if (s.max_queue_delay_ms > 0) out += fmt::format(", max queue delay {:g} ms", s.max_queue_delay_ms);
+    if (percentile) out += " (" + latency_name(s.latency_percentile) + ")";
+    return out;
+  };
+  constexpr std::string_view kOneRate = "compare --request-rate PER_S simulates every run at one rate";
+  if (!base.serving || !run.serving)
+    return fmt::format("serving not compared: only {} has a request rate ({}) ({})",
+                       base.serving ? std::string("A") : name,
+                       setting(base.serving ? *base.serving : *run.serving, false), kOneRate);
+  const Serving &a = *base.serving, &b = *run.serving;
+  if (!same_serving(base, run))
+    return fmt::format("serving not compared: A at {}, {} at {} ({})", setting(a, true), name,
+                       setting(b, true), kOneRate);
+  const std::string pct = latency_name(a.latency_percentile);
+  const auto served = [&](const Serving& s) {
+    return fmt::format(
+        "{}{} ms at max batch {}", rf::sig3(*s.best.latency_ms),
+        [&] {
+          for (const ServingBatch& sb : s.batches)
+            if (sb.batch == *s.best.batch && sb.latency_se_ms)
+              return fmt::format(" \u00b1 {}", rf::sig3(*sb.latency_se_ms));
+          return std::string();
+        }(),
+        *s.best.batch);
+  };
+  const bool a_serves = a.best.batch && a.best.latency_ms, b_serves = b.best.batch && b.best.latency_ms;
+  const std::string at = fmt::format("serving at {}", setting(a, false));
+  if (a_serves && b_serves)
+    return fmt::format(
+        "{}: {}/A {}\u00d7 in {} request latency ({} {}, A {}; simulated from each run's steps)", at, name,
+        rf::fixed(*serving_ratio(base, run), 3), pct, name, served(b), served(a));
+  if (a_serves)
+    return fmt::format("{}: {} serves at no max batch ({}); A's {} request latency is {}", at, name,
+                       b.best.reason, pct, served(a));
+  if (b_serves)
+    return fmt::format("{}: A serves at no max batch ({}); {}'s {} request latency is {}", at, a.best.reason,
+                       name, pct, served(b));
+  return fmt::format("{}: neither A nor {} serves at any max batch (A: {}; {}: {})", at, name, a.best.reason,
+                     name, b.best.reason);
 }
 
 // Where two reports' resolved models (settings.model) first differ; nullopt where they agree or either has
@@ -1010,6 +1059,9 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   for (size_t i = 1; i < result.runs.size(); ++i)
     if (auto change = budget_change(base, result.runs[i], letter(i), options.min_effect_pct))
       result.notes.push_back(std::move(*change));
+  for (size_t i = 1; i < result.runs.size(); ++i)
+    if (auto change = serving_change(base, result.runs[i], letter(i)))
+      result.notes.push_back(std::move(*change));
   // The baseline's answer under its budget, where a run ran that batch but has no step times there (a
   // report of rates alone): the budget gate cannot judge it, and its "passed" must not read as "held".
   if (base.latency_slo_ms && base.latency_slo && base.latency_slo->batch) {
@@ -1501,6 +1553,19 @@ std::string format_compare_markdown(const CompareResult& result, std::optional<G
   return out;
 }
 
+bool same_serving(const RunSummary& a, const RunSummary& b) {
+  return a.serving && b.serving && a.serving->request_rate == b.serving->request_rate &&
+         a.serving->max_queue_delay_ms == b.serving->max_queue_delay_ms &&
+         a.serving->latency_percentile == b.serving->latency_percentile;
+}
+
+std::optional<double> serving_ratio(const RunSummary& base, const RunSummary& run) {
+  if (!same_serving(base, run)) return std::nullopt;
+  const std::optional<double>&a = base.serving->best.latency_ms, &b = run.serving->best.latency_ms;
+  if (!base.serving->best.batch || !run.serving->best.batch || !a || !b || !(*a > 0)) return std::nullopt;
+  return *b / *a;
+}
+
 nlohmann::json to_json(const CompareResult& result) {
   using nlohmann::json;
   json runs = json::array();
@@ -1527,6 +1592,21 @@ nlohmann::json to_json(const CompareResult& result) {
     if (r.recommended.batch && r.recommended_accumulation) {
       runs.back()["recommended"]["accumulation"] = *r.recommended_accumulation;
       runs.back()["recommended"]["effective_batch"] = *r.recommended.batch * *r.recommended_accumulation;
+    }
+    if (r.serving) {
+      const Serving& sv = *r.serving;
+      json serving = {{"request_rate", sv.request_rate},
+                      {"max_queue_delay_ms", sv.max_queue_delay_ms},
+                      {"latency_percentile", report_json::percentile_json<json>(sv.latency_percentile)},
+                      {"best", report_json::choice_json<json>(sv.best)},
+                      {"latency_se_ms", json()},
+                      {"latency_ratio", json()}};
+      for (const ServingBatch& b : sv.batches)
+        if (sv.best.batch && b.batch == *sv.best.batch && b.latency_se_ms)
+          serving["latency_se_ms"] = *b.latency_se_ms;
+      if (const auto ratio = runs.size() > 1 ? serving_ratio(result.runs.front(), r) : std::nullopt)
+        serving["latency_ratio"] = *ratio;
+      runs.back()["serving"] = std::move(serving);
     }
     if (r.latency_slo) {
       json budget = report_json::choice_json<json>(*r.latency_slo);

@@ -3876,5 +3876,38 @@ TEST(Serving, TrainingServesNoRequests) {
   EXPECT_NE(zero.err.find("--request-rate"), std::string::npos) << zero.err;
 }
 
+// compare --request-rate: every run simulated at one rate, each at its best max batch; a training sweep or a
+// hold without a rate refused.
+TEST(Serving, CompareSimulatesEveryRunAtOneRate) {
+  ScratchDir dir;
+  const std::string a = (dir / "a.json").string(), b = (dir / "b.json").string(),
+                    gate = (dir / "gate.json").string();
+  // Roofline steps against steps 1.28x longer at batch 512: at 60000 requests/s both serve best at 512.
+  ASSERT_EQ(
+      run(scripted_run("roofline.json", {"--mode", "infer", "--batch", "64,512", "--json", a})).exit_code, 0);
+  ASSERT_EQ(run(scripted_run("roofline-slower.json", {"--mode", "infer", "--batch", "64,512", "--json", b}))
+                .exit_code,
+            0);
+  const Result r = run({"compare", a, b, "--request-rate", "60000", "--json", gate});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("note: serving at 60000 requests/s: B/A 1.2"), std::string::npos) << r.out;
+  const nlohmann::json j = read_json(gate);
+  EXPECT_EQ(j["runs"][0]["serving"]["request_rate"], 60000);
+  EXPECT_EQ(j["runs"][1]["serving"]["best"]["batch"], 512);
+  EXPECT_NEAR(j["runs"][1]["serving"]["latency_ratio"].get<double>(), 1.28, 0.05);
+  EXPECT_EQ(testing::validate_file("compare-v1.schema.json", gate), 0) << slurp(gate);
+  // Without the flag, reports with no rate of their own are not served.
+  EXPECT_EQ(run({"compare", a, b}).out.find("serving"), std::string::npos);
+  const Result hold = run({"compare", a, b, "--max-queue-delay", "2"});
+  EXPECT_EQ(hold.exit_code, 2);
+  EXPECT_NE(hold.err.find("--max-queue-delay"), std::string::npos) << hold.err;
+  const std::string train = (dir / "train.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "64,512", "--json", train})).exit_code, 0);
+  const Result refused = run({"compare", train, train, "--request-rate", "100"});
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("--request-rate: " + train + " is a training sweep"), std::string::npos)
+      << refused.err;
+}
+
 }  // namespace
 }  // namespace bsw::e2e

@@ -704,6 +704,64 @@ TEST(Compare, BestAgainstBestAndTheRecommendedCost) {
                               cost_b, cost_a, cost_b / cost_a))));
 }
 
+// A report's serving at a request rate: each run at its own best max batch where both serve at one rate, hold
+// and percentile (B/A request latency, in the notes and the JSON); otherwise said not to be compared, and how
+// to set one rate for all.
+Serving serving_at(double rate, std::optional<int64_t> batch, double latency_ms, double se_ms) {
+  Serving s;
+  s.request_rate = rate;
+  s.latency_percentile = 99;
+  if (batch) {
+    ServingBatch b;
+    b.batch = *batch;
+    b.latency_ms = latency_ms;
+    b.latency_se_ms = se_ms;
+    b.settled = true;
+    s.batches.push_back(b);
+    s.best = BatchChoice(*batch, 4000.0, "lowest p99 request latency", latency_ms);
+  } else {
+    s.best = BatchChoice(std::nullopt, std::nullopt, "every max batch saturates");
+  }
+  return s;
+}
+
+TEST(Compare, ServingAtOneRateIsComparedEachAtItsBestMaxBatch) {
+  Report a = testing::sample_report();
+  Report b = sped_up(a, 1.0);
+  for (const std::string& note : compare_pair(a, b).notes) EXPECT_THAT(note, Not(HasSubstr("serving")));
+  a.analysis.serving = serving_at(1000, 16, 8.0, 0.1);
+  b.analysis.serving = serving_at(1000, 32, 4.0, 0.05);
+  const CompareResult both = compare_pair(a, b);
+  EXPECT_THAT(both.notes, ::testing::Contains(
+                              "serving at 1000 requests/s: B/A 0.500\u00d7 in p99 request latency (B 4.00 "
+                              "\u00b1 0.0500 ms at max batch 32, A 8.00 \u00b1 0.100 ms at max batch 16; "
+                              "simulated from each run's steps)"))
+      << ::testing::PrintToString(both.notes);
+  const nlohmann::json doc = to_json(both);
+  EXPECT_TRUE(doc["runs"][0]["serving"]["latency_ratio"].is_null());
+  EXPECT_EQ(doc["runs"][1]["serving"]["latency_ratio"], 0.5);
+  EXPECT_EQ(doc["runs"][1]["serving"]["best"]["batch"], 32);
+  EXPECT_EQ(doc["runs"][1]["serving"]["best"]["latency_ms"], 4.0);
+  EXPECT_EQ(doc["runs"][1]["serving"]["latency_se_ms"], 0.05);
+  EXPECT_EQ(doc["runs"][1]["serving"]["request_rate"], 1000);
+  // A hold makes another batcher.
+  b.analysis.serving->max_queue_delay_ms = 2;
+  EXPECT_THAT(compare_pair(a, b).notes,
+              ::testing::Contains("serving not compared: A at 1000 requests/s (p99), B at 1000 requests/s, "
+                                  "max queue delay 2 ms (p99) (compare --request-rate PER_S simulates every "
+                                  "run at one rate)"));
+  EXPECT_TRUE(to_json(compare_pair(a, b))["runs"][1]["serving"]["latency_ratio"].is_null());
+  b.analysis.serving = serving_at(1000, std::nullopt, 0, 0);
+  EXPECT_THAT(compare_pair(a, b).notes,
+              ::testing::Contains(HasSubstr("serving at 1000 requests/s: B serves at no max batch (every max "
+                                            "batch saturates); A's p99 request latency is 8.00")));
+  b.analysis.serving.reset();
+  const CompareResult one = compare_pair(a, b);
+  EXPECT_THAT(one.notes, ::testing::Contains(
+                             HasSubstr("serving not compared: only A has a request rate (1000 requests/s)")));
+  EXPECT_FALSE(to_json(one)["runs"][1].contains("serving"));
+}
+
 // Under one p99 budget, a run whose answer differs is noted (a tail-latency regression moves the budget's
 // batch down); the gate fails where the baseline's answer is over the budget in a run by more than PCT%; each
 // cell and run carries its p99; budgets that differ are said not to be compared, and the gate holds every run
