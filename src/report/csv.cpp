@@ -4,9 +4,12 @@
 // that readers by position keep working. After them, the run's context on every row (run.model, run.device,
 // run.backend, run.mode, run.precision, run.created_at, run.state, then run.checkpointing,
 // run.model_overrides and run.checkpoint_blocks), so rows of several runs concatenated
-// still say which run they are (two runs of one model on one device type by when they started).
+// still say which run they are (two runs of one model on one device type by when they started). Last, the
+// serving columns (serving.*, filled where the run serves at a request rate: the rate, hold and percentile on
+// every row, the rest on each max batch's row, as analysis.serving.batches holds them).
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -108,6 +111,46 @@ std::string overrides_cell(const Report& report) {
   return joined;
 }
 
+// analysis.serving on the CSV's rows: the run's rate, hold and percentile, then each max batch's figures.
+constexpr std::string_view kServingColumns[] = {"serving.request_rate",
+                                                "serving.max_queue_delay_ms",
+                                                "serving.latency_percentile",
+                                                "serving.capacity_per_second",
+                                                "serving.saturated",
+                                                "serving.utilization",
+                                                "serving.mean_batch",
+                                                "serving.latency_mean_ms",
+                                                "serving.latency_p50_ms",
+                                                "serving.latency_ms",
+                                                "serving.latency_se_ms",
+                                                "serving.settled",
+                                                "serving.best"};
+
+std::vector<std::string> serving_cells(const Report& report, const Point& p) {
+  std::vector<std::string> out(std::size(kServingColumns));
+  if (!report.analysis.serving) return out;
+  const Serving& s = *report.analysis.serving;
+  const auto number = [](const std::optional<double>& v) { return v ? cell(ordered(*v)) : std::string(); };
+  out[0] = cell(ordered(s.request_rate));
+  out[1] = cell(ordered(s.max_queue_delay_ms));
+  out[2] = cell(ordered(s.latency_percentile));
+  if (p.accumulation != 1 || p.status != PointStatus::ok) return out;
+  for (const ServingBatch& b : s.batches) {
+    if (b.batch != p.batch) continue;
+    out[3] = cell(ordered(b.capacity_per_second));
+    out[4] = b.saturated ? "true" : "false";
+    out[5] = number(b.utilization);
+    out[6] = number(b.mean_batch);
+    out[7] = number(b.latency_mean_ms);
+    out[8] = number(b.latency_p50_ms);
+    out[9] = number(b.latency_ms);
+    out[10] = number(b.latency_se_ms);
+    out[11] = b.settled ? "true" : "false";
+    out[12] = s.best.batch && *s.best.batch == b.batch ? "true" : "false";
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string format_csv(const Report& report) {
@@ -141,6 +184,10 @@ std::string format_csv(const Report& report) {
     out += ',';
     out += name;
   }
+  for (const std::string_view name : kServingColumns) {
+    out += ',';
+    out += name;
+  }
   out += "\n";
   for (const auto& p : report.points) {
     std::vector<std::pair<std::string, ordered>> leaves;
@@ -153,6 +200,10 @@ std::string format_csv(const Report& report) {
     for (const auto& [name, value] : context) {
       out += ',';
       out += quote(value);
+    }
+    for (const std::string& serving : serving_cells(report, p)) {
+      out += ',';
+      out += serving;
     }
     out += "\n";
   }

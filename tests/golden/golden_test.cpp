@@ -114,6 +114,11 @@ TEST(Golden, MarkdownServing) {
   expect_golden("report-serving.md", bsw::format_markdown(serving_report()));
 }
 
+// The serving columns: the rate on every row, each max batch's figures on its row, the best marked.
+TEST(Golden, CsvServing) {
+  expect_golden("report-serving.csv", bsw::format_csv(serving_report()));
+}
+
 TEST(Golden, Compare) {
   bsw::CompareOptions options;
   options.names = {"a100.json", "h100.json"};
