@@ -75,6 +75,9 @@ struct RunSummary {
 
 // One run's point at a compared batch.
 struct CompareCell {
+  // The run did not sweep this batch (a row of three or more runs that the baseline and some other run
+  // share): nothing below holds, and its delta is not_comparable ("not swept").
+  bool absent = false;
   PointStatus status = PointStatus::ok;
   std::string reason;
   double samples_per_second = 0;
@@ -167,7 +170,8 @@ struct CompareDelta {
   size_t tail_p_adjusted_for = 0;
 };
 
-// A (batch, accumulation) present in every run.
+// A (batch, accumulation) the baseline swept and at least one other run did: each run is judged against the
+// baseline on every batch the two share, whatever a third swept (its cells there are `absent`).
 struct CompareRow {
   int64_t batch = 0;
   int64_t accumulation = 1;
@@ -183,8 +187,8 @@ struct CompareGeomean {
 };
 
 // A batch that a run could not fit (oom or over_limit) although the baseline fit a micro-batch at least as
-// large with the same accumulation, at a batch not every run swept (--batch auto puts its edges where each
-// run's memory ran out; a third run may lack it), so no compared row shows it.
+// large with the same accumulation, at a batch the baseline did not sweep (--batch auto puts its edges where
+// each run's memory ran out), so no compared row shows it.
 struct LostFit {
   size_t run = 0;  // index into CompareResult::runs, >= 1
   int64_t batch = 0;
@@ -228,14 +232,13 @@ struct CompareResult {
 // What `compare --fail-on-regression PCT` (exit code 3) counts, one line each: a run "slower" than the
 // baseline at some batch with B/A < 1 - pct/100, a batch that ran in the baseline but failed in a run
 // (oom, over_limit, error: a batch that no longer fits is a regression a CI gate must catch), each
-// LostFit (a batch not every run swept, that a run could not fit although the baseline fit one at least as
-// large), and the baseline's answer under its latency budget where a run with the same budget (milliseconds
-// and percentile) has a step time there, at that percentile, more than pct% over the budget (a different
-// answer under the budget is only a note: it moves with latency noise).
-// In an inference comparison (the baseline's mode infer), or any where GateThresholds::latency_given, also
-// each batch where a run's tail (CompareDelta) is "slower" and more than the latency PCT longer than the
-// baseline's: "tail_latency". The latency findings use GateThresholds::latency_pct, and none is made where it
-// is off.
+// LostFit (a batch the baseline did not sweep, that a run could not fit although the baseline fit one at
+// least as large), and the baseline's answer under its latency budget where a run with the same budget
+// (milliseconds and percentile) has a step time there, at that percentile, more than pct% over the budget (a
+// different answer under the budget is only a note: it moves with latency noise). In an inference comparison
+// (the baseline's mode infer), or any where GateThresholds::latency_given, also each batch where a run's tail
+// (CompareDelta) is "slower" and more than the latency PCT longer than the baseline's: "tail_latency". The
+// latency findings use GateThresholds::latency_pct, and none is made where it is off.
 struct Regression {
   std::string kind;  // "slower", "failed", "lost_fit", "latency_budget" or "tail_latency"
   size_t run = 0;    // index into CompareResult::runs, >= 1

@@ -1860,11 +1860,11 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
             "past --timeout), whose noise is unknown, so no change could be judged (raise --timeout so each "
             "point takes several steps)",
             *s.fail_on_regression_pct);
-      return fmt::format(
-          "--fail-on-regression {:g}: {}, so nothing was compared ({})", *s.fail_on_regression_pct,
-          result.rows.empty() ? "no batch is in every run"
-                              : "no batch in every run ran ok in both the baseline and another run",
-          hint);
+      return fmt::format("--fail-on-regression {:g}: {}, so nothing was compared ({})",
+                         *s.fail_on_regression_pct,
+                         result.rows.empty() ? "no batch of the baseline's is in another run"
+                                             : "no batch the baseline shares with another run ran ok in both",
+                         hint);
     }
     // A finished run whose batch list left out batches the baseline ran ok: the same hole (a CI job whose
     // --batch shrank would weaken its own gate). Searches (--batch auto, --effective-batch) choose their

@@ -595,7 +595,8 @@ CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, con
   std::vector<std::vector<MeanError>> errors(runs);
   for (const auto& row : rows) {
     const bool all_ran = std::all_of(row.runs.begin(), row.runs.end(), [](const CompareCell& c) {
-      return c.status == PointStatus::ok && std::isfinite(c.samples_per_second) && c.samples_per_second > 0;
+      return !c.absent && c.status == PointStatus::ok && std::isfinite(c.samples_per_second) &&
+             c.samples_per_second > 0;
     });
     // A row whose change nobody can judge (one step against one) has no place in a judged mean either.
     const bool unjudged =
@@ -702,6 +703,7 @@ std::string tail_text(const CompareDelta& d) {
 }
 
 std::string cell_text(const CompareCell& c) {
+  if (c.absent) return "not swept";
   return c.status == PointStatus::ok ? rf::human_rate(c.samples_per_second)
                                      : std::string(to_string(c.status));
 }
@@ -772,9 +774,11 @@ rf::TextTable compare_table(const CompareResult& result) {
     std::vector<std::string> cells{std::to_string(row.batch)};
     if (show_accumulation) cells.push_back(std::to_string(row.accumulation));
     for (const auto& c : row.runs) cells.push_back(cell_text(c));
-    for (const auto& d : row.deltas) {
+    for (size_t i = 0; i < row.deltas.size(); ++i) {
+      const CompareDelta& d = row.deltas[i];
       cells.push_back(ratio_text(d));
-      cells.push_back(verdict_text(d, result.min_effect_pct));
+      cells.push_back(row.runs[i + 1].absent ? std::string("not swept")
+                                             : verdict_text(d, result.min_effect_pct));
       if (result.show_tail) cells.push_back(tail_text(d));
     }
     table.rows.push_back(std::move(cells));
@@ -835,10 +839,10 @@ std::vector<LostFit> lost_fits(const std::vector<Report>& reports) {
       if (!did_not_fit(p.status) || fit == baseline_fit.end() || p.batch > fit->second ||
           !seen.insert(key).second)
         continue;
-      // A batch every run has is a compared row, where the row rule catches it.
-      const bool in_every_run = std::all_of(reports.begin(), reports.end(),
-                                            [&](const Report& r) { return find_point(r, key) != nullptr; });
-      if (in_every_run || find_point(reports[i], key)->status == PointStatus::ok) continue;
+      // A batch the baseline has is a compared row for this run, where the row rule catches it.
+      if (find_point(reports.front(), key) != nullptr ||
+          find_point(reports[i], key)->status == PointStatus::ok)
+        continue;
       lost.push_back({i, p.batch, p.accumulation, p.status, p.reason, fit->second});
     }
   }
@@ -958,30 +962,49 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     for (const auto& p : r.points) all_keys.insert({p.batch, p.accumulation});
   }
   std::vector<std::string> missing;
+  std::map<size_t, std::vector<std::string>> unswept;  // run -> compared batches it lacks
   std::vector<std::string> shared;  // batches a run took from the baseline's own measurement (--resume)
-  std::vector<std::vector<const Point*>> row_points;  // each row's point in every run
+  std::vector<std::vector<const Point*>> row_points;  // each row's point in every run (null: not swept)
   std::vector<std::vector<bool>> row_self;            // ... that is the baseline's own measurement
   for (const Key& key : all_keys) {
     std::vector<const Point*> points;
     for (const auto& r : reports) points.push_back(find_point(r, key));
-    if (std::find(points.begin(), points.end(), nullptr) != points.end()) {
+    // Each run is set against the baseline wherever the two share a batch: a third run that lacks it must
+    // not take the others' verdicts (and their gate) with it.
+    if (!points[0] || std::all_of(points.begin() + 1, points.end(), [](const Point* p) { return !p; })) {
       missing.push_back(batch_label(key.first, key.second));
       continue;
     }
     CompareRow row;
     row.batch = key.first;
     row.accumulation = key.second;
-    for (const Point* p : points) {
-      row.runs.push_back({p->status, p->reason, p->samples_per_second, p->samples_ms.size(), std::nullopt, 0,
-                          latency_if_ran(*p, 99), latency_if_ran(*p, result.runs.front().latency_percentile),
-                          busy_host(*p)});
+    for (size_t i = 0; i < points.size(); ++i) {
+      const Point* p = points[i];
+      if (!p) {
+        CompareCell absent;
+        absent.absent = true;
+        absent.samples_per_second = std::nan("");
+        row.runs.push_back(absent);
+        unswept[i].push_back(batch_label(key.first, key.second));
+        continue;
+      }
+      row.runs.push_back({false, p->status, p->reason, p->samples_per_second, p->samples_ms.size(),
+                          std::nullopt, 0, latency_if_ran(*p, 99),
+                          latency_if_ran(*p, result.runs.front().latency_percentile), busy_host(*p)});
       if (const std::optional<MeanError> e = point_mean_error(*p)) {
         row.runs.back().standard_error = e->se;
         row.runs.back().standard_error_df = e->df;
       }
     }
-    for (size_t i = 1; i < points.size(); ++i)
-      row.deltas.push_back(delta(*points[0], *points[i], result.tail_percentile, options));
+    for (size_t i = 1; i < points.size(); ++i) {
+      if (points[i]) {
+        row.deltas.push_back(delta(*points[0], *points[i], result.tail_percentile, options));
+      } else {
+        CompareDelta absent;
+        absent.ratio = std::nan("");
+        row.deltas.push_back(absent);
+      }
+    }
     // One measurement in two runs: run --resume took one run's point into another (or both took one earlier
     // run's). A point was measured when its report was made, unless it says it was taken; two reports made
     // in the same second are not taken for one.
@@ -990,14 +1013,14 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     };
     bool one_measurement = false;
     for (size_t i = 0; i < points.size() && !one_measurement; ++i) {
-      if (points[i]->resumed_from.empty()) continue;
+      if (!points[i] || points[i]->resumed_from.empty()) continue;
       for (size_t j = 0; j < points.size(); ++j)
-        one_measurement |= j != i && measured_at(j) == points[i]->resumed_from;
+        one_measurement |= j != i && points[j] && measured_at(j) == points[i]->resumed_from;
     }
     if (one_measurement) shared.push_back(batch_label(key.first, key.second));
     std::vector<bool> self(points.size(), false);
     for (size_t i = 1; i < points.size(); ++i)
-      self[i] = (!points[0]->resumed_from.empty() || !points[i]->resumed_from.empty()) &&
+      self[i] = points[i] && (!points[0]->resumed_from.empty() || !points[i]->resumed_from.empty()) &&
                 measured_at(0) == measured_at(i) && points[0]->samples_ms == points[i]->samples_ms;
     result.rows.push_back(std::move(row));
     row_points.push_back(std::move(points));
@@ -1030,8 +1053,14 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   if (!missing.empty()) {
     std::string list;
     for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
-    result.notes.push_back(fmt::format("not in every run, not compared: batch {}", list));
+    result.notes.push_back(
+        fmt::format("{}, not compared: batch {}",
+                    reports.size() == 2 ? "not in every run" : "not in A and any other run", list));
   }
+  for (const auto& [run, batches] : unswept)
+    result.notes.push_back(fmt::format("{} did not sweep batch{} {}: the other runs are compared there",
+                                       letter(run), batches.size() == 1 ? "" : "es",
+                                       fmt::join(batches, ", ")));
   for (const LostFit& f : result.lost_fits) result.notes.push_back(lost_fit_text(f));
   // Each run at its own best batch: what choosing between devices compares, whatever batches they share.
   const RunSummary& base = result.runs.front();
@@ -1068,7 +1097,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     for (const CompareRow& row : result.rows) {
       if (row.batch != *base.latency_slo->batch) continue;
       for (size_t i = 1; i < row.runs.size(); ++i)
-        if (row.runs[i].status == PointStatus::ok && !row.runs[i].budget_latency_ms) {
+        if (!row.runs[i].absent && row.runs[i].status == PointStatus::ok && !row.runs[i].budget_latency_ms) {
           result.notes.push_back(fmt::format(
               "{}: batch {} (A's answer under the {:g} ms {} budget) has no step times, so its latency there "
               "was not judged against the budget",
@@ -1357,7 +1386,7 @@ std::vector<Regression> find_regressions(const CompareResult& result, const Gate
                                  : "(no samples to test against noise)",
                 busy_text),
             !busy.empty()});
-      } else if (base.status == PointStatus::ok && run.status != PointStatus::ok)
+      } else if (base.status == PointStatus::ok && !run.absent && run.status != PointStatus::ok)
         found.push_back(Regression{
             "failed", i + 1, row.batch, row.accumulation,
             fmt::format("batch {}: ran in A, {} in {}{}", batch, to_string(run.status), letter(i + 1),
@@ -1456,7 +1485,7 @@ std::string format_compare(const CompareResult& result, bool color) {
   }
   out += "\n";
   if (result.rows.empty()) {
-    out += "no batch is in every run\n";
+    out += "no batch of the baseline's is in another run\n";
   } else {
     const auto lines = rf::render_lines(compare_table(result));
     const bool tail_gated = result.runs.front().mode == "infer";
@@ -1493,7 +1522,7 @@ std::string format_compare_markdown(const CompareResult& result, std::optional<G
   }
   out += "\n";
   if (result.rows.empty()) {
-    out += "No batch is in every run.\n";
+    out += "No batch of the baseline's is in another run.\n";
   } else {
     out += rf::render_markdown(compare_table(result));
   }
@@ -1622,7 +1651,7 @@ nlohmann::json to_json(const CompareResult& result) {
       const CompareCell& c = row.runs[i];
       cells.push_back({{"run", result.runs[i].name},
                        {"label", letter(i)},
-                       {"status", to_string(c.status)},
+                       {"status", c.absent ? std::string("not_swept") : std::string(to_string(c.status))},
                        {"reason", c.reason},
                        // Nothing measured where the point did not run: null, never 0.
                        {"samples_per_second",

@@ -704,6 +704,45 @@ TEST(Compare, BestAgainstBestAndTheRecommendedCost) {
                               cost_b, cost_a, cost_b / cost_a))));
 }
 
+// With three runs, each is judged against the baseline on every batch the two share: a third run that lacks
+// batches (a short run, a search) must not take the others' verdicts, or their regressions, with it.
+TEST(Compare, ARunLackingBatchesDoesNotHideAnotherRunsVerdicts) {
+  const Report a = testing::sample_report();
+  const Report b = sped_up(a, 0.8);  // 20% slower everywhere
+  Report c = sped_up(a, 1.0);
+  const int64_t kept = a.points.front().batch;
+  std::erase_if(c.points, [&](const Point& p) { return p.batch != kept; });
+  CompareOptions options;
+  options.names = {"a.json", "b.json", "c.json"};
+  const CompareResult result = compare_reports({a, b, c}, options);
+  ASSERT_GT(result.rows.size(), 1u);
+  size_t slower = 0;
+  for (const CompareRow& row : result.rows) {
+    ASSERT_EQ(row.runs.size(), 3u);
+    EXPECT_EQ(row.runs[2].absent, row.batch != kept) << row.batch;
+    if (row.runs[2].absent) {
+      EXPECT_EQ(row.deltas[1].verdict, Verdict::not_comparable);
+      EXPECT_TRUE(std::isnan(row.deltas[1].ratio));
+    }
+    slower += row.deltas[0].verdict == Verdict::slower;
+  }
+  EXPECT_GT(slower, 1u);
+  // The gate finds B's regressions, and C's unswept batches are not failures.
+  const std::vector<Regression> found = find_regressions(result, 5);
+  EXPECT_EQ(static_cast<size_t>(std::count_if(found.begin(), found.end(),
+                                              [](const Regression& r) { return r.kind == "slower"; })),
+            slower);
+  EXPECT_TRUE(std::none_of(found.begin(), found.end(), [](const Regression& r) { return r.run == 2; }));
+  EXPECT_THAT(result.notes, ::testing::Contains(HasSubstr("C did not sweep batches ")));
+  // The geometric mean keeps to the batches every run ran.
+  EXPECT_EQ(result.geomean.batches, 1u);
+  const std::string table = format_compare(result, false);
+  EXPECT_THAT(table, HasSubstr("not swept"));
+  const nlohmann::json doc = to_json(result);
+  EXPECT_EQ(doc["rows"][1]["runs"][2]["status"], "not_swept");
+  EXPECT_TRUE(doc["rows"][1]["runs"][2]["samples_per_second"].is_null());
+}
+
 // A report's serving at a request rate: each run at its own best max batch where both serve at one rate, hold
 // and percentile (B/A request latency, in the notes and the JSON); otherwise said not to be compared, and how
 // to set one rate for all.
@@ -1180,8 +1219,8 @@ TEST(Compare, TheGeometricMeanCallsAChangeBeyondItsNoise) {
   EXPECT_EQ(result.geomean.deltas[0].verdict, Verdict::slower);
 }
 
-// With three runs a batch the baseline and the candidate swept but a third did not is no compared row; a
-// candidate that could not fit it is still a regression.
+// With three runs a batch the baseline and the candidate swept but a third did not is still their compared
+// row: a candidate that could not fit it is a failed batch there.
 TEST(Compare, ABatchMissingFromAThirdRunIsStillCaught) {
   const Report a = testing::sample_report();
   const Report b = out_of_memory_at(a, 128);
@@ -1192,7 +1231,8 @@ TEST(Compare, ABatchMissingFromAThirdRunIsStillCaught) {
   const CompareResult result = compare_reports({a, b, c}, options);
   const auto lines = regressions(result, 50.0);
   ASSERT_EQ(lines.size(), 1u) << ::testing::PrintToString(lines);
-  EXPECT_EQ(lines[0], "batch 128: oom in B (out of memory), though A fit batch 128");
+  EXPECT_EQ(lines[0], "batch 128: ran in A, oom in B (out of memory)");
+  EXPECT_TRUE(result.lost_fits.empty());
 }
 
 TEST(Compare, MismatchedModelsNameBothFiles) {

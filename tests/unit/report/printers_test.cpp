@@ -273,10 +273,26 @@ TEST(Csv, HeaderIsTheJsonNames) {
       "run.model",           "run.device",           "run.backend", "run.mode",
       "run.precision",       "run.created_at",       "run.state",   "run.checkpointing",
       "run.model_overrides", "run.checkpoint_blocks"};
+  // Last, the serving columns (analysis.serving), empty without a request rate.
+  const std::vector<std::string> serving = {"serving.request_rate",
+                                            "serving.max_queue_delay_ms",
+                                            "serving.latency_percentile",
+                                            "serving.capacity_per_second",
+                                            "serving.saturated",
+                                            "serving.utilization",
+                                            "serving.mean_batch",
+                                            "serving.latency_mean_ms",
+                                            "serving.latency_p50_ms",
+                                            "serving.latency_ms",
+                                            "serving.latency_se_ms",
+                                            "serving.settled",
+                                            "serving.best"};
+  const auto m = static_cast<std::ptrdiff_t>(serving.size());
   const auto n = static_cast<std::ptrdiff_t>(context.size());
-  ASSERT_GE(header.size(), context.size() + 3);
-  EXPECT_EQ(std::vector<std::string>(header.end() - n, header.end()), context);
-  const std::vector<std::string> point_columns(header.begin(), header.end() - n);
+  ASSERT_GE(header.size(), context.size() + serving.size() + 3);
+  EXPECT_EQ(std::vector<std::string>(header.end() - m, header.end()), serving);
+  EXPECT_EQ(std::vector<std::string>(header.end() - m - n, header.end() - m), context);
+  const std::vector<std::string> point_columns(header.begin(), header.end() - m - n);
   EXPECT_EQ(std::set<std::string>(point_columns.begin(), point_columns.end()), keys);
   EXPECT_EQ(point_columns.size(), keys.size());
   // Point columns added after the first release come last among them, in the order they were added.
@@ -289,9 +305,10 @@ TEST(Csv, HeaderIsTheJsonNames) {
             added);
   for (const auto& line : lines) EXPECT_EQ(csv_fields(line).size(), header.size()) << line;
   const auto first = csv_fields(lines[1]);
-  EXPECT_EQ(std::vector<std::string>(first.end() - n, first.end()),
+  EXPECT_EQ(std::vector<std::string>(first.end() - m - n, first.end() - m),
             (std::vector<std::string>{"mlp-small", r.device.name, "scripted", "train", "bf16", r.created_at,
                                       r.state, "false", "", ""}));
+  EXPECT_EQ(std::vector<std::string>(first.end() - m, first.end()), std::vector<std::string>(serving.size()));
   EXPECT_FALSE(r.created_at.empty());
 }
 
