@@ -1682,7 +1682,8 @@ std::vector<std::string> unswept_baseline_batches(const Report& baseline, const 
 
 }  // namespace
 
-void remove_stale_gate_exports(const std::vector<std::pair<std::string, std::string>>& exports) {
+void remove_stale_gate_exports(const std::vector<std::pair<std::string, std::string>>& exports,
+                               std::string_view why) {
   namespace fs = std::filesystem;
   for (const auto& [flag, typed] : exports) {
     if (typed.empty() || typed == "-") continue;
@@ -1705,9 +1706,9 @@ void remove_stale_gate_exports(const std::vector<std::pair<std::string, std::str
                                  : fmt::format("{}, the file {} {} links to", target.string(), flag, typed);
     std::fprintf(
         stderr,
-        "batchsweep compare: removed %s, an earlier gate's answer: this gate compared nothing, and a "
-        "script must not read that file's answer as this one's\n",
-        what.c_str());
+        "batchsweep compare: removed %s, an earlier gate's answer: %s, and a script must not read that "
+        "file's answer as this one's\n",
+        what.c_str(), std::string(why).c_str());
   }
 }
 
@@ -1906,6 +1907,11 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
       write_output(flag, path, text);
     } catch (const Error& e) {
       if (!export_error) export_error = e;
+      // A full disk or a file-size limit leaves the earlier gate's answer in place: after `|| true` a script
+      // would read its "passed" as this gate's.
+      if (s.fail_on_regression_pct)
+        remove_stale_gate_exports({{std::string(flag), path}},
+                                  "this gate's answer could not be written there");
     }
   };
   CompareResult exported = result;

@@ -17,7 +17,9 @@ namespace bsw::cli {
 // A gate that cannot compare (a report missing, a bad flag) has no answer to write, and an earlier job's at
 // its export paths would read as this one's: each (flag, path) that holds an earlier compare answer — JSON of
 // kind "compare", or compare's markdown — is removed, and said on stderr. Anything else there is left alone.
-void remove_stale_gate_exports(const std::vector<std::pair<std::string, std::string>>& exports);
+// So is a gate's export that could not be written (`why` says which).
+void remove_stale_gate_exports(const std::vector<std::pair<std::string, std::string>>& exports,
+                               std::string_view why = "this gate compared nothing");
 [[nodiscard]] int devices_command(const DevicesSettings& settings);
 // Without a name, the table of presets; with one, that preset's config as embedded (UsageError for a name
 // that is no preset).

@@ -1895,6 +1895,27 @@ TEST(Run, AFileSizeLimitIsAWriteErrorNotAKill) {
     EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << entry.path();
 }
 
+// A gate's export that cannot be written (past `ulimit -f`) takes the earlier gate's answer there with it:
+// after `|| true` a script would read that file's "passed" as this gate's.
+TEST(Compare, AGateExportThatCannotBeWrittenRemovesTheEarlierAnswer) {
+  ScratchDir dir;
+  const std::string a = (dir / "a.json").string(), b = (dir / "b.json").string(),
+                    gate = (dir / "gate.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "128,256,512", "--json", a})).exit_code, 0);
+  ASSERT_EQ(run(scripted_run("roofline-slower.json", {"--batch", "128,256,512", "--json", b})).exit_code, 0);
+  ASSERT_EQ(run({"compare", a, a, "--fail-on-regression", "5", "--json", gate}).exit_code, 0);
+  ASSERT_TRUE(read_json(gate)["gate"]["passed"].get<bool>());
+  const std::string command = "ulimit -f 2; '" + std::string(BSW_BINARY) + "' compare '" + a + "' '" + b +
+                              "' --fail-on-regression 5 --json '" + gate + "' > /dev/null 2> '" +
+                              (dir / "err").string() + "' < /dev/null";
+  const int status = std::system(("bash -c \"" + command + "\"").c_str());
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << slurp(dir / "err");
+  EXPECT_FALSE(std::filesystem::exists(gate)) << slurp(gate);
+  EXPECT_NE(slurp(dir / "err").find("this gate's answer could not be written there"), std::string::npos)
+      << slurp(dir / "err");
+}
+
 // stderr carries only progress and diagnostics: where it cannot be written (a full disk, closed, a log
 // shipper that died) the sweep still finishes, its report says complete, and the exit code is the run's own
 // (0, or 4 where nothing ran ok), not 1.
