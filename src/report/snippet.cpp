@@ -85,6 +85,27 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
                 "torch.utils.checkpoint per block");
   if (cpu) out += "  # measured on the CPU backend: a GPU's best batch differs, so sweep on the GPU itself\n";
   const bool tf32 = precision == "tf32";
+  // Lightning's, accelerate's and transformers' 16-bit settings are autocast: fp32 weights (a 16-bit copy of
+  // each while a step runs) and fp32 softmax, layernorm and loss outputs, so a larger peak than the sweep's
+  // 16-bit model (README, Storage). Said, and loudest where the batch is the largest that fit.
+  const bool sixteen_bit = precision == "fp16" || precision == "bf16";
+  if (sixteen_bit && target != ConfigTarget::deepspeed) {
+    const bool at_edge = a.max_fit.batch && *a.max_fit.batch == batch;
+    const std::string setting =
+        target == ConfigTarget::lightning
+            ? fmt::format("precision=\"{}\"", precision == "fp16" ? "16-mixed" : "bf16-mixed")
+        : target == ConfigTarget::accelerate ? fmt::format("mixed_precision=\"{}\"", precision)
+                                             : fmt::format("{}=True", precision);
+    out += fmt::format(
+        "  # {} is autocast: fp32 weights and fp32 softmax, layernorm and loss outputs, a larger peak than "
+        "the "
+        "sweep's {} model{}{}\n",
+        setting, precision, train ? " with fp32 master weights" : "",
+        at_edge ? fmt::format("; batch {} is the largest that fit, so check it under autocast (the PyTorch "
+                              "peer, bench/peers/torch_sweep.py) or take a smaller one",
+                              batch)
+                : std::string());
+  }
   switch (target) {
     case ConfigTarget::deepspeed: {
       if (!train) {

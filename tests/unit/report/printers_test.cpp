@@ -495,21 +495,37 @@ TEST(ConfigSnippet, EachFrameworkInTheRunsPrecision) {
       "    \"train_batch_size\": 2048,\n"
       "    \"bf16\": {\"enabled\": true}\n"
       "  }\n");
-  EXPECT_EQ(format_config_snippet(r, ConfigTarget::lightning, 1),
-            "config for Lightning (batch 64 x accumulation 4, bf16, 1 GPU; 256 samples per optimizer step):\n"
-            "  loader = DataLoader(dataset, batch_size=64)\n"
-            "  trainer = L.Trainer(accumulate_grad_batches=4, precision=\"bf16-mixed\")\n");
+  EXPECT_EQ(
+      format_config_snippet(r, ConfigTarget::lightning, 1),
+      "config for Lightning (batch 64 x accumulation 4, bf16, 1 GPU; 256 samples per optimizer step):\n"
+      "  # precision=\"bf16-mixed\" is autocast: fp32 weights and fp32 softmax, layernorm and loss outputs, "
+      "a larger peak than the sweep's bf16 model with fp32 master weights\n"
+      "  loader = DataLoader(dataset, batch_size=64)\n"
+      "  trainer = L.Trainer(accumulate_grad_batches=4, precision=\"bf16-mixed\")\n");
   EXPECT_EQ(
       format_config_snippet(r, ConfigTarget::accelerate, 2),
       "config for accelerate (batch 64 x accumulation 4, bf16, 2 GPUs; 512 samples per optimizer step):\n"
+      "  # mixed_precision=\"bf16\" is autocast: fp32 weights and fp32 softmax, layernorm and loss outputs, "
+      "a "
+      "larger peak than the sweep's bf16 model with fp32 master weights\n"
       "  accelerator = Accelerator(gradient_accumulation_steps=4, mixed_precision=\"bf16\")\n"
       "  loader = DataLoader(dataset, batch_size=64)  # per process; accelerate launch --num_processes 2\n");
   EXPECT_EQ(
       format_config_snippet(r, ConfigTarget::transformers, 1),
       "config for transformers (batch 64 x accumulation 4, bf16, 1 GPU; 256 samples per optimizer step):\n"
+      "  # bf16=True is autocast: fp32 weights and fp32 softmax, layernorm and loss outputs, a larger peak "
+      "than the sweep's bf16 model with fp32 master weights\n"
       "  args = TrainingArguments(output_dir=\"out\", per_device_train_batch_size=64, "
       "gradient_accumulation_steps=4, bf16=True)\n");
 
+  // The largest batch that fit, under autocast's larger peak: check it, or step down.
+  r.analysis.max_fit.batch = 64;
+  EXPECT_NE(format_config_snippet(r, ConfigTarget::lightning, 1)
+                .find("; batch 64 is the largest that fit, so check it under autocast (the PyTorch peer, "
+                      "bench/peers/torch_sweep.py) or take a smaller one\n"),
+            std::string::npos);
+  EXPECT_EQ(format_config_snippet(r, ConfigTarget::deepspeed, 1).find("autocast"), std::string::npos)
+      << "DeepSpeed's bf16 is the sweep's: a 16-bit model with fp32 master weights";
   r.settings["precision"] = "fp16";
   r.analysis.recommended_accumulation.reset();
   EXPECT_NE(
