@@ -552,6 +552,8 @@ TEST(ConfigSnippet, InferenceCpuAndNoRecommendation) {
   EXPECT_EQ(format_config_snippet(r, ConfigTarget::transformers, 1),
             "config for transformers (inference, batch 64, bf16, 1 process):\n"
             "  # measured on the CPU backend: a GPU's best batch differs, so sweep on the GPU itself\n"
+            "  # bf16=True is autocast: fp32 weights and fp32 softmax, layernorm and loss outputs, a larger "
+            "peak than the sweep's bf16 model\n"
             "  args = TrainingArguments(output_dir=\"out\", per_device_eval_batch_size=64, bf16=True)\n");
   const std::string ds = format_config_snippet(r, ConfigTarget::deepspeed, 3);
   EXPECT_NE(ds.find("(inference, batch 64, bf16, 3 processes):"), std::string::npos) << ds;
