@@ -372,9 +372,18 @@ class Parser {
     const auto type_names = names_of(types, name_of);
     require_object(v, path, "a layer");
     const auto type_it = v.find(schema::kLayerTypeKey);
-    if (type_it == v.end())
+    if (type_it == v.end()) {
+      // A mistyped `type` ("Type", "typ") is the likelier mistake than none at all: named as any unknown key
+      // is.
+      const std::string_view type_key[] = {schema::kLayerTypeKey};
+      for (const auto& [key, value] : v.items())
+        if (model_detail::nearest_name(key, type_key))
+          fail(child(path, user_text(key)),
+               fmt::format("unknown key {} for a layer; did you mean '{}'? (every layer needs a type: {})",
+                           quote_user(key), schema::kLayerTypeKey, model_detail::join_names(type_names)));
       missing(child(path, schema::kLayerTypeKey),
               fmt::format("every layer needs a type ({})", model_detail::join_names(type_names)));
+    }
     const schema::LayerInfo& info =
         read_choice(*type_it, child(path, schema::kLayerTypeKey), types, name_of, "layer type");
 
