@@ -831,7 +831,14 @@ std::optional<int64_t> max_fit_batch(const Graph& graph, PlanRequest request, ui
   const uint64_t budget = usable_bytes(memory_bytes);
   auto fits = [&](int64_t b) {
     request.batch = b;
-    return make_plan(graph, request).memory.total_bytes() <= budget;
+    try {
+      return make_plan(graph, request).memory.total_bytes() <= budget;
+    } catch (const UsageError&) {
+      // Past 2^62 bytes (a --memory of exabytes lets the doubling get there): larger than any memory, so it
+      // does not fit. Batch 1's error is the config's own, and said.
+      if (b == 1) throw;
+      return false;
+    }
   };
   if (!fits(1)) return std::nullopt;
   // Memory grows monotonically with the batch: double to find an upper bound, then bisect.

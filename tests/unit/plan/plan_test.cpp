@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "batchsweep/errors.hpp"
 #include "batchsweep/gpu_specs.hpp"
 #include "batchsweep/model.hpp"
@@ -798,6 +800,27 @@ TEST(Plan, MaxFitBatchIsTheEdge) {
   r.batch = *fit + 1;
   EXPECT_GT(static_cast<double>(make_plan(g, r).memory.total_bytes()), memory * kMemorySafetyFraction);
   EXPECT_FALSE(max_fit_batch(g, r, 1024).has_value());
+}
+
+// Exabytes of memory let the doubling reach plans past 2^62 bytes, which no memory holds: the edge is below
+// them, not an error about a batch nobody asked for.
+TEST(Plan, MaxFitBatchUnderAHugeMemoryStopsAtPlansTooLargeToSize) {
+  const Graph g = graph_of(R"({"name": "m", "input": {"type": "image", "channels": 64, "height": 32768,
+    "width": 32768}, "layers": [{"type": "conv2d", "out_channels": 64, "kernel_size": 3, "padding": 1},
+    {"type": "conv2d", "out_channels": 64, "kernel_size": 3, "padding": 1}, {"type": "global_avgpool"},
+    {"type": "linear", "out_features": 10}]})");
+  const PlanRequest r{1, Precision::fp32, Mode::train, 1, BackendKind::cpu};
+  const std::optional<int64_t> fit = max_fit_batch(g, r, std::numeric_limits<uint64_t>::max());
+  ASSERT_TRUE(fit.has_value());
+  EXPECT_GE(*fit, 1);
+  EXPECT_LT(*fit, kMaxBatch);
+  PlanRequest above = r;
+  above.batch = *fit + 1;
+  try {  // the next batch is past what can be sized, or over the memory
+    EXPECT_GT(static_cast<double>(make_plan(g, above).memory.total_bytes()),
+              static_cast<double>(std::numeric_limits<uint64_t>::max()) * kMemorySafetyFraction);
+  } catch (const UsageError&) {
+  }
 }
 
 // A plan of exactly 95% of the budget fits (0.95 as a double, 0.94999..., refused it by a byte), and one byte
