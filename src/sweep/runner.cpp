@@ -91,22 +91,30 @@ std::optional<std::string> PointRunner::plan_over_budget(int64_t batch, int64_t 
 
 std::optional<std::string> PointRunner::plan_over_budget(const PlanRequest& request) const {
   if (budget_bytes_ == 0) return std::nullopt;
-  uint64_t planned_bytes = 0;
+  MemoryBreakdown memory;
   try {
-    planned_bytes = make_plan(graph_, request).memory.total_bytes();
+    memory = make_plan(graph_, request).memory;
   } catch (const UsageError& e) {
     if (request.batch < 1 || request.accumulation < 1) throw;
     return fmt::format("the plan is too large to size: {}", e.what());  // beyond 64 bits: it cannot fit
   }
+  const uint64_t planned_bytes = memory.total_bytes();
   // The same comparison as max_fit_batch (plan.cpp), so the plan's edge and this check agree to the byte.
   const uint64_t usable = usable_bytes(budget_bytes_);
   if (planned_bytes <= usable) return std::nullopt;
   // At the edge the two round alike ("7.60 MiB exceeds ... (7.60 MiB)"): then the bytes say it.
   const bool alike = format_bytes(planned_bytes) == format_bytes(usable);
-  return fmt::format("planned {} exceeds {:.0f}% of the {} {} ({})",
-                     alike ? fmt::format("{} B", planned_bytes) : format_bytes(planned_bytes),
-                     kMemorySafetyFraction * 100.0, format_bytes(budget_bytes_), budget_name_,
-                     alike ? fmt::format("{} B", usable) : format_bytes(usable));
+  // The model's state is the same at every batch: where it alone is over, no smaller batch will fit, and a
+  // user retrying with one should be told so (plan --memory says it too).
+  const uint64_t state =
+      memory.parameters + memory.master_weights + memory.gradients + memory.optimizer_state;
+  return fmt::format(
+      "planned {} exceeds {:.0f}% of the {} {} ({}){}",
+      alike ? fmt::format("{} B", planned_bytes) : format_bytes(planned_bytes), kMemorySafetyFraction * 100.0,
+      format_bytes(budget_bytes_), budget_name_, alike ? fmt::format("{} B", usable) : format_bytes(usable),
+      state > usable
+          ? fmt::format("; the model's state alone ({}) is over it, at every batch", format_bytes(state))
+          : std::string());
 }
 
 std::optional<std::string> PointRunner::over_memory_now(int64_t batch, int64_t accumulation) const {

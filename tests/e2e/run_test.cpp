@@ -3929,6 +3929,21 @@ TEST(Serving, TrainingServesNoRequests) {
   EXPECT_NE(zero.err.find("--request-rate"), std::string::npos) << zero.err;
 }
 
+// A model whose state alone (parameters, gradients, optimizer state) is over --memory-limit fits no batch:
+// each point says so, so nobody retries with smaller batches.
+TEST(MemoryLimit, AModelWhoseStateAloneIsOverTheLimitSaysNoBatchFits) {
+  const Result r = run({"run", "--model", "mlp", "--backend", "cpu", "--batch", "1,64", "--memory-limit",
+                        "1MiB", "--json", "-"});
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  for (const auto& p : j["points"]) {
+    EXPECT_EQ(p["status"], "over_limit");
+    EXPECT_NE(p["reason"].get<std::string>().find("; the model's state alone ("), std::string::npos)
+        << p["reason"];
+    EXPECT_NE(p["reason"].get<std::string>().find(") is over it, at every batch"), std::string::npos);
+  }
+}
+
 // compare --request-rate: every run simulated at one rate, each at its best max batch; a training sweep or a
 // hold without a rate refused.
 TEST(Serving, CompareSimulatesEveryRunAtOneRate) {
