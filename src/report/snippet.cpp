@@ -84,6 +84,22 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
                 "model.gradient_checkpointing_enable()  # Hugging Face models; else "
                 "torch.utils.checkpoint per block");
   if (cpu) out += "  # measured on the CPU backend: a GPU's best batch differs, so sweep on the GPU itself\n";
+  // run --effective-batch N sized one device's step of N samples; --world-size multiplies it. Someone who
+  // meant N as the global batch is told the accumulation that keeps it.
+  if (const auto n =
+          report.settings.is_object() ? report.settings.find("effective_batch") : report.settings.end();
+      train && world_size > 1 && n != report.settings.end() && n->is_number_integer() &&
+      n->get<int64_t>() >= 1 && n->get<int64_t>() != global) {
+    const int64_t effective = n->get<int64_t>();
+    const int64_t per_step = batch * world_size;
+    out += fmt::format(
+        "  # --effective-batch {} was one {}'s step; across {} each step takes {} samples{}\n", effective,
+        cpu ? "process" : "GPU", gpus, global,
+        effective % per_step == 0
+            ? fmt::format(" (to keep {} in all, accumulation {})", effective, effective / per_step)
+            : fmt::format(" ({} in all is no multiple of batch {} x {}: no accumulation keeps it)", effective,
+                          batch, world_size));
+  }
   const bool tf32 = precision == "tf32";
   // Lightning's, accelerate's and transformers' 16-bit settings are autocast: fp32 weights (a 16-bit copy of
   // each while a step runs) and fp32 softmax, layernorm and loss outputs, so a larger peak than the sweep's

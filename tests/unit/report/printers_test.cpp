@@ -545,6 +545,24 @@ TEST(ConfigSnippet, EachFrameworkInTheRunsPrecision) {
             std::string::npos);
 }
 
+// An --effective-batch sweep sized one device's step: across --world-size devices the step grows, and the
+// accumulation that keeps N in all is said (or that none does).
+TEST(ConfigSnippet, AnEffectiveBatchAcrossDevicesSaysTheAccumulationThatKeepsIt) {
+  Report r = testing::sample_report();  // train, bf16, recommended 64, scripted
+  r.settings["effective_batch"] = 2048;
+  r.analysis.recommended_accumulation = 32;
+  const std::string eight = format_config_snippet(r, ConfigTarget::deepspeed, 8);
+  EXPECT_NE(eight.find("  # --effective-batch 2048 was one GPU's step; across 8 GPUs each step takes 16384 "
+                       "samples (to keep 2048 in all, accumulation 4)\n"),
+            std::string::npos)
+      << eight;
+  EXPECT_EQ(format_config_snippet(r, ConfigTarget::deepspeed, 1).find("--effective-batch"),
+            std::string::npos);
+  EXPECT_NE(format_config_snippet(r, ConfigTarget::deepspeed, 3)
+                .find("(2048 in all is no multiple of batch 64 x 3: no accumulation keeps it)"),
+            std::string::npos);
+}
+
 TEST(ConfigSnippet, InferenceCpuAndNoRecommendation) {
   Report r = testing::sample_report();
   r.settings["mode"] = "infer";
