@@ -161,8 +161,17 @@ ModelSpec parse_overridden(nlohmann::json doc, const std::string& source,
         named += fmt::format("{}--set {}", named.empty() ? "" : ", ", printable_text(o.text));
     if (!named.empty())
       throw ConfigError(e.source(), e.json_path(), fmt::format("{} (from {})", message, named));
+    // None on its path: those that could have led to it. The optimizer and the name shape no layer, and a
+    // layer shapes no optimizer: a learning rate is not named beside a shape error.
+    const auto section = [](std::string_view path) {
+      return on_path(path, "optimizer") ? 1 : on_path(path, "name") ? 2 : 0;
+    };
     for (const ModelOverride& o : overrides)
-      named += fmt::format("{}--set {}", named.empty() ? "" : ", ", printable_text(o.text));
+      if (section(o.path) == section(e.json_path()))
+        named += fmt::format("{}--set {}", named.empty() ? "" : ", ", printable_text(o.text));
+    if (named.empty())
+      for (const ModelOverride& o : overrides)
+        named += fmt::format("{}--set {}", named.empty() ? "" : ", ", printable_text(o.text));
     throw ConfigError(e.source(), e.json_path(), fmt::format("{} (with {})", message, named));
   }
 }

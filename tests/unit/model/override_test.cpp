@@ -211,6 +211,10 @@ TEST(ModelOverride, AnErrorNamesTheSetThatCausedIt) {
   const std::string shape = error({"layers[0].dim=130", "loss=mse"});
   EXPECT_THAT(shape, HasSubstr("preset:tiny-lm: layers[1]"));
   EXPECT_THAT(shape, HasSubstr("(with --set layers[0].dim=130, --set loss=mse)"));
+  // ... but not the optimizer's, which shapes no layer.
+  const std::string rate = error({"layers[0].dim=130", "optimizer.learning_rate=0.2"});
+  EXPECT_THAT(rate, HasSubstr("(with --set layers[0].dim=130)"));
+  EXPECT_THAT(rate, Not(HasSubstr("learning_rate")));
 }
 
 }  // namespace
