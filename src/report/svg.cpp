@@ -1,8 +1,9 @@
 // The SVG printer: throughput (left axis) and p99 step latency (the budget's percentile where a latency
 // budget names another; right axis) against batch on a log2 axis, planned memory as bars scaled to the
 // device's memory (or to a --memory-limit below it), dashed lines at the knee, saturation and max fit, and
-// crosses on the axis where a batch did not fit. Every number is printed with fixed decimals, so the output
-// is deterministic.
+// crosses on the axis where a batch did not fit. With --request-rate, the requests' latency at that
+// percentile per max batch (analysis.serving) on the latency axis too, dashed: filled where settled, hollow
+// where not. Every number is printed with fixed decimals, so the output is deterministic.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -24,6 +25,7 @@ constexpr double kWidth = 880, kHeight = 540;
 constexpr double kLeft = 90, kRight = 800, kTop = 64, kBottom = 420;
 constexpr const char* kThroughputColor = "#1f77b4";
 constexpr const char* kLatencyColor = "#ff7f0e";
+constexpr const char* kServingColor = "#e377c2";
 constexpr const char* kMemoryColor = "#9e9e9e";
 constexpr const char* kOomColor = "#d62728";
 constexpr const char* kLimitColor = "#8c564b";
@@ -218,6 +220,16 @@ std::string format_svg(const Report& report) {
                                                               it->is_number() && it->get<double>() > 0 &&
                                                               std::isfinite(it->get<double>()))
     budget_ms = it->get<double>();
+  // The requests' latency per max batch (run/analyze --request-rate), where a max batch was not saturated.
+  const Serving* serving = report.analysis.serving ? &*report.analysis.serving : nullptr;
+  bool any_serving = false;
+  if (serving)
+    for (const ServingBatch& b : serving->batches)
+      if (b.latency_ms && std::isfinite(*b.latency_ms) && *b.latency_ms > 0) {
+        worst_p99 = std::max(worst_p99, *b.latency_ms);
+        any_serving = true;
+      }
+  any_latency = any_latency || any_serving;
   if (any_latency && budget_ms) worst_p99 = std::max(worst_p99, *budget_ms);
   const ValueAxis rate_axis(best_rate);
   const ValueAxis latency_axis(worst_p99);
@@ -294,7 +306,8 @@ std::string format_svg(const Report& report) {
                   fmt::format("fill=\"{}\"", kLatencyColor));
     }
     const double x = kWidth - 20;
-    out += text(x, (kTop + kBottom) / 2, "middle", fmt::format("{} step latency (ms)", pct_name),
+    out += text(x, (kTop + kBottom) / 2, "middle",
+                fmt::format("{} {}latency (ms)", pct_name, any_serving ? "" : "step "),
                 fmt::format("fill=\"{}\" transform=\"rotate(90 {} {})\"", kLatencyColor, px(x),
                             px((kTop + kBottom) / 2)));
   }
@@ -345,6 +358,22 @@ std::string format_svg(const Report& report) {
                          px(y - 3.5), kLatencyColor);
     }
   }
+  if (any_serving) {
+    std::vector<std::pair<double, double>> serving_xy;
+    std::string marks;
+    for (const ServingBatch& b : serving->batches) {
+      if (!b.latency_ms || !std::isfinite(*b.latency_ms) || *b.latency_ms <= 0) continue;
+      const double x = bx.x(static_cast<double>(b.batch)), y = latency_axis.y(*b.latency_ms);
+      serving_xy.emplace_back(x, y);
+      marks += fmt::format(
+          "<path d=\"M {} {} L {} {} L {} {} L {} {} Z\" fill=\"{}\" stroke=\"{}\" stroke-width=\"1.5\"/>\n",
+          px(x), px(y - 5), px(x + 5), px(y), px(x), px(y + 5), px(x - 5), px(y),
+          b.settled ? kServingColor : "#ffffff", kServingColor);
+    }
+    std::string line = polyline(serving_xy, kServingColor);
+    line.insert(line.find("/>"), " stroke-dasharray=\"5 3\"");
+    out += line + marks;
+  }
   if (!rate_xy.empty()) {
     out += polyline(rate_xy, kThroughputColor);
     for (const auto& [x, y] : rate_xy) {
@@ -385,6 +414,13 @@ std::string format_svg(const Report& report) {
     legend(fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\"/>\n",
                        px(lx), px(ly), px(lx + 16), px(ly), kLatencyColor),
            pct_name + " step ms");
+  }
+  if (any_serving) {
+    legend(fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2\" "
+                       "stroke-dasharray=\"5 3\"/>\n",
+                       px(lx), px(ly), px(lx + 16), px(ly), kServingColor),
+           fmt::format("{} request ms at {}/s (hollow: unsettled)", latency_name(serving->latency_percentile),
+                       report_format::sig3(serving->request_rate)));
   }
   if (memory_scale > 0) {
     legend(

@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "batchsweep/analysis.hpp"
 #include "batchsweep/errors.hpp"
 #include "batchsweep/printers.hpp"
 #include "golden/sample_report.hpp"
@@ -451,6 +452,29 @@ TEST(Svg, DrawsTheLatencyBudget) {
   const std::string svg = format_svg(r);
   EXPECT_THAT(svg, HasSubstr(">p99 budget 250 ms<"));
   EXPECT_THAT(svg, HasSubstr(">250<"));  // a latency tick at the budget
+}
+
+// With a request rate, each max batch's request latency (where not saturated) on the latency axis, dashed,
+// a diamond per max batch: filled where settled, hollow where not.
+TEST(Svg, DrawsTheRequestLatencyPerMaxBatch) {
+  Report r = testing::sample_report();
+  r.settings["mode"] = "infer";
+  AnalysisOptions options;
+  options.request_rate = 5000;
+  r.analysis.serving = simulate_serving(r.points, options);
+  const std::string svg = format_svg(r);
+  EXPECT_THAT(svg, HasSubstr(">p99 request ms at 5000/s (hollow: unsettled)<"));
+  EXPECT_THAT(svg, HasSubstr(">p99 latency (ms)<"));
+  size_t served = 0, diamonds = 0;
+  for (const ServingBatch& b : r.analysis.serving->batches) served += b.latency_ms.has_value();
+  for (size_t at = svg.find("stroke=\"#e377c2\" stroke-width=\"1.5\""); at != std::string::npos;
+       at = svg.find("stroke=\"#e377c2\" stroke-width=\"1.5\"", at + 1))
+    ++diamonds;
+  EXPECT_GT(served, 0u);
+  EXPECT_EQ(diamonds, served);
+  EXPECT_EQ(svg, format_svg(r));  // deterministic
+  r.analysis.serving.reset();
+  EXPECT_THAT(format_svg(r), Not(HasSubstr("request ms")));
 }
 
 TEST(Svg, SurvivesOddCurves) {
