@@ -179,11 +179,14 @@ struct CompareRow {
   std::vector<CompareDelta> deltas;  // one per report after the baseline
 };
 
-// Geometric means over the batches that are ok in every run; verdicts by threshold only.
+// Geometric means: the shown samples/s over the batches that are ok in every run; each run's delta against
+// the baseline over the batches the two ran ok (with the same batches in every run, the shown means' ratio),
+// by the minimum effect and, where every row has one, the means' combined noise.
 struct CompareGeomean {
   size_t batches = 0;
   std::vector<std::optional<double>> samples_per_second;  // one per report
   std::vector<CompareDelta> deltas;                       // one per report after the baseline
+  std::vector<size_t> delta_batches;  // one per report after the baseline: the batches its delta is over
 };
 
 // A batch that a run could not fit (oom or over_limit) although the baseline fit a micro-batch at least as

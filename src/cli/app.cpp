@@ -888,8 +888,8 @@ int run_app(int argc, char** argv) {
           ->check(positive("requests per second: 500 for 500 requests/s"));
   compare_cmd
       ->add_option("--max-queue-delay", compare.max_queue_delay_ms,
-                   "With --request-rate: how long the batcher holds a request to fill a batch, in ms "
-                   "(default: each report's own, else 0)")
+                   "With --request-rate: how long the batcher holds a request to fill a batch, in ms, "
+                   "for every run [default: 0]")
       ->type_name("MS")
       ->check(non_negative())
       ->needs(compare_rate);

@@ -1752,7 +1752,8 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
     // compare --request-rate: every run served at one rate (a training sweep's steps serve no requests).
     AnalysisFlags flags;
     flags.request_rate = s.request_rate;
-    flags.max_queue_delay_ms = s.max_queue_delay_ms;
+    // One rate is one batcher for every run: its hold 0 unless given, not each report's own.
+    flags.max_queue_delay_ms = s.request_rate ? s.max_queue_delay_ms.value_or(0.0) : s.max_queue_delay_ms;
     if (s.request_rate && report.settings.is_object() && report.settings.value("mode", "") == "train")
       throw UsageError(fmt::format(
           "--request-rate: {} is a training sweep (settings.mode train), whose steps serve no requests: "
@@ -1815,16 +1816,26 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
     // A gate that compared nothing must not pass: no batch in every run, or none that ran in every run.
     // Judged: a verdict reached, not "same" for want of a second step (one step's noise is unknown). A gate
     // whose every row is unjudged compared nothing it could tell apart: a 9% regression would pass.
-    const auto any_delta = [&](auto&& keep) {
-      return std::any_of(result.rows.begin(), result.rows.end(), [&](const CompareRow& row) {
-        return std::any_of(row.deltas.begin(), row.deltas.end(), keep);
-      });
-    };
-    const bool comparable =
-        any_delta([](const CompareDelta& d) { return d.verdict != Verdict::not_comparable; });
-    const bool compared = any_delta(
-        [](const CompareDelta& d) { return d.verdict != Verdict::not_comparable && !d.unjudged(); });
-    if (found.empty() && !compared) {
+    // Each run on its own: beside a run the gate did compare, one that shares no judged batch with the
+    // baseline would pass unjudged.
+    std::size_t run = 1;
+    bool comparable = false, compared = true, shares_a_row = false;
+    for (; run < reports.size(); ++run) {
+      const auto any_delta = [&](auto&& keep) {
+        return std::any_of(result.rows.begin(), result.rows.end(),
+                           [&](const CompareRow& row) { return keep(row.deltas[run - 1]); });
+      };
+      comparable = any_delta([](const CompareDelta& d) { return d.verdict != Verdict::not_comparable; });
+      compared = any_delta(
+          [](const CompareDelta& d) { return d.verdict != Verdict::not_comparable && !d.unjudged(); });
+      shares_a_row = std::any_of(result.rows.begin(), result.rows.end(),
+                                 [&](const CompareRow& row) { return !row.runs[run].absent; });
+      if (!compared && found.empty()) break;  // a gate that fails anyway says its regressions (exit 3)
+    }
+    if (run < reports.size()) {
+      // Named where there are several runs: which one the gate could not judge.
+      const bool several = reports.size() > 2;
+      const std::string who = several ? fmt::format(" {} ({})", run_letter(run), result.runs[run].name) : "";
       // A batch is compared at one accumulation: runs of other accumulations share no row, whatever their
       // batch lists, and "sweep the same batches" would not help.
       const auto accumulations = [](const Report& r) {
@@ -1857,14 +1868,21 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
       }
       if (comparable)
         return fmt::format(
-            "--fail-on-regression {:g}: every batch both runs ran ok timed one step in one of them (a step "
+            "--fail-on-regression {:g}:{} every batch {} ran ok timed one step in one of them (a step "
             "past --timeout), whose noise is unknown, so no change could be judged (raise --timeout so each "
             "point takes several steps)",
-            *s.fail_on_regression_pct);
+            *s.fail_on_regression_pct, several ? who + ":" : who,
+            several ? "it and the baseline" : "both runs");
+      if (several)
+        return fmt::format(
+            "--fail-on-regression {:g}:{} {}, so it was not compared and would pass unjudged ({})",
+            *s.fail_on_regression_pct, who,
+            !shares_a_row ? "shares no batch with the baseline" : "ran ok at no batch the baseline ran ok",
+            hint);
       return fmt::format("--fail-on-regression {:g}: {}, so nothing was compared ({})",
                          *s.fail_on_regression_pct,
-                         result.rows.empty() ? "no batch of the baseline's is in another run"
-                                             : "no batch the baseline shares with another run ran ok in both",
+                         !shares_a_row ? "no batch of the baseline's is in another run"
+                                       : "no batch the baseline shares with another run ran ok in both",
                          hint);
     }
     // A finished run whose batch list left out batches the baseline ran ok: the same hole (a CI job whose

@@ -475,7 +475,9 @@ std::optional<std::string> serving_change(const RunSummary& base, const RunSumma
     if (percentile) out += " (" + latency_name(s.latency_percentile) + ")";
     return out;
   };
-  constexpr std::string_view kOneRate = "compare --request-rate PER_S simulates every run at one rate";
+  constexpr std::string_view kOneRate =
+      "compare --request-rate PER_S simulates every run at one rate, with one --max-queue-delay (0 unless "
+      "given)";
   if (!base.serving || !run.serving)
     return fmt::format("serving not compared: only {} has a request rate ({}) ({})",
                        base.serving ? std::string("A") : name,
@@ -483,7 +485,11 @@ std::optional<std::string> serving_change(const RunSummary& base, const RunSumma
   const Serving &a = *base.serving, &b = *run.serving;
   if (!same_serving(base, run))
     return fmt::format("serving not compared: A at {}, {} at {} ({})", setting(a, true), name,
-                       setting(b, true), kOneRate);
+                       setting(b, true),
+                       a.request_rate != b.request_rate || a.max_queue_delay_ms != b.max_queue_delay_ms
+                           ? std::string(kOneRate)
+                           : std::string("their latency percentiles differ: analyze each at one "
+                                         "--latency-percentile first"));
   const std::string pct = latency_name(a.latency_percentile);
   const auto served = [&](const Serving& s) {
     return fmt::format(
@@ -588,41 +594,53 @@ std::string device_of(const RunSummary& r) {
 
 CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, const CompareOptions& options) {
   CompareGeomean g;
+  const auto ran_ok = [](const CompareCell& c) {
+    return !c.absent && c.status == PointStatus::ok && std::isfinite(c.samples_per_second) &&
+           c.samples_per_second > 0;
+  };
+  // The shown samples/s: over the rows every run ran ok, where no run's change went unjudged.
   std::vector<std::vector<double>> rates(runs);
-  // Per run, its rows' standard errors with their degrees of freedom: the log of a geometric mean ratio is
-  // the mean of the rows' log ratios, whose variance is about the sum of both sides' over k^2. Used where
-  // every row has one.
-  std::vector<std::vector<MeanError>> errors(runs);
   for (const auto& row : rows) {
-    const bool all_ran = std::all_of(row.runs.begin(), row.runs.end(), [](const CompareCell& c) {
-      return !c.absent && c.status == PointStatus::ok && std::isfinite(c.samples_per_second) &&
-             c.samples_per_second > 0;
-    });
+    const bool all_ran = std::all_of(row.runs.begin(), row.runs.end(), ran_ok);
     // A row whose change nobody can judge (one step against one) has no place in a judged mean either.
     const bool unjudged =
         std::any_of(row.deltas.begin(), row.deltas.end(), [](const CompareDelta& d) { return d.unjudged(); });
     if (!all_ran || unjudged) continue;
     ++g.batches;
-    for (size_t i = 0; i < runs; ++i) {
-      rates[i].push_back(row.runs[i].samples_per_second);
-      if (const std::optional<double>& se = row.runs[i].standard_error)
-        errors[i].push_back({*se, row.runs[i].standard_error_df});
-    }
+    for (size_t i = 0; i < runs; ++i) rates[i].push_back(row.runs[i].samples_per_second);
   }
   for (size_t i = 0; i < runs; ++i) g.samples_per_second.push_back(geometric_mean(rates[i]));
+  // Each run against A over the rows the two ran ok (and judged): a third run that lacks some must not move
+  // another's verdict. With the same rows for every run, these are the shown means' ratios.
   for (size_t i = 1; i < runs; ++i) {
+    std::vector<double> base_rates, run_rates;
+    // Per side, its rows' standard errors with their degrees of freedom: the log of a geometric mean ratio is
+    // the mean of the rows' log ratios, whose variance is about the sum of both sides' over k^2. Used where
+    // every row has one.
+    std::vector<MeanError> base_errors, run_errors;
+    for (const auto& row : rows) {
+      if (!ran_ok(row.runs[0]) || !ran_ok(row.runs[i]) || row.deltas[i - 1].unjudged()) continue;
+      base_rates.push_back(row.runs[0].samples_per_second);
+      run_rates.push_back(row.runs[i].samples_per_second);
+      if (const std::optional<double>& se = row.runs[0].standard_error)
+        base_errors.push_back({*se, row.runs[0].standard_error_df});
+      if (const std::optional<double>& se = row.runs[i].standard_error)
+        run_errors.push_back({*se, row.runs[i].standard_error_df});
+    }
+    g.delta_batches.push_back(base_rates.size());
+    const std::optional<double> a = geometric_mean(base_rates), b = geometric_mean(run_rates);
     CompareDelta d;
-    if (g.samples_per_second[0] && g.samples_per_second[i]) {
-      d.ratio = *g.samples_per_second[i] / *g.samples_per_second[0];
+    if (a && b) {
+      d.ratio = *b / *a;
       // Beyond the minimum effect, and beyond the noise of the means where every row says how noisy it is,
       // so the row does not call a change no batch could tell apart from noise.
       bool beyond_noise = true;
-      if (errors[0].size() == g.batches && errors[i].size() == g.batches) {
+      if (base_errors.size() == base_rates.size() && run_errors.size() == run_rates.size()) {
         d.noise_checked = true;
-        const double k = static_cast<double>(g.batches);
+        const double k = static_cast<double>(base_rates.size());
         // Every row's standard error of both runs, with its own degrees of freedom (Welch-Satterthwaite).
-        std::vector<MeanError> parts = errors[0];
-        parts.insert(parts.end(), errors[i].begin(), errors[i].end());
+        std::vector<MeanError> parts = base_errors;
+        parts.insert(parts.end(), run_errors.begin(), run_errors.end());
         // The mean of k log ratios against its error: the sum of them against the rows' summed errors.
         beyond_noise = change_p(k * std::log(d.ratio), parts) < options.alpha;
       }
@@ -783,7 +801,9 @@ rf::TextTable compare_table(const CompareResult& result) {
     }
     table.rows.push_back(std::move(cells));
   }
-  if (result.geomean.batches > 0) {
+  if (result.geomean.batches > 0 ||
+      std::any_of(result.geomean.delta_batches.begin(), result.geomean.delta_batches.end(),
+                  [](size_t n) { return n > 0; })) {
     std::vector<std::string> cells{"geomean"};
     if (show_accumulation) cells.emplace_back();
     for (const auto& v : result.geomean.samples_per_second) {
@@ -1057,6 +1077,17 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
         fmt::format("{}, not compared: batch {}",
                     reports.size() == 2 ? "not in every run" : "not in A and any other run", list));
   }
+  // Where runs lack batches others have, each geomean ratio is over its own pair's: said, with the counts.
+  std::vector<std::string> pair_counts;
+  for (size_t i = 0; i < result.geomean.delta_batches.size(); ++i)
+    pair_counts.push_back(fmt::format("{} {}", letter(i + 1), result.geomean.delta_batches[i]));
+  if (std::any_of(result.geomean.delta_batches.begin(), result.geomean.delta_batches.end(),
+                  [&](size_t n) { return n != result.geomean.batches; }))
+    result.notes.push_back(
+        fmt::format("geomean: each run's ratio to A is over the batches the two ran ok ({}); the samples/s "
+                    "shown are over "
+                    "the {} every run ran ok",
+                    fmt::join(pair_counts, ", "), result.geomean.batches));
   for (const auto& [run, batches] : unswept)
     result.notes.push_back(fmt::format("{} did not sweep batch{} {}: the other runs are compared there",
                                        letter(run), batches.size() == 1 ? "" : "es",
@@ -1695,6 +1726,7 @@ nlohmann::json to_json(const CompareResult& result) {
           {"rows", rows},
           {"geomean",
            {{"batches", result.geomean.batches},
+            {"delta_batches", result.geomean.delta_batches},
             {"samples_per_second", geomean_rates},
             {"deltas", geomean_deltas}}},
           {"lost_fits", lost},

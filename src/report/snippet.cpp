@@ -3,6 +3,7 @@
 // the sweep measured in.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 
 #include "batchsweep/errors.hpp"
@@ -106,7 +107,11 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
   // 16-bit model (README, Storage). Said, and loudest where the batch is the largest that fit.
   const bool sixteen_bit = precision == "fp16" || precision == "bf16";
   if (sixteen_bit && target != ConfigTarget::deepspeed) {
-    const bool at_edge = a.max_fit.batch && *a.max_fit.batch == batch;
+    // At the memory edge: a larger batch failed to fit (not merely the largest swept).
+    const bool at_edge = a.max_fit.batch && *a.max_fit.batch == batch &&
+                         std::any_of(report.points.begin(), report.points.end(), [&](const Point& p) {
+                           return p.batch > batch && did_not_fit(p.status);
+                         });
     const std::string setting =
         target == ConfigTarget::lightning
             ? fmt::format("precision=\"{}\"", precision == "fp16" ? "16-mixed" : "bf16-mixed")

@@ -1311,6 +1311,16 @@ TEST(Compare, AShortThirdRunDoesNotHideAnotherRunsRegressions) {
   EXPECT_EQ(j["rows"].size(), 3u);
   EXPECT_EQ(j["rows"][2]["runs"][2]["status"], "not_swept");
   EXPECT_EQ(testing::validate_file("compare-v1.schema.json", gate), 0) << slurp(gate);
+  // A run that shares no batch with the baseline, beside one that does: the gate cannot pass it unjudged.
+  const std::string d = (dir / "d.json").string();
+  ASSERT_EQ(run(scripted_run("roofline-slower.json", {"--batch", "1024,2048", "--json", d})).exit_code, 0);
+  const Result disjoint = run({"compare", a, a, d, "--fail-on-regression", "5", "--allow-incomplete"});
+  EXPECT_EQ(disjoint.exit_code, 2) << disjoint.out << disjoint.err;
+  EXPECT_NE(disjoint.err.find("--fail-on-regression 5: C (" + d +
+                              ") shares no batch with the baseline, so it was not compared and would pass "
+                              "unjudged"),
+            std::string::npos)
+      << disjoint.err;
 }
 
 TEST(Compare, ABatchThatStopsFittingFailsTheGateAndIsNamed) {
@@ -3966,6 +3976,16 @@ TEST(Serving, CompareSimulatesEveryRunAtOneRate) {
   EXPECT_EQ(testing::validate_file("compare-v1.schema.json", gate), 0) << slurp(gate);
   // Without the flag, reports with no rate of their own are not served.
   EXPECT_EQ(run({"compare", a, b}).out.find("serving"), std::string::npos);
+  // A report's own hold gives way to one batcher for all: 0 unless --max-queue-delay is given.
+  const std::string held = (dir / "held.json").string();
+  ASSERT_EQ(
+      run({"analyze", b, "--request-rate", "60000", "--max-queue-delay", "2", "--json", held}).exit_code, 0);
+  EXPECT_NE(
+      run({"compare", a, held, "--request-rate", "60000"}).out.find("note: serving at 60000 requests/s: B/A"),
+      std::string::npos);
+  EXPECT_NE(run({"compare", a, held, "--request-rate", "60000", "--max-queue-delay", "2"})
+                .out.find("note: serving at 60000 requests/s, max queue delay 2 ms: B/A"),
+            std::string::npos);
   const Result hold = run({"compare", a, b, "--max-queue-delay", "2"});
   EXPECT_EQ(hold.exit_code, 2);
   EXPECT_NE(hold.err.find("--max-queue-delay"), std::string::npos) << hold.err;

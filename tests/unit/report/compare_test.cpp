@@ -734,8 +734,17 @@ TEST(Compare, ARunLackingBatchesDoesNotHideAnotherRunsVerdicts) {
             slower);
   EXPECT_TRUE(std::none_of(found.begin(), found.end(), [](const Regression& r) { return r.run == 2; }));
   EXPECT_THAT(result.notes, ::testing::Contains(HasSubstr("C did not sweep batches ")));
-  // The geometric mean keeps to the batches every run ran.
+  // The shown geometric means keep to the batches every run ran; each run's ratio is over its own pair's, so
+  // B's slowdown shows there too, and a note says so.
   EXPECT_EQ(result.geomean.batches, 1u);
+  ASSERT_EQ(result.geomean.delta_batches.size(), 2u);
+  EXPECT_GT(result.geomean.delta_batches[0], 1u);
+  EXPECT_EQ(result.geomean.delta_batches[1], 1u);
+  EXPECT_EQ(result.geomean.deltas[0].verdict, Verdict::slower);
+  EXPECT_NEAR(result.geomean.deltas[0].ratio, 0.8, 1e-9);
+  EXPECT_THAT(result.notes,
+              ::testing::Contains(HasSubstr("geomean: each run's ratio to A is over the batches "
+                                            "the two ran ok (B ")));
   const std::string table = format_compare(result, false);
   EXPECT_THAT(table, HasSubstr("not swept"));
   const nlohmann::json doc = to_json(result);
@@ -788,8 +797,14 @@ TEST(Compare, ServingAtOneRateIsComparedEachAtItsBestMaxBatch) {
   EXPECT_THAT(compare_pair(a, b).notes,
               ::testing::Contains("serving not compared: A at 1000 requests/s (p99), B at 1000 requests/s, "
                                   "max queue delay 2 ms (p99) (compare --request-rate PER_S simulates every "
-                                  "run at one rate)"));
+                                  "run at one rate, with one --max-queue-delay (0 unless given))"));
   EXPECT_TRUE(to_json(compare_pair(a, b))["runs"][1]["serving"]["latency_ratio"].is_null());
+  // Another percentile: no compare flag aligns it.
+  b.analysis.serving->max_queue_delay_ms = 0;
+  b.analysis.serving->latency_percentile = 95;
+  EXPECT_THAT(compare_pair(a, b).notes,
+              ::testing::Contains(HasSubstr("(their latency percentiles differ: analyze each at one "
+                                            "--latency-percentile first)")));
   b.analysis.serving = serving_at(1000, std::nullopt, 0, 0);
   EXPECT_THAT(compare_pair(a, b).notes,
               ::testing::Contains(HasSubstr("serving at 1000 requests/s: B serves at no max batch (every max "

@@ -550,6 +550,12 @@ TEST(ConfigSnippet, EachFrameworkInTheRunsPrecision) {
             std::string::npos);
   EXPECT_EQ(format_config_snippet(r, ConfigTarget::deepspeed, 1).find("autocast"), std::string::npos)
       << "DeepSpeed's bf16 is the sweep's: a 16-bit model with fp32 master weights";
+  {  // The largest batch swept, with nothing larger that failed to fit, is no memory edge.
+    Report swept = r;
+    std::erase_if(swept.points, [](const Point& p) { return did_not_fit(p.status); });
+    EXPECT_EQ(format_config_snippet(swept, ConfigTarget::lightning, 1).find("largest that fit"),
+              std::string::npos);
+  }
   r.settings["precision"] = "fp16";
   r.analysis.recommended_accumulation.reset();
   EXPECT_NE(
