@@ -72,6 +72,9 @@ struct RunSummary {
 // B/A request latency at the percentile, each run at its own best max batch, where both have one at one
 // rate (same_serving): what choosing between cards for a server compares.
 [[nodiscard]] std::optional<double> serving_ratio(const RunSummary& base, const RunSummary& run);
+// --request-rate max in both, at one hold, percentile and latency budget: B/A the most requests/s each serves
+// within the budget (each at its own max batch), where both serve some.
+[[nodiscard]] std::optional<double> serving_rate_ratio(const RunSummary& base, const RunSummary& run);
 
 // One run's point at a compared batch.
 struct CompareCell {

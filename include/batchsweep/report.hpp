@@ -181,6 +181,11 @@ struct Serving {
   int64_t requests = 0;      // requests timed per max batch (more where that does not settle)
   int64_t replications = 0;  // the independent replications they are split into, for the errors
   std::vector<ServingBatch> batches;
+  // --request-rate max: request_rate is the most found served within the latency budget (see analysis.hpp),
+  // and unserved_above the least rate found not served (its ratio to request_rate within the tolerance); at
+  // none, request_rate is the lowest rate tried and best is none.
+  bool most_within_budget = false;
+  std::optional<double> unserved_above;
   // The max batch of the lowest request latency at the percentile (the smallest within kServingTiePct of
   // it); latency_ms is its latency. None where every batch saturates, or none keeps the latency budget.
   BatchChoice best;

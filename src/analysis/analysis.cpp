@@ -834,9 +834,11 @@ void validate(const AnalysisOptions& options) {
   if (options.price_per_hour)
     require(std::isfinite(*options.price_per_hour) && *options.price_per_hour >= 0.0, "--price-per-hour",
             "a price per device-hour >= 0", *options.price_per_hour);
-  if (options.request_rate)
+  if (options.request_rate && !is_request_rate_max(options.request_rate))
     require(std::isfinite(*options.request_rate) && *options.request_rate > 0.0, "--request-rate",
             "requests per second > 0", *options.request_rate);
+  if (is_request_rate_max(options.request_rate) && !options.latency_slo_ms)
+    throw UsageError(kRequestRateMaxNeedsBudget);
   require(std::isfinite(options.max_queue_delay_ms) && options.max_queue_delay_ms >= 0.0, "--max-queue-delay",
           "a hold in ms >= 0", options.max_queue_delay_ms);
 }

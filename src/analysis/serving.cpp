@@ -267,9 +267,85 @@ std::string requests_per_step(double mean_batch) {
   return fmt::format("{} request{} per step", n, n == "1" ? "" : "s");
 }
 
+// Whether max batch pools[i] serves `rate` within options.latency_slo_ms: the row simulate_serving gives it
+// (the same arrivals, draws and requests, more where that settles it) is settled, not saturated, and its
+// latency at the percentile within the budget.
+bool serves_within(const std::vector<Pool>& pools, std::size_t i, double rate,
+                   const AnalysisOptions& options) {
+  if (rate >= pools[i].samples_per_second) return false;
+  std::vector<Arrivals> arrivals;
+  for (std::size_t r = 0; r < kServingReplications; ++r) arrivals.emplace_back(rate, kServingSeed + r);
+  const std::size_t timed = kServingRequests / kServingReplications;
+  Simulated sim = simulate(pools, i, arrivals, options.max_queue_delay_ms, options.latency_percentile, timed);
+  if (!sim.row.settled && rate < kServingNearCapacity * pools[i].samples_per_second)
+    sim = simulate(pools, i, arrivals, options.max_queue_delay_ms, options.latency_percentile,
+                   timed * kServingLonger);
+  return sim.row.settled && *sim.row.latency_ms <= *options.latency_slo_ms;
+}
+
+// --request-rate max (analysis.hpp): the most requests/s served within the budget, and the table there.
+Serving most_within_budget(std::span<const Point> points, const AnalysisOptions& options) {
+  const std::vector<Pool> pools = pools_of(points);
+  AnalysisOptions at = options;
+  if (pools.empty()) {
+    at.request_rate = 1.0;  // no rate to search: the table says there is nothing to serve from
+    Serving none = simulate_serving(points, at);
+    none.most_within_budget = true;
+    return none;
+  }
+  const double budget = *options.latency_slo_ms;
+  const std::string pct = latency_name(options.latency_percentile);
+  double top = 0;
+  for (const Pool& p : pools) top = std::max(top, p.samples_per_second);
+  // The max batch that last served a rate is tried first at the next: near the answer it is the one.
+  std::size_t hint = pools.size() - 1;
+  const auto served = [&](double rate) {
+    if (serves_within(pools, hint, rate, options)) return true;
+    for (std::size_t i = pools.size(); i-- > 0;)
+      if (i != hint && serves_within(pools, i, rate, options)) {
+        hint = i;
+        return true;
+      }
+    return false;
+  };
+  double hi = top, lo = top / 2;  // at the largest capacity every max batch saturates
+  for (int halvings = 1; !served(lo); ++halvings) {
+    hi = lo;
+    if (halvings >= kServingRateHalvings) {
+      at.request_rate = lo;
+      Serving none = simulate_serving(points, at);
+      none.most_within_budget = true;
+      none.unserved_above = lo;
+      none.best = BatchChoice(
+          std::nullopt, std::nullopt,
+          fmt::format("no max batch keeps the {} request latency within the {} ms budget at any rate tried, "
+                      "down to {} requests/s: {}",
+                      pct, format_number(budget), format_rate(lo), none.best.reason));
+      return none;
+    }
+    lo /= 2;
+  }
+  while (hi / lo > 1 + kServingRateTolerance) {
+    const double mid = std::sqrt(lo * hi);
+    (served(mid) ? lo : hi) = mid;
+  }
+  at.request_rate = lo;
+  Serving s = simulate_serving(points, at);
+  s.most_within_budget = true;
+  s.unserved_above = hi;
+  if (s.best.batch)
+    s.best.reason = fmt::format(
+        "the most requests/s found within the {} ms {} budget, {} (to {:g}%: at {} none is known to keep "
+        "it): {}",
+        format_number(budget), pct, format_rate(lo), kServingRateTolerance * 100, format_rate(hi),
+        s.best.reason);
+  return s;
+}
+
 }  // namespace
 
 Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& options) {
+  if (is_request_rate_max(options.request_rate)) return most_within_budget(points, options);
   Serving s;
   s.request_rate = options.request_rate.value_or(0);
   s.max_queue_delay_ms = options.max_queue_delay_ms;

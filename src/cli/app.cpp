@@ -310,6 +310,19 @@ CLI::Validator positive(std::string unit = {}) {
       std::move(unit));
 }
 
+// --request-rate: requests/s > 0, or max (the most within --latency-slo), read as infinity
+// (kRequestRateMax); a literal inf is refused as any other word is.
+CLI::Validator request_rate_check() {
+  return {[positive_rate = positive("requests per second: 500 for 500 requests/s")](std::string& text) {
+            if (text == "max") {
+              text = "inf";
+              return std::string();
+            }
+            return positive_rate(text);
+          },
+          std::string()};
+}
+
 CLI::Validator non_negative() {
   return number_check("NONNEGATIVE", [](double v, const std::string& text) {
     return v >= 0 ? std::string() : fmt::format("must be 0 or more, got {}", text);
@@ -468,10 +481,11 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
              std::string("Inference: requests (a sample each) per second arriving at random at a dynamic "
                          "batcher; reports each batch as its max batch, the requests' latency "
                          "(queueing included, simulated from the measured steps) and recommends the "
-                         "lowest; --latency-slo then holds the request's latency") +
+                         "lowest; --latency-slo then holds the request's latency; max: the most requests/s "
+                         "within --latency-slo, and its max batch") +
                  (of_report ? " (default: the run's rate, if it had one)" : ""))
-          ->type_name("PER_S")
-          ->check(positive("requests per second: 500 for 500 requests/s"));
+          ->type_name("PER_S|max")
+          ->transform(request_rate_check());
   cmd->add_option("--max-queue-delay", a.max_queue_delay_ms,
                   std::string("With --request-rate: how long the batcher holds a request to fill a batch, in "
                               "ms (Triton's max_queue_delay; TorchServe's max_batch_delay)") +
@@ -883,9 +897,10 @@ int run_app(int argc, char** argv) {
           ->add_option("--request-rate", compare.request_rate,
                        "Inference: simulate every run serving this many requests/s through a dynamic "
                        "batcher (as run --request-rate does) and compare their request latency, each at "
-                       "its best max batch (default: each report's own rate, if it has one)")
-          ->type_name("PER_S")
-          ->check(positive("requests per second: 500 for 500 requests/s"));
+                       "its best max batch; max: the most requests/s each serves within its --latency-slo "
+                       "(default: each report's own rate, if it has one)")
+          ->type_name("PER_S|max")
+          ->transform(request_rate_check());
   compare_cmd
       ->add_option("--max-queue-delay", compare.max_queue_delay_ms,
                    "With --request-rate: how long the batcher holds a request to fill a batch, in ms, "
@@ -1020,6 +1035,8 @@ int run_app(int argc, char** argv) {
     }
     if (run.analysis.request_rate && run.sweep.mode != Mode::infer)
       throw UsageError(kRequestRateTrainingError);
+    if (is_request_rate_max(run.analysis.request_rate) && !run.analysis.latency_slo_ms)
+      throw UsageError(kRequestRateMaxNeedsBudget);
     if (run.sweep.mode == Mode::infer && run.sweep.accumulation != 1)
       throw UsageError("--accumulation: gradient accumulation only applies to --mode train");
     if (run.sweep.checkpoint_blocks > 0 && run.sweep.checkpointing) throw UsageError(kBothCheckpointingFlags);

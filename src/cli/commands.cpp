@@ -57,6 +57,16 @@ constexpr uint64_t kMaxBufferRows = 200'000;
 
 // settings.latency_percentile as the schema lists it: 99, not 99.0 (a reader decoding into an integer type
 // refuses that), and 99.9.
+// settings.request_rate: the number, or "max" for --request-rate max (JSON has no infinity).
+nlohmann::json request_rate_setting(double rate) {
+  return is_request_rate_max(rate) ? nlohmann::json("max") : nlohmann::json(rate);
+}
+
+// As the flag is given: "2000", or "max".
+std::string request_rate_text(double rate) {
+  return is_request_rate_max(rate) ? std::string("max") : fmt::format("{:g}", rate);
+}
+
 nlohmann::json percentile_setting(double pct) {
   return report_json::percentile_json<nlohmann::json>(pct);
 }
@@ -505,7 +515,7 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
   };
   // --request-rate: the serving question (absent without it).
   if (s.analysis.request_rate) {
-    j["request_rate"] = *s.analysis.request_rate;
+    j["request_rate"] = request_rate_setting(*s.analysis.request_rate);
     j["max_queue_delay_ms"] = s.analysis.max_queue_delay_ms.value_or(0.0);
   }
   // settings.model holds their values already; this says which fields the config did not give so.
@@ -1525,8 +1535,13 @@ RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags,
     if (flags.price_per_hour) out.kept.push_back(fmt::format("--price-per-hour {:g}", *flags.price_per_hour));
   }
   if (!flags.request_rate && !given.no_request_rate) {
-    flags.request_rate = run_value("request_rate", 0.0, kHuge);
-    if (flags.request_rate) out.kept.push_back(fmt::format("--request-rate {:g}", *flags.request_rate));
+    // "max": the most within the budget (run --request-rate max).
+    const auto it =
+        report.settings.is_object() ? report.settings.find("request_rate") : report.settings.end();
+    flags.request_rate = it != report.settings.end() && *it == "max" ? std::optional<double>(kRequestRateMax)
+                                                                     : run_value("request_rate", 0.0, kHuge);
+    if (flags.request_rate)
+      out.kept.push_back(fmt::format("--request-rate {}", request_rate_text(*flags.request_rate)));
   }
   if (flags.request_rate && !flags.max_queue_delay_ms) {
     if (const auto v = run_value("max_queue_delay_ms", -1.0, kHuge); v && *v >= 0.0) {
@@ -1643,7 +1658,7 @@ int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& ar
       flags.latency_slo_ms ? nlohmann::json(*flags.latency_slo_ms) : nlohmann::json();
   report.settings["latency_percentile"] = percentile_setting(flags.latency_percentile);
   if (flags.request_rate) {
-    report.settings["request_rate"] = *flags.request_rate;
+    report.settings["request_rate"] = request_rate_setting(*flags.request_rate);
     report.settings["max_queue_delay_ms"] = flags.max_queue_delay_ms.value_or(0.0);
   } else if (report.settings.is_object()) {
     report.settings.erase("request_rate");
@@ -1759,6 +1774,14 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
           "--request-rate: {} is a training sweep (settings.mode train), whose steps serve no requests: "
           "serving compares --mode infer sweeps",
           path));
+    if (is_request_rate_max(s.request_rate) &&
+        !(report.settings.is_object() && report.settings.contains("latency_slo_ms") &&
+          report.settings["latency_slo_ms"].is_number()))
+      throw UsageError(
+          fmt::format("--request-rate max: {} has no latency budget (settings.latency_slo_ms), and the most "
+                      "requests/s is "
+                      "the most within one: analyze it with --latency-slo MS first",
+                      path));
     const RunAnalysis run = run_analysis(report, flags, GivenFlags{});
     if (!run.ignored.empty())
       std::fprintf(stderr, "batchsweep compare: %s: %s: not taken (the default holds)\n", path.c_str(),

@@ -483,6 +483,27 @@ std::optional<std::string> serving_change(const RunSummary& base, const RunSumma
                        base.serving ? std::string("A") : name,
                        setting(base.serving ? *base.serving : *run.serving, false), kOneRate);
   const Serving &a = *base.serving, &b = *run.serving;
+  // --request-rate max in both, under one budget: the most requests/s each serves within it.
+  if (const auto ratio = serving_rate_ratio(base, run)) {
+    const auto at = [](const Serving& sv) {
+      return sv.best.batch
+                 ? fmt::format("{} requests/s at max batch {}", rf::sig3(sv.request_rate), *sv.best.batch)
+                 : std::string("none");
+    };
+    return fmt::format(
+        "serving within the {:g} ms {} budget{}: {}/A {}\u00d7 the requests/s (the most found "
+        "to {:g}%: {} {}, A {})",
+        *base.latency_slo_ms, latency_name(a.latency_percentile),
+        a.max_queue_delay_ms > 0 ? fmt::format(", max queue delay {:g} ms", a.max_queue_delay_ms)
+                                 : std::string(),
+        name, rf::fixed(*ratio, 3), kServingRateTolerance * 100, name, at(b), at(a));
+  }
+  if (a.most_within_budget && b.most_within_budget && a.best.batch && b.best.batch)
+    return fmt::format(
+        "serving not compared: the most requests/s within each run's budget, and the budgets "
+        "differ (A {}, {} {}): analyze both at one --latency-slo and --latency-percentile first",
+        base.latency_slo_ms ? fmt::format("{:g} ms", *base.latency_slo_ms) : std::string("none"), name,
+        run.latency_slo_ms ? fmt::format("{:g} ms", *run.latency_slo_ms) : std::string("none"));
   if (!same_serving(base, run))
     return fmt::format("serving not compared: A at {}, {} at {} ({})", setting(a, true), name,
                        setting(b, true),
@@ -1619,8 +1640,20 @@ bool same_serving(const RunSummary& a, const RunSummary& b) {
          a.serving->latency_percentile == b.serving->latency_percentile;
 }
 
+std::optional<double> serving_rate_ratio(const RunSummary& base, const RunSummary& run) {
+  if (!base.serving || !run.serving || !base.serving->most_within_budget || !run.serving->most_within_budget)
+    return std::nullopt;
+  const Serving &a = *base.serving, &b = *run.serving;
+  if (a.max_queue_delay_ms != b.max_queue_delay_ms || a.latency_percentile != b.latency_percentile ||
+      !same_budget(base, run) || !a.best.batch || !b.best.batch || !(a.request_rate > 0))
+    return std::nullopt;
+  return b.request_rate / a.request_rate;
+}
+
 std::optional<double> serving_ratio(const RunSummary& base, const RunSummary& run) {
-  if (!same_serving(base, run)) return std::nullopt;
+  // Searched rates (--request-rate max) differ by design: their latencies are each budget's edge.
+  if (!same_serving(base, run) || base.serving->most_within_budget || run.serving->most_within_budget)
+    return std::nullopt;
   const std::optional<double>&a = base.serving->best.latency_ms, &b = run.serving->best.latency_ms;
   if (!base.serving->best.batch || !run.serving->best.batch || !a || !b || !(*a > 0)) return std::nullopt;
   return *b / *a;
@@ -1660,12 +1693,16 @@ nlohmann::json to_json(const CompareResult& result) {
                       {"latency_percentile", report_json::percentile_json<json>(sv.latency_percentile)},
                       {"best", report_json::choice_json<json>(sv.best)},
                       {"latency_se_ms", json()},
-                      {"latency_ratio", json()}};
+                      {"latency_ratio", json()},
+                      {"most_within_budget", sv.most_within_budget},
+                      {"request_rate_ratio", json()}};
       for (const ServingBatch& b : sv.batches)
         if (sv.best.batch && b.batch == *sv.best.batch && b.latency_se_ms)
           serving["latency_se_ms"] = *b.latency_se_ms;
       if (const auto ratio = runs.size() > 1 ? serving_ratio(result.runs.front(), r) : std::nullopt)
         serving["latency_ratio"] = *ratio;
+      if (const auto ratio = runs.size() > 1 ? serving_rate_ratio(result.runs.front(), r) : std::nullopt)
+        serving["request_rate_ratio"] = *ratio;
       runs.back()["serving"] = std::move(serving);
     }
     if (r.latency_slo) {

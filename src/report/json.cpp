@@ -90,6 +90,8 @@ json serving_json(const Serving& s) {
           {"latency_percentile", s.latency_percentile},
           {"requests", s.requests},
           {"replications", s.replications},
+          {"most_within_budget", s.most_within_budget},
+          {"unserved_above", optional_number(s.unserved_above)},
           {"batches", std::move(batches)},
           {"best", report_json::choice_json<json>(s.best)}};
 }
@@ -531,6 +533,8 @@ class Reader {
       fail(child(path, "latency_percentile"), "must be 50, 90, 95, 99 or 99.9");
     s.requests = optional_integer(v, path, "requests").value_or(0);
     s.replications = optional_integer(v, path, "replications").value_or(0);
+    s.most_within_budget = optional_bool(v, path, "most_within_budget");
+    s.unserved_above = optional_number(v, path, "unserved_above");
     if (const json* rows = optional(v, path, "batches")) {
       const std::string here = child(path, "batches");
       if (!rows->is_array()) fail(here, "expected an array");
@@ -743,7 +747,7 @@ class Reader {
         fail(child(top, "latency_slo_ms"), fmt::format("must be a positive number of ms, got {:g}", ms));
     }
     // run --request-rate and --max-queue-delay, which analyze keeps.
-    if (json* rate = present("request_rate")) {
+    if (json* rate = present("request_rate"); rate && *rate != "max") {  // "max": --request-rate max
       const double per_s = number(*rate, child(top, "request_rate"));
       if (!(per_s >= std::numeric_limits<double>::min()) || !std::isfinite(per_s))
         fail(child(top, "request_rate"),

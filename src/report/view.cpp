@@ -497,10 +497,23 @@ std::vector<std::string> summary_lines(const Report& report) {
 std::string serving_heading(const Report& report) {
   if (!report.analysis.serving) return {};
   const Serving& s = *report.analysis.serving;
+  // --request-rate max: the rate is a search's, the most found within the budget.
+  std::string searched;
+  if (s.most_within_budget && s.unserved_above) {
+    const auto budget =
+        report.settings.is_object() ? report.settings.find("latency_slo_ms") : report.settings.end();
+    searched = fmt::format(
+        ", the most found within the {} budget (to {:g}%; at {} requests/s none is known to keep it)",
+        budget != report.settings.end() && budget->is_number()
+            ? fmt::format("{:g} ms {}", budget->get<double>(), latency_name(s.latency_percentile))
+            : std::string("latency"),
+        kServingRateTolerance * 100, rf::sig3(*s.unserved_above));
+  }
   return fmt::format(
-      "serving {} requests/s (simulated from the measured steps: {} requests arriving at random, one sample "
+      "serving {} requests/s{} (simulated from the measured steps: {} requests arriving at random, one "
+      "sample "
       "each; a dynamic batcher{}; a step runs as the smallest swept batch that holds it):",
-      rf::sig3(s.request_rate), s.requests,
+      rf::sig3(s.request_rate), searched, s.requests,
       s.max_queue_delay_ms > 0
           ? fmt::format(" that holds a request up to {:g} ms to fill a batch", s.max_queue_delay_ms)
           : std::string());

@@ -3954,6 +3954,48 @@ TEST(MemoryLimit, AModelWhoseStateAloneIsOverTheLimitSaysNoBatchFits) {
   }
 }
 
+// --request-rate max: the most requests/s within --latency-slo, kept by analyze, compared between cards, and
+// refused without a budget before anything is measured.
+TEST(Serving, TheMostRequestsWithinTheBudget) {
+  ScratchDir dir;
+  const std::string a = (dir / "a.json").string(), b = (dir / "b.json").string();
+  const Result r = run(scripted_run("roofline.json", {"--mode", "infer", "--batch", "64,512", "--latency-slo",
+                                                      "10", "--request-rate", "max", "--json", a}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("the most found within the 10 ms p99 budget (to 1%; at "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("requests/s none is known to keep it)"), std::string::npos) << r.out;
+  const nlohmann::json j = read_json(a);
+  EXPECT_EQ(j["settings"]["request_rate"], "max");
+  const nlohmann::json& s = j["analysis"]["serving"];
+  EXPECT_TRUE(s["most_within_budget"].get<bool>());
+  EXPECT_GT(s["unserved_above"].get<double>(), s["request_rate"].get<double>());
+  EXPECT_EQ(j["analysis"]["recommended"]["batch"], s["best"]["batch"]);
+  expect_valid_report(a);
+  const Result kept = run({"analyze", a, "--json", "-"});
+  ASSERT_EQ(kept.exit_code, 0) << kept.err;
+  EXPECT_NE(kept.err.find("--request-rate max"), std::string::npos) << kept.err;
+  EXPECT_EQ(nlohmann::json::parse(kept.out)["analysis"]["serving"], s);
+  // A slower card serves fewer requests within the same budget.
+  ASSERT_EQ(run(scripted_run("roofline-slower.json", {"--mode", "infer", "--batch", "64,512", "--latency-slo",
+                                                      "10", "--request-rate", "max", "--json", b}))
+                .exit_code,
+            0);
+  const Result cmp = run({"compare", a, b, "--json", "-"});
+  ASSERT_EQ(cmp.exit_code, 0) << cmp.err;
+  EXPECT_NE(cmp.err.find("note: serving within the 10 ms p99 budget: B/A 0."), std::string::npos) << cmp.err;
+  EXPECT_LT(nlohmann::json::parse(cmp.out)["runs"][1]["serving"]["request_rate_ratio"].get<double>(), 1.0);
+  // Without a budget there is no "most within it": refused before any point runs.
+  const std::string none = (dir / "none.json").string();
+  const Result refused =
+      run(scripted_run("roofline.json", {"--mode", "infer", "--request-rate", "max", "--json", none}));
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("--request-rate max: the most requests/s is the most within a latency budget"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_FALSE(std::filesystem::exists(none));
+  EXPECT_EQ(run(scripted_run("roofline.json", {"--mode", "infer", "--request-rate", "inf"})).exit_code, 2);
+}
+
 // compare --request-rate: every run simulated at one rate, each at its best max batch; a training sweep or a
 // hold without a rate refused.
 TEST(Serving, CompareSimulatesEveryRunAtOneRate) {

@@ -143,6 +143,52 @@ TEST(Serving, TheRecommendationFollowsTheRate) {
   EXPECT_FALSE(analyze(points, {}).serving.has_value());
 }
 
+// --request-rate max: the most requests/s some max batch serves within the budget. At it a max batch keeps
+// the budget; at the rate found above it (within 1%) none does; the answer follows it.
+TEST(Serving, TheMostRequestsWithinTheBudget) {
+  std::vector<Point> points = {constant_step(1, 1.0), constant_step(8, 2.0), constant_step(64, 8.0)};
+  AnalysisOptions o = at_rate(kRequestRateMax);
+  o.latency_slo_ms = 20.0;
+  const Serving s = simulate_serving(points, o);
+  EXPECT_TRUE(s.most_within_budget);
+  ASSERT_TRUE(s.best.batch.has_value()) << s.best.reason;
+  ASSERT_TRUE(s.unserved_above.has_value());
+  EXPECT_GT(s.request_rate, 1000.0);  // batching serves more than batch 1's 1000/s
+  EXPECT_LT(s.request_rate, 8000.0);  // and less than batch 64's capacity
+  EXPECT_GT(*s.unserved_above, s.request_rate);
+  EXPECT_LE(*s.unserved_above / s.request_rate, 1.0 + kServingRateTolerance);
+  EXPECT_LE(*s.best.latency_ms, 20.0);
+  EXPECT_THAT(s.best.reason, testing::StartsWith("the most requests/s found within the 20 ms p99 budget, "));
+  // Just above, nothing keeps the budget.
+  AnalysisOptions above = at_rate(*s.unserved_above);
+  above.latency_slo_ms = 20.0;
+  EXPECT_FALSE(simulate_serving(points, above).best.batch.has_value());
+  // A looser budget serves more.
+  o.latency_slo_ms = 40.0;
+  EXPECT_GT(simulate_serving(points, o).request_rate, s.request_rate);
+  // The recommendation is the max batch that serves the most.
+  o.latency_slo_ms = 20.0;
+  const Analysis a = analyze(points, o);
+  ASSERT_TRUE(a.serving.has_value());
+  EXPECT_EQ(a.recommended.batch, s.best.batch);
+  EXPECT_DOUBLE_EQ(a.serving->request_rate, s.request_rate);
+}
+
+TEST(Serving, NoRateIsWithinABudgetUnderEveryStep) {
+  const std::vector<Point> points = {constant_step(1, 1.0), constant_step(8, 2.0)};
+  AnalysisOptions o = at_rate(kRequestRateMax);
+  o.latency_slo_ms = 0.5;  // under the fastest step
+  const Serving s = simulate_serving(points, o);
+  EXPECT_TRUE(s.most_within_budget);
+  EXPECT_FALSE(s.best.batch.has_value());
+  EXPECT_THAT(s.best.reason,
+              testing::StartsWith("no max batch keeps the p99 request latency within the 0.5 ms "
+                                  "budget at any rate tried, down to "));
+  // The most within a budget needs the budget.
+  std::vector<Point> copy = points;
+  EXPECT_THROW((void)analyze(copy, at_rate(kRequestRateMax)), UsageError);
+}
+
 TEST(Serving, NearItsCapacityTheQueueDoesNotSettleAndIsNotChosen) {
   // M/D/1 at 99% of the capacity: the mean latency is 50.5 ms in steady state, which the simulation does not
   // reach (the queue's memory is about 1 / (1 - rho)^2 steps). The spread between replications says so.
@@ -215,7 +261,8 @@ TEST(Serving, OnlyOneMicroBatchAStepServes) {
 
 TEST(Serving, OptionsOutOfRangeNameTheirFlag) {
   std::vector<Point> points = {constant_step(1, 1.0)};
-  for (const double bad : {0.0, -5.0, std::numeric_limits<double>::infinity()}) {
+  // (+infinity is --request-rate max, which needs a budget: NoRateIsWithinABudgetUnderEveryStep.)
+  for (const double bad : {0.0, -5.0, -std::numeric_limits<double>::infinity(), std::nan("")}) {
     try {
       (void)analyze(points, at_rate(bad));
       ADD_FAILURE() << bad;
