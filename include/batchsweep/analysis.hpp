@@ -202,17 +202,19 @@ inline constexpr double kServingNearCapacity = 0.9;
 inline constexpr uint64_t kServingSeed = 0x73657276696e67ULL;
 // --request-rate max: options.request_rate holds this, and the rate served is a search's. The most requests/s
 // at which some max batch's settled request latency at the percentile keeps within options.latency_slo_ms
-// (needed): from the largest capacity down by halves to a rate served within it (at most kServingRateHalvings
-// of them), then bisected (on a log scale) until the rate served and the one above it that is not are within
-// kServingRateTolerance of each other. Serving::most_within_budget and unserved_above say so. Feasibility is
-// not strictly monotone in the rate (a hold fills batches faster at more load), so it is the most found from
-// above, not a proof that no higher rate is served.
+// (needed), beyond the simulation's noise (the answer's latency plus twice its standard error within it):
+// each probe is simulate_serving's table at that rate, from the largest capacity down by halves to a rate
+// served (at most kServingRateHalvings), then bisected (on
+// a log scale) until the rate served and the one above it that is not are within kServingRateTolerance of
+// each other. A budget under the fastest measured step is served at no rate. Serving::most_within_budget and
+// unserved_above say so. Feasibility is not strictly monotone in the rate (a hold fills batches faster at
+// more load), so it is the most found from above, not a proof that no higher rate is served.
 inline constexpr double kRequestRateMax = std::numeric_limits<double>::infinity();
 inline constexpr const char* kRequestRateMaxNeedsBudget =
     "--request-rate max: the most requests/s is the most within a latency budget: give --latency-slo MS "
     "(the requests' latency at --latency-percentile)";
 inline constexpr double kServingRateTolerance = 0.01;
-inline constexpr int kServingRateHalvings = 20;
+inline constexpr int kServingRateHalvings = 16;
 [[nodiscard]] inline bool is_request_rate_max(const std::optional<double>& rate) {
   return rate && std::isinf(*rate) && *rate > 0;
 }

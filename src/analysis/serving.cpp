@@ -267,79 +267,99 @@ std::string requests_per_step(double mean_batch) {
   return fmt::format("{} request{} per step", n, n == "1" ? "" : "s");
 }
 
-// Whether max batch pools[i] serves `rate` within options.latency_slo_ms: the row simulate_serving gives it
-// (the same arrivals, draws and requests, more where that settles it) is settled, not saturated, and its
-// latency at the percentile within the budget.
-bool serves_within(const std::vector<Pool>& pools, std::size_t i, double rate,
-                   const AnalysisOptions& options) {
-  if (rate >= pools[i].samples_per_second) return false;
-  std::vector<Arrivals> arrivals;
-  for (std::size_t r = 0; r < kServingReplications; ++r) arrivals.emplace_back(rate, kServingSeed + r);
-  const std::size_t timed = kServingRequests / kServingReplications;
-  Simulated sim = simulate(pools, i, arrivals, options.max_queue_delay_ms, options.latency_percentile, timed);
-  if (!sim.row.settled && rate < kServingNearCapacity * pools[i].samples_per_second)
-    sim = simulate(pools, i, arrivals, options.max_queue_delay_ms, options.latency_percentile,
-                   timed * kServingLonger);
-  return sim.row.settled && *sim.row.latency_ms <= *options.latency_slo_ms;
+// Whether a table keeps the budget beyond its own noise: its answer's latency and twice that estimate's
+// standard error within it. The search keeps the highest rate that passes, so a point estimate alone would
+// favour a lucky one.
+bool within_budget_beyond_noise(const Serving& table, double budget) {
+  if (!table.best.batch || !table.best.latency_ms) return false;
+  for (const ServingBatch& b : table.batches)
+    if (b.batch == *table.best.batch) return *b.latency_ms + 2.0 * b.latency_se_ms.value_or(0.0) <= budget;
+  return false;
 }
 
-// --request-rate max (analysis.hpp): the most requests/s served within the budget, and the table there.
+// The lowest settled, unsaturated row's latency in a table, where it has one.
+std::optional<double> lowest_latency(const Serving& table) {
+  std::optional<double> lowest;
+  for (const ServingBatch& b : table.batches)
+    if (!b.saturated && b.settled && b.latency_ms && (!lowest || *b.latency_ms < *lowest))
+      lowest = b.latency_ms;
+  return lowest;
+}
+
+// --request-rate max (analysis.hpp): the most requests/s served within the budget, and the table there. Each
+// probe is the table simulate_serving gives at that rate, so the answer is one of the tables searched.
 Serving most_within_budget(std::span<const Point> points, const AnalysisOptions& options) {
   const std::vector<Pool> pools = pools_of(points);
   AnalysisOptions at = options;
+  const double budget = *options.latency_slo_ms;
+  const std::string pct = latency_name(options.latency_percentile);
+  const auto none_found = [&](Serving table, const std::string& why) {
+    table.most_within_budget = true;
+    table.unserved_above.reset();
+    table.best = BatchChoice(std::nullopt, std::nullopt, why);
+    return table;
+  };
   if (pools.empty()) {
     at.request_rate = 1.0;  // no rate to search: the table says there is nothing to serve from
     Serving none = simulate_serving(points, at);
-    none.most_within_budget = true;
-    return none;
+    return none_found(none, none.best.reason);
   }
-  const double budget = *options.latency_slo_ms;
-  const std::string pct = latency_name(options.latency_percentile);
-  double top = 0;
-  for (const Pool& p : pools) top = std::max(top, p.samples_per_second);
-  // The max batch that last served a rate is tried first at the next: near the answer it is the one.
-  std::size_t hint = pools.size() - 1;
-  const auto served = [&](double rate) {
-    if (serves_within(pools, hint, rate, options)) return true;
-    for (std::size_t i = pools.size(); i-- > 0;)
-      if (i != hint && serves_within(pools, i, rate, options)) {
-        hint = i;
-        return true;
-      }
-    return false;
+  double top = 0, fastest_step = std::numeric_limits<double>::infinity();
+  for (const Pool& p : pools) {
+    top = std::max(top, p.samples_per_second);
+    fastest_step = std::min(fastest_step, *std::min_element(p.ms.begin(), p.ms.end()));
+  }
+  const auto table_at = [&](double rate) {
+    at.request_rate = rate;
+    return simulate_serving(points, at);
   };
+  // Every request takes a step at least: under the fastest step measured no rate keeps the budget.
+  if (budget < fastest_step) {
+    Serving none = table_at(top / 2);
+    return none_found(none,
+                      fmt::format("no max batch keeps the {} request latency within the {} ms budget at "
+                                  "any rate: every request takes a step, and the fastest measured is {} ms",
+                                  pct, format_number(budget), ms_text(fastest_step)));
+  }
   double hi = top, lo = top / 2;  // at the largest capacity every max batch saturates
-  for (int halvings = 1; !served(lo); ++halvings) {
+  Serving found = table_at(lo);
+  for (int halvings = 1; !within_budget_beyond_noise(found, budget); ++halvings) {
     hi = lo;
+    // Less load does not always shorten the lowest latency from one halving to the next (a smaller max batch
+    // may only then stop saturating), so the floor alone ends the search.
     if (halvings >= kServingRateHalvings) {
-      at.request_rate = lo;
-      Serving none = simulate_serving(points, at);
-      none.most_within_budget = true;
-      none.unserved_above = lo;
-      none.best = BatchChoice(
-          std::nullopt, std::nullopt,
-          fmt::format("no max batch keeps the {} request latency within the {} ms budget at any rate tried, "
-                      "down to {} requests/s: {}",
-                      pct, format_number(budget), format_rate(lo), none.best.reason));
-      return none;
+      const std::optional<double> lowest = lowest_latency(found);
+      return none_found(found,
+                        fmt::format("no max batch keeps the {} request latency within the {} ms budget "
+                                    "at any rate tried, down to {} requests/s{}",
+                                    pct, format_number(budget), format_rate(lo),
+                                    lowest ? fmt::format(": the lowest is {} ms (with the simulation's "
+                                                         "noise, twice its error, within the budget)",
+                                                         ms_text(*lowest))
+                                           : std::string()));
     }
     lo /= 2;
+    found = table_at(lo);
   }
   while (hi / lo > 1 + kServingRateTolerance) {
     const double mid = std::sqrt(lo * hi);
-    (served(mid) ? lo : hi) = mid;
+    Serving table = table_at(mid);
+    if (within_budget_beyond_noise(table, budget)) {
+      lo = mid;
+      found = std::move(table);
+    } else {
+      hi = mid;
+    }
   }
-  at.request_rate = lo;
-  Serving s = simulate_serving(points, at);
-  s.most_within_budget = true;
-  s.unserved_above = hi;
-  if (s.best.batch)
-    s.best.reason = fmt::format(
-        "the most requests/s found within the {} ms {} budget, {} (to {:g}%: at {} none is known to keep "
-        "it): {}",
-        format_number(budget), pct, format_rate(lo), kServingRateTolerance * 100, format_rate(hi),
-        s.best.reason);
-  return s;
+  found.most_within_budget = true;
+  found.unserved_above = hi;
+  found.best.reason = fmt::format(
+      "the most requests/s found within the {} ms {} budget, {} (to {:g}%; at {} no max batch is known to "
+      "keep "
+      "it, with twice the simulation's error): {}",
+      format_number(budget), pct, format_rate(lo), kServingRateTolerance * 100, format_rate(hi),
+      found.best.reason);
+  return found;
 }
 
 }  // namespace

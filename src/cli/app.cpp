@@ -318,7 +318,8 @@ CLI::Validator request_rate_check() {
               text = "inf";
               return std::string();
             }
-            return positive_rate(text);
+            std::string why = positive_rate(text);
+            return why.empty() ? why : why + " (or max: the most within --latency-slo)";
           },
           std::string()};
 }

@@ -470,7 +470,11 @@ std::optional<std::string> serving_change(const RunSummary& base, const RunSumma
                                           const std::string& name) {
   if (!base.serving && !run.serving) return std::nullopt;
   const auto setting = [](const Serving& s, bool percentile) {
-    std::string out = fmt::format("{} requests/s", rf::sig3(s.request_rate));
+    // A searched rate says so: the most within its budget, or none found (the last rate tried).
+    std::string out =
+        !s.most_within_budget ? fmt::format("{} requests/s", rf::sig3(s.request_rate))
+        : s.best.batch ? fmt::format("{} requests/s (the most within its budget)", rf::sig3(s.request_rate))
+                       : std::string("no rate within its budget");
     if (s.max_queue_delay_ms > 0) out += fmt::format(", max queue delay {:g} ms", s.max_queue_delay_ms);
     if (percentile) out += " (" + latency_name(s.latency_percentile) + ")";
     return out;
@@ -498,12 +502,27 @@ std::optional<std::string> serving_change(const RunSummary& base, const RunSumma
                                  : std::string(),
         name, rf::fixed(*ratio, 3), kServingRateTolerance * 100, name, at(b), at(a));
   }
-  if (a.most_within_budget && b.most_within_budget && a.best.batch && b.best.batch)
+  if (a.most_within_budget && b.most_within_budget && a.best.batch && b.best.batch) {
+    // What differs, and what aligns it.
+    std::vector<std::string> differ;
+    if (!same_budget(base, run))
+      differ.push_back(fmt::format(
+          "the budgets (A {}, {} {})",
+          base.latency_slo_ms ? fmt::format("{:g} ms", *base.latency_slo_ms) : std::string("none"), name,
+          run.latency_slo_ms ? fmt::format("{:g} ms", *run.latency_slo_ms) : std::string("none")));
+    if (a.latency_percentile != b.latency_percentile)
+      differ.push_back(fmt::format("the percentiles (A {}, {} {})", latency_name(a.latency_percentile), name,
+                                   latency_name(b.latency_percentile)));
+    if (a.max_queue_delay_ms != b.max_queue_delay_ms)
+      differ.push_back(
+          fmt::format("the holds (A {:g} ms, {} {:g} ms)", a.max_queue_delay_ms, name, b.max_queue_delay_ms));
     return fmt::format(
-        "serving not compared: the most requests/s within each run's budget, and the budgets "
-        "differ (A {}, {} {}): analyze both at one --latency-slo and --latency-percentile first",
-        base.latency_slo_ms ? fmt::format("{:g} ms", *base.latency_slo_ms) : std::string("none"), name,
-        run.latency_slo_ms ? fmt::format("{:g} ms", *run.latency_slo_ms) : std::string("none"));
+        "serving not compared: the most requests/s within each run's budget, and {} differ: analyze both at "
+        "one "
+        "--latency-slo and --latency-percentile, or compare them with --request-rate max and one "
+        "--max-queue-delay",
+        fmt::join(differ, " and "));
+  }
   if (!same_serving(base, run))
     return fmt::format("serving not compared: A at {}, {} at {} ({})", setting(a, true), name,
                        setting(b, true),

@@ -499,15 +499,20 @@ std::string serving_heading(const Report& report) {
   const Serving& s = *report.analysis.serving;
   // --request-rate max: the rate is a search's, the most found within the budget.
   std::string searched;
-  if (s.most_within_budget && s.unserved_above) {
-    const auto budget =
+  if (s.most_within_budget) {
+    const auto it =
         report.settings.is_object() ? report.settings.find("latency_slo_ms") : report.settings.end();
-    searched = fmt::format(
-        ", the most found within the {} budget (to {:g}%; at {} requests/s none is known to keep it)",
-        budget != report.settings.end() && budget->is_number()
-            ? fmt::format("{:g} ms {}", budget->get<double>(), latency_name(s.latency_percentile))
-            : std::string("latency"),
-        kServingRateTolerance * 100, rf::sig3(*s.unserved_above));
+    const std::string budget =
+        it != report.settings.end() && it->is_number()
+            ? fmt::format("{:g} ms {}", it->get<double>(), latency_name(s.latency_percentile))
+            : std::string("latency");
+    searched =
+        s.unserved_above
+            ? fmt::format(
+                  ", the most found within the {} budget (to {:g}%; at {} requests/s no max "
+                  "batch is known to keep it)",
+                  budget, kServingRateTolerance * 100, rf::sig3(*s.unserved_above))
+            : fmt::format(": no rate found within the {} budget, and this the last rate tried", budget);
   }
   return fmt::format(
       "serving {} requests/s{} (simulated from the measured steps: {} requests arriving at random, one "

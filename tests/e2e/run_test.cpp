@@ -3963,7 +3963,7 @@ TEST(Serving, TheMostRequestsWithinTheBudget) {
                                                       "10", "--request-rate", "max", "--json", a}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("the most found within the 10 ms p99 budget (to 1%; at "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("requests/s none is known to keep it)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("requests/s no max batch is known to keep it)"), std::string::npos) << r.out;
   const nlohmann::json j = read_json(a);
   EXPECT_EQ(j["settings"]["request_rate"], "max");
   const nlohmann::json& s = j["analysis"]["serving"];
