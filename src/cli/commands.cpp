@@ -48,6 +48,7 @@
 #include "git_commit.hpp"
 #include "model/suggest.hpp"
 #include "report/json_pieces.hpp"
+#include "report/view.hpp"
 
 namespace bsw::cli {
 namespace {
@@ -1483,17 +1484,7 @@ int run_command(const RunSettings& given, const std::vector<std::string>& argv) 
   return recommendation_exit(report, "batchsweep");
 }
 
-namespace {
-
-// The --effective-batch N a report was swept with (settings.effective_batch), where it says a valid one.
-std::optional<int64_t> effective_batch_setting(const Report& report) {
-  if (!report.settings.is_object()) return std::nullopt;
-  const auto n = report.settings.find("effective_batch");
-  if (n == report.settings.end() || !n->is_number_integer() || n->get<int64_t>() < 1) return std::nullopt;
-  return n->get<int64_t>();
-}
-
-}  // namespace
+using report_view::effective_batch_setting;
 
 // Which analysis flags the command line gave (the rest come from the run's settings).
 struct GivenFlags {

@@ -87,11 +87,9 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
   if (cpu) out += "  # measured on the CPU backend: a GPU's best batch differs, so sweep on the GPU itself\n";
   // run --effective-batch N sized one device's step of N samples; --world-size multiplies it. Someone who
   // meant N as the global batch is told the accumulation that keeps it.
-  if (const auto n =
-          report.settings.is_object() ? report.settings.find("effective_batch") : report.settings.end();
-      train && world_size > 1 && n != report.settings.end() && n->is_number_integer() &&
-      n->get<int64_t>() >= 1 && n->get<int64_t>() != global) {
-    const int64_t effective = n->get<int64_t>();
+  if (const std::optional<int64_t> n = report_view::effective_batch_setting(report);
+      train && world_size > 1 && n && *n != global) {
+    const int64_t effective = *n;
     const int64_t per_step = batch * world_size;
     out += fmt::format(
         "  # --effective-batch {} was one {}'s step; across {} each step takes {} samples{}\n", effective,

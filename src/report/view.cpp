@@ -345,6 +345,13 @@ Title title(const Report& report) {
   return t;
 }
 
+std::optional<int64_t> effective_batch_setting(const Report& report) {
+  if (!report.settings.is_object()) return std::nullopt;
+  const auto n = report.settings.find("effective_batch");
+  if (n == report.settings.end() || !n->is_number_integer() || n->get<int64_t>() < 1) return std::nullopt;
+  return n->get<int64_t>();
+}
+
 std::vector<std::string> model_overrides(const Report& report) {
   std::vector<std::string> overrides;
   if (const auto it = report.settings.find("model_overrides"); it != report.settings.end() && it->is_array())

@@ -52,6 +52,8 @@ struct Title {
 // settings.model_overrides (run --set), as given, in order; the strings of it where a report read back holds
 // other values there too; empty without it.
 [[nodiscard]] std::vector<std::string> model_overrides(const Report& report);
+// The --effective-batch N a report was swept with (settings.effective_batch), where it says a valid one.
+[[nodiscard]] std::optional<int64_t> effective_batch_setting(const Report& report);
 
 // For a sweep that did not finish (state interrupted or in_progress), one line saying the table is partial;
 // empty otherwise.
