@@ -189,6 +189,13 @@ struct Serving {
   // The max batch of the lowest request latency at the percentile (the smallest within kServingTiePct of
   // it); latency_ms is its latency. None where every batch saturates, or none keeps the latency budget.
   BatchChoice best;
+  // best's row in batches; null where there is no best.
+  [[nodiscard]] const ServingBatch* best_row() const {
+    if (!best.batch) return nullptr;
+    for (const ServingBatch& b : batches)
+      if (b.batch == *best.batch) return &b;
+    return nullptr;
+  }
 };
 
 struct Analysis {

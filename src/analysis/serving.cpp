@@ -271,10 +271,9 @@ std::string requests_per_step(double mean_batch) {
 // standard error within it. The search keeps the highest rate that passes, so a point estimate alone would
 // favour a lucky one.
 bool within_budget_beyond_noise(const Serving& table, double budget) {
-  if (!table.best.batch || !table.best.latency_ms) return false;
-  for (const ServingBatch& b : table.batches)
-    if (b.batch == *table.best.batch) return *b.latency_ms + 2.0 * b.latency_se_ms.value_or(0.0) <= budget;
-  return false;
+  const ServingBatch* row = table.best_row();
+  return row && table.best.latency_ms && row->latency_ms &&
+         *row->latency_ms + 2.0 * row->latency_se_ms.value_or(0.0) <= budget;
 }
 
 // The lowest settled, unsaturated row's latency in a table, where it has one.

@@ -535,10 +535,9 @@ std::optional<std::string> serving_change(const RunSummary& base, const RunSumma
     return fmt::format(
         "{}{} ms at max batch {}", rf::sig3(*s.best.latency_ms),
         [&] {
-          for (const ServingBatch& sb : s.batches)
-            if (sb.batch == *s.best.batch && sb.latency_se_ms)
-              return fmt::format(" \u00b1 {}", rf::sig3(*sb.latency_se_ms));
-          return std::string();
+          const ServingBatch* row = s.best_row();
+          return row && row->latency_se_ms ? fmt::format(" \u00b1 {}", rf::sig3(*row->latency_se_ms))
+                                           : std::string();
         }(),
         *s.best.batch);
   };
@@ -1715,9 +1714,8 @@ nlohmann::json to_json(const CompareResult& result) {
                       {"latency_ratio", json()},
                       {"most_within_budget", sv.most_within_budget},
                       {"request_rate_ratio", json()}};
-      for (const ServingBatch& b : sv.batches)
-        if (sv.best.batch && b.batch == *sv.best.batch && b.latency_se_ms)
-          serving["latency_se_ms"] = *b.latency_se_ms;
+      if (const ServingBatch* row = sv.best_row(); row && row->latency_se_ms)
+        serving["latency_se_ms"] = *row->latency_se_ms;
       if (const auto ratio = runs.size() > 1 ? serving_ratio(result.runs.front(), r) : std::nullopt)
         serving["latency_ratio"] = *ratio;
       if (const auto ratio = runs.size() > 1 ? serving_rate_ratio(result.runs.front(), r) : std::nullopt)
