@@ -13,6 +13,12 @@ For each case it prints the simulated mean with its standard error (latency_mean
 difference in standard errors, and whether the row is `settled`. A settled row more than 3 standard errors from
 the theory would be a fault; near capacity the rows are unsettled, and read low, as the README says.
 
+With --seeds N it measures instead how well the percentile's `±` (latency_se_ms) covers where no theory has the
+answer: steps that stall (every 100th step 8 times as long), and lognormal ones, at p99 and p99.9, simulated N
+times with BATCHSWEEP_SERVING_SEED 0..N-1. Per max batch: the spread (standard deviation) of the percentile
+over the seeds, the median `±`, and how often the seed's figure lies within twice its `±` of the seeds' median
+(about 95% where `±` is right).
+
 Standard library only. Example:
     python3 bench/serving_check.py --binary build/batchsweep
 """
@@ -51,6 +57,53 @@ def serve(binary, doc, rate, delay=0.0, pct=None):
         return json.loads(out.stdout)["analysis"]["serving"]["batches"][0]
 
 
+def serve_rows(binary, doc, rate, pct, seed):
+    """Every row of analyze's serving table at this rate, with the simulation's seeds moved by `seed`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "r.json")
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        args = [binary, "analyze", path, "--request-rate", repr(rate), "--latency-percentile", str(pct),
+                "--json", "-"]
+        env = dict(os.environ, BATCHSWEEP_SERVING_SEED=str(seed))
+        out = subprocess.run(args, capture_output=True, text=True, env=env)
+        if out.returncode not in (0, 4):
+            sys.exit(f"batchsweep analyze failed ({out.returncode}): {out.stderr}")
+        return json.loads(out.stdout)["analysis"]["serving"]["batches"]
+
+
+def coverage(binary, seeds, rng):
+    """How well latency_se_ms covers the percentile's spread over seeds (see the module's doc)."""
+    def pool(kind, batch):
+        base = 0.2 + 0.01 * batch
+        if kind == "lognormal":
+            return [base * rng.lognormvariate(0, 0.3) for _ in range(300)]
+        steps = [base * (1 + rng.gauss(0, 0.02)) for _ in range(300)]
+        for i in range(0, 300, 100):
+            steps[i] = base * 8
+        return steps
+
+    print(f"{'steps':<10} {'pct':>5} {'max batch':>9} {'spread':>9} {'median ±':>9} {'within 2±':>9}")
+    for kind in ("stalls", "lognormal"):
+        doc = report([point(b, pool(kind, b)) for b in (1, 2, 4, 8, 16, 32, 64)])
+        for pct in (99, 99.9):
+            figures = {}
+            for seed in range(seeds):
+                for got in serve_rows(binary, doc, 20000.0, pct, seed):
+                    value = (got.get("latency_ms") or {}).get(f"p{pct:g}")
+                    if value is not None and got.get("latency_se_ms"):
+                        figures.setdefault(got["batch"], []).append((value, got["latency_se_ms"]))
+            for batch, got in sorted(figures.items()):
+                values = sorted(v for v, _ in got)
+                median = values[len(values) // 2]
+                mean = sum(values) / len(values)
+                spread = math.sqrt(sum((v - mean) ** 2 for v in values) / max(len(values) - 1, 1))
+                errors = sorted(se for _, se in got)
+                within = sum(abs(v - median) <= 2 * se for v, se in got) / len(got)
+                print(f"{kind:<10} {'p%g' % pct:>5} {batch:>9} {spread:9.3g} {errors[len(errors) // 2]:9.3g} "
+                      f"{within:9.0%}")
+
+
 def row(name, got, theory, what="mean"):
     latency = got.get("latency_ms") or {}
     value = latency.get(what)
@@ -67,8 +120,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--binary", default="build/batchsweep")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seeds", type=int, default=0,
+                        help="measure the percentile's error's coverage over this many simulation seeds")
     args = parser.parse_args()
     rng = random.Random(args.seed)
+    if args.seeds:
+        coverage(args.binary, args.seeds, rng)
+        return
     print(f"{'case':<44} {'what':>5} {'simulated':>10} {'± se':<9} {'theory':>10} {'z':>7}  row")
 
     constant = [1.0] * 10

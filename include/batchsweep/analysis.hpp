@@ -185,6 +185,10 @@ inline constexpr double kRoundsAlpha = 0.01;
 inline constexpr std::size_t kServingReplications = 8;   // independent runs per max batch, for the errors
 inline constexpr std::size_t kServingRequests = 200000;  // timed per max batch, over the replications
 inline constexpr std::size_t kServingLonger = 4;         // times as many where that does not settle
+// The percentile's error: the share of requests above it counted in kServingSections consecutive sections
+// of each replication, and read kServingErrorZ of that share's errors either side (Woodruff's interval).
+inline constexpr std::size_t kServingSections = 10;
+inline constexpr double kServingErrorZ = 2.0;
 // Before each replication's timed requests, this many (at least kServingWarmupSteps max batches of them):
 // the queue fills.
 inline constexpr std::size_t kServingWarmupRequests = 5000;
@@ -196,6 +200,12 @@ inline constexpr double kServingMaxRelativeError = 0.05;
 // more than kServingMaxRelativeError with the start is not settled (a queue near its capacity remembers its
 // start; one under 90% of it drains 2 max batches within the warm-up).
 inline constexpr std::size_t kServingStartChecks = 2;
+// Near its capacity a queue of steps wanders for about 1 / (1 - load)^2 of them (load: the rate over the max
+// batch's capacity): a row whose replications each ran fewer steps than that is not settled either.
+[[nodiscard]] inline double serving_relaxation_steps(double rate, double capacity) {
+  const double load = rate / capacity;
+  return load < 1 ? 1.0 / ((1.0 - load) * (1.0 - load)) : std::numeric_limits<double>::infinity();
+}
 inline constexpr std::size_t kServingBacklog = 2;
 // The rate at this share of the best max batch's capacity or more: said to be near it.
 inline constexpr double kServingNearCapacity = 0.9;

@@ -229,6 +229,9 @@ struct AnalysisOptions {
   std::optional<double> price_per_hour;   // USD per device-hour: cost_per_million_samples per point
   std::optional<double> request_rate;     // requests/s: analysis.serving, and the recommendation from it
   double max_queue_delay_ms = 0;          // the batcher's hold to fill a batch (Triton's max_queue_delay)
+  // Moves the serving simulation's seeds: 0, as every report, unless BATCHSWEEP_SERVING_SEED asks (a check
+  // of how far its answers move with the dice: bench/serving_check.py --seeds).
+  uint64_t serving_seed = 0;
   std::optional<UntimedFit> untimed_fit;  // max_fit's reason names it where it is above the largest timed
   // The sweep stopped before the batches it asked for (report state interrupted or in_progress): the largest
   // batch measured is not "the largest swept", and larger ones were not "not tried".

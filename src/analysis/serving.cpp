@@ -186,15 +186,53 @@ Replication replicate(const std::vector<Pool>& pools, std::size_t top, Arrivals&
   return rep;
 }
 
-// The seed of replication r's step draws: one place, so that its backlog start draws as it does.
-uint64_t draw_seed(std::size_t r) {
-  return kServingSeed ^ (0x5e57ULL + r);
+// The seeds: `base` (serving_seed) for the whole simulation; replication r's arrivals from base + r, and its
+// step draws from this, one place, so that its backlog start draws as it does.
+uint64_t serving_seed(const AnalysisOptions& options) {
+  return kServingSeed + options.serving_seed * 0x9e3779b97f4a7c15ULL;
+}
+uint64_t draw_seed(uint64_t base, std::size_t r) {
+  return base ^ (0x5e57ULL + r);
 }
 
 // Mean and standard error of the mean of independent values.
 std::pair<double, double> mean_and_error(const std::vector<double>& values) {
   const StepStats stats = summarize(values);
   return {stats.mean, stats.stddev / std::sqrt(static_cast<double>(values.size()))};
+}
+
+// The standard error of the percentile `pct` of every request pooled (`sorted`, whose value is `value`), by
+// Woodruff's interval: the share of requests above it is a mean, whose error the sections below give; the
+// percentiles that share's ±kServingErrorZ errors away bound the latency's interval, and its half-width over
+// kServingErrorZ is the error. A tail made of a few long steps' requests (a stall's batch, and the queue
+// behind it) is clustered: one step puts a hundred requests above the percentile, or none. The spread of
+// the replications' own percentiles can miss that (all eight without a stall read alike, and the error as
+// nothing); a count of requests above it cannot, and the interval then spans the gap between a stall's
+// latency and a normal step's, as the answer would move across it on another seed.
+double percentile_error(const std::vector<double>& sorted, const std::vector<std::vector<double>>& in_order,
+                        double pct, double value) {
+  // Each replication cut into kServingSections consecutive sections, longer than the queue's memory away
+  // from capacity (where a row is settled), so that their counts are near independent.
+  std::vector<double> shares;
+  for (const auto& latencies : in_order) {
+    const std::size_t n = latencies.size();
+    for (std::size_t s = 0; s < kServingSections; ++s) {
+      const std::size_t begin = n * s / kServingSections, end = n * (s + 1) / kServingSections;
+      if (end == begin) continue;
+      std::size_t above = 0;
+      for (std::size_t i = begin; i < end; ++i) above += latencies[i] > value ? 1 : 0;
+      shares.push_back(static_cast<double>(above) / static_cast<double>(end - begin));
+    }
+  }
+  const double total = static_cast<double>(sorted.size());
+  const double tail = std::clamp(1.0 - pct / 100.0, 0.0, 1.0);
+  // No fewer than independent requests would give (a queue's clustering only adds to it).
+  const double share_se =
+      std::max(shares.size() > 1 ? mean_and_error(shares).second : 0.0, std::sqrt(tail * (1.0 - tail) / total));
+  const double reach = 100.0 * kServingErrorZ * share_se;
+  const double low = sorted_percentile(sorted, std::max(0.0, pct - reach));
+  const double high = sorted_percentile(sorted, std::min(100.0, pct + reach));
+  return std::max(high - value, value - low) / kServingErrorZ;
 }
 
 struct Simulated {
@@ -207,18 +245,19 @@ struct Simulated {
 // spread between the replications. Those are independent, but each may be shorter than the queue's memory and
 // all read alike from the same empty start: the backlog start below tells that.
 Simulated simulate(const std::vector<Pool>& pools, std::size_t top, std::vector<Arrivals>& arrivals,
-                   double delay_ms, double pct, std::size_t timed) {
+                   double rate, double delay_ms, double pct, std::size_t timed, uint64_t seed) {
   Simulated sim;
   ServingBatch& out = sim.row;
   const auto max_batch = static_cast<std::size_t>(pools[top].batch);
   // At least kServingWarmupSteps full steps' worth of requests, so that a queue of large batches fills too.
   const std::size_t warm = std::max(kServingWarmupRequests, kServingWarmupSteps * max_batch);
   std::vector<double> all, means, percentiles;
+  std::vector<std::vector<double>> in_order;  // each replication's latencies, in arrival order
   all.reserve(timed * arrivals.size());
   double busy = 0, span = 0;
   int64_t steps = 0, served = 0;
   for (std::size_t r = 0; r < arrivals.size(); ++r) {
-    Replication rep = replicate(pools, top, arrivals[r], draw_seed(r), delay_ms, warm, timed);
+    Replication rep = replicate(pools, top, arrivals[r], draw_seed(seed, r), delay_ms, warm, timed);
     busy += rep.busy;
     span += rep.span;
     steps += rep.steps;
@@ -228,6 +267,7 @@ Simulated simulate(const std::vector<Pool>& pools, std::size_t top, std::vector<
     for (double v : rep.latencies) sum += v;
     means.push_back(sum / static_cast<double>(rep.latencies.size()));
     all.insert(all.end(), rep.latencies.begin(), rep.latencies.end());
+    in_order.push_back(rep.latencies);
     std::sort(rep.latencies.begin(), rep.latencies.end());
     percentiles.push_back(sorted_percentile(rep.latencies, pct));
   }
@@ -238,27 +278,38 @@ Simulated simulate(const std::vector<Pool>& pools, std::size_t top, std::vector<
   const auto [mean, mean_se] = mean_and_error(means);
   out.latency_mean_ms = mean;
   out.latency_mean_se_ms = mean_se;
-  // The percentile of every request pooled; its error is that of the mean of the replications' own
-  // percentiles (their spread over the square root of their number), which it matches to first order.
   std::sort(all.begin(), all.end());
   out.latency_p50_ms = sorted_percentile(all, 50);
   out.latency_ms = sorted_percentile(all, pct);
-  out.latency_se_ms = mean_and_error(percentiles).second;
+  // Two estimates of the percentile's error, and the larger: the spread of the replications' own
+  // percentiles over the square root of their number (which the pooled one matches to first order), and
+  // Woodruff's interval (below). Where a tail is a few long steps' requests each misses it on some seeds
+  // (bench/serving_check.py --seeds).
+  out.latency_se_ms = std::max(mean_and_error(percentiles).second,
+                               percentile_error(all, in_order, pct, *out.latency_ms));
   // The same replications started with kServingBacklog max batches waiting: a queue that forgets its start
   // within the warm-up gives the same mean; one that does not (near its capacity, where it wanders longer
   // than any simulation) reads higher, and the empty start read low.
+  // The percentile moves too: a backlog's requests lengthen the tail before they move the mean.
   double bias = 0;
   for (std::size_t r = 0; r < kServingStartChecks && r < arrivals.size(); ++r) {
-    const Replication full =
-        replicate(pools, top, arrivals[r], draw_seed(r), delay_ms, warm, timed, kServingBacklog * max_batch);
+    Replication full =
+        replicate(pools, top, arrivals[r], draw_seed(seed, r), delay_ms, warm, timed, kServingBacklog * max_batch);
     double sum = 0;
     for (double v : full.latencies) sum += v;
     bias = std::max(bias, std::fabs(sum / static_cast<double>(full.latencies.size()) / means[r] - 1.0));
+    std::sort(full.latencies.begin(), full.latencies.end());
+    bias = std::max(bias, std::fabs(sorted_percentile(full.latencies, pct) / percentiles[r] - 1.0));
   }
   out.start_bias = bias;
+  // Near its capacity a queue of steps wanders for about 1/(1 - load)^2 of them: a replication shorter
+  // than that has not seen the queue it would build, and reads low from its empty start (an M/D/1 queue at
+  // 96% load needs 625 steps; a max batch of 256 at 96% serves 25,000 requests in 100).
+  const double steps_each = static_cast<double>(steps) / static_cast<double>(arrivals.size());
   out.settled = steps >= kServingMinSteps && mean_se <= kServingMaxRelativeError * mean &&
                 *out.latency_se_ms <= kServingMaxRelativeError * *out.latency_ms &&
-                bias <= kServingMaxRelativeError;
+                bias <= kServingMaxRelativeError &&
+                steps_each >= serving_relaxation_steps(rate, pools[top].samples_per_second);
   return sim;
 }
 
@@ -380,7 +431,7 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
   }
   std::vector<Arrivals> arrivals;
   for (std::size_t r = 0; r < kServingReplications; ++r)
-    arrivals.emplace_back(s.request_rate, kServingSeed + r);
+    arrivals.emplace_back(s.request_rate, serving_seed(options) + r);
   const std::size_t timed = kServingRequests / kServingReplications;
   // A max batch no step filled: every larger one runs the very same steps (it holds no longer and pads the
   // same), so its row is that one's.
@@ -392,11 +443,13 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
     } else if (unfilled) {
       b = *unfilled;
     } else {
-      Simulated sim = simulate(pools, i, arrivals, s.max_queue_delay_ms, s.latency_percentile, timed);
+      Simulated sim = simulate(pools, i, arrivals, s.request_rate, s.max_queue_delay_ms, s.latency_percentile, timed,
+                               serving_seed(options));
       // Unsettled away from its capacity (a few long steps, heavy-tailed ones): more requests settle it.
       if (!sim.row.settled && s.request_rate < kServingNearCapacity * pools[i].samples_per_second)
         sim =
-            simulate(pools, i, arrivals, s.max_queue_delay_ms, s.latency_percentile, timed * kServingLonger);
+            simulate(pools, i, arrivals, s.request_rate, s.max_queue_delay_ms, s.latency_percentile,
+                       timed * kServingLonger, serving_seed(options));
       b = sim.row;
       if (sim.largest_step < static_cast<std::size_t>(pools[i].batch)) unfilled = b;
     }

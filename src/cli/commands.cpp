@@ -17,6 +17,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <exception>
@@ -451,6 +452,24 @@ void print_final(const Report& report, const ExportSettings& e) {
   }
 }
 
+// BATCHSWEEP_SERVING_SEED=N (a whole number): the serving simulation's seeds move, for a check of how far its
+// answers move with them; said on stderr where a rate is simulated, since a report does not keep it.
+uint64_t serving_seed_from_environment(bool simulating) {
+  const char* text = std::getenv("BATCHSWEEP_SERVING_SEED");
+  if (text == nullptr || *text == '\0') return 0;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long seed = std::strtoull(text, &end, 10);
+  if (*end != '\0' || errno != 0 || *text == '-')
+    throw UsageError(fmt::format("BATCHSWEEP_SERVING_SEED: '{}' is not a whole number", text));
+  if (simulating && seed != 0)
+    fmt::print(stderr,
+               "note: BATCHSWEEP_SERVING_SEED={}: the serving simulation's seeds are moved, so its figures are "
+               "not the ones a rerun without it gives (the report does not keep it)\n",
+               seed);
+  return seed;
+}
+
 AnalysisOptions analysis_options(const AnalysisFlags& a) {
   AnalysisOptions o;
   o.knee_sensitivity = a.knee_sensitivity;
@@ -460,6 +479,7 @@ AnalysisOptions analysis_options(const AnalysisFlags& a) {
   o.price_per_hour = a.price_per_hour;
   o.request_rate = a.request_rate;
   o.max_queue_delay_ms = a.max_queue_delay_ms.value_or(0.0);
+  o.serving_seed = serving_seed_from_environment(o.request_rate.has_value());
   validate(o);
   return o;
 }

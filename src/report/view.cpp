@@ -556,8 +556,17 @@ rf::TextTable serving_table(const Report& report) {
       mark = "saturated: the rate is at or above its capacity";
     } else if (!b.settled) {
       const bool near = s.request_rate >= kServingNearCapacity * b.capacity_per_second;
+      const double steps_each =
+          static_cast<double>(b.timed_steps) / static_cast<double>(std::max<int64_t>(s.replications, 1));
+      const bool wanders = steps_each < serving_relaxation_steps(s.request_rate, b.capacity_per_second);
       mark = b.timed_steps < kServingMinSteps
                  ? fmt::format("unsettled: {} steps served the timed requests", b.timed_steps)
+             : wanders
+                 ? fmt::format("unsettled: at {}% of its capacity the queue wanders for about {} steps, longer "
+                               "than each replication ran ({})",
+                               rf::fixed(100.0 * s.request_rate / b.capacity_per_second, 0),
+                               rf::sig3(serving_relaxation_steps(s.request_rate, b.capacity_per_second)),
+                               rf::sig3(steps_each))
              : near ? "unsettled: so near its capacity that the queue does not settle in the simulation"
                     : fmt::format("unsettled: its latency is not known to {:g}% in {} requests",
                                   kServingMaxRelativeError * 100, b.requests);
