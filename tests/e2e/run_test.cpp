@@ -3865,6 +3865,39 @@ TEST(Serving, ARequestRateSimulatesEachMaxBatchAndRecommendsTheLowestLatency) {
   expect_valid_report(report);
 }
 
+// BATCHSWEEP_SERVING_SEED moves the simulation's seeds (bench/serving_check.py --seeds): other figures, said
+// on stderr; one that is not a whole number is refused, naming it.
+TEST(Serving, TheServingSeedMovesTheSimulationAndSaysSo) {
+  ScratchDir dir;
+  const std::string report = (dir / "serve.json").string();
+  ASSERT_EQ(run(scripted_run("roofline-stalls.json", {"--mode", "infer", "--batch", "64,128,256",
+                                                      "--request-rate", "40000", "--json", report}))
+                .exit_code,
+            0);
+  const Result plain = run({"analyze", report, "--json", "-"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(plain.err.find("BATCHSWEEP_SERVING_SEED"), std::string::npos) << plain.err;
+  setenv("BATCHSWEEP_SERVING_SEED", "3", 1);
+  const Result moved = run({"analyze", report, "--json", "-"});
+  setenv("BATCHSWEEP_SERVING_SEED", "3x", 1);
+  const Result bad = run({"analyze", report});
+  setenv("BATCHSWEEP_SERVING_SEED", "0", 1);
+  const Result zero = run({"analyze", report, "--json", "-"});
+  unsetenv("BATCHSWEEP_SERVING_SEED");
+  ASSERT_EQ(moved.exit_code, 0) << moved.err;
+  EXPECT_NE(moved.err.find("note: BATCHSWEEP_SERVING_SEED=3: the serving simulation's seeds are moved"),
+            std::string::npos)
+      << moved.err;
+  const auto p99 = [](const Result& r) {
+    return nlohmann::json::parse(r.out)["analysis"]["serving"]["batches"][1]["latency_ms"]["p99"];
+  };
+  EXPECT_NE(p99(moved), p99(plain));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("BATCHSWEEP_SERVING_SEED: '3x' is not a whole number"), std::string::npos) << bad.err;
+  ASSERT_EQ(zero.exit_code, 0) << zero.err;
+  EXPECT_EQ(p99(zero), p99(plain));
+}
+
 TEST(Serving, AnalyzeKeepsChangesOrDropsTheRunsRate) {
   ScratchDir dir;
   const std::string report = (dir / "serve.json").string();

@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "batchsweep/analysis.hpp"
@@ -221,6 +223,54 @@ TEST(Serving, NearItsCapacityTheQueueDoesNotSettleAndIsNotChosen) {
   const Serving settled = simulate_serving(points, at_rate(800.0));
   EXPECT_TRUE(settled.batches[0].settled);
   EXPECT_NEAR(*settled.batches[0].latency_mean_ms, 3.0, 3.0 * *settled.batches[0].latency_mean_se_ms);
+}
+
+TEST(Serving, ARowWhoseReplicationsAreShorterThanTheQueuesMemoryDoesNotSettle) {
+  // Batches of 64 in 8 ms at 97% of their capacity: the queue wanders for about 1 / 0.03^2 = 1111 steps,
+  // and a replication's 25,000 requests fill some 400. Its figures look settled (the start moves the mean
+  // little in so few steps) but read low; a review's long simulation of such a row read 12% higher.
+  const std::vector<Point> points = {constant_step(64, 8.0)};
+  const Serving near = simulate_serving(points, at_rate(0.97 * 8000.0));
+  ASSERT_FALSE(near.batches[0].saturated);
+  EXPECT_LT(static_cast<double>(near.batches[0].timed_steps) / static_cast<double>(near.replications),
+            serving_relaxation_steps(0.97 * 8000.0, near.batches[0].capacity_per_second));
+  EXPECT_FALSE(near.batches[0].settled);
+  // At 80% (25 steps of memory) it settles.
+  EXPECT_TRUE(simulate_serving(points, at_rate(0.8 * 8000.0)).batches[0].settled);
+  EXPECT_NEAR(serving_relaxation_steps(96.0, 100.0), 625.0, 1e-6);
+  EXPECT_TRUE(std::isinf(serving_relaxation_steps(100.0, 100.0)));
+}
+
+// A tail made of a few long steps' requests: every 100th step eight times as long. Twice the percentile's
+// error covers how far its figure moves when the simulation's seeds move, for most seeds.
+TEST(Serving, ThePercentilesErrorCoversTheSeedsWhereTheTailIsAFewStalls) {
+  std::vector<Point> points;
+  for (const int64_t batch : {8, 16, 32}) {
+    Point p = constant_step(batch, 0.2 + 0.01 * static_cast<double>(batch));
+    const double base = p.samples_ms.front();
+    p.samples_ms.assign(300, base);
+    for (std::size_t i = 0; i < 300; i += 100) p.samples_ms[i] = 8 * base;
+    p.step_ms = summarize(p.samples_ms);
+    p.samples_per_second = static_cast<double>(batch) / p.step_ms.mean * 1000.0;
+    points.push_back(p);
+  }
+  AnalysisOptions o = at_rate(20000.0);
+  o.latency_percentile = 99.9;
+  std::vector<std::pair<double, double>> figures;  // (p99.9, its error) of max batch 16, per seed
+  for (uint64_t seed = 0; seed < 12; ++seed) {
+    o.serving_seed = seed;
+    const ServingBatch& b = row(simulate_serving(points, o), 16);
+    figures.emplace_back(*b.latency_ms, *b.latency_se_ms);
+  }
+  // The seeds move the figures: the option reaches the dice.
+  EXPECT_NE(figures[0].first, figures[1].first);
+  std::vector<double> values;
+  for (const auto& [v, se] : figures) values.push_back(v);
+  std::sort(values.begin(), values.end());
+  const double median = (values[5] + values[6]) / 2;
+  int within = 0;
+  for (const auto& [v, se] : figures) within += std::fabs(v - median) <= 2 * se ? 1 : 0;
+  EXPECT_GE(within, 10) << "of 12";
 }
 
 TEST(Serving, AFewHugeStepsDoNotSettle) {
