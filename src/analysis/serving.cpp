@@ -16,6 +16,7 @@
 // numbers), so their differences are the batcher's and not the dice's; fixed seeds, so one report always
 // gives one answer.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -65,6 +66,7 @@ struct Pool {
   int64_t batch = 0;
   double samples_per_second = 0;
   std::vector<double> ms;
+  bool mean_only = false;  // the point kept no steps (a hand-made or trimmed report): its mean step alone
 };
 
 // The ok points of one micro-batch a step (the fastest where two share a batch), by batch, with steps to
@@ -76,18 +78,31 @@ std::vector<Pool> pools_of(std::span<const Point> points) {
     std::vector<double> ms;
     for (double v : p.samples_ms)
       if (std::isfinite(v) && v > 0) ms.push_back(v);
-    if (ms.empty())
+    const bool mean_only = ms.empty();
+    if (mean_only)
       ms.push_back(p.step_ms.mean > 0 ? p.step_ms.mean : 1000.0 * p.batch / p.samples_per_second);
     const auto same =
         std::find_if(pools.begin(), pools.end(), [&](const Pool& q) { return q.batch == p.batch; });
     if (same == pools.end()) {
-      pools.push_back({p.batch, p.samples_per_second, std::move(ms)});
+      pools.push_back({p.batch, p.samples_per_second, std::move(ms), mean_only});
     } else if (p.samples_per_second > same->samples_per_second) {
-      *same = {p.batch, p.samples_per_second, std::move(ms)};
+      *same = {p.batch, p.samples_per_second, std::move(ms), mean_only};
     }
   }
   std::sort(pools.begin(), pools.end(), [](const Pool& a, const Pool& b) { return a.batch < b.batch; });
   return pools;
+}
+
+// Where the steps drawn come from, for the reasons: the measured steps, and any batch's mean step alone.
+std::string steps_source(const std::vector<Pool>& pools) {
+  std::vector<std::string> mean_only;
+  for (const Pool& p : pools)
+    if (p.mean_only) mean_only.push_back(std::to_string(p.batch));
+  if (mean_only.empty()) return "simulated from the measured steps";
+  return fmt::format(
+      "simulated from the measured steps and, for batch{} {}, which the report keeps no steps of, the mean "
+      "step alone: {} spread is not simulated, and the tail reads short",
+      mean_only.size() > 1 ? "es" : "", fmt::join(mean_only, ", "), mean_only.size() > 1 ? "their" : "its");
 }
 
 // Poisson arrivals in ms, drawn as far as they are read: one stream, which every max batch reads.
@@ -327,12 +342,12 @@ bool within_budget_beyond_noise(const Serving& table, double budget) {
          *row->latency_ms + 2.0 * row->latency_se_ms.value_or(0.0) <= budget;
 }
 
-// The lowest settled, unsaturated row's latency in a table, where it has one.
-std::optional<double> lowest_latency(const Serving& table) {
-  std::optional<double> lowest;
+// The lowest settled, unsaturated row in a table, where it has one.
+const ServingBatch* lowest_latency(const Serving& table) {
+  const ServingBatch* lowest = nullptr;
   for (const ServingBatch& b : table.batches)
-    if (!b.saturated && b.settled && b.latency_ms && (!lowest || *b.latency_ms < *lowest))
-      lowest = b.latency_ms;
+    if (!b.saturated && b.settled && b.latency_ms && (!lowest || *b.latency_ms < *lowest->latency_ms))
+      lowest = &b;
   return lowest;
 }
 
@@ -343,9 +358,10 @@ Serving most_within_budget(std::span<const Point> points, const AnalysisOptions&
   AnalysisOptions at = options;
   const double budget = *options.latency_slo_ms;
   const std::string pct = latency_name(options.latency_percentile);
+  // No rate served: the table is the last rate tried, which is itself not served (unserved_above equals it).
   const auto none_found = [&](Serving table, const std::string& why) {
     table.most_within_budget = true;
-    table.unserved_above.reset();
+    table.unserved_above = table.request_rate;
     table.best = BatchChoice(std::nullopt, std::nullopt, why);
     return table;
   };
@@ -378,28 +394,47 @@ Serving most_within_budget(std::span<const Point> points, const AnalysisOptions&
     // Less load does not always shorten the lowest latency from one halving to the next (a smaller max batch
     // may only then stop saturating), so the floor alone ends the search.
     if (halvings >= kServingRateHalvings) {
-      const std::optional<double> lowest = lowest_latency(found);
-      return none_found(found,
-                        fmt::format("no max batch keeps the {} request latency within the {} ms budget "
-                                    "at any rate tried, down to {} requests/s{}",
-                                    pct, format_number(budget), format_rate(lo),
-                                    lowest ? fmt::format(": the lowest is {} ms (with the simulation's "
-                                                         "noise, twice its error, within the budget)",
-                                                         ms_text(*lowest))
-                                           : std::string()));
+      const ServingBatch* lowest = lowest_latency(found);
+      return none_found(
+          found, fmt::format("no max batch keeps the {} request latency within the {} ms budget at any rate "
+                             "tried, down to {} requests/s{}",
+                             pct, format_number(budget), format_rate(lo),
+                             lowest ? fmt::format(": the lowest is {} \u00b1 {} ms (max batch {}), and a rate is "
+                                                  "served only where that latency plus twice its error is "
+                                                  "within the budget",
+                                                  latency_text(*lowest->latency_ms, budget),
+                                                  ms_text(lowest->latency_se_ms.value_or(0.0)), lowest->batch)
+                                    : std::string()));
     }
     lo /= 2;
     found = table_at(lo);
   }
-  while (hi / lo > 1 + kServingRateTolerance) {
-    const double mid = std::sqrt(lo * hi);
-    Serving table = table_at(mid);
-    if (within_budget_beyond_noise(table, budget)) {
-      lo = mid;
-      found = std::move(table);
-    } else {
-      hi = mid;
+  const auto bisect = [&] {
+    while (hi / lo > 1 + kServingRateTolerance) {
+      const double mid = std::sqrt(lo * hi);
+      Serving table = table_at(mid);
+      if (within_budget_beyond_noise(table, budget)) {
+        lo = mid;
+        found = std::move(table);
+      } else {
+        hi = mid;
+      }
     }
+  };
+  bisect();
+  // A hold serves some loads faster than lower ones (its batches fill sooner), so the rates served can have
+  // gaps: kServingRateScan rates spread evenly (on a log scale) between the rate found not served and the
+  // largest capacity, from the top down; the first served, with the one above it, bounds a bisection again.
+  const double floor = hi;
+  for (int i = kServingRateScan; i >= 1; --i) {
+    const double rate = floor * std::pow(top / floor, static_cast<double>(i) / (kServingRateScan + 1));
+    Serving table = table_at(rate);
+    if (!within_budget_beyond_noise(table, budget)) continue;
+    lo = rate;
+    hi = floor * std::pow(top / floor, static_cast<double>(i + 1) / (kServingRateScan + 1));
+    found = std::move(table);
+    bisect();
+    break;
   }
   found.most_within_budget = true;
   found.unserved_above = hi;
@@ -488,9 +523,9 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
     s.best =
         BatchChoice(std::nullopt, std::nullopt,
                     fmt::format("no max batch keeps the {} request latency within the {} ms budget at {} "
-                                "(simulated from the measured steps): the lowest is {} ms (max batch {})",
-                                pct, format_number(*budget), rate, latency_text(*lowest->latency_ms, *budget),
-                                lowest->batch));
+                                "({}): the lowest is {} ms (max batch {})",
+                                pct, format_number(*budget), rate, steps_source(pools),
+                                latency_text(*lowest->latency_ms, *budget), lowest->batch));
     return s;
   }
   // The smallest max batch as good as the lowest (within the tie, or the two estimates' noise, and within the
@@ -504,19 +539,21 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
   }
   const double ms = *best->latency_ms;
   const double load = s.request_rate / best->capacity_per_second;
-  std::string figures = fmt::format("{} {} \u00b1 {} ms", pct, ms_text(ms), ms_text(*best->latency_se_ms));
+  // Near a budget, enough digits to read which side of it the latency is.
+  std::string figures = fmt::format("{} {} \u00b1 {} ms", pct, budget ? latency_text(ms, *budget) : ms_text(ms),
+                                    ms_text(*best->latency_se_ms));
   if (options.latency_percentile != 50) figures += fmt::format(", p50 {} ms", ms_text(*best->latency_p50_ms));
   figures +=
       fmt::format("; {}; the rate is {} of its capacity, {} requests/s", requests_per_step(*best->mean_batch),
                   format_percent(load), format_rate(best->capacity_per_second));
   std::string why =
       best == lowest
-          ? fmt::format("lowest {} request latency at {} (simulated from the measured steps): {}", pct, rate,
-                        figures)
+          ? fmt::format("lowest {} request latency at {} ({}): {}", pct, rate, steps_source(pools), figures)
           : fmt::format(
                 "the smallest max batch as low as the lowest {} request latency at {} (max batch {}'s {} "
-                "ms, within {:g}% or the simulation's noise; simulated from the measured steps): {}",
-                pct, rate, lowest->batch, ms_text(*lowest->latency_ms), kServingTiePct, figures);
+                "ms, within {:g}% or the simulation's noise; {}): {}",
+                pct, rate, lowest->batch, ms_text(*lowest->latency_ms), kServingTiePct, steps_source(pools),
+                figures);
   if (load >= kServingNearCapacity)
     why += ", near it: a little more load or slower steps lengthen the queue fast";
   if (budget) why += fmt::format("; within the {} ms budget", format_number(*budget));

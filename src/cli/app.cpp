@@ -733,7 +733,7 @@ int run_app(int argc, char** argv) {
       ->add_option(
           "--min-samples", stop.min_samples,
           "Timed steps per point, at least [default: 10; with --latency-slo or --request-rate, enough "
-          "for its percentile: 100 at p99, 20 at p95, 1000 at p99.9]")
+          "for its percentile: 100 at p99, 20 at p95, 10 at p90, 1000 at p99.9]")
       ->transform(whole(1, std::numeric_limits<int>::max()));
   run_cmd->add_option("--min-time", stop.min_time_s, "Measured seconds per point, at least")
       ->type_name("S")

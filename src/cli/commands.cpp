@@ -1574,6 +1574,11 @@ RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags,
     flags.latency_slo_ms = run_value("latency_slo_ms", 0.0, kHuge);
     if (flags.latency_slo_ms) out.kept.push_back(fmt::format("--latency-slo {:g}", *flags.latency_slo_ms));
   }
+  // The run's "max" kept, and its budget dropped: say which flag to give with --no-latency-slo.
+  if (given.no_latency_slo && !given_flags.request_rate && is_request_rate_max(flags.request_rate))
+    throw UsageError(
+        "--no-latency-slo: the run's --request-rate max is the most requests/s within its budget, which "
+        "needs one: give --no-request-rate too, or a --request-rate PER_S to serve without a budget");
   if (!given.saturation) {
     if (const auto v = run_value("saturation_pct", 1.0 - 1e-9, 100.0); v && *v != flags.saturation_pct) {
       flags.saturation_pct = *v;

@@ -517,10 +517,9 @@ std::optional<std::string> serving_change(const RunSummary& base, const RunSumma
       differ.push_back(
           fmt::format("the holds (A {:g} ms, {} {:g} ms)", a.max_queue_delay_ms, name, b.max_queue_delay_ms));
     return fmt::format(
-        "serving not compared: the most requests/s within each run's budget, and {} differ: analyze both at "
-        "one "
-        "--latency-slo and --latency-percentile, or compare them with --request-rate max and one "
-        "--max-queue-delay",
+        "serving not compared: the most requests/s within each run's budget, and {} differ: analyze each "
+        "with --request-rate max at one --latency-slo, --latency-percentile and --max-queue-delay first "
+        "(compare sets the rate and the hold, not the budget or the percentile)",
         fmt::join(differ, " and "));
   }
   if (!same_serving(base, run))

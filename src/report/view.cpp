@@ -514,18 +514,35 @@ std::string serving_heading(const Report& report) {
             ? fmt::format("{:g} ms {}", it->get<double>(), latency_name(s.latency_percentile))
             : std::string("latency");
     searched =
-        s.unserved_above
+        s.unserved_above && s.best.batch
             ? fmt::format(
                   ", the most found within the {} budget (to {:g}%; at {} requests/s no max "
                   "batch is known to keep it)",
                   budget, kServingRateTolerance * 100, rf::sig3(*s.unserved_above))
             : fmt::format(": no rate found within the {} budget, and this the last rate tried", budget);
   }
+  // A point that kept no steps serves at its mean step (a hand-made or trimmed report).
+  std::vector<std::string> mean_only;
+  for (const Point& p : report.points) {
+    if (p.status != PointStatus::ok || p.accumulation != 1) continue;
+    if (std::none_of(p.samples_ms.begin(), p.samples_ms.end(),
+                     [](double v) { return std::isfinite(v) && v > 0; }))
+      mean_only.push_back(std::to_string(p.batch));
+  }
+  const std::string source =
+      mean_only.empty() ? std::string("the measured steps")
+                        : fmt::format("the measured steps and, for batch{} {}, which kept none, the mean step alone",
+                                      mean_only.size() > 1 ? "es" : "", fmt::join(mean_only, ", "));
+  // Rows that did not settle at first ran again with more requests.
+  int64_t most = s.requests;
+  for (const ServingBatch& b : s.batches) most = std::max(most, b.requests);
+  const std::string requests =
+      most > s.requests ? fmt::format("{} requests ({} where a max batch needed more)", s.requests, most)
+                        : fmt::format("{} requests", s.requests);
   return fmt::format(
-      "serving {} requests/s{} (simulated from the measured steps: {} requests arriving at random, one "
-      "sample "
-      "each; a dynamic batcher{}; a step runs as the smallest swept batch that holds it):",
-      rf::sig3(s.request_rate), searched, s.requests,
+      "serving {} requests/s{} (simulated from {}: {} arriving at random, one sample each; a dynamic "
+      "batcher{}; a step runs as the smallest swept batch that holds it):",
+      rf::sig3(s.request_rate), searched, source, requests,
       s.max_queue_delay_ms > 0
           ? fmt::format(" that holds a request up to {:g} ms to fill a batch", s.max_queue_delay_ms)
           : std::string());

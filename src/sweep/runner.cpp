@@ -412,7 +412,9 @@ bool PointRunner::time_steps(Session& session, Point& point, NoiseCriterion& cri
           "step would skip its update; training diverged on the synthetic data: lower the model's "
           "optimizer.learning_rate (it does not change the step time), or use bf16",
           where, last ? fmt::format(" after a loss of {:.3g}", *last) : std::string());
-    std::string reason = fmt::format("non-finite loss (NaN/Inf) at {}", where);
+    // Inference has no loss: a step there reports a non-finite output.
+    std::string reason = fmt::format("non-finite {} (NaN/Inf) at {}",
+                                     settings_.mode == Mode::train ? "loss" : "output", where);
     // A step that trained came first, and only the weights changed since: however small the loss before
     // (a learning rate of 1e20 overflows in one step), the training diverged.
     if (settings_.mode == Mode::train && last)

@@ -194,7 +194,9 @@ TEST(Serving, NoRateIsWithinABudgetUnderEveryStep) {
               testing::StartsWith("no max batch keeps the p99 request latency within the 0.5 ms "
                                   "budget at any rate: every request takes a step, and the "
                                   "fastest measured is 1.00 ms"));
-  EXPECT_FALSE(s.unserved_above.has_value());
+  // No rate served: the table is the last rate tried, itself not served.
+  ASSERT_TRUE(s.unserved_above.has_value());
+  EXPECT_EQ(*s.unserved_above, s.request_rate);
   // Over the fastest step but under the p99 step at any load: no rate down to the floor of the search.
   // Steps of 0.8 to 1.2 ms: a p99 of 1.1 ms is under the p99 step at any load.
   const std::vector<Point> spread = {measured_point(1, 1000.0, 0.2)};
@@ -202,6 +204,12 @@ TEST(Serving, NoRateIsWithinABudgetUnderEveryStep) {
   const Serving tight = simulate_serving(spread, o);
   EXPECT_FALSE(tight.best.batch.has_value());
   EXPECT_THAT(tight.best.reason, testing::HasSubstr("at any rate tried, down to "));
+  // The lowest latency is said with its error, and what a served rate needs: not as if it were within.
+  EXPECT_THAT(tight.best.reason, testing::ContainsRegex(": the lowest is [0-9.]+ \u00b1 [0-9.]+ ms \\(max batch 1\\), "
+                                                        "and a rate is served only where that latency plus twice "
+                                                        "its error is within the budget"));
+  ASSERT_TRUE(tight.unserved_above.has_value());
+  EXPECT_EQ(*tight.unserved_above, tight.request_rate);
   // The most within a budget needs the budget.
   std::vector<Point> copy = points;
   EXPECT_THROW((void)analyze(copy, at_rate(kRequestRateMax)), UsageError);
@@ -314,8 +322,15 @@ TEST(Serving, OneReportAlwaysGivesOneAnswer) {
 TEST(Serving, APointWithoutStepsServesAtItsMean) {
   Point p = constant_step(1, 2.0);
   p.samples_ms.clear();
-  const Serving s = simulate_serving(std::vector<Point>{p}, at_rate(1.0));
+  const Serving s = simulate_serving(std::vector<Point>{p, constant_step(8, 4.0)}, at_rate(1.0));
   EXPECT_NEAR(*s.batches[0].latency_p50_ms, 2.0, 1e-9);
+  // And says so: its spread is not simulated.
+  EXPECT_THAT(s.best.reason, testing::HasSubstr("simulated from the measured steps and, for batch 1, which the "
+                                                "report keeps no steps of, the mean step alone: its spread is "
+                                                "not simulated, and the tail reads short"));
+  // Where every point kept its steps, nothing is said.
+  const Serving kept = simulate_serving(std::vector<Point>{constant_step(1, 2.0)}, at_rate(1.0));
+  EXPECT_THAT(kept.best.reason, testing::Not(testing::HasSubstr("mean step alone")));
 }
 
 TEST(Serving, OnlyOneMicroBatchAStepServes) {

@@ -339,6 +339,13 @@ TEST(Runner, NonFiniteLossMakesAnErrorPointThatKeepsItsSamples) {
   p = find_point(outcome.points, 32);
   EXPECT_EQ(p->reason, "non-finite loss (NaN/Inf) at warm-up step 1");
   EXPECT_TRUE(p->samples_ms.empty());
+
+  // Inference has no loss: its output is what is not finite (the stop reason keeps its one name).
+  settings.mode = Mode::infer;
+  outcome = run_sweep(*backend, graph, settings, observer);
+  p = find_point(outcome.points, 32);
+  EXPECT_EQ(p->reason, "non-finite output (NaN/Inf) at warm-up step 1");
+  EXPECT_EQ(p->stop_reason, "non-finite loss");
 }
 
 // In fp16 training a backend returns a non-finite step only for an overflow at the lowest loss scale: the
