@@ -95,6 +95,11 @@ struct PointRound {
   std::string reason;  // why it failed; empty when ok
 };
 
+// The step times a report may hold: a picosecond to about a year. 0 ms (or a subnormal, whose rate overflows
+// to infinity) would let any throughput pass the consistency check; more than a year no step takes.
+inline constexpr double kShortestStepMs = 1e-9;
+inline constexpr double kLongestStepMs = 3.2e10;
+
 struct Point {
   int64_t batch = 0;  // micro-batch
   int64_t accumulation = 1;

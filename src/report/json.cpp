@@ -29,10 +29,6 @@ using nlohmann::json;
 
 namespace {
 
-// The step times a report may hold: a picosecond to about a year. 0 ms (or a subnormal, whose rate overflows
-// to infinity) would let any throughput pass the consistency check; more than a year no step takes.
-constexpr double kShortestStepMs = 1e-9;
-constexpr double kLongestStepMs = 3.2e10;
 
 constexpr uint64_t kMaxReportBytes = uint64_t{256} << 20;
 

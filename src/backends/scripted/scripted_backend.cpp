@@ -18,6 +18,8 @@
 #include "batchsweep/errors.hpp"
 #include "batchsweep/files.hpp"
 #include "batchsweep/json_depth.hpp"
+#include "batchsweep/json_keys.hpp"
+#include "batchsweep/report.hpp"
 
 namespace bsw {
 namespace {
@@ -86,6 +88,12 @@ class ScriptedSession final : public Session {
       if (config_.noise_pct > 0) ms *= 1.0 + config_.noise_pct / 100.0 * gaussian(rng_state_);
       ms = std::max(ms, base_ms_ * 0.01);  // noise never makes a step free or negative
       if (config_.stall_every_steps && steps_ % *config_.stall_every_steps == 0) ms *= config_.stall_factor;
+      // No report holds a step over a year (a huge batch on a slow script): an error point, not a report
+      // that analyze would refuse.
+      if (!(ms <= kLongestStepMs))
+        throw BackendError(fmt::format("scripted device '{}': a step of {:.3g} ms at batch {} is longer than a "
+                                       "year, which no report holds (lower t0_ms, stall_factor or the batch)",
+                                       config_.name, ms, micro_batch_));
       result.step_ms = ms;
       if (config_.sleep)
         std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(result.step_ms));
@@ -333,7 +341,12 @@ std::unique_ptr<Backend> make_scripted_backend(const std::string& script_path) {
                                  kMaxJsonDepth));
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(text.str());
+    // A key given twice: JSON keeps the last, and the device scripted would not be the one the file reads as.
+    doc = nlohmann::json::parse(text.str(), DuplicateKeyCheck([&](const std::string& where) {
+                                  throw UsageError(fmt::format("{}: {}: is given twice in the same object; JSON "
+                                                               "keeps only the last, so remove one",
+                                                               script_path, where));
+                                }));
   } catch (const nlohmann::json::parse_error& e) {
     throw UsageError(
         fmt::format("{}: not valid JSON: {}", script_path, json_syntax_error(text.str(), e.byte, e.what())));

@@ -161,6 +161,16 @@ TEST(ScriptedBackend, FileErrorsNameTheFile) {
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find(path.string() + ": not valid JSON"), std::string::npos) << e.what();
   }
+  // A key given twice: JSON would keep the last, silently.
+  std::ofstream(path) << R"({"memory_total_bytes": 1000, "t0_ms": 1, "samples_per_ms": 10, "t0_ms": 5})";
+  try {
+    (void)make_scripted_backend(path.string());
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find(path.string() + ": t0_ms: is given twice in the same object"),
+              std::string::npos)
+        << e.what();
+  }
   // An empty file, and a directory (which opens, and cannot be read).
   for (const auto& [input, said] :
        {std::pair{std::string("/dev/null"), std::string("/dev/null: is empty (or not a file)")},
@@ -206,6 +216,24 @@ TEST(ScriptedBackend, StepsReturnTheFormulaAndMemoryIsThePlan) {
   EXPECT_FALSE(session->memory().device_used_bytes.has_value());
   const auto infer = backend->prepare(graph, plan_for(graph, 8, 1, Mode::infer), SessionOptions{});
   EXPECT_TRUE(std::isnan(infer->step().loss));
+}
+
+// A step over a year (a huge batch of a slow script) is an error for its point: no report holds one, and a
+// report the tool wrote must be one analyze reads back.
+TEST(ScriptedBackend, AStepOverAYearIsAnError) {
+  const Graph graph = tiny_graph();
+  const auto backend = make_scripted_backend(testing::roofline(1.0, 1e-6));
+  const auto ok = backend->prepare(graph, plan_for(graph, 1), SessionOptions{});
+  EXPECT_LE(ok->step().step_ms, kLongestStepMs);
+  const auto slow = backend->prepare(graph, plan_for(graph, 40000), SessionOptions{});
+  try {
+    (void)slow->step();
+    ADD_FAILURE() << "no error";
+  } catch (const BackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("a step of 4e+10 ms at batch 40000 is longer than a year"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(ScriptedBackend, NoiseIsSeededPerPoint) {
