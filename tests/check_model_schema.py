@@ -193,6 +193,8 @@ BAD = [
     ("optimizer not an object", model(HEAD, optimizer="sgd"), ["optimizer"]),
     ("unknown optimizer type", model(HEAD, optimizer={"type": "adam"}), ["optimizer", "type"]),
     ("zero learning_rate", model(HEAD, optimizer={"learning_rate": 0}), ["optimizer", "learning_rate"]),
+    ("eps under fp32's smallest normal (flushed to zero)", model(HEAD, optimizer={"eps": 1e-39}),
+     ["optimizer", "eps"]),
     ("learning_rate as a string", model(HEAD, optimizer={"type": "sgd", "learning_rate": "0.1"}),
      ["optimizer", "learning_rate"]),
     ("learning_rate 1e400 (infinity to Python; batchsweep refuses the number)", """{"name": "t", "input": {"type": "vector", "features": 4},

@@ -90,7 +90,9 @@ constexpr std::array<OptimizerField, 5> kAdamwFields{{
     {"learning_rate", &OptimizerSpec::learning_rate, 3e-4, 0, false, std::nullopt, "a number > 0"},
     {"beta1", &OptimizerSpec::beta1, 0.9, 0, true, 1.0, "a number in [0, 1)"},
     {"beta2", &OptimizerSpec::beta2, 0.999, 0, true, 1.0, "a number in [0, 1)"},
-    {"eps", &OptimizerSpec::eps, 1e-8, 0, false, std::nullopt, "a number > 0"},
+    // Under fp32's smallest normal the CPU's steps flush eps to zero (FTZ/DAZ), and AdamW divides by it.
+    {"eps", &OptimizerSpec::eps, 1e-8, 1.1754943508222875e-38, true, std::nullopt,
+     "a number >= 1.18e-38 (fp32's smallest normal: a smaller one flushes to zero, and AdamW divides by it)"},
     {"weight_decay", &OptimizerSpec::weight_decay, 0.01, 0, true, std::nullopt, "a number >= 0"},
 }};
 constexpr std::array<OptimizerField, 4> kSgdFields{{
