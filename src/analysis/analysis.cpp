@@ -560,11 +560,12 @@ struct RecommendationInputs {
 // memory); a sweep stopped before larger ones; else larger batches were not tried.
 // A batch found not to fit far above, with the batches between never tried, is `gap` (where the edge is, is
 // not known).
-enum class PastTheEnd { untimed_fit, unfit, gap, unfinished, untried };
+// A larger batch tried that failed otherwise (an error, a hang) is `failed`: not "not tried".
+enum class PastTheEnd { untimed_fit, unfit, gap, failed, unfinished, untried };
 
 struct PastEnd {
   PastTheEnd kind;
-  const Point* unfit = nullptr;  // unfit, gap: the smallest batch above that did not fit
+  const Point* unfit = nullptr;  // unfit, gap: the smallest batch above that did not fit; failed: that one
   std::string gap;               // gap: untried_between's note
 };
 
@@ -580,6 +581,7 @@ PastEnd past_the_end(const RecommendationInputs& in, int64_t batch) {
     std::string gap = first == unfit ? untried_between(in.points, batch, *unfit) : std::string();
     return {gap.empty() ? PastTheEnd::unfit : PastTheEnd::gap, unfit, std::move(gap)};
   }
+  if (const Point* failed = first_failure_above(in.points, batch)) return {PastTheEnd::failed, failed, {}};
   return {in.options.unfinished ? PastTheEnd::unfinished : PastTheEnd::untried, nullptr, {}};
 }
 
@@ -597,6 +599,8 @@ std::string still_rising_note(const RecommendationInputs& in, const Point& satur
     case PastTheEnd::gap:
       return fmt::format("; throughput still rising, and batch {} did not fit{}", past.unfit->batch,
                          past.gap);
+    case PastTheEnd::failed:
+      return fmt::format("; throughput still rising, and {}", failure_text(*past.unfit));
     case PastTheEnd::unfinished:
       return "; throughput still rising, and the sweep stopped before larger batches";
     case PastTheEnd::untried:
@@ -649,6 +653,10 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
             fmt::format("throughput still rising at the largest batch that ran ({}, {} samples/s); batch {} "
                         "did not fit{}",
                         largest.batch, rate, past.unfit->batch, past.gap)};
+      case PastTheEnd::failed:
+        return {largest.batch,
+                fmt::format("throughput still rising at the largest batch that ran ({}, {} samples/s); {}",
+                            largest.batch, rate, failure_text(*past.unfit))};
       case PastTheEnd::unfinished:
         // Kept from --resume, the largest batch may be past some the stopped run did not reach (resumed into
         // with 1..128 after a run of 64, 128): which side they lie on is not known here, so not said.

@@ -883,9 +883,12 @@ TEST(Recommendation, StillScalingAtTheLargestBatchSweptDoesNotClaimItFits) {
   Analysis a = analyze(points, {});
   EXPECT_EQ(a.recommended.batch, 4096);
   EXPECT_EQ(a.recommended.why, swept);
-  // A larger batch that failed for another reason (a NaN loss) says nothing about memory.
+  // A larger batch that failed for another reason (a NaN loss) says nothing about memory, but it was tried:
+  // named, not "not tried" with an --batch that would try it again.
   points.push_back(failed_point(8192, PointStatus::error, "non-finite loss (NaN/Inf) at step 3"));
-  EXPECT_EQ(analyze(points, {}).recommended.why, swept);
+  EXPECT_EQ(analyze(points, {}).recommended.why,
+            "throughput still rising at the largest batch that ran (4096, 409600 samples/s); batch 8192 failed "
+            "(error: non-finite loss (NaN/Inf) at step 3)");
   // A larger batch known to fit but not timed is named.
   AnalysisOptions options;
   options.untimed_fit = UntimedFit{16384, "not timed: a step would take about 28.1 s"};
