@@ -840,8 +840,8 @@ void validate(const AnalysisOptions& options) {
   require(is_latency_percentile(options.latency_percentile), "--latency-percentile", "50, 90, 95, 99 or 99.9",
           options.latency_percentile);
   if (options.price_per_hour)
-    require(std::isfinite(*options.price_per_hour) && *options.price_per_hour >= 0.0, "--price-per-hour",
-            "a price per device-hour >= 0", *options.price_per_hour);
+    require(*options.price_per_hour >= 0.0 && *options.price_per_hour <= kMaxPricePerHour, "--price-per-hour",
+            "a price per device-hour from 0 to 1e9", *options.price_per_hour);
   if (options.request_rate && !is_request_rate_max(options.request_rate))
     require(std::isfinite(*options.request_rate) && *options.request_rate > 0.0, "--request-rate",
             "requests per second > 0", *options.request_rate);
@@ -852,8 +852,8 @@ void validate(const AnalysisOptions& options) {
 }
 
 void annotate_cost(std::vector<Point>& points, double price_per_hour) {
-  require(std::isfinite(price_per_hour) && price_per_hour >= 0.0, "--price-per-hour",
-          "a price per device-hour >= 0", price_per_hour);
+  require(price_per_hour >= 0.0 && price_per_hour <= kMaxPricePerHour, "--price-per-hour",
+          "a price per device-hour from 0 to 1e9", price_per_hour);
   for (Point& point : points) {
     if (is_ok(point)) {
       if (!point.telemetry) point.telemetry.emplace();

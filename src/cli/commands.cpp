@@ -1542,7 +1542,7 @@ RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags,
   };
   constexpr double kHuge = std::numeric_limits<double>::max();
   if (!flags.price_per_hour) {
-    flags.price_per_hour = run_value("price_per_hour", 0.0, kHuge);
+    flags.price_per_hour = run_value("price_per_hour", 0.0, kMaxPricePerHour);
     if (flags.price_per_hour) out.kept.push_back(fmt::format("--price-per-hour {:g}", *flags.price_per_hour));
   }
   if (!flags.request_rate && !given.no_request_rate) {

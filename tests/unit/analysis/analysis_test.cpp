@@ -987,6 +987,11 @@ TEST(Validate, NamesTheFlag) {
   options = {};
   options.price_per_hour = NAN;
   EXPECT_TRUE(starts_with(message(options), "--price-per-hour: must be"));
+  // So large a price that a slow point's cost of a million samples overflows: refused, not an infinite cost.
+  options.price_per_hour = 1e308;
+  EXPECT_EQ(message(options), "--price-per-hour: must be a price per device-hour from 0 to 1e9, got 1e+308");
+  options.price_per_hour = kMaxPricePerHour;
+  EXPECT_EQ(message(options), "no error");
   EXPECT_EQ(message(AnalysisOptions{}), "no error");
 }
 
