@@ -302,7 +302,11 @@ void check_distinct_exports(const std::vector<ExportPath>& exports) {
       std::error_code ec_a, ec_b;
       const fs::path a = fs::weakly_canonical(fs::absolute(path, ec_a), ec_a),
                      b = fs::weakly_canonical(fs::absolute(other, ec_b), ec_b);
-      if (path == other || (!ec_a && !ec_b && a == b))
+      // Hard links of one file: one inode under two names (the exports' renames would split them).
+      struct stat st_a {}, st_b {};
+      const bool one_inode = ::stat(path.c_str(), &st_a) == 0 && ::stat(other.c_str(), &st_b) == 0 &&
+                             S_ISREG(st_a.st_mode) && st_a.st_dev == st_b.st_dev && st_a.st_ino == st_b.st_ino;
+      if (path == other || (!ec_a && !ec_b && a == b) || one_inode)
         throw UsageError(
             fmt::format("{} {} and {} {}: both name the same file, and the second would "
                         "overwrite the first; give each export its own file",

@@ -134,8 +134,15 @@ std::string temp_path_beside(const std::string& path) {
   // The temporary name must stay within NAME_MAX (255) wherever the export's own name does: a long export
   // name gives up the host name first.
   const size_t base = std::filesystem::path(path).filename().string().size();
-  if (base + 6 + name.size() + pid.size() > 255) return path + ".tmp." + pid;
-  return path + ".tmp." + name + "." + pid;
+  if (base + 6 + name.size() + pid.size() <= 255) return path + ".tmp." + name + "." + pid;
+  if (base + 5 + pid.size() <= 255) return path + ".tmp." + pid;
+  // A name near NAME_MAX itself (legal, 250 bytes): the temporary keeps the start of it, cut at a UTF-8
+  // character's start, beside it.
+  const std::string suffix = ".tmp." + pid;
+  size_t keep = 255 - suffix.size();
+  const size_t dir = path.size() - base;
+  while (keep > 0 && (static_cast<unsigned char>(path[dir + keep]) & 0xC0) == 0x80) --keep;
+  return path.substr(0, dir + keep) + suffix;
 }
 
 bool is_stream_target(const std::string& path) {

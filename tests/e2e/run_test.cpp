@@ -605,6 +605,17 @@ TEST(Run, AnExportThroughASymlinkKeepsTheLink) {
                            (dir / "link.csv").string() + ": both name the same file"),
             std::string::npos)
       << twice.err;
+
+  // So are two hard links of one file (the exports' renames would split them into two files), and the file
+  // is left as it was.
+  std::ofstream(dir / "a.json") << "keep\n";
+  std::filesystem::create_hard_link(dir / "a.json", dir / "b.csv");
+  const Result linked = run(scripted_run(
+      "roofline.json", {"--batch", "1", "--json", (dir / "a.json").string(), "--csv", (dir / "b.csv").string()}));
+  EXPECT_EQ(linked.exit_code, 2);
+  EXPECT_NE(linked.err.find("both name the same file"), std::string::npos) << linked.err;
+  EXPECT_EQ(slurp(dir / "a.json"), "keep\n");
+  EXPECT_EQ(std::filesystem::hard_link_count(dir / "a.json"), 2u);
 }
 
 // A link to a file that does not exist yet: the export creates that file, through a chain of two links.

@@ -226,6 +226,28 @@ TEST_F(ReportFiles, UnreadableFile) {
   EXPECT_THAT(error_of(p), StartsWith(p + ": cannot open: "));
 }
 
+// A legal name near NAME_MAX (250 bytes): its temporary must be a legal name too, beside it; one of multibyte
+// characters is cut at a character's start.
+TEST_F(ReportFiles, AnExportNamedNearTheLongestNameStillWrites) {
+  for (const std::string& name :
+       {std::string(245, 'a') + ".json",
+        std::string(123, 'a') +
+            "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"
+            "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"
+            "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"
+            "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9.json"}) {
+    ASSERT_LE(name.size(), 255u);
+    const std::string p = path(name);
+    const std::string temp = temp_path_beside(p);
+    EXPECT_LE(fs::path(temp).filename().string().size(), 255u) << temp;
+    EXPECT_EQ(fs::path(temp).parent_path(), dir_);
+    write_file_atomic(p, "content");
+    EXPECT_EQ(read(p), "content");
+    fs::remove(p);
+  }
+  EXPECT_TRUE(fs::is_empty(dir_));
+}
+
 TEST_F(ReportFiles, AtomicWriteReplacesAndLeavesNoTemporary) {
   const std::string p = path("out.json");
   write_file_atomic(p, "first");
