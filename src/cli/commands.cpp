@@ -1063,9 +1063,14 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
     return fmt::format("its settings.{} is {}, this run's is {} ({})", setting.key, shown(before),
                        shown(here), setting.flag);
   }
-  if (earlier.device.backend != now.device.backend || earlier.device.name != now.device.name)
-    return fmt::format("it ran on {} \"{}\", this run on {} \"{}\"", earlier.device.backend,
-                       earlier.device.name, now.device.backend, now.device.name);
+  if (earlier.device.backend != now.device.backend || earlier.device.name != now.device.name) {
+    // A report without a device (hand-edited) says so, not `on  ""`.
+    const std::string before = earlier.device.backend.empty() && earlier.device.name.empty()
+                                   ? std::string("it names no device (device missing)")
+                                   : fmt::format("it ran on {} \"{}\"", earlier.device.backend,
+                                                 earlier.device.name);
+    return fmt::format("{}, this run on {} \"{}\"", before, now.device.backend, now.device.name);
+  }
   // What else shapes the timings: the CPU's threads and BLAS kernels; which GPU it is (another one of the
   // same model is another measurement), its architecture, driver and libraries (cuBLASLt's and cuDNN's
   // choices change with them), the execution paths cuDNN accepted.

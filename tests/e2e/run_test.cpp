@@ -2283,6 +2283,17 @@ TEST(Run, ResumeRefusesAReportThatMeasuredSomethingElse) {
   r = run(scripted_run("sleepy.json", {"--batch", "8", "--resume", earlier, "--json", out}));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("it ran on scripted \"scripted-h100\""), std::string::npos) << r.err;
+  // A report with no device (hand-edited) says so.
+  {
+    nlohmann::json doc = read_json(earlier);
+    doc.erase("device");
+    std::ofstream((dir / "no-device.json").string()) << doc.dump();
+  }
+  r = run(scripted_run("roofline.json", {"--batch", "8", "--resume", (dir / "no-device.json").string()}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("it names no device (device missing), this run on scripted \"scripted-h100\""),
+            std::string::npos)
+      << r.err;
   // A missing or empty file name.
   r = run(scripted_run("roofline.json", {"--resume", (dir / "missing.json").string()}));
   EXPECT_EQ(r.exit_code, 2);
