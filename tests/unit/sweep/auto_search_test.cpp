@@ -362,7 +362,7 @@ TEST(AutoSearch, LargestFitTooSlowToTimeIsReportedNotTimed) {
   EXPECT_NE(outcome.search_summary.find("not timed"), std::string::npos) << outcome.search_summary;
   ASSERT_TRUE(outcome.untimed_fit.has_value());
   EXPECT_EQ(outcome.untimed_fit->batch, 1 << 14);
-  EXPECT_EQ(outcome.untimed_fit->reason.rfind("oom at 16392; not timed: a step would take about ", 0), 0u)
+  EXPECT_EQ(outcome.untimed_fit->reason.rfind("oom at 16392; not timed: a step would take up to about ", 0), 0u)
       << outcome.untimed_fit->reason;
   bool warned = false;
   for (const std::string& w : outcome.warnings) warned |= w.find("batch 16384 fits but was not timed") == 0;
@@ -395,7 +395,7 @@ TEST(AutoSearch, PlanEdgeTooSlowToTimeNamesThePlansLargestFit) {
   EXPECT_EQ(
       outcome.untimed_fit->reason.rfind(
           fmt::format("by the plan, which is over the memory budget at {}; not timed: a step would take "
-                      "about ",
+                      "up to about ",
                       *plan_edge + 1),
           0),
       0u)
@@ -403,7 +403,7 @@ TEST(AutoSearch, PlanEdgeTooSlowToTimeNamesThePlansLargestFit) {
   // "Not timed" is said of the largest fit, not of the batch over the budget after it (a walk read it so).
   EXPECT_NE(outcome.search_summary.find(fmt::format(
                 "largest fit {} by the plan (the search stopped at {}; not timed: a step would take "
-                "about ",
+                "up to about ",
                 *plan_edge, *plan_edge / 8 * 8)),
             std::string::npos)
       << outcome.search_summary;
@@ -486,7 +486,7 @@ TEST(AutoSearch, ACapReachedByProbesIsTheLargestFit) {
   EXPECT_EQ(untimed.untimed_fit->batch, kMaxBatch);
   EXPECT_NE(
       untimed.untimed_fit->reason.find("the cap of 2^24 samples a step, which growth reached with no batch "
-                                       "found not to fit; not timed: a step would take about 26"),
+                                       "found not to fit; not timed: a step would take up to about 26"),
       std::string::npos)
       << untimed.untimed_fit->reason;
   EXPECT_NE(untimed.search_summary.find("fit edge: largest fit 16777216, the cap (not timed"),
