@@ -1481,10 +1481,27 @@ int run_command(const RunSettings& given, const std::vector<std::string>& argv) 
   if (resume) note_resume(report, *resume, observer.swept(), outcome.interrupted, exports.json_path);
   const int sig = g_signal.load();
   const char* sig_name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
-  if (outcome.interrupted && report.points.empty())
+  // Interrupted before any batch finished: nothing was measured, so an earlier file at an export's path (a
+  // finished run's report) is left as it was, not replaced by one that holds no point.
+  ExportSettings final_exports = exports;
+  if (outcome.interrupted && report.points.empty()) {
+    std::vector<std::string> left;
+    for (auto& [flag, path] :
+         {std::pair<std::string_view, std::string*>{"--json", &final_exports.json_path},
+          {"--csv", &final_exports.csv_path},
+          {"--markdown", &final_exports.markdown_path},
+          {"--svg", &final_exports.svg_path}}) {
+      if (path->empty() || *path == "-" || !is_regular_file(*path)) continue;
+      left.push_back(fmt::format("{} {}", flag, *path));
+      path->clear();
+    }
     report.warnings.push_back(fmt::format(
-        "interrupted by {} before any batch finished: the report holds no point and its analysis nothing",
-        sig_name));
+        "interrupted by {} before any batch finished: the report holds no point and its analysis nothing{}",
+        sig_name,
+        left.empty() ? std::string()
+                     : fmt::format("; {} left as {} (an earlier run's, not replaced by nothing)",
+                                   fmt::join(left, ", "), left.size() > 1 ? "they were" : "it was")));
+  }
   else if (outcome.interrupted)
     report.warnings.push_back(fmt::format(
         "interrupted by {}: the report holds the {} finished point(s), and its analysis covers only those{}",
@@ -1507,7 +1524,7 @@ int run_command(const RunSettings& given, const std::vector<std::string>& argv) 
       if (!observer.said().contains(w)) unsaid.push_back(w);
     print_warnings(unsaid);
   }
-  print_final(report, exports);
+  print_final(report, final_exports);
   note_checkpointing(graph, sweep, backend->kind(), paths, report);
   if (outcome.interrupted) return sig == SIGTERM ? 143 : kExitInterrupted;
   return recommendation_exit(report, "batchsweep");

@@ -1781,13 +1781,15 @@ bool catches(pid_t pid, int sig) {
 TEST(Run, AnInterruptBeforeAnyPointFinishedSaysTheSweepStoppedFirst) {
   ScratchDir dir;
   const std::string json = (dir / "r.json").string(), out = (dir / "out").string(),
-                    err = (dir / "err").string();
+                    err = (dir / "err").string(), csv = (dir / "earlier.csv").string();
+  // An earlier run's CSV at --csv: nothing measured does not replace it (the JSON, new, is written).
+  std::ofstream(csv) << "earlier\n";
   // 20 ms steps for at least 30 s: the first point cannot finish before the signal.
   const std::vector<std::string> args = {
       "run",     "--backend", "scripted", "--script", scripted("sleepy.json"),
       "--batch", "1,2",       "--warmup", "1",        "--min-time",
       "30",      "--timeout", "60",       "--quiet",  "--json",
-      json};
+      json,      "--csv",     csv};
   const pid_t pid = fork();
   if (pid == 0) {
     freopen(out.c_str(), "w", stdout);
@@ -1813,6 +1815,10 @@ TEST(Run, AnInterruptBeforeAnyPointFinishedSaysTheSweepStoppedFirst) {
   const std::string warnings = report["warnings"].dump();
   EXPECT_NE(warnings.find("interrupted by SIGINT before any batch finished"), std::string::npos) << warnings;
   EXPECT_EQ(warnings.find("0 finished point"), std::string::npos) << warnings;
+  EXPECT_NE(warnings.find("; --csv " + csv + " left as it was (an earlier run's, not replaced by nothing)"),
+            std::string::npos)
+      << warnings;
+  EXPECT_EQ(slurp(csv), "earlier\n");
   expect_valid_report(json);
 }
 
