@@ -182,8 +182,8 @@ inline constexpr double kRoundsAlpha = 0.01;
 // backlog (kServingStartChecks). Below kServingNearCapacity such a row is simulated again with kServingLonger
 // times the requests (a few long steps, heavy-tailed ones); near its capacity the queue wanders longer than
 // any simulation. Deterministic: fixed seeds, and the same arrivals for every max batch.
-// The most --price-per-hour takes (any currency): with a step of at most a year, the cost of a million samples
-// then stays a finite number, as the report's schema holds it.
+// The most --price-per-hour takes (any currency): with a step of at most a year, the cost of a million
+// samples then stays a finite number, as the report's schema holds it.
 inline constexpr double kMaxPricePerHour = 1e9;
 inline constexpr std::size_t kServingReplications = 8;   // independent runs per max batch, for the errors
 inline constexpr std::size_t kServingRequests = 200000;  // timed per max batch, over the replications

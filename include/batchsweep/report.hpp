@@ -231,9 +231,9 @@ struct AnalysisOptions {
   double saturation_pct = 95.0;          // of the best throughput
   std::optional<double> latency_slo_ms;  // step latency budget, at latency_percentile
   double latency_percentile = 99;  // which step-time percentile the budget holds: 50, 90, 95, 99 or 99.9
-  std::optional<double> price_per_hour;   // USD per device-hour: cost_per_million_samples per point
-  std::optional<double> request_rate;     // requests/s: analysis.serving, and the recommendation from it
-  double max_queue_delay_ms = 0;          // the batcher's hold to fill a batch (Triton's max_queue_delay)
+  std::optional<double> price_per_hour;  // USD per device-hour: cost_per_million_samples per point
+  std::optional<double> request_rate;    // requests/s: analysis.serving, and the recommendation from it
+  double max_queue_delay_ms = 0;         // the batcher's hold to fill a batch (Triton's max_queue_delay)
   // Moves the serving simulation's seeds: 0, as every report, unless BATCHSWEEP_SERVING_SEED asks (a check
   // of how far its answers move with the dice: bench/serving_check.py --seeds).
   uint64_t serving_seed = 0;

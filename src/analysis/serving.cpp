@@ -242,8 +242,8 @@ double percentile_error(const std::vector<double>& sorted, const std::vector<std
   const double total = static_cast<double>(sorted.size());
   const double tail = std::clamp(1.0 - pct / 100.0, 0.0, 1.0);
   // No fewer than independent requests would give (a queue's clustering only adds to it).
-  const double share_se =
-      std::max(shares.size() > 1 ? mean_and_error(shares).second : 0.0, std::sqrt(tail * (1.0 - tail) / total));
+  const double share_se = std::max(shares.size() > 1 ? mean_and_error(shares).second : 0.0,
+                                   std::sqrt(tail * (1.0 - tail) / total));
   const double reach = 100.0 * kServingErrorZ * share_se;
   const double low = sorted_percentile(sorted, std::max(0.0, pct - reach));
   const double high = sorted_percentile(sorted, std::min(100.0, pct + reach));
@@ -300,16 +300,16 @@ Simulated simulate(const std::vector<Pool>& pools, std::size_t top, std::vector<
   // percentiles over the square root of their number (which the pooled one matches to first order), and
   // Woodruff's interval (below). Where a tail is a few long steps' requests each misses it on some seeds
   // (bench/serving_check.py --seeds).
-  out.latency_se_ms = std::max(mean_and_error(percentiles).second,
-                               percentile_error(all, in_order, pct, *out.latency_ms));
+  out.latency_se_ms =
+      std::max(mean_and_error(percentiles).second, percentile_error(all, in_order, pct, *out.latency_ms));
   // The same replications started with kServingBacklog max batches waiting: a queue that forgets its start
   // within the warm-up gives the same mean; one that does not (near its capacity, where it wanders longer
   // than any simulation) reads higher, and the empty start read low.
   // The percentile moves too: a backlog's requests lengthen the tail before they move the mean.
   double bias = 0;
   for (std::size_t r = 0; r < kServingStartChecks && r < arrivals.size(); ++r) {
-    Replication full =
-        replicate(pools, top, arrivals[r], draw_seed(seed, r), delay_ms, warm, timed, kServingBacklog * max_batch);
+    Replication full = replicate(pools, top, arrivals[r], draw_seed(seed, r), delay_ms, warm, timed,
+                                 kServingBacklog * max_batch);
     double sum = 0;
     for (double v : full.latencies) sum += v;
     bias = std::max(bias, std::fabs(sum / static_cast<double>(full.latencies.size()) / means[r] - 1.0));
@@ -396,15 +396,16 @@ Serving most_within_budget(std::span<const Point> points, const AnalysisOptions&
     if (halvings >= kServingRateHalvings) {
       const ServingBatch* lowest = lowest_latency(found);
       return none_found(
-          found, fmt::format("no max batch keeps the {} request latency within the {} ms budget at any rate "
-                             "tried, down to {} requests/s{}",
-                             pct, format_number(budget), format_rate(lo),
-                             lowest ? fmt::format(": the lowest is {} \u00b1 {} ms (max batch {}), and a rate is "
-                                                  "served only where that latency plus twice its error is "
-                                                  "within the budget",
-                                                  latency_text(*lowest->latency_ms, budget),
-                                                  ms_text(lowest->latency_se_ms.value_or(0.0)), lowest->batch)
-                                    : std::string()));
+          found,
+          fmt::format("no max batch keeps the {} request latency within the {} ms budget at any rate "
+                      "tried, down to {} requests/s{}",
+                      pct, format_number(budget), format_rate(lo),
+                      lowest ? fmt::format(": the lowest is {} \u00b1 {} ms (max batch {}), and a rate is "
+                                           "served only where that latency plus twice its error is "
+                                           "within the budget",
+                                           latency_text(*lowest->latency_ms, budget),
+                                           ms_text(lowest->latency_se_ms.value_or(0.0)), lowest->batch)
+                             : std::string()));
     }
     lo /= 2;
     found = table_at(lo);
@@ -478,12 +479,11 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
     } else if (unfilled) {
       b = *unfilled;
     } else {
-      Simulated sim = simulate(pools, i, arrivals, s.request_rate, s.max_queue_delay_ms, s.latency_percentile, timed,
-                               serving_seed(options));
+      Simulated sim = simulate(pools, i, arrivals, s.request_rate, s.max_queue_delay_ms, s.latency_percentile,
+                               timed, serving_seed(options));
       // Unsettled away from its capacity (a few long steps, heavy-tailed ones): more requests settle it.
       if (!sim.row.settled && s.request_rate < kServingNearCapacity * pools[i].samples_per_second)
-        sim =
-            simulate(pools, i, arrivals, s.request_rate, s.max_queue_delay_ms, s.latency_percentile,
+        sim = simulate(pools, i, arrivals, s.request_rate, s.max_queue_delay_ms, s.latency_percentile,
                        timed * kServingLonger, serving_seed(options));
       b = sim.row;
       if (sim.largest_step < static_cast<std::size_t>(pools[i].batch)) unfilled = b;
@@ -540,8 +540,9 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
   const double ms = *best->latency_ms;
   const double load = s.request_rate / best->capacity_per_second;
   // Near a budget, enough digits to read which side of it the latency is.
-  std::string figures = fmt::format("{} {} \u00b1 {} ms", pct, budget ? latency_text(ms, *budget) : ms_text(ms),
-                                    ms_text(*best->latency_se_ms));
+  std::string figures =
+      fmt::format("{} {} \u00b1 {} ms", pct, budget ? latency_text(ms, *budget) : ms_text(ms),
+                  ms_text(*best->latency_se_ms));
   if (options.latency_percentile != 50) figures += fmt::format(", p50 {} ms", ms_text(*best->latency_p50_ms));
   figures +=
       fmt::format("; {}; the rate is {} of its capacity, {} requests/s", requests_per_step(*best->mean_batch),

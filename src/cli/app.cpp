@@ -469,11 +469,11 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
     sensitivity->capture_default_str();
     percentile->capture_default_str();
   }
-  cmd->add_option("--price-per-hour", a.price_per_hour,
-                  of_report
-                      ? "Device price in USD per hour, up to 1e9: cost per million samples (default: the run's "
-                        "price, if it had one)"
-                      : "Device price in USD per hour, up to 1e9: cost per million samples")
+  cmd->add_option(
+         "--price-per-hour", a.price_per_hour,
+         of_report ? "Device price in USD per hour, up to 1e9: cost per million samples (default: the run's "
+                     "price, if it had one)"
+                   : "Device price in USD per hour, up to 1e9: cost per million samples")
       ->type_name("USD")
       ->check(positive());
   CLI::Option* rate =

@@ -303,9 +303,11 @@ void check_distinct_exports(const std::vector<ExportPath>& exports) {
       const fs::path a = fs::weakly_canonical(fs::absolute(path, ec_a), ec_a),
                      b = fs::weakly_canonical(fs::absolute(other, ec_b), ec_b);
       // Hard links of one file: one inode under two names (the exports' renames would split them).
-      struct stat st_a {}, st_b {};
+      struct stat st_a {
+      }, st_b{};
       const bool one_inode = ::stat(path.c_str(), &st_a) == 0 && ::stat(other.c_str(), &st_b) == 0 &&
-                             S_ISREG(st_a.st_mode) && st_a.st_dev == st_b.st_dev && st_a.st_ino == st_b.st_ino;
+                             S_ISREG(st_a.st_mode) && st_a.st_dev == st_b.st_dev &&
+                             st_a.st_ino == st_b.st_ino;
       if (path == other || (!ec_a && !ec_b && a == b) || one_inode)
         throw UsageError(
             fmt::format("{} {} and {} {}: both name the same file, and the second would "
@@ -467,10 +469,11 @@ uint64_t serving_seed_from_environment(bool simulating) {
   if (*end != '\0' || errno != 0 || *text == '-')
     throw UsageError(fmt::format("BATCHSWEEP_SERVING_SEED: '{}' is not a whole number", text));
   if (simulating && seed != 0)
-    fmt::print(stderr,
-               "note: BATCHSWEEP_SERVING_SEED={}: the serving simulation's seeds are moved, so its figures are "
-               "not the ones a rerun without it gives (the report does not keep it)\n",
-               seed);
+    fmt::print(
+        stderr,
+        "note: BATCHSWEEP_SERVING_SEED={}: the serving simulation's seeds are moved, so its figures are "
+        "not the ones a rerun without it gives (the report does not keep it)\n",
+        seed);
   return seed;
 }
 
@@ -1065,10 +1068,10 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
   }
   if (earlier.device.backend != now.device.backend || earlier.device.name != now.device.name) {
     // A report without a device (hand-edited) says so, not `on  ""`.
-    const std::string before = earlier.device.backend.empty() && earlier.device.name.empty()
-                                   ? std::string("it names no device (device missing)")
-                                   : fmt::format("it ran on {} \"{}\"", earlier.device.backend,
-                                                 earlier.device.name);
+    const std::string before =
+        earlier.device.backend.empty() && earlier.device.name.empty()
+            ? std::string("it names no device (device missing)")
+            : fmt::format("it ran on {} \"{}\"", earlier.device.backend, earlier.device.name);
     return fmt::format("{}, this run on {} \"{}\"", before, now.device.backend, now.device.name);
   }
   // What else shapes the timings: the CPU's threads and BLAS kernels; which GPU it is (another one of the
@@ -1486,11 +1489,10 @@ int run_command(const RunSettings& given, const std::vector<std::string>& argv) 
   ExportSettings final_exports = exports;
   if (outcome.interrupted && report.points.empty()) {
     std::vector<std::string> left;
-    for (auto& [flag, path] :
-         {std::pair<std::string_view, std::string*>{"--json", &final_exports.json_path},
-          {"--csv", &final_exports.csv_path},
-          {"--markdown", &final_exports.markdown_path},
-          {"--svg", &final_exports.svg_path}}) {
+    for (auto& [flag, path] : {std::pair<std::string_view, std::string*>{"--json", &final_exports.json_path},
+                               {"--csv", &final_exports.csv_path},
+                               {"--markdown", &final_exports.markdown_path},
+                               {"--svg", &final_exports.svg_path}}) {
       if (path->empty() || *path == "-" || !is_regular_file(*path)) continue;
       left.push_back(fmt::format("{} {}", flag, *path));
       path->clear();
@@ -1501,8 +1503,7 @@ int run_command(const RunSettings& given, const std::vector<std::string>& argv) 
         left.empty() ? std::string()
                      : fmt::format("; {} left as {} (an earlier run's, not replaced by nothing)",
                                    fmt::join(left, ", "), left.size() > 1 ? "they were" : "it was")));
-  }
-  else if (outcome.interrupted)
+  } else if (outcome.interrupted)
     report.warnings.push_back(fmt::format(
         "interrupted by {}: the report holds the {} finished point(s), and its analysis covers only those{}",
         sig_name, report.points.size(),

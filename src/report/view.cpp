@@ -530,9 +530,10 @@ std::string serving_heading(const Report& report) {
       mean_only.push_back(std::to_string(p.batch));
   }
   const std::string source =
-      mean_only.empty() ? std::string("the measured steps")
-                        : fmt::format("the measured steps and, for batch{} {}, which kept none, the mean step alone",
-                                      mean_only.size() > 1 ? "es" : "", fmt::join(mean_only, ", "));
+      mean_only.empty()
+          ? std::string("the measured steps")
+          : fmt::format("the measured steps and, for batch{} {}, which kept none, the mean step alone",
+                        mean_only.size() > 1 ? "es" : "", fmt::join(mean_only, ", "));
   // Rows that did not settle at first ran again with more requests.
   int64_t most = s.requests;
   for (const ServingBatch& b : s.batches) most = std::max(most, b.requests);
@@ -578,12 +579,12 @@ rf::TextTable serving_table(const Report& report) {
       const bool wanders = steps_each < serving_relaxation_steps(s.request_rate, b.capacity_per_second);
       mark = b.timed_steps < kServingMinSteps
                  ? fmt::format("unsettled: {} steps served the timed requests", b.timed_steps)
-             : wanders
-                 ? fmt::format("unsettled: at {}% of its capacity the queue wanders for about {} steps, longer "
-                               "than each replication ran ({})",
-                               rf::fixed(100.0 * s.request_rate / b.capacity_per_second, 0),
-                               rf::sig3(serving_relaxation_steps(s.request_rate, b.capacity_per_second)),
-                               rf::sig3(steps_each))
+             : wanders ? fmt::format(
+                             "unsettled: at {}% of its capacity the queue wanders for about {} steps, longer "
+                             "than each replication ran ({})",
+                             rf::fixed(100.0 * s.request_rate / b.capacity_per_second, 0),
+                             rf::sig3(serving_relaxation_steps(s.request_rate, b.capacity_per_second)),
+                             rf::sig3(steps_each))
              : near ? "unsettled: so near its capacity that the queue does not settle in the simulation"
                     : fmt::format("unsettled: its latency is not known to {:g}% in {} requests",
                                   kServingMaxRelativeError * 100, b.requests);

@@ -230,9 +230,8 @@ class AutoSearch {
       if (too_slow_to_time(lo)) {
         // Too slow to time at the multiple of 8, so too slow above it: the largest fit is named untimed.
         const int64_t largest = plan_fit ? plan_fit : lo;
-        const std::string why =
-            fmt::format("not timed: a step would take {}; raise --timeout to time it",
-                        predicted_step_text(largest));
+        const std::string why = fmt::format("not timed: a step would take {}; raise --timeout to time it",
+                                            predicted_step_text(largest));
         // Said of the largest fit, not of the batch that did not fit after it.
         edge_summary_ = plan_fit
                             ? fmt::format("largest fit {} by the plan (the search stopped at {}; {}), {}{}",
@@ -420,8 +419,8 @@ class AutoSearch {
     largest_fit_ = largest;
     if (edge_.largest_fit_measured || runner_.find(largest, accumulation_)) return true;
     if (!too_slow_to_time(largest)) return runner_.measure(largest, accumulation_, true).has_value();
-    const std::string why = fmt::format(
-        "not timed: a step would take {}; raise --timeout to time it", predicted_step_text(largest));
+    const std::string why = fmt::format("not timed: a step would take {}; raise --timeout to time it",
+                                        predicted_step_text(largest));
     const bool at_cap = largest == cap_;
     edge_summary_ = fmt::format("largest fit {}{} ({})", largest, at_cap ? ", the cap" : "", why);
     runner_.set_untimed_fit(UntimedFit{

@@ -610,8 +610,9 @@ TEST(Run, AnExportThroughASymlinkKeepsTheLink) {
   // is left as it was.
   std::ofstream(dir / "a.json") << "keep\n";
   std::filesystem::create_hard_link(dir / "a.json", dir / "b.csv");
-  const Result linked = run(scripted_run(
-      "roofline.json", {"--batch", "1", "--json", (dir / "a.json").string(), "--csv", (dir / "b.csv").string()}));
+  const Result linked =
+      run(scripted_run("roofline.json", {"--batch", "1", "--json", (dir / "a.json").string(), "--csv",
+                                         (dir / "b.csv").string()}));
   EXPECT_EQ(linked.exit_code, 2);
   EXPECT_NE(linked.err.find("both name the same file"), std::string::npos) << linked.err;
   EXPECT_EQ(slurp(dir / "a.json"), "keep\n");
@@ -3899,9 +3900,10 @@ TEST(Serving, ARequestRateSimulatesEachMaxBatchAndRecommendsTheLowestLatency) {
 TEST(Serving, TheMostWithinABudgetLooksPastAGapThatAHoldMakes) {
   ScratchDir dir;
   const std::string report = (dir / "serve.json").string();
-  ASSERT_EQ(run(scripted_run("saturating-slow.json", {"--mode", "infer", "--batch", "1:128:*2", "--json", report}))
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      run(scripted_run("saturating-slow.json", {"--mode", "infer", "--batch", "1:128:*2", "--json", report}))
+          .exit_code,
+      0);
   const Result r = run({"analyze", report, "--latency-slo", "10", "--max-queue-delay", "8", "--request-rate",
                         "max", "--json", "-"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -3919,9 +3921,10 @@ TEST(Serving, TheMostWithinABudgetLooksPastAGapThatAHoldMakes) {
   ASSERT_EQ(kept.exit_code, 0) << kept.err;
   const Result dropped = run({"analyze", (dir / "max.json").string(), "--no-latency-slo"});
   EXPECT_EQ(dropped.exit_code, 2);
-  EXPECT_NE(dropped.err.find("--no-latency-slo: the run's --request-rate max is the most requests/s within its "
-                             "budget, which needs one: give --no-request-rate too"),
-            std::string::npos)
+  EXPECT_NE(
+      dropped.err.find("--no-latency-slo: the run's --request-rate max is the most requests/s within its "
+                       "budget, which needs one: give --no-request-rate too"),
+      std::string::npos)
       << dropped.err;
 }
 
@@ -3953,7 +3956,8 @@ TEST(Serving, TheServingSeedMovesTheSimulationAndSaysSo) {
   };
   EXPECT_NE(p99(moved), p99(plain));
   EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_NE(bad.err.find("BATCHSWEEP_SERVING_SEED: '3x' is not a whole number"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("BATCHSWEEP_SERVING_SEED: '3x' is not a whole number"), std::string::npos)
+      << bad.err;
   ASSERT_EQ(zero.exit_code, 0) << zero.err;
   EXPECT_EQ(p99(zero), p99(plain));
 }

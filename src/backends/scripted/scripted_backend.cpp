@@ -91,9 +91,10 @@ class ScriptedSession final : public Session {
       // No report holds a step over a year (a huge batch on a slow script): an error point, not a report
       // that analyze would refuse.
       if (!(ms <= kLongestStepMs))
-        throw BackendError(fmt::format("scripted device '{}': a step of {:.3g} ms at batch {} is longer than a "
-                                       "year, which no report holds (lower t0_ms, stall_factor or the batch)",
-                                       config_.name, ms, micro_batch_));
+        throw BackendError(
+            fmt::format("scripted device '{}': a step of {:.3g} ms at batch {} is longer than a "
+                        "year, which no report holds (lower t0_ms, stall_factor or the batch)",
+                        config_.name, ms, micro_batch_));
       result.step_ms = ms;
       if (config_.sleep)
         std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(result.step_ms));
@@ -343,9 +344,10 @@ std::unique_ptr<Backend> make_scripted_backend(const std::string& script_path) {
   try {
     // A key given twice: JSON keeps the last, and the device scripted would not be the one the file reads as.
     doc = nlohmann::json::parse(text.str(), DuplicateKeyCheck([&](const std::string& where) {
-                                  throw UsageError(fmt::format("{}: {}: is given twice in the same object; JSON "
-                                                               "keeps only the last, so remove one",
-                                                               script_path, where));
+                                  throw UsageError(
+                                      fmt::format("{}: {}: is given twice in the same object; JSON "
+                                                  "keeps only the last, so remove one",
+                                                  script_path, where));
                                 }));
   } catch (const nlohmann::json::parse_error& e) {
     throw UsageError(

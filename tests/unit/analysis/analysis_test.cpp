@@ -886,9 +886,10 @@ TEST(Recommendation, StillScalingAtTheLargestBatchSweptDoesNotClaimItFits) {
   // A larger batch that failed for another reason (a NaN loss) says nothing about memory, but it was tried:
   // named, not "not tried" with an --batch that would try it again.
   points.push_back(failed_point(8192, PointStatus::error, "non-finite loss (NaN/Inf) at step 3"));
-  EXPECT_EQ(analyze(points, {}).recommended.why,
-            "throughput still rising at the largest batch that ran (4096, 409600 samples/s); batch 8192 failed "
-            "(error: non-finite loss (NaN/Inf) at step 3)");
+  EXPECT_EQ(
+      analyze(points, {}).recommended.why,
+      "throughput still rising at the largest batch that ran (4096, 409600 samples/s); batch 8192 failed "
+      "(error: non-finite loss (NaN/Inf) at step 3)");
   // A larger batch known to fit but not timed is named.
   AnalysisOptions options;
   options.untimed_fit = UntimedFit{16384, "not timed: a step would take about 28.1 s"};

@@ -205,9 +205,10 @@ TEST(Serving, NoRateIsWithinABudgetUnderEveryStep) {
   EXPECT_FALSE(tight.best.batch.has_value());
   EXPECT_THAT(tight.best.reason, testing::HasSubstr("at any rate tried, down to "));
   // The lowest latency is said with its error, and what a served rate needs: not as if it were within.
-  EXPECT_THAT(tight.best.reason, testing::ContainsRegex(": the lowest is [0-9.]+ \u00b1 [0-9.]+ ms \\(max batch 1\\), "
-                                                        "and a rate is served only where that latency plus twice "
-                                                        "its error is within the budget"));
+  EXPECT_THAT(tight.best.reason,
+              testing::ContainsRegex(": the lowest is [0-9.]+ \u00b1 [0-9.]+ ms \\(max batch 1\\), "
+                                     "and a rate is served only where that latency plus twice "
+                                     "its error is within the budget"));
   ASSERT_TRUE(tight.unserved_above.has_value());
   EXPECT_EQ(*tight.unserved_above, tight.request_rate);
   // The most within a budget needs the budget.
@@ -325,9 +326,10 @@ TEST(Serving, APointWithoutStepsServesAtItsMean) {
   const Serving s = simulate_serving(std::vector<Point>{p, constant_step(8, 4.0)}, at_rate(1.0));
   EXPECT_NEAR(*s.batches[0].latency_p50_ms, 2.0, 1e-9);
   // And says so: its spread is not simulated.
-  EXPECT_THAT(s.best.reason, testing::HasSubstr("simulated from the measured steps and, for batch 1, which the "
-                                                "report keeps no steps of, the mean step alone: its spread is "
-                                                "not simulated, and the tail reads short"));
+  EXPECT_THAT(s.best.reason,
+              testing::HasSubstr("simulated from the measured steps and, for batch 1, which the "
+                                 "report keeps no steps of, the mean step alone: its spread is "
+                                 "not simulated, and the tail reads short"));
   // Where every point kept its steps, nothing is said.
   const Serving kept = simulate_serving(std::vector<Point>{constant_step(1, 2.0)}, at_rate(1.0));
   EXPECT_THAT(kept.best.reason, testing::Not(testing::HasSubstr("mean step alone")));

@@ -362,7 +362,8 @@ TEST(AutoSearch, LargestFitTooSlowToTimeIsReportedNotTimed) {
   EXPECT_NE(outcome.search_summary.find("not timed"), std::string::npos) << outcome.search_summary;
   ASSERT_TRUE(outcome.untimed_fit.has_value());
   EXPECT_EQ(outcome.untimed_fit->batch, 1 << 14);
-  EXPECT_EQ(outcome.untimed_fit->reason.rfind("oom at 16392; not timed: a step would take up to about ", 0), 0u)
+  EXPECT_EQ(outcome.untimed_fit->reason.rfind("oom at 16392; not timed: a step would take up to about ", 0),
+            0u)
       << outcome.untimed_fit->reason;
   bool warned = false;
   for (const std::string& w : outcome.warnings) warned |= w.find("batch 16384 fits but was not timed") == 0;
