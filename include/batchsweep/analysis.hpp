@@ -219,9 +219,9 @@ inline constexpr uint64_t kServingSeed = 0x73657276696e67ULL;
 // each probe is simulate_serving's table at that rate, from the largest capacity down by halves to a rate
 // served (at most kServingRateHalvings), then bisected (on
 // a log scale) until the rate served and the one above it that is not are within kServingRateTolerance of
-// each other; then kServingRateScan rates between that one and the largest capacity, from the top down, for
-// one served beyond a gap (a hold), which bounds a bisection again. A budget under the fastest measured step
-// is served at no rate. Serving::most_within_budget and
+// each other; then rates from the largest capacity down to that one, kServingRateScanStep apart (at most
+// kServingRateScanMost of them), for one served beyond a gap (a hold), which bounds a bisection again; also
+// where the halving found none. A budget under the fastest measured step is served at no rate. Serving::most_within_budget and
 // unserved_above say so. Feasibility is not strictly monotone in the rate (a hold fills batches faster at
 // more load), so it is the most found from above, not a proof that no higher rate is served.
 inline constexpr double kRequestRateMax = std::numeric_limits<double>::infinity();
@@ -230,7 +230,8 @@ inline constexpr const char* kRequestRateMaxNeedsBudget =
     "(the requests' latency at --latency-percentile)";
 inline constexpr double kServingRateTolerance = 0.01;
 inline constexpr int kServingRateHalvings = 16;
-inline constexpr int kServingRateScan = 16;
+inline constexpr double kServingRateScanStep = 0.04;
+inline constexpr int kServingRateScanMost = 48;
 [[nodiscard]] inline bool is_request_rate_max(const std::optional<double>& rate) {
   return rate && std::isinf(*rate) && *rate > 0;
 }

@@ -43,6 +43,11 @@ std::string ms_text(double ms) {
   return fmt::format("{:.{}f}", ms, decimals);
 }
 
+// A standard error in ms: under the shortest step a report holds, rounding noise, said as 0.
+std::string error_text(double ms) {
+  return ms < kShortestStepMs ? std::string("0") : ms_text(ms);
+}
+
 // splitmix64: the same stream on every platform (std::*_distribution is not).
 class Dice {
  public:
@@ -204,7 +209,8 @@ Replication replicate(const std::vector<Pool>& pools, std::size_t top, Arrivals&
 // The seeds: `base` (serving_seed) for the whole simulation; replication r's arrivals from base + r, and its
 // step draws from this, one place, so that its backlog start draws as it does.
 uint64_t serving_seed(const AnalysisOptions& options) {
-  return kServingSeed + options.serving_seed * 0x9e3779b97f4a7c15ULL;
+  // Hashed: a multiple of splitmix64's own increment would start seed N's streams N draws into seed 0's.
+  return options.serving_seed == 0 ? kServingSeed : Dice(kServingSeed + options.serving_seed).next();
 }
 uint64_t draw_seed(uint64_t base, std::size_t r) {
   return base ^ (0x5e57ULL + r);
@@ -389,23 +395,14 @@ Serving most_within_budget(std::span<const Point> points, const AnalysisOptions&
   }
   double hi = top, lo = top / 2;  // at the largest capacity every max batch saturates
   Serving found = table_at(lo);
+  // Less load does not always shorten the lowest latency from one halving to the next (a smaller max batch
+  // may only then stop saturating; a hold fills batches later), so the floor alone ends the halving.
+  bool served = true;
   for (int halvings = 1; !within_budget_beyond_noise(found, budget); ++halvings) {
     hi = lo;
-    // Less load does not always shorten the lowest latency from one halving to the next (a smaller max batch
-    // may only then stop saturating), so the floor alone ends the search.
     if (halvings >= kServingRateHalvings) {
-      const ServingBatch* lowest = lowest_latency(found);
-      return none_found(
-          found,
-          fmt::format("no max batch keeps the {} request latency within the {} ms budget at any rate "
-                      "tried, down to {} requests/s{}",
-                      pct, format_number(budget), format_rate(lo),
-                      lowest ? fmt::format(": the lowest is {} \u00b1 {} ms (max batch {}), and a rate is "
-                                           "served only where that latency plus twice its error is "
-                                           "within the budget",
-                                           latency_text(*lowest->latency_ms, budget),
-                                           ms_text(lowest->latency_se_ms.value_or(0.0)), lowest->batch)
-                             : std::string()));
+      served = false;
+      break;
     }
     lo /= 2;
     found = table_at(lo);
@@ -422,20 +419,41 @@ Serving most_within_budget(std::span<const Point> points, const AnalysisOptions&
       }
     }
   };
-  bisect();
+  if (served) bisect();
   // A hold serves some loads faster than lower ones (its batches fill sooner), so the rates served can have
-  // gaps: kServingRateScan rates spread evenly (on a log scale) between the rate found not served and the
-  // largest capacity, from the top down; the first served, with the one above it, bounds a bisection again.
+  // gaps: rates from the largest capacity down, kServingRateScanStep apart on a log scale (evenly, where
+  // fewer reach the rate found not served), at most kServingRateScanMost of them; the first served, with
+  // the one above it, bounds a bisection again. Also where the halving found no rate served at all.
   const double floor = hi;
-  for (int i = kServingRateScan; i >= 1; --i) {
-    const double rate = floor * std::pow(top / floor, static_cast<double>(i) / (kServingRateScan + 1));
+  const double span = std::log(top / floor);
+  const int steps = std::max(
+      1, std::min(kServingRateScanMost, static_cast<int>(std::ceil(span / std::log1p(kServingRateScanStep)))));
+  const double step = std::min(span / steps, std::log1p(kServingRateScanStep));
+  for (int i = 1; i <= steps; ++i) {
+    const double rate = top * std::exp(-step * i);
+    if (rate <= floor * (1 + 1e-12)) break;  // known not served
     Serving table = table_at(rate);
     if (!within_budget_beyond_noise(table, budget)) continue;
     lo = rate;
-    hi = floor * std::pow(top / floor, static_cast<double>(i + 1) / (kServingRateScan + 1));
+    hi = top * std::exp(-step * (i - 1));
     found = std::move(table);
+    served = true;
     bisect();
     break;
+  }
+  if (!served) {
+    lo = floor;  // `found` is its table, the halving's last
+    const ServingBatch* lowest = lowest_latency(found);
+    return none_found(
+        found,
+        fmt::format("no max batch keeps the {} request latency within the {} ms budget at any rate tried, "
+                    "down to {} requests/s{}",
+                    pct, format_number(budget), format_rate(lo),
+                    lowest ? fmt::format(": the lowest is {} \u00b1 {} ms (max batch {}), and a rate is served "
+                                         "only where that latency plus twice its error is within the budget",
+                                         latency_text(*lowest->latency_ms, budget),
+                                         error_text(lowest->latency_se_ms.value_or(0.0)), lowest->batch)
+                           : std::string()));
   }
   found.most_within_budget = true;
   found.unserved_above = hi;
@@ -542,7 +560,7 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
   // Near a budget, enough digits to read which side of it the latency is.
   std::string figures =
       fmt::format("{} {} \u00b1 {} ms", pct, budget ? latency_text(ms, *budget) : ms_text(ms),
-                  ms_text(*best->latency_se_ms));
+                  error_text(*best->latency_se_ms));
   if (options.latency_percentile != 50) figures += fmt::format(", p50 {} ms", ms_text(*best->latency_p50_ms));
   figures +=
       fmt::format("; {}; the rate is {} of its capacity, {} requests/s", requests_per_step(*best->mean_batch),

@@ -462,18 +462,22 @@ void print_final(const Report& report, const ExportSettings& e) {
 // answers move with them; said on stderr where a rate is simulated, since a report does not keep it.
 uint64_t serving_seed_from_environment(bool simulating) {
   const char* text = std::getenv("BATCHSWEEP_SERVING_SEED");
-  if (text == nullptr || *text == '\0') return 0;
+  if (!simulating || text == nullptr || *text == '\0') return 0;  // read only where a rate is simulated
   char* end = nullptr;
   errno = 0;
   const unsigned long long seed = std::strtoull(text, &end, 10);
-  if (*end != '\0' || errno != 0 || *text == '-')
+  if (std::string_view(text).find_first_not_of("0123456789") != std::string_view::npos || *end != '\0' ||
+      errno != 0)
     throw UsageError(fmt::format("BATCHSWEEP_SERVING_SEED: '{}' is not a whole number", text));
-  if (simulating && seed != 0)
-    fmt::print(
-        stderr,
-        "note: BATCHSWEEP_SERVING_SEED={}: the serving simulation's seeds are moved, so its figures are "
-        "not the ones a rerun without it gives (the report does not keep it)\n",
-        seed);
+  // Said once, where a command (compare) simulates several reports.
+  static bool said = false;
+  if (seed != 0 && !said) {
+    said = true;
+    fmt::print(stderr,
+               "note: BATCHSWEEP_SERVING_SEED={}: the serving simulation's seeds are moved, so its figures are "
+               "not the ones a rerun without it gives (the report does not keep it)\n",
+               seed);
+  }
   return seed;
 }
 

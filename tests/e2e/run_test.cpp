@@ -3911,6 +3911,16 @@ TEST(Serving, TheMostWithinABudgetLooksPastAGapThatAHoldMakes) {
   EXPECT_GT(s["request_rate"].get<double>(), 7000.0);
   EXPECT_EQ(s["best"]["batch"], 32);
   EXPECT_LE(s["unserved_above"].get<double>() / s["request_rate"].get<double>(), 1.01);
+  // Swept from batch 32 up, every rate under ~6000/s reads 12 ms (the hold, then a step): the halving finds
+  // no rate served, and the scan from the top still finds the window above it.
+  const std::string from32 = (dir / "from32.json").string();
+  ASSERT_EQ(run(scripted_run("saturating-slow.json", {"--mode", "infer", "--batch", "32,64,128", "--json", from32}))
+                .exit_code,
+            0);
+  const Result window = run({"analyze", from32, "--latency-slo", "10", "--max-queue-delay", "8",
+                             "--request-rate", "max", "--json", "-"});
+  ASSERT_EQ(window.exit_code, 0) << window.err;
+  EXPECT_GT(nlohmann::json::parse(window.out)["analysis"]["serving"]["request_rate"].get<double>(), 7000.0);
   // Near the budget the latency has the digits to read which side of it it is.
   const Result near = run({"analyze", report, "--latency-slo", "6.41", "--request-rate", "4000"});
   ASSERT_EQ(near.exit_code, 0) << near.err;
@@ -3944,6 +3954,10 @@ TEST(Serving, TheServingSeedMovesTheSimulationAndSaysSo) {
   const Result moved = run({"analyze", report, "--json", "-"});
   setenv("BATCHSWEEP_SERVING_SEED", "3x", 1);
   const Result bad = run({"analyze", report});
+  setenv("BATCHSWEEP_SERVING_SEED", "+3", 1);
+  const Result signed_seed = run({"analyze", report});
+  // Where no rate is simulated it is not read.
+  const Result no_rate = run({"analyze", report, "--no-request-rate"});
   setenv("BATCHSWEEP_SERVING_SEED", "0", 1);
   const Result zero = run({"analyze", report, "--json", "-"});
   unsetenv("BATCHSWEEP_SERVING_SEED");
@@ -3958,6 +3972,8 @@ TEST(Serving, TheServingSeedMovesTheSimulationAndSaysSo) {
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("BATCHSWEEP_SERVING_SEED: '3x' is not a whole number"), std::string::npos)
       << bad.err;
+  EXPECT_EQ(signed_seed.exit_code, 2) << signed_seed.err;
+  EXPECT_EQ(no_rate.exit_code, 0) << no_rate.err;
   ASSERT_EQ(zero.exit_code, 0) << zero.err;
   EXPECT_EQ(p99(zero), p99(plain));
 }
