@@ -473,10 +473,11 @@ uint64_t serving_seed_from_environment(bool simulating) {
   static bool said = false;
   if (seed != 0 && !said) {
     said = true;
-    fmt::print(stderr,
-               "note: BATCHSWEEP_SERVING_SEED={}: the serving simulation's seeds are moved, so its figures are "
-               "not the ones a rerun without it gives (the report does not keep it)\n",
-               seed);
+    fmt::print(
+        stderr,
+        "note: BATCHSWEEP_SERVING_SEED={}: the serving simulation's seeds are moved, so its figures are "
+        "not the ones a rerun without it gives (the report does not keep it)\n",
+        seed);
   }
   return seed;
 }
@@ -654,10 +655,35 @@ class ExportingObserver final : public SweepObserver {
 
 // A fatal backend error (a CUDA context left unusable) ends the sweep, exit 1: the report, as rewritten after
 // the last finished point, names it in its warnings too (state stays in_progress: the sweep did not finish).
-void keep_fatal_error(Report& report, const ExportSettings& exports, const Error& e) {
-  report.warnings.push_back(fmt::format("{} (exit 1): {}; the report holds the {} point{} finished before it",
-                                        kFatalErrorWarning, e.what(), report.points.size(),
-                                        report.points.size() == 1 ? "" : "s"));
+bool is_regular_file(const std::string& path) {
+  std::error_code ec;
+  return !path.empty() && path != "-" && std::filesystem::is_regular_file(path, ec);
+}
+
+// A sweep that ends before any batch finished measured nothing: an export whose file already exists (an
+// earlier run's report) is left as it was, not replaced by one of no points. Clears those paths in
+// `exports`; what to add to the warning that says so ("; --csv r.csv left as it was (...)"), or nothing.
+std::string keep_earlier_exports(ExportSettings& exports) {
+  std::vector<std::string> left;
+  for (auto& [flag, path] : {std::pair<std::string_view, std::string*>{"--json", &exports.json_path},
+                             {"--csv", &exports.csv_path},
+                             {"--markdown", &exports.markdown_path},
+                             {"--svg", &exports.svg_path}}) {
+    if (path->empty() || *path == "-" || !is_regular_file(*path)) continue;
+    left.push_back(fmt::format("{} {}", flag, *path));
+    path->clear();
+  }
+  if (left.empty()) return {};
+  return fmt::format("; {} left as {} (an earlier run's, not replaced by nothing)", fmt::join(left, ", "),
+                     left.size() > 1 ? "they were" : "it was");
+}
+
+void keep_fatal_error(Report& report, const ExportSettings& given, const Error& e) {
+  ExportSettings exports = given;
+  const std::string left = report.points.empty() ? keep_earlier_exports(exports) : std::string();
+  report.warnings.push_back(
+      fmt::format("{} (exit 1): {}; the report holds the {} point{} finished before it{}", kFatalErrorWarning,
+                  e.what(), report.points.size(), report.points.size() == 1 ? "" : "s", left));
   // As at the end of a sweep: every export, `--json -` on stdout and the table included, so a pipeline
   // reading the JSON gets the finished points (its state, in_progress, says the sweep did not finish).
   try {
@@ -1074,7 +1100,7 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
     // A report without a device (hand-edited) says so, not `on  ""`.
     const std::string before =
         earlier.device.backend.empty() && earlier.device.name.empty()
-            ? std::string("it names no device (device missing)")
+            ? std::string("it names no device (its device is missing or empty)")
             : fmt::format("it ran on {} \"{}\"", earlier.device.backend, earlier.device.name);
     return fmt::format("{}, this run on {} \"{}\"", before, now.device.backend, now.device.name);
   }
@@ -1251,13 +1277,6 @@ void note_resume(Report& report, const ResumeSource& source,
     report.warnings.push_back(
         fmt::format("--resume {}: it holds no ok point; every point was measured now", path));
 }
-
-namespace {
-bool is_regular_file(const std::string& path) {
-  std::error_code ec;
-  return !path.empty() && path != "-" && std::filesystem::is_regular_file(path, ec);
-}
-}  // namespace
 
 void require_budget_for_percentile(bool percentile_given, bool has_budget, bool has_rate) {
   if (percentile_given && !has_budget && !has_rate)
@@ -1492,21 +1511,9 @@ int run_command(const RunSettings& given, const std::vector<std::string>& argv) 
   // finished run's report) is left as it was, not replaced by one that holds no point.
   ExportSettings final_exports = exports;
   if (outcome.interrupted && report.points.empty()) {
-    std::vector<std::string> left;
-    for (auto& [flag, path] : {std::pair<std::string_view, std::string*>{"--json", &final_exports.json_path},
-                               {"--csv", &final_exports.csv_path},
-                               {"--markdown", &final_exports.markdown_path},
-                               {"--svg", &final_exports.svg_path}}) {
-      if (path->empty() || *path == "-" || !is_regular_file(*path)) continue;
-      left.push_back(fmt::format("{} {}", flag, *path));
-      path->clear();
-    }
     report.warnings.push_back(fmt::format(
         "interrupted by {} before any batch finished: the report holds no point and its analysis nothing{}",
-        sig_name,
-        left.empty() ? std::string()
-                     : fmt::format("; {} left as {} (an earlier run's, not replaced by nothing)",
-                                   fmt::join(left, ", "), left.size() > 1 ? "they were" : "it was")));
+        sig_name, keep_earlier_exports(final_exports)));
   } else if (outcome.interrupted)
     report.warnings.push_back(fmt::format(
         "interrupted by {}: the report holds the {} finished point(s), and its analysis covers only those{}",

@@ -1863,6 +1863,15 @@ TEST(Run, AnErrorThatBreaksTheDeviceStopsTheSweepAndKeepsTheFinishedPoints) {
   EXPECT_EQ(streamed["state"], "in_progress");
   EXPECT_EQ(streamed["points"].size(), 2u);
   EXPECT_NE(piped.err.find("batch 16: scripted device"), std::string::npos) << piped.err;
+
+  // Broken at the first batch, nothing was measured: an earlier file at an export's path stays.
+  const std::string csv = (dir / "earlier.csv").string();
+  std::ofstream(csv) << "earlier\n";
+  const Result first = run({"run", "--backend", "scripted", "--script", script, "--batch", "16,32",
+                            "--warmup", "1", "--min-time", "0", "--csv", csv});
+  EXPECT_EQ(first.exit_code, 1) << first.err;
+  EXPECT_EQ(slurp(csv), "earlier\n");
+  EXPECT_NE(first.out.find("--csv " + csv + " left as it was"), std::string::npos) << first.out;
 }
 
 // A finished run whose batch list left out batches the baseline ran ok would pass them unjudged: the gate
@@ -2298,8 +2307,10 @@ TEST(Run, ResumeRefusesAReportThatMeasuredSomethingElse) {
   }
   r = run(scripted_run("roofline.json", {"--batch", "8", "--resume", (dir / "no-device.json").string()}));
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("it names no device (device missing), this run on scripted \"scripted-h100\""),
-            std::string::npos)
+  EXPECT_NE(
+      r.err.find(
+          "it names no device (its device is missing or empty), this run on scripted \"scripted-h100\""),
+      std::string::npos)
       << r.err;
   // A missing or empty file name.
   r = run(scripted_run("roofline.json", {"--resume", (dir / "missing.json").string()}));
@@ -3914,9 +3925,10 @@ TEST(Serving, TheMostWithinABudgetLooksPastAGapThatAHoldMakes) {
   // Swept from batch 32 up, every rate under ~6000/s reads 12 ms (the hold, then a step): the halving finds
   // no rate served, and the scan from the top still finds the window above it.
   const std::string from32 = (dir / "from32.json").string();
-  ASSERT_EQ(run(scripted_run("saturating-slow.json", {"--mode", "infer", "--batch", "32,64,128", "--json", from32}))
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      run(scripted_run("saturating-slow.json", {"--mode", "infer", "--batch", "32,64,128", "--json", from32}))
+          .exit_code,
+      0);
   const Result window = run({"analyze", from32, "--latency-slo", "10", "--max-queue-delay", "8",
                              "--request-rate", "max", "--json", "-"});
   ASSERT_EQ(window.exit_code, 0) << window.err;

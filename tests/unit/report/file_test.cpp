@@ -229,18 +229,32 @@ TEST_F(ReportFiles, UnreadableFile) {
 // A legal name near NAME_MAX (250 bytes): its temporary must be a legal name too, beside it; one of multibyte
 // characters is cut at a character's start.
 TEST_F(ReportFiles, AnExportNamedNearTheLongestNameStillWrites) {
-  for (const std::string& name :
-       {std::string(245, 'a') + ".json",
-        std::string(123, 'a') +
-            "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"
-            "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"
-            "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"
-            "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9.json"}) {
+  // Whether every multibyte character in a name is whole (UTF-8: a lead byte, then its continuation bytes).
+  const auto whole_characters = [](const std::string& name) {
+    for (size_t i = 0; i < name.size();) {
+      const auto lead = static_cast<unsigned char>(name[i]);
+      const size_t length = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : 4;
+      if ((lead & 0xC0) == 0x80 || i + length > name.size()) return false;
+      for (size_t k = 1; k < length; ++k)
+        if ((static_cast<unsigned char>(name[i + k]) & 0xC0) != 0x80) return false;
+      i += length;
+    }
+    return true;
+  };
+  // The temporary keeps 255 - len(".tmp.<pid>") bytes of the name: a run of 2-byte characters placed so that
+  // the cut falls inside one, whatever the pid's digits.
+  const size_t keep = 255 - (std::string(".tmp.") + std::to_string(::getpid())).size();
+  const size_t ascii = keep % 2 == 0 ? 1 : 0;  // then the cut is at an odd offset into the characters
+  std::string accented(ascii, 'a');
+  while (accented.size() + 2 + 5 <= 255) accented += "\u00e9";  // past the cut, then ".json"
+  accented += ".json";
+  for (const std::string& name : {std::string(245, 'a') + ".json", accented}) {
     ASSERT_LE(name.size(), 255u);
     const std::string p = path(name);
     const std::string temp = temp_path_beside(p);
     EXPECT_LE(fs::path(temp).filename().string().size(), 255u) << temp;
     EXPECT_EQ(fs::path(temp).parent_path(), dir_);
+    EXPECT_TRUE(whole_characters(fs::path(temp).filename().string())) << temp;
     write_file_atomic(p, "content");
     EXPECT_EQ(read(p), "content");
     fs::remove(p);
