@@ -42,7 +42,8 @@ def point(batch, samples_ms):
     return {"batch": batch, "status": "ok", "samples_per_second": batch / mean * 1000.0, "samples_ms": samples_ms}
 
 
-def serve(binary, doc, rate, delay=0.0, pct=None):
+def serve_rows(binary, doc, rate, delay=0.0, pct=None, seed=0):
+    """Every row of analyze's serving table at this rate, with the simulation's seeds moved by `seed`."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "r.json")
         with open(path, "w") as f:
@@ -51,25 +52,16 @@ def serve(binary, doc, rate, delay=0.0, pct=None):
                 "--json", "-"]
         if pct is not None:
             args += ["--latency-percentile", str(pct)]
-        out = subprocess.run(args, capture_output=True, text=True)
-        if out.returncode not in (0, 4):
-            sys.exit(f"batchsweep analyze failed ({out.returncode}): {out.stderr}")
-        return json.loads(out.stdout)["analysis"]["serving"]["batches"][0]
-
-
-def serve_rows(binary, doc, rate, pct, seed):
-    """Every row of analyze's serving table at this rate, with the simulation's seeds moved by `seed`."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "r.json")
-        with open(path, "w") as f:
-            json.dump(doc, f)
-        args = [binary, "analyze", path, "--request-rate", repr(rate), "--latency-percentile", str(pct),
-                "--json", "-"]
         env = dict(os.environ, BATCHSWEEP_SERVING_SEED=str(seed))
         out = subprocess.run(args, capture_output=True, text=True, env=env)
         if out.returncode not in (0, 4):
             sys.exit(f"batchsweep analyze failed ({out.returncode}): {out.stderr}")
         return json.loads(out.stdout)["analysis"]["serving"]["batches"]
+
+
+def serve(binary, doc, rate, delay=0.0, pct=None):
+    """The first row (the smallest max batch) of analyze's serving table, at the default seed."""
+    return serve_rows(binary, doc, rate, delay, pct)[0]
 
 
 def coverage(binary, seeds, rng):
@@ -89,7 +81,7 @@ def coverage(binary, seeds, rng):
         for pct in (99, 99.9):
             figures = {}
             for seed in range(seeds):
-                for got in serve_rows(binary, doc, 20000.0, pct, seed):
+                for got in serve_rows(binary, doc, 20000.0, pct=pct, seed=seed):
                     value = (got.get("latency_ms") or {}).get(f"p{pct:g}")
                     if value is not None and got.get("latency_se_ms"):
                         figures.setdefault(got["batch"], []).append((value, got["latency_se_ms"]))
