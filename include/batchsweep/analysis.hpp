@@ -221,9 +221,10 @@ inline constexpr uint64_t kServingSeed = 0x73657276696e67ULL;
 // a log scale) until the rate served and the one above it that is not are within kServingRateTolerance of
 // each other; then rates from the largest capacity down to that one, kServingRateScanStep apart (at most
 // kServingRateScanMost of them), for one served beyond a gap (a hold), which bounds a bisection again; also
-// where the halving found none. A budget under the fastest measured step is served at no rate. Serving::most_within_budget and
-// unserved_above say so. Feasibility is not strictly monotone in the rate (a hold fills batches faster at
-// more load), so it is the most found from above, not a proof that no higher rate is served.
+// where the halving found none. A budget under the fastest measured step is served at no rate.
+// Serving::most_within_budget and unserved_above say so. Feasibility is not strictly monotone in the rate (a
+// hold fills batches faster at more load), so it is the most found from above, not a proof that no higher
+// rate is served.
 inline constexpr double kRequestRateMax = std::numeric_limits<double>::infinity();
 inline constexpr const char* kRequestRateMaxNeedsBudget =
     "--request-rate max: the most requests/s is the most within a latency budget: give --latency-slo MS "

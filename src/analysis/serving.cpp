@@ -427,7 +427,8 @@ Serving most_within_budget(std::span<const Point> points, const AnalysisOptions&
   const double floor = hi;
   const double span = std::log(top / floor);
   const int steps = std::max(
-      1, std::min(kServingRateScanMost, static_cast<int>(std::ceil(span / std::log1p(kServingRateScanStep)))));
+      1,
+      std::min(kServingRateScanMost, static_cast<int>(std::ceil(span / std::log1p(kServingRateScanStep)))));
   const double step = std::min(span / steps, std::log1p(kServingRateScanStep));
   for (int i = 1; i <= steps; ++i) {
     const double rate = top * std::exp(-step * i);
@@ -449,11 +450,12 @@ Serving most_within_budget(std::span<const Point> points, const AnalysisOptions&
         fmt::format("no max batch keeps the {} request latency within the {} ms budget at any rate tried, "
                     "down to {} requests/s{}",
                     pct, format_number(budget), format_rate(lo),
-                    lowest ? fmt::format(": the lowest is {} \u00b1 {} ms (max batch {}), and a rate is served "
-                                         "only where that latency plus twice its error is within the budget",
-                                         latency_text(*lowest->latency_ms, budget),
-                                         error_text(lowest->latency_se_ms.value_or(0.0)), lowest->batch)
-                           : std::string()));
+                    lowest
+                        ? fmt::format(": the lowest is {} \u00b1 {} ms (max batch {}), and a rate is served "
+                                      "only where that latency plus twice its error is within the budget",
+                                      latency_text(*lowest->latency_ms, budget),
+                                      error_text(lowest->latency_se_ms.value_or(0.0)), lowest->batch)
+                        : std::string()));
   }
   found.most_within_budget = true;
   found.unserved_above = hi;

@@ -585,9 +585,10 @@ rf::TextTable serving_table(const Report& report) {
                              rf::fixed(100.0 * s.request_rate / b.capacity_per_second, 0),
                              rf::sig3(serving_relaxation_steps(s.request_rate, b.capacity_per_second)),
                              rf::sig3(steps_each))
-             : near ? fmt::format("unsettled: its latency is not known to {:g}% in {} requests, and so near "
-                                  "its capacity the simulation does not run longer",
-                                  kServingMaxRelativeError * 100, b.requests)
+             : near ? fmt::format(
+                          "unsettled: its latency is not known to {:g}% in {} requests, and so near "
+                          "its capacity the simulation does not run longer",
+                          kServingMaxRelativeError * 100, b.requests)
                     : fmt::format("unsettled: its latency is not known to {:g}% in {} requests",
                                   kServingMaxRelativeError * 100, b.requests);
     } else if (s.best.batch && *s.best.batch == b.batch) {
