@@ -272,7 +272,8 @@ constexpr const char* kCheckpointingInferError =
     "--checkpointing: activation checkpointing recomputes what backward reads, and --mode infer has no "
     "backward";
 constexpr const char* kCheckpointBlocksHelp =
-    "Checkpoint only the first N blocks (--checkpointing for those; the others keep every activation): "
+    "Checkpoint only the first N blocks, in forward order (--checkpointing for those; the others keep every "
+    "activation): "
     "less recomputation where checkpointing all of them is more than the batch needs to fit";
 constexpr const char* kBothCheckpointingFlags =
     "--checkpointing and --checkpoint-blocks: give one (--checkpointing checkpoints every block, "

@@ -245,9 +245,9 @@ std::string checkpointing_text(const Graph& g, const Plan& plan) {
   const std::string cost =
       fmt::format("+{} per sample, {:.0f}% more than the training FLOPs", flops_text(flops),
                   g.train_flops_per_sample > 0 ? 100.0 * flops / g.train_flops_per_sample : 0.0);
-  // --checkpoint-blocks N: the first N blocks that backward reaches recompute; blocks before every layer that
-  // learns, which it never reaches, keep only their outputs too (nothing reads the rest); the others keep
-  // all.
+  // --checkpoint-blocks N: the first N, in forward order, of the blocks that backward reaches recompute;
+  // blocks before every layer that learns, which it never reaches, keep only their outputs too (nothing reads
+  // the rest); the others keep all.
   if (kept < n) {
     const auto chosen = static_cast<size_t>(recomputed);
     const size_t unreached = kept - chosen, rest = n - kept;
@@ -255,8 +255,8 @@ std::string checkpointing_text(const Graph& g, const Plan& plan) {
         "\nactivation checkpointing (--checkpoint-blocks {}): {} keep{} only {} output{} and run{} forward "
         "again in backward ({}){}; the other {} keep{} every activation",
         plan.request.checkpoint_blocks,
-        chosen == 1 ? std::string("the first block backward reaches")
-                    : fmt::format("the first {} blocks backward reaches", chosen),
+        chosen == 1 ? std::string("the first block in forward order")
+                    : fmt::format("the first {} blocks in forward order", chosen),
         chosen == 1 ? "s" : "", chosen == 1 ? "its" : "their", chosen == 1 ? "" : "s", chosen == 1 ? "s" : "",
         cost,
         unreached == 0 ? std::string()

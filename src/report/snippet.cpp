@@ -76,7 +76,7 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
   const std::string checkpoint_line =
       title.checkpoint_blocks > 0
           ? fmt::format(
-                "# checkpoint the first {0} blocks backward reaches only: wrap each one's forward in "
+                "# checkpoint only the first {0} blocks in forward order: wrap each one's forward in "
                 "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) (Megatron: "
                 "--recompute-granularity full --recompute-method block --recompute-num-layers {0}); "
                 "gradient_checkpointing_enable() would recompute every block",

@@ -3750,8 +3750,8 @@ TEST(Checkpointing, TheFewestBlocksThatFitArePlannedRunAndSaid) {
                             "80GiB", "--batch", "200", "--checkpoint-blocks", "7", "--json", some});
   ASSERT_EQ(seven.exit_code, 0) << seven.err;
   EXPECT_TRUE(contains(seven.out,
-                       "activation checkpointing (--checkpoint-blocks 7): the first 7 blocks backward "
-                       "reaches keep only their outputs and run forward again in backward (+124 GFLOP "
+                       "activation checkpointing (--checkpoint-blocks 7): the first 7 blocks in forward "
+                       "order keep only their outputs and run forward again in backward (+124 GFLOP "
                        "per sample, 14% more than the training FLOPs); the other 5 keep every activation"))
       << seven.out;
   const nlohmann::json b = read_json(some);
@@ -3779,7 +3779,7 @@ TEST(Checkpointing, TheFewestBlocksThatFitArePlannedRunAndSaid) {
   const Result measured = run(args);
   ASSERT_EQ(measured.exit_code, 0) << measured.err;
   EXPECT_TRUE(contains(measured.out, "activation checkpointing, first 2 blocks")) << measured.out;
-  EXPECT_TRUE(contains(measured.out, "# checkpoint the first 2 blocks backward reaches only"))
+  EXPECT_TRUE(contains(measured.out, "# checkpoint only the first 2 blocks in forward order"))
       << measured.out;
   EXPECT_FALSE(contains(measured.out, "gradient_checkpointing=True")) << measured.out;
   const nlohmann::json r = read_json(report);

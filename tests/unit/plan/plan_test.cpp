@@ -1133,8 +1133,9 @@ TEST(Plan, CheckpointingViewsOneBlockAtATimeInTheArena) {
   EXPECT_GT(*with, *without * 3 / 2);
 }
 
-// --checkpoint-blocks N: the first N blocks backward reaches keep only their outputs; the others keep every
-// activation. Memory falls with N (from the second block on), and the fewest that fit a budget bisects it.
+// --checkpoint-blocks N: the first N blocks in forward order (of those backward reaches) keep only their
+// outputs; the others keep every activation. Memory falls with N (from the second block on), and the fewest
+// that fit a budget bisects it.
 TEST(Plan, CheckpointingTheFirstBlocksOnly) {
   for (const char* name : {"gpt2-small", "resnet-small"}) {
     const Graph g = lower(load_model(name));
