@@ -237,6 +237,10 @@ inline constexpr int kServingRateScanMost = 48;
   return rate && std::isinf(*rate) && *rate > 0;
 }
 [[nodiscard]] Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& options);
+// The batches simulate_serving draws at their mean step alone, because their point kept no steps (a hand-made
+// or trimmed report): ok points of one micro-batch a step, the fastest where two share a batch, with no
+// finite positive sample. The serving heading names them from this, so it says what the simulation did.
+[[nodiscard]] std::vector<int64_t> serving_mean_only_batches(std::span<const Point> points);
 
 // Sets telemetry->cost_per_million_samples = price_per_hour / 3600 / samples_per_second * 1e6 on every ok
 // point (creating the telemetry object where absent) and clears it on the others.

@@ -98,6 +98,17 @@ std::vector<Pool> pools_of(std::span<const Point> points) {
   return pools;
 }
 
+}  // namespace
+
+std::vector<int64_t> serving_mean_only_batches(std::span<const Point> points) {
+  std::vector<int64_t> batches;
+  for (const Pool& p : pools_of(points))
+    if (p.mean_only) batches.push_back(p.batch);
+  return batches;
+}
+
+namespace {
+
 // Where the steps drawn come from, for the reasons: the measured steps, and any batch's mean step alone.
 std::string steps_source(const std::vector<Pool>& pools) {
   std::vector<std::string> mean_only;
@@ -287,10 +298,14 @@ Simulated simulate(const std::vector<Pool>& pools, std::size_t top, std::vector<
     double sum = 0;
     for (double v : rep.latencies) sum += v;
     means.push_back(sum / static_cast<double>(rep.latencies.size()));
+    // Its latencies sorted where they join the pool (for its own percentile), and kept in arrival order
+    // (for the sections' counts) without a copy.
+    const auto begin = static_cast<std::ptrdiff_t>(all.size());
     all.insert(all.end(), rep.latencies.begin(), rep.latencies.end());
-    in_order.push_back(rep.latencies);
-    std::sort(rep.latencies.begin(), rep.latencies.end());
-    percentiles.push_back(sorted_percentile(rep.latencies, pct));
+    const std::span<double> own(all.begin() + begin, all.end());
+    std::sort(own.begin(), own.end());
+    percentiles.push_back(sorted_percentile(own, pct));
+    in_order.push_back(std::move(rep.latencies));
   }
   out.requests = static_cast<int64_t>(all.size());
   out.timed_steps = steps;

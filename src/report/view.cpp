@@ -522,13 +522,7 @@ std::string serving_heading(const Report& report) {
             : fmt::format(": no rate found within the {} budget, and this the last rate tried", budget);
   }
   // A point that kept no steps serves at its mean step (a hand-made or trimmed report).
-  std::vector<std::string> mean_only;
-  for (const Point& p : report.points) {
-    if (p.status != PointStatus::ok || p.accumulation != 1) continue;
-    if (std::none_of(p.samples_ms.begin(), p.samples_ms.end(),
-                     [](double v) { return std::isfinite(v) && v > 0; }))
-      mean_only.push_back(std::to_string(p.batch));
-  }
+  const std::vector<int64_t> mean_only = serving_mean_only_batches(report.points);
   const std::string source =
       mean_only.empty()
           ? std::string("the measured steps")

@@ -336,6 +336,23 @@ TEST(Serving, APointWithoutStepsServesAtItsMean) {
   EXPECT_THAT(kept.best.reason, testing::Not(testing::HasSubstr("mean step alone")));
 }
 
+TEST(Serving, TheMeanOnlyBatchesAreTheOnesItSimulatedSo) {
+  // Batch 8 twice: the faster point kept its steps and is the one simulated, so the slower one without
+  // steps is not named; batch 1 kept none and is; batch 4 runs two micro-batches a step and is not served.
+  Point bare = constant_step(1, 2.0);
+  bare.samples_ms.clear();
+  Point slow = constant_step(8, 8.0);
+  slow.samples_ms.clear();
+  Point accumulated = measured_point(4, 1000.0, 0.0, 5, 2);
+  accumulated.samples_ms.clear();
+  const std::vector<Point> points = {bare, slow, constant_step(8, 4.0), accumulated};
+  EXPECT_EQ(serving_mean_only_batches(points), std::vector<int64_t>{1});
+  const Serving s = simulate_serving(points, at_rate(1.0));
+  EXPECT_THAT(s.best.reason, testing::HasSubstr("for batch 1, which the report keeps no steps of"));
+  // The slower one alone: now it is what batch 8 draws from.
+  EXPECT_EQ(serving_mean_only_batches(std::vector<Point>{slow}), std::vector<int64_t>{8});
+}
+
 TEST(Serving, OnlyOneMicroBatchAStepServes) {
   const std::vector<Point> points = {measured_point(4, 1000.0, 0.0, 5, 2), constant_step(8, 2.0)};
   const Serving s = simulate_serving(points, at_rate(100.0));
