@@ -68,10 +68,14 @@ inline void require(bool ok, const char* what, const char* condition) {
 
 inline constexpr int kThreads = 256;
 
-// Blocks for a grid-stride loop over n elements (capped: the loops stride over the rest).
+// The most blocks a grid-stride loop launches: enough to fill any GPU many times over, and the loops stride
+// over the rest.
+inline constexpr int64_t kMaxBlocks = 65535 * 8;
+
+// Blocks for a grid-stride loop over n elements (capped at kMaxBlocks).
 [[nodiscard]] inline unsigned grid_for(int64_t n, int threads = kThreads) {
   const int64_t blocks = (n + threads - 1) / threads;
-  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 * 8 ? 65535 * 8 : blocks));
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
 }
 
 __device__ __forceinline__ int64_t global_index() {

@@ -197,15 +197,17 @@ __global__ void avgpool_backward_kernel(PoolGeometry g, const T* dy, T* dx) {
   }
 }
 
-// Channels-first: one warp per (sample, channel) row of `spatial` values.
+// Channels-first: one warp per (sample, channel) row of `spatial` values, eight rows a block, striding over
+// the rows by the grid (which is capped, so no row count overflows its dimension).
 template <class T>
 __global__ void global_avgpool_rows_kernel(const T* x, T* y, int64_t rows, int64_t spatial) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.y;
-  if (row >= rows) return;
-  float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < spatial; i += 32) sum += to_f32(x[row * spatial + i]);
-  sum = warp_sum(sum);
-  if (threadIdx.x == 0) y[row] = from_f32<T>(sum / static_cast<float>(spatial));
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * 8;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.y; row < rows; row += stride) {
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < spatial; i += 32) sum += to_f32(x[row * spatial + i]);
+    sum = warp_sum(sum);
+    if (threadIdx.x == 0) y[row] = from_f32<T>(sum / static_cast<float>(spatial));
+  }
 }
 
 // Tokens: y[n][c] = mean over t of x[n][t][c], one thread per (n, c).
@@ -382,8 +384,9 @@ void global_avgpool_forward(DType t, const void* x, void* y, int64_t batch, int6
       global_avgpool_tokens_kernel<T><<<grid_for(rows), kThreads, 0, stream>>>(
           static_cast<const T*>(x), static_cast<T*>(y), batch, channels, spatial);
     } else {
-      global_avgpool_rows_kernel<T><<<static_cast<unsigned>((rows + 7) / 8), dim3(32, 8), 0, stream>>>(
-          static_cast<const T*>(x), static_cast<T*>(y), rows, spatial);
+      const auto blocks = static_cast<unsigned>(std::min<int64_t>((rows + 7) / 8, kMaxBlocks));
+      global_avgpool_rows_kernel<T>
+          <<<blocks, dim3(32, 8), 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, spatial);
     }
   });
   BSW_CUDA_LAUNCHED();

@@ -1,6 +1,7 @@
 // A GPU whose cuBLASLt has no algorithm for a fused epilogue (BSW_EMU_CUBLASLT_REFUSE plays it): Gemm says so
 // instead of throwing, the session runs the plain GEMM and the separate GELU / bias-gradient kernels, its
 // losses still match the CPU reference, and details() names the epilogues that were not available.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -186,6 +187,38 @@ TEST_F(EpilogueFallback, GemmAnswersAvailabilityAndRunNamesTheEpilogue) {
   }
   g.ld_aux = 4;  // an impossible shape is still an error, not "unavailable"
   EXPECT_THROW(static_cast<void>(gemm.available(g)), BackendError);
+}
+
+// Past 2^31 - 1 rows cuBLASLt finds few algorithms: where it finds none, the error names that as the cause
+// (and only there).
+TEST_F(EpilogueFallback, NoAlgorithmPastInt32SaysSo) {
+  gputest::DeviceArray a(DType::bf16, 16 * 32), b(DType::bf16, 32 * 8), c(DType::bf16, 16 * 8),
+      workspace(DType::f32, 1024);
+  cuda::Gemm gemm(Precision::bf16, workspace.get(), 4096);
+  cuda::GemmArgs g;
+  g.m = 16;
+  g.n = 8;
+  g.k = 32;
+  g.a = a.get();
+  g.lda = 32;
+  g.b = b.get();
+  g.ldb = 8;
+  g.c = c.get();
+  g.ldc = 8;
+  g.ab_type = g.c_type = DType::bf16;
+  setenv(kRefuse, "DEFAULT", 1);
+  const auto message = [&] {
+    try {
+      gemm.run(g, nullptr);
+    } catch (const BackendError& e) {
+      return std::string(e.what());
+    }
+    return std::string("ran");
+  };
+  EXPECT_THAT(message(),
+              testing::AllOf(testing::HasSubstr("no algorithm"), testing::Not(testing::HasSubstr("2^31"))));
+  g.m = int64_t{1} << 31;  // refused before any operand is read
+  EXPECT_THAT(message(), testing::HasSubstr("a dimension of 2147483648 is past 2^31 - 1"));
 }
 
 }  // namespace

@@ -104,6 +104,25 @@ SdpaShape sdpa_shape(const Op& op, int64_t batch, DType dtype, bool training) {
   return SdpaShape{batch, op.heads, op.seq, op.dim / op.heads, op.causal, dtype, training};
 }
 
+std::string cudnn_limit(const ConvShape& s, size_t cudnn_version) {
+  if (cudnn_version >= kCudnnLargeTensorVersion) return {};
+  const int64_t input = s.batch * s.channels * s.height * s.width;
+  const int64_t output = s.batch * s.out_channels * s.out_height * s.out_width;
+  const int64_t larger = std::max(input, output);
+  if (larger <= kCudnnIndexedElements) return {};
+  return fmt::format(
+      "its {} holds {} elements, past the 2^31 - 1 that cuDNN {}.{} indexes (64-bit indexing came in 9.3)",
+      input >= output ? "input" : "output", larger, cudnn_version / 10000, cudnn_version / 100 % 100);
+}
+
+std::string cudnn_limit(const SdpaShape& s) {
+  if (s.batch <= kCudnnSdpaMostSequences) return {};
+  return fmt::format(
+      "cuDNN's fused attention runs at most {} sequences at once, and this batch has {} (its execute fails "
+      "past that; PyTorch sends such a batch to another attention too)",
+      kCudnnSdpaMostSequences, s.batch);
+}
+
 // The frontend's errors carry a code and a message; a device allocation failure is known only by its text
 // (CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED, or CUDA's "out of memory"). ALLOC_FAILED alone is
 // the host's (CUDNN_STATUS_ALLOC_FAILED is an alias of ..._HOST_ALLOCATION_FAILED).
@@ -361,7 +380,8 @@ std::string CudnnGraphs::op_support(const Graph& graph, const Op& op, int64_t ba
   std::string error;
   if (op.kind == OpKind::conv2d) {
     const ConvShape shape = conv_shape(op, batch, precision);
-    error = conv_support(ConvPass::fprop, shape, workspace_limit);
+    error = cudnn_limit(shape, cudnnGetVersion());
+    if (error.empty()) error = conv_support(ConvPass::fprop, shape, workspace_limit);
     if (error.empty() && train) error = conv_support(ConvPass::wgrad, shape, workspace_limit);
     // A conv whose input has no gradient (it reads the data, or something computed from it without
     // parameters, on its path) computes no input gradient: the session runs no dgrad for it, so none is
@@ -370,7 +390,8 @@ std::string CudnnGraphs::op_support(const Graph& graph, const Op& op, int64_t ba
       error = conv_support(ConvPass::dgrad, shape, workspace_limit);
   } else if (op.kind == OpKind::attention_core) {
     const SdpaShape shape = sdpa_shape(op, batch, storage_dtype(precision), train);
-    error = sdpa_support(false, shape, workspace_limit);
+    error = cudnn_limit(shape);
+    if (error.empty()) error = sdpa_support(false, shape, workspace_limit);
     if (error.empty() && train) error = sdpa_support(true, shape, workspace_limit);
   }
   return error;

@@ -290,12 +290,24 @@ void Gemm::run(const GemmArgs& g, cudaStream_t stream) {
     return;
   }
   Entry* found = find(g);
-  if (found == nullptr)
+  if (found == nullptr) {
+    // cuBLASLt documents rows, columns and leading dimensions as usually supported only where they fit
+    // int32: past that, that is the likely cause, and the message says so.
+    constexpr int64_t kInt32Max = 0x7FFFFFFF;
+    const int64_t widest = std::max({g.m, g.n, g.k, g.lda, g.ldb, g.ldc});
+    const std::string beyond =
+        widest > kInt32Max
+            ? fmt::format(
+                  "; a dimension of {} is past 2^31 - 1, where cuBLASLt supports few shapes (a "
+                  "smaller batch, or shorter sequences, keeps it within)",
+                  widest)
+            : std::string();
     throw BackendError(
         fmt::format("cuBLASLt has no algorithm for a {} GEMM {}x{}x{} (trans {}{}, batch {}, {} output, "
-                    "epilogue {}) with a {} byte workspace",
+                    "epilogue {}) with a {} byte workspace{}",
                     to_string(g.ab_type), g.m, g.n, g.k, g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N',
-                    g.batch, to_string(g.c_type), epilogue_name(g.epilogue), workspace_bytes_));
+                    g.batch, to_string(g.c_type), epilogue_name(g.epilogue), workspace_bytes_, beyond));
+  }
   Entry& e = *found;
   if (g.epilogue != Epilogue::none)
     BSW_CUBLAS(
