@@ -6,12 +6,17 @@
 #   cmake -S . -B build-dev -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DBATCHSWEEP_STATIC_RUNTIME=ON \
 #         -DBATCHSWEEP_WERROR=ON -DCMAKE_BUILD_TYPE=Release
 #   cmake --build build-dev --target batchsweep test_gpu -j2
-#   scripts/device-check.sh stage build-dev            # -> .device/ (bin/ and lib/), a few tens of MiB
+#   scripts/device-check.sh stage build-dev            # -> .device/payload.tar.gz (bin/ and lib/), ~20 MiB
 #   echo /.device/ >> .git/info/exclude                 # ignored, so it travels only through `carry`
 #
-# then, on the device (run tool: carry [".device"], timeout_s ~ 540):
+# then, on the device (run tool: carry [".device"]), in two calls of about five minutes each (timeout_s ~ 340),
+# so that neither part's budget is spent by the other, and each part's files come back by themselves:
 #
-#   scripts/device-check.sh run                         # everything under $OUT, a short table at the end
+#   scripts/device-check.sh run core    # gpu tests, calibration, the sweeps, memcheck; a short table at the end
+#   scripts/device-check.sh run peers   # the PyTorch peer (issue 6): eager, then torch.compile on fewer batches
+#
+# (`run` alone, or `run all`, does both in one 8-minute budget, as far as it lasts.) DEVICE_CHECK_BUDGET sets a
+# part's budget in seconds (default 480 for all, 290 for core or peers); everything lands under $OUT.
 #
 # Before spending device time, rehearse the whole flow here on the CPU emulator (tests/emu): the same steps and
 # summary with batchsweep-emu and test_gpu_emu, small models instead of the presets (which the emulator would
@@ -20,11 +25,45 @@
 #   scripts/device-check.sh rehearse build              # -> /tmp/device-check-rehearsal (or $OUT)
 #
 # fmt is header-only, GoogleTest static, libstdc++/libgcc static with BATCHSWEEP_STATIC_RUNTIME. OpenBLAS is linked
-# from Debian as a shared library, so `stage` copies libopenblas.so.0 (and libgfortran/libquadmath) into .device/lib;
-# linking the static /usr/lib/x86_64-linux-gnu/libopenblas.a instead would keep only the sgemm kernels and make the
-# carried folder ~35 MiB smaller. cuBLASLt and cuDNN are NOT carried (hundreds of MiB): `run` finds the device's own
-# (CUDA toolkit, or PyTorch's nvidia-* wheels) and puts them on LD_LIBRARY_PATH.
+# from Debian as a shared library, so `stage` copies libopenblas.so.0 (and libgfortran/libquadmath) into the stage:
+# ~37 MiB of the ~60 unpacked, which is why the stage travels gzipped (a carry holds 64 MiB in all). Linking the
+# static libopenblas.a would not help: its DYNAMIC_ARCH table keeps every CPU's kernels, ~25 MiB in each of the two
+# binaries. cuBLASLt and cuDNN are NOT carried (hundreds of MiB): `run` finds the device's own (CUDA toolkit, or
+# PyTorch's nvidia-* wheels) and puts them on LD_LIBRARY_PATH.
 set -euo pipefail
+
+# The most a stage may hold packed: a carry holds 64 MiB with the working tree (~4 MiB) beside it.
+readonly kMostPackedBytes=$((56 * 1024 * 1024))
+
+# bin/ and lib/ of `dir` into dir/payload.tar.gz, which `run` unpacks; refused past kMostPackedBytes.
+pack() {
+  local dir=$1
+  tar -C "$dir" -czf "$dir/payload.tar.gz" bin lib
+  rm -rf "$dir/bin" "$dir/lib"
+  local bytes
+  bytes=$(stat -c %s "$dir/payload.tar.gz")
+  echo "packed: $dir/payload.tar.gz, $((bytes / 1024 / 1024)) MiB"
+  if (( bytes > kMostPackedBytes )); then
+    echo "the stage is $((bytes / 1024 / 1024)) MiB packed, past the $((kMostPackedBytes / 1024 / 1024)) MiB a carry" \
+      "leaves it: build for one architecture (-DCMAKE_CUDA_ARCHITECTURES=90) with BATCHSWEEP_STATIC_RUNTIME" >&2
+    exit 1
+  fi
+}
+
+# The stage `run` reads: `dir` itself where it holds bin/, else dir/payload.tar.gz unpacked into a fresh folder
+# (the carried tree may be read-only). Prints the folder.
+unpack() {
+  local dir=$1
+  if [[ -x $dir/bin/batchsweep ]]; then echo "$dir"; return; fi
+  if [[ ! -f $dir/payload.tar.gz ]]; then
+    echo "no stage in $dir (neither bin/ nor payload.tar.gz): run 'device-check.sh stage BUILD_DIR' first" >&2
+    exit 1
+  fi
+  local to
+  to=$(mktemp -d "${TMPDIR:-/tmp}/device-check-stage.XXXXXX")
+  tar -C "$to" -xzf "$dir/payload.tar.gz"
+  echo "$to"
+}
 
 stage() {
   local build=${1:?usage: device-check.sh stage BUILD_DIR [STAGE_DIR]} dir=${2:-.device}
@@ -40,20 +79,32 @@ stage() {
   done
   strip --strip-unneeded "$dir/bin/"* 2>/dev/null || true
   du -sh "$dir" "$dir"/bin/* "$dir"/lib/* 2>/dev/null
+  pack "$dir"
 }
 
 run() {
+  local part=all
+  case "${1:-}" in all|core|peers) part=$1; shift ;; esac
   local dir=${1:-.device}
   local out=${OUT:-/tmp/device-check}
   mkdir -p "$out"
   local started=$SECONDS
-  # A step's time limit: its own, or what is left of the 8 minutes (at least 10 s), whichever is less.
+  local budget=${DEVICE_CHECK_BUDGET:-$([[ $part == all ]] && echo 480 || echo 290)}
+  # A step's time limit: its own, or what is left of the budget (at least 10 s), whichever is less.
   step_limit() {
-    local left=$((480 - (SECONDS - started)))
+    local left=$((budget - (SECONDS - started)))
     (( left < 10 )) && left=10
     echo $(( left < $1 ? left : $1 ))
   }
-  exec > >(tee "$out/device-check.log") 2>&1
+  # Whether `margin` seconds or fewer are left of the budget.
+  spent() { (( SECONDS - started > budget - $1 )); }
+  exec > >(tee "$out/device-check-$part.log") 2>&1
+  echo "== device-check $part (budget ${budget} s)"
+  local stage
+  stage=$(unpack "$dir") || exit 1
+  # shellcheck disable=SC2064  # the folder is known now
+  [[ $stage != "$dir" ]] && trap "rm -rf '$stage'" EXIT
+  dir=$stage
   # `devices --calibrate` saves its rates here and the sweeps after it take their MFU peak from them, so each
   # report's mfu is a ratio to this GPU's measured GEMM rate (issue 4's targets); the cache comes back too.
   export BATCHSWEEP_CACHE_DIR="$out/calibration"
@@ -78,9 +129,17 @@ run() {
   fi
   ldd "$dir/bin/test_gpu" | grep -E 'cublas|cudnn|openblas' || true
 
-  echo "== gpu tests"
   local tests_rc=0
-  timeout 240 "$dir/bin/test_gpu" --gtest_brief=1 --gtest_output="json:$out/test_gpu.json" || tests_rc=$?
+  if [[ $part != peers ]]; then core_checks; fi
+  if [[ $part != core ]]; then peer_checks; fi
+  if [[ $part != peers ]]; then memcheck; fi
+  summary
+}
+
+# The parts of `run`, which they share its locals with (dir, out, started, budget, tests_rc).
+core_checks() {
+  echo "== gpu tests"
+  timeout "$(step_limit 240)" "$dir/bin/test_gpu" --gtest_brief=1 --gtest_output="json:$out/test_gpu.json" || tests_rc=$?
   echo "test_gpu exit code: $tests_rc"
 
   echo "== devices --calibrate"
@@ -108,11 +167,13 @@ PY
 
   echo "== sweeps"
   local common=(--backend cuda --quiet --warmup 3 --min-samples 10 --min-time 0.3 --timeout 20)
+  # Issue 4's targets first (mlp-large's GEMM rate at the knee, gpt2-small's MFU), then cuDNN's convolutions,
+  # BERT, the clocks across rounds and checkpointing, as far as the budget lasts.
   local sweeps=(
     "mlp-large train bf16 1:65536:*4"
+    "gpt2-small train bf16 1:64:*2"
     "resnet-small train bf16 16:4096:*4"
     "bert-base train bf16 1:512:*4"
-    "gpt2-small train bf16 1:64:*2"
     "gpt2-small infer bf16 1:256:*4 --rounds 2"
     "gpt2-small train bf16 8:256:*2 --checkpointing"
     "gpt2-small train bf16 200 --checkpoint-blocks 7"
@@ -131,54 +192,80 @@ PY
     local name="$model-$mode-$precision"
     [[ "$extra" == *--checkpointing* ]] && name+="-checkpointing"
     [[ "$extra" == *--checkpoint-blocks* ]] && name+="-checkpoint-blocks"
-    if (( SECONDS - started > 420 )); then echo "skipping $name: the 8-minute budget is spent"; continue; fi
+    if spent 60; then echo "skipping $name: the budget is spent"; continue; fi
     echo "-- $name ($batches)"
     # shellcheck disable=SC2086
-    timeout "$(step_limit 150)" "$dir/bin/batchsweep" run --model "$model" --mode "$mode" --precision "$precision" \
+    timeout "$(step_limit 120)" "$dir/bin/batchsweep" run --model "$model" --mode "$mode" --precision "$precision" \
       --batch "$batches" "${common[@]}" $extra --json "$out/$name.json" || echo "$name: rc $?"
   done
 
-  echo "== PyTorch peer (issue 6): same model, same batches, same GPU; eager, then torch.compile while time lasts"
-  if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-    local peers=(
-      "gpt2-small 1:16:*2"
-      "bert-base 1:64:*4"
-      "resnet-small 16:1024:*4"
-      "gpt2-small 1:16:*2 --compile"
-      "bert-base 1:64:*4 --compile"
-      "resnet-small 16:1024:*4 --compile"
-    )
-    for p in "${peers[@]}"; do
-      read -r model batches extra <<<"$p"
-      local tag="peer-$model${extra:+-compile}"
-      if (( SECONDS - started > 440 )); then echo "skipping $tag: the 8-minute budget is spent"; continue; fi
-      echo "-- $tag ($batches)"
-      # shellcheck disable=SC2086
-      timeout "$(step_limit 100)" bench/peers/compare_with_torch.sh "$dir/bin/batchsweep" --model "$model" --mode train \
-        --precision bf16 --batch "$batches" --backend cuda --out "$out/$tag" $extra \
-        -- --warmup 3 --min-samples 10 --min-time 0.3 --timeout 15 || echo "$tag: rc $?"
-    done
-  else
-    echo "skipping the PyTorch peer: no CUDA PyTorch on this machine"
-  fi
+}
 
+peer_checks() {
+  echo "== PyTorch peer (issue 6): same model, same batches, same GPU; eager, then torch.compile while time lasts"
+  local python=${PYTHON:-python3} backend=cuda common=(--warmup 3 --min-samples 10 --min-time 0.3 --timeout 15)
+  # Eager first, for every model: batchsweep and eager make the ratios issue 6 asks for. Then torch.compile on
+  # fewer batches (it compiles again at each), reusing the eager comparison's reports (--reuse) in the same folder.
+  local peers=(
+    "gpt2-small 1:16:*2"
+    "bert-base 1:64:*4"
+    "resnet-small 16:1024:*4"
+    "gpt2-small 1,16 --compile"
+    "bert-base 4,64 --compile"
+    "resnet-small 64,1024 --compile"
+  )
+  local usable="import torch; assert torch.cuda.is_available()"
+  if [[ -n "${DEVICE_CHECK_REHEARSAL:-}" ]]; then
+    # The emulator is no GPU for PyTorch: the flow (reuse, the joined table) on the CPU, where torch is installed.
+    backend=cpu usable="import torch"
+    common=(--warmup 1 --min-samples 3 --min-time 0 --max-noise 100 --timeout 20)
+    peers=("mlp 1,4" "mlp 4 --compile")
+  fi
+  if ! "$python" -c "$usable" 2>/dev/null; then
+    echo "skipping the PyTorch peer: no ${backend/cuda/CUDA} PyTorch for $python on this machine"
+    return
+  fi
+  for p in "${peers[@]}"; do
+    read -r model batches extra <<<"$p"
+    local tag="peer-$model${extra:+-compile}"
+    if spent 40; then echo "skipping $tag: the budget is spent"; continue; fi
+    echo "-- $tag ($batches)"
+    # shellcheck disable=SC2086
+    timeout "$(step_limit 120)" env PYTHON="$python" bench/peers/compare_with_torch.sh "$dir/bin/batchsweep" --model "$model" \
+      --mode train --precision bf16 --batch "$batches" --backend "$backend" --out "$out/peer-$model" $extra \
+      ${extra:+--reuse} -- "${common[@]}" || echo "$tag: rc $?"
+  done
+}
+
+memcheck() {
   echo "== compute-sanitizer memcheck (a small subset)"
   local sanitizer=not-run
   # Last of the measurements: correctness first (test_gpu), then the numbers #4 and #6 ask for, then this.
-  if (( SECONDS - started > 380 )); then
-    sanitizer="skipped: the 8-minute budget is spent"
+  if spent 100; then
+    sanitizer="skipped: the budget is spent"
+  elif [[ -n "${DEVICE_CHECK_REHEARSAL:-}" ]]; then
+    sanitizer="skipped: a rehearsal"
   elif command -v compute-sanitizer >/dev/null 2>&1; then
-    if timeout "$(step_limit 100)" compute-sanitizer --tool memcheck --error-exitcode 9 "$dir/bin/test_gpu" \
+    local rc=0
+    timeout "$(step_limit 100)" compute-sanitizer --tool memcheck --error-exitcode 9 "$dir/bin/test_gpu" \
       --gtest_filter='Storage/GpuOps.*/f32:Storage/GpuOps.*/bf16:Models/GpuSession.*/tokens_bf16:Models/GpuSession.*/image_fp32:Storage/GpuCudnnConv.*/bf16:Shapes/GpuCudnnSdpa.*/bf16_causal_64' \
-      --gtest_brief=1 >"$out/memcheck.log" 2>&1; then
+      --gtest_brief=1 >"$out/memcheck.log" 2>&1 || rc=$?
+    if (( rc == 0 )); then
       sanitizer=clean
+    elif grep -q "Device not supported" "$out/memcheck.log"; then
+      # gVisor machines (KINDS.md): the sanitizer refuses the device; nothing was checked.
+      sanitizer="unavailable: compute-sanitizer does not support the device on this runtime (gVisor)"
     else
-      sanitizer="failed (rc $?, see memcheck.log)"
+      sanitizer="failed (rc $rc, see memcheck.log)"
     fi
     tail -n 5 "$out/memcheck.log"
+  else
+    sanitizer="unavailable: no compute-sanitizer on the PATH"
   fi
   echo "memcheck: $sanitizer"
+}
 
+summary() {
   echo "== summary ($((SECONDS - started)) s)"
   local summary_rc=0
   python3 - "$out" <<'PY' || summary_rc=$?
@@ -239,6 +326,13 @@ PY
     # A rehearsal exists to catch exactly this before device time is spent on it.
     [[ -n "${DEVICE_CHECK_REHEARSAL:-}" ]] && exit 1
   fi
+  # A rehearsal checks the peer's flow too: a comparison that ran must have left its joined table's reports.
+  if [[ -n "${DEVICE_CHECK_REHEARSAL:-}" && $part != core && -d $out/peer-mlp ]]; then
+    local f
+    for f in batchsweep torch-eager torch-compile; do
+      [[ -f $out/peer-mlp/$f.analyzed.json ]] || { echo "the rehearsal's peer left no $f.analyzed.json"; exit 1; }
+    done
+  fi
   exit "$tests_rc"
 }
 
@@ -251,6 +345,7 @@ rehearse() {
   mkdir -p "$dir/bin" "$dir/lib"
   cp "$build/batchsweep-emu" "$dir/bin/batchsweep"
   cp "$build/tests/emu/test_gpu_emu" "$dir/bin/test_gpu"
+  pack "$dir" >/dev/null  # and `run` unpacks it, as on the device
   export OUT=${OUT:-/tmp/device-check-rehearsal} DEVICE_CHECK_REHEARSAL=1
   # The fake NVML (tests/fake_nvml; its GPU 0 sits at the emulator's PCI bus id), so the telemetry columns of
   # the summary are rehearsed too.
@@ -258,8 +353,10 @@ rehearse() {
   # A part of the emulated gpu suite (ctest runs all of it): the script's handling of the results is the point.
   export GTEST_FILTER=${GTEST_FILTER:-'Emulator*:GpuInit*:Storage/GpuOps.Layernorm*:Models/GpuSession.*mlp*:GpuSessionMemory.OutOfMemory*'}
   rm -rf "$OUT"
+  # The two parts, as the device runs them (two calls), each with its own budget.
   local rc=0
-  (run "$dir") || rc=$?
+  (run core "$dir") || rc=$?
+  (run peers "$dir") || rc=$?
   rm -rf "$dir"
   return "$rc"
 }
@@ -268,5 +365,5 @@ case "${1:-}" in
   stage) shift; stage "$@" ;;
   run) shift; run "$@" ;;
   rehearse) shift; rehearse "$@" ;;
-  *) echo "usage: $0 stage BUILD_DIR [STAGE_DIR] | run [STAGE_DIR] | rehearse BUILD_DIR" >&2; exit 2 ;;
+  *) echo "usage: $0 stage BUILD_DIR [STAGE_DIR] | run [all|core|peers] [STAGE_DIR] | rehearse BUILD_DIR" >&2; exit 2 ;;
 esac

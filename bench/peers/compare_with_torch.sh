@@ -4,18 +4,23 @@
 # max fit (recomputed by `batchsweep analyze`), and batchsweep's planned bytes next to PyTorch's peak allocated.
 #
 #   bench/peers/compare_with_torch.sh BATCHSWEEP [--model M] [--batch B] [--mode train|infer]
-#       [--precision fp32|tf32|fp16|bf16] [--backend auto|cpu|cuda] [--compile] [--out DIR] [-- FLAGS...]
+#       [--precision fp32|tf32|fp16|bf16] [--backend auto|cpu|cuda] [--compile] [--out DIR] [--reuse]
+#       [-- FLAGS...]
 #
 # FLAGS after `--` go to both tools (the flags they share: --warmup, --min-samples, --min-time, --max-noise,
 # --timeout, --seed, --accumulation, --checkpointing, --checkpoint-blocks N (the first N blocks backward reaches
 # only: `-- --checkpoint-blocks 4`), and --set PATH=VALUE, repeatable, which changes a field of the model config
 # for both: `-- --set input.sequence_length=32`). Reports land in DIR (default: a new temporary folder):
-# batchsweep.json, torch-eager.json, torch-compile.json and their analyzed copies *.analyzed.json. Exit 2 on usage
-# errors; otherwise the exit code of the first tool that failed.
+# batchsweep.json, torch-eager.json, torch-compile.json and their analyzed copies *.analyzed.json. With --reuse,
+# a DIR that already holds finished batchsweep and eager reports of the same model, mode, precision, backend and
+# FLAGS (any batches) keeps them and runs only what is missing: `--compile --reuse` after an eager comparison runs
+# torch.compile alone (on its own --batch, which may be fewer), and the table joins the three by batch. Exit 2 on
+# usage errors (and on --reuse of a DIR another comparison wrote); otherwise the exit code of the first tool that
+# failed.
 set -euo pipefail
 
 usage() {
-  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -25,7 +30,7 @@ bsw=$1
 shift
 [[ -x $bsw && ! -d $bsw ]] || { echo "compare_with_torch.sh: BATCHSWEEP '$bsw' is not an executable file" >&2; exit 2; }
 
-model=mlp batch=1,8,64,512 mode=train precision=fp32 backend=auto compile=0 out=""
+model=mlp batch=1,8,64,512 mode=train precision=fp32 backend=auto compile=0 reuse=0 out=""
 shared=()
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -34,6 +39,7 @@ while [[ $# -gt 0 ]]; do
       declare "${1#--}=$2"
       shift 2 ;;
     --compile) compile=1; shift ;;
+    --reuse) reuse=1; shift ;;
     --) shift; shared=("$@"); break ;;
     -h|--help) usage ;;
     *) echo "compare_with_torch.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -49,10 +55,28 @@ esac
 mkdir -p "$out"
 python=${PYTHON:-python3}
 
+# What the reports in DIR were run with, but for the batches: written once batchsweep and eager both finished,
+# so a DIR whose comparison was cut short is run again, not reused.
+stamp="model=$model mode=$mode precision=$precision backend=$backend flags=${shared[*]+${shared[*]}}"
+reused=0
+if [[ $reuse == 1 && -f $out/.compare-stamp ]]; then
+  if [[ $(<"$out/.compare-stamp") != "$stamp" ]]; then
+    echo "compare_with_torch.sh: --reuse: $out holds the reports of another comparison ($(<"$out/.compare-stamp")), not" \
+      "of $stamp" >&2
+    exit 2
+  fi
+  [[ -f $out/batchsweep.json && -f $out/torch-eager.json ]] && reused=1
+fi
+
 common=(--model "$model" --batch "$batch" --mode "$mode" --precision "$precision" --quiet ${shared[@]+"${shared[@]}"})
-echo "== batchsweep ($backend): $model $mode $precision, batches $batch" >&2
-"$bsw" run "${common[@]}" --backend "$backend" --json "$out/batchsweep.json" >/dev/null
 runs=(batchsweep)
+if [[ $reused == 1 ]]; then
+  echo "== batchsweep and PyTorch eager: reusing the reports in $out" >&2
+else
+  rm -f "$out/.compare-stamp"
+  echo "== batchsweep ($backend): $model $mode $precision, batches $batch" >&2
+  "$bsw" run "${common[@]}" --backend "$backend" --json "$out/batchsweep.json" >/dev/null
+fi
 
 # On the CPU, PyTorch computes with as many threads as batchsweep's OpenBLAS did (device.threads): a CPU's
 # throughput scales with its threads, and torch's default (its physical cores) may not be OpenBLAS's.
@@ -62,8 +86,11 @@ print(d.get("threads", "") if d.get("backend") == "cpu" else "")' "$out/batchswe
 peer=(--device "$device" --batchsweep "$bsw")
 if [[ -n $threads ]]; then peer+=(--threads "$threads"); fi
 
-echo "== PyTorch eager ($device${threads:+, $threads threads})" >&2
-"$python" "$here/torch_sweep.py" "${common[@]}" "${peer[@]}" --json "$out/torch-eager.json"
+if [[ $reused == 0 ]]; then
+  echo "== PyTorch eager ($device${threads:+, $threads threads})" >&2
+  "$python" "$here/torch_sweep.py" "${common[@]}" "${peer[@]}" --json "$out/torch-eager.json"
+  printf '%s\n' "$stamp" >"$out/.compare-stamp"
+fi
 runs+=(torch-eager)
 if [[ $compile == 1 ]]; then
   echo "== PyTorch torch.compile ($device)" >&2

@@ -1051,6 +1051,42 @@ class CompareWithTorchScriptTest(unittest.TestCase):
         self.assertTrue(any(line.startswith("batchsweep ") and "knee" in line for line in lines), done.stdout)
         self.assertTrue(any(line.startswith("torch-eager ") and "max fit" in line for line in lines), done.stdout)
 
+    def test_compile_reuses_the_eager_comparison(self):
+        # As scripts/device-check.sh runs it: eager first, then torch.compile alone on fewer batches, joined into
+        # one table; a DIR of another comparison is refused.
+        script = os.path.join(PEERS, "compare_with_torch.sh")
+        shared = [a for a in FAST if a != "--quiet"]
+        env = dict(os.environ, PYTHON=sys.executable)
+        with tempfile.TemporaryDirectory() as tmp:
+            model = write_json(tmp, "tiny.json", TINY_MLP)
+            out = os.path.join(tmp, "out")
+            base = [script, find_batchsweep(), "--model", model, "--backend", "cpu", "--out", out]
+            first = subprocess.run([*base, "--batch", "1,4", "--", *shared], capture_output=True, text=True,
+                                   timeout=300, check=False, env=env)
+            self.assertEqual(first.returncode, 0, first.stderr)
+            kept = {name: os.stat(os.path.join(out, name + ".json")).st_mtime_ns
+                    for name in ("batchsweep", "torch-eager")}
+            done = subprocess.run([*base, "--batch", "4", "--compile", "--reuse", "--", *shared],
+                                  capture_output=True, text=True, timeout=600, check=False, env=env)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertIn("reusing the reports", done.stderr)
+            for name, mtime in kept.items():
+                self.assertEqual(os.stat(os.path.join(out, name + ".json")).st_mtime_ns, mtime, name)
+            with open(os.path.join(out, "torch-compile.json"), encoding="utf-8") as f:
+                compiled = json.load(f)
+            self.assertEqual([p["batch"] for p in compiled["points"]], [4])
+            self.assertTrue(compiled["settings"]["torch"]["execution"].startswith("torch.compile("), compiled["settings"])
+            lines = done.stdout.splitlines()
+            self.assertEqual(lines[0].split()[:6],
+                             ["batch", "batchsweep/s", "torch-eager/s", "bsw/eager", "torch-compile/s", "bsw/compile"])
+            rows = {line.split()[0]: line.split() for line in lines[1:3]}
+            self.assertEqual(rows["1"][4:6], ["-", "-"])  # compile ran batch 4 only
+            self.assertTrue(rows["4"][5].endswith("x") and float(rows["4"][5][:-1]) > 0, rows["4"])
+            other = subprocess.run([*base, "--batch", "4", "--precision", "bf16", "--compile", "--reuse", "--",
+                                    *shared], capture_output=True, text=True, timeout=60, check=False, env=env)
+            self.assertEqual(other.returncode, 2, other.stderr)
+            self.assertIn("holds the reports of another comparison", other.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
