@@ -222,6 +222,9 @@ struct CompareResult {
   // The notes (also in `notes`) that two reports hold one run (same created_at and points): every verdict
   // between them compares a run with itself. The CLI repeats them on stderr.
   std::vector<std::string> same_run_notes;
+  // The runs (indices past 0) that are the baseline itself, by the same test: a gate between them can never
+  // fail, so --fail-on-regression refuses them (exit 2).
+  std::vector<size_t> copies_of_baseline;
   // The notes (also in `notes`) naming compared points that stopped before meeting their measurement targets
   // (timeout, sample cap, noise settled), or timed while other processes competed for the CPUs (PointHost):
   // the CLI repeats them on stderr under --fail-on-regression, where a busy machine's noise can fail (or

@@ -1664,10 +1664,12 @@ int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& ar
   check_exports(exports, {{"the report analyze reads", s.report_path, true}});
   Report report = read_report(s.report_path);
   if (report.state == "in_progress")
-    std::fprintf(stderr,
-                 "batchsweep analyze: %s was written while its sweep ran (state in_progress) and the run "
-                 "ended before it finished: the analysis covers the %zu point(s) it holds\n",
-                 s.report_path.c_str(), report.points.size());
+    std::fprintf(
+        stderr,
+        "batchsweep analyze: %s was written while its sweep ran (state in_progress): the run stopped "
+        "before it finished (killed, or failed) or is still running, and the analysis covers the %zu "
+        "point(s) it holds\n",
+        s.report_path.c_str(), report.points.size());
   if (report.state == "interrupted")
     std::fprintf(stderr,
                  "batchsweep analyze: %s is of an interrupted sweep (state interrupted): the analysis covers "
@@ -1869,6 +1871,18 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
   // Why the gate cannot pass (exit 2), where it cannot. The exports are still written, with the gate's answer
   // failed and this reason, so a CI job reading an export never finds an earlier run's "passed" there.
   const auto gate_refusal = [&]() -> std::optional<std::string> {
+    // A run given as its own baseline (a CI variable naming one file twice, or a copy of it): every verdict
+    // compares the run with itself, and the gate could never fail.
+    if (!result.copies_of_baseline.empty()) {
+      std::vector<std::string> names;
+      for (size_t i : result.copies_of_baseline) names.push_back(result.runs[i].name);
+      return fmt::format(
+          "--fail-on-regression {:g}: {} {} the baseline itself ({}, the same points), so the gate compares "
+          "a "
+          "run with itself and could never fail (give the baseline's report and the new run's)",
+          *s.fail_on_regression_pct, fmt::join(names, " and "), names.size() == 1 ? "is" : "are",
+          result.runs[0].name);
+    }
     // A run that did not finish lacks batches for no reason of its own: the gate would pass them unjudged.
     for (const RunSummary& run : result.runs) {
       if (incomplete(run) && !s.allow_incomplete)
@@ -1970,8 +1984,11 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
       if (unswept.empty()) continue;
       const std::string list = fmt::format("{}", fmt::join(unswept, ", "));
       // Where the gate already fails on what it judged, the regressions are the answer (exit 3), named.
-      const char* why = searched(reports[0]) || searched(reports[i])
-                            ? "a search chooses its batches by what it measures"
+      // A search beside a baseline that swept a list is a job whose flags changed, and would weaken its gate
+      // as a shrunk list does: refused as that is. Beside a baseline that searched, batches differ by nature.
+      const char* why = searched(reports[0])
+                            ? "the baseline is a search, which chooses its batches by what it "
+                              "measures"
                         : s.allow_incomplete ? "--allow-incomplete"
                         : !found.empty()     ? "the gate fails on the regressions below anyway"
                                              : nullptr;
@@ -1984,11 +2001,12 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
         export_notes.push_back(note);
       } else
         return fmt::format(
-            "--fail-on-regression {:g}: {} did not sweep batch{} {}, which ran ok in the baseline {}: {} "
+            "--fail-on-regression {:g}: {}{} did not sweep batch{} {}, which ran ok in the baseline {}: {} "
             "would pass unjudged (sweep the baseline's --batch list, or pass --allow-incomplete to judge the "
             "batches both swept)",
-            *s.fail_on_regression_pct, result.runs[i].name, unswept.size() == 1 ? "" : "es", list,
-            result.runs[0].name, unswept.size() == 1 ? "it" : "they");
+            *s.fail_on_regression_pct, result.runs[i].name,
+            searched(reports[i]) ? ", a search where the baseline swept a --batch list," : "",
+            unswept.size() == 1 ? "" : "es", list, result.runs[0].name, unswept.size() == 1 ? "it" : "they");
     }
     return std::nullopt;
   };
@@ -2045,15 +2063,24 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
     // runner), not the code's: said beside the gate's answer, not only in the table.
     for (const std::string& note : result.short_notes)
       std::fprintf(stderr, "batchsweep: warning: %s\n", note.c_str());
-    // A gate holds a run to its baseline as the same machine's before and after: across devices its
-    // "regressions" are the other card's speed.
-    for (const std::string& note : result.notes)
-      if (note.starts_with("devices differ:"))
-        std::fprintf(stderr,
-                     "batchsweep: warning: %s: the gate judges each run against A as if on one machine, so a "
-                     "slower card reads as a regression (to choose between cards, compare without "
-                     "--fail-on-regression)\n",
-                     note.c_str());
+    // A gate holds a run to its baseline as the same machine's, measured the same way, before and after:
+    // across devices its "regressions" are the other card's speed, across CPU thread counts the runner's
+    // size, and across measurement settings (paths, graphs, stopping rules) another step.
+    for (const std::string& note : result.notes) {
+      const char* why =
+          note.starts_with("devices differ:")
+              ? "the gate judges each run against A as if on one machine, so a slower card reads as a "
+                "regression (to choose between cards, compare without --fail-on-regression)"
+          : note.starts_with("CPU threads differ:")
+              ? "the gate judges each run against A as if on one machine, so fewer threads read as a "
+                "regression (give both runs the same threads: OPENBLAS_NUM_THREADS, or the runner's size)"
+          : note.find(": measured with other settings (") != std::string::npos
+              ? "the gate judges each run against A as if measured alike, so what those settings change "
+                "reads "
+                "as a regression, or hides one"
+              : nullptr;
+      if (why) std::fprintf(stderr, "batchsweep: warning: %s: %s\n", note.c_str(), why);
+    }
     for (const Regression& r : found) std::fprintf(stderr, "batchsweep: regression: %s\n", r.text.c_str());
   }
   if (refused) {

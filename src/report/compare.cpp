@@ -1105,6 +1105,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
       }
     }
     if (copies.size() > 1) result.same_run_notes.push_back(same_run_text(reports[i], copies));
+    if (i == 0) result.copies_of_baseline.assign(copies.begin() + 1, copies.end());
   }
   result.notes = result.same_run_notes;  // first: it outweighs every other note
 

@@ -1229,7 +1229,13 @@ TEST(Compare, RegressionExitsThreeAndSameRunPasses) {
     EXPECT_NE(full.err.find("--json: /dev/full"), std::string::npos) << full.err;
     EXPECT_NE(slurp(md).find("**failed**"), std::string::npos);
   }
-  const Result same = run({"compare", a, a, "--fail-on-regression", "5"});
+  // Another run on the same device passes (another seed: a script's steps repeat, and two runs of one in one
+  // second would be one run, which a gate refuses).
+  const std::string again = (dir / "again.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "64,512,1024", "--seed", "2", "--json", again}))
+                .exit_code,
+            0);
+  const Result same = run({"compare", a, again, "--fail-on-regression", "5"});
   EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
   const Result faster = run({"compare", b, a, "--fail-on-regression", "5"});
   EXPECT_EQ(faster.exit_code, 0) << faster.out << faster.err;
@@ -1250,7 +1256,9 @@ TEST(Compare, RegressionExitsThreeAndSameRunPasses) {
   // export says the gate cannot pass, and why.
   const std::string d = (dir / "d.json").string(), e = (dir / "e.json").string();
   ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "4096,8192", "--json", d})).exit_code, 4);
-  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "4096,8192", "--json", e})).exit_code, 4);
+  // (Another seed: two runs of one script in one second that measure alike would be one run to compare.)
+  ASSERT_EQ(
+      run(scripted_run("roofline.json", {"--batch", "4096,8192", "--seed", "2", "--json", e})).exit_code, 4);
   const std::string out = (dir / "cmp.json").string();
   const Result failed = run({"compare", d, e, "--fail-on-regression", "5", "--json", out});
   EXPECT_EQ(failed.exit_code, 2) << failed.out << failed.err;
@@ -1265,8 +1273,9 @@ TEST(Compare, RegressionExitsThreeAndSameRunPasses) {
       << refused.dump(2);
 }
 
-// One run given twice (the same file, a copy, analyze's re-export) compares a run with itself: the gate still
-// passes, but stderr and the JSON's notes say so.
+// One run given twice (the same file, a copy, analyze's re-export) compares a run with itself: stderr and the
+// JSON's notes say so, and a gate refuses it (exit 2: it could never fail, as a CI variable naming one file
+// twice would make it).
 TEST(Compare, OneRunGivenTwiceIsSaidToBeTheSameRun) {
   ScratchDir dir;
   const std::string a = (dir / "a.json").string(), copy = (dir / "copy.json").string();
@@ -1282,12 +1291,18 @@ TEST(Compare, OneRunGivenTwiceIsSaidToBeTheSameRun) {
       created_at + ", the same points)";
   for (const std::string& b : {a, copy, again}) {
     const Result r = run({"compare", a, b, "--fail-on-regression", "5", "--json", out});
-    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
     EXPECT_NE(r.err.find("batchsweep: warning: " + said), std::string::npos) << b << "\n" << r.err;
     EXPECT_NE(r.out.find("note: " + said), std::string::npos) << r.out;
-    const nlohmann::json notes = read_json(out)["notes"];
-    ASSERT_FALSE(notes.empty());
-    EXPECT_EQ(notes[0].get<std::string>().rfind(said, 0), 0u) << notes.dump();
+    const nlohmann::json doc = read_json(out);
+    ASSERT_FALSE(doc["notes"].empty());
+    EXPECT_EQ(doc["notes"][0].get<std::string>().rfind(said, 0), 0u) << doc["notes"].dump();
+    EXPECT_EQ(doc["gate"]["passed"], false);
+    const std::string refused = doc["gate"].value("refused", std::string());
+    EXPECT_NE(refused.find("is the baseline itself"), std::string::npos) << refused;
+    EXPECT_NE(r.err.find("could never fail"), std::string::npos) << r.err;
+    // Without a gate it is a comparison like any other, said and answered.
+    EXPECT_EQ(run({"compare", a, b}).exit_code, 0);
   }
   // Another run of the same formula measures the same steps, but it is another run.
   const std::string other = (dir / "other.json").string();
@@ -1326,7 +1341,7 @@ TEST(Compare, AShortThirdRunDoesNotHideAnotherRunsRegressions) {
   // A run that shares no batch with the baseline, beside one that does: the gate cannot pass it unjudged.
   const std::string d = (dir / "d.json").string();
   ASSERT_EQ(run(scripted_run("roofline-slower.json", {"--batch", "1024,2048", "--json", d})).exit_code, 0);
-  const Result disjoint = run({"compare", a, a, d, "--fail-on-regression", "5", "--allow-incomplete"});
+  const Result disjoint = run({"compare", a, c, d, "--fail-on-regression", "5", "--allow-incomplete"});
   EXPECT_EQ(disjoint.exit_code, 2) << disjoint.out << disjoint.err;
   EXPECT_NE(disjoint.err.find("--fail-on-regression 5: C (" + d +
                               ") shares no batch with the baseline, so it was not compared and would pass "
@@ -1940,7 +1955,11 @@ TEST(Compare, AGateExportThatCannotBeWrittenRemovesTheEarlierAnswer) {
                     gate = (dir / "gate.json").string();
   ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "128,256,512", "--json", a})).exit_code, 0);
   ASSERT_EQ(run(scripted_run("roofline-slower.json", {"--batch", "128,256,512", "--json", b})).exit_code, 0);
-  ASSERT_EQ(run({"compare", a, a, "--fail-on-regression", "5", "--json", gate}).exit_code, 0);
+  const std::string again = (dir / "again.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "128,256,512", "--seed", "2", "--json", again}))
+                .exit_code,
+            0);
+  ASSERT_EQ(run({"compare", a, again, "--fail-on-regression", "5", "--json", gate}).exit_code, 0);
   ASSERT_TRUE(read_json(gate)["gate"]["passed"].get<bool>());
   const std::string command = "ulimit -f 2; '" + std::string(BSW_BINARY) + "' compare '" + a + "' '" + b +
                               "' --fail-on-regression 5 --json '" + gate + "' > /dev/null 2> '" +
@@ -2071,6 +2090,29 @@ TEST(Run, AGateAcrossDevicesSaysItJudgesThemAsOneMachine) {
       << gate.err;
   EXPECT_EQ(run({"compare", reports[0], reports[0], "--fail-on-regression", "5"}).err.find("devices differ"),
             std::string::npos);
+  // So is a runner with fewer CPU threads, and a run measured with other settings (each another machine or
+  // another step to the gate), beside whatever answer the gate gives.
+  const auto variant = [&](const std::string& name, int threads, int min_samples) {
+    nlohmann::json doc = read_json(reports[0]);
+    doc["created_at"] = "2020-01-0" + std::to_string(threads) + "T00:00:00Z";
+    doc["device"]["threads"] = threads;
+    doc["settings"]["stopping"]["min_samples"] = min_samples;
+    const std::string path = (dir / name).string();
+    std::ofstream(path) << doc.dump();
+    return path;
+  };
+  const std::string two = variant("two.json", 2, 10), one = variant("one.json", 1, 30);
+  const Result threads = run({"compare", two, one, "--fail-on-regression", "5"});
+  EXPECT_NE(threads.err.find("batchsweep: warning: CPU threads differ: A 2, B 1"), std::string::npos)
+      << threads.err;
+  EXPECT_NE(threads.err.find("so fewer threads read as a regression (give both runs the same threads"),
+            std::string::npos)
+      << threads.err;
+  EXPECT_NE(
+      threads.err.find("A and B: measured with other settings (stopping.min_samples 10 vs 30): the gate "
+                       "judges each run against A as if measured alike"),
+      std::string::npos)
+      << threads.err;
 }
 
 TEST(Run, TheGateRefusesARunThatLeftOutTheBaselinesBatches) {
@@ -2134,16 +2176,27 @@ TEST(Run, TheGateRefusesARunThatLeftOutTheBaselinesBatches) {
       << gate.err;
 
   ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "auto", "--json", searched})).exit_code, 0);
-  gate = run({"compare", base, searched, "--fail-on-regression", "5"});
-  EXPECT_NE(gate.exit_code, 2) << gate.err;
+  // A search beside a baseline that swept a list is a job whose flags changed: the batches it left out would
+  // pass unjudged, as a shrunk list's would, and it is refused as that is.
+  // (--effective-batch 64 sweeps the splits of 64: batch 64 of one micro-batch, and none of 128 or 256.)
+  const std::string split = (dir / "split.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--effective-batch", "64", "--json", split})).exit_code, 0);
+  gate = run({"compare", base, split, "--fail-on-regression", "5"});
+  EXPECT_EQ(gate.exit_code, 2) << gate.err;
+  EXPECT_NE(gate.err.find(split + ", a search where the baseline swept a --batch list, did not sweep batches "
+                                  "128, 256"),
+            std::string::npos)
+      << gate.err;
+  EXPECT_EQ(run({"compare", base, split, "--fail-on-regression", "5", "--allow-incomplete"}).exit_code, 0);
+  // Beside a baseline that searched, batches differ by nature: named, not refused.
   const Result reverse = run({"compare", searched, base, "--fail-on-regression", "50"});
   EXPECT_EQ(reverse.exit_code, 0) << reverse.out << reverse.err;
-  EXPECT_NE(reverse.err.find("which ran ok in the baseline: not judged (a search chooses its batches by what "
-                             "it measures)"),
+  EXPECT_NE(reverse.err.find("which ran ok in the baseline: not judged (the baseline is a search, which "
+                             "chooses its batches by what it measures)"),
             std::string::npos)
       << reverse.err;
   // Under 1% the throughput gate acts at 1% (compare calls nothing smaller a change): said beside the answer.
-  const Result tiny = run({"compare", base, base, "--fail-on-regression", "0.5"});
+  const Result tiny = run({"compare", fewer, base, "--fail-on-regression", "0.5"});
   EXPECT_EQ(tiny.exit_code, 0) << tiny.err;
   EXPECT_NE(
       tiny.err.find("note: --fail-on-regression 0.5: compare calls no throughput change under 1% slower, "

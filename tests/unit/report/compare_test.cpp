@@ -241,6 +241,7 @@ TEST(Compare, OneRunTwiceIsNoted) {
   const CompareResult three = compare_reports({a, testing::sample_candidate(), a}, {});
   ASSERT_EQ(three.same_run_notes.size(), 1u);
   EXPECT_THAT(three.same_run_notes[0], HasSubstr("A and C are the same run"));
+  EXPECT_EQ(three.copies_of_baseline, std::vector<size_t>{2});
   // Many copies are one note naming them all, beside another run's own pair.
   Report other = testing::sample_candidate();
   other.device.backend = "cuda";
@@ -248,6 +249,8 @@ TEST(Compare, OneRunTwiceIsNoted) {
   ASSERT_EQ(many.same_run_notes.size(), 2u);
   EXPECT_THAT(many.same_run_notes[0], HasSubstr("A, C, D and F are the same run (created_at"));
   EXPECT_THAT(many.same_run_notes[1], HasSubstr("B and E are the same run (created_at"));
+  EXPECT_EQ(many.copies_of_baseline, (std::vector<size_t>{2, 3, 5}));  // B and E are a pair, not the baseline
+  EXPECT_TRUE(compare_reports({other, a, other}, {}).copies_of_baseline == std::vector<size_t>{2});
   EXPECT_THAT(compare_reports({scripted, scripted, scripted}, {}).same_run_notes.at(0),
               HasSubstr("A, B and C are the same run, or several runs of one script started in one second"));
   // Another created_at, or another sample, is another run.
