@@ -244,7 +244,12 @@ struct AnalysisOptions {
   // run --effective-batch N (settings.effective_batch): the points are splits of N, also where only one
   // accumulation of them ran (N x 1 alone, the rest too slow to time; an interrupted sweep).
   std::optional<int64_t> effective_batch;
+  // The analysis of a sweep still running, rewritten after each point (its exports, state in_progress): past
+  // kInterimConfidencePoints curve points the knee's confidence, whose perturbed curves cost the square of
+  // the points each time, is left to the analysis at the end ("unknown" until then, and the reason says so).
+  bool interim = false;
 };
+inline constexpr std::size_t kInterimConfidencePoints = 128;
 
 struct ToolInfo {
   std::string name = "batchsweep";

@@ -871,7 +871,7 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
   const std::vector<CurvePoint> curve = analysis_detail::throughput_curve(view);
 
   Analysis analysis;
-  const analysis_detail::KneeDetail knee = analysis_detail::find_knee_detail(view, options.knee_sensitivity);
+  const analysis_detail::KneeDetail knee = analysis_detail::find_knee_detail(view, options.knee_sensitivity, options.interim);
   analysis.knee = knee.result;
   // Splits of a fixed effective batch end at the whole batch in one step: "still scaling" there asks for no
   // larger batch (none is a split of N), only says that the fewest micro-batches are fastest.

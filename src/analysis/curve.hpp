@@ -40,7 +40,10 @@ struct KneeDetail {
 };
 
 // find_knee, plus the rule that decided it (the recommendation branches on it).
-[[nodiscard]] KneeDetail find_knee_detail(std::span<const Point> points, double sensitivity);
+// interim: AnalysisOptions::interim (the confidence left to the final analysis past
+// kInterimConfidencePoints).
+[[nodiscard]] KneeDetail find_knee_detail(std::span<const Point> points, double sensitivity,
+                                          bool interim = false);
 
 // "throughput falls as the batch grows (-31% from 1 to 8)" where the smallest batch has the best throughput
 // and the largest is more than kFlatThroughputGain below it; empty otherwise (a flat curve, or a rising one).

@@ -400,7 +400,7 @@ void add_busy_host(KneeResult& knee, const std::vector<CurvePoint>& curve) {
       busy.size() == 1 ? "" : "es", fmt::join(busy, ", "), busy.size() == 1 ? "was" : "were");
 }
 
-KneeDetail find_knee_detail(std::span<const Point> points, double sensitivity) {
+KneeDetail find_knee_detail(std::span<const Point> points, double sensitivity, bool interim) {
   if (!std::isfinite(sensitivity) || sensitivity <= 0.0)
     throw std::invalid_argument(fmt::format("find_knee: sensitivity must be > 0, got {}", sensitivity));
   const std::vector<CurvePoint> curve = analysis_detail::throughput_curve(points);
@@ -415,7 +415,17 @@ KneeDetail find_knee_detail(std::span<const Point> points, double sensitivity) {
   detail.rising_at_end = outcome.rising_at_end;
   if (outcome.index) detail.result.batch = curve[*outcome.index].batch;
   detail.result.reason = knee_reason(outcome, curve, points, sensitivity);
-  add_confidence(detail.result, curve, log2_batch, log2_rate, sensitivity);
+  if (interim && curve.size() > kInterimConfidencePoints) {
+    // 4n + 2 systematic perturbed curves of n points each, after every point of a long sweep: a cost that
+    // grows with the cube of its length. The final analysis, and `analyze`, compute it.
+    detail.result.confidence = "unknown";
+    detail.result.reason += fmt::format(
+        "; its confidence under noise is computed when the sweep ends (the sweep is still running, past {} "
+        "points)",
+        kInterimConfidencePoints);
+  } else {
+    add_confidence(detail.result, curve, log2_batch, log2_rate, sensitivity);
+  }
   add_busy_host(detail.result, curve);
   return detail;
 }

@@ -591,6 +591,7 @@ class ExportingObserver final : public SweepObserver {
     // batch, too slow to repeat after every point of a long sweep.
     AnalysisOptions so_far = options_;
     so_far.request_rate.reset();
+    so_far.interim = true;
     report_.analysis = analyze(report_.points, so_far);
     if (!exports_.any()) return;
     // An export that cannot be rewritten (a full disk, a directory made read-only) does not stop the
@@ -678,8 +679,15 @@ std::string keep_earlier_exports(ExportSettings& exports) {
                      left.size() > 1 ? "they were" : "it was");
 }
 
-void keep_fatal_error(Report& report, const ExportSettings& given, const Error& e) {
+void keep_fatal_error(Report& report, const ExportSettings& given, const Error& e,
+                      const AnalysisOptions& options) {
   ExportSettings exports = given;
+  // The analysis after the last point, in full: the rewrites' left a long sweep's knee confidence to the end
+  // (AnalysisOptions::interim), which this is. Serving stays unsimulated, as in those rewrites.
+  AnalysisOptions final_options = options;
+  final_options.request_rate.reset();
+  final_options.interim = false;
+  report.analysis = analyze(report.points, final_options);
   const std::string left = report.points.empty() ? keep_earlier_exports(exports) : std::string();
   report.warnings.push_back(
       fmt::format("{} (exit 1): {}; the report holds the {} point{} finished before it{}", kFatalErrorWarning,
@@ -1493,7 +1501,7 @@ int run_command(const RunSettings& given, const std::vector<std::string>& argv) 
   try {
     outcome = run_sweep(*backend, graph, sweep, observer);
   } catch (const Error& e) {
-    if (e.exit_code() == kExitRuntime) keep_fatal_error(report, exports, e);
+    if (e.exit_code() == kExitRuntime) keep_fatal_error(report, exports, e, partial_options);
     throw;
   }
 

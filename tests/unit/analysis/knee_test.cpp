@@ -108,6 +108,36 @@ TEST_P(SaturatingKnee, IsNearB0) {
 
 INSTANTIATE_TEST_SUITE_P(B0, SaturatingKnee, ::testing::Values(16.0, 64.0, 256.0));
 
+// The rewrites after each point of a long sweep leave the knee's confidence (4n + 2 perturbed curves of n
+// points each time) to the final analysis; up to kInterimConfidencePoints they compute it as that does.
+TEST(FindKnee, AnInterimAnalysisOfALongSweepLeavesTheConfidenceToTheEnd) {
+  std::vector<int64_t> batches;
+  for (int64_t b = 8; b <= 8 * static_cast<int64_t>(kInterimConfidencePoints + 1); b += 8)
+    batches.push_back(b);
+  std::vector<Point> points = sweep(batches, saturating(50000, 256.0));
+  AnalysisOptions options;
+  const Analysis full = analyze(points, options);
+  options.interim = true;
+  const Analysis interim = analyze(points, options);
+  EXPECT_EQ(interim.knee.batch, full.knee.batch);
+  EXPECT_NE(full.knee.confidence, "unknown") << full.knee.reason;
+  EXPECT_EQ(interim.knee.confidence, "unknown");
+  const std::string rule = full.knee.reason.substr(0, full.knee.reason.find(';'));
+  EXPECT_EQ(
+      interim.knee.reason.rfind(rule + "; its confidence under noise is computed when the sweep ends (the "
+                                       "sweep is still running, past 128 points)",
+                                0),
+      0u)
+      << interim.knee.reason;
+  // One point fewer: computed as at the end.
+  points.pop_back();
+  options.interim = false;
+  const Analysis shorter = analyze(points, options);
+  options.interim = true;
+  EXPECT_EQ(analyze(points, options).knee.confidence, shorter.knee.confidence);
+  EXPECT_EQ(analyze(points, options).knee.reason, shorter.knee.reason);
+}
+
 TEST(FindKnee, LinearThroughputIsStillScaling) {
   const KneeResult knee = find_knee(sweep(kBatches, [](double b) { return 100.0 * b; }), 1.0);
   EXPECT_FALSE(knee.batch.has_value());
