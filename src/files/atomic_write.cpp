@@ -161,11 +161,19 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   }
   if (path.empty()) throw InputError("cannot write a file with an empty name");
   if (is_stream_target(path)) {
-    // Non-blocking open: a FIFO nobody reads fails (ENXIO) instead of hanging after the measurements; the
-    // writes then block as usual.
-    FileDescriptor fd(::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
+    // Non-blocking open: a FIFO nobody reads fails (ENXIO) instead of hanging after the measurements. A
+    // reader may be a moment late (`batchsweep run --json f & consumer < f`): tried again for up to
+    // kFifoWaitS, as an input FIFO waits for its writer. The writes then block as usual.
+    int opened = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    for (int tries = 0; opened < 0 && errno == ENXIO && tries < kFifoWaitS * 20; ++tries) {
+      ::usleep(50'000);
+      opened = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    }
+    FileDescriptor fd(opened);
     if (fd.get() < 0) {
-      if (errno == ENXIO) throw InputError(path + ": cannot write: no process is reading this pipe");
+      if (errno == ENXIO)
+        throw InputError(path + ": cannot write: no process opened this pipe to read it within " +
+                         std::to_string(kFifoWaitS) + " s");
       throw InputError(path + ": cannot write: " + std::strerror(errno));
     }
     const int flags = ::fcntl(fd.get(), F_GETFL);

@@ -510,9 +510,32 @@ TEST(Run, AnExportIntoAPipeNobodyReadsFailsInsteadOfHanging) {
   done = true;
   watchdog.join();
   EXPECT_EQ(r.exit_code, 1) << r.err;  // an I/O failure while running: the path itself was fine
-  EXPECT_NE(r.err.find("--json: " + fifo.string() + ": cannot write: no process is reading this pipe"),
+  EXPECT_NE(r.err.find("--json: " + fifo.string() +
+                       ": cannot write: no process opened this pipe to read it within 10 s"),
             std::string::npos)
       << r.err;
+}
+
+// A reader a moment late (`batchsweep run --json f & consumer < f`) still gets the report: the write waits
+// for it, as an input FIFO waits for its writer.
+TEST(Run, AFifoExportWaitsForALateReader) {
+  ScratchDir dir;
+  const std::filesystem::path fifo = dir / "late.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    const int fd = open(fifo.c_str(), O_RDONLY);
+    char buffer[4096];
+    for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) got.append(buffer, static_cast<size_t>(n));
+    close(fd);
+  });
+  const Result r = run(scripted_run("roofline.json", {"--batch", "1,2", "--json", fifo.string()}));
+  reader.join();
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(got, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << got;
+  EXPECT_EQ(doc["points"].size(), 2u);
 }
 
 // Runs the scripted sleepy sweep over 1..32 with `exports`, removing `dir` (where some exports go) as soon as
