@@ -174,33 +174,27 @@ TEST(EmulatedCuda, MfuUsesTheRateDevicesCalibrateCachedForThisGpu) {
   const nlohmann::json before = sweep();
   EXPECT_FALSE(before["device"].contains("peak_flops") && before["device"]["peak_flops"].is_number())
       << before["device"].dump();
-  // What `devices --calibrate` writes (the emulator's GEMMs are too slow to measure 8192^3 products here).
-  const nlohmann::json devices = nlohmann::json::parse(run({"devices", "--json"}, env).out);
-  const nlohmann::json& gpu = devices["cuda"]["devices"][0];
-  const nlohmann::json& versions = devices["cuda"]["versions"];
-  const nlohmann::json cache = {{"batchsweep_calibration", 1},
-                                {"entries",
-                                 {{{"identity",
-                                    {{"name", gpu.at("name")},
-                                     {"uuid", gpu.at("uuid")},
-                                     {"cuda_driver", versions.at("cuda_driver")},
-                                     {"cublaslt", versions.at("cublaslt")}}},
-                                   {"measured_at", "2026-11-30T08:00:00Z"},
-                                   {"result", {{"bf16_tflops", 0.001}}}}}}};
-  std::ofstream(dir / "calibration.json") << cache.dump();
+  // `devices --calibrate` measures this GPU (on the emulator, small products: device.cpp) and caches the
+  // rates.
+  const Result calibrated = run({"devices", "--calibrate", "--json"}, env);
+  ASSERT_EQ(calibrated.exit_code, 0) << calibrated.err;
+  const nlohmann::json measured = nlohmann::json::parse(calibrated.out).at("calibration");
+  const double bf16_tflops = measured.at("bf16_tflops").get<double>();
+  EXPECT_GT(bf16_tflops, 0.0) << measured.dump();
+  EXPECT_EQ(measured.at("cache").get<std::string>(), "saved to " + (dir / "calibration.json").string());
   const nlohmann::json after = sweep();
-  EXPECT_EQ(after["device"].at("peak_flops"), 1e9);
+  EXPECT_DOUBLE_EQ(after["device"].at("peak_flops").get<double>(), bf16_tflops * 1e12);
   EXPECT_NE(after["device"]
                 .at("peak_flops_source")
                 .get<std::string>()
-                .find("calibrated by `batchsweep devices --calibrate` at 2026-11-30T08:00:00Z"),
+                .find("calibrated by `batchsweep devices --calibrate` at "),
             std::string::npos)
       << after["device"].dump();
   const nlohmann::json& p = after["points"][0];
-  EXPECT_NEAR(p.at("mfu").get<double>(), p.at("tflops").get<double>() / 0.001, 1e-9) << p.dump();
+  EXPECT_NEAR(p.at("mfu").get<double>(), p.at("tflops").get<double>() / bf16_tflops, 1e-9) << p.dump();
   // `devices` shows the cached calibration beside the spec sheet.
   const nlohmann::json listed = nlohmann::json::parse(run({"devices", "--json"}, env).out);
-  EXPECT_EQ(listed["cuda"]["devices"][0]["calibrated"].at("bf16_tflops"), 0.001) << listed.dump();
+  EXPECT_EQ(listed["cuda"]["devices"][0]["calibrated"].at("bf16_tflops"), bf16_tflops) << listed.dump();
 }
 
 TEST(EmulatedCuda, ForcingCudnnWithoutOneIsAUsageError) {
