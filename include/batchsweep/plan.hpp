@@ -246,6 +246,12 @@ struct ExecutionPaths {
   std::string note;  // why a preferred path was not taken (cuDNN's reason), for the report; empty otherwise
 };
 
+// cuDNN's fused attention (SDPA) runs at most this many sequences at once: its graph builds past that and its
+// execute fails (seen with cuDNN 9.2 on H100; PyTorch routes such a batch to another attention too). A
+// larger micro-batch is planned, and run, on our explicit attention: make_plan switches it, and says so in
+// the request's paths.note.
+inline constexpr int64_t kCudnnSdpaMostSequences = 65535;
+
 struct PlanRequest {
   int64_t batch = 1;  // micro-batch
   Precision precision = Precision::fp32;

@@ -717,6 +717,15 @@ Plan make_plan(const Graph& graph, const PlanRequest& request) {
   }
   PlanRequest normalised = request;
   if (request.backend != BackendKind::cuda) normalised.paths = ExecutionPaths{};
+  if (normalised.paths.attention == AttentionPath::cudnn_sdpa && request.batch > kCudnnSdpaMostSequences &&
+      graph.has(OpKind::attention_core)) {
+    normalised.paths.attention = AttentionPath::explicit_softmax;
+    const std::string note = fmt::format(
+        "attention: cuDNN's fused attention runs at most {} sequences at once, so batch {} runs our explicit "
+        "path",
+        kCudnnSdpaMostSequences, request.batch);
+    normalised.paths.note = normalised.paths.note.empty() ? note : normalised.paths.note + "; " + note;
+  }
   if (normalised.paths.attention == AttentionPath::cudnn_sdpa &&
       storage_dtype(request.precision) == DType::f32)
     throw UsageError(

@@ -470,6 +470,15 @@ std::string format_plan_table(const PlanSummary& s) {
           "largest batch that fits in {}: {}{} (plans may use {:.0f}% of it; the rest is headroom for "
           "the runtime)\n",
           memory_text(s), *s.max_fit_batch, accumulated, kMemorySafetyFraction * 100);
+      // The fused attention stops at kCudnnSdpaMostSequences: past it the plan is our explicit attention's.
+      if (*s.max_fit_batch > kCudnnSdpaMostSequences && !s.plans.empty() &&
+          s.plans.front().request.backend == BackendKind::cuda &&
+          s.plans.front().request.paths.attention == AttentionPath::cudnn_sdpa &&
+          layer_kinds(*s.graph).attention)
+        out += fmt::format(
+            "(batches past {} are planned on our explicit attention, which keeps its probabilities: cuDNN's "
+            "fused attention runs at most {} sequences at once)\n",
+            kCudnnSdpaMostSequences, kCudnnSdpaMostSequences);
       if (s.max_fit_with_checkpointing)
         out += fmt::format(
             "with --checkpointing: {} (each block keeps only its output and runs its forward again in "

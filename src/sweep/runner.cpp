@@ -275,6 +275,17 @@ PointRunner::Prepared PointRunner::prepare_point(int64_t batch, int64_t accumula
   SessionOptions options = session_options_;
   options.round = round;
   Prepared prepared{nullptr, make_plan(graph_, request(batch, accumulation, paths)), PointStatus::ok, {}};
+  // Past the sequences cuDNN's fused attention runs, the plan is our own attention's: with --attention cudnn
+  // forced, that point cannot run as asked.
+  if (settings_.paths.attention == AttentionPath::cudnn_sdpa &&
+      prepared.plan.request.paths.attention != AttentionPath::cudnn_sdpa) {
+    prepared.status = PointStatus::error;
+    prepared.reason = fmt::format(
+        "--attention cudnn: cuDNN's fused attention runs at most {} sequences at once, and batch {} is more "
+        "(--attention auto runs our own attention there)",
+        kCudnnSdpaMostSequences, batch);
+    return prepared;
+  }
   // Each retry takes one library path away (attention, conv), so this ends after three attempts at most.
   for (;;) {
     try {

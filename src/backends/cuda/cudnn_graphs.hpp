@@ -44,11 +44,10 @@ enum class ConvPass { fprop, dgrad, wgrad };
 
 // Limits cuDNN's own support check does not catch (the graph builds, then execute fails or indexes past the
 // tensor): why `shape` is past one, else empty. op_support applies them, so such a point runs our own path.
-// - SDPA over more than kCudnnSdpaMostSequences sequences: execute fails from batch 65536 (seen with cuDNN
-//   9.2 on H100; PyTorch routes such a batch away from cuDNN too).
+// - SDPA over more than kCudnnSdpaMostSequences sequences (plan.hpp; make_plan plans such a batch on our own
+//   attention already, so this is a guard).
 // - A convolution whose input or output holds more than 2^31 - 1 elements, before cuDNN 9.3 (which added
 //   64-bit indexing): cudnn_version as cudnnGetVersion() gives it, e.g. 91900 for 9.19.0.
-inline constexpr int64_t kCudnnSdpaMostSequences = 65535;
 inline constexpr int64_t kCudnnIndexedElements = 0x7FFFFFFF;
 inline constexpr size_t kCudnnLargeTensorVersion = 90300;
 [[nodiscard]] std::string cudnn_limit(const ConvShape& shape, size_t cudnn_version);

@@ -150,6 +150,50 @@ TEST(ExecutionPathsInASweep, AForcedPathCudnnRejectsIsAnErrorPoint) {
 
 // Our own path keeps the [B, heads, T, T] probabilities: where its plan is over the budget the point is
 // over_limit, saying both why cuDNN was not used and what did not fit; it is never prepared.
+// Past 65,535 sequences cuDNN's fused attention cannot run (its execute fails): that batch is planned, and
+// run, on our explicit attention, said in its paths note; forced, it is an error point.
+TEST(ExecutionPathsInASweep, PastCudnnsSequencesAPointRunsOurOwnAttention) {
+  const Graph g = transformer();
+  FakeCudaBackend backend(false);
+  RecordingObserver observer;
+  SweepSettings s = bf16({kCudnnSdpaMostSequences, kCudnnSdpaMostSequences + 1});
+  s.paths = {};
+  const SweepOutcome outcome = run_sweep(backend, g, s, observer);
+  ASSERT_EQ(backend.plans_.size(), 2u);
+  EXPECT_EQ(backend.plans_[0].request.paths.attention, AttentionPath::cudnn_sdpa);
+  EXPECT_EQ(backend.plans_[0].request.paths.note, "");
+  EXPECT_EQ(backend.plans_[1].request.paths.attention, AttentionPath::explicit_softmax);
+  EXPECT_EQ(
+      backend.plans_[1].request.paths.note,
+      "attention: cuDNN's fused attention runs at most 65535 sequences at once, so batch 65536 runs our "
+      "explicit path");
+  // Sized as our attention, which keeps the probabilities (more than cuDNN's would need), wherever it is
+  // asked.
+  const auto planned = [&](int64_t batch, AttentionPath attention) {
+    return make_plan(g, PlanRequest{batch, Precision::bf16, Mode::train, 1, BackendKind::cuda,
+                                    ExecutionPaths{attention, ConvPath::im2col_gemm, ""}})
+        .memory.total_bytes();
+  };
+  const int64_t past = kCudnnSdpaMostSequences + 1;
+  EXPECT_EQ(backend.plans_[1].memory.total_bytes(), planned(past, AttentionPath::explicit_softmax));
+  EXPECT_EQ(planned(past, AttentionPath::cudnn_sdpa), planned(past, AttentionPath::explicit_softmax));
+  EXPECT_LT(planned(past - 1, AttentionPath::cudnn_sdpa), planned(past - 1, AttentionPath::explicit_softmax));
+
+  FakeCudaBackend forced_backend(false);
+  SweepSettings forced = s;
+  forced.paths.attention = AttentionPath::cudnn_sdpa;
+  RecordingObserver forced_observer;
+  const SweepOutcome refused = run_sweep(forced_backend, g, forced, forced_observer);
+  ASSERT_EQ(refused.points.size(), 2u);
+  EXPECT_EQ(refused.points[0].status, PointStatus::ok);
+  EXPECT_EQ(refused.points[1].status, PointStatus::error);
+  EXPECT_EQ(
+      refused.points[1].reason,
+      "--attention cudnn: cuDNN's fused attention runs at most 65535 sequences at once, and batch 65536 is "
+      "more (--attention auto runs our own attention there)");
+  EXPECT_EQ(forced_backend.plans_.size(), 1u);  // never prepared
+}
+
 TEST(ExecutionPathsInASweep, AFallbackOverTheBudgetIsOverLimit) {
   const Graph g = lower(parse_model(nlohmann::json::parse(R"({"name": "long",
     "input": {"type": "tokens", "sequence_length": 512, "vocab_size": 64},
