@@ -871,7 +871,8 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
   const std::vector<CurvePoint> curve = analysis_detail::throughput_curve(view);
 
   Analysis analysis;
-  const analysis_detail::KneeDetail knee = analysis_detail::find_knee_detail(view, options.knee_sensitivity, options.interim);
+  const analysis_detail::KneeDetail knee =
+      analysis_detail::find_knee_detail(view, options.knee_sensitivity, options.interim);
   analysis.knee = knee.result;
   // Splits of a fixed effective batch end at the whole batch in one step: "still scaling" there asks for no
   // larger batch (none is a split of N), only says that the fewest micro-batches are fastest.
@@ -909,6 +910,13 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
     if (p != nullptr) analysis.recommended_accumulation = p->accumulation;
     if (options.price_per_hour && p != nullptr && p->telemetry)
       analysis.recommended_cost_per_million_samples = p->telemetry->cost_per_million_samples;
+    // Serving at a request rate, the card is paid for busy or idle: a million requests cost the hours they
+    // take to arrive at that rate, not those the batch's full throughput would take (which reads the card
+    // as busy all the time, and can rank two cards backwards).
+    if (options.price_per_hour && analysis.serving &&
+        analysis.serving->best.batch == analysis.recommended.batch && analysis.serving->request_rate > 0)
+      analysis.recommended_cost_per_million_samples =
+          *options.price_per_hour / 3600.0 / analysis.serving->request_rate * 1e6;
     // One timed step has no spread: the answer may rest on whatever that step met. Said where a script
     // reading only `recommended` sees it, as the sweep's warning says it on the terminal.
     if (p != nullptr && p->samples_ms.size() == 1 &&

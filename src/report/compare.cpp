@@ -494,13 +494,22 @@ std::optional<std::string> serving_change(const RunSummary& base, const RunSumma
                  ? fmt::format("{} requests/s at max batch {}", rf::sig3(sv.request_rate), *sv.best.batch)
                  : std::string("none");
     };
+    // Where both have a price: a million requests at the most each serves cost its hours at that rate.
+    std::string cost;
+    if (base.price_per_hour && run.price_per_hour && a.request_rate > 0 && b.request_rate > 0) {
+      const double cost_a = *base.price_per_hour * 1e6 / 3600.0 / a.request_rate;
+      const double cost_b = *run.price_per_hour * 1e6 / 3600.0 / b.request_rate;
+      if (std::isfinite(cost_a) && std::isfinite(cost_b) && cost_a > 0 && cost_b > 0)
+        cost = fmt::format("; a million requests there cost {} ${:.4g}, A ${:.4g} ({}/A {}\u00d7)", name,
+                           cost_b, cost_a, name, rf::fixed(cost_b / cost_a, 3));
+    }
     return fmt::format(
         "serving within the {:g} ms {} budget{}: {}/A {}\u00d7 the requests/s (the most found "
-        "to {:g}%: {} {}, A {})",
+        "to {:g}%: {} {}, A {}){}",
         *base.latency_slo_ms, latency_name(a.latency_percentile),
         a.max_queue_delay_ms > 0 ? fmt::format(", max queue delay {:g} ms", a.max_queue_delay_ms)
                                  : std::string(),
-        name, rf::fixed(*ratio, 3), kServingRateTolerance * 100, name, at(b), at(a));
+        name, rf::fixed(*ratio, 3), kServingRateTolerance * 100, name, at(b), at(a), cost);
   }
   if (a.most_within_budget && b.most_within_budget && a.best.batch && b.best.batch) {
     // What differs, and what aligns it.
@@ -786,7 +795,10 @@ std::string run_line(const RunSummary& r) {
     recommended += fmt::format(" with accumulation {} (effective batch {})", *r.recommended_accumulation,
                                *r.recommended.batch * *r.recommended_accumulation);
   if (r.recommended.batch && r.recommended_cost_per_million_samples)
-    recommended += fmt::format(" (${:.4g} per million samples)", *r.recommended_cost_per_million_samples);
+    recommended +=
+        r.serving && r.serving->best.batch && r.serving->best.batch == r.recommended.batch
+            ? fmt::format(" (${:.4g} per million requests served)", *r.recommended_cost_per_million_samples)
+            : fmt::format(" (${:.4g} per million samples)", *r.recommended_cost_per_million_samples);
   std::string line =
       fmt::format("knee {}, max fit {}, best {}, recommended {}", knee,
                   r.max_fit.batch ? batch_text(*r.max_fit.batch) : std::string("none"), best, recommended);

@@ -495,7 +495,12 @@ std::vector<std::string> summary_lines(const Report& report) {
                           *a.recommended.batch * *a.recommended_accumulation);
     if (!a.recommended.why.empty()) line += " \u2014 " + a.recommended.why;
     if (a.recommended_cost_per_million_samples)
-      line += fmt::format("; ${:.4g} per million samples", *a.recommended_cost_per_million_samples);
+      line += a.serving && a.serving->best.batch && a.serving->best.batch == a.recommended.batch
+                  ? fmt::format(
+                        "; ${:.4g} per million requests served at {} requests/s (the card paid for "
+                        "busy or idle)",
+                        *a.recommended_cost_per_million_samples, rf::sig3(a.serving->request_rate))
+                  : fmt::format("; ${:.4g} per million samples", *a.recommended_cost_per_million_samples);
     lines.push_back(std::move(line));
   }
   return lines;

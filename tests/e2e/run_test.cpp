@@ -4185,6 +4185,24 @@ TEST(Serving, TheMostRequestsWithinTheBudget) {
   ASSERT_EQ(cmp.exit_code, 0) << cmp.err;
   EXPECT_NE(cmp.err.find("note: serving within the 10 ms p99 budget: B/A 0."), std::string::npos) << cmp.err;
   EXPECT_LT(nlohmann::json::parse(cmp.out)["runs"][1]["serving"]["request_rate_ratio"].get<double>(), 1.0);
+  // Priced, a card serving requests is paid for busy or idle: a million requests cost the hours they take to
+  // arrive at the most each serves, not the hours of the chosen batch's full throughput.
+  const std::string priced_a = (dir / "priced_a.json").string(), priced_b = (dir / "priced_b.json").string();
+  ASSERT_EQ(run({"analyze", a, "--price-per-hour", "2.49", "--json", priced_a}).exit_code, 0);
+  ASSERT_EQ(run({"analyze", b, "--price-per-hour", "3.59", "--json", priced_b}).exit_code, 0);
+  const double rate_a = read_json(priced_a)["analysis"]["serving"]["request_rate"].get<double>();
+  const double rate_b = read_json(priced_b)["analysis"]["serving"]["request_rate"].get<double>();
+  const double cost_a = 2.49e6 / 3600.0 / rate_a, cost_b = 3.59e6 / 3600.0 / rate_b;
+  EXPECT_NEAR(read_json(priced_a)["analysis"]["recommended"]["cost_per_million_samples"].get<double>(),
+              cost_a, 1e-9 * cost_a);
+  const Result priced = run({"compare", priced_a, priced_b});
+  ASSERT_EQ(priced.exit_code, 0) << priced.err;
+  EXPECT_NE(priced.out.find(
+                fmt::format("; a million requests there cost B ${:.4g}, A ${:.4g} (B/A ", cost_b, cost_a)),
+            std::string::npos)
+      << priced.out;
+  EXPECT_NE(priced.out.find(fmt::format("(${:.4g} per million requests served)", cost_a)), std::string::npos)
+      << priced.out;
   // Without a budget there is no "most within it": refused before any point runs.
   const std::string none = (dir / "none.json").string();
   const Result refused =

@@ -603,6 +603,23 @@ TEST(Cost, TheRecommendedCostIsThatOfThePointTheBudgetChose) {
   EXPECT_NEAR(*a.recommended_cost_per_million_samples, 1.0, 1e-9);  // not 0.5, the 16 x 4 split's
 }
 
+// Serving at a request rate, the card is paid for busy or idle: the recommended cost is the price over the
+// rate served, not over the chosen batch's full throughput.
+TEST(Cost, ServingCostsThePriceOverTheRequestRate) {
+  std::vector<Point> points{measured_point(1, 500, 0.002), measured_point(8, 2000, 0.002),
+                            measured_point(64, 6000, 0.002)};
+  AnalysisOptions options;
+  options.price_per_hour = 3.6;  // 0.001 USD per second
+  options.request_rate = 400;
+  const Analysis a = analyze(points, options);
+  ASSERT_TRUE(a.serving && a.serving->best.batch);
+  ASSERT_EQ(a.recommended.batch, a.serving->best.batch);
+  // A million requests at 400/s take 2500 s: 2.5 USD, whichever max batch serves them.
+  EXPECT_NEAR(*a.recommended_cost_per_million_samples, 2.5, 1e-9);
+  // The points keep their own cost at full throughput.
+  EXPECT_NEAR(*points[1].telemetry->cost_per_million_samples, 0.5, 1e-9);
+}
+
 TEST(EffectiveBatchSplit, FastestSplitIsRecommended) {
   std::vector<Point> points{measured_point(128, 900, 0.002, 21, 2), measured_point(64, 1000, 0.002, 21, 4),
                             measured_point(32, 800, 0.002, 21, 8)};
