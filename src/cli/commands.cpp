@@ -1328,13 +1328,16 @@ void note_checkpointing(const Graph& graph, const SweepSettings& sweep, BackendK
       failed = &p;
   if (failed == nullptr) return;
   PlanRequest request{failed->batch, sweep.precision, sweep.mode, failed->accumulation, kind, paths};
-  const char* what = failed->status == PointStatus::oom ? "ran out of memory" : "was over --memory-limit";
   // The budget the sweep held its plans to: the smaller of --memory-limit and the device's memory.
   uint64_t budget = report.device.memory_total_bytes;
   if (sweep.memory_limit_bytes && (budget == 0 || *sweep.memory_limit_bytes < budget))
     budget = *sweep.memory_limit_bytes;
-  const char* budget_name =
-      sweep.memory_limit_bytes && budget == *sweep.memory_limit_bytes ? "--memory-limit" : "device memory";
+  const bool limited = sweep.memory_limit_bytes && budget == *sweep.memory_limit_bytes;
+  const char* budget_name = limited ? "--memory-limit" : "device memory";
+  // over_limit: planned past the budget, which is --memory-limit only where that was given and smaller.
+  const char* what = failed->status == PointStatus::oom ? "ran out of memory"
+                     : limited                          ? "was over --memory-limit"
+                                                        : "was over the device's memory by its plan";
   if (sweep.checkpointing) {
     // --checkpoint-blocks N, and still over: how many would fit it, or that even all would not.
     if (budget == 0) return;

@@ -3343,6 +3343,17 @@ TEST(Checkpointing, PlansRunsAndSaysIt) {
                        "--checkpointing it plans 101.49 MiB, recomputing its 2 blocks' forward"))
       << over.err;
   EXPECT_TRUE(contains(over.err, "micro-batches up to 12 fit --memory-limit with it")) << over.err;
+  // Without --memory-limit the budget is the device's memory, and the note says so.
+  std::vector<std::string> device_args =
+      scripted_run("roofline.json", {"--precision", "bf16", "--batch", "1,1024", "-q"});
+  device_args[std::find(device_args.begin(), device_args.end(), "--model") - device_args.begin() + 1] =
+      "gpt2-small";
+  const Result device_over = run(device_args);
+  EXPECT_EQ(device_over.exit_code, 0) << device_over.err;
+  EXPECT_TRUE(
+      contains(device_over.err, "note: batch 1024 was over the device's memory by its plan (its plan needs "))
+      << device_over.err;
+  EXPECT_FALSE(contains(device_over.err, "--memory-limit")) << device_over.err;
   args.push_back("--checkpointing");
   EXPECT_FALSE(contains(run(args).err, "with --checkpointing it plans"));
   const Result mlp = run({"run", "--backend", "cpu", "--model", "mlp", "--batch", "4,65536", "--memory-limit",
