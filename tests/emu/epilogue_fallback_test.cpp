@@ -146,10 +146,9 @@ TEST_F(EpilogueFallback, ABiasNotSixteenByteAlignedRunsUnfused) {
   EXPECT_FALSE(fp32.details.contains("epilogues_unavailable")) << fp32.details.dump();
 }
 
-TEST_F(EpilogueFallback, GemmAnswersAvailabilityAndRunNamesTheEpilogue) {
-  gputest::DeviceArray a(DType::bf16, 16 * 32), b(DType::bf16, 32 * 8), c(DType::bf16, 16 * 8),
-      bias(DType::bf16, 8), aux(DType::bf16, 16 * 8), workspace(DType::f32, 1024);
-  cuda::Gemm gemm(Precision::bf16, workspace.get(), 4096);
+// C[16x8] = A[16x32] B[32x8] in bf16, no epilogue.
+cuda::GemmArgs bf16_16x8x32(const gputest::DeviceArray& a, const gputest::DeviceArray& b,
+                            const gputest::DeviceArray& c) {
   cuda::GemmArgs g;
   g.m = 16;
   g.n = 8;
@@ -161,6 +160,14 @@ TEST_F(EpilogueFallback, GemmAnswersAvailabilityAndRunNamesTheEpilogue) {
   g.c = c.get();
   g.ldc = 8;
   g.ab_type = g.c_type = DType::bf16;
+  return g;
+}
+
+TEST_F(EpilogueFallback, GemmAnswersAvailabilityAndRunNamesTheEpilogue) {
+  gputest::DeviceArray a(DType::bf16, 16 * 32), b(DType::bf16, 32 * 8), c(DType::bf16, 16 * 8),
+      bias(DType::bf16, 8), aux(DType::bf16, 16 * 8), workspace(DType::f32, 1024);
+  cuda::Gemm gemm(Precision::bf16, workspace.get(), 4096);
+  cuda::GemmArgs g = bf16_16x8x32(a, b, c);
   g.epilogue = cuda::Epilogue::gelu_aux_bias;
   g.bias = bias.get();
   g.aux = aux.get();
@@ -195,17 +202,7 @@ TEST_F(EpilogueFallback, NoAlgorithmPastInt32SaysSo) {
   gputest::DeviceArray a(DType::bf16, 16 * 32), b(DType::bf16, 32 * 8), c(DType::bf16, 16 * 8),
       workspace(DType::f32, 1024);
   cuda::Gemm gemm(Precision::bf16, workspace.get(), 4096);
-  cuda::GemmArgs g;
-  g.m = 16;
-  g.n = 8;
-  g.k = 32;
-  g.a = a.get();
-  g.lda = 32;
-  g.b = b.get();
-  g.ldb = 8;
-  g.c = c.get();
-  g.ldc = 8;
-  g.ab_type = g.c_type = DType::bf16;
+  cuda::GemmArgs g = bf16_16x8x32(a, b, c);
   setenv(kRefuse, "DEFAULT", 1);
   const auto message = [&] {
     try {
