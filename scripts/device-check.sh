@@ -61,7 +61,12 @@ unpack() {
   fi
   local to
   to=$(mktemp -d "${TMPDIR:-/tmp}/device-check-stage.XXXXXX")
-  tar -C "$to" -xzf "$dir/payload.tar.gz"
+  # (Run in $(...) under `|| exit`, where errexit is off: each failure is checked here.)
+  if ! tar -C "$to" -xzf "$dir/payload.tar.gz" || [[ ! -x $to/bin/batchsweep || ! -x $to/bin/test_gpu ]]; then
+    echo "cannot unpack $dir/payload.tar.gz (a truncated payload, or a full disk): stage it again" >&2
+    rm -rf "$to"
+    exit 1
+  fi
   echo "$to"
 }
 
@@ -120,7 +125,7 @@ run() {
   local libdirs=""
   [[ -z "${DEVICE_CHECK_REHEARSAL:-}" ]] && libdirs=$(find / -xdev \( -name 'libcudnn.so.9*' -o -name 'libcublasLt.so.13*' -o -name 'libcublas.so.13*' \
     -o -name 'libnvrtc.so.13*' -o -name 'libnvrtc-builtins.so.13*' \) \
-    -not -path '*/proc/*' 2>/dev/null | xargs -r -n1 dirname | sort -u | tr '\n' ':')
+    -not -path '*/proc/*' 2>/dev/null | xargs -r -n1 dirname | sort -u | tr '\n' ':' || true)
   export LD_LIBRARY_PATH="$(cd "$dir" && pwd)/lib:${libdirs}${LD_LIBRARY_PATH:-}"
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   if ldd "$dir/bin/test_gpu" "$dir/bin/batchsweep" | grep 'not found'; then
@@ -308,7 +313,7 @@ PY
   if (( summary_rc != 0 )); then
     echo "the summary failed (rc $summary_rc)"
     # A rehearsal exists to catch exactly this before device time is spent on it.
-    [[ -n "${DEVICE_CHECK_REHEARSAL:-}" ]] && exit 1
+    if [[ -n "${DEVICE_CHECK_REHEARSAL:-}" ]]; then exit 1; fi
   fi
   # A rehearsal checks the peer's flow too: a comparison that ran must have left its joined table's reports.
   if [[ -n "${DEVICE_CHECK_REHEARSAL:-}" && $part != core && -d $out/peer-mlp ]]; then
@@ -337,10 +342,11 @@ rehearse() {
   # A part of the emulated gpu suite (ctest runs all of it): the script's handling of the results is the point.
   export GTEST_FILTER=${GTEST_FILTER:-'Emulator*:GpuInit*:Storage/GpuOps.Layernorm*:Models/GpuSession.*mlp*:GpuSessionMemory.OutOfMemory*'}
   rm -rf "$OUT"
-  # The two parts, as the device runs them (two calls), each with its own budget.
+  # The two parts, as the device runs them (two calls), each with its own budget, and each in a process of
+  # its own, so that errexit holds there as on the device (in `(...) ||` it would be off).
   local rc=0
-  (run core "$dir") || rc=$?
-  (run peers "$dir") || rc=$?
+  bash "$0" run core "$dir" || rc=$?
+  bash "$0" run peers "$dir" || rc=$?
   rm -rf "$dir"
   return "$rc"
 }

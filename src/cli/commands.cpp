@@ -2083,8 +2083,9 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
               ? "the gate judges each run against A as if on one machine, so a slower card reads as a "
                 "regression (to choose between cards, compare without --fail-on-regression)"
           : note.starts_with("CPU threads differ:")
-              ? "the gate judges each run against A as if on one machine, so fewer threads read as a "
-                "regression (give both runs the same threads: OPENBLAS_NUM_THREADS, or the runner's size)"
+              ? "the gate judges each run against A as if on one machine, so another thread count reads as "
+                "a regression, or hides one (give both runs the same threads: OPENBLAS_NUM_THREADS, or the "
+                "runner's size)"
           : note.find(": measured with other settings (") != std::string::npos
               ? "the gate judges each run against A as if measured alike, so what those settings change "
                 "reads "

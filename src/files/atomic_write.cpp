@@ -165,13 +165,15 @@ void write_file_atomic(const std::string& path, const std::string& content) {
     // reader may be a moment late (`batchsweep run --json f & consumer < f`): tried again for up to
     // kFifoWaitS, as an input FIFO waits for its writer. The writes then block as usual.
     int opened = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-    for (int tries = 0; opened < 0 && errno == ENXIO && tries < kFifoWaitS * 20; ++tries) {
+    struct stat target {};
+    const bool fifo = ::stat(path.c_str(), &target) == 0 && S_ISFIFO(target.st_mode);  // not a socket's ENXIO
+    for (int tries = 0; fifo && opened < 0 && errno == ENXIO && tries < kFifoWaitS * 20; ++tries) {
       ::usleep(50'000);
       opened = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
     }
     FileDescriptor fd(opened);
     if (fd.get() < 0) {
-      if (errno == ENXIO)
+      if (errno == ENXIO && fifo)
         throw InputError(path + ": cannot write: no process opened this pipe to read it within " +
                          std::to_string(kFifoWaitS) + " s");
       throw InputError(path + ": cannot write: " + std::strerror(errno));

@@ -796,7 +796,9 @@ std::string run_line(const RunSummary& r) {
                                *r.recommended.batch * *r.recommended_accumulation);
   if (r.recommended.batch && r.recommended_cost_per_million_samples)
     recommended +=
-        r.serving && r.serving->best.batch && r.serving->best.batch == r.recommended.batch
+        r.serving && r.serving->best.batch == r.recommended.batch &&
+                rf::is_serving_cost(*r.recommended_cost_per_million_samples, r.price_per_hour,
+                                    r.serving->request_rate)
             ? fmt::format(" (${:.4g} per million requests served)", *r.recommended_cost_per_million_samples)
             : fmt::format(" (${:.4g} per million samples)", *r.recommended_cost_per_million_samples);
   std::string line =
@@ -945,6 +947,9 @@ std::string checkpointed(const nlohmann::json& settings) {
 // copy, or analyze's re-export, which keeps created_at).
 bool same_run(const Report& a, const Report& b) {
   if (a.created_at != b.created_at || a.points.empty() || a.points.size() != b.points.size()) return false;
+  // The command that made it (analyze's re-export keeps it): two runs of one script started in one second
+  // with other flags, or another --json path, are two runs.
+  if (a.command != b.command) return false;
   // What was measured, which analyze's re-export keeps: two runs started in one second (created_at has
   // seconds) with other settings are two runs, even where a scripted device gives them the same samples.
   const auto setting = [](const Report& r, const char* key) {

@@ -33,6 +33,12 @@ double rounded_magnitude(double v) {
 // A figure at or above this is printed with an exponent whatever the column: no measurement reaches it.
 constexpr double kHugeFigure = 1e15;
 
+bool is_serving_cost(double cost, std::optional<double> price_per_hour, double request_rate) {
+  if (!price_per_hour || !(request_rate > 0) || !(cost > 0)) return false;
+  const double serving = *price_per_hour / 3600.0 / request_rate * 1e6;
+  return std::fabs(cost - serving) <= 1e-9 * cost;
+}
+
 std::string sig3(double v) {
   if (!std::isfinite(v)) return std::string(kAbsent);
   // Under a millionth (a TFLOP/s of hour-long steps), three significant digits in scientific notation, not

@@ -3,11 +3,18 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace bsw::report_format {
+
+// Whether a recommended cost per million samples is the serving one, the price over the request rate (what
+// analysis writes where the serving batch is the answer: a million requests at that rate), rather than a
+// point's, the price over its throughput. Told by the value, so a report analyzed before that rule is worded
+// as what it holds.
+[[nodiscard]] bool is_serving_cost(double cost, std::optional<double> price_per_hour, double request_rate);
 
 // "—" for a value that is not there.
 inline constexpr std::string_view kAbsent = "\u2014";

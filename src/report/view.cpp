@@ -494,13 +494,20 @@ std::vector<std::string> summary_lines(const Report& report) {
       line += fmt::format(" \u00d7 accumulation {} (effective batch {})", *a.recommended_accumulation,
                           *a.recommended.batch * *a.recommended_accumulation);
     if (!a.recommended.why.empty()) line += " \u2014 " + a.recommended.why;
+    const auto it =
+        report.settings.is_object() ? report.settings.find("price_per_hour") : report.settings.end();
+    const std::optional<double> price = it != report.settings.end() && it->is_number()
+                                            ? std::optional<double>(it->get<double>())
+                                            : std::nullopt;
     if (a.recommended_cost_per_million_samples)
-      line += a.serving && a.serving->best.batch && a.serving->best.batch == a.recommended.batch
-                  ? fmt::format(
-                        "; ${:.4g} per million requests served at {} requests/s (the card paid for "
-                        "busy or idle)",
-                        *a.recommended_cost_per_million_samples, rf::sig3(a.serving->request_rate))
-                  : fmt::format("; ${:.4g} per million samples", *a.recommended_cost_per_million_samples);
+      line +=
+          a.serving && a.serving->best.batch == a.recommended.batch &&
+                  rf::is_serving_cost(*a.recommended_cost_per_million_samples, price, a.serving->request_rate)
+              ? fmt::format(
+                    "; ${:.4g} per million requests served at {} requests/s (the card paid for "
+                    "busy or idle)",
+                    *a.recommended_cost_per_million_samples, rf::sig3(a.serving->request_rate))
+              : fmt::format("; ${:.4g} per million samples", *a.recommended_cost_per_million_samples);
     lines.push_back(std::move(line));
   }
   return lines;

@@ -91,13 +91,20 @@ std::optional<std::string> PointRunner::plan_over_budget(int64_t batch, int64_t 
 
 std::optional<std::string> PointRunner::plan_over_budget(const PlanRequest& request) const {
   if (budget_bytes_ == 0) return std::nullopt;
-  MemoryBreakdown memory;
+  Plan plan;
   try {
-    memory = make_plan(graph_, request).memory;
+    plan = make_plan(graph_, request);
   } catch (const UsageError& e) {
     if (request.batch < 1 || request.accumulation < 1) throw;
     return fmt::format("the plan is too large to size: {}", e.what());  // beyond 64 bits: it cannot fit
   }
+  // A forced path the plan could not keep (--attention cudnn past the sequences cuDNN runs): not a question
+  // of memory, and prepare_point says why it cannot run.
+  if (settings_.paths.attention == AttentionPath::cudnn_sdpa &&
+      request.paths.attention == AttentionPath::cudnn_sdpa &&
+      plan.request.paths.attention != AttentionPath::cudnn_sdpa)
+    return std::nullopt;
+  const MemoryBreakdown& memory = plan.memory;
   const uint64_t planned_bytes = memory.total_bytes();
   // The same comparison as max_fit_batch (plan.cpp), so the plan's edge and this check agree to the byte.
   const uint64_t usable = usable_bytes(budget_bytes_);

@@ -80,6 +80,16 @@ TEST(Format, SignificantDigits) {
   EXPECT_EQ(rf::fixed(-0.01, 1), "0.0");
 }
 
+// A recommended cost is worded as serving's (per million requests served) only where it is the price over
+// the request rate: a report analyzed before that rule holds the price over the batch's throughput.
+TEST(Format, AServingCostIsToldByItsValue) {
+  // 3.6 USD an hour at 400 requests/s: 2.5 USD a million requests.
+  EXPECT_TRUE(report_format::is_serving_cost(2.5, 3.6, 400));
+  EXPECT_FALSE(report_format::is_serving_cost(0.5, 3.6, 400));  // the price over 2000 samples/s
+  EXPECT_FALSE(report_format::is_serving_cost(2.5, std::nullopt, 400));
+  EXPECT_FALSE(report_format::is_serving_cost(2.5, 3.6, 0));
+}
+
 TEST(Format, HumanRates) {
   EXPECT_EQ(rf::human_rate(950), "950");
   EXPECT_EQ(rf::human_rate(999.7), "1.00k");

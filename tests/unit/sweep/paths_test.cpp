@@ -148,8 +148,6 @@ TEST(ExecutionPathsInASweep, AForcedPathCudnnRejectsIsAnErrorPoint) {
   EXPECT_EQ(count_containing(outcome.warnings, "rejected"), 0u);
 }
 
-// Our own path keeps the [B, heads, T, T] probabilities: where its plan is over the budget the point is
-// over_limit, saying both why cuDNN was not used and what did not fit; it is never prepared.
 // Past 65,535 sequences cuDNN's fused attention cannot run (its execute fails): that batch is planned, and
 // run, on our explicit attention, said in its paths note; forced, it is an error point.
 TEST(ExecutionPathsInASweep, PastCudnnsSequencesAPointRunsOurOwnAttention) {
@@ -194,6 +192,8 @@ TEST(ExecutionPathsInASweep, PastCudnnsSequencesAPointRunsOurOwnAttention) {
   EXPECT_EQ(forced_backend.plans_.size(), 1u);  // never prepared
 }
 
+// Our own path keeps the [B, heads, T, T] probabilities: where its plan is over the budget the point is
+// over_limit, saying both why cuDNN was not used and what did not fit; it is never prepared.
 TEST(ExecutionPathsInASweep, AFallbackOverTheBudgetIsOverLimit) {
   const Graph g = lower(parse_model(nlohmann::json::parse(R"({"name": "long",
     "input": {"type": "tokens", "sequence_length": 512, "vocab_size": 64},
