@@ -190,6 +190,17 @@ TEST(ExecutionPathsInASweep, PastCudnnsSequencesAPointRunsOurOwnAttention) {
       "--attention cudnn: cuDNN's fused attention runs at most 65535 sequences at once, and batch 65536 is "
       "more (--attention auto runs our own attention there)");
   EXPECT_EQ(forced_backend.plans_.size(), 1u);  // never prepared
+  // Under a budget our attention's plan would not fit, forced it is still that error, not over_limit: memory
+  // is not why it cannot run.
+  FakeCudaBackend tight_backend(false);
+  SweepSettings tight = forced;
+  tight.memory_limit_bytes = uint64_t{1} << 30;
+  RecordingObserver tight_observer;
+  const SweepOutcome limited = run_sweep(tight_backend, g, tight, tight_observer);
+  ASSERT_EQ(limited.points.size(), 2u);
+  EXPECT_EQ(limited.points[0].status, PointStatus::over_limit);  // the budget binds: cuDNN's plan is over it
+  EXPECT_EQ(limited.points[1].status, PointStatus::error) << limited.points[1].reason;
+  EXPECT_EQ(limited.points[1].reason, refused.points[1].reason);
 }
 
 // Our own path keeps the [B, heads, T, T] probabilities: where its plan is over the budget the point is
