@@ -11,6 +11,7 @@
 #include <set>
 
 #include "analysis/curve.hpp"
+#include "batchsweep/cost.hpp"
 #include "batchsweep/errors.hpp"
 #include "batchsweep/plan.hpp"
 #include "batchsweep/stats.hpp"
@@ -857,7 +858,7 @@ void annotate_cost(std::vector<Point>& points, double price_per_hour) {
   for (Point& point : points) {
     if (is_ok(point)) {
       if (!point.telemetry) point.telemetry.emplace();
-      point.telemetry->cost_per_million_samples = price_per_hour / 3600.0 / point.samples_per_second * 1e6;
+      point.telemetry->cost_per_million_samples = cost_per_million(price_per_hour, point.samples_per_second);
     } else if (point.telemetry) {
       point.telemetry->cost_per_million_samples.reset();
     }
@@ -916,7 +917,7 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
     if (options.price_per_hour && analysis.serving &&
         analysis.serving->best.batch == analysis.recommended.batch && analysis.serving->request_rate > 0)
       analysis.recommended_cost_per_million_samples =
-          *options.price_per_hour / 3600.0 / analysis.serving->request_rate * 1e6;
+          cost_per_million(*options.price_per_hour, analysis.serving->request_rate);
     // One timed step has no spread: the answer may rest on whatever that step met. Said where a script
     // reading only `recommended` sees it, as the sweep's warning says it on the terminal.
     if (p != nullptr && p->samples_ms.size() == 1 &&

@@ -16,6 +16,7 @@
 #include <span>
 #include <utility>
 
+#include "batchsweep/cost.hpp"
 #include "batchsweep/errors.hpp"
 #include "batchsweep/json_depth.hpp"
 #include "batchsweep/json_diff.hpp"
@@ -497,8 +498,8 @@ std::optional<std::string> serving_change(const RunSummary& base, const RunSumma
     // Where both have a price: a million requests at the most each serves cost its hours at that rate.
     std::string cost;
     if (base.price_per_hour && run.price_per_hour && a.request_rate > 0 && b.request_rate > 0) {
-      const double cost_a = *base.price_per_hour * 1e6 / 3600.0 / a.request_rate;
-      const double cost_b = *run.price_per_hour * 1e6 / 3600.0 / b.request_rate;
+      const double cost_a = cost_per_million(*base.price_per_hour, a.request_rate);
+      const double cost_b = cost_per_million(*run.price_per_hour, b.request_rate);
       if (std::isfinite(cost_a) && std::isfinite(cost_b) && cost_a > 0 && cost_b > 0)
         cost = fmt::format("; a million requests there cost {} ${:.4g}, A ${:.4g} ({}/A {}\u00d7)", name,
                            cost_b, cost_a, name, rf::fixed(cost_b / cost_a, 3));
@@ -1159,9 +1160,8 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     // which is what choosing between cards weighs against the speed.
     std::string cost;
     if (base.price_per_hour && run.price_per_hour) {
-      const auto per_million = [](double price, double rate) { return price * 1e6 / 3600.0 / rate; };
-      const double a = per_million(*base.price_per_hour, *base.best.samples_per_second);
-      const double b = per_million(*run.price_per_hour, *run.best.samples_per_second);
+      const double a = cost_per_million(*base.price_per_hour, *base.best.samples_per_second);
+      const double b = cost_per_million(*run.price_per_hour, *run.best.samples_per_second);
       if (std::isfinite(a) && std::isfinite(b) && a > 0 && b > 0)  // a hand-edited price of 1e308 is none
         cost = fmt::format("; a million samples there cost {} ${:.4g}, A ${:.4g} ({}/A {}\u00d7)", letter(i),
                            b, a, letter(i), rf::fixed(b / a, 3));

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "batchsweep/cost.hpp"
+
 namespace bsw::report_format {
 
 namespace {
@@ -35,7 +37,7 @@ constexpr double kHugeFigure = 1e15;
 
 bool is_serving_cost(double cost, std::optional<double> price_per_hour, double request_rate) {
   if (!price_per_hour || !(request_rate > 0) || !(cost > 0)) return false;
-  const double serving = *price_per_hour / 3600.0 / request_rate * 1e6;
+  const double serving = cost_per_million(*price_per_hour, request_rate);
   return std::fabs(cost - serving) <= 1e-9 * cost;
 }
 

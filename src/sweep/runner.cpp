@@ -89,6 +89,17 @@ std::optional<std::string> PointRunner::plan_over_budget(int64_t batch, int64_t 
   return plan_over_budget(request(batch, accumulation));
 }
 
+namespace {
+
+// --attention cudnn forced, and a plan on our own attention: past the sequences cuDNN's fused attention runs
+// (kCudnnSdpaMostSequences), make_plan plans that, and the point cannot run as asked.
+bool lost_forced_attention(const PathChoice& forced, const Plan& plan) {
+  return forced.attention == AttentionPath::cudnn_sdpa &&
+         plan.request.paths.attention != AttentionPath::cudnn_sdpa;
+}
+
+}  // namespace
+
 std::optional<std::string> PointRunner::plan_over_budget(const PlanRequest& request) const {
   if (budget_bytes_ == 0) return std::nullopt;
   Plan plan;
@@ -98,12 +109,9 @@ std::optional<std::string> PointRunner::plan_over_budget(const PlanRequest& requ
     if (request.batch < 1 || request.accumulation < 1) throw;
     return fmt::format("the plan is too large to size: {}", e.what());  // beyond 64 bits: it cannot fit
   }
-  // A forced path the plan could not keep (--attention cudnn past the sequences cuDNN runs): not a question
-  // of memory, and prepare_point says why it cannot run.
-  if (settings_.paths.attention == AttentionPath::cudnn_sdpa &&
-      request.paths.attention == AttentionPath::cudnn_sdpa &&
-      plan.request.paths.attention != AttentionPath::cudnn_sdpa)
-    return std::nullopt;
+  // A forced path the plan could not keep: not a question of memory, and prepare_point says why it cannot
+  // run.
+  if (lost_forced_attention(settings_.paths, plan)) return std::nullopt;
   const MemoryBreakdown& memory = plan.memory;
   const uint64_t planned_bytes = memory.total_bytes();
   // The same comparison as max_fit_batch (plan.cpp), so the plan's edge and this check agree to the byte.
@@ -282,10 +290,7 @@ PointRunner::Prepared PointRunner::prepare_point(int64_t batch, int64_t accumula
   SessionOptions options = session_options_;
   options.round = round;
   Prepared prepared{nullptr, make_plan(graph_, request(batch, accumulation, paths)), PointStatus::ok, {}};
-  // Past the sequences cuDNN's fused attention runs, the plan is our own attention's: with --attention cudnn
-  // forced, that point cannot run as asked.
-  if (settings_.paths.attention == AttentionPath::cudnn_sdpa &&
-      prepared.plan.request.paths.attention != AttentionPath::cudnn_sdpa) {
+  if (lost_forced_attention(settings_.paths, prepared.plan)) {
     prepared.status = PointStatus::error;
     prepared.reason = fmt::format(
         "--attention cudnn: cuDNN's fused attention runs at most {} sequences at once, and batch {} is more "
