@@ -1841,9 +1841,7 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
           "--request-rate: {} is a training sweep (settings.mode train), whose steps serve no requests: "
           "serving compares --mode infer sweeps",
           path));
-    if (is_request_rate_max(s.request_rate) &&
-        !(report.settings.is_object() && report.settings.contains("latency_slo_ms") &&
-          report.settings["latency_slo_ms"].is_number()))
+    if (is_request_rate_max(s.request_rate) && !report_view::latency_budget_ms(report))
       throw UsageError(
           fmt::format("--request-rate max: {} has no latency budget (settings.latency_slo_ms), and the most "
                       "requests/s is "

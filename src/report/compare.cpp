@@ -403,12 +403,8 @@ RunSummary summarize_run(const Report& report, std::string name) {
   s.recommended = report.analysis.recommended;
   s.recommended_accumulation = report.analysis.recommended_accumulation;
   s.recommended_cost_per_million_samples = report.analysis.recommended_cost_per_million_samples;
-  if (report.settings.is_object() && report.settings.contains("price_per_hour") &&
-      report.settings["price_per_hour"].is_number() && report.settings["price_per_hour"].get<double>() > 0)
-    s.price_per_hour = report.settings["price_per_hour"].get<double>();
-  if (report.settings.is_object() && report.settings.contains("latency_slo_ms") &&
-      report.settings["latency_slo_ms"].is_number())
-    s.latency_slo_ms = report.settings["latency_slo_ms"].get<double>();
+  s.price_per_hour = report_view::price_per_hour(report);
+  s.latency_slo_ms = report_view::latency_budget_ms(report);
   s.latency_percentile = report_view::budget_percentile(report);
   if (s.latency_slo_ms) s.latency_slo = report.analysis.latency_slo;
   s.serving = report.analysis.serving;

@@ -215,11 +215,7 @@ std::string format_svg(const Report& report) {
   }
   // The latency budget the analysis held that percentile to, drawn on the latency axis (which then reaches
   // it).
-  std::optional<double> budget_ms;
-  if (const auto it = report.settings.find("latency_slo_ms"); it != report.settings.end() &&
-                                                              it->is_number() && it->get<double>() > 0 &&
-                                                              std::isfinite(it->get<double>()))
-    budget_ms = it->get<double>();
+  const std::optional<double> budget_ms = report_view::latency_budget_ms(report);
   // The requests' latency per max batch (run/analyze --request-rate), where a max batch was not saturated.
   const Serving* serving = report.analysis.serving ? &*report.analysis.serving : nullptr;
   bool any_serving = false;

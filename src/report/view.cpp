@@ -136,9 +136,30 @@ std::string marks_legend(const Report& report) {
 
 // The percentile a latency budget holds (settings.latency_percentile), where the report has a budget;
 // else 99.
+namespace {
+
+// A positive, finite number at settings[key].
+std::optional<double> positive_setting(const Report& report, const char* key) {
+  if (!report.settings.is_object()) return std::nullopt;
+  const auto it = report.settings.find(key);
+  if (it == report.settings.end() || !it->is_number()) return std::nullopt;
+  const double v = it->get<double>();
+  return v > 0 && std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
+}
+
+}  // namespace
+
+std::optional<double> latency_budget_ms(const Report& report) {
+  return positive_setting(report, "latency_slo_ms");
+}
+
+std::optional<double> price_per_hour(const Report& report) {
+  return positive_setting(report, "price_per_hour");
+}
+
 double budget_percentile(const Report& report) {
   const nlohmann::json& s = report.settings;
-  if (!s.is_object() || !s.contains("latency_slo_ms") || !s["latency_slo_ms"].is_number()) return 99;
+  if (!latency_budget_ms(report)) return 99;
   if (!s.contains("latency_percentile") || !s["latency_percentile"].is_number()) return 99;
   const double pct = s["latency_percentile"].get<double>();
   return is_latency_percentile(pct) ? pct : 99;
@@ -190,10 +211,7 @@ rf::TextTable point_table(const Report& report) {
                        }});
     // The column of the budget's percentile shows the digits that keep it on its side of the budget.
     const double pct = budget_percentile(report);
-    std::optional<double> budget;
-    if (report.settings.is_object() && report.settings.contains("latency_slo_ms") &&
-        report.settings["latency_slo_ms"].is_number())
-      budget = report.settings["latency_slo_ms"].get<double>();
+    const std::optional<double> budget = latency_budget_ms(report);
     const auto budget_of = [budget, pct](double column_pct) {
       return column_pct == pct ? budget : std::nullopt;
     };
@@ -494,11 +512,7 @@ std::vector<std::string> summary_lines(const Report& report) {
       line += fmt::format(" \u00d7 accumulation {} (effective batch {})", *a.recommended_accumulation,
                           *a.recommended.batch * *a.recommended_accumulation);
     if (!a.recommended.why.empty()) line += " \u2014 " + a.recommended.why;
-    const auto it =
-        report.settings.is_object() ? report.settings.find("price_per_hour") : report.settings.end();
-    const std::optional<double> price = it != report.settings.end() && it->is_number()
-                                            ? std::optional<double>(it->get<double>())
-                                            : std::nullopt;
+    const std::optional<double> price = price_per_hour(report);
     if (a.recommended_cost_per_million_samples)
       line +=
           a.serving && a.serving->best.batch == a.recommended.batch &&
@@ -519,12 +533,10 @@ std::string serving_heading(const Report& report) {
   // --request-rate max: the rate is a search's, the most found within the budget.
   std::string searched;
   if (s.most_within_budget) {
-    const auto it =
-        report.settings.is_object() ? report.settings.find("latency_slo_ms") : report.settings.end();
-    const std::string budget =
-        it != report.settings.end() && it->is_number()
-            ? fmt::format("{:g} ms {}", it->get<double>(), latency_name(s.latency_percentile))
-            : std::string("latency");
+    const std::optional<double> budget_ms = latency_budget_ms(report);
+    const std::string budget = budget_ms
+                                   ? fmt::format("{:g} ms {}", *budget_ms, latency_name(s.latency_percentile))
+                                   : std::string("latency");
     searched =
         s.unserved_above && s.best.batch
             ? fmt::format(

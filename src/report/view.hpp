@@ -3,6 +3,7 @@
 // so the console and the markdown tables never disagree.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,11 @@ namespace bsw::report_view {
 // The step-time percentile the report's latency budget holds (settings.latency_percentile: 50, 90, 95 or
 // 99), where it has a budget; 99 otherwise.
 [[nodiscard]] double budget_percentile(const Report& report);
+// settings.latency_slo_ms, the latency budget the report was run or analyzed with, where it holds a positive
+// number of ms.
+[[nodiscard]] std::optional<double> latency_budget_ms(const Report& report);
+// settings.price_per_hour (USD per device-hour), where it holds a price above zero.
+[[nodiscard]] std::optional<double> price_per_hour(const Report& report);
 // The table of a report's points: only the columns that vary or are known for some point.
 [[nodiscard]] report_format::TextTable point_table(const Report& report);
 
