@@ -379,6 +379,38 @@ class Builder {
     return m;
   }
 
+  // The ops whose output gradient the CPU backend's backward converts to fp32 (workspace.dy), as it walks
+  // them: from the last op down, a residual's add and branch passing the gradient on, until an op (a
+  // residual's save included) that computes no input gradient ends that path (backward_resume: on with a
+  // shortcut's, else done).
+  std::vector<bool> backward_reaches() const {
+    std::vector<bool> reached(g_.ops.size(), false);
+    for (size_t i = g_.ops.size(); i-- > 0;) {
+      const Op& op = g_.ops[i];
+      // A save converts the gradient of its input where it has one (to add the stashed one), an add the
+      // gradient of its sum where an activation follows it; a branch only moves gradients.
+      switch (op.kind) {
+        case OpKind::residual_save:
+          reached[i] = op.input_gradient;
+          break;
+        case OpKind::residual_add:
+          reached[i] = op.has_preactivation();
+          break;
+        case OpKind::residual_branch:
+          break;
+        default:
+          reached[i] = true;
+      }
+      if (op.kind == OpKind::residual_add || op.kind == OpKind::residual_branch || op.input_gradient) continue;
+      if (const std::optional<size_t> resume = backward_resume(g_, i)) {
+        i = *resume + 1;
+        continue;
+      }
+      break;
+    }
+    return reached;
+  }
+
   // Per residual depth, the largest per-sample tensor of the ops `size` picks (0: none).
   template <typename Size>
   std::vector<uint64_t> per_depth(Size size) const {
@@ -535,20 +567,25 @@ class Builder {
         probs = std::max(probs, sat_mul({b, probs_elements(op)}));
     }
     add("act.stats", MemoryCategory::transient, DType::f32, stats);
-    add("act.probs", MemoryCategory::transient, s_, probs);
+    // The CPU's 16-bit inference computes the probabilities in fp32, in workspace.aux, and keeps them there.
+    if (!(r_.backend == BackendKind::cpu && s_ != DType::f32))
+      add("act.probs", MemoryCategory::transient, s_, probs);
   }
 
-  // Per-sample-independent scratch of one op on the CPU: im2col for conv, patch gather, attention T x T.
-  static uint64_t cpu_op_scratch(const Op& op) {
+  // Per-sample-independent scratch of one op on the CPU: im2col for a conv (none for a 1x1, stride-1,
+  // unpadded one, whose input is its own), the patch gather, and in training attention's T x T score
+  // gradients.
+  static uint64_t cpu_op_scratch(const Op& op, bool train) {
     switch (op.kind) {
       case OpKind::conv2d:
+        if (op.kernel == 1 && op.stride == 1 && op.padding == 0) return 0;
         return sat_mul({static_cast<uint64_t>(op.channels * op.kernel * op.kernel),
                         static_cast<uint64_t>(op.out_height * op.out_width)});
       case OpKind::patch_embedding:
         return sat_mul(
             {static_cast<uint64_t>(op.seq), static_cast<uint64_t>(op.channels * op.kernel * op.kernel)});
       case OpKind::attention_core:
-        return sat_mul({static_cast<uint64_t>(op.seq), static_cast<uint64_t>(op.seq)});
+        return train ? sat_mul({static_cast<uint64_t>(op.seq), static_cast<uint64_t>(op.seq)}) : 0;
       default:
         return 0;
     }
@@ -567,21 +604,28 @@ class Builder {
     }
   }
 
-  // CPU: fp32 math everywhere. workspace.z holds pre-activations (inference) or their gradient (training);
-  // workspace.scratch the per-op scratch. With 16-bit storage every op converts its operands to fp32 first:
-  // workspace.x (input), .y (output), .dy, .dx (training), .w (the op's parameters), .aux (pre-activation or
-  // attention probabilities in fp32).
+  // CPU: fp32 math everywhere. workspace.z holds pre-activations (fp32 inference) or their gradient
+  // (training); workspace.scratch the per-op scratch. With 16-bit storage every op converts its operands to
+  // fp32 first: workspace.x (input), .y (output), .dy, .dx (training), .w (the op's parameters), .aux
+  // (pre-activation or attention probabilities in fp32; 16-bit inference computes its pre-activations there).
+  // A residual's save and branch convert nothing (they mark where its input is kept and the inner ops
+  // start again), and the loss, which reads the logits in fp32, runs in training only.
   void append_cpu_workspaces() {
     const uint64_t b = batch();
     const bool train = r_.mode == Mode::train;
-    uint64_t z = 0, scratch = 0, x = 0, y = 0, w = 0, aux = 0;
+    uint64_t z = 0, scratch = 0, x = 0, y = 0, w = 0, aux = 0, dy = 0;
     const uint64_t dx = b * max_input_gradient();
-    for (const Op& op : g_.ops) {
+    const std::vector<bool> reached = backward_reaches();
+    for (size_t i = 0; i < g_.ops.size(); ++i) {
+      const Op& op = g_.ops[i];
+      // workspace.dy holds the output gradient of an op backward reaches (or a residual sum's), in fp32.
+      if (train && reached[i]) dy = std::max(dy, b * static_cast<uint64_t>(op.out_elements()));
       const uint64_t in = b * static_cast<uint64_t>(op.in_elements());
       const uint64_t out = b * static_cast<uint64_t>(op.out_elements());
       if (op.has_preactivation()) z = std::max(z, out);
-      scratch = std::max(scratch, cpu_op_scratch(op));
-      x = std::max(x, in);
+      scratch = std::max(scratch, cpu_op_scratch(op, train));
+      if (op.kind == OpKind::residual_save || op.kind == OpKind::residual_branch) continue;
+      if (op.kind != OpKind::embedding) x = std::max(x, in);  // token ids are read as they are
       y = std::max(y, out);
       w = std::max(w, static_cast<uint64_t>(op.param_elements));
       // aux holds a pre-activation in fp32: the scratch z of inference, or in training the one GELU and
@@ -590,8 +634,8 @@ class Builder {
       if (op.kind == OpKind::attention_core) aux = std::max(aux, sat_mul({b, probs_elements(op)}));
     }
     // The loss reads the logits (and mse targets) in fp32 and writes their gradient in fp32.
-    const uint64_t logits = b * static_cast<uint64_t>(numel(g_.output_shape));
-    add("workspace.z", MemoryCategory::workspace, DType::f32, z);
+    const uint64_t logits = train ? b * static_cast<uint64_t>(numel(g_.output_shape)) : 0;
+    if (train || s_ == DType::f32) add("workspace.z", MemoryCategory::workspace, DType::f32, z);
     add("workspace.scratch", MemoryCategory::workspace, DType::f32, scratch);
     if (s_ == DType::f32) return;
     add("workspace.x", MemoryCategory::workspace, DType::f32, std::max(x, logits));
@@ -599,7 +643,7 @@ class Builder {
     add("workspace.w", MemoryCategory::workspace, DType::f32, w);
     add("workspace.aux", MemoryCategory::workspace, DType::f32, aux);
     if (train) {
-      add("workspace.dy", MemoryCategory::workspace, DType::f32, y);
+      add("workspace.dy", MemoryCategory::workspace, DType::f32, dy);
       add("workspace.dx", MemoryCategory::workspace, DType::f32, std::max(dx, logits));
     }
   }

@@ -195,6 +195,26 @@ class CpuSession final : public Session, public CpuSessionProbe {
     if (r.dtype != DType::f32) throw BackendError(fmt::format("buffer '{}' is not fp32", name));
     return {r.f32(), r.f32() + r.elements};
   }
+  void poison_step_buffers(unsigned char byte) override {
+    for (const BufferSpec& b : plan_.buffers)
+      if (is_step_buffer(b)) std::memset(need(b.name).ptr, byte, b.bytes);
+  }
+  std::map<std::string, uint64_t> written_bytes(unsigned char byte) const override {
+    std::map<std::string, uint64_t> written;
+    for (const BufferSpec& b : plan_.buffers) {
+      if (!is_step_buffer(b)) continue;
+      const auto* p = static_cast<const unsigned char*>(need(b.name).ptr);
+      uint64_t end = b.bytes;
+      while (end > 0 && p[end - 1] == byte) --end;
+      written[b.name] = end;
+    }
+    return written;
+  }
+  static bool is_step_buffer(const BufferSpec& b) {
+    return !b.is_view() &&
+           (b.category == MemoryCategory::saved_activations || b.category == MemoryCategory::transient ||
+            b.category == MemoryCategory::workspace);
+  }
   double loss_scale() const override { return loss_scale_; }
   int64_t skipped_steps() const override { return skipped_steps_; }
   void set_loss_scale(double scale) override {
@@ -253,8 +273,29 @@ class CpuSession final : public Session, public CpuSessionProbe {
     if (!r) throw BackendError(fmt::format("cpu backend: the plan has no buffer '{}'", name));
     return r;
   }
-  // An fp32 workspace, or nullptr when the plan needs none of that name (no op of this model uses it).
-  [[nodiscard]] float* workspace(const char* name) const { return ref(name).f32(); }
+  // An fp32 workspace and its size, or an empty one where the plan has none of that name (no op of this
+  // model uses it).
+  struct Workspace {
+    float* ptr = nullptr;
+    uint64_t elements = 0;
+    const char* name = "";
+  };
+  [[nodiscard]] Workspace workspace(const char* name) const {
+    const Ref r = ref(name);
+    return {r.f32(), r.elements, name};
+  }
+  // The workspace where the step is in 16 bits (converting to fp32 there), else none.
+  [[nodiscard]] Workspace workspace16(const char* name) const {
+    return sixteen_bit() ? workspace(name) : Workspace{};
+  }
+  // The first `n` floats of a workspace. The plan sizes each for what the backend puts there: more is the
+  // plan's bug, said rather than written over the next buffer.
+  static float* fit(const Workspace& ws, uint64_t n) {
+    if (n > ws.elements)
+      throw BackendError(fmt::format("cpu backend: {} floats overrun {} ({}; a bug in the memory plan)", n,
+                                     *ws.name ? ws.name : "a workspace the plan does not have", ws.elements));
+    return ws.ptr;
+  }
   [[nodiscard]] Ref master_ref() const {
     const Ref m = ref("master_weights");
     return m ? m : need("parameters");
@@ -292,13 +333,16 @@ class CpuSession final : public Session, public CpuSessionProbe {
     }
   }
   // fp32 view of a storage buffer: the buffer itself in fp32, else a converted copy in the workspace `ws`.
-  static const float* load(const Ref& r, uint64_t n, float* ws) {
+  static const float* load(const Ref& r, uint64_t n, const Workspace& ws) {
     if (r.dtype == DType::f32) return r.f32();
-    convert_to_f32(r, ws, n);
-    return ws;
+    float* out = fit(ws, n);
+    convert_to_f32(r, out, n);
+    return out;
   }
   // Where an fp32 result for buffer `r` is computed: in place for fp32 storage, else in `ws` (then commit()).
-  static float* target(const Ref& r, float* ws) { return r.dtype == DType::f32 ? r.f32() : ws; }
+  static float* target(const Ref& r, const Workspace& ws) {
+    return r.dtype == DType::f32 ? r.f32() : fit(ws, r.elements);
+  }
   static void commit(const float* computed, const Ref& r, uint64_t n) {
     if (r.dtype != DType::f32) convert_from_f32(computed, r, n);
   }
@@ -313,7 +357,8 @@ class CpuSession final : public Session, public CpuSessionProbe {
     for (const Op& op : graph_.ops) {
       if (op.params.empty()) continue;
       const int64_t first = op.params.front().offset;
-      float* w = direct ? master_ref().f32() : workspace("workspace.w") - first;
+      float* w = direct ? master_ref().f32()
+                        : fit(workspace("workspace.w"), static_cast<uint64_t>(op.param_elements)) - first;
       for (const Op::Param& p : op.params) {
         float* dst = w + p.offset;
         const int64_t n = p.elements;
@@ -460,10 +505,10 @@ class CpuSession final : public Session, public CpuSessionProbe {
   void forward_op(size_t i, const Op& op, const Ref& in_ref, const Ref& out_ref, bool train) {
     const uint64_t nin = n_in(op), nout = n_out(op);
     const int64_t b = plan_.request.batch;
-    float* ws_x = sixteen_bit() ? workspace("workspace.x") : nullptr;
-    float* ws_y = sixteen_bit() ? workspace("workspace.y") : nullptr;
-    float* ws_w = sixteen_bit() ? workspace("workspace.w") : nullptr;
-    float* ws_aux = sixteen_bit() ? workspace("workspace.aux") : nullptr;
+    const Workspace ws_x = workspace16("workspace.x");
+    const Workspace ws_y = workspace16("workspace.y");
+    const Workspace ws_w = workspace16("workspace.w");
+    const Workspace ws_aux = workspace16("workspace.aux");
     const float* x = op.kind == OpKind::embedding ? nullptr : load(in_ref, nin, ws_x);
     float* y = target(out_ref, ws_y);
     const float* w = op.param_elements > 0
@@ -477,7 +522,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
       pre_ref = preactivation_of(i, op);
       z = target(pre_ref, ws_aux);
     } else if (!train && op.has_preactivation()) {
-      z = sixteen_bit() ? ws_aux : workspace("workspace.z");
+      z = fit(sixteen_bit() ? ws_aux : workspace("workspace.z"), nout);
     }
     switch (op.kind) {
       case OpKind::linear:
@@ -487,7 +532,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
       case OpKind::conv2d: {
         const ConvShape s = conv_shape(op);
         const float* bias = op.bias ? w + op.out_channels * op.channels * op.kernel * op.kernel : nullptr;
-        conv2d_forward(s, x, w, bias, z, y, op.activation, workspace("workspace.scratch"));
+        conv2d_forward(s, x, w, bias, z, y, op.activation, scratch_for(s));
         break;
       }
       case OpKind::maxpool2d:
@@ -528,12 +573,17 @@ class CpuSession final : public Session, public CpuSessionProbe {
       case OpKind::patch_embedding: {
         const PatchShape s{b, op.channels, op.height, op.width, op.kernel, op.dim};
         const int64_t wn = op.dim * op.channels * op.kernel * op.kernel;
-        patch_embedding_forward(s, x, w, w + wn, w + wn + op.dim, y, workspace("workspace.scratch"));
+        patch_embedding_forward(
+            s, x, w, w + wn, w + wn + op.dim, y,
+            fit(workspace("workspace.scratch"), static_cast<uint64_t>(patch_embedding_scratch_elements(s))));
         break;
       }
       case OpKind::attention_core: {
-        const Ref probs_ref = train ? need(fmt::format("ops[{}].probs", i)) : need("act.probs");
-        float* probs = target(probs_ref, ws_aux);
+        // 16-bit inference keeps its fp32 probabilities in workspace.aux (the plan has no act.probs then).
+        const Ref probs_ref =
+            train ? need(fmt::format("ops[{}].probs", i)) : (sixteen_bit() ? Ref{} : need("act.probs"));
+        float* probs = probs_ref ? target(probs_ref, ws_aux)
+                                 : fit(ws_aux, static_cast<uint64_t>(b * op.heads * op.seq * op.seq));
         attention_forward(x, y, probs, b, op.seq, op.dim, op.heads, op.causal);
         if (train) commit(probs, probs_ref, probs_ref.elements);
         break;
@@ -560,6 +610,10 @@ class CpuSession final : public Session, public CpuSessionProbe {
     commit(y, out_ref, nout);
   }
 
+  // A conv's im2col columns (none for a pointwise one).
+  float* scratch_for(const ConvShape& s) const {
+    return fit(workspace("workspace.scratch"), static_cast<uint64_t>(conv2d_scratch_elements(s)));
+  }
   ConvShape conv_shape(const Op& op) const {
     return ConvShape{plan_.request.batch, op.channels, op.height,  op.width,      op.out_channels,
                      op.kernel,           op.stride,   op.padding, op.out_height, op.out_width};
@@ -574,9 +628,9 @@ class CpuSession final : public Session, public CpuSessionProbe {
   // loss of the network output and writes its gradient (scaled) into grad.a. Returns the mean loss.
   double loss_and_gradient(const Ref& output, float grad_scale) {
     const uint64_t n = output.elements;
-    float* ws_x = sixteen_bit() ? workspace("workspace.x") : nullptr;
-    float* ws_y = sixteen_bit() ? workspace("workspace.y") : nullptr;
-    float* ws_dx = sixteen_bit() ? workspace("workspace.dx") : nullptr;
+    const Workspace ws_x = workspace16("workspace.x");
+    const Workspace ws_y = workspace16("workspace.y");
+    const Workspace ws_dx = workspace16("workspace.dx");
     const float* logits = load(output, n, ws_x);
     const Ref grad = slice(need("grad.a"), 0, n);
     float* dlogits = target(grad, ws_dx);
@@ -632,8 +686,8 @@ class CpuSession final : public Session, public CpuSessionProbe {
         const uint64_t n = n_in(op);
         const Ref sum = slice(current, 0, n);
         if (sixteen_bit()) {
-          float* a = workspace("workspace.dy");
-          float* bsum = workspace("workspace.dx");
+          float* a = fit(workspace("workspace.dy"), n);
+          float* bsum = fit(workspace("workspace.dx"), n);
           convert_to_f32(sum, a, n);
           convert_to_f32(stash, bsum, n);
           add(a, bsum, a, static_cast<int64_t>(n));
@@ -685,14 +739,12 @@ class CpuSession final : public Session, public CpuSessionProbe {
   // A residual add's activation: its output gradient (in `grad`) becomes the sum's, in place.
   void activation_gradient_in_place(size_t i, const Op& op, const Ref& grad) {
     const uint64_t n = n_out(op);
-    const bool s16 = sixteen_bit();
-    const float* y = load(output_of(i, op), n, s16 ? workspace("workspace.y") : nullptr);
-    const float* z = op.saves_preactivation()
-                         ? load(preactivation_of(i, op), n, s16 ? workspace("workspace.aux") : nullptr)
-                         : y;
+    const float* y = load(output_of(i, op), n, workspace16("workspace.y"));
+    const float* z =
+        op.saves_preactivation() ? load(preactivation_of(i, op), n, workspace16("workspace.aux")) : y;
     const Ref g = slice(grad, 0, n);
-    const float* dy = load(g, n, s16 ? workspace("workspace.dy") : nullptr);
-    float* dz = workspace("workspace.z");
+    const float* dy = load(g, n, workspace16("workspace.dy"));
+    float* dz = fit(workspace("workspace.z"), n);
     activation_backward(op.activation, z, y, dy, dz, static_cast<int64_t>(n));
     convert_from_f32(dz, g, n);
   }
@@ -700,17 +752,15 @@ class CpuSession final : public Session, public CpuSessionProbe {
   void backward_op(size_t i, const Op& op, const Ref& in_ref, const Ref& dy_ref, const Ref& dx_full) {
     const uint64_t nin = n_in(op), nout = n_out(op);
     const int64_t b = plan_.request.batch;
-    const bool s16 = sixteen_bit();
-    const float* x =
-        op.kind == OpKind::embedding ? nullptr : load(in_ref, nin, s16 ? workspace("workspace.x") : nullptr);
-    const float* dy = load(slice(dy_ref, 0, nout), nout, s16 ? workspace("workspace.dy") : nullptr);
+    const float* x = op.kind == OpKind::embedding ? nullptr : load(in_ref, nin, workspace16("workspace.x"));
+    const float* dy = load(slice(dy_ref, 0, nout), nout, workspace16("workspace.dy"));
     const Ref dx_ref = dx_full ? slice(dx_full, 0, nin) : Ref{};
-    float* dx = dx_ref ? target(dx_ref, s16 ? workspace("workspace.dx") : nullptr) : nullptr;
+    float* dx = dx_ref ? target(dx_ref, workspace16("workspace.dx")) : nullptr;
     const float* w = op.param_elements > 0 ? load(param_slice(op), static_cast<uint64_t>(op.param_elements),
-                                                  s16 ? workspace("workspace.w") : nullptr)
+                                                  workspace16("workspace.w"))
                                            : nullptr;
     float* dw = op.param_elements > 0 ? grad_slice(op) : nullptr;
-    auto saved = [&](const char* what, float* ws) {
+    auto saved = [&](const char* what, const Workspace& ws) {
       const Ref r = need(fmt::format("ops[{}].{}", i, what));
       return load(r, r.elements, ws);
     };
@@ -718,26 +768,24 @@ class CpuSession final : public Session, public CpuSessionProbe {
     // output (ReLU's z > 0 exactly where its output is; tanh's derivative reads only y).
     auto pre_or_out = [&](const Op& o, const float* y) -> const float* {
       if (!o.has_preactivation()) return nullptr;
-      return o.saves_preactivation() ? saved("pre", s16 ? workspace("workspace.aux") : nullptr) : y;
+      return o.saves_preactivation() ? saved("pre", workspace16("workspace.aux")) : y;
     };
     switch (op.kind) {
       case OpKind::linear: {
-        const float* y =
-            op.backward_reads_output() ? saved("out", s16 ? workspace("workspace.y") : nullptr) : nullptr;
+        const float* y = op.backward_reads_output() ? saved("out", workspace16("workspace.y")) : nullptr;
         const float* z = pre_or_out(op, y);
-        float* dz = op.has_preactivation() ? workspace("workspace.z") : nullptr;
+        float* dz = op.has_preactivation() ? fit(workspace("workspace.z"), nout) : nullptr;
         linear_backward(x, w, z, y, dy, dz, dx, dw, op.bias ? dw + op.in_features * op.out_features : nullptr,
                         b * op.rows, op.in_features, op.out_features, op.activation);
         break;
       }
       case OpKind::conv2d: {
-        const float* y =
-            op.backward_reads_output() ? saved("out", s16 ? workspace("workspace.y") : nullptr) : nullptr;
+        const float* y = op.backward_reads_output() ? saved("out", workspace16("workspace.y")) : nullptr;
         const float* z = pre_or_out(op, y);
-        float* dz = op.has_preactivation() ? workspace("workspace.z") : nullptr;
+        float* dz = op.has_preactivation() ? fit(workspace("workspace.z"), nout) : nullptr;
         const int64_t wn = op.out_channels * op.channels * op.kernel * op.kernel;
         conv2d_backward(conv_shape(op), x, w, z, y, dy, dz, dx, dw, op.bias ? dw + wn : nullptr,
-                        op.activation, workspace("workspace.scratch"));
+                        op.activation, scratch_for(conv_shape(op)));
         break;
       }
       case OpKind::maxpool2d:  // finds each window's maximum again in the input; reads no output
@@ -756,11 +804,10 @@ class CpuSession final : public Session, public CpuSessionProbe {
         break;
       }
       case OpKind::batchnorm: {
-        const float* y =
-            op.backward_reads_output() ? saved("out", s16 ? workspace("workspace.y") : nullptr) : nullptr;
+        const float* y = op.backward_reads_output() ? saved("out", workspace16("workspace.y")) : nullptr;
         const float* g = dy;
         if (op.has_preactivation()) {
-          float* dz = workspace("workspace.z");
+          float* dz = fit(workspace("workspace.z"), nout);
           activation_backward(op.activation, pre_or_out(op, y), y, dy, dz, static_cast<int64_t>(nout));
           g = dz;
         }
@@ -775,15 +822,17 @@ class CpuSession final : public Session, public CpuSessionProbe {
       case OpKind::patch_embedding: {
         const PatchShape s{b, op.channels, op.height, op.width, op.kernel, op.dim};
         const int64_t wn = op.dim * op.channels * op.kernel * op.kernel;
-        patch_embedding_backward(s, x, w, dy, dx, dw, dw + wn, dw + wn + op.dim,
-                                 workspace("workspace.scratch"));
+        patch_embedding_backward(
+            s, x, w, dy, dx, dw, dw + wn, dw + wn + op.dim,
+            fit(workspace("workspace.scratch"), static_cast<uint64_t>(patch_embedding_scratch_elements(s))));
         break;
       }
       case OpKind::attention_core: {
-        const float* probs = saved("probs", s16 ? workspace("workspace.aux") : nullptr);
+        const float* probs = saved("probs", workspace16("workspace.aux"));
         if (dx)
-          attention_backward(x, probs, dy, dx, b, op.seq, op.dim, op.heads, op.causal,
-                             workspace("workspace.scratch"));
+          attention_backward(
+              x, probs, dy, dx, b, op.seq, op.dim, op.heads, op.causal,
+              fit(workspace("workspace.scratch"), static_cast<uint64_t>(attention_scratch_elements(op.seq))));
         break;
       }
       case OpKind::residual_save:

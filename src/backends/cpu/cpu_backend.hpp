@@ -3,6 +3,8 @@
 // store in 16 bits and compute in fp32 through the plan's workspaces; fp16 trains with dynamic loss scaling.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +35,13 @@ class CpuSessionProbe {
   [[nodiscard]] virtual double loss_and_gradients() = 0;
   // The last step's time spent generating its micro-batches' data (accumulation > 1), left out of step_ms.
   [[nodiscard]] virtual double untimed_data_ms() const = 0;
+  // Fills every buffer a step computes into (saved activations, transients and workspaces; not views) with
+  // `byte`, so that a test can see what a step reads before writing it, and what the plan sized but the
+  // step never writes (written_bytes).
+  virtual void poison_step_buffers(unsigned char byte) = 0;
+  // Per poisoned buffer: how far into it a step wrote since poison_step_buffers(byte), in bytes (up to the
+  // last byte that no longer holds `byte`; 0 where nothing was written).
+  [[nodiscard]] virtual std::map<std::string, uint64_t> written_bytes(unsigned char byte) const = 0;
 };
 
 }  // namespace bsw::cpu

@@ -35,7 +35,8 @@ struct ConvShape {
   int64_t batch, cin, h, w, cout, k, stride, pad, hout, wout;
 };
 // im2col scratch holds cin*k*k*hout*wout floats (one sample at a time); a 1x1 stride-1 unpadded conv does not
-// touch it. z, b: as for linear_forward (z == nullptr with act != none applies the activation in place in y).
+// touch it (conv2d_scratch_elements is 0 for it). z, b: as for linear_forward (z == nullptr with act != none
+// applies the activation in place in y).
 [[nodiscard]] int64_t conv2d_scratch_elements(const ConvShape& s);
 void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b, float* z, float* y,
                     Activation act, float* scratch);

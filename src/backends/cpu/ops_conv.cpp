@@ -135,7 +135,7 @@ void scatter_patches(const PatchShape& s, const float* dpatches, float* dx) {
 // ------------------------------------------------------------------------------------------------------
 
 int64_t conv2d_scratch_elements(const ConvShape& s) {
-  return s.cin * s.k * s.k * s.hout * s.wout;
+  return conv_is_pointwise(s) ? 0 : s.cin * s.k * s.k * s.hout * s.wout;
 }
 
 void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* b, float* z, float* y,
