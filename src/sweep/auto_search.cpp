@@ -39,9 +39,12 @@
 //     binary search between them when those fail (~log2(max) launches, stopping early on a throughput
 //     plateau), then num_tuning_micro_batch_sizes (default 3) launches between max/2 and max; every one a
 //     separate profiled process launch, repeated per ZeRO stage; it optimises one throughput number.
-//   Growth also stops timing once the next doubling could not finish --warmup + --min-samples steps inside
+//   Growth also stops timing once the next doubling could not finish --warmup and two timed steps inside
 //   --timeout (its step time extrapolated linearly); then the edge is probed, not timed, and a largest fit
-//   too slow to time is reported with a warning instead of stalling the sweep.
+//   too slow to time is reported with a warning instead of stalling the sweep. A batch that fits only part
+//   of --min-samples is timed, cut short: holding growth to --min-samples stopped it after batch 1 wherever a
+//   step took 50 ms and a --latency-slo asked for 100 samples (p99), recommending batch 1 where batch 32 ran
+//   30 times as fast within the budget.
 //   - here: 11 timed growth points (1..1024: the plateau after the knee stops timing), prepare-only probes
 //     at 2048 (fits) and 4096 (oom, recorded), 8 prepare-only bisection probes down to 2048 | 2056, then 3
 //     timed refinement points (2048 for max-fit, 184 and 360 around the knee): 14 timed points with full
@@ -241,7 +244,7 @@ class AutoSearch {
             largest, fmt::format("{}{}; {}", plan_fit ? "by the plan, which is " : "", unfit, why)});
         runner_.warn(
             fmt::format("batch {} fits{} but was not timed: a step would take {}, more than "
-                        "--timeout {} s allows for --warmup and --min-samples; raise --timeout to time it",
+                        "--timeout {} s allows for --warmup and two timed steps; raise --timeout to time it",
                         largest, plan_fit ? " by the plan" : "", predicted_step_text(largest),
                         runner_.settings().stopping.timeout_s));
       } else {
@@ -430,7 +433,7 @@ class AutoSearch {
                              why)});
     runner_.warn(
         fmt::format("batch {} fits but was not timed: a step would take {}, more than "
-                    "--timeout {} s allows for --warmup and --min-samples; raise --timeout to time it",
+                    "--timeout {} s allows for --warmup and two timed steps; raise --timeout to time it",
                     largest, predicted_step_text(largest), runner_.settings().stopping.timeout_s));
     return true;
   }
@@ -458,12 +461,11 @@ class AutoSearch {
                        predicted_step_s(batch), growth_.back().batch, growth_.back().step_ms.mean);
   }
 
-  // True when warm-up and the minimum samples of `batch` would not fit in the per-point timeout: such a point
-  // cannot be measured properly, so growth stops timing and the fit edge is found without timing it.
+  // True when warm-up and two timed steps of `batch` would not fit in the per-point timeout: such a point
+  // cannot be measured at all, so growth stops timing and the fit edge is found without timing it.
   [[nodiscard]] bool too_slow_to_time(int64_t batch) const {
     const StoppingSettings& s = runner_.settings().stopping;
-    // The noise target needs two samples whatever --min-samples says (NoiseCriterion).
-    const double steps = static_cast<double>(s.warmup_steps + std::max<int64_t>(2, s.min_samples));
+    const double steps = static_cast<double>(s.warmup_steps + kFewestTimedSteps);
     return predicted_step_s(batch) * steps > s.timeout_s;
   }
 

@@ -14,7 +14,7 @@
 //
 // Too slow to time: every split's step processes N samples, in `accumulation` micro-batches, so a step can
 // take at most accumulation / accumulation' times the last ok split's (per-micro-batch time no longer than at
-// the larger micro-batch). Where that bound, over --warmup and --min-samples steps, exceeds --timeout, the
+// the larger micro-batch). Where that bound, over --warmup and two timed steps, exceeds --timeout, the
 // split is not timed (as --batch auto leaves a batch too slow to time): a smaller micro-batch is seldom
 // faster than a larger one that fits (though caches can make it so), and 1 x N of a large N can take hours a
 // step. Before any split has run there is no basis, and the first
@@ -104,9 +104,6 @@ std::string nearby_split_hint(int64_t n, int64_t fit, int64_t unfit, std::option
 }
 
 }  // namespace
-
-// The fewest timed steps a split is worth measuring with: two give its noise (NoiseCriterion needs them).
-constexpr int64_t kFewestTimedSteps = 2;
 
 void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::string& summary) {
   const std::vector<BatchSplit> splits = effective_batch_splits(effective_batch);

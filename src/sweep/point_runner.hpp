@@ -16,6 +16,11 @@
 
 namespace bsw::sweep_detail {
 
+// The fewest timed steps a searched batch is worth measuring with: two give its noise (NoiseCriterion needs
+// them). A search leaves out a batch whose warm-up and these would outlast --timeout; one that fits only
+// part of --min-samples is timed, cut short by --timeout as any point is (stop_reason timeout).
+inline constexpr int64_t kFewestTimedSteps = 2;
+
 // The answer of a prepare-only probe (auto search's fit-edge bisection).
 enum class Fit { fits, oom, over_limit, error };
 

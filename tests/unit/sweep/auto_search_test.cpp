@@ -376,10 +376,11 @@ TEST(AutoSearch, PlanEdgeTooSlowToTimeNamesThePlansLargestFit) {
   const Graph graph = tiny_graph();
   ScriptedConfig config = testing::roofline(2.0, 128.0);
   config.curve = ScriptedConfig::Curve::saturating;
-  config.b0 = 32;  // a step of b ~ 3000 takes 2 ms (1 + b/32) ~ 0.19 s: 13 steps do not fit a 1 s timeout
+  // A step of b ~ 3000 takes 2 ms (1 + b/32) ~ 0.19 s: 3 warm-up and 2 timed steps do not fit 0.5 s.
+  config.b0 = 32;
   const auto backend = make_scripted_backend(config);
   SweepSettings settings = auto_settings();
-  settings.stopping.timeout_s = 1;
+  settings.stopping.timeout_s = 0.5;
   settings.memory_limit_bytes =
       static_cast<uint64_t>(static_cast<double>(planned_bytes(graph, 3003)) / 0.95) + 1;
   const auto plan_edge =
@@ -436,10 +437,34 @@ TEST(AutoSearch, GrowthStopsTimingWhenTheNextBatchWouldOutlastTheTimeout) {
   const auto backend = make_scripted_backend(config);
   RecordingObserver observer;
   const SweepOutcome outcome = run_sweep(*backend, graph, auto_settings(), observer);
-  // After 131072 (231 ms a step) the next doubling would need 13 steps of ~462 ms > the 5 s timeout.
-  EXPECT_EQ(largest_ok(outcome.points), 131072) << outcome.search_summary;
-  EXPECT_NE(outcome.search_summary.find("growth timed up to 131072 (a larger batch would not fit --timeout"),
+  // After 524288 (624 ms a step) the next doubling would need 3 warm-up and 2 timed steps of up to 1.25 s,
+  // over the 5 s timeout. (The scripted steps take no time, so --timeout cuts none of them here.)
+  EXPECT_EQ(largest_ok(outcome.points), 524288) << outcome.search_summary;
+  EXPECT_NE(outcome.search_summary.find("growth timed up to 524288 (a larger batch would not fit --timeout"),
             std::string::npos)
+      << outcome.search_summary;
+}
+
+// A 60 ms step under a 100 ms p99 budget: --latency-slo asks 100 samples a point (p99), which 5 s cannot
+// hold even at batch 1. Growth times what --timeout allows rather than stopping there, so the budget's best
+// batch is found (a walk saw batch 1 recommended where batch 32 ran 30 times as fast within the budget).
+TEST(AutoSearch, ALatencyBudgetsSamplesDoNotStopGrowthAtBatchOne) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline(60.0, 0.5);  // a step takes max(60 ms, b / 0.5 ms)
+  config.noise_pct = 1;
+  config.seed = 1;
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = auto_settings();
+  settings.mode = Mode::infer;
+  settings.latency_slo_ms = 100;
+  settings.stopping.min_samples = 100;  // what run sets for a p99 budget
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  RecordProperty("search_summary", outcome.search_summary);
+  const std::optional<BatchChoice> slo = latency_choice(outcome, 100);
+  ASSERT_TRUE(slo.has_value()) << outcome.search_summary;
+  EXPECT_GE(*slo->batch, 32) << slo->reason << "\n" << outcome.search_summary;
+  EXPECT_NE(outcome.search_summary.find("latency budget 100 ms: p99 crosses it between"), std::string::npos)
       << outcome.search_summary;
 }
 
