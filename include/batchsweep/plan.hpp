@@ -204,8 +204,8 @@ enum class MemoryCategory {
   master_weights,     // fp32 copy updated by the optimizer (fp16/bf16 only)
   gradients,          // fp32, one per parameter, accumulated over micro-batches
   optimizer_state,    // adamw m and v, or sgd momentum (fp32)
-  saved_activations,  // forward outputs kept for backward (train) — or the live ping-pong buffers (infer)
-  transient,          // activation gradients, residual stashes, per-op scratch
+  saved_activations,  // forward outputs kept for backward (train), the recompute arena included
+  transient,          // activation gradients, residual stashes; in inference the ping-pong activations
   workspace,          // backend and library workspaces (precision conversion, im2col, cuBLASLt, cuDNN)
   data,               // the synthetic inputs and targets of one micro-batch
 };
@@ -339,8 +339,9 @@ struct Plan {
 // ones (and those backward never reaches, which keep nothing it reads); else every block.
 [[nodiscard]] std::vector<bool> checkpointed_blocks(const Graph& graph, const PlanRequest& request);
 
-// Throws UsageError for batch < 1 or accumulation < 1, and OutOfMemory-free: sizes are computed in 128 bits
-// and a plan whose total would not fit in 64 bits throws UsageError naming the batch.
+// Throws UsageError for a batch outside 1..kMaxBatch or accumulation < 1, and OutOfMemory-free: buffer sizes
+// are per-sample sizes (at most 2^36 elements) times the batch, totals are summed in 128 bits, and a plan
+// whose total would pass 2^62 bytes throws UsageError naming the batch.
 [[nodiscard]] Plan make_plan(const Graph& graph, const PlanRequest& request);
 
 // Fraction of a memory budget a plan may take in plan --memory / run --memory-limit: the rest is headroom for

@@ -401,7 +401,8 @@ class Builder {
         default:
           reached[i] = true;
       }
-      if (op.kind == OpKind::residual_add || op.kind == OpKind::residual_branch || op.input_gradient) continue;
+      if (op.kind == OpKind::residual_add || op.kind == OpKind::residual_branch || op.input_gradient)
+        continue;
       if (const std::optional<size_t> resume = backward_resume(g_, i)) {
         i = *resume + 1;
         continue;
@@ -709,8 +710,9 @@ class Builder {
         bgrad = std::max(bgrad, static_cast<uint64_t>(g_.ops[i].out_features));
     add("workspace.bgrad", MemoryCategory::workspace, s_, bgrad);
     const uint64_t rows = b * static_cast<uint64_t>(g_.loss_rows);
-    add("workspace.loss", MemoryCategory::workspace, DType::f32,
-        kCudaLossPartialFloats + std::max<uint64_t>(rows, 1));
+    if (train)  // inference computes no loss
+      add("workspace.loss", MemoryCategory::workspace, DType::f32,
+          kCudaLossPartialFloats + std::max<uint64_t>(rows, 1));
     add("workspace.scalars", MemoryCategory::workspace, DType::f32, kCudaScalars);
     // 16-bit inference has no fp32 master copy: parameters are drawn in fp32 one op at a time, then cast.
     if (!train && s_ != DType::f32) {
@@ -746,6 +748,9 @@ int64_t cuda_batchnorm_slabs(int64_t batch, int64_t channels, int64_t spatial) {
 Plan make_plan(const Graph& graph, const PlanRequest& request) {
   if (request.batch < 1)
     throw UsageError(fmt::format("--batch: {} is not a positive batch size", request.batch));
+  // The sizes below multiply per-sample sizes (at most 2^36 elements) by the batch in 64 bits.
+  if (request.batch > kMaxBatch)
+    throw UsageError(fmt::format("--batch: {} is over the largest batch, 2^24", request.batch));
   if (request.accumulation < 1)
     throw UsageError(fmt::format("--accumulation: {} must be at least 1", request.accumulation));
   if (request.checkpoint_blocks < 0)
