@@ -1369,6 +1369,17 @@ void note_checkpointing(const Graph& graph, const SweepSettings& sweep, BackendK
   // The blocks backward reaches, as the plan's title counts them (not one before every layer that learns).
   const std::vector<int> ends = blocks_ending(graph, request);
   const auto recomputed = std::count_if(ends.begin(), ends.end(), [](int k) { return k >= 0; });
+  // Where not even batch 1 fits the budget with every block recomputed, rerunning with it cannot help: said,
+  // not advised (the model's state, not its activations, is what is over).
+  if (budget > 0 && !max_fit_batch(graph, request, budget)) {
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "batchsweep run: note: batch %s %s (its plan needs %s); --checkpointing would not fit it: "
+                 "it plans %s, and not even batch 1 fits 95%% of the %s with it\n",
+                 batch_label(failed->batch, failed->accumulation).c_str(), what,
+                 format_bytes(without).c_str(), format_bytes(with.memory.total_bytes()).c_str(), budget_name);
+    return;
+  }
   std::string fits;
   if (sweep.memory_limit_bytes)
     if (const std::optional<int64_t> most = max_fit_batch(graph, request, *sweep.memory_limit_bytes))

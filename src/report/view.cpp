@@ -111,7 +111,7 @@ std::string marks_legend(const Report& report) {
     out += (out.empty() ? "" : "; ") + std::string(m.tag) + " = " + m.meaning;
   }
   if (any_point(report, [](const Point& p) { return p.refinement; })) {
-    out += (out.empty() ? "" : "; ") + std::string("* = added by the refinement stage");
+    out += (out.empty() ? "" : "; ") + std::string("* = added by the sweep (a refinement, an edge)");
   }
   if (any_point(report,
                 [](const Point& p) { return p.status == PointStatus::ok && !p.resumed_from.empty(); })) {

@@ -710,7 +710,9 @@ void run_batch_list(PointRunner& runner, const std::vector<int64_t>& batches, in
   }
   // Where the first batch above the largest that ran ok was over the memory limit, the plan knows the edge:
   // its largest fit between them is named (untimed), rather than leave the batches between to a --batch
-  // range that would mostly be over the limit too.
+  // range that would mostly be over the limit too. Where the largest that ran ok is the plan's largest fit,
+  // the batch after it is recorded over_limit (refinement; as --batch auto records its edge), so max fit
+  // and the recommendation name the edge, not a range of batches that would all be over the limit.
   const Point* largest_ok = nullptr;
   for (const Point& p : runner.points())
     if (p.accumulation == accumulation && p.status == PointStatus::ok &&
@@ -724,6 +726,11 @@ void run_batch_list(PointRunner& runner, const std::vector<int64_t>& batches, in
       above = &p;
   if (above == nullptr || above->status != PointStatus::over_limit) return;
   const std::optional<int64_t> plan_fit = runner.plan_max_fit(accumulation);
+  if (plan_fit && *plan_fit == largest_ok->batch && *plan_fit + 1 < above->batch) {
+    if (std::optional<std::string> over = runner.plan_over_budget(*plan_fit + 1, accumulation))
+      runner.record_unfit(*plan_fit + 1, accumulation, PointStatus::over_limit, std::move(*over), true);
+    return;
+  }
   if (!plan_fit || *plan_fit <= largest_ok->batch || *plan_fit >= above->batch) return;
   if (runner.over_memory_now(*plan_fit, accumulation)) return;  // within the limit, but not free now
   runner.set_untimed_fit(UntimedFit{

@@ -3355,6 +3355,17 @@ TEST(Checkpointing, PlansRunsAndSaysIt) {
                        "--checkpointing it plans 101.49 MiB, recomputing its 2 blocks' forward"))
       << over.err;
   EXPECT_TRUE(contains(over.err, "micro-batches up to 12 fit --memory-limit with it")) << over.err;
+  // Where the model's state alone is over the limit, checkpointing cannot help, and the note says so rather
+  // than advise a rerun that would fail the same way.
+  const Result state_over =
+      run({"run", "--backend", "cpu", "--model", "tiny-lm", "--batch", "1", "--memory-limit", "10MiB", "-q"});
+  EXPECT_EQ(state_over.exit_code, 4) << state_over.err;
+  EXPECT_TRUE(contains(state_over.err,
+                       "note: batch 1 was over --memory-limit (its plan needs 12.08 MiB); --checkpointing "
+                       "would not fit it: it plans 11.54 MiB, and not even batch 1 fits 95% of the "
+                       "--memory-limit with it"))
+      << state_over.err;
+  EXPECT_FALSE(contains(state_over.err, "rerun with --checkpointing")) << state_over.err;
   // Without --memory-limit the budget is the device's memory, and the note says so.
   std::vector<std::string> device_args =
       scripted_run("roofline.json", {"--precision", "bf16", "--batch", "1,1024", "-q"});

@@ -214,6 +214,35 @@ TEST(BatchList, AnOverLimitBatchNamesThePlansLargestFitBelowIt) {
   EXPECT_FALSE(run_sweep(*failing, graph, plain, observer).untimed_fit.has_value());
 }
 
+// Where the largest batch that ran ok is the plan's largest fit, the batch after it is recorded over_limit
+// (a refinement point), so max fit names the edge rather than "--batch 40:56:+8 measures them", a range
+// the plan puts over the limit (a walk followed that advice into exit 4).
+TEST(BatchList, TheLargestOkBatchAtThePlansEdgeRecordsTheBatchAfterIt) {
+  const Graph graph = tiny_graph();
+  const auto backend = make_scripted_backend(testing::roofline(2.0, 128.0));
+  SweepSettings settings;
+  settings.batches.batches = {1000, 2000, 4096};
+  // The budget's edge is batch 2000 by the plan: 2001 is over it.
+  settings.memory_limit_bytes = planned_bytes(graph, 2000) * 100 / 95 + 1;
+  ASSERT_EQ(max_fit_batch(graph, PlanRequest{1, Precision::fp32, Mode::train, 1, BackendKind::scripted},
+                          *settings.memory_limit_bytes),
+            2000);
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  EXPECT_FALSE(outcome.untimed_fit.has_value());
+  const Point* edge = find_point(outcome.points, 2001);
+  ASSERT_NE(edge, nullptr);
+  EXPECT_EQ(edge->status, PointStatus::over_limit);
+  EXPECT_TRUE(edge->refinement);
+  EXPECT_EQ(find_point(outcome.points, 4096)->status, PointStatus::over_limit);
+  std::vector<Point> points = outcome.points;
+  const Analysis a = analyze(points, AnalysisOptions{});
+  ASSERT_EQ(a.max_fit.batch, 2000);
+  EXPECT_EQ(a.max_fit.reason.rfind("batch 2001 did not fit (over_limit", 0), 0u) << a.max_fit.reason;
+  EXPECT_EQ(a.max_fit.reason.find("measures them"), std::string::npos) << a.max_fit.reason;
+  EXPECT_EQ(a.recommended.why.find("measures them"), std::string::npos) << a.recommended.why;
+}
+
 TEST(AutoSearch, PlanBasedEdgeIsFoundWithoutPreparingWhatThePlanRejects) {
   const Graph graph = tiny_graph();
   ScriptedConfig config = testing::roofline(2.0, 128.0);
