@@ -231,6 +231,9 @@ class SweepObserver {
   // while resuming, the earlier points not reached yet that still fit (SweepSettings::resume_points), sorted
   // by (effective_batch, batch) as in SweepOutcome::points.
   virtual void on_point_done(const Point& /*point*/, const std::vector<Point>& /*all_so_far*/) {}
+  // Before on_point_done of a point the runner prepared and timed: how many such points the sweep has
+  // (SweepOutcome::measured_points so far), so a report rewritten after each point carries it.
+  virtual void on_measured_points(int /*measured_points*/) {}
   // Around a point's timed steps (after its warm-up): telemetry samplers start here and stop in on_timed_end,
   // which may annotate the point (its samples are in) and returns warnings to record with the sweep's.
   virtual void on_timed_start(const Point& /*point*/) {}

@@ -545,6 +545,8 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
       {"latency_percentile", percentile_setting(s.analysis.latency_percentile)},
       {"price_per_hour",
        s.analysis.price_per_hour ? nlohmann::json(*s.analysis.price_per_hour) : nlohmann::json()},
+      // So far: counted up as points are measured, in the rewrites after each point too.
+      {"measured_points", 0},
   };
   // --request-rate: the serving question (absent without it).
   if (s.analysis.request_rate) {
@@ -580,6 +582,9 @@ class ExportingObserver final : public SweepObserver {
     progress_.on_probe_start(batch, accumulation);
   }
   void on_probe_done() override { progress_.on_probe_done(); }
+  void on_measured_points(int measured_points) override {
+    report_.settings["measured_points"] = measured_points;
+  }
   void on_point_done(const Point& point, const std::vector<Point>& all_so_far) override {
     progress_.on_point_done(point, all_so_far);
     swept_.insert({point.batch, point.accumulation});

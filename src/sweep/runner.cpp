@@ -393,6 +393,7 @@ std::optional<Point> PointRunner::measure_point(int64_t batch, int64_t accumulat
     --measured_;  // interrupted: the point is dropped, so it was not measured
     return std::nullopt;
   }
+  observer_.on_measured_points(measured_);
   const SessionMemory memory = session->memory();
   point.memory.measured_bytes = memory.allocated_bytes;
   point.memory.device_used_bytes = memory.device_used_bytes;

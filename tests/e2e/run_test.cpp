@@ -855,7 +855,9 @@ TEST(Run, TheLatencyBudgetHoldsThePercentileAsked) {
 TEST(Run, MaxFitNamesTheLargerFitTheSearchCouldNotTime) {
   ScratchDir dir;
   const std::string file = (dir / "s.json").string();
-  const Result r = run(scripted_run("saturating-slow.json", {"--batch", "auto", "--json", file}));
+  // Batch 16384's step takes 1.03 s: its warm-up step and two timed ones do not fit a 2 s timeout.
+  const Result r =
+      run(scripted_run("saturating-slow.json", {"--batch", "auto", "--timeout", "2", "--json", file}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json report = read_json(file);
   ASSERT_TRUE(report["settings"].contains("untimed_fit")) << report["settings"].dump();
@@ -1890,6 +1892,8 @@ TEST(Run, AnErrorThatBreaksTheDeviceStopsTheSweepAndKeepsTheFinishedPoints) {
   EXPECT_EQ(report["state"], "in_progress");
   ASSERT_EQ(report["points"].size(), 2u) << report.dump();
   EXPECT_EQ(report["points"][1]["batch"], 8);
+  // Every key run writes, as in a finished report: the points measured so far too.
+  EXPECT_EQ(report["settings"]["measured_points"], 2) << report["settings"].dump();
   // The report names the error, not only stderr.
   ASSERT_EQ(report["warnings"].size(), 1u) << report["warnings"].dump();
   const std::string warning = report["warnings"][0];
