@@ -52,6 +52,7 @@ struct RunSummary {
   std::vector<std::string> overrides;  // settings.model_overrides (run --set), as given
   int64_t checkpoint_blocks = 0;       // settings.checkpoint_blocks (run --checkpoint-blocks); 0: all or none
   std::string state;  // Report::state: "complete", "interrupted", "in_progress", or empty (not said)
+  bool first_round_finished = false;  // run --rounds: a later round had begun (every batch is in)
   KneeResult knee;
   BatchChoice max_fit;
   BatchChoice best;  // the highest throughput, at whichever batch each run reached it

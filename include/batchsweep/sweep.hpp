@@ -234,6 +234,8 @@ class SweepObserver {
   // Before on_point_done of a point the runner prepared and timed: how many such points the sweep has
   // (SweepOutcome::measured_points so far), so a report rewritten after each point carries it.
   virtual void on_measured_points(int /*measured_points*/) {}
+  // run --rounds: round `round` (2..) begins, every earlier one having finished (round 1: the whole sweep).
+  virtual void on_round_begun(int /*round*/) {}
   // Around a point's timed steps (after its warm-up): telemetry samplers start here and stop in on_timed_end,
   // which may annotate the point (its samples are in) and returns warnings to record with the sweep's.
   virtual void on_timed_start(const Point& /*point*/) {}

@@ -548,6 +548,8 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
       // So far: counted up as points are measured, in the rewrites after each point too.
       {"measured_points", 0},
   };
+  // --rounds N: the round begun so far (1, then 2.. as the later rounds start).
+  if (w.rounds > 1) j["rounds_begun"] = 1;
   // --request-rate: the serving question (absent without it).
   if (s.analysis.request_rate) {
     j["request_rate"] = request_rate_setting(*s.analysis.request_rate);
@@ -578,6 +580,8 @@ class ExportingObserver final : public SweepObserver {
         }()) {}
 
   void on_point_start(const PointStart& start) override { progress_.on_point_start(start); }
+  // --rounds: the round the sweep has begun, so a report stopped in a later one says it has every batch.
+  void on_round_begun(int round) override { report_.settings["rounds_begun"] = round; }
   void on_probe_start(int64_t batch, int64_t accumulation) override {
     progress_.on_probe_start(batch, accumulation);
   }
@@ -597,6 +601,8 @@ class ExportingObserver final : public SweepObserver {
     AnalysisOptions so_far = options_;
     so_far.request_rate.reset();
     so_far.interim = true;
+    // Once a later --rounds round runs, every batch is in (round 1 was the whole sweep).
+    so_far.unfinished = !report_view::later_round_begun(report_);
     report_.analysis = analyze(report_.points, so_far);
     if (!exports_.any()) return;
     // An export that cannot be rewritten (a full disk, a directory made read-only) does not stop the
@@ -692,6 +698,7 @@ void keep_fatal_error(Report& report, const ExportSettings& given, const Error& 
   AnalysisOptions final_options = options;
   final_options.request_rate.reset();
   final_options.interim = false;
+  final_options.unfinished = options.unfinished && !report_view::later_round_begun(report);
   report.analysis = analyze(report.points, final_options);
   const std::string left = report.points.empty() ? keep_earlier_exports(exports) : std::string();
   report.warnings.push_back(
@@ -1552,7 +1559,8 @@ int run_command(const RunSettings& given, const std::vector<std::string>& argv) 
   report.state = outcome.interrupted ? "interrupted" : "complete";
   AnalysisOptions final_options = options;
   final_options.untimed_fit = outcome.untimed_fit;
-  final_options.unfinished = outcome.interrupted;
+  // Stopped in a later --rounds round, it lacks rounds, not batches: the analysis has them all.
+  final_options.unfinished = outcome.interrupted && !report_view::later_round_begun(report);
   report.analysis = analyze(report.points, final_options);
   if (auto w = batchnorm_split_warning(graph, sweep.mode, report.analysis)) report.warnings.push_back(*w);
   // The console table ends with the warnings; say them on stderr too when that table is not on a terminal.
@@ -1674,7 +1682,8 @@ RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags,
     }
   }
   out.options = analysis_options(flags);
-  out.options.unfinished = report.state == "interrupted" || report.state == "in_progress";
+  out.options.unfinished = (report.state == "interrupted" || report.state == "in_progress") &&
+                           !report_view::later_round_begun(report);
   // What run's --batch auto found to fit without timing it (settings.untimed_fit), where well-formed.
   if (report.settings.is_object()) {
     const auto it = report.settings.find("untimed_fit");
@@ -1912,9 +1921,11 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
     for (const RunSummary& run : result.runs) {
       if (incomplete(run) && !s.allow_incomplete)
         return fmt::format(
-            "--fail-on-regression {:g}: {} did not finish: {}; the batches it lacks would pass unjudged "
-            "(run it again, or pass --allow-incomplete to judge the batches it holds)",
-            *s.fail_on_regression_pct, run.name, incomplete_why(run));
+            "--fail-on-regression {:g}: {} did not finish: {}; {} (run it again, or pass "
+            "--allow-incomplete to judge the batches it holds)",
+            *s.fail_on_regression_pct, run.name, incomplete_why(run),
+            run.first_round_finished ? "the gate judges finished runs only"
+                                     : "the batches it lacks would pass unjudged");
     }
     // Under the minimum effect the throughput test calls nothing slower: said, since the latency budget's
     // gate does take such a PCT (0: any breach).

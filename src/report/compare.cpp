@@ -32,6 +32,14 @@ bool incomplete(const RunSummary& run) {
 }
 
 std::string incomplete_why(const RunSummary& run) {
+  // Stopped in a later --rounds round: every batch has its first round; the rounds that balance drift are
+  // what it lacks.
+  if (run.first_round_finished)
+    return fmt::format(
+        "{} during a later --rounds round: every batch has its first round, and some lack the "
+        "later ones, which balance drift between them",
+        run.state == "interrupted" ? "interrupted by a signal (state interrupted)"
+                                   : "stopped (state in_progress)");
   if (run.state == "interrupted")
     return "interrupted by a signal (state interrupted), its batches after that were never run";
   return "written while its sweep ran (state in_progress): the run stopped before it finished (killed, or "
@@ -397,6 +405,7 @@ RunSummary summarize_run(const Report& report, std::string name) {
   s.checkpointing = t.checkpointing;
   s.checkpoint_blocks = t.checkpoint_blocks;
   s.state = report.state;
+  s.first_round_finished = report_view::later_round_begun(report);
   s.knee = report.analysis.knee;
   s.max_fit = report.analysis.max_fit;
   s.best = report.analysis.best_throughput;

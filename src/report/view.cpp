@@ -157,6 +157,13 @@ std::optional<double> price_per_hour(const Report& report) {
   return positive_setting(report, "price_per_hour");
 }
 
+bool later_round_begun(const Report& report) {
+  if (first_round_finished(report.points)) return true;
+  if (!report.settings.is_object()) return false;
+  const auto it = report.settings.find("rounds_begun");
+  return it != report.settings.end() && it->is_number_integer() && it->get<int64_t>() >= 2;
+}
+
 double budget_percentile(const Report& report) {
   const nlohmann::json& s = report.settings;
   if (!latency_budget_ms(report)) return 99;
@@ -298,6 +305,12 @@ int marks_column(const rf::TextTable& table) {
 }
 
 std::string unfinished_line(const Report& report) {
+  // Stopped in a later --rounds round: every batch is in; some lack their later rounds.
+  if ((report.state == "interrupted" || report.state == "in_progress") && later_round_begun(report))
+    return fmt::format(
+        "{} during a later --rounds round: every batch has its first round, and the rounds line "
+        "says which lack the later ones",
+        report.state == "interrupted" ? "interrupted (state interrupted)" : "stopped (state in_progress)");
   if (report.state == "interrupted")
     return "interrupted before the sweep finished (state interrupted): the table and the analysis cover only "
            "the batches it measured";

@@ -18,6 +18,10 @@ namespace bsw::report_view {
 // settings.latency_slo_ms, the latency budget the report was run or analyzed with, where it holds a positive
 // number of ms.
 [[nodiscard]] std::optional<double> latency_budget_ms(const Report& report);
+// run --rounds: whether a later round had begun (settings.rounds_begun, or a point holding a second round),
+// so round 1, the whole sweep, had finished and every batch it asked for (or its search chose) is in the
+// points, whatever stopped the sweep after.
+[[nodiscard]] bool later_round_begun(const Report& report);
 // settings.price_per_hour (USD per device-hour), where it holds a price above zero.
 [[nodiscard]] std::optional<double> price_per_hour(const Report& report);
 // The table of a report's points: only the columns that vary or are known for some point.

@@ -111,6 +111,8 @@ void PointRunner::run_rounds() {
       if (std::find(first.begin(), first.end(), std::pair(p.batch, p.accumulation)) == first.end())
         first.emplace_back(p.batch, p.accumulation);
     for (int round = 2; round <= rounds && !interrupted_; ++round) {
+      // Round 1 (the whole sweep) finished: whatever stops the sweep from here, every batch is in.
+      observer_.on_round_begun(round);
       // The measurements left, exact now that round 1 is done (less any whose round fails later).
       int left = 0;
       for (int later = round; later <= rounds; ++later)

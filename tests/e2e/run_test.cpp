@@ -3650,6 +3650,29 @@ TEST(Run, AnInterruptedRoundsSweepResumesTheRoundsItLacks) {
   const nlohmann::json first = read_json(json);
   EXPECT_EQ(first["state"], "interrupted");
   ASSERT_EQ(first["points"].size(), 3u);
+  // Round 1 had finished: every batch is in, and the analysis says only rounds are missing (a walk read
+  // "the sweep stopped before larger ones" of a sweep that had swept them all).
+  EXPECT_EQ(first["settings"]["rounds_begun"], 2);
+  EXPECT_EQ(first["analysis"]["max_fit"]["reason"], "the largest batch swept");
+  EXPECT_EQ(first["analysis"]["recommended"]["why"].get<std::string>().find("the sweep stopped"),
+            std::string::npos)
+      << first["analysis"]["recommended"];
+  const Result analyzed = run({"analyze", json});
+  EXPECT_NE(analyzed.out.find("during a later --rounds round: every batch has its first round"),
+            std::string::npos)
+      << analyzed.out;
+  // Without settings.rounds_begun (a report from before it), a point with two rounds tells the same.
+  nlohmann::json older = first;
+  older["settings"].erase("rounds_begun");
+  const bool any_second = std::any_of(older["points"].begin(), older["points"].end(),
+                                      [](const nlohmann::json& p) { return p["rounds"].size() >= 2; });
+  const std::string older_path = (dir / "older.json").string();
+  std::ofstream(older_path) << older.dump();
+  const Result older_analyzed = run({"analyze", older_path, "--json", "-"});
+  ASSERT_EQ(older_analyzed.exit_code, 0) << older_analyzed.err;
+  EXPECT_EQ(
+      nlohmann::json::parse(older_analyzed.out)["analysis"]["max_fit"]["reason"] == "the largest batch swept",
+      any_second);
   size_t second_rounds = 0;
   for (const auto& p : first["points"]) {
     ASSERT_GE(p["rounds"].size(), 1u);
