@@ -239,6 +239,9 @@ std::string parse_number(const std::string& text, double& v, std::string_view un
     if (digits != std::string::npos && digits + 1 < text.size() && text[digits] == '0' &&
         std::isdigit(static_cast<unsigned char>(text[digits + 1])) != 0)
       return fmt::format("'{}' has a leading zero (write it without)", text);
+    // "$2.50": a price written with its currency sign.
+    if (!unit.empty() && text.size() > 1 && text.front() == '$')
+      return fmt::format("'{}' is not a number: write it without a unit, in {}", text, unit);
     size_t used = 0;
     v = std::stod(text, &used);
     if (used == text.size() && std::isfinite(v)) return {};
@@ -325,10 +328,13 @@ CLI::Validator request_rate_check() {
           std::string()};
 }
 
-CLI::Validator non_negative() {
-  return number_check("NONNEGATIVE", [](double v, const std::string& text) {
-    return v >= 0 ? std::string() : fmt::format("must be 0 or more, got {}", text);
-  });
+CLI::Validator non_negative(std::string unit = {}) {
+  return number_check(
+      "NONNEGATIVE",
+      [](double v, const std::string& text) {
+        return v >= 0 ? std::string() : fmt::format("must be 0 or more, got {}", text);
+      },
+      std::move(unit));
 }
 
 // A count in lo..hi. CLI11 cannot fill an integer from "1e3" ("Could not convert"): a whole number written so
@@ -458,13 +464,13 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
                                   "the run's value, else 95)"
                                 : "Saturation: smallest batch reaching PCT% of the best throughput")
           ->type_name("PCT")
-          ->check(between(1.0, 100.0));
+          ->check(between(1.0, 100.0, "percent: 95 for 95%"));
   CLI::Option* sensitivity =
       cmd->add_option(
              "--knee-sensitivity", a.knee_sensitivity,
              of_report ? "Kneedle sensitivity S (default: the run's value, else 1)" : "Kneedle sensitivity S")
           ->type_name("S")
-          ->check(positive());
+          ->check(positive("a plain number, Kneedle's S: 2 for S = 2"));
   if (!of_report) {
     saturation->capture_default_str();
     sensitivity->capture_default_str();
@@ -476,7 +482,7 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
                      "price, if it had one)"
                    : "Device price in USD per hour, up to 1e9: cost per million samples")
       ->type_name("USD")
-      ->check(positive());
+      ->check(positive("US dollars an hour: 2.5 for $2.50 an hour"));
   CLI::Option* rate =
       cmd->add_option(
              "--request-rate", a.request_rate,
@@ -493,7 +499,7 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
                               "ms (Triton's max_queue_delay; TorchServe's max_batch_delay)") +
                       (of_report ? " (default: the run's, else 0)" : " [default: 0]"))
       ->type_name("MS")
-      ->check(non_negative());
+      ->check(non_negative("milliseconds: 2 for 2 ms"));
   if (!of_report) cmd->get_option("--max-queue-delay")->needs(rate);
 }
 
@@ -715,7 +721,7 @@ int run_app(int argc, char** argv) {
       ->add_option("--memory-warn", run_raw.memory_warn_pct,
                    "Warn when a point uses more than PCT% of the memory")
       ->type_name("PCT")
-      ->check(between(1.0, 100.0))
+      ->check(between(1.0, 100.0, "percent: 90 for 90%"))
       ->capture_default_str();
   add_analysis(run_cmd, run.analysis);
   StoppingSettings& stop = run.sweep.stopping;
@@ -729,7 +735,7 @@ int run_app(int argc, char** argv) {
                    "Untimed seconds per point at least, after --warmup steps, so GPU clocks leave idle "
                    "[default: 0.2 on cuda, 0 elsewhere]")
       ->type_name("S")
-      ->check(non_negative());
+      ->check(non_negative("seconds: 0.2 for 0.2 s"));
   run_cmd
       ->add_option(
           "--min-samples", stop.min_samples,
@@ -738,7 +744,7 @@ int run_app(int argc, char** argv) {
       ->transform(whole(1, std::numeric_limits<int>::max()));
   run_cmd->add_option("--min-time", stop.min_time_s, "Measured seconds per point, at least")
       ->type_name("S")
-      ->check(non_negative())
+      ->check(non_negative("seconds: 0.5 for 0.5 s"))
       ->capture_default_str();
   run_cmd
       ->add_option(
@@ -908,7 +914,7 @@ int run_app(int argc, char** argv) {
                    "With --request-rate: how long the batcher holds a request to fill a batch, in ms, "
                    "for every run [default: 0]")
       ->type_name("MS")
-      ->check(non_negative())
+      ->check(non_negative("milliseconds: 2 for 2 ms"))
       ->needs(compare_rate);
   compare_cmd->add_option("--json", compare.json_path, "Write the comparison as JSON to FILE, or -")
       ->type_name("FILE|-")
