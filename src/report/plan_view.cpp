@@ -207,7 +207,12 @@ static std::string budget_text(uint64_t bytes) {
 }
 
 static std::string memory_text(const PlanSummary& s) {
-  if (s.memory_card.empty()) return report_format::human_bytes(*s.memory_bytes);  // the size as given
+  // A size plans the backend asked for, the CPU's without --backend cuda: said beside the answer, which a
+  // GPU's buyer reads (the CPU's 16-bit plans hold fp32 copies of every operand, several times a GPU's).
+  if (s.memory_card.empty())
+    return !s.plans.empty() && s.plans.front().request.backend == BackendKind::cpu
+               ? report_format::human_bytes(*s.memory_bytes) + " on the CPU backend"
+               : report_format::human_bytes(*s.memory_bytes);  // the size as given
   return fmt::format("{} ({}: {} MiB, as CUDA reports it)", budget_text(*s.memory_bytes), s.memory_card,
                      *s.memory_bytes >> 20);
 }

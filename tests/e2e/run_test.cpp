@@ -3040,7 +3040,9 @@ TEST(Plan, MemoryThatHoldsEveryBatchSaysSo) {
   EXPECT_EQ(run({"plan", "--batch", "16777216", "--accumulation", "2"}).exit_code, 2);
   const Result small = run({"plan", "--model", "mlp", "--memory", "1GiB"});
   ASSERT_EQ(small.exit_code, 0) << small.err;
-  EXPECT_NE(small.out.find("largest batch that fits in 1.00 GiB: "), std::string::npos) << small.out;
+  // A size plans the CPU's buffers without --backend cuda: the answer says whose.
+  EXPECT_NE(small.out.find("largest batch that fits in 1.00 GiB on the CPU backend: "), std::string::npos)
+      << small.out;
   // In JSON, a script tells the two apart by memory_limits_batch.
   const Result huge_json = run({"plan", "--model", "mlp", "--memory", "1.5TiB", "--json", "-"});
   ASSERT_EQ(huge_json.exit_code, 0) << huge_json.err;
@@ -3156,9 +3158,10 @@ TEST(Plan, EffectiveBatchPlansItsSplitsAndNamesTheLargestThatFits) {
   for (const nlohmann::json& point : split["points"])
     EXPECT_EQ(point["fits"], point["batch"].get<int64_t>() <= expected) << point.dump();
   const Result said = run({"plan", "--model", "mlp", "--memory", "2.1MiB", "--effective-batch", "96"});
-  EXPECT_NE(said.out.find("largest micro-batch that fits in 2.10 MiB for effective batch 96: " +
-                          std::to_string(expected) + "x" + std::to_string(96 / expected)),
-            std::string::npos)
+  EXPECT_NE(
+      said.out.find("largest micro-batch that fits in 2.10 MiB on the CPU backend for effective batch 96: " +
+                    std::to_string(expected) + "x" + std::to_string(96 / expected)),
+      std::string::npos)
       << said.out;
   // A ladder (720720 has 240 divisors) may skip that micro-batch: it is planned too.
   const nlohmann::json ladder =
@@ -3172,7 +3175,8 @@ TEST(Plan, EffectiveBatchPlansItsSplitsAndNamesTheLargestThatFits) {
   EXPECT_TRUE(planned) << ladder.dump();
   // N x 1 fits: no accumulation needed, said so; and nothing fits: said so.
   const Result roomy = run({"plan", "--model", "mlp", "--memory", "80GiB", "--effective-batch", "96"});
-  EXPECT_NE(roomy.out.find("effective batch 96 fits in 80.0 GiB as one batch (96x1): no accumulation needed"),
+  EXPECT_NE(roomy.out.find("effective batch 96 fits in 80.0 GiB on the CPU backend as one batch (96x1): no "
+                           "accumulation needed"),
             std::string::npos)
       << roomy.out;
   const Result tight =
