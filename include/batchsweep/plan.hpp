@@ -264,7 +264,8 @@ struct PlanRequest {
   // block's) and backward runs the block's forward again before its backward. No effect in inference.
   bool checkpointing = false;
   // With checkpointing: how many of the blocks backward reaches are checkpointed, the first ones in forward
-  // order (Megatron's "block" recompute method); the others keep every activation. 0: all of them.
+  // order (Megatron's "block" recompute method); the others keep every activation, laid over the arena from
+  // its start (backward is done with them before it recomputes a checkpointed block). 0: all of them.
   int64_t checkpoint_blocks = 0;
 };
 
@@ -373,8 +374,11 @@ inline constexpr int64_t kMaxBatch = int64_t{1} << 24;
 
 // Training: the fewest blocks --checkpoint-blocks may checkpoint (the first ones backward reaches) for
 // `request`'s batch to fit in usable_bytes(memory_bytes); nullopt where it does not fit even with every one.
-// 0 where it fits without checkpointing. Memory does not grow with the count (each block checkpointed past
-// the first frees its activations, and the arena grows by less), so this bisects.
+// 0 where it fits without checkpointing. Memory falls with the count while the blocks kept whole outweigh the
+// largest checkpointed one (each block checkpointed frees its activations but its output); past that it can
+// rise by a block's output (a large early block then sets the arena, as it sets PyTorch's peak), so up to
+// kCheckpointBlocksScanned blocks every count is tried in turn, and a longer model's is bisected.
+inline constexpr int64_t kCheckpointBlocksScanned = 128;
 [[nodiscard]] std::optional<int64_t> fewest_checkpoint_blocks(const Graph& graph, PlanRequest request,
                                                               uint64_t memory_bytes);
 

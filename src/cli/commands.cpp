@@ -768,16 +768,6 @@ std::optional<std::string> check_checkpointing(const Graph& graph, bool checkpoi
   request.checkpointing = true;
   request.checkpoint_blocks = blocks;
   if (make_plan(graph, request).memory.saved_activations < kept) return std::nullopt;
-  // One block moves its activations into the arena and frees none; more would free some, where every block
-  // checkpointed saves memory at all.
-  PlanRequest every = request;
-  every.checkpoint_blocks = 0;
-  if (blocks == 1 && recomputable > 1 && make_plan(graph, every).memory.saved_activations < kept)
-    return fmt::format(
-        "--checkpoint-blocks 1: it saves model '{}' no memory, as the recompute arena holds one block's "
-        "activations, what that block kept without it; checkpoint 2 or more to save some (each one past the "
-        "first saves a block's activations); backward still runs its forward again",
-        graph.model_name);
   return fmt::format(
       "{}: it saves model '{}' no memory, as its recompute arena holds what its blocks kept "
       "without it (a single block, or blocks that keep nothing beyond their outputs); backward still runs "

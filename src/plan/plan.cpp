@@ -470,11 +470,21 @@ class Builder {
     std::vector<int> block_of(g_.ops.size(), -1);
     std::vector<bool> kept(g_.ops.size(), false);
     const std::vector<bool> checkpointed = checkpointed_blocks(g_, r_);
+    // --checkpoint-blocks N: the blocks after the first N keep every activation, and backward is done with
+    // them (the last blocks' backward runs first) before it recomputes a checkpointed one. So their
+    // activations, outputs included, are views in the arena too, one after another from its start, where a
+    // recomputation then writes over them, as autograd has freed them by then (torch.utils.checkpoint's and
+    // Megatron's peak: the kept outputs and max(L - N, 1) blocks, not L - N + 1).
+    std::vector<bool> overlaid(g_.ops.size(), false);
+    const bool some_checkpointed =
+        std::find(checkpointed.begin(), checkpointed.end(), true) != checkpointed.end();
     for (size_t k = 0; k < g_.blocks.size(); ++k) {
+      const Graph::Block& blk = g_.blocks[k];
       if (checkpointed[k]) {
-        const Graph::Block& blk = g_.blocks[k];
         for (size_t i = blk.first; i <= blk.last; ++i) block_of[i] = static_cast<int>(k);
         kept[block_output_storage(blk)] = true;
+      } else if (some_checkpointed) {
+        for (size_t i = blk.first; i <= blk.last; ++i) overlaid[i] = true;
       }
     }
     struct View {
@@ -484,7 +494,12 @@ class Builder {
       int op;
     };
     std::vector<std::vector<View>> views(g_.blocks.size());
+    std::vector<View> later;  // the blocks that keep every activation, with some checkpointed before them
     auto save = [&](std::string name, DType t, uint64_t elements, size_t i, bool is_output) {
+      if (overlaid[i]) {
+        if (elements > 0) later.push_back({std::move(name), t, elements, static_cast<int>(i)});
+        return;
+      }
       const int k = block_of[i];
       if (k < 0 || (is_output && kept[i])) {
         add(std::move(name), MemoryCategory::saved_activations, t, elements, static_cast<int>(i));
@@ -514,6 +529,7 @@ class Builder {
       else if (op.kind == OpKind::attention_core)
         save(fmt::format("ops[{}].probs", i), s_, sat_mul({b, probs_elements(op)}), i, false);
     }
+    views.push_back(std::move(later));  // laid out from the arena's start as one more "block"
     add_recompute_arena(views);
     const auto [grad_a, grad_b] = ping_pong_gradients();
     add("grad.a", MemoryCategory::transient, s_, b * grad_a);
@@ -876,7 +892,12 @@ std::optional<int64_t> fewest_checkpoint_blocks(const Graph& graph, PlanRequest 
   };
   if (fits(0)) return 0;
   const auto all = static_cast<int64_t>(recomputable_blocks(graph).size());
-  if (all == 0 || !fits(all)) return std::nullopt;
+  if (all <= kCheckpointBlocksScanned) {
+    for (int64_t n = 1; n <= all; ++n)
+      if (fits(n)) return n;
+    return std::nullopt;
+  }
+  if (!fits(all)) return std::nullopt;
   int64_t lo = 0, hi = all;  // lo does not fit, hi does
   while (hi - lo > 1) {
     const int64_t mid = lo + (hi - lo) / 2;

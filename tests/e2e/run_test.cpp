@@ -3875,13 +3875,13 @@ TEST(Checkpointing, TheFewestBlocksThatFitArePlannedRunAndSaid) {
                               "80GiB", "--batch", "128,200,256,512", "--json", plain});
   ASSERT_EQ(planned.exit_code, 0) << planned.err;
   EXPECT_TRUE(contains(planned.out,
-                       "checkpointing the fewest blocks: batch 200 fits with --checkpoint-blocks 7 of "
-                       "12 (+14% FLOPs), 256 with 11 (+22%), 512 not even with all 12"))
+                       "checkpointing the fewest blocks: batch 200 fits with --checkpoint-blocks 6 of "
+                       "12 (+12% FLOPs), 256 with 10 (+20%), 512 not even with all 12"))
       << planned.out;
   const nlohmann::json a = read_json(plain);
   EXPECT_FALSE(a["points"][0].contains("checkpoint_blocks_to_fit"));  // 128 fits as it is
-  EXPECT_EQ(a["points"][1]["checkpoint_blocks_to_fit"], 7);
-  EXPECT_EQ(a["points"][2]["checkpoint_blocks_to_fit"], 11);
+  EXPECT_EQ(a["points"][1]["checkpoint_blocks_to_fit"], 6);
+  EXPECT_EQ(a["points"][2]["checkpoint_blocks_to_fit"], 10);
   EXPECT_TRUE(a["points"][3]["checkpoint_blocks_to_fit"].is_null());
   if (!testing::python_with_jsonschema().empty()) {
     EXPECT_EQ(testing::validate_file("plan-v1.schema.json", plain), 0);
@@ -3927,7 +3927,9 @@ TEST(Checkpointing, TheFewestBlocksThatFitArePlannedRunAndSaid) {
   EXPECT_EQ(r["settings"]["checkpointing"], true);
   EXPECT_EQ(r["settings"]["checkpoint_blocks"], 2);
   EXPECT_FALSE(read_json(all)["settings"].contains("checkpoint_blocks"));
-  EXPECT_LT(read_json(all)["points"][0]["memory"]["planned_bytes"].get<uint64_t>(),
+  // 2 of 3 equal blocks plan as all 3: the one kept whole lies over the arena, which holds one block either
+  // way (PyTorch's peak too).
+  EXPECT_EQ(read_json(all)["points"][0]["memory"]["planned_bytes"].get<uint64_t>(),
             r["points"][0]["memory"]["planned_bytes"].get<uint64_t>());
   if (!testing::python_with_jsonschema().empty()) {
     EXPECT_EQ(testing::validate_file("report-v1.schema.json", report), 0);
@@ -3977,7 +3979,7 @@ TEST(Checkpointing, TheFewestBlocksThatFitArePlannedRunAndSaid) {
                            "-q"});
   EXPECT_EQ(over.exit_code, 0) << over.err;
   EXPECT_TRUE(contains(over.err,
-                       "--checkpoint-blocks 4 (of 6) is the fewest that fit it in --memory-limit (+20% "
+                       "--checkpoint-blocks 3 (of 6) is the fewest that fit it in --memory-limit (+15% "
                        "FLOPs)"))
       << over.err;
 
@@ -4005,11 +4007,13 @@ TEST(Checkpointing, TheFewestBlocksThatFitArePlannedRunAndSaid) {
   const Result few = run({"run", "--model", "tiny-lm", "--set", "layers[1].repeat=6", "--backend", "cpu",
                           "--batch", "64", "--memory-limit", "200MiB", "--checkpoint-blocks", "2", "-q"});
   EXPECT_TRUE(contains(few.err,
-                       "batch 64 was over --memory-limit with --checkpoint-blocks 2; --checkpoint-blocks 4 "
+                       "batch 64 was over --memory-limit with --checkpoint-blocks 2; --checkpoint-blocks 3 "
                        "(of 6) would fit it"))
       << few.err;
-  EXPECT_TRUE(contains(run({"plan", "--model", "gpt2-small", "--checkpoint-blocks", "1", "--batch", "1"}).err,
-                       "--checkpoint-blocks 1: it saves model 'gpt2-small' no memory"));
+  // One block checkpointed frees its activations but its output: the blocks kept whole lie over the arena,
+  // as autograd has freed them before it recomputes (it saved nothing while the arena stood beside them).
+  const Result one = run({"plan", "--model", "gpt2-small", "--checkpoint-blocks", "1", "--batch", "1"});
+  EXPECT_FALSE(contains(one.err, "no memory")) << one.err;
 }
 
 // --request-rate: the serving table, its answer as the recommendation, the settings, and the schema.

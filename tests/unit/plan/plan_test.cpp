@@ -1134,8 +1134,32 @@ TEST(Plan, CheckpointingViewsOneBlockAtATimeInTheArena) {
 }
 
 // --checkpoint-blocks N: the first N blocks in forward order (of those backward reaches) keep only their
-// outputs; the others keep every activation. Memory falls with N (from the second block on), and the fewest
-// that fit a budget bisects it.
+// outputs; the others keep every activation, overlaid on the recompute arena (backward is done with them
+// before it recomputes a checkpointed block). Memory falls with every N, and the fewest that fit a budget
+// bisects it.
+// torch.utils.checkpoint's and Megatron's peak with the first N of L equal blocks checkpointed: the kept
+// outputs and max(L - N, 1) blocks. So each block checkpointed saves the same, the first one included (a
+// separate arena beside the L - N blocks saved nothing there: a walk saw --checkpoint-blocks 1 plan what no
+// checkpointing did).
+TEST(Plan, CheckpointingSomeBlocksSavesABlockEachAsPyTorchDoes) {
+  const Graph g = lower(load_model("gpt2-small"));
+  const size_t blocks = recomputable_blocks(g).size();
+  ASSERT_EQ(blocks, 12u);
+  PlanRequest request{4, Precision::bf16, Mode::train, 1, BackendKind::cuda};
+  request.paths = preferred_cuda_paths(g, Precision::bf16);
+  std::vector<uint64_t> saved{make_plan(g, request).memory.saved_activations};
+  request.checkpointing = true;
+  for (size_t n = 1; n <= blocks; ++n) {
+    request.checkpoint_blocks = static_cast<int64_t>(n);
+    saved.push_back(make_plan(g, request).memory.saved_activations);
+  }
+  const uint64_t step = saved[0] - saved[1];
+  EXPECT_GT(step, 0u);
+  for (size_t n = 1; n + 1 < blocks; ++n) EXPECT_EQ(saved[n] - saved[n + 1], step) << n;
+  // All 12: the arena holds the one block recomputed, as with 11 it holds the one block kept.
+  EXPECT_EQ(saved[blocks], saved[blocks - 1]);
+}
+
 TEST(Plan, CheckpointingTheFirstBlocksOnly) {
   for (const char* name : {"gpt2-small", "resnet-small"}) {
     const Graph g = lower(load_model(name));
@@ -1161,17 +1185,21 @@ TEST(Plan, CheckpointingTheFirstBlocksOnly) {
         for (size_t i = g.blocks[reached[k]].first; i <= g.blocks[reached[k]].last; ++i)
           recomputed += g.ops[i].forward_flops;
       EXPECT_DOUBLE_EQ(some.recompute_flops_per_sample, recomputed) << name << " " << n;
-      // No view outside a checkpointed block; a block not checkpointed keeps its buffers of its own.
+      // Every view is in a block: a checkpointed one, or one after them (all of them where n is short of
+      // the blocks backward reaches), overlaid on the arena.
       for (const BufferSpec& b : some.buffers) {
         if (!b.is_view()) continue;
+        EXPECT_EQ(b.within, "recompute") << name << " " << b.name;
         size_t k = 0;
         while (!(g.blocks[k].first <= static_cast<size_t>(b.op) &&
                  static_cast<size_t>(b.op) <= g.blocks[k].last))
           ++k;
-        EXPECT_TRUE(checkpointed[k]) << name << " " << b.name;
+        EXPECT_TRUE(checkpointed[k] || k > reached[n - 1]) << name << " " << b.name;
       }
-      EXPECT_LE(some.memory.total_bytes(), previous) << name << " " << n;
-      if (n >= 2) {
+      // Less memory with each block while the blocks kept whole outweigh the largest checkpointed one;
+      // past that (n of all of gpt2-small's equal blocks, ResNet's large first blocks) each one more can
+      // cost its output, kept, as PyTorch's peak does.
+      if (n <= 2) {
         EXPECT_LT(some.memory.total_bytes(), previous) << name << " " << n;
       }
       previous = some.memory.total_bytes();
