@@ -77,6 +77,28 @@ std::string unknown_flag_hint(CLI::App& app, int argc, char** argv) {
       continue;
     }
     const std::vector<std::string_view> names(flags.begin(), flags.end());
+    // Other tools' names for a flag this one has (Hugging Face's, Lightning's, DeepSpeed's), where this
+    // subcommand has it.
+    static constexpr std::pair<std::string_view, std::string_view> kOtherNames[] = {
+        {"--gradient-checkpointing", "--checkpointing"},
+        {"--activation-checkpointing", "--checkpointing"},
+        {"--gradient-accumulation-steps", "--accumulation"},
+        {"--accumulate-grad-batches", "--accumulation"},
+        {"--grad-accum", "--accumulation"},
+        {"--batch-size", "--batch"},
+        {"--micro-batch-size", "--batch"},
+        {"--per-device-train-batch-size", "--batch"},
+        {"--fp16", "--precision fp16"},
+        {"--bf16", "--precision bf16"},
+        {"--tf32", "--precision tf32"},
+    };
+    for (const auto& [other, ours] : kOtherNames) {
+      std::string folded(name);
+      std::replace(folded.begin(), folded.end(), '_', '-');
+      const std::string_view flag = ours.substr(0, ours.find(' '));
+      if (folded == other && std::find(flags.begin(), flags.end(), flag) != flags.end())
+        return fmt::format("{} has no flag {}: did you mean {}?", sub->get_name(), name, ours);
+    }
     const auto near = model_detail::nearest_name(name, names);
     return fmt::format("{} has no flag {}{}", sub->get_name(), name,
                        near ? fmt::format(": did you mean {}?", *near) : std::string(" (see its --help)"));

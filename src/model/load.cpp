@@ -63,7 +63,10 @@ std::string read_config_file(const std::string& path) {
     std::string message = "no such preset or file";
     std::vector<std::string> names = preset_names();
     const std::vector<std::string_view> views(names.begin(), names.end());
-    if (const auto near = model_detail::nearest_name(path, views))
+    std::error_code json_ec;
+    if (!path.ends_with(".json") && fs::is_regular_file(path + ".json", json_ec))
+      message += fmt::format("; did you mean the file '{}.json'?", path);  // the extension left off
+    else if (const auto near = model_detail::nearest_name(path, views))
       message += fmt::format("; did you mean '{}'?", *near);
     // Named as the flag that gave it: the name was neither a preset nor a file, so there is no file to name.
     fail(fmt::format("--model {}", path), fmt::format("{} (presets: {})", message, preset_list()));

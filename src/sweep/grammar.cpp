@@ -76,8 +76,23 @@ int64_t parse_integer(std::string_view token, const ItemContext& ctx, std::strin
       const bool tiny = e != std::string_view::npos && e + 1 < token.size() && token[e + 1] == '-';
       real = tiny ? 0.5 : token.front() == '-' ? -HUGE_VAL : HUGE_VAL;
     }
-    if (!is_number || (std::isfinite(real) && real != std::floor(real)))
+    if (!is_number || (std::isfinite(real) && real != std::floor(real))) {
+      // "1-64" or "1..64", a range written as other tools write it.
+      for (const std::string_view dash : {std::string_view(".."), std::string_view("-")}) {
+        const std::size_t at = token.find(dash, 1);
+        if (what != "batch" || at == std::string_view::npos) continue;
+        const std::string_view lo = token.substr(0, at), hi = token.substr(at + dash.size());
+        const auto digits = [](std::string_view s) {
+          return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+        };
+        if (digits(lo) && digits(hi))
+          ctx.fail(
+              fmt::format("batch '{}' is not an integer: a range is start:stop, e.g. {}:{}:*2 (doubling) "
+                          "or {}:{}:+8",
+                          token, lo, hi, lo, hi));
+      }
       ctx.fail(fmt::format("{} '{}' is not an integer", what, token));
+    }
     if (real < static_cast<double>(lowest))
       ctx.fail(fmt::format("{} {} is below the minimum {}", what, token, lowest));
     if (real > static_cast<double>(highest)) ctx.fail(fmt::format("{} {} is above {}", what, token, maximum));

@@ -20,6 +20,7 @@
 #include "batchsweep/json_depth.hpp"
 #include "batchsweep/json_keys.hpp"
 #include "batchsweep/report.hpp"
+#include "model/suggest.hpp"
 
 namespace bsw {
 namespace {
@@ -258,8 +259,18 @@ ScriptedConfig parse_scripted_config(const nlohmann::json& doc, const std::strin
   if (doc.contains("layers") && doc.contains("input"))
     throw UsageError(fmt::format("{}: is a model config (for --model), not a step-time script", source));
   for (const auto& [key, value] : doc.items()) {
-    if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end())
-      throw UsageError(fmt::format("{}: unknown key '{}' (known: {})", source, key, fmt::join(kKeys, ", ")));
+    if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end()) {
+      // The unit left off ("t0" for t0_ms, "drift" for drift_pct) before a typo one letter off ("b0").
+      const auto with_unit = std::find_if(kKeys.begin(), kKeys.end(), [&](std::string_view known) {
+        return known.size() > key.size() + 1 && known.starts_with(key) && known[key.size()] == '_';
+      });
+      const std::optional<std::string_view> near = with_unit != kKeys.end()
+                                                       ? std::optional<std::string_view>(*with_unit)
+                                                       : model_detail::nearest_name(key, kKeys);
+      throw UsageError(fmt::format("{}: unknown key '{}'{} (known: {})", source, key,
+                                   near ? fmt::format("; did you mean '{}'?", *near) : std::string(),
+                                   fmt::join(kKeys, ", ")));
+    }
   }
 
   const ScriptReader in{doc, source};
