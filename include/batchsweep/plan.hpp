@@ -376,9 +376,8 @@ inline constexpr int64_t kMaxBatch = int64_t{1} << 24;
 // `request`'s batch to fit in usable_bytes(memory_bytes); nullopt where it does not fit even with every one.
 // 0 where it fits without checkpointing. Memory falls with the count while the blocks kept whole outweigh the
 // largest checkpointed one (each block checkpointed frees its activations but its output); past that it can
-// rise by a block's output (a large early block then sets the arena, as it sets PyTorch's peak), so up to
-// kCheckpointBlocksScanned blocks every count is tried in turn, and a longer model's is bisected.
-inline constexpr int64_t kCheckpointBlocksScanned = 128;
+// rise by a block's output (a large early block then sets the arena, as it sets PyTorch's peak), so every
+// count is tried in turn (not bisected), and the smallest plan may be short of all of them.
 [[nodiscard]] std::optional<int64_t> fewest_checkpoint_blocks(const Graph& graph, PlanRequest request,
                                                               uint64_t memory_bytes);
 

@@ -1322,7 +1322,6 @@ std::optional<std::string> batchnorm_split_warning(const Graph& graph, Mode mode
 void note_checkpointing(const Graph& graph, const SweepSettings& sweep, BackendKind kind,
                         const ExecutionPaths& paths, const Report& report) {
   if (sweep.mode != Mode::train || graph.blocks.empty()) return;
-  if (sweep.checkpointing && sweep.checkpoint_blocks == 0) return;  // every block already
   const Point* failed = nullptr;
   for (const Point& p : report.points)
     if ((p.status == PointStatus::oom || p.status == PointStatus::over_limit) &&
@@ -1346,6 +1345,24 @@ void note_checkpointing(const Graph& graph, const SweepSettings& sweep, BackendK
     const std::optional<int64_t> fewest = fewest_checkpoint_blocks(graph, request, budget);
     const size_t all = recomputable_blocks(graph).size();
     std::fflush(stdout);
+    // Fewer than all, or than N, can fit where more do not: the blocks kept whole lie over the recompute
+    // arena, which a large early block, checkpointed, makes larger than they are.
+    const int64_t given = sweep.checkpoint_blocks > 0 ? sweep.checkpoint_blocks : static_cast<int64_t>(all);
+    if (fewest && *fewest > 0 && *fewest < given) {
+      std::fprintf(
+          stderr,
+          "batchsweep run: note: batch %s %s with %s; --checkpoint-blocks %lld (of %zu) would fit "
+          "it%s: the blocks it keeps whole lie over the recompute arena, which the larger blocks "
+          "checkpointed before them make larger than they are\n",
+          batch_label(failed->batch, failed->accumulation).c_str(), what,
+          sweep.checkpoint_blocks > 0 ? fmt::format("--checkpoint-blocks {}", sweep.checkpoint_blocks).c_str()
+                                      : "--checkpointing (every block)",
+          static_cast<long long>(*fewest), all,
+          failed->status == PointStatus::oom ? " by the plan (the device ran out anyway: leave it room)"
+                                             : "");
+      return;
+    }
+    if (sweep.checkpoint_blocks == 0) return;  // every block, and nothing fewer fits either
     if (fewest && *fewest > sweep.checkpoint_blocks)
       std::fprintf(
           stderr, "batchsweep run: note: batch %s %s with --checkpoint-blocks %lld; %s would fit it%s\n",

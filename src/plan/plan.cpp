@@ -892,18 +892,9 @@ std::optional<int64_t> fewest_checkpoint_blocks(const Graph& graph, PlanRequest 
   };
   if (fits(0)) return 0;
   const auto all = static_cast<int64_t>(recomputable_blocks(graph).size());
-  if (all <= kCheckpointBlocksScanned) {
-    for (int64_t n = 1; n <= all; ++n)
-      if (fits(n)) return n;
-    return std::nullopt;
-  }
-  if (!fits(all)) return std::nullopt;
-  int64_t lo = 0, hi = all;  // lo does not fit, hi does
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    (fits(mid) ? hi : lo) = mid;
-  }
-  return hi;
+  for (int64_t n = 1; n <= all; ++n)
+    if (fits(n)) return n;
+  return std::nullopt;
 }
 
 std::optional<int64_t> max_fit_batch(const Graph& graph, PlanRequest request, uint64_t memory_bytes) {

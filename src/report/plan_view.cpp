@@ -282,7 +282,7 @@ std::string checkpointing_text(const Graph& g, const Plan& plan) {
 }
 
 // "checkpointing the fewest blocks: batch 256 fits with --checkpoint-blocks 7 of 12 (+14% FLOPs), 512 with 12
-// (+24%), 1024 not even with all 12": the fewest blocks for each batch that does not fit; empty where none
+// (+24%), 1024 not with any of 1 to 12": the fewest blocks for each batch that does not fit; empty where none
 // was asked.
 std::string blocks_to_fit_line(const PlanSummary& s) {
   std::vector<std::string> pieces;
@@ -291,7 +291,7 @@ std::string blocks_to_fit_line(const PlanSummary& s) {
     if (!fit.asked) continue;
     const std::string batch = batch_text(s, s.plans[i]);
     if (!fit.blocks) {
-      pieces.push_back(fmt::format("{} not even with all {}", pieces.empty() ? "batch " + batch : batch,
+      pieces.push_back(fmt::format("{} not with any of 1 to {}", pieces.empty() ? "batch " + batch : batch,
                                    s.recomputable_blocks));
       break;  // larger batches need more still
     }

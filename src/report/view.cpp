@@ -158,10 +158,16 @@ std::optional<double> price_per_hour(const Report& report) {
 }
 
 bool later_round_begun(const Report& report) {
-  if (first_round_finished(report.points)) return true;
-  if (!report.settings.is_object()) return false;
-  const auto it = report.settings.find("rounds_begun");
-  return it != report.settings.end() && it->is_number_integer() && it->get<int64_t>() >= 2;
+  // The run's own word where it wrote one: a point --resume took may hold rounds of an earlier run, whose
+  // round 1 says nothing of this run's batches.
+  if (report.settings.is_object())
+    if (const auto it = report.settings.find("rounds_begun");
+        it != report.settings.end() && it->is_number_integer())
+      return it->get<int64_t>() >= 2;
+  std::vector<Point> measured_here;
+  for (const Point& p : report.points)
+    if (p.resumed_from.empty()) measured_here.push_back(p);
+  return first_round_finished(measured_here);
 }
 
 double budget_percentile(const Report& report) {

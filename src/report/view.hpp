@@ -18,7 +18,8 @@ namespace bsw::report_view {
 // settings.latency_slo_ms, the latency budget the report was run or analyzed with, where it holds a positive
 // number of ms.
 [[nodiscard]] std::optional<double> latency_budget_ms(const Report& report);
-// run --rounds: whether a later round had begun (settings.rounds_begun, or a point holding a second round),
+// run --rounds: whether a later round had begun (settings.rounds_begun; in a report from before it, a point
+// this run measured holding a second round),
 // so round 1, the whole sweep, had finished and every batch it asked for (or its search chose) is in the
 // points, whatever stopped the sweep after.
 [[nodiscard]] bool later_round_begun(const Report& report);

@@ -196,9 +196,6 @@ bool PointRunner::measure_round(int64_t batch, int64_t accumulation, int round) 
     return true;
   };
 
-  // A point taken from --resume that this run measures again was measured by this run too.
-  if (measured_now_.insert({batch, accumulation}).second && !stored.resumed_from.empty()) ++measured_;
-
   Point fresh;  // this round alone
   fresh.batch = batch;
   fresh.accumulation = accumulation;
@@ -212,6 +209,11 @@ bool PointRunner::measure_round(int64_t batch, int64_t accumulation, int round) 
   const bool finished = time_steps(*session, fresh, criterion);
   for (std::string& warning : observer_.on_timed_end(fresh)) warnings_.push_back(std::move(warning));
   if (!finished) return false;  // interrupted: this round is dropped, the point keeps the rounds before it
+  // A point taken from --resume that this run measured again, a round through, was measured by this run too.
+  if (!stored.resumed_from.empty() && measured_now_.insert({batch, accumulation}).second) {
+    ++measured_;
+    observer_.on_measured_points(measured_);
+  }
   const SessionMemory memory = session->memory();
   fresh.execution = session->details();
   add_session_warnings(fresh);

@@ -3677,6 +3677,22 @@ TEST(Run, AnInterruptedRoundsSweepResumesTheRoundsItLacks) {
   EXPECT_EQ(
       nlohmann::json::parse(older_analyzed.out)["analysis"]["max_fit"]["reason"] == "the largest batch swept",
       any_second);
+  // A run that stopped in its round 1 says so, whatever rounds the points --resume took hold.
+  nlohmann::json resumed = first;
+  resumed["settings"]["rounds_begun"] = 1;
+  for (auto& p : resumed["points"]) {
+    p["resumed_from"] = "2026-11-30T00:00:00Z";
+    if (p["rounds"].size() >= 2) continue;
+    p["rounds"].push_back(p["rounds"][0]);  // an earlier run's second round, the same steps again
+    const nlohmann::json samples = p["samples_ms"];
+    for (const auto& s : samples) p["samples_ms"].push_back(s);
+  }
+  const std::string resumed_path = (dir / "resumed.json").string();
+  std::ofstream(resumed_path) << resumed.dump();
+  const Result resumed_analyzed = run({"analyze", resumed_path, "--json", "-"});
+  ASSERT_EQ(resumed_analyzed.exit_code, 0) << resumed_analyzed.err;
+  EXPECT_NE(nlohmann::json::parse(resumed_analyzed.out)["analysis"]["max_fit"]["reason"],
+            "the largest batch swept");
   size_t second_rounds = 0;
   for (const auto& p : first["points"]) {
     ASSERT_GE(p["rounds"].size(), 1u);
@@ -3876,7 +3892,7 @@ TEST(Checkpointing, TheFewestBlocksThatFitArePlannedRunAndSaid) {
   ASSERT_EQ(planned.exit_code, 0) << planned.err;
   EXPECT_TRUE(contains(planned.out,
                        "checkpointing the fewest blocks: batch 200 fits with --checkpoint-blocks 6 of "
-                       "12 (+12% FLOPs), 256 with 10 (+20%), 512 not even with all 12"))
+                       "12 (+12% FLOPs), 256 with 10 (+20%), 512 not with any of 1 to 12"))
       << planned.out;
   const nlohmann::json a = read_json(plain);
   EXPECT_FALSE(a["points"][0].contains("checkpoint_blocks_to_fit"));  // 128 fits as it is
@@ -3983,8 +3999,7 @@ TEST(Checkpointing, TheFewestBlocksThatFitArePlannedRunAndSaid) {
                        "FLOPs)"))
       << over.err;
 
-  // Refused: more blocks than backward recomputes, inference, a model without blocks; and warned where one
-  // block saves nothing.
+  // Refused: more blocks than backward recomputes, inference, a model without blocks.
   const Result many = run({"plan", "--model", "gpt2-small", "--checkpoint-blocks", "13"});
   EXPECT_EQ(many.exit_code, 2);
   EXPECT_TRUE(contains(many.err,

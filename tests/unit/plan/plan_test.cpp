@@ -1135,8 +1135,8 @@ TEST(Plan, CheckpointingViewsOneBlockAtATimeInTheArena) {
 
 // --checkpoint-blocks N: the first N blocks in forward order (of those backward reaches) keep only their
 // outputs; the others keep every activation, overlaid on the recompute arena (backward is done with them
-// before it recomputes a checkpointed block). Memory falls with every N, and the fewest that fit a budget
-// bisects it.
+// before it recomputes a checkpointed block). Memory falls with N while the blocks kept whole outweigh the
+// largest checkpointed one, and the fewest that fit a budget is found by trying each count.
 // torch.utils.checkpoint's and Megatron's peak with the first N of L equal blocks checkpointed: the kept
 // outputs and max(L - N, 1) blocks. So each block checkpointed saves the same, the first one included (a
 // separate arena beside the L - N blocks saved nothing there: a walk saw --checkpoint-blocks 1 plan what no
