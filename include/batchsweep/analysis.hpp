@@ -66,7 +66,6 @@
 // its memory". Every recommended batch is an ok point.
 #pragma once
 
-#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -147,12 +146,6 @@ void validate(const AnalysisOptions& options);
 // A point's step time at percentile `pct`: its summary (step_ms.p50/p90/p95/p99), or its raw samples where
 // the summary is empty (a hand-made report); nullopt without either.
 [[nodiscard]] std::optional<double> step_latency_ms(const Point& point, double pct);
-
-// run --rounds N: whether round 1, the whole sweep, had finished, so that every batch it asked for (or its
-// search chose) is in the points, whatever stopped a later round: some point holds a second round.
-[[nodiscard]] inline bool first_round_finished(std::span<const Point> points) {
-  return std::any_of(points.begin(), points.end(), [](const Point& p) { return p.rounds.size() >= 2; });
-}
 
 // run --rounds: whether a point's rounds measured one machine. Each round with at least one step has its mean
 // step (its slice of samples_ms); spread_pct = (slowest mean - fastest) / fastest * 100. p_value: the

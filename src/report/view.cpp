@@ -164,10 +164,8 @@ bool later_round_begun(const Report& report) {
     if (const auto it = report.settings.find("rounds_begun");
         it != report.settings.end() && it->is_number_integer())
       return it->get<int64_t>() >= 2;
-  std::vector<Point> measured_here;
-  for (const Point& p : report.points)
-    if (p.resumed_from.empty()) measured_here.push_back(p);
-  return first_round_finished(measured_here);
+  return std::any_of(report.points.begin(), report.points.end(),
+                     [](const Point& p) { return p.resumed_from.empty() && p.rounds.size() >= 2; });
 }
 
 double budget_percentile(const Report& report) {
