@@ -602,7 +602,7 @@ class ExportingObserver final : public SweepObserver {
     so_far.request_rate.reset();
     so_far.interim = true;
     // Once a later --rounds round runs, every batch is in (round 1 was the whole sweep).
-    so_far.unfinished = !report_view::later_round_begun(report_);
+    so_far.unfinished = report_view::lacks_batches(report_);
     report_.analysis = analyze(report_.points, so_far);
     if (!exports_.any()) return;
     // An export that cannot be rewritten (a full disk, a directory made read-only) does not stop the
@@ -698,7 +698,7 @@ void keep_fatal_error(Report& report, const ExportSettings& given, const Error& 
   AnalysisOptions final_options = options;
   final_options.request_rate.reset();
   final_options.interim = false;
-  final_options.unfinished = options.unfinished && !report_view::later_round_begun(report);
+  final_options.unfinished = report_view::lacks_batches(report);
   report.analysis = analyze(report.points, final_options);
   const std::string left = report.points.empty() ? keep_earlier_exports(exports) : std::string();
   report.warnings.push_back(
@@ -1567,7 +1567,7 @@ int run_command(const RunSettings& given, const std::vector<std::string>& argv) 
   AnalysisOptions final_options = options;
   final_options.untimed_fit = outcome.untimed_fit;
   // Stopped in a later --rounds round, it lacks rounds, not batches: the analysis has them all.
-  final_options.unfinished = outcome.interrupted && !report_view::later_round_begun(report);
+  final_options.unfinished = report_view::lacks_batches(report);
   report.analysis = analyze(report.points, final_options);
   if (auto w = batchnorm_split_warning(graph, sweep.mode, report.analysis)) report.warnings.push_back(*w);
   // The console table ends with the warnings; say them on stderr too when that table is not on a terminal.
@@ -1689,8 +1689,7 @@ RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags,
     }
   }
   out.options = analysis_options(flags);
-  out.options.unfinished = (report.state == "interrupted" || report.state == "in_progress") &&
-                           !report_view::later_round_begun(report);
+  out.options.unfinished = report_view::lacks_batches(report);
   // What run's --batch auto found to fit without timing it (settings.untimed_fit), where well-formed.
   if (report.settings.is_object()) {
     const auto it = report.settings.find("untimed_fit");

@@ -157,6 +157,10 @@ std::optional<double> price_per_hour(const Report& report) {
   return positive_setting(report, "price_per_hour");
 }
 
+bool lacks_batches(const Report& report) {
+  return (report.state == "interrupted" || report.state == "in_progress") && !later_round_begun(report);
+}
+
 bool later_round_begun(const Report& report) {
   // The run's own word where it wrote one: a point --resume took may hold rounds of an earlier run, whose
   // round 1 says nothing of this run's batches.

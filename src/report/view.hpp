@@ -23,6 +23,9 @@ namespace bsw::report_view {
 // so round 1, the whole sweep, had finished and every batch it asked for (or its search chose) is in the
 // points, whatever stopped the sweep after.
 [[nodiscard]] bool later_round_begun(const Report& report);
+// Whether the sweep stopped short of some of its batches (AnalysisOptions::unfinished): state interrupted or
+// in_progress, unless a later --rounds round had begun (it then lacks rounds, not batches).
+[[nodiscard]] bool lacks_batches(const Report& report);
 // settings.price_per_hour (USD per device-hour), where it holds a price above zero.
 [[nodiscard]] std::optional<double> price_per_hour(const Report& report);
 // The table of a report's points: only the columns that vary or are known for some point.
