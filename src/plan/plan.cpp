@@ -310,13 +310,18 @@ class Builder {
   // Largest per-sample tensor each of inference's ping-pong buffers (act.a, act.b) holds, following the
   // backends' rule: an op writes act.a unless its input is in act.a, then act.b; the network input (in
   // data.input), a residual's saved input (act.residual) and a shortcut's result (act.shortcut) are in
-  // neither. So the LM head's logits size one buffer, not both: the other holds only its input.
+  // neither. So the LM head's logits size one buffer, not both: the other holds only its input. A residual's
+  // first op reads the copy in act.residual, so every block starts over at act.a: a transformer block's
+  // 4·T·D MLP hidden layer lands in act.b in every block, not in act.a and act.b by turns.
   std::pair<uint64_t, uint64_t> ping_pong_activations() const {
     enum class In { other, a, b };
     In current = In::other;
     uint64_t a = 0, b = 0;
     for (const Op& op : g_.ops) {
-      if (op.kind == OpKind::residual_save) continue;  // it copies its input into act.residual
+      if (op.kind == OpKind::residual_save) {  // it copies its input into act.residual, where ops read it
+        current = In::other;
+        continue;
+      }
       if (op.kind == OpKind::residual_branch || op.ends_shortcut >= 0) {
         current = In::other;  // the inner ops start from act.residual; a shortcut writes act.shortcut
         continue;
@@ -621,10 +626,10 @@ class Builder {
     }
   }
 
-  // CPU: fp32 math everywhere. workspace.z holds pre-activations (fp32 inference) or their gradient
-  // (training); workspace.scratch the per-op scratch. With 16-bit storage every op converts its operands to
-  // fp32 first: workspace.x (input), .y (output), .dy, .dx (training), .w (the op's parameters), .aux
-  // (pre-activation or attention probabilities in fp32; 16-bit inference computes its pre-activations there).
+  // CPU: fp32 math everywhere. workspace.z holds pre-activations' gradients (training; inference computes
+  // into the output and activates it in place); workspace.scratch the per-op scratch. With 16-bit storage
+  // every op converts its operands to fp32 first: workspace.x (input), .y (output), .dy, .dx (training), .w
+  // (the op's parameters), .aux (a saved pre-activation, or attention probabilities, in fp32).
   // A residual's save and branch convert nothing (they mark where its input is kept and the inner ops
   // start again), and the loss, which reads the logits in fp32, runs in training only.
   void append_cpu_workspaces() {
@@ -639,20 +644,20 @@ class Builder {
       if (train && reached[i]) dy = std::max(dy, b * static_cast<uint64_t>(op.out_elements()));
       const uint64_t in = b * static_cast<uint64_t>(op.in_elements());
       const uint64_t out = b * static_cast<uint64_t>(op.out_elements());
-      if (op.has_preactivation()) z = std::max(z, out);
+      if (train && op.has_preactivation()) z = std::max(z, out);
       scratch = std::max(scratch, cpu_op_scratch(op, train));
       if (op.kind == OpKind::residual_save || op.kind == OpKind::residual_branch) continue;
       if (op.kind != OpKind::embedding) x = std::max(x, in);  // token ids are read as they are
       y = std::max(y, out);
       w = std::max(w, static_cast<uint64_t>(op.param_elements));
-      // aux holds a pre-activation in fp32: the scratch z of inference, or in training the one GELU and
-      // SiLU keep (ReLU and tanh run in place on the output there).
-      if (op.has_preactivation() && (!train || op.saves_preactivation())) aux = std::max(aux, out);
+      // aux holds in fp32 the pre-activation training's GELU and SiLU keep (ReLU and tanh, and every
+      // activation in inference, run in place on the output).
+      if (train && op.saves_preactivation()) aux = std::max(aux, out);
       if (op.kind == OpKind::attention_core) aux = std::max(aux, sat_mul({b, probs_elements(op)}));
     }
     // The loss reads the logits (and mse targets) in fp32 and writes their gradient in fp32.
     const uint64_t logits = train ? b * static_cast<uint64_t>(numel(g_.output_shape)) : 0;
-    if (train || s_ == DType::f32) add("workspace.z", MemoryCategory::workspace, DType::f32, z);
+    add("workspace.z", MemoryCategory::workspace, DType::f32, z);
     add("workspace.scratch", MemoryCategory::workspace, DType::f32, scratch);
     if (s_ == DType::f32) return;
     add("workspace.x", MemoryCategory::workspace, DType::f32, std::max(x, logits));
@@ -668,7 +673,7 @@ class Builder {
   // CUDA (src/backends/cuda): workspace.cublaslt (32 MiB, NVIDIA's recommendation on Hopper); the non-fused
   // attention path's fp32 scores and score gradients (workspace.attention, [B, heads, T, T]), its head-major
   // copies of q|k|v and of the output (workspace.qkv, workspace.attn_o) and, in training, of dq|dk|dv
-  // (workspace.dqkv); pre-activations in inference (workspace.z); conv and patch-embedding im2col columns and
+  // (workspace.dqkv); conv and patch-embedding im2col columns and
   // the conv GEMM's [C, chunk*HW] output for a chunk of samples (workspace.im2col, workspace.conv_out; the
   // chunk keeps the columns under 2^25 elements per op); the loss mean's partial sums and per-row losses
   // (workspace.loss) and the step's device scalars (workspace.scalars, 64 bytes); in training, batchnorm's
@@ -679,13 +684,12 @@ class Builder {
     add("workspace.cublaslt", MemoryCategory::workspace, DType::f32, kCublasLtWorkspaceBytes / 4);
     const uint64_t cudnn = cudnn_workspace_bytes(g_, r_);
     if (cudnn > 0) add("workspace.cudnn", MemoryCategory::workspace, DType::f32, cudnn / 4);
-    uint64_t scores = 0, heads = 0, z = 0, col = 0, conv_out = 0, conv_dw = 0;
+    uint64_t scores = 0, heads = 0, col = 0, conv_out = 0, conv_dw = 0;
     for (const Op& op : g_.ops) {
       if (op.kind == OpKind::attention_core && !fused_attention()) {
         scores = std::max(scores, sat_mul({b, probs_elements(op)}));
         heads = std::max(heads, b * static_cast<uint64_t>(op.seq * op.dim));
       }
-      if (op.has_preactivation() && !train) z = std::max(z, b * static_cast<uint64_t>(op.out_elements()));
       if (op.kind == OpKind::conv2d && r_.paths.conv == ConvPath::cudnn) {
         conv_dw =
             std::max(conv_dw, static_cast<uint64_t>(op.out_channels * op.channels * op.kernel * op.kernel));
@@ -710,7 +714,6 @@ class Builder {
     add("workspace.qkv", MemoryCategory::workspace, s_, 3 * heads);
     add("workspace.attn_o", MemoryCategory::workspace, s_, heads);
     if (train) add("workspace.dqkv", MemoryCategory::workspace, s_, 3 * heads);
-    add("workspace.z", MemoryCategory::workspace, s_, z);
     add("workspace.im2col", MemoryCategory::workspace, s_, col);
     add("workspace.conv_out", MemoryCategory::workspace, s_, conv_out);
     // cuDNN's weight gradient lands here (storage dtype), then is added to the fp32 gradients.

@@ -463,11 +463,14 @@ class CpuSession final : public Session, public CpuSessionProbe {
     for (size_t i = 0; i < graph_.ops.size(); ++i) {
       const Op& op = graph_.ops[i];
       if (op.kind == OpKind::residual_save) {
+        input_of_[i] = current;
         if (!train) {
+          // The residual's ops read the copy, so the first writes act.a whichever buffer held the input
+          // (the plan's ping_pong_activations): a block's largest output lands in the same buffer each time.
           const Ref stash = need(fmt::format("act.residual[{}]", op.residual_depth));
           std::memcpy(stash.ptr, current.ptr, n_in(op) * dtype_bytes(current.dtype));
+          current = slice(stash, 0, n_in(op));
         }
-        input_of_[i] = current;
         continue;
       }
       input_of_[i] = current;
@@ -514,15 +517,14 @@ class CpuSession final : public Session, public CpuSessionProbe {
     const float* w = op.param_elements > 0
                          ? load(param_slice(op), static_cast<uint64_t>(op.param_elements), ws_w)
                          : nullptr;
-    // Pre-activation: saved in training (ops[i].pre) where backward needs it, scratch in inference. A
-    // training ReLU or tanh has none: it runs in place on the output, which its backward reads.
+    // Pre-activation: saved in training (ops[i].pre) where backward needs it. Elsewhere (inference, and a
+    // training ReLU or tanh, whose backward reads the output) there is none: the op computes into the output
+    // and the activation runs in place there, as a fused epilogue would.
     Ref pre_ref;
     float* z = nullptr;
     if (train && op.saves_preactivation()) {
       pre_ref = preactivation_of(i, op);
       z = target(pre_ref, ws_aux);
-    } else if (!train && op.has_preactivation()) {
-      z = fit(sixteen_bit() ? ws_aux : workspace("workspace.z"), nout);
     }
     switch (op.kind) {
       case OpKind::linear:

@@ -613,7 +613,10 @@ class CudaSession final : public Session {
           const Ref stash = need(fmt::format("act.residual[{}]", op.residual_depth));
           BSW_CUDA(cudaMemcpyAsync(stash.ptr, current.ptr, n_in(op) * dtype_bytes(current.dtype),
                                    cudaMemcpyDeviceToDevice, stream_));
-          residual_stack_.push_back(stash.at(0, n_in(op)));
+          // The residual's ops read the copy, so the first writes act.a whichever buffer held the input
+          // (the plan's ping_pong_activations): a block's largest output lands in the same buffer each time.
+          current = stash.at(0, n_in(op));
+          residual_stack_.push_back(current);
         }
         continue;
       }
@@ -637,10 +640,11 @@ class CudaSession final : public Session {
   void forward_op(size_t i, const Op& op, const Ref& in, const Ref& out, bool train) {
     const int64_t b = batch();
     const Ref w = op.param_elements > 0 ? params_of(op) : Ref{};
-    // The pre-activation: saved in training where backward needs it (GELU, SiLU), the output itself for a
-    // training ReLU or tanh (the activation runs in place; backward reads the output), scratch in inference.
+    // The pre-activation: saved in training where backward needs it (GELU, SiLU); elsewhere the output
+    // itself (the activation runs in place there: a training ReLU's or tanh's backward reads the output, and
+    // inference keeps no pre-activation), as a fused epilogue would.
     Ref z;
-    if (op.has_preactivation()) z = train ? pre_or_out(i, op) : need("workspace.z");
+    if (op.has_preactivation()) z = train ? pre_or_out(i, op) : out;
     switch (op.kind) {
       case OpKind::linear:
         linear_forward(op, in, w, z, out, train);
