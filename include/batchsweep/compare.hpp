@@ -205,6 +205,13 @@ struct LostFit {
   int64_t baseline_max_fit = 0;  // the baseline's largest ok micro-batch at this accumulation
 };
 
+// Whether two reports' settings.cuda_graphs, .attention and .conv (--graphs, --attention, --conv) can differ
+// in what they measured: those shape CUDA runs only, and other backends' plans ignore them. False for two
+// runs on one other backend (a CPU sweep with --attention explicit measured the same thing), true where
+// either ran on cuda, the backends differ, or a report does not say. --resume and compare's "measured with
+// other settings" both ask this.
+[[nodiscard]] bool cuda_settings_apply(const nlohmann::json& settings_a, const nlohmann::json& settings_b);
+
 // A run whose report says its sweep did not finish (state interrupted or in_progress), and why in words.
 [[nodiscard]] bool incomplete(const RunSummary& run);
 [[nodiscard]] std::string incomplete_why(const RunSummary& run);
@@ -219,6 +226,9 @@ struct CompareResult {
   // The table shows the tail column: the baseline is an inference sweep (where the tail is what a server
   // answers in), or some run's tail moved beyond noise.
   bool show_tail = false;
+  // The gate judges the tail (inference, or training with --fail-on-latency-regression; not with it `off`):
+  // the table colours a row whose tail is slower as the gate would fail it.
+  bool tail_gated = false;
   std::vector<std::string> notes;  // batches not in every run, differing devices or precisions, ...
   // The notes (also in `notes`) that two reports hold one run (same created_at and points): every verdict
   // between them compares a run with itself. The CLI repeats them on stderr.

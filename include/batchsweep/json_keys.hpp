@@ -72,4 +72,10 @@ class DuplicateKeyCheck {
   std::vector<Frame> frames_;
 };
 
+// JSON as batchsweep writes it: a byte that is not UTF-8 (a file name in `command`, from argv) becomes U+FFFD
+// rather than an exception from nlohmann's strict dump(). indent -1: one line.
+[[nodiscard]] inline std::string json_text(const nlohmann::json& doc, int indent = -1) {
+  return doc.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 }  // namespace bsw

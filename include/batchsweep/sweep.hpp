@@ -72,10 +72,14 @@ struct StoppingSettings {
   double min_time_s = 0.5;      // sum of the timed step times at least
   double max_noise_pct = 1.0;   // relative noise (stddev / mean * 100 of all timed samples) at most
   double timeout_s = 5.0;       // wall clock per point (warm-up included): stop with a warning when reached
-  int64_t max_samples = 10000;  // hard cap so a 1 us step cannot run forever
+  int64_t max_samples = 10000;  // the sample cap (--max-samples), so a 1 us step cannot run forever
 
   [[nodiscard]] bool operator==(const StoppingSettings&) const = default;
 };
+
+// The largest --max-samples: every step's time is kept (samples_ms), and 100,000 of them are ~2 MB of JSON a
+// point, rewritten after every point.
+inline constexpr int64_t kMaxSampleCap = 100000;
 
 inline constexpr double kCudaWarmupTimeS = 0.2;
 // The warm-up time a sweep on `backend` uses: --warmup-time where given, else kCudaWarmupTimeS on cuda.
@@ -84,8 +88,8 @@ inline constexpr double kCudaWarmupTimeS = 0.2;
 }
 
 // Throws UsageError naming the flag (--warmup, --warmup-time, --min-samples, --min-time, --max-noise,
-// --timeout) for a value out of range: warmup >= 0, warmup_time >= 0, min_samples in 1..max_samples, min_time
-// >= 0, max_noise > 0, timeout > 0, all finite.
+// --timeout, --max-samples) for a value out of range: warmup >= 0, warmup_time >= 0, min_samples in
+// 1..max_samples, min_time >= 0, max_noise > 0, timeout > 0, all finite; max_samples in 1..kMaxSampleCap.
 void validate(const StoppingSettings& stopping);
 
 // Decides when a point has been measured enough. The runner feeds every timed step and asks after each one.

@@ -474,11 +474,11 @@ std::optional<BatchChoice> energy_optimal(std::span<const Point> points) {
 }
 
 // The split of an effective-batch sweep to use. `fastest`: the highest-throughput ok split. `ties`: the other
-// splits the fastest does not beat by a measurable margin (same_throughput_margin_pct: 1%, or twice the two
-// means' combined standard error), fastest first. `chosen`: among the fastest and its ties, the one needing
-// the least memory (the fastest where memory is equal or unknown): splits that run alike at one effective
-// batch are told apart by what they leave free, not by noise. Only between measured points (both with
-// noise_pct), as within_budget.
+// splits the fastest leads by under kSameThroughputPct (1%), fastest first. `chosen`: among the fastest and
+// its ties, the one needing the least memory (the fastest where memory is equal or unknown): splits that run
+// alike at one effective batch are told apart by what they leave free, not by noise. Not the means' noise
+// margin (same_throughput_margin_pct), which at 10% step noise let a split 12.6% slower win on memory: a
+// runner-up within it is said (recommend), not chosen.
 struct SplitChoice {
   struct Tie {
     const Point* point;
@@ -926,6 +926,23 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
           "; batch {} was timed a single step, so its noise is unknown{}",
           batch_label(p->batch, p->accumulation),
           p->stop_reason == "timeout" ? " (the --timeout cut it: raise --timeout to time more)" : "");
+    // Points timed while other processes competed for the CPUs (or the hypervisor took them): that load
+    // moves whole steps and differs from run to run, so the choice among them held only under it. Said where
+    // a script reading only `recommended` sees it, as each point's warning says it on the terminal.
+    std::vector<std::string> busy;
+    for (const Point& q : view)
+      if (is_ok(q) && q.host && q.host->busy()) busy.push_back(batch_label(q.batch, q.accumulation));
+    if (!busy.empty() && analysis.recommended.why.find("busy host") == std::string::npos) {
+      constexpr size_t kNamed = 6;
+      const size_t more = busy.size() > kNamed ? busy.size() - kNamed : 0;
+      busy.resize(std::min(busy.size(), kNamed));
+      analysis.recommended.why += fmt::format(
+          "; {} {}{} {} timed on a busy host (other processes competed for the CPUs, or the hypervisor took "
+          "them), so a rerun on an idle machine may choose otherwise",
+          busy.size() + more == 1 ? "batch" : "batches", fmt::join(busy, ", "),
+          more > 0 ? fmt::format(" and {} more", more) : std::string(),
+          busy.size() + more == 1 ? "was" : "were");
+    }
   }
   // A sweep that stopped early chose among what it measured: said in the reason, which is what a script
   // reading only `recommended` sees.

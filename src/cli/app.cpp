@@ -664,6 +664,28 @@ MemoryArg parse_memory(const std::string& text, std::string_view flag) {
   }
 }
 
+// --timeout counts from prepare, warm-up included: a --min-time or --warmup-time given at or past it is never
+// met, and every point would stop at the timeout with whatever sample fit (a p99 of one step). Said before
+// anything runs. Only flags given: the defaults (0.5 s measured, 0.2 s warm-up on cuda) give way to a short
+// --timeout, which then cuts points as it says.
+void require_time_within_timeout(const StoppingSettings& stopping, bool min_time_given,
+                                 bool warmup_time_given) {
+  if (!min_time_given && !warmup_time_given) return;
+  const double warmup = warmup_time_given ? stopping.warmup_time_s.value_or(0.0) : 0.0;
+  const double measured = min_time_given ? stopping.min_time_s : 0.0;
+  if (warmup + measured < stopping.timeout_s) return;
+  const std::string wanted =
+      min_time_given && warmup_time_given
+          ? fmt::format("--warmup-time {:g} s and --min-time {:g} s add up to {:g} s, which", warmup,
+                        measured, warmup + measured)
+      : min_time_given ? fmt::format("--min-time: {:g} s of timed steps", measured)
+                       : fmt::format("--warmup-time: {:g} s of warm-up", warmup);
+  throw UsageError(
+      fmt::format("{} cannot fit in the {:g} s --timeout per point, which counts prepare and warm-up too: "
+                  "every point would "
+                  "stop at the timeout, short of it; raise --timeout (e.g. --timeout {:g})",
+                  wanted, stopping.timeout_s, std::ceil(2 * (warmup + measured) + 1)));
+}
 }  // namespace
 
 int run_app(int argc, char** argv) {
@@ -774,6 +796,13 @@ int run_app(int argc, char** argv) {
           "Stop a point once its relative noise is at most PCT% (after --min-samples and --min-time)")
       ->type_name("PCT")
       ->check(positive("percent: 5 for 5%"))
+      ->capture_default_str();
+  run_cmd
+      ->add_option(
+          "--max-samples", stop.max_samples,
+          "Timed steps per point, at most: the sample cap, reached by steps so short that --min-time "
+          "needs more, or by noise that never settles")
+      ->transform(whole(1, kMaxSampleCap))
       ->capture_default_str();
   run_cmd
       ->add_option("--timeout", stop.timeout_s, "Wall-clock seconds per point before it stops with a warning")
@@ -1102,6 +1131,8 @@ int run_app(int argc, char** argv) {
       run.sweep.stopping.min_samples = std::max(run.sweep.stopping.min_samples,
                                                 latency_budget_min_samples(run.analysis.latency_percentile));
     validate(run.sweep.stopping);
+    require_time_within_timeout(run.sweep.stopping, run_cmd->count("--min-time") > 0,
+                                run_cmd->count("--warmup-time") > 0);
     if (run.backend == "scripted" && run.script.empty())
       throw UsageError("--script: --backend scripted needs a step-time script (see tests/data/scripted)");
     if (run.backend != "scripted" && !run.script.empty())

@@ -40,6 +40,7 @@
 #include "batchsweep/gpu_specs.hpp"
 #include "batchsweep/json_depth.hpp"
 #include "batchsweep/json_diff.hpp"
+#include "batchsweep/json_keys.hpp"
 #include "batchsweep/model.hpp"
 #include "batchsweep/plan_view.hpp"
 #include "batchsweep/printers.hpp"
@@ -1005,7 +1006,7 @@ int plan_command(const PlanSettings& given, const std::vector<std::string>& argv
         {"created_at", now_iso8601()},
         {"command", argv}};
     doc.update(plan_to_json(summary));
-    write_output("--json", json_path, doc.dump(2) + "\n");
+    write_output("--json", json_path, json_text(doc, 2) + "\n");
   }
   // As run's: with the JSON on stdout, the table goes to stderr.
   std::fputs(format_plan_table(summary).c_str(), json_path == "-" ? stderr : stdout);
@@ -1032,18 +1033,17 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
       {"attention", "--attention"},
       {"conv", "--conv"},
       {"stopping", "--warmup, --warmup-time, --min-samples, --min-time, --max-noise or --timeout"}};
-  const auto shown = [](const nlohmann::json* v) { return v != nullptr ? v->dump() : std::string("absent"); };
+  const auto shown = [](const nlohmann::json* v) {
+    return v != nullptr ? json_text(*v) : std::string("absent");
+  };
   const auto at = [](const nlohmann::json& obj, const char* key) -> const nlohmann::json* {
     if (!obj.is_object()) return nullptr;
     const auto it = obj.find(key);
     return it == obj.end() ? nullptr : &*it;
   };
-  // --graphs, --attention and --conv shape CUDA runs only (other backends' plans ignore them): a CPU sweep
-  // resumed with another of them measures the same thing.
-  const nlohmann::json* backend_before = at(earlier.settings, "backend");
-  const nlohmann::json* backend_now = at(now.settings, "backend");
-  const bool cuda_only_apply = backend_now == nullptr || *backend_now == "cuda" ||
-                               backend_before == nullptr || *backend_before != *backend_now;
+  // --graphs, --attention and --conv shape CUDA runs only: a CPU sweep resumed with another of them measures
+  // the same thing.
+  const bool cuda_only_apply = cuda_settings_apply(earlier.settings, now.settings);
   for (const Setting& setting : kMeasured) {
     const std::string_view key = setting.key;
     if (!cuda_only_apply && (key == "cuda_graphs" || key == "attention" || key == "conv")) continue;
@@ -2093,7 +2093,7 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
                      {"findings", regressions_json(result, found)}};
       if (refused) doc["gate"]["refused"] = *refused;
     }
-    export_to("--json", s.json_path, doc.dump(2) + "\n");
+    export_to("--json", s.json_path, json_text(doc, 2) + "\n");
   }
   // An export on stdout keeps it to itself; the table then goes to stderr, as run's does.
   if (s.json_path == "-" || s.markdown_path == "-")
@@ -2214,7 +2214,7 @@ int devices_command(const DevicesSettings& s) {
   if (doc["cuda"].contains("devices"))
     for (nlohmann::json& d : doc["cuda"]["devices"]) add_free_memory(d);
   if (s.json) {
-    std::cout << doc.dump(2) << "\n";
+    std::cout << json_text(doc, 2) << "\n";
     return kExitOk;
   }
   std::cout << "backends compiled in: " << fmt::format("{}", fmt::join(compiled_backends(), ", ")) << "\n";
@@ -2225,7 +2225,8 @@ int devices_command(const DevicesSettings& s) {
   if (cuda.contains("versions")) {
     std::cout << "cuda libraries:";
     for (const auto& [name, version] : cuda["versions"].items())
-      std::cout << " " << name << " " << (version.is_string() ? version.get<std::string>() : version.dump());
+      std::cout << " " << name << " "
+                << (version.is_string() ? version.get<std::string>() : json_text(version));
     std::cout << "\n";
   }
   const nlohmann::json devices = cuda.value("devices", nlohmann::json::array());
@@ -2255,7 +2256,7 @@ int devices_command(const DevicesSettings& s) {
                                    : std::string(" (this run)"));
     }
   }
-  if (s.calibrate) std::cout << "calibration: " << doc["calibration"].dump(2) << "\n";
+  if (s.calibrate) std::cout << "calibration: " << json_text(doc["calibration"], 2) << "\n";
   return kExitOk;
 }
 

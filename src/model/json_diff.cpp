@@ -1,6 +1,7 @@
 // The walk behind first_difference: the first key (sorted, of either side) or index where two JSON values
 // disagree.
 #include "batchsweep/json_diff.hpp"
+#include "batchsweep/json_keys.hpp"
 
 #include <fmt/format.h>
 
@@ -12,7 +13,7 @@ namespace bsw {
 namespace {
 
 std::string shown(const nlohmann::json& v, std::size_t width) {
-  std::string text = v.dump();
+  std::string text = json_text(v);
   if (text.size() > width) text = text.substr(0, width > 3 ? width - 3 : 0) + "...";
   return text;
 }

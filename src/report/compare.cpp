@@ -3,6 +3,7 @@
 // console, markdown and JSON.
 #include "batchsweep/compare.hpp"
 #include "batchsweep/analysis.hpp"
+#include "batchsweep/json_keys.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -26,6 +27,16 @@
 #include "report/view.hpp"
 
 namespace bsw {
+
+bool cuda_settings_apply(const nlohmann::json& settings_a, const nlohmann::json& settings_b) {
+  const auto backend = [](const nlohmann::json& settings) {
+    return settings.is_object() && settings.contains("backend") && settings.at("backend").is_string()
+               ? settings.at("backend").get<std::string>()
+               : std::string();
+  };
+  const std::string a = backend(settings_a), b = backend(settings_b);
+  return a.empty() || b.empty() || a == "cuda" || b == "cuda" || a != b;
+}
 
 bool incomplete(const RunSummary& run) {
   return run.state == "interrupted" || run.state == "in_progress";
@@ -1110,6 +1121,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   adjust_for_batches(result.rows, row_points, row_self, result.tail_percentile, options);
   result.geomean = geomean_row(result.rows, reports.size(), options);
   result.show_tail = result.runs.front().mode == "infer" || options.tail_gated_in_training;
+  result.tail_gated = options.latency_gated && result.show_tail;
   for (const CompareRow& row : result.rows)
     for (const CompareDelta& d : row.deltas)
       result.show_tail |= d.tail_verdict == Verdict::slower || d.tail_verdict == Verdict::faster;
@@ -1368,12 +1380,13 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
                             "timeout_s", "max_samples"}) {
       const nlohmann::json a = value(stopping(first), key), b = value(stopping(other), key);
       if (!a.is_null() && !b.is_null() && a != b)
-        differ.push_back(fmt::format("stopping.{} {} vs {}", key, a.dump(), b.dump()));
+        differ.push_back(fmt::format("stopping.{} {} vs {}", key, json_text(a), json_text(b)));
     }
     for (const char* key : {"cuda_graphs", "attention", "conv"}) {
+      if (!cuda_settings_apply(first, other)) break;
       const nlohmann::json a = value(first, key), b = value(other, key);
       if (!a.is_null() && !b.is_null() && a != b)
-        differ.push_back(fmt::format("{} {} vs {}", key, a.dump(), b.dump()));
+        differ.push_back(fmt::format("{} {} vs {}", key, json_text(a), json_text(b)));
     }
     if (checkpointing(first) != checkpointing(other))
       differ.push_back(fmt::format("checkpointing {} vs {}", checkpointing(first), checkpointing(other)));
@@ -1580,7 +1593,7 @@ std::string format_compare(const CompareResult& result, bool color) {
     out += "no batch of the baseline's is in another run\n";
   } else {
     const auto lines = rf::render_lines(compare_table(result));
-    const bool tail_gated = result.runs.front().mode == "infer";
+    const bool tail_gated = result.tail_gated;
     out += (color ? "\x1b[1m" + lines[0] + "\x1b[0m" : lines[0]) + "\n";
     for (size_t i = 0; i < result.rows.size(); ++i) {
       out += colored(lines[i + 1], line_verdict(result.rows[i].deltas, tail_gated), color) + "\n";

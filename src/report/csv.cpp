@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "batchsweep/json_keys.hpp"
 #include "batchsweep/printers.hpp"
 #include "report/json_pieces.hpp"
 #include "report/view.hpp"
@@ -96,11 +97,11 @@ std::string cell(const ordered& v) {
     std::string joined;
     for (const auto& item : v) {
       if (!joined.empty()) joined += ';';
-      joined += item.is_string() ? item.get<std::string>() : item.is_null() ? std::string() : item.dump();
+      joined += item.is_string() ? item.get<std::string>() : item.is_null() ? std::string() : json_text(item);
     }
     return quote(joined);
   }
-  return v.dump();
+  return json_text(v);
 }
 
 // settings.model_overrides (run --set) joined by "; ", or empty.

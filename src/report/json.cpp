@@ -392,6 +392,13 @@ class Reader {
     p.accumulation = optional_integer(v, path, "accumulation").value_or(1);
     in_range(p.accumulation, "accumulation");
     const int64_t product = p.batch * p.accumulation;  // < 2^48: no overflow
+    // As a sweep runs them (check_samples_per_step): what multiplies it further (--config-for's world size)
+    // then stays far inside 64 bits.
+    if (product > kMaxBatch)
+      fail(child(path, "accumulation"),
+           fmt::format(
+               "batch {} x accumulation {} is more than {} (2^24) samples per step, which no sweep runs",
+               p.batch, p.accumulation, kMaxBatch));
     p.effective_batch = optional_integer(v, path, "effective_batch").value_or(product);
     if (p.effective_batch != product)
       fail(child(path, "effective_batch"), fmt::format("{} is not batch {} x accumulation {} = {}",
@@ -594,9 +601,11 @@ class Reader {
       int64_t effective = 0;
       if (a.recommended_accumulation &&
           (*a.recommended_accumulation < 1 ||
-           __builtin_mul_overflow(a.recommended.batch.value_or(1), *a.recommended_accumulation, &effective)))
-        fail(child(child(path, "recommended"), "accumulation"),
-             "must be at least 1, and times batch fit 64 bits");
+           __builtin_mul_overflow(a.recommended.batch.value_or(1), *a.recommended_accumulation, &effective) ||
+           effective > kMaxBatch))
+        fail(
+            child(child(path, "recommended"), "accumulation"),
+            fmt::format("must be at least 1, and times batch at most {} (2^24) samples per step", kMaxBatch));
       a.recommended_cost_per_million_samples =
           optional_number(*rec, child(path, "recommended"), "cost_per_million_samples");
     }
@@ -862,7 +871,7 @@ Report read_report(const std::string& path) {
 }
 
 std::string format_json(const Report& report) {
-  return to_json(report).dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+  return json_text(to_json(report), 2) + "\n";
 }
 
 }  // namespace bsw

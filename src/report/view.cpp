@@ -122,6 +122,14 @@ std::string marks_legend(const Report& report) {
                      "rounds; resumed_from in the JSON)"
                    : "resumed = taken from --resume, measured by an earlier run (resumed_from in the JSON)");
   }
+  // What the millisecond columns time: a step, the whole batch, which a serving user would otherwise read as
+  // one request's latency.
+  if (any_point(report, has_step_stats)) {
+    out += (out.empty() ? "" : "; ") +
+           std::string("ms = one step, the whole batch (a request's latency with queueing: --request-rate)");
+    if (any_point(report, [](const Point& p) { return !p.samples_ms.empty(); }))
+      out += ", from the steps timed";
+  }
   // What MFU is a fraction of: a spec sheet's peak, a calibration, or a script's.
   if (report.device.peak_flops && *report.device.peak_flops > 0 &&
       any_point(report, [](const Point& p) { return p.status == PointStatus::ok && p.mfu.has_value(); })) {
@@ -253,6 +261,14 @@ rf::TextTable point_table(const Report& report) {
                            return p.status == PointStatus::ok && v ? budget_side_text(*v, budget)
                                                                    : std::string(rf::kAbsent);
                          }});
+    // How many steps the percentiles come from: a p99 of 12 steps is their largest but one, and reads like
+    // one of 1000 otherwise (trtexec prints its iterations too).
+    if (any_point(report, [](const Point& p) { return !p.samples_ms.empty(); }))
+      columns.push_back({"steps", Align::right, [](const Point& p) {
+                           return p.status == PointStatus::ok && !p.samples_ms.empty()
+                                      ? std::to_string(p.samples_ms.size())
+                                      : std::string(rf::kAbsent);
+                         }});
   }
   if (any_point(report, [](const Point& p) { return p.noise_pct.has_value(); })) {
     columns.push_back({"noise %", Align::right, [&](const Point& p) {
@@ -265,7 +281,11 @@ rf::TextTable point_table(const Report& report) {
   }
   if (any_point(report, [](const Point& p) { return p.mfu.has_value(); })) {
     columns.push_back({"MFU %", Align::right, [&](const Point& p) {
-                         return optional_cell(ok(p), p.mfu, [](double v) { return rf::fixed(v * 100, 1); });
+                         // One decimal, as a GPU's MFU reads; below 0.05% (a CPU, the scripted backend, a
+                         // tiny model) three significant digits, so a measured MFU never reads 0.0.
+                         return optional_cell(ok(p), p.mfu, [](double v) {
+                           return v * 100 >= 0.05 || v == 0 ? rf::fixed(v * 100, 1) : rf::sig3(v * 100);
+                         });
                        }});
   }
   if (any_point(report, [](const Point& p) { return p.memory.planned_bytes > 0; })) {
@@ -595,8 +615,9 @@ rf::TextTable serving_table(const Report& report) {
   const std::string pct = latency_name(s.latency_percentile);
   // At p50 the percentile's column is the p50's.
   const bool median = s.latency_percentile == 50;
-  t.headers = {"max batch", "capacity/s", "busy %",    "per step", "mean ms",
-               "p50 ms",    pct + " ms",  "\u00b1 ms", "marks"};
+  // "req": a request's latency, queueing included, not the step table's step time.
+  t.headers = {"max batch",  "capacity/s",         "busy %",    "per step", "req mean ms",
+               "req p50 ms", "req " + pct + " ms", "\u00b1 ms", "marks"};
   t.align = {rf::Align::right, rf::Align::right, rf::Align::right, rf::Align::right, rf::Align::right,
              rf::Align::right, rf::Align::right, rf::Align::right, rf::Align::left};
   if (median) {

@@ -789,9 +789,11 @@ void validate(const StoppingSettings& stopping) {
     fail("--max-noise", fmt::format("must be a percentage > 0, got {}", stopping.max_noise_pct));
   if (!(std::isfinite(stopping.timeout_s) && stopping.timeout_s > 0))
     fail("--timeout", fmt::format("must be a number of seconds > 0, got {}", stopping.timeout_s));
+  if (stopping.max_samples < 1 || stopping.max_samples > kMaxSampleCap)
+    fail("--max-samples", fmt::format("must be in 1..{}, got {}", kMaxSampleCap, stopping.max_samples));
   if (stopping.max_samples < stopping.min_samples)
-    fail("--min-samples",
-         fmt::format("{} is above the sample cap {}", stopping.min_samples, stopping.max_samples));
+    fail("--min-samples", fmt::format("{} is above the sample cap {} (--max-samples)", stopping.min_samples,
+                                      stopping.max_samples));
 }
 
 SweepOutcome run_sweep(Backend& backend, const Graph& graph, const SweepSettings& settings,

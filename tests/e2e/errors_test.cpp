@@ -346,6 +346,27 @@ INSTANTIATE_TEST_SUITE_P(
              2,
              {"--latency-slo: '50ms' is not a number: write it without a unit, in milliseconds: 50 for 50 "
               "ms"}},
+        Case{"max_samples_zero", run_with({"--max-samples", "0"}), 2, {"--max-samples", "0"}},
+        Case{"max_samples_huge", run_with({"--max-samples", "200000"}), 2, {"--max-samples", "200000"}},
+        Case{"min_samples_over_max",
+             run_with({"--min-samples", "30", "--max-samples", "20"}),
+             2,
+             {"--min-samples: 30 is above the sample cap 20 (--max-samples)"}},
+        // --timeout counts prepare and warm-up: asking for more time than it holds is said before anything
+        // runs.
+        Case{"min_time_past_timeout",
+             {"run", "--backend", "cpu", "--quiet", "--min-time", "10"},
+             2,
+             {"--min-time: 10 s of timed steps cannot fit in the 5 s --timeout per point", "--timeout 21"}},
+        Case{"warmup_time_past_timeout",
+             {"run", "--backend", "cpu", "--quiet", "--warmup-time", "6", "--timeout", "6"},
+             2,
+             {"--warmup-time: 6 s of warm-up cannot fit in the 6 s --timeout"}},
+        Case{
+            "warmup_and_min_time_past_timeout",
+            {"run", "--backend", "cpu", "--quiet", "--warmup-time", "2", "--min-time", "3", "--timeout", "4"},
+            2,
+            {"--warmup-time 2 s and --min-time 3 s add up to 5 s, which cannot fit in the 4 s --timeout"}},
         Case{"timeout_unit",
              run_with({"--timeout", "30s"}),
              2,

@@ -218,6 +218,44 @@ TEST(Compare, EscapesInAReportOrItsNameAreShownNotSent) {
   EXPECT_NE(compared.out.find("e\\x1B[31m.json"), std::string::npos) << compared.out;
 }
 
+// A file name need not be UTF-8 (a Latin-1 name), and every export carries the command line: the byte is
+// written as U+FFFD, as run's report writes it, not an internal error (which, in compare, came after the
+// markdown and before the gate: a new "failed" beside an old "passed").
+TEST(Compare, AFileNameThatIsNotUtf8IsWrittenNotAnError) {
+  ScratchDir dir;
+  const std::string a = (dir / "a.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "64", "--json", a})).exit_code, 0);
+  const std::string b = (dir / "b\xff.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "64,128", "--json", b})).exit_code, 0);
+  const std::string gate = (dir / "gate\xff.json").string(), md = (dir / "gate.md").string();
+  const Result compared =
+      run({"compare", a, b, "--json", gate, "--markdown", md, "--fail-on-regression", "5"});
+  EXPECT_EQ(compared.exit_code, 0) << compared.err;
+  const nlohmann::json doc = read_json(gate);
+  EXPECT_TRUE(doc["gate"]["passed"].get<bool>()) << doc.dump();
+  EXPECT_NE(doc["command"][3].get<std::string>().find("b\xef\xbf\xbd.json"), std::string::npos)
+      << doc["command"];
+  const std::string plan = (dir / "plan\xff.json").string();
+  const Result planned = run({"plan", "--batch", "1", "--json", plan});
+  EXPECT_EQ(planned.exit_code, 0) << planned.err;
+  EXPECT_EQ(read_json(plan)["kind"], "plan");
+}
+
+// --max-samples sets the sample cap: steps too short for --min-time stop there, the report says the cap it
+// ran under, and the warning says to raise it (the cap was a fixed 10,000, and the advice was to ask for
+// less).
+TEST(Run, MaxSamplesCapsTheStepsAndTheWarningNamesIt) {
+  const Result r = run({"run", "--backend", "scripted", "--script", scripted("roofline.json"), "--batch",
+                        "64", "--min-time", "10", "--timeout", "30", "--max-samples", "20", "--json", "-"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["settings"]["stopping"]["max_samples"], 20);
+  EXPECT_EQ(doc["points"][0]["stop_reason"], "sample cap");
+  EXPECT_EQ(doc["points"][0]["samples_ms"].size(), 20u);
+  EXPECT_NE(r.err.find("sample cap 20 reached"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("raise --max-samples or lower --min-time"), std::string::npos) << r.err;
+}
+
 // A latency budget is judged on enough steps for its percentile: --min-samples' default rises to 100 at p99
 // and 20 at p95 (one step above the percentile at least), 10 stays at p90; --min-samples given wins. A resume
 // that differs only in that says how to match.

@@ -121,6 +121,8 @@ def make_parser() -> argparse.ArgumentParser:
                    "(default: %(default)s)")
     p.add_argument("--max-noise", type=float, default=s.max_noise_pct, help="stop a point once its relative "
                    "noise is below PCT%% (default: %(default)s)")
+    p.add_argument("--max-samples", type=int, default=s.max_samples, help="timed steps per point, at most: the "
+                   "sample cap (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=s.timeout_s, help="wall-clock seconds per point before it "
                    "stops with a warning (default: %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the weights and data (default: %(default)s)")
@@ -178,7 +180,7 @@ def parse_settings(argv: list) -> Settings:
                  compile_mode=a.compile_mode, device=a.device, seed=a.seed, peak_flops=a.peak_flops,
                  json_path=a.json_path, batchsweep=a.batchsweep, threads=a.threads, quiet=a.quiet)
     s.stopping = StoppingSettings(warmup_steps=a.warmup, warmup_time_s=a.warmup_time, min_samples=a.min_samples, min_time_s=a.min_time,
-                                  max_noise_pct=a.max_noise, timeout_s=a.timeout)
+                                  max_noise_pct=a.max_noise, timeout_s=a.timeout, max_samples=a.max_samples)
     s.stopping.validate()
     s.model_sets = [parse_model_override(text) for text in a.sets]
     s.batches = parse_batches(a.batch, "--batch")

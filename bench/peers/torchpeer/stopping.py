@@ -20,7 +20,7 @@ class StoppingSettings:
     min_time_s: float = 0.5  # sum of the timed step times at least
     max_noise_pct: float = 1.0  # stddev / mean * 100 of all timed samples at most
     timeout_s: float = 10.0  # wall clock per point (build and warm-up included)
-    max_samples: int = 10000  # hard cap so a 1 us step cannot run forever
+    max_samples: int = 10000  # the sample cap (--max-samples), so a 1 us step cannot run forever
 
     def validate(self):
         """Raises UsageError naming the flag, with batchsweep's messages."""
@@ -36,8 +36,11 @@ class StoppingSettings:
             raise UsageError(f"--max-noise: must be a percentage > 0, got {self.max_noise_pct}")
         if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
             raise UsageError(f"--timeout: must be a number of seconds > 0, got {self.timeout_s}")
+        if not 1 <= self.max_samples <= 100000:
+            raise UsageError(f"--max-samples: must be in 1..100000, got {self.max_samples}")
         if self.max_samples < self.min_samples:
-            raise UsageError(f"--min-samples: {self.min_samples} is above the sample cap {self.max_samples}")
+            raise UsageError(f"--min-samples: {self.min_samples} is above the sample cap {self.max_samples} "
+                             "(--max-samples)")
 
     def resolved_warmup_time_s(self, cuda: bool) -> float:
         """batchsweep's warmup_time_s: --warmup-time where given, else 0.2 s on CUDA (trtexec's warm-up)."""
@@ -160,5 +163,5 @@ class NoiseCriterion:
             hint = "raise --timeout or relax --max-noise" if noisy else "raise --timeout"
             return (f"timeout {s.timeout_s:g} s reached after {self._elapsed_at_stop_s:.1f} s with {what} "
                     f"({hint})")
-        advice = (["lower --min-time"] if short_time else []) + (["relax --max-noise"] if noisy else [])
+        advice = (["raise --max-samples or lower --min-time"] if short_time else []) + (["relax --max-noise"] if noisy else [])
         return f"sample cap {s.max_samples} reached with {what}" + (f" ({' or '.join(advice)})" if advice else "")

@@ -15,6 +15,7 @@
 #include "backends/cuda/calibration.hpp"
 #include "batchsweep/errors.hpp"
 #include "batchsweep/files.hpp"
+#include "batchsweep/json_keys.hpp"
 
 namespace bsw::cuda {
 namespace {
@@ -127,7 +128,7 @@ std::string save_calibration(const nlohmann::json& identity, const nlohmann::jso
       {"entries", merge_calibration(read_entries(*file), identity, result, utc_now())}};
   // Written next to the file and renamed over it: a reader never sees half a cache.
   try {
-    write_file_atomic(file->string(), doc.dump(2) + "\n");
+    write_file_atomic(file->string(), json_text(doc, 2) + "\n");
   } catch (const InputError& e) {
     return fmt::format("not saved: {}", e.what());
   }

@@ -11,6 +11,7 @@
 #include "batchsweep/analysis.hpp"
 #include "batchsweep/errors.hpp"
 #include "sweep_points.hpp"
+#include "unit/host_figures.hpp"
 
 namespace bsw {
 namespace {
@@ -26,6 +27,22 @@ const std::vector<int64_t> kBatches = powers_of_two(1, 4096);
 
 bool starts_with(const std::string& text, const std::string& prefix) {
   return text.rfind(prefix, 0) == 0;
+}
+
+// Points timed on a busy host (other processes competing for the CPUs, or steal): the recommendation held
+// only under that load, and recommended.why, which a script reads alone, says so with the batches.
+TEST(Recommended, SaysWhichBatchesWereTimedOnABusyHost) {
+  std::vector<Point> points = sweep(kBatches, saturating(50000, 64));
+  const std::string quiet = analyze(points, {}).recommended.why;
+  EXPECT_EQ(quiet.find("busy host"), std::string::npos) << quiet;
+  for (Point& p : points) p.host = test::host_figures(1.0, 1.0, 0.0, 0.0, 0.0);
+  EXPECT_EQ(analyze(points, {}).recommended.why, quiet);
+  for (Point& p : points)
+    if (p.batch == 32 || p.batch == 128) p.host = test::host_figures(1.0, 1.0, 1.0, 0.0, 0.2);
+  EXPECT_EQ(analyze(points, {}).recommended.why,
+            quiet +
+                "; batches 32, 128 were timed on a busy host (other processes competed for the CPUs, or the "
+                "hypervisor took them), so a rerun on an idle machine may choose otherwise");
 }
 
 TEST(Saturation, SmallestBatchReachingThePercentOfTheBest) {

@@ -182,6 +182,21 @@ TEST(Compare, OtherMeasurementSettingsAreNoted) {
       compare_pair(a, b).notes,
       ::testing::Contains(HasSubstr("A and B: measured with other settings (stopping.max_noise_pct 1.0 "
                                     "vs 0.01, cuda_graphs \"on\" vs \"off\")")));
+  // --graphs, --attention and --conv shape CUDA runs only: two CPU runs that differ in them measured the same
+  // thing (as --resume takes them); a CPU run against a CUDA one is noted.
+  a.settings["backend"] = b.settings["backend"] = "cpu";
+  b.settings["attention"] = "explicit_softmax";
+  a.settings["attention"] = "auto";
+  EXPECT_THAT(
+      compare_pair(a, b).notes,
+      ::testing::Contains(HasSubstr("A and B: measured with other settings (stopping.max_noise_pct 1.0 "
+                                    "vs 0.01)")));
+  EXPECT_FALSE(cuda_settings_apply(a.settings, b.settings));
+  b.settings["backend"] = "cuda";
+  EXPECT_TRUE(cuda_settings_apply(a.settings, b.settings));
+  EXPECT_THAT(compare_pair(a, b).notes,
+              ::testing::Contains(HasSubstr("cuda_graphs \"on\" vs \"off\", attention \"auto\" vs "
+                                            "\"explicit_softmax\")")));
 }
 
 // A run resumed from the baseline holds some of the baseline's own points: compare says so rather than let a
@@ -1433,6 +1448,44 @@ TEST(Compare, PValuesAreAdjustedAcrossTheBatches) {
   // A stall every 25th step is beyond noise at every batch, adjusted or not.
   EXPECT_EQ(many.tail_verdict, Verdict::slower);
   EXPECT_EQ(alone.tail_verdict, Verdict::slower);
+  // The table colours a slower tail red where the gate judges it: inference, or training with
+  // --fail-on-latency-regression (tail_gated_in_training); not in training without it, nor with it `off`.
+  // B2 stalls as B does, its other steps quicker by as much: the same mean, a longer tail.
+  Report tail_only = b;
+  for (size_t k = 0; k < a.points.size(); ++k) {
+    Point& p = tail_only.points[k];
+    if (p.status != PointStatus::ok) continue;
+    for (size_t i = 0; i < p.samples_ms.size(); ++i)
+      p.samples_ms[i] = a.points[k].samples_ms[i] * (i % 25 == 24 ? 1.5 : 23.5 / 24);
+    p.step_ms = summarize(p.samples_ms);
+    p.samples_per_second = static_cast<double>(p.batch) / (p.step_ms.mean / 1000);
+  }
+  const auto red_rows = [](const CompareResult& r) {
+    const std::string table = format_compare(r, true);
+    size_t red = 0;
+    for (size_t at = table.find("\x1b[31m"); at != std::string::npos; at = table.find("\x1b[31m", at + 1))
+      ++red;
+    return red;
+  };
+  const CompareResult inferred = compare_pair(a, tail_only);
+  EXPECT_TRUE(inferred.tail_gated);
+  for (const CompareRow& row : inferred.rows) EXPECT_NE(row.deltas[0].verdict, Verdict::slower) << row.batch;
+  EXPECT_GT(red_rows(inferred), 0u);
+  Report train_a = a, train_b = tail_only;
+  train_a.settings["mode"] = train_b.settings["mode"] = "train";
+  const CompareResult ungated = compare_pair(train_a, train_b);
+  EXPECT_FALSE(ungated.tail_gated);
+  EXPECT_EQ(red_rows(ungated), 0u);
+  CompareOptions latency_flag;
+  latency_flag.tail_gated_in_training = true;
+  const CompareResult gated = compare_pair(train_a, train_b, latency_flag);
+  EXPECT_TRUE(gated.tail_gated);
+  EXPECT_EQ(red_rows(gated), red_rows(inferred));
+  CompareOptions latency_off;
+  latency_off.latency_gated = false;
+  const CompareResult off = compare_pair(a, tail_only, latency_off);
+  EXPECT_FALSE(off.tail_gated);
+  EXPECT_EQ(red_rows(off), 0u);
   // A batch B took from A's own measurement (run --resume) is no test, and no family counts it.
   Report resumed = b;
   for (size_t k = 0; k < resumed.points.size(); ++k)

@@ -352,6 +352,14 @@ TEST(ReportJson, ErrorsNameFileAndField) {
        "b.json: points[0].batch: must be in 1..16777216 (2^24), got 1099511627776"},
       {[](json& d) { d["points"][0]["accumulation"] = -2; },
        "b.json: points[0].accumulation: must be in 1..16777216 (2^24), got -2"},
+      // A sweep runs at most 2^24 samples a step (batch x accumulation), so --config-for's global batch (x
+      // the world size) cannot overflow.
+      {[](json& d) {
+         d["points"][0]["batch"] = 1 << 24;
+         d["points"][0]["accumulation"] = 2;
+       },
+       "b.json: points[0].accumulation: batch 16777216 x accumulation 2 is more than 16777216 (2^24) samples "
+       "per step, which no sweep runs"},
       // One speed for the analysis, another for the tests: the effective batch is what samples/s counts.
       {[](json& d) {
          d["points"][1]["accumulation"] = 2;

@@ -347,7 +347,11 @@ TEST(StoppingSettings, ValidateNamesTheFlag) {
   EXPECT_EQ(message_of(s).rfind("--timeout:", 0), 0u);
   s = {};
   s.min_samples = 20000;
-  EXPECT_NE(message_of(s).find("above the sample cap 10000"), std::string::npos);
+  EXPECT_NE(message_of(s).find("above the sample cap 10000 (--max-samples)"), std::string::npos);
+  s.max_samples = 20000;
+  EXPECT_NO_THROW(validate(s));
+  s.max_samples = kMaxSampleCap + 1;
+  EXPECT_EQ(message_of(s), "--max-samples: must be in 1..100000, got 100001");
 }
 
 }  // namespace
