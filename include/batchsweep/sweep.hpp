@@ -248,6 +248,10 @@ class SweepObserver {
   [[nodiscard]] virtual bool should_stop() { return false; }
   // Once, at the end (also after an interrupt).
   virtual void on_sweep_end(bool /*interrupted*/) {}
+  // The sweep's warnings so far, as SweepOutcome::warnings would hold them were it to end now: before each
+  // on_point_done (a report rewritten after each point carries them), and when a fatal error (an Error
+  // thrown out of run_sweep) ends the sweep, for the report of what finished.
+  virtual void on_warnings(const std::vector<std::string>& /*so_far*/) {}
 };
 
 struct SweepOutcome {

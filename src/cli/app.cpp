@@ -384,11 +384,20 @@ CLI::Validator between(double lo, double hi, std::string unit = {}) {
 
 // An output path: an empty one (`--json ''`, an unset shell variable) would write nothing, silently.
 // `to_stdout`: the flag also takes - (only the JSON exports do).
+// A name that starts with - (other than - itself) is the next flag, taken as this one's value because this
+// one was given none (`--json --quiet` wrote a file named --quiet, and the run was not quiet); ./-name writes
+// a file so named.
 CLI::Validator file_path(bool to_stdout = false) {
   return {[to_stdout](std::string& text) -> std::string {
-            return text.empty() ? fmt::format("needs a file name{}, got an empty one",
-                                              to_stdout ? " (or - for stdout)" : "")
-                                : std::string();
+            if (text.empty())
+              return fmt::format("needs a file name{}, got an empty one",
+                                 to_stdout ? " (or - for stdout)" : "");
+            if (text.size() > 1 && text.front() == '-')
+              return fmt::format(
+                  "needs a file name{}, got '{}', a flag: was the name left out? (a file whose name starts "
+                  "with - is ./{})",
+                  to_stdout ? " (or - for stdout)" : "", text, text);
+            return std::string();
           },
           ""};
 }

@@ -249,7 +249,9 @@ std::string resolve_export_path(const std::string& path, std::string_view flag) 
   if (same_file_as_fd(path, STDOUT_FILENO)) return "-";
   if (same_file_as_fd(path, STDERR_FILENO))
     throw UsageError(fmt::format(
-        "{} {}: that is stderr, where progress and warnings go (use {} - for stdout)", flag, path, flag));
+        "{} {}: that is stderr, where progress and warnings go ({})", flag, path,
+        // Only the JSON exports take - (stdout); the others want a file.
+        flag == "--json" ? fmt::format("use {} - for stdout", flag) : std::string("give it a file")));
   std::error_code ec;
   if (!fs::is_symlink(fs::symlink_status(path, ec))) return path;
   const fs::file_status st = fs::status(path, ec);
@@ -611,6 +613,9 @@ class ExportingObserver final : public SweepObserver {
     // fails too).
     std::set<std::string> failing;
     try {
+      // The sweep's warnings so far go into each rewrite (the end replaces them with the outcome's), so a
+      // killed run's report says which points stopped short.
+      const WithWarnings with(report_.warnings, sweep_warnings_);
       write_exports(report_, exports_, false, &failing);
       if (!exports_.json_path.empty() && exports_.json_path != "-") g_report_on_disk.store(true);
     } catch (const Error& e) {
@@ -635,6 +640,9 @@ class ExportingObserver final : public SweepObserver {
   }
   // The warnings already said on stderr during the sweep: not repeated after it.
   [[nodiscard]] const std::set<std::string>& said() const { return said_; }
+  void on_warnings(const std::vector<std::string>& so_far) override { sweep_warnings_ = so_far; }
+  // The sweep's warnings as it last gave them (on_warnings): a fatal error's report holds them.
+  [[nodiscard]] const std::vector<std::string>& sweep_warnings() const { return sweep_warnings_; }
   bool should_stop() override { return progress_.should_stop(); }
   void on_sweep_end(bool interrupted) override { progress_.on_sweep_end(interrupted); }
   // (batch, accumulation) of every point the sweep finished (measured, taken from --resume, or unfit).
@@ -663,7 +671,23 @@ class ExportingObserver final : public SweepObserver {
   std::set<std::pair<int64_t, int64_t>> swept_;
   std::set<std::string> warned_;  // the export flags whose failure was said
   std::set<std::string> said_;
+  std::vector<std::string> sweep_warnings_;
   ProgressPrinter progress_;
+
+  // Appends `extra` to `warnings` for as long as it lives (a rewrite), then takes them off again.
+  struct WithWarnings {
+    WithWarnings(std::vector<std::string>& warnings, const std::vector<std::string>& extra)
+        : warnings_(warnings), size_(warnings.size()) {
+      warnings.insert(warnings.end(), extra.begin(), extra.end());
+    }
+    ~WithWarnings() { warnings_.resize(size_); }
+    WithWarnings(const WithWarnings&) = delete;
+    WithWarnings& operator=(const WithWarnings&) = delete;
+
+   private:
+    std::vector<std::string>& warnings_;
+    size_t size_;
+  };
 };
 
 // A fatal backend error (a CUDA context left unusable) ends the sweep, exit 1: the report, as rewritten after
@@ -689,6 +713,18 @@ std::string keep_earlier_exports(ExportSettings& exports) {
   if (left.empty()) return {};
   return fmt::format("; {} left as {} (an earlier run's, not replaced by nothing)", fmt::join(left, ", "),
                      left.size() > 1 ? "they were" : "it was");
+}
+
+// The console table ends with the warnings; said on stderr too when that table is not on a terminal, but
+// not those the sweep said as they happened, and not where stderr goes to the same file or pipe as stdout
+// (`> log 2>&1`), where the table holds them.
+void say_unsaid_warnings(const std::vector<std::string>& warnings, const std::set<std::string>& said,
+                         const ExportSettings& exports) {
+  if (exports.json_path == "-" || isatty(fileno(stdout)) || same_target(STDOUT_FILENO, STDERR_FILENO)) return;
+  std::vector<std::string> unsaid;
+  for (const std::string& w : warnings)
+    if (!said.contains(w)) unsaid.push_back(w);
+  print_warnings(unsaid);
 }
 
 void keep_fatal_error(Report& report, const ExportSettings& given, const Error& e,
@@ -1534,7 +1570,14 @@ int run_command(const RunSettings& given, const std::vector<std::string>& argv) 
   try {
     outcome = run_sweep(*backend, graph, sweep, observer);
   } catch (const Error& e) {
-    if (e.exit_code() == kExitRuntime) keep_fatal_error(report, exports, e, partial_options);
+    if (e.exit_code() == kExitRuntime) {
+      // The warnings on the points that finished (one cut short by --timeout, say) stay with them, on
+      // stderr too where the table is not on a terminal, as at the end of a sweep.
+      const std::vector<std::string>& finished = observer.sweep_warnings();
+      report.warnings.insert(report.warnings.end(), finished.begin(), finished.end());
+      say_unsaid_warnings(report.warnings, observer.said(), exports);
+      keep_fatal_error(report, exports, e, partial_options);
+    }
     throw;
   }
 
@@ -1555,14 +1598,18 @@ int run_command(const RunSettings& given, const std::vector<std::string>& argv) 
     report.warnings.push_back(fmt::format(
         "interrupted by {} before any batch finished: the report holds no point and its analysis nothing{}",
         sig_name, keep_earlier_exports(final_exports)));
-  } else if (outcome.interrupted)
+  } else if (outcome.interrupted) {
+    std::error_code ec_unused;
     report.warnings.push_back(fmt::format(
         "interrupted by {}: the report holds the {} finished point(s), and its analysis covers only those{}",
         sig_name, report.points.size(),
-        // Only a report in a file can be resumed from (not stdout, a pipe or a device).
-        is_regular_file(exports.json_path)
+        // Only a report in a file can be resumed from (not stdout, a pipe or a device): one there, or one the
+        // write below creates (a resume into a new file interrupted before its first point).
+        is_regular_file(exports.json_path) || (!exports.json_path.empty() && exports.json_path != "-" &&
+                                               !std::filesystem::exists(exports.json_path, ec_unused))
             ? fmt::format(" (the same command with --resume {} measures the rest)", exports.json_path)
             : std::string()));
+  }
   report.state = outcome.interrupted ? "interrupted" : "complete";
   AnalysisOptions final_options = options;
   final_options.untimed_fit = outcome.untimed_fit;
@@ -1570,14 +1617,7 @@ int run_command(const RunSettings& given, const std::vector<std::string>& argv) 
   final_options.unfinished = report_view::lacks_batches(report);
   report.analysis = analyze(report.points, final_options);
   if (auto w = batchnorm_split_warning(graph, sweep.mode, report.analysis)) report.warnings.push_back(*w);
-  // The console table ends with the warnings; say them on stderr too when that table is not on a terminal.
-  // Not where stderr goes to the same file or pipe as stdout (`> log 2>&1`): the table there holds them.
-  if (exports.json_path != "-" && !isatty(fileno(stdout)) && !same_target(STDOUT_FILENO, STDERR_FILENO)) {
-    std::vector<std::string> unsaid;  // not again what the sweep said as it happened
-    for (const std::string& w : report.warnings)
-      if (!observer.said().contains(w)) unsaid.push_back(w);
-    print_warnings(unsaid);
-  }
+  say_unsaid_warnings(report.warnings, observer.said(), exports);
   print_final(report, final_exports);
   note_checkpointing(graph, sweep, backend->kind(), paths, report);
   if (outcome.interrupted) return sig == SIGTERM ? 143 : kExitInterrupted;

@@ -81,6 +81,9 @@ class PointRunner {
   // What on_point_start reports as the total: an exact count or an estimate.
   void set_planned_total(int total, bool estimate);
   void warn(std::string warning) { warnings_.push_back(std::move(warning)); }
+  // The warnings the sweep's outcome would hold were it to end now (those the end adds, on the points that
+  // stopped short and on a busy host, included): for each rewrite, and for a fatal error's report.
+  [[nodiscard]] std::vector<std::string> warnings_so_far() const;
   void set_untimed_fit(UntimedFit fit) { untimed_fit_ = std::move(fit); }
 
   // run --rounds N: rounds 2..N over the points that are ok in every round so far (src/sweep/rounds.cpp),
@@ -131,7 +134,9 @@ class PointRunner {
   void add_session_warnings(const Point& point);
   // Training at a micro-batch where a batchnorm sees one value per channel (a vector at batch 1): said once.
   void add_model_warnings(const Point& point);
-  void add_stop_warnings();
+  // The warnings on points that stopped short of their targets: one each for up to kStopWarningsListed
+  // points, else one naming them all.
+  [[nodiscard]] std::vector<std::string> stop_warning_lines() const;
   static constexpr size_t kStopWarningsListed = 3;
   void insert(Point point);
   // The ok point of SweepSettings::resume_points at (batch, accumulation), if there is one.

@@ -183,6 +183,7 @@ void PointRunner::insert(Point point) {
 }
 
 void PointRunner::notify_done(const Point& stored) {
+  observer_.on_warnings(warnings_so_far());
   if (settings_.resume_points.empty()) {
     observer_.on_point_done(stored, points_);
   } else {
@@ -616,11 +617,12 @@ void PointRunner::add_model_warnings(const Point& point) {
       batch_label(point.batch, point.accumulation), single->path));
 }
 
-void PointRunner::add_stop_warnings() {
+std::vector<std::string> PointRunner::stop_warning_lines() const {
+  std::vector<std::string> lines;
   if (stop_warnings_.size() <= kStopWarningsListed) {
     for (const StopWarning& w : stop_warnings_)
-      warn(fmt::format("batch {}: {}", batch_label(w.batch, w.accumulation), w.why));
-    return;
+      lines.push_back(fmt::format("batch {}: {}", batch_label(w.batch, w.accumulation), w.why));
+    return lines;
   }
   // Listed by batch (a search or a resume runs them out of order); the one quoted is the first that ran.
   std::vector<StopWarning> sorted = stop_warnings_;
@@ -648,13 +650,21 @@ void PointRunner::add_stop_warnings() {
   // With --rounds a point may stop short in several rounds: the points are counted, and the rounds listed.
   std::set<std::pair<int64_t, int64_t>> points;
   for (const StopWarning& w : stop_warnings_) points.insert({w.batch, w.accumulation});
-  warn(fmt::format(
+  lines.push_back(fmt::format(
       "{} point{} stopped before meeting their measurement targets{} ({} {}); the first measured, batch "
       "{}: {}{}. Each point's stop_reason and noise_pct are in the report",
       points.size(), points.size() == 1 ? "" : "s",
       points.size() < stop_warnings_.size() ? fmt::format(", in {} rounds", stop_warnings_.size()) : "",
       points.size() == 1 ? "batch" : "batches", fmt::join(labels, ", "),
       batch_label(first.batch, first.accumulation), first.why, worst));
+  return lines;
+}
+
+std::vector<std::string> PointRunner::warnings_so_far() const {
+  std::vector<std::string> all = warnings_;
+  for (std::string& line : stop_warning_lines()) all.push_back(std::move(line));
+  if (std::string busy = host_load_warning(points_); !busy.empty()) all.push_back(std::move(busy));
+  return all;
 }
 
 std::vector<Point> PointRunner::unreached_resume_points() const {
@@ -683,7 +693,7 @@ std::vector<Point> PointRunner::points_with_unreached() const {
 }
 
 SweepOutcome PointRunner::finish(std::string search_summary) {
-  add_stop_warnings();
+  for (std::string& line : stop_warning_lines()) warn(std::move(line));
   if (std::string busy = host_load_warning(points_); !busy.empty()) warn(std::move(busy));
   // The earlier points an interrupted sweep keeps are judged against this run's memory budget too (the
   // earlier run's memory warnings are not carried).
@@ -827,14 +837,20 @@ SweepOutcome run_sweep(Backend& backend, const Graph& graph, const SweepSettings
 
   sweep_detail::PointRunner runner(backend, graph, settings, observer);
   std::string summary;
-  if (settings.effective_batch) {
-    sweep_detail::run_effective_batch(runner, *settings.effective_batch, summary);
-  } else if (settings.batches.auto_search) {
-    sweep_detail::run_auto_search(runner, summary);
-  } else {
-    sweep_detail::run_batch_list(runner, settings.batches.batches, settings.accumulation);
+  try {
+    if (settings.effective_batch) {
+      sweep_detail::run_effective_batch(runner, *settings.effective_batch, summary);
+    } else if (settings.batches.auto_search) {
+      sweep_detail::run_auto_search(runner, summary);
+    } else {
+      sweep_detail::run_batch_list(runner, settings.batches.batches, settings.accumulation);
+    }
+    runner.run_rounds();
+  } catch (const Error&) {
+    // A fatal error ends the sweep: the warnings on the points it finished go with their report.
+    observer.on_warnings(runner.warnings_so_far());
+    throw;
   }
-  runner.run_rounds();
   return runner.finish(std::move(summary));
 }
 

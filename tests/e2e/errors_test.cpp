@@ -540,6 +540,15 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"csv_to_stdout", run_with({"--csv", "-"}), 2, {"--csv -: only --json goes to stdout"}},
         // Empty: a file name is asked for, and stdout is not offered where the flag does not take it.
         Case{"csv_empty", run_with({"--csv", ""}), 2, {"--csv: needs a file name, got an empty one"}},
+        // A value-taking flag given no value takes the next flag as its file name: refused, not written.
+        Case{"json_swallows_a_flag",
+             run_with({"--json", "--quiet"}),
+             2,
+             {"--json: needs a file name (or - for stdout), got '--quiet', a flag: was the name left out?"}},
+        Case{"csv_swallows_a_short_flag",
+             run_with({"--csv", "-b", "8"}),
+             2,
+             {"--csv: needs a file name, got '-b'"}},
         Case{"markdown_to_dev_stdout",
              run_with({"--markdown", "/dev/stdout"}),
              2,

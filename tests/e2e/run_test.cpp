@@ -1913,6 +1913,31 @@ TEST(Run, AnInterruptBeforeAnyPointFinishedSaysTheSweepStoppedFirst) {
   expect_valid_report(json);
 }
 
+// The warnings on points that finished before a fatal error stay with them: batch 8, cut short by --timeout,
+// is said in the report and on stderr (they were dropped with the sweep's outcome, and stderr had only the
+// error).
+TEST(Run, AFatalErrorKeepsTheWarningsOnThePointsThatFinished) {
+  ScratchDir dir;
+  const std::string script = (dir / "fatal.json").string(), json = (dir / "r.json").string();
+  nlohmann::json doc = read_json(std::filesystem::path(BSW_TEST_DATA) / "data/scripted/roofline.json");
+  doc["step_fatal_at_batch"] = 16;
+  doc["hang_at_batch"] = 8;
+  std::ofstream(script) << doc.dump();
+  const Result r = run({"run", "--backend", "scripted", "--script", script, "--batch", "4,8,16", "--warmup",
+                        "1", "--min-time", "0", "--timeout", "0.5", "--json", json});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const nlohmann::json report = read_json(json);
+  ASSERT_EQ(report["points"].size(), 2u) << report.dump();
+  EXPECT_EQ(report["points"][1]["stop_reason"], "timeout");
+  ASSERT_EQ(report["warnings"].size(), 2u) << report["warnings"].dump();
+  EXPECT_EQ(report["warnings"][0].get<std::string>().rfind("batch 8: timeout 0.5 s reached", 0), 0u)
+      << report["warnings"].dump();
+  EXPECT_EQ(report["warnings"][1].get<std::string>().rfind("the sweep stopped on a fatal error", 0), 0u);
+  EXPECT_NE(r.err.find("warning: batch 8: timeout 0.5 s reached"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("batch 8: timeout 0.5 s reached"), std::string::npos) << r.out;  // the table's too
+  expect_valid_report(json);
+}
+
 // An error that leaves the device unusable (a CUDA context after an illegal address) stops the sweep: exit
 // 1 naming the batch, and the points finished before it stay in the report, which says it did not finish.
 TEST(Run, AnErrorThatBreaksTheDeviceStopsTheSweepAndKeepsTheFinishedPoints) {
@@ -2280,6 +2305,29 @@ TEST(Run, TheGateRefusesARunThatLeftOutTheBaselinesBatches) {
                     "so the throughput gate acts at 1%; the latency budget's gate takes 0.5% as given"),
       std::string::npos)
       << tiny.err;
+}
+
+// The rewrite after each point carries the warnings so far: a killed sweep's report says which of its points
+// stopped short (it had none; only the end added them).
+TEST(Run, AKilledSweepsReportKeepsItsWarnings) {
+  ScratchDir dir;
+  const std::string script = (dir / "hang.json").string(), killed = (dir / "killed.json").string();
+  nlohmann::json doc = read_json(std::filesystem::path(BSW_TEST_DATA) / "data/scripted/sleepy.json");
+  doc["hang_at_batch"] = 2;
+  std::ofstream(script) << doc.dump();
+  std::vector<std::string> args = {"run", "--backend", "scripted", "--script", script, "--model", "mlp"};
+  args.insert(args.end(), kFast.begin(), kFast.end());
+  for (const char* a : {"--batch", "1:64:*2", "--timeout", "0.5", "--json"}) args.emplace_back(a);
+  args.push_back(killed);
+  EXPECT_EQ(interrupt_after(args, killed, 2, SIGKILL), 128 + SIGKILL);
+  if (HasFailure()) return;
+  const nlohmann::json report = read_json(killed);
+  EXPECT_EQ(report["state"], "in_progress");
+  ASSERT_GE(report["points"].size(), 2u);
+  ASSERT_FALSE(report["warnings"].empty()) << report.dump();
+  EXPECT_EQ(report["warnings"][0].get<std::string>().rfind("batch 2: timeout 0.5 s reached", 0), 0u)
+      << report["warnings"].dump();
+  expect_valid_report(killed);
 }
 
 // SIGKILL (a CI job's timeout, the OOM killer) leaves the last rewrite: a valid report that says its sweep

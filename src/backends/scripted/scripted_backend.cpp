@@ -214,6 +214,10 @@ struct ScriptReader {
   [[nodiscard]] std::optional<int64_t> integer(std::string_view key, int64_t minimum) const {
     const nlohmann::json* value = find(key);
     if (!value) return std::nullopt;
+    // A whole number past 2^64 parses as a double: too large, not "not an integer".
+    if (value->is_number_float() && std::isfinite(value->get<double>()) &&
+        value->get<double>() == std::floor(value->get<double>()) && std::fabs(value->get<double>()) >= 0x1p63)
+      fail(key, fmt::format("{} is too large", value->dump()));
     if (!value->is_number_integer()) fail(key, fmt::format("must be an integer, got {}", value->dump()));
     if (value->is_number_unsigned() && value->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
       fail(key, fmt::format("{} is too large", value->dump()));

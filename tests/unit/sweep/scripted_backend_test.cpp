@@ -127,6 +127,12 @@ TEST(ScriptedConfig, ErrorsNameTheFileAndKey) {
   doc = base;
   doc["seed"] = 1.5;
   EXPECT_NE(usage_message(doc).find("seed: must be an integer"), std::string::npos);
+  // Past 2^64 the parser holds a whole number as a double: too large, as one less is, not "not an integer".
+  doc = base;
+  doc["memory_total_bytes"] = nlohmann::json::parse("18446744073709551616");
+  EXPECT_NE(usage_message(doc).find("memory_total_bytes: 1.8446744073709552e+19 is too large"),
+            std::string::npos)
+      << usage_message(doc);
 
   doc = base;
   doc["sleep"] = 1;
