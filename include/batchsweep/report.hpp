@@ -230,7 +230,7 @@ struct AnalysisOptions {
   double knee_sensitivity = 1.0;         // Kneedle S
   double saturation_pct = 95.0;          // of the best throughput
   std::optional<double> latency_slo_ms;  // step latency budget, at latency_percentile
-  double latency_percentile = 99;  // which step-time percentile the budget holds: 50, 90, 95, 99 or 99.9
+  double latency_percentile = 99;  // which step-time percentile the budget holds (is_latency_percentile)
   std::optional<double> price_per_hour;  // USD per device-hour: cost_per_million_samples per point
   std::optional<double> request_rate;    // requests/s: analysis.serving, and the recommendation from it
   double max_queue_delay_ms = 0;         // the batcher's hold to fill a batch (Triton's max_queue_delay)

@@ -811,7 +811,8 @@ void require(bool valid, std::string_view flag, std::string_view rule, double va
 }  // namespace
 
 bool is_latency_percentile(double pct) {
-  return pct == 50 || pct == 90 || pct == 95 || pct == 99 || pct == 99.9;
+  return std::isfinite(pct) && pct >= 50 && pct <= 99.99 &&
+         std::fabs(pct * 100 - std::round(pct * 100)) < 1e-6;
 }
 
 std::string latency_name(double pct) {
@@ -838,7 +839,7 @@ void validate(const AnalysisOptions& options) {
   if (options.latency_slo_ms)
     require(std::isfinite(*options.latency_slo_ms) && *options.latency_slo_ms > 0.0, "--latency-slo",
             "a step time in ms > 0", *options.latency_slo_ms);
-  require(is_latency_percentile(options.latency_percentile), "--latency-percentile", "50, 90, 95, 99 or 99.9",
+  require(is_latency_percentile(options.latency_percentile), "--latency-percentile", kLatencyPercentileRule,
           options.latency_percentile);
   if (options.price_per_hour)
     require(*options.price_per_hour >= 0.0 && *options.price_per_hour <= kMaxPricePerHour, "--price-per-hour",

@@ -99,6 +99,10 @@ std::string unknown_flag_hint(CLI::App& app, int argc, char** argv) {
       if (folded == other && std::find(flags.begin(), flags.end(), flag) != flags.end())
         return fmt::format("{} has no flag {}: did you mean {}?", sub->get_name(), name, ours);
     }
+    // run's --quiet, given to a command that prints no progress to quiet.
+    if ((name == "-q" || name == "--quiet") && sub->get_name() != "run")
+      return fmt::format("{} has no flag {}: only run prints progress (on stderr) to quiet", sub->get_name(),
+                         name);
     const auto near = model_detail::nearest_name(name, names);
     return fmt::format("{} has no flag {}{}", sub->get_name(), name,
                        near ? fmt::format(": did you mean {}?", *near) : std::string(" (see its --help)"));
@@ -471,11 +475,10 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
       cmd->add_option("--latency-percentile", a.latency_percentile,
                       of_report
                           ? "The step-time percentile --latency-slo holds (and --request-rate answers at): "
-                            "50, 90, 95, "
-                            "99 or 99.9 (default: the run's, else 99)"
+                            "50 to 99.99, e.g. 95, 99, 99.9 (default: the run's, else 99)"
                           : "The step-time percentile --latency-slo holds (and --request-rate answers at): "
-                            "50, 90, 95, "
-                            "99 or 99.9 (p95 works too; needs --latency-slo or --request-rate; default 99)")
+                            "50 to 99.99, e.g. 95, 99, 99.9 (p95 works too; needs --latency-slo or "
+                            "--request-rate; default 99)")
           ->type_name("P")
           // "p95" as the answers write it is 95, and "95%" too.
           ->transform([](const std::string& v) {
@@ -484,10 +487,10 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
             if (out.size() > 1 && out.back() == '%') out.pop_back();
             return out;
           })
-          ->check(number_check("{50,90,95,99,99.9}", [](double v, const std::string& text) {
+          ->check(number_check("[50 - 99.99]", [](double v, const std::string& text) {
             return is_latency_percentile(v)
                        ? std::string()
-                       : fmt::format("must be 50, 90, 95, 99 or 99.9 (p95 works too), got {}", text);
+                       : fmt::format("must be {} (p95 works too), got {}", kLatencyPercentileRule, text);
           }));
   CLI::Option* saturation =
       cmd->add_option("--saturation", a.saturation_pct,
@@ -1139,9 +1142,18 @@ int run_app(int argc, char** argv) {
     if ((run.analysis.latency_slo_ms || run.analysis.request_rate) && run_cmd->count("--min-samples") == 0)
       run.sweep.stopping.min_samples = std::max(run.sweep.stopping.min_samples,
                                                 latency_budget_min_samples(run.analysis.latency_percentile));
+    if (run.sweep.stopping.min_samples > run.sweep.stopping.max_samples &&
+        run_cmd->count("--min-samples") == 0)
+      throw UsageError(fmt::format(
+          "--max-samples {}: a {} budget times {} steps a point by default (enough that one lies above its "
+          "percentile); raise --max-samples, or give --min-samples to time fewer",
+          run.sweep.stopping.max_samples, latency_name(run.analysis.latency_percentile),
+          run.sweep.stopping.min_samples));
     validate(run.sweep.stopping);
-    require_time_within_timeout(run.sweep.stopping, run_cmd->count("--min-time") > 0,
-                                run_cmd->count("--warmup-time") > 0);
+    // The scripted backend's steps take the formula's time, not the wall clock's that --timeout counts.
+    if (run.backend != "scripted")
+      require_time_within_timeout(run.sweep.stopping, run_cmd->count("--min-time") > 0,
+                                  run_cmd->count("--warmup-time") > 0);
     if (run.backend == "scripted" && run.script.empty())
       throw UsageError("--script: --backend scripted needs a step-time script (see tests/data/scripted)");
     if (run.backend != "scripted" && !run.script.empty())

@@ -544,7 +544,7 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
       {"saturation_pct", s.analysis.saturation_pct},
       {"latency_slo_ms",
        s.analysis.latency_slo_ms ? nlohmann::json(*s.analysis.latency_slo_ms) : nlohmann::json()},
-      // One of 50, 90, 95, 99, 99.9 (validated): as the schema lists it, 99 not 99.0.
+      // Validated (is_latency_percentile): a whole one as an integer, 99 not 99.0.
       {"latency_percentile", percentile_setting(s.analysis.latency_percentile)},
       {"price_per_hour",
        s.analysis.price_per_hour ? nlohmann::json(*s.analysis.price_per_hour) : nlohmann::json()},
@@ -1068,7 +1068,8 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
       {"cuda_graphs", "--graphs"},
       {"attention", "--attention"},
       {"conv", "--conv"},
-      {"stopping", "--warmup, --warmup-time, --min-samples, --min-time, --max-noise or --timeout"}};
+      {"stopping",
+       "--warmup, --warmup-time, --min-samples, --min-time, --max-noise, --max-samples or --timeout"}};
   const auto shown = [](const nlohmann::json* v) {
     return v != nullptr ? json_text(*v) : std::string("absent");
   };
@@ -1124,7 +1125,7 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
           {"warmup_steps", "--warmup"},     {"warmup_time_s", "--warmup-time"},
           {"min_samples", "--min-samples"}, {"min_time_s", "--min-time"},
           {"max_noise_pct", "--max-noise"}, {"timeout_s", "--timeout"},
-          {"max_samples", "the sample cap"}};
+          {"max_samples", "--max-samples"}};
       for (const auto& [field, flag] : kStopping) {
         const nlohmann::json* a = at(*before, field);
         const nlohmann::json* b = at(*here, field);
@@ -1724,7 +1725,7 @@ RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags,
           out.kept.push_back(fmt::format("--latency-percentile {:g}", *v));
       } else if (flags.latency_slo_ms || flags.request_rate) {
         out.ignored.push_back(
-            fmt::format("settings.latency_percentile {:g} not one of 50, 90, 95, 99, 99.9", *v));
+            fmt::format("settings.latency_percentile {:g} not {}", *v, kLatencyPercentileRule));
       }
     }
   }

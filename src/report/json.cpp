@@ -532,7 +532,7 @@ class Reader {
     s.max_queue_delay_ms = optional_number(v, path, "max_queue_delay_ms").value_or(0.0);
     s.latency_percentile = optional_number(v, path, "latency_percentile").value_or(99.0);
     if (!is_latency_percentile(s.latency_percentile))
-      fail(child(path, "latency_percentile"), "must be 50, 90, 95, 99 or 99.9");
+      fail(child(path, "latency_percentile"), fmt::format("must be {}", kLatencyPercentileRule));
     s.requests = optional_integer(v, path, "requests").value_or(0);
     s.replications = optional_integer(v, path, "replications").value_or(0);
     s.most_within_budget = optional_bool(v, path, "most_within_budget");

@@ -20,8 +20,8 @@ Json number_or_null(double v) {
   return std::isfinite(v) ? Json(v) : Json(nullptr);
 }
 
-// A latency percentile (50, 90, 95, 99, 99.9) as the number the schema lists: the integer, not 99.0, which a
-// reader decoding into an integer type refuses.
+// A latency percentile (50 to 99.99) as the number the schema lists: a whole one as the integer, not 99.0,
+// which a reader decoding into an integer type refuses.
 template <class Json>
 Json percentile_json(double pct) {
   return std::isfinite(pct) && pct == std::floor(pct) && std::fabs(pct) <= 100 ? Json(static_cast<int>(pct))

@@ -243,24 +243,22 @@ rf::TextTable point_table(const Report& report) {
                          return has_step_stats(p) && p.step_ms.p50 > 0 ? budget_side_text(p.step_ms.p50, b)
                                                                        : std::string(rf::kAbsent);
                        }});
-    // The budget's percentile where a latency budget holds p90 or p95, beside p99 (p50 is shown anyway).
-    if (pct == 90 || pct == 95)
-      columns.push_back({fmt::format("p{:g} ms", pct), Align::right, [pct, budget](const Point& p) {
-                           const double v = pct == 90 ? p.step_ms.p90 : p.step_ms.p95;
-                           return has_step_stats(p) && v > 0 ? budget_side_text(v, budget)
-                                                             : std::string(rf::kAbsent);
-                         }});
+    // The budget's percentile where it is neither p50 nor p99 (shown anyway): before p99 below it (p90, p95,
+    // from the summary), after it above (p99.9, from the raw steps).
+    const auto budget_column = [&columns, pct, budget] {
+      columns.push_back(
+          {fmt::format("{} ms", latency_name(pct)), Align::right, [pct, budget](const Point& p) {
+             const std::optional<double> v = step_latency_ms(p, pct);
+             return p.status == PointStatus::ok && v && *v > 0 ? budget_side_text(*v, budget)
+                                                               : std::string(rf::kAbsent);
+           }});
+    };
+    if (pct != 50 && pct < 99) budget_column();
     columns.push_back({"p99 ms", Align::right, [b = budget_of(99)](const Point& p) {
                          return has_step_stats(p) && p.step_ms.p99 > 0 ? budget_side_text(p.step_ms.p99, b)
                                                                        : std::string(rf::kAbsent);
                        }});
-    // A p99.9 budget, after p99: from the raw steps (step_ms has no p99.9).
-    if (pct == 99.9)
-      columns.push_back({"p99.9 ms", Align::right, [pct, budget](const Point& p) {
-                           const std::optional<double> v = step_latency_ms(p, pct);
-                           return p.status == PointStatus::ok && v ? budget_side_text(*v, budget)
-                                                                   : std::string(rf::kAbsent);
-                         }});
+    if (pct > 99) budget_column();
     // How many steps the percentiles come from: a p99 of 12 steps is their largest but one, and reads like
     // one of 1000 otherwise (trtexec prints its iterations too).
     if (any_point(report, [](const Point& p) { return !p.samples_ms.empty(); }))
@@ -578,13 +576,12 @@ std::string serving_heading(const Report& report) {
     const std::string budget = budget_ms
                                    ? fmt::format("{:g} ms {}", *budget_ms, latency_name(s.latency_percentile))
                                    : std::string("latency");
-    searched =
-        s.unserved_above && s.best.batch
-            ? fmt::format(
-                  ", the most found within the {} budget (to {:g}%; at {} requests/s no max "
-                  "batch is known to keep it)",
-                  budget, kServingRateTolerance * 100, rf::sig3(*s.unserved_above))
-            : fmt::format(": no rate found within the {} budget, and this the last rate tried", budget);
+    searched = s.unserved_above && s.best.batch
+                   ? fmt::format(
+                         ", the most found within the {} budget (to {:g}%; at {} requests/s no max "
+                         "batch is known to keep it)",
+                         budget, kServingRateTolerance * 100, rf::sig3(*s.unserved_above))
+                   : fmt::format(": no rate found within the {} budget; this is the last rate tried", budget);
   }
   // A point that kept no steps serves at its mean step (a hand-made or trimmed report).
   const std::vector<int64_t> mean_only = serving_mean_only_batches(report.points);

@@ -829,7 +829,7 @@ SweepOutcome run_sweep(Backend& backend, const Graph& graph, const SweepSettings
     throw UsageError(
         fmt::format("--latency-slo: must be a step time in ms > 0, got {}", *settings.latency_slo_ms));
   if (!is_latency_percentile(settings.latency_percentile))
-    throw UsageError(fmt::format("--latency-percentile: must be 50, 90, 95, 99 or 99.9, got {:g}",
+    throw UsageError(fmt::format("--latency-percentile: must be {}, got {:g}", kLatencyPercentileRule,
                                  settings.latency_percentile));
   validate(settings.stopping);
   if (settings.rounds < 1 || settings.rounds > kMaxRounds)

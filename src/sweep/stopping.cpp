@@ -164,7 +164,9 @@ std::optional<std::string> NoiseCriterion::warning() const {
   }
   // The cap is reached by steps so short that min_time needs more of them, or by noise that never settled.
   std::vector<std::string> advice;
-  if (short_time) advice.emplace_back("raise --max-samples or lower --min-time");
+  if (short_time)
+    advice.emplace_back(settings_.max_samples < kMaxSampleCap ? "raise --max-samples or lower --min-time"
+                                                              : "lower --min-time");
   if (noisy) advice.emplace_back("relax --max-noise");
   return fmt::format("sample cap {} reached with {}{}", settings_.max_samples, what,
                      advice.empty() ? std::string() : fmt::format(" ({})", fmt::join(advice, " or ")));

@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/ops.hpp"
 #include "backends/cuda/cuda_backend.hpp"
 #include "batchsweep/errors.hpp"
 #include "batchsweep/model.hpp"
@@ -183,6 +185,57 @@ TEST_P(GpuSession, TrainingLossesMatchTheCpuBackend) {
   const std::vector<double> gpu = run_losses(g, BackendKind::cuda, c.precision, 4, c.accumulation, 3);
   for (size_t i = 0; i < cpu.size(); ++i)
     EXPECT_NEAR(gpu[i], cpu[i], tol * std::abs(cpu[i])) << c.name << " step " << i + 1;
+}
+
+// Inference's output against the CPU backend's, element by element, for the same weights and data: the
+// ping-pong buffers (a residual's first op reading its input's copy), activations in place on the output,
+// shortcuts and batchnorm's running statistics, at each storage precision (a wrong buffer or a half-written
+// one shows here; a loss would not, inference has none).
+TEST_P(GpuSession, InferenceOutputMatchesTheCpuBackend) {
+  const Case c = GetParam();
+  const Graph g = graph_of(c.model);
+  std::vector<std::vector<float>> outputs;
+  for (const BackendKind kind : {BackendKind::cpu, BackendKind::cuda}) {
+    const Plan plan = make_plan(g, {4, c.precision, Mode::infer, 1, kind});
+    SessionOptions options;
+    options.seed = 42;
+    std::unique_ptr<Backend> backend =
+        kind == BackendKind::cpu ? cpu::make_cpu_backend() : cuda::make_cuda_backend(0);
+    std::unique_ptr<Session> session = backend->prepare(g, plan, options);
+    for (int i = 0; i < 2; ++i) static_cast<void>(session->step());  // the second a graph replay on cuda
+    if (kind == BackendKind::cpu) {
+      outputs.push_back(dynamic_cast<cpu::CpuSessionProbe&>(*session).output_f32());
+      continue;
+    }
+    const cuda::DeviceTensor t = dynamic_cast<cuda::CudaSessionProbe&>(*session).output();
+    std::vector<float> values(t.elements);
+    if (t.dtype == DType::f32) {
+      std::memcpy(values.data(), t.bytes.data(), t.bytes.size());
+    } else {
+      std::vector<uint16_t> halves(t.elements);
+      std::memcpy(halves.data(), t.bytes.data(), t.bytes.size());
+      if (t.dtype == DType::bf16) {
+        cpu::from_bf16(halves.data(), values.data(), static_cast<int64_t>(t.elements));
+      } else {
+        cpu::from_fp16(halves.data(), values.data(), static_cast<int64_t>(t.elements));
+      }
+    }
+    outputs.push_back(std::move(values));
+  }
+  const std::vector<float>& cpu_out = outputs[0];
+  const std::vector<float>& gpu_out = outputs[1];
+  ASSERT_EQ(gpu_out.size(), cpu_out.size()) << c.name;
+  // Relative to the output's scale: a 16-bit output rounds each element to 2^-8 (bf16) of itself.
+  double scale = 0;
+  for (float v : cpu_out) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+  const double tol = (c.precision == Precision::fp32   ? 1e-4
+                      : c.precision == Precision::tf32 ? 1e-2
+                                                       : 3e-2) *
+                     std::max(scale, 1e-3);
+  for (size_t i = 0; i < cpu_out.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(gpu_out[i])) << c.name << " element " << i;
+    EXPECT_NEAR(gpu_out[i], cpu_out[i], tol) << c.name << " element " << i;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -321,10 +321,20 @@ class StoppingTest(unittest.TestCase):
     def test_validate_names_flags(self):
         for kw, flag in (({"warmup_steps": -1}, "--warmup"), ({"min_samples": 0}, "--min-samples"),
                          ({"min_time_s": math.inf}, "--min-time"), ({"max_noise_pct": 0}, "--max-noise"),
-                         ({"timeout_s": -1}, "--timeout"), ({"warmup_time_s": -0.5}, "--warmup-time")):
+                         ({"timeout_s": -1}, "--timeout"), ({"warmup_time_s": -0.5}, "--warmup-time"),
+                         ({"max_samples": 0}, "--max-samples"), ({"min_samples": 20, "max_samples": 10},
+                                                                  "--min-samples")):
             with self.subTest(flag=flag):
                 with self.assertRaisesRegex(UsageError, "^" + flag):
                     StoppingSettings(**kw).validate()
+
+    def test_time_past_the_timeout_is_a_usage_error_as_batchsweep(self):
+        from torchpeer.cli import parse_settings
+        with self.assertRaisesRegex(UsageError, "^--min-time: 10 s of timed steps cannot fit in the 10 s --timeout"):
+            parse_settings(["--min-time", "10"])
+        with self.assertRaisesRegex(UsageError, "^--warmup-time 2 s and --min-time 3 s add up to 5 s"):
+            parse_settings(["--warmup-time", "2", "--min-time", "3", "--timeout", "4"])
+        self.assertEqual(parse_settings(["--min-time", "3", "--max-samples", "20"]).stopping.max_samples, 20)
 
     def test_warmup_time_defaults_as_batchsweep(self):
         self.assertEqual(StoppingSettings().resolved_warmup_time_s(cuda=True), 0.2)

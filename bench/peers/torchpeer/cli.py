@@ -182,6 +182,21 @@ def parse_settings(argv: list) -> Settings:
     s.stopping = StoppingSettings(warmup_steps=a.warmup, warmup_time_s=a.warmup_time, min_samples=a.min_samples, min_time_s=a.min_time,
                                   max_noise_pct=a.max_noise, timeout_s=a.timeout, max_samples=a.max_samples)
     s.stopping.validate()
+    # batchsweep's check: --timeout counts prepare and warm-up, so a --min-time or --warmup-time given at or
+    # past it could never be met (the defaults give way to a short --timeout).
+    min_time_given, warmup_given = a.min_time != StoppingSettings().min_time_s, a.warmup_time is not None
+    wanted = (a.warmup_time if warmup_given else 0.0) + (a.min_time if min_time_given else 0.0)
+    if (min_time_given or warmup_given) and wanted >= a.timeout:
+        if min_time_given and warmup_given:
+            what = (f"--warmup-time {a.warmup_time:g} s and --min-time {a.min_time:g} s add up to {wanted:g} s, "
+                    "which")
+        elif min_time_given:
+            what = f"--min-time: {a.min_time:g} s of timed steps"
+        else:
+            what = f"--warmup-time: {a.warmup_time:g} s of warm-up"
+        raise UsageError(f"{what} cannot fit in the {a.timeout:g} s --timeout per point, which counts prepare and "
+                         f"warm-up too: every point would stop at the timeout, short of it; raise --timeout "
+                         f"(e.g. --timeout {math.ceil(2 * wanted + 1):g})")
     s.model_sets = [parse_model_override(text) for text in a.sets]
     s.batches = parse_batches(a.batch, "--batch")
     if not 1 <= s.accumulation <= MAX_BATCH:

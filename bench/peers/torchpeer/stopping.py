@@ -163,5 +163,6 @@ class NoiseCriterion:
             hint = "raise --timeout or relax --max-noise" if noisy else "raise --timeout"
             return (f"timeout {s.timeout_s:g} s reached after {self._elapsed_at_stop_s:.1f} s with {what} "
                     f"({hint})")
-        advice = (["raise --max-samples or lower --min-time"] if short_time else []) + (["relax --max-noise"] if noisy else [])
+        advice = ((["raise --max-samples or lower --min-time"] if s.max_samples < 100000 else ["lower --min-time"])
+                  if short_time else []) + (["relax --max-noise"] if noisy else [])
         return f"sample cap {s.max_samples} reached with {what}" + (f" ({' or '.join(advice)})" if advice else "")

@@ -195,6 +195,12 @@ class CpuSession final : public Session, public CpuSessionProbe {
     if (r.dtype != DType::f32) throw BackendError(fmt::format("buffer '{}' is not fp32", name));
     return {r.f32(), r.f32() + r.elements};
   }
+  std::vector<float> output_f32() const override {
+    if (last_output_.ptr == nullptr) throw BackendError("output_f32: no step has run");
+    std::vector<float> out(last_output_.elements);
+    convert_to_f32(last_output_, out.data(), last_output_.elements);
+    return out;
+  }
   void poison_step_buffers(unsigned char byte) override {
     for (const BufferSpec& b : plan_.buffers)
       if (is_step_buffer(b)) std::memset(need(b.name).ptr, byte, b.bytes);
@@ -848,7 +854,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
   // ---- steps
   // ---------------------------------------------------------------------------------------------------
   StepResult infer_step() {
-    forward();
+    last_output_ = forward();
     StepResult r;
     r.loss = std::numeric_limits<double>::quiet_NaN();
     return r;
@@ -869,6 +875,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       }
       const Ref output = forward();
+      last_output_ = output;
       loss_sum += loss_and_gradient(output, static_cast<float>(scale / static_cast<double>(accumulation)));
       backward();
     }
@@ -941,6 +948,7 @@ class CpuSession final : public Session, public CpuSessionProbe {
   uint64_t allocated_bytes_ = 0;
   std::unordered_map<std::string, Ref> buffers_;
   std::vector<Ref> input_of_ = std::vector<Ref>(graph_.ops.size());
+  Ref last_output_;  // the last forward's result (output_f32)
   // With checkpointing: for each op, the index of the block it ends (else -1); backward recomputes that
   // block's forward when it reaches the op.
   std::vector<int> block_ending_at_ = blocks_ending(graph_, plan_.request);

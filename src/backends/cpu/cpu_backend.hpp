@@ -24,6 +24,9 @@ class CpuSessionProbe {
   [[nodiscard]] virtual std::vector<float> gradients_f32() const = 0;  // unscaled, after the last step
   // A copy of an fp32 buffer of the plan by name (e.g. "ops[2].running"); throws BackendError otherwise.
   [[nodiscard]] virtual std::vector<float> buffer_f32(const std::string& name) const = 0;
+  // The last step's network output (inference's result; training's logits, of its last micro-batch) in fp32;
+  // throws BackendError before any step.
+  [[nodiscard]] virtual std::vector<float> output_f32() const = 0;
   [[nodiscard]] virtual double loss_scale() const = 0;
   [[nodiscard]] virtual int64_t skipped_steps() const = 0;
   // fp16: sets the dynamic loss scale, the growth interval counting from here (tests force an overflow).

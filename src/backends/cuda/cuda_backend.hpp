@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "batchsweep/backend.hpp"
 
@@ -21,6 +22,22 @@ namespace bsw::cuda {
 
 // The backend on one device. Throws UsageError naming --device when there is no such device.
 [[nodiscard]] std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+
+// A device tensor copied to the host, as stored there (the plan's storage dtype).
+struct DeviceTensor {
+  DType dtype = DType::f32;
+  uint64_t elements = 0;
+  std::vector<unsigned char> bytes;
+};
+
+// What a CUDA session shows tests (tests/gpu) of its results: dynamic_cast its Session to this.
+class CudaSessionProbe {
+ public:
+  virtual ~CudaSessionProbe() = default;
+  // The last step's network output (inference's result; training's logits, of its last micro-batch), copied
+  // once the stream has drained. Throws BackendError before any step.
+  [[nodiscard]] virtual DeviceTensor output() const = 0;
+};
 
 // Every device: name, SMs, memory, clocks, compute capability, PCI bus id, and the driver / CUDA runtime /
 // cuDNN / cuBLASLt versions. Without a device: {"devices": [], "reason": no_device_reason(), ...versions}.

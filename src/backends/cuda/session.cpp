@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "backends/cuda/check.hpp"
+#include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cudnn_graphs.hpp"
 #include "backends/cuda/gemm.hpp"
 #include "backends/cuda/kernels.hpp"
@@ -51,7 +52,7 @@ struct Ref {
   }
 };
 
-class CudaSession final : public Session {
+class CudaSession final : public Session, public CudaSessionProbe {
  public:
   CudaSession(const Graph& graph, const Plan& plan, const SessionOptions& options, int device,
               std::shared_ptr<CudnnGraphs> cudnn, uint64_t in_use_at_start)
@@ -129,6 +130,16 @@ class CudaSession final : public Session {
 
   SessionMemory memory() const override {
     return {plan_.memory.total_bytes(), allocated_bytes_, device_used_bytes_};
+  }
+
+  DeviceTensor output() const override {
+    if (last_output_.ptr == nullptr) throw BackendError("cuda backend: output: no step has run");
+    BSW_CUDA(cudaSetDevice(device_));
+    BSW_CUDA(cudaStreamSynchronize(stream_));
+    DeviceTensor t{last_output_.dtype, last_output_.elements, {}};
+    t.bytes.resize(last_output_.elements * dtype_bytes(last_output_.dtype));
+    BSW_CUDA(cudaMemcpy(t.bytes.data(), last_output_.ptr, t.bytes.size(), cudaMemcpyDeviceToHost));
+    return t;
   }
 
   nlohmann::json details() const override {
@@ -545,7 +556,7 @@ class CudaSession final : public Session {
   // Everything between the step's two events: what the graph captures.
   void body() {
     if (plan_.request.mode == Mode::infer) {
-      forward();
+      last_output_ = forward();  // where every replay of a captured step leaves it too
       return;
     }
     const Ref grads = need("gradients");
@@ -554,6 +565,7 @@ class CudaSession final : public Session {
     for (int64_t micro = 0; micro < accumulation; ++micro) {
       if (accumulation > 1) fill_data(micro);
       const Ref output = forward();
+      last_output_ = output;
       loss_and_gradient(output);
       backward();
     }
@@ -1341,6 +1353,7 @@ class CudaSession final : public Session {
   std::vector<std::string> warnings_;
   std::unordered_map<std::string, Ref> buffers_;
   std::vector<Ref> input_of_ = std::vector<Ref>(graph_.ops.size());
+  Ref last_output_;  // the last forward's result (output())
   std::vector<Ref> residual_stack_;
   // With checkpointing: for each op, the index of the block it ends (else -1); backward recomputes that
   // block's forward when it reaches the op.

@@ -217,7 +217,7 @@ struct ScriptReader {
     // A whole number past 2^64 parses as a double: too large, not "not an integer".
     if (value->is_number_float() && std::isfinite(value->get<double>()) &&
         value->get<double>() == std::floor(value->get<double>()) && std::fabs(value->get<double>()) >= 0x1p63)
-      fail(key, fmt::format("{} is too large", value->dump()));
+      fail(key, fmt::format("{} is {}", value->dump(), value->get<double>() > 0 ? "too large" : "too small"));
     if (!value->is_number_integer()) fail(key, fmt::format("must be an integer, got {}", value->dump()));
     if (value->is_number_unsigned() && value->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
       fail(key, fmt::format("{} is too large", value->dump()));

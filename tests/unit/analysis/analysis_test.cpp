@@ -398,8 +398,12 @@ TEST(LatencySlo, TheBudgetHoldsTheChosenPercentile) {
   raw.step_ms = StepStats{};
   EXPECT_NEAR(*step_latency_ms(raw, 90), percentile(raw.samples_ms, 90), 1e-12);
   EXPECT_EQ(latency_name(95), "p95");
-  EXPECT_FALSE(is_latency_percentile(97));
-  options.latency_percentile = 97;
+  // Any from 50 to 99.99 with at most two decimals (trtexec's --percentile takes any): 97 from the samples.
+  EXPECT_TRUE(is_latency_percentile(97));
+  EXPECT_TRUE(is_latency_percentile(99.95));
+  EXPECT_NEAR(*step_latency_ms(raw, 97), percentile(raw.samples_ms, 97), 1e-12);
+  for (const double off : {40.0, 99.995, 100.0, 99.123}) EXPECT_FALSE(is_latency_percentile(off)) << off;
+  options.latency_percentile = 40;
   EXPECT_THROW((void)analyze(points, options), UsageError);
 }
 

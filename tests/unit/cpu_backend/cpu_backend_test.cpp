@@ -679,6 +679,34 @@ std::vector<uint32_t> bits(const std::vector<float>& values) {
   return out;
 }
 
+// Inference computes what training's forward does, through its own buffers: the ping-pong (a residual's ops
+// reading the copy of its input), activations in place on the output. With the same weights and data the
+// output is training's logits to the bit, at every precision (batchnorm aside: training normalizes by the
+// batch's statistics, inference by the running ones).
+TEST(CpuBackend, InferenceOutputIsTrainingsForward) {
+  std::vector<Graph> graphs;
+  for (const char* text :
+       {kAllLayersImage, kAllLayersTokens, kVitMse, kPools, kPaddedPools, kResidualOfInput, kPoolFirst,
+        kResidualActivations, kShortcuts, kShortcutOnly, kShortcutNested, kShortcutVector})
+    graphs.push_back(graph_of(text));
+  graphs.push_back(lower(load_model("tiny-lm")));
+  int compared = 0;
+  for (const Graph& g : graphs) {
+    if (g.has(OpKind::batchnorm)) continue;
+    for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16}) {
+      const std::string what = fmt::format("{} {}", g.model_name, to_string(p));
+      Prepared infer = prepare(g, 3, p, Mode::infer), train = prepare(g, 3, p, Mode::train);
+      ASSERT_TRUE(infer.session->step().finite) << what;
+      (void)train.probe->loss_and_gradients();
+      const std::vector<float> out = infer.probe->output_f32();
+      ASSERT_EQ(out.size(), train.probe->output_f32().size()) << what;
+      EXPECT_EQ(bits(out), bits(train.probe->output_f32())) << what;
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 30);
+}
+
 // The plan holds what a step uses and nothing more: every buffer a step computes into (saved activations,
 // transients, workspaces), first filled with NaN bytes, is written to its last element, and nothing is read
 // before it is written (the steps are the same to the bit as from zeroed buffers). The recompute arena is
@@ -709,6 +737,12 @@ TEST(CpuBackend, AStepWritesEveryBufferItComputesIntoBeforeReadingIt) {
           poisoned.probe->poison_step_buffers(0xFF);
           const StepResult a = zeroed.session->step(), b = poisoned.session->step();
           EXPECT_TRUE(b.finite) << what;
+          // The output, bit for bit, in either mode: inference (whose step has no loss to compare) reads
+          // no byte it did not write either.
+          EXPECT_EQ(bits(zeroed.probe->output_f32()), bits(poisoned.probe->output_f32())) << what;
+          if (m == Mode::infer) {
+            for (float v : poisoned.probe->output_f32()) ASSERT_TRUE(std::isfinite(v)) << what;
+          }
           if (m == Mode::train) {
             EXPECT_EQ(a.loss, b.loss) << what;
             // Bit for bit: fp16's first step may overflow at the initial loss scale (NaN gradients).

@@ -269,9 +269,10 @@ TEST(ReportJson, ServingRoundTripsWithItsPercentileNamed) {
   EXPECT_EQ(back.analysis.serving->best.batch, report.analysis.serving->best.batch);
   EXPECT_EQ(to_json(back), doc);
   json bad = doc;
-  bad["analysis"]["serving"]["latency_percentile"] = 97;
+  bad["analysis"]["serving"]["latency_percentile"] = 99.999;
   EXPECT_EQ(input_error([&] { (void)report_from_json(bad, "a.json"); }),
-            "a.json: analysis.serving.latency_percentile: must be 50, 90, 95, 99 or 99.9");
+            "a.json: analysis.serving.latency_percentile: must be a percentile from 50 to 99.99, at most two "
+            "decimals (e.g. 95, 99, 99.5, 99.9)");
   bad = doc;
   bad["analysis"]["serving"]["batches"][1]["batch"] = "eight";
   EXPECT_EQ(input_error([&] { (void)report_from_json(bad, "a.json"); }),
