@@ -4,8 +4,8 @@
 # max fit (recomputed by `batchsweep analyze`), and batchsweep's planned bytes next to PyTorch's peak allocated.
 #
 #   bench/peers/compare_with_torch.sh BATCHSWEEP [--model M] [--batch B] [--mode train|infer]
-#       [--precision fp32|tf32|fp16|bf16] [--backend auto|cpu|cuda] [--compile] [--out DIR] [--reuse]
-#       [-- FLAGS...]
+#       [--precision fp32|tf32|fp16|bf16] [--backend auto|cpu|cuda] [--compile [--compile-mode MODE]]
+#       [--graphs-off-too] [--out DIR] [--reuse] [-- FLAGS...]
 #
 # FLAGS after `--` go to both tools (the flags they share: --warmup, --min-samples, --min-time, --max-noise,
 # --timeout, --seed, --accumulation, --checkpointing, --checkpoint-blocks N (the first N blocks backward reaches
@@ -30,7 +30,11 @@ bsw=$1
 shift
 [[ -x $bsw && ! -d $bsw ]] || { echo "compare_with_torch.sh: BATCHSWEEP '$bsw' is not an executable file" >&2; exit 2; }
 
-model=mlp batch=1,8,64,512 mode=train precision=fp32 backend=auto compile=0 reuse=0 out=""
+model=mlp batch=1,8,64,512 mode=train precision=fp32 backend=auto compile=0 reuse=0 out="" compile_mode=""
+# --graphs-off-too: batchsweep once more with --graphs off (plain launches, as PyTorch eager makes), its own
+# column beside the default's CUDA-graph replay, so a ratio at small batches says how much is launch gaps.
+# --compile-mode MODE: torch.compile's mode (reduce-overhead records CUDA graphs, as batchsweep replays them).
+graphs_off=0
 shared=()
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -39,6 +43,11 @@ while [[ $# -gt 0 ]]; do
       declare "${1#--}=$2"
       shift 2 ;;
     --compile) compile=1; shift ;;
+    --compile-mode)
+      [[ $# -ge 2 ]] || { echo "compare_with_torch.sh: $1 needs a value" >&2; exit 2; }
+      compile_mode=$2
+      shift 2 ;;
+    --graphs-off-too) graphs_off=1; shift ;;
     --reuse) reuse=1; shift ;;
     --) shift; shared=("$@"); break ;;
     -h|--help) usage ;;
@@ -92,9 +101,19 @@ if [[ $reused == 0 ]]; then
   printf '%s\n' "$stamp" >"$out/.compare-stamp"
 fi
 runs+=(torch-eager)
+if [[ $graphs_off == 1 ]]; then
+  if [[ $reused == 1 && -f $out/batchsweep-nographs.json ]]; then
+    echo "== batchsweep --graphs off: reusing $out/batchsweep-nographs.json" >&2
+  else
+    echo "== batchsweep ($backend) --graphs off" >&2
+    "$bsw" run "${common[@]}" --backend "$backend" --graphs off --json "$out/batchsweep-nographs.json" >/dev/null
+  fi
+  runs+=(batchsweep-nographs)
+fi
 if [[ $compile == 1 ]]; then
-  echo "== PyTorch torch.compile ($device)" >&2
-  "$python" "$here/torch_sweep.py" "${common[@]}" "${peer[@]}" --compile --json "$out/torch-compile.json"
+  echo "== PyTorch torch.compile ($device${compile_mode:+, mode $compile_mode})" >&2
+  "$python" "$here/torch_sweep.py" "${common[@]}" "${peer[@]}" --compile ${compile_mode:+--compile-mode "$compile_mode"} \
+    --json "$out/torch-compile.json"
   runs+=(torch-compile)
 fi
 
@@ -138,10 +157,14 @@ def ratio(a, b):
 
 
 bsw = points(reports["batchsweep"])
-torch_runs = [n for n in names if n != "batchsweep"]
+torch_runs = [n for n in names if not n.startswith("batchsweep")]
+# batchsweep with --graphs off (--graphs-off-too): its rate and its ratio to PyTorch eager, launch for launch.
+nographs = points(reports["batchsweep-nographs"]) if "batchsweep-nographs" in reports else None
 columns = ["batch", "batchsweep/s"]
 for n in torch_runs:
     columns += [f"{n}/s", f"bsw/{n.split('-')[1]}"]
+if nographs is not None:
+    columns += ["no-graphs/s", "no-graphs/eager"]
 columns += ["planned MiB", "torch peak MiB"]
 rows = []
 keys = sorted(set(bsw).union(*(points(reports[n]) for n in torch_runs)))
@@ -153,6 +176,8 @@ for key in keys:
         t = points(reports[n]).get(key)
         row += [rate(t), ratio(b, t)]
     eager = points(reports[torch_runs[0]]).get(key)
+    if nographs is not None:
+        row += [rate(nographs.get(key)), ratio(nographs.get(key), eager)]
     row += [mib(b["memory"]["planned_bytes"] if b else None),
             mib(eager["memory"].get("measured_bytes") if eager else None)]
     rows.append(row)

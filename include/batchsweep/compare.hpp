@@ -55,6 +55,9 @@ struct RunSummary {
   bool first_round_finished = false;  // run --rounds: a later round had begun (every batch is in)
   KneeResult knee;
   BatchChoice max_fit;
+  // A larger batch the run found to fit but did not time (settings.untimed_fit: a step too slow for
+  // --timeout), so max_fit is not the card's memory edge.
+  std::optional<int64_t> untimed_fit;
   BatchChoice best;  // the highest throughput, at whichever batch each run reached it
   Recommendation recommended;
   std::optional<int64_t> recommended_accumulation;  // the micro-batches a step of the recommendation, if any

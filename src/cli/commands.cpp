@@ -1501,6 +1501,16 @@ int run_command(const RunSettings& given, const std::vector<std::string>& argv) 
   std::unique_ptr<Backend> backend = make_backend(s.backend, s.script, s.device);
   AnalysisOptions options = analysis_options(s.analysis);
   options.effective_batch = s.sweep.effective_batch;  // the points are its splits, however few ran
+  // A script sized to a card (a fake H100) fits fewer samples of an attention model than the card does: its
+  // plan keeps the explicit path's probabilities. Said before the sweep, which would read as the card's
+  // limit.
+  if (backend->kind() == BackendKind::scripted && graph.has(OpKind::attention_core))
+    std::fprintf(
+        stderr,
+        "batchsweep run: note: the scripted backend plans attention as the explicit path does (its "
+        "[B, heads, T, T] probabilities), with no workspaces: a script sized to a card fits fewer "
+        "samples than that card does with cuDNN's fused attention; `batchsweep plan --memory <card>` "
+        "says what fits a card\n");
   // A serving budget is an inference step's; by default the sweep times training steps (about 3x longer).
   // (Not with accumulation, which only training has.)
   if (options.latency_slo_ms && s.sweep.mode == Mode::train && !s.mode_given && !s.sweep.effective_batch &&

@@ -419,6 +419,10 @@ RunSummary summarize_run(const Report& report, std::string name) {
   s.first_round_finished = report_view::later_round_begun(report);
   s.knee = report.analysis.knee;
   s.max_fit = report.analysis.max_fit;
+  if (const auto it = report.settings.find("untimed_fit"); it != report.settings.end() && it->is_object()) {
+    const auto batch = it->find("batch");
+    if (batch != it->end() && batch->is_number_integer()) s.untimed_fit = batch->get<int64_t>();
+  }
   s.best = report.analysis.best_throughput;
   s.recommended = report.analysis.recommended;
   s.recommended_accumulation = report.analysis.recommended_accumulation;
@@ -818,9 +822,12 @@ std::string run_line(const RunSummary& r) {
                                     r.serving->request_rate)
             ? fmt::format(" (${:.4g} per million requests served)", *r.recommended_cost_per_million_samples)
             : fmt::format(" (${:.4g} per million samples)", *r.recommended_cost_per_million_samples);
+  std::string max_fit = r.max_fit.batch ? batch_text(*r.max_fit.batch) : std::string("none");
+  // Timed to here, and a larger batch fits untimed: the card's memory is not what stopped it.
+  if (r.untimed_fit && (!r.max_fit.batch || *r.untimed_fit > *r.max_fit.batch))
+    max_fit += fmt::format(" ({} fits, untimed)", batch_text(*r.untimed_fit));
   std::string line =
-      fmt::format("knee {}, max fit {}, best {}, recommended {}", knee,
-                  r.max_fit.batch ? batch_text(*r.max_fit.batch) : std::string("none"), best, recommended);
+      fmt::format("knee {}, max fit {}, best {}, recommended {}", knee, max_fit, best, recommended);
   if (!r.recommended.why.empty()) line += " \u2014 " + r.recommended.why;
   return line;
 }
@@ -1179,9 +1186,16 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     if (base.price_per_hour && run.price_per_hour) {
       const double a = cost_per_million(*base.price_per_hour, *base.best.samples_per_second);
       const double b = cost_per_million(*run.price_per_hour, *run.best.samples_per_second);
+      // Served at a request rate, a card costs its hours whatever it does: the runs' lines give that cost,
+      // and this one, of a card kept busy at its best, can point the other way (an L4 cheaper to serve 300
+      // requests/s, an H100 cheaper per sample when saturated). Said which question each answers.
+      const bool served = base.serving && run.serving;
       if (std::isfinite(a) && std::isfinite(b) && a > 0 && b > 0)  // a hand-edited price of 1e308 is none
-        cost = fmt::format("; a million samples there cost {} ${:.4g}, A ${:.4g} ({}/A {}\u00d7)", letter(i),
-                           b, a, letter(i), rf::fixed(b / a, 3));
+        cost = fmt::format("; a million samples there cost {} ${:.4g}, A ${:.4g} ({}/A {}\u00d7){}",
+                           letter(i), b, a, letter(i), rf::fixed(b / a, 3),
+                           served ? " with each kept busy at its best; serving the request rate, the runs' "
+                                    "lines give what a million requests cost"
+                                  : "");
     }
     result.notes.push_back(
         fmt::format("best against best: {}/A {}\u00d7 ({} {} samples/s at batch {}, A {} at batch {}){}",
@@ -1730,7 +1744,15 @@ nlohmann::json to_json(const CompareResult& result) {
          {"state", r.state.empty() ? json() : json(r.state)},
          {"knee", report_json::knee_json<json>(r.knee)},
          {"max_fit", report_json::choice_json<json>(r.max_fit)},
+         {"untimed_fit", r.untimed_fit ? json(*r.untimed_fit) : json()},
          {"best_throughput", report_json::choice_json<json>(r.best)},
+         {"price_per_hour", r.price_per_hour ? json(*r.price_per_hour) : json()},
+         // What a million samples cost at the best throughput (a card saturated): with the recommended
+         // batch's cost, the figures a comparison of cards reads without parsing the notes.
+         {"best_cost_per_million_samples",
+          r.price_per_hour && r.best.samples_per_second && *r.best.samples_per_second > 0
+              ? json(cost_per_million(*r.price_per_hour, *r.best.samples_per_second))
+              : json()},
          {"recommended_cost_per_million_samples",
           r.recommended_cost_per_million_samples ? json(*r.recommended_cost_per_million_samples) : json()},
          {"recommended", report_json::recommendation_json<json>(r.recommended)}});

@@ -69,6 +69,17 @@ bool card_at_cap(const PlanSummary& s, const PlanSummary::CardFit& c) {
   return *c.max_fit_batch >= max_micro_batch(s.accumulation);
 }
 
+// Whether a fit of `fit` sequences stops at cuDNN's fused attention's limit (kCudnnSdpaMostSequences) rather
+// than where memory alone sets it: the next batch is planned on our explicit attention, which keeps its
+// probabilities, and fits no more (vit-base inference in an H200's memory fits 65535 and so would a 200 GiB
+// card).
+bool attention_limits(const PlanSummary& s, int64_t fit) {
+  return fit == kCudnnSdpaMostSequences && !s.plans.empty() &&
+         s.plans.front().request.backend == BackendKind::cuda &&
+         s.plans.front().request.paths.attention == AttentionPath::cudnn_sdpa &&
+         layer_kinds(*s.graph).attention;
+}
+
 // " with input.sequence_length=1024, layers[1].repeat=24", or empty without --set.
 std::string overrides_clause(const std::vector<std::string>& overrides) {
   std::string out;
@@ -164,6 +175,8 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
             c.max_fit_batch ? nlohmann::json(*s.effective_batch / *c.max_fit_batch) : nlohmann::json(nullptr);
       // As the one card's: a fit at the cap is every batch batchsweep plans, not an edge memory sets.
       card["memory_limits_batch"] = !card_at_cap(s, c);
+      if (c.max_fit_batch && !s.effective_batch && attention_limits(s, *c.max_fit_batch))
+        card["attention_limits_batch"] = true;
       cards.push_back(std::move(card));
     }
     doc["safety_fraction"] = kMemorySafetyFraction;
@@ -191,6 +204,7 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
     // max_fit_batch 16777216 is "every batch batchsweep plans fits", not a fit edge at 2^24: said apart.
     // With accumulation the cap is 2^24 samples per step: max_micro_batch micro-batches.
     doc["memory_limits_batch"] = !(s.max_fit_batch && *s.max_fit_batch >= max_micro_batch(s.accumulation));
+    if (s.max_fit_batch && attention_limits(s, *s.max_fit_batch)) doc["attention_limits_batch"] = true;
   }
   return doc;
 }
@@ -407,7 +421,7 @@ std::string format_plan_table(const PlanSummary& s) {
     report_format::TextTable cards;
     cards.headers = {"card", "memory", what, precision + " TFLOP/s", "GB/s"};
     cards.align = {Align::left, Align::right, Align::right, Align::right, Align::right};
-    bool capped = false;
+    bool capped = false, sdpa = false;
     for (const PlanSummary::CardFit& c : s.cards) {
       std::string fit = "none";
       if (c.max_fit_batch)
@@ -420,6 +434,9 @@ std::string format_plan_table(const PlanSummary& s) {
       if (card_at_cap(s, c)) {
         fit += " (cap)";
         capped = true;
+      } else if (c.max_fit_batch && !s.effective_batch && attention_limits(s, *c.max_fit_batch)) {
+        fit += " (sdpa)";
+        sdpa = true;
       }
       cards.rows.push_back({c.name, budget_text(c.memory_bytes), fit,
                             c.peak_tflops ? fmt::format("{:g}", *c.peak_tflops) : std::string("—"),
@@ -447,6 +464,13 @@ std::string format_plan_table(const PlanSummary& s) {
                     *s.effective_batch)
               : fmt::format("(cap): every batch batchsweep plans (up to {}) fits: memory does not limit it\n",
                             max_micro_batch(s.accumulation));
+    if (sdpa)
+      out += fmt::format(
+          "(sdpa): cuDNN's fused attention runs at most {} sequences at once; a larger batch is planned on "
+          "our "
+          "explicit attention, which keeps its probabilities and does not fit: attention, not memory, stops "
+          "it there\n",
+          kCudnnSdpaMostSequences);
     if (!lacking.empty())
       out += fmt::format("— : {} {} no {} tensor-core mode\n", fmt::join(lacking, ", "),
                          lacking.size() == 1 ? "has" : "have", precision);
@@ -476,6 +500,13 @@ std::string format_plan_table(const PlanSummary& s) {
           "the runtime)\n",
           memory_text(s), *s.max_fit_batch, accumulated, kMemorySafetyFraction * 100);
       // The fused attention stops at kCudnnSdpaMostSequences: past it the plan is our explicit attention's.
+      if (attention_limits(s, *s.max_fit_batch))
+        out += fmt::format(
+            "({} is the most sequences cuDNN's fused attention runs at once: a larger batch is planned on "
+            "our "
+            "explicit attention, which keeps its probabilities and does not fit, so attention, not memory, "
+            "stops the batch there)\n",
+            kCudnnSdpaMostSequences);
       if (*s.max_fit_batch > kCudnnSdpaMostSequences && !s.plans.empty() &&
           s.plans.front().request.backend == BackendKind::cuda &&
           s.plans.front().request.paths.attention == AttentionPath::cudnn_sdpa &&

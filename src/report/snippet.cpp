@@ -85,6 +85,10 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
                 "model.gradient_checkpointing_enable()  # Hugging Face models; else "
                 "torch.utils.checkpoint per block");
   if (cpu) out += "  # measured on the CPU backend: a GPU's best batch differs, so sweep on the GPU itself\n";
+  // A step-time script's device is a formula, and its memory plan no real backend's.
+  if (report.device.backend == "scripted")
+    out +=
+        "  # measured on the scripted backend (a step-time formula, not a device): sweep on the GPU itself\n";
   // run --effective-batch N sized one device's step of N samples; --world-size multiplies it. Someone who
   // meant N as the global batch is told the accumulation that keeps it.
   if (const std::optional<int64_t> n = report_view::effective_batch_setting(report);
@@ -116,9 +120,9 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
         : target == ConfigTarget::accelerate ? fmt::format("mixed_precision=\"{}\"", precision)
                                              : fmt::format("{}=True", precision);
     out += fmt::format(
-        "  # {} is autocast: fp32 weights and fp32 softmax, layernorm and loss outputs, a larger peak than "
-        "the "
-        "sweep's {} model{}{}\n",
+        "  # {} is autocast: fp32 weights and an fp32 residual stream, layernorm, softmax and loss outputs, "
+        "a "
+        "larger peak than the sweep's {} model{}{}\n",
         setting, precision, train ? " with fp32 master weights" : "",
         at_edge ? fmt::format("; batch {} is the largest that fit, so check it under autocast (the PyTorch "
                               "peer, bench/peers/torch_sweep.py) or take a smaller one",

@@ -218,7 +218,8 @@ void PointRunner::add_memory_warning(const Point& point) {
     return;
   const bool measured =
       point.memory.device_used_bytes && *point.memory.device_used_bytes > point.memory.planned_bytes;
-  warn(fmt::format("batch {} uses {:.0f}% of the {} ({} {} of {}): close to out-of-memory",
+  // One decimal: 94.6% said "95%", beside the 95% over which a plan is refused.
+  warn(fmt::format("batch {} uses {:.1f}% of the {} ({} {} of {}): close to out-of-memory",
                    batch_label(point.batch, point.accumulation), pct(used_bytes, budget_bytes_), budget_name_,
                    measured ? "device-used" : "planned", format_bytes(used_bytes),
                    format_bytes(budget_bytes_)));

@@ -2861,6 +2861,35 @@ TEST(Plan, TheReadmeH200ExampleIsWhatTheBinaryPlans) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["max_fit_batch"].get<int64_t>(), round);
 }
 
+// A fit of 65535 sequences is cuDNN's fused attention's limit, not the card's memory: the next batch is
+// planned on the explicit attention and does not fit. Said on the line, marked in --memory all, and in the
+// JSON, so an H200 does not read as memory-bound where a 200 GiB card would stop at the same batch.
+TEST(Plan, AFitAtTheFusedAttentionsLimitIsSaidToBeIt) {
+  const Result one = run({"plan", "--model", "vit-base", "--mode", "infer", "--precision", "bf16", "--memory",
+                          "H200", "--batch", "1"});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_NE(one.out.find(": 65535 (plans may use"), std::string::npos) << one.out;
+  EXPECT_NE(one.out.find("(65535 is the most sequences cuDNN's fused attention runs at once"),
+            std::string::npos)
+      << one.out;
+  const Result json = run({"plan", "--model", "vit-base", "--mode", "infer", "--precision", "bf16",
+                           "--memory", "all", "--batch", "1", "--json", "-"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  size_t marked = 0;
+  const nlohmann::json cards = nlohmann::json::parse(json.out)["cards"];
+  for (const nlohmann::json& card : cards)
+    if (card.contains("attention_limits_batch")) {
+      EXPECT_EQ(card["max_fit_batch"], 65535) << card.dump();
+      ++marked;
+    }
+  EXPECT_GE(marked, 1u);
+  // A card that memory stops first is not marked.
+  const Result l4 = run({"plan", "--model", "vit-base", "--mode", "infer", "--precision", "bf16", "--memory",
+                         "L4", "--batch", "1", "--json", "-"});
+  ASSERT_EQ(l4.exit_code, 0) << l4.err;
+  EXPECT_FALSE(nlohmann::json::parse(l4.out).contains("attention_limits_batch"));
+}
+
 // --memory NAME sizes a card of configs/gpus.json by the total CUDA reports for it (as `run` sizes the
 // device, not nvidia-smi's larger total, which counts what the driver reserves), planning CUDA's buffers with
 // or without a GPU here; a name several cards with different memories begin is refused with each.
@@ -3843,6 +3872,7 @@ TEST(Run, ConfigForPrintsTheRecommendationAsAFrameworksSetup) {
   ASSERT_EQ(again.exit_code, 0) << again.err;
   const std::string lightning = fmt::format(
       "config for Lightning (batch {}, fp32, 1 GPU; {} samples per optimizer step):\n"
+      "  # measured on the scripted backend (a step-time formula, not a device): sweep on the GPU itself\n"
       "  loader = DataLoader(dataset, batch_size={})\n"
       "  trainer = L.Trainer(precision=\"32-true\")\n",
       batch, batch, batch);

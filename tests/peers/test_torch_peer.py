@@ -891,6 +891,39 @@ class TorchSweepTest(unittest.TestCase):
         self.assertIn("ValueError", statuses[1][1])
         self.assertEqual(statuses[4][0], "ok")
 
+    def test_a_warm_up_longer_than_the_timeout_is_cut_as_batchsweep_cuts_it(self):
+        # Steps of 4 s against a 5 s --timeout: batchsweep times one after the second warm-up step (the first holds
+        # the one-time work) and says so; the peer ran every --warmup step past the timeout, unsaid.
+        import torch
+        from torchpeer.config import load_model, lower
+        from torchpeer.stopping import StoppingSettings
+        from torchpeer.torch_runner import RunOptions, TorchRunner
+
+        now, calls = [0.0], [0]
+
+        class SlowState:
+            def __init__(self, *args, **kwargs):
+                pass
+
+            def step(self):
+                calls[0] += 1
+                now[0] += 4.0
+                return torch.tensor(1.0)
+
+            def loss_scale(self):
+                return None
+
+        loaded = load_model("mlp")
+        runner = TorchRunner(loaded, lower(loaded.config, loaded.source),
+                             RunOptions(stopping=StoppingSettings(warmup_steps=3, timeout_s=5.0)),
+                             torch.device("cpu"), clock=lambda: now[0])
+        runner.state_factory = SlowState
+        point = runner.measure(8)
+        self.assertEqual((calls[0], len(point.samples_ms)), (3, 1))  # two warm-up steps, one timed
+        self.assertEqual(point.stop_reason, "timeout")
+        self.assertEqual(len(runner.warnings), 1)
+        self.assertIn("(warm-up cut to 2 of 3 steps by the 5 s --timeout)", runner.warnings[0])
+
     def test_out_of_memory_becomes_a_point_and_the_sweep_goes_on(self):
         from torchpeer import torch_runner
 

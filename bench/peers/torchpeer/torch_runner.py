@@ -280,7 +280,7 @@ class TorchRunner:
             "attention": "torch.nn.functional.scaled_dot_product_attention",
             "checkpointing": self._describe_checkpointing() if train and self.options.checkpointing else "off",
             "timing": "CUDA events around each step" if self.cuda else "time.perf_counter around each step",
-            "memory": "torch.cuda.max_memory_allocated, peak reset per point" if self.cuda
+            "memory": "torch.cuda.max_memory_allocated over the timed steps (peak reset after warm-up)" if self.cuda
             else "not measured on the CPU",
             "data": "synthetic, seeded, created on the device once per point",
             "timeout_clock": "starts after the first (compiling) warm-up step" if self.options.compile
@@ -348,6 +348,7 @@ class TorchRunner:
         criterion = None if opts.compile else NoiseCriterion(opts.stopping, self.clock)
         warmup = max(opts.stopping.warmup_steps, 1) if opts.compile else opts.stopping.warmup_steps
         state = None
+        warmup_cut = ""
         skipped_steps = 0
         updated = False  # a step of this point updated the weights (not skipped by GradScaler)
         last = None  # the last finite loss
@@ -372,12 +373,21 @@ class TorchRunner:
             warm_start, warm = self.clock(), 0
             clock_start = warm_start
             warmup_time = opts.stopping.resolved_warmup_time_s(self.cuda)
+            warmup_cut = ""
             while True:
                 now = self.clock()
                 time_done = warmup_time == 0 or (warm >= 1 and now - clock_start >= warmup_time)
                 # The timeout clock starts after the compile with --compile (as the point's), else before.
                 spent = now - (clock_start if opts.compile else warm_start)
-                if warm >= warmup and (time_done or spent >= opts.stopping.timeout_s):
+                if warm >= warmup and time_done:
+                    break
+                # Steps so slow that warming up alone has spent the --timeout: time one now, as batchsweep does
+                # (after one warm-up step at least: it holds the one-time work), and say so.
+                if warm >= 1 and spent >= opts.stopping.timeout_s:
+                    warmup_cut = (f"warm-up cut to {warm} of {warmup} steps by the {opts.stopping.timeout_s:g} s "
+                                  "--timeout" if warm < warmup else
+                                  f"warm-up cut to {warm} steps, short of the {warmup_time:g} s --warmup-time, "
+                                  f"by the {opts.stopping.timeout_s:g} s --timeout")
                     break
                 warm += 1
                 _, loss, skipped, scale = self._step(state, scale)
@@ -389,6 +399,11 @@ class TorchRunner:
                     point.status, point.reason = "error", failure
                     break
             criterion = criterion or NoiseCriterion(opts.stopping, self.clock)
+            # The peak of the timed steps, as batchsweep's plan is one step's: not torch.compile's autotuning
+            # or graph recording in the first warm-up steps, which the allocator frees again.
+            if self.cuda:
+                torch.cuda.synchronize(self.device)
+                torch.cuda.reset_peak_memory_stats(self.device)
             step = 0
             while point.status == "ok":
                 step += 1
@@ -431,6 +446,8 @@ class TorchRunner:
         if point.status == "ok":
             point.stop_reason = criterion.stop_reason()
             warning = criterion.warning()
+            if warmup_cut:
+                warning = f"{warning} ({warmup_cut})" if warning else warmup_cut
             if warning:
                 label = str(batch) if point.accumulation == 1 else f"{batch}x{point.accumulation}"
                 self.warnings.append(f"batch {label}: {warning}")

@@ -162,6 +162,29 @@ TEST(Compare, CpuSixteenBitAgainstAnotherBackendsIsNoted) {
     EXPECT_EQ(note.find("not the same arithmetic"), std::string::npos) << note;
 }
 
+// What a comparison of cards reads without parsing notes: a run's untimed fit beside its max fit (a step too
+// slow for --timeout stopped the timing, not the memory), its price and what a million samples cost at its
+// best throughput.
+TEST(Compare, ARunsUntimedFitAndPriceAreInItsLineAndJson) {
+  Report a = testing::sample_report();
+  const int64_t max_fit = *a.analysis.max_fit.batch;
+  a.settings["untimed_fit"] = {{"batch", max_fit * 4}, {"reason", "fits by the plan; not timed"}};
+  a.settings["price_per_hour"] = 2.5;
+  const Report b = testing::sample_candidate();
+  const CompareResult r = compare_pair(a, b);
+  EXPECT_NE(format_compare(r, false).find(
+                fmt::format("max fit batch {} (batch {} fits, untimed)", max_fit, max_fit * 4)),
+            std::string::npos)
+      << format_compare(r, false);
+  const nlohmann::json doc = to_json(r);
+  EXPECT_EQ(doc["runs"][0]["untimed_fit"], max_fit * 4);
+  EXPECT_TRUE(doc["runs"][1]["untimed_fit"].is_null());
+  EXPECT_EQ(doc["runs"][0]["price_per_hour"], 2.5);
+  const double best = *a.analysis.best_throughput.samples_per_second;
+  EXPECT_DOUBLE_EQ(doc["runs"][0]["best_cost_per_million_samples"].get<double>(), 2.5 / (best * 3600) * 1e6);
+  EXPECT_TRUE(doc["runs"][1]["best_cost_per_million_samples"].is_null());
+}
+
 // Runs measured by other stopping rules, or with CUDA graphs in one and not the other, are noted with what
 // differs; the same settings get no such note.
 TEST(Compare, OtherMeasurementSettingsAreNoted) {

@@ -523,6 +523,7 @@ TEST(ConfigSnippet, EachFrameworkInTheRunsPrecision) {
   EXPECT_EQ(
       format_config_snippet(r, ConfigTarget::deepspeed, 8),
       "config for DeepSpeed (batch 64 x accumulation 4, bf16, 8 GPUs; 2048 samples per optimizer step):\n"
+      "  # measured on the scripted backend (a step-time formula, not a device): sweep on the GPU itself\n"
       "  {\n"
       "    \"train_micro_batch_size_per_gpu\": 64,\n"
       "    \"gradient_accumulation_steps\": 4,\n"
@@ -532,14 +533,18 @@ TEST(ConfigSnippet, EachFrameworkInTheRunsPrecision) {
   EXPECT_EQ(
       format_config_snippet(r, ConfigTarget::lightning, 1),
       "config for Lightning (batch 64 x accumulation 4, bf16, 1 GPU; 256 samples per optimizer step):\n"
-      "  # precision=\"bf16-mixed\" is autocast: fp32 weights and fp32 softmax, layernorm and loss outputs, "
+      "  # measured on the scripted backend (a step-time formula, not a device): sweep on the GPU itself\n"
+      "  # precision=\"bf16-mixed\" is autocast: fp32 weights and an fp32 residual stream, layernorm, "
+      "softmax and loss outputs, "
       "a larger peak than the sweep's bf16 model with fp32 master weights\n"
       "  loader = DataLoader(dataset, batch_size=64)\n"
       "  trainer = L.Trainer(accumulate_grad_batches=4, precision=\"bf16-mixed\")\n");
   EXPECT_EQ(
       format_config_snippet(r, ConfigTarget::accelerate, 2),
       "config for accelerate (batch 64 x accumulation 4, bf16, 2 GPUs; 512 samples per optimizer step):\n"
-      "  # mixed_precision=\"bf16\" is autocast: fp32 weights and fp32 softmax, layernorm and loss outputs, "
+      "  # measured on the scripted backend (a step-time formula, not a device): sweep on the GPU itself\n"
+      "  # mixed_precision=\"bf16\" is autocast: fp32 weights and an fp32 residual stream, layernorm, "
+      "softmax and loss outputs, "
       "a "
       "larger peak than the sweep's bf16 model with fp32 master weights\n"
       "  accelerator = Accelerator(gradient_accumulation_steps=4, mixed_precision=\"bf16\")\n"
@@ -547,7 +552,9 @@ TEST(ConfigSnippet, EachFrameworkInTheRunsPrecision) {
   EXPECT_EQ(
       format_config_snippet(r, ConfigTarget::transformers, 1),
       "config for transformers (batch 64 x accumulation 4, bf16, 1 GPU; 256 samples per optimizer step):\n"
-      "  # bf16=True is autocast: fp32 weights and fp32 softmax, layernorm and loss outputs, a larger peak "
+      "  # measured on the scripted backend (a step-time formula, not a device): sweep on the GPU itself\n"
+      "  # bf16=True is autocast: fp32 weights and an fp32 residual stream, layernorm, softmax and loss "
+      "outputs, a larger peak "
       "than the sweep's bf16 model with fp32 master weights\n"
       "  args = TrainingArguments(output_dir=\"out\", per_device_train_batch_size=64, "
       "gradient_accumulation_steps=4, bf16=True)\n");
@@ -610,7 +617,8 @@ TEST(ConfigSnippet, InferenceCpuAndNoRecommendation) {
   EXPECT_EQ(format_config_snippet(r, ConfigTarget::transformers, 1),
             "config for transformers (inference, batch 64, bf16, 1 process):\n"
             "  # measured on the CPU backend: a GPU's best batch differs, so sweep on the GPU itself\n"
-            "  # bf16=True is autocast: fp32 weights and fp32 softmax, layernorm and loss outputs, a larger "
+            "  # bf16=True is autocast: fp32 weights and an fp32 residual stream, layernorm, softmax and "
+            "loss outputs, a larger "
             "peak than the sweep's bf16 model\n"
             "  args = TrainingArguments(output_dir=\"out\", per_device_eval_batch_size=64, bf16=True)\n");
   const std::string ds = format_config_snippet(r, ConfigTarget::deepspeed, 3);

@@ -257,7 +257,7 @@ TEST(Runner, WarnsWhenAPointIsCloseToTheMemoryBudget) {
   EXPECT_EQ(find_point(outcome.points, 512)->status, PointStatus::ok);
   ASSERT_EQ(outcome.warnings.size(), 1u);
   const std::string& w = outcome.warnings[0];
-  EXPECT_TRUE(contains(w, "batch 512 uses 93% of the --memory-limit")) << w;
+  EXPECT_TRUE(contains(w, "batch 512 uses 93.0% of the --memory-limit")) << w;
   EXPECT_TRUE(contains(w, "planned " + format_bytes(planned_bytes(graph, 512)) + " of " +
                               format_bytes(*settings.memory_limit_bytes)))
       << w;
