@@ -52,6 +52,8 @@ struct PointTelemetry {
   std::optional<double> utilization_pct, memory_utilization_pct, temperature_c;
   std::vector<std::string> throttle_reasons;
   std::optional<double> cost_per_million_samples;  // with --price-per-hour
+
+  [[nodiscard]] bool operator==(const PointTelemetry&) const = default;
 };
 
 // What else the host's CPUs did over a point's timed window (the cpu and cuda backends): a busy machine makes

@@ -868,7 +868,17 @@ void annotate_cost(std::vector<Point>& points, double price_per_hour) {
 
 Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
   validate(options);
-  if (options.price_per_hour) annotate_cost(points, *options.price_per_hour);
+  if (options.price_per_hour) {
+    annotate_cost(points, *options.price_per_hour);
+  } else {
+    // Without a price no point has a cost (a report read with one, analyzed with --no-price-per-hour), and a
+    // telemetry that held only the cost is none.
+    for (Point& point : points) {
+      if (!point.telemetry) continue;
+      point.telemetry->cost_per_million_samples.reset();
+      if (*point.telemetry == PointTelemetry{}) point.telemetry.reset();
+    }
+  }
   const std::span<const Point> view(points);
   const std::vector<CurvePoint> curve = analysis_detail::throughput_curve(view);
 

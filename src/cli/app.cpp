@@ -922,6 +922,10 @@ int run_app(int argc, char** argv) {
                  "--max-queue-delay)")
       ->excludes("--request-rate")
       ->excludes("--max-queue-delay");
+  analyze_cmd
+      ->add_flag("--no-price-per-hour", analyze.no_price_per_hour,
+                 "Drop the run's --price-per-hour (and every cost; not with --price-per-hour)")
+      ->excludes("--price-per-hour");
   add_exports(analyze_cmd, analyze.exports);
 
   // ---- compare

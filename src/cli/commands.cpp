@@ -1644,6 +1644,7 @@ struct GivenFlags {
   bool saturation = false;
   bool knee_sensitivity = false;
   bool latency_percentile = false;
+  bool no_price_per_hour = false;
 };
 
 struct RunAnalysis {
@@ -1672,7 +1673,7 @@ RunAnalysis run_analysis(const Report& report, const AnalysisFlags& given_flags,
     return it->get<double>();
   };
   constexpr double kHuge = std::numeric_limits<double>::max();
-  if (!flags.price_per_hour) {
+  if (!flags.price_per_hour && !given.no_price_per_hour) {
     flags.price_per_hour = run_value("price_per_hour", 0.0, kMaxPricePerHour);
     if (flags.price_per_hour) out.kept.push_back(fmt::format("--price-per-hour {:g}", *flags.price_per_hour));
   }
@@ -1768,9 +1769,10 @@ int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& ar
                  "batchsweep analyze: %s is of an interrupted sweep (state interrupted): the analysis covers "
                  "the %zu point(s) it finished\n",
                  s.report_path.c_str(), report.points.size());
-  const RunAnalysis run = run_analysis(report, s.analysis,
-                                       {s.no_latency_slo, s.no_request_rate, s.saturation_given,
-                                        s.knee_sensitivity_given, s.latency_percentile_given});
+  const RunAnalysis run =
+      run_analysis(report, s.analysis,
+                   {s.no_latency_slo, s.no_request_rate, s.saturation_given, s.knee_sensitivity_given,
+                    s.latency_percentile_given, s.no_price_per_hour});
   const AnalysisFlags& flags = run.flags;
   if (!run.kept.empty())
     std::fprintf(stderr, "batchsweep analyze: the run's %s kept (give the flag to change it)\n",
@@ -1800,7 +1802,8 @@ int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& ar
           whose, s.report_path, latency_name(options.latency_percentile)));
   }
   report.analysis = analyze(report.points, options);
-  if (flags.price_per_hour) report.settings["price_per_hour"] = *flags.price_per_hour;
+  report.settings["price_per_hour"] =
+      flags.price_per_hour ? nlohmann::json(*flags.price_per_hour) : nlohmann::json();
   report.settings["knee_sensitivity"] = flags.knee_sensitivity;
   report.settings["saturation_pct"] = flags.saturation_pct;
   report.settings["latency_slo_ms"] =

@@ -73,8 +73,9 @@ struct AnalyzeSettings {
   ExportSettings exports;
   // Which analysis flags were given: the others take the run's values (its settings).
   bool saturation_given = false, knee_sensitivity_given = false, latency_percentile_given = false;
-  bool no_latency_slo = false;   // --no-latency-slo: drop the run's budget
-  bool no_request_rate = false;  // --no-request-rate: drop the run's serving rate
+  bool no_latency_slo = false;     // --no-latency-slo: drop the run's budget
+  bool no_request_rate = false;    // --no-request-rate: drop the run's serving rate
+  bool no_price_per_hour = false;  // --no-price-per-hour: drop the run's price (and every cost)
 };
 
 struct CompareSettings {

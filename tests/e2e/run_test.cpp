@@ -2861,6 +2861,36 @@ TEST(Plan, TheReadmeH200ExampleIsWhatTheBinaryPlans) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["max_fit_batch"].get<int64_t>(), round);
 }
 
+// analyze --no-price-per-hour drops a run's price and every cost with it, as --no-latency-slo drops a budget
+// (a price could not be removed from a report: --price-per-hour 0 is refused).
+TEST(Analyze, NoPricePerHourDropsThePriceAndEveryCost) {
+  ScratchDir dir;
+  const std::string priced = (dir / "priced.json").string();
+  ASSERT_EQ(
+      run(scripted_run("roofline.json", {"--batch", "64,128", "--price-per-hour", "2.5", "--json", priced}))
+          .exit_code,
+      0);
+  const nlohmann::json before = read_json(priced);
+  ASSERT_EQ(before["settings"]["price_per_hour"], 2.5);
+  ASSERT_TRUE(before["points"][0].contains("telemetry")) << before["points"][0].dump();
+  ASSERT_TRUE(before["points"][0]["telemetry"]["cost_per_million_samples"].is_number());
+  const Result dropped = run({"analyze", priced, "--no-price-per-hour", "--json", "-"});
+  ASSERT_EQ(dropped.exit_code, 0) << dropped.err;
+  const nlohmann::json after = nlohmann::json::parse(dropped.out);
+  EXPECT_TRUE(after["settings"]["price_per_hour"].is_null());
+  const nlohmann::json& recommended = after["analysis"]["recommended"];
+  EXPECT_TRUE(!recommended.contains("cost_per_million_samples") ||
+              recommended["cost_per_million_samples"].is_null())
+      << recommended.dump();
+  for (const nlohmann::json& p : after["points"])
+    EXPECT_TRUE(!p.contains("telemetry") || p["telemetry"].is_null() ||
+                p["telemetry"]["cost_per_million_samples"].is_null())
+        << p.dump();
+  EXPECT_EQ(dropped.err.find("--price-per-hour 2.5"), std::string::npos) << dropped.err;  // not kept
+  const Result both = run({"analyze", priced, "--no-price-per-hour", "--price-per-hour", "3"});
+  EXPECT_EQ(both.exit_code, 2);
+}
+
 // A fit of 65535 sequences is cuDNN's fused attention's limit, not the card's memory: the next batch is
 // planned on the explicit attention and does not fit. Said on the line, marked in --memory all, and in the
 // JSON, so an H200 does not read as memory-bound where a 200 GiB card would stop at the same batch.
