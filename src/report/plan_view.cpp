@@ -73,11 +73,16 @@ bool card_at_cap(const PlanSummary& s, const PlanSummary::CardFit& c) {
 // than where memory alone sets it: the next batch is planned on our explicit attention, which keeps its
 // probabilities, and fits no more (vit-base inference in an H200's memory fits 65535 and so would a 200 GiB
 // card).
-bool attention_limits(const PlanSummary& s, int64_t fit) {
-  return fit == kCudnnSdpaMostSequences && !s.plans.empty() &&
-         s.plans.front().request.backend == BackendKind::cuda &&
+// Whether the plans are the CUDA backend's on cuDNN's fused attention, for a model with attention: up to
+// kCudnnSdpaMostSequences sequences; past it, our explicit attention's.
+bool plans_fused_attention(const PlanSummary& s) {
+  return !s.plans.empty() && s.plans.front().request.backend == BackendKind::cuda &&
          s.plans.front().request.paths.attention == AttentionPath::cudnn_sdpa &&
          layer_kinds(*s.graph).attention;
+}
+
+bool attention_limits(const PlanSummary& s, int64_t fit) {
+  return fit == kCudnnSdpaMostSequences && plans_fused_attention(s);
 }
 
 // " with input.sequence_length=1024, layers[1].repeat=24", or empty without --set.
@@ -507,10 +512,7 @@ std::string format_plan_table(const PlanSummary& s) {
             "explicit attention, which keeps its probabilities and does not fit, so attention, not memory, "
             "stops the batch there)\n",
             kCudnnSdpaMostSequences);
-      if (*s.max_fit_batch > kCudnnSdpaMostSequences && !s.plans.empty() &&
-          s.plans.front().request.backend == BackendKind::cuda &&
-          s.plans.front().request.paths.attention == AttentionPath::cudnn_sdpa &&
-          layer_kinds(*s.graph).attention)
+      if (*s.max_fit_batch > kCudnnSdpaMostSequences && plans_fused_attention(s))
         out += fmt::format(
             "(batches past {} are planned on our explicit attention, which keeps its probabilities: cuDNN's "
             "fused attention runs at most {} sequences at once)\n",
