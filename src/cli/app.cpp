@@ -1023,12 +1023,15 @@ int run_app(int argc, char** argv) {
   // `batchsweep help [SUBCOMMAND]` and `batchsweep version`, as git and go take them: the help or version.
   if (argc >= 2 && (std::string_view(argv[1]) == "help" || std::string_view(argv[1]) == "version")) {
     if (std::string_view(argv[1]) == "version") {
+      if (argc >= 3) throw UsageError(fmt::format("version takes no arguments, got '{}'", argv[2]));
       std::printf("%s\n", app.version().c_str());
       return kExitOk;
     }
     if (argc >= 3 && !is_subcommand(argv[2]))
       throw UsageError(fmt::format("help: unknown subcommand '{}'{} (one of {})", argv[2],
                                    did_you_mean(argv[2], names), model_detail::join_names(names)));
+    if (argc >= 4)
+      throw UsageError(fmt::format("help takes one subcommand, got '{}' after '{}'", argv[3], argv[2]));
     CLI::App* about = argc >= 3 ? app.get_subcommand(argv[2]) : &app;
     std::fputs((about == &app ? app.help() : about->help("batchsweep")).c_str(), stdout);
     return kExitOk;

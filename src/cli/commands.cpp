@@ -188,6 +188,14 @@ void check_writable(const std::string& path, std::string_view flag) {
   if (is_stream_target(path)) {  // a pipe, FIFO or device: written in place, once, at the end
     if (access(path.c_str(), W_OK) != 0)
       throw InputError(fmt::format("{} {}: not writable: {}", flag, path, std::strerror(errno)));
+    // A device that cannot be opened here (/dev/tty without a controlling terminal) is found now, not after
+    // the measurements. A FIFO is not opened: its reader may come later.
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) {
+      const int fd = ::open(path.c_str(), O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+      if (fd < 0) throw InputError(fmt::format("{} {}: cannot open: {}", flag, path, std::strerror(errno)));
+      ::close(fd);
+    }
     return;
   }
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");

@@ -849,6 +849,14 @@ TEST(Help, HelpAndVersionAsWordsAndFlagsInTheWrongPlace) {
   const Result version = run({"version"});
   EXPECT_EQ(version.exit_code, 0) << version.err;
   EXPECT_EQ(version.out, run({"--version"}).out);
+  const Result version_extra = run({"version", "extra"});
+  EXPECT_EQ(version_extra.exit_code, 2);
+  EXPECT_NE(version_extra.err.find("version takes no arguments, got 'extra'"), std::string::npos)
+      << version_extra.err;
+  const Result help_extra = run({"help", "plan", "run"});
+  EXPECT_EQ(help_extra.exit_code, 2);
+  EXPECT_NE(help_extra.err.find("help takes one subcommand, got 'run' after 'plan'"), std::string::npos)
+      << help_extra.err;
   const Result before = run({"--precision", "bf16", "plan"});
   EXPECT_EQ(before.exit_code, 2);
   EXPECT_NE(before.err.find("--precision comes before the subcommand: a subcommand's flags go after it "

@@ -2044,6 +2044,24 @@ TEST(Run, StdoutThatCannotBeWrittenIsAnError) {
   EXPECT_EQ(slurp(err).find("(exit 4)"), std::string::npos) << slurp(err);
 }
 
+// A device that cannot be opened (/dev/tty in a session without a terminal, as a CI job runs) is refused
+// before the sweep, exit 2, not found after the measurements as exit 1.
+TEST(Run, ADeviceThatCannotBeOpenedIsRefusedBeforeTheSweep) {
+  if (!std::filesystem::exists("/dev/tty") || std::system("command -v setsid > /dev/null") != 0)
+    GTEST_SKIP() << "no /dev/tty or setsid here";
+  ScratchDir dir;
+  const std::string err = (dir / "err").string();
+  const std::string command =
+      "setsid " + std::string(BSW_BINARY) + " run --backend scripted --script '" + scripted("roofline.json") +
+      "' --batch 128,256 --markdown /dev/tty > /dev/null 2> '" + err + "' < /dev/null";
+  const int status = std::system(command.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2) << slurp(err);
+  EXPECT_NE(slurp(err).find("--markdown /dev/tty: cannot open: No such device or address"), std::string::npos)
+      << slurp(err);
+  EXPECT_EQ(slurp(err).find("best throughput"), std::string::npos) << slurp(err);
+}
+
 // A file past `ulimit -f` is a write error naming the export (EFBIG), not a kill by SIGXFSZ that leaves a
 // temporary file behind.
 TEST(Run, AFileSizeLimitIsAWriteErrorNotAKill) {
