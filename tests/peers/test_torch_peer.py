@@ -931,7 +931,7 @@ class TorchSweepTest(unittest.TestCase):
         raised = []
 
         def step(state):
-            batch = state.inputs.shape[1]
+            batch = state.inputs.shape[0]
             if batch == 4:
                 raised.append(batch)
                 error = (torch.cuda.OutOfMemoryError if len(raised) == 1 else MemoryError)

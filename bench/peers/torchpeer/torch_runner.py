@@ -158,11 +158,13 @@ class PointState:
         return optimizer
 
     def _make_data(self, batch: int):
-        """Seeded synthetic inputs and targets for every micro-batch, created on the device once."""
+        """Seeded synthetic inputs and targets for one micro-batch, created on the device once. Every
+        micro-batch of a step reads them, as a training loop holds one micro-batch at a time (batchsweep's plan
+        holds one data.input): holding all `accumulation` of them would put A - 1 more in the peak."""
         g, cfg = self.graph, self.options
         gen = torch.Generator(device=self.device)
         gen.manual_seed(cfg.seed)
-        shape = (self.accumulation, batch, *g.input_shape)
+        shape = (batch, *g.input_shape)
         if g.input_type == "tokens":
             inputs = torch.randint(0, self.vocab_size, shape, generator=gen, device=self.device)
         else:
@@ -171,10 +173,10 @@ class PointState:
         if self.train:
             if g.loss == "cross_entropy":
                 rows = () if len(g.output_shape) == 1 else (g.output_shape[0],)
-                targets = torch.randint(0, g.loss_classes, (self.accumulation, batch, *rows), generator=gen,
+                targets = torch.randint(0, g.loss_classes, (batch, *rows), generator=gen,
                                         device=self.device)
             else:
-                targets = torch.randn((self.accumulation, batch, *g.output_shape), generator=gen, device=self.device)
+                targets = torch.randn((batch, *g.output_shape), generator=gen, device=self.device)
         return inputs, targets
 
     def _autocast(self):
@@ -187,13 +189,13 @@ class PointState:
         the mean loss as a 0-d tensor (train) or None; does not synchronize."""
         if not self.train:
             with torch.inference_mode():
-                self.model(self.inputs[0])
+                self.model(self.inputs)
             return None
         self.optimizer.zero_grad(set_to_none=True)
         total = None
-        for m in range(self.accumulation):
+        for _ in range(self.accumulation):
             with self._autocast():
-                loss = loss_fn(self.model(self.inputs[m]), self.targets[m], self.graph)
+                loss = loss_fn(self.model(self.inputs), self.targets, self.graph)
             scaled = loss / self.accumulation
             (self.scaler.scale(scaled) if self.scaler else scaled).backward()
             total = loss.detach() if total is None else total + loss.detach()
@@ -282,7 +284,8 @@ class TorchRunner:
             "timing": "CUDA events around each step" if self.cuda else "time.perf_counter around each step",
             "memory": "torch.cuda.max_memory_allocated over the timed steps (peak reset after warm-up)" if self.cuda
             else "not measured on the CPU",
-            "data": "synthetic, seeded, created on the device once per point",
+            "data": "synthetic, seeded, one micro-batch created on the device once per point "
+            "(every micro-batch reads it)",
             "timeout_clock": "starts after the first (compiling) warm-up step" if self.options.compile
             else "starts before the model is built, as batchsweep's",
             **self.notes,
