@@ -1073,6 +1073,14 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle, cublasL
     }
   }
   if (alpha == nullptr || beta == nullptr) return fail(CUBLAS_STATUS_INVALID_VALUE, "alpha or beta is null");
+  // BSW_EMU_CUBLASLT_NEEDS_FREE_MIB: a kernel loaded lazily on its first launch needs that much free device
+  // memory; short of it the call fails as the real library's does, EXECUTION_FAILED with no runtime error.
+  if (const char* v = std::getenv("BSW_EMU_CUBLASLT_NEEDS_FREE_MIB"); v != nullptr) {
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess &&
+        free_bytes < (std::strtoull(v, nullptr, 10) << 20))
+      return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
   Problem problem;
   if (Verdict v = check_problem(desc, layouts[0], layouts[1], layouts[2], layouts[3], &problem); !v)
     return fail(v.status, v.why);

@@ -33,11 +33,18 @@ bool sticky(cudaError_t status) {
     case cudaErrorAssert:
     case cudaErrorECCUncorrectable:
     case cudaErrorLaunchTimeout:
+    case cudaErrorContextIsDestroyed:
+    case cudaErrorNvlinkUncorrectable:
+    // What the runtime says after a fault the driver logged (an Xid): nothing after it can be trusted.
+    case cudaErrorUnknown:
       return true;
     default:
       return false;
   }
 }
+
+// Free device memory under which a library call's failure is taken as running out of it.
+constexpr size_t kLibraryOutOfMemoryBytes = size_t{64} << 20;
 
 constexpr const char* kContextUnusable =
     "the CUDA context is unusable after this error, so the sweep stops here (the points finished before it "
@@ -54,6 +61,16 @@ constexpr const char* kContextUnusable =
   if (sticky(context))
     throw Error(fmt::format("{} after {}: {}; {}", message, cudaGetErrorName(context),
                             cudaGetErrorString(context), kContextUnusable));
+  // A library that loads its kernels lazily (cuBLASLt, cuDNN) or allocates inside a call fails for want of
+  // memory with its own status (CUBLAS_STATUS_EXECUTION_FAILED, an internal error), not an allocation
+  // failure: with next to nothing free that is this batch running out of memory, a measurement, not an
+  // error of the backend.
+  size_t free_bytes = 0, total_bytes = 0;
+  if (synced == cudaSuccess && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess &&
+      free_bytes < kLibraryOutOfMemoryBytes)
+    throw OutOfMemory(fmt::format("{}, with {} MiB of device memory free: taken as out of memory", message,
+                                  free_bytes >> 20));
+  static_cast<void>(cudaGetLastError());
   throw BackendError(message);
 }
 

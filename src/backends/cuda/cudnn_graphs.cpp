@@ -10,6 +10,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include "backends/cuda/check.hpp"
@@ -26,7 +27,8 @@ struct Entry {
   int64_t batch = 0;
   std::shared_ptr<fe::graph::Graph> graph;  // null when unsupported
   int64_t workspace_bytes = 0;
-  std::string error;  // why unsupported
+  std::string error;            // why unsupported
+  DType dw_dtype = DType::f32;  // what a wgrad writes, for fp16: f32 where an engine takes it, else f16
 };
 
 fe::DataType_t io_type(DType t) {
@@ -181,7 +183,23 @@ struct CudnnGraphs::Cache {
     return e;
   }
 
+  // fp16 weight gradients carry the loss scale (65536 at first): an fp32 dW keeps them finite, as on the
+  // im2col path. Where no engine writes fp32 from fp16 operands, an fp16 dW, as PyTorch's autocast computes
+  // it: a gradient past 65504 is inf, and the step is skipped and the scale halved, as GradScaler does.
+  // bf16 has fp32's range and stays 16-bit.
   Entry build_conv(ConvPass pass, const ConvShape& s, uint64_t workspace_limit) {
+    if (pass != ConvPass::wgrad || s.precision != Precision::fp16)
+      return build_conv(pass, s, workspace_limit, {});
+    Entry wide = build_conv(pass, s, workspace_limit, DType::f32);
+    if (wide.graph) return wide;
+    Entry narrow = build_conv(pass, s, workspace_limit, DType::f16);
+    if (!narrow.graph) return wide;  // the first reason
+    narrow.dw_dtype = DType::f16;
+    return narrow;
+  }
+
+  Entry build_conv(ConvPass pass, const ConvShape& s, uint64_t workspace_limit,
+                   std::optional<DType> dw_type) {
     auto g = std::make_shared<fe::graph::Graph>();
     const fe::DataType_t io = io_type(storage_dtype(s.precision));
     g->set_io_data_type(io)
@@ -222,9 +240,7 @@ struct CudnnGraphs::Cache {
             dy, x,
             fe::graph::Conv_wgrad_attributes().set_padding(pad).set_stride(stride).set_dilation(dilation));
         dw->set_output(true).set_uid(kW).set_dim(w_dims).set_stride(w_strides);
-        // fp16 weight gradients carry the loss scale (65536 at first): fp32 keeps them finite, as on the
-        // im2col path. bf16 has fp32's range and stays 16-bit.
-        if (s.precision == Precision::fp16) dw->set_data_type(fe::DataType_t::FLOAT);
+        if (dw_type) dw->set_data_type(io_type(*dw_type));
         break;
       }
     }
@@ -397,13 +413,15 @@ std::string CudnnGraphs::op_support(const Graph& graph, const Op& op, int64_t ba
   return error;
 }
 
-void CudnnGraphs::conv(ConvPass pass, const ConvShape& shape, void* x, void* w, void* y, void* workspace,
-                       uint64_t workspace_bytes, cudaStream_t stream) {
+DType CudnnGraphs::conv(ConvPass pass, const ConvShape& shape, void* x, void* w, void* y, void* workspace,
+                        uint64_t workspace_bytes, cudaStream_t stream) {
   const Entry& e = cache_->conv_entry(pass, shape, workspace_bytes);
   std::unordered_map<int64_t, void*> pack{{kX, x}, {kW, w}, {kY, y}};
   // Constant names: this runs every step (outside CUDA-graph replay), and `what` only names an error.
   static constexpr const char* kWhat[] = {"cuDNN conv fprop", "cuDNN conv dgrad", "cuDNN conv wgrad"};
   cache_->execute(e, kWhat[static_cast<int>(pass)], pack, workspace, workspace_bytes, stream);
+  return pass == ConvPass::wgrad && shape.precision == Precision::fp16 ? e.dw_dtype
+                                                                       : storage_dtype(shape.precision);
 }
 
 void CudnnGraphs::sdpa_forward(const SdpaShape& shape, const void* q, const void* k, const void* v, void* o,

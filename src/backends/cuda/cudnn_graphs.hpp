@@ -85,9 +85,10 @@ class CudnnGraphs {
   [[nodiscard]] std::vector<std::shared_ptr<const void>> hold(int64_t batch) const;
 
   // The passes, on `stream` (graph-capturable). Tensors by role: fprop x, w -> y; dgrad dy (in y), w -> dx
-  // (in x); wgrad x, dy (in y) -> dw (in w). Throws BackendError when the shape is unsupported.
-  void conv(ConvPass pass, const ConvShape& shape, void* x, void* w, void* y, void* workspace,
-            uint64_t workspace_bytes, cudaStream_t stream);
+  // (in x); wgrad x, dy (in y) -> dw (in w). Throws BackendError when the shape is unsupported. Returns the
+  // dtype written: the storage dtype, but fp16's wgrad writes f32 where an engine takes that, else f16.
+  DType conv(ConvPass pass, const ConvShape& shape, void* x, void* w, void* y, void* workspace,
+             uint64_t workspace_bytes, cudaStream_t stream);
   // q, k, v point at the q|k|v parts of one qkv buffer (strided views); stats may be null in inference.
   void sdpa_forward(const SdpaShape& shape, const void* q, const void* k, const void* v, void* o,
                     float* stats, void* workspace, uint64_t workspace_bytes, cudaStream_t stream);

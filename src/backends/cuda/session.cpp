@@ -216,6 +216,19 @@ class CudaSession final : public Session, public CudaSessionProbe {
       throw OutOfMemory(fmt::format("the plan needs {} ({} bytes); the device has {} free of {}",
                                     format_bytes(total), total, format_bytes(free_before),
                                     format_bytes(device_total)));
+    // cuDNN's plans for this batch are built before the arena, as they need none of its memory: built after
+    // it, at the largest batch that fits, running short would pick a slower engine or read as a rejected
+    // shape (and a fallback path), not as this batch's out of memory. What they took is in the free reading
+    // the arena is checked against.
+    for (const Op& op : graph_.ops) has_attention_ |= op.kind == OpKind::attention_core;
+    build_cudnn_graphs();
+    size_t free_for_arena = free_before;
+    BSW_CUDA(cudaMemGetInfo(&free_for_arena, &device_total));
+    if (total > free_for_arena)
+      throw OutOfMemory(
+          fmt::format("the plan needs {} ({} bytes); the device has {} free of {} after "
+                      "cuDNN's plans for this batch",
+                      format_bytes(total), total, format_bytes(free_for_arena), format_bytes(device_total)));
     try {
       BSW_CUDA(cudaMalloc(&arena_, std::max<uint64_t>(total, kBufferAlignment)));
     } catch (const OutOfMemory& e) {
@@ -258,8 +271,6 @@ class CudaSession final : public Session, public CudaSessionProbe {
     const Ref ws = need("workspace.cublaslt");
     gemm_ = std::make_unique<Gemm>(plan_.request.precision, ws.ptr, ws.elements * dtype_bytes(ws.dtype));
     scalars_dev_ = static_cast<kernels::StepScalars*>(need("workspace.scalars").ptr);
-    for (const Op& op : graph_.ops) has_attention_ |= op.kind == OpKind::attention_core;
-    build_cudnn_graphs();
 
     for (const char* name : {"gradients", "optimizer.m", "optimizer.v", "optimizer.momentum"})
       if (const Ref r = ref(name))
@@ -1236,11 +1247,12 @@ class CudaSession final : public Session, public CudaSessionProbe {
                            float* dw) {
     const ConvShape shape = conv_shape(op, batch(), plan_.request.precision);
     const Ref ws = need("workspace.cudnn");
-    const Ref dw_batch = need("workspace.conv_dw");  // fp32 for fp16 (cuDNN writes it so), else storage
+    // Sized fp32 for fp16 (cuDNN writes fp32 there where an engine takes it, else fp16), else storage.
+    const Ref dw_batch = need("workspace.conv_dw");
     const int64_t weights = op.out_channels * conv(op).patch();
-    cudnn_->conv(ConvPass::wgrad, shape, in.ptr, dw_batch.ptr, dy.ptr, ws.ptr, cudnn_workspace_size(),
-                 stream_);
-    kernels::accumulate_f32(dw_batch.dtype, dw_batch.ptr, dw, weights, stream_);
+    const DType written = cudnn_->conv(ConvPass::wgrad, shape, in.ptr, dw_batch.ptr, dy.ptr, ws.ptr,
+                                       cudnn_workspace_size(), stream_);
+    kernels::accumulate_f32(written, dw_batch.ptr, dw, weights, stream_);
     if (dx)
       cudnn_->conv(ConvPass::dgrad, shape, dx.ptr, w.ptr, dy.ptr, ws.ptr, cudnn_workspace_size(), stream_);
   }

@@ -253,6 +253,30 @@ TEST(EmulatedCuda, ACudaMallocThatFailsDespiteFreeMemoryIsAnOomPoint) {
   EXPECT_EQ(points[512].at("status"), "ok") << "the context stays usable after cudaMalloc failed";
 }
 
+// A library that fails for want of memory with its own status (cuBLASLt loading a kernel on its first
+// launch, EXECUTION_FAILED) after the arena took nearly all that was free: the batch ran out of memory, an
+// oom point, not an error. The mlp's fp32 cuda plans are 33.9 MiB at batch 16 and 38.9 MiB at 1024 (32 MiB
+// of it cuBLASLt's workspace); the emulated device has 48 MiB free, and cuBLASLt needs 12 MiB beside them.
+TEST(EmulatedCuda, ALibraryFailingForWantOfMemoryIsAnOomPoint) {
+  ScratchDir dir;
+  const Result r =
+      run(quick({"run", "--backend", "cuda", "--model", "mlp", "--precision", "fp32", "--batch", "16,1024,32",
+                 "--json", (dir / "r.json").string()}),
+          {"BSW_EMU_MEMORY_MIB=128", "BSW_EMU_RESERVED_MIB=80", "BSW_EMU_CUBLASLT_NEEDS_FREE_MIB=12"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(dir / "r.json");
+  std::map<int64_t, nlohmann::json> points;
+  for (const nlohmann::json& p : report["points"]) points[p.at("batch").get<int64_t>()] = p;
+  EXPECT_EQ(points[16].at("status"), "ok") << points[16].dump();
+  EXPECT_EQ(points[1024].at("status"), "oom") << points[1024].dump();
+  EXPECT_NE(points[1024].at("reason").get<std::string>().find("CUBLAS_STATUS_EXECUTION_FAILED"),
+            std::string::npos)
+      << points[1024].dump();
+  EXPECT_NE(points[1024].at("reason").get<std::string>().find("taken as out of memory"), std::string::npos)
+      << points[1024].dump();
+  EXPECT_EQ(points[32].at("status"), "ok") << "the context stays usable";
+}
+
 // --warmup 0 with no --warmup-time either: the first timed step holds the one-time work.
 TEST(EmulatedCuda, WarmupZeroIsWarnedAbout) {
   std::vector<std::string> args =
