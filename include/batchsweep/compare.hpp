@@ -151,6 +151,9 @@ struct CompareDelta {
   [[nodiscard]] bool unjudged() const { return one_step && verdict == Verdict::same && !mean_p_value; }
   // The geometric mean's verdict also held the change to the means' combined noise (every row had samples).
   bool noise_checked = false;
+  // The run's point is the baseline's own measurement (run --resume took it from the baseline's report, or
+  // both took it from one earlier run): "same" there compares a point with itself, and judges nothing.
+  bool baseline_measurement = false;
   // The tests in this row's family (its run's rows with a throughput test, Holm's step-down over them): the
   // p's above (p_value, mean_p_value, under_min_effect_p) are adjusted for them, scaled by the row's adjusted
   // p over its own, and the verdict is judged on the adjusted p's, so noise alone calls any batch of a
@@ -285,6 +288,8 @@ struct GateThresholds {
 };
 // PCT for every finding, as --fail-on-regression alone sets them.
 [[nodiscard]] GateThresholds uniform_gate(double pct);
+// The flags that set a gate, as given: "--fail-on-regression 5 --fail-on-latency-regression off".
+[[nodiscard]] std::string gate_flags(const GateThresholds& gate);
 // The gate's flags as given: "--fail-on-regression 5", then " --fail-on-latency-regression 20" (or "off").
 [[nodiscard]] std::string gate_flags(const GateThresholds& gate);
 [[nodiscard]] std::vector<Regression> find_regressions(const CompareResult& result,

@@ -2021,8 +2021,9 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
                            [&](const CompareRow& row) { return keep(row.deltas[run - 1]); });
       };
       comparable = any_delta([](const CompareDelta& d) { return d.verdict != Verdict::not_comparable; });
-      compared = any_delta(
-          [](const CompareDelta& d) { return d.verdict != Verdict::not_comparable && !d.unjudged(); });
+      compared = any_delta([](const CompareDelta& d) {
+        return d.verdict != Verdict::not_comparable && !d.unjudged() && !d.baseline_measurement;
+      });
       shares_a_row = std::any_of(result.rows.begin(), result.rows.end(),
                                  [&](const CompareRow& row) { return !row.runs[run].absent; });
       if (!compared && found.empty()) break;  // a gate that fails anyway says its regressions (exit 3)
@@ -2031,6 +2032,17 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
       // Named where there are several runs: which one the gate could not judge.
       const bool several = reports.size() > 2;
       const std::string who = several ? fmt::format(" {} ({})", run_letter(run), result.runs[run].name) : "";
+      // Every batch it shares with the baseline is the baseline's own measurement (run --resume took them
+      // from its report): it measured nothing the gate could judge.
+      const bool resumed = std::any_of(result.rows.begin(), result.rows.end(), [&](const CompareRow& row) {
+        return row.deltas[run - 1].baseline_measurement;
+      });
+      if (resumed)
+        return fmt::format(
+            "--fail-on-regression {:g}: {} measured none of the batches it shares with the baseline: each "
+            "is {}'s own measurement (run --resume took it from that report; its points' resumed_from), so "
+            "the gate would compare the baseline with itself (run the new sweep without --resume {})",
+            *s.fail_on_regression_pct, result.runs[run].name, result.runs[0].name, result.runs[0].name);
       // A batch is compared at one accumulation: runs of other accumulations share no row, whatever their
       // batch lists, and "sweep the same batches" would not help.
       const auto accumulations = [](const Report& r) {
@@ -2112,6 +2124,19 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
             searched(reports[i]) ? ", a search where the baseline swept a --batch list," : "",
             unswept.size() == 1 ? "" : "es", list, result.runs[0].name, unswept.size() == 1 ? "it" : "they");
     }
+    // Batches a run took from the baseline's own report (--resume): passed unjudged, and said so.
+    for (std::size_t i = 1; i < reports.size(); ++i) {
+      std::vector<std::string> taken;
+      for (const CompareRow& row : result.rows)
+        if (row.deltas[i - 1].baseline_measurement) taken.push_back(batch_label(row.batch, row.accumulation));
+      if (taken.empty()) continue;
+      const std::string note = fmt::format(
+          "{}: batch{} {} {} {}'s own measurement (run --resume took {} from that report): not judged",
+          result.runs[i].name, taken.size() == 1 ? "" : "es", fmt::join(taken, ", "),
+          taken.size() == 1 ? "is" : "are", result.runs[0].name, taken.size() == 1 ? "it" : "them");
+      std::fprintf(stderr, "batchsweep compare: note: %s\n", note.c_str());
+      export_notes.push_back(note);
+    }
     return std::nullopt;
   };
   const std::optional<std::string> refused =
@@ -2185,6 +2210,20 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
                 "as a regression, or hides one"
               : nullptr;
       if (why) std::fprintf(stderr, "batchsweep: warning: %s: %s\n", note.c_str(), why);
+    }
+    // The gate's answer in words, with the runs' files: a CI log that shows only stderr says which file is
+    // which letter and whether the job's gate passed, not only its exit code.
+    if (!refused) {
+      std::vector<std::string> files;
+      for (std::size_t i = 0; i < result.runs.size(); ++i)
+        files.push_back(fmt::format("{} {}", run_letter(i), result.runs[i].name));
+      std::fprintf(stderr, "%s",
+                   fmt::format("batchsweep: gate {} ({}; {}){}\n", found.empty() ? "passed" : "failed",
+                               gate_flags(*gate), fmt::join(files, ", "),
+                               found.empty() ? ""
+                                             : fmt::format(": {} regression{} (exit 3)", found.size(),
+                                                           found.size() == 1 ? "" : "s"))
+                       .c_str());
     }
     for (const Regression& r : found) std::fprintf(stderr, "batchsweep: regression: %s\n", r.text.c_str());
   }

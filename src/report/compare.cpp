@@ -671,8 +671,9 @@ CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, con
   for (const auto& row : rows) {
     const bool all_ran = std::all_of(row.runs.begin(), row.runs.end(), ran_ok);
     // A row whose change nobody can judge (one step against one) has no place in a judged mean either.
-    const bool unjudged =
-        std::any_of(row.deltas.begin(), row.deltas.end(), [](const CompareDelta& d) { return d.unjudged(); });
+    const bool unjudged = std::any_of(row.deltas.begin(), row.deltas.end(), [](const CompareDelta& d) {
+      return d.unjudged() || d.baseline_measurement;
+    });
     if (!all_ran || unjudged) continue;
     ++g.batches;
     for (size_t i = 0; i < runs; ++i) rates[i].push_back(row.runs[i].samples_per_second);
@@ -687,7 +688,9 @@ CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, con
     // every row has one.
     std::vector<MeanError> base_errors, run_errors;
     for (const auto& row : rows) {
-      if (!ran_ok(row.runs[0]) || !ran_ok(row.runs[i]) || row.deltas[i - 1].unjudged()) continue;
+      if (!ran_ok(row.runs[0]) || !ran_ok(row.runs[i]) || row.deltas[i - 1].unjudged() ||
+          row.deltas[i - 1].baseline_measurement)
+        continue;
       base_rates.push_back(row.runs[0].samples_per_second);
       run_rates.push_back(row.runs[i].samples_per_second);
       if (const std::optional<double>& se = row.runs[0].standard_error)
@@ -740,6 +743,7 @@ std::string p_text(double p) {
 std::string verdict_text(const CompareDelta& d, double min_effect_pct,
                          const char* threshold_note = "no samples") {
   if (d.verdict == Verdict::not_comparable) return std::string(to_string(d.verdict));
+  if (d.baseline_measurement) return fmt::format("{} (A's own measurement)", to_string(d.verdict));
   if (d.few_samples)
     return d.verdict == Verdict::same || d.tied_samples
                ? fmt::format("{} ({})", to_string(d.verdict),
@@ -1029,6 +1033,7 @@ nlohmann::json delta_json(const CompareDelta& d, const std::string& run, const s
           {"one_step", d.one_step},
           {"mean_p_value", d.mean_p_value ? number_or_null(*d.mean_p_value) : nlohmann::json(nullptr)},
           {"noise_checked", d.noise_checked},
+          {"baseline_measurement", d.baseline_measurement},
           {"p_value", d.p_value ? number_or_null(*d.p_value) : nlohmann::json(nullptr)},
           {"tail_ratio", d.tail_ratio ? number_or_null(*d.tail_ratio) : nlohmann::json(nullptr)},
           {"tail_verdict", to_string(d.tail_verdict)},
@@ -1121,6 +1126,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     for (size_t i = 1; i < points.size(); ++i)
       self[i] = points[i] && (!points[0]->resumed_from.empty() || !points[i]->resumed_from.empty()) &&
                 measured_at(0) == measured_at(i) && points[0]->samples_ms == points[i]->samples_ms;
+    for (size_t i = 1; i < points.size(); ++i) row.deltas[i - 1].baseline_measurement = self[i];
     result.rows.push_back(std::move(row));
     row_points.push_back(std::move(points));
     row_self.push_back(std::move(self));

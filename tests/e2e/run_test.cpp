@@ -1303,6 +1303,8 @@ TEST(Compare, RegressionExitsThreeAndSameRunPasses) {
   EXPECT_EQ(slower.exit_code, 3) << slower.out << slower.err;
   EXPECT_NE(slower.out.find("slower"), std::string::npos) << slower.out;
   EXPECT_NE(slower.err.find("batchsweep: regression: batch 1024: B is "), std::string::npos) << slower.err;
+  EXPECT_NE(slower.err.find("batchsweep: gate failed (--fail-on-regression 5; A "), std::string::npos)
+      << slower.err;
   // An export that cannot be written is exit 1, after the table and the regressions (a CI log still says
   // what regressed), and the other export is written.
   if (std::filesystem::exists("/dev/full")) {
@@ -1474,7 +1476,7 @@ TEST(Compare, ABatchThatStopsFittingFailsTheGateAndIsNamed) {
       << misread.err;
   const Result reverse = run({"compare", b, a, "--fail-on-regression", "50"});
   EXPECT_EQ(reverse.exit_code, 0) << reverse.err;
-  EXPECT_EQ(reverse.err.find("regression"), std::string::npos) << reverse.err;
+  EXPECT_EQ(reverse.err.find("regression:"), std::string::npos) << reverse.err;
 }
 
 // Runs of two accumulations share no row (a batch is compared at one accumulation): the titles say each
@@ -2178,6 +2180,14 @@ TEST(Run, AGateThatComparesNothingRemovesAnEarlierJobsExports) {
   EXPECT_EQ(bad_flag.exit_code, 2) << bad_flag.err;
   EXPECT_FALSE(std::filesystem::exists(gate_json));
   EXPECT_FALSE(std::filesystem::exists(gate_md));
+  // The gate's flag itself misspelled: meant as the gate all the same.
+  earlier_job();
+  const Result typo =
+      run({"compare", base, infer, "--fail-on-regresion", "5", "--json", gate_json, "--markdown", gate_md});
+  EXPECT_EQ(typo.exit_code, 2) << typo.err;
+  EXPECT_NE(typo.err.find("--fail-on-regression"), std::string::npos) << typo.err;  // the nearest, named
+  EXPECT_FALSE(std::filesystem::exists(gate_json));
+  EXPECT_FALSE(std::filesystem::exists(gate_md));
   // Only an earlier compare answer is removed: a report, a model or a README at a mistyped path is not (a
   // walk lost a run report so).
   const std::string victim = (dir / "victim.json").string(), notes = (dir / "notes.md").string();
@@ -2193,6 +2203,47 @@ TEST(Run, AGateThatComparesNothingRemovesAnEarlierJobsExports) {
   earlier_job();
   EXPECT_EQ(run({"compare", base, infer, "--json", gate_json}).exit_code, 2);
   EXPECT_TRUE(std::filesystem::exists(gate_json));
+}
+
+// A new run made with --resume from the baseline's own report measured nothing: every point is the
+// baseline's, and "same" there compares it with itself. The gate refuses it (exit 2); where only some batches
+// were taken, they are named as not judged, and the rest are judged. The gate's answer is said on stderr with
+// the runs' files.
+TEST(Run, AGateRefusesARunThatResumedEveryBatchFromTheBaseline) {
+  ScratchDir dir;
+  const std::string base = (dir / "base.json").string(), resumed = (dir / "resumed.json").string(),
+                    more = (dir / "more.json").string(), gate_json = (dir / "gate.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "64,128", "--json", base})).exit_code, 0);
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "64,128", "--resume", base, "--json", resumed}))
+                .exit_code,
+            0);
+  const Result all = run({"compare", base, resumed, "--fail-on-regression", "5", "--json", gate_json});
+  EXPECT_EQ(all.exit_code, 2) << all.err;
+  EXPECT_NE(all.err.find(resumed + " measured none of the batches it shares with the baseline: each is " +
+                         base + "'s own measurement (run --resume took it"),
+            std::string::npos)
+      << all.err;
+  const nlohmann::json doc = read_json(gate_json);
+  EXPECT_EQ(doc["gate"]["passed"], false);
+  EXPECT_EQ(doc["rows"][0]["deltas"][0]["baseline_measurement"], true) << doc["rows"].dump();
+  EXPECT_EQ(all.out.find("same (A's own measurement)") != std::string::npos, true) << all.out;
+  // One batch taken, one measured anew (batch 128 from a fresh run): judged where measured, and the taken
+  // one named.
+  const std::string fresh = (dir / "fresh.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "64,128", "--json", fresh})).exit_code, 0);
+  nlohmann::json mixed = read_json(resumed);
+  mixed["points"][1] = read_json(fresh)["points"][1];
+  ASSERT_EQ(mixed["points"][1]["batch"], 128);
+  std::ofstream(more) << mixed.dump();
+  const Result some = run({"compare", base, more, "--fail-on-regression", "5"});
+  EXPECT_EQ(some.exit_code, 0) << some.err;
+  EXPECT_NE(some.err.find("batchsweep compare: note: " + more + ": batch 64 is " + base +
+                          "'s own measurement (run --resume took it from that report): not judged"),
+            std::string::npos)
+      << some.err;
+  EXPECT_NE(some.err.find("batchsweep: gate passed (--fail-on-regression 5; A " + base + ", B " + more + ")"),
+            std::string::npos)
+      << some.err;
 }
 
 // A gate across two devices judges the other card's speed as a regression: said beside its answer, with
