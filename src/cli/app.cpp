@@ -214,6 +214,34 @@ Precision parse_precision(const std::string& text) {
   if (text == "tf32") return Precision::tf32;
   if (text == "fp16") return Precision::fp16;
   if (text == "bf16") return Precision::bf16;
+  // Lightning's names (bf16-mixed, 16-mixed, bf16-true, 32-true): each is said as the nearest batchsweep
+  // precision and how it differs, not taken silently for one.
+  std::string lower = text;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::replace(lower.begin(), lower.end(), '_', '-');
+  const bool mixed = lower == "bf16-mixed" || lower == "16-mixed" || lower == "fp16-mixed" ||
+                     lower == "mixed" || lower == "amp" || lower == "autocast";
+  if (mixed) {
+    const std::string_view near = lower.starts_with("bf16") ? "bf16" : "fp16";
+    throw UsageError(fmt::format(
+        "--precision: '{}' is autocast over fp32 weights (Lightning's mixed precision); batchsweep's {} is "
+        "the "
+        "model in {} with fp32 master weights (DeepSpeed's and Megatron's), whose peak is smaller than "
+        "autocast's: give --precision {}, and take its largest batch as an upper bound for an autocast job "
+        "(the PyTorch peer, bench/peers/torch_sweep.py, measures autocast)",
+        text, near, near, near));
+  }
+  if (lower == "bf16-true" || lower == "16-true" || lower == "fp16-true")
+    throw UsageError(fmt::format(
+        "--precision: '{}' is Lightning's model in 16 bits without fp32 master weights; batchsweep's {} "
+        "keeps "
+        "fp32 master weights and gradients beside the 16-bit model (more memory): give --precision {}",
+        text, lower.starts_with("bf16") ? "bf16" : "fp16", lower.starts_with("bf16") ? "bf16" : "fp16"));
+  if (lower == "32-true" || lower == "32" || lower == "fp32-true")
+    throw UsageError(
+        fmt::format("--precision: '{}' is Lightning's fp32: give --precision fp32 (or tf32 for "
+                    "TF32 tensor-core matmuls)",
+                    text));
   throw UsageError(fmt::format("--precision: unknown precision '{}'{} (choose fp32, tf32, fp16 or bf16)",
                                text,
                                did_you_mean(text, {"fp32", "tf32", "fp16", "bf16"},

@@ -30,6 +30,15 @@ std::vector<std::string> words_of(std::string_view name) {
       word += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     }
   }
+  // A size spelt apart from its unit ("H100 80 GB") is one word, as "80GB" is.
+  for (size_t i = 1; i < words.size(); ++i) {
+    const std::string& number = words[i - 1];
+    if ((words[i] == "gb" || words[i] == "g") && !number.empty() &&
+        std::all_of(number.begin(), number.end(), [](unsigned char c) { return std::isdigit(c) != 0; })) {
+      words[i - 1] += "gb";
+      words.erase(words.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
   return words;
 }
 

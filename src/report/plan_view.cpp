@@ -114,6 +114,8 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
       doc["accumulation"] = r.accumulation;
     }
     doc["backend"] = to_string(r.backend);
+    // The optimizer whose state the plan holds (the model config's; a preset's may be SGD).
+    if (r.mode == Mode::train) doc["optimizer"] = to_string(g.optimizer.type);
     doc["checkpointing"] = r.checkpointing;
     if (r.checkpointing && r.checkpoint_blocks > 0) doc["checkpoint_blocks"] = r.checkpoint_blocks;
     // A path for a kind of layer the model does not have is null: nothing runs on it.
@@ -347,6 +349,11 @@ std::string format_plan_table(const PlanSummary& s) {
       out += " (16-bit storage, fp32 math on the CPU: its fp32 operands are in the workspace)";
     if (r.backend == BackendKind::cpu && r.precision == Precision::tf32)
       out += " (tf32 runs as fp32 on the CPU)";
+    // The optimizer whose state is planned: a preset's may be SGD where a reader assumed AdamW.
+    if (r.mode == Mode::train)
+      out += g.optimizer.type == OptimizerType::sgd
+                 ? fmt::format("; optimizer sgd{}", g.optimizer.momentum > 0 ? " with momentum" : "")
+                 : fmt::format("; optimizer {}", to_string(g.optimizer.type));
     if (r.checkpointing) out += checkpointing_text(g, s.plans.front());
     out += "\n\n";
   }
@@ -527,6 +534,18 @@ std::string format_plan_table(const PlanSummary& s) {
                          kMemorySafetyFraction * 100, batch_one_needs(s));
     }
     out += blocks_to_fit_line(s);
+  }
+  // 16-bit training is planned as the model in 16 bits with fp32 master weights and a fused loss, which is
+  // not what most PyTorch jobs run: said where the answer is a batch to take.
+  if (!s.plans.empty() && s.memory_bytes) {
+    const PlanRequest& r = s.plans.front().request;
+    if (r.mode == Mode::train && (r.precision == Precision::bf16 || r.precision == Precision::fp16))
+      out += fmt::format(
+          "this is {0} as DeepSpeed and Megatron train: the model in {0}, fp32 master weights, a fused loss; "
+          "under autocast (Lightning's {1}-mixed, accelerate's mixed_precision=\"{0}\", transformers' "
+          "{0}=True) the logits, loss and layernorms are fp32 and the peak larger, so take a smaller batch "
+          "or measure it with the PyTorch peer (bench/peers/torch_sweep.py in the source tree)\n",
+          to_string(r.precision), r.precision == Precision::bf16 ? "bf16" : "16");
   }
   return out;
 }

@@ -488,6 +488,17 @@ INSTANTIATE_TEST_SUITE_P(
             R"({"name": "m", "input": {"type": "vector", "features": 0768}, "layers": [{"type": "linear", "out_features": 2}]})"},
         Case{"precision_upper_case", {"plan", "--precision", "BF16"}, 2, {"'BF16': did you mean 'bf16'?"}},
         Case{"precision_other_name", {"plan", "--precision", "bfloat16"}, 2, {"did you mean 'bf16'?"}},
+        // Lightning's names are said as what they differ in, not taken for the nearest precision.
+        Case{"precision_lightning_mixed",
+             {"plan", "--precision", "bf16-mixed"},
+             2,
+             {"--precision: 'bf16-mixed' is autocast over fp32 weights (Lightning's mixed precision); "
+              "batchsweep's bf16 is the model in bf16 with fp32 master weights"}},
+        Case{"precision_lightning_true",
+             {"plan", "--precision", "16-true"},
+             2,
+             {"'16-true' is Lightning's model in 16 bits without fp32 master weights; batchsweep's fp16 "
+              "keeps"}},
         Case{"backend_gpu", {"plan", "--backend", "gpu"}, 2, {"'gpu': did you mean 'cuda'?"}},
         Case{"mode_typo", {"plan", "--mode", "infernce"}, 2, {"'infernce': did you mean 'infer'?"}},
         Case{"attention_typo",

@@ -3012,6 +3012,13 @@ TEST(Plan, MemoryByCardNameIsTheMemoryTheDriverReports) {
   const Result table = run({"plan", "--model", "gpt2-small", "--precision", "bf16", "--memory", "L4"});
   ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_NE(table.out.find("(L4: 22518 MiB, as CUDA reports it)"), std::string::npos) << table.out;
+  // 16-bit training's layout is said beside the answer: not autocast's, whose peak is larger.
+  EXPECT_NE(table.out.find("this is bf16 as DeepSpeed and Megatron train: the model in bf16, fp32 master "
+                           "weights, a fused loss; under autocast (Lightning's bf16-mixed"),
+            std::string::npos)
+      << table.out;
+  // A size spelt apart from its unit is the size.
+  EXPECT_EQ(fit({"--memory", "H100 80 GB"})["memory_card"], "H100 PCIe or H100 SXM");
   const Result ambiguous = run({"plan", "--memory", "H100"});
   EXPECT_EQ(ambiguous.exit_code, 2);
   // By memory, each with a spelling that names it (a walk read "3 cards with different memories" of two
@@ -3740,11 +3747,14 @@ TEST(Plan, CudaPathsAreShownAndCanBeForced) {
   const Result table = run({"plan", "--model", "resnet-small", "--backend", "cuda", "--precision", "bf16"});
   ASSERT_EQ(table.exit_code, 0) << table.err;
   // The table names the paths of the layers the model has: resnet-small has convolutions, no attention.
-  EXPECT_NE(table.out.find("accumulation 1; conv cudnn\n"), std::string::npos) << table.out;
+  // And the optimizer whose state it plans (resnet-small's config trains with SGD, not AdamW).
+  EXPECT_NE(table.out.find("accumulation 1; conv cudnn; optimizer sgd with momentum\n"), std::string::npos)
+      << table.out;
   EXPECT_EQ(table.out.find("attention"), std::string::npos) << table.out;
   const Result resnet_json =
       run({"plan", "--model", "resnet-small", "--backend", "cuda", "--precision", "bf16", "--json", "-"});
   ASSERT_EQ(resnet_json.exit_code, 0) << resnet_json.err;
+  EXPECT_EQ(nlohmann::json::parse(resnet_json.out)["optimizer"], "sgd");
   EXPECT_TRUE(nlohmann::json::parse(resnet_json.out)["paths"]["attention"].is_null());
   EXPECT_EQ(nlohmann::json::parse(resnet_json.out)["paths"]["conv"], "cudnn");
   // Forced for a head size auto would not give cuDNN (4): planned as asked, with a note that run decides.
