@@ -144,7 +144,16 @@ class AutoSearch {
           edge_.largest_fit_measured = true;
           growth_.push_back(*point);
           check_plateau();
-          if (!plateau_at_ && too_slow_to_time(2 * batch)) slow_at_ = plateau_at_ = batch;
+          // Growth times the next doubling unless this one's steps already outlasted --timeout (its warm-up
+          // and two timed steps did not fit), or one step of the next would, bounded linearly: below a
+          // device's knee a doubled batch steps no slower, so a bound on the whole point (5 steps) would
+          // stop timing at batch 1 wherever a step takes half a second.
+          if (!plateau_at_ && timed_short(*point)) {
+            slow_at_ = plateau_at_ = batch;
+            slow_measured_ = true;
+          } else if (!plateau_at_ && too_slow_to_time(2 * batch)) {
+            slow_at_ = plateau_at_ = batch;
+          }
           break;
         case PointStatus::oom:
           note_unfit(batch, Fit::oom, point->reason);
@@ -230,11 +239,11 @@ class AutoSearch {
                                            plan_fit, lo, unfit, edge_note_)
                              : fmt::format("largest fit {}, {}{}", lo, unfit, edge_note_);
     if (!lo_measured && !runner_.find(lo, accumulation_)) {
-      if (too_slow_to_time(lo)) {
+      if (cannot_time(lo)) {
         // Too slow to time at the multiple of 8, so too slow above it: the largest fit is named untimed.
         const int64_t largest = plan_fit ? plan_fit : lo;
-        const std::string why = fmt::format("not timed: a step would take {}; raise --timeout to time it",
-                                            predicted_step_text(largest));
+        const std::string why =
+            fmt::format("not timed: {}; raise --timeout to time it", untimed_why(largest));
         // Said of the largest fit, not of the batch that did not fit after it.
         edge_summary_ = plan_fit
                             ? fmt::format("largest fit {} by the plan (the search stopped at {}; {}), {}{}",
@@ -242,11 +251,8 @@ class AutoSearch {
                             : fmt::format("largest fit {} ({}), {}{}", lo, why, unfit, edge_note_);
         runner_.set_untimed_fit(UntimedFit{
             largest, fmt::format("{}{}; {}", plan_fit ? "by the plan, which is " : "", unfit, why)});
-        runner_.warn(
-            fmt::format("batch {} fits{} but was not timed: a step would take {}, more than "
-                        "--timeout {} s allows for --warmup and two timed steps; raise --timeout to time it",
-                        largest, plan_fit ? " by the plan" : "", predicted_step_text(largest),
-                        runner_.settings().stopping.timeout_s));
+        runner_.warn(fmt::format("batch {} fits{} but was not timed: {}; raise --timeout to time it", largest,
+                                 plan_fit ? " by the plan" : "", untimed_why(largest)));
       } else {
         const auto point = runner_.measure(lo, accumulation_, true);
         if (!point) return false;
@@ -384,9 +390,14 @@ class AutoSearch {
                                        ? fmt::format(" and {} taken from --resume", runner_.resumed_points())
                                        : std::string(),
                                    probes, probes == 1 ? "" : "s");
-    if (slow_at_)
-      text += fmt::format("timed up to {} (a larger batch would not fit --timeout {} s), then ", *slow_at_,
-                          runner_.settings().stopping.timeout_s);
+    if (slow_at_ && slow_measured_)
+      text += fmt::format(
+          "timed up to {} (its warm-up and two timed steps did not fit --timeout {} s, so a larger batch's "
+          "would not), then ",
+          *slow_at_, runner_.settings().stopping.timeout_s);
+    else if (slow_at_)
+      text += fmt::format("timed up to {} (one step of a larger batch could outlast --timeout {} s), then ",
+                          *slow_at_, runner_.settings().stopping.timeout_s);
     else if (plateau_at_)
       text += fmt::format("timed up to {} (plateau: the last two doublings each gained < {:.0f}%), then ",
                           *plateau_at_, kAutoPlateauGain * 100.0);
@@ -421,9 +432,8 @@ class AutoSearch {
     const int64_t largest = edge_.largest_fit;
     largest_fit_ = largest;
     if (edge_.largest_fit_measured || runner_.find(largest, accumulation_)) return true;
-    if (!too_slow_to_time(largest)) return runner_.measure(largest, accumulation_, true).has_value();
-    const std::string why = fmt::format("not timed: a step would take {}; raise --timeout to time it",
-                                        predicted_step_text(largest));
+    if (!cannot_time(largest)) return runner_.measure(largest, accumulation_, true).has_value();
+    const std::string why = fmt::format("not timed: {}; raise --timeout to time it", untimed_why(largest));
     const bool at_cap = largest == cap_;
     edge_summary_ = fmt::format("largest fit {}{} ({})", largest, at_cap ? ", the cap" : "", why);
     runner_.set_untimed_fit(UntimedFit{
@@ -431,10 +441,8 @@ class AutoSearch {
                              at_cap ? std::string("the cap of 2^24 samples a step")
                                     : fmt::format("the largest batch growth tried below the cap of {}", cap_),
                              why)});
-    runner_.warn(
-        fmt::format("batch {} fits but was not timed: a step would take {}, more than "
-                    "--timeout {} s allows for --warmup and two timed steps; raise --timeout to time it",
-                    largest, predicted_step_text(largest), runner_.settings().stopping.timeout_s));
+    runner_.warn(fmt::format("batch {} fits but was not timed: {}; raise --timeout to time it", largest,
+                             untimed_why(largest)));
     return true;
   }
 
@@ -461,12 +469,29 @@ class AutoSearch {
                        predicted_step_s(batch), growth_.back().batch, growth_.back().step_ms.mean);
   }
 
-  // True when warm-up and two timed steps of `batch` would not fit in the per-point timeout: such a point
-  // cannot be measured at all, so growth stops timing and the fit edge is found without timing it.
+  // True when one step of `batch`, bounded linearly by the last timed one, could outlast the per-point
+  // timeout: a step cannot be cut short, so growth stops timing and the fit edge is found without timing it.
   [[nodiscard]] bool too_slow_to_time(int64_t batch) const {
-    const StoppingSettings& s = runner_.settings().stopping;
-    const double steps = static_cast<double>(s.warmup_steps + kFewestTimedSteps);
-    return predicted_step_s(batch) * steps > s.timeout_s;
+    return predicted_step_s(batch) > runner_.settings().stopping.timeout_s;
+  }
+  // Whether `batch`, larger than every timed one, is not timed: growth's own steps outlasted --timeout, or
+  // one of its steps could.
+  [[nodiscard]] bool cannot_time(int64_t batch) const { return slow_measured_ || too_slow_to_time(batch); }
+  // Why, in words: "batch 128's steps did not fit --timeout 5 s" or "a step would take up to about ...".
+  [[nodiscard]] std::string untimed_why(int64_t batch) const {
+    if (slow_measured_ && slow_at_)
+      return fmt::format(
+          "batch {}'s warm-up and two timed steps did not fit --timeout {} s, and a larger "
+          "batch's steps are no shorter",
+          *slow_at_, runner_.settings().stopping.timeout_s);
+    return fmt::format("a step would take {}, more than --timeout {} s allows", predicted_step_text(batch),
+                       runner_.settings().stopping.timeout_s);
+  }
+  // True when a timed point stopped at --timeout before its second timed step: a larger batch's steps are
+  // no shorter, so it could not be timed either.
+  [[nodiscard]] static bool timed_short(const Point& point) {
+    return point.stop_reason == "timeout" &&
+           static_cast<int64_t>(point.samples_ms.size()) < kFewestTimedSteps;
   }
 
   void check_plateau() {
@@ -484,6 +509,7 @@ class AutoSearch {
   std::vector<Point> growth_;  // ok growth points, ascending
   std::optional<int64_t> plateau_at_;
   std::optional<int64_t> slow_at_;  // growth stopped timing here: the next batch would not fit the timeout
+  bool slow_measured_ = false;      // ... because this batch's own steps did not fit it (else the bound)
   const int64_t cap_;               // the largest batch: 2^24 samples per step over the accumulation
   Edge edge_;
   int64_t largest_fit_ = 0;   // after the edge refinement; 0 when unknown

@@ -117,6 +117,8 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
   struct OkSplit {
     double step_s;
     int64_t accumulation;
+    bool timed_short;  // stopped at --timeout before its second timed step
+    std::string label;
   };
   std::optional<OkSplit> last_ok;
   int slower_in_a_row = 0;
@@ -126,6 +128,7 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
   std::string stopped_early;
   std::vector<std::string> untimed;
   double untimed_bound_s = 0;
+  std::string untimed_after;  // the split whose own steps outlasted --timeout, where that left the rest out
   const StoppingSettings& stopping = runner.settings().stopping;
   // What was measured and left out: at the end, and where a signal stops the sweep (as the auto search says).
   std::size_t probed = 0;  // splits between the ladder's steps that were probed (prepare only)
@@ -135,10 +138,14 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
     std::string not_timed;
     if (!untimed.empty()) {
       // The first split left out, and its own bound: the later ones' are looser (more micro-batches).
-      const std::string why = fmt::format(
-          "from {} on, a step of up to {:.3g} s, so --warmup {} and 2 timed steps could take {:.3g} s",
-          untimed.front(), untimed_bound_s, stopping.warmup_steps,
-          untimed_bound_s * static_cast<double>(stopping.warmup_steps + kFewestTimedSteps));
+      const std::string why =
+          untimed_after.empty()
+              ? fmt::format("from {} on, one step could take up to {:.3g} s", untimed.front(),
+                            untimed_bound_s)
+              : fmt::format(
+                    "{}'s warm-up and two timed steps did not fit, and a smaller micro-batch's steps "
+                    "are no shorter",
+                    untimed_after);
       not_timed = fmt::format("; not timed, too slow for --timeout {:g} s ({}): {}", stopping.timeout_s, why,
                               fmt::join(untimed, ", "));
       runner.warn(fmt::format(
@@ -181,14 +188,17 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
     if (last_ok && last_ok->step_s > 0) {
       const double bound_s = last_ok->step_s * static_cast<double>(split.accumulation) /
                              static_cast<double>(last_ok->accumulation);
-      // Left out only where --timeout could not take the warm-up and two timed steps (the fewest that give a
-      // noise estimate): a split --timeout cuts short is still timed, as a plain point is, and says so
-      // (stop_reason timeout). Holding each to --min-samples ended the search after one split wherever a
-      // training step took 200 ms (13 steps of the next split's 400 ms are over the default 5 s).
-      const auto steps = stopping.warmup_steps + kFewestTimedSteps;
-      if (bound_s * static_cast<double>(steps) > stopping.timeout_s &&
+      // Left out only where the last timed split's own steps outlasted --timeout (its warm-up and two timed
+      // steps, the fewest that give a noise estimate, did not fit: this split's steps are no shorter), or
+      // where one step, bounded by the last's scaled by the micro-batches, could: a split --timeout cuts
+      // short is still timed, as a plain point is, and says so (stop_reason timeout). A bound on the whole
+      // point's steps skipped every split after one of 0.5 s, though on a busy device the splits tie.
+      if ((last_ok->timed_short || bound_s > stopping.timeout_s) &&
           !runner.find(split.micro_batch, split.accumulation)) {
-        if (untimed.empty()) untimed_bound_s = bound_s;
+        if (untimed.empty()) {
+          untimed_bound_s = bound_s;
+          if (last_ok->timed_short) untimed_after = last_ok->label;
+        }
         untimed.push_back(batch_label(split.micro_batch, split.accumulation));
         continue;
       }
@@ -234,7 +244,10 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
                                    to_string(point->status)));
       continue;
     }
-    last_ok = OkSplit{point->step_ms.mean / 1000.0, point->accumulation};
+    last_ok = OkSplit{
+        point->step_ms.mean / 1000.0, point->accumulation,
+        point->stop_reason == "timeout" && static_cast<int64_t>(point->samples_ms.size()) < kFewestTimedSteps,
+        batch_label(point->batch, point->accumulation)};
     const double throughput = point->samples_per_second;
     if (previous_ok_throughput &&
         throughput < *previous_ok_throughput * (1.0 - kEffectiveBatchStopSlowdown)) {

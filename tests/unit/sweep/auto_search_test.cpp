@@ -383,8 +383,12 @@ TEST(AutoSearch, LargestFitTooSlowToTimeIsReportedNotTimed) {
   config.oom_above_batch = 1 << 14;
   const auto backend = make_scripted_backend(config);
   RecordingObserver observer;
-  // The default 5 s timeout cannot hold 13 steps of 1.03 s: the edge is found by probes but not timed.
-  const SweepOutcome outcome = run_sweep(*backend, graph, auto_settings(), observer);
+  // One step of 16384, 1.03 s (bounded by 8192's 0.51 s, doubled), could outlast a 1 s timeout: the edge is
+  // found by probes but not timed.
+  SweepSettings settings = auto_settings();
+  settings.stopping.timeout_s = 1.0;
+  settings.stopping.min_time_s = 0.1;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
   EXPECT_LT(largest_ok(outcome.points), 1 << 14);
   EXPECT_EQ(smallest_failed_above(outcome.points, 1 << 14), (1 << 14) + 8);
   EXPECT_NE(outcome.search_summary.find("largest fit 16384"), std::string::npos) << outcome.search_summary;
@@ -405,11 +409,12 @@ TEST(AutoSearch, PlanEdgeTooSlowToTimeNamesThePlansLargestFit) {
   const Graph graph = tiny_graph();
   ScriptedConfig config = testing::roofline(2.0, 128.0);
   config.curve = ScriptedConfig::Curve::saturating;
-  // A step of b ~ 3000 takes 2 ms (1 + b/32) ~ 0.19 s: 3 warm-up and 2 timed steps do not fit 0.5 s.
+  // A step of b ~ 3000 takes 2 ms (1 + b/32) ~ 0.19 s, bounded by 2048's 130 ms scaled: over 0.15 s.
   config.b0 = 32;
   const auto backend = make_scripted_backend(config);
   SweepSettings settings = auto_settings();
-  settings.stopping.timeout_s = 0.5;
+  settings.stopping.timeout_s = 0.15;
+  settings.stopping.min_time_s = 0.05;
   settings.memory_limit_bytes =
       static_cast<uint64_t>(static_cast<double>(planned_bytes(graph, 3003)) / 0.95) + 1;
   const auto plan_edge =
@@ -466,12 +471,49 @@ TEST(AutoSearch, GrowthStopsTimingWhenTheNextBatchWouldOutlastTheTimeout) {
   const auto backend = make_scripted_backend(config);
   RecordingObserver observer;
   const SweepOutcome outcome = run_sweep(*backend, graph, auto_settings(), observer);
-  // After 524288 (624 ms a step) the next doubling would need 3 warm-up and 2 timed steps of up to 1.25 s,
-  // over the 5 s timeout. (The scripted steps take no time, so --timeout cuts none of them here.)
-  EXPECT_EQ(largest_ok(outcome.points), 524288) << outcome.search_summary;
-  EXPECT_NE(outcome.search_summary.find("growth timed up to 524288 (a larger batch would not fit --timeout"),
+  // After 4194304 (4.29 s a step) one step of the next doubling could take 8.6 s (linearly), over the 5 s
+  // timeout. (The scripted steps take no time, so --timeout cuts none of them here.)
+  EXPECT_EQ(largest_ok(outcome.points), 4194304) << outcome.search_summary;
+  EXPECT_NE(outcome.search_summary.find(
+                "growth timed up to 4194304 (one step of a larger batch could outlast --timeout 5 s)"),
             std::string::npos)
       << outcome.search_summary;
+}
+
+// A 40 ms step up to batch 8 (a device below its knee), then steps growing with the batch, under a 0.3 s
+// timeout: the old bound (the whole point's 5 steps, scaled linearly from batch 1) stopped timing at batch 1
+// wherever 5 steps of twice the step outlasted the timeout, though batches 2 to 8 step no slower. Growth
+// times each doubling until a point's own steps do not fit (batch 16: 3 warm-up steps of 80 ms and one
+// timed), and finds the edge above it by probes.
+TEST(AutoSearch, GrowthTimesBatchesBelowTheKneeThoughStepsAreLong) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline(40.0, 0.2);  // max(40 ms, b / 0.2 ms): 80 ms at 16
+  config.sleep = true;                                   // real time passes, as with a device
+  config.oom_above_batch = 64;
+  const auto backend = make_scripted_backend(config);
+  SweepSettings settings = auto_settings();
+  settings.stopping.timeout_s = 0.3;
+  settings.stopping.min_time_s = 0.1;
+  settings.stopping.min_samples = 2;
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
+  RecordProperty("search_summary", outcome.search_summary);
+  for (int64_t b : {1, 2, 4, 8}) {
+    const auto p = std::find_if(outcome.points.begin(), outcome.points.end(),
+                                [&](const Point& q) { return q.batch == b && q.status == PointStatus::ok; });
+    ASSERT_NE(p, outcome.points.end()) << b << ": " << outcome.search_summary;
+    EXPECT_GE(p->samples_ms.size(), 2u) << b;
+  }
+  EXPECT_NE(outcome.search_summary.find("growth timed up to 16 (its warm-up and two timed steps did not fit "
+                                        "--timeout 0.3 s, so a larger batch's would not)"),
+            std::string::npos)
+      << outcome.search_summary;
+  ASSERT_TRUE(outcome.untimed_fit.has_value()) << outcome.search_summary;
+  EXPECT_EQ(outcome.untimed_fit->batch, 64);
+  EXPECT_NE(
+      outcome.untimed_fit->reason.find("batch 16's warm-up and two timed steps did not fit --timeout 0.3 s"),
+      std::string::npos)
+      << outcome.untimed_fit->reason;
 }
 
 // A 60 ms step under a 100 ms p99 budget: --latency-slo asks 100 samples a point (p99), which 5 s cannot

@@ -55,8 +55,8 @@ TEST(EffectiveBatchSplits, RejectsOutOfRange) {
 }
 
 // 8198 = 2 x 4099: where 8198x1 and 4099x2 do not fit, 2x4099 runs (8.2 s a step: 4099 micro-batches at the
-// 2 ms floor), and 1x8198, up to twice that a step, is not timed: 3 warm-up and 2 timed steps of it (82 s)
-// would not fit --timeout 60. (Under 82 s it would be timed, the timeout cutting it short.)
+// 2 ms floor), and 1x8198, up to twice that a step, is not timed: one step of it (up to 16.4 s) could outlast
+// --timeout 15. (Under 16.4 s it would be timed, the timeout cutting it short.)
 TEST(EffectiveBatch, ASplitTooSlowToTimeIsNotTimed) {
   const Graph graph = tiny_graph();
   ScriptedConfig config = testing::roofline(2.0, 128.0);
@@ -64,7 +64,7 @@ TEST(EffectiveBatch, ASplitTooSlowToTimeIsNotTimed) {
   const auto backend = make_scripted_backend(config);
   SweepSettings settings;
   settings.effective_batch = 8198;
-  settings.stopping.timeout_s = 60;  // 5 steps of 8.2 s fit; of 16.4 s they do not
+  settings.stopping.timeout_s = 15;  // a step of 8.2 s fits; of 16.4 s it does not
   RecordingObserver observer;
   const SweepOutcome outcome = run_sweep(*backend, graph, settings, observer);
   ASSERT_EQ(outcome.points.size(), 3u) << outcome.search_summary;
@@ -78,14 +78,14 @@ TEST(EffectiveBatch, ASplitTooSlowToTimeIsNotTimed) {
   EXPECT_NE(
       outcome.search_summary.find("effective batch 8198: 1 of 4 splits (micro-batch x accumulation) "
                                   "measured; did not fit: 8198 (oom), 4099x2 (oom); not timed, too slow "
-                                  "for --timeout 60 s (from 1x8198 on, a step of up to 16.4 s, so --warmup 3 "
-                                  "and 2 timed steps could take 82 s): 1x8198"),
+                                  "for --timeout 15 s (from 1x8198 on, one step could take up to 16.4 s): "
+                                  "1x8198"),
       std::string::npos)
       << outcome.search_summary;
   ASSERT_FALSE(outcome.warnings.empty());
   EXPECT_NE(
-      outcome.warnings.back().find("--effective-batch 8198: 1 split not timed, too slow for --timeout 60 "
-                                   "s (from 1x8198 on, a step of up to 16.4 s"),
+      outcome.warnings.back().find("--effective-batch 8198: 1 split not timed, too slow for --timeout 15 "
+                                   "s (from 1x8198 on, one step could take up to 16.4 s"),
       std::string::npos)
       << outcome.warnings.back();
 }
