@@ -266,8 +266,10 @@ struct CompareResult {
 // (CompareDelta) is "slower" and more than the latency PCT longer than the baseline's: "tail_latency". The
 // latency findings use GateThresholds::latency_pct, and none is made where it is off.
 struct Regression {
-  std::string kind;  // "slower", "failed", "lost_fit", "latency_budget" or "tail_latency"
-  size_t run = 0;    // index into CompareResult::runs, >= 1
+  // "slower", "geomean" (over the batches: batch and accumulation 0, null in the JSON), "failed", "lost_fit",
+  // "latency_budget" or "tail_latency"
+  std::string kind;
+  size_t run = 0;  // index into CompareResult::runs, >= 1
   int64_t batch = 0;
   int64_t accumulation = 1;
   std::string text;  // the line regressions() gives

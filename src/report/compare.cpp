@@ -713,7 +713,8 @@ CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, con
         std::vector<MeanError> parts = base_errors;
         parts.insert(parts.end(), run_errors.begin(), run_errors.end());
         // The mean of k log ratios against its error: the sum of them against the rows' summed errors.
-        beyond_noise = change_p(k * std::log(d.ratio), parts) < options.alpha;
+        d.mean_p_value = change_p(k * std::log(d.ratio), parts);
+        beyond_noise = *d.mean_p_value < options.alpha;
       }
       d.verdict = beyond_effect(d.ratio, options) && beyond_noise ? direction(d.ratio) : Verdict::same;
     } else {
@@ -1518,6 +1519,29 @@ std::vector<Regression> find_regressions(const CompareResult& result, const Gate
                         run.reason.empty() ? "" : fmt::format(" ({})", run.reason))});
     }
   }
+  // A run slower over all its batches (their geometric mean) beyond the means' combined noise and by more
+  // than PCT, where no batch alone could tell: a uniform slowdown of a few percent on noisy steps (stalls)
+  // reads "same" at every batch, each within its own noise, and is a regression all the same.
+  for (size_t i = 0; i < result.geomean.deltas.size(); ++i) {
+    const CompareDelta& g = result.geomean.deltas[i];
+    if (g.verdict != Verdict::slower || !g.noise_checked || !(g.ratio < min_ratio)) continue;
+    const bool row_found = std::any_of(found.begin(), found.end(), [&](const Regression& r) {
+      return r.run == i + 1 && r.kind == "slower";
+    });
+    if (row_found) continue;
+    bool busy = false;
+    for (const CompareRow& row : result.rows)
+      busy |= !row.runs[i + 1].absent && (row.runs[i + 1].busy_host || row.runs.front().busy_host);
+    found.push_back(Regression{
+        "geomean", i + 1, 0, 0,
+        fmt::format(
+            "geomean over {} batches: {} is {:.1f}% slower than A beyond the means' combined noise "
+            "({}), though no batch alone was{}",
+            result.geomean.delta_batches[i], letter(i + 1), (1 - g.ratio) * 100,
+            p_text(g.mean_p_value.value_or(1.0)),
+            busy ? "; timed on a busy host, so it may be the machine's load (rerun on a quiet machine)" : ""),
+        busy});
+  }
   for (const LostFit& f : result.lost_fits)
     found.push_back(Regression{"lost_fit", f.run, f.batch, f.accumulation, lost_fit_text(f)});
   // The baseline's answer under its latency budget, where a run swept that batch too
@@ -1566,8 +1590,8 @@ nlohmann::json regressions_json(const CompareResult& result, const std::vector<R
     out.push_back({{"kind", r.kind},
                    {"run", r.run < result.runs.size() ? result.runs[r.run].name : std::string()},
                    {"label", letter(r.run)},
-                   {"batch", r.batch},
-                   {"accumulation", r.accumulation},
+                   {"batch", r.kind == "geomean" ? nlohmann::json() : nlohmann::json(r.batch)},
+                   {"accumulation", r.kind == "geomean" ? nlohmann::json() : nlohmann::json(r.accumulation)},
                    {"message", r.text},
                    {"busy_host", r.busy_host}});
   return out;
@@ -1681,8 +1705,8 @@ std::string format_compare_markdown(const CompareResult& result, std::optional<G
       for (const CompareDelta& d : row.deltas) tail_unjudged |= d.tail_few_steps;
     if (found.empty())
       out += fmt::format(
-          "No run is slower than the baseline beyond noise and by more than {:g}%{}{}, lost a batch that "
-          "fit{} failed a batch the baseline ran{}.\n",
+          "No run is slower than the baseline, at a batch or over all of them, beyond noise and by more "
+          "than {:g}%{}{}, lost a batch that fit{} failed a batch the baseline ran{}.\n",
           throughput_pct,
           pct < result.min_effect_pct
               ? fmt::format(" (compare calls no throughput change under {:g}%, so the gate acts there)",

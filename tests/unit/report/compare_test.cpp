@@ -677,7 +677,8 @@ TEST(Compare, EveryStepEqualOnBothSidesSaysSoNotFewSamples) {
 // Three samples a side at 12% noise: a 7% change is inside the noise of both means (a t-test on 4 degrees of
 // freedom at p < 0.01 needs about half the mean), so neither a batch nor the geometric mean calls it, and
 // the gate passes. Nor does 22% either way. Steps twice as long give p = 0.003 at each of the six batches,
-// 0.018 once adjusted for the six (Holm): not called. Three times as long (or a third) are.
+// 0.018 once adjusted for the six (Holm): no batch calls it, but the six together (the geomean) do, and the
+// gate fails on that alone. Three times as long (or a third) are called at each batch.
 TEST(Compare, FewNoisySamplesWithinTheirNoiseAreTheSame) {
   Report a = samples_cut_to(testing::sample_report(), 3);
   for (Point& p : a.points) {
@@ -700,7 +701,17 @@ TEST(Compare, FewNoisySamplesWithinTheirNoiseAreTheSame) {
   EXPECT_EQ(row_at(twice, 64).deltas[0].verdict, Verdict::same);
   EXPECT_EQ(row_at(twice, 64).deltas[0].p_adjusted_for, 6u);
   EXPECT_NEAR(*row_at(twice, 64).deltas[0].mean_p_value, 0.018, 0.001);
-  EXPECT_TRUE(regressions(twice, 5.0).empty());
+  ASSERT_EQ(regressions(twice, 5.0).size(), 1u);
+  EXPECT_THAT(
+      regressions(twice, 5.0)[0],
+      ::testing::StartsWith("geomean over 6 batches: B is 50.0% slower than A beyond the means' combined "
+                            "noise (p="));
+  EXPECT_THAT(regressions(twice, 5.0)[0], ::testing::EndsWith(", though no batch alone was"));
+  const std::vector<Regression> found = find_regressions(twice, 5.0);
+  EXPECT_EQ(found[0].kind, "geomean");
+  const nlohmann::json findings = regressions_json(twice, found);
+  EXPECT_TRUE(findings[0]["batch"].is_null()) << findings.dump();
+  EXPECT_TRUE(findings[0]["accumulation"].is_null()) << findings.dump();
   EXPECT_EQ(row_at(compare_pair(a, sped_up(a, 3.0)), 64).deltas[0].verdict, Verdict::faster);
   // Beyond the noise (steps three times as long) it is called, and the gate fails.
   const CompareResult far = compare_pair(a, sped_up(a, 1.0 / 3.0));
@@ -1393,8 +1404,9 @@ TEST(Compare, Printers) {
   const auto same = compare_pair(testing::sample_report(), testing::sample_report());
   EXPECT_THAT(
       format_compare_markdown(same, 5.0),
-      HasSubstr("### Gate: `--fail-on-regression 5`: passed\n\nNo run is slower than the baseline "
-                "beyond noise and by more than 5%, lost a batch that fit, failed a batch the baseline "
+      HasSubstr("### Gate: `--fail-on-regression 5`: passed\n\nNo run is slower than the baseline, at a "
+                "batch or over all of them, beyond noise and by more than 5%, lost a batch that fit, failed "
+                "a batch the baseline "
                 "ran, or went more than 5% over the baseline's latency budget."));
   // Under the minimum effect the throughput gate acts at it, and the section says so.
   EXPECT_THAT(
