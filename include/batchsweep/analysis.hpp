@@ -35,9 +35,10 @@
 //      a measurement's noise); otherwise "no knee: throughput curve has no concave bend". A candidate the
 //      sweep ended before confirming is NOT declared a knee (as in the paper and kneed: the drop after a
 //      maximum is what makes it a knee); the reason names it and says to extend the sweep.
-// Knee confidence: each curve point's throughput is moved within its own step-time spread, between
-// samples/s * median/p90 (slow steps) and samples/s * median/p10 (fast steps) of its samples_ms (points with
-// fewer than 2 samples do not move), and steps 1-4 are rerun on: every point moved alone up and alone down,
+// Knee confidence: each curve point's throughput is moved within how well its mean step time is known: by
+// Student's t at 99% times the standard error of the mean from its samples_ms, allowing for drift (batch
+// means), up (a shorter mean) and down (points with no standard error do not move), and steps 1-4 are rerun
+// on: every point moved alone up and alone down,
 // every "tilt" (points below a split moved one way, the rest the other), all up, all down, and
 // kKneePerturbations seeded pseudo-random patterns (half at full magnitude with random signs, half with
 // random magnitudes in [-1, 1] of the spread). The same inputs always give the same answer. "stable" when
@@ -197,10 +198,14 @@ inline constexpr std::size_t kServingLonger = 4;         // times as many where 
 // of each replication, and read kServingErrorZ of that share's errors either side (Woodruff's interval).
 inline constexpr std::size_t kServingSections = 10;
 inline constexpr double kServingErrorZ = 2.0;
-// Before each replication's timed requests, this many (at least kServingWarmupSteps max batches of them):
-// the queue fills.
+// Before each replication's timed requests, this many (at least kServingWarmupSteps max batches of them, but
+// no more than kServingWarmupMostRequests unless kServingWarmupFewestSteps need more): the queue fills. The
+// cap keeps a max batch of millions from drawing tens of millions of arrivals a replication (gigabytes: every
+// row reads one stream); a queue still filling after it reads unsettled, as any does.
 inline constexpr std::size_t kServingWarmupRequests = 5000;
 inline constexpr std::size_t kServingWarmupSteps = 20;
+inline constexpr std::size_t kServingWarmupMostRequests = std::size_t{1} << 21;
+inline constexpr std::size_t kServingWarmupFewestSteps = 2;
 inline constexpr double kServingTiePct = 2.0;  // latencies this close are one (or within twice their noise)
 inline constexpr int64_t kServingMinSteps = 200;  // a latency from fewer steps is not settled
 inline constexpr double kServingMaxRelativeError = 0.05;

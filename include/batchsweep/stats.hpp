@@ -30,7 +30,9 @@ namespace bsw {
 [[nodiscard]] double relative_noise(std::span<const double> samples);
 [[nodiscard]] double relative_noise(const StepStats& stats);
 
-// Two-sided Mann-Whitney U test of sample a against sample b (scipy.stats.mannwhitneyu conventions).
+// Two-sided Mann-Whitney U test of sample a against sample b: scipy.stats.mannwhitneyu's U, tie correction
+// and continuity correction, but its exact p where both samples hold at most kMannWhitneyExactMaxN and there
+// are no ties (scipy's `auto` is exact where either holds at most 8).
 struct MannWhitneyResult {
   double u = 0;  // U of sample a: R_a - n_a (n_a + 1) / 2, ranks averaged over ties (scipy's `statistic`)
   double z = 0;  // (U - n_a n_b / 2) / sigma, continuity-corrected towards 0; > 0 when a tends to be larger

@@ -289,8 +289,9 @@ inline constexpr double kEffectiveBatchStopSlowdown = 0.05;
 // --batch auto: timing stops when each of the last two doublings gained less than this fraction.
 inline constexpr double kAutoPlateauGain = 0.03;
 
-// The splits of --effective-batch N, largest micro-batch first: {micro, accumulation} with accumulation a
-// power of two dividing N. Throws UsageError naming --effective-batch for N < 1 or N > kMaxBatch.
+// The splits of --effective-batch N, largest micro-batch first: {micro, accumulation} for every accumulation
+// dividing N, or a ladder of them where N has more than kEffectiveBatchAllSplits divisors (each accumulation
+// at least 1.4x the last). Throws UsageError naming --effective-batch for N < 1 or N > kMaxBatch.
 struct BatchSplit {
   int64_t micro_batch = 1;
   int64_t accumulation = 1;

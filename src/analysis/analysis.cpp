@@ -156,6 +156,9 @@ BatchChoice saturation(std::span<const Point> points, const std::vector<CurvePoi
                   format_rate(best->samples_per_second), best->batch));
 }
 
+BatchChoice max_fit_above(std::span<const Point> points, const Point& largest_ok,
+                          const std::optional<UntimedFit>& untimed, bool unfinished);
+
 BatchChoice max_fit(std::span<const Point> points, const std::optional<UntimedFit>& untimed,
                     bool unfinished) {
   const Point* largest = nullptr;
@@ -166,6 +169,25 @@ BatchChoice max_fit(std::span<const Point> points, const std::optional<UntimedFi
       largest = &point;
   }
   if (!largest) return none(no_ok_reason(points, unfinished));
+  BatchChoice fit = max_fit_above(points, *largest, untimed, unfinished);
+  // A batch below the largest that ran out of memory (or over the budget): the memory free moved during the
+  // sweep (another process, fragmentation), and the edge may be lower when the job runs. Said, with the
+  // largest such batch.
+  const Point* lower = nullptr;
+  for (const Point& point : points)
+    if (did_not_fit(point.status) && point.batch < largest->batch && (!lower || point.batch > lower->batch))
+      lower = &point;
+  if (lower)
+    fit.reason += fmt::format(
+        "; but {} below it, so the memory free changed during the sweep (another process, fragmentation) "
+        "and the largest batch may not fit when the job runs",
+        failure_text(*lower));
+  return fit;
+}
+
+BatchChoice max_fit_above(std::span<const Point> points, const Point& largest_ok,
+                          const std::optional<UntimedFit>& untimed, bool unfinished) {
+  const Point* largest = &largest_ok;
   // The search found a larger batch that fits but could not time it: say so, with its own edge, rather than
   // let the largest timed batch pass for the largest that fits.
   if (untimed && untimed->batch > largest->batch)

@@ -106,6 +106,23 @@ TEST(MaxFit, NamesTheFirstBatchThatDidNotFit) {
                                   "measures them)"));
 }
 
+// A batch below the largest that fit ran out of memory (another process held memory then, or fragmentation):
+// the memory free moved during the sweep, and the largest batch may not fit when the job runs. Said.
+TEST(MaxFit, SaysABatchBelowItThatDidNotFit) {
+  std::vector<Point> points = sweep({64, 128, 256, 512, 2048}, saturating(50000, 64));
+  points.push_back(failed_point(1024, PointStatus::oom, "cudaMalloc failed"));
+  points.push_back(failed_point(256 + 8, PointStatus::over_limit, "planned over the budget"));
+  const Analysis a = analyze(points, {});
+  EXPECT_EQ(a.max_fit.batch, 2048);
+  EXPECT_EQ(a.max_fit.reason,
+            "the largest batch swept; but batch 1024 did not fit (oom: cudaMalloc failed) below it, so the "
+            "memory free changed during the sweep (another process, fragmentation) and the largest batch may "
+            "not fit when the job runs");
+  // None below: nothing said.
+  std::vector<Point> clean = sweep({64, 128}, saturating(50000, 64));
+  EXPECT_EQ(analyze(clean, {}).max_fit.reason, "the largest batch swept");
+}
+
 // --batch auto found a larger batch that fits but was too slow to time: the largest timed batch is not passed
 // off as the largest that fits.
 TEST(MaxFit, NamesALargerFitTheSearchDidNotTime) {

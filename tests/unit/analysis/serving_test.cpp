@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "batchsweep/analysis.hpp"
@@ -166,8 +167,10 @@ TEST(Serving, TheMostRequestsWithinTheBudget) {
   AnalysisOptions above = at_rate(*s.unserved_above);
   above.latency_slo_ms = 20.0;
   const Serving over = simulate_serving(points, above);
-  if (over.best.batch) {
-    EXPECT_GT(*over.best.latency_ms + 2.0 * *row(over, *over.best.batch).latency_se_ms, 20.0);
+  for (const ServingBatch& b : over.batches) {
+    if (!b.saturated && b.settled && b.latency_ms) {
+      EXPECT_GT(*b.latency_ms + 2.0 * b.latency_se_ms.value_or(0.0), 20.0) << b.batch;
+    }
   }
   // A tighter budget serves less. (A looser one than 20 ms serves no more: near batch 64's capacity its
   // queue wanders longer than the simulation runs, and the rows stop being settled first.)
@@ -181,6 +184,53 @@ TEST(Serving, TheMostRequestsWithinTheBudget) {
   ASSERT_TRUE(a.serving.has_value());
   EXPECT_EQ(a.recommended.batch, s.best.batch);
   EXPECT_DOUBLE_EQ(a.serving->request_rate, s.request_rate);
+}
+
+// Steps with stalls (a few 2x to 8x longer) make some rows' latency errors wide: the answer at a rate (the
+// smallest max batch as fast as the lowest within their errors) can be a noisy row whose latency plus twice
+// its error is over the budget while a quieter row's is within. The rate is served all the same: "at X no
+// max batch is known to keep it" holds of every row at the rate found above the answer. The 17th of these
+// seeded sweeps is one such (the search judged only the answer's row, and called 667 requests/s unserved
+// where max batches 8 and 16 kept the 4 ms budget beyond their errors); the others are drawn to reach it.
+TEST(Serving, TheMostWithinTheBudgetIsJudgedOnEveryRowNotOnlyTheAnswer) {
+  std::mt19937_64 engine(1);
+  const auto uniform = [&] { return static_cast<double>(engine() >> 11) * 0x1.0p-53; };
+  for (int trial = 0; trial < 17; ++trial) {
+    std::vector<Point> points;
+    for (int64_t b : {1, 2, 4, 8, 16}) {
+      const double step = 1.0 + static_cast<double>(b) / 8.0;
+      const double stall = uniform() < 0.5 ? 0.0 : 0.02 + 0.05 * uniform();
+      const double factor = 2.0 + 6.0 * uniform();
+      std::vector<double> ms;
+      for (int i = 0; i < 200; ++i) {
+        double v = step * (1.0 + 0.02 * (uniform() - 0.5));
+        if (uniform() < stall) v *= factor;
+        ms.push_back(v);
+      }
+      Point p;
+      p.batch = p.effective_batch = b;
+      p.samples_ms = ms;
+      p.step_ms = summarize(ms);
+      p.samples_per_second = static_cast<double>(b) / (p.step_ms.mean / 1000.0);
+      points.push_back(p);
+    }
+    if (trial != 16) continue;  // the searches take seconds each
+    AnalysisOptions o = at_rate(kRequestRateMax);
+    o.latency_slo_ms = 4.0;
+    const Serving s = simulate_serving(points, o);
+    ASSERT_TRUE(s.best.batch.has_value()) << s.best.reason;
+    ASSERT_TRUE(s.unserved_above.has_value());
+    AnalysisOptions above = at_rate(*s.unserved_above);
+    above.latency_slo_ms = 4.0;
+    const Serving over = simulate_serving(points, above);
+    for (const ServingBatch& b : over.batches) {
+      if (!b.saturated && b.settled && b.latency_ms) {
+        EXPECT_GT(*b.latency_ms + 2.0 * b.latency_se_ms.value_or(0.0), 4.0)
+            << "trial " << trial << ": max batch " << b.batch << " keeps the budget at " << *s.unserved_above
+            << ", which the search called unserved";
+      }
+    }
+  }
 }
 
 TEST(Serving, NoRateIsWithinABudgetUnderEveryStep) {
