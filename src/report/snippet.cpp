@@ -8,6 +8,7 @@
 
 #include "batchsweep/errors.hpp"
 #include "batchsweep/printers.hpp"
+#include "report/format.hpp"
 #include "report/view.hpp"
 
 namespace bsw {
@@ -53,15 +54,62 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
   if (!a.recommended.batch)
     return fmt::format(
         "config for {}: none — there is no recommended batch to set (see recommended: above)\n", name);
-  const int64_t batch = *a.recommended.batch;
-  const int64_t accumulation = a.recommended_accumulation.value_or(1);
+  int64_t batch = *a.recommended.batch;
+  int64_t accumulation = a.recommended_accumulation.value_or(1);
   // The run's settings as the table's title reads them; a report that names none ran fp32 training.
   const report_view::Title title = report_view::title(report);
   const bool train = title.mode != "infer";
   const std::string precision = title.precision.empty() ? "fp32" : title.precision;
-  const int64_t global = batch * accumulation * world_size;
   // What each of the world runs on: a CPU sweep's answer is a CPU process's, said as such.
   const bool cpu = report.device.backend == "cpu";
+  // run --effective-batch E sized one device's step of E samples. Across --world-size devices E is kept as
+  // the global batch (what Lightning, accelerate and DeepSpeed users mean by it, and what the learning rate
+  // was set for): each device's accumulation is E / (micro-batch x world size). Where the recommended
+  // micro-batch x world size does not divide E, the fastest measured split whose does is taken instead; where
+  // none does, the recommended split runs on every device, and a comment says the step grew.
+  std::string effective_note;
+  if (const std::optional<int64_t> n = report_view::effective_batch_setting(report);
+      train && world_size > 1 && n) {
+    const int64_t e = *n;
+    const char* one = cpu ? "process" : "GPU";
+    if (e % (batch * world_size) == 0) {
+      effective_note = fmt::format(
+          "  # --effective-batch {} kept in all across {} {}s: accumulation {} each (the sweep's {} was one "
+          "{}'s)\n",
+          e, world_size, one, e / (batch * world_size), accumulation, one);
+      accumulation = e / (batch * world_size);
+    } else {
+      const Point* best = nullptr;
+      for (const Point& p : report.points)
+        if (p.status == PointStatus::ok && p.batch * p.accumulation == e && e % (p.batch * world_size) == 0 &&
+            (!best || p.samples_per_second > best->samples_per_second))
+          best = &p;
+      double recommended_rate = 0;
+      for (const Point& p : report.points)
+        if (p.status == PointStatus::ok && p.batch == batch && p.accumulation == accumulation)
+          recommended_rate = std::max(recommended_rate, p.samples_per_second);
+      if (best) {
+        effective_note = fmt::format(
+            "  # --effective-batch {} kept in all across {} {}s: the recommended batch {} x {} does not "
+            "divide "
+            "it, so batch {} (measured at {} samples/s, {:.0f}% of batch {}'s), accumulation {} each\n",
+            e, world_size, one, batch, world_size, best->batch,
+            report_format::human_rate(best->samples_per_second),
+            100.0 * best->samples_per_second /
+                (recommended_rate > 0 ? recommended_rate : best->samples_per_second),
+            batch, e / (best->batch * world_size));
+        batch = best->batch;
+        accumulation = e / (best->batch * world_size);
+      } else {
+        effective_note = fmt::format(
+            "  # --effective-batch {} was one {}'s step; across {} {}s each step takes {} samples ({} in all "
+            "is "
+            "no multiple of a measured micro-batch x {}: no accumulation keeps it)\n",
+            e, one, world_size, one, batch * accumulation * world_size, e, world_size);
+      }
+    }
+  }
+  const int64_t global = batch * accumulation * world_size;
   const std::string gpus =
       fmt::format("{} {}{}", world_size, cpu ? "process" : "GPU", world_size == 1 ? "" : (cpu ? "es" : "s"));
   // A batch measured with checkpointing fits only with it: the lines turn it on.
@@ -89,20 +137,7 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
   if (report.device.backend == "scripted")
     out +=
         "  # measured on the scripted backend (a step-time formula, not a device): sweep on the GPU itself\n";
-  // run --effective-batch N sized one device's step of N samples; --world-size multiplies it. Someone who
-  // meant N as the global batch is told the accumulation that keeps it.
-  if (const std::optional<int64_t> n = report_view::effective_batch_setting(report);
-      train && world_size > 1 && n && *n != global) {
-    const int64_t effective = *n;
-    const int64_t per_step = batch * world_size;
-    out += fmt::format(
-        "  # --effective-batch {} was one {}'s step; across {} each step takes {} samples{}\n", effective,
-        cpu ? "process" : "GPU", gpus, global,
-        effective % per_step == 0
-            ? fmt::format(" (to keep {} in all, accumulation {})", effective, effective / per_step)
-            : fmt::format(" ({} in all is no multiple of batch {} x {}: no accumulation keeps it)", effective,
-                          batch, world_size));
-  }
+  out += effective_note;
   const bool tf32 = precision == "tf32";
   // Lightning's, accelerate's and transformers' 16-bit settings are autocast: fp32 weights (a 16-bit copy of
   // each while a step runs) and fp32 softmax, layernorm and loss outputs, so a larger peak than the sweep's

@@ -592,22 +592,56 @@ TEST(ConfigSnippet, EachFrameworkInTheRunsPrecision) {
             std::string::npos);
 }
 
-// An --effective-batch sweep sized one device's step: across --world-size devices the step grows, and the
-// accumulation that keeps N in all is said (or that none does).
-TEST(ConfigSnippet, AnEffectiveBatchAcrossDevicesSaysTheAccumulationThatKeepsIt) {
+// An --effective-batch sweep sized one device's step of N: across --world-size devices N is kept as the
+// global batch (what a framework's user means by it), by the accumulation that keeps it; where the
+// recommended micro-batch cannot, by the fastest measured split that can; where none can, the step grows and
+// a comment says so.
+TEST(ConfigSnippet, AnEffectiveBatchAcrossDevicesIsKeptInAll) {
   Report r = testing::sample_report();  // train, bf16, recommended 64, scripted
   r.settings["effective_batch"] = 2048;
   r.analysis.recommended_accumulation = 32;
   const std::string eight = format_config_snippet(r, ConfigTarget::deepspeed, 8);
-  EXPECT_NE(eight.find("  # --effective-batch 2048 was one GPU's step; across 8 GPUs each step takes 16384 "
-                       "samples (to keep 2048 in all, accumulation 4)\n"),
+  EXPECT_NE(eight.find("(batch 64 x accumulation 4, bf16, 8 GPUs; 2048 samples per optimizer step)"),
+            std::string::npos)
+      << eight;
+  EXPECT_NE(eight.find("  # --effective-batch 2048 kept in all across 8 GPUs: accumulation 4 each (the "
+                       "sweep's 32 was one GPU's)\n"),
+            std::string::npos)
+      << eight;
+  EXPECT_NE(eight.find("\"gradient_accumulation_steps\": 4,\n    \"train_batch_size\": 2048"),
             std::string::npos)
       << eight;
   EXPECT_EQ(format_config_snippet(r, ConfigTarget::deepspeed, 1).find("--effective-batch"),
             std::string::npos);
-  EXPECT_NE(format_config_snippet(r, ConfigTarget::deepspeed, 3)
-                .find("(2048 in all is no multiple of batch 64 x 3: no accumulation keeps it)"),
-            std::string::npos);
+  // 64 x 3 does not divide 2048, and no measured split of 2048 is there: the step grows, said.
+  const std::string three = format_config_snippet(r, ConfigTarget::deepspeed, 3);
+  EXPECT_NE(three.find("  # --effective-batch 2048 was one GPU's step; across 3 GPUs each step takes 6144 "
+                       "samples (2048 in all is no multiple of a measured micro-batch x 3: no accumulation "
+                       "keeps it)"),
+            std::string::npos)
+      << three;
+  // 64 x 16 divides 2048, 64 x 64 does not: a measured split of 2048 whose micro-batch does (32 x 64) is
+  // taken, with its speed beside the recommended one's.
+  Point split32 = r.points.front();
+  split32.batch = 32;
+  split32.accumulation = 64;
+  split32.effective_batch = 2048;
+  split32.status = PointStatus::ok;
+  Point split64 = split32;
+  split64.batch = 64;
+  split64.accumulation = 32;
+  split32.samples_per_second = 900;
+  split64.samples_per_second = 1000;
+  r.points = {split32, split64};
+  const std::string sixty_four = format_config_snippet(r, ConfigTarget::lightning, 64);
+  EXPECT_NE(
+      sixty_four.find("  # --effective-batch 2048 kept in all across 64 GPUs: the recommended batch 64 x "
+                      "64 does not divide it, so batch 32 (measured at 900 samples/s, 90% of batch "
+                      "64's), accumulation 1 each\n"),
+      std::string::npos)
+      << sixty_four;
+  EXPECT_NE(sixty_four.find("batch_size=32)"), std::string::npos) << sixty_four;
+  EXPECT_EQ(sixty_four.find("accumulate_grad_batches"), std::string::npos) << sixty_four;
 }
 
 TEST(ConfigSnippet, InferenceCpuAndNoRecommendation) {
