@@ -200,8 +200,8 @@ inline constexpr std::size_t kServingSections = 10;
 inline constexpr double kServingErrorZ = 2.0;
 // Before each replication's timed requests, this many (at least kServingWarmupSteps max batches of them, but
 // no more than kServingWarmupMostRequests unless kServingWarmupFewestSteps need more): the queue fills. The
-// cap keeps a max batch of millions from drawing tens of millions of arrivals a replication (gigabytes: every
-// row reads one stream); a queue still filling after it reads unsettled, as any does.
+// cap keeps a max batch of 100k to a few million from drawing 20 steps of arrivals a replication (gigabytes:
+// every row reads one stream); a queue still filling after it reads unsettled, as any does.
 inline constexpr std::size_t kServingWarmupRequests = 5000;
 inline constexpr std::size_t kServingWarmupSteps = 20;
 inline constexpr std::size_t kServingWarmupMostRequests = std::size_t{1} << 21;
@@ -225,7 +225,8 @@ inline constexpr double kServingNearCapacity = 0.9;
 inline constexpr uint64_t kServingSeed = 0x73657276696e67ULL;
 // --request-rate max: options.request_rate holds this, and the rate served is a search's. The most requests/s
 // at which some max batch's settled request latency at the percentile keeps within options.latency_slo_ms
-// (needed), beyond the simulation's noise (the answer's latency plus twice its standard error within it):
+// (needed), beyond the simulation's noise (some settled, unsaturated max batch's latency plus twice its
+// standard error within it; the answer is the tie rule's, its point estimate within the budget):
 // each probe is simulate_serving's table at that rate, from the largest capacity down by halves to a rate
 // served (at most kServingRateHalvings), then bisected (on
 // a log scale) until the rate served and the one above it that is not are within kServingRateTolerance of

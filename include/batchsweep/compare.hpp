@@ -290,8 +290,6 @@ struct GateThresholds {
 };
 // PCT for every finding, as --fail-on-regression alone sets them.
 [[nodiscard]] GateThresholds uniform_gate(double pct);
-// The flags that set a gate, as given: "--fail-on-regression 5 --fail-on-latency-regression off".
-[[nodiscard]] std::string gate_flags(const GateThresholds& gate);
 // The gate's flags as given: "--fail-on-regression 5", then " --fail-on-latency-regression 20" (or "off").
 [[nodiscard]] std::string gate_flags(const GateThresholds& gate);
 [[nodiscard]] std::vector<Regression> find_regressions(const CompareResult& result,

@@ -173,15 +173,19 @@ BatchChoice max_fit(std::span<const Point> points, const std::optional<UntimedFi
   // A batch below the largest that ran out of memory (or over the budget): the memory free moved during the
   // sweep (another process, fragmentation), and the edge may be lower when the job runs. Said, with the
   // largest such batch.
+  // Measured in one session: a point taken from an earlier run's report (--resume) met that run's memory.
   const Point* lower = nullptr;
-  for (const Point& point : points)
-    if (did_not_fit(point.status) && point.batch < largest->batch && (!lower || point.batch > lower->batch))
-      lower = &point;
+  if (largest->resumed_from.empty())
+    for (const Point& point : points)
+      if (did_not_fit(point.status) && point.resumed_from.empty() && point.batch < largest->batch &&
+          (!lower || point.batch > lower->batch))
+        lower = &point;
   if (lower)
     fit.reason += fmt::format(
-        "; but {} below it, so the memory free changed during the sweep (another process, fragmentation) "
-        "and the largest batch may not fit when the job runs",
-        failure_text(*lower));
+        "; but batch {} below it did not fit ({}{}), so the memory free may have changed during the sweep "
+        "(another process, fragmentation) and the largest batch may not fit when the job runs",
+        batch_label(lower->batch, lower->accumulation), to_string(lower->status),
+        lower->reason.empty() ? std::string() : ": " + lower->reason);
   return fit;
 }
 

@@ -1116,7 +1116,8 @@ int run_app(int argc, char** argv) {
       for (int i = 2; i < argc; ++i) {
         const std::string_view arg = argv[i];
         // A misspelled gate flag (--fail-on-regresion) was meant as the gate all the same.
-        gate |= arg.starts_with("--fail") || arg.find("regres") != std::string_view::npos;
+        gate |= arg.starts_with("--fail") ||
+                (arg.starts_with("--") && arg.find("regres") != std::string_view::npos);
         for (const char* flag : {"--json", "--markdown"}) {
           if (arg == flag && i + 1 < argc) exports.emplace_back(flag, argv[i + 1]);
           if (arg.starts_with(std::string(flag) + "="))

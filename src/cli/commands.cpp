@@ -2034,15 +2034,20 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
       const std::string who = several ? fmt::format(" {} ({})", run_letter(run), result.runs[run].name) : "";
       // Every batch it shares with the baseline is the baseline's own measurement (run --resume took them
       // from its report): it measured nothing the gate could judge.
-      const bool resumed = std::any_of(result.rows.begin(), result.rows.end(), [&](const CompareRow& row) {
-        return row.deltas[run - 1].baseline_measurement;
-      });
-      if (resumed)
+      bool shared = false, all_taken = true;
+      for (const CompareRow& row : result.rows) {
+        if (row.runs[run].absent || row.runs.front().absent) continue;
+        shared = true;
+        all_taken &= row.deltas[run - 1].baseline_measurement;
+      }
+      if (shared && all_taken)
         return fmt::format(
             "--fail-on-regression {:g}: {} measured none of the batches it shares with the baseline: each "
-            "is {}'s own measurement (run --resume took it from that report; its points' resumed_from), so "
-            "the gate would compare the baseline with itself (run the new sweep without --resume {})",
-            *s.fail_on_regression_pct, result.runs[run].name, result.runs[0].name, result.runs[0].name);
+            "is the baseline's own measurement (run --resume took it from the baseline's report, or both "
+            "took "
+            "it from one earlier run; its points' resumed_from), so the gate would compare the baseline with "
+            "itself (run the new sweep without that --resume)",
+            *s.fail_on_regression_pct, result.runs[run].name);
       // A batch is compared at one accumulation: runs of other accumulations share no row, whatever their
       // batch lists, and "sweep the same batches" would not help.
       const auto accumulations = [](const Report& r) {
@@ -2131,9 +2136,9 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
         if (row.deltas[i - 1].baseline_measurement) taken.push_back(batch_label(row.batch, row.accumulation));
       if (taken.empty()) continue;
       const std::string note = fmt::format(
-          "{}: batch{} {} {} {}'s own measurement (run --resume took {} from that report): not judged",
+          "{}: batch{} {} {} the baseline's own measurement (run --resume took {}; resumed_from): not judged",
           result.runs[i].name, taken.size() == 1 ? "" : "es", fmt::join(taken, ", "),
-          taken.size() == 1 ? "is" : "are", result.runs[0].name, taken.size() == 1 ? "it" : "them");
+          taken.size() == 1 ? "is" : "are", taken.size() == 1 ? "it" : "them");
       std::fprintf(stderr, "batchsweep compare: note: %s\n", note.c_str());
       export_notes.push_back(note);
     }
@@ -2221,8 +2226,9 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
                    fmt::format("batchsweep: gate {} ({}; {}){}\n", found.empty() ? "passed" : "failed",
                                gate_flags(*gate), fmt::join(files, ", "),
                                found.empty() ? ""
-                                             : fmt::format(": {} regression{} (exit 3)", found.size(),
-                                                           found.size() == 1 ? "" : "s"))
+                                             : fmt::format(": {} regression{}{}", found.size(),
+                                                           found.size() == 1 ? "" : "s",
+                                                           export_error ? "" : " (exit 3)"))
                        .c_str());
     }
     for (const Regression& r : found) std::fprintf(stderr, "batchsweep: regression: %s\n", r.text.c_str());

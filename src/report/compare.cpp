@@ -1524,14 +1524,25 @@ std::vector<Regression> find_regressions(const CompareResult& result, const Gate
   // reads "same" at every batch, each within its own noise, and is a regression all the same.
   for (size_t i = 0; i < result.geomean.deltas.size(); ++i) {
     const CompareDelta& g = result.geomean.deltas[i];
-    if (g.verdict != Verdict::slower || !g.noise_checked || !(g.ratio < min_ratio)) continue;
+    // Over one batch the geomean is that batch, which its own row judged (by the rank test at alpha / 2).
+    if (g.verdict != Verdict::slower || !g.noise_checked || !(g.ratio < min_ratio) ||
+        result.geomean.delta_batches[i] < 2)
+      continue;
     const bool row_found = std::any_of(found.begin(), found.end(), [&](const Regression& r) {
       return r.run == i + 1 && r.kind == "slower";
     });
     if (row_found) continue;
+    // Busy where a row the geomean is over was timed on a busy host, in either run.
     bool busy = false;
-    for (const CompareRow& row : result.rows)
-      busy |= !row.runs[i + 1].absent && (row.runs[i + 1].busy_host || row.runs.front().busy_host);
+    for (const CompareRow& row : result.rows) {
+      const CompareCell& base = row.runs.front();
+      const CompareCell& run = row.runs[i + 1];
+      const CompareDelta& d = row.deltas[i];
+      if (run.absent || base.status != PointStatus::ok || run.status != PointStatus::ok || d.unjudged() ||
+          d.baseline_measurement)
+        continue;
+      busy |= run.busy_host || base.busy_host;
+    }
     found.push_back(Regression{
         "geomean", i + 1, 0, 0,
         fmt::format(

@@ -543,8 +543,10 @@ std::string format_plan_table(const PlanSummary& s) {
       out += fmt::format(
           "this is {0} as DeepSpeed and Megatron train: the model in {0}, fp32 master weights, a fused loss; "
           "under autocast (Lightning's {1}-mixed, accelerate's mixed_precision=\"{0}\", transformers' "
-          "{0}=True) the logits, loss and layernorms are fp32 and the peak larger, so take a smaller batch "
-          "or measure it with the PyTorch peer (bench/peers/torch_sweep.py in the source tree)\n",
+          "{0}=True) the logits, loss and layernorms are fp32 and the peak larger than this plan's: measure "
+          "it with the PyTorch peer (bench/peers/torch_sweep.py in the source tree) before taking the "
+          "largest "
+          "batch\n",
           to_string(r.precision), r.precision == Precision::bf16 ? "bf16" : "16");
   }
   return out;

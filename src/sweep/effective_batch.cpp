@@ -143,7 +143,7 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
               ? fmt::format("from {} on, one step could take up to {:.3g} s", untimed.front(),
                             untimed_bound_s)
               : fmt::format(
-                    "{}'s warm-up and two timed steps did not fit, and a smaller micro-batch's steps "
+                    "batch {}'s warm-up and two timed steps did not fit, and a smaller micro-batch's steps "
                     "are no shorter",
                     untimed_after);
       not_timed = fmt::format("; not timed, too slow for --timeout {:g} s ({}): {}", stopping.timeout_s, why,

@@ -65,6 +65,8 @@ constexpr const char* kContextUnusable =
   // memory with its own status (CUBLAS_STATUS_EXECUTION_FAILED, an internal error), not an allocation
   // failure: with next to nothing free that is this batch running out of memory, a measurement, not an
   // error of the backend.
+  // A non-sticky error the library left is cleared either way, so the next batch does not meet it.
+  static_cast<void>(cudaGetLastError());
   size_t free_bytes = 0, total_bytes = 0;
   if (synced == cudaSuccess && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess &&
       free_bytes < kLibraryOutOfMemoryBytes)

@@ -191,7 +191,8 @@ struct CudnnGraphs::Cache {
     if (pass != ConvPass::wgrad || s.precision != Precision::fp16)
       return build_conv(pass, s, workspace_limit, {});
     Entry wide = build_conv(pass, s, workspace_limit, DType::f32);
-    if (wide.graph) return wide;
+    // Only where no engine takes the fp32 output: a plan over the workspace is not that.
+    if (wide.graph || wide.error.find("workspace") != std::string::npos) return wide;
     Entry narrow = build_conv(pass, s, workspace_limit, DType::f16);
     if (!narrow.graph) return wide;  // the first reason
     narrow.dw_dtype = DType::f16;
@@ -384,6 +385,11 @@ CudnnGraphs::~CudnnGraphs() {
 
 std::string CudnnGraphs::conv_support(ConvPass pass, const ConvShape& shape, uint64_t workspace_limit) {
   return cache_->conv_entry(pass, shape, workspace_limit).error;
+}
+
+DType CudnnGraphs::wgrad_dtype(const ConvShape& shape, uint64_t workspace_limit) {
+  const Entry& e = cache_->conv_entry(ConvPass::wgrad, shape, workspace_limit);
+  return shape.precision == Precision::fp16 ? e.dw_dtype : storage_dtype(shape.precision);
 }
 
 std::string CudnnGraphs::sdpa_support(bool backward, const SdpaShape& shape, uint64_t workspace_limit) {

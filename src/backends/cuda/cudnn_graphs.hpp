@@ -68,6 +68,9 @@ class CudnnGraphs {
   // (not remembered: a smaller batch may build).
   [[nodiscard]] std::string conv_support(ConvPass pass, const ConvShape& shape, uint64_t workspace_limit);
   [[nodiscard]] std::string sdpa_support(bool backward, const SdpaShape& shape, uint64_t workspace_limit);
+  // What wgrad writes at this shape (built as conv_support builds it): the storage dtype, but for fp16 f32
+  // where an engine takes that, else f16.
+  [[nodiscard]] DType wgrad_dtype(const ConvShape& shape, uint64_t workspace_limit);
   // Every pass `op` of `graph` needs at this batch (conv2d: fprop, and in training wgrad and, unless it reads
   // the network input, dgrad; attention_core: forward, and backward in training), checked as above: empty
   // when cuDNN runs them all, else the first reason. Other ops need nothing from cuDNN.

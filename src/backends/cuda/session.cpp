@@ -233,7 +233,7 @@ class CudaSession final : public Session, public CudaSessionProbe {
       BSW_CUDA(cudaMalloc(&arena_, std::max<uint64_t>(total, kBufferAlignment)));
     } catch (const OutOfMemory& e) {
       throw OutOfMemory(fmt::format("the plan needs {} ({} bytes); cudaMalloc failed with {} free ({})",
-                                    format_bytes(total), total, format_bytes(free_before), e.what()));
+                                    format_bytes(total), total, format_bytes(free_for_arena), e.what()));
     }
     allocated_bytes_ = total;
     // What this process holds beside the arena (its context, a few hundred MiB on a Hopper; cuBLASLt;
@@ -363,9 +363,11 @@ class CudaSession final : public Session, public CudaSessionProbe {
   [[nodiscard]] bool fused_attention() const {
     return plan_.request.paths.attention == AttentionPath::cudnn_sdpa;
   }
+  // From the plan, not the arena: the graphs are built before the arena is allocated. The same product the
+  // arena's buffer holds (elements x dtype, not the spec's rounded bytes): the graphs are cached by it.
   [[nodiscard]] uint64_t cudnn_workspace_size() const {
-    const Ref ws = need("workspace.cudnn");
-    return ws.elements * dtype_bytes(ws.dtype);
+    const BufferSpec& ws = plan_.buffer("workspace.cudnn");
+    return static_cast<uint64_t>(ws.elements) * dtype_bytes(ws.dtype);
   }
 
   // Builds this batch's cuDNN graphs now, so neither the first step nor its timing pays for them; a shape
@@ -375,6 +377,7 @@ class CudaSession final : public Session, public CudaSessionProbe {
     if (!cudnn_) throw BackendError("the plan uses cuDNN paths but cuDNN is not available in this backend");
     cudnn_->retain_batch(batch());
     const uint64_t limit = cudnn_workspace_size();
+    bool narrow_wgrad = false;
     for (const Op& op : graph_.ops) {
       const bool on_cudnn = (op.kind == OpKind::conv2d && cudnn_conv()) ||
                             (op.kind == OpKind::attention_core && fused_attention());
@@ -384,7 +387,18 @@ class CudaSession final : public Session, public CudaSessionProbe {
       if (!error.empty())
         throw PathRejected(op.kind == OpKind::conv2d ? RejectedPath::conv : RejectedPath::attention,
                            fmt::format("{} at batch {}: {}", op.path, batch(), error));
+      if (op.kind == OpKind::conv2d && plan_.request.mode == Mode::train &&
+          plan_.request.precision == Precision::fp16 &&
+          cudnn_->wgrad_dtype(conv_shape(op, batch(), plan_.request.precision), limit) == DType::f16)
+        narrow_wgrad = true;
     }
+    if (narrow_wgrad)
+      warnings_.push_back(
+          "cuDNN has no engine here that writes an fp32 weight gradient from fp16 operands: the "
+          "convolutions' "
+          "weight gradients are fp16, as PyTorch's autocast computes them (one past 65504 is inf, and the "
+          "step "
+          "is skipped and the loss scale halved, as GradScaler does)");
     cudnn_held_ = cudnn_->hold(batch());
   }
 

@@ -712,6 +712,10 @@ TEST(Compare, FewNoisySamplesWithinTheirNoiseAreTheSame) {
   const nlohmann::json findings = regressions_json(twice, found);
   EXPECT_TRUE(findings[0]["batch"].is_null()) << findings.dump();
   EXPECT_TRUE(findings[0]["accumulation"].is_null()) << findings.dump();
+  // Over one batch the geomean is that batch, which its row judged: no finding of its own.
+  CompareResult one = twice;
+  one.geomean.delta_batches[0] = 1;
+  EXPECT_TRUE(find_regressions(one, 5.0).empty());
   EXPECT_EQ(row_at(compare_pair(a, sped_up(a, 3.0)), 64).deltas[0].verdict, Verdict::faster);
   // Beyond the noise (steps three times as long) it is called, and the gate fails.
   const CompareResult far = compare_pair(a, sped_up(a, 1.0 / 3.0));
