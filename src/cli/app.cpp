@@ -845,7 +845,9 @@ int run_app(int argc, char** argv) {
       ->transform(whole(1, kMaxSampleCap))
       ->capture_default_str();
   run_cmd
-      ->add_option("--timeout", stop.timeout_s, "Wall-clock seconds per point before it stops with a warning")
+      ->add_option("--timeout", stop.timeout_s,
+                   "Wall-clock seconds per point before it stops with a warning (checked between steps: a "
+                   "step in progress is never cut)")
       ->type_name("S")
       ->check(positive("seconds: 30 for 30 s"))
       ->capture_default_str();
@@ -1181,11 +1183,18 @@ int run_app(int argc, char** argv) {
                                                 latency_budget_min_samples(run.analysis.latency_percentile));
     if (run.sweep.stopping.min_samples > run.sweep.stopping.max_samples &&
         run_cmd->count("--min-samples") == 0)
-      throw UsageError(fmt::format(
-          "--max-samples {}: a {} budget times {} steps a point by default (enough that one lies above its "
-          "percentile); raise --max-samples, or give --min-samples to time fewer",
-          run.sweep.stopping.max_samples, latency_name(run.analysis.latency_percentile),
-          run.sweep.stopping.min_samples));
+      throw UsageError(
+          run.analysis.latency_slo_ms || run.analysis.request_rate
+              ? fmt::format(
+                    "--max-samples {}: a {} budget times {} steps a point by default (enough that one "
+                    "lies above its percentile); raise --max-samples, or give --min-samples to time "
+                    "fewer",
+                    run.sweep.stopping.max_samples, latency_name(run.analysis.latency_percentile),
+                    run.sweep.stopping.min_samples)
+              : fmt::format("--max-samples {}: below --min-samples, {} by default (each point times at least "
+                            "that many steps); raise --max-samples, or give --min-samples {} or fewer",
+                            run.sweep.stopping.max_samples, run.sweep.stopping.min_samples,
+                            run.sweep.stopping.max_samples));
     validate(run.sweep.stopping);
     // The scripted backend's steps take the formula's time, not the wall clock's that --timeout counts.
     if (run.backend != "scripted")

@@ -125,8 +125,12 @@ std::string marks_legend(const Report& report) {
   // What the millisecond columns time: a step, the whole batch, which a serving user would otherwise read as
   // one request's latency.
   if (any_point(report, has_step_stats)) {
-    out += (out.empty() ? "" : "; ") +
-           std::string("ms = one step, the whole batch (a request's latency with queueing: --request-rate)");
+    // Where a serving user may read a step as a request's latency (inference), where that is said.
+    out +=
+        (out.empty() ? "" : "; ") +
+        std::string(report_view::title(report).mode == "infer"
+                        ? "ms = one step, the whole batch (a request's latency with queueing: --request-rate)"
+                        : "ms = one step, the whole batch");
     if (any_point(report, [](const Point& p) { return !p.samples_ms.empty(); }))
       out += ", from the steps timed";
   }

@@ -127,9 +127,14 @@ std::optional<std::string> NoiseCriterion::warning() const {
   // When the timeout struck: three digits, whole seconds from 100 s.
   const std::string stopped_at = elapsed_at_stop_s_ < 100 ? fmt::format("{:.3g}", elapsed_at_stop_s_)
                                                           : fmt::format("{:.0f}", elapsed_at_stop_s_);
+  // Past --timeout by half again or more: the step in progress ran to its end, which "reached after 28.5 s"
+  // alone would read as a timeout that did not work.
+  const std::string never_cut = elapsed_at_stop_s_ > 1.5 * settings_.timeout_s
+                                    ? std::string(" (checked between steps: a step is never cut)")
+                                    : std::string();
   if (round_steps_ > 0)
-    return fmt::format("timeout {:g} s reached after {} s with {} of round 1's {} steps (raise --timeout)",
-                       settings_.timeout_s, stopped_at, samples, round_steps_);
+    return fmt::format("timeout {:g} s reached after {} s{} with {} of round 1's {} steps (raise --timeout)",
+                       settings_.timeout_s, stopped_at, never_cut, samples, round_steps_);
   const double noise = noise_pct();
   const bool noisy = noise > settings_.max_noise_pct;
   if (stop_ == Stop::noise_settled) {
@@ -159,8 +164,8 @@ std::optional<std::string> NoiseCriterion::warning() const {
   const std::string what = missed.empty() ? std::string("all targets met at the same moment")
                                           : fmt::format("{}", fmt::join(missed, ", "));
   if (stop_ == Stop::timeout) {
-    return fmt::format("timeout {:g} s reached after {} s with {} ({})", settings_.timeout_s, stopped_at,
-                       what, noisy ? "raise --timeout or relax --max-noise" : "raise --timeout");
+    return fmt::format("timeout {:g} s reached after {} s{} with {} ({})", settings_.timeout_s, stopped_at,
+                       never_cut, what, noisy ? "raise --timeout or relax --max-noise" : "raise --timeout");
   }
   // The cap is reached by steps so short that min_time needs more of them, or by noise that never settled.
   std::vector<std::string> advice;

@@ -354,6 +354,11 @@ INSTANTIATE_TEST_SUITE_P(
              {"analyze has no flag -q: only run prints progress"}},
         Case{"max_samples_zero", run_with({"--max-samples", "0"}), 2, {"--max-samples", "0"}},
         Case{"max_samples_huge", run_with({"--max-samples", "200000"}), 2, {"--max-samples", "200000"}},
+        // Without a budget the default --min-samples (10) is what the cap is under.
+        Case{"max_samples_under_default_min",
+             run_with({"--max-samples", "5"}),
+             2,
+             {"--max-samples 5: below --min-samples, 10 by default"}},
         Case{"budget_samples_over_max",
              run_with({"--latency-slo", "50", "--latency-percentile", "99.9", "--max-samples", "500"}),
              2,
