@@ -1136,6 +1136,7 @@ int run_app(int argc, char** argv) {
     run.sweep.precision = parse_precision(run_raw.precision);
     run.sweep.mode = parse_mode(run_raw.mode);
     run.mode_given = run_cmd->count("--mode") > 0;
+    run.graphs_given = run_cmd->count("--graphs") > 0;
     if (run_raw.effective_batch) {
       if (run.sweep.mode != Mode::train)
         throw UsageError("--effective-batch: gradient accumulation only applies to --mode train");

@@ -1512,6 +1512,14 @@ int run_command(const RunSettings& given, const std::vector<std::string>& argv) 
   // A script sized to a card (a fake H100) fits fewer samples of an attention model than the card does: its
   // plan keeps the explicit path's probabilities. Said before the sweep, which would read as the card's
   // limit.
+  // --graphs shapes CUDA steps only: said where the sweep runs elsewhere, as --attention on a model without
+  // attention is, so a CI job passing it to every backend does not read a CPU run as graph replays.
+  if (s.graphs_given && backend->kind() != BackendKind::cuda)
+    std::fprintf(
+        stderr,
+        "batchsweep run: note: --graphs: only the cuda backend captures CUDA graphs (this sweep runs "
+        "on %s), so it changes nothing\n",
+        std::string(to_string(backend->kind())).c_str());
   if (backend->kind() == BackendKind::scripted && graph.has(OpKind::attention_core))
     std::fprintf(
         stderr,

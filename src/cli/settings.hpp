@@ -64,7 +64,8 @@ struct RunSettings {
   AnalysisFlags analysis;
   ExportSettings exports;
   bool quiet = false;
-  bool mode_given = false;  // --mode on the command line (a latency budget in training by default is noted)
+  bool mode_given = false;    // --mode on the command line (a latency budget in training by default is noted)
+  bool graphs_given = false;  // --graphs on the command line (said to change nothing off cuda)
 };
 
 struct AnalyzeSettings {

@@ -853,6 +853,18 @@ TEST(Help, ListsExamplesAndExitCodes) {
   }
 }
 
+// --graphs off the cuda backend changes nothing, and says so (not an error: a job may pass it everywhere).
+TEST(Run, GraphsOffTheCudaBackendChangesNothingAndSaysSo) {
+  const Result graphs =
+      run({"run", "--backend", "scripted", "--script",
+           std::string(BSW_TEST_DATA) + "/data/scripted/roofline.json", "--batch", "64", "--graphs", "off"});
+  EXPECT_EQ(graphs.exit_code, 0) << graphs.err;
+  EXPECT_NE(graphs.err.find("note: --graphs: only the cuda backend captures CUDA graphs (this sweep runs on "
+                            "scripted), so it changes nothing"),
+            std::string::npos)
+      << graphs.err;
+}
+
 // `batchsweep help [SUBCOMMAND]` and `batchsweep version`, as git and go take them; a flag before the
 // subcommand is said to go after it, and an unknown flag without one is named.
 TEST(Help, HelpAndVersionAsWordsAndFlagsInTheWrongPlace) {
