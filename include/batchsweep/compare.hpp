@@ -197,6 +197,8 @@ struct CompareGeomean {
   std::vector<std::optional<double>> samples_per_second;  // one per report
   std::vector<CompareDelta> deltas;                       // one per report after the baseline
   std::vector<size_t> delta_batches;  // one per report after the baseline: the batches its delta is over
+  // One per report after the baseline: whether any of those batches was timed on a busy host, in either run.
+  std::vector<bool> delta_busy_host;
 };
 
 // A batch that a run could not fit (oom or over_limit) although the baseline fit a micro-batch at least as

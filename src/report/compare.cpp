@@ -687,10 +687,12 @@ CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, con
     // the mean of the rows' log ratios, whose variance is about the sum of both sides' over k^2. Used where
     // every row has one.
     std::vector<MeanError> base_errors, run_errors;
+    bool busy = false;
     for (const auto& row : rows) {
       if (!ran_ok(row.runs[0]) || !ran_ok(row.runs[i]) || row.deltas[i - 1].unjudged() ||
           row.deltas[i - 1].baseline_measurement)
         continue;
+      busy |= row.runs[0].busy_host || row.runs[i].busy_host;
       base_rates.push_back(row.runs[0].samples_per_second);
       run_rates.push_back(row.runs[i].samples_per_second);
       if (const std::optional<double>& se = row.runs[0].standard_error)
@@ -699,6 +701,7 @@ CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, con
         run_errors.push_back({*se, row.runs[i].standard_error_df});
     }
     g.delta_batches.push_back(base_rates.size());
+    g.delta_busy_host.push_back(busy);
     const std::optional<double> a = geometric_mean(base_rates), b = geometric_mean(run_rates);
     CompareDelta d;
     if (a && b) {
@@ -1532,17 +1535,7 @@ std::vector<Regression> find_regressions(const CompareResult& result, const Gate
       return r.run == i + 1 && r.kind == "slower";
     });
     if (row_found) continue;
-    // Busy where a row the geomean is over was timed on a busy host, in either run.
-    bool busy = false;
-    for (const CompareRow& row : result.rows) {
-      const CompareCell& base = row.runs.front();
-      const CompareCell& run = row.runs[i + 1];
-      const CompareDelta& d = row.deltas[i];
-      if (run.absent || base.status != PointStatus::ok || run.status != PointStatus::ok || d.unjudged() ||
-          d.baseline_measurement)
-        continue;
-      busy |= run.busy_host || base.busy_host;
-    }
+    const bool busy = i < result.geomean.delta_busy_host.size() && result.geomean.delta_busy_host[i];
     found.push_back(Regression{
         "geomean", i + 1, 0, 0,
         fmt::format(

@@ -487,12 +487,6 @@ class AutoSearch {
     return fmt::format("a step would take {}, more than --timeout {} s allows", predicted_step_text(batch),
                        runner_.settings().stopping.timeout_s);
   }
-  // True when a timed point stopped at --timeout before its second timed step: a larger batch's steps are
-  // no shorter, so it could not be timed either.
-  [[nodiscard]] static bool timed_short(const Point& point) {
-    return point.stop_reason == "timeout" &&
-           static_cast<int64_t>(point.samples_ms.size()) < kFewestTimedSteps;
-  }
 
   void check_plateau() {
     const std::size_t n = growth_.size();

@@ -244,10 +244,8 @@ void run_effective_batch(PointRunner& runner, int64_t effective_batch, std::stri
                                    to_string(point->status)));
       continue;
     }
-    last_ok = OkSplit{
-        point->step_ms.mean / 1000.0, point->accumulation,
-        point->stop_reason == "timeout" && static_cast<int64_t>(point->samples_ms.size()) < kFewestTimedSteps,
-        batch_label(point->batch, point->accumulation)};
+    last_ok = OkSplit{point->step_ms.mean / 1000.0, point->accumulation, timed_short(*point),
+                      batch_label(point->batch, point->accumulation)};
     const double throughput = point->samples_per_second;
     if (previous_ok_throughput &&
         throughput < *previous_ok_throughput * (1.0 - kEffectiveBatchStopSlowdown)) {

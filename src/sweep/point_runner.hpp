@@ -17,9 +17,16 @@
 namespace bsw::sweep_detail {
 
 // The fewest timed steps a searched batch is worth measuring with: two give its noise (NoiseCriterion needs
-// them). A search leaves out a batch whose warm-up and these would outlast --timeout; one that fits only
-// part of --min-samples is timed, cut short by --timeout as any point is (stop_reason timeout).
+// them). A search stops timing after a batch whose warm-up and these outlasted --timeout (timed_short); one
+// that fits only part of --min-samples is timed, cut short by --timeout as any point is (stop_reason
+// timeout).
 inline constexpr int64_t kFewestTimedSteps = 2;
+
+// Whether a timed point stopped at --timeout before its second timed step: a batch whose steps are no
+// shorter (a larger one, or a split of more micro-batches) could not be timed either.
+[[nodiscard]] inline bool timed_short(const Point& point) {
+  return point.stop_reason == "timeout" && static_cast<int64_t>(point.samples_ms.size()) < kFewestTimedSteps;
+}
 
 // The answer of a prepare-only probe (auto search's fit-edge bisection).
 enum class Fit { fits, oom, over_limit, error };

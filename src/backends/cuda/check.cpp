@@ -72,7 +72,6 @@ constexpr const char* kContextUnusable =
       free_bytes < kLibraryOutOfMemoryBytes)
     throw OutOfMemory(fmt::format("{}, with {} MiB of device memory free: taken as out of memory", message,
                                   free_bytes >> 20));
-  static_cast<void>(cudaGetLastError());
   throw BackendError(message);
 }
 
