@@ -362,11 +362,15 @@ std::string requests_per_step(double mean_batch) {
 // estimate alone would favour a lucky one. Any row, not only the answer: the answer is the smallest max batch
 // as fast as the lowest within their errors, and a noisier one of those failing the test does not make the
 // rate unserved where the lowest keeps it ("no max batch is known to keep it" is said of every row).
+// A row whose latency an answer may rest on: settled, unsaturated, with a latency.
+bool usable_row(const ServingBatch& b) {
+  return !b.saturated && b.settled && b.latency_ms;
+}
+
 bool within_budget_beyond_noise(const Serving& table, double budget) {
   if (!table.best.latency_ms) return false;
   return std::any_of(table.batches.begin(), table.batches.end(), [&](const ServingBatch& b) {
-    return !b.saturated && b.settled && b.latency_ms &&
-           *b.latency_ms + 2.0 * b.latency_se_ms.value_or(0.0) <= budget;
+    return usable_row(b) && *b.latency_ms + 2.0 * b.latency_se_ms.value_or(0.0) <= budget;
   });
 }
 
@@ -374,8 +378,7 @@ bool within_budget_beyond_noise(const Serving& table, double budget) {
 const ServingBatch* lowest_latency(const Serving& table) {
   const ServingBatch* lowest = nullptr;
   for (const ServingBatch& b : table.batches)
-    if (!b.saturated && b.settled && b.latency_ms && (!lowest || *b.latency_ms < *lowest->latency_ms))
-      lowest = &b;
+    if (usable_row(b) && (!lowest || *b.latency_ms < *lowest->latency_ms)) lowest = &b;
   return lowest;
 }
 
@@ -534,10 +537,7 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
     b.capacity_per_second = pools[i].samples_per_second;
     s.batches.push_back(b);
   }
-  const auto usable = [](const ServingBatch& b) { return !b.saturated && b.settled; };
-  const ServingBatch* lowest = nullptr;
-  for (const ServingBatch& b : s.batches)
-    if (usable(b) && (!lowest || *b.latency_ms < *lowest->latency_ms)) lowest = &b;
+  const ServingBatch* lowest = lowest_latency(s);
   if (!lowest) {
     const ServingBatch& most = *std::max_element(s.batches.begin(), s.batches.end(),
                                                  [](const ServingBatch& a, const ServingBatch& b) {
@@ -574,7 +574,7 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
   // budget): less memory and less padding for the same latency.
   const ServingBatch* best = lowest;
   for (const ServingBatch& b : s.batches) {
-    if (!usable(b) || b.batch >= best->batch) continue;
+    if (!usable_row(b) || b.batch >= best->batch) continue;
     const double margin = std::max(kServingTiePct / 100.0 * *lowest->latency_ms,
                                    2.0 * std::hypot(*b.latency_se_ms, *lowest->latency_se_ms));
     if (*b.latency_ms <= *lowest->latency_ms + margin && (!budget || *b.latency_ms <= *budget)) best = &b;
