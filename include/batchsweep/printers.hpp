@@ -43,9 +43,13 @@ enum class ConfigTarget { deepspeed, lightning, accelerate, transformers };
 // or inference (settings.mode), over `world_size` GPUs each running that micro-batch: DeepSpeed's config JSON
 // (train_batch_size = micro-batch x accumulation x world size, which DeepSpeed checks), Lightning's
 // DataLoader and Trainer, accelerate's Accelerator, transformers' TrainingArguments. A one-line "none"
-// without a recommendation. Throws UsageError naming --world-size below 1.
+// without a recommendation. Throws UsageError naming --world-size below 1, and as
+// check_effective_batch_world_size for a training --effective-batch report (settings.effective_batch).
 [[nodiscard]] std::string format_config_snippet(const Report& report, ConfigTarget target,
                                                 int64_t world_size);
+// --effective-batch E is kept as the global batch across `world_size` devices: throws UsageError naming
+// --world-size where it does not divide E. Run and analyze call it before measuring or writing anything.
+void check_effective_batch_world_size(int64_t effective_batch, int64_t world_size);
 
 // to_json(report).dump(2), with invalid UTF-8 in strings replaced rather than thrown on; ends with a newline.
 [[nodiscard]] std::string format_json(const Report& report);

@@ -25,6 +25,7 @@
 #include "batchsweep/gpu_specs.hpp"
 #include "batchsweep/json_depth.hpp"
 #include "batchsweep/model.hpp"
+#include "batchsweep/printers.hpp"
 #include "cli/commands.hpp"
 #include "git_commit.hpp"
 #include "model/suggest.hpp"
@@ -1141,6 +1142,8 @@ int run_app(int argc, char** argv) {
       if (run.sweep.mode != Mode::train)
         throw UsageError("--effective-batch: gradient accumulation only applies to --mode train");
       run.sweep.effective_batch = *run_raw.effective_batch;
+      if (!run.exports.config_for.empty())
+        check_effective_batch_world_size(*run_raw.effective_batch, run.exports.world_size);
     } else {
       run.sweep.batches = parse_batch_spec(run_raw.batch, "--batch");
     }

@@ -1773,6 +1773,9 @@ int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& ar
   ExportSettings exports = s.exports;
   check_exports(exports, {{"the report analyze reads", s.report_path, true}});
   Report report = read_report(s.report_path);
+  if (const std::optional<int64_t> e = report_view::effective_batch_setting(report);
+      e && !exports.config_for.empty() && report_view::title(report).mode != "infer")
+    check_effective_batch_world_size(*e, exports.world_size);
   if (report.state == "in_progress")
     std::fprintf(
         stderr,

@@ -31,10 +31,6 @@ const Framework& framework(ConfigTarget target) {
   return kFrameworks[0];
 }
 
-// tf32 is a global switch in PyTorch, off for matmuls by default: the line that turns it on.
-constexpr const char* kTf32Line =
-    "torch.backends.cuda.matmul.allow_tf32 = True  # the sweep ran tf32 matmuls";
-
 }  // namespace
 
 std::string_view to_string(ConfigTarget target) {
@@ -45,6 +41,15 @@ std::optional<ConfigTarget> parse_config_target(std::string_view name) {
   for (const Framework& f : kFrameworks)
     if (name == f.flag) return f.target;
   return std::nullopt;
+}
+
+void check_effective_batch_world_size(int64_t effective_batch, int64_t world_size) {
+  if (world_size > 1 && effective_batch % world_size != 0)
+    throw UsageError(fmt::format(
+        "--world-size {0}: --effective-batch {1} is kept as the global batch across the {0} devices, so it "
+        "must be a multiple of {0} (each device's share of an optimizer step); give a world size that "
+        "divides {1}, or sweep an --effective-batch that {0} divides",
+        world_size, effective_batch));
 }
 
 std::string format_config_snippet(const Report& report, ConfigTarget target, int64_t world_size) {
@@ -66,10 +71,13 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
   // the global batch (what Lightning, accelerate and DeepSpeed users mean by it, and what the learning rate
   // was set for): each device's accumulation is E / (micro-batch x world size). Where the recommended
   // micro-batch x world size does not divide E, the fastest measured split whose does is taken instead; where
-  // none does, the recommended split runs on every device, and a comment says the step grew.
+  // none does, the largest micro-batch up to the recommended one that divides E / world size (it fits: the
+  // recommended one ran), which the sweep did not time, and a comment says so. A world size that does not
+  // divide E is refused (check_effective_batch_world_size).
   std::string effective_note;
   if (const std::optional<int64_t> n = report_view::effective_batch_setting(report);
       train && world_size > 1 && n) {
+    check_effective_batch_world_size(*n, world_size);
     const int64_t e = *n;
     const char* one = cpu ? "process" : "GPU";
     if (e % (batch * world_size) == 0) {
@@ -101,11 +109,16 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
         batch = best->batch;
         accumulation = e / (best->batch * world_size);
       } else {
+        const int64_t share = e / world_size;  // one device's samples per optimizer step
+        int64_t micro = std::min(batch, share);
+        while (share % micro != 0) --micro;
         effective_note = fmt::format(
-            "  # --effective-batch {} was one {}'s step; across {} {}s each step takes {} samples ({} in all "
-            "is "
-            "no multiple of a measured micro-batch x {}: no accumulation keeps it)\n",
-            e, one, world_size, one, batch * accumulation * world_size, e, world_size);
+            "  # --effective-batch {} kept in all across {} {}s: no measured micro-batch x {} divides it, so "
+            "batch {}, accumulation {} each; batch {} fits (batch {} ran) but was not timed: the sweep timed "
+            "one {}'s splits of {}, and `--effective-batch {}` times the splits of one {}'s share\n",
+            e, world_size, one, world_size, micro, share / micro, micro, batch, one, e, share, one);
+        batch = micro;
+        accumulation = share / micro;
       }
     }
   }
@@ -139,16 +152,23 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
         "  # measured on the scripted backend (a step-time formula, not a device): sweep on the GPU itself\n";
   out += effective_note;
   const bool tf32 = precision == "tf32";
-  // Lightning's, accelerate's and transformers' 16-bit settings are autocast: fp32 weights (a 16-bit copy of
-  // each while a step runs) and fp32 softmax, layernorm and loss outputs, so a larger peak than the sweep's
-  // 16-bit model (README, Storage). Said, and loudest where the batch is the largest that fit.
+  // The CPU backend runs tf32 as fp32: the line still turns on what the sweep asked for, said as such.
+  const std::string tf32_comment =
+      cpu ? "# the sweep asked for tf32 (the CPU ran fp32)" : "# the sweep ran tf32 matmuls";
+  const std::string tf32_line = fmt::format("torch.backends.cuda.matmul.allow_tf32 = True  {}", tf32_comment);
+  // Lightning's, accelerate's and transformers' 16-bit training settings are autocast: fp32 weights (a 16-bit
+  // copy of each while a step runs) and fp32 softmax, layernorm and loss outputs, so a larger peak than the
+  // sweep's 16-bit model (README, Storage). In inference Lightning's "16-true" / "bf16-true" and
+  // transformers' fp16_full_eval / bf16_full_eval cast the model itself, as the sweep's; accelerate has no
+  // such setting. Said, and loudest where the batch is the largest that fit.
   const bool sixteen_bit = precision == "fp16" || precision == "bf16";
-  if (sixteen_bit && target != ConfigTarget::deepspeed) {
-    // At the memory edge: a larger batch failed to fit (not merely the largest swept).
-    const bool at_edge = a.max_fit.batch && *a.max_fit.batch == batch &&
-                         std::any_of(report.points.begin(), report.points.end(), [&](const Point& p) {
-                           return p.batch > batch && did_not_fit(p.status);
-                         });
+  const bool autocast =
+      sixteen_bit && target != ConfigTarget::deepspeed && (train || target == ConfigTarget::accelerate);
+  // At the memory edge: a larger batch failed to fit (not merely the largest swept).
+  const bool at_edge = a.max_fit.batch && *a.max_fit.batch == batch &&
+                       std::any_of(report.points.begin(), report.points.end(),
+                                   [&](const Point& p) { return p.batch > batch && did_not_fit(p.status); });
+  if (autocast) {
     const std::string setting =
         target == ConfigTarget::lightning
             ? fmt::format("precision=\"{}\"", precision == "fp16" ? "16-mixed" : "bf16-mixed")
@@ -163,6 +183,13 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
                               "peer, bench/peers/torch_sweep.py) or take a smaller one",
                               batch)
                 : std::string());
+  } else if (at_edge) {
+    // The framework's own memory is not the sweep's: at the edge, that is the difference that matters.
+    out += fmt::format(
+        "  # batch {} is the largest that fit: the framework's own memory (DDP's gradient buckets, NCCL's "
+        "buffers, the caching allocator's slack) is not in the sweep, so check it there or take a smaller "
+        "one\n",
+        batch);
   }
   switch (target) {
     case ConfigTarget::deepspeed: {
@@ -174,7 +201,7 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
         if (precision == "fp16" || precision == "bf16")
           out += fmt::format("  engine = deepspeed.init_inference(model, dtype=torch.{})\n",
                              precision == "fp16" ? "float16" : "bfloat16");
-        if (tf32) out += fmt::format("  {}\n", kTf32Line);
+        if (tf32) out += fmt::format("  {}\n", tf32_line);
         break;
       }
       // DeepSpeed checks train_batch_size = micro x accumulation x world size.
@@ -186,52 +213,75 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
       if (precision == "fp16") out += "    \"fp16\": {\"enabled\": true, \"loss_scale\": 0}\n";
       if (precision == "bf16") out += "    \"bf16\": {\"enabled\": true}\n";
       out += "  }\n";
-      if (tf32) out += fmt::format("  # and in the script: {}\n", kTf32Line);
+      if (tf32) out += fmt::format("  # and in the script: {}\n", tf32_line);
       if (checkpointing)
         out += fmt::format("  # and in the script: {}\n",
                            title.checkpoint_blocks > 0 ? checkpoint_line.substr(2) : checkpoint_line);
       break;
     }
     case ConfigTarget::lightning: {
-      const char* lightning_precision = precision == "fp16"   ? "16-mixed"
-                                        : precision == "bf16" ? "bf16-mixed"
+      // Inference: "16-true" casts the model to 16 bits, as the sweep's; training's "-mixed" is autocast.
+      const char* lightning_precision = precision == "fp16"   ? (train ? "16-mixed" : "16-true")
+                                        : precision == "bf16" ? (train ? "bf16-mixed" : "bf16-true")
                                                               : "32-true";
-      if (tf32) out += "  torch.set_float32_matmul_precision(\"high\")  # the sweep ran tf32 matmuls\n";
+      if (tf32) out += fmt::format("  torch.set_float32_matmul_precision(\"high\")  {}\n", tf32_comment);
       if (checkpointing) out += fmt::format("  {}\n", checkpoint_line);
+      // devices is set even for one: Lightning's default, "auto", takes every GPU there is, multiplying
+      // the step. It counts one node's devices.
+      if (world_size > 1)
+        out += fmt::format(
+            "  # devices counts one node's GPUs: over several nodes, devices=<GPUs per node>, "
+            "num_nodes=<nodes>, their product {}\n",
+            world_size);
       out += fmt::format("  loader = DataLoader(dataset, batch_size={})\n", batch);
-      out += fmt::format("  trainer = L.Trainer({}precision=\"{}\"{})\n",
+      out += fmt::format("  trainer = L.Trainer({}precision=\"{}\", devices={})\n",
                          train && accumulation > 1 ? fmt::format("accumulate_grad_batches={}, ", accumulation)
                                                    : std::string(),
-                         lightning_precision, world_size > 1 ? fmt::format(", devices={}", world_size) : "");
+                         lightning_precision, world_size);
       break;
     }
     case ConfigTarget::accelerate: {
       const char* mixed = precision == "fp16" ? "fp16" : precision == "bf16" ? "bf16" : "no";
-      if (tf32) out += fmt::format("  {}\n", kTf32Line);
+      if (tf32) out += fmt::format("  {}\n", tf32_line);
       if (checkpointing) out += fmt::format("  {}\n", checkpoint_line);
       out += fmt::format("  accelerator = Accelerator({}mixed_precision=\"{}\")\n",
                          train && accumulation > 1
                              ? fmt::format("gradient_accumulation_steps={}, ", accumulation)
                              : std::string(),
                          mixed);
+      // The process count is said even for one: `accelerate launch` otherwise takes the saved config's.
+      // accelerate counts the processes of every machine together.
       out += fmt::format(
-          "  loader = DataLoader(dataset, batch_size={})  # per process{}\n", batch,
-          world_size > 1 ? fmt::format("; accelerate launch --num_processes {}", world_size) : "");
+          "  loader = DataLoader(dataset, batch_size={})  # per process; accelerate launch "
+          "--num_processes {}\n",
+          batch, world_size);
+      if (train && accumulation > 1)
+        out +=
+            "  # the accumulation takes effect only for steps inside `with accelerator.accumulate(model):`, "
+            "after accelerator.prepare(model, optimizer, loader)\n";
       break;
     }
     case ConfigTarget::transformers: {
       std::string args = train ? fmt::format("per_device_train_batch_size={}", batch)
                                : fmt::format("per_device_eval_batch_size={}", batch);
       if (train && accumulation > 1) args += fmt::format(", gradient_accumulation_steps={}", accumulation);
-      if (precision == "fp16") args += ", fp16=True";
-      if (precision == "bf16") args += ", bf16=True";
+      // Inference: *_full_eval casts the model to 16 bits, as the sweep's; fp16=True is training's autocast.
+      if (sixteen_bit) args += fmt::format(", {}{}=True", precision, train ? "" : "_full_eval");
       if (tf32) args += ", tf32=True";
       if (checkpointing && title.checkpoint_blocks == 0) args += ", gradient_checkpointing=True";
       out += fmt::format("  args = TrainingArguments(output_dir=\"out\", {})\n", args);
       if (checkpointing && title.checkpoint_blocks > 0) out += fmt::format("  {}\n", checkpoint_line);
+      // Trainer started plainly on a machine of several GPUs runs DataParallel over them all, multiplying
+      // the batch: the launch line pins the count.
       if (world_size > 1)
+        out += fmt::format(
+            "  # torchrun --nproc_per_node {0}: each process runs the batch above (over several nodes, "
+            "--nproc_per_node <GPUs per node> --nnodes <nodes>, their product {0})\n",
+            world_size);
+      else if (!cpu)
         out +=
-            fmt::format("  # torchrun --nproc_per_node {}: each process runs the batch above\n", world_size);
+            "  # launch on one GPU: CUDA_VISIBLE_DEVICES=0 python train.py (started plainly where there are "
+            "several, Trainer runs on them all and multiplies the batch)\n";
       break;
     }
   }

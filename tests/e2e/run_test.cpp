@@ -3985,7 +3985,7 @@ TEST(Run, ConfigForPrintsTheRecommendationAsAFrameworksSetup) {
       "config for Lightning (batch {}, fp32, 1 GPU; {} samples per optimizer step):\n"
       "  # measured on the scripted backend (a step-time formula, not a device): sweep on the GPU itself\n"
       "  loader = DataLoader(dataset, batch_size={})\n"
-      "  trainer = L.Trainer(precision=\"32-true\")\n",
+      "  trainer = L.Trainer(precision=\"32-true\", devices=1)\n",
       batch, batch, batch);
   EXPECT_TRUE(again.out.ends_with(lightning)) << again.out;
 }
@@ -3998,6 +3998,37 @@ TEST(Run, WorldSizeNeedsConfigFor) {
       scripted_run("roofline.json", {"--batch", "64", "--config-for", "accelerate", "--world-size", "0"}));
   EXPECT_EQ(zero.exit_code, 2);
   EXPECT_NE(zero.err.find("--world-size: "), std::string::npos) << zero.err;
+}
+
+// --effective-batch E is kept as the global batch across --world-size N: an N that does not divide E is
+// refused before anything is measured or written (run), or anything printed (analyze); the README's own
+// example keeps 256 in all across 8 GPUs, never 8 x 256.
+TEST(Run, AnEffectiveBatchTheWorldSizeDoesNotDivideIsRefusedFirst) {
+  ScratchDir dir;
+  const std::string json = (dir / "r.json").string();
+  const Result r = run(scripted_run("roofline.json", {"--effective-batch", "256", "--config-for", "deepspeed",
+                                                      "--world-size", "3", "--json", json}));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--world-size 3: --effective-batch 256 is kept as the global batch"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(json));
+
+  const Result eight = run(scripted_run("roofline.json", {"--effective-batch", "256", "--config-for",
+                                                          "deepspeed", "--world-size", "8", "--json", json}));
+  ASSERT_EQ(eight.exit_code, 0) << eight.err;
+  const size_t open = eight.out.find("  {\n"), close = eight.out.find("  }\n");
+  ASSERT_NE(open, std::string::npos) << eight.out;
+  const nlohmann::json ds = nlohmann::json::parse(eight.out.substr(open, close + 3 - open));
+  EXPECT_EQ(ds["train_batch_size"], 256) << eight.out;
+  EXPECT_EQ(ds["train_micro_batch_size_per_gpu"].get<int64_t>() *
+                ds["gradient_accumulation_steps"].get<int64_t>() * 8,
+            256);
+
+  const Result analyzed = run({"analyze", json, "--config-for", "lightning", "--world-size", "5"});
+  EXPECT_EQ(analyzed.exit_code, 2) << analyzed.err;
+  EXPECT_EQ(analyzed.out, "");
+  EXPECT_NE(analyzed.err.find("--world-size 5: --effective-batch 256"), std::string::npos) << analyzed.err;
 }
 
 TEST(ModelOverrides, PlanAndRunTheModelTheSetsMakeAndSaySo) {

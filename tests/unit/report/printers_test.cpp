@@ -538,7 +538,7 @@ TEST(ConfigSnippet, EachFrameworkInTheRunsPrecision) {
       "softmax and loss outputs, "
       "a larger peak than the sweep's bf16 model with fp32 master weights\n"
       "  loader = DataLoader(dataset, batch_size=64)\n"
-      "  trainer = L.Trainer(accumulate_grad_batches=4, precision=\"bf16-mixed\")\n");
+      "  trainer = L.Trainer(accumulate_grad_batches=4, precision=\"bf16-mixed\", devices=1)\n");
   EXPECT_EQ(
       format_config_snippet(r, ConfigTarget::accelerate, 2),
       "config for accelerate (batch 64 x accumulation 4, bf16, 2 GPUs; 512 samples per optimizer step):\n"
@@ -548,7 +548,9 @@ TEST(ConfigSnippet, EachFrameworkInTheRunsPrecision) {
       "a "
       "larger peak than the sweep's bf16 model with fp32 master weights\n"
       "  accelerator = Accelerator(gradient_accumulation_steps=4, mixed_precision=\"bf16\")\n"
-      "  loader = DataLoader(dataset, batch_size=64)  # per process; accelerate launch --num_processes 2\n");
+      "  loader = DataLoader(dataset, batch_size=64)  # per process; accelerate launch --num_processes 2\n"
+      "  # the accumulation takes effect only for steps inside `with accelerator.accumulate(model):`, after "
+      "accelerator.prepare(model, optimizer, loader)\n");
   EXPECT_EQ(
       format_config_snippet(r, ConfigTarget::transformers, 1),
       "config for transformers (batch 64 x accumulation 4, bf16, 1 GPU; 256 samples per optimizer step):\n"
@@ -557,7 +559,10 @@ TEST(ConfigSnippet, EachFrameworkInTheRunsPrecision) {
       "outputs, a larger peak "
       "than the sweep's bf16 model with fp32 master weights\n"
       "  args = TrainingArguments(output_dir=\"out\", per_device_train_batch_size=64, "
-      "gradient_accumulation_steps=4, bf16=True)\n");
+      "gradient_accumulation_steps=4, bf16=True)\n"
+      "  # launch on one GPU: CUDA_VISIBLE_DEVICES=0 python train.py (started plainly where there are "
+      "several, "
+      "Trainer runs on them all and multiplies the batch)\n");
 
   // The largest batch that fit, under autocast's larger peak: check it, or step down.
   r.analysis.max_fit.batch = 64;
@@ -613,13 +618,32 @@ TEST(ConfigSnippet, AnEffectiveBatchAcrossDevicesIsKeptInAll) {
       << eight;
   EXPECT_EQ(format_config_snippet(r, ConfigTarget::deepspeed, 1).find("--effective-batch"),
             std::string::npos);
-  // 64 x 3 does not divide 2048, and no measured split of 2048 is there: the step grows, said.
-  const std::string three = format_config_snippet(r, ConfigTarget::deepspeed, 3);
-  EXPECT_NE(three.find("  # --effective-batch 2048 was one GPU's step; across 3 GPUs each step takes 6144 "
-                       "samples (2048 in all is no multiple of a measured micro-batch x 3: no accumulation "
-                       "keeps it)"),
+  // 3 does not divide 2048: no per-device split keeps it, refused as the run refuses it before measuring.
+  EXPECT_THROW((void)format_config_snippet(r, ConfigTarget::deepspeed, 3), UsageError);
+  EXPECT_THROW(check_effective_batch_world_size(2048, 3), UsageError);
+  EXPECT_NO_THROW(check_effective_batch_world_size(2048, 128));
+  // 64 x 128 does not divide 2048 and no measured split is there: each device takes 16 samples a step, as
+  // batch 16 (it fits, as 64 ran), untimed and said so; never 128 times the global batch.
+  const std::string wide = format_config_snippet(r, ConfigTarget::deepspeed, 128);
+  EXPECT_NE(wide.find("(batch 16, bf16, 128 GPUs; 2048 samples per optimizer step)"), std::string::npos)
+      << wide;
+  EXPECT_NE(
+      wide.find("  # --effective-batch 2048 kept in all across 128 GPUs: no measured micro-batch x 128 "
+                "divides it, so batch 16, accumulation 1 each; batch 16 fits (batch 64 ran) but was not "
+                "timed: the sweep timed one GPU's splits of 2048, and `--effective-batch 16` times the "
+                "splits of one GPU's share\n"),
+      std::string::npos)
+      << wide;
+  EXPECT_NE(wide.find("\"train_batch_size\": 2048"), std::string::npos) << wide;
+  // A share the recommended batch does not divide: its largest divisor below the recommended batch.
+  r.settings["effective_batch"] = 2400;
+  r.analysis.recommended_accumulation = 1;
+  const std::string twenty = format_config_snippet(r, ConfigTarget::lightning, 20);
+  EXPECT_NE(twenty.find("(batch 60 x accumulation 2, bf16, 20 GPUs; 2400 samples per optimizer step)"),
             std::string::npos)
-      << three;
+      << twenty;
+  r.settings["effective_batch"] = 2048;
+  r.analysis.recommended_accumulation = 32;
   // 64 x 16 divides 2048, 64 x 64 does not: a measured split of 2048 whose micro-batch does (32 x 64) is
   // taken, with its speed beside the recommended one's.
   Point split32 = r.points.front();
@@ -644,6 +668,50 @@ TEST(ConfigSnippet, AnEffectiveBatchAcrossDevicesIsKeptInAll) {
   EXPECT_EQ(sixty_four.find("accumulate_grad_batches"), std::string::npos) << sixty_four;
 }
 
+// Each launcher is told how many devices, even one (Lightning's default takes every GPU; a plain `python
+// train.py` runs Trainer over them all; `accelerate launch` takes the saved config's count), and across
+// nodes, which count is per node.
+TEST(ConfigSnippet, TheLinesPinTheDeviceCount) {
+  Report r = testing::sample_report();  // train, bf16, recommended 64, scripted
+  const std::string one = format_config_snippet(r, ConfigTarget::lightning, 1);
+  EXPECT_NE(one.find("devices=1)"), std::string::npos) << one;
+  EXPECT_EQ(one.find("num_nodes"), std::string::npos) << one;
+  const std::string sixteen = format_config_snippet(r, ConfigTarget::lightning, 16);
+  EXPECT_NE(sixteen.find("  # devices counts one node's GPUs: over several nodes, devices=<GPUs per node>, "
+                         "num_nodes=<nodes>, their product 16\n"),
+            std::string::npos)
+      << sixteen;
+  EXPECT_NE(sixteen.find("devices=16)"), std::string::npos) << sixteen;
+  EXPECT_NE(format_config_snippet(r, ConfigTarget::accelerate, 1).find("accelerate launch --num_processes 1"),
+            std::string::npos);
+  EXPECT_EQ(format_config_snippet(r, ConfigTarget::accelerate, 1).find("accelerator.accumulate"),
+            std::string::npos)
+      << "no accumulation to make work";
+  EXPECT_NE(format_config_snippet(r, ConfigTarget::transformers, 16)
+                .find("--nproc_per_node <GPUs per node> --nnodes <nodes>, their product 16)"),
+            std::string::npos);
+  // The CPU's tf32 ran as fp32: the line says what the sweep asked for, not what it ran.
+  r.settings["precision"] = "tf32";
+  r.device.backend = "cpu";
+  const std::string cpu = format_config_snippet(r, ConfigTarget::lightning, 1);
+  EXPECT_NE(cpu.find("torch.set_float32_matmul_precision(\"high\")  # the sweep asked for tf32 (the CPU ran "
+                     "fp32)"),
+            std::string::npos)
+      << cpu;
+  EXPECT_EQ(format_config_snippet(r, ConfigTarget::transformers, 1).find("CUDA_VISIBLE_DEVICES"),
+            std::string::npos)
+      << "a CPU process has no GPU to pin";
+  // At the memory edge without autocast (DeepSpeed, fp32): the framework's own memory is said.
+  r.device.backend = "scripted";
+  r.settings["precision"] = "fp32";
+  r.analysis.max_fit.batch = 64;
+  const std::string edge = format_config_snippet(r, ConfigTarget::deepspeed, 1);
+  EXPECT_NE(edge.find("  # batch 64 is the largest that fit: the framework's own memory (DDP's gradient "
+                      "buckets, NCCL's buffers, the caching allocator's slack) is not in the sweep"),
+            std::string::npos)
+      << edge;
+}
+
 TEST(ConfigSnippet, InferenceCpuAndNoRecommendation) {
   Report r = testing::sample_report();
   r.settings["mode"] = "infer";
@@ -651,10 +719,14 @@ TEST(ConfigSnippet, InferenceCpuAndNoRecommendation) {
   EXPECT_EQ(format_config_snippet(r, ConfigTarget::transformers, 1),
             "config for transformers (inference, batch 64, bf16, 1 process):\n"
             "  # measured on the CPU backend: a GPU's best batch differs, so sweep on the GPU itself\n"
-            "  # bf16=True is autocast: fp32 weights and an fp32 residual stream, layernorm, softmax and "
-            "loss outputs, a larger "
-            "peak than the sweep's bf16 model\n"
-            "  args = TrainingArguments(output_dir=\"out\", per_device_eval_batch_size=64, bf16=True)\n");
+            "  args = TrainingArguments(output_dir=\"out\", per_device_eval_batch_size=64, "
+            "bf16_full_eval=True)\n");
+  {  // Lightning's "-true" casts the model as the sweep's inference does; accelerate has only autocast.
+    const std::string lightning = format_config_snippet(r, ConfigTarget::lightning, 1);
+    EXPECT_NE(lightning.find("precision=\"bf16-true\", devices=1)"), std::string::npos) << lightning;
+    EXPECT_EQ(lightning.find("autocast"), std::string::npos) << lightning;
+    EXPECT_NE(format_config_snippet(r, ConfigTarget::accelerate, 1).find("is autocast"), std::string::npos);
+  }
   const std::string ds = format_config_snippet(r, ConfigTarget::deepspeed, 3);
   EXPECT_NE(ds.find("(inference, batch 64, bf16, 3 processes):"), std::string::npos) << ds;
   EXPECT_NE(ds.find("  loader = DataLoader(dataset, batch_size=64)\n"
