@@ -19,6 +19,7 @@
 namespace bsw {
 namespace {
 
+using analysis_detail::between_range;
 using analysis_detail::CurvePoint;
 using analysis_detail::falling_text;
 using analysis_detail::format_number;
@@ -67,23 +68,6 @@ const Point* first_failure_above(std::span<const Point> points, std::optional<in
     if (!first || point.batch < first->batch) first = &point;
   }
   return first;
-}
-
-// A --batch spec of batches strictly between lo and hi: every one up to 16, doublings where hi is more than
-// four times lo (two or more of them), else multiples of a step of (hi - lo) / 8 rounded down to 8s.
-std::string between_range(int64_t lo, int64_t hi) {
-  if (hi <= 16) return lo + 1 == hi - 1 ? std::to_string(lo + 1) : fmt::format("{}:{}:+1", lo + 1, hi - 1);
-  // Doublings where they give two batches or more; a gap of about 4x has one doubling inside it, which would
-  // leave the edge unplaced on either side of it: even steps then.
-  if (hi > 2 * lo && 4 * lo < hi) {
-    int64_t last = 2 * lo;
-    while (last * 2 < hi) last *= 2;
-    return fmt::format("{}:{}:*2", 2 * lo, last);
-  }
-  const int64_t step = std::max<int64_t>(8, (hi - lo) / 8 / 8 * 8);
-  const int64_t first = (lo / step + 1) * step;  // the first multiple of the step above lo
-  const int64_t last = first + (hi - 1 - first) / step * step;
-  return first == last ? std::to_string(first) : fmt::format("{}:{}:+{}", first, last, step);
 }
 
 // Where the smallest batch above the largest that ran ok failed (`above`) and is not close to it

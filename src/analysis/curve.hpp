@@ -58,6 +58,9 @@ struct KneeDetail {
 // format_percent of a share judged against `threshold_pct` (a percent), with the decimals that keep it on its
 // side: 94.69% against 95 reads "94.7%", not "95%"; 99.991% against 99.99 reads "99.99%", not "99.9%".
 [[nodiscard]] std::string format_share(double fraction, double threshold_pct);
+// A --batch spec of batches strictly between lo and hi ("72:120:+8", "32:128:*2", "5:7:+1"), to measure
+// there.
+[[nodiscard]] std::string between_range(int64_t lo, int64_t hi);
 // "%g"-style number for option values in reasons ("1", "0.5", "12.5").
 [[nodiscard]] std::string format_number(double value);
 // A latency (a p99, ...) beside the budget it is held to, with the digits it takes for the two to read the

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <optional>
 
@@ -30,6 +31,7 @@
 namespace bsw {
 namespace {
 
+using analysis_detail::between_range;
 using analysis_detail::format_number;
 using analysis_detail::format_percent;
 using analysis_detail::format_rate;
@@ -119,6 +121,43 @@ std::string steps_source(const std::vector<Pool>& pools) {
       "simulated from the measured steps and, for batch{} {}, which the report keeps no steps of, the mean "
       "step alone: {} spread is not simulated, and the tail reads short",
       mean_only.size() > 1 ? "es" : "", fmt::join(mean_only, ", "), mean_only.size() > 1 ? "their" : "its");
+}
+
+// A max batch's steps are drawn from the swept batches up to it: where one of those holds fewer measured
+// steps than its percentile needs (100 / (100 - P), as run --request-rate measures), the simulated tail is
+// the slowest few of them and the error given is the simulation's alone. Said, for the reasons; else empty.
+std::string thin_steps(const std::vector<Pool>& pools, int64_t max_batch, double pct) {
+  const Pool* thinnest = nullptr;
+  for (const Pool& p : pools)
+    if (p.batch <= max_batch && !p.mean_only && (!thinnest || p.ms.size() < thinnest->ms.size()))
+      thinnest = &p;
+  // (With latency_steps' tolerance: 1000 steps do place one above a p99.9.)
+  if (!thinnest || static_cast<double>(thinnest->ms.size()) * (100.0 - pct) >= 100.0 - 1e-6) return {};
+  return fmt::format(
+      "; its steps are drawn from as few as {} measured (batch {}), under the {:.0f} a {} needs, so the tail "
+      "is the slowest of those few and the \u00b1 is the simulation's alone: run --request-rate measures "
+      "enough",
+      thinnest->ms.size(), thinnest->batch, std::ceil(100.0 / (100.0 - pct) - 1e-6), latency_name(pct));
+}
+
+// A step of k requests runs as the smallest swept batch that holds k: where the max batch's steps hold on
+// average well under the swept batch they run as (a quarter more), a dynamic-shape engine, which runs k as
+// k, would serve them faster than this says. Said, with the batches to sweep between; else empty.
+std::string padded_steps(const std::vector<Pool>& pools, double mean_batch) {
+  const auto holds = std::find_if(pools.begin(), pools.end(),
+                                  [&](const Pool& p) { return static_cast<double>(p.batch) >= mean_batch; });
+  if (holds == pools.end() || static_cast<double>(holds->batch) <= 1.25 * mean_batch) return {};
+  const int64_t below = holds == pools.begin() ? 0 : std::prev(holds)->batch;
+  if (holds->batch - below < 2) return {};
+  const std::string range = below > 0 ? between_range(below, holds->batch)
+                            : holds->batch == 2
+                                ? std::string("1")
+                                : fmt::format("1:{}:+1", std::min<int64_t>(holds->batch - 1, 16));
+  return fmt::format(
+      "; its steps of {:.3g} requests on average run as batch {}, the smallest swept that holds them, as an "
+      "engine built for fixed batches (or a CUDA graph) pads them; a dynamic-shape engine (TensorRT under "
+      "Triton) runs them as they are: --batch {} times the batches between",
+      mean_batch, holds->batch, range);
 }
 
 // Poisson arrivals in ms, drawn as far as they are read: one stream, which every max batch reads.
@@ -567,7 +606,8 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
                     fmt::format("no max batch keeps the {} request latency within the {} ms budget at {} "
                                 "({}): the lowest is {} ms (max batch {})",
                                 pct, format_number(*budget), rate, steps_source(pools),
-                                latency_text(*lowest->latency_ms, *budget), lowest->batch));
+                                latency_text(*lowest->latency_ms, *budget), lowest->batch) +
+                        thin_steps(pools, lowest->batch, options.latency_percentile));
     return s;
   }
   // The smallest max batch as good as the lowest (within the tie, or the two estimates' noise, and within the
@@ -599,6 +639,8 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
                 figures);
   if (load >= kServingNearCapacity)
     why += ", near it: a little more load or slower steps lengthen the queue fast";
+  why += thin_steps(pools, best->batch, options.latency_percentile);
+  why += padded_steps(pools, *best->mean_batch);
   if (budget) why += fmt::format("; within the {} ms budget", format_number(*budget));
   s.best = BatchChoice(best->batch, best->capacity_per_second, why, ms);
   return s;

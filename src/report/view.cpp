@@ -532,7 +532,9 @@ std::vector<std::string> summary_lines(const Report& report) {
       {"saturation", &a.saturation},
       {"max fit", &a.max_fit},
       {"best throughput", &a.best_throughput},
-      {"latency SLO", a.latency_slo ? &*a.latency_slo : nullptr},
+      // With a rate the budget holds requests too (serving, below): this line is a step's alone.
+      {a.serving ? "latency SLO, a step alone (no queue)" : "latency SLO",
+       a.latency_slo ? &*a.latency_slo : nullptr},
       {"energy optimal", a.energy_optimal ? &*a.energy_optimal : nullptr},
       {"effective batch split", a.effective_batch_split ? &*a.effective_batch_split : nullptr},
   };
