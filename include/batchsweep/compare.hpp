@@ -46,6 +46,9 @@ struct RunSummary {
   std::string name;  // CompareOptions::names, or "run N"
   std::string model, device, backend, mode, precision;
   std::string threads;  // a CPU run's compute threads (device.threads), empty where the report says none
+  // What its MFU is a fraction of: "a measured GEMM rate" (devices --calibrate), "the spec sheet's dense
+  // peak", "a script's peak", else empty (device.peak_flops_source).
+  std::string mfu_peak;
   std::string
       split;  // "accumulation 4", "effective batch 256"; empty for one micro-batch a step (title only)
   std::string checkpointing;  // "activation checkpointing" (settings.checkpointing), else empty (title only)

@@ -197,6 +197,9 @@ const nlohmann::json* gpu_spec_for_device(std::string_view device_name) {
   // A MIG slice has a fraction of the card's SMs and memory: the card's peak rates would put its MFU several
   // times too low.
   if (is_mig_slice(device_name)) return nullptr;
+  // A laptop part ("RTX 4090 Laptop GPU") has fewer SMs at lower clocks than the desktop card its name holds:
+  // that card's peak would put its MFU about 2.5x too low.
+  if (is_laptop_part(device_name)) return nullptr;
   // Lower case, '-' and '_' as spaces: "A100 SXM4 80GB" is the "A100-SXM4-80GB" a pattern spells.
   const auto spaced = [](std::string_view text) {
     std::string out = lower(text);

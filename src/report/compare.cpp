@@ -407,6 +407,13 @@ RunSummary summarize_run(const Report& report, std::string name) {
   s.overrides = report_view::model_overrides(report);
   s.device = printable_text(report.device.name);  // quoted in notes and titles: shown, not sent
   s.backend = report.device.backend;
+  {
+    const std::string& source = report.device.peak_flops_source;
+    s.mfu_peak = source.starts_with("calibrated")   ? "a measured GEMM rate (devices --calibrate)"
+                 : source.starts_with("spec sheet") ? "the spec sheet's dense peak"
+                 : source == "script"               ? "a script's peak"
+                                                    : "";
+  }
   if (report.device.details.is_object() && report.device.details.contains("threads") &&
       report.device.details["threads"].is_number_integer())
     s.threads = std::to_string(report.device.details["threads"].get<int64_t>());
@@ -1206,6 +1213,12 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
                            served ? " with each kept busy at its best; serving the request rate, the runs' "
                                     "lines give what a million requests cost"
                                   : "");
+    } else if (base.price_per_hour || run.price_per_hour) {
+      // One price alone compares nothing: said, with how to give the other its price.
+      cost = fmt::format(
+          "; no cost beside it: {} has no --price-per-hour (`batchsweep analyze` of its report "
+          "with --price-per-hour USD --json FILE gives it one)",
+          base.price_per_hour ? letter(i) : std::string("A"));
     }
     result.notes.push_back(
         fmt::format("best against best: {}/A {}\u00d7 ({} {} samples/s at batch {}, A {} at batch {}){}",
@@ -1375,6 +1388,16 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   }
   note_difference(
       result.runs, "devices", [](const RunSummary& r) { return device_of(r); }, result.notes);
+  // MFU against a measured GEMM rate reads higher than against the datasheet's peak for the same step: the
+  // two reports' MFU % columns do not compare. Where every run says what its peak was.
+  if (std::all_of(result.runs.begin(), result.runs.end(),
+                  [](const RunSummary& r) { return !r.mfu_peak.empty(); })) {
+    const size_t before = result.notes.size();
+    note_difference(
+        result.runs, "MFU's peaks", [](const RunSummary& r) { return r.mfu_peak; }, result.notes);
+    if (result.notes.size() > before)
+      result.notes.back() += " (their MFU % do not compare: the samples/s do)";
+  }
   // On a CPU the threads are the device's size: batchsweep's OpenBLAS threads against the PyTorch peer's
   // (torch.get_num_threads), or OPENBLAS_NUM_THREADS=1 against the default. Where every run says.
   if (std::all_of(result.runs.begin(), result.runs.end(),

@@ -408,12 +408,14 @@ std::string format_plan_table(const PlanSummary& s) {
     if (s.max_fit_batch && *s.max_fit_batch == n)
       out += fmt::format(
           "effective batch {} fits in {} as one batch ({}): no accumulation needed (plans may use {:.0f}% "
-          "of it; the rest is headroom for the runtime)\n",
+          "of it; the rest is headroom for what no plan holds: the CUDA context, library modules, allocator "
+          "fragmentation)\n",
           n, memory_text(s), split_text(n, 1), kMemorySafetyFraction * 100);
     else if (s.max_fit_batch)
       out += fmt::format(
           "largest micro-batch that fits in {} for effective batch {}: {}{} (plans may use {:.0f}% of it; "
-          "the rest is headroom for the runtime)\n",
+          "the rest is headroom for what no plan holds: the CUDA context, library modules, allocator "
+          "fragmentation)\n",
           memory_text(s), n, split_text(*s.max_fit_batch, n / *s.max_fit_batch),
           s.max_fit_any && *s.max_fit_any > *s.max_fit_batch
               ? fmt::format("; micro-batches up to {} fit, but {} has no divisor from {} to {}",
@@ -509,7 +511,7 @@ std::string format_plan_table(const PlanSummary& s) {
                              : std::string();
       out += fmt::format(
           "largest batch that fits in {}: {}{} (plans may use {:.0f}% of it; the rest is headroom for "
-          "the runtime)\n",
+          "what no plan holds: the CUDA context, library modules, allocator fragmentation)\n",
           memory_text(s), *s.max_fit_batch, accumulated, kMemorySafetyFraction * 100);
       // The fused attention stops at kCudnnSdpaMostSequences: past it the plan is our explicit attention's.
       if (attention_limits(s, *s.max_fit_batch))

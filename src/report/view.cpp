@@ -139,8 +139,10 @@ std::string marks_legend(const Report& report) {
       any_point(report, [](const Point& p) { return p.status == PointStatus::ok && p.mfu.has_value(); })) {
     out += (out.empty() ? "" : "; ") +
            fmt::format("MFU % = of the device peak, {:.4g} TFLOP/s{}", *report.device.peak_flops / 1e12,
-                       report.device.peak_flops_source.empty()
-                           ? std::string()
+                       report.device.peak_flops_source.empty() ? std::string()
+                       // A script gives one peak, which its MFU takes whatever the precision.
+                       : report.device.peak_flops_source == "script"
+                           ? std::string(" (the script's, at every precision)")
                            : fmt::format(" ({})", report.device.peak_flops_source));
   }
   return out;

@@ -260,6 +260,10 @@ TEST(GpuSpecs, CardsAreFoundByTheNamesUsersType) {
   }
   for (const char* card : {"NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "A10G", "1.10gb"})
     EXPECT_FALSE(is_mig_slice(card)) << card;
+  // A laptop part is not the desktop card its name holds: no peak from it (MFU would read ~2.5x too low).
+  for (const char* laptop : {"NVIDIA GeForce RTX 4090 Laptop GPU", "NVIDIA RTX A5000 Laptop GPU"})
+    EXPECT_EQ(gpu_spec_for_device(laptop), nullptr) << laptop;
+  EXPECT_NE(gpu_spec_for_device("NVIDIA GeForce RTX 4090"), nullptr);
   // "40G" as people shorten a card's size (a walk typed "A100 40G"), never part of a model number (A10G).
   EXPECT_EQ(names("A100 40G"), std::vector<std::string>{"A100 40GB"});
   EXPECT_EQ(names("h100 80g"), (std::vector<std::string>{"H100 PCIe", "H100 SXM"}));

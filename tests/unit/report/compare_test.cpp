@@ -748,8 +748,28 @@ TEST(Compare, BestAgainstBestAndTheRecommendedCost) {
   EXPECT_TRUE(to_json(result)["runs"][0]["recommended_cost_per_million_samples"].is_null());
   EXPECT_EQ(to_json(result)["runs"][1]["best_throughput"]["batch"], *b.analysis.best_throughput.batch);
   // With a price in both (cards at different rates), what a million samples cost at each best, and the ratio;
-  // without one in either, nothing said of cost.
+  // without one in either, nothing said of cost; with one alone, that there is nothing to set it beside, and
+  // how to give the other run its price.
   for (const std::string& note : result.notes) EXPECT_EQ(note.find("cost"), std::string::npos) << note;
+  // MFU against a calibrated GEMM rate and against the datasheet's peak: said not to compare.
+  {
+    Report calibrated = b;
+    calibrated.device.peak_flops_source = "calibrated by `batchsweep devices --calibrate` at 2026-12-01 (x)";
+    Report sheet = a;
+    sheet.device.peak_flops_source = "spec sheet (configs/gpus.json), dense";
+    EXPECT_THAT(
+        compare_pair(sheet, calibrated).notes,
+        ::testing::Contains("MFU's peaks differ: A the spec sheet's dense peak, B a measured GEMM rate "
+                            "(devices --calibrate) (their MFU % do not compare: the samples/s do)"));
+    calibrated.device.peak_flops_source = sheet.device.peak_flops_source;
+    for (const std::string& note : compare_pair(sheet, calibrated).notes)
+      EXPECT_EQ(note.find("MFU"), std::string::npos) << note;
+  }
+  b.settings["price_per_hour"] = 3.0;
+  EXPECT_THAT(compare_pair(a, b).notes,
+              ::testing::Contains(HasSubstr("); no cost beside it: A has no --price-per-hour (`batchsweep "
+                                            "analyze` of its report with --price-per-hour USD --json FILE "
+                                            "gives it one)")));
   a.settings["price_per_hour"] = 2.0;
   b.settings["price_per_hour"] = 3.0;
   const double cost_a = 2.0 * 1e6 / 3600 / *a.analysis.best_throughput.samples_per_second;
