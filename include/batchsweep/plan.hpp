@@ -108,6 +108,16 @@ struct Op {
   // (no ops[i].pre) and writes its own ops[i].out. output_is_input() and
   // preactivation_is_input() say which.
   bool adds_in_place = false;
+  // Inference's buffers (training keeps each output in its own ops[i].out): the depth d of the
+  // act.residual[d] this op writes its output into, else -1 (act.a / act.b, or act.shortcut for a shortcut's
+  // last op). A residual add writes its sum there, over the saved input nothing reads after it (PyTorch's
+  // `x = x + f(x)` lets the old x go); the op just before a residual save writes the block's input there,
+  // where the block keeps it, unless it reads that buffer itself. So a block's input is never copied: a
+  // transformer's residual stream and a ResNet's block outputs stay in act.residual[0].
+  int writes_residual = -1;
+  // residual_save in inference: whether it copies its input into act.residual[d], where no op before could
+  // write it (the network input, an outer residual's saved input, an op reading act.residual[d] itself).
+  bool save_copies = true;
   // Where a training residual add's output and pre-activation live: its input's buffer (the inner layer's
   // output it wrote over) or its own ops[i].out / ops[i].pre.
   [[nodiscard]] bool output_is_input() const { return adds_in_place && !saves_preactivation(); }

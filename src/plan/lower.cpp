@@ -60,11 +60,41 @@ class Lowerer {
     graph_.output_shape = shape_;
     finish_loss();
     mark_input_gradients();
+    route_inference();
     graph_.train_flops_per_sample = 3.0 * graph_.forward_flops_per_sample - skipped_input_gradient_flops();
     return std::move(graph_);
   }
 
  private:
+  // Op::writes_residual and Op::save_copies, walking the ops with where each one's input is in inference.
+  void route_inference() {
+    int current = -1;  // the act.residual depth holding the current tensor; -1: elsewhere
+    std::vector<Op>& ops = graph_.ops;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      Op& op = ops[i];
+      switch (op.kind) {
+        case OpKind::residual_save:
+          op.save_copies = current != op.residual_depth;
+          current = op.residual_depth;
+          break;
+        case OpKind::residual_branch:  // the inner ops start again from the residual's input
+          current = op.residual_depth;
+          break;
+        case OpKind::residual_add:
+          op.writes_residual = op.residual_depth;
+          current = op.residual_depth;
+          break;
+        default: {
+          const int next_save =
+              i + 1 < ops.size() && ops[i + 1].kind == OpKind::residual_save ? ops[i + 1].residual_depth : -1;
+          op.writes_residual =
+              next_save >= 0 && op.ends_shortcut < 0 && current != next_save ? next_save : -1;
+          current = op.writes_residual;
+        }
+      }
+    }
+  }
+
   // Op::input_gradient: whether the op's input has a gradient, i.e. whether an op with parameters feeds it:
   // false up to and including the first op with parameters. A residual's paths both start from its input,
   // and its add's output has a gradient where either addend has one.

@@ -14,7 +14,8 @@
 //          gradients (no gradient of the network input) and grad.residual[d] (S) per residual depth (none for
 //          a residual of the network input), grad.branch[d] (S) for residuals with a shortcut,
 //          act.shortcut[d] (S) for a shortcut's result that backward does not read — transient
-//   infer: act.a / act.b (S) ping-pong (each as large as the outputs written to it), act.residual[d] (S),
+//   infer: act.a / act.b (S) ping-pong (each as large as the outputs written to it), act.residual[d] (S: a
+//          residual's input and its add's sum, Op::writes_residual),
 //   act.shortcut[d] (S), act.stats (f32), act.probs
 //          (S) — transient
 //   both: ops[i].running (f32, running mean+variance per channel) for batchnorm — parameters (model state)
@@ -309,21 +310,19 @@ class Builder {
 
   // Largest per-sample tensor each of inference's ping-pong buffers (act.a, act.b) holds, following the
   // backends' rule: an op writes act.a unless its input is in act.a, then act.b; the network input (in
-  // data.input), a residual's saved input (act.residual) and a shortcut's result (act.shortcut) are in
-  // neither. So the LM head's logits size one buffer, not both: the other holds only its input. A residual's
-  // first op reads the copy in act.residual, so every block starts over at act.a: a transformer block's
-  // 4·T·D MLP hidden layer lands in act.b in every block, not in act.a and act.b by turns.
+  // data.input), a residual's input and its add's sum (act.residual, see Op::writes_residual) and a
+  // shortcut's result (act.shortcut) are in neither. So the LM head's logits size one buffer, not both: the
+  // other holds only its input. A residual's first op reads act.residual, so every block starts over at
+  // act.a: a transformer block's 4·T·D MLP hidden layer lands in act.b in every block, not in act.a and act.b
+  // by turns.
   std::pair<uint64_t, uint64_t> ping_pong_activations() const {
     enum class In { other, a, b };
     In current = In::other;
     uint64_t a = 0, b = 0;
     for (const Op& op : g_.ops) {
-      if (op.kind == OpKind::residual_save) {  // it copies its input into act.residual, where ops read it
-        current = In::other;
-        continue;
-      }
-      if (op.kind == OpKind::residual_branch || op.ends_shortcut >= 0) {
-        current = In::other;  // the inner ops start from act.residual; a shortcut writes act.shortcut
+      if (op.kind == OpKind::residual_save || op.kind == OpKind::residual_branch || op.ends_shortcut >= 0 ||
+          op.writes_residual >= 0) {
+        current = In::other;  // in act.residual (or act.shortcut, for a shortcut's last op)
         continue;
       }
       const uint64_t out = static_cast<uint64_t>(op.out_elements());
@@ -428,12 +427,14 @@ class Builder {
   }
   using DepthSize = std::pair<int, uint64_t>;
   static constexpr DepthSize kNone{-1, 0};
-  // Inference: act.residual[d], every residual's input, kept while its inner ops (and shortcut) run.
+  // Inference: act.residual[d], every residual's input, kept while its inner ops (and shortcut) run, and
+  // every output written there (Op::writes_residual: a residual's sum, an op making a residual's input).
   std::vector<uint64_t> residual_inputs() const {
     return per_depth([](const Op& op) {
-      return op.kind == OpKind::residual_save
-                 ? DepthSize{op.residual_depth, static_cast<uint64_t>(op.in_elements())}
-                 : kNone;
+      if (op.kind == OpKind::residual_save)
+        return DepthSize{op.residual_depth, static_cast<uint64_t>(op.in_elements())};
+      return op.writes_residual >= 0 ? DepthSize{op.writes_residual, static_cast<uint64_t>(op.out_elements())}
+                                     : kNone;
     });
   }
   // Training: grad.residual[d], the add's output gradient, kept for the saved input (or the shortcut) while

@@ -471,10 +471,11 @@ class CpuSession final : public Session, public CpuSessionProbe {
       if (op.kind == OpKind::residual_save) {
         input_of_[i] = current;
         if (!train) {
-          // The residual's ops read the copy, so the first writes act.a whichever buffer held the input
-          // (the plan's ping_pong_activations): a block's largest output lands in the same buffer each time.
+          // The input is in act.residual already, where the op before wrote it (Op::writes_residual), or
+          // copied there; the residual's ops read it there, so the first writes act.a (the plan's
+          // ping_pong_activations): a block's largest output lands in the same buffer each time.
           const Ref stash = need(fmt::format("act.residual[{}]", op.residual_depth));
-          std::memcpy(stash.ptr, current.ptr, n_in(op) * dtype_bytes(current.dtype));
+          if (op.save_copies) std::memcpy(stash.ptr, current.ptr, n_in(op) * dtype_bytes(current.dtype));
           current = slice(stash, 0, n_in(op));
         }
         continue;
@@ -490,6 +491,8 @@ class CpuSession final : public Session, public CpuSessionProbe {
         out = output_of(i, op);
       } else if (op.ends_shortcut >= 0) {  // waits for the add while the inner ops use act.a / act.b
         out = slice(need(fmt::format("act.shortcut[{}]", op.ends_shortcut)), 0, n_out(op));
+      } else if (op.writes_residual >= 0) {  // a residual's sum, or the input of the residual it opens
+        out = slice(need(fmt::format("act.residual[{}]", op.writes_residual)), 0, n_out(op));
       } else {
         out = current.ptr == ping.ptr ? pong : ping;
         out = slice(out, 0, n_out(op));

@@ -651,10 +651,12 @@ class CudaSession final : public Session, public CudaSessionProbe {
           residual_stack_.push_back(current);
         } else {
           const Ref stash = need(fmt::format("act.residual[{}]", op.residual_depth));
-          BSW_CUDA(cudaMemcpyAsync(stash.ptr, current.ptr, n_in(op) * dtype_bytes(current.dtype),
-                                   cudaMemcpyDeviceToDevice, stream_));
-          // The residual's ops read the copy, so the first writes act.a whichever buffer held the input
-          // (the plan's ping_pong_activations): a block's largest output lands in the same buffer each time.
+          // The input is in act.residual already, where the op before wrote it (Op::writes_residual), or
+          // copied there; the residual's ops read it there, so the first writes act.a (the plan's
+          // ping_pong_activations): a block's largest output lands in the same buffer each time.
+          if (op.save_copies)
+            BSW_CUDA(cudaMemcpyAsync(stash.ptr, current.ptr, n_in(op) * dtype_bytes(current.dtype),
+                                     cudaMemcpyDeviceToDevice, stream_));
           current = stash.at(0, n_in(op));
           residual_stack_.push_back(current);
         }
@@ -667,9 +669,13 @@ class CudaSession final : public Session, public CudaSessionProbe {
         current = input;
         continue;
       }
+      // Inference: a shortcut's result waits for the add in act.shortcut; a residual's sum, and the input of
+      // the residual an op opens, go to act.residual (Op::writes_residual); the rest ping-pong.
       Ref out = train ? output_of(i, op)
                 : op.ends_shortcut >= 0
                     ? need(fmt::format("act.shortcut[{}]", op.ends_shortcut)).at(0, n_out(op))
+                : op.writes_residual >= 0
+                    ? need(fmt::format("act.residual[{}]", op.writes_residual)).at(0, n_out(op))
                     : (current.ptr == ping.ptr ? pong : ping).at(0, n_out(op));
       forward_op(i, op, current, out, train);
       current = out;

@@ -446,6 +446,46 @@ TEST(Plan, EveryTransformerBlockPutsItsHiddenLayerInTheSameBuffer) {
   }
 }
 
+// Inference never copies a block's input where the op before can write it where the block keeps it: every
+// preset's residual stream stays in act.residual[0] (a transformer's adds write there, a ResNet's stem and
+// each block's add too), as PyTorch's `x = x + f(x)` copies nothing. Only a residual of the network input, or
+// of an outer residual's input, or after an op that reads act.residual itself, copies.
+TEST(Plan, InferenceCopiesNoBlocksInputThatAnOpCanWriteInPlace) {
+  for (const char* name : {"tiny-lm", "gpt2-small", "resnet-small", "resnet-50", "vit-base"}) {
+    const Graph g = lower(load_model(name));
+    size_t saves = 0;
+    for (size_t i = 0; i < g.ops.size(); ++i) {
+      const Op& op = g.ops[i];
+      if (op.kind == OpKind::residual_add) {
+        EXPECT_EQ(op.writes_residual, op.residual_depth) << name << " " << op.path;
+      }
+      if (op.kind != OpKind::residual_save) continue;
+      ++saves;
+      EXPECT_FALSE(op.save_copies) << name << " " << op.path;
+      ASSERT_GT(i, 0u);
+      const Op& before = g.ops[i - 1];
+      EXPECT_EQ(before.writes_residual, op.residual_depth) << name << " " << before.path;
+    }
+    EXPECT_GT(saves, 0u) << name;
+  }
+  // A residual of the network input copies it (data.input stays the data's); the nested one copies its
+  // outer residual's input, which that one still adds; after the add, a layernorm reading act.residual[0]
+  // cannot write over it, so the residual after it copies too.
+  const Graph g = graph_of(R"({"name": "r", "input": {"type": "vector", "features": 16},
+      "layers": [{"type": "residual", "layers": [{"type": "residual", "layers": [{"type": "linear", "out_features": 16}]}]},
+                 {"type": "layernorm"},
+                 {"type": "residual", "layers": [{"type": "linear", "out_features": 16}]},
+                 {"type": "linear", "out_features": 4}]})");
+  std::vector<bool> copies;
+  for (const Op& op : g.ops)
+    if (op.kind == OpKind::residual_save) copies.push_back(op.save_copies);
+  EXPECT_EQ(copies, (std::vector<bool>{true, true, true}));
+  // The buffers follow: both depths hold 16 per sample; act.a holds what the layernorm and the linears write.
+  const Plan infer = make_plan(g, {8, Precision::fp32, Mode::infer, 1, BackendKind::cpu});
+  EXPECT_EQ(infer.buffer("act.residual[0]").elements, 8u * 16u);
+  EXPECT_EQ(infer.buffer("act.residual[1]").elements, 8u * 16u);
+}
+
 // Training's residual add writes its sum over the addend (the last inner op's output) where that op's
 // backward does not read it, as PyTorch frees the addend after the add: no ops[i].out of its own. After a
 // ReLU or tanh (whose backward reads the output) it keeps one.
