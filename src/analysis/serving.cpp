@@ -31,7 +31,6 @@
 namespace bsw {
 namespace {
 
-using analysis_detail::between_range;
 using analysis_detail::format_number;
 using analysis_detail::format_percent;
 using analysis_detail::format_rate;
@@ -123,40 +122,55 @@ std::string steps_source(const std::vector<Pool>& pools) {
       mean_only.size() > 1 ? "es" : "", fmt::join(mean_only, ", "), mean_only.size() > 1 ? "their" : "its");
 }
 
-// A max batch's steps are drawn from the swept batches up to it: where one of those holds fewer measured
-// steps than its percentile needs (100 / (100 - P), as run --request-rate measures), the simulated tail is
-// the slowest few of them and the error given is the simulation's alone. Said, for the reasons; else empty.
-std::string thin_steps(const std::vector<Pool>& pools, int64_t max_batch, double pct) {
+// A max batch's steps are drawn from the swept batches that hold its steps, from about half its mean step
+// (fewer requests are rare, and ran in few steps) up to the max batch: where one of those holds fewer
+// measured steps than the percentile needs (100 / (100 - P), run --request-rate's --min-samples), the
+// simulated tail is the slowest few of them, and any error given is the simulation's alone. Said, for the
+// reasons (`with_error`: the reason gives one); else empty.
+std::string thin_steps(const std::vector<Pool>& pools, int64_t max_batch, double mean_batch, double pct,
+                       bool with_error) {
+  const auto first = std::find_if(pools.begin(), pools.end(), [&](const Pool& p) {
+    return static_cast<double>(p.batch) >= std::floor(mean_batch / 2);
+  });
   const Pool* thinnest = nullptr;
-  for (const Pool& p : pools)
-    if (p.batch <= max_batch && !p.mean_only && (!thinnest || p.ms.size() < thinnest->ms.size()))
-      thinnest = &p;
+  for (auto it = first; it != pools.end(); ++it)
+    if (it->batch <= max_batch && !it->mean_only && (!thinnest || it->ms.size() < thinnest->ms.size()))
+      thinnest = &*it;
   // (With latency_steps' tolerance: 1000 steps do place one above a p99.9.)
   if (!thinnest || static_cast<double>(thinnest->ms.size()) * (100.0 - pct) >= 100.0 - 1e-6) return {};
+  const double need = std::ceil(100.0 / (100.0 - pct) - 1e-6);
   return fmt::format(
       "; its steps are drawn from as few as {} measured (batch {}), under the {:.0f} a {} needs, so the tail "
-      "is the slowest of those few and the \u00b1 is the simulation's alone: run --request-rate measures "
-      "enough",
-      thinnest->ms.size(), thinnest->batch, std::ceil(100.0 / (100.0 - pct) - 1e-6), latency_name(pct));
+      "is the slowest of those few{}: measure at least {:.0f} steps a batch (--min-samples {:.0f}, run "
+      "--request-rate's default)",
+      thinnest->ms.size(), thinnest->batch, need, latency_name(pct),
+      with_error ? " and the \u00b1 is the simulation's alone" : "", need, need);
 }
 
 // A step of k requests runs as the smallest swept batch that holds k: where the max batch's steps hold on
 // average well under the swept batch they run as (a quarter more), a dynamic-shape engine, which runs k as
-// k, would serve them faster than this says. Said, with the batches to sweep between; else empty.
+// k, would serve them faster than this says. Said, with batches about the mean step to sweep (from 0.8 to
+// 1.5 of it, below the swept batch, in steps of an eighth of it: 128:240:+16 for steps of 160 requests that
+// ran as 256); else empty.
 std::string padded_steps(const std::vector<Pool>& pools, double mean_batch) {
   const auto holds = std::find_if(pools.begin(), pools.end(),
                                   [&](const Pool& p) { return static_cast<double>(p.batch) >= mean_batch; });
   if (holds == pools.end() || static_cast<double>(holds->batch) <= 1.25 * mean_batch) return {};
   const int64_t below = holds == pools.begin() ? 0 : std::prev(holds)->batch;
   if (holds->batch - below < 2) return {};
-  const std::string range = below > 0 ? between_range(below, holds->batch)
-                            : holds->batch == 2
-                                ? std::string("1")
-                                : fmt::format("1:{}:+1", std::min<int64_t>(holds->batch - 1, 16));
+  int64_t step = std::max<int64_t>(1, static_cast<int64_t>(mean_batch / 8));
+  if (step >= 8) step = step / 8 * 8;
+  const int64_t low = std::max(below + 1, static_cast<int64_t>(std::floor(0.8 * mean_batch)));
+  const int64_t high = std::min(holds->batch - 1, static_cast<int64_t>(std::ceil(1.5 * mean_batch)));
+  const int64_t from = (low + step - 1) / step * step, to = high / step * step;
+  const std::string range =
+      from < to    ? fmt::format("{}:{}:+{}", from, to, step)
+      : from == to ? std::to_string(from)
+                   : std::to_string(std::min(holds->batch - 1, static_cast<int64_t>(std::ceil(mean_batch))));
   return fmt::format(
       "; its steps of {:.3g} requests on average run as batch {}, the smallest swept that holds them, as an "
       "engine built for fixed batches (or a CUDA graph) pads them; a dynamic-shape engine (TensorRT under "
-      "Triton) runs them as they are: --batch {} times the batches between",
+      "Triton) runs them as they are: --batch {} times batches about them",
       mean_batch, holds->batch, range);
 }
 
@@ -601,13 +615,13 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
   }
   const std::optional<double> budget = options.latency_slo_ms;
   if (budget && *lowest->latency_ms > *budget) {
-    s.best =
-        BatchChoice(std::nullopt, std::nullopt,
-                    fmt::format("no max batch keeps the {} request latency within the {} ms budget at {} "
-                                "({}): the lowest is {} ms (max batch {})",
-                                pct, format_number(*budget), rate, steps_source(pools),
-                                latency_text(*lowest->latency_ms, *budget), lowest->batch) +
-                        thin_steps(pools, lowest->batch, options.latency_percentile));
+    s.best = BatchChoice(
+        std::nullopt, std::nullopt,
+        fmt::format("no max batch keeps the {} request latency within the {} ms budget at {} "
+                    "({}): the lowest is {} ms (max batch {})",
+                    pct, format_number(*budget), rate, steps_source(pools),
+                    latency_text(*lowest->latency_ms, *budget), lowest->batch) +
+            thin_steps(pools, lowest->batch, *lowest->mean_batch, options.latency_percentile, false));
     return s;
   }
   // The smallest max batch as good as the lowest (within the tie, or the two estimates' noise, and within the
@@ -639,7 +653,7 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
                 figures);
   if (load >= kServingNearCapacity)
     why += ", near it: a little more load or slower steps lengthen the queue fast";
-  why += thin_steps(pools, best->batch, options.latency_percentile);
+  why += thin_steps(pools, best->batch, *best->mean_batch, options.latency_percentile, true);
   why += padded_steps(pools, *best->mean_batch);
   if (budget) why += fmt::format("; within the {} ms budget", format_number(*budget));
   s.best = BatchChoice(best->batch, best->capacity_per_second, why, ms);

@@ -93,6 +93,7 @@ std::string unknown_flag_hint(CLI::App& app, int argc, char** argv) {
         {"--bf16", "--precision bf16"},
         {"--tf32", "--precision tf32"},
         {"--gpu", "--memory NAME (a card of the sheet, \"H100 SXM\")"},
+        {"--gpu", "--device N"},
     };
     for (const auto& [other, ours] : kOtherNames) {
       std::string folded(name);

@@ -1193,6 +1193,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   for (const LostFit& f : result.lost_fits) result.notes.push_back(lost_fit_text(f));
   // Each run at its own best batch: what choosing between devices compares, whatever batches they share.
   const RunSummary& base = result.runs.front();
+  bool said_priceless = false;
   for (size_t i = 1; i < result.runs.size(); ++i) {
     const RunSummary& run = result.runs[i];
     if (!base.best.samples_per_second || !run.best.samples_per_second || !base.best.batch || !run.best.batch)
@@ -1213,7 +1214,8 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
                            served ? " with each kept busy at its best; serving the request rate, the runs' "
                                     "lines give what a million requests cost"
                                   : "");
-    } else if (base.price_per_hour || run.price_per_hour) {
+    } else if ((base.price_per_hour || run.price_per_hour) && !said_priceless) {
+      said_priceless = true;  // once: a third run would repeat it
       // One price alone compares nothing: said, with how to give the other its price.
       cost = fmt::format(
           "; no cost beside it: {} has no --price-per-hour (`batchsweep analyze` of its report "

@@ -227,6 +227,14 @@ static std::string budget_text(uint64_t bytes) {
   return fmt::format("{}.{} GiB", tenths / 10, tenths % 10);
 }
 
+// What the 5% the plans leave is for: on a GPU, what no plan holds; on the CPU, the process and its
+// allocator.
+static std::string headroom_text(const PlanSummary& s) {
+  return !s.plans.empty() && s.plans.front().request.backend == BackendKind::cpu
+             ? "the process itself, allocator fragmentation"
+             : "the CUDA context, library modules, allocator fragmentation";
+}
+
 static std::string memory_text(const PlanSummary& s) {
   // A size plans the backend asked for, the CPU's without --backend cuda: said beside the answer, which a
   // GPU's buyer reads (the CPU's 16-bit plans hold fp32 copies of every operand, several times a GPU's).
@@ -408,20 +416,18 @@ std::string format_plan_table(const PlanSummary& s) {
     if (s.max_fit_batch && *s.max_fit_batch == n)
       out += fmt::format(
           "effective batch {} fits in {} as one batch ({}): no accumulation needed (plans may use {:.0f}% "
-          "of it; the rest is headroom for what no plan holds: the CUDA context, library modules, allocator "
-          "fragmentation)\n",
-          n, memory_text(s), split_text(n, 1), kMemorySafetyFraction * 100);
+          "of it; the rest is headroom for what no plan holds: {})\n",
+          n, memory_text(s), split_text(n, 1), kMemorySafetyFraction * 100, headroom_text(s));
     else if (s.max_fit_batch)
       out += fmt::format(
           "largest micro-batch that fits in {} for effective batch {}: {}{} (plans may use {:.0f}% of it; "
-          "the rest is headroom for what no plan holds: the CUDA context, library modules, allocator "
-          "fragmentation)\n",
+          "the rest is headroom for what no plan holds: {})\n",
           memory_text(s), n, split_text(*s.max_fit_batch, n / *s.max_fit_batch),
           s.max_fit_any && *s.max_fit_any > *s.max_fit_batch
               ? fmt::format("; micro-batches up to {} fit, but {} has no divisor from {} to {}",
                             *s.max_fit_any, n, *s.max_fit_batch + 1, *s.max_fit_any)
               : std::string(),
-          kMemorySafetyFraction * 100);
+          kMemorySafetyFraction * 100, headroom_text(s));
     else
       out += fmt::format("not even micro-batch 1 ({}) fits in {} (plans may use {:.0f}% of it){}\n",
                          split_text(1, n), memory_text(s), kMemorySafetyFraction * 100, batch_one_needs(s));
@@ -511,8 +517,8 @@ std::string format_plan_table(const PlanSummary& s) {
                              : std::string();
       out += fmt::format(
           "largest batch that fits in {}: {}{} (plans may use {:.0f}% of it; the rest is headroom for "
-          "what no plan holds: the CUDA context, library modules, allocator fragmentation)\n",
-          memory_text(s), *s.max_fit_batch, accumulated, kMemorySafetyFraction * 100);
+          "what no plan holds: {})\n",
+          memory_text(s), *s.max_fit_batch, accumulated, kMemorySafetyFraction * 100, headroom_text(s));
       // The fused attention stops at kCudnnSdpaMostSequences: past it the plan is our explicit attention's.
       if (attention_limits(s, *s.max_fit_batch))
         out += fmt::format(

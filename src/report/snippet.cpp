@@ -186,10 +186,10 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
   } else if (at_edge) {
     // The framework's own memory is not the sweep's: at the edge, that is the difference that matters.
     out += fmt::format(
-        "  # batch {} is the largest that fit: the framework's own memory (DDP's gradient buckets, NCCL's "
-        "buffers, the caching allocator's slack) is not in the sweep, so check it there or take a smaller "
-        "one\n",
-        batch);
+        "  # batch {} is the largest that fit: the framework's own memory ({}the caching allocator's slack) "
+        "is "
+        "not in the sweep, so check it there or take a smaller one\n",
+        batch, train && world_size > 1 ? "DDP's gradient buckets, NCCL's buffers, " : "");
   }
   switch (target) {
     case ConfigTarget::deepspeed: {
@@ -230,14 +230,14 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
       // the step. It counts one node's devices.
       if (world_size > 1)
         out += fmt::format(
-            "  # devices counts one node's GPUs: over several nodes, devices=<GPUs per node>, "
-            "num_nodes=<nodes>, their product {}\n",
-            world_size);
+            "  # devices counts one node's {0}: over several nodes, devices=<{0} per node>, "
+            "num_nodes=<nodes>, their product {1}\n",
+            cpu ? "processes" : "GPUs", world_size);
       out += fmt::format("  loader = DataLoader(dataset, batch_size={})\n", batch);
-      out += fmt::format("  trainer = L.Trainer({}precision=\"{}\", devices={})\n",
+      out += fmt::format("  trainer = L.Trainer({}precision=\"{}\", {}devices={})\n",
                          train && accumulation > 1 ? fmt::format("accumulate_grad_batches={}, ", accumulation)
                                                    : std::string(),
-                         lightning_precision, world_size);
+                         lightning_precision, cpu ? "accelerator=\"cpu\", " : "", world_size);
       break;
     }
     case ConfigTarget::accelerate: {
@@ -269,7 +269,10 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
       if (sixteen_bit) args += fmt::format(", {}{}=True", precision, train ? "" : "_full_eval");
       if (tf32) args += ", tf32=True";
       if (checkpointing && title.checkpoint_blocks == 0) args += ", gradient_checkpointing=True";
-      out += fmt::format("  args = TrainingArguments(output_dir=\"out\", {})\n", args);
+      out += fmt::format("  args = TrainingArguments(output_dir=\"out\", {}){}\n", args,
+                         tf32 && cpu ? "  # the sweep asked for tf32 (the CPU ran fp32); tf32=True needs an "
+                                       "Ampere or newer GPU"
+                                     : "");
       if (checkpointing && title.checkpoint_blocks > 0) out += fmt::format("  {}\n", checkpoint_line);
       // Trainer started plainly on a machine of several GPUs runs DataParallel over them all, multiplying
       // the batch: the launch line pins the count.
@@ -280,8 +283,9 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
             world_size);
       else if (!cpu)
         out +=
-            "  # launch on one GPU: CUDA_VISIBLE_DEVICES=0 python train.py (started plainly where there are "
-            "several, Trainer runs on them all and multiplies the batch)\n";
+            "  # launch on one GPU: CUDA_VISIBLE_DEVICES=0 python your_script.py (started plainly where "
+            "there "
+            "are several, Trainer runs on them all and multiplies the batch)\n";
       break;
     }
   }

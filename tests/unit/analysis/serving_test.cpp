@@ -359,28 +359,30 @@ TEST(Serving, AtTheMedianTheReasonNamesItOnce) {
 }
 
 // Requests draw their steps from the measured ones: a p99 of requests over 21 steps is the slowest of those
-// few, which the answer says (the step budget's "of 21 steps" caveat), and not over the 100 a p99 needs.
+// few, which the answer says (the step budget's "of 21 steps" caveat), and not over the 100 a p99 needs; a
+// batch whose steps no request runs in (batch 1, where steps hold ~5) is not blamed.
 TEST(Serving, AnAnswerOnTooFewStepsSaysSo) {
-  const auto reason = [](int samples, double pct) {
+  const auto reason = [](int samples, double pct, int small_samples = 400) {
     AnalysisOptions o = at_rate(2000.0);
     o.latency_percentile = pct;
-    return simulate_serving(std::vector<Point>{measured_point(1, 900.0, 0.01, samples),
-                                               measured_point(8, 3000.0, 0.01, 400)},
+    return simulate_serving(std::vector<Point>{measured_point(1, 900.0, 0.01, small_samples),
+                                               measured_point(8, 3000.0, 0.01, samples)},
                             o)
         .best.reason;
   };
   EXPECT_THAT(reason(21, 99),
-              testing::HasSubstr("; its steps are drawn from as few as 21 measured (batch 1), "
+              testing::HasSubstr("; its steps are drawn from as few as 21 measured (batch 8), "
                                  "under the 100 a p99 needs, so the tail is the slowest of those "
-                                 "few and the \u00b1 is the simulation's alone: run --request-rate "
-                                 "measures enough"));
+                                 "few and the \u00b1 is the simulation's alone: measure at least 100 steps a "
+                                 "batch (--min-samples 100, run --request-rate's default)"));
   EXPECT_THAT(reason(100, 99), testing::Not(testing::HasSubstr("as few as")));
+  EXPECT_THAT(reason(100, 99, 5), testing::Not(testing::HasSubstr("as few as")));
   EXPECT_THAT(reason(21, 95), testing::Not(testing::HasSubstr("as few as")));
   EXPECT_THAT(reason(100, 99.9), testing::HasSubstr("under the 1000 a p99.9 needs"));
 }
 
 // Steps of ~160 requests run as batch 256 on a sweep of 16 and 256: an engine of fixed batches pads them so,
-// a dynamic-shape one would not, and the answer says which batches to sweep between.
+// a dynamic-shape one would not, and the answer says which batches about them to sweep.
 TEST(Serving, StepsPaddedFarUpToASweptBatchSaySo) {
   const Serving coarse =
       simulate_serving(std::vector<Point>{constant_step(16, 2.0), constant_step(256, 8.0)}, at_rate(20000.0));
@@ -390,7 +392,10 @@ TEST(Serving, StepsPaddedFarUpToASweptBatchSaySo) {
       testing::HasSubstr("; its steps of 160 requests on average run as batch 256, the smallest swept "
                          "that holds them, as an engine built for fixed batches (or a CUDA graph) pads "
                          "them; a dynamic-shape engine (TensorRT under Triton) runs them as they are: "
-                         "--batch 32:128:*2 times the batches between"));
+                         "--batch 128:240:+16 times batches about them"));
+  // One swept batch, far above steps of ~40 requests: batches about 40, not 1 to 16.
+  const Serving lone = simulate_serving(std::vector<Point>{constant_step(256, 2.0)}, at_rate(20000.0));
+  EXPECT_THAT(lone.best.reason, testing::HasSubstr("--batch 32:60:+4 times batches about them"));
   // One request a step, timed as batch 1: nothing padded.
   const Serving single = simulate_serving(std::vector<Point>{constant_step(1, 1.0)}, at_rate(100.0));
   EXPECT_THAT(single.best.reason, testing::Not(testing::HasSubstr("run as batch")));

@@ -560,7 +560,7 @@ TEST(ConfigSnippet, EachFrameworkInTheRunsPrecision) {
       "than the sweep's bf16 model with fp32 master weights\n"
       "  args = TrainingArguments(output_dir=\"out\", per_device_train_batch_size=64, "
       "gradient_accumulation_steps=4, bf16=True)\n"
-      "  # launch on one GPU: CUDA_VISIBLE_DEVICES=0 python train.py (started plainly where there are "
+      "  # launch on one GPU: CUDA_VISIBLE_DEVICES=0 python your_script.py (started plainly where there are "
       "several, "
       "Trainer runs on them all and multiplies the batch)\n");
 
@@ -668,6 +668,22 @@ TEST(ConfigSnippet, AnEffectiveBatchAcrossDevicesIsKeptInAll) {
   EXPECT_EQ(sixty_four.find("accumulate_grad_batches"), std::string::npos) << sixty_four;
 }
 
+// Beside a request rate the budget holds requests (serving's line): the step budget's line says it is a step's
+// alone, so "within the budget" there is not read as the request's.
+TEST(SummaryLines, TheStepBudgetBesideARateIsLabelledAStepsAlone) {
+  Report r = testing::sample_report();
+  r.analysis.latency_slo = BatchChoice(64, 1000.0, "p99 step 2 ms within the 3 ms budget");
+  const auto label = [&] {
+    for (const std::string& line : report_view::summary_lines(r))
+      if (line.starts_with("latency SLO")) return line.substr(0, line.find(':'));
+    return std::string();
+  };
+  EXPECT_EQ(label(), "latency SLO");
+  r.analysis.serving = Serving{};
+  r.analysis.serving->request_rate = 1000;
+  EXPECT_EQ(label(), "latency SLO, a step alone (no queue)");
+}
+
 // Each launcher is told how many devices, even one (Lightning's default takes every GPU; a plain `python
 // train.py` runs Trainer over them all; `accelerate launch` takes the saved config's count), and across
 // nodes, which count is per node.
@@ -701,15 +717,23 @@ TEST(ConfigSnippet, TheLinesPinTheDeviceCount) {
   EXPECT_EQ(format_config_snippet(r, ConfigTarget::transformers, 1).find("CUDA_VISIBLE_DEVICES"),
             std::string::npos)
       << "a CPU process has no GPU to pin";
+  EXPECT_NE(
+      format_config_snippet(r, ConfigTarget::transformers, 1).find("tf32=True)  # the sweep asked for tf32"),
+      std::string::npos);
+  EXPECT_NE(cpu.find("accelerator=\"cpu\", devices=1)"), std::string::npos) << cpu;
   // At the memory edge without autocast (DeepSpeed, fp32): the framework's own memory is said.
   r.device.backend = "scripted";
   r.settings["precision"] = "fp32";
   r.analysis.max_fit.batch = 64;
   const std::string edge = format_config_snippet(r, ConfigTarget::deepspeed, 1);
-  EXPECT_NE(edge.find("  # batch 64 is the largest that fit: the framework's own memory (DDP's gradient "
-                      "buckets, NCCL's buffers, the caching allocator's slack) is not in the sweep"),
+  EXPECT_NE(edge.find("  # batch 64 is the largest that fit: the framework's own memory (the caching "
+                      "allocator's slack) is not in the sweep"),
             std::string::npos)
       << edge;
+  EXPECT_NE(format_config_snippet(r, ConfigTarget::deepspeed, 4)
+                .find("(DDP's gradient buckets, NCCL's buffers, the caching allocator's slack)"),
+            std::string::npos)
+      << "gradient buckets and NCCL only where training spans devices";
 }
 
 TEST(ConfigSnippet, InferenceCpuAndNoRecommendation) {
@@ -723,7 +747,7 @@ TEST(ConfigSnippet, InferenceCpuAndNoRecommendation) {
             "bf16_full_eval=True)\n");
   {  // Lightning's "-true" casts the model as the sweep's inference does; accelerate has only autocast.
     const std::string lightning = format_config_snippet(r, ConfigTarget::lightning, 1);
-    EXPECT_NE(lightning.find("precision=\"bf16-true\", devices=1)"), std::string::npos) << lightning;
+    EXPECT_NE(lightning.find("precision=\"bf16-true\", accelerator=\"cpu\", devices=1)"), std::string::npos) << lightning;
     EXPECT_EQ(lightning.find("autocast"), std::string::npos) << lightning;
     EXPECT_NE(format_config_snippet(r, ConfigTarget::accelerate, 1).find("is autocast"), std::string::npos);
   }
