@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A/B the step time of two batchsweep binaries on one point, in the same run: they take turns (A, B, A, B, ...)
-so the host's drift falls on both, and the answer is the ratio of their medians over the rounds, with each
+"""A/B the step time of two batchsweep binaries on one point, in the same run: they take turns (A then B, then
+B then A, ...) so the host's drift falls on both, and the answer is the ratio of their medians over the rounds, with each
 side's spread. For a change that should move a step (README: performance claims are same-run ratios).
 
   bench/ab_step.py --a old/batchsweep --b build/batchsweep --model resnet-small --mode infer --batch 16
@@ -14,7 +14,7 @@ import tempfile
 
 
 def mean_step_ms(binary, args, path):
-    cmd = [binary, "run", "--model", args.model, "--mode", args.mode, "--precision", args.precision,
+    cmd = [binary, "run", "--backend", args.backend, "--model", args.model, "--mode", args.mode, "--precision", args.precision,
            "--batch", str(args.batch), "--min-time", str(args.min_time), "--max-noise", "100", "--json", path, "-q"]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     point = json.load(open(path))["points"][0]
@@ -27,6 +27,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--a", required=True, help="the baseline binary")
     parser.add_argument("--b", required=True, help="the changed binary")
+    parser.add_argument("--backend", default="cpu")
     parser.add_argument("--model", default="resnet-small")
     parser.add_argument("--mode", default="infer", choices=["train", "infer"])
     parser.add_argument("--precision", default="fp32")

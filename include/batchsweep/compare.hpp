@@ -49,6 +49,8 @@ struct RunSummary {
   // What its MFU is a fraction of: "a measured GEMM rate" (devices --calibrate), "the spec sheet's dense
   // peak", "a script's peak", else empty (device.peak_flops_source).
   std::string mfu_peak;
+  // run --memory-limit: the card named ("L4") or the size; "none" without one.
+  std::string memory_limit = "none";
   std::string
       split;  // "accumulation 4", "effective batch 256"; empty for one micro-batch a step (title only)
   std::string checkpointing;  // "activation checkpointing" (settings.checkpointing), else empty (title only)

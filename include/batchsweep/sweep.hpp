@@ -176,6 +176,9 @@ struct SweepSettings {
       effective_batch;  // --effective-batch N: sweep the splits micro x accumulation = N instead
   std::optional<uint64_t>
       memory_limit_bytes;  // --memory-limit: plans above limit * kMemorySafetyFraction are skipped
+  // --memory-limit NAME: the card(s) of configs/gpus.json it named ("L4"), whose memory the sweep fits
+  // batches in; its speed stays this device's. Empty for a size.
+  std::string memory_limit_card;
   double memory_warn_fraction =
       0.9;  // warn when a point's planned or device-used memory passes this of the budget
   StoppingSettings stopping;

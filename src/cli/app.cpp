@@ -1170,6 +1170,7 @@ int run_app(int argc, char** argv) {
             "size, or size the card with batchsweep plan --memory \"{}\"",
             run_raw.memory_limit, limit.card));
       run.sweep.memory_limit_bytes = limit.bytes;
+      run.sweep.memory_limit_card = limit.card;
     }
     run.sweep.memory_warn_fraction = run_raw.memory_warn_pct / 100.0;
     run.sweep.session.cuda_graphs = run_raw.graphs == "on";

@@ -566,6 +566,9 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
     j["request_rate"] = request_rate_setting(*s.analysis.request_rate);
     j["max_queue_delay_ms"] = s.analysis.max_queue_delay_ms.value_or(0.0);
   }
+  // --memory-limit NAME: the card whose memory the sweep fitted batches in (the bytes are
+  // memory_limit_bytes).
+  if (!w.memory_limit_card.empty()) j["memory_limit_card"] = w.memory_limit_card;
   // settings.model holds their values already; this says which fields the config did not give so.
   if (!model.overrides.empty()) j["model_overrides"] = model.overrides;
   // --checkpoint-blocks N: the first N blocks only (absent where checkpointing covers them all, or is off).
@@ -1514,6 +1517,14 @@ int run_command(const RunSettings& given, const std::vector<std::string>& argv) 
   // limit.
   // --graphs shapes CUDA steps only: said where the sweep runs elsewhere, as --attention on a model without
   // attention is, so a CI job passing it to every backend does not read a CPU run as graph replays.
+  // --memory-limit NAME emulates a smaller card's memory, not its speed: said, as the report's title says it.
+  if (!s.sweep.memory_limit_card.empty())
+    std::fprintf(
+        stderr,
+        "batchsweep run: note: --memory-limit %s: batches fit in %s's memory; their speed and MFU are "
+        "this device's, not %s's\n",
+        s.sweep.memory_limit_card.c_str(), s.sweep.memory_limit_card.c_str(),
+        s.sweep.memory_limit_card.c_str());
   if (s.graphs_given && backend->kind() != BackendKind::cuda)
     std::fprintf(
         stderr,

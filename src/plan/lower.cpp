@@ -80,9 +80,9 @@ class Lowerer {
         case OpKind::residual_branch:  // the inner ops start again from the residual's input
           current = op.residual_depth;
           break;
-        case OpKind::residual_add:
-          op.writes_residual = op.residual_depth;
-          current = op.residual_depth;
+        case OpKind::residual_add:  // the last op of a shortcut writes act.shortcut, whatever it is
+          op.writes_residual = op.ends_shortcut >= 0 ? -1 : op.residual_depth;
+          current = op.writes_residual;
           break;
         default: {
           const int next_save =

@@ -407,6 +407,13 @@ RunSummary summarize_run(const Report& report, std::string name) {
   s.overrides = report_view::model_overrides(report);
   s.device = printable_text(report.device.name);  // quoted in notes and titles: shown, not sent
   s.backend = report.device.backend;
+  if (const auto card = report.settings.find("memory_limit_card");
+      card != report.settings.end() && card->is_string()) {
+    s.memory_limit = printable_text(card->get<std::string>()) + "'s";
+  } else if (const auto bytes = report.settings.find("memory_limit_bytes");
+             bytes != report.settings.end() && bytes->is_number_unsigned()) {
+    s.memory_limit = rf::human_bytes(bytes->get<uint64_t>());
+  }
   {
     const std::string& source = report.device.peak_flops_source;
     s.mfu_peak = source.starts_with("calibrated")   ? "a measured GEMM rate (devices --calibrate)"
@@ -1390,6 +1397,15 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   }
   note_difference(
       result.runs, "devices", [](const RunSummary& r) { return device_of(r); }, result.notes);
+  // A run under --memory-limit fitted batches in less memory than its device has (a card emulated): its
+  // speed is still the device's. Said where the runs' limits differ.
+  {
+    const size_t before = result.notes.size();
+    note_difference(
+        result.runs, "memory limits", [](const RunSummary& r) { return r.memory_limit; }, result.notes);
+    if (result.notes.size() > before)
+      result.notes.back() += " (--memory-limit: which batches fit; each run's speed is its device's)";
+  }
   // MFU against a measured GEMM rate reads higher than against the datasheet's peak for the same step: the
   // two reports' MFU % columns do not compare. Where every run says what its peak was.
   if (std::all_of(result.runs.begin(), result.runs.end(),

@@ -371,6 +371,9 @@ Title title(const Report& report) {
     t.device = t.device.empty() ? fmt::format("({})", report.device.backend)
                                 : fmt::format("{} ({})", t.device, report.device.backend);
   }
+  // run --memory-limit NAME: the device's speed in that card's memory.
+  if (const std::string card = json_string(report.settings, "memory_limit_card"); !card.empty())
+    t.device += fmt::format(", in {}'s memory", card);
   t.mode = json_string(report.settings, "mode");
   t.precision = json_string(report.settings, "precision");
   t.precision_shown = t.precision;

@@ -3046,6 +3046,21 @@ TEST(Plan, MemoryByCardNameIsTheMemoryTheDriverReports) {
       run(scripted_run("roofline.json", {"--batch", "128", "--memory-limit", "L4", "--json", report}));
   ASSERT_EQ(limited.exit_code, 0) << limited.err;
   EXPECT_EQ(read_json(report)["settings"]["memory_limit_bytes"], uint64_t{22518} << 20);
+  // The card is kept, in the title too, and said to be its memory alone: the speed is this device's.
+  EXPECT_EQ(read_json(report)["settings"]["memory_limit_card"], "L4");
+  EXPECT_NE(limited.out.find("(scripted), in L4's memory"), std::string::npos) << limited.out;
+  EXPECT_NE(limited.err.find("--memory-limit L4: batches fit in L4's memory; their speed and MFU are this "
+                             "device's, not L4's"),
+            std::string::npos)
+      << limited.err;
+  // compare says which run was limited, and to what.
+  const std::string plain = (dir / "plain.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json", {"--batch", "128", "--json", plain})).exit_code, 0);
+  const Result compared = run({"compare", plain, report});
+  EXPECT_NE(compared.out.find("memory limits differ: A none, B L4's (--memory-limit: which batches fit; each "
+                              "run's speed is its device's)"),
+            std::string::npos)
+      << compared.out;
   // On the CPU backend a card's limit would only look like an answer about the card.
   const Result cpu_limit = run({"run", "--backend", "cpu", "--batch", "1", "--memory-limit", "L4"});
   EXPECT_EQ(cpu_limit.exit_code, 2);

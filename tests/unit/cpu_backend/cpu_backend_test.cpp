@@ -193,6 +193,16 @@ constexpr const char* kShortcutVector = R"({"name": "shortcut-vector",
               "shortcut": [{"type": "linear", "out_features": 4, "bias": false}, {"type": "batchnorm"}]},
              {"type": "linear", "out_features": 3}]})";
 
+// A residual (with a shortcut of its own) as the last layer of a shortcut: its sum waits in act.shortcut, and
+// act.residual[1] holds only its 4-wide input (a review found the plan sizing it for the 64-wide sum).
+constexpr const char* kShortcutOfAResidual = R"({"name": "shortcut-of-a-residual",
+  "input": {"type": "vector", "features": 4},
+  "layers": [{"type": "residual",
+              "shortcut": [{"type": "residual", "layers": [{"type": "linear", "out_features": 64}],
+                            "shortcut": [{"type": "linear", "out_features": 64}]}],
+              "layers": [{"type": "linear", "out_features": 64}]},
+             {"type": "linear", "out_features": 3}]})";
+
 // Central differences of the whole network's loss against the backend's gradients: a few entries of every
 // parameter tensor of every op, so each layer's backward is reached through the whole stack.
 void check_gradients(const char* text, int64_t batch) {
@@ -713,9 +723,9 @@ TEST(CpuBackend, InferenceOutputIsTrainingsForward) {
 // written to the end of the farthest view in it (each view is rounded up to 256 bytes).
 TEST(CpuBackend, AStepWritesEveryBufferItComputesIntoBeforeReadingIt) {
   std::vector<Graph> graphs;
-  for (const char* text :
-       {kAllLayersImage, kAllLayersTokens, kVitMse, kPools, kPaddedPools, kResidualOfInput, kPoolFirst,
-        kBatchNorm, kResidualActivations, kShortcuts, kShortcutOnly, kShortcutNested, kShortcutVector})
+  for (const char* text : {kAllLayersImage, kAllLayersTokens, kVitMse, kPools, kPaddedPools, kResidualOfInput,
+                           kPoolFirst, kBatchNorm, kResidualActivations, kShortcuts, kShortcutOnly,
+                           kShortcutNested, kShortcutVector, kShortcutOfAResidual})
     graphs.push_back(graph_of(text));
   for (const char* name : {"mlp", "tiny-lm", "resnet-small"}) graphs.push_back(lower(load_model(name)));
   int checked = 0;
