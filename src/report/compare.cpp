@@ -1397,35 +1397,34 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   }
   note_difference(
       result.runs, "devices", [](const RunSummary& r) { return device_of(r); }, result.notes);
+  // Where every run says (`known`: some values are a report's only where it knows them), a difference said
+  // with why it matters.
+  const auto said_with = [&](const char* what, std::string (*value)(const RunSummary&), bool known,
+                             const char* why) {
+    if (!known) return;
+    const size_t before = result.notes.size();
+    note_difference(result.runs, what, value, result.notes);
+    if (result.notes.size() > before) result.notes.back() += why;
+  };
+  const auto every = [&](std::string RunSummary::*field) {
+    return std::all_of(result.runs.begin(), result.runs.end(),
+                       [&](const RunSummary& r) { return !(r.*field).empty(); });
+  };
   // A run under --memory-limit fitted batches in less memory than its device has (a card emulated): its
-  // speed is still the device's. Said where the runs' limits differ.
-  {
-    const size_t before = result.notes.size();
-    note_difference(
-        result.runs, "memory limits", [](const RunSummary& r) { return r.memory_limit; }, result.notes);
-    if (result.notes.size() > before)
-      result.notes.back() += " (--memory-limit: which batches fit; each run's speed is its device's)";
-  }
+  // speed is still the device's.
+  said_with(
+      "memory limits", [](const RunSummary& r) { return r.memory_limit; }, true,
+      " (--memory-limit: which batches fit; each run's speed is its device's)");
   // MFU against a measured GEMM rate reads higher than against the datasheet's peak for the same step: the
-  // two reports' MFU % columns do not compare. Where every run says what its peak was.
-  if (std::all_of(result.runs.begin(), result.runs.end(),
-                  [](const RunSummary& r) { return !r.mfu_peak.empty(); })) {
-    const size_t before = result.notes.size();
-    note_difference(
-        result.runs, "MFU's peaks", [](const RunSummary& r) { return r.mfu_peak; }, result.notes);
-    if (result.notes.size() > before)
-      result.notes.back() += " (their MFU % do not compare: the samples/s do)";
-  }
+  // two reports' MFU % columns do not compare.
+  said_with(
+      "MFU's peaks", [](const RunSummary& r) { return r.mfu_peak; }, every(&RunSummary::mfu_peak),
+      " (their MFU % do not compare: the samples/s do)");
   // On a CPU the threads are the device's size: batchsweep's OpenBLAS threads against the PyTorch peer's
-  // (torch.get_num_threads), or OPENBLAS_NUM_THREADS=1 against the default. Where every run says.
-  if (std::all_of(result.runs.begin(), result.runs.end(),
-                  [](const RunSummary& r) { return !r.threads.empty(); })) {
-    const size_t before = result.notes.size();
-    note_difference(
-        result.runs, "CPU threads", [](const RunSummary& r) { return r.threads; }, result.notes);
-    if (result.notes.size() > before)
-      result.notes.back() += " (a CPU's throughput scales with its threads: the peer's --threads sets them)";
-  }
+  // (torch.get_num_threads), or OPENBLAS_NUM_THREADS=1 against the default.
+  said_with(
+      "CPU threads", [](const RunSummary& r) { return r.threads; }, every(&RunSummary::threads),
+      " (a CPU's throughput scales with its threads: the peer's --threads sets them)");
   // How each point was measured: another noise target or timeout stops points by another rule, and CUDA
   // graphs or another attention or conv path is another step. Said, as --resume refuses such a run.
   for (size_t i = 1; i < reports.size(); ++i) {
