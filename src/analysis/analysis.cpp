@@ -206,11 +206,7 @@ struct Budget {
 // --timeout".
 std::string latency_steps(const Point& point, double pct) {
   const size_t n = point.samples_ms.size();
-  // The pct-th percentile of n steps is near the slowest while fewer than 1 step in (100 - pct) lies above
-  // it.
-  // (With a tolerance: 1000 * (100 - 99.9) is 99.99999999999 in doubles, and 1000 steps do place one above a
-  // p99.9.)
-  if (n == 0 || static_cast<double>(n) * (100.0 - pct) >= 100.0 - 1e-6) return {};
+  if (!analysis_detail::too_few_steps(n, pct)) return {};
   const std::string cut = point.stop_reason == "timeout" ? ", cut short by --timeout" : "";
   return n == 1 ? "from a single step" + cut : fmt::format("of {} steps{}", n, cut);
 }

@@ -58,6 +58,13 @@ struct KneeDetail {
 // format_percent of a share judged against `threshold_pct` (a percent), with the decimals that keep it on its
 // side: 94.69% against 95 reads "94.7%", not "95%"; 99.991% against 99.99 reads "99.99%", not "99.9%".
 [[nodiscard]] std::string format_share(double fraction, double threshold_pct);
+// Whether the pct-th percentile of n steps is near the slowest: fewer than 1 step in (100 - pct) lies above
+// it (with a tolerance: 1000 * (100 - 99.9) is 99.99999999999 in doubles, and 1000 steps do place one above a
+// p99.9). n = 0 is not: there is no percentile to judge.
+[[nodiscard]] inline bool too_few_steps(size_t n, double pct) {
+  return n > 0 && static_cast<double>(n) * (100.0 - pct) < 100.0 - 1e-6;
+}
+
 // A --batch spec of batches strictly between lo and hi ("72:120:+8", "32:128:*2", "5:7:+1"), to measure
 // there.
 [[nodiscard]] std::string between_range(int64_t lo, int64_t hi);

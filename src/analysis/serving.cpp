@@ -136,8 +136,7 @@ std::string thin_steps(const std::vector<Pool>& pools, int64_t max_batch, double
   for (auto it = first; it != pools.end(); ++it)
     if (it->batch <= max_batch && !it->mean_only && (!thinnest || it->ms.size() < thinnest->ms.size()))
       thinnest = &*it;
-  // (With latency_steps' tolerance: 1000 steps do place one above a p99.9.)
-  if (!thinnest || static_cast<double>(thinnest->ms.size()) * (100.0 - pct) >= 100.0 - 1e-6) return {};
+  if (!thinnest || !analysis_detail::too_few_steps(thinnest->ms.size(), pct)) return {};
   const double need = std::ceil(100.0 / (100.0 - pct) - 1e-6);
   return fmt::format(
       "; its steps are drawn from as few as {} measured (batch {}), under the {:.0f} a {} needs, so the tail "

@@ -668,8 +668,8 @@ TEST(ConfigSnippet, AnEffectiveBatchAcrossDevicesIsKeptInAll) {
   EXPECT_EQ(sixty_four.find("accumulate_grad_batches"), std::string::npos) << sixty_four;
 }
 
-// Beside a request rate the budget holds requests (serving's line): the step budget's line says it is a step's
-// alone, so "within the budget" there is not read as the request's.
+// Beside a request rate the budget holds requests (serving's line): the step budget's line says it is a
+// step's alone, so "within the budget" there is not read as the request's.
 TEST(SummaryLines, TheStepBudgetBesideARateIsLabelledAStepsAlone) {
   Report r = testing::sample_report();
   r.analysis.latency_slo = BatchChoice(64, 1000.0, "p99 step 2 ms within the 3 ms budget");
@@ -747,7 +747,8 @@ TEST(ConfigSnippet, InferenceCpuAndNoRecommendation) {
             "bf16_full_eval=True)\n");
   {  // Lightning's "-true" casts the model as the sweep's inference does; accelerate has only autocast.
     const std::string lightning = format_config_snippet(r, ConfigTarget::lightning, 1);
-    EXPECT_NE(lightning.find("precision=\"bf16-true\", accelerator=\"cpu\", devices=1)"), std::string::npos) << lightning;
+    EXPECT_NE(lightning.find("precision=\"bf16-true\", accelerator=\"cpu\", devices=1)"), std::string::npos)
+        << lightning;
     EXPECT_EQ(lightning.find("autocast"), std::string::npos) << lightning;
     EXPECT_NE(format_config_snippet(r, ConfigTarget::accelerate, 1).find("is autocast"), std::string::npos);
   }
