@@ -6,7 +6,8 @@
 // run.model_overrides and run.checkpoint_blocks), so rows of several runs concatenated
 // still say which run they are (two runs of one model on one device type by when they started). Last, the
 // serving columns (serving.*, filled where the run serves at a request rate: the rate, hold and percentile on
-// every row, the rest on each max batch's row, as analysis.serving.batches holds them).
+// every row, the rest on each max batch's row, as analysis.serving.batches holds them); then the latency
+// budget's columns (budget.*: the budget and percentile on every row, each ok point's step time at it).
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -14,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "batchsweep/analysis.hpp"
 #include "batchsweep/json_keys.hpp"
 #include "batchsweep/printers.hpp"
 #include "report/json_pieces.hpp"
@@ -152,6 +154,27 @@ std::vector<std::string> serving_cells(const Report& report, const Point& p) {
   return out;
 }
 
+// A latency budget (--latency-slo) on the CSV's rows: the budget and its percentile on every row, then each
+// point's step time at that percentile (whatever it is: p99.5 comes from the raw steps) and whether it keeps
+// the budget, as the analysis reads them.
+constexpr std::string_view kBudgetColumns[] = {"budget.latency_slo_ms", "budget.latency_percentile",
+                                               "budget.latency_ms", "budget.within"};
+
+std::vector<std::string> budget_cells(const Report& report, const Point& p) {
+  std::vector<std::string> out(std::size(kBudgetColumns));
+  const std::optional<double> budget = report_view::latency_budget_ms(report);
+  if (!budget) return out;
+  const double pct = report_view::budget_percentile(report);
+  out[0] = cell(ordered(*budget));
+  out[1] = cell(ordered(pct));
+  if (p.status != PointStatus::ok) return out;
+  const std::optional<double> ms = step_latency_ms(p, pct);
+  if (!ms || *ms <= 0) return out;
+  out[2] = cell(ordered(*ms));
+  out[3] = *ms <= *budget ? "true" : "false";
+  return out;
+}
+
 }  // namespace
 
 std::string format_csv(const Report& report) {
@@ -189,6 +212,10 @@ std::string format_csv(const Report& report) {
     out += ',';
     out += name;
   }
+  for (const std::string_view name : kBudgetColumns) {
+    out += ',';
+    out += name;
+  }
   out += "\n";
   for (const auto& p : report.points) {
     std::vector<std::pair<std::string, ordered>> leaves;
@@ -205,6 +232,10 @@ std::string format_csv(const Report& report) {
     for (const std::string& serving : serving_cells(report, p)) {
       out += ',';
       out += serving;
+    }
+    for (const std::string& budget : budget_cells(report, p)) {
+      out += ',';
+      out += budget;
     }
     out += "\n";
   }

@@ -298,12 +298,17 @@ TEST(Csv, HeaderIsTheJsonNames) {
                                             "serving.latency_se_ms",
                                             "serving.settled",
                                             "serving.best"};
+  // After them, the latency budget's (settings.latency_slo_ms; the sample has a 3 ms budget at p99).
+  const std::vector<std::string> budget = {"budget.latency_slo_ms", "budget.latency_percentile",
+                                           "budget.latency_ms", "budget.within"};
+  const auto k = static_cast<std::ptrdiff_t>(budget.size());
   const auto m = static_cast<std::ptrdiff_t>(serving.size());
   const auto n = static_cast<std::ptrdiff_t>(context.size());
-  ASSERT_GE(header.size(), context.size() + serving.size() + 3);
-  EXPECT_EQ(std::vector<std::string>(header.end() - m, header.end()), serving);
-  EXPECT_EQ(std::vector<std::string>(header.end() - m - n, header.end() - m), context);
-  const std::vector<std::string> point_columns(header.begin(), header.end() - m - n);
+  ASSERT_GE(header.size(), context.size() + serving.size() + budget.size() + 3);
+  EXPECT_EQ(std::vector<std::string>(header.end() - k, header.end()), budget);
+  EXPECT_EQ(std::vector<std::string>(header.end() - k - m, header.end() - k), serving);
+  EXPECT_EQ(std::vector<std::string>(header.end() - k - m - n, header.end() - k - m), context);
+  const std::vector<std::string> point_columns(header.begin(), header.end() - k - m - n);
   EXPECT_EQ(std::set<std::string>(point_columns.begin(), point_columns.end()), keys);
   EXPECT_EQ(point_columns.size(), keys.size());
   // Point columns added after the first release come last among them, in the order they were added.
@@ -316,10 +321,11 @@ TEST(Csv, HeaderIsTheJsonNames) {
             added);
   for (const auto& line : lines) EXPECT_EQ(csv_fields(line).size(), header.size()) << line;
   const auto first = csv_fields(lines[1]);
-  EXPECT_EQ(std::vector<std::string>(first.end() - m - n, first.end() - m),
+  EXPECT_EQ(std::vector<std::string>(first.end() - k - m - n, first.end() - k - m),
             (std::vector<std::string>{"mlp-small", r.device.name, "scripted", "train", "bf16", r.created_at,
                                       r.state, "false", "", ""}));
-  EXPECT_EQ(std::vector<std::string>(first.end() - m, first.end()), std::vector<std::string>(serving.size()));
+  EXPECT_EQ(std::vector<std::string>(first.end() - k - m, first.end() - k),
+            std::vector<std::string>(serving.size()));
   EXPECT_FALSE(r.created_at.empty());
 }
 
@@ -342,6 +348,49 @@ TEST(Csv, QuotingAndValues) {
   EXPECT_EQ(knee[column("telemetry.throttle_reasons")], "sw_power_cap");
   EXPECT_EQ(knee[column("refinement")], "false");
   EXPECT_EQ(knee[column("memory.planned_bytes")], std::to_string(r.points[3].memory.planned_bytes));
+}
+
+// A latency budget's columns: its step time at the budget's own percentile on each ok point (p99.5 from the
+// raw steps, which no step_ms column holds), whether that keeps the budget, and nothing for a failed point.
+TEST(Csv, BudgetColumnsAtTheBudgetsPercentile) {
+  Report r = testing::sample_report();
+  r.settings["latency_percentile"] = 99.5;
+  r.settings["latency_slo_ms"] = 3.05;  // batches to 64 take ~2 ms, 96 ~3.09 ms at p99.5, 128 ~4.2 ms
+  const auto lines = lines_of(format_csv(r));
+  const auto header = csv_fields(lines[0]);
+  auto column = [&](const std::string& name) {
+    const auto at = std::find(header.begin(), header.end(), name);
+    EXPECT_NE(at, header.end()) << name;
+    return static_cast<size_t>(at - header.begin());
+  };
+  int within = 0, over = 0;
+  for (size_t i = 0; i < r.points.size(); ++i) {
+    const Point& p = r.points[i];
+    const auto row = csv_fields(lines[i + 1]);
+    EXPECT_EQ(row[column("budget.latency_slo_ms")], "3.05");
+    EXPECT_EQ(row[column("budget.latency_percentile")], "99.5");
+    if (p.status != PointStatus::ok) {
+      EXPECT_EQ(row[column("budget.latency_ms")], "");
+      EXPECT_EQ(row[column("budget.within")], "");
+      continue;
+    }
+    ASSERT_FALSE(p.samples_ms.empty());
+    const double p995 = percentile(p.samples_ms, 99.5);
+    EXPECT_NEAR(std::stod(row[column("budget.latency_ms")]), p995, 1e-9 * p995) << p.batch;
+    EXPECT_NE(p995, p.step_ms.p99) << p.batch;  // not a step_ms column under another name
+    EXPECT_EQ(row[column("budget.within")], p995 <= 3.05 ? "true" : "false") << p.batch;
+    ++(p995 <= 3.05 ? within : over);
+  }
+  EXPECT_GT(within, 0);
+  EXPECT_GT(over, 0);
+  // Without a budget, the columns are there and empty.
+  r.settings.erase("latency_slo_ms");
+  const auto plain = lines_of(format_csv(r));
+  ASSERT_EQ(csv_fields(plain[0]), header);
+  const auto row = csv_fields(plain[1]);
+  for (const char* name : {"budget.latency_slo_ms", "budget.latency_percentile", "budget.latency_ms",
+                           "budget.within"})
+    EXPECT_EQ(row[column(name)], "") << name;
 }
 
 TEST(Markdown, HeaderTableAndSummary) {
@@ -367,8 +416,8 @@ TEST(Titles, SayTheModelOverrides) {
   EXPECT_THAT(format_svg(r), HasSubstr("mlp-small \u00b7 set input.features=64, layers[0].activation=gelu"));
   const auto csv = lines_of(format_csv(r));
   ASSERT_GE(csv.size(), 2u);
-  EXPECT_TRUE(csv[1].ends_with(",false,input.features=64; layers[0].activation=gelu," + std::string(13, ',')))
-      << csv[1];  // then the 13 serving columns, empty without a rate
+  EXPECT_THAT(csv[1], HasSubstr(",false,input.features=64; layers[0].activation=gelu," + std::string(13, ',')))
+      << csv[1];  // then the 13 serving columns, empty without a rate (and the budget's)
   // A report read back may hold anything: what a terminal would act on is shown, not sent.
   r.settings["model_overrides"] = {"name=\x1b[2J"};
   EXPECT_THAT(format_console(r, {false}), Not(HasSubstr("\x1b[2J")));
