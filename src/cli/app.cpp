@@ -1111,10 +1111,9 @@ int run_app(int argc, char** argv) {
     for (const CLI::App* candidate : app.get_subcommands())
       if (candidate->parsed()) sub = candidate->get_name();
     if (sub.empty() && argc >= 2) sub = argv[1];
-    std::fprintf(stderr, "batchsweep: error: %s\nRun with --help for usage.\n",
-                 printable_text(hint.empty() ? plain_parse_error(e.what(), sub) : hint).c_str());
     // A gate whose flags did not parse (--fail-on-regression 5%) compared nothing either: an earlier job's
-    // answer at its export paths must not read as this one's. The words are read as given.
+    // answer at its export paths must not read as this one's. The words are read as given. Said before the
+    // error, which ends stderr as on every refused gate.
     if (sub == "compare") {
       bool gate = false;
       std::vector<std::pair<std::string, std::string>> exports;
@@ -1131,6 +1130,8 @@ int run_app(int argc, char** argv) {
       }
       if (gate) remove_stale_gate_exports(exports);
     }
+    std::fprintf(stderr, "batchsweep: error: %s\nRun with --help for usage.\n",
+                 printable_text(hint.empty() ? plain_parse_error(e.what(), sub) : hint).c_str());
     return kExitUsage;
   }
 

@@ -83,6 +83,9 @@ constexpr int64_t kSameRequestNs = 1'000'000'000;
 // Whether a --json report file is on disk for --resume (written after a point, or the report being
 // resumed into): a second signal before then says there is none.
 std::atomic<bool> g_report_on_disk{false};
+// Whether the sweep has ended and its final exports are being written: a second signal then may come
+// before, during or after a file's write, and says so.
+std::atomic<bool> g_final_writes{false};
 // Whether stderr is a terminal, where the messages below start on a new line (after "^C" or a progress
 // line); in a log they do not leave a blank one. Set before the handler is installed.
 std::atomic<bool> g_stderr_tty{true};
@@ -104,9 +107,14 @@ extern "C" void on_signal(int sig) {
     static constexpr char kQuitNothing[] =
         "\nbatchsweep: quitting now; no report file was written (no point had finished, or no --json file "
         "was given)\n";
+    static constexpr char kQuitWriting[] =
+        "\nbatchsweep: quitting now, while the final exports were being written; each export file is whole: "
+        "this run's, or what was there before (files are replaced whole, never half-written)\n";
     const bool kept = g_report_on_disk.load();
     const size_t skip = g_stderr_tty.load() ? 0 : 1;  // the leading newline
-    const ssize_t said = kept ? ::write(STDERR_FILENO, kQuit + skip, sizeof(kQuit) - 1 - skip)
+    const ssize_t said =
+        g_final_writes.load() ? ::write(STDERR_FILENO, kQuitWriting + skip, sizeof(kQuitWriting) - 1 - skip)
+        : kept                ? ::write(STDERR_FILENO, kQuit + skip, sizeof(kQuit) - 1 - skip)
                               : ::write(STDERR_FILENO, kQuitNothing + skip, sizeof(kQuitNothing) - 1 - skip);
     (void)said;
     ::signal(sig, SIG_DFL);
@@ -1656,6 +1664,7 @@ int run_command(const RunSettings& given, const std::vector<std::string>& argv) 
   report.analysis = analyze(report.points, final_options);
   if (auto w = batchnorm_split_warning(graph, sweep.mode, report.analysis)) report.warnings.push_back(*w);
   say_unsaid_warnings(report.warnings, observer.said(), exports);
+  g_final_writes.store(true);
   print_final(report, final_exports);
   note_checkpointing(graph, sweep, backend->kind(), paths, report);
   if (outcome.interrupted) return sig == SIGTERM ? 143 : kExitInterrupted;

@@ -2186,6 +2186,8 @@ TEST(Run, AGateThatComparesNothingRemovesAnEarlierJobsExports) {
       run({"compare", base, infer, "--fail-on-regresion", "5", "--json", gate_json, "--markdown", gate_md});
   EXPECT_EQ(typo.exit_code, 2) << typo.err;
   EXPECT_NE(typo.err.find("--fail-on-regression"), std::string::npos) << typo.err;  // the nearest, named
+  // The removal is said before the error, which ends stderr as on every refused gate.
+  EXPECT_LT(typo.err.find("removed " + gate_json), typo.err.find("batchsweep: error:")) << typo.err;
   EXPECT_FALSE(std::filesystem::exists(gate_json));
   EXPECT_FALSE(std::filesystem::exists(gate_md));
   // Only an earlier compare answer is removed: a report, a model or a README at a mistyped path is not (a
