@@ -118,6 +118,9 @@ BatchChoice best_throughput(std::span<const Point> points, bool unfinished) {
   return choose(*best, std::move(reason));
 }
 
+std::string near_cut_note(const std::vector<CurvePoint>& curve, int64_t chosen, const CurvePoint& best,
+                          double pct);
+
 BatchChoice saturation(std::span<const Point> points, const std::vector<CurvePoint>& curve, double pct,
                        bool unfinished) {
   if (curve.empty()) return none(no_ok_reason(points, unfinished));
@@ -135,9 +138,10 @@ BatchChoice saturation(std::span<const Point> points, const std::vector<CurvePoi
                               format_rate(best->samples_per_second), format_number(pct)));
   return choose(
       *first->point,
-      fmt::format("smallest batch reaching {}% of the best throughput: {} of {} samples/s (batch {})",
+      fmt::format("smallest batch reaching {}% of the best throughput: {} of {} samples/s (batch {}){}",
                   format_number(pct), format_share(first->samples_per_second / best->samples_per_second, pct),
-                  format_rate(best->samples_per_second), best->batch));
+                  format_rate(best->samples_per_second), best->batch,
+                  near_cut_note(curve, first->batch, *best, pct)));
 }
 
 BatchChoice max_fit_above(std::span<const Point> points, const Point& largest_ok,
@@ -228,6 +232,27 @@ std::string latency_basis(const Point& point, double pct) {
 std::optional<double> mean_uncertainty(const Point& p) {
   if (!p.noise_pct || p.samples_ms.size() < 2) return std::nullopt;
   return *p.noise_pct / 100.0 / std::sqrt(static_cast<double>(p.samples_ms.size()));
+}
+
+// The cut of a saturation pick (--saturation, 95% of the best throughput) takes no account of noise, as the
+// latency and split choices do: where the batch below the pick falls short of it by less than the two means'
+// noise (twice their combined standard error), a rerun may pick that one (with less memory), and the pick says
+// so: "; batch 1024 (94.8%) is short of the cut by less than the noise (2.7%): a rerun may pick it". Empty
+// where there is none, or a mean has no standard error.
+std::string near_cut_note(const std::vector<CurvePoint>& curve, int64_t chosen, const CurvePoint& best,
+                          double pct) {
+  const CurvePoint* below = nullptr;
+  for (const CurvePoint& c : curve)
+    if (c.batch < chosen && (!below || c.batch > below->batch)) below = &c;
+  if (!below || best.samples_per_second <= 0) return {};
+  const std::optional<double> se_below = mean_uncertainty(*below->point), se_best = mean_uncertainty(*best.point);
+  if (!se_below || !se_best) return {};
+  const double share = below->samples_per_second / best.samples_per_second;
+  const double margin = noise_margin(*se_below, *se_best) * share;  // the share's own noise
+  if (share >= pct / 100.0 || pct / 100.0 - share >= margin) return {};
+  return fmt::format("; batch {} ({}) is short of the {}% cut by less than the noise ({}): a rerun may pick it",
+                     below->batch, format_share(share, pct), format_number(pct),
+                     fmt::format("{:.2g}%", margin * 100.0));
 }
 
 // The throughput lead (percent) within which two measured points are the same: kSameThroughputPct, or the
@@ -542,15 +567,20 @@ const Point* point_at(const std::vector<CurvePoint>& curve, int64_t batch) {
 }
 
 // "saturation at 512: 96% of the best throughput (batch 2048) with 30% of its memory".
-std::string saturation_why(const Point& chosen, const Point& best, double pct) {
+std::string saturation_why(const std::vector<CurvePoint>& curve, const Point& chosen, const Point& best,
+                           double pct) {
   if (chosen.batch == best.batch)
     return fmt::format(
         "batch {} has the best throughput ({} samples/s) and no smaller batch reaches {}% of it",
         chosen.batch, format_rate(best.samples_per_second), format_number(pct));
-  return fmt::format("batch {} is the smallest reaching {}% of the best throughput: {} of batch {}{}",
+  const auto best_on_curve = std::find_if(curve.begin(), curve.end(),
+                                          [&](const CurvePoint& c) { return c.point == &best; });
+  return fmt::format("batch {} is the smallest reaching {}% of the best throughput: {} of batch {}{}{}",
                      chosen.batch, format_number(pct),
                      format_share(chosen.samples_per_second / best.samples_per_second, pct), best.batch,
-                     memory_clause(chosen, best));
+                     memory_clause(chosen, best),
+                     best_on_curve == curve.end() ? std::string()
+                                                  : near_cut_note(curve, chosen.batch, *best_on_curve, pct));
 }
 
 struct RecommendationInputs {
@@ -636,7 +666,7 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
     }
     const std::string knee_note = fmt::format("the knee at {} reaches only {} of the best throughput",
                                               knee.batch, format_share(share, pct));
-    return {saturated.batch, fmt::format("{}; {}{}", knee_note, saturation_why(saturated, best, pct),
+    return {saturated.batch, fmt::format("{}; {}{}", knee_note, saturation_why(in.curve, saturated, best, pct),
                                          still_rising_note(in, saturated))};
   }
   if (in.knee_call == KneeCall::still_scaling) {
@@ -696,7 +726,7 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
                                            falls, best.batch, format_rate(best.samples_per_second))};
     prefix = "throughput is flat";
   }
-  return {saturated.batch, fmt::format("{}: {}{}", prefix, saturation_why(saturated, best, pct),
+  return {saturated.batch, fmt::format("{}: {}{}", prefix, saturation_why(in.curve, saturated, best, pct),
                                        still_rising_note(in, saturated))};
 }
 

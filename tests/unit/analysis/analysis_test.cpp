@@ -60,6 +60,38 @@ TEST(Saturation, SmallestBatchReachingThePercentOfTheBest) {
   EXPECT_EQ(analyze(points, half).saturation.batch, 64);
 }
 
+// The 95% cut takes no account of noise: where the batch below the pick falls short of it by less than the two
+// means' noise, a rerun may pick that one, and the pick (and the recommendation it becomes) says so. Found by
+// an audit: ten reruns of one noisy sweep picked 1024 nine times and 2048 once (94.76% at 1024).
+TEST(Saturation, SaysWhenTheBatchBelowIsShortOfTheCutByLessThanNoise) {
+  const auto with_noise = [](std::vector<Point> points, double noise_pct) {
+    for (Point& p : points) p.noise_pct = noise_pct;  // 21 samples: a relative standard error of noise/sqrt(21)
+    return points;
+  };
+  const auto rates = [](double b) {
+    return b <= 512 ? 100.0 * b : b == 1024 ? 0.9476 * 200000 : b == 2048 ? 0.98 * 200000 : 200000.0;
+  };
+  std::vector<Point> curve = sweep(powers_of_two(1, 4096), rates);
+  // 3% noise: a standard error of 0.65% each, a margin of 1.85% (of 94.76%, 1.75%): 0.24% short is within it.
+  std::vector<Point> noisy_points = with_noise(curve, 3.0);
+  const Analysis noisy = analyze(noisy_points, {});
+  EXPECT_EQ(noisy.saturation.batch, 2048);
+  EXPECT_THAT(noisy.saturation.reason,
+              ::testing::EndsWith("; batch 1024 (94.8%) is short of the 95% cut by less than the noise (1.8%): a "
+                                  "rerun may pick it"));
+  EXPECT_EQ(noisy.recommended.batch, 2048);
+  EXPECT_THAT(noisy.recommended.why,
+              ::testing::HasSubstr("; batch 1024 (94.8%) is short of the 95% cut by less than the noise"));
+  // 0.1% noise: a margin of 0.06%, and 0.24% short is beyond it: nothing said.
+  std::vector<Point> quiet_points = with_noise(curve, 0.1);
+  const Analysis quiet = analyze(quiet_points, {});
+  EXPECT_EQ(quiet.saturation.batch, 2048);
+  EXPECT_EQ(quiet.saturation.reason.find("rerun"), std::string::npos) << quiet.saturation.reason;
+  EXPECT_EQ(quiet.recommended.why.find("rerun"), std::string::npos) << quiet.recommended.why;
+  // Without a standard error (no noise figure), nothing either.
+  EXPECT_EQ(analyze(curve, {}).saturation.reason.find("rerun"), std::string::npos);
+}
+
 TEST(Saturation, BestBatchItself) {
   std::vector<Point> points = sweep(kBatches, [](double b) { return 10.0 * b; });
   const Analysis a = analyze(points, {});
