@@ -108,6 +108,13 @@ constexpr OtherName kOtherNames[] = {
     {"tanh", "linear", "",
      "an activation is no layer here but a field of the layer it follows: \"activation\": \"tanh\" on a "
      "linear, conv2d, batchnorm or residual"},
+    {"attn", "attention", "attn is attention here"},
+    {"self_attention", "attention", "self-attention is attention here"},
+    {"bn", "batchnorm", "bn is batchnorm here"},
+    {"ln", "layernorm", "ln is layernorm here"},
+    {"dropout", "linear", "",
+     "dropout is not modelled: the sweep runs as with dropout 0 (in training PyTorch keeps a mask of a byte per "
+     "element, which the plan does not hold); remove the layer"},
     {"dense", "linear", "Keras's Dense is a linear layer here"},
     {"fc", "linear", "a fully connected layer is linear here"},
     {"multiheadattention", "attention", "PyTorch's MultiheadAttention is attention here"},
@@ -117,6 +124,41 @@ constexpr OtherName kOtherNames[] = {
     {"transformer_encoder_layer", "transformer_block",
      "PyTorch's TransformerEncoderLayer is a transformer_block here"},
 };
+
+// Keys a layer never takes, because batchsweep works the value out or fixes it: why, and what to do, where
+// one is written (the nearest allowed key would mislead: in_features is not out_features).
+struct NotWritten {
+  std::string_view key;
+  std::string_view why;
+};
+constexpr NotWritten kNotWritten[] = {
+    {"in_features",
+     "a layer's input width is not written: it is the previous layer's output (the input's, for the first), so "
+     "remove it"},
+    {"in_channels",
+     "a layer's input channels are not written: they are the previous layer's output (the input's, for the "
+     "first), so remove it"},
+    {"eps",
+     "layernorm's and batchnorm's eps is fixed at 1e-5, PyTorch's default (timm's 1e-6 changes numerics, not "
+     "time or memory), so remove it"},
+    {"momentum",
+     "batchnorm's running statistics move by a fixed momentum of 0.1, PyTorch's default (it changes numerics, "
+     "not time or memory), so remove it"},
+    {"approximate",
+     "gelu is the tanh approximation everywhere (PyTorch's approximate=\"tanh\"; the exact erf form costs the "
+     "same), so remove it"},
+    {"groups", "grouped and depthwise convolutions are not modelled: a conv2d here is dense (groups 1)"},
+    {"dilation", "dilated convolutions are not modelled: a conv2d here has dilation 1"},
+    {"dropout",
+     "dropout is not modelled: the sweep runs as with dropout 0 (in training PyTorch keeps a mask of a byte per "
+     "element, which the plan does not hold), so remove it"},
+};
+
+const NotWritten* not_written(std::string_view key) {
+  for (const NotWritten& n : kNotWritten)
+    if (n.key == key) return &n;
+  return nullptr;
+}
 
 // The entry for `word` (case aside) whose name of ours is among `allowed`, or nullptr.
 const OtherName* other_name(std::string_view word, std::span<const std::string_view> allowed) {
@@ -210,6 +252,8 @@ class Parser {
       std::string message = fmt::format("unknown key {} {}", quote_user(key), what);
       if (const OtherName* renamed = other_name(key, allowed)) {
         message += suggestion(*renamed);
+      } else if (const NotWritten* fixed = not_written(key)) {
+        message += fmt::format(": {}", fixed->why);
       } else if (const auto near = model_detail::nearest_name(key, allowed)) {
         message += fmt::format("; did you mean '{}'?", *near);
       } else {
