@@ -377,6 +377,11 @@ inline constexpr int64_t kMaxBatch = int64_t{1} << 24;
   return kMaxBatch / (accumulation > 1 ? accumulation : 1);
 }
 
+// A model whose plan passes 2^62 bytes at batch 1 (an attention over 2^31 tokens) has no batch that can be
+// planned: throws UsageError naming the model and where the plan passed it. plan and run call it first, so
+// that such a model is refused as the config's error (exit 2), not every batch over_limit.
+void check_plannable(const Graph& graph, PlanRequest request);
+
 // The largest batch whose plan fits in memory_bytes * kMemorySafetyFraction, or nullopt when batch 1 does
 // not. kMaxBatch means "at least kMaxBatch": memory is not what limits the batch.
 [[nodiscard]] std::optional<int64_t> max_fit_batch(const Graph& graph, PlanRequest request,

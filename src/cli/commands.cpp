@@ -858,6 +858,20 @@ int64_t largest_divisor_at_most(int64_t n, int64_t limit) {
 
 }  // namespace
 
+namespace {
+
+// A plan of one batch of plan's list; one past 2^62 bytes is refused naming --batch (check_plannable has
+// refused a model with no batch that plans).
+Plan plan_of_batch(const Graph& graph, const PlanRequest& request) {
+  try {
+    return make_plan(graph, request);
+  } catch (const UsageError& e) {
+    throw UsageError(fmt::format("--batch {}: {}; a smaller batch plans", request.batch, e.what()));
+  }
+}
+
+}  // namespace
+
 int plan_command(const PlanSettings& given, const std::vector<std::string>& argv) {
   PlanSettings s = given;
   // As run's exports: /dev/stdout (or the file stdout goes to) is stdout, and a symlink keeps its link.
@@ -923,6 +937,7 @@ int plan_command(const PlanSettings& given, const std::vector<std::string>& argv
                     s.paths.attention == AttentionPath::cudnn_sdpa ? "--attention cudnn" : "--conv cudnn",
                     to_string(kind)));
   }
+  check_plannable(graph, request);
   if (s.memory_bytes) {
     // Sizing a GPU from a laptop is what --memory is for; auto without a GPU plans the CPU backend, whose
     // buffers differ (fp16/bf16 keep fp32 copies for its math), and the largest fit with them.
@@ -1011,7 +1026,7 @@ int plan_command(const PlanSettings& given, const std::vector<std::string>& argv
   if (s.buffers && !splits.empty()) {
     request.batch = splits.back().micro_batch;
     request.accumulation = splits.back().accumulation;
-    const uint64_t per_plan = make_plan(graph, request).buffers.size();
+    const uint64_t per_plan = plan_of_batch(graph, request).buffers.size();
     const uint64_t rows = per_plan * splits.size();
     if (rows > kMaxBufferRows)
       throw UsageError(fmt::format(
@@ -1026,7 +1041,7 @@ int plan_command(const PlanSettings& given, const std::vector<std::string>& argv
   for (const BatchSplit& split : splits) {
     request.batch = split.micro_batch;
     request.accumulation = split.accumulation;
-    summary.plans.push_back(make_plan(graph, request));
+    summary.plans.push_back(plan_of_batch(graph, request));
     // Without --buffers only the totals are shown: a deep model's buffer list at each of thousands of batches
     // is memory the answer does not need.
     if (!s.buffers) summary.plans.back().buffers = {};

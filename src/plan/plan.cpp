@@ -276,7 +276,7 @@ class Builder {
     total_ += rounded;
     if (total_ > (static_cast<unsigned __int128>(1) << 62))
       throw UsageError(fmt::format(
-          "--batch {}: the plan for this batch is larger than 2^62 bytes (passed at {}{})", r_.batch, name,
+          "the plan at batch {} is larger than 2^62 bytes (passed at {}{})", r_.batch, name,
           op >= 0 ? fmt::format(", {}", detail::op_text(g_.ops[static_cast<size_t>(op)].path)) : ""));
     buffers_.push_back({std::move(name), c, t, elements, static_cast<uint64_t>(rounded), op, {}, 0});
   }
@@ -899,6 +899,16 @@ std::optional<int64_t> fewest_checkpoint_blocks(const Graph& graph, PlanRequest 
   for (int64_t n = 1; n <= all; ++n)
     if (fits(n)) return n;
   return std::nullopt;
+}
+
+void check_plannable(const Graph& graph, PlanRequest request) {
+  request.batch = 1;
+  request.accumulation = 1;
+  try {
+    (void)make_plan(graph, request);
+  } catch (const UsageError& e) {
+    throw UsageError(fmt::format("model '{}': no batch of it can be planned: {}", graph.model_name, e.what()));
+  }
 }
 
 std::optional<int64_t> max_fit_batch(const Graph& graph, PlanRequest request, uint64_t memory_bytes) {

@@ -99,6 +99,9 @@ class PointRunner {
   // before it).
   void run_rounds();
 
+  // check_plannable (plan.hpp) for this sweep's settings: a model with no batch that plans is refused.
+  void check_plannable() const;
+
   // Ends the sweep: on_sweep_end, then the outcome with the points sorted.
   [[nodiscard]] SweepOutcome finish(std::string search_summary);
 

@@ -85,6 +85,10 @@ PlanRequest PointRunner::request(int64_t batch, int64_t accumulation, const Exec
                      settings_.checkpoint_blocks};
 }
 
+void PointRunner::check_plannable() const {
+  bsw::check_plannable(graph_, request(1, 1));
+}
+
 std::optional<std::string> PointRunner::plan_over_budget(int64_t batch, int64_t accumulation) const {
   return plan_over_budget(request(batch, accumulation));
 }
@@ -841,6 +845,7 @@ SweepOutcome run_sweep(Backend& backend, const Graph& graph, const SweepSettings
     throw UsageError(fmt::format("--rounds: must be in 1..{}, got {}", kMaxRounds, settings.rounds));
 
   sweep_detail::PointRunner runner(backend, graph, settings, observer);
+  runner.check_plannable();
   std::string summary;
   try {
     if (settings.effective_batch) {

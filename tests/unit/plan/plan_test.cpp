@@ -174,6 +174,28 @@ TEST(Plan, AttentionScoresBeyond64BitsAreTooLargeNotWrapped) {
     }
 }
 
+// A model past 2^62 bytes at batch 1 has no batch that plans: check_plannable (plan and run call it first)
+// refuses it naming the model and where, not --batch (a model audit: plan blamed the batch, run made every
+// batch an over_limit point).
+TEST(Plan, AModelWithNoBatchThatPlansIsRefusedNamingTheModel) {
+  const Graph big = graph_of(R"({"name": "big", "input": {"type": "tokens", "sequence_length": 2147483647,
+    "vocab_size": 2}, "layers": [{"type": "embedding", "dim": 1}, {"type": "attention", "heads": 1},
+    {"type": "linear", "out_features": 2}]})");
+  try {
+    check_plannable(big, {64, Precision::fp32, Mode::train, 4, BackendKind::cpu});
+    FAIL() << "expected no batch to plan";
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    EXPECT_TRUE(what.starts_with("model 'big': no batch of it can be planned: the plan at batch 1 is larger "
+                                 "than 2^62 bytes (passed at "))
+        << what;
+    EXPECT_EQ(what.find("--batch"), std::string::npos) << what;
+  }
+  const Graph small = graph_of(R"({"name": "small", "input": {"type": "vector", "features": 8},
+    "layers": [{"type": "linear", "out_features": 2}]})");
+  EXPECT_NO_THROW(check_plannable(small, {1, Precision::fp32, Mode::train, 1, BackendKind::cpu}));
+}
+
 // A plan past 2^62 bytes in a repeated layer's later copy: the layer by its JSON path, the copy in words.
 TEST(Plan, TooLargeInARepeatedCopySaysTheCopyInWords) {
   const Graph g = graph_of(R"({"name": "x", "input": {"type": "tokens", "sequence_length": 1048576,
