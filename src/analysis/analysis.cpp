@@ -134,8 +134,9 @@ BatchChoice saturation(std::span<const Point> points, const std::vector<CurvePoi
   if (first == curve.end()) first = best;
   if (first->batch == best->batch)
     return choose(*first->point,
-                  fmt::format("the best throughput ({} samples/s); no smaller batch reaches {}% of it",
-                              format_rate(best->samples_per_second), format_number(pct)));
+                  fmt::format("the best throughput ({} samples/s); no smaller batch reaches {}% of it{}",
+                              format_rate(best->samples_per_second), format_number(pct),
+                              near_cut_note(curve, first->batch, *best, pct)));
   return choose(
       *first->point,
       fmt::format("smallest batch reaching {}% of the best throughput: {} of {} samples/s (batch {}){}",
@@ -236,23 +237,25 @@ std::optional<double> mean_uncertainty(const Point& p) {
 
 // The cut of a saturation pick (--saturation, 95% of the best throughput) takes no account of noise, as the
 // latency and split choices do: where the batch below the pick falls short of it by less than the two means'
-// noise (twice their combined standard error), a rerun may pick that one (with less memory), and the pick says
-// so: "; batch 1024 (94.8%) is short of the cut by less than the noise (2.7%): a rerun may pick it". Empty
-// where there is none, or a mean has no standard error.
+// noise (twice their combined standard error), a rerun may pick that one (with less memory), and the pick
+// says so: "; batch 1024 (94.8%) is short of the cut by less than the noise (2.7%): a rerun may pick it".
+// Empty where there is none, or a mean has no standard error.
 std::string near_cut_note(const std::vector<CurvePoint>& curve, int64_t chosen, const CurvePoint& best,
                           double pct) {
   const CurvePoint* below = nullptr;
   for (const CurvePoint& c : curve)
     if (c.batch < chosen && (!below || c.batch > below->batch)) below = &c;
   if (!below || best.samples_per_second <= 0) return {};
-  const std::optional<double> se_below = mean_uncertainty(*below->point), se_best = mean_uncertainty(*best.point);
+  const std::optional<double> se_below = mean_uncertainty(*below->point),
+                              se_best = mean_uncertainty(*best.point);
   if (!se_below || !se_best) return {};
   const double share = below->samples_per_second / best.samples_per_second;
   const double margin = noise_margin(*se_below, *se_best) * share;  // the share's own noise
   if (share >= pct / 100.0 || pct / 100.0 - share >= margin) return {};
-  return fmt::format("; batch {} ({}) is short of the {}% cut by less than the noise ({}): a rerun may pick it",
-                     below->batch, format_share(share, pct), format_number(pct),
-                     fmt::format("{:.2g}%", margin * 100.0));
+  return fmt::format(
+      "; batch {} ({}) is short of the {}% cut by less than the noise ({}): a rerun may pick it",
+      below->batch, format_share(share, pct), format_number(pct),
+      margin * 100.0 < 10 ? fmt::format("{:.2g}%", margin * 100.0) : fmt::format("{:.0f}%", margin * 100.0));
 }
 
 // The throughput lead (percent) within which two measured points are the same: kSameThroughputPct, or the
@@ -569,18 +572,19 @@ const Point* point_at(const std::vector<CurvePoint>& curve, int64_t batch) {
 // "saturation at 512: 96% of the best throughput (batch 2048) with 30% of its memory".
 std::string saturation_why(const std::vector<CurvePoint>& curve, const Point& chosen, const Point& best,
                            double pct) {
+  const auto best_on_curve =
+      std::find_if(curve.begin(), curve.end(), [&](const CurvePoint& c) { return c.point == &best; });
   if (chosen.batch == best.batch)
     return fmt::format(
-        "batch {} has the best throughput ({} samples/s) and no smaller batch reaches {}% of it",
-        chosen.batch, format_rate(best.samples_per_second), format_number(pct));
-  const auto best_on_curve = std::find_if(curve.begin(), curve.end(),
-                                          [&](const CurvePoint& c) { return c.point == &best; });
-  return fmt::format("batch {} is the smallest reaching {}% of the best throughput: {} of batch {}{}{}",
-                     chosen.batch, format_number(pct),
-                     format_share(chosen.samples_per_second / best.samples_per_second, pct), best.batch,
-                     memory_clause(chosen, best),
-                     best_on_curve == curve.end() ? std::string()
-                                                  : near_cut_note(curve, chosen.batch, *best_on_curve, pct));
+        "batch {} has the best throughput ({} samples/s) and no smaller batch reaches {}% of it{}",
+        chosen.batch, format_rate(best.samples_per_second), format_number(pct),
+        best_on_curve == curve.end() ? std::string()
+                                     : near_cut_note(curve, chosen.batch, *best_on_curve, pct));
+  return fmt::format(
+      "batch {} is the smallest reaching {}% of the best throughput: {} of batch {}{}{}", chosen.batch,
+      format_number(pct), format_share(chosen.samples_per_second / best.samples_per_second, pct), best.batch,
+      memory_clause(chosen, best),
+      best_on_curve == curve.end() ? std::string() : near_cut_note(curve, chosen.batch, *best_on_curve, pct));
 }
 
 struct RecommendationInputs {
@@ -666,8 +670,9 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
     }
     const std::string knee_note = fmt::format("the knee at {} reaches only {} of the best throughput",
                                               knee.batch, format_share(share, pct));
-    return {saturated.batch, fmt::format("{}; {}{}", knee_note, saturation_why(in.curve, saturated, best, pct),
-                                         still_rising_note(in, saturated))};
+    return {saturated.batch,
+            fmt::format("{}; {}{}", knee_note, saturation_why(in.curve, saturated, best, pct),
+                        still_rising_note(in, saturated))};
   }
   if (in.knee_call == KneeCall::still_scaling) {
     const Point& largest = *point_at(in.curve, *a.max_fit.batch);

@@ -151,6 +151,21 @@ std::string plain_parse_error(const std::string& what, const std::string& sub) {
         "analyze reads one report; not expected: {} (to set runs side by side: batchsweep compare)",
         fmt::join(words, " "));
   }
+  // CLI11's "--batch excludes --effective-batch": which to drop, and why.
+  constexpr std::string_view kExcludes = " excludes ";
+  if (const auto at = text.find(kExcludes); at != std::string_view::npos) {
+    const std::string_view a = text.substr(0, at), b = text.substr(at + kExcludes.size());
+    if (a.starts_with("--") && b.starts_with("--") && is_word(a.substr(2), true) &&
+        is_word(b.substr(2), true)) {
+      const std::string_view other = a == "--effective-batch" ? b : b == "--effective-batch" ? a : "";
+      if (!other.empty())
+        return fmt::format(
+            "--effective-batch N times its own splits of N (micro-batch x accumulation), so it takes no {}: "
+            "drop {}, or sweep --batch B --accumulation A without --effective-batch",
+            other, other);
+      return fmt::format("{} and {} do not go together: give one", a, b);
+    }
+  }
   // `batchsweep plan help`: the subcommand's help is its --help.
   constexpr std::string_view kOne = "The following argument was not expected: ";
   if (!sub.empty() && text == std::string(kOne) + "help")
@@ -191,8 +206,14 @@ std::string footer_for(std::string_view command) {
   while (std::getline(lines, line))
     if (command.empty() || line == "Examples:" || line == prefix || line.starts_with(prefix + " "))
       out += line + "\n";
+  // The two words that are no subcommand of CLI11's, said where the subcommands are listed.
+  if (command.empty())
+    out += "\nAlso: batchsweep help [SUBCOMMAND] (this help, or a subcommand's), batchsweep version\n";
   return out + "\n" + kExitCodes;
 }
+
+constexpr const char* kVersionHelp =
+    "Usage: batchsweep version\nPrints batchsweep's version and git commit, as batchsweep --version does.\n";
 
 // For a value a flag does not take: ": did you mean 'bf16'?" where it is one of `choices` in other case or
 // with a '-' or '_' (BF16, bf-16), another name for one (`aliases`: bfloat16, gpu), or one typed a letter
@@ -305,12 +326,27 @@ std::string parse_number(const std::string& text, double& v, std::string_view un
     // "50ms", "0.05s", "90%": a number and a unit, where the flag takes the number in its own unit.
     // ("1e" is a broken exponent, not a unit.)
     if (used > 0 && used < text.size() && std::isfinite(v) && text[used] != 'e' && text[used] != 'E' &&
-        std::isalpha(static_cast<unsigned char>(text[used])) + (text[used] == '%') != 0)
-      return unit.empty()
-                 ? fmt::format(
-                       "'{}' is not a number: write it without a unit, in the one --help gives the flag",
-                       text)
-                 : fmt::format("'{}' is not a number: write it without a unit, in {}", text, unit);
+        std::isalpha(static_cast<unsigned char>(text[used])) + (text[used] == '%') != 0) {
+      if (unit.empty())
+        return fmt::format("'{}' is not a number: write it without a unit, in the one --help gives the flag",
+                           text);
+      // A time in another unit, for a flag in seconds or milliseconds: the user's own value converted
+      // ("50ms" for --min-time is 0.05), not an example of another size.
+      const std::string_view theirs = std::string_view(text).substr(used);
+      const std::pair<std::string_view, double> times[] = {{"us", 1e-6}, {"ms", 1e-3}, {"s", 1},
+                                                           {"sec", 1},   {"min", 60},  {"h", 3600}};
+      const double flag_unit = unit.starts_with("seconds")        ? 1.0
+                               : unit.starts_with("milliseconds") ? 1e-3
+                                                                  : 0.0;
+      if (theirs == "%" && unit.starts_with("percent"))
+        return fmt::format("'{}' is not a number: write it without a unit, in percent: {:g} for {}", text, v,
+                           text);
+      for (const auto& [name, factor] : times)
+        if (flag_unit > 0 && theirs == name)
+          return fmt::format("'{}' is not a number: write it without a unit, in {}s: {:g} for {}", text,
+                             flag_unit == 1.0 ? "second" : "millisecond", v * factor / flag_unit, text);
+      return fmt::format("'{}' is not a number: write it without a unit, in {}", text, unit);
+    }
   } catch (const std::out_of_range&) {
     return fmt::format("{} is out of range", text);
   } catch (const std::invalid_argument&) {
@@ -486,7 +522,7 @@ void add_exports(CLI::App* cmd, ExportSettings& e) {
           ->check(one_of({"deepspeed", "lightning", "accelerate", "transformers"}));
   cmd->add_option("--world-size", e.world_size,
                   "With --config-for: GPUs that each run the micro-batch (DeepSpeed's train_batch_size "
-                  "counts them)")
+                  "counts them); run --effective-batch E then times one GPU's share, E / N")
       ->type_name("N")
       ->transform(whole(1, 1 << 20))
       ->needs(config);
@@ -533,7 +569,10 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
   CLI::Option* sensitivity =
       cmd->add_option(
              "--knee-sensitivity", a.knee_sensitivity,
-             of_report ? "Kneedle sensitivity S (default: the run's value, else 1)" : "Kneedle sensitivity S")
+             of_report ? "Knee detection's sensitivity (Kneedle's S, > 0): higher needs a sharper bend, so "
+                         "the knee comes later or not at all (default: the run's value, else 1)"
+                       : "Knee detection's sensitivity (Kneedle's S, > 0): higher needs a sharper bend, so "
+                         "the knee comes later or not at all")
           ->type_name("S")
           ->check(positive("a plain number, Kneedle's S: 2 for S = 2"));
   if (!of_report) {
@@ -554,7 +593,8 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
              std::string("Inference: requests (a sample each) per second arriving at random at a dynamic "
                          "batcher; reports each batch as its max batch, the requests' latency "
                          "(queueing included, simulated from the measured steps) and recommends the "
-                         "lowest; --latency-slo then holds the request's latency; max: the most requests/s "
+                         "max batch with the lowest; --latency-slo then holds the request's latency; max: "
+                         "the most requests/s "
                          "within --latency-slo, and its max batch") +
                  (of_report ? " (default: the run's rate, if it had one)" : ""))
           ->type_name("PER_S|max")
@@ -864,6 +904,7 @@ int run_app(int argc, char** argv) {
       ->capture_default_str();
   run_cmd->add_option("--seed", run.sweep.session.seed, "Seed of the synthetic weights and data")
       ->type_name("N")
+      ->option_text("N=" + std::to_string(run.sweep.session.seed))
       ->check(unsigned_64())
       ->capture_default_str();
   run_cmd->add_option("--graphs", run_raw.graphs, "cuda: capture each step as a CUDA graph (on|off)")
@@ -1055,9 +1096,23 @@ int run_app(int argc, char** argv) {
   };
   // `batchsweep help [SUBCOMMAND]` and `batchsweep version`, as git and go take them: the help or version.
   if (argc >= 2 && (std::string_view(argv[1]) == "help" || std::string_view(argv[1]) == "version")) {
+    const auto asks_help = [](std::string_view word) { return word == "--help" || word == "-h"; };
     if (std::string_view(argv[1]) == "version") {
+      if (argc == 3 && asks_help(argv[2])) {
+        std::fputs(kVersionHelp, stdout);
+        return kExitOk;
+      }
       if (argc >= 3) throw UsageError(fmt::format("version takes no arguments, got '{}'", argv[2]));
       std::printf("%s\n", app.version().c_str());
+      return kExitOk;
+    }
+    // `help version`; `help --help` and `help help` are this help.
+    if (argc == 3 && std::string_view(argv[2]) == "version") {
+      std::fputs(kVersionHelp, stdout);
+      return kExitOk;
+    }
+    if (argc == 3 && (asks_help(argv[2]) || std::string_view(argv[2]) == "help")) {
+      std::fputs(app.help().c_str(), stdout);
       return kExitOk;
     }
     if (argc >= 3 && !is_subcommand(argv[2]))
@@ -1087,6 +1142,17 @@ int run_app(int argc, char** argv) {
           "batchsweep has no flag {} (its own are --help and --version; a subcommand's flags go after it)",
           flag));
     }
+  }
+  // `-b=1,8`: CLI11 hands a short flag '=1,8' ("batch '=1' is not an integer"); only a long flag takes '='.
+  for (int i = 2; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() > 2 && arg[0] == '-' && std::isalpha(static_cast<unsigned char>(arg[1])) != 0 &&
+        arg[2] == '=')
+      throw UsageError(fmt::format(
+          "{}: a short flag takes its value after a space or joined to it ({} {} or {}{}); only a long flag "
+          "takes '=' (--flag=value)",
+          arg, arg.substr(0, 2), arg.substr(3), arg.substr(0, 2), arg.substr(3)));
   }
   // CLI11 says "A subcommand is required" for a mistyped one; name it, and the nearest, instead.
   if (argc >= 2 && argv[1][0] != '-') {
@@ -1135,6 +1201,8 @@ int run_app(int argc, char** argv) {
     return kExitUsage;
   }
 
+  run.exports.world_size_given = run_cmd->count("--world-size") > 0;
+  analyze.exports.world_size_given = analyze_cmd->count("--world-size") > 0;
   if (run_cmd->parsed()) {
     check_backend_name(run.backend);
     run.sweep.precision = parse_precision(run_raw.precision);
@@ -1145,8 +1213,12 @@ int run_app(int argc, char** argv) {
       if (run.sweep.mode != Mode::train)
         throw UsageError("--effective-batch: gradient accumulation only applies to --mode train");
       run.sweep.effective_batch = *run_raw.effective_batch;
-      if (!run.exports.config_for.empty())
+      // Across --world-size N devices E is the global batch: each device's step is E / N samples, and
+      // those splits are what the sweep times (settings.world_size records N).
+      if (!run.exports.config_for.empty()) {
         check_effective_batch_world_size(*run_raw.effective_batch, run.exports.world_size);
+        run.sweep.effective_batch = *run_raw.effective_batch / run.exports.world_size;
+      }
     } else {
       run.sweep.batches = parse_batch_spec(run_raw.batch, "--batch");
     }

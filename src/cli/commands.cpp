@@ -108,8 +108,9 @@ extern "C" void on_signal(int sig) {
         "\nbatchsweep: quitting now; no report file was written (no point had finished, or no --json file "
         "was given)\n";
     static constexpr char kQuitWriting[] =
-        "\nbatchsweep: quitting now, while the final exports were being written; each export file is whole: "
-        "this run's, or what was there before (files are replaced whole, never half-written)\n";
+        "\nbatchsweep: quitting now, while the final exports were being written: an export file is this "
+        "run's whole or what was there before (files are replaced whole), while stdout or a pipe may be cut "
+        "short\n";
     const bool kept = g_report_on_disk.load();
     const size_t skip = g_stderr_tty.load() ? 0 : 1;  // the leading newline
     const ssize_t said =
@@ -447,6 +448,12 @@ void write_exports(const Report& report, const ExportSettings& e, bool final,
 
 // Data on stdout: the JSON when --json -, else the console table; the table then goes to stderr. An export
 // that cannot be written still lets the table be printed; its error follows (exit 1).
+// The devices --config-for writes for: --world-size where given, else the run's (settings.world_size),
+// else 1.
+int64_t config_world_size(const Report& report, const ExportSettings& e) {
+  return e.world_size_given ? e.world_size : report_view::world_size_setting(report).value_or(1);
+}
+
 void print_final(const Report& report, const ExportSettings& e) {
   std::exception_ptr export_error;
   try {
@@ -468,7 +475,7 @@ void print_final(const Report& report, const ExportSettings& e) {
   }
   // Beside the table: on stdout, or on stderr where stdout carries the JSON.
   if (const std::optional<ConfigTarget> target = parse_config_target(e.config_for)) {
-    const std::string snippet = "\n" + format_config_snippet(report, *target, e.world_size);
+    const std::string snippet = "\n" + format_config_snippet(report, *target, config_world_size(report, e));
     std::fwrite(snippet.data(), 1, snippet.size(), e.json_path == "-" ? stderr : stdout);
   }
   if (export_error) {
@@ -569,6 +576,9 @@ nlohmann::json settings_json(const RunSettings& s, const ModelSpec& model, std::
   };
   // --rounds N: the round begun so far (1, then 2.. as the later rounds start).
   if (w.rounds > 1) j["rounds_begun"] = 1;
+  // --world-size N (with --config-for): the devices the answer is for; with --effective-batch, the sweep
+  // timed one device's share (effective_batch is that share, N of them the global batch).
+  if (s.exports.world_size_given) j["world_size"] = s.exports.world_size;
   // --request-rate: the serving question (absent without it).
   if (s.analysis.request_rate) {
     j["request_rate"] = request_rate_setting(*s.analysis.request_rate);
@@ -819,11 +829,22 @@ std::optional<std::string> check_checkpointing(const Graph& graph, bool checkpoi
                     "backward recomputes (--checkpointing is all {})",
                     blocks, recomputable, recomputable == 1 ? "" : "s", graph.model_name, recomputable));
   // Activations grow with the batch: at 64 the 256-byte rounding hides no saving.
-  PlanRequest request{64, Precision::fp32, Mode::train, 1, BackendKind::cpu};
-  const uint64_t kept = make_plan(graph, request).memory.saved_activations;
-  request.checkpointing = true;
-  request.checkpoint_blocks = blocks;
-  if (make_plan(graph, request).memory.saved_activations < kept) return std::nullopt;
+  // A model too large to plan at 64 (an attention over 2^29 tokens) is asked at batch 1; one that plans at
+  // no batch is check_plannable's to refuse, not this note's.
+  bool saves = true;
+  for (const int64_t batch : {int64_t{64}, int64_t{1}}) {
+    PlanRequest request{batch, Precision::fp32, Mode::train, 1, BackendKind::cpu};
+    try {
+      const uint64_t kept = make_plan(graph, request).memory.saved_activations;
+      request.checkpointing = true;
+      request.checkpoint_blocks = blocks;
+      saves = make_plan(graph, request).memory.saved_activations < kept;
+      break;
+    } catch (const UsageError&) {
+      continue;  // past 2^62 bytes at this batch
+    }
+  }
+  if (saves) return std::nullopt;
   return fmt::format(
       "{}: it saves model '{}' no memory, as its recompute arena holds what its blocks kept "
       "without it (a single block, or blocks that keep nothing beyond their outputs); backward still runs "
@@ -860,13 +881,14 @@ int64_t largest_divisor_at_most(int64_t n, int64_t limit) {
 
 namespace {
 
-// A plan of one batch of plan's list; one past 2^62 bytes is refused naming --batch (check_plannable has
-// refused a model with no batch that plans).
-Plan plan_of_batch(const Graph& graph, const PlanRequest& request) {
+// A plan of one batch of plan's list; one past 2^62 bytes is refused naming the flag that asked for it
+// (check_plannable has refused a model with no batch that plans).
+Plan plan_of_batch(const Graph& graph, const PlanRequest& request, bool effective_batch) {
   try {
     return make_plan(graph, request);
   } catch (const UsageError& e) {
-    throw UsageError(fmt::format("--batch {}: {}; a smaller batch plans", request.batch, e.what()));
+    throw UsageError(fmt::format("{}: {}; a smaller batch plans",
+                                 effective_batch ? "--effective-batch" : "--batch", e.what()));
   }
 }
 
@@ -1026,7 +1048,7 @@ int plan_command(const PlanSettings& given, const std::vector<std::string>& argv
   if (s.buffers && !splits.empty()) {
     request.batch = splits.back().micro_batch;
     request.accumulation = splits.back().accumulation;
-    const uint64_t per_plan = plan_of_batch(graph, request).buffers.size();
+    const uint64_t per_plan = plan_of_batch(graph, request, s.effective_batch.has_value()).buffers.size();
     const uint64_t rows = per_plan * splits.size();
     if (rows > kMaxBufferRows)
       throw UsageError(fmt::format(
@@ -1041,7 +1063,7 @@ int plan_command(const PlanSettings& given, const std::vector<std::string>& argv
   for (const BatchSplit& split : splits) {
     request.batch = split.micro_batch;
     request.accumulation = split.accumulation;
-    summary.plans.push_back(plan_of_batch(graph, request));
+    summary.plans.push_back(plan_of_batch(graph, request, s.effective_batch.has_value()));
     // Without --buffers only the totals are shown: a deep model's buffer list at each of thousands of batches
     // is memory the answer does not need.
     if (!s.buffers) summary.plans.back().buffers = {};
@@ -1808,9 +1830,15 @@ int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& ar
   ExportSettings exports = s.exports;
   check_exports(exports, {{"the report analyze reads", s.report_path, true}});
   Report report = read_report(s.report_path);
-  if (const std::optional<int64_t> e = report_view::effective_batch_setting(report);
+  if (const std::optional<int64_t> e = report_view::global_effective_batch(report);
       e && !exports.config_for.empty() && report_view::title(report).mode != "infer")
-    check_effective_batch_world_size(*e, exports.world_size);
+    check_effective_batch_world_size(*e, config_world_size(report, exports));
+  if (const std::optional<int64_t> world = report_view::world_size_setting(report);
+      world && !exports.config_for.empty() && !exports.world_size_given)
+    std::fprintf(stderr,
+                 "batchsweep analyze: note: --config-for writes for the run's --world-size %lld (give "
+                 "--world-size to write for another)\n",
+                 static_cast<long long>(*world));
   if (report.state == "in_progress")
     std::fprintf(
         stderr,

@@ -88,7 +88,21 @@ int main(int argc, char** argv) {
     // The table (or an export) on stdout that never reached it (a full disk, a reader that left): a job
     // reading exit 0, 3 or 4 would take a cut-off output for the whole, as `--json -` already says. A
     // failure's own code (1, 2, an interrupt) stands.
-    if (const int error = bsw::cli::flush_stdout(); error != 0) {
+    // Help and the version read into a pager or `head` that stopped reading: nothing a job reads was lost,
+    // and a broken-pipe error would be noise (`batchsweep help run | head`).
+    const auto help_text = [&] {
+      if (argc >= 2 && (std::strcmp(argv[1], "help") == 0 || std::strcmp(argv[1], "version") == 0 ||
+                        std::strcmp(argv[1], "--version") == 0))
+        return true;
+      for (int i = 1; i < argc; ++i)
+        if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return true;
+      return false;
+    };
+    // (-1: an earlier write failed and left only the stream's error flag, as a reader that left does.)
+    if (const int error = bsw::cli::flush_stdout();
+        (error == EPIPE || error == -1) && code == bsw::kExitOk && help_text())
+      return code;
+    else if (error != 0) {
       // The cause where a flush saw it; an earlier failed write left only the stream's error flag.
       std::fprintf(stderr, "batchsweep: error: cannot write to stdout%s%s\n", error > 0 ? ": " : "",
                    error > 0 ? std::strerror(error) : "");

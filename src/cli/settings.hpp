@@ -18,6 +18,7 @@ struct ExportSettings {
   std::string json_path, csv_path, markdown_path, svg_path;
   std::string config_for;  // --config-for: deepspeed, lightning, accelerate, transformers; empty for none
   int64_t world_size = 1;  // --world-size: GPUs that each run the recommended micro-batch
+  bool world_size_given = false;  // analyze: without it, the run's settings.world_size holds
   [[nodiscard]] bool any() const {
     return !json_path.empty() || !csv_path.empty() || !markdown_path.empty() || !svg_path.empty();
   }

@@ -113,7 +113,8 @@ constexpr OtherName kOtherNames[] = {
     {"bn", "batchnorm", "bn is batchnorm here"},
     {"ln", "layernorm", "ln is layernorm here"},
     {"dropout", "linear", "",
-     "dropout is not modelled: the sweep runs as with dropout 0 (in training PyTorch keeps a mask of a byte per "
+     "dropout is not modelled: the sweep runs as with dropout 0 (in training PyTorch keeps a mask of a byte "
+     "per "
      "element, which the plan does not hold); remove the layer"},
     {"dense", "linear", "Keras's Dense is a linear layer here"},
     {"fc", "linear", "a fully connected layer is linear here"},
@@ -133,7 +134,8 @@ struct NotWritten {
 };
 constexpr NotWritten kNotWritten[] = {
     {"in_features",
-     "a layer's input width is not written: it is the previous layer's output (the input's, for the first), so "
+     "a layer's input width is not written: it is the previous layer's output (the input's, for the first), "
+     "so "
      "remove it"},
     {"in_channels",
      "a layer's input channels are not written: they are the previous layer's output (the input's, for the "
@@ -142,15 +144,21 @@ constexpr NotWritten kNotWritten[] = {
      "layernorm's and batchnorm's eps is fixed at 1e-5, PyTorch's default (timm's 1e-6 changes numerics, not "
      "time or memory), so remove it"},
     {"momentum",
-     "batchnorm's running statistics move by a fixed momentum of 0.1, PyTorch's default (it changes numerics, "
+     "batchnorm's running statistics move by a fixed momentum of 0.1, PyTorch's default (it changes "
+     "numerics, "
      "not time or memory), so remove it"},
     {"approximate",
-     "gelu is the tanh approximation everywhere (PyTorch's approximate=\"tanh\"; the exact erf form costs the "
+     "gelu is the tanh approximation everywhere (PyTorch's approximate=\"tanh\"; the exact erf form costs "
+     "the "
      "same), so remove it"},
-    {"groups", "grouped and depthwise convolutions are not modelled: a conv2d here is dense (groups 1)"},
+    {"groups",
+     "grouped and depthwise convolutions, and grouped-query attention, are not modelled: a conv2d here is "
+     "dense "
+     "(groups 1), and attention has as many key and value heads as query heads"},
     {"dilation", "dilated convolutions are not modelled: a conv2d here has dilation 1"},
     {"dropout",
-     "dropout is not modelled: the sweep runs as with dropout 0 (in training PyTorch keeps a mask of a byte per "
+     "dropout is not modelled: the sweep runs as with dropout 0 (in training PyTorch keeps a mask of a byte "
+     "per "
      "element, which the plan does not hold), so remove it"},
 };
 
@@ -252,7 +260,9 @@ class Parser {
       std::string message = fmt::format("unknown key {} {}", quote_user(key), what);
       if (const OtherName* renamed = other_name(key, allowed)) {
         message += suggestion(*renamed);
-      } else if (const NotWritten* fixed = not_written(key)) {
+      } else if (const NotWritten* fixed = what.starts_with("for layer type") ? not_written(key) : nullptr) {
+        // Only on a layer: an optimizer's momentum or eps is its own (sgd's, adamw's), said as belonging
+        // there.
         message += fmt::format(": {}", fixed->why);
       } else if (const auto near = model_detail::nearest_name(key, allowed)) {
         message += fmt::format("; did you mean '{}'?", *near);

@@ -67,29 +67,40 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
   const std::string precision = title.precision.empty() ? "fp32" : title.precision;
   // What each of the world runs on: a CPU sweep's answer is a CPU process's, said as such.
   const bool cpu = report.device.backend == "cpu";
-  // run --effective-batch E sized one device's step of E samples. Across --world-size devices E is kept as
-  // the global batch (what Lightning, accelerate and DeepSpeed users mean by it, and what the learning rate
-  // was set for): each device's accumulation is E / (micro-batch x world size). Where the recommended
-  // micro-batch x world size does not divide E, the fastest measured split whose does is taken instead; where
-  // none does, the largest micro-batch up to the recommended one that divides E / world size (it fits: the
-  // recommended one ran), which the sweep did not time, and a comment says so. A world size that does not
-  // divide E is refused (check_effective_batch_world_size).
+  // run --effective-batch E timed one device's step of E samples; with --world-size W, of E / W (E the global
+  // batch: settings.effective_batch is that share, settings.world_size W). Across --world-size devices the
+  // global batch is kept (what Lightning, accelerate and DeepSpeed users mean by it, and what the learning
+  // rate was set for): each device's share is global / world size. Where that is the share the sweep timed,
+  // its recommended split is each device's. Else each device's accumulation is share / micro-batch; where the
+  // recommended micro-batch does not divide the share, the fastest measured split whose does is taken
+  // instead; where none does, the largest micro-batch up to the recommended one that divides the share (it
+  // fits: the recommended one ran), which the sweep did not time, and a comment says so. A world size that
+  // does not divide the global batch is refused (check_effective_batch_world_size).
   std::string effective_note;
-  if (const std::optional<int64_t> n = report_view::effective_batch_setting(report);
-      train && world_size > 1 && n) {
-    check_effective_batch_world_size(*n, world_size);
-    const int64_t e = *n;
+  const std::optional<int64_t> timed_share = report_view::effective_batch_setting(report);
+  const std::optional<int64_t> global_batch = report_view::global_effective_batch(report);
+  if (train && timed_share && global_batch && (world_size > 1 || *global_batch != *timed_share)) {
+    const int64_t e = *global_batch, timed = *timed_share;
+    check_effective_batch_world_size(e, world_size);
+    const int64_t share = e / world_size;  // one device's samples per optimizer step
     const char* one = cpu ? "process" : "GPU";
-    if (e % (batch * world_size) == 0) {
+    const std::string devices = fmt::format("{} {}{}", world_size, one, world_size == 1 ? "" : "s");
+    if (share == timed) {
       effective_note = fmt::format(
-          "  # --effective-batch {} kept in all across {} {}s: accumulation {} each (the sweep's {} was one "
-          "{}'s)\n",
-          e, world_size, one, e / (batch * world_size), accumulation, one);
-      accumulation = e / (batch * world_size);
+          "  # --effective-batch {} kept in all across {}: {} each per optimizer step, whose splits the "
+          "sweep "
+          "timed\n",
+          e, devices, share);
+    } else if (share % batch == 0) {
+      effective_note = fmt::format(
+          "  # --effective-batch {} kept in all across {}: accumulation {} each (the sweep timed one {}'s "
+          "share of {}, accumulation {})\n",
+          e, devices, share / batch, one, timed, accumulation);
+      accumulation = share / batch;
     } else {
       const Point* best = nullptr;
       for (const Point& p : report.points)
-        if (p.status == PointStatus::ok && p.batch * p.accumulation == e && e % (p.batch * world_size) == 0 &&
+        if (p.status == PointStatus::ok && p.batch * p.accumulation == timed && share % p.batch == 0 &&
             (!best || p.samples_per_second > best->samples_per_second))
           best = &p;
       double recommended_rate = 0;
@@ -98,25 +109,26 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
           recommended_rate = std::max(recommended_rate, p.samples_per_second);
       if (best) {
         effective_note = fmt::format(
-            "  # --effective-batch {} kept in all across {} {}s: the recommended batch {} x {} does not "
-            "divide "
-            "it, so batch {} (measured at {} samples/s, {:.0f}% of batch {}'s), accumulation {} each\n",
-            e, world_size, one, batch, world_size, best->batch,
-            report_format::human_rate(best->samples_per_second),
+            "  # --effective-batch {} kept in all across {}: the recommended batch {} does not divide one "
+            "{}'s share of {}, so batch {} (measured at {} samples/s, {:.0f}% of batch {}'s), accumulation "
+            "{} each\n",
+            e, devices, batch, one, share, best->batch, report_format::human_rate(best->samples_per_second),
             100.0 * best->samples_per_second /
                 (recommended_rate > 0 ? recommended_rate : best->samples_per_second),
-            batch, e / (best->batch * world_size));
+            batch, share / best->batch);
         batch = best->batch;
-        accumulation = e / (best->batch * world_size);
+        accumulation = share / best->batch;
       } else {
-        const int64_t share = e / world_size;  // one device's samples per optimizer step
         int64_t micro = std::min(batch, share);
         while (share % micro != 0) --micro;
         effective_note = fmt::format(
-            "  # --effective-batch {} kept in all across {} {}s: no measured micro-batch x {} divides it, so "
-            "batch {}, accumulation {} each; batch {} fits (batch {} ran) but was not timed: the sweep timed "
-            "one {}'s splits of {}, and `--effective-batch {}` times the splits of one {}'s share\n",
-            e, world_size, one, world_size, micro, share / micro, micro, batch, one, e, share, one);
+            "  # --effective-batch {} kept in all across {}: no measured micro-batch divides one {}'s share "
+            "of "
+            "{}, so batch {}, accumulation {} each; batch {} fits (batch {} ran) but was not timed: the "
+            "sweep "
+            "timed one {}'s splits of {}, and `run --effective-batch {} --world-size {}` times the splits of "
+            "{} each\n",
+            e, devices, one, share, micro, share / micro, micro, batch, one, timed, e, world_size, share);
         batch = micro;
         accumulation = share / micro;
       }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <utility>
 
@@ -23,14 +24,22 @@ namespace {
 
 struct Mark {
   const char* tag;
-  const char* meaning;
+  std::string meaning;
   std::optional<int64_t> batch;
 };
 
-std::vector<Mark> marks_of(const Analysis& a) {
+std::vector<Mark> marks_of(const Report& report) {
+  const Analysis& a = report.analysis;
+  // --saturation's percent, as the run (or analyze) held it: 95 unless it says a valid other.
+  double saturation_pct = 95;
+  if (report.settings.is_object())
+    if (const auto it = report.settings.find("saturation_pct");
+        it != report.settings.end() && it->is_number() && it->get<double>() > 0 && it->get<double>() <= 100)
+      saturation_pct = it->get<double>();
   std::vector<Mark> marks = {
       {"\u25c0 knee", "the knee of the throughput curve", a.knee.batch},
-      {"sat", "throughput saturates", a.saturation.batch},
+      {"sat", fmt::format("the smallest batch within {:g}% of the best throughput", saturation_pct),
+       a.saturation.batch},
       {"fit", "largest batch that ran (max fit)", a.max_fit.batch},
       {"best", "highest throughput", a.best_throughput.batch},
   };
@@ -90,7 +99,7 @@ std::string json_string(const nlohmann::json& doc, const char* key) {
 std::string point_marks(const Report& report, const Point& point) {
   if (point.status != PointStatus::ok) return {};
   std::string out;
-  for (const Mark& m : marks_of(report.analysis)) {
+  for (const Mark& m : marks_of(report)) {
     if (m.batch && *m.batch == point.batch) {
       if (!out.empty()) out += ' ';
       out += m.tag;
@@ -103,7 +112,7 @@ std::string point_marks(const Report& report, const Point& point) {
 
 std::string marks_legend(const Report& report) {
   std::string out;
-  for (const Mark& m : marks_of(report.analysis)) {
+  for (const Mark& m : marks_of(report)) {
     const bool used = any_point(report, [&](const Point& p) {
       return m.batch && p.status == PointStatus::ok && p.batch == *m.batch;
     });
@@ -126,14 +135,24 @@ std::string marks_legend(const Report& report) {
   // one request's latency.
   if (any_point(report, has_step_stats)) {
     // Where a serving user may read a step as a request's latency (inference), where that is said.
-    out +=
-        (out.empty() ? "" : "; ") +
-        std::string(report_view::title(report).mode == "infer"
-                        ? "ms = one step, the whole batch (a request's latency with queueing: --request-rate)"
-                        : "ms = one step, the whole batch");
+    out += (out.empty() ? "" : "; ") +
+           std::string(
+               report_view::title(report).mode != "infer" ? "ms = one step, the whole batch"
+               : report.analysis.serving
+                   ? "ms = one step, the whole batch (a request's latency with queueing: the serving lines)"
+                   : "ms = one step, the whole batch, not a request's latency with queueing (--request-rate "
+                     "gives that)");
     if (any_point(report, [](const Point& p) { return !p.samples_ms.empty(); }))
-      out += ", from the steps timed";
+      out += ", from the steps timed (steps)";
+    if (any_point(report, [](const Point& p) { return p.noise_pct.has_value(); }))
+      out += "; noise % = their stddev over their mean";
   }
+  // The memory columns: the plan, and what the backend took (on the CPU its arena, which is the plan).
+  if (any_point(report, [](const Point& p) { return p.memory.measured_bytes.has_value(); }))
+    out += (out.empty() ? "" : "; ") +
+           std::string(report.device.backend == "cuda"
+                           ? "planned = the memory plan, measured = the device's own reading of the peak"
+                           : "planned = the memory plan, measured = what the backend allocated");
   // What MFU is a fraction of: a spec sheet's peak, a calibration, or a script's.
   if (report.device.peak_flops && *report.device.peak_flops > 0 &&
       any_point(report, [](const Point& p) { return p.status == PointStatus::ok && p.mfu.has_value(); })) {
@@ -392,6 +411,9 @@ Title title(const Report& report) {
   if (const auto effective = whole("effective_batch")) {
     t.split_label = "Effective batch";
     t.split_value = std::to_string(*effective);
+    // Timed as one device's share of a global batch (run --world-size N).
+    if (const auto world = world_size_setting(report); world && *world > 1)
+      t.split_value += fmt::format(" per device ({} in all across {})", *effective * *world, *world);
   } else if (const auto accumulation = whole("accumulation"); accumulation && *accumulation > 1) {
     t.split_label = "Accumulation";
     t.split_value = std::to_string(*accumulation);
@@ -416,6 +438,23 @@ std::optional<int64_t> effective_batch_setting(const Report& report) {
   const auto n = report.settings.find("effective_batch");
   if (n == report.settings.end() || !n->is_number_integer() || n->get<int64_t>() < 1) return std::nullopt;
   return n->get<int64_t>();
+}
+
+std::optional<int64_t> world_size_setting(const Report& report) {
+  if (!report.settings.is_object()) return std::nullopt;
+  const auto n = report.settings.find("world_size");
+  if (n == report.settings.end() || !n->is_number_integer() || n->get<int64_t>() < 1 ||
+      n->get<int64_t>() > (int64_t{1} << 20))
+    return std::nullopt;
+  return n->get<int64_t>();
+}
+
+std::optional<int64_t> global_effective_batch(const Report& report) {
+  const std::optional<int64_t> share = effective_batch_setting(report);
+  if (!share) return std::nullopt;
+  const int64_t world = world_size_setting(report).value_or(1);
+  if (*share > std::numeric_limits<int64_t>::max() / world) return std::nullopt;  // a hand-made report's
+  return *share * world;
 }
 
 std::vector<std::string> model_overrides(const Report& report) {

@@ -68,6 +68,11 @@ struct Title {
 [[nodiscard]] std::vector<std::string> model_overrides(const Report& report);
 // The --effective-batch N a report was swept with (settings.effective_batch), where it says a valid one.
 [[nodiscard]] std::optional<int64_t> effective_batch_setting(const Report& report);
+// settings.world_size (run --world-size N, 1..2^20), or nullopt.
+[[nodiscard]] std::optional<int64_t> world_size_setting(const Report& report);
+// The global batch of an --effective-batch run: settings.effective_batch (one device's share, as timed)
+// times settings.world_size (1 where absent); nullopt without an effective batch.
+[[nodiscard]] std::optional<int64_t> global_effective_batch(const Report& report);
 
 // For a sweep that did not finish (state interrupted or in_progress), one line saying the table is partial;
 // empty otherwise.

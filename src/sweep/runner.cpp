@@ -596,7 +596,7 @@ void PointRunner::summarize_point(Point& point, const Plan& plan, const NoiseCri
   // With --rounds this is round 1's: its noise and the mean's precision are that round's, not those of the
   // point the report holds, which pools every round (a drift between rounds widens them).
   if (warning && settings_.rounds > 1 && point.status == PointStatus::ok)
-    warning = fmt::format("round 1 (the point pools every round: its noise_pct is theirs): {}", *warning);
+    warning = fmt::format("round 1 (the report's point pools every round): {}", *warning);
   if (warning)
     stop_warnings_.push_back({point.batch, point.accumulation, std::move(*warning), point.samples_ms.size(),
                               !warmup_cut_.empty()});

@@ -141,7 +141,8 @@ std::optional<std::string> NoiseCriterion::warning() const {
     // 95% confidence half-width of the mean step time, relative: 1.96 * cv / sqrt(n).
     const double mean_pct = 1.96 * noise / std::sqrt(static_cast<double>(samples));
     return fmt::format(
-        "noise settled at {}%, above the {:g}% target, after {} samples: steps vary that much, and more of "
+        "noise settled at {}%, above the {:g}% target, after {} timed steps: steps vary that much, and more "
+        "of "
         "them would not lower it; the mean step is known to ±{:.2f}% (95% confidence, taking the steps as "
         "independent; compare allows for drift) (relax --max-noise to stop sooner)",
         noise > settings_.max_noise_pct ? noise_above(noise, settings_.max_noise_pct)

@@ -346,8 +346,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"slo_unit",
              run_with({"--latency-slo", "50ms"}),
              2,
-             {"--latency-slo: '50ms' is not a number: write it without a unit, in milliseconds: 50 for 50 "
-              "ms"}},
+             {"--latency-slo: '50ms' is not a number: write it without a unit, in milliseconds: 50 for "
+              "50ms"}},
         Case{"analyze_quiet",
              {"analyze", "r.json", "-q"},
              2,
@@ -385,15 +385,35 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"timeout_unit",
              run_with({"--timeout", "30s"}),
              2,
-             {"--timeout: '30s' is not a number: write it without a unit, in seconds: 30 for 30 s"}},
+             {"--timeout: '30s' is not a number: write it without a unit, in seconds: 30 for 30s"}},
         Case{"saturation_unit",
              run_with({"--saturation", "90%"}),
              2,
-             {"--saturation: '90%' is not a number: write it without a unit, in percent: 95 for 95%"}},
+             {"--saturation: '90%' is not a number: write it without a unit, in percent: 90 for 90%"}},
+        Case{"effective_batch_and_batch",
+             run_with({"--effective-batch", "64", "--batch", "8"}),
+             2,
+             {"--effective-batch N times its own splits of N (micro-batch x accumulation), so it takes no "
+              "--batch: drop --batch, or sweep --batch B --accumulation A without --effective-batch"}},
+        Case{"short_flag_equals",
+             run_with({"-b=1,8"}),
+             2,
+             {"-b=1,8: a short flag takes its value after a space or joined to it (-b 1,8 or -b1,8); only a "
+              "long flag takes '=' (--flag=value)"}},
         Case{"min_time_unit",
              run_with({"--min-time", "500ms"}),
              2,
-             {"--min-time: '500ms' is not a number: write it without a unit, in seconds: 0.5 for 0.5 s"}},
+             {"--min-time: '500ms' is not a number: write it without a unit, in seconds: 0.5 for 500ms"}},
+        // The user's own value converted, not an example of another size (50ms is 0.05, not 0.5).
+        Case{"min_time_unit_small",
+             run_with({"--min-time", "50ms"}),
+             2,
+             {"--min-time: '50ms' is not a number: write it without a unit, in seconds: 0.05 for 50ms"}},
+        Case{"latency_slo_seconds",
+             run_with({"--latency-slo", "0.02s"}),
+             2,
+             {"--latency-slo: '0.02s' is not a number: write it without a unit, in milliseconds: 20 for "
+              "0.02s"}},
         Case{"price_sign",
              run_with({"--price-per-hour", "$2"}),
              2,
@@ -830,6 +850,41 @@ TEST(BadInput, AFailedRunLeavesAnExistingReportUntouched) {
   EXPECT_EQ(slurp(path), "{\"precious\": true}");
 }
 
+// A model whose plan passes 2^62 bytes at batch 1 (attention scores over 2^31 - 1 tokens) has no batch that
+// plans: plan and run refuse it alike (exit 2), naming the model and the buffer, not --batch, and write
+// nothing; with --checkpointing too (its note's probe plans the model). A batch past it in a model that plans
+// at batch 1 is plan's --batch error.
+TEST(BadInput, AModelWithNoBatchThatPlansIsRefusedByPlanAndRunAlike) {
+  ScratchDir dir;
+  const std::string model = (dir / "huge.json").string(), json = (dir / "r.json").string();
+  std::ofstream(model) << R"({"name": "huge", "input": {"type": "tokens", "sequence_length": 2147483647,
+    "vocab_size": 2}, "layers": [{"type": "embedding", "dim": 8}, {"type": "transformer_block", "heads": 1},
+    {"type": "linear", "out_features": 2}]})";
+  const std::string said =
+      "model 'huge': no batch of it can be planned: the plan at batch 1 is larger than 2^62 bytes";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"plan", "--model", model, "--batch", "1"},
+        {"plan", "--model", model, "--batch", "1", "--checkpointing"},
+        run_with({"--model", model, "--batch", "1", "--json", json}),
+        run_with({"--model", model, "--batch", "1", "--checkpointing", "--json", json})}) {
+    const Result r = run(args);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(said), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(json));
+  }
+  const std::string wide = (dir / "wide.json").string();
+  std::ofstream(wide) << R"({"name": "wide", "input": {"type": "image", "channels": 4096, "height": 4096,
+    "width": 4096}, "layers": [{"type": "conv2d", "out_channels": 8, "kernel_size": 1}, {"type": "global_avgpool"},
+    {"type": "linear", "out_features": 2}]})";
+  const Result plan = run({"plan", "--model", wide, "--batch", "1,16777216"});
+  EXPECT_EQ(plan.exit_code, 2) << plan.err;
+  EXPECT_NE(
+      plan.err.find("--batch: the plan at batch 16777216 is larger than 2^62 bytes (passed at data.input); "
+                    "a smaller batch plans"),
+      std::string::npos)
+      << plan.err;
+}
+
 TEST(Help, ListsExamplesAndExitCodes) {
   const Result r = run({"--help"});
   EXPECT_EQ(r.exit_code, 0);
@@ -881,6 +936,20 @@ TEST(Help, HelpAndVersionAsWordsAndFlagsInTheWrongPlace) {
   EXPECT_EQ(version_extra.exit_code, 2);
   EXPECT_NE(version_extra.err.find("version takes no arguments, got 'extra'"), std::string::npos)
       << version_extra.err;
+  // The two words' own help, and help's.
+  for (const std::vector<std::string>& asks :
+       {std::vector<std::string>{"version", "--help"}, {"version", "-h"}, {"help", "version"}}) {
+    const Result about = run(asks);
+    EXPECT_EQ(about.exit_code, 0) << about.err;
+    EXPECT_NE(about.out.find("Usage: batchsweep version"), std::string::npos) << about.out;
+  }
+  for (const std::vector<std::string>& asks :
+       {std::vector<std::string>{"help", "--help"}, {"help", "-h"}, {"help", "help"}}) {
+    const Result about = run(asks);
+    EXPECT_EQ(about.exit_code, 0) << about.err;
+    EXPECT_EQ(about.out, help.out);
+  }
+  EXPECT_NE(help.out.find("Also: batchsweep help [SUBCOMMAND]"), std::string::npos) << help.out;
   const Result help_extra = run({"help", "plan", "run"});
   EXPECT_EQ(help_extra.exit_code, 2);
   EXPECT_NE(help_extra.err.find("help takes one subcommand, got 'run' after 'plan'"), std::string::npos)

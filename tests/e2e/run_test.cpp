@@ -3579,7 +3579,8 @@ TEST(Checkpointing, PlansRunsAndSaysIt) {
     EXPECT_NE(header.find(",run.checkpointing,run.model_overrides,run.checkpoint_blocks,serving."),
               std::string::npos)
         << header;
-    EXPECT_TRUE(row.ends_with(",true,," + std::string(13, ','))) << row;  // then 13 empty serving.*
+    EXPECT_TRUE(row.ends_with(",true,," + std::string(17, ',')))
+        << row;  // then 13 empty serving.*, 4 budget.*
   }
   const nlohmann::json r = read_json(report), rp = read_json(report_plain);
   EXPECT_EQ(r["settings"]["checkpointing"], true);
@@ -3996,7 +3997,13 @@ TEST(Run, ConfigForPrintsTheRecommendationAsAFrameworksSetup) {
   ScratchDir dir;
   const std::string json = (dir / "r.json").string();
   std::ofstream(json) << r.out;
-  const Result again = run({"analyze", json, "--config-for", "lightning"});
+  // Without --world-size it writes for the run's 4 (settings.world_size), and says so; --world-size 1 for
+  // one.
+  const Result four = run({"analyze", json, "--config-for", "deepspeed"});
+  ASSERT_EQ(four.exit_code, 0) << four.err;
+  EXPECT_NE(four.out.find(head), std::string::npos) << four.out;
+  EXPECT_NE(four.err.find("--config-for writes for the run's --world-size 4"), std::string::npos) << four.err;
+  const Result again = run({"analyze", json, "--config-for", "lightning", "--world-size", "1"});
   ASSERT_EQ(again.exit_code, 0) << again.err;
   const std::string lightning = fmt::format(
       "config for Lightning (batch {}, fp32, 1 GPU; {} samples per optimizer step):\n"
@@ -4041,6 +4048,16 @@ TEST(Run, AnEffectiveBatchTheWorldSizeDoesNotDivideIsRefusedFirst) {
   EXPECT_EQ(ds["train_micro_batch_size_per_gpu"].get<int64_t>() *
                 ds["gradient_accumulation_steps"].get<int64_t>() * 8,
             256);
+  // What was timed is one GPU's share, 32 samples a step: the splits each of the 8 runs.
+  const nlohmann::json report = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(report["settings"]["effective_batch"], 32);
+  EXPECT_EQ(report["settings"]["world_size"], 8);
+  for (const nlohmann::json& p : report["points"]) EXPECT_EQ(p["effective_batch"], 32) << p.dump();
+  // analyze without --world-size writes for the run's 8.
+  const Result again = run({"analyze", json, "--config-for", "deepspeed"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.out.find("\"train_batch_size\": 256"), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find("8 GPUs"), std::string::npos) << again.out;
 
   const Result analyzed = run({"analyze", json, "--config-for", "lightning", "--world-size", "5"});
   EXPECT_EQ(analyzed.exit_code, 2) << analyzed.err;
@@ -4101,7 +4118,7 @@ TEST(ModelOverrides, PlanAndRunTheModelTheSetsMakeAndSaySo) {
     EXPECT_NE(header.find(",run.checkpointing,run.model_overrides,run.checkpoint_blocks,serving."),
               std::string::npos)
         << header;
-    EXPECT_TRUE(row.ends_with(",false,input.sequence_length=32," + std::string(13, ',')))
+    EXPECT_TRUE(row.ends_with(",false,input.sequence_length=32," + std::string(17, ',')))
         << row;  // then 13 empty serving.*
   }
   // Resuming with other values would take points of another model; the same sets resume.
@@ -4241,7 +4258,7 @@ TEST(Checkpointing, TheFewestBlocksThatFitArePlannedRunAndSaid) {
     EXPECT_NE(header.find(",run.checkpointing,run.model_overrides,run.checkpoint_blocks,serving."),
               std::string::npos)
         << header;
-    EXPECT_TRUE(row.ends_with(",true,layers[1].repeat=3,2" + std::string(13, ',')))
+    EXPECT_TRUE(row.ends_with(",true,layers[1].repeat=3,2" + std::string(17, ',')))
         << row;  // then 13 empty serving.*
   }
   args = quick;

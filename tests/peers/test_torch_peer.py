@@ -315,7 +315,7 @@ class StoppingTest(unittest.TestCase):
             added += 1
         self.assertEqual(added, 112)  # the same rule, and the same step, as batchsweep's criterion
         self.assertEqual(c.stop_reason(), "noise settled")
-        self.assertIn("noise settled at 2.0%, above the 1% target, after 112 samples", c.warning())
+        self.assertIn("noise settled at 2.0%, above the 1% target, after 112 timed steps", c.warning())
         self.assertIn("the mean step is known to \u00b10.37%", c.warning())
 
     def test_validate_names_flags(self):

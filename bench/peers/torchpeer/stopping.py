@@ -145,7 +145,7 @@ class NoiseCriterion:
         if self._stop == "noise settled":
             mean_pct = 1.96 * noise / math.sqrt(self._samples)
             return (f"noise settled at {noise:.1f}%, above the {s.max_noise_pct:g}% target, after {self._samples} "
-                    f"samples: steps vary that much, and more of them would not lower it; the mean step is known "
+                    f"timed steps: steps vary that much, and more of them would not lower it; the mean step is known "
                     f"to \u00b1{mean_pct:.2f}% (95% confidence, taking the steps as independent; compare allows "
                     f"for drift) (relax --max-noise to stop sooner)")
         missed = []

@@ -316,7 +316,8 @@ std::vector<BadCase> bad_cases() {
        with(im, P("/input/in_channels"), 3),
        "input.in_channels",
        {"did you mean 'channels'?"}},
-      // Keys batchsweep works out or fixes: why, not the nearest allowed key (in_features is not out_features).
+      // Keys batchsweep works out or fixes: why, not the nearest allowed key (in_features is not
+      // out_features).
       {"a layer's in_features",
        with(b, P("/layers/0/in_features"), 8),
        "layers[0].in_features",
@@ -331,6 +332,15 @@ std::vector<BadCase> bad_cases() {
        "layers[1].eps",
        {"eps is fixed at 1e-5, PyTorch's default"}},
       {"a conv's groups", with(im, P("/layers/0/groups"), 32), "layers[0].groups", {"depthwise"}},
+      // Outside a layer the same words are another object's keys: said as belonging there, not as fixed.
+      {"adamw's momentum",
+       with(b, P("/optimizer"), {{"type", "adamw"}, {"momentum", 0.9}}),
+       "optimizer.momentum",
+       {"unknown key 'momentum' for optimizer `adamw`: it belongs to sgd"}},
+      {"the input's in_features",
+       with(b, P("/input/in_features"), 8),
+       "input.in_features",
+       {"did you mean 'features'?"}},
       {"attn", with(t, P("/layers/1/type"), "attn"), "layers[1].type", {"did you mean 'attention'?"}},
       {"bn", with(b, P("/layers/1/type"), "bn"), "layers[1].type", {"did you mean 'batchnorm'?"}},
       {"dropout as a layer",

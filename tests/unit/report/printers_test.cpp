@@ -388,8 +388,8 @@ TEST(Csv, BudgetColumnsAtTheBudgetsPercentile) {
   const auto plain = lines_of(format_csv(r));
   ASSERT_EQ(csv_fields(plain[0]), header);
   const auto row = csv_fields(plain[1]);
-  for (const char* name : {"budget.latency_slo_ms", "budget.latency_percentile", "budget.latency_ms",
-                           "budget.within"})
+  for (const char* name :
+       {"budget.latency_slo_ms", "budget.latency_percentile", "budget.latency_ms", "budget.within"})
     EXPECT_EQ(row[column(name)], "") << name;
 }
 
@@ -416,7 +416,8 @@ TEST(Titles, SayTheModelOverrides) {
   EXPECT_THAT(format_svg(r), HasSubstr("mlp-small \u00b7 set input.features=64, layers[0].activation=gelu"));
   const auto csv = lines_of(format_csv(r));
   ASSERT_GE(csv.size(), 2u);
-  EXPECT_THAT(csv[1], HasSubstr(",false,input.features=64; layers[0].activation=gelu," + std::string(13, ',')))
+  EXPECT_THAT(csv[1],
+              HasSubstr(",false,input.features=64; layers[0].activation=gelu," + std::string(13, ',')))
       << csv[1];  // then the 13 serving columns, empty without a rate (and the budget's)
   // A report read back may hold anything: what a terminal would act on is shown, not sent.
   r.settings["model_overrides"] = {"name=\x1b[2J"};
@@ -659,7 +660,7 @@ TEST(ConfigSnippet, AnEffectiveBatchAcrossDevicesIsKeptInAll) {
             std::string::npos)
       << eight;
   EXPECT_NE(eight.find("  # --effective-batch 2048 kept in all across 8 GPUs: accumulation 4 each (the "
-                       "sweep's 32 was one GPU's)\n"),
+                       "sweep timed one GPU's share of 2048, accumulation 32)\n"),
             std::string::npos)
       << eight;
   EXPECT_NE(eight.find("\"gradient_accumulation_steps\": 4,\n    \"train_batch_size\": 2048"),
@@ -677,10 +678,10 @@ TEST(ConfigSnippet, AnEffectiveBatchAcrossDevicesIsKeptInAll) {
   EXPECT_NE(wide.find("(batch 16, bf16, 128 GPUs; 2048 samples per optimizer step)"), std::string::npos)
       << wide;
   EXPECT_NE(
-      wide.find("  # --effective-batch 2048 kept in all across 128 GPUs: no measured micro-batch x 128 "
-                "divides it, so batch 16, accumulation 1 each; batch 16 fits (batch 64 ran) but was not "
-                "timed: the sweep timed one GPU's splits of 2048, and `--effective-batch 16` times the "
-                "splits of one GPU's share\n"),
+      wide.find("  # --effective-batch 2048 kept in all across 128 GPUs: no measured micro-batch divides "
+                "one GPU's share of 16, so batch 16, accumulation 1 each; batch 16 fits (batch 64 ran) but "
+                "was not timed: the sweep timed one GPU's splits of 2048, and `run --effective-batch 2048 "
+                "--world-size 128` times the splits of 16 each\n"),
       std::string::npos)
       << wide;
   EXPECT_NE(wide.find("\"train_batch_size\": 2048"), std::string::npos) << wide;
@@ -708,13 +709,52 @@ TEST(ConfigSnippet, AnEffectiveBatchAcrossDevicesIsKeptInAll) {
   r.points = {split32, split64};
   const std::string sixty_four = format_config_snippet(r, ConfigTarget::lightning, 64);
   EXPECT_NE(
-      sixty_four.find("  # --effective-batch 2048 kept in all across 64 GPUs: the recommended batch 64 x "
-                      "64 does not divide it, so batch 32 (measured at 900 samples/s, 90% of batch "
-                      "64's), accumulation 1 each\n"),
+      sixty_four.find("  # --effective-batch 2048 kept in all across 64 GPUs: the recommended batch 64 does "
+                      "not divide one GPU's share of 32, so batch 32 (measured at 900 samples/s, 90% of "
+                      "batch 64's), accumulation 1 each\n"),
       std::string::npos)
       << sixty_four;
   EXPECT_NE(sixty_four.find("batch_size=32)"), std::string::npos) << sixty_four;
   EXPECT_EQ(sixty_four.find("accumulate_grad_batches"), std::string::npos) << sixty_four;
+}
+
+// run --effective-batch E --world-size N timed one device's share, E / N (settings.effective_batch, with
+// settings.world_size N): at that world size the recommended split is each device's as timed; at another the
+// global batch E is still kept, and analyze without --world-size takes the run's.
+TEST(ConfigSnippet, ASweepOfOneDevicesShareIsEachDevicesConfig) {
+  Report r = testing::sample_report();  // train, bf16, recommended 64, scripted
+  r.settings["effective_batch"] = 256;
+  r.settings["world_size"] = 8;
+  r.analysis.recommended_accumulation = 4;
+  EXPECT_EQ(report_view::global_effective_batch(r), 2048);
+  const std::string eight = format_config_snippet(r, ConfigTarget::deepspeed, 8);
+  EXPECT_NE(eight.find("(batch 64 x accumulation 4, bf16, 8 GPUs; 2048 samples per optimizer step)"),
+            std::string::npos)
+      << eight;
+  EXPECT_NE(eight.find("  # --effective-batch 2048 kept in all across 8 GPUs: 256 each per optimizer step, "
+                       "whose splits the sweep timed\n"),
+            std::string::npos)
+      << eight;
+  EXPECT_NE(eight.find("\"train_batch_size\": 2048"), std::string::npos) << eight;
+  // Four devices: each takes 512, the recommended micro-batch twice as many times.
+  const std::string four = format_config_snippet(r, ConfigTarget::deepspeed, 4);
+  EXPECT_NE(four.find("(batch 64 x accumulation 8, bf16, 4 GPUs; 2048 samples per optimizer step)"),
+            std::string::npos)
+      << four;
+  EXPECT_NE(four.find("(the sweep timed one GPU's share of 256, accumulation 4)"), std::string::npos) << four;
+  // One: the whole global batch on it, still 2048.
+  const std::string one = format_config_snippet(r, ConfigTarget::deepspeed, 1);
+  EXPECT_NE(one.find("(batch 64 x accumulation 32, bf16, 1 GPU; 2048 samples per optimizer step)"),
+            std::string::npos)
+      << one;
+  // 3 does not divide the global 2048.
+  EXPECT_THROW((void)format_config_snippet(r, ConfigTarget::deepspeed, 3), UsageError);
+  // The title says what was timed.
+  EXPECT_THAT(format_console(r, {false}), HasSubstr("256 per device (2048 in all across 8)"));
+  // A hand-made world size out of range is not taken.
+  r.settings["world_size"] = 0;
+  EXPECT_FALSE(report_view::world_size_setting(r).has_value());
+  EXPECT_EQ(report_view::global_effective_batch(r), 256);
 }
 
 // Beside a request rate the budget holds requests (serving's line): the step budget's line says it is a

@@ -310,9 +310,10 @@ TEST(Rounds, ALaterRoundCutByTheTimeoutIsThePointsStopReasonWhateverRoundOneSaid
   EXPECT_EQ(p.stop_reason, "timeout");
   // Round 1's warning gives its noise and its mean's precision: said to be that round's, not the point's (an
   // audit quoted round 1's +-0.16% beside a pooled mean 14% away from it).
-  const auto round_one = std::find_if(outcome.warnings.begin(), outcome.warnings.end(), [](const std::string& w) {
-    return w.starts_with("batch 1: round 1 (the point pools every round: its noise_pct is theirs): noise settled");
-  });
+  const auto round_one =
+      std::find_if(outcome.warnings.begin(), outcome.warnings.end(), [](const std::string& w) {
+        return w.starts_with("batch 1: round 1 (the report's point pools every round): noise settled");
+      });
   EXPECT_NE(round_one, outcome.warnings.end()) << ::testing::PrintToString(outcome.warnings);
 }
 
@@ -334,10 +335,11 @@ TEST(Rounds, ManyPointsStoppingShortNameTheirRounds) {
         return contains(w, "points stopped before meeting their measurement targets");
       });
   ASSERT_NE(warning, outcome.warnings.end());
-  EXPECT_TRUE(contains(*warning,
-                       "2 points stopped before meeting their measurement targets, in 4 rounds (batches 1, "
-                       "1 (round 2), 2, 2 (round 2)); the first measured, batch 1: round 1 (the point pools "
-                       "every round: its noise_pct is theirs): timeout"))
+  EXPECT_TRUE(
+      contains(*warning,
+               "2 points stopped before meeting their measurement targets, in 4 rounds (batches 1, "
+               "1 (round 2), 2, 2 (round 2)); the first measured, batch 1: round 1 (the report's point "
+               "pools every round): timeout"))
       << *warning;
 }
 

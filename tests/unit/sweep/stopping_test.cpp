@@ -268,7 +268,8 @@ TEST(NoiseCriterion, ANoiseThatSettledAboveTheTargetStops) {
   EXPECT_TRUE(stopped_short(criterion.stop_reason()));
   const auto warning = criterion.warning();
   ASSERT_TRUE(warning.has_value());
-  EXPECT_NE(warning->find("noise settled at 2.0%, above the 1% target, after 112 samples"), std::string::npos)
+  EXPECT_NE(warning->find("noise settled at 2.0%, above the 1% target, after 112 timed steps"),
+            std::string::npos)
       << *warning;
   EXPECT_NE(warning->find("the mean step is known to ±0.37%"), std::string::npos) << *warning;
 }
