@@ -1246,6 +1246,16 @@ ResumeSource load_resume(const std::string& path, Report& report, SweepSettings&
   if (auto mismatch = resume_mismatch(source.earlier, report))
     throw UsageError(fmt::format(
         "--resume {}: {}; resume with the same settings, or sweep afresh without --resume", path, *mismatch));
+  // Its created_at marks every point it gives (resumed_from), which the table, the warning and compare (a
+  // point of the baseline's own) read: without one its points would pass for this run's measurements.
+  if (source.earlier.created_at.empty() &&
+      std::any_of(source.earlier.points.begin(), source.earlier.points.end(),
+                  [](const Point& p) { return p.status == PointStatus::ok && p.resumed_from.empty(); }))
+    throw UsageError(fmt::format(
+        "--resume {}: it has no created_at, which marks the points it gives as an earlier run's (resumed_from); "
+        "run writes one in every report, so this one was edited: put back its created_at, or sweep afresh "
+        "without --resume",
+        path));
   for (Point point : source.earlier.points) {
     if (point.status != PointStatus::ok) continue;  // what did not run then is tried again
     if (point.resumed_from.empty()) point.resumed_from = source.earlier.created_at;
@@ -2116,11 +2126,11 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
       }
       if (shared && all_taken)
         return fmt::format(
-            "--fail-on-regression {:g}: {} measured none of the batches it shares with the baseline: each "
-            "is the baseline's own measurement (run --resume took it from the baseline's report, or both "
-            "took "
-            "it from one earlier run; its points' resumed_from), so the gate would compare the baseline with "
-            "itself (run the new sweep without that --resume)",
+            "--fail-on-regression {:g}: {} measured none of the batches it shares with the baseline on its "
+            "own: each is the baseline's own measurement, or holds its steps beside later --rounds (run "
+            "--resume took it from the baseline's report, or both took it from one earlier run; its points' "
+            "resumed_from), so the gate would compare the baseline with itself (run the new sweep without "
+            "that --resume)",
             *s.fail_on_regression_pct, result.runs[run].name);
       // A batch is compared at one accumulation: runs of other accumulations share no row, whatever their
       // batch lists, and "sweep the same batches" would not help.

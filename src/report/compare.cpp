@@ -1140,10 +1140,18 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
         one_measurement |= j != i && points[j] && measured_at(j) == points[i]->resumed_from;
     }
     if (one_measurement) shared.push_back(batch_label(key.first, key.second));
+    // The baseline's own steps: the same point, or one that holds them with later rounds beside them (run
+    // --resume of the baseline with --rounds adds a round to its point): either way no test of a change.
+    const auto begins_with = [](const Point& whole, const Point& part) {
+      return !part.samples_ms.empty() && whole.samples_ms.size() >= part.samples_ms.size() &&
+             std::equal(part.samples_ms.begin(), part.samples_ms.end(), whole.samples_ms.begin());
+    };
     std::vector<bool> self(points.size(), false);
     for (size_t i = 1; i < points.size(); ++i)
       self[i] = points[i] && (!points[0]->resumed_from.empty() || !points[i]->resumed_from.empty()) &&
-                measured_at(0) == measured_at(i) && points[0]->samples_ms == points[i]->samples_ms;
+                measured_at(0) == measured_at(i) &&
+                (points[0]->samples_ms == points[i]->samples_ms || begins_with(*points[i], *points[0]) ||
+                 begins_with(*points[0], *points[i]));
     for (size_t i = 1; i < points.size(); ++i) row.deltas[i - 1].baseline_measurement = self[i];
     result.rows.push_back(std::move(row));
     row_points.push_back(std::move(points));

@@ -2221,10 +2221,22 @@ TEST(Run, AGateRefusesARunThatResumedEveryBatchFromTheBaseline) {
             0);
   const Result all = run({"compare", base, resumed, "--fail-on-regression", "5", "--json", gate_json});
   EXPECT_EQ(all.exit_code, 2) << all.err;
-  EXPECT_NE(all.err.find(resumed + " measured none of the batches it shares with the baseline: each is the "
-                                   "baseline's own measurement (run --resume took it"),
+  EXPECT_NE(all.err.find(resumed + " measured none of the batches it shares with the baseline on its own: "
+                                   "each is the baseline's own measurement, or holds its steps beside later "
+                                   "--rounds (run --resume took it"),
             std::string::npos)
       << all.err;
+  // With --rounds the resumed run adds a round of its own to each point, beside the baseline's steps: those
+  // would pull the verdicts toward "same", so the batches are the baseline's measurement all the same (an
+  // audit saw such a gate pass on half its own steps).
+  const std::string rounds = (dir / "rounds.json").string();
+  ASSERT_EQ(run(scripted_run("roofline.json",
+                             {"--batch", "64,128", "--resume", base, "--rounds", "2", "--json", rounds}))
+                .exit_code,
+            0);
+  const Result with_rounds = run({"compare", base, rounds, "--fail-on-regression", "5"});
+  EXPECT_EQ(with_rounds.exit_code, 2) << with_rounds.err;
+  EXPECT_NE(with_rounds.out.find("same (A's own measurement)"), std::string::npos) << with_rounds.out;
   const nlohmann::json doc = read_json(gate_json);
   EXPECT_EQ(doc["gate"]["passed"], false);
   EXPECT_EQ(doc["rows"][0]["deltas"][0]["baseline_measurement"], true) << doc["rows"].dump();
@@ -2532,6 +2544,21 @@ TEST(Run, ResumeRefusesAReportThatMeasuredSomethingElse) {
     EXPECT_NE(r.err.find("--resume " + earlier + ": "), std::string::npos) << r.err;
     EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
     EXPECT_FALSE(std::filesystem::exists(out)) << c.says;  // nothing half-written
+  }
+  // A report without created_at, which marks the points it gives: they would pass for this run's (an audit
+  // saw a gate pass such a run against itself).
+  for (const bool null : {true, false}) {
+    nlohmann::json doc = read_json(earlier);
+    if (null)
+      doc["created_at"] = nullptr;
+    else
+      doc.erase("created_at");
+    const std::string unmarked = (dir / "unmarked.json").string();
+    std::ofstream(unmarked) << doc.dump();
+    const Result r = run(scripted_run("roofline.json", {"--batch", "8,64", "--resume", unmarked, "--json", out}));
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("--resume " + unmarked + ": it has no created_at"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(out));
   }
   // Another model, another device.
   std::vector<std::string> other_model = scripted_run("roofline.json", {"--resume", earlier, "--json", out});
