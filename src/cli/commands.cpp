@@ -83,6 +83,8 @@ constexpr int64_t kSameRequestNs = 1'000'000'000;
 // Whether a --json report file is on disk for --resume (written after a point, or the report being
 // resumed into): a second signal before then says there is none.
 std::atomic<bool> g_report_on_disk{false};
+// Whether another export file (--csv, --markdown, --svg) has been rewritten after a point.
+std::atomic<bool> g_other_exports_on_disk{false};
 // Whether the sweep has ended and its final exports are being written: a second signal then may come
 // before, during or after a file's write, and says so.
 std::atomic<bool> g_final_writes{false};
@@ -111,12 +113,17 @@ extern "C" void on_signal(int sig) {
         "\nbatchsweep: quitting now, while the final exports were being written: an export file is this "
         "run's whole or what was there before (files are replaced whole), while stdout or a pipe may be cut "
         "short\n";
+    static constexpr char kQuitOthers[] =
+        "\nbatchsweep: quitting now; the --csv, --markdown or --svg exports keep the points finished so far, "
+        "but no --json report file was written to --resume\n";
     const bool kept = g_report_on_disk.load();
     const size_t skip = g_stderr_tty.load() ? 0 : 1;  // the leading newline
-    const ssize_t said =
-        g_final_writes.load() ? ::write(STDERR_FILENO, kQuitWriting + skip, sizeof(kQuitWriting) - 1 - skip)
-        : kept                ? ::write(STDERR_FILENO, kQuit + skip, sizeof(kQuit) - 1 - skip)
-                              : ::write(STDERR_FILENO, kQuitNothing + skip, sizeof(kQuitNothing) - 1 - skip);
+    const ssize_t said = g_final_writes.load()
+                             ? ::write(STDERR_FILENO, kQuitWriting + skip, sizeof(kQuitWriting) - 1 - skip)
+                         : kept ? ::write(STDERR_FILENO, kQuit + skip, sizeof(kQuit) - 1 - skip)
+                         : g_other_exports_on_disk.load()
+                             ? ::write(STDERR_FILENO, kQuitOthers + skip, sizeof(kQuitOthers) - 1 - skip)
+                             : ::write(STDERR_FILENO, kQuitNothing + skip, sizeof(kQuitNothing) - 1 - skip);
     (void)said;
     ::signal(sig, SIG_DFL);
     ::raise(sig);  // delivered when this handler returns
@@ -446,14 +453,14 @@ void write_exports(const Report& report, const ExportSettings& e, bool final,
   throw Error(message);
 }
 
-// Data on stdout: the JSON when --json -, else the console table; the table then goes to stderr. An export
-// that cannot be written still lets the table be printed; its error follows (exit 1).
 // The devices --config-for writes for: --world-size where given, else the run's (settings.world_size),
 // else 1.
 int64_t config_world_size(const Report& report, const ExportSettings& e) {
   return e.world_size_given ? e.world_size : report_view::world_size_setting(report).value_or(1);
 }
 
+// Data on stdout: the JSON when --json -, else the console table; the table then goes to stderr. An export
+// that cannot be written still lets the table be printed; its error follows (exit 1).
 void print_final(const Report& report, const ExportSettings& e) {
   std::exception_ptr export_error;
   try {
@@ -647,6 +654,8 @@ class ExportingObserver final : public SweepObserver {
       const WithWarnings with(report_.warnings, sweep_warnings_);
       write_exports(report_, exports_, false, &failing);
       if (!exports_.json_path.empty() && exports_.json_path != "-") g_report_on_disk.store(true);
+      for (const std::string* other : {&exports_.csv_path, &exports_.markdown_path, &exports_.svg_path})
+        if (!other->empty() && *other != "-") g_other_exports_on_disk.store(true);
     } catch (const Error& e) {
       if (!exports_.json_path.empty() && exports_.json_path != "-" && !failing.contains("--json"))
         g_report_on_disk.store(true);
@@ -1189,7 +1198,8 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
           return fmt::format("its settings.stopping.{} is {}, this run's is {} ({}{})", field, shown(a),
                              shown(b), flag,
                              std::string_view(field) == "min_samples"
-                                 ? "; a --latency-slo raises its default to what the percentile needs: give "
+                                 ? "; a --latency-slo or --request-rate raises its default to what the "
+                                   "percentile needs, so adding, dropping or changing one moves it: give "
                                    "--min-samples to match"
                                  : "");
       }
@@ -1252,7 +1262,8 @@ ResumeSource load_resume(const std::string& path, Report& report, SweepSettings&
       std::any_of(source.earlier.points.begin(), source.earlier.points.end(),
                   [](const Point& p) { return p.status == PointStatus::ok && p.resumed_from.empty(); }))
     throw UsageError(fmt::format(
-        "--resume {}: it has no created_at, which marks the points it gives as an earlier run's (resumed_from); "
+        "--resume {}: it has no created_at, which marks the points it gives as an earlier run's "
+        "(resumed_from); "
         "run writes one in every report, so this one was edited: put back its created_at, or sweep afresh "
         "without --resume",
         path));
@@ -2124,6 +2135,20 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
         shared = true;
         all_taken &= row.deltas[run - 1].baseline_measurement;
       }
+      // The other way round: the baseline is the report resumed from this run's.
+      const bool baseline_took =
+          !reports[run].created_at.empty() &&
+          std::any_of(reports.front().points.begin(), reports.front().points.end(),
+                      [&](const Point& p) { return p.resumed_from == reports[run].created_at; }) &&
+          std::all_of(reports[run].points.begin(), reports[run].points.end(),
+                      [](const Point& p) { return p.resumed_from.empty(); });
+      if (shared && all_taken && baseline_took)
+        return fmt::format(
+            "--fail-on-regression {:g}: the baseline {} took the batches it shares with {} from that run's "
+            "report (run --resume; its points' resumed_from), so the gate would compare {} with itself (give "
+            "as the baseline a report measured on its own, not one resumed from the run it judges)",
+            *s.fail_on_regression_pct, result.runs.front().name, result.runs[run].name,
+            result.runs[run].name);
       if (shared && all_taken)
         return fmt::format(
             "--fail-on-regression {:g}: {} measured none of the batches it shares with the baseline on its "

@@ -2237,6 +2237,13 @@ TEST(Run, AGateRefusesARunThatResumedEveryBatchFromTheBaseline) {
   const Result with_rounds = run({"compare", base, rounds, "--fail-on-regression", "5"});
   EXPECT_EQ(with_rounds.exit_code, 2) << with_rounds.err;
   EXPECT_NE(with_rounds.out.find("same (A's own measurement)"), std::string::npos) << with_rounds.out;
+  // The resumed report as the baseline: the refusal says the baseline took them, not that the run measured
+  // nothing (it did).
+  const Result reversed = run({"compare", resumed, base, "--fail-on-regression", "5"});
+  EXPECT_EQ(reversed.exit_code, 2) << reversed.err;
+  EXPECT_NE(reversed.err.find("the baseline " + resumed + " took the batches it shares with " + base),
+            std::string::npos)
+      << reversed.err;
   const nlohmann::json doc = read_json(gate_json);
   EXPECT_EQ(doc["gate"]["passed"], false);
   EXPECT_EQ(doc["rows"][0]["deltas"][0]["baseline_measurement"], true) << doc["rows"].dump();
@@ -2555,7 +2562,8 @@ TEST(Run, ResumeRefusesAReportThatMeasuredSomethingElse) {
       doc.erase("created_at");
     const std::string unmarked = (dir / "unmarked.json").string();
     std::ofstream(unmarked) << doc.dump();
-    const Result r = run(scripted_run("roofline.json", {"--batch", "8,64", "--resume", unmarked, "--json", out}));
+    const Result r =
+        run(scripted_run("roofline.json", {"--batch", "8,64", "--resume", unmarked, "--json", out}));
     EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_NE(r.err.find("--resume " + unmarked + ": it has no created_at"), std::string::npos) << r.err;
     EXPECT_FALSE(std::filesystem::exists(out));
