@@ -2,6 +2,9 @@
 // No logic beyond turning text into settings; the commands live in commands.cpp.
 #include "cli/app.hpp"
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
@@ -11,6 +14,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <set>
@@ -627,9 +631,53 @@ void add_path_options(CLI::App* cmd, std::string& attention, std::string& conv) 
       ->capture_default_str();
 }
 
+// The columns help is wrapped to: the terminal's on a terminal, else $COLUMNS, else 100; at least 60.
+size_t help_width() {
+  winsize size{};
+  if (::isatty(STDOUT_FILENO) != 0 && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0)
+    return std::max<size_t>(60, size.ws_col);
+  if (const char* columns = std::getenv("COLUMNS"); columns != nullptr) {
+    char* end = nullptr;
+    const long n = std::strtol(columns, &end, 10);
+    if (end != columns && *end == '\0' && n > 0 && n < 10000)
+      return std::max<size_t>(60, static_cast<size_t>(n));
+  }
+  return 100;
+}
+
 // CLI11's help with the exclusions left out of the option column, where "Excludes: --effective-batch" ran
 // into the name and pushed the description under it (the descriptions say what does not go together).
 class HelpFormatter : public CLI::Formatter {
+ public:
+  // Descriptions wrapped to the terminal (CLI11 prints each on one line, up to 400 characters, which a
+  // terminal wraps back to column 0); CLI11 indents each continuation line under the description column.
+  std::string make_option_desc(const CLI::Option* opt) const override {
+    const size_t width = help_width();
+    return wrapped(opt->get_description(),
+                   std::max<size_t>(30, width > get_column_width() + 1 ? width - get_column_width() - 1 : 0));
+  }
+  // The subcommand's own description, at the top, to the whole width.
+  std::string make_description(const CLI::App* app) const override {
+    std::string text = CLI::Formatter::make_description(app);
+    const bool newline = !text.empty() && text.back() == '\n';
+    return wrapped(text, help_width()) + (newline ? "\n" : "");
+  }
+
+ private:
+  // `text`'s words in lines of at most `room` characters (a longer word alone on its line).
+  static std::string wrapped(const std::string& text, size_t room) {
+    std::string out, line;
+    std::istringstream words(text);
+    for (std::string word; words >> word;) {
+      if (!line.empty() && line.size() + 1 + word.size() > room) {
+        out += line + "\n";
+        line.clear();
+      }
+      line += (line.empty() ? "" : " ") + word;
+    }
+    return out + line;
+  }
+
  public:
   std::string make_option_opts(const CLI::Option* opt) const override {
     if (!opt->get_option_text().empty()) return " " + opt->get_option_text();

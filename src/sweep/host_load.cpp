@@ -145,9 +145,12 @@ std::string host_load_warning(const std::vector<Point>& points) {
     if (h.waited_s)
       figures.push_back(
           fmt::format("its threads waited {:.3g} s for a CPU in {:.3g} s timed", *h.waited_s, h.wall_s));
-    if (h.others_cores)
-      figures.push_back(fmt::format("other processes kept {:.2g} CPU{} busy of the {} it may use",
-                                    *h.others_cores, *h.others_cores == 1.0 ? "" : "s", h.cpus));
+    if (h.others_cores) {
+      // As printed: 0.996 reads "1", one CPU, not "1 CPUs".
+      const std::string cores = fmt::format("{:.2g}", *h.others_cores);
+      figures.push_back(fmt::format("other processes kept {} CPU{} busy of the {} it may use", cores,
+                                    cores == "1" ? "" : "s", h.cpus));
+    }
     parts.push_back(fmt::format("other processes competed for the CPUs while {} {} timed (at worst {})",
                                 busy.size() == 1 ? "batch" : "batches", fmt::join(busy, ", "),
                                 fmt::join(figures, ", and ")));

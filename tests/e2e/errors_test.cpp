@@ -885,6 +885,26 @@ TEST(BadInput, AModelWithNoBatchThatPlansIsRefusedByPlanAndRunAlike) {
       << plan.err;
 }
 
+// Descriptions are wrapped to the terminal ($COLUMNS off one), each continuation under its column: a line of
+// `run --help` ran to 371 characters, which a terminal wrapped back to column 0.
+TEST(Help, DescriptionsWrapToTheTerminal) {
+  for (const char* command : {"run", "plan", "analyze", "compare"}) {
+    const Result r = run({command, "--help"}, {"COLUMNS=80"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string options = r.out.substr(0, r.out.find("Examples:"));
+    std::istringstream lines(options);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find(' ', line.find_first_not_of(' ')) != std::string::npos) {  // one that could break
+        EXPECT_LE(line.size(), 80u) << command << ": " << line;
+      }
+    }
+  }
+  // Off a terminal without $COLUMNS: 100.
+  const Result plain = run({"run", "--help"}, {"COLUMNS="});
+  std::istringstream lines(plain.out.substr(0, plain.out.find("Examples:")));
+  for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 100u) << line;
+}
+
 TEST(Help, ListsExamplesAndExitCodes) {
   const Result r = run({"--help"});
   EXPECT_EQ(r.exit_code, 0);

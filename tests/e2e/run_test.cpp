@@ -306,7 +306,7 @@ TEST(Run, ALatencyBudgetTakesEnoughStepsForItsPercentile) {
            "--mode", "infer", "--min-time", "0.01", "--quiet", "--resume", first});
   EXPECT_EQ(resumed.exit_code, 2) << resumed.err;
   EXPECT_NE(resumed.err.find("settings.stopping.min_samples is 100, this run's is 10 (--min-samples; a "
-                             "--latency-slo raises its default"),
+                             "--latency-slo or --request-rate raises its default"),
             std::string::npos)
       << resumed.err;
 }
