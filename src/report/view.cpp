@@ -582,8 +582,27 @@ std::vector<std::string> summary_lines(const Report& report) {
       {"energy optimal", a.energy_optimal ? &*a.energy_optimal : nullptr},
       {"effective batch split", a.effective_batch_split ? &*a.effective_batch_split : nullptr},
   };
+  // Where nothing ran ok every choice is none for one reason: a long one (an over_limit's whole text) is said
+  // once, on the first line, and the others point to it. The JSON keeps each reason whole.
+  std::string none_reason, none_label;
+  const auto none_again = [&](const std::string& label,
+                              const std::string& reason) -> std::optional<std::string> {
+    if (reason.size() < 80) return std::nullopt;  // a short one reads as well again
+    if (none_reason.empty()) {
+      none_reason = reason;
+      none_label = label;
+      return std::nullopt;
+    }
+    if (reason != none_reason) return std::nullopt;
+    return fmt::format("{}: none \u2014 as {}, above", label, none_label);
+  };
   for (const auto& [label, choice] : choices) {
     if (!choice) continue;
+    if (!choice->batch)
+      if (std::optional<std::string> again = none_again(label, choice->reason)) {
+        lines.push_back(std::move(*again));
+        continue;
+      }
     if (std::string line = choice_line(label, *choice, batch_text); !line.empty())
       lines.push_back(std::move(line));
   }
@@ -592,6 +611,11 @@ std::vector<std::string> summary_lines(const Report& report) {
         fmt::format("serving: {} — {}",
                     a.serving->best.batch ? "max batch " + std::to_string(*a.serving->best.batch) : "none",
                     a.serving->best.reason));
+  if (!a.recommended.batch && !a.serving)
+    if (std::optional<std::string> again = none_again("recommended", a.recommended.why)) {
+      lines.push_back(std::move(*again));
+      return lines;
+    }
   if (a.recommended.batch || !a.recommended.why.empty()) {
     std::string line =
         "recommended: " +

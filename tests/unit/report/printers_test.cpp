@@ -757,6 +757,26 @@ TEST(ConfigSnippet, ASweepOfOneDevicesShareIsEachDevicesConfig) {
   EXPECT_EQ(report_view::global_effective_batch(r), 256);
 }
 
+// Nothing ran ok: every choice is none for one long reason, said once; the others point to it (a first-use
+// audit counted one over_limit text six times). The JSON keeps each reason whole.
+TEST(SummaryLines, OneReasonForNothingIsSaidOnce) {
+  Report r = testing::sample_report();
+  for (Point& p : r.points) {
+    p.status = PointStatus::over_limit;
+    p.reason = "planned 1.81 MiB exceeds 95% of the 1.00 MiB --memory-limit";
+  }
+  r.settings.erase("latency_slo_ms");
+  r.analysis = analyze(r.points, {});
+  ASSERT_FALSE(r.analysis.recommended.batch.has_value());
+  const std::vector<std::string> lines = report_view::summary_lines(r);
+  size_t said = 0;
+  for (const std::string& line : lines) said += line.find("planned 1.81 MiB exceeds") != std::string::npos;
+  EXPECT_EQ(said, 1u) << ::testing::PrintToString(lines);
+  EXPECT_THAT(lines, ::testing::Contains("max fit: none \u2014 as saturation, above"));
+  EXPECT_THAT(lines, ::testing::Contains("recommended: none \u2014 as saturation, above"));
+  EXPECT_NE(r.analysis.recommended.why.find("planned 1.81 MiB exceeds"), std::string::npos);
+}
+
 // Beside a request rate the budget holds requests (serving's line): the step budget's line says it is a
 // step's alone, so "within the budget" there is not read as the request's.
 TEST(SummaryLines, TheStepBudgetBesideARateIsLabelledAStepsAlone) {
