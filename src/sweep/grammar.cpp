@@ -303,8 +303,10 @@ uint64_t parse_size(std::string_view text, std::string_view flag) {
         std::isupper(static_cast<unsigned char>(written.front())) != 0 &&
         std::find_if(kUnits.begin(), kUnits.end(), [&](const Unit& u) { return u.name == unit; }) !=
             kUnits.end())
-      return fail(fmt::format("'{}' is bits (a lower-case b); sizes are in bytes: {}B", written,
-                              written.substr(0, written.size() - 1)));
+      return fail(
+          fmt::format("'{}' is bits (a capital prefix and a lower-case b, as network speeds are "
+                      "written); sizes are in bytes: {}B",
+                      written, written.substr(0, written.size() - 1)));
     const auto it = std::find_if(kUnits.begin(), kUnits.end(), [&](const Unit& u) { return u.name == unit; });
     if (it == kUnits.end()) {
       const std::string_view written = trim(s.substr(pos));

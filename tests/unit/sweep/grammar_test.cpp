@@ -178,12 +178,14 @@ INSTANTIATE_TEST_SUITE_P(
         SizeBad{"16384PiB", "does not fit in 64 bits"}, SizeBad{"1.2.3GiB", "more than one decimal point"},
         SizeBad{"80,5GiB", "a decimal comma: write 80.5GiB"},
         SizeBad{"1,024MiB", "a comma: write 1024MiB (thousands) or 1.024MiB (a decimal)"},
-        SizeBad{"80Gb", "'Gb' is bits (a lower-case b)"},
+        SizeBad{"80Gb", "'Gb' is bits (a capital prefix and a lower-case b"},
         SizeBad{"40G",
                 "'G' could be binary or decimal: write 40GiB (powers of 2, as CUDA and docker count) or "
                 "40GB (powers of 10, as a datasheet does)"},
         SizeBad{"512m", "'m' could be binary or decimal: write 512MiB"},
-        SizeBad{"1Mib", "'Mib' is bits (a lower-case b); sizes are in bytes: MiB"},
+        SizeBad{"1Mib",
+                "'Mib' is bits (a capital prefix and a lower-case b, as network speeds are written); sizes "
+                "are in bytes: MiB"},
         SizeBad{"1e20", "does not fit in 64 bits"}, SizeBad{"1e100", "does not fit in 64 bits"},
         SizeBad{"2e19", "does not fit in 64 bits"}, SizeBad{"1e", "unknown unit 'e'"},
         SizeBad{"1e-3GiB", "a negative exponent (write it as a decimal: 0.001GiB)"},
