@@ -76,6 +76,8 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
   // instead; where none does, the largest micro-batch up to the recommended one that divides the share (it
   // fits: the recommended one ran), which the sweep did not time, and a comment says so. A world size that
   // does not divide the global batch is refused (check_effective_batch_world_size).
+  const std::string gpus =
+      fmt::format("{} {}{}", world_size, cpu ? "process" : "GPU", world_size == 1 ? "" : (cpu ? "es" : "s"));
   std::string effective_note;
   const std::optional<int64_t> timed_share = report_view::effective_batch_setting(report);
   const std::optional<int64_t> global_batch = report_view::global_effective_batch(report);
@@ -84,18 +86,17 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
     check_effective_batch_world_size(e, world_size);
     const int64_t share = e / world_size;  // one device's samples per optimizer step
     const char* one = cpu ? "process" : "GPU";
-    const std::string devices = fmt::format("{} {}{}", world_size, one, world_size == 1 ? "" : "s");
     if (share == timed) {
       effective_note = fmt::format(
           "  # --effective-batch {} kept in all across {}: {} each per optimizer step, whose splits the "
           "sweep "
           "timed\n",
-          e, devices, share);
+          e, gpus, share);
     } else if (share % batch == 0) {
       effective_note = fmt::format(
           "  # --effective-batch {} kept in all across {}: accumulation {} each (the sweep timed one {}'s "
           "share of {}, accumulation {})\n",
-          e, devices, share / batch, one, timed, accumulation);
+          e, gpus, share / batch, one, timed, accumulation);
       accumulation = share / batch;
     } else {
       const Point* best = nullptr;
@@ -112,7 +113,7 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
             "  # --effective-batch {} kept in all across {}: the recommended batch {} does not divide one "
             "{}'s share of {}, so batch {} (measured at {} samples/s, {:.0f}% of batch {}'s), accumulation "
             "{} each\n",
-            e, devices, batch, one, share, best->batch, report_format::human_rate(best->samples_per_second),
+            e, gpus, batch, one, share, best->batch, report_format::human_rate(best->samples_per_second),
             100.0 * best->samples_per_second /
                 (recommended_rate > 0 ? recommended_rate : best->samples_per_second),
             batch, share / best->batch);
@@ -128,15 +129,13 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
             "sweep "
             "timed one {}'s splits of {}, and `run --effective-batch {} --world-size {}` times the splits of "
             "{} each\n",
-            e, devices, one, share, micro, share / micro, micro, batch, one, timed, e, world_size, share);
+            e, gpus, one, share, micro, share / micro, micro, batch, one, timed, e, world_size, share);
         batch = micro;
         accumulation = share / micro;
       }
     }
   }
   const int64_t global = batch * accumulation * world_size;
-  const std::string gpus =
-      fmt::format("{} {}{}", world_size, cpu ? "process" : "GPU", world_size == 1 ? "" : (cpu ? "es" : "s"));
   // A batch measured with checkpointing fits only with it: the lines turn it on.
   const bool checkpointing = train && !title.checkpointing.empty();
   std::string out =

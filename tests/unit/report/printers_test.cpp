@@ -751,6 +751,11 @@ TEST(ConfigSnippet, ASweepOfOneDevicesShareIsEachDevicesConfig) {
   EXPECT_THROW((void)format_config_snippet(r, ConfigTarget::deepspeed, 3), UsageError);
   // The title says what was timed.
   EXPECT_THAT(format_console(r, {false}), HasSubstr("256 per device (2048 in all across 8)"));
+  // A CPU sweep's world is processes.
+  Report on_cpu = r;
+  on_cpu.device.backend = "cpu";
+  EXPECT_THAT(format_config_snippet(on_cpu, ConfigTarget::deepspeed, 8),
+              HasSubstr("--effective-batch 2048 kept in all across 8 processes: 256 each"));
   // A hand-made world size out of range is not taken.
   r.settings["world_size"] = 0;
   EXPECT_FALSE(report_view::world_size_setting(r).has_value());
