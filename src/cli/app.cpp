@@ -524,9 +524,11 @@ void add_exports(CLI::App* cmd, ExportSettings& e) {
                       "transformers, last")
           ->type_name("FRAMEWORK")
           ->check(one_of({"deepspeed", "lightning", "accelerate", "transformers"}));
-  cmd->add_option("--world-size", e.world_size,
-                  "With --config-for: GPUs that each run the micro-batch (DeepSpeed's train_batch_size "
-                  "counts them); run --effective-batch E then times one GPU's share, E / N")
+  cmd->add_option(
+         "--world-size", e.world_size,
+         "With --config-for: GPUs that each run the micro-batch (DeepSpeed's train_batch_size "
+         "counts them); run --effective-batch E then times one GPU's share, E / N; analyze takes the run's "
+         "unless given")
       ->type_name("N")
       ->transform(whole(1, 1 << 20))
       ->needs(config);
