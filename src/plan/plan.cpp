@@ -907,7 +907,8 @@ void check_plannable(const Graph& graph, PlanRequest request) {
   try {
     (void)make_plan(graph, request);
   } catch (const UsageError& e) {
-    throw UsageError(fmt::format("model '{}': no batch of it can be planned: {}", graph.model_name, e.what()));
+    throw UsageError(
+        fmt::format("model '{}': no batch of it can be planned: {}", graph.model_name, e.what()));
   }
 }
 

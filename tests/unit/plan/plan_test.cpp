@@ -186,8 +186,9 @@ TEST(Plan, AModelWithNoBatchThatPlansIsRefusedNamingTheModel) {
     FAIL() << "expected no batch to plan";
   } catch (const UsageError& e) {
     const std::string what = e.what();
-    EXPECT_TRUE(what.starts_with("model 'big': no batch of it can be planned: the plan at batch 1 is larger "
-                                 "than 2^62 bytes (passed at "))
+    EXPECT_TRUE(
+        what.starts_with("model 'big': no batch of it can be planned: the plan at batch 1 is larger "
+                         "than 2^62 bytes (passed at "))
         << what;
     EXPECT_EQ(what.find("--batch"), std::string::npos) << what;
   }
