@@ -114,8 +114,7 @@ constexpr OtherName kOtherNames[] = {
     {"ln", "layernorm", "ln is layernorm here"},
     {"dropout", "linear", "",
      "dropout is not modelled: the sweep runs as with dropout 0 (in training PyTorch keeps a mask of a byte "
-     "per "
-     "element, which the plan does not hold); remove the layer"},
+     "per element, which the plan does not hold); remove the layer"},
     {"dense", "linear", "Keras's Dense is a linear layer here"},
     {"fc", "linear", "a fully connected layer is linear here"},
     {"multiheadattention", "attention", "PyTorch's MultiheadAttention is attention here"},
@@ -135,8 +134,7 @@ struct NotWritten {
 constexpr NotWritten kNotWritten[] = {
     {"in_features",
      "a layer's input width is not written: it is the previous layer's output (the input's, for the first), "
-     "so "
-     "remove it"},
+     "so remove it"},
     {"in_channels",
      "a layer's input channels are not written: they are the previous layer's output (the input's, for the "
      "first), so remove it"},
@@ -145,21 +143,17 @@ constexpr NotWritten kNotWritten[] = {
      "time or memory), so remove it"},
     {"momentum",
      "batchnorm's running statistics move by a fixed momentum of 0.1, PyTorch's default (it changes "
-     "numerics, "
-     "not time or memory), so remove it"},
+     "numerics, not time or memory), so remove it"},
     {"approximate",
      "gelu is the tanh approximation everywhere (PyTorch's approximate=\"tanh\"; the exact erf form costs "
-     "the "
-     "same), so remove it"},
+     "the same), so remove it"},
     {"groups",
      "grouped and depthwise convolutions, and grouped-query attention, are not modelled: a conv2d here is "
-     "dense "
-     "(groups 1), and attention has as many key and value heads as query heads"},
+     "dense (groups 1), and attention has as many key and value heads as query heads"},
     {"dilation", "dilated convolutions are not modelled: a conv2d here has dilation 1"},
     {"dropout",
      "dropout is not modelled: the sweep runs as with dropout 0 (in training PyTorch keeps a mask of a byte "
-     "per "
-     "element, which the plan does not hold), so remove it"},
+     "per element, which the plan does not hold), so remove it"},
 };
 
 const NotWritten* not_written(std::string_view key) {
