@@ -13,7 +13,7 @@ endif()
 
 target_compile_options(bsw_warnings INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer
-  -fno-sanitize-recover=all -g>)
+  -fno-sanitize-recover=all -gline-tables-only>)
 target_link_options(bsw_warnings INTERFACE -fsanitize=address,undefined)
 
 foreach(_fuzz_target fuzz_model_config fuzz_report_reader)

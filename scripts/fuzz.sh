@@ -17,6 +17,7 @@ targets=(fuzz_model_config fuzz_report_reader)
 declare -A corpus_of=([fuzz_model_config]=model [fuzz_report_reader]=report)
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="${CXX_FUZZ:-clang++}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
   -DBATCHSWEEP_CUDA=OFF -DBATCHSWEEP_FUZZ=ON -DBATCHSWEEP_TESTS=OFF >/dev/null
 cmake --build "$build" --target "${targets[@]}" -j"$jobs"
 
