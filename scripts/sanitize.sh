@@ -4,6 +4,7 @@
 # failing test or sanitizer report.
 #
 # This is also CI's CPU-only build (-DBATCHSWEEP_CUDA=OFF): its tests cover the code that differs without CUDA.
+# The library and the binary are instrumented; the tests' own code only links the runtimes (cmake/Warnings.cmake).
 # Optimised at -O1 with line tables only (OPT_FLAGS), as ASan advises: at -O2 -g the build took about 2.5 times
 # as long on 2 cores, and the reports' stack traces need no more than file and line.
 #
