@@ -172,6 +172,22 @@ inline constexpr double kRoundSpreadPct = 1.0;
 inline constexpr double kRoundsAlpha = 0.01;
 // nullopt where fewer than two rounds have steps, or the rounds' steps do not add up to samples_ms.
 [[nodiscard]] std::optional<RoundsAgreement> rounds_agreement(const Point& point);
+
+// How well a point's mean step is known: its relative standard error (0.01 = 1%) and that estimate's degrees
+// of freedom, allowing for drift (drift_standard_error): the batch means where its steps drift together (for
+// a point that met its targets, only where they show it; for one that stopped short of them, where they are
+// the larger), else stddev / mean / sqrt(n) on n - 1. `drift`: the batch means set it. nullopt under 2
+// steps or with a non-finite one. compare's verdicts rest on it.
+struct MeanStepError {
+  double se = 0;
+  double df = 0;
+  bool drift = false;
+};
+[[nodiscard]] std::optional<MeanStepError> mean_step_error(const Point& point);
+// The half-width of the 95% confidence interval of a point's throughput, in % of it: Student's t on
+// mean_step_error's degrees of freedom times its standard error (the throughput is the batch over the mean
+// step, so its relative error is the mean step's). nullopt where mean_step_error is, or the point is not ok.
+[[nodiscard]] std::optional<double> throughput_ci95_pct(const Point& point);
 // Each round's steps, its slice of samples_ms (empty for a failed round); empty where the point has no rounds
 // or their steps do not add up to samples_ms.
 [[nodiscard]] std::vector<std::span<const double>> round_slices(const Point& point);

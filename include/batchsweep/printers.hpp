@@ -34,15 +34,20 @@ struct ConsoleOptions {
 [[nodiscard]] std::string format_svg(const Report& report);
 
 // --config-for: the frameworks whose setup the recommended batch is written for.
-enum class ConfigTarget { deepspeed, lightning, accelerate, transformers };
+enum class ConfigTarget { deepspeed, lightning, accelerate, transformers, triton };
 [[nodiscard]] std::string_view to_string(ConfigTarget target);
 [[nodiscard]] std::optional<ConfigTarget> parse_config_target(std::string_view name);
+// Triton serves inference: throws UsageError naming --config-for triton for a training sweep (`infer`
+// false), worded for run's flags or (`of_report`) a report's settings. Run calls it before measuring,
+// analyze before writing anything.
+void check_config_target_mode(std::string_view config_for, bool infer, bool of_report);
 
 // The recommended batch (analysis.recommended, with its accumulation) as the lines to paste into `target`'s
 // setup, in the precision the sweep ran (settings.precision; tf32 as PyTorch's matmul switch), for training
 // or inference (settings.mode), over `world_size` GPUs each running that micro-batch: DeepSpeed's config JSON
 // (train_batch_size = micro-batch x accumulation x world size, which DeepSpeed checks), Lightning's
-// DataLoader and Trainer, accelerate's Accelerator, transformers' TrainingArguments. A one-line "none"
+// DataLoader and Trainer, accelerate's Accelerator, transformers' TrainingArguments, Triton's model config
+// (max_batch_size, dynamic_batching with the simulated --max-queue-delay, instance_group). A one-line "none"
 // without a recommendation. Throws UsageError naming --world-size below 1, and as
 // check_effective_batch_world_size for a training --effective-batch report (settings.effective_batch).
 [[nodiscard]] std::string format_config_snippet(const Report& report, ConfigTarget target,

@@ -25,6 +25,24 @@ std::vector<std::span<const double>> round_slices(const Point& point) {
   return slices;
 }
 
+std::optional<MeanStepError> mean_step_error(const Point& point) {
+  const std::vector<double>& samples = point.samples_ms;
+  if (samples.size() < 2 ||
+      !std::all_of(samples.begin(), samples.end(), [](double v) { return std::isfinite(v); }))
+    return std::nullopt;
+  double df = 0;
+  const std::optional<double> se = drift_standard_error(samples, &df, !stopped_short(point.stop_reason));
+  if (!se) return std::nullopt;
+  return MeanStepError{*se, df, df < static_cast<double>(samples.size()) - 1};
+}
+
+std::optional<double> throughput_ci95_pct(const Point& point) {
+  if (point.status != PointStatus::ok) return std::nullopt;
+  const std::optional<MeanStepError> e = mean_step_error(point);
+  if (!e || !(e->df > 0)) return std::nullopt;
+  return student_t_critical(0.05, e->df) * e->se * 100;
+}
+
 std::optional<RoundsAgreement> rounds_agreement(const Point& point) {
   struct Slice {
     int number = 0;  // 1-based, among point.rounds

@@ -110,7 +110,9 @@ std::string unknown_flag_hint(CLI::App& app, int argc, char** argv) {
     if ((name == "-q" || name == "--quiet") && sub->get_name() != "run")
       return fmt::format("{} has no flag {}: only run prints progress (on stderr) to quiet", sub->get_name(),
                          name);
-    const auto near = model_detail::nearest_name(name, names);
+    // A one-letter flag is near every other one-letter flag (-n to -h): no guess there.
+    const bool one_letter = name.size() == 2 && name[0] == '-' && name[1] != '-';
+    const auto near = one_letter ? std::nullopt : model_detail::nearest_name(name, names);
     return fmt::format("{} has no flag {}{}", sub->get_name(), name,
                        near ? fmt::format(": did you mean {}?", *near) : std::string(" (see its --help)"));
   }
@@ -521,9 +523,9 @@ void add_exports(CLI::App* cmd, ExportSettings& e) {
   CLI::Option* config =
       cmd->add_option("--config-for", e.config_for,
                       "Print the recommended batch as lines for deepspeed | lightning | accelerate | "
-                      "transformers, last")
+                      "transformers | triton (inference), after the table")
           ->type_name("FRAMEWORK")
-          ->check(one_of({"deepspeed", "lightning", "accelerate", "transformers"}));
+          ->check(one_of({"deepspeed", "lightning", "accelerate", "transformers", "triton"}));
   cmd->add_option(
          "--world-size", e.world_size,
          "With --config-for: GPUs that each run the micro-batch (DeepSpeed's train_batch_size "
@@ -551,7 +553,7 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
                             "50 to 99.99, e.g. 95, 99, 99.9 (default: the run's, else 99)"
                           : "The step-time percentile --latency-slo holds (and --request-rate answers at): "
                             "50 to 99.99, e.g. 95, 99, 99.9 (p95 works too; needs --latency-slo or "
-                            "--request-rate; default 99)")
+                            "--request-rate)")
           ->type_name("P")
           // "p95" as the answers write it is 95, and "95%" too.
           ->transform([](const std::string& v) {
@@ -849,12 +851,12 @@ int run_app(int argc, char** argv) {
   run_cmd
       ->add_option(
           "--device", run.device,
-          "cuda: the GPU to sweep (0-based, as CUDA numbers them after CUDA_VISIBLE_DEVICES; default 0)")
+          "cuda: the GPU to sweep (0-based, as CUDA numbers them after CUDA_VISIBLE_DEVICES) [default: 0]")
       ->type_name("N")
       ->transform(whole(0, std::numeric_limits<int>::max()));
   run_cmd->add_option("--script", run.script, "Step-time script for --backend scripted (testing)")
       ->type_name("FILE");
-  run_cmd->add_option("--mode", run_raw.mode, "train | infer (training, inference too)")
+  run_cmd->add_option("--mode", run_raw.mode, "train | infer (also accepted: training, inference)")
       ->capture_default_str();
   CLI::Option* resume_opt =
       run_cmd
@@ -1246,8 +1248,10 @@ int run_app(int argc, char** argv) {
       }
       if (gate) remove_stale_gate_exports(exports);
     }
-    std::fprintf(stderr, "batchsweep: error: %s\nRun with --help for usage.\n",
-                 printable_text(hint.empty() ? plain_parse_error(e.what(), sub) : hint).c_str());
+    // "Run with --help for usage." unless the message already sends the user to --help.
+    const std::string message = printable_text(hint.empty() ? plain_parse_error(e.what(), sub) : hint);
+    std::fprintf(stderr, "batchsweep: error: %s\n%s", message.c_str(),
+                 message.find("--help") == std::string::npos ? "Run with --help for usage.\n" : "");
     return kExitUsage;
   }
 
@@ -1274,6 +1278,7 @@ int run_app(int argc, char** argv) {
     }
     if (run.analysis.request_rate && run.sweep.mode != Mode::infer)
       throw UsageError(kRequestRateTrainingError);
+    check_config_target_mode(run.exports.config_for, run.sweep.mode == Mode::infer, false);
     if (is_request_rate_max(run.analysis.request_rate) && !run.analysis.latency_slo_ms)
       throw UsageError(kRequestRateMaxNeedsBudget);
     if (run.sweep.mode == Mode::infer && run.sweep.accumulation != 1)

@@ -652,7 +652,13 @@ class ExportingObserver final : public SweepObserver {
       // The sweep's warnings so far go into each rewrite (the end replaces them with the outcome's), so a
       // killed run's report says which points stopped short.
       const WithWarnings with(report_.warnings, sweep_warnings_);
-      write_exports(report_, exports_, false, &failing);
+      if (rewrite_notes_) {
+        Report noted = report_;
+        rewrite_notes_(noted);
+        write_exports(noted, exports_, false, &failing);
+      } else {
+        write_exports(report_, exports_, false, &failing);
+      }
       if (!exports_.json_path.empty() && exports_.json_path != "-") g_report_on_disk.store(true);
       for (const std::string* other : {&exports_.csv_path, &exports_.markdown_path, &exports_.svg_path})
         if (!other->empty() && *other != "-") g_other_exports_on_disk.store(true);
@@ -676,6 +682,9 @@ class ExportingObserver final : public SweepObserver {
       }
     }
   }
+  // What each rewrite adds to its copy of the report (run --resume's warnings, as if the sweep stopped
+  // there).
+  void set_rewrite_notes(std::function<void(Report&)> notes) { rewrite_notes_ = std::move(notes); }
   // The warnings already said on stderr during the sweep: not repeated after it.
   [[nodiscard]] const std::set<std::string>& said() const { return said_; }
   void on_warnings(const std::vector<std::string>& so_far) override { sweep_warnings_ = so_far; }
@@ -710,6 +719,7 @@ class ExportingObserver final : public SweepObserver {
   std::set<std::string> warned_;  // the export flags whose failure was said
   std::set<std::string> said_;
   std::vector<std::string> sweep_warnings_;
+  std::function<void(Report&)> rewrite_notes_;
   ProgressPrinter progress_;
 
   // Appends `extra` to `warnings` for as long as it lives (a rewrite), then takes them off again.
@@ -1670,6 +1680,11 @@ int run_command(const RunSettings& given, const std::vector<std::string>& argv) 
   AnalysisOptions partial_options = options;  // the rewrites after each point hold a sweep still running
   partial_options.unfinished = true;
   ExportingObserver observer(report, exports, partial_options, s.quiet, telemetry ? &*telemetry : nullptr);
+  // A rewrite mid-sweep says what a stop there would: which batches came from the earlier report, and
+  // which of its points are kept though not reached yet.
+  if (resume)
+    observer.set_rewrite_notes(
+        [&](Report& noted) { note_resume(noted, *resume, observer.swept(), true, exports.json_path); });
   SweepOutcome outcome;
   try {
     outcome = run_sweep(*backend, graph, sweep, observer);
@@ -1851,6 +1866,7 @@ int analyze_command(const AnalyzeSettings& s, const std::vector<std::string>& ar
   ExportSettings exports = s.exports;
   check_exports(exports, {{"the report analyze reads", s.report_path, true}});
   Report report = read_report(s.report_path);
+  check_config_target_mode(exports.config_for, report_view::title(report).mode == "infer", true);
   if (const std::optional<int64_t> e = report_view::global_effective_batch(report);
       e && !exports.config_for.empty() && report_view::title(report).mode != "infer")
     check_effective_batch_world_size(*e, config_world_size(report, exports));

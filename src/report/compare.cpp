@@ -91,12 +91,9 @@ bool usable_samples(const std::vector<double>& samples) {
          std::all_of(samples.begin(), samples.end(), [](double v) { return std::isfinite(v); });
 }
 
-// A standard error and its degrees of freedom.
-struct MeanError {
-  double se = 0;
-  double df = 0;
-  bool drift = false;  // the batch means set it: the steps drift together
-};
+// A standard error and its degrees of freedom (mean_step_error's for a point; `drift`: the batch means set
+// it, the steps drift together).
+using MeanError = MeanStepError;
 
 // Welch-Satterthwaite: the degrees of freedom of a sum of independent variances, each with its own.
 double combined_degrees(const std::vector<MeanError>& parts) {
@@ -112,13 +109,9 @@ double combined_degrees(const std::vector<MeanError>& parts) {
 // The standard error a point's verdicts use, with its degrees of freedom, allowing for drift (stats.hpp):
 // from 20 steps, the batch means' estimate on 9 where a point stopped short of its targets (steps that would
 // not settle) and it is the larger, or where it is beyond stddev / mean / sqrt(n) by more than independent
-// steps would put it one time in 4; else stddev / mean / sqrt(n) on n - 1.
+// steps would put it one time in 4; else stddev / mean / sqrt(n) on n - 1 (analysis: mean_step_error).
 std::optional<MeanError> point_mean_error(const Point& p) {
-  if (!usable_samples(p.samples_ms)) return std::nullopt;
-  double df = 0;
-  const std::optional<double> se = drift_standard_error(p.samples_ms, &df, !stopped_short(p.stop_reason));
-  if (!se) return std::nullopt;
-  return MeanError{*se, df, df < static_cast<double>(p.samples_ms.size()) - 1};
+  return mean_step_error(p);
 }
 
 // The two-sided p of a change `log_change` (in log, as the relative standard errors are) against the
@@ -1129,23 +1122,29 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     }
     // One measurement in two runs: run --resume took one run's point into another (or both took one earlier
     // run's). A point was measured when its report was made, unless it says it was taken; two reports made
-    // in the same second are not taken for one.
+    // in the same second are not taken for one, so the steps must be the same ones too (or begin with them:
+    // --rounds adds a round to a taken point).
     const auto measured_at = [&](size_t i) -> const std::string& {
       return points[i]->resumed_from.empty() ? reports[i].created_at : points[i]->resumed_from;
+    };
+    const auto begins_with = [](const Point& whole, const Point& part) {
+      return !part.samples_ms.empty() && whole.samples_ms.size() >= part.samples_ms.size() &&
+             std::equal(part.samples_ms.begin(), part.samples_ms.end(), whole.samples_ms.begin());
+    };
+    const auto same_steps = [&](size_t i, size_t j) {
+      return points[i]->samples_ms == points[j]->samples_ms || begins_with(*points[i], *points[j]) ||
+             begins_with(*points[j], *points[i]);
     };
     bool one_measurement = false;
     for (size_t i = 0; i < points.size() && !one_measurement; ++i) {
       if (!points[i] || points[i]->resumed_from.empty()) continue;
       for (size_t j = 0; j < points.size(); ++j)
-        one_measurement |= j != i && points[j] && measured_at(j) == points[i]->resumed_from;
+        one_measurement |=
+            j != i && points[j] && measured_at(j) == points[i]->resumed_from && same_steps(i, j);
     }
     if (one_measurement) shared.push_back(batch_label(key.first, key.second));
     // The baseline's own steps: the same point, or one that holds them with later rounds beside them (run
     // --resume of the baseline with --rounds adds a round to its point): either way no test of a change.
-    const auto begins_with = [](const Point& whole, const Point& part) {
-      return !part.samples_ms.empty() && whole.samples_ms.size() >= part.samples_ms.size() &&
-             std::equal(part.samples_ms.begin(), part.samples_ms.end(), whole.samples_ms.begin());
-    };
     std::vector<bool> self(points.size(), false);
     for (size_t i = 1; i < points.size(); ++i)
       self[i] = points[i] && (!points[0]->resumed_from.empty() || !points[i]->resumed_from.empty()) &&

@@ -39,7 +39,8 @@ constexpr std::string_view kAddedColumns[] = {"resumed_from",
                                               "host.waited_s",
                                               "rounds.mean_ms",
                                               "round_spread_pct",
-                                              "rounds_disagree"};
+                                              "rounds_disagree",
+                                              "samples_per_second_ci95_pct"};
 
 // Leaves of a point's JSON, in order; arrays other than the raw samples are leaves too.
 void flatten(const ordered& doc, const std::string& prefix,
@@ -77,7 +78,7 @@ Point point_with_every_field() {
   p.telemetry = PointTelemetry{};
   p.telemetry->mem_clock_mhz_min = 0;  // written only where NVML reads it
   p.host = PointHost{};
-  p.samples_ms = {1, 1};
+  p.samples_ms = {1, 2};  // two steps of spread: a confidence interval
   p.rounds = {PointRound{1, "-", PointStatus::ok, {}}, PointRound{1, "-", PointStatus::ok, {}}};
   return p;
 }

@@ -124,6 +124,10 @@ Json point_json(const Point& p) {
   out["refinement"] = p.refinement;
   if (!p.resumed_from.empty()) out["resumed_from"] = p.resumed_from;
   if (p.noise_pct) out["noise_pct"] = number_or_null<Json>(*p.noise_pct);
+  // Derived from samples_ms when written (as rounds' mean_ms): how precisely this run measured the
+  // throughput.
+  if (const std::optional<double> ci = throughput_ci95_pct(p))
+    out["samples_per_second_ci95_pct"] = number_or_null<Json>(*ci);
   if (!p.stop_reason.empty()) out["stop_reason"] = p.stop_reason;
   if (p.skipped_steps) out["skipped_steps"] = *p.skipped_steps;
   if (p.loss) out["loss"] = number_or_null<Json>(*p.loss);

@@ -1,9 +1,10 @@
 // --config-for: the recommended batch as the lines to paste into a training or inference setup (DeepSpeed's
-// config, Lightning's Trainer, accelerate's Accelerator, transformers' TrainingArguments), with the precision
-// the sweep measured in.
+// config, Lightning's Trainer, accelerate's Accelerator, transformers' TrainingArguments, Triton's model
+// config), with the precision the sweep measured in.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "batchsweep/errors.hpp"
@@ -23,7 +24,8 @@ struct Framework {
 constexpr Framework kFrameworks[] = {{ConfigTarget::deepspeed, "deepspeed", "DeepSpeed"},
                                      {ConfigTarget::lightning, "lightning", "Lightning"},
                                      {ConfigTarget::accelerate, "accelerate", "accelerate"},
-                                     {ConfigTarget::transformers, "transformers", "transformers"}};
+                                     {ConfigTarget::transformers, "transformers", "transformers"},
+                                     {ConfigTarget::triton, "triton", "Triton"}};
 
 const Framework& framework(ConfigTarget target) {
   for (const Framework& f : kFrameworks)
@@ -43,6 +45,15 @@ std::optional<ConfigTarget> parse_config_target(std::string_view name) {
   return std::nullopt;
 }
 
+void check_config_target_mode(std::string_view config_for, bool infer, bool of_report) {
+  if (config_for == "triton" && !infer)
+    throw UsageError(of_report
+                         ? "--config-for triton: Triton serves inference, and the report is of a "
+                           "training sweep (settings.mode is not infer)"
+                         : "--config-for triton: Triton serves inference, and this sweep is of training "
+                           "(--mode infer sweeps what a server runs)");
+}
+
 void check_effective_batch_world_size(int64_t effective_batch, int64_t world_size) {
   if (world_size > 1 && effective_batch % world_size != 0)
     throw UsageError(fmt::format(
@@ -56,6 +67,7 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
   if (world_size < 1) throw UsageError(fmt::format("--world-size: must be at least 1, got {}", world_size));
   const char* name = framework(target).name;
   const Analysis& a = report.analysis;
+  check_config_target_mode(to_string(target), report_view::title(report).mode == "infer", true);
   if (!a.recommended.batch)
     return fmt::format(
         "config for {}: none — there is no recommended batch to set (see recommended: above)\n", name);
@@ -297,6 +309,33 @@ std::string format_config_snippet(const Report& report, ConfigTarget target, int
             "  # launch on one GPU: CUDA_VISIBLE_DEVICES=0 python your_script.py (started plainly where "
             "there "
             "are several, Trainer runs on them all and multiplies the batch)\n";
+      break;
+    }
+    case ConfigTarget::triton: {
+      // config.pbtxt: the dynamic batcher forms batches of up to max_batch_size from the requests queued.
+      // Triton's config holds no precision: the model served must run in the sweep's.
+      if (sixteen_bit)
+        out += fmt::format(
+            "  # the sweep ran the model in {0}: serve it in {0}, as the batch was sized for\n", precision);
+      if (tf32) out += "  # the sweep ran tf32 matmuls: serve with TF32 on\n";
+      out += fmt::format("  max_batch_size: {}\n", batch);
+      const auto delay = report.settings.find("max_queue_delay_ms");
+      if (report.settings.contains("request_rate") && delay != report.settings.end() && delay->is_number()) {
+        out += fmt::format(
+            "  dynamic_batching {{\n    max_queue_delay_microseconds: {}  # as --request-rate simulated "
+            "it\n  }}\n",
+            std::llround(delay->get<double>() * 1000));
+      } else {
+        out +=
+            "  dynamic_batching { }  # the queue delay is not sized here: run --request-rate R "
+            "[--max-queue-delay MS] simulates your traffic\n";
+      }
+      // One instance per device, as measured: a second on the same GPU shares its time and memory.
+      // A KIND_GPU instance group places its count on every GPU; a KIND_CPU count is the total.
+      out += fmt::format("  instance_group [ {{ count: 1, kind: {} }} ]{}\n", cpu ? "KIND_CPU" : "KIND_GPU",
+                         world_size > 1 && !cpu
+                             ? fmt::format("  # one on each of the {}, each batching on its own", gpus)
+                             : std::string());
       break;
     }
   }

@@ -483,15 +483,24 @@ std::string rounds_line(const Report& report) {
   std::string widest;
   double widest_pct = -1, apart_pct = -1;
   int64_t most = 0;
+  bool all_compared = true;  // every ok point has two rounds or more to compare
   for (const Point& p : report.points) {
-    if (p.status != PointStatus::ok || p.rounds.empty()) continue;
-    most = std::max<int64_t>(most, static_cast<int64_t>(p.rounds.size()));
+    if (p.status != PointStatus::ok) continue;
     const std::string label = batch_label(p.batch, p.accumulation);
+    if (p.rounds.empty()) {  // measured once (by a sweep without --rounds, taken by --resume)
+      if (asked > 1) short_of.push_back(fmt::format("{} (1 of {})", label, asked));
+      all_compared = false;
+      continue;
+    }
+    most = std::max<int64_t>(most, static_cast<int64_t>(p.rounds.size()));
     const auto ran = std::count_if(p.rounds.begin(), p.rounds.end(),
                                    [](const PointRound& r) { return r.status == PointStatus::ok; });
     if (ran < asked) short_of.push_back(fmt::format("{} ({} of {})", label, ran, asked));
     const std::optional<RoundsAgreement> agreement = rounds_agreement(p);
-    if (!agreement) continue;
+    if (!agreement) {
+      all_compared = false;
+      continue;
+    }
     if (!agreement->p_value) {  // a round of one step: no spread to judge the difference by
       untested.push_back(label);
       continue;
@@ -520,7 +529,8 @@ std::string rounds_line(const Report& report) {
                         apart_pct);
   } else if (widest_pct >= 0) {
     line += fmt::format("; {} rounds agree within their noise (widest: batch {}, {:.1f}% apart)",
-                        untested.empty() ? "every batch's" : "the tested batches'", widest, widest_pct);
+                        untested.empty() && all_compared ? "every batch's" : "the tested batches'", widest,
+                        widest_pct);
   }
   if (!untested.empty())
     line += fmt::format("; {} had a round of one step, too few to compare", batches(untested));

@@ -253,9 +253,9 @@ class AutoSearch {
             largest, fmt::format("{}{}; {}", plan_fit ? "by the plan, which is " : "", unfit, why)});
         runner_.warn(fmt::format("batch {} fits{} but was not timed: {}; raise --timeout to time it", largest,
                                  plan_fit ? " by the plan" : "", untimed_why(largest)));
-      } else {
-        const auto point = runner_.measure(lo, accumulation_, true);
-        if (!point) return false;
+      } else if (!time_fit(lo, plan_fit ? plan_fit : lo,
+                           fmt::format("{}{}", plan_fit ? "by the plan, which is " : "", unfit))) {
+        return false;
       }
     }
     const Point* timed = runner_.find(lo, accumulation_);
@@ -432,7 +432,8 @@ class AutoSearch {
     const int64_t largest = edge_.largest_fit;
     largest_fit_ = largest;
     if (edge_.largest_fit_measured || runner_.find(largest, accumulation_)) return true;
-    if (!cannot_time(largest)) return runner_.measure(largest, accumulation_, true).has_value();
+    if (!cannot_time(largest))
+      return time_fit(largest, largest, "growth reached it with no batch found not to fit");
     const std::string why = fmt::format("not timed: {}; raise --timeout to time it", untimed_why(largest));
     const bool at_cap = largest == cap_;
     edge_summary_ = fmt::format("largest fit {}{} ({})", largest, at_cap ? ", the cap" : "", why);
@@ -477,6 +478,18 @@ class AutoSearch {
   // Whether `batch`, larger than every timed one, is not timed: growth's own steps outlasted --timeout, or
   // one of its steps could.
   [[nodiscard]] bool cannot_time(int64_t batch) const { return slow_measured_ || too_slow_to_time(batch); }
+  // Times `timed`, the largest batch found to fit. Interrupted while timing it, the search's finding is kept
+  // as an untimed fit (settings.untimed_fit) of `named` (`timed`, or the plan's larger fit above it), so max
+  // fit does not read as if the edge were never found; --resume times it. Returns false when interrupted.
+  bool time_fit(int64_t timed, int64_t named, const std::string& found) {
+    if (runner_.measure(timed, accumulation_, true)) return true;
+    runner_.set_untimed_fit(UntimedFit{
+        named,
+        fmt::format("{}; not timed: the sweep was stopped before its steps were timed (--resume times it)",
+                    found)});
+    return false;
+  }
+
   // Why, in words: "batch 128's steps did not fit --timeout 5 s" or "a step would take up to about ...".
   [[nodiscard]] std::string untimed_why(int64_t batch) const {
     if (slow_measured_ && slow_at_)

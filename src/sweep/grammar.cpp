@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "batchsweep/errors.hpp"
 #include "batchsweep/sweep.hpp"
@@ -130,7 +131,22 @@ void expand_range(std::string_view item, const ItemContext& ctx, std::vector<int
     } else if (spec.front() == '*') {
       step = parse_integer(spec.substr(1), ctx, "factor", 2, kMaxBatch);
     } else {
-      ctx.fail(fmt::format("step '{}' must start with + (arithmetic) or * (geometric)", spec));
+      // A bare number: both readings of it, where each is a valid step.
+      int64_t n = 0;
+      const bool number = spec.size() <= 9 &&
+                          std::all_of(spec.begin(), spec.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (number)
+        for (char c : spec) n = n * 10 + (c - '0');
+      const std::string_view from = trim(fields[0]), to = trim(fields[1]);
+      std::vector<std::string> readings;
+      if (number && n >= 2 && n <= kMaxBatch)
+        readings.push_back(fmt::format("{}:{}:*{} multiplies by {}", from, to, n, n));
+      if (number && n >= 1 && n <= kMaxBatch)
+        readings.push_back(fmt::format("{}:{}:+{} adds {}", from, to, n, n));
+      ctx.fail(fmt::format("step '{}' must start with + (arithmetic) or * (geometric){}", spec,
+                           readings.empty()       ? std::string()
+                           : readings.size() == 1 ? ": " + readings[0]
+                                                  : ": " + readings[0] + ", " + readings[1]));
     }
   }
 

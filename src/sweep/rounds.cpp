@@ -129,6 +129,11 @@ void PointRunner::run_rounds() {
       for (const auto& [batch, accumulation] : order)
         if (!measure_round(batch, accumulation, round)) break;
     }
+    // Stopped before reaching them: the points measured once (taken by --resume from a sweep without
+    // --rounds) get their round 1 entry too, so every ok point it measured or took has its rounds[].
+    for (Point& p : points_)
+      if (p.status == PointStatus::ok && p.rounds.empty())
+        p.rounds.push_back({static_cast<int64_t>(p.samples_ms.size()), p.stop_reason, PointStatus::ok, {}});
   }
   warn_disagreeing_rounds();
 }

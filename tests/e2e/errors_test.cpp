@@ -674,6 +674,10 @@ INSTANTIATE_TEST_SUITE_P(
              run_with({"--batch", "1", "--latency-slo", "5", "--latency-percentile", "40"}),
              2,
              {"--latency-percentile: must be a percentile from 50 to 99.99"}},
+        Case{"triton_config_for_a_training_sweep",
+             run_with({"--batch", "1", "--config-for", "triton"}),
+             2,
+             {"--config-for triton: Triton serves inference, and this sweep is of training (--mode infer"}},
         Case{"mistyped_flag",
              run_with({"--batches", "1,2"}),
              2,
@@ -980,6 +984,14 @@ TEST(Help, HelpAndVersionAsWordsAndFlagsInTheWrongPlace) {
                             "(batchsweep plan --precision ...)"),
             std::string::npos)
       << before.err;
+  // A one-letter flag gets no guess (-n is as near -h as any), and a message that already points to --help
+  // is not followed by "Run with --help for usage." too.
+  const Result letter = run({"run", "-n", "8"});
+  EXPECT_EQ(letter.exit_code, 2);
+  EXPECT_EQ(letter.err, "batchsweep: error: run has no flag -n (see its --help)\n");
+  const Result other = run({"presets", "--json"});
+  EXPECT_EQ(other.exit_code, 2);
+  EXPECT_EQ(other.err, "batchsweep: error: presets has no flag --json (see its --help)\n");
   const Result unknown = run({"-v"});
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_NE(unknown.err.find("batchsweep has no flag -v (its own are --help and --version"),

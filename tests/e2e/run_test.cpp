@@ -2658,6 +2658,20 @@ TEST(Run, AnInterruptedResumeKeepsTheEarlierPointsItHadNotReached) {
     said |= w.get<std::string>().find(
                 "batches 32, 64, which this interrupted sweep did not reach, are kept") != std::string::npos;
   EXPECT_TRUE(said) << report["warnings"].dump();
+  // Killed (no final write), the rewrite after batch 1 says the same of the points it holds.
+  const std::string killed = (dir / "k.json").string();
+  ASSERT_EQ(run(scripted_run("sleepy.json", {"--batch", "32,64", "--json", killed})).exit_code, 0);
+  std::vector<std::string> again = sleepy_sweep(killed);
+  again.insert(again.end(), {"--resume", killed});
+  ASSERT_EQ(interrupt_after(again, killed, 3, SIGKILL), 128 + SIGKILL);
+  const nlohmann::json rewrite = read_json(killed);
+  EXPECT_EQ(rewrite["state"], "in_progress");
+  said = false;
+  for (const auto& w : rewrite["warnings"])
+    said |= w.get<std::string>().find(
+                "batches 32, 64, which this interrupted sweep did not reach, are kept") != std::string::npos;
+  EXPECT_TRUE(said) << rewrite["warnings"].dump();
+  expect_valid_report(killed);
 }
 
 // What the earlier run warned about a point it measured comes along with the point.
@@ -4050,6 +4064,27 @@ TEST(Run, ConfigForPrintsTheRecommendationAsAFrameworksSetup) {
       "  trainer = L.Trainer(precision=\"32-true\", devices=1)\n",
       batch, batch, batch);
   EXPECT_TRUE(again.out.ends_with(lightning)) << again.out;
+  // Triton: a training report is refused (exit 2, nothing written); an inference sweep's recommendation is
+  // its max_batch_size, with the queue delay --request-rate simulated.
+  const Result training = run({"analyze", json, "--config-for", "triton"});
+  EXPECT_EQ(training.exit_code, 2);
+  EXPECT_NE(
+      training.err.find("--config-for triton: Triton serves inference, and the report is of a training"),
+      std::string::npos)
+      << training.err;
+  const Result served =
+      run(scripted_run("roofline.json", {"--mode", "infer", "--batch", "1:64:*4", "--request-rate", "2000",
+                                         "--max-queue-delay", "1.5", "--config-for", "triton"}));
+  ASSERT_EQ(served.exit_code, 0) << served.err;
+  const size_t triton = served.out.find("config for Triton (inference, batch ");
+  ASSERT_NE(triton, std::string::npos) << served.out;
+  EXPECT_NE(served.out.find("  max_batch_size: ", triton), std::string::npos) << served.out;
+  EXPECT_TRUE(
+      served.out.ends_with("  dynamic_batching {\n"
+                           "    max_queue_delay_microseconds: 1500  # as --request-rate simulated it\n"
+                           "  }\n"
+                           "  instance_group [ { count: 1, kind: KIND_GPU } ]\n"))
+      << served.out;
 }
 
 TEST(Run, WorldSizeNeedsConfigFor) {

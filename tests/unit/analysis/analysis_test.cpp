@@ -23,6 +23,38 @@ using test::roofline;
 using test::saturating;
 using test::sweep;
 
+// The throughput's 95% confidence interval, relative: Student's t on n - 1 times stddev / mean / sqrt(n) for
+// independent steps (scipy.stats.t.ppf(0.975, 3) = 3.182446), on the batch means' 9 degrees of freedom where
+// the steps drift together; none for one step or a point that did not run.
+TEST(ThroughputInterval, StudentTOnTheMeanStepsError) {
+  Point p;
+  p.batch = 8;
+  p.samples_ms = {2.0, 2.1, 1.9, 2.0};
+  p.stop_reason = "noise target";
+  const double se = std::sqrt(0.02 / 3) / 2.0 / 2.0;
+  ASSERT_TRUE(throughput_ci95_pct(p).has_value());
+  EXPECT_NEAR(*throughput_ci95_pct(p), 3.182446 * se * 100, 1e-4);
+  EXPECT_NEAR(*throughput_ci95_pct(p), 6.4962, 1e-3);
+  ASSERT_TRUE(mean_step_error(p).has_value());
+  EXPECT_EQ(mean_step_error(p)->df, 3);
+  EXPECT_FALSE(mean_step_error(p)->drift);
+  // A slow first half: ten batch means of consecutive steps, 9 degrees of freedom, a wider interval.
+  Point drifting = p;
+  drifting.samples_ms.clear();
+  for (int i = 0; i < 100; ++i) drifting.samples_ms.push_back((i < 50 ? 2.4 : 2.0) + 0.01 * (i % 3));
+  const std::optional<MeanStepError> e = mean_step_error(drifting);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->df, 9);
+  EXPECT_TRUE(e->drift);
+  EXPECT_NEAR(*throughput_ci95_pct(drifting), 2.262157 * e->se * 100, 1e-4);
+  Point one = p;
+  one.samples_ms = {2.0};
+  EXPECT_FALSE(throughput_ci95_pct(one).has_value());
+  Point oom = p;
+  oom.status = PointStatus::oom;
+  EXPECT_FALSE(throughput_ci95_pct(oom).has_value());
+}
+
 const std::vector<int64_t> kBatches = powers_of_two(1, 4096);
 
 bool starts_with(const std::string& text, const std::string& prefix) {

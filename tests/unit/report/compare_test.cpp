@@ -250,6 +250,16 @@ TEST(Compare, APointTakenFromTheBaselineByResumeIsSaidToBeTheSameMeasurement) {
   // Measured anew: no such note.
   EXPECT_THAT(compare_pair(testing::sample_report(), testing::sample_candidate()).notes,
               ::testing::Not(::testing::Contains(HasSubstr("--resume"))));
+  // Two runs that a scheduler started in one second: the resumed one's points were taken from the other's
+  // twin, not from it, and their steps say so.
+  Report twin = testing::sample_candidate();
+  twin.created_at = "2026-11-28T10:00:00Z";
+  for (Point& p : twin.points) {
+    p.resumed_from.clear();
+    if (p.batch == taken[0]) p.samples_ms = {2.5, 2.6, 2.4, 2.55};  // its own steps, not b's
+  }
+  EXPECT_THAT(compare_pair(twin, b).notes,
+              ::testing::Not(::testing::Contains(HasSubstr("one measurement in two runs"))));
 }
 
 // A report compared with itself, or with a copy that has the same created_at and points: every "same" is a

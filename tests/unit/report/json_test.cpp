@@ -74,10 +74,10 @@ TEST(ReportJson, PointNames) {
   for (const char* key :
        {"batch", "accumulation", "effective_batch", "status", "reason", "samples_per_second",
         "tokens_per_second", "step_ms", "samples_ms", "tflops", "mfu", "memory", "refinement", "noise_pct",
-        "stop_reason", "skipped_steps", "loss", "telemetry"}) {
+        "stop_reason", "skipped_steps", "loss", "telemetry", "samples_per_second_ci95_pct"}) {
     EXPECT_TRUE(p.contains(key)) << key;
   }
-  EXPECT_EQ(p.size(), 18u);
+  EXPECT_EQ(p.size(), 19u);
   EXPECT_TRUE(p["tokens_per_second"].is_null());
   for (const char* key : {"mean", "median", "stddev", "min", "max", "p50", "p90", "p95", "p99"}) {
     EXPECT_TRUE(p["step_ms"][key].is_number()) << key;

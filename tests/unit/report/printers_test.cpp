@@ -316,6 +316,7 @@ TEST(Csv, HeaderIsTheJsonNames) {
                                     "telemetry.mem_clock_mhz.median"};
   added.insert(added.end(), host.begin(), host.end());
   added.insert(added.end(), rounds.begin(), rounds.end());
+  added.push_back("samples_per_second_ci95_pct");
   EXPECT_EQ(std::vector<std::string>(point_columns.end() - static_cast<std::ptrdiff_t>(added.size()),
                                      point_columns.end()),
             added);
@@ -850,6 +851,41 @@ TEST(ConfigSnippet, TheLinesPinTheDeviceCount) {
       << "gradient buckets and NCCL only where training spans devices";
 }
 
+// Triton's model config: the recommended batch as max_batch_size, the batcher's delay as --request-rate
+// simulated it, one instance per device; training is refused.
+TEST(ConfigSnippet, TritonServesTheRecommendedBatch) {
+  Report r = testing::sample_report();
+  r.settings["mode"] = "infer";
+  r.device.backend = "cuda";
+  r.analysis.max_fit.batch.reset();
+  EXPECT_EQ(format_config_snippet(r, ConfigTarget::triton, 1),
+            "config for Triton (inference, batch 64, bf16, 1 GPU):\n"
+            "  # the sweep ran the model in bf16: serve it in bf16, as the batch was sized for\n"
+            "  max_batch_size: 64\n"
+            "  dynamic_batching { }  # the queue delay is not sized here: run --request-rate R "
+            "[--max-queue-delay MS] simulates your traffic\n"
+            "  instance_group [ { count: 1, kind: KIND_GPU } ]\n");
+  r.settings["request_rate"] = 2000;
+  r.settings["max_queue_delay_ms"] = 2.5;
+  r.settings["precision"] = "fp32";
+  EXPECT_EQ(
+      format_config_snippet(r, ConfigTarget::triton, 4),
+      "config for Triton (inference, batch 64, fp32, 4 GPUs):\n"
+      "  max_batch_size: 64\n"
+      "  dynamic_batching {\n"
+      "    max_queue_delay_microseconds: 2500  # as --request-rate simulated it\n"
+      "  }\n"
+      "  instance_group [ { count: 1, kind: KIND_GPU } ]  # one on each of the 4 GPUs, each batching on "
+      "its own\n");
+  EXPECT_EQ(parse_config_target("triton"), ConfigTarget::triton);
+  EXPECT_NO_THROW(check_config_target_mode("triton", true, false));
+  EXPECT_NO_THROW(check_config_target_mode("deepspeed", false, false));
+  EXPECT_NO_THROW(check_config_target_mode("", false, true));
+  EXPECT_THROW(check_config_target_mode("triton", false, true), UsageError);
+  r.settings["mode"] = "train";
+  EXPECT_THROW((void)format_config_snippet(r, ConfigTarget::triton, 1), UsageError);
+}
+
 TEST(ConfigSnippet, InferenceCpuAndNoRecommendation) {
   Report r = testing::sample_report();
   r.settings["mode"] = "infer";
@@ -926,6 +962,17 @@ TEST(RoundsLine, AgreementDisagreementAndRoundsFromAResumedReport) {
       "rounds: 1 per batch asked, up to 3 held (from the resumed report), the order reversed each round; "
       "every batch's rounds agree within their noise (widest: batch 1, 0.0% apart)");
   EXPECT_EQ(report_view::rounds_line(testing::sample_report()), "") << "no rounds, no line";
+  // Interrupted in round 2 of a resume from a sweep without --rounds: the points it did not reach hold their
+  // one round without a rounds[] and lack round 2 all the same.
+  Report part = with_rounds({a, a}, 2);
+  for (Point& p : part.points)
+    if (p.batch == 1) {
+      p.rounds.clear();
+      p.samples_ms.resize(a.size());
+    }
+  EXPECT_EQ(report_view::rounds_line(part),
+            "rounds: 2 per batch, the order reversed each round; the tested batches' rounds agree within "
+            "their noise (widest: batch 4, 0.0% apart); fewer rounds ran at batch 1 (1 of 2)");
 }
 
 TEST(Csv, AFailedRoundsMeanIsAnEmptyEntry) {

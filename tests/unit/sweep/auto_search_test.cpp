@@ -872,6 +872,37 @@ TEST(AutoSearch, InterruptKeepsFinishedPoints) {
   EXPECT_NE(outcome.search_summary.find("interrupted"), std::string::npos) << outcome.search_summary;
 }
 
+// Stopped while timing the fit edge it had found: the edge is kept as an untimed fit, so max fit names it
+// and --resume, not a sweep of the batches below it.
+TEST(AutoSearch, InterruptedWhileTimingTheFitEdgeKeepsTheEdgeFound) {
+  const Graph graph = tiny_graph();
+  ScriptedConfig config = testing::roofline(2.0, 128.0, 0.5);
+  config.oom_above_batch = 2048;
+  const auto backend = make_scripted_backend(config);
+  RecordingObserver observer;
+  observer.stop_when = [](const RecordingObserver& o) {
+    return !o.starts.empty() && o.starts.back().batch == 2048;
+  };
+  const SweepOutcome outcome = run_sweep(*backend, graph, auto_settings(), observer);
+  ASSERT_TRUE(outcome.interrupted);
+  EXPECT_EQ(find_point(outcome.points, 2048), nullptr);  // the unfinished point is dropped
+  ASSERT_NE(find_point(outcome.points, 2056), nullptr);
+  EXPECT_EQ(find_point(outcome.points, 2056)->status, PointStatus::oom);
+  ASSERT_TRUE(outcome.untimed_fit.has_value());
+  EXPECT_EQ(outcome.untimed_fit->batch, 2048);
+  EXPECT_EQ(outcome.untimed_fit->reason,
+            "oom at 2056; not timed: the sweep was stopped before its steps were timed (--resume times it)");
+  AnalysisOptions options;
+  options.untimed_fit = outcome.untimed_fit;
+  options.unfinished = true;
+  std::vector<Point> points = outcome.points;
+  const BatchChoice fit = analyze(points, options).max_fit;
+  EXPECT_EQ(fit.batch, 1024);
+  EXPECT_EQ(fit.reason.rfind("the largest timed batch; batch 2048 fits too (oom at 2056; not timed", 0), 0u)
+      << fit.reason;
+  EXPECT_EQ(fit.reason.find("were not tried"), std::string::npos) << fit.reason;
+}
+
 TEST(AutoSearch, NothingFits) {
   const Graph graph = tiny_graph();
   ScriptedConfig config = testing::roofline();

@@ -84,7 +84,10 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"1,,8", "empty item", ""}, BadCase{"1,", "empty item", ""},
                       BadCase{"1:8:*1", "below the minimum 2", "1:8:*1"},
                       BadCase{"1:8:+0", "below the minimum 1", "1:8:+0"},
-                      BadCase{"1:8:2", "must start with + (arithmetic) or * (geometric)", "1:8:2"},
+                      BadCase{"1:8:2",
+                              "must start with + (arithmetic) or * (geometric): 1:8:*2 multiplies by 2, "
+                              "1:8:+2 adds 2",
+                              "1:8:2"},
                       BadCase{"1:8:", "step is missing", "1:8:"},
                       BadCase{"1:", "the range's stop is missing (start:stop)", "1:"},
                       BadCase{" :8", "the range's start is missing (start:stop)", ":8"},
