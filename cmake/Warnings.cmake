@@ -17,9 +17,13 @@ endif()
 # bsw_test_code(TARGET): a test's own executable. Compiled at -O1 whatever the build type: the code under test
 # keeps the build's optimisation, and test files (gtest's macros, large tables) compiled about three times
 # faster than at Release's -O3. Not instrumented by BATCHSWEEP_SANITIZE (above).
+# BSW_SANITIZED_BUILD tells a test that the binary it runs is instrumented (its own __SANITIZE_ADDRESS__ is not).
 function(bsw_test_code target)
   set_target_properties(${target} PROPERTIES BSW_TEST_CODE ON)
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-O1>)
+  if(BATCHSWEEP_SANITIZE)
+    target_compile_definitions(${target} PRIVATE BSW_SANITIZED_BUILD=1)
+  endif()
 endfunction()
 if(BATCHSWEEP_STATIC_RUNTIME)
   target_link_options(bsw_warnings INTERFACE -static-libstdc++ -static-libgcc)
