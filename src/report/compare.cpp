@@ -91,14 +91,10 @@ bool usable_samples(const std::vector<double>& samples) {
          std::all_of(samples.begin(), samples.end(), [](double v) { return std::isfinite(v); });
 }
 
-// A standard error and its degrees of freedom (mean_step_error's for a point; `drift`: the batch means set
-// it, the steps drift together).
-using MeanError = MeanStepError;
-
 // Welch-Satterthwaite: the degrees of freedom of a sum of independent variances, each with its own.
-double combined_degrees(const std::vector<MeanError>& parts) {
+double combined_degrees(const std::vector<MeanStepError>& parts) {
   double total = 0, spread = 0;
-  for (const MeanError& e : parts) {
+  for (const MeanStepError& e : parts) {
     const double v = e.se * e.se;
     total += v;
     if (e.df > 0) spread += v * v / e.df;
@@ -106,22 +102,14 @@ double combined_degrees(const std::vector<MeanError>& parts) {
   return spread > 0 ? total * total / spread : std::numeric_limits<double>::infinity();
 }
 
-// The standard error a point's verdicts use, with its degrees of freedom, allowing for drift (stats.hpp):
-// from 20 steps, the batch means' estimate on 9 where a point stopped short of its targets (steps that would
-// not settle) and it is the larger, or where it is beyond stddev / mean / sqrt(n) by more than independent
-// steps would put it one time in 4; else stddev / mean / sqrt(n) on n - 1 (analysis: mean_step_error).
-std::optional<MeanError> point_mean_error(const Point& p) {
-  return mean_step_error(p);
-}
-
 // The two-sided p of a change `log_change` (in log, as the relative standard errors are) against the
 // errors' combined standard error: Student's t on their combined degrees of freedom (Welch-Satterthwaite;
 // capped at 1e6, where t is the normal). Twice the standard error, a z-test near 5%, called one command's
 // reruns changed 5-10% of the time where steps drift together; t on 18 degrees of freedom whatever the
 // samples, 3-7% of geometric means of one or two rows of 2 or 3 steps.
-double change_p(double log_change, const std::vector<MeanError>& parts) {
+double change_p(double log_change, const std::vector<MeanStepError>& parts) {
   double total = 0;
-  for (const MeanError& e : parts) total += e.se * e.se;
+  for (const MeanStepError& e : parts) total += e.se * e.se;
   const double change = std::fabs(log_change);
   if (!(total > 0)) return change > 0 ? 0.0 : 1.0;
   return student_t_two_sided_p(change / std::sqrt(total), std::min(combined_degrees(parts), 1e6));
@@ -285,7 +273,7 @@ CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, con
     // is the steps' spread, not how well their mean is known). So where either point's steps drift (its
     // standard error from the batch means) or it stopped short, a change must also clear the two means'
     // combined noise at the row's level: its p (drift_p_value) is in the row's p for the batches' adjustment.
-    const MeanError run_error = *point_mean_error(run), base_error = *point_mean_error(baseline);
+    const MeanStepError run_error = *mean_step_error(run), base_error = *mean_step_error(baseline);
     const bool short_point = stopped_short(run.stop_reason) || stopped_short(baseline.stop_reason);
     if (short_point || run_error.drift || base_error.drift) {
       d.drift_p_value = scaled(change_p(std::log(d.ratio), {run_error, base_error}), p_scale);
@@ -693,7 +681,7 @@ CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, con
     // Per side, its rows' standard errors with their degrees of freedom: the log of a geometric mean ratio is
     // the mean of the rows' log ratios, whose variance is about the sum of both sides' over k^2. Used where
     // every row has one.
-    std::vector<MeanError> base_errors, run_errors;
+    std::vector<MeanStepError> base_errors, run_errors;
     bool busy = false;
     for (const auto& row : rows) {
       if (!ran_ok(row.runs[0]) || !ran_ok(row.runs[i]) || row.deltas[i - 1].unjudged() ||
@@ -720,7 +708,7 @@ CompareGeomean geomean_row(const std::vector<CompareRow>& rows, size_t runs, con
         d.noise_checked = true;
         const double k = static_cast<double>(base_rates.size());
         // Every row's standard error of both runs, with its own degrees of freedom (Welch-Satterthwaite).
-        std::vector<MeanError> parts = base_errors;
+        std::vector<MeanStepError> parts = base_errors;
         parts.insert(parts.end(), run_errors.begin(), run_errors.end());
         // The mean of k log ratios against its error: the sum of them against the rows' summed errors.
         d.mean_p_value = change_p(k * std::log(d.ratio), parts);
@@ -1106,7 +1094,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
       row.runs.push_back({false, p->status, p->reason, p->samples_per_second, p->samples_ms.size(),
                           std::nullopt, 0, latency_if_ran(*p, 99),
                           latency_if_ran(*p, result.runs.front().latency_percentile), busy_host(*p)});
-      if (const std::optional<MeanError> e = point_mean_error(*p)) {
+      if (const std::optional<MeanStepError> e = mean_step_error(*p)) {
         row.runs.back().standard_error = e->se;
         row.runs.back().standard_error_df = e->df;
       }
