@@ -341,8 +341,8 @@ std::string edge_hint(std::span<const Point> points, const Point& chosen, const 
                      latency_text(*p99, budget.ms), between, range, accumulation);
 }
 
-// The next doublings above `largest`, to paste, after the advice to extend --batch: ", e.g. --batch
-// 1024:8192:*2", keeping its accumulation, up to the cap of 2^24 samples a step; empty at the cap.
+// The next doublings above `largest`, to paste, after the advice to extend the sweep (run --batch): ", e.g.
+// --batch 1024:8192:*2", keeping its accumulation, up to the cap of 2^24 samples a step; empty at the cap.
 std::string extend_example(const Point& largest) {
   const int64_t accumulation = std::max<int64_t>(1, largest.accumulation);
   const int64_t cap = kMaxBatch / accumulation;
@@ -356,9 +356,10 @@ std::string extend_example(const Point& largest) {
 }
 
 // Where the budget did not bind above the answer: the chosen batch is the largest that ran (no larger batch
-// failed to fit). Then nothing says where latency would stop the batch growing: "extend --batch", as the
-// curve's own still-rising advice does; an unfinished sweep says it stopped first. A smaller batch over the
-// budget (a noisy step, a hang) does not bound the batch from above, so it changes the words, not the advice.
+// failed to fit). Then nothing says where latency would stop the batch growing: "extend the sweep (run
+// --batch)", as the curve's own still-rising advice does; an unfinished sweep says it stopped first. A
+// smaller batch over the budget (a noisy step, a hang) does not bound the batch from above, so it changes the
+// words, not the advice.
 std::string budget_not_reached(std::span<const Point> points, const Point& chosen, const Budget& budget,
                                const AnalysisOptions& options) {
   // An --effective-batch sweep has no larger batch to try: its splits all hold the same samples. The auto
@@ -385,15 +386,15 @@ std::string budget_not_reached(std::span<const Point> points, const Point& chose
   if (every_one_meets)
     return unfinished ? "; every batch measured meets the budget, and the sweep stopped before larger ones"
                       : fmt::format(
-                            "; every batch swept meets the budget: larger batches were not tried (extend "
-                            "--batch to find where it binds{})",
+                            "; every batch swept meets the budget: larger batches were not tried (extend the "
+                            "sweep (run --batch) to find where it binds{})",
                             extend_example(chosen));
   return unfinished
              ? fmt::format("; batch {} is the largest measured, and the sweep stopped before larger ones",
                            chosen.batch)
              : fmt::format(
-                   "; batch {} is the largest swept: larger batches were not tried (extend "
-                   "--batch to find where the budget binds{})",
+                   "; batch {} is the largest swept: larger batches were not tried (extend the "
+                   "sweep (run --batch) to find where the budget binds{})",
                    chosen.batch, extend_example(chosen));
 }
 
@@ -627,7 +628,8 @@ PastEnd past_the_end(const RecommendationInputs& in, int64_t batch) {
 }
 
 // Where the saturation batch is the largest swept and throughput still rose into it, the answer only says
-// where this sweep ended: "; throughput still rising at the largest batch swept: extend --batch ...".
+// where this sweep ended: "; throughput still rising at the largest batch swept: extend the sweep (run
+// --batch) ...".
 std::string still_rising_note(const RecommendationInputs& in, const Point& saturated) {
   if (!in.rising_at_end || saturated.batch != in.curve.back().batch) return {};
   const PastEnd past = past_the_end(in, saturated.batch);
@@ -648,7 +650,7 @@ std::string still_rising_note(const RecommendationInputs& in, const Point& satur
       break;
   }
   return fmt::format(
-      "; throughput still rising at the largest batch swept: extend --batch to find where it "
+      "; throughput still rising at the largest batch swept: extend the sweep (run --batch) to find where it "
       "stops{}",
       extend_example(saturated));
 }
@@ -717,7 +719,7 @@ Recommendation recommend_from_curve(const RecommendationInputs& in) {
     }
     return {largest.batch,
             fmt::format("throughput still rising at the largest batch swept ({}, {} samples/s); larger "
-                        "batches were not tried: extend --batch to find where it stops{}",
+                        "batches were not tried: extend the sweep (run --batch) to find where it stops{}",
                         largest.batch, rate, extend_example(largest))};
   }
   std::string prefix = "no knee";

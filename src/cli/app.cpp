@@ -37,13 +37,26 @@
 namespace bsw::cli {
 namespace {
 
-constexpr const char* kExitCodes =
-    "Exit codes: 0 success; 1 runtime failure; 2 usage, config or input error; 3 regression found by "
-    "compare;\n"
-    "4 nothing to recommend: no batch ran ok (all oom, over_limit or error), or none meets --latency-slo\n"
-    "  (or, with --request-rate, every batch saturates) (the report is written);\n"
-    "130 interrupted by SIGINT (143 SIGTERM) - the report of finished points is still written;\n"
-    "129 ended by SIGHUP (the terminal closed) - a --json file already holds every finished point.";
+// The exit codes a subcommand can return ("" for the top level: all of them), for its --help.
+std::string exit_codes_for(std::string_view command) {
+  const bool all = command.empty();
+  std::string out = "Exit codes: 0 success; 1 runtime failure; 2 usage, config or input error";
+  if (all || command == "compare") out += "; 3 regression found by compare --fail-on-regression";
+  if (all || command == "run" || command == "analyze")
+    out +=
+        ";\n"
+        "4 nothing to recommend: no batch ran ok (all oom, over_limit or error), or none meets "
+        "--latency-slo\n"
+        "  (or, with --request-rate, every batch saturates) (the report is written)";
+  if (all || command == "run")
+    out +=
+        ";\n"
+        "130 interrupted by SIGINT (143 SIGTERM) - the report of finished points is still written;\n"
+        "129 ended by SIGHUP (the terminal closed) - a --json file already holds every finished point";
+  else if (command == "devices")
+    out += ";\n130 --calibrate interrupted by SIGINT (143 SIGTERM)";
+  return out + ".";
+}
 
 // CLI11 says "The following arguments were not expected: 1,2,4 --batches" for a mistyped flag: name the
 // first flag the subcommand does not have, and the nearest one it does ("--batch").
@@ -215,7 +228,7 @@ std::string footer_for(std::string_view command) {
   // The two words that are no subcommand of CLI11's, said where the subcommands are listed.
   if (command.empty())
     out += "\nAlso: batchsweep help [SUBCOMMAND] (this help, or a subcommand's), batchsweep version\n";
-  return out + "\n" + kExitCodes;
+  return out + "\n" + exit_codes_for(command);
 }
 
 constexpr const char* kVersionHelp =

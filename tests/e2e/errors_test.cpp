@@ -913,6 +913,8 @@ TEST(Help, ListsExamplesAndExitCodes) {
   const Result r = run({"--help"});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.out.find("Exit codes"), std::string::npos);
+  for (const char* code : {"; 3 regression", "4 nothing to recommend", "130 interrupted", "129 ended"})
+    EXPECT_NE(r.out.find(code), std::string::npos) << code;
   EXPECT_NE(r.out.find("Examples"), std::string::npos);
   const Result h = run({"-h"});
   EXPECT_EQ(h.exit_code, 0);
@@ -924,6 +926,13 @@ TEST(Help, ListsExamplesAndExitCodes) {
     EXPECT_EQ(sub.exit_code, 0) << command;
     EXPECT_NE(sub.out.find(std::string("Examples:\n  batchsweep ") + command), std::string::npos) << sub.out;
     EXPECT_NE(sub.out.find("Exit codes"), std::string::npos) << command;
+    // Only the codes the subcommand can return: 3 is compare's gate, 4 run's and analyze's empty answer,
+    // 129 a run's --json kept through SIGHUP.
+    const std::string_view name = command;
+    EXPECT_EQ(sub.out.find("; 3 regression") != std::string::npos, name == "compare") << command;
+    EXPECT_EQ(sub.out.find("4 nothing to recommend") != std::string::npos, name == "run" || name == "analyze")
+        << command;
+    EXPECT_EQ(sub.out.find("129 ended by SIGHUP") != std::string::npos, name == "run") << command;
     for (const char* other : {"run", "plan", "analyze", "compare", "devices", "presets"})
       if (std::string_view(other) != command) {
         EXPECT_EQ(sub.out.find(std::string("  batchsweep ") + other + " "), std::string::npos)

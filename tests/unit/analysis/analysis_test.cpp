@@ -596,9 +596,9 @@ TEST(LatencySlo, ABudgetThatNeverBindsSaysSo) {
   AnalysisOptions options;
   options.latency_slo_ms = 100.0;
   const std::string reason = analyze(points, options).latency_slo->reason;
-  EXPECT_NE(
-      reason.find("; every batch swept meets the budget: larger batches were not tried (extend --batch"),
-      std::string::npos)
+  EXPECT_NE(reason.find("; every batch swept meets the budget: larger batches were not tried (extend the "
+                        "sweep (run --batch)"),
+            std::string::npos)
       << reason;
   options.unfinished = true;
   EXPECT_NE(analyze(points, options).latency_slo->reason.find("and the sweep stopped before larger ones"),
@@ -628,9 +628,11 @@ TEST(LatencySlo, ASmallerBatchOverTheBudgetKeepsTheAdviceAboveTheAnswer) {
   options.latency_slo_ms = 100.0;
   const BatchChoice slo = *analyze(points, options).latency_slo;
   ASSERT_EQ(slo.batch, 512);
-  EXPECT_THAT(slo.reason, ::testing::EndsWith(
-                              "; batch 512 is the largest swept: larger batches were not tried "
-                              "(extend --batch to find where the budget binds, e.g. --batch 1024:8192:*2)"));
+  EXPECT_THAT(
+      slo.reason,
+      ::testing::EndsWith(
+          "; batch 512 is the largest swept: larger batches were not tried "
+          "(extend the sweep (run --batch) to find where the budget binds, e.g. --batch 1024:8192:*2)"));
   options.unfinished = true;
   EXPECT_THAT(
       analyze(points, options).latency_slo->reason,
@@ -914,9 +916,10 @@ TEST(Recommendation, AnAnswerFromASingleTimedStepSaysSo) {
 TEST(Recommendation, ExtendingTheSweepGivesTheBatchesToPaste) {
   std::vector<Point> points;
   for (int64_t b : {64, 128, 256, 512}) points.push_back(measured_point(b, 100.0 * b * 4, 0.002, 21, 4));
-  EXPECT_THAT(analyze(points, {}).recommended.why,
-              ::testing::EndsWith("extend --batch to find where it stops, e.g. --batch 1024:8192:*2 "
-                                  "--accumulation 4"));
+  EXPECT_THAT(
+      analyze(points, {}).recommended.why,
+      ::testing::EndsWith("extend the sweep (run --batch) to find where it stops, e.g. --batch 1024:8192:*2 "
+                          "--accumulation 4"));
   // Near the cap (2^24 / 4 = 4194304 micro-batches): the doublings stop at it; at it, none is given.
   points.clear();
   for (int64_t b : {262144, 524288, 1048576, 2097152})
@@ -925,7 +928,7 @@ TEST(Recommendation, ExtendingTheSweepGivesTheBatchesToPaste) {
               ::testing::EndsWith("e.g. --batch 4194304 --accumulation 4"));
   for (Point& p : points) p.batch *= 2;
   EXPECT_THAT(analyze(points, {}).recommended.why,
-              ::testing::EndsWith("extend --batch to find where it stops"));
+              ::testing::EndsWith("extend the sweep (run --batch) to find where it stops"));
 }
 
 TEST(Recommendation, KneeThatIsAlsoTheBest) {
@@ -957,9 +960,10 @@ TEST(Recommendation, ASaturationAnswerAtTheEndOfARisingSweepSaysToExtendIt) {
   Analysis a = analyze(points, {});
   ASSERT_TRUE(a.knee.batch.has_value());
   EXPECT_EQ(a.recommended.batch, 256);
-  EXPECT_THAT(a.recommended.why,
-              ::testing::EndsWith("; throughput still rising at the largest batch swept: "
-                                  "extend --batch to find where it stops, e.g. --batch 512:4096:*2"));
+  EXPECT_THAT(
+      a.recommended.why,
+      ::testing::EndsWith("; throughput still rising at the largest batch swept: "
+                          "extend the sweep (run --batch) to find where it stops, e.g. --batch 512:4096:*2"));
   points.push_back(failed_point(264, PointStatus::oom, "needs 90 GiB"));
   a = analyze(points, {});
   EXPECT_THAT(a.recommended.why,
@@ -1014,7 +1018,7 @@ TEST(Recommendation, StillScalingAtTheLargestBatchSweptDoesNotClaimItFits) {
   std::vector<Point> points = sweep(kBatches, [](double b) { return 100.0 * b; });
   const std::string swept =
       "throughput still rising at the largest batch swept (4096, 409600 samples/s); larger batches were "
-      "not tried: extend --batch to find where it stops, e.g. --batch 8192:65536:*2";
+      "not tried: extend the sweep (run --batch) to find where it stops, e.g. --batch 8192:65536:*2";
   Analysis a = analyze(points, {});
   EXPECT_EQ(a.recommended.batch, 4096);
   EXPECT_EQ(a.recommended.why, swept);
@@ -1079,7 +1083,7 @@ TEST(Recommendation, TooFewPointsForAKnee) {
   EXPECT_EQ(rising.recommended.batch, 4);
   EXPECT_EQ(rising.recommended.why,
             "throughput still rising at the largest batch swept (4, 400 samples/s); larger batches were not "
-            "tried: extend --batch to find where it stops, e.g. --batch 8:64:*2");
+            "tried: extend the sweep (run --batch) to find where it stops, e.g. --batch 8:64:*2");
   EXPECT_EQ(
       rising.knee.reason,
       "throughput still scaling at the largest batch (4: +100% over batch 2); too few points for a knee "
