@@ -582,9 +582,10 @@ void add_analysis(CLI::App* cmd, AnalysisFlags& a, bool of_report = false) {
           }));
   CLI::Option* saturation =
       cmd->add_option("--saturation", a.saturation_pct,
-                      of_report ? "Saturation: smallest batch reaching PCT% of the best throughput (default: "
-                                  "the run's value, else 95)"
-                                : "Saturation: smallest batch reaching PCT% of the best throughput")
+                      of_report
+                          ? "Saturation: smallest batch reaching PCT% (1 to 100) of the best "
+                            "throughput (default: the run's value, else 95)"
+                          : "Saturation: smallest batch reaching PCT% (1 to 100) of the best throughput")
           ->type_name("PCT")
           ->check(between(1.0, 100.0, "percent: 95 for 95%"));
   CLI::Option* sensitivity =
@@ -911,7 +912,7 @@ int run_app(int argc, char** argv) {
       ->type_name("SIZE|GPU");
   run_cmd
       ->add_option("--memory-warn", run_raw.memory_warn_pct,
-                   "Warn when a point uses more than PCT% of the memory")
+                   "Warn when a point uses more than PCT% (1 to 100) of the memory")
       ->type_name("PCT")
       ->check(between(1.0, 100.0, "percent: 90 for 90%"))
       ->capture_default_str();
@@ -945,11 +946,11 @@ int run_app(int argc, char** argv) {
       ->type_name("PCT")
       ->check(positive("percent: 5 for 5%"))
       ->capture_default_str();
+  static_assert(kMaxSampleCap == 100000 && kMaxRounds == 100, "--max-samples' and --rounds' help name these");
   run_cmd
-      ->add_option(
-          "--max-samples", stop.max_samples,
-          "Timed steps per point, at most: the sample cap, reached by steps so short that --min-time "
-          "needs more, or by noise that never settles")
+      ->add_option("--max-samples", stop.max_samples,
+                   "Timed steps per point, at most (up to 100000): the sample cap, reached by steps so short "
+                   "that --min-time needs more, or by noise that never settles")
       ->transform(whole(1, kMaxSampleCap))
       ->capture_default_str();
   run_cmd
@@ -961,7 +962,8 @@ int run_app(int argc, char** argv) {
       ->capture_default_str();
   run_cmd
       ->add_option("--rounds", run.sweep.rounds,
-                   "Measure every batch N times, the order reversed each round, pooling the rounds: a drift "
+                   "Measure every batch N times (1 to 100), the order reversed each round, pooling the "
+                   "rounds: a drift "
                    "over the sweep (clocks, heat, other load) reaches every batch alike, and rounds that "
                    "disagree are named (time x N; 2 balances a steady drift)")
       ->type_name("N")
