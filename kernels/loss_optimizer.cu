@@ -163,7 +163,11 @@ __global__ void sgd_kernel(float* master, T* params, const float* grads, float* 
 
 void cross_entropy(DType t, const void* logits, const int32_t* labels, void* dlogits, float* row_loss,
                    int64_t rows, int64_t classes, StepScalars* scalars, cudaStream_t stream) {
-  BSW_REQUIRE(rows >= 1 && rows <= 0x7FFFFFFF && classes >= 2, "cross_entropy");
+  BSW_REQUIRE(rows >= 1 && classes >= 2, "cross_entropy");
+  // One grid dimension: a block per row over kWarpRowClasses classes, a warp per row (kWarpRows a block)
+  // up to them.
+  BSW_REQUIRE((classes <= kWarpRowClasses ? (rows + kWarpRows - 1) / kWarpRows : rows) <= 0x7FFFFFFF,
+              "cross_entropy");
   dispatch(t, "cross_entropy", [&](auto tag) {
     using T = decltype(tag);
     if (classes <= kWarpRowClasses) {

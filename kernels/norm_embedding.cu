@@ -402,6 +402,7 @@ void layernorm_backward(DType t, const void* x, const void* gamma, const float* 
                         cudaStream_t stream) {
   BSW_REQUIRE(rows >= 0 && dim > 0, "layernorm_backward");
   BSW_REQUIRE(dgamma != nullptr && dbeta != nullptr, "layernorm_backward");
+  BSW_REQUIRE((rows + kRowsPerBlock - 1) / kRowsPerBlock <= 0x7FFFFFFF, "layernorm_backward");
   if (rows == 0) return;
   const int64_t rows_per_slab = std::max<int64_t>(256, (rows + 65534) / 65535);
   const dim3 param_grid(static_cast<unsigned>((dim + 31) / 32),
@@ -412,6 +413,7 @@ void layernorm_backward(DType t, const void* x, const void* gamma, const float* 
       layernorm_dx_kernel<T><<<row_grid(rows), dim3(32, kRowsPerBlock), 0, stream>>>(
           static_cast<const T*>(x), static_cast<const T*>(gamma), mean, rstd, static_cast<const T*>(dy),
           static_cast<T*>(dx), rows, dim);
+      BSW_CUDA_LAUNCHED();  // each launch checked on its own line: an error names the kernel that failed
     }
     layernorm_param_grad_kernel<T><<<param_grid, dim3(32, 8), 0, stream>>>(
         static_cast<const T*>(x), mean, rstd, static_cast<const T*>(dy), dgamma, dbeta, rows, dim,
