@@ -670,9 +670,14 @@ class HelpFormatter : public CLI::Formatter {
   // Descriptions wrapped to the terminal (CLI11 prints each on one line, up to 400 characters, which a
   // terminal wraps back to column 0); CLI11 indents each continuation line under the description column.
   std::string make_option_desc(const CLI::Option* opt) const override {
-    const size_t width = help_width();
-    return wrapped(opt->get_description(),
-                   std::max<size_t>(30, width > get_column_width() + 1 ? width - get_column_width() - 1 : 0));
+    return wrapped(opt->get_description(), description_room());
+  }
+  // The same for the top level's list of subcommands.
+  std::string make_subcommand(const CLI::App* sub) const override {
+    std::stringstream out;
+    CLI::detail::format_help(out, sub->get_display_name(true),
+                             wrapped(sub->get_description(), description_room()), get_column_width());
+    return out.str();
   }
   // The subcommand's own description, at the top, to the whole width.
   std::string make_description(const CLI::App* app) const override {
@@ -682,6 +687,11 @@ class HelpFormatter : public CLI::Formatter {
   }
 
  private:
+  // The width of the description column.
+  [[nodiscard]] size_t description_room() const {
+    const size_t width = help_width();
+    return std::max<size_t>(30, width > get_column_width() + 1 ? width - get_column_width() - 1 : 0);
+  }
   // `text`'s words in lines of at most `room` characters (a longer word alone on its line).
   static std::string wrapped(const std::string& text, size_t room) {
     std::string out, line;
@@ -990,8 +1000,8 @@ int run_app(int argc, char** argv) {
   // -----------------------------------------------------------------------------------------------------
   PlanSettings plan;
   Raw plan_raw;
-  CLI::App* plan_cmd = app.add_subcommand(
-      "plan", "Print the exact memory plan and FLOPs per batch; with --memory, the max batch");
+  CLI::App* plan_cmd =
+      app.add_subcommand("plan", "The exact memory plan and FLOPs per batch; with --memory, the max batch");
   plan_cmd->footer(footer_for("plan"));
   plan_cmd->add_option("--model,-m", plan.model, "Preset name or model JSON file")->capture_default_str();
   plan_cmd->add_option("--set", plan.model_sets, kSetHelp)->type_name("PATH=VALUE")->expected(1)->take_all();
@@ -1008,7 +1018,7 @@ int run_app(int argc, char** argv) {
           ->capture_default_str();
   plan_cmd->add_option("--precision,-p", plan_raw.precision, "fp32 | tf32 | fp16 | bf16")
       ->capture_default_str();
-  plan_cmd->add_option("--mode", plan_raw.mode, "train | infer (training, inference too)")
+  plan_cmd->add_option("--mode", plan_raw.mode, "train | infer (also accepted: training, inference)")
       ->capture_default_str();
   CLI::Option* plan_accum_opt =
       plan_cmd->add_option("--accumulation", plan.accumulation, "Micro-batches per optimizer step")
@@ -1046,7 +1056,7 @@ int run_app(int argc, char** argv) {
   AnalyzeSettings analyze;
   CLI::App* analyze_cmd = app.add_subcommand(
       "analyze",
-      "Recompute the analysis of a report (other SLO, saturation, sensitivity); a flag not given keeps the "
+      "Recompute a report's analysis (another SLO, saturation or sensitivity); a flag not given keeps the "
       "run's value");
   analyze_cmd->footer(footer_for("analyze"));
   analyze_cmd->add_option("report", analyze.report_path, "A batchsweep JSON report")
@@ -1072,8 +1082,8 @@ int run_app(int argc, char** argv) {
   // ---- compare
   // --------------------------------------------------------------------------------------------------
   CompareSettings compare;
-  CLI::App* compare_cmd = app.add_subcommand(
-      "compare", "Compare runs per batch (the first is the baseline) with a noise-aware verdict");
+  CLI::App* compare_cmd =
+      app.add_subcommand("compare", "Compare runs per batch against the first, with a noise-aware verdict");
   compare_cmd->footer(footer_for("compare"));
   // Counted after parsing: CLI11 prints a bounded count as "reports(2x)", which reads as exactly two; an
   // unbounded one as "reports...".
@@ -1149,8 +1159,8 @@ int run_app(int argc, char** argv) {
       ->needs(calibrate_flag)
       ->capture_default_str();
   devices_cmd->add_flag("--json", devices.json, "Print JSON");
-  CLI::App* presets_cmd = app.add_subcommand(
-      "presets", "List the embedded model presets; with a name, print that preset's config");
+  CLI::App* presets_cmd =
+      app.add_subcommand("presets", "List the model presets; with a name, print that preset's config");
   presets_cmd->footer(footer_for("presets"));
   std::string preset_shown;
   presets_cmd->add_option("name", preset_shown,

@@ -892,8 +892,8 @@ TEST(BadInput, AModelWithNoBatchThatPlansIsRefusedByPlanAndRunAlike) {
 // Descriptions are wrapped to the terminal ($COLUMNS off one), each continuation under its column: a line of
 // `run --help` ran to 371 characters, which a terminal wrapped back to column 0.
 TEST(Help, DescriptionsWrapToTheTerminal) {
-  for (const char* command : {"run", "plan", "analyze", "compare"}) {
-    const Result r = run({command, "--help"}, {"COLUMNS=80"});
+  for (const char* command : {"", "run", "plan", "analyze", "compare"}) {
+    const Result r = *command ? run({command, "--help"}, {"COLUMNS=80"}) : run({"--help"}, {"COLUMNS=80"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const std::string options = r.out.substr(0, r.out.find("Examples:"));
     std::istringstream lines(options);
