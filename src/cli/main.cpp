@@ -1,4 +1,5 @@
 // Entry point: runs the command line and maps typed errors to exit codes (the only place that does).
+#include <poll.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -75,6 +76,17 @@ void escape_starved_blas_workers(char** argv) {
       std::strerror(error));
 }
 
+// flush_stdout()'s error, where a write that failed before the last flush (CLI11 flushes its help, a long
+// text fills stdio's buffer) left only the stream's error flag (-1): EPIPE where stdout is a pipe whose
+// reader left (poll says so), so run's long help into `head` ends as quietly as a short one, while on a
+// full disk it is exit 1.
+int stdout_error() {
+  const int error = bsw::cli::flush_stdout();
+  if (error != -1) return error;
+  pollfd out{STDOUT_FILENO, POLLOUT, 0};
+  return ::poll(&out, 1, 0) == 1 && (out.revents & POLLERR) != 0 ? EPIPE : error;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,24 +95,22 @@ int main(int argc, char** argv) {
   // so is a file past `ulimit -f` (EFBIG, not SIGXFSZ's kill that leaves a temporary file behind).
   std::signal(SIGPIPE, SIG_IGN);
   std::signal(SIGXFSZ, SIG_IGN);
+  // Help and the version read into a pager or `head` that stopped reading: nothing a job reads was lost,
+  // and a broken-pipe error would be noise (`batchsweep help run | head`). A full disk is still exit 1.
+  const bool help_text = [&] {
+    if (argc >= 2 && (std::strcmp(argv[1], "help") == 0 || std::strcmp(argv[1], "version") == 0 ||
+                      std::strcmp(argv[1], "--version") == 0))
+      return true;
+    for (int i = 1; i < argc; ++i)
+      if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return true;
+    return false;
+  }();
   try {
     const int code = bsw::cli::run_app(argc, argv);
     // The table (or an export) on stdout that never reached it (a full disk, a reader that left): a job
     // reading exit 0, 3 or 4 would take a cut-off output for the whole, as `--json -` already says. A
     // failure's own code (1, 2, an interrupt) stands.
-    // Help and the version read into a pager or `head` that stopped reading: nothing a job reads was lost,
-    // and a broken-pipe error would be noise (`batchsweep help run | head`).
-    const auto help_text = [&] {
-      if (argc >= 2 && (std::strcmp(argv[1], "help") == 0 || std::strcmp(argv[1], "version") == 0 ||
-                        std::strcmp(argv[1], "--version") == 0))
-        return true;
-      for (int i = 1; i < argc; ++i)
-        if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return true;
-      return false;
-    };
-    // (-1: an earlier write failed and left only the stream's error flag, as a reader that left does.)
-    if (const int error = bsw::cli::flush_stdout();
-        (error == EPIPE || error == -1) && code == bsw::kExitOk && help_text())
+    if (const int error = stdout_error(); error == EPIPE && code == bsw::kExitOk && help_text)
       return code;
     else if (error != 0) {
       // The cause where a flush saw it; an earlier failed write left only the stream's error flag.

@@ -2047,6 +2047,22 @@ TEST(Run, StdoutThatCannotBeWrittenIsAnError) {
   // ... and the line that says nothing ran ok does not promise exit 4.
   EXPECT_NE(slurp(err).find("there is nothing to recommend\n"), std::string::npos) << slurp(err);
   EXPECT_EQ(slurp(err).find("(exit 4)"), std::string::npos) << slurp(err);
+  // Help to a full disk is lost too: run's, longer than stdio's buffer, went quietly (exit 0) as to a reader
+  // that left, since its first failed write left no errno for the last flush.
+  for (const char* help : {"run --help", "--version", "help plan"}) {
+    EXPECT_EQ(shell(help, "/dev/full"), 1) << help;
+    EXPECT_NE(slurp(err).find("batchsweep: error: cannot write to stdout"), std::string::npos) << slurp(err);
+  }
+  // ... while a reader that left (`| head`) ends help quietly, long or short: the pipe has no reader when
+  // batchsweep writes.
+  for (const char* help : {"run --help", "--version"}) {
+    const std::string rc = (dir / "rc").string();
+    const std::string command = "{ sleep 0.3; " + std::string(BSW_BINARY) + " " + help + " 2> '" + err +
+                                "'; echo $? > '" + rc + "'; } | true";
+    ASSERT_EQ(std::system(command.c_str()), 0);
+    EXPECT_EQ(slurp(rc), "0\n") << help << ": " << slurp(err);
+    EXPECT_EQ(slurp(err), "") << help;
+  }
 }
 
 // A device that cannot be opened (/dev/tty in a session without a terminal, as a CI job runs) is refused
