@@ -249,19 +249,31 @@ static std::string memory_text(const PlanSummary& s) {
 // Why not even batch 1 fits: what batch 1 needs, and how much of it the model's state takes (parameters,
 // master weights, gradients, optimizer state: the same at every batch). Where the state alone is over the
 // budget, no batch or accumulation can help. Empty where batch 1 was not planned.
-static std::string batch_one_needs(const PlanSummary& s) {
+static const Plan* batch_one_plan(const PlanSummary& s) {
   const auto one =
       std::find_if(s.plans.begin(), s.plans.end(), [](const Plan& p) { return p.request.batch == 1; });
-  if (one == s.plans.end() || !s.memory_bytes) return {};
+  return one == s.plans.end() || !s.memory_bytes ? nullptr : &*one;
+}
+static uint64_t state_bytes(const MemoryBreakdown& m) {
+  return m.parameters + m.master_weights + m.gradients + m.optimizer_state;
+}
+// Where the model's state alone is over the budget: no checkpointing helps either.
+static bool state_over_budget(const PlanSummary& s) {
+  const Plan* one = batch_one_plan(s);
+  return one != nullptr && static_cast<double>(state_bytes(one->memory)) >
+                               static_cast<double>(*s.memory_bytes) * kMemorySafetyFraction;
+}
+static std::string batch_one_needs(const PlanSummary& s) {
+  const Plan* one = batch_one_plan(s);
+  if (one == nullptr) return {};
   const MemoryBreakdown& m = one->memory;
-  const uint64_t state = m.parameters + m.master_weights + m.gradients + m.optimizer_state;
-  const auto budget = static_cast<double>(*s.memory_bytes) * kMemorySafetyFraction;
+  const uint64_t state = state_bytes(m);
   return fmt::format(
       ": batch 1 needs {}, of which {} is the model's state (parameters{}{}{}), the same at every batch{}",
       report_format::human_bytes(m.total_bytes()), report_format::human_bytes(state),
       m.master_weights > 0 ? ", master weights" : "", m.gradients > 0 ? ", gradients" : "",
       m.optimizer_state > 0 ? ", optimizer state" : "",
-      static_cast<double>(state) > budget
+      state_over_budget(s)
           ? ", and alone over the budget: no batch or accumulation fits (a card with more memory, or a "
             "smaller model, does; in training a 16-bit precision holds more state, its fp32 master weights "
             "beside the 16-bit ones)"
@@ -541,7 +553,8 @@ std::string format_plan_table(const PlanSummary& s) {
       out += fmt::format("not even batch 1 fits in {} (plans may use {:.0f}% of it){}\n", memory_text(s),
                          kMemorySafetyFraction * 100, batch_one_needs(s));
     }
-    out += blocks_to_fit_line(s);
+    // (Checkpointing keeps the state: where that alone is over, "not with any of 1 to 12" adds nothing.)
+    if (s.max_fit_batch || !state_over_budget(s)) out += blocks_to_fit_line(s);
   }
   // 16-bit training is planned as the model in 16 bits with fp32 master weights and a fused loss, which is
   // not what most PyTorch jobs run: said where the answer is a batch to take.

@@ -4272,6 +4272,25 @@ TEST(ModelOverrides, PlanAndRunTheModelTheSetsMakeAndSaySo) {
   }
 }
 
+// Where the model's state alone is over the budget, no checkpointing helps: the plan ends on saying so,
+// without "checkpointing the fewest blocks: batch 1 not with any of 1 to 12" after it (a README audit). Under
+// it, that line says checkpointing does not help batch 1 either.
+TEST(Checkpointing, NoFewestBlocksLineWhereTheStateAloneIsOverTheBudget) {
+  const Result over =
+      run({"plan", "--model", "gpt2-small", "--memory", "1GiB", "--backend", "cuda", "--batch", "1"});
+  ASSERT_EQ(over.exit_code, 0) << over.err;
+  EXPECT_NE(over.out.find("and alone over the budget: no batch or accumulation fits"), std::string::npos)
+      << over.out;
+  EXPECT_EQ(over.out.find("checkpointing the fewest blocks"), std::string::npos) << over.out;
+  const Result under =
+      run({"plan", "--model", "gpt2-small", "--memory", "3GiB", "--backend", "cuda", "--batch", "1"});
+  ASSERT_EQ(under.exit_code, 0) << under.err;
+  EXPECT_EQ(under.out.find("alone over the budget"), std::string::npos) << under.out;
+  EXPECT_NE(under.out.find("checkpointing the fewest blocks: batch 1 not with any of 1 to 12"),
+            std::string::npos)
+      << under.out;
+}
+
 TEST(Checkpointing, TheFewestBlocksThatFitArePlannedRunAndSaid) {
   const auto contains = [](const std::string& text, const std::string& part) {
     return text.find(part) != std::string::npos;
