@@ -214,14 +214,14 @@ inline constexpr std::size_t kServingLonger = 4;         // times as many where 
 // of each replication, and read kServingErrorZ of that share's errors either side (Woodruff's interval).
 inline constexpr std::size_t kServingSections = 10;
 inline constexpr double kServingErrorZ = 2.0;
-// Before each replication's timed requests, this many (at least kServingWarmupSteps max batches of them, but
-// no more than kServingWarmupMostRequests unless kServingWarmupFewestSteps need more): the queue fills. The
-// cap keeps a max batch of 100k to a few million from drawing 20 steps of arrivals a replication (gigabytes:
-// every row reads one stream); a queue still filling after it reads unsettled, as any does.
+// Before each replication's timed requests, this many (kServingWarmupSteps max batches of them, but no more
+// than kServingWarmupMostRequests): the queue fills. The cap keeps a max batch of thousands to millions from
+// drawing 20 steps of arrivals a replication: a max batch of 2^24 took 2.9 GB and 16 s a rate, and
+// --request-rate max minutes, with a floor of two max batches. A queue still filling after it remembers its
+// start, which the backlog start below sees: it reads unsettled, as any does.
 inline constexpr std::size_t kServingWarmupRequests = 5000;
 inline constexpr std::size_t kServingWarmupSteps = 20;
-inline constexpr std::size_t kServingWarmupMostRequests = std::size_t{1} << 21;
-inline constexpr std::size_t kServingWarmupFewestSteps = 2;
+inline constexpr std::size_t kServingWarmupMostRequests = std::size_t{1} << 18;
 inline constexpr double kServingTiePct = 2.0;  // latencies this close are one (or within twice their noise)
 inline constexpr int64_t kServingMinSteps = 200;  // a latency from fewer steps is not settled
 inline constexpr double kServingMaxRelativeError = 0.05;
@@ -268,6 +268,12 @@ inline constexpr int kServingRateScanMost = 48;
 // or trimmed report): ok points of one micro-batch a step, the fastest where two share a batch, with no
 // finite positive sample. The serving heading names them from this, so it says what the simulation did.
 [[nodiscard]] std::vector<int64_t> serving_mean_only_batches(std::span<const Point> points);
+// The most requests a max batch may take to be simulated: request by request, a step of a million of them
+// near its capacity draws a million arrivals in each of the replications' streams (gigabytes, and minutes for
+// --request-rate max). Batches above it are left out of the serving table (a dynamic batcher's max batch is
+// rarely past a few thousand), and the heading names them (serving_unsimulated_batches).
+inline constexpr int64_t kServingMostMaxBatch = 131072;
+[[nodiscard]] std::vector<int64_t> serving_unsimulated_batches(std::span<const Point> points);
 
 // Sets telemetry->cost_per_million_samples = price_per_hour / 3600 / samples_per_second * 1e6 on every ok
 // point (creating the telemetry object where absent) and clears it on the others.

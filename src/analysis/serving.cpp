@@ -75,12 +75,17 @@ struct Pool {
   bool mean_only = false;  // the point kept no steps (a hand-made or trimmed report): its mean step alone
 };
 
-// The ok points of one micro-batch a step (the fastest where two share a batch), by batch, with steps to
-// draw: their samples, else their mean step.
+// The ok points of one micro-batch a step that a batcher can serve from.
+bool servable(const Point& p) {
+  return is_ok(p) && p.accumulation == 1;
+}
+
+// The servable points up to kServingMostMaxBatch (the fastest where two share a batch), by batch, with steps
+// to draw: their samples, else their mean step.
 std::vector<Pool> pools_of(std::span<const Point> points) {
   std::vector<Pool> pools;
   for (const Point& p : points) {
-    if (!is_ok(p) || p.accumulation != 1) continue;
+    if (!servable(p) || p.batch > kServingMostMaxBatch) continue;
     std::vector<double> ms;
     for (double v : p.samples_ms)
       if (std::isfinite(v) && v > 0) ms.push_back(v);
@@ -105,6 +110,15 @@ std::vector<int64_t> serving_mean_only_batches(std::span<const Point> points) {
   std::vector<int64_t> batches;
   for (const Pool& p : pools_of(points))
     if (p.mean_only) batches.push_back(p.batch);
+  return batches;
+}
+
+std::vector<int64_t> serving_unsimulated_batches(std::span<const Point> points) {
+  std::vector<int64_t> batches;
+  for (const Point& p : points)
+    if (servable(p) && p.batch > kServingMostMaxBatch) batches.push_back(p.batch);
+  std::sort(batches.begin(), batches.end());
+  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
   return batches;
 }
 
@@ -231,6 +245,7 @@ Replication replicate(const std::vector<Pool>& pools, std::size_t top, Arrivals&
   std::size_t next = 0, arrived = 0;  // the oldest waiting request; how many have arrived
   double free_at = 0, first_start = -1;
   const auto arrive_until = [&](double t) {
+    arrived = std::max(arrived, backlog);  // all there at time 0: millions, for a max batch of millions
     while (at[arrived] <= t) ++arrived;
   };
   while (next < end) {
@@ -333,11 +348,10 @@ Simulated simulate(const std::vector<Pool>& pools, std::size_t top, std::vector<
   Simulated sim;
   ServingBatch& out = sim.row;
   const auto max_batch = static_cast<std::size_t>(pools[top].batch);
-  // At least kServingWarmupSteps full steps' worth of requests, so that a queue of large batches fills too;
-  // capped for max batches of millions (analysis.hpp).
+  // kServingWarmupSteps full steps' worth of requests, so that a queue of large batches fills too; capped
+  // for max batches of thousands to millions (analysis.hpp).
   const std::size_t warm =
-      std::max({kServingWarmupRequests, std::min(kServingWarmupSteps * max_batch, kServingWarmupMostRequests),
-                kServingWarmupFewestSteps * max_batch});
+      std::clamp(kServingWarmupSteps * max_batch, kServingWarmupRequests, kServingWarmupMostRequests);
   std::vector<double> all, means, percentiles;
   std::vector<std::vector<double>> in_order;  // each replication's latencies, in arrival order
   all.reserve(timed * arrivals.size());
@@ -559,7 +573,14 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
   const std::string pct = latency_name(options.latency_percentile);
   const std::string rate = fmt::format("{} requests/s", format_rate(s.request_rate));
   if (pools.empty()) {
-    s.best = BatchChoice(std::nullopt, std::nullopt, "no ok point of one micro-batch a step to serve from");
+    const std::vector<int64_t> above = serving_unsimulated_batches(points);
+    s.best = BatchChoice(
+        std::nullopt, std::nullopt,
+        above.empty()
+            ? std::string("no ok point of one micro-batch a step to serve from")
+            : fmt::format("every ok point of one micro-batch a step is above max batch {}, the most "
+                          "simulated request by request (batch {}): sweep smaller batches to serve from",
+                          kServingMostMaxBatch, fmt::join(above, ", ")));
     return s;
   }
   std::vector<Arrivals> arrivals;

@@ -1741,6 +1741,13 @@ int run_command(const RunSettings& given, const std::vector<std::string>& argv) 
   print_final(report, final_exports);
   note_checkpointing(graph, sweep, backend->kind(), paths, report);
   if (outcome.interrupted) return sig == SIGTERM ? 143 : kExitInterrupted;
+  // A signal after the last point finished (during the analysis or the writes): the report is complete, and
+  // the exit says the run was asked to stop, as `timeout` or a Ctrl-C expects.
+  if (const int late = g_signal.load(); late != 0) {
+    std::fprintf(stderr, "batchsweep: %s came after the last batch finished: the report is complete\n",
+                 late == SIGTERM ? "SIGTERM" : "SIGINT");
+    return late == SIGTERM ? 143 : kExitInterrupted;
+  }
   return recommendation_exit(report, "batchsweep");
 }
 

@@ -674,6 +674,12 @@ std::string serving_heading(const Report& report) {
           ? std::string("the measured steps")
           : fmt::format("the measured steps and, for batch{} {}, which kept none, the mean step alone",
                         mean_only.size() > 1 ? "es" : "", fmt::join(mean_only, ", "));
+  // Batches too large to simulate request by request are not rows.
+  const std::vector<int64_t> above = serving_unsimulated_batches(report.points);
+  const std::string left_out =
+      above.empty() ? std::string()
+                    : fmt::format("; max batch{} {} not simulated, past {} requests a step",
+                                  above.size() > 1 ? "es" : "", fmt::join(above, ", "), kServingMostMaxBatch);
   // Rows that did not settle at first ran again with more requests.
   int64_t most = s.requests;
   for (const ServingBatch& b : s.batches) most = std::max(most, b.requests);
@@ -682,11 +688,12 @@ std::string serving_heading(const Report& report) {
                         : fmt::format("{} requests", s.requests);
   return fmt::format(
       "serving {} requests/s{} (simulated from {}: {} arriving at random, one sample each; a dynamic "
-      "batcher{}; a step runs as the smallest swept batch that holds it):",
+      "batcher{}; a step runs as the smallest swept batch that holds it{}):",
       rf::sig3(s.request_rate), searched, source, requests,
       s.max_queue_delay_ms > 0
           ? fmt::format(" that holds a request up to {:g} ms to fill a batch", s.max_queue_delay_ms)
-          : std::string());
+          : std::string(),
+      left_out);
 }
 
 rf::TextTable serving_table(const Report& report) {

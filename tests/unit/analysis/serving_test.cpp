@@ -446,6 +446,31 @@ TEST(Serving, TheMeanOnlyBatchesAreTheOnesItSimulatedSo) {
   EXPECT_EQ(serving_mean_only_batches(std::vector<Point>{slow}), std::vector<int64_t>{8});
 }
 
+// A max batch past kServingMostMaxBatch is no row: request by request, a step of millions near its capacity
+// drew millions of arrivals in each replication (2.9 GB and 16 s a rate at 2^24, minutes for --request-rate
+// max). The heading names them from serving_unsimulated_batches; with nothing smaller, the reason says why.
+TEST(Serving, MaxBatchesPastTheLimitAreNotSimulated) {
+  const std::vector<Point> points = {constant_step(1, 1e-3), constant_step(1024, 1e-3),
+                                     constant_step(int64_t{1} << 24, 1e-3),
+                                     constant_step(int64_t{1} << 20, 1e-3)};
+  EXPECT_THAT(serving_unsimulated_batches(points),
+              ::testing::ElementsAre(int64_t{1} << 20, int64_t{1} << 24));
+  AnalysisOptions max = at_rate(kRequestRateMax);
+  max.latency_slo_ms = 1.0;
+  for (const AnalysisOptions& options : {at_rate(5e8), max}) {
+    const Serving s = simulate_serving(points, options);
+    ASSERT_EQ(s.batches.size(), 2u);
+    EXPECT_EQ(s.batches.back().batch, 1024);
+    EXPECT_EQ(s.best.batch, 1024);
+  }
+  const std::vector<Point> huge = {constant_step(int64_t{1} << 20, 1e-3)};
+  const Serving none = simulate_serving(huge, at_rate(5e8));
+  EXPECT_TRUE(none.batches.empty());
+  EXPECT_FALSE(none.best.batch);
+  EXPECT_THAT(none.best.reason, ::testing::HasSubstr("above max batch 131072, the most simulated request by "
+                                                     "request (batch 1048576)"));
+}
+
 TEST(Serving, OnlyOneMicroBatchAStepServes) {
   const std::vector<Point> points = {measured_point(4, 1000.0, 0.0, 5, 2), constant_step(8, 2.0)};
   const Serving s = simulate_serving(points, at_rate(100.0));
