@@ -555,6 +555,30 @@ TEST(Run, AnExportIntoAPipeNobodyReadsFailsInsteadOfHanging) {
       << r.err;
 }
 
+// A signal after the last point finished (here while the report waits for the pipe's reader; before, during
+// a long serving analysis) was dropped: "stopping after the current step", then minutes more and exit 0. The
+// report is complete, and the exit says the run was asked to stop.
+TEST(Run, ASignalAfterTheLastPointExits130WithTheCompleteReport) {
+  ScratchDir dir;
+  const std::filesystem::path fifo = dir / "late.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string err = (dir / "err").string(), rc = (dir / "rc").string(), out = (dir / "out").string();
+  const std::string command = "bash -c '\"" + std::string(BSW_BINARY) +
+                              "\" run --backend scripted --script \"" + scripted("roofline.json") +
+                              "\" --batch 128,256 --json \"" + fifo.string() + "\" > /dev/null 2> \"" + err +
+                              "\" & pid=$!; " + "for i in $(seq 300); do grep -q \"sweep done\" \"" + err +
+                              "\" && break; sleep 0.1; done; " + "kill -INT $pid; sleep 0.5; cat \"" +
+                              fifo.string() + "\" > \"" + out + "\"; wait $pid; echo $? > \"" + rc + "\"'";
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  EXPECT_EQ(slurp(rc), "130\n") << slurp(err);
+  EXPECT_NE(slurp(err).find("batchsweep: SIGINT came after the last batch finished: the report is complete"),
+            std::string::npos)
+      << slurp(err);
+  const nlohmann::json report = nlohmann::json::parse(slurp(out));
+  EXPECT_EQ(report["state"], "complete");
+  EXPECT_EQ(report["points"].size(), 2u);
+}
+
 // A reader a moment late (`batchsweep run --json f & consumer < f`) still gets the report: the write waits
 // for it, as an input FIFO waits for its writer.
 TEST(Run, AFifoExportWaitsForALateReader) {
