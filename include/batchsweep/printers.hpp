@@ -58,5 +58,7 @@ void check_effective_batch_world_size(int64_t effective_batch, int64_t world_siz
 
 // to_json(report).dump(2), with invalid UTF-8 in strings replaced rather than thrown on; ends with a newline.
 [[nodiscard]] std::string format_json(const Report& report);
+// The largest report analyze, compare and --resume read (run warns where it writes a larger one).
+inline constexpr uint64_t kMaxReportBytes = uint64_t{1} << 30;
 
 }  // namespace bsw

@@ -49,6 +49,7 @@
 #include "batchsweep/telemetry.hpp"
 #include "git_commit.hpp"
 #include "model/suggest.hpp"
+#include "report/format.hpp"
 #include "report/json_pieces.hpp"
 #include "report/view.hpp"
 
@@ -429,6 +430,18 @@ void print_warnings(const std::vector<std::string>& warnings) {
     std::fprintf(stderr, "%swarning:%s %s\n", color ? "\033[33m" : "", color ? "\033[0m" : "", w.c_str());
 }
 
+// The report's JSON; at the end, a warning where it is larger than analyze, compare and --resume read.
+std::string checked_json(const Report& report, bool final) {
+  std::string text = format_json(report);
+  if (final && text.size() > kMaxReportBytes)
+    std::fprintf(
+        stderr,
+        "batchsweep: warning: the report is %s, over the %s analyze, compare and --resume read: fewer "
+        "batches, --rounds or --max-samples keep it readable\n",
+        report_format::human_bytes(text.size()).c_str(), report_format::human_bytes(kMaxReportBytes).c_str());
+  return text;
+}
+
 // Writes every export; one that fails does not keep the others from being written (so those that can be
 // stay in step). Afterwards, one Error naming every export that failed (`failed_flags` gets their flags).
 void write_exports(const Report& report, const ExportSettings& e, bool final,
@@ -443,7 +456,7 @@ void write_exports(const Report& report, const ExportSettings& e, bool final,
       if (failed_flags != nullptr) failed_flags->insert(std::string(flag));
     }
   };
-  if (e.json_path != "-") attempt("--json", e.json_path, [&] { return format_json(report); });
+  if (e.json_path != "-") attempt("--json", e.json_path, [&] { return checked_json(report, final); });
   attempt("--csv", e.csv_path, [&] { return format_csv(report); });
   attempt("--markdown", e.markdown_path, [&] { return format_markdown(report); });
   attempt("--svg", e.svg_path, [&] { return format_svg(report); });
@@ -470,7 +483,7 @@ void print_final(const Report& report, const ExportSettings& e) {
   }
   if (e.json_path == "-") {
     try {
-      write_output("--json", "-", format_json(report));
+      write_output("--json", "-", checked_json(report, true));
     } catch (const Error&) {
       if (!export_error) export_error = std::current_exception();
     }

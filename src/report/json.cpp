@@ -29,8 +29,6 @@ using nlohmann::json;
 
 namespace {
 
-constexpr uint64_t kMaxReportBytes = uint64_t{256} << 20;
-
 // ---------------------------------------------------------------------------------------------------------------
 // Writer
 // ---------------------------------------------------------------------------------------------------------------
@@ -837,7 +835,7 @@ Report read_report(const std::string& path) {
   const uintmax_t size = fs::file_size(path, ec);
   if (ec) throw InputError(path + ": cannot read its size: " + ec.message());
   if (size > kMaxReportBytes) {
-    throw InputError(path + ": " + std::to_string(size) + " bytes is over the 256 MiB limit for a report");
+    throw InputError(path + ": " + std::to_string(size) + " bytes is over the 1 GiB limit for a report");
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open: " + std::strerror(errno));
@@ -845,7 +843,7 @@ Report read_report(const std::string& path) {
   text.reserve(static_cast<size_t>(size));
   text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   if (in.bad()) throw InputError(path + ": read failed: " + std::strerror(errno));
-  if (text.size() > kMaxReportBytes) throw InputError(path + ": over the 256 MiB limit for a report");
+  if (text.size() > kMaxReportBytes) throw InputError(path + ": over the 1 GiB limit for a report");
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
     throw InputError(path + ": file is empty, expected a batchsweep report (JSON)");
   }
@@ -870,8 +868,42 @@ Report read_report(const std::string& path) {
   return report_from_json(doc, path);
 }
 
+namespace {
+
+// `v` as json_text(v, 2) writes it at `depth`, but an array of numbers (a point's samples_ms, up to 100,000
+// steps) on one line: a number a line took about 27 bytes a step, so 93 points at the sample cap wrote a
+// report over what the readers take.
+void pretty_json(const json& v, int depth, std::string& out) {
+  const bool numbers = v.is_array() && std::all_of(v.begin(), v.end(), [](const json& e) {
+                         return e.is_number() || e.is_null();
+                       });
+  if (v.empty() || !v.is_structured() || numbers) {
+    out += json_text(v);
+    return;
+  }
+  const auto next_line = [&](int d) {
+    out += '\n';
+    out.append(static_cast<std::size_t>(2 * d), ' ');
+  };
+  out += v.is_object() ? '{' : '[';
+  bool first = true;
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (!first) out += ',';
+    first = false;
+    next_line(depth + 1);
+    if (v.is_object()) out += json_text(json(it.key())) + ": ";
+    pretty_json(it.value(), depth + 1, out);
+  }
+  next_line(depth);
+  out += v.is_object() ? '}' : ']';
+}
+
+}  // namespace
+
 std::string format_json(const Report& report) {
-  return json_text(to_json(report), 2) + "\n";
+  std::string out;
+  pretty_json(to_json(report), 0, out);
+  return out + "\n";
 }
 
 }  // namespace bsw

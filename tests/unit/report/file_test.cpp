@@ -215,8 +215,8 @@ TEST_F(ReportFiles, OverSizeLimit) {
     std::ofstream out(p, std::ios::binary);
     out << "{}";
   }
-  fs::resize_file(p, (uint64_t{256} << 20) + 1);  // sparse: no real disk use
-  EXPECT_EQ(error_of(p), p + ": 268435457 bytes is over the 256 MiB limit for a report");
+  fs::resize_file(p, kMaxReportBytes + 1);  // sparse: no real disk use
+  EXPECT_EQ(error_of(p), p + ": 1073741825 bytes is over the 1 GiB limit for a report");
 }
 
 TEST_F(ReportFiles, UnreadableFile) {
