@@ -641,7 +641,22 @@ class ExportingObserver final : public SweepObserver {
   void on_measured_points(int measured_points) override {
     report_.settings["measured_points"] = measured_points;
   }
+  // Taken from --resume's report: the report and the table follow, the exports wait for the next measured
+  // point or the end.
+  void on_point_taken(const Point& point, const std::vector<Point>& all_so_far) override {
+    follow(point, all_so_far);
+  }
   void on_point_done(const Point& point, const std::vector<Point>& all_so_far) override {
+    follow(point, all_so_far);
+    if (!exports_.any()) return;
+    rewrite_exports(point);
+  }
+  // What each rewrite adds to its copy of the report (run --resume's warnings, as if the sweep stopped
+  // there).
+  void set_rewrite_notes(std::function<void(Report&)> notes) { rewrite_notes_ = std::move(notes); }
+
+ private:
+  void follow(const Point& point, const std::vector<Point>& all_so_far) {
     progress_.on_point_done(point, all_so_far);
     swept_.insert({point.batch, point.accumulation});
     // Kept up to date without exports too: a fatal error prints what finished (`--json -`, the table).
@@ -656,7 +671,8 @@ class ExportingObserver final : public SweepObserver {
     // Once a later --rounds round runs, every batch is in (round 1 was the whole sweep).
     so_far.unfinished = report_view::lacks_batches(report_);
     report_.analysis = analyze(report_.points, so_far);
-    if (!exports_.any()) return;
+  }
+  void rewrite_exports(const Point& point) {
     // An export that cannot be rewritten (a full disk, a directory made read-only) does not stop the
     // measurement: said once, recorded, and tried again after each point and at the end (exit 1 if that
     // fails too).
@@ -695,9 +711,8 @@ class ExportingObserver final : public SweepObserver {
       }
     }
   }
-  // What each rewrite adds to its copy of the report (run --resume's warnings, as if the sweep stopped
-  // there).
-  void set_rewrite_notes(std::function<void(Report&)> notes) { rewrite_notes_ = std::move(notes); }
+
+ public:
   // The warnings already said on stderr during the sweep: not repeated after it.
   [[nodiscard]] const std::set<std::string>& said() const { return said_; }
   void on_warnings(const std::vector<std::string>& so_far) override { sweep_warnings_ = so_far; }

@@ -136,7 +136,7 @@ class PointRunner {
   // should_stop() interrupted it.
   [[nodiscard]] bool measure_round(int64_t batch, int64_t accumulation, int round);
   // Tells the observer a stored point is done (again, after a round): with every point so far.
-  void notify_done(const Point& stored);
+  void notify_done(const Point& stored, bool taken = false);
   // run --rounds: the warning naming the points whose rounds disagree (rounds_agreement), if any.
   void warn_disagreeing_rounds();
   void add_memory_warning(const Point& point);
@@ -148,7 +148,7 @@ class PointRunner {
   // points, else one naming them all.
   [[nodiscard]] std::vector<std::string> stop_warning_lines() const;
   static constexpr size_t kStopWarningsListed = 3;
-  void insert(Point point);
+  void insert(Point point, bool taken = false);
   // The ok point of SweepSettings::resume_points at (batch, accumulation), if there is one.
   [[nodiscard]] const Point* resumable(int64_t batch, int64_t accumulation) const;
   // The ok resume points of this sweep's accumulation (or effective batch) that it has not reached, whose

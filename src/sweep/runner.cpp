@@ -181,17 +181,18 @@ void PointRunner::set_planned_total(int total, bool estimate) {
   total_is_estimate_ = estimate || rounds > 1;
 }
 
-void PointRunner::insert(Point point) {
+void PointRunner::insert(Point point, bool taken) {
   const auto at = std::upper_bound(points_.begin(), points_.end(), point, point_order);
-  notify_done(*points_.insert(at, std::move(point)));
+  notify_done(*points_.insert(at, std::move(point)), taken);
 }
 
-void PointRunner::notify_done(const Point& stored) {
+void PointRunner::notify_done(const Point& stored, bool taken) {
   observer_.on_warnings(warnings_so_far());
-  if (settings_.resume_points.empty()) {
-    observer_.on_point_done(stored, points_);
+  const std::vector<Point> all = settings_.resume_points.empty() ? points_ : points_with_unreached();
+  if (taken) {
+    observer_.on_point_taken(stored, all);
   } else {
-    observer_.on_point_done(stored, points_with_unreached());
+    observer_.on_point_done(stored, all);
   }
 }
 
@@ -370,7 +371,7 @@ std::optional<Point> PointRunner::measure_point(int64_t batch, int64_t accumulat
     ++resumed_;
     first_round_order_.emplace_back(batch, accumulation);
     add_memory_warning(point);  // against this run's budget and --memory-warn, not the earlier run's
-    insert(point);
+    insert(point, /*taken=*/true);
     return *find(batch, accumulation);
   }
   Point point;

@@ -69,6 +69,10 @@ class RecordingObserver : public SweepObserver {
     done.push_back(point);
     sizes_seen.push_back(all_so_far.size());
   }
+  void on_point_taken(const Point& point, const std::vector<Point>& all_so_far) override {
+    taken.push_back(point.batch);
+    on_point_done(point, all_so_far);
+  }
   bool should_stop() override {
     ++stop_questions;
     return stop_when && stop_when(*this);
@@ -81,6 +85,7 @@ class RecordingObserver : public SweepObserver {
   std::vector<PointStart> starts;
   std::vector<int64_t> probes;  // batches of prepare-only probes, in order
   std::vector<Point> done;
+  std::vector<int64_t> taken;  // the batches of the points taken from resume_points, in order (also in done)
   std::vector<std::size_t> sizes_seen;
   int stop_questions = 0;
   bool ended = false;
