@@ -88,7 +88,8 @@ struct PointHost {
 
 // One round of a point measured in several (run --rounds): its steps follow the earlier rounds' in
 // Point::samples_ms. A round that failed (out of memory at its prepare, a non-finite loss) added no steps.
-inline constexpr int64_t kMaxRounds = 100;  // run --rounds 1..100 (settings.rounds)
+inline constexpr int64_t kMaxRounds = 100;                  // run --rounds 1..100 (settings.rounds)
+inline constexpr int64_t kMaxWorldSize = int64_t{1} << 20;  // run --world-size 1..2^20 (settings.world_size)
 
 struct PointRound {
   int64_t steps = 0;        // timed steps it added to samples_ms

@@ -545,7 +545,7 @@ void add_exports(CLI::App* cmd, ExportSettings& e) {
          "counts them); run --effective-batch E then times one GPU's share, E / N; analyze takes the run's "
          "unless given")
       ->type_name("N")
-      ->transform(whole(1, 1 << 20))
+      ->transform(whole(1, kMaxWorldSize))
       ->needs(config);
 }
 

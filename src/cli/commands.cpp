@@ -222,6 +222,19 @@ void check_writable(const std::string& path, std::string_view flag) {
                          : fmt::format("{} {}: the directory {} does not exist", flag, path, dir.string()));
   if (access(dir.c_str(), W_OK) != 0)
     throw InputError(fmt::format("{} {}: the directory {} is not writable", flag, path, dir.string()));
+  // The temporary file below is named to fit whatever the name's length: a name past the file system's
+  // limit passed, and the sweep ran, to fail at the rename (exit 1).
+  const std::string name = p.filename().string();
+  if (const long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+      name_max > 0 && name.size() > static_cast<std::size_t>(name_max))
+    throw InputError(fmt::format("{} {}: the file name is {} bytes, over the {} this file system takes", flag,
+                                 path, name.size(), name_max));
+  // A symlink loop: the rename would have replaced the link with a file.
+  struct stat link {};
+  struct stat target {};
+  if (::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode) && ::stat(path.c_str(), &target) != 0 &&
+      errno == ELOOP)
+    throw InputError(fmt::format("{} {}: {}", flag, path, std::strerror(ELOOP)));
   if (fs::exists(p, ec) && access(p.c_str(), W_OK) != 0)
     throw InputError(fmt::format("{} {}: the file is not writable", flag, path));
   // access() says yes to root everywhere: create (and remove) the temporary file the export will be written

@@ -316,6 +316,19 @@ class Parser {
     const bool below_max = !field.max || d < *field.max;
     if (!std::isfinite(d) || !above_min || !below_max)
       fail(path, fmt::format("expected {}, got {}", field.range_text, describe(v)));
+    // The optimizer's steps run in fp32: a beta of 0.99999999 is 1 there (AdamW's bias correction divides by
+    // 1 - beta^t = 0, and every point failed as if training diverged), and a learning rate of 5e-324 is 0.
+    const auto f = static_cast<float>(d);
+    if (field.max && !(f < static_cast<float>(*field.max)))
+      fail(path, fmt::format(
+                     "expected {}, got {}, which is {:g} in fp32, the precision the optimizer's steps use "
+                     "(at most {:.9g})",
+                     field.range_text, describe(v), f, std::nextafter(static_cast<float>(*field.max), 0.0F)));
+    if (!field.min_inclusive && field.min == 0 && std::fpclassify(f) != FP_NORMAL)
+      fail(path,
+           fmt::format("expected {}, got {}, which underflows fp32, the precision the optimizer's steps use "
+                       "(at least {:.3g})",
+                       field.range_text, describe(v), std::numeric_limits<float>::min()));
     return d;
   }
 

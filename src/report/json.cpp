@@ -718,15 +718,27 @@ class Reader {
         fail(child(top, "precision"),
              fmt::format("{} is not fp32, tf32, fp16 or bf16", printable_text(precision->dump())));
     }
+    // Each integer written back as one (8.0, as a JSON tool may write it, reads as 8 where it is used).
     if (json* accumulation = present("accumulation")) {
       const int64_t n = integer(*accumulation, child(top, "accumulation"));
       if (n < 1 || n > kMaxBatch)
         fail(child(top, "accumulation"), fmt::format("must be in 1..{} (2^24), got {}", kMaxBatch, n));
+      *accumulation = n;
     }
     if (json* rounds = present("rounds")) {
       const int64_t n = integer(*rounds, child(top, "rounds"));
       if (n < 1 || n > kMaxRounds)
         fail(child(top, "rounds"), fmt::format("must be in 1..{}, got {}", kMaxRounds, n));
+      *rounds = n;
+    }
+    // run --world-size, which --config-for multiplies the batch by: one out of range was dropped without a
+    // word, and the config pasted was for 1 GPU.
+    if (json* world = present("world_size")) {
+      const int64_t n = integer(*world, child(top, "world_size"));
+      if (n < 1 || n > kMaxWorldSize)
+        fail(child(top, "world_size"),
+             fmt::format("must be in 1..{} (2^20, as --world-size takes), got {}", kMaxWorldSize, n));
+      *world = n;
     }
     if (json* effective = present("effective_batch")) {
       const int64_t n = integer(*effective, child(top, "effective_batch"));
@@ -734,6 +746,7 @@ class Reader {
         fail(child(top, "effective_batch"), fmt::format("must be in 1..2^48 (a batch times an accumulation, "
                                                         "each at most 2^24), got {}",
                                                         n));
+      *effective = n;
       // The points are its splits: one of another effective batch would be analysed as one of them.
       for (size_t i = 0; i < r.points.size(); ++i)
         if (r.points[i].effective_batch != n)

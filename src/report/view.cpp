@@ -444,7 +444,7 @@ std::optional<int64_t> world_size_setting(const Report& report) {
   if (!report.settings.is_object()) return std::nullopt;
   const auto n = report.settings.find("world_size");
   if (n == report.settings.end() || !n->is_number_integer() || n->get<int64_t>() < 1 ||
-      n->get<int64_t>() > (int64_t{1} << 20))
+      n->get<int64_t>() > kMaxWorldSize)
     return std::nullopt;
   return n->get<int64_t>();
 }

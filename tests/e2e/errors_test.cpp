@@ -611,6 +611,12 @@ INSTANTIATE_TEST_SUITE_P(
              run_with({"--batch", "1", "--json", "/proc/batchsweep-report.json"}),
              2,
              {"--json /proc/batchsweep-report.json", "cannot create a file in /proc"}},
+        // A name past NAME_MAX: the temporary file is named to fit, so only the rename after the sweep
+        // failed.
+        Case{"output_name_too_long",
+             run_with({"--batch", "1", "--json", "{dir}/" + std::string(251, 'b') + ".json"}),
+             2,
+             {"--json", "the file name is 256 bytes, over the 255 this file system takes"}},
         Case{"missing_output_dir",
              run_with({"--batch", "1", "--json", "{dir}/no/such/dir/r.json"}),
              2,

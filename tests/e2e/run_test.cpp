@@ -2089,6 +2089,20 @@ TEST(Run, StdoutThatCannotBeWrittenIsAnError) {
   }
 }
 
+// An export path that is a symlink loop is refused before the sweep: the rename would have replaced the link
+// with a regular file.
+TEST(Run, AnExportThroughASymlinkLoopIsRefused) {
+  ScratchDir dir;
+  const std::filesystem::path a = dir / "a.json", b = dir / "b.json";
+  std::filesystem::create_symlink(b, a);
+  std::filesystem::create_symlink(a, b);
+  const Result r = run(scripted_run("roofline.json", {"--batch", "128", "--json", a.string()}));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--json " + a.string() + ": Too many levels of symbolic links"), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(std::filesystem::is_symlink(a));
+}
+
 // A device that cannot be opened (/dev/tty in a session without a terminal, as a CI job runs) is refused
 // before the sweep, exit 2, not found after the measurements as exit 1.
 TEST(Run, ADeviceThatCannotBeOpenedIsRefusedBeforeTheSweep) {

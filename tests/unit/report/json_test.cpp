@@ -499,6 +499,14 @@ TEST(ReportJson, ErrorsNameFileAndField) {
        },
        "b.json: settings.accumulation: must be in 1..16777216 (2^24), got 0"},
       {[](json& d) {
+         d["settings"] = {{"world_size", 0}};
+       },
+       "b.json: settings.world_size: must be in 1..1048576 (2^20, as --world-size takes), got 0"},
+      {[](json& d) {
+         d["settings"] = {{"world_size", 8.5}};
+       },
+       "b.json: settings.world_size: expected an integer"},
+      {[](json& d) {
          d["settings"] = {{"effective_batch", 512}};
        },
        "b.json: settings.effective_batch: 512 is not the effective batch of the point at batch 1 (1): a "
@@ -575,6 +583,17 @@ TEST(ReportJson, InvalidUtf8DoesNotThrowWhenPrinted) {
   for (const auto& w : doc["warnings"])
     replaced = replaced || w.get<std::string>() == "bad byte \xEF\xBF\xBD here";  // U+FFFD for the bad byte
   EXPECT_TRUE(replaced) << doc["warnings"].dump();
+}
+
+// A JSON tool may write 8 as 8.0: read back, it is the integer 8 where the settings are used (--config-for's
+// world size took only an integer, and dropped 8.0 without a word: a config for 1 GPU).
+TEST(ReportJson, IntegralSettingsWrittenAsFloatsReadAsIntegers) {
+  json doc = minimal_doc();
+  doc["settings"] = {{"world_size", 8.0}, {"accumulation", 1.0}};
+  const Report r = report_from_json(doc, "b.json");
+  EXPECT_TRUE(r.settings["world_size"].is_number_integer());
+  EXPECT_EQ(r.settings["world_size"], 8);
+  EXPECT_TRUE(r.settings["accumulation"].is_number_integer());
 }
 
 }  // namespace
