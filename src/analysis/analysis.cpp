@@ -969,9 +969,12 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
     // take to arrive at that rate, not those the batch's full throughput would take (which reads the card
     // as busy all the time, and can rank two cards backwards).
     if (options.price_per_hour && analysis.serving &&
-        analysis.serving->best.batch == analysis.recommended.batch && analysis.serving->request_rate > 0)
+        analysis.serving->best.batch == analysis.recommended.batch && analysis.serving->request_rate > 0) {
+      // (At 1e-300 requests/s a million of them cost more than a double holds: unknown, not "$inf".)
+      const double cost = cost_per_million(*options.price_per_hour, analysis.serving->request_rate);
       analysis.recommended_cost_per_million_samples =
-          cost_per_million(*options.price_per_hour, analysis.serving->request_rate);
+          std::isfinite(cost) ? std::optional<double>(cost) : std::nullopt;
+    }
     // One timed step has no spread: the answer may rest on whatever that step met. Said where a script
     // reading only `recommended` sees it, as the sweep's warning says it on the terminal.
     if (p != nullptr && p->samples_ms.size() == 1 &&

@@ -1231,6 +1231,12 @@ int run_app(int argc, char** argv) {
           "takes '=' (--flag=value)",
           arg, arg.substr(0, 2), arg.substr(3), arg.substr(0, 2), arg.substr(3)));
   }
+  // Nothing at all: CLI11's "A subcommand is required" named none of them.
+  if (argc < 2)
+    throw UsageError(
+        fmt::format("a subcommand is required: one of {} (batchsweep run sweeps the default model; "
+                    "--help for usage)",
+                    model_detail::join_names(names)));
   // CLI11 says "A subcommand is required" for a mistyped one; name it, and the nearest, instead.
   if (argc >= 2 && argv[1][0] != '-') {
     const std::string_view word = argv[1];

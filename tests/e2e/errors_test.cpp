@@ -600,7 +600,7 @@ INSTANTIATE_TEST_SUITE_P(
              2,
              {"--markdown /dev/stdout: only --json goes to stdout"}},
         Case{"plan_empty_json_path", {"plan", "--json", ""}, 2, {"--json: needs a file name"}},
-        Case{"no_subcommand", {}, 2, {"subcommand"}}),
+        Case{"no_subcommand", {}, 2, {"a subcommand is required: one of run, plan, analyze"}}),
     [](const auto& test_info) { return test_info.param.name; });
 
 INSTANTIATE_TEST_SUITE_P(

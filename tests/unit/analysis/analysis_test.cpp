@@ -738,6 +738,13 @@ TEST(Cost, ServingCostsThePriceOverTheRequestRate) {
   EXPECT_NEAR(*a.recommended_cost_per_million_samples, 2.5, 1e-9);
   // The points keep their own cost at full throughput.
   EXPECT_NEAR(*points[1].telemetry->cost_per_million_samples, 0.5, 1e-9);
+  // At a rate so low a million requests cost more than a double holds, the cost is unknown ($inf was
+  // printed).
+  options.request_rate = 1e-300;
+  options.price_per_hour = 1e9;
+  const Analysis slow = analyze(points, options);
+  ASSERT_TRUE(slow.recommended.batch);
+  EXPECT_FALSE(slow.recommended_cost_per_million_samples.has_value());
 }
 
 TEST(EffectiveBatchSplit, FastestSplitIsRecommended) {
