@@ -244,6 +244,11 @@ BEYOND = [
                                            "layers": [{"type": "layernorm", "repeat": 5001}]}, *HEAD])),
     ("residuals nested 31 levels: JSON nested deeper than 64", model([nested_residuals(31), *HEAD])),
     ("name of 101 characters, 202 bytes", model(HEAD, name="é" * 101)),
+    # The optimizer's steps run in fp32: a value that is 1, 0 or infinite there.
+    ("beta1 that is 1 in fp32", model(HEAD, optimizer={"beta1": 0.99999999})),
+    ("momentum that is 1 in fp32", model(HEAD, optimizer={"type": "sgd", "momentum": 0.99999999})),
+    ("learning_rate that underflows fp32", model(HEAD, optimizer={"learning_rate": 1e-39})),
+    ("weight_decay that overflows fp32", model(HEAD, optimizer={"weight_decay": 1e39})),
 ]
 
 

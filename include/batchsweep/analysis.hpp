@@ -273,6 +273,8 @@ inline constexpr int kServingRateScanMost = 48;
 // --request-rate max). Batches above it are left out of the serving table (a dynamic batcher's max batch is
 // rarely past a few thousand), and the heading names them (serving_unsimulated_batches).
 inline constexpr int64_t kServingMostMaxBatch = 131072;
+// The warm-up holds two steps of the largest max batch simulated at least.
+static_assert(kServingWarmupMostRequests >= 2 * static_cast<std::size_t>(kServingMostMaxBatch));
 [[nodiscard]] std::vector<int64_t> serving_unsimulated_batches(std::span<const Point> points);
 
 // Sets telemetry->cost_per_million_samples = price_per_hour / 3600 / samples_per_second * 1e6 on every ok

@@ -56,7 +56,8 @@ void check_config_target_mode(std::string_view config_for, bool infer, bool of_r
 // --world-size where it does not divide E. Run and analyze call it before measuring or writing anything.
 void check_effective_batch_world_size(int64_t effective_batch, int64_t world_size);
 
-// to_json(report).dump(2), with invalid UTF-8 in strings replaced rather than thrown on; ends with a newline.
+// to_json(report) indented by 2 as dump(2) would, but each array of numbers on one line (a point's
+// samples_ms), with invalid UTF-8 in strings replaced rather than thrown on; ends with a newline.
 [[nodiscard]] std::string format_json(const Report& report);
 // The largest report analyze, compare and --resume read (run warns where it writes a larger one).
 inline constexpr uint64_t kMaxReportBytes = uint64_t{1} << 30;

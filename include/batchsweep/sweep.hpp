@@ -245,6 +245,10 @@ class SweepObserver {
   virtual void on_point_taken(const Point& point, const std::vector<Point>& all_so_far) {
     on_point_done(point, all_so_far);
   }
+  // Before the runner prepares a point to time it (after its on_point_start; not for one taken from
+  // --resume): where an observer skipped its rewrites for taken points, it writes them now, once for the run
+  // of them, so a sweep killed while this point runs leaves them on disk.
+  virtual void on_measuring() {}
   // Before on_point_done of a point the runner prepared and timed: how many such points the sweep has
   // (SweepOutcome::measured_points so far), so a report rewritten after each point carries it.
   virtual void on_measured_points(int /*measured_points*/) {}

@@ -610,6 +610,19 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
     b.capacity_per_second = pools[i].samples_per_second;
     s.batches.push_back(b);
   }
+  // The smallest batch left out (past kServingMostMaxBatch) that could serve the rate: said where no row
+  // does.
+  const Point* could = nullptr;
+  for (const Point& p : points)
+    if (servable(p) && p.batch > kServingMostMaxBatch && p.samples_per_second > s.request_rate &&
+        (could == nullptr || p.batch < could->batch))
+      could = &p;
+  const std::string left_out =
+      could == nullptr ? std::string()
+                       : fmt::format(
+                             "; batch {} serves up to {} requests/s, but a max batch above {} is not "
+                             "simulated (request by request, steps that large take gigabytes)",
+                             could->batch, format_rate(could->samples_per_second), kServingMostMaxBatch);
   const ServingBatch* lowest = lowest_latency(s);
   if (!lowest) {
     const ServingBatch& most = *std::max_element(s.batches.begin(), s.batches.end(),
@@ -630,7 +643,8 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
             : fmt::format(
                   "every max batch saturates at {}: the most one serves is {} requests/s (batch {}); the "
                   "rate needs more throughput (a larger batch where it still rises, or more GPUs)",
-                  rate, format_rate(most.capacity_per_second), most.batch));
+                  rate, format_rate(most.capacity_per_second), most.batch) +
+                  left_out);
     return s;
   }
   const std::optional<double> budget = options.latency_slo_ms;

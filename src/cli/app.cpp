@@ -41,7 +41,7 @@ namespace {
 std::string exit_codes_for(std::string_view command) {
   const bool all = command.empty();
   std::string out = "Exit codes: 0 success; 1 runtime failure; 2 usage, config or input error";
-  if (all || command == "compare") out += "; 3 regression found by compare --fail-on-regression";
+  if (all || command == "compare") out += ";\n3 regression found by compare --fail-on-regression";
   if (all || command == "run" || command == "analyze")
     out +=
         ";\n"

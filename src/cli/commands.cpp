@@ -654,10 +654,17 @@ class ExportingObserver final : public SweepObserver {
   void on_measured_points(int measured_points) override {
     report_.settings["measured_points"] = measured_points;
   }
-  // Taken from --resume's report: the report and the table follow, the exports wait for the next measured
-  // point or the end.
+  // Taken from --resume's report: the report and the table follow, and the exports are rewritten once for a
+  // run of taken points, before the next point is measured or probed (on_measuring), or by the next point's
+  // rewrite, or at the end.
   void on_point_taken(const Point& point, const std::vector<Point>& all_so_far) override {
     follow(point, all_so_far);
+    if (exports_.any()) unwritten_ = point;
+  }
+  void on_measuring() override {
+    if (!unwritten_) return;
+    const Point taken = std::move(*unwritten_);  // rewrite_exports clears unwritten_
+    rewrite_exports(taken);
   }
   void on_point_done(const Point& point, const std::vector<Point>& all_so_far) override {
     follow(point, all_so_far);
@@ -686,6 +693,7 @@ class ExportingObserver final : public SweepObserver {
     report_.analysis = analyze(report_.points, so_far);
   }
   void rewrite_exports(const Point& point) {
+    unwritten_.reset();
     // An export that cannot be rewritten (a full disk, a directory made read-only) does not stop the
     // measurement: said once, recorded, and tried again after each point and at the end (exit 1 if that
     // fails too).
@@ -761,6 +769,7 @@ class ExportingObserver final : public SweepObserver {
   std::set<std::string> said_;
   std::vector<std::string> sweep_warnings_;
   std::function<void(Report&)> rewrite_notes_;
+  std::optional<Point> unwritten_;  // the last point taken from --resume since the exports were rewritten
   ProgressPrinter progress_;
 
   // Appends `extra` to `warnings` for as long as it lives (a rewrite), then takes them off again.

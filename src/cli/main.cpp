@@ -84,7 +84,8 @@ int stdout_error() {
   const int error = bsw::cli::flush_stdout();
   if (error != -1) return error;
   pollfd out{STDOUT_FILENO, POLLOUT, 0};
-  return ::poll(&out, 1, 0) == 1 && (out.revents & POLLERR) != 0 ? EPIPE : error;
+  // (POLLERR: a pipe without a reader; POLLHUP: a socket whose peer closed.)
+  return ::poll(&out, 1, 0) == 1 && (out.revents & (POLLERR | POLLHUP)) != 0 ? EPIPE : error;
 }
 
 }  // namespace

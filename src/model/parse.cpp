@@ -317,8 +317,14 @@ class Parser {
     if (!std::isfinite(d) || !above_min || !below_max)
       fail(path, fmt::format("expected {}, got {}", field.range_text, describe(v)));
     // The optimizer's steps run in fp32: a beta of 0.99999999 is 1 there (AdamW's bias correction divides by
-    // 1 - beta^t = 0, and every point failed as if training diverged), and a learning rate of 5e-324 is 0.
+    // 1 - beta^t = 0, and every point failed as if training diverged), a learning rate of 5e-324 is 0, and a
+    // weight decay of 1e39 is infinite.
     const auto f = static_cast<float>(d);
+    if (!std::isfinite(f))
+      fail(path,
+           fmt::format("expected {}, got {}, which overflows fp32, the precision the optimizer's steps use "
+                       "(at most {:.3g})",
+                       field.range_text, describe(v), std::numeric_limits<float>::max()));
     if (field.max && !(f < static_cast<float>(*field.max)))
       fail(path, fmt::format(
                      "expected {}, got {}, which is {:g} in fp32, the precision the optimizer's steps use "

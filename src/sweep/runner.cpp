@@ -247,6 +247,7 @@ std::optional<FitProbe> PointRunner::probe(int64_t batch, int64_t accumulation) 
     if (auto now = over_memory_now(batch, accumulation)) return FitProbe{Fit::oom, std::move(*now)};
     return FitProbe{Fit::fits, {}};
   }
+  observer_.on_measuring();  // a probe's prepare may take as long as a point
   observer_.on_probe_start(batch, accumulation);
   struct ProbeDone {  // also when prepare_point throws
     SweepObserver& observer;
@@ -374,6 +375,7 @@ std::optional<Point> PointRunner::measure_point(int64_t batch, int64_t accumulat
     insert(point, /*taken=*/true);
     return *find(batch, accumulation);
   }
+  observer_.on_measuring();
   Point point;
   point.batch = batch;
   point.accumulation = accumulation;

@@ -463,6 +463,11 @@ TEST(Serving, MaxBatchesPastTheLimitAreNotSimulated) {
     EXPECT_EQ(s.batches.back().batch, 1024);
     EXPECT_EQ(s.best.batch, 1024);
   }
+  // A rate only a batch left out could serve: the reason names it.
+  const Serving over = simulate_serving(points, at_rate(2e9));
+  EXPECT_FALSE(over.best.batch);
+  EXPECT_THAT(over.best.reason, ::testing::HasSubstr("; batch 1048576 serves up to"));
+  EXPECT_THAT(over.best.reason, ::testing::HasSubstr("but a max batch above 131072 is not simulated"));
   const std::vector<Point> huge = {constant_step(int64_t{1} << 20, 1e-3)};
   const Serving none = simulate_serving(huge, at_rate(5e8));
   EXPECT_TRUE(none.batches.empty());

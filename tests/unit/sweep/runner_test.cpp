@@ -151,6 +151,10 @@ TEST(Runner, ResumedPointsAreTakenNotMeasured) {
   // ... as one taken, not measured: the CLI rewrites its exports after a measured point only (once per taken
   // point made a resume quadratic in the report's size).
   EXPECT_THAT(observer.taken, ::testing::ElementsAre(64));
+  // ... and before the next point is prepared, the observer hears it (the CLI writes the taken points then,
+  // so a run killed while it measures leaves them on disk): batch 8 x 4 measured, 64 taken, 128 measured
+  // (1024 is over the budget, never prepared).
+  EXPECT_THAT(observer.events, ::testing::ElementsAre("measuring", "taken 64", "measuring"));
 }
 
 // An interrupted resume keeps the earlier points it had not reached, unless they no longer fit: over this

@@ -71,8 +71,10 @@ class RecordingObserver : public SweepObserver {
   }
   void on_point_taken(const Point& point, const std::vector<Point>& all_so_far) override {
     taken.push_back(point.batch);
+    events.push_back("taken " + std::to_string(point.batch));
     on_point_done(point, all_so_far);
   }
+  void on_measuring() override { events.push_back("measuring"); }
   bool should_stop() override {
     ++stop_questions;
     return stop_when && stop_when(*this);
@@ -86,6 +88,7 @@ class RecordingObserver : public SweepObserver {
   std::vector<int64_t> probes;  // batches of prepare-only probes, in order
   std::vector<Point> done;
   std::vector<int64_t> taken;  // the batches of the points taken from resume_points, in order (also in done)
+  std::vector<std::string> events;  // "taken N" and "measuring", in order
   std::vector<std::size_t> sizes_seen;
   int stop_questions = 0;
   bool ended = false;
