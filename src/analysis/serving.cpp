@@ -80,12 +80,17 @@ bool servable(const Point& p) {
   return is_ok(p) && p.accumulation == 1;
 }
 
+// A servable point too large a max batch to simulate request by request (kServingMostMaxBatch).
+bool past_the_limit(const Point& p) {
+  return servable(p) && p.batch > kServingMostMaxBatch;
+}
+
 // The servable points up to kServingMostMaxBatch (the fastest where two share a batch), by batch, with steps
 // to draw: their samples, else their mean step.
 std::vector<Pool> pools_of(std::span<const Point> points) {
   std::vector<Pool> pools;
   for (const Point& p : points) {
-    if (!servable(p) || p.batch > kServingMostMaxBatch) continue;
+    if (!servable(p) || past_the_limit(p)) continue;
     std::vector<double> ms;
     for (double v : p.samples_ms)
       if (std::isfinite(v) && v > 0) ms.push_back(v);
@@ -116,7 +121,7 @@ std::vector<int64_t> serving_mean_only_batches(std::span<const Point> points) {
 std::vector<int64_t> serving_unsimulated_batches(std::span<const Point> points) {
   std::vector<int64_t> batches;
   for (const Point& p : points)
-    if (servable(p) && p.batch > kServingMostMaxBatch) batches.push_back(p.batch);
+    if (past_the_limit(p)) batches.push_back(p.batch);
   std::sort(batches.begin(), batches.end());
   batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
   return batches;
@@ -614,7 +619,7 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
   // does.
   const Point* could = nullptr;
   for (const Point& p : points)
-    if (servable(p) && p.batch > kServingMostMaxBatch && p.samples_per_second > s.request_rate &&
+    if (past_the_limit(p) && p.samples_per_second > s.request_rate &&
         (could == nullptr || p.batch < could->batch))
       could = &p;
   const std::string left_out =

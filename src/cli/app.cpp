@@ -1238,7 +1238,7 @@ int run_app(int argc, char** argv) {
                     "--help for usage)",
                     model_detail::join_names(names)));
   // CLI11 says "A subcommand is required" for a mistyped one; name it, and the nearest, instead.
-  if (argc >= 2 && argv[1][0] != '-') {
+  if (argv[1][0] != '-') {
     const std::string_view word = argv[1];
     if (!is_subcommand(word))
       throw UsageError(fmt::format("unknown subcommand '{}'{} (one of {}; --help for usage)", word,

@@ -675,6 +675,31 @@ class ExportingObserver final : public SweepObserver {
   // there).
   void set_rewrite_notes(std::function<void(Report&)> notes) { rewrite_notes_ = std::move(notes); }
 
+  // The warnings already said on stderr during the sweep: not repeated after it.
+  [[nodiscard]] const std::set<std::string>& said() const { return said_; }
+  void on_warnings(const std::vector<std::string>& so_far) override { sweep_warnings_ = so_far; }
+  // The sweep's warnings as it last gave them (on_warnings): a fatal error's report holds them.
+  [[nodiscard]] const std::vector<std::string>& sweep_warnings() const { return sweep_warnings_; }
+  bool should_stop() override { return progress_.should_stop(); }
+  void on_sweep_end(bool interrupted) override { progress_.on_sweep_end(interrupted); }
+  // (batch, accumulation) of every point the sweep finished (measured, taken from --resume, or unfit).
+  [[nodiscard]] const std::set<std::pair<int64_t, int64_t>>& swept() const { return swept_; }
+
+  void on_timed_start(const Point& /*point*/) override {
+    if (telemetry_ != nullptr && telemetry_->available()) telemetry_->start();
+  }
+  std::vector<std::string> on_timed_end(Point& point) override {
+    if (telemetry_ == nullptr || !telemetry_->running()) return {};
+    const TelemetryWindow window = telemetry_->stop();
+    const int64_t samples = static_cast<int64_t>(point.samples_ms.size()) * point.effective_batch;
+    point.telemetry = to_point_telemetry(window, samples);
+    std::vector<std::string> warnings;
+    const std::string prefix = fmt::format("batch {}: ", batch_label(point.batch, point.accumulation));
+    for (const std::string& w : trust_warnings(window)) warnings.push_back(prefix + w);
+    if (!window.energy_note.empty()) warnings.push_back(prefix + window.energy_note);
+    return warnings;
+  }
+
  private:
   void follow(const Point& point, const std::vector<Point>& all_so_far) {
     progress_.on_point_done(point, all_so_far);
@@ -733,33 +758,6 @@ class ExportingObserver final : public SweepObserver {
     }
   }
 
- public:
-  // The warnings already said on stderr during the sweep: not repeated after it.
-  [[nodiscard]] const std::set<std::string>& said() const { return said_; }
-  void on_warnings(const std::vector<std::string>& so_far) override { sweep_warnings_ = so_far; }
-  // The sweep's warnings as it last gave them (on_warnings): a fatal error's report holds them.
-  [[nodiscard]] const std::vector<std::string>& sweep_warnings() const { return sweep_warnings_; }
-  bool should_stop() override { return progress_.should_stop(); }
-  void on_sweep_end(bool interrupted) override { progress_.on_sweep_end(interrupted); }
-  // (batch, accumulation) of every point the sweep finished (measured, taken from --resume, or unfit).
-  [[nodiscard]] const std::set<std::pair<int64_t, int64_t>>& swept() const { return swept_; }
-
-  void on_timed_start(const Point& /*point*/) override {
-    if (telemetry_ != nullptr && telemetry_->available()) telemetry_->start();
-  }
-  std::vector<std::string> on_timed_end(Point& point) override {
-    if (telemetry_ == nullptr || !telemetry_->running()) return {};
-    const TelemetryWindow window = telemetry_->stop();
-    const int64_t samples = static_cast<int64_t>(point.samples_ms.size()) * point.effective_batch;
-    point.telemetry = to_point_telemetry(window, samples);
-    std::vector<std::string> warnings;
-    const std::string prefix = fmt::format("batch {}: ", batch_label(point.batch, point.accumulation));
-    for (const std::string& w : trust_warnings(window)) warnings.push_back(prefix + w);
-    if (!window.energy_note.empty()) warnings.push_back(prefix + window.energy_note);
-    return warnings;
-  }
-
- private:
   Telemetry* telemetry_;
   Report& report_;
   const ExportSettings& exports_;

@@ -96,22 +96,22 @@ int main(int argc, char** argv) {
   // so is a file past `ulimit -f` (EFBIG, not SIGXFSZ's kill that leaves a temporary file behind).
   std::signal(SIGPIPE, SIG_IGN);
   std::signal(SIGXFSZ, SIG_IGN);
-  // Help and the version read into a pager or `head` that stopped reading: nothing a job reads was lost,
-  // and a broken-pipe error would be noise (`batchsweep help run | head`). A full disk is still exit 1.
-  const bool help_text = [&] {
-    if (argc >= 2 && (std::strcmp(argv[1], "help") == 0 || std::strcmp(argv[1], "version") == 0 ||
-                      std::strcmp(argv[1], "--version") == 0))
-      return true;
-    for (int i = 1; i < argc; ++i)
-      if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return true;
-    return false;
-  }();
   try {
     const int code = bsw::cli::run_app(argc, argv);
     // The table (or an export) on stdout that never reached it (a full disk, a reader that left): a job
     // reading exit 0, 3 or 4 would take a cut-off output for the whole, as `--json -` already says. A
     // failure's own code (1, 2, an interrupt) stands.
-    if (const int error = stdout_error(); error == EPIPE && code == bsw::kExitOk && help_text)
+    // Help and the version read into a pager or `head` that stopped reading: nothing a job reads was lost,
+    // and a broken-pipe error would be noise (`batchsweep help run | head`). A full disk is still exit 1.
+    const auto help_text = [&] {
+      if (argc >= 2 && (std::strcmp(argv[1], "help") == 0 || std::strcmp(argv[1], "version") == 0 ||
+                        std::strcmp(argv[1], "--version") == 0))
+        return true;
+      for (int i = 1; i < argc; ++i)
+        if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return true;
+      return false;
+    };
+    if (const int error = stdout_error(); error == EPIPE && code == bsw::kExitOk && help_text())
       return code;
     else if (error != 0) {
       // The cause where a flush saw it; an earlier failed write left only the stream's error flag.
