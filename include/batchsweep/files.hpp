@@ -20,6 +20,9 @@ namespace bsw {
 // file; a stream target (above) is written in place; "-" writes to stdout. Throws InputError naming the path
 // (and leaves an existing file untouched) on failure.
 void write_file_atomic(const std::string& path, const std::string& content);
+// Called from a stop signal's handler (async-signal-safe: one lock-free store). From then on a write into a
+// pipe whose reader takes nothing for kFifoWaitS fails instead of waiting for it for ever.
+void stop_waiting_writers() noexcept;
 // Opens `path` to read, as open(2) with O_RDONLY | O_CLOEXEC, except that a named pipe (FIFO) nothing has
 // opened to write does not block the process forever: it waits up to kFifoWaitS for a writer's data (or its
 // end), then gives up. A pipe (`--model <(cat m.json)`) reads as a file. Returns the descriptor, or -1 with

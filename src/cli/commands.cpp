@@ -132,6 +132,7 @@ extern "C" void on_signal(int sig) {
   }
   g_first_signal_ns.store(now);
   g_signal.store(sig);
+  stop_waiting_writers();
   // A long step (a large model on the CPU) is not cut: say at once that the signal was taken. write() is
   // async-signal-safe.
   static constexpr char kSaidInt[] =

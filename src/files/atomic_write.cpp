@@ -3,14 +3,17 @@
 // fsync, rename over `path` (and remove what writers killed before their rename left there). Pipes, FIFOs and
 // devices are written in place instead (a rename would replace them).
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -57,18 +60,54 @@ std::string describe_open_failure(const std::string& path, int error) {
   return path + ": cannot write: " + std::strerror(error);
 }
 
-// Writes all of `content` to fd; false with errno set on failure.
+// Writes all of `content` to fd; false with errno set on failure. A pipe's end is non-blocking here, so the
+// wait for its reader is a poll(), which a stop signal always interrupts (a blocked write() that has moved
+// some bytes returns them instead, and the next one blocks again). Once a stop signal has come (before or
+// during the write), a reader that
+// takes nothing for kFifoWaitS ends the write (ETIMEDOUT): one Ctrl-C or SIGTERM ends the run as it says it
+// will instead of waiting on a stalled reader for ever. Until then a slow reader (a pager) is waited for.
+std::atomic<bool> g_stop_signalled = false;
+static_assert(std::atomic<bool>::is_always_lock_free);
+
 bool write_all(int fd, const std::string& content) {
+  using Clock = std::chrono::steady_clock;
   const char* data = content.data();
   size_t left = content.size();
+  bool stopping = g_stop_signalled.load();
+  Clock::time_point last_progress = Clock::now();
   while (left > 0) {
     const ssize_t n = ::write(fd, data, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
+    if (n > 0) {
+      data += n;
+      left -= static_cast<size_t>(n);
+      last_progress = Clock::now();
+      continue;
+    }
+    if (n < 0 && errno == EINTR) {
+      stopping = true;
+      continue;
+    }
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return false;
+    int timeout_ms = -1;
+    stopping = stopping || g_stop_signalled.load();
+    if (stopping) {
+      const auto left_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               last_progress + std::chrono::seconds(kFifoWaitS) - Clock::now())
+                               .count();
+      if (left_ms <= 0) {
+        errno = ETIMEDOUT;
+        return false;
+      }
+      timeout_ms = static_cast<int>(left_ms);
+    }
+    pollfd room{fd, POLLOUT, 0};
+    const int ready = ::poll(&room, 1, timeout_ms);
+    if (ready < 0 && errno == EINTR) {
+      stopping = true;
+    } else if (ready < 0) {
       return false;
     }
-    data += n;
-    left -= static_cast<size_t>(n);
+    // Room, a timeout (measured again above) or POLLERR/POLLHUP, which the next write reports.
   }
   return true;
 }
@@ -128,6 +167,10 @@ void remove_stale_temps(const std::string& path) {
 
 }  // namespace
 
+void stop_waiting_writers() noexcept {
+  g_stop_signalled.store(true);
+}
+
 std::string temp_path_beside(const std::string& path) {
   const std::string name = host_name();
   const std::string pid = std::to_string(::getpid());
@@ -163,7 +206,7 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   if (is_stream_target(path)) {
     // Non-blocking open: a FIFO nobody reads fails (ENXIO) instead of hanging after the measurements. A
     // reader may be a moment late (`batchsweep run --json f & consumer < f`): tried again for up to
-    // kFifoWaitS, as an input FIFO waits for its writer. The writes then block as usual.
+    // kFifoWaitS, as an input FIFO waits for its writer. The descriptor stays non-blocking (see write_all).
     int opened = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat target {};
     const bool fifo = ::stat(path.c_str(), &target) == 0 && S_ISFIFO(target.st_mode);  // not a socket's ENXIO
@@ -178,10 +221,12 @@ void write_file_atomic(const std::string& path, const std::string& content) {
                          std::to_string(kFifoWaitS) + " s");
       throw InputError(path + ": cannot write: " + std::strerror(errno));
     }
-    const int flags = ::fcntl(fd.get(), F_GETFL);
-    if (flags >= 0) static_cast<void>(::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK));
-    if (!write_all(fd.get(), content) || fd.close() != 0)
+    if (!write_all(fd.get(), content) || fd.close() != 0) {
+      if (errno == ETIMEDOUT)
+        throw InputError(path + ": cannot write: stopped; the reader took nothing for " +
+                         std::to_string(kFifoWaitS) + " s after the stop signal");
       throw InputError(path + ": cannot write: " + std::strerror(errno));
+    }
     return;
   }
   const std::string temp = temp_path_beside(path);

@@ -579,6 +579,32 @@ TEST(Run, ASignalAfterTheLastPointExits130WithTheCompleteReport) {
   EXPECT_EQ(report["points"].size(), 2u);
 }
 
+// A pipe's reader that stopped reading (here: one that holds the FIFO open and never reads) held the final
+// write for ever, and a SIGTERM said "stopping" and changed nothing. After the signal the reader has 10 s to
+// take more; then the write fails naming the flag (exit 1), and the run ends.
+TEST(Run, AStopSignalEndsAWriteIntoAStalledPipe) {
+  ScratchDir dir;
+  const std::filesystem::path fifo = dir / "stalled.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string err = (dir / "err").string(), rc = (dir / "rc").string();
+  // 3000 samples at each of 4 batches: a report larger than the pipe's 64 KiB. `exec 3<>` holds a reader.
+  const std::string command =
+      "bash -c 'exec 3<> \"" + fifo.string() + "\"; \"" + std::string(BSW_BINARY) +
+      "\" run --backend scripted --script \"" + scripted("roofline.json") +
+      "\" --batch 1,2,4,8 --warmup 0 --min-samples 3000 --json \"" + fifo.string() + "\" > /dev/null 2> \"" +
+      err + "\" 3>&- & pid=$!; " + "for i in $(seq 300); do grep -q \"sweep done\" \"" + err +
+      "\" && break; sleep 0.1; done; sleep 0.5; kill -TERM $pid; wait $pid; echo $? > \"" + rc + "\"'";
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(40));
+  EXPECT_EQ(slurp(rc), "1\n") << slurp(err);
+  EXPECT_NE(
+      slurp(err).find("--json: " + fifo.string() +
+                      ": cannot write: stopped; the reader took nothing for 10 s after the stop signal"),
+      std::string::npos)
+      << slurp(err);
+}
+
 // A reader a moment late (`batchsweep run --json f & consumer < f`) still gets the report: the write waits
 // for it, as an input FIFO waits for its writer.
 TEST(Run, AFifoExportWaitsForALateReader) {
