@@ -34,8 +34,11 @@ struct PlanSummary {
   };
   std::vector<CardFit> cards;
   std::optional<int64_t> max_fit_batch;  // with --memory: the largest batch that fits (nullopt: not even 1)
-  bool with_buffers = false;             // --buffers: list every buffer of each plan
-  int64_t accumulation = 1;              // --accumulation: max_fit_batch is a micro-batch of this many
+  // With --memory of exabytes: the batch after max_fit_batch is refused as a plan past 2^62 bytes, so that
+  // limit, not the memory, stops the batch there.
+  bool max_fit_at_plan_limit = false;
+  bool with_buffers = false;  // --buffers: list every buffer of each plan
+  int64_t accumulation = 1;   // --accumulation: max_fit_batch is a micro-batch of this many
   // --effective-batch N: the plans are splits of N (micro-batch x accumulation, each its own), and
   // max_fit_batch is the micro-batch of the split with the largest one that fits (memory does not depend
   // on the accumulation).

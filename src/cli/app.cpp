@@ -1207,6 +1207,9 @@ int run_app(int argc, char** argv) {
     const std::string_view flag = argv[1];
     const bool own = flag == "-h" || flag == "--help" || flag.starts_with("--help=") || flag == "--version" ||
                      flag == "--";
+    // `batchsweep --version extra`: as `batchsweep version --json` is refused, not a version printed over it.
+    if (flag == "--version" && argc >= 3)
+      throw UsageError(fmt::format("--version takes no arguments, got '{}'", argv[2]));
     if (!own) {
       const char* const* sub =
           std::find_if(argv + 2, argv + argc, [&](const char* a) { return is_subcommand(a); });

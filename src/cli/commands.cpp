@@ -399,6 +399,33 @@ InputFile model_input(const std::string& model) {
   return {"the --model file", file ? model : std::string()};
 }
 
+// Two inputs that are one stream (`--model /dev/stdin --script /dev/stdin`, a FIFO named twice): the first
+// read takes it all, and the second would report the first's content as its own error ("unknown key 'curve'
+// in a model config"). Refused up front, naming both flags. Regular files may be read twice.
+struct InputStream {
+  std::string_view flag;  // "--model"
+  std::string path;       // empty: not a file (a preset's name), or not given
+};
+
+void check_streams_read_once(const std::vector<InputStream>& inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    struct stat a {};
+    if (inputs[i].path.empty() || ::stat(inputs[i].path.c_str(), &a) != 0 || S_ISREG(a.st_mode) ||
+        S_ISDIR(a.st_mode))
+      continue;
+    for (size_t j = i + 1; j < inputs.size(); ++j) {
+      struct stat b {};
+      if (inputs[j].path.empty() || ::stat(inputs[j].path.c_str(), &b) != 0 || a.st_dev != b.st_dev ||
+          a.st_ino != b.st_ino || a.st_rdev != b.st_rdev)
+        continue;
+      throw UsageError(fmt::format(
+          "{} {} and {} {}: both read one stream (a pipe or device), and it can be read only once; give "
+          "one of them a file",
+          inputs[i].flag, inputs[i].path, inputs[j].flag, inputs[j].path));
+    }
+  }
+}
+
 void check_exports(ExportSettings& e, const std::vector<InputFile>& inputs) {
   const ExportSettings given = e;  // as typed, for the messages
   e.json_path = resolve_export_path(e.json_path, "--json");
@@ -1068,6 +1095,15 @@ int plan_command(const PlanSettings& given, const std::vector<std::string>& argv
       }
     summary.max_fit_batch = max_fit_batch(graph, request, *s.memory_bytes);
     if (summary.max_fit_batch && *summary.max_fit_batch > cap) summary.max_fit_batch = cap;
+    if (summary.max_fit_batch && *summary.max_fit_batch < cap) {
+      PlanRequest next = request;
+      next.batch = *summary.max_fit_batch + 1;
+      try {
+        (void)make_plan(graph, next);
+      } catch (const UsageError&) {
+        summary.max_fit_at_plan_limit = true;
+      }
+    }
     if (s.mode == Mode::train && !s.checkpointing && !s.effective_batch && !graph.blocks.empty() &&
         summary.max_fit_batch && *summary.max_fit_batch < cap) {
       PlanRequest checkpointed = request;
@@ -1627,6 +1663,9 @@ int run_command(const RunSettings& given, const std::vector<std::string>& argv) 
   check_exports(
       exports,
       {model_input(s.model), {"the --script file", s.script}, {"the --resume report", s.resume_path, true}});
+  check_streams_read_once({{"--model", preset_text(s.model).empty() ? s.model : std::string()},
+                           {"--script", s.script},
+                           {"--resume", s.resume_path}});
   const ModelSpec model = load_model(s.model, model_overrides(s.model_sets));
   const Graph graph = lower(model);
   check_trainable(graph, s.sweep.mode);
@@ -2066,6 +2105,9 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
   std::vector<InputFile> inputs;
   for (const std::string& path : s.report_paths) inputs.push_back({"a report compare reads", path});
   check_inputs_spared(exports, inputs);
+  std::vector<InputStream> streams;
+  for (const std::string& path : s.report_paths) streams.push_back({"report", path});
+  check_streams_read_once(streams);
   // A gate that cannot compare at all (a report missing or unreadable, runs of different modes) has no
   // answer to write, and an export left from an earlier job would read as this one's: removed, and said.
   // (Gates that compare and refuse write their refusal there instead, below.)

@@ -86,7 +86,9 @@ std::vector<ModelOverride::Step> parse_path(std::string_view text, std::string_v
       // [01] would be [1] under another spelling: one path, two names (and "set twice" unseen).
       if (path[digits] == '0' && i - digits > 1) bad(digits, "a list index with a leading zero");
       if (i - digits > kMaxIndexDigits) bad(digits, "a list index too large for any config");
-      if (i >= path.size() || path[i] != ']') bad(i, "a '[' without its ']'");
+      if (i >= path.size() || path[i] != ']')
+        bad(i, path.find(']', i) != std::string_view::npos ? "a list index that is not a whole number"
+                                                           : "a '[' without its ']'");
       steps.push_back({std::string(), static_cast<size_t>(std::strtoull(path.data() + digits, nullptr, 10))});
       ++i;
     }

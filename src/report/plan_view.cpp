@@ -527,10 +527,17 @@ std::string format_plan_table(const PlanSummary& s) {
           s.accumulation > 1 ? fmt::format(" (a micro-batch: effective batch {} with accumulation {})",
                                            *s.max_fit_batch * s.accumulation, s.accumulation)
                              : std::string();
-      out += fmt::format(
-          "largest batch that fits in {}: {}{} (plans may use {:.0f}% of it; the rest is headroom for "
-          "what no plan holds: {})\n",
-          memory_text(s), *s.max_fit_batch, accumulated, kMemorySafetyFraction * 100, headroom_text(s));
+      if (s.max_fit_at_plan_limit)
+        out += fmt::format(
+            "largest batch that fits in {}: {}{}, the largest batch batchsweep can plan: at batch {} the "
+            "plan "
+            "passes 2^62 bytes, the most it holds (memory does not limit the batch there)\n",
+            memory_text(s), *s.max_fit_batch, accumulated, *s.max_fit_batch + 1);
+      else
+        out += fmt::format(
+            "largest batch that fits in {}: {}{} (plans may use {:.0f}% of it; the rest is headroom for "
+            "what no plan holds: {})\n",
+            memory_text(s), *s.max_fit_batch, accumulated, kMemorySafetyFraction * 100, headroom_text(s));
       // The fused attention stops at kCudnnSdpaMostSequences: past it the plan is our explicit attention's.
       if (attention_limits(s, *s.max_fit_batch))
         out += fmt::format(

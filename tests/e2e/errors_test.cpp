@@ -839,6 +839,24 @@ TEST(BadInput, ANamedPipeNothingWritesToIsAnErrorNotAHang) {
   EXPECT_EQ(slurp(dir / "rc"), "0\n");
 }
 
+// One stream named by two inputs (`--model /dev/stdin --script /dev/stdin`): the model took all of it, and
+// the script's keys were then reported as the model's ("unknown key 'curve' in a model config"). Refused up
+// front, naming both flags; one regular file named twice is read twice, as before.
+TEST(BadInput, OneStreamGivenAsTwoInputsIsRefusedNamingBoth) {
+  ScratchDir dir;
+  const std::string err = (dir / "err").string(), rc = (dir / "rc").string();
+  const std::string command =
+      "cat '" + scripted("roofline.json") + "' | '" + std::string(BSW_BINARY) +
+      "' run --backend scripted --model /dev/stdin --script /dev/stdin > /dev/null 2> '" + err +
+      "'; echo $? > '" + rc + "'";
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  EXPECT_EQ(slurp(rc), "2\n") << slurp(err);
+  EXPECT_NE(slurp(err).find("--model /dev/stdin and --script /dev/stdin: both read one stream (a pipe or "
+                            "device), and it can be read only once; give one of them a file"),
+            std::string::npos)
+      << slurp(err);
+}
+
 // A file name holding a terminal escape (or a newline) is quoted with them shown, not acted on: the error
 // must not color the rest of the terminal or split the log line.
 TEST(BadInput, AnErrorShowsControlCharactersInAPathRatherThanSendingThem) {
@@ -893,6 +911,16 @@ TEST(BadInput, AModelWithNoBatchThatPlansIsRefusedByPlanAndRunAlike) {
                     "a smaller batch plans"),
       std::string::npos)
       << plan.err;
+  // With memory of exabytes the plan's 2^62-byte limit, not the memory, stops the largest batch that fits:
+  // said so (it read "fits in 16.0 EiB ... (plans may use 95% of it)" at a plan of a quarter of it).
+  const Result vast = run({"plan", "--model", wide, "--batch", "1", "--memory", "18446744073709551615"});
+  EXPECT_EQ(vast.exit_code, 0) << vast.err;
+  EXPECT_NE(
+      vast.out.find("largest batch that fits in 16.0 EiB on the CPU backend: 16711934, the largest batch "
+                    "batchsweep can plan: at batch 16711935 the plan passes 2^62 bytes, the most it holds "
+                    "(memory does not limit the batch there)"),
+      std::string::npos)
+      << vast.out;
 }
 
 // Descriptions are wrapped to the terminal ($COLUMNS off one), each continuation under its column: a line of
@@ -975,6 +1003,11 @@ TEST(Help, HelpAndVersionAsWordsAndFlagsInTheWrongPlace) {
   EXPECT_EQ(version_extra.exit_code, 2);
   EXPECT_NE(version_extra.err.find("version takes no arguments, got 'extra'"), std::string::npos)
       << version_extra.err;
+  const Result flag_extra = run({"--version", "extra"});
+  EXPECT_EQ(flag_extra.exit_code, 2);
+  EXPECT_NE(flag_extra.err.find("--version takes no arguments, got 'extra'"), std::string::npos)
+      << flag_extra.err;
+  EXPECT_EQ(flag_extra.out, "");
   // The two words' own help, and help's.
   for (const std::vector<std::string>& asks :
        {std::vector<std::string>{"version", "--help"}, {"version", "-h"}, {"help", "version"}}) {

@@ -285,6 +285,11 @@ ScriptedConfig parse_scripted_config(const nlohmann::json& doc, const std::strin
     config.name = name->get<std::string>();
     // It titles tables and lines: a newline would split them (as a model's name, refused).
     if (has_control_characters(config.name)) in.fail("name", "must not contain control characters");
+    // As a model's name: it is printed in every title, and a device's name is a line, not a document.
+    static constexpr size_t kMaxNameBytes = 200;
+    if (config.name.size() > kMaxNameBytes)
+      in.fail("name",
+              fmt::format("is {} bytes long: at most {} are allowed", config.name.size(), kMaxNameBytes));
   }
   const auto memory = in.integer("memory_total_bytes", 1);
   if (!memory) in.fail("memory_total_bytes", "is required (the device memory in bytes)");

@@ -81,6 +81,14 @@ TEST(ScriptedConfig, ErrorsNameTheFileAndKey) {
       << usage_message(doc);
 
   doc = base;
+  doc["name"] = std::string(201, 'x');  // printed in every title, as a model's name (also capped at 200)
+  EXPECT_NE(usage_message(doc).find("script.json: name: is 201 bytes long: at most 200 are allowed"),
+            std::string::npos)
+      << usage_message(doc);
+  doc["name"] = std::string(200, 'x');
+  EXPECT_EQ(usage_message(doc), "");
+
+  doc = base;
   doc["t0_ms"] = "fast";
   EXPECT_NE(usage_message(doc).find("t0_ms: must be a number"), std::string::npos);
 
