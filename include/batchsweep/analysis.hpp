@@ -32,9 +32,16 @@
 //   4. no knee from Kneedle: "throughput still scaling at the largest batch (...)" when the largest batch has
 //      the best throughput and beats the batch before it by more than kStillScalingGain (3%) per doubling of
 //      the batch and by more than kStillScalingMinGain (1%) however short the step (a smaller gain is within
-//      a measurement's noise); otherwise "no knee: throughput curve has no concave bend". A candidate the
-//      sweep ended before confirming is NOT declared a knee (as in the paper and kneed: the drop after a
-//      maximum is what makes it a knee); the reason names it and says to extend the sweep.
+//      a measurement's noise). On a sweep finer than doublings, whose last step is too short to gain 1%,
+//      also when it beats the largest batch at most half its size by more than 3% per doubling, the fastest
+//      batch lies within that last doubling, the largest is within 1% of it, and the last step keeps within
+//      1% of the doubling's trend (a last step that flattens is a bend, not scaling). Otherwise "no knee:
+//      throughput curve has no concave bend". A candidate the sweep ended before confirming is NOT declared
+//      a knee (as in the paper and kneed: the drop after a maximum is what makes it a knee); the reason names
+//      it and says to extend the sweep. A knee Kneedle confirms below kKneeLeastShareWhileScaling (50%) of
+//      the best throughput, on a curve still scaling at its end by more than kStillScalingStrongGain (25%) a
+//      doubling, is still scaling too, the reason naming the bend: throughput more than doubles past it and
+//      still rises fast, so it is not where throughput stops scaling (a sweep ended before the curve bends).
 // Knee confidence: each curve point's throughput is moved within how well its mean step time is known: by
 // Student's t at 99% times the standard error of the mean from its samples_ms, allowing for drift (batch
 // means), up (a shorter mean) and down (points with no standard error do not move), and steps 1-4 are rerun
@@ -83,6 +90,11 @@ inline constexpr std::size_t kMinKneePoints = 4;
 inline constexpr double kFlatThroughputGain = 0.05;   // best within 5% of the smallest batch: a flat curve
 inline constexpr double kStillScalingGain = 0.03;     // per doubling at the largest batch: "still scaling"
 inline constexpr double kStillScalingMinGain = 0.01;  // and at least this on the last step, however short
+// A Kneedle knee below this share of the best throughput, on a curve still rising by more than
+// kStillScalingStrongGain a doubling at its end, is a bend where throughput has not stopped scaling: the call
+// is still scaling.
+inline constexpr double kKneeLeastShareWhileScaling = 0.5;
+inline constexpr double kStillScalingStrongGain = 0.25;
 // A leading point whose step took this much longer than a larger batch's reads as linear scaling to it.
 inline constexpr double kSlowFirstStepExcess = 0.10;
 inline constexpr int kKneePerturbations = 200;  // seeded random noise patterns for the knee confidence

@@ -127,6 +127,10 @@ class NoiseCriterion final : public StoppingCriterion {
   [[nodiscard]] bool is_finished() override;
   [[nodiscard]] std::string stop_reason() const override;
   [[nodiscard]] std::optional<std::string> warning() const override;
+  // The same, quoting `mean_ci95_pct` as how well the mean is known where the noise settled: the point's
+  // samples_per_second_ci95_pct (Student's t, allowing for drift), so the warning and the report give one
+  // figure. Without it, 1.96 * noise / sqrt(n), the steps taken as independent.
+  [[nodiscard]] std::optional<std::string> warning(std::optional<double> mean_ci95_pct) const;
 
   // run --rounds, rounds 2 on: finish after exactly `steps` steps, round 1's count, whatever the noise
   // ("steps of round 1"), so every round weighs the same in the point's pooled mean; the timeout still

@@ -55,6 +55,9 @@ std::string format_rate(double samples_per_second) {
 
 std::string format_percent(double fraction) {
   const double percent = fraction * 100.0;
+  // Just short of 100% reads 99.9%, not a rounded 100% that would claim a tie. But a share within rounding
+  // of 1 (two equal throughputs computed in a different order) is 100%.
+  if (fraction < 1.0 && fraction > 1.0 - 1e-12) return "100%";
   if (fraction < 1.0 && std::round(percent) >= 100.0) return fmt::format("{:.1f}%", std::min(percent, 99.9));
   // Under 1% two decimals: "0.14% faster", not "0% faster".
   if (percent != 0.0 && std::fabs(percent) < 0.995) return fmt::format("{:.2f}%", percent);

@@ -74,9 +74,46 @@ double still_scaling_gain(double log2_step) {
 struct KneeOutcome {
   KneeCall call = KneeCall::no_bend;
   bool rising_at_end = false;
+  std::size_t scaling_from = 0;            // with rising_at_end: the point the last one's gain is over
   std::optional<std::size_t> index;        // into the curve, when found
   std::optional<std::size_t> unconfirmed;  // Kneedle's unconfirmed candidate
+  std::optional<std::size_t> early_bend;   // a Kneedle knee far below the best, on a curve still scaling
 };
+
+// Step 4's still-scaling test: the index of the point the largest batch's gain is measured over, or nullopt
+// where the curve is not still scaling at its end. The last step, where it gains more than
+// still_scaling_gain and the largest batch is the fastest. Or, on a sweep finer than doublings (64:8192:+64,
+// whose last step of 0.8% in batch cannot gain the 1% floor however fast the curve still scales), the last
+// doubling: from the largest batch at most half the last, a gain over still_scaling_gain of that span, with
+// the fastest batch inside the doubling and the last within kStillScalingMinGain of it (noise between
+// neighbours that close in batch decides which of them is the faster).
+std::optional<std::size_t> still_scaling_from(const std::vector<double>& log2_batch,
+                                              const std::vector<double>& log2_rate) {
+  const std::size_t n = log2_rate.size();
+  if (n < 2) return std::nullopt;
+  const double best = *std::max_element(log2_rate.begin(), log2_rate.end());
+  const std::size_t last = n - 1;
+  if (log2_rate[last] >= best &&
+      log2_rate[last] - log2_rate[last - 1] > still_scaling_gain(log2_batch[last] - log2_batch[last - 1]))
+    return last - 1;
+  std::optional<std::size_t> half;
+  for (std::size_t i = 0; i < last; ++i)
+    if (log2_batch[i] <= log2_batch[last] - 1.0) half = i;
+  if (!half || *half + 1 == last) return std::nullopt;  // the last step is a doubling or more: judged above
+  const double window_best =
+      *std::max_element(log2_rate.begin() + static_cast<std::ptrdiff_t>(*half) + 1, log2_rate.end());
+  if (window_best < best || log2_rate[last] < best - std::log2(1.0 + kStillScalingMinGain))
+    return std::nullopt;
+  if (log2_rate[last] - log2_rate[*half] <= still_scaling_gain(log2_batch[last] - log2_batch[*half]))
+    return std::nullopt;
+  // And the last step keeps to the doubling's trend, within kStillScalingMinGain: a curve linear to 512 whose
+  // bisected fit edge at 576 gains 0.6% (12.5% on the trend) flattened there, and is not still scaling.
+  const std::size_t before = last - 1;
+  const double trend = (log2_rate[before] - log2_rate[*half]) / (log2_batch[before] - log2_batch[*half]);
+  const double expected = log2_rate[before] + trend * (log2_batch[last] - log2_batch[before]);
+  if (log2_rate[last] < expected - std::log2(1.0 + kStillScalingMinGain)) return std::nullopt;
+  return half;
+}
 
 // Steps 1-4 of analysis.hpp on a curve given as log2(batch) and log2(samples/s).
 KneeOutcome call_knee(const std::vector<double>& log2_batch, const std::vector<double>& log2_rate,
@@ -84,12 +121,12 @@ KneeOutcome call_knee(const std::vector<double>& log2_batch, const std::vector<d
   KneeOutcome outcome;
   const std::size_t n = log2_rate.size();
   const double best = n == 0 ? 0.0 : *std::max_element(log2_rate.begin(), log2_rate.end());
-  // The last step beats the still-scaling gain and is the fastest: larger batches would be faster still.
-  const bool rising_at_end =
-      n >= 2 && log2_rate[n - 1] >= best &&
-      log2_rate[n - 1] - log2_rate[n - 2] > still_scaling_gain(log2_batch[n - 1] - log2_batch[n - 2]);
+  // Larger batches would be faster still.
+  const std::optional<std::size_t> scaling_from = still_scaling_from(log2_batch, log2_rate);
+  const bool rising_at_end = scaling_from.has_value();
   const bool flat = n > 0 && best <= log2_rate.front() + std::log2(1.0 + kFlatThroughputGain);
   outcome.rising_at_end = rising_at_end && !flat;
+  outcome.scaling_from = scaling_from.value_or(0);
   if (n < kMinKneePoints) {
     // Too few for Kneedle, but a curve still rising at its end says so (and the recommendation advises
     // extending the sweep) however few its points, unless it is flat as a longer sweep would call it.
@@ -129,7 +166,19 @@ KneeOutcome call_knee(const std::vector<double>& log2_batch, const std::vector<d
   const std::vector<double>& xs = log2_batch;
   const KneedleResult result = kneedle(xs, ys, sensitivity);
   outcome.unconfirmed = result.unconfirmed;
-  if (result.knee) {
+  // How fast the curve still rises at its end, in log2(samples/s) per doubling of the batch.
+  const double end_slope = rising_at_end ? (log2_rate[n - 1] - log2_rate[*scaling_from]) /
+                                               (log2_batch[n - 1] - log2_batch[*scaling_from])
+                                         : 0.0;
+  if (result.knee && rising_at_end && !flat && end_slope > std::log2(1.0 + kStillScalingStrongGain) &&
+      log2_rate[*result.knee] < best - std::log2(1.0 / kKneeLeastShareWhileScaling)) {
+    // A bend on a curve still rising fast at its end, whose throughput more than doubles past it: not where
+    // throughput stops scaling (a sweep that ends before the curve bends: Kneedle's normalisation stretches
+    // its gentle curvature on log-log axes into a candidate). Still scaling, naming the bend. (A saturating
+    // curve swept well past its bend gains a few % a doubling at its end, and keeps its knee.)
+    outcome.call = KneeCall::still_scaling;
+    outcome.early_bend = result.knee;
+  } else if (result.knee) {
     outcome.call = KneeCall::found;
     outcome.index = result.knee;
   } else if (rising_at_end) {
@@ -176,11 +225,17 @@ std::string knee_reason(const KneeOutcome& outcome, const std::vector<CurvePoint
     }
     case KneeCall::still_scaling: {
       const CurvePoint& last = curve[curve.size() - 1];
-      const CurvePoint& before = curve[curve.size() - 2];
+      const CurvePoint& before = curve[outcome.scaling_from];
       std::string reason = fmt::format(
           "throughput still scaling at the largest batch ({}: +{} over batch {})", last.batch,
           format_percent(last.samples_per_second / before.samples_per_second - 1.0), before.batch);
-      if (outcome.unconfirmed)
+      if (outcome.early_bend)
+        reason += fmt::format(
+            "; a bend at batch {} is not where it stops scaling: throughput more than doubles past it ({} "
+            "of the best there)",
+            curve[*outcome.early_bend].batch,
+            format_percent(curve[*outcome.early_bend].samples_per_second / last.samples_per_second));
+      else if (outcome.unconfirmed)
         reason += fmt::format("; a bend near batch {} is not confirmed before the sweep ends",
                               curve[*outcome.unconfirmed].batch);
       if (curve.size() < kMinKneePoints)

@@ -68,9 +68,11 @@ constexpr int kKneeRefinementPoints = 2;
 // The latency-budget bisection: at most this many timed points (a gap of 2^24 needs fewer at 1/16).
 constexpr int kSloRefinementLimit = 12;
 
-// Stop bisecting when lo and hi are this close: one multiple-of-8 step from 8 up, exact below.
+// Stop bisecting the fit edge when lo and hi are this close: one multiple-of-8 step from 64 up (at
+// most 12.5%), exact below, where a step of 8 would be most of the batch (an edge at 12 reported as 8, 50%
+// low: a large model on a small GPU) and the three probes more cost little.
 int64_t edge_tolerance(int64_t lo) {
-  return lo >= 8 ? 8 : 1;
+  return lo >= 64 ? 8 : 1;
 }
 
 // A batch strictly between lo and hi (hi - lo >= 2): the middle, moved to a multiple of 8 when that stays

@@ -602,7 +602,10 @@ void PointRunner::summarize_point(Point& point, const Plan& plan, const NoiseCri
         "is optimistic",
         batch_label(point.batch, point.accumulation), *point.skipped_steps, point.samples_ms.size()));
   // One entry per point: a cut warm-up joins the point's timeout warning.
-  std::optional<std::string> warning = criterion.warning();
+  // The report's own interval for the mean, so the warning and samples_per_second_ci95_pct agree (with
+  // --rounds the report's pools every round: round 1's warning keeps its own).
+  std::optional<std::string> warning = criterion.warning(
+      settings_.rounds > 1 || point.status != PointStatus::ok ? std::nullopt : throughput_ci95_pct(point));
   if (!warmup_cut_.empty()) warning = warning ? fmt::format("{} ({})", *warning, warmup_cut_) : warmup_cut_;
   // With --rounds this is round 1's: its noise and the mean's precision are that round's, not those of the
   // point the report holds, which pools every round (a drift between rounds widens them).

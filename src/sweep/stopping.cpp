@@ -122,6 +122,10 @@ std::string noise_above(double noise, double target) {
 }  // namespace
 
 std::optional<std::string> NoiseCriterion::warning() const {
+  return warning(std::nullopt);
+}
+
+std::optional<std::string> NoiseCriterion::warning(std::optional<double> mean_ci95_pct) const {
   if (stop_ == Stop::none || stop_ == Stop::noise_target || stop_ == Stop::round_steps) return std::nullopt;
   const auto samples = static_cast<int64_t>(samples_);
   // When the timeout struck: three digits, whole seconds from 100 s.
@@ -138,16 +142,19 @@ std::optional<std::string> NoiseCriterion::warning() const {
   const double noise = noise_pct();
   const bool noisy = noise > settings_.max_noise_pct;
   if (stop_ == Stop::noise_settled) {
-    // 95% confidence half-width of the mean step time, relative: 1.96 * cv / sqrt(n).
-    const double mean_pct = 1.96 * noise / std::sqrt(static_cast<double>(samples));
+    // 95% confidence half-width of the mean step time, relative: the report's (allowing for drift) where
+    // given, else 1.96 * cv / sqrt(n).
+    const double mean_pct = mean_ci95_pct.value_or(1.96 * noise / std::sqrt(static_cast<double>(samples)));
     return fmt::format(
         "noise settled at {}%, above the {:g}% target, after {} timed steps: steps vary that much, and more "
         "of "
-        "them would not lower it; the mean step is known to ±{:.2f}% (95% confidence, taking the steps as "
-        "independent; compare allows for drift) (relax --max-noise to stop sooner)",
+        "them would not lower it; the mean step is known to ±{:.2f}% (95% confidence, {}) (relax --max-noise "
+        "to stop sooner)",
         noise > settings_.max_noise_pct ? noise_above(noise, settings_.max_noise_pct)
                                         : fmt::format("{:.1f}", noise),
-        settings_.max_noise_pct, samples, mean_pct);
+        settings_.max_noise_pct, samples, mean_pct,
+        mean_ci95_pct ? "allowing for drift, as samples_per_second_ci95_pct"
+                      : "taking the steps as independent; compare allows for drift");
   }
   // The targets that were not met, each with how far off it was and the flag that moves it.
   std::vector<std::string> missed;

@@ -896,6 +896,9 @@ TEST(Recommendation, AShareIsNotRoundedOntoTheOtherSideOfTheThreshold) {
   EXPECT_EQ(analysis_detail::format_share(0.9469, 95), "94.7%");
   EXPECT_EQ(analysis_detail::format_share(0.6671, 66.8), "66.7%");
   EXPECT_EQ(analysis_detail::format_share(0.99991, 99.99), "99.99%");
+  // Just short of the best is 99.9%, but two equal throughputs that differ in their last bit are 100%.
+  EXPECT_EQ(analysis_detail::format_percent(0.9996), "99.9%");
+  EXPECT_EQ(analysis_detail::format_percent(128000.0 / std::nextafter(128000.0, 1e9)), "100%");
   EXPECT_EQ(analysis_detail::format_share(0.96, 95), "96%");  // no more digits than it needs
   EXPECT_EQ(analysis_detail::format_share(0.9499999999996, 95), "94.999999%");  // never "95.000000%"
 }

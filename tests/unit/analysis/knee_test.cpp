@@ -172,6 +172,47 @@ TEST(FindKnee, ALastStepWithinTheNoiseIsNotStillScaling) {
       << find_knee(short_step, 1.0).reason;
 }
 
+// A sweep finer than doublings: the last step (8128 to 8192, +0.8% in batch) cannot gain the 1% floor however
+// fast the curve still scales, and the curve read as saturated (recommend 7744) where the same device swept
+// in doublings read as still scaling. The last doubling decides instead, as long as the last step keeps to
+// it.
+TEST(FindKnee, AFineSweepStillScalingAtItsEndIsStillScaling) {
+  std::vector<int64_t> fine;
+  for (int64_t b = 64; b <= 8192; b += 64) fine.push_back(b);
+  const auto nearly_linear = saturating(1e6, 65536);  // +89% from 4096 to 8192
+  const KneeResult fine_knee = find_knee(sweep(fine, nearly_linear), 1.0);
+  EXPECT_FALSE(fine_knee.batch.has_value()) << fine_knee.reason;
+  EXPECT_EQ(fine_knee.reason.rfind("throughput still scaling at the largest batch (8192: +", 0), 0u)
+      << fine_knee.reason;
+  EXPECT_NE(fine_knee.reason.find("over batch 4096)"), std::string::npos) << fine_knee.reason;
+  const KneeResult doublings = find_knee(sweep(powers_of_two(64, 8192), nearly_linear), 1.0);
+  EXPECT_EQ(doublings.reason.rfind("throughput still scaling at the largest batch (8192: +", 0), 0u)
+      << doublings.reason;
+  // Flat over the last doubling: not still scaling, however the list is spaced.
+  const KneeResult flat = find_knee(sweep(fine, saturating(1e6, 64)), 1.0);
+  EXPECT_EQ(flat.reason.find("still scaling"), std::string::npos) << flat.reason;
+}
+
+// A bend Kneedle confirms far below the best, on a curve still rising fast at its end, is where the sweep
+// ended before the curve bent, not where throughput stops scaling: a throughput of b / (1 + b / 4096) swept
+// to 8192 put a "stable" knee at 512, 17% of the best, with +33% still to come per doubling.
+TEST(FindKnee, AnEarlyBendOnACurveStillRisingFastIsNotAKnee) {
+  const KneeResult early = find_knee(sweep(powers_of_two(1, 8192), saturating(1e6, 4096)), 1.0);
+  EXPECT_FALSE(early.batch.has_value()) << early.reason;
+  EXPECT_EQ(
+      early.reason.rfind("throughput still scaling at the largest batch (8192: +33% over batch 4096); a "
+                         "bend at batch ",
+                         0),
+      0u)
+      << early.reason;
+  EXPECT_NE(early.reason.find("is not where it stops scaling: throughput more than doubles past it"),
+            std::string::npos)
+      << early.reason;
+  // Swept well past its bend, the same curve keeps its knee (a few % a doubling at the end).
+  const KneeResult swept = find_knee(sweep(powers_of_two(1, 131072), saturating(1e6, 4096)), 1.0);
+  EXPECT_TRUE(swept.batch.has_value()) << swept.reason;
+}
+
 // Points without raw samples cannot be moved by their noise: the knee's confidence is unknown, not stable.
 TEST(FindKnee, WithoutSamplesTheConfidenceIsUnknown) {
   std::vector<Point> points;

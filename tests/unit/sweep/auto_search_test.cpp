@@ -114,6 +114,30 @@ TEST(AutoSearch, RooflineFindsTheKneeRegionAndTheFitEdgeWithFewPoints) {
   for (const Point& p : outcome.points) EXPECT_EQ(p.effective_batch, p.batch);
 }
 
+// A small fit edge (a large model on a small GPU) is found exactly: to a multiple of 8 an edge at 12 read as
+// 8, 50% low, with nothing said of 9 to 15. From 64 up a step of 8 is at most 12.5%, and the edge stays to a
+// multiple of 8.
+TEST(AutoSearch, ASmallFitEdgeIsFoundExactly) {
+  const Graph graph = tiny_graph();
+  for (const int64_t edge : {5, 12, 37, 63}) {
+    ScriptedConfig config = testing::roofline(2.0, 128.0);
+    config.oom_above_batch = edge;
+    const auto backend = make_scripted_backend(config);
+    RecordingObserver observer;
+    const SweepOutcome outcome = run_sweep(*backend, graph, auto_settings(), observer);
+    EXPECT_EQ(largest_ok(outcome.points), edge);
+    const int64_t failed = smallest_failed_above(outcome.points, edge);
+    EXPECT_EQ(failed, edge + 1) << "edge " << edge;
+  }
+  ScriptedConfig config = testing::roofline(2.0, 128.0);
+  config.oom_above_batch = 100;
+  const auto backend = make_scripted_backend(config);
+  RecordingObserver observer;
+  const SweepOutcome outcome = run_sweep(*backend, graph, auto_settings(), observer);
+  EXPECT_EQ(largest_ok(outcome.points), 96);
+  EXPECT_EQ(smallest_failed_above(outcome.points, 96), 104);
+}
+
 // --resume of an interrupted auto search: the same search, with every point the first run finished taken as
 // it was; what was oom then is probed again.
 // With gradient accumulation the growth stops at 2^24 samples per step, as --batch's list does: at

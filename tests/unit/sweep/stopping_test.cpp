@@ -272,6 +272,14 @@ TEST(NoiseCriterion, ANoiseThatSettledAboveTheTargetStops) {
             std::string::npos)
       << *warning;
   EXPECT_NE(warning->find("the mean step is known to ±0.37%"), std::string::npos) << *warning;
+  // Given the report's interval (samples_per_second_ci95_pct, allowing for drift), the warning quotes that:
+  // one figure for one mean.
+  const auto same = criterion.warning(0.52);
+  ASSERT_TRUE(same.has_value());
+  EXPECT_NE(same->find("the mean step is known to ±0.52% (95% confidence, allowing for drift, as "
+                       "samples_per_second_ci95_pct)"),
+            std::string::npos)
+      << *same;
 }
 
 // A noise that is still moving (the steps drift, as with a GPU heating up) has not settled: the point goes
