@@ -228,6 +228,9 @@ TelemetryWindow summarize_window(WindowInputs inputs) {
   if (counter_ok) {
     w.energy_j = static_cast<double>(*inputs.energy_end_mj - *inputs.energy_start_mj) / 1000.0;
     w.energy_source = EnergySource::counter;
+    // The window's mean power, exactly: on Ampere and newer nvmlDeviceGetPowerUsage is an average over the
+    // last second, so the readings of a point shorter than that mix in the one before it.
+    if (inputs.duration_s > 0) w.power_w_mean = *w.energy_j / inputs.duration_s;
   } else {
     std::string why = inputs.energy_counter_problem;
     if (why.empty() && inputs.energy_start_mj && inputs.energy_end_mj) {

@@ -313,7 +313,8 @@ struct CudnnGraphs::Cache {
   }
 
   // The cached graph of `key`, built on first use. A build that runs out of device memory is not remembered
-  // (OutOfMemory reaches the caller); any other exception becomes the entry's error.
+  // (OutOfMemory reaches the caller), nor one that met a sticky CUDA error (a plain Error, which stops the
+  // sweep: it is no rejection of this shape by cuDNN); any other exception becomes the entry's error.
   const Entry& get(const std::string& key, int64_t batch, const std::function<Entry()>& build) {
     auto it = entries.find(key);
     if (it != entries.end()) return it->second;
@@ -323,6 +324,10 @@ struct CudnnGraphs::Cache {
       e = build();
     } catch (const OutOfMemory&) {
       throw;
+    } catch (const Error& ex) {
+      if (typeid(ex) == typeid(Error)) throw;  // the context is unusable (throw_cuda_error)
+      e = Entry{};
+      e.error = fmt::format("cuDNN graph build failed: {}", ex.what());
     } catch (const std::exception& ex) {
       e = Entry{};
       e.error = fmt::format("cuDNN graph build failed: {}", ex.what());

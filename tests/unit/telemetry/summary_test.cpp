@@ -77,6 +77,22 @@ TEST(TelemetrySummarize, CounterEnergyAndStatistics) {
   EXPECT_EQ(w.samples.size(), 3u);
 }
 
+// With the energy counter, the mean power is its joules over the window, not the readings' mean: on Ampere
+// and newer a reading is the last second's average, and a short point's readings mix in the one before it.
+TEST(TelemetrySummarize, MeanPowerComesFromTheCounterWhereThereIsOne) {
+  WindowInputs in;
+  in.duration_s = 0.5;
+  in.samples = {sample(0, 100, 1800), sample(0.25, 120, 1800),
+                sample(0.5, 140, 1800)};  // still averaging in idle
+  in.energy_start_mj = 2'000'000;
+  in.energy_end_mj = 2'175'000;  // 175 J in 0.5 s
+  const TelemetryWindow w = summarize_window(in);
+  EXPECT_DOUBLE_EQ(*w.power_w_mean, 350.0);
+  EXPECT_DOUBLE_EQ(*w.power_w_max, 140.0);  // the readings' own maximum
+  in.energy_end_mj.reset();                 // no counter: the readings' mean
+  EXPECT_DOUBLE_EQ(*summarize_window(in).power_w_mean, 120.0);
+}
+
 TEST(TelemetrySummarize, FallsBackToIntegrationAndSaysWhy) {
   WindowInputs in;
   in.duration_s = 1.0;
