@@ -740,6 +740,23 @@ class Reader {
              fmt::format("must be in 1..{} (2^20, as --world-size takes), got {}", kMaxWorldSize, n));
       *world = n;
     }
+    // --checkpoint-blocks N (the title, compare's refusal of runs that checkpointed other blocks) and the
+    // memory edge --batch auto found past its timed points: 8.0 was read as absent ("all" blocks, no edge).
+    if (json* blocks = present("checkpoint_blocks")) {
+      const int64_t n = integer(*blocks, child(top, "checkpoint_blocks"));
+      if (n < 1 || n > kMaxBatch)
+        fail(child(top, "checkpoint_blocks"), fmt::format("must be a count of blocks, 1 or more, got {}", n));
+      *blocks = n;
+    }
+    if (json* untimed = present("untimed_fit"); untimed && untimed->is_object()) {
+      const std::string where = child(top, "untimed_fit");
+      if (const auto batch = untimed->find("batch"); batch != untimed->end() && !batch->is_null()) {
+        const int64_t n = integer(*batch, child(where, "batch"));
+        if (n < 1 || n > kMaxBatch)
+          fail(child(where, "batch"), fmt::format("must be in 1..{} (2^24), got {}", kMaxBatch, n));
+        *batch = n;
+      }
+    }
     if (json* effective = present("effective_batch")) {
       const int64_t n = integer(*effective, child(top, "effective_batch"));
       if (n < 1 || n > kMaxBatch * kMaxBatch)

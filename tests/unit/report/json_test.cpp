@@ -594,6 +594,23 @@ TEST(ReportJson, IntegralSettingsWrittenAsFloatsReadAsIntegers) {
   EXPECT_TRUE(r.settings["world_size"].is_number_integer());
   EXPECT_EQ(r.settings["world_size"], 8);
   EXPECT_TRUE(r.settings["accumulation"].is_number_integer());
+  // The blocks checkpointed and the memory edge past the timed points, too: 4.0 read as "all" blocks, and an
+  // untimed fit of 2048.0 as none.
+  doc["settings"] = {{"checkpointing", true},
+                     {"checkpoint_blocks", 4.0},
+                     {"untimed_fit", {{"batch", 2048.0}, {"reason", "oom at 2056"}}}};
+  const Report c = report_from_json(doc, "c.json");
+  EXPECT_TRUE(c.settings["checkpoint_blocks"].is_number_integer());
+  EXPECT_EQ(c.settings["checkpoint_blocks"], 4);
+  EXPECT_TRUE(c.settings["untimed_fit"]["batch"].is_number_integer());
+  EXPECT_EQ(c.settings["untimed_fit"]["batch"], 2048);
+  doc["settings"]["checkpoint_blocks"] = 0;
+  try {
+    (void)report_from_json(doc, "d.json");
+    ADD_FAILURE() << "checkpoint_blocks 0 was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("settings.checkpoint_blocks"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
