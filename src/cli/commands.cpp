@@ -1316,11 +1316,13 @@ std::optional<std::string> resume_mismatch(const Report& earlier, const Report& 
   // same model is another measurement), its architecture, driver and libraries (cuBLASLt's and cuDNN's
   // choices change with them), the execution paths cuDNN accepted.
   // A scripted device is its script's formula: another formula under the same name is another device (not
-  // the script's path, which may move, nor its failures, which do not change an ok point's steps).
+  // the script's path, which may move, nor its failures, which do not change an ok point's steps; its stalls
+  // do, and are compared).
   std::vector<const char*> keys = {"threads",  "blas",           "blas_core", "uuid", "compute_capability",
                                    "versions", "execution_paths"};
   if (now.device.backend == "scripted")
-    keys.insert(keys.end(), {"curve", "t0_ms", "samples_per_ms", "b0", "noise_pct", "drift_pct", "seed"});
+    keys.insert(keys.end(), {"curve", "t0_ms", "samples_per_ms", "b0", "noise_pct", "drift_pct", "seed",
+                             "stall_every_steps", "stall_factor"});
   for (const char* key : keys) {
     const nlohmann::json* before = at(earlier.device.details, key);
     const nlohmann::json* here = at(now.device.details, key);

@@ -2883,6 +2883,8 @@ TEST(Run, ResumeComparesTheScriptedDevicesFormula) {
       {"samples_per_ms", 100, "its device.samples_per_ms is 128.0, this run's is 100.0"},
       {"noise_pct", 2, "its device.noise_pct is 0.5, this run's is 2.0"},
       {"seed", 7, "its device.seed is 1, this run's is 7"},
+      // Stalls lengthen ok points' steps: part of the formula.
+      {"stall_every_steps", 10, "its device.stall_every_steps is absent, this run's is 10"},
   };
   for (const Case& c : cases) {
     nlohmann::json doc = roofline;  // the same name, scripted-h100

@@ -154,6 +154,12 @@ class ScriptedBackend final : public Backend {
                     {"noise_pct", config_.noise_pct},
                     {"seed", config_.seed}};
     if (config_.drift_pct > 0) info.details["drift_pct"] = config_.drift_pct;
+    // Stalls lengthen ok points' steps: part of the formula (what --resume compares), where the script has
+    // them.
+    if (config_.stall_every_steps) {
+      info.details["stall_every_steps"] = *config_.stall_every_steps;
+      info.details["stall_factor"] = config_.stall_factor;
+    }
     if (config_.curve == ScriptedConfig::Curve::roofline)
       info.details["samples_per_ms"] = config_.samples_per_ms;
     else
