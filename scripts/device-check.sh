@@ -132,10 +132,27 @@ finish() {
   local rc=$?
   trap - EXIT TERM INT
   set +e
-  summary 2>&1 | tee "$dc_out/summary-$dc_part.txt"
-  local summary_rc=${PIPESTATUS[0]}
+  # A step a signal ended finishes first (its report is written as it stops; timeout kills it 5 s on).
+  local i
+  if [[ -n ${dc_step:-} ]]; then
+    for i in {1..100}; do kill -0 "$dc_step" 2>/dev/null || break; sleep 0.1; done
+  fi
+  # The file first, then the log (and stdout): the file does not depend on a pipe.
+  summary >"$dc_out/summary-$dc_part.txt" 2>&1
+  local summary_rc=$?
+  cat "$dc_out/summary-$dc_part.txt"
   tar -C "$dc_work" -czf "$dc_out/device-check-$dc_part.tar.gz" . 2>/dev/null ||
     echo "cannot pack $dc_work into $dc_out (a full disk?)"
+  # The device tool returns files of up to 16 MiB.
+  local packed
+  packed=$(stat -c %s "$dc_out/device-check-$dc_part.tar.gz" 2>/dev/null || echo 0)
+  if (( packed > 16 * 1024 * 1024 )); then
+    echo "device-check-$dc_part.tar.gz is $((packed / 1024 / 1024)) MiB, over the 16 MiB the device tool returns:" \
+      "packed again without the test logs and the peer's analyzed copies"
+    tar -C "$dc_work" -czf "$dc_out/device-check-$dc_part.tar.gz" --exclude='*.analyzed.json' --exclude='*.log' . \
+      2>/dev/null || true
+    [[ -n "${DEVICE_CHECK_REHEARSAL:-}" ]] && rc=1
+  fi
   if [[ -n "${DEVICE_CHECK_REHEARSAL:-}" ]]; then
     # A rehearsal exists to catch these before device time is spent on them: the summary failing, a peer
     # comparison that left no joined table, and more files in $OUT than the device tool returns (8).
@@ -153,9 +170,10 @@ finish() {
   (( rc == 0 )) && rc=$dc_tests_rc
   [[ -n $dc_stage && $dc_stage != "$dc_dir" ]] && rm -rf "$dc_stage"
   rm -rf "$dc_work"
-  # The log's tee ends with its input: wait for it, so its last lines reach the file before the tool collects it.
-  exec >&- 2>&-
-  wait "$dc_tee" 2>/dev/null
+  # The log's tee ends with its input: wait for it (5 s at most: a step's stray child may hold the pipe), so
+  # its last lines reach the file before the tool collects it.
+  exec >&3 2>&3 3>&-
+  for i in {1..50}; do kill -0 "$dc_tee" 2>/dev/null || break; sleep 0.1; done
   exit "$rc"
 }
 
@@ -169,11 +187,12 @@ run() {
   dc_stage="" dc_tests_rc=0
   dc_started=$SECONDS
   dc_budget=${DEVICE_CHECK_BUDGET:-$([[ $dc_part == all ]] && echo 400 || echo 240)}
-  exec > >(tee "$dc_out/device-check-$dc_part.log") 2>&1
-  dc_tee=$!
+  # The log's tee ignores the stop signals, so a SIGTERM to the whole group leaves it to take the summary.
+  exec 3>&1 > >(trap '' TERM INT; exec tee "$dc_out/device-check-$dc_part.log") 2>&1
+  dc_tee=$! dc_step=""
   trap finish EXIT
-  trap 'exit 143' TERM
-  trap 'exit 130' INT
+  trap '[[ -n $dc_step ]] && kill -TERM "$dc_step" 2>/dev/null; exit 143' TERM
+  trap '[[ -n $dc_step ]] && kill -TERM "$dc_step" 2>/dev/null; exit 130' INT
   echo "== device-check $dc_part (budget ${dc_budget} s; files back: $dc_out)"
   dc_stage=$(unpack "$dc_dir") || exit 1
   # `devices --calibrate` saves its rates here and the sweeps after it take their MFU peak from them, so each
@@ -197,7 +216,8 @@ run() {
   mkdir -p "$dc_stage/run"
   local b
   for b in batchsweep test_gpu; do
-    printf '#!/bin/sh\nLD_LIBRARY_PATH=%q exec %q "$@"\n' "$path" "$(cd "$dc_stage" && pwd)/bin/$b" >"$dc_stage/run/$b"
+    printf '#!/usr/bin/env bash\nLD_LIBRARY_PATH=%q exec %q "$@"\n' "$path" "$(cd "$dc_stage" && pwd)/bin/$b" \
+      >"$dc_stage/run/$b"
     chmod +x "$dc_stage/run/$b"
   done
   bsw="$dc_stage/run/batchsweep" gpu_tests="$dc_stage/run/test_gpu"
@@ -217,6 +237,26 @@ run() {
   echo "== done in $((SECONDS - dc_started)) s"
 }
 
+# Runs a step (`timeout LIMIT COMMAND...`, killed 5 s after its SIGTERM if it lingers) in the background and
+# waits for it: bash runs a trap only between commands, and `wait` returns at once when a signal comes, so a
+# SIGTERM to the script (or its group: timeout sits in a group of its own) ends the step and packs the results
+# now, not when the step's own limit runs out.
+step() {
+  local limit=$1
+  shift
+  timeout -k 5 "$limit" "$@" &
+  dc_step=$!
+  local rc=0
+  wait "$dc_step" || rc=$?
+  dc_step=""
+  return "$rc"
+}
+# GTEST_FILTER (the rehearsal's subset) without the full-size presets.
+without_presets() {
+  local f=${GTEST_FILTER:-*}
+  if [[ $f == *-* ]]; then echo "$f:Presets/*"; else echo "$f-Presets/*"; fi
+}
+
 # A step's time limit: its own, or what is left of the budget (at least 10 s), whichever is less.
 step_limit() {
   local left=$((dc_budget - (SECONDS - dc_started)))
@@ -234,18 +274,23 @@ core_margin() { [[ $dc_part == all ]] && echo $(( $1 + 150 )) || echo "$1"; }
 quick_tests() {
   echo "== gpu tests (all but the presets)"
   local rc=0
-  timeout "$(step_limit 90)" "$gpu_tests" --gtest_filter="${GTEST_FILTER:-*}-Presets/*" \
+  step "$(step_limit 90)" "$gpu_tests" --gtest_filter="$(without_presets)" \
     --gtest_output="json:$dc_work/test_gpu.json" >"$dc_work/test_gpu.log" 2>&1 || rc=$?
   grep -E '^\[  (FAILED|PASSED) |^\[==========\]|Failure|SKIPPED' "$dc_work/test_gpu.log" | head -60 || true
-  (( rc == 124 )) && echo "test_gpu was cut at its time limit: the passes so far are in test_gpu.log"
   echo "test_gpu exit code: $rc"
-  dc_tests_rc=$rc
+  # Cut at its limit is no failure (the passes so far are in test_gpu.log), and an exit of 124 would read as
+  # the call's own timeout to the device tool.
+  if (( rc == 124 || rc == 137 )); then
+    echo "test_gpu was cut at its time limit: the passes so far are in test_gpu.log"
+  else
+    dc_tests_rc=$rc
+  fi
 }
 
 calibrate() {
   echo "== devices --calibrate"
   # (On the emulator the same flow on small products, device.cpp: the sweeps' MFU is then against its rates.)
-  timeout "$(step_limit 60)" "$bsw" devices --calibrate --json >"$dc_work/devices.json" || echo "devices failed: rc $?"
+  step "$(step_limit 60)" "$bsw" devices --calibrate --json >"$dc_work/devices.json" || echo "devices failed: rc $?"
   head -c 3000 "$dc_work/devices.json" || true
   echo
 }
@@ -284,7 +329,7 @@ sweeps() {
     echo "-- $name ($batches)"
     local started_at=$SECONDS
     # shellcheck disable=SC2086
-    timeout "$(step_limit 60)" "$bsw" run --model "$model" --mode "$mode" --precision "$precision" \
+    step "$(step_limit 60)" "$bsw" run --model "$model" --mode "$mode" --precision "$precision" \
       --batch "$batches" "${common[@]}" $extra --json "$dc_work/$name.json" || echo "$name: rc $?"
     echo "   ($((SECONDS - started_at)) s)"
   done
@@ -329,7 +374,7 @@ peer_checks() {
     echo "-- $tag ($batches)"
     local started_at=$SECONDS
     # shellcheck disable=SC2086
-    timeout "$(step_limit 90)" env PYTHON="$python" bench/peers/compare_with_torch.sh "$bsw" --model "$model" \
+    step "$(step_limit 90)" env PYTHON="$python" bench/peers/compare_with_torch.sh "$bsw" --model "$model" \
       --mode train --precision bf16 --batch "$batches" --backend "$backend" --out "$dc_work/peer-$model" $extra \
       $([[ $extra == *--compile* ]] && echo --reuse) -- "${common[@]}" || echo "$tag: rc $?"
     echo "   ($((SECONDS - started_at)) s)"
@@ -347,7 +392,7 @@ memcheck() {
     local rc=0
     # The library path for the test binary (through the sanitizer, which launches it) and not a wrapper: the
     # sanitizer checks the process it starts.
-    timeout "$(step_limit 60)" env LD_LIBRARY_PATH="$dc_libpath" compute-sanitizer --tool memcheck --error-exitcode 9 "$dc_stage/bin/test_gpu" \
+    step "$(step_limit 60)" env LD_LIBRARY_PATH="$dc_libpath" compute-sanitizer --tool memcheck --error-exitcode 9 "$dc_stage/bin/test_gpu" \
       --gtest_filter='Storage/GpuOps.*/f32:Storage/GpuOps.*/bf16:Models/GpuSession.*/tokens_bf16:Models/GpuSession.*/image_fp32:Storage/GpuCudnnConv.*/bf16:Shapes/GpuCudnnSdpa.*/bf16_causal_64' \
       --gtest_brief=1 >"$dc_work/memcheck.log" 2>&1 || rc=$?
     if (( rc == 0 )); then
@@ -374,12 +419,12 @@ preset_tests() {
   limit=$(step_limit 150)
   # A whole run keeps 30 s for the torch.compile step after it.
   [[ $dc_part == all ]] && limit=$(( limit > 40 ? limit - 30 : 10 ))
-  timeout "$limit" "$gpu_tests" --gtest_filter='Presets/*' --gtest_output="json:$dc_work/test_gpu_presets.json" \
+  step "$limit" "$gpu_tests" --gtest_filter='Presets/*' --gtest_output="json:$dc_work/test_gpu_presets.json" \
     >"$dc_work/test_gpu_presets.log" 2>&1 || rc=$?
   grep -E '^\[       OK \]|^\[  (FAILED|PASSED) |Failure' "$dc_work/test_gpu_presets.log" | head -30 || true
   (( rc == 124 )) && echo "the preset tests were cut at their time limit (the ones that finished are above)"
   echo "preset tests exit code: $rc"
-  (( rc != 0 && rc != 124 && dc_tests_rc == 0 )) && dc_tests_rc=$rc
+  (( rc != 0 && rc != 124 && rc != 137 && dc_tests_rc == 0 )) && dc_tests_rc=$rc
   return 0
 }
 
@@ -479,7 +524,9 @@ rehearse() {
   [[ -f "$build/tests/libfake_nvml.so" ]] && export BATCHSWEEP_NVML_LIBRARY="$build/tests/libfake_nvml.so"
   # A part of the emulated gpu suite (ctest runs all of it): the script's handling of the results is the point.
   export GTEST_FILTER=${GTEST_FILTER:-'Emulator*:GpuInit*:Storage/GpuOps.Layernorm*:Models/GpuSession.*mlp*:GpuSessionMemory.OutOfMemory*'}
-  rm -rf "$OUT"
+  # Only what an earlier rehearsal left there: OUT may name a folder that holds other things.
+  mkdir -p "$OUT"
+  rm -f "$OUT"/device-check-*.log "$OUT"/device-check-*.tar.gz "$OUT"/summary-*.txt
   # As the device runs it: one call of the whole, in a process of its own, so that errexit holds there as on
   # the device (in `(...) ||` it would be off).
   local rc=0
