@@ -23,6 +23,9 @@ void write_file_atomic(const std::string& path, const std::string& content);
 // Called from a stop signal's handler (async-signal-safe: one lock-free store). From then on a write into a
 // pipe whose reader takes nothing for kFifoWaitS fails instead of waiting for it for ever.
 void stop_waiting_writers() noexcept;
+// Writes all of `content` to the open descriptor `fd` (a file, a pipe, a terminal, stdout): false with errno
+// set on failure, ETIMEDOUT where, after stop_waiting_writers, the reader took nothing for kFifoWaitS.
+[[nodiscard]] bool write_fully(int fd, std::string_view content);
 // Opens `path` to read, as open(2) with O_RDONLY | O_CLOEXEC, except that a named pipe (FIFO) nothing has
 // opened to write does not block the process forever: it waits up to kFifoWaitS for a writer's data (or its
 // end), then gives up. A pipe (`--model <(cat m.json)`) reads as a file. Returns the descriptor, or -1 with

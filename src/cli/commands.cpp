@@ -181,11 +181,18 @@ class SignalGuard {
 // nobody reads or a reader that left) is an I/O failure, exit 1, naming the flag.
 void write_output(std::string_view flag, const std::string& path, const std::string& content) {
   if (path == "-") {
+    // Past stdio, so that a reader that stopped reading does not hold the process after a stop signal
+    // (write_fully); what stdio holds goes first.
     errno = 0;
-    const bool written = std::fwrite(content.data(), 1, content.size(), stdout) == content.size();
-    if (std::fflush(stdout) != 0 || !written || std::ferror(stdout))
+    if (std::fflush(stdout) != 0 || std::ferror(stdout))
       throw Error(fmt::format("{} -: cannot write to stdout: {}", flag,
                               errno != 0 ? std::strerror(errno) : "write error"));
+    if (!write_fully(STDOUT_FILENO, content))
+      throw Error(errno == ETIMEDOUT
+                      ? fmt::format("{} -: cannot write to stdout: stopped; the reader took nothing for {} s "
+                                    "after the stop signal",
+                                    flag, kFifoWaitS)
+                      : fmt::format("{} -: cannot write to stdout: {}", flag, std::strerror(errno)));
     return;
   }
   try {

@@ -13,12 +13,14 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -60,57 +62,8 @@ std::string describe_open_failure(const std::string& path, int error) {
   return path + ": cannot write: " + std::strerror(error);
 }
 
-// Writes all of `content` to fd; false with errno set on failure. A pipe's end is non-blocking here, so the
-// wait for its reader is a poll(), which a stop signal always interrupts (a blocked write() that has moved
-// some bytes returns them instead, and the next one blocks again). Once a stop signal has come (before or
-// during the write), a reader that
-// takes nothing for kFifoWaitS ends the write (ETIMEDOUT): one Ctrl-C or SIGTERM ends the run as it says it
-// will instead of waiting on a stalled reader for ever. Until then a slow reader (a pager) is waited for.
 std::atomic<bool> g_stop_signalled = false;
 static_assert(std::atomic<bool>::is_always_lock_free);
-
-bool write_all(int fd, const std::string& content) {
-  using Clock = std::chrono::steady_clock;
-  const char* data = content.data();
-  size_t left = content.size();
-  bool stopping = g_stop_signalled.load();
-  Clock::time_point last_progress = Clock::now();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, data, left);
-    if (n > 0) {
-      data += n;
-      left -= static_cast<size_t>(n);
-      last_progress = Clock::now();
-      continue;
-    }
-    if (n < 0 && errno == EINTR) {
-      stopping = true;
-      continue;
-    }
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return false;
-    int timeout_ms = -1;
-    stopping = stopping || g_stop_signalled.load();
-    if (stopping) {
-      const auto left_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                               last_progress + std::chrono::seconds(kFifoWaitS) - Clock::now())
-                               .count();
-      if (left_ms <= 0) {
-        errno = ETIMEDOUT;
-        return false;
-      }
-      timeout_ms = static_cast<int>(left_ms);
-    }
-    pollfd room{fd, POLLOUT, 0};
-    const int ready = ::poll(&room, 1, timeout_ms);
-    if (ready < 0 && errno == EINTR) {
-      stopping = true;
-    } else if (ready < 0) {
-      return false;
-    }
-    // Room, a timeout (measured again above) or POLLERR/POLLHUP, which the next write reports.
-  }
-  return true;
-}
 
 // The host name the temporary names carry: at most 64 characters, "localhost" where there is none.
 std::string host_name() {
@@ -171,6 +124,63 @@ void stop_waiting_writers() noexcept {
   g_stop_signalled.store(true);
 }
 
+// A regular file is written as it always was. Anything else (a pipe, a FIFO, a terminal, stdout) waits for
+// room in poll(), which a stop signal always interrupts, and then writes no more than fits without blocking:
+// all the room a non-blocking descriptor has, PIPE_BUF bytes on a blocking one (what POLLOUT promises a
+// pipe). A blocked write() that has moved some bytes returns them when a signal comes, and the next one
+// blocks again: that is why the wait is not in write(). Once a stop signal has come (before or during the
+// write), a reader that takes nothing for kFifoWaitS from the later of the signal and its last read ends the
+// write (ETIMEDOUT).
+bool write_fully(int fd, std::string_view content) {
+  using Clock = std::chrono::steady_clock;
+  const char* data = content.data();
+  size_t left = content.size();
+  struct stat target {};
+  if (::fstat(fd, &target) == 0 && S_ISREG(target.st_mode)) {
+    while (left > 0) {
+      const ssize_t n = ::write(fd, data, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      data += n;
+      left -= static_cast<size_t>(n);
+    }
+    return true;
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  const size_t most = flags >= 0 && (flags & O_NONBLOCK) != 0 ? left : size_t{PIPE_BUF};
+  std::optional<Clock::time_point> stopped_at;
+  Clock::time_point last_progress = Clock::now();
+  while (left > 0) {
+    if (!stopped_at && g_stop_signalled.load()) stopped_at = Clock::now();
+    int timeout_ms = -1;
+    if (stopped_at) {
+      const auto left_ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(
+              std::max(last_progress, *stopped_at) + std::chrono::seconds(kFifoWaitS) - Clock::now())
+              .count();
+      if (left_ms <= 0) {
+        errno = ETIMEDOUT;
+        return false;
+      }
+      timeout_ms = static_cast<int>(left_ms);
+    }
+    pollfd room{fd, POLLOUT, 0};
+    const int ready = ::poll(&room, 1, timeout_ms);
+    if (ready < 0 && errno != EINTR) return false;
+    if (ready <= 0) continue;  // a signal (noted above) or the time left (measured above)
+    // Room, or POLLERR/POLLHUP, which the write reports.
+    const ssize_t n = ::write(fd, data, std::min(left, most));
+    if (n > 0) {
+      data += n;
+      left -= static_cast<size_t>(n);
+      last_progress = Clock::now();
+    } else if (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
+      return false;
+    }
+  }
+  return true;
+}
+
 std::string temp_path_beside(const std::string& path) {
   const std::string name = host_name();
   const std::string pid = std::to_string(::getpid());
@@ -206,7 +216,7 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   if (is_stream_target(path)) {
     // Non-blocking open: a FIFO nobody reads fails (ENXIO) instead of hanging after the measurements. A
     // reader may be a moment late (`batchsweep run --json f & consumer < f`): tried again for up to
-    // kFifoWaitS, as an input FIFO waits for its writer. The descriptor stays non-blocking (see write_all).
+    // kFifoWaitS, as an input FIFO waits for its writer. The descriptor stays non-blocking (see write_fully).
     int opened = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat target {};
     const bool fifo = ::stat(path.c_str(), &target) == 0 && S_ISFIFO(target.st_mode);  // not a socket's ENXIO
@@ -221,7 +231,7 @@ void write_file_atomic(const std::string& path, const std::string& content) {
                          std::to_string(kFifoWaitS) + " s");
       throw InputError(path + ": cannot write: " + std::strerror(errno));
     }
-    if (!write_all(fd.get(), content) || fd.close() != 0) {
+    if (!write_fully(fd.get(), content) || fd.close() != 0) {
       if (errno == ETIMEDOUT)
         throw InputError(path + ": cannot write: stopped; the reader took nothing for " +
                          std::to_string(kFifoWaitS) + " s after the stop signal");
@@ -242,7 +252,7 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   struct stat existing {};
   if (::stat(path.c_str(), &existing) == 0 && ::fchmod(fd.get(), existing.st_mode & 0777) != 0)
     fail("cannot keep the file's permissions", errno);
-  if (!write_all(fd.get(), content)) fail("cannot write", errno);
+  if (!write_fully(fd.get(), content)) fail("cannot write", errno);
   if (::fsync(fd.get()) != 0) fail("cannot flush to disk", errno);
   if (fd.close() != 0) fail("cannot write", errno);
   if (::rename(temp.c_str(), path.c_str()) != 0) fail("cannot replace", errno);

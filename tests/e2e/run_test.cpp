@@ -586,23 +586,39 @@ TEST(Run, AStopSignalEndsAWriteIntoAStalledPipe) {
   ScratchDir dir;
   const std::filesystem::path fifo = dir / "stalled.fifo";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
-  const std::string err = (dir / "err").string(), rc = (dir / "rc").string();
+  const std::string err = (dir / "err").string(), rc = (dir / "rc").string(),
+                    waited = (dir / "waited").string();
   // 3000 samples at each of 4 batches: a report larger than the pipe's 64 KiB. `exec 3<>` holds a reader.
-  const std::string command =
-      "bash -c 'exec 3<> \"" + fifo.string() + "\"; \"" + std::string(BSW_BINARY) +
-      "\" run --backend scripted --script \"" + scripted("roofline.json") +
-      "\" --batch 1,2,4,8 --warmup 0 --min-samples 3000 --json \"" + fifo.string() + "\" > /dev/null 2> \"" +
-      err + "\" 3>&- & pid=$!; " + "for i in $(seq 300); do grep -q \"sweep done\" \"" + err +
-      "\" && break; sleep 0.1; done; sleep 0.5; kill -TERM $pid; wait $pid; echo $? > \"" + rc + "\"'";
-  const auto start = std::chrono::steady_clock::now();
-  ASSERT_EQ(std::system(command.c_str()), 0);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(40));
+  // The signal comes 3 s after the last point: the reader has stalled since, and gets its 10 s from the
+  // signal.
+  const auto stalled = [&](const std::string& json, const std::string& stdout_to) {
+    const std::string command =
+        "bash -c 'exec 3<> \"" + fifo.string() + "\"; \"" + std::string(BSW_BINARY) +
+        "\" run --backend scripted --script \"" + scripted("roofline.json") +
+        "\" --batch 1,2,4,8 --warmup 0 --min-samples 3000 --json " + json + " > \"" + stdout_to + "\" 2> \"" +
+        err + "\" 3>&- & pid=$!; " + "for i in $(seq 300); do grep -q \"sweep done\" \"" + err +
+        "\" && break; sleep 0.1; done; sleep 3; s=$SECONDS; kill -TERM $pid; wait $pid; echo $? > \"" + rc +
+        "\"; echo $((SECONDS - s)) > \"" + waited + "\"'";
+    ASSERT_EQ(std::system(command.c_str()), 0);
+  };
+  stalled("\"" + fifo.string() + "\"", "/dev/null");
   EXPECT_EQ(slurp(rc), "1\n") << slurp(err);
   EXPECT_NE(
       slurp(err).find("--json: " + fifo.string() +
                       ": cannot write: stopped; the reader took nothing for 10 s after the stop signal"),
       std::string::npos)
       << slurp(err);
+  EXPECT_GE(std::stoi(slurp(waited)), 9) << "a full 10 s after the signal";
+  EXPECT_LE(std::stoi(slurp(waited)), 20);
+  // `--json -` into the stalled pipe: the same.
+  stalled("-", fifo.string());
+  EXPECT_EQ(slurp(rc), "1\n") << slurp(err);
+  EXPECT_NE(
+      slurp(err).find("--json -: cannot write to stdout: stopped; the reader took nothing for 10 s after "
+                      "the stop signal"),
+      std::string::npos)
+      << slurp(err);
+  EXPECT_LE(std::stoi(slurp(waited)), 20);
 }
 
 // A reader a moment late (`batchsweep run --json f & consumer < f`) still gets the report: the write waits
