@@ -234,7 +234,10 @@ inline constexpr double kServingErrorZ = 2.0;
 inline constexpr std::size_t kServingWarmupRequests = 5000;
 inline constexpr std::size_t kServingWarmupSteps = 20;
 inline constexpr std::size_t kServingWarmupMostRequests = std::size_t{1} << 18;
-inline constexpr double kServingTiePct = 2.0;  // latencies this close are one (or within twice their noise)
+// Latencies this close are one (or within twice their noise). A smaller max batch taken only within the
+// noise (more than kServingTiePct above the lowest) is simulated again with the lowest, kServingLonger times
+// as long, and the choice made on those rows.
+inline constexpr double kServingTiePct = 2.0;
 inline constexpr int64_t kServingMinSteps = 200;  // a latency from fewer steps is not settled
 inline constexpr double kServingMaxRelativeError = 0.05;
 // kServingStartChecks replications also run from a backlog of kServingBacklog max batches: a mean that moves

@@ -289,7 +289,8 @@ struct SweepOutcome {
 //     from the largest micro-batch down; stops early once a split has fit and two successive smaller
 //     micro-batches were each more than 5% slower than the one before (kEffectiveBatchStopSlowdown).
 //   - batches.auto_search: the auto search (src/sweep/auto_search.cpp): doubling from 1 until the memory
-//     budget, an oom or a plateau, bisection of the fit edge to a multiple of 8, points around the knee.
+//     budget, an oom or a plateau, bisection of the fit edge (exact below 64, to a multiple of 8 above),
+//     points around the knee.
 //   - otherwise every listed batch, in the order given, with settings.accumulation.
 // Per point: make_plan; a plan above the budget (the smaller of memory_limit_bytes and the device's
 // memory_total_bytes) times kMemorySafetyFraction is recorded `over_limit` without prepare; prepare throwing

@@ -242,20 +242,51 @@ std::optional<double> mean_uncertainty(const Point& p) {
 // Empty where there is none, or a mean has no standard error.
 std::string near_cut_note(const std::vector<CurvePoint>& curve, int64_t chosen, const CurvePoint& best,
                           double pct) {
+  if (best.samples_per_second <= 0) return {};
+  const std::optional<double> se_best = mean_uncertainty(*best.point);
+  if (!se_best) return {};
   const CurvePoint* below = nullptr;
-  for (const CurvePoint& c : curve)
+  const CurvePoint* at = nullptr;
+  const CurvePoint* above = nullptr;
+  for (const CurvePoint& c : curve) {
     if (c.batch < chosen && (!below || c.batch > below->batch)) below = &c;
-  if (!below || best.samples_per_second <= 0) return {};
-  const std::optional<double> se_below = mean_uncertainty(*below->point),
-                              se_best = mean_uncertainty(*best.point);
-  if (!se_below || !se_best) return {};
-  const double share = below->samples_per_second / best.samples_per_second;
-  const double margin = noise_margin(*se_below, *se_best) * share;  // the share's own noise
-  if (share >= pct / 100.0 || pct / 100.0 - share >= margin) return {};
-  return fmt::format(
-      "; batch {} ({}) is short of the {}% cut by less than the noise ({}): a rerun may pick it",
-      below->batch, format_share(share, pct), format_number(pct),
-      margin * 100.0 < 10 ? fmt::format("{:.2g}%", margin * 100.0) : fmt::format("{:.0f}%", margin * 100.0));
+    if (c.batch == chosen) at = &c;
+    if (c.batch > chosen && (!above || c.batch < above->batch)) above = &c;
+  }
+  const auto percent = [](double margin) {
+    return margin * 100.0 < 10 ? fmt::format("{:.2g}%", margin * 100.0)
+                               : fmt::format("{:.0f}%", margin * 100.0);
+  };
+  std::string note;
+  if (below != nullptr) {
+    if (const std::optional<double> se_below = mean_uncertainty(*below->point)) {
+      const double share = below->samples_per_second / best.samples_per_second;
+      const double margin = noise_margin(*se_below, *se_best) * share;  // the share's own noise
+      if (share < pct / 100.0 && pct / 100.0 - share < margin)
+        note += fmt::format(
+            "; batch {} ({}) is short of the {}% cut by less than the noise ({}): a rerun may "
+            "pick it",
+            below->batch, format_share(share, pct), format_number(pct), percent(margin));
+    }
+  }
+  // The other way round: the chosen batch clears the cut by less than the noise, and a rerun may find it
+  // short and take the next batch (12 reruns of one curve took 1024 five times and 2048 seven).
+  if (at != nullptr && above != nullptr && at->batch != best.batch) {
+    if (const std::optional<double> se_at = mean_uncertainty(*at->point)) {
+      const double share = at->samples_per_second / best.samples_per_second;
+      const double margin = noise_margin(*se_at, *se_best) * share;
+      // (Its share with the digits that set it apart from the cut: "95.2%", not "95%".)
+      std::string shown = format_share(share, pct);
+      for (int digits = 1; digits <= 6 && shown == format_number(pct) + "%"; ++digits)
+        shown = fmt::format("{:.{}f}%", share * 100.0, digits);
+      if (share >= pct / 100.0 && share - pct / 100.0 < margin)
+        note += fmt::format(
+            "; batch {} ({}) clears the {}% cut by less than the noise ({}): a rerun may pick "
+            "batch {}",
+            at->batch, shown, format_number(pct), percent(margin), above->batch);
+    }
+  }
+  return note;
 }
 
 // The throughput lead (percent) within which two measured points are the same: kSameThroughputPct, or the
@@ -983,6 +1014,16 @@ Analysis analyze(std::vector<Point>& points, const AnalysisOptions& options) {
           "; batch {} was timed a single step, so its noise is unknown{}",
           batch_label(p->batch, p->accumulation),
           p->stop_reason == "timeout" ? " (the --timeout cut it: raise --timeout to time more)" : "");
+    // The knee chosen is not stable under the measured noise: a rerun may put it, and the answer, elsewhere
+    // in its range (reruns of one flat curve answered 64, 128, 256 and 512, each said only as "knee at").
+    if (analysis.knee.batch && analysis.recommended.batch == analysis.knee.batch &&
+        analysis.recommended.why.starts_with("knee at") && analysis.knee.confidence == "range" &&
+        analysis.knee.range_low && analysis.knee.range_high &&
+        *analysis.knee.range_low < *analysis.knee.range_high)
+      analysis.recommended.why += fmt::format(
+          "; the knee is not stable under the measured noise (batch {} to {}), so a rerun may choose another "
+          "batch in that range",
+          *analysis.knee.range_low, *analysis.knee.range_high);
     // Points timed while other processes competed for the CPUs (or the hypervisor took them): that load
     // moves whole steps and differs from run to run, so the choice among them held only under it. Said where
     // a script reading only `recommended` sees it, as each point's warning says it on the terminal.

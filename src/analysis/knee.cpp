@@ -166,10 +166,17 @@ KneeOutcome call_knee(const std::vector<double>& log2_batch, const std::vector<d
   const std::vector<double>& xs = log2_batch;
   const KneedleResult result = kneedle(xs, ys, sensitivity);
   outcome.unconfirmed = result.unconfirmed;
-  // How fast the curve still rises at its end, in log2(samples/s) per doubling of the batch.
-  const double end_slope = rising_at_end ? (log2_rate[n - 1] - log2_rate[*scaling_from]) /
-                                               (log2_batch[n - 1] - log2_batch[*scaling_from])
-                                         : 0.0;
+  // How fast the curve still rises at its end, in log2(samples/s) per doubling of the batch: over the last
+  // doubling at least (from the largest batch at most half the last, else the smallest), so that a short
+  // last step's noise (a bisected edge 1.6% above the batch before it) does not read as a steep rise.
+  double end_slope = 0.0;
+  if (rising_at_end) {
+    std::size_t from = 0;
+    for (std::size_t i = 0; i + 1 < n; ++i)
+      if (log2_batch[i] <= log2_batch[n - 1] - 1.0) from = i;
+    from = std::min(from, *scaling_from);
+    end_slope = (log2_rate[n - 1] - log2_rate[from]) / (log2_batch[n - 1] - log2_batch[from]);
+  }
   if (result.knee && rising_at_end && !flat && end_slope > std::log2(1.0 + kStillScalingStrongGain) &&
       log2_rate[*result.knee] < best - std::log2(1.0 / kKneeLeastShareWhileScaling)) {
     // A bend on a curve still rising fast at its end, whose throughput more than doubles past it: not where

@@ -672,12 +672,23 @@ Serving simulate_serving(std::span<const Point> points, const AnalysisOptions& o
     // simulated again, kServingLonger times as long, and the choice made on those.
     for (const ServingBatch* row : {tentative, lowest}) {
       const auto i = static_cast<std::size_t>(row - s.batches.data());
+      if (row->requests >= static_cast<int64_t>(timed * kServingLonger * arrivals.size()))
+        continue;  // long already
       Simulated sim = simulate(pools, i, arrivals, s.request_rate, s.max_queue_delay_ms, s.latency_percentile,
                                timed * kServingLonger, serving_seed(options));
       if (!sim.row.settled) continue;  // the shorter estimate stands
-      sim.row.batch = pools[i].batch;
-      sim.row.capacity_per_second = pools[i].samples_per_second;
-      s.batches[i] = sim.row;
+      // The rows that are this one's by construction (larger max batches no step filled) take it too.
+      const ServingBatch before = s.batches[i];
+      for (std::size_t j = 0; j < s.batches.size(); ++j) {
+        ServingBatch& other = s.batches[j];
+        if (j != i && (j < i || other.saturated || other.latency_ms != before.latency_ms ||
+                       other.latency_mean_ms != before.latency_mean_ms || other.requests != before.requests))
+          continue;
+        ServingBatch refreshed = sim.row;
+        refreshed.batch = pools[j].batch;
+        refreshed.capacity_per_second = pools[j].samples_per_second;
+        other = refreshed;
+      }
     }
     lowest = lowest_latency(s);
   }

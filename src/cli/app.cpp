@@ -1208,7 +1208,8 @@ int run_app(int argc, char** argv) {
     const bool own = flag == "-h" || flag == "--help" || flag.starts_with("--help=") || flag == "--version" ||
                      flag == "--";
     // `batchsweep --version extra`: as `batchsweep version --json` is refused, not a version printed over it.
-    if (flag == "--version" && argc >= 3)
+    if (flag == "--version" && argc >= 3 && std::string_view(argv[2]) != "--help" &&
+        std::string_view(argv[2]) != "-h")
       throw UsageError(fmt::format("--version takes no arguments, got '{}'", argv[2]));
     if (!own) {
       const char* const* sub =

@@ -87,8 +87,11 @@ std::vector<ModelOverride::Step> parse_path(std::string_view text, std::string_v
       if (path[digits] == '0' && i - digits > 1) bad(digits, "a list index with a leading zero");
       if (i - digits > kMaxIndexDigits) bad(digits, "a list index too large for any config");
       if (i >= path.size() || path[i] != ']')
-        bad(i, path.find(']', i) != std::string_view::npos ? "a list index that is not a whole number"
-                                                           : "a '[' without its ']'");
+        // `[1e1]`: the ']' is there, the index is no whole number; `[1.repeat`: the '[' has no ']'.
+        bad(i, i < path.size() && path.find_first_of("[.]", i) != std::string_view::npos &&
+                       path[path.find_first_of("[.]", i)] == ']'
+                   ? "a list index that is not a whole number"
+                   : "a '[' without its ']'");
       steps.push_back({std::string(), static_cast<size_t>(std::strtoull(path.data() + digits, nullptr, 10))});
       ++i;
     }

@@ -210,7 +210,9 @@ nlohmann::json plan_to_json(const PlanSummary& s) {
           s.max_fit_batch ? nlohmann::json(*s.max_fit_batch * s.accumulation) : nlohmann::json(nullptr);
     // max_fit_batch 16777216 is "every batch batchsweep plans fits", not a fit edge at 2^24: said apart.
     // With accumulation the cap is 2^24 samples per step: max_micro_batch micro-batches.
-    doc["memory_limits_batch"] = !(s.max_fit_batch && *s.max_fit_batch >= max_micro_batch(s.accumulation));
+    // And where the plan's 2^62-byte limit, not the memory, stops the batch (--memory of exabytes).
+    doc["memory_limits_batch"] =
+        !(s.max_fit_batch && *s.max_fit_batch >= max_micro_batch(s.accumulation)) && !s.max_fit_at_plan_limit;
     if (s.max_fit_batch && attention_limits(s, *s.max_fit_batch)) doc["attention_limits_batch"] = true;
   }
   return doc;

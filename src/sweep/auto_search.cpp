@@ -7,12 +7,12 @@
 //    matters (it is the max-fit answer) but timing a flat curve teaches nothing. A point that fails for
 //    another reason (non-finite loss, backend error) ends the growth.
 // 2. Fit edge. Between the largest batch that fit and the smallest that did not, bisect with prepare-only
-//    probes until the two are one multiple-of-8 step apart (1 apart below 8), picking multiples of 8
-//    (tensor-core friendly). Where the budget is plan-based, max_fit_batch() names the edge outright: the
-//    search jumps there, and batches the plan rejects are not prepared; the growth's over_limit point and the
-//    edge's smallest over-budget batch are recorded (over_limit), so max_fit's reason names the edge. Then
-//    the largest batch that fits is measured, and the smallest real oom recorded, both as refinement points,
-//    so the report shows the two sides of the edge.
+//    probes until the two are one multiple-of-8 step apart from batch 64 up (1 apart below 64), picking
+//    multiples of 8 (tensor-core friendly) where they fall between. Where the budget is plan-based,
+//    max_fit_batch() names the edge outright: the search jumps there, and batches the plan rejects are not
+//    prepared; the growth's over_limit point and the edge's smallest over-budget batch are recorded
+//    (over_limit), so max_fit's reason names the edge. Then the largest batch that fits is measured, and the
+//    smallest real oom recorded, both as refinement points, so the report shows the two sides of the edge.
 // 3. Knee. find_knee() on the ok points so far; when it names a knee K, measure the geometric midpoints
 //    between K and its ok neighbours below and above (rounded to a multiple of 8 from 8 up) when they fit
 //    and are new. Refinement points carry `refinement = true`.
@@ -48,7 +48,7 @@
 //   - here: 11 timed growth points (1..1024: the plateau after the knee stops timing), prepare-only probes
 //     at 2048 (fits) and 4096 (oom, recorded), 8 prepare-only bisection probes down to 2048 | 2056, then 3
 //     timed refinement points (2048 for max-fit, 184 and 360 around the knee): 14 timed points with full
-//     statistics, the knee region, and the fit edge to a multiple of 8.
+//     statistics, the knee region, and the fit edge (exact below 64, to a multiple of 8 above).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <algorithm>

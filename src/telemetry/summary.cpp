@@ -230,7 +230,12 @@ TelemetryWindow summarize_window(WindowInputs inputs) {
     w.energy_source = EnergySource::counter;
     // The window's mean power, exactly: on Ampere and newer nvmlDeviceGetPowerUsage is an average over the
     // last second, so the readings of a point shorter than that mix in the one before it.
-    if (inputs.duration_s > 0) w.power_w_mean = *w.energy_j / inputs.duration_s;
+    if (inputs.duration_s > 0) {
+      w.power_w_mean = *w.energy_j / inputs.duration_s;
+      // The readings lag (each the last second's average), so the window's mean can pass all of them: the
+      // max is at least the mean.
+      if (w.power_w_max) w.power_w_max = std::max(*w.power_w_max, *w.power_w_mean);
+    }
   } else {
     std::string why = inputs.energy_counter_problem;
     if (why.empty() && inputs.energy_start_mj && inputs.energy_end_mj) {

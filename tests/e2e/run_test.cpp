@@ -4543,6 +4543,26 @@ TEST(Run, ServingResolvesAMaxBatchTakenOnlyWithinTheSimulationsNoise) {
     }
 }
 
+// A noise that settled above its target: the warning says how well the mean is known with the report's own
+// figure (samples_per_second_ci95_pct, allowing for drift), not a second 95% interval beside it.
+TEST(Run, TheNoiseSettledWarningQuotesTheReportsInterval) {
+  ScratchDir dir;
+  const std::string script = (dir / "noisy.json").string(), out = (dir / "r.json").string();
+  std::ofstream(script) << R"({"name": "noisy", "memory_total_bytes": 85899345920, "t0_ms": 2.0,
+    "curve": "roofline", "samples_per_ms": 128, "noise_pct": 15, "seed": 7})";
+  const Result r = run({"run", "--backend", "scripted", "--script", script, "--model", "mlp", "--batch", "1",
+                        "--warmup", "0", "--min-time", "0", "--quiet", "--json", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(out);
+  const nlohmann::json& point = report["points"][0];
+  ASSERT_EQ(point["stop_reason"], "noise settled") << point.dump();
+  const std::string figure = fmt::format(
+      "±{:.2f}% (95% confidence, allowing for drift, as "
+      "samples_per_second_ci95_pct)",
+      point["samples_per_second_ci95_pct"].get<double>());
+  EXPECT_NE(r.err.find(figure), std::string::npos) << figure << "\n" << r.err;
+}
+
 // --request-rate: the serving table, its answer as the recommendation, the settings, and the schema.
 TEST(Serving, ARequestRateSimulatesEachMaxBatchAndRecommendsTheLowestLatency) {
   ScratchDir dir;

@@ -92,6 +92,24 @@ TEST(Saturation, SmallestBatchReachingThePercentOfTheBest) {
   EXPECT_EQ(analyze(points, half).saturation.batch, 64);
 }
 
+// A recommendation that is a knee not stable under the measured noise says a rerun may choose another batch
+// in its range: reruns of one flat curve answered 64, 128, 256 and 512, each said only as "knee at".
+TEST(Recommendation, AKneeThatMovesUnderNoiseSaysARerunMayChooseAnother) {
+  std::vector<Point> points = sweep(kBatches, roofline(1.0, 128.0), 0.6);
+  const Analysis a = analyze(points, {});
+  ASSERT_TRUE(a.knee.batch.has_value()) << a.knee.reason;
+  ASSERT_EQ(a.knee.confidence, "range") << a.knee.reason;
+  ASSERT_EQ(a.recommended.batch, a.knee.batch) << a.recommended.why;
+  EXPECT_THAT(a.recommended.why, ::testing::HasSubstr(fmt::format(
+                                     "; the knee is not stable under the measured noise (batch {} to {}), "
+                                     "so a rerun may choose another batch in that range",
+                                     *a.knee.range_low, *a.knee.range_high)));
+  std::vector<Point> quiet = sweep(kBatches, roofline(1.0, 128.0));
+  const Analysis q = analyze(quiet, {});
+  EXPECT_EQ(q.knee.confidence, "stable");
+  EXPECT_EQ(q.recommended.why.find("not stable"), std::string::npos) << q.recommended.why;
+}
+
 // The 95% cut takes no account of noise: where the batch below the pick falls short of it by less than the
 // two means' noise, a rerun may pick that one, and the pick (and the recommendation it becomes) says so.
 // Found by an audit: ten reruns of one noisy sweep picked 1024 nine times and 2048 once (94.76% at 1024).
@@ -116,6 +134,16 @@ TEST(Saturation, SaysWhenTheBatchBelowIsShortOfTheCutByLessThanNoise) {
   EXPECT_EQ(noisy.recommended.batch, 2048);
   EXPECT_THAT(noisy.recommended.why,
               ::testing::HasSubstr("; batch 1024 (94.8%) is short of the 95% cut by less than the noise"));
+  // The other way round: 1024 at 95.2% clears the cut by 0.2%, within the noise, and a rerun may find it
+  // short (12 reruns of one curve took 1024 five times and 2048 seven, said only when 2048 won).
+  std::vector<Point> clearing = with_noise(
+      sweep(powers_of_two(1, 4096), [&](double b) { return b == 1024 ? 0.952 * 200000 : rates(b); }), 3.0);
+  const Analysis cleared = analyze(clearing, {});
+  EXPECT_EQ(cleared.saturation.batch, 1024);
+  EXPECT_THAT(
+      cleared.saturation.reason,
+      ::testing::EndsWith("; batch 1024 (95.2%) clears the 95% cut by less than the noise (1.8%): a rerun "
+                          "may pick batch 2048"));
   // 0.1% noise: a margin of 0.06%, and 0.24% short is beyond it: nothing said.
   std::vector<Point> quiet_points = with_noise(curve, 0.1);
   const Analysis quiet = analyze(quiet_points, {});

@@ -211,6 +211,12 @@ TEST(FindKnee, AnEarlyBendOnACurveStillRisingFastIsNotAKnee) {
   // Swept well past its bend, the same curve keeps its knee (a few % a doubling at the end).
   const KneeResult swept = find_knee(sweep(powers_of_two(1, 131072), saturating(1e6, 4096)), 1.0);
   EXPECT_TRUE(swept.batch.has_value()) << swept.reason;
+  // So does a saturated curve whose last step is short and noisy (a fit edge 1.6% above the batch before it,
+  // measured 3% fast): the rise is judged over the last doubling, not as 3% in a 64th of one.
+  std::vector<Point> edge = sweep(powers_of_two(1, 4096), saturating(1e6, 90));
+  edge.push_back(measured_point(4160, saturating(1e6, 90)(4096) * 1.03));
+  const KneeResult kept = find_knee(edge, 1.0);
+  EXPECT_TRUE(kept.batch.has_value()) << kept.reason;
 }
 
 // Points without raw samples cannot be moved by their noise: the knee's confidence is unknown, not stable.

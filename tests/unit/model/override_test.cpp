@@ -89,6 +89,7 @@ TEST(ModelOverride, RefusesWhatIsNoPathOrValue) {
               HasSubstr("--set layers[x].repeat=2: layers[x].repeat is not a config path: a list index that "
                         "is not a whole number at character 8"));
   EXPECT_THAT(usage_error("layers[1.repeat=2"), HasSubstr("a '[' without its ']'"));
+  EXPECT_THAT(usage_error("layers[1.repeat[0]=2"), HasSubstr("a '[' without its ']'"));
   // The ']' is there: what is wrong is the index, which is not spelled as a whole number.
   EXPECT_THAT(usage_error("layers[1e1].repeat=2"),
               HasSubstr("a list index that is not a whole number at character 9"));
