@@ -921,6 +921,12 @@ TEST(BadInput, AModelWithNoBatchThatPlansIsRefusedByPlanAndRunAlike) {
                     "(memory does not limit the batch there)"),
       std::string::npos)
       << vast.out;
+  const Result vast_json =
+      run({"plan", "--model", wide, "--batch", "1", "--memory", "18446744073709551615", "--json", "-"});
+  ASSERT_EQ(vast_json.exit_code, 0) << vast_json.err;
+  const nlohmann::json doc = nlohmann::json::parse(vast_json.out);
+  EXPECT_EQ(doc["max_fit_batch"], 16711934);
+  EXPECT_EQ(doc["memory_limits_batch"], false);
 }
 
 // Descriptions are wrapped to the terminal ($COLUMNS off one), each continuation under its column: a line of
