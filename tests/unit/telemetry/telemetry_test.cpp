@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <stdexcept>
@@ -172,7 +173,8 @@ TEST_F(TelemetryFake, WindowEnergyFromTheCounterMatchesPowerTimesDuration) {
   // descheduled between the two on a loaded CI machine (sanitizers, both cores busy).
   EXPECT_NEAR(*w.energy_j, 250.0 * w.duration_s, 0.03 * 250.0 * w.duration_s + 2.5);
   EXPECT_DOUBLE_EQ(*w.power_w_mean, *w.energy_j / w.duration_s);  // the counter's, exactly
-  EXPECT_DOUBLE_EQ(*w.power_w_max, 250.0);
+  // The readings' max (250 W), or the counter's mean where the timing puts that a little above it.
+  EXPECT_DOUBLE_EQ(*w.power_w_max, std::max(250.0, *w.power_w_mean));
   EXPECT_DOUBLE_EQ(*w.sm_clock_mhz_median, 1980.0);
   EXPECT_DOUBLE_EQ(*w.sm_clock_mhz_min, 1980.0);
   EXPECT_DOUBLE_EQ(*w.utilization_pct_mean, 97.0);
