@@ -80,6 +80,15 @@ struct KneeOutcome {
   std::optional<std::size_t> early_bend;   // a Kneedle knee far below the best, on a curve still scaling
 };
 
+// The index of the largest batch at most half the last (the start of the curve's last doubling), or nullopt
+// where every batch is above it.
+std::optional<std::size_t> last_doubling_start(const std::vector<double>& log2_batch) {
+  std::optional<std::size_t> half;
+  for (std::size_t i = 0; i + 1 < log2_batch.size(); ++i)
+    if (log2_batch[i] <= log2_batch.back() - 1.0) half = i;
+  return half;
+}
+
 // Step 4's still-scaling test: the index of the point the largest batch's gain is measured over, or nullopt
 // where the curve is not still scaling at its end. The last step, where it gains more than
 // still_scaling_gain and the largest batch is the fastest. Or, on a sweep finer than doublings (64:8192:+64,
@@ -96,9 +105,7 @@ std::optional<std::size_t> still_scaling_from(const std::vector<double>& log2_ba
   if (log2_rate[last] >= best &&
       log2_rate[last] - log2_rate[last - 1] > still_scaling_gain(log2_batch[last] - log2_batch[last - 1]))
     return last - 1;
-  std::optional<std::size_t> half;
-  for (std::size_t i = 0; i < last; ++i)
-    if (log2_batch[i] <= log2_batch[last] - 1.0) half = i;
+  const std::optional<std::size_t> half = last_doubling_start(log2_batch);
   if (!half || *half + 1 == last) return std::nullopt;  // the last step is a doubling or more: judged above
   const double window_best =
       *std::max_element(log2_rate.begin() + static_cast<std::ptrdiff_t>(*half) + 1, log2_rate.end());
@@ -171,10 +178,7 @@ KneeOutcome call_knee(const std::vector<double>& log2_batch, const std::vector<d
   // last step's noise (a bisected edge 1.6% above the batch before it) does not read as a steep rise.
   double end_slope = 0.0;
   if (rising_at_end) {
-    std::size_t from = 0;
-    for (std::size_t i = 0; i + 1 < n; ++i)
-      if (log2_batch[i] <= log2_batch[n - 1] - 1.0) from = i;
-    from = std::min(from, *scaling_from);
+    const std::size_t from = std::min(last_doubling_start(log2_batch).value_or(0), *scaling_from);
     end_slope = (log2_rate[n - 1] - log2_rate[from]) / (log2_batch[n - 1] - log2_batch[from]);
   }
   if (result.knee && rising_at_end && !flat && end_slope > std::log2(1.0 + kStillScalingStrongGain) &&
