@@ -62,8 +62,25 @@ std::string describe_open_failure(const std::string& path, int error) {
   return path + ": cannot write: " + std::strerror(error);
 }
 
-std::atomic<bool> g_stop_signalled = false;
-static_assert(std::atomic<bool>::is_always_lock_free);
+// When the stop signal came, on the monotonic clock in nanoseconds; 0 until then.
+std::atomic<int64_t> g_stop_signalled_ns = 0;
+static_assert(std::atomic<int64_t>::is_always_lock_free);
+
+using Clock = std::chrono::steady_clock;
+
+// After a stop signal, every pipe export shares the kFifoWaitS its readers get from the signal: four stalled
+// FIFOs end the run about kFifoWaitS after it, not four times that. A write (or a FIFO's open) that only
+// begins once that time is spent still gets kStopGraceMs for a reader that is there and reading. Without a
+// signal: nullopt (no limit).
+constexpr int kStopGraceMs = 1000;
+std::optional<Clock::time_point> stop_deadline(Clock::time_point began) {
+  const int64_t ns = g_stop_signalled_ns.load();
+  if (ns == 0) return std::nullopt;
+  const Clock::time_point signalled{
+      std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns))};
+  return std::max(signalled + std::chrono::seconds(kFifoWaitS),
+                  began + std::chrono::milliseconds(kStopGraceMs));
+}
 
 // The host name the temporary names carry: at most 64 characters, "localhost" where there is none.
 std::string host_name() {
@@ -121,7 +138,12 @@ void remove_stale_temps(const std::string& path) {
 }  // namespace
 
 void stop_waiting_writers() noexcept {
-  g_stop_signalled.store(true);
+  // clock_gettime is async-signal-safe; steady_clock reads the same CLOCK_MONOTONIC.
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  int64_t expected = 0;  // the first signal's time stands
+  g_stop_signalled_ns.compare_exchange_strong(
+      expected, std::max<int64_t>(1, int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec));
 }
 
 // A regular file is written as it always was. Anything else (a pipe, a FIFO, a terminal, stdout) waits for
@@ -130,9 +152,9 @@ void stop_waiting_writers() noexcept {
 // pipe). A blocked write() that has moved some bytes returns them when a signal comes, and the next one
 // blocks again: that is why the wait is not in write(). Once a stop signal has come (before or during the
 // write), a reader that takes nothing for kFifoWaitS from the later of the signal and its last read ends the
-// write (ETIMEDOUT).
+// write (ETIMEDOUT); a write begun after that time gets kStopGraceMs (stop_deadline).
 bool write_fully(int fd, std::string_view content) {
-  using Clock = std::chrono::steady_clock;
+  const Clock::time_point began = Clock::now();
   const char* data = content.data();
   size_t left = content.size();
   struct stat target {};
@@ -148,32 +170,37 @@ bool write_fully(int fd, std::string_view content) {
   }
   const int flags = ::fcntl(fd, F_GETFL);
   const size_t most = flags >= 0 && (flags & O_NONBLOCK) != 0 ? left : size_t{PIPE_BUF};
-  std::optional<Clock::time_point> stopped_at;
-  Clock::time_point last_progress = Clock::now();
+  // When the reader last took something: room that came while this write waited for it. (What fills the
+  // pipe's buffer without a wait says nothing of the reader.)
+  std::optional<Clock::time_point> last_read;
+  bool waited = false;
   while (left > 0) {
-    if (!stopped_at && g_stop_signalled.load()) stopped_at = Clock::now();
-    int timeout_ms = -1;
-    if (stopped_at) {
-      const auto left_ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(
-              std::max(last_progress, *stopped_at) + std::chrono::seconds(kFifoWaitS) - Clock::now())
-              .count();
-      if (left_ms <= 0) {
-        errno = ETIMEDOUT;
-        return false;
-      }
-      timeout_ms = static_cast<int>(left_ms);
-    }
     pollfd room{fd, POLLOUT, 0};
-    const int ready = ::poll(&room, 1, timeout_ms);
+    int ready = ::poll(&room, 1, 0);
+    if (ready == 0) {
+      int timeout_ms = -1;
+      if (const std::optional<Clock::time_point> stop = stop_deadline(began)) {
+        const Clock::time_point until =
+            last_read ? std::max(*stop, *last_read + std::chrono::seconds(kFifoWaitS)) : *stop;
+        const auto left_ms = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+        if (left_ms <= 0) {
+          errno = ETIMEDOUT;
+          return false;
+        }
+        timeout_ms = static_cast<int>(left_ms);
+      }
+      ready = ::poll(&room, 1, timeout_ms);
+      waited = true;
+    }
     if (ready < 0 && errno != EINTR) return false;
-    if (ready <= 0) continue;  // a signal (noted above) or the time left (measured above)
+    if (ready <= 0) continue;  // a signal (the stop is read above) or the time left (measured above)
     // Room, or POLLERR/POLLHUP, which the write reports.
     const ssize_t n = ::write(fd, data, std::min(left, most));
     if (n > 0) {
       data += n;
       left -= static_cast<size_t>(n);
-      last_progress = Clock::now();
+      if (waited) last_read = Clock::now();
+      waited = false;
     } else if (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
       return false;
     }
@@ -217,18 +244,27 @@ void write_file_atomic(const std::string& path, const std::string& content) {
     // Non-blocking open: a FIFO nobody reads fails (ENXIO) instead of hanging after the measurements. A
     // reader may be a moment late (`batchsweep run --json f & consumer < f`): tried again for up to
     // kFifoWaitS, as an input FIFO waits for its writer. The descriptor stays non-blocking (see write_fully).
+    // After a stop signal, the wait ends with the time readers share (stop_deadline).
+    const Clock::time_point began = Clock::now();
     int opened = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat target {};
     const bool fifo = ::stat(path.c_str(), &target) == 0 && S_ISFIFO(target.st_mode);  // not a socket's ENXIO
-    for (int tries = 0; fifo && opened < 0 && errno == ENXIO && tries < kFifoWaitS * 20; ++tries) {
+    while (fifo && opened < 0 && errno == ENXIO) {
+      const std::optional<Clock::time_point> stop = stop_deadline(began);
+      const Clock::time_point until =
+          std::min(began + std::chrono::seconds(kFifoWaitS), stop.value_or(Clock::time_point::max()));
+      if (Clock::now() >= until) break;
       ::usleep(50'000);
       opened = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
     }
     FileDescriptor fd(opened);
     if (fd.get() < 0) {
       if (errno == ENXIO && fifo)
-        throw InputError(path + ": cannot write: no process opened this pipe to read it within " +
-                         std::to_string(kFifoWaitS) + " s");
+        throw InputError(path + ": cannot write: " +
+                         (stop_deadline(began) ? "stopped; no process opened this pipe to read it within " +
+                                                     std::to_string(kFifoWaitS) + " s of the stop signal"
+                                               : "no process opened this pipe to read it within " +
+                                                     std::to_string(kFifoWaitS) + " s"));
       throw InputError(path + ": cannot write: " + std::strerror(errno));
     }
     if (!write_fully(fd.get(), content) || fd.close() != 0) {

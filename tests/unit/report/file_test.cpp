@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "batchsweep/errors.hpp"
@@ -384,6 +385,88 @@ TEST_F(ReportFiles, AFailedWriteKeepsTheOriginalEvenForRoot) {
   for (const auto& entry : fs::directory_iterator(dir_)) {
     EXPECT_THAT(entry.path().filename().string(), ::testing::Not(HasSubstr(".tmp.")));
   }
+}
+
+// After a stop signal the pipe exports share the 10 s their readers get: a second stalled pipe, and a FIFO
+// nobody opens, then get a second each (four stalled exports waited 40 s before), while a reader that keeps
+// reading is still written to the end. In a child: the stop cannot be taken back in this process.
+TEST_F(ReportFiles, AfterAStopSignalStalledPipesShareOneWait) {
+  const std::string fifo = path("unread.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string results = path("results");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    using Clock = std::chrono::steady_clock;
+    const auto seconds_since = [](Clock::time_point t) {
+      return std::chrono::duration<double>(Clock::now() - t).count();
+    };
+    int stalled_a[2], stalled_b[2], reading[2];
+    if (::pipe(stalled_a) != 0 || ::pipe(stalled_b) != 0 || ::pipe(reading) != 0) ::_exit(3);
+    const std::string big(256 * 1024, 'x');
+    stop_waiting_writers();
+    const Clock::time_point signalled = Clock::now();
+    std::ofstream out(results);
+    const bool a = write_fully(stalled_a[1], big);
+    out << "a " << a << " " << (errno == ETIMEDOUT) << " " << seconds_since(signalled) << "\n";
+    Clock::time_point began = Clock::now();
+    const bool b = write_fully(stalled_b[1], big);
+    out << "b " << b << " " << (errno == ETIMEDOUT) << " " << seconds_since(began) << "\n";
+    size_t got = 0;
+    std::thread reader([&] {
+      char buffer[4096];
+      for (ssize_t n = 1; n > 0;) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        n = ::read(reading[0], buffer, sizeof(buffer));
+        if (n > 0) got += static_cast<size_t>(n);
+      }
+    });
+    const bool c = write_fully(reading[1], big);
+    ::close(reading[1]);
+    reader.join();
+    out << "c " << c << " " << (got == big.size()) << "\n";
+    began = Clock::now();
+    std::string why;
+    try {
+      write_file_atomic(fifo, "{}");
+    } catch (const InputError& e) {
+      why = e.what();
+    }
+    out << "d " << seconds_since(began) << " " << why << "\n";
+    out.close();
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  std::istringstream lines(read(results));
+  std::string name, rest;
+  bool ok = true, timed_out = false;
+  double seconds = 0;
+  lines >> name >> ok >> timed_out >> seconds;
+  EXPECT_EQ(name, "a");
+  EXPECT_FALSE(ok);
+  EXPECT_TRUE(timed_out);
+  EXPECT_GE(seconds, 9.9) << "the first stalled pipe gets the full 10 s";
+  EXPECT_LE(seconds, 12.0);
+  lines >> name >> ok >> timed_out >> seconds;
+  EXPECT_EQ(name, "b");
+  EXPECT_FALSE(ok);
+  EXPECT_TRUE(timed_out);
+  EXPECT_GE(seconds, 0.9) << "a second's grace";
+  EXPECT_LE(seconds, 3.0) << "not a 10 s of its own";
+  bool all = false;
+  lines >> name >> ok >> all;
+  EXPECT_EQ(name, "c");
+  EXPECT_TRUE(ok) << "a reader that keeps reading gets everything, after the 10 s too";
+  EXPECT_TRUE(all);
+  lines >> name >> seconds;
+  std::getline(lines, rest);
+  EXPECT_EQ(name, "d");
+  EXPECT_LE(seconds, 3.0);
+  EXPECT_THAT(rest,
+              HasSubstr(fifo + ": cannot write: stopped; no process opened this pipe to read it within 10 s "
+                               "of the stop signal"));
 }
 
 TEST_F(ReportFiles, AtomicWriteDashIsStdout) {
