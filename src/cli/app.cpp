@@ -26,6 +26,7 @@
 #include "batchsweep/analysis.hpp"
 #include "batchsweep/backends.hpp"
 #include "batchsweep/errors.hpp"
+#include "batchsweep/files.hpp"
 #include "batchsweep/gpu_specs.hpp"
 #include "batchsweep/json_depth.hpp"
 #include "batchsweep/model.hpp"
@@ -1429,12 +1430,22 @@ int run_app(int argc, char** argv) {
   return kExitUsage;
 }
 
+namespace {
+int g_stdout_failure = 0;
+}  // namespace
+
 int flush_stdout() {
-  static int failure = 0;
-  if (failure != 0) return failure;
+  if (g_stdout_failure != 0) return g_stdout_failure;
   errno = 0;
-  if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) failure = errno != 0 ? errno : -1;
-  return failure;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) g_stdout_failure = errno != 0 ? errno : -1;
+  return g_stdout_failure;
+}
+
+bool write_stdout(std::string_view text) {
+  if (flush_stdout() != 0) return false;
+  if (write_fully(STDOUT_FILENO, text)) return true;
+  g_stdout_failure = errno != 0 ? errno : -1;
+  return false;
 }
 
 }  // namespace bsw::cli

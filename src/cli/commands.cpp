@@ -537,14 +537,17 @@ void print_final(const Report& report, const ExportSettings& e) {
     }
     const std::string table = format_console(report, {color_allowed(STDERR_FILENO)});
     std::fwrite(table.data(), 1, table.size(), stderr);
-  } else {
-    const std::string table = format_console(report, {color_allowed(STDOUT_FILENO)});
-    std::fwrite(table.data(), 1, table.size(), stdout);
   }
   // Beside the table: on stdout, or on stderr where stdout carries the JSON.
-  if (const std::optional<ConfigTarget> target = parse_config_target(e.config_for)) {
-    const std::string snippet = "\n" + format_config_snippet(report, *target, config_world_size(report, e));
-    std::fwrite(snippet.data(), 1, snippet.size(), e.json_path == "-" ? stderr : stdout);
+  std::string snippet;
+  if (const std::optional<ConfigTarget> target = parse_config_target(e.config_for))
+    snippet = "\n" + format_config_snippet(report, *target, config_world_size(report, e));
+  if (e.json_path == "-") {
+    std::fwrite(snippet.data(), 1, snippet.size(), stderr);
+  } else {
+    // Past stdio, as --json - is: a reader that stopped reading does not hold the run after a stop signal.
+    // A failure is stdout's (main says it, exit 1).
+    (void)write_stdout(format_console(report, {color_allowed(STDOUT_FILENO)}) + snippet);
   }
   if (export_error) {
     std::fflush(stdout);

@@ -13,6 +13,7 @@
 
 #include "batchsweep/backends.hpp"
 #include "batchsweep/errors.hpp"
+#include "batchsweep/files.hpp"
 #include "batchsweep/json_depth.hpp"
 #include "cli/app.hpp"
 
@@ -115,8 +116,15 @@ int main(int argc, char** argv) {
       return code;
     else if (error != 0) {
       // The cause where a flush saw it; an earlier failed write left only the stream's error flag.
-      std::fprintf(stderr, "batchsweep: error: cannot write to stdout%s%s\n", error > 0 ? ": " : "",
-                   error > 0 ? std::strerror(error) : "");
+      if (error == ETIMEDOUT)  // write_stdout after a stop signal
+        std::fprintf(
+            stderr,
+            "batchsweep: error: cannot write to stdout: stopped; the reader took nothing for %d s after "
+            "the stop signal\n",
+            bsw::kFifoWaitS);
+      else
+        std::fprintf(stderr, "batchsweep: error: cannot write to stdout%s%s\n", error > 0 ? ": " : "",
+                     error > 0 ? std::strerror(error) : "");
       if (code == bsw::kExitOk || code == bsw::kExitRegression || code == bsw::kExitNothingRan)
         return bsw::kExitRuntime;
     }

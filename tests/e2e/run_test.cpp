@@ -591,10 +591,11 @@ TEST(Run, AStopSignalEndsAWriteIntoAStalledPipe) {
   // 3000 samples at each of 4 batches: a report larger than the pipe's 64 KiB. `exec 3<>` holds a reader.
   // The signal comes 3 s after the last point: the reader has stalled since, and gets its 10 s from the
   // signal.
-  const auto stalled = [&](const std::string& json, const std::string& stdout_to) {
+  const auto stalled = [&](const std::string& json, const std::string& stdout_to, bool full = false) {
+    // `full`: the pipe's 64 KiB filled first, so that even the small table cannot go in.
     const std::string command =
-        "bash -c 'exec 3<> \"" + fifo.string() + "\"; \"" + std::string(BSW_BINARY) +
-        "\" run --backend scripted --script \"" + scripted("roofline.json") +
+        "bash -c 'exec 3<> \"" + fifo.string() + "\"; " + (full ? "head -c 65536 /dev/zero >&3; " : "") +
+        "\"" + std::string(BSW_BINARY) + "\" run --backend scripted --script \"" + scripted("roofline.json") +
         "\" --batch 1,2,4,8 --warmup 0 --min-samples 3000 --json " + json + " > \"" + stdout_to + "\" 2> \"" +
         err + "\" 3>&- & pid=$!; " + "for i in $(seq 300); do grep -q \"sweep done\" \"" + err +
         "\" && break; sleep 0.1; done; sleep 3; s=$SECONDS; kill -TERM $pid; wait $pid; echo $? > \"" + rc +
@@ -619,6 +620,19 @@ TEST(Run, AStopSignalEndsAWriteIntoAStalledPipe) {
       std::string::npos)
       << slurp(err);
   EXPECT_LE(std::stoi(slurp(waited)), 20);
+  // The table on stdout (the report in a file): the same wait, then stdout's error. The exit stays the
+  // interrupt's: the report file is whole.
+  const std::string report = (dir / "report.json").string();
+  stalled("\"" + report + "\"", fifo.string(), true);
+  EXPECT_EQ(slurp(rc), "143\n") << slurp(err);  // SIGTERM's
+  EXPECT_NE(
+      slurp(err).find("batchsweep: error: cannot write to stdout: stopped; the reader took nothing for 10 s "
+                      "after the stop signal"),
+      std::string::npos)
+      << slurp(err);
+  EXPECT_GE(std::stoi(slurp(waited)), 9);
+  EXPECT_LE(std::stoi(slurp(waited)), 20);
+  EXPECT_EQ(nlohmann::json::parse(slurp(report))["state"], "complete");
 }
 
 // A reader a moment late (`batchsweep run --json f & consumer < f`) still gets the report: the write waits
