@@ -50,10 +50,12 @@ constexpr const char* kContextUnusable =
     "the CUDA context is unusable after this error, so the sweep stops here (the points finished before it "
     "are in the report)";
 
+}  // namespace
+
 // A library call also fails when a kernel before it broke the context (an illegal address in a GEMM comes
 // back as CUBLAS_STATUS_EXECUTION_FAILED): that is the sticky error's doing, which every later point would
 // hit and blame on its own batch, so it stops the sweep as the sticky error itself does.
-[[noreturn]] void throw_library_error(const std::string& message) {
+void check_library_failure(const std::string& message) {
   // A fault only the library saw may not be the runtime's last error yet: a synchronisation surfaces it (an
   // error path only; during a capture it is refused, which is not sticky).
   const cudaError_t synced = cudaDeviceSynchronize();
@@ -72,6 +74,12 @@ constexpr const char* kContextUnusable =
       free_bytes < kLibraryOutOfMemoryBytes)
     throw OutOfMemory(fmt::format("{}, with {} MiB of device memory free: taken as out of memory", message,
                                   free_bytes >> 20));
+}
+
+namespace {
+
+[[noreturn]] void throw_library_error(const std::string& message) {
+  check_library_failure(message);
   throw BackendError(message);
 }
 

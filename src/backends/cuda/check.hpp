@@ -8,12 +8,19 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <string>
+
 namespace bsw::cuda::detail {
 
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);
 [[noreturn]] void throw_cudnn_error(cudnnStatus_t status, const char* call, const char* file, int line);
 void report_cuda_error(cudaError_t status, const char* call, const char* file, int line) noexcept;
+// For a library failure that came back as a status (cuDNN's frontend, cuBLASLt): throws Error where an
+// earlier kernel left the CUDA context unusable (the failure is not this call's), OutOfMemory where next to
+// no device memory is free; otherwise clears a non-sticky CUDA error the library left and returns, and the
+// failure is the call's own.
+void check_library_failure(const std::string& message);
 
 // Text of a cuBLAS status ("CUBLAS_STATUS_ALLOC_FAILED").
 [[nodiscard]] const char* cublas_status_name(cublasStatus_t status) noexcept;

@@ -157,6 +157,9 @@ struct CudnnGraphs::Cache {
       if (device_allocation_failed(message))
         throw OutOfMemory(fmt::format("cuDNN {} ran out of device memory: {}", stage, message));
       e.error = fmt::format("cuDNN {}: {}", stage, message);
+      // Remembered as cuDNN rejecting this shape only where the failure is the build's own: not a context an
+      // earlier kernel broke (the sweep stops), nor one with next to no memory free (this batch's oom).
+      detail::check_library_failure(e.error);
       return e;
     };
     if (auto s = g->validate(); s.is_bad()) return fail("validate", s);
@@ -357,7 +360,9 @@ struct CudnnGraphs::Cache {
       const std::string message = s.get_message();
       if (device_allocation_failed(message))
         throw OutOfMemory(fmt::format("{}: cuDNN execute ran out of device memory: {}", what, message));
-      throw BackendError(fmt::format("{}: cuDNN execute: {}", what, message));
+      const std::string failure = fmt::format("{}: cuDNN execute: {}", what, message);
+      detail::check_library_failure(failure);
+      throw BackendError(failure);
     }
   }
 };
