@@ -195,11 +195,29 @@ struct MeanStepError {
   double df = 0;
   bool drift = false;
 };
-[[nodiscard]] std::optional<MeanStepError> mean_step_error(const Point& point);
+// How far a run's round means (run --rounds) stray from their point's mean, pooled over its ok points: the
+// relative standard deviation of one round's mean (0.01 = 1%) and its degrees of freedom, the sum over the
+// points of their rounds with steps less one. The machine's speed moves over seconds (clocks, heat, where the
+// threads run, other processes), which no one point's steps show: 12 idle reruns of one CPU sweep differed by
+// 4-6 times what each run's steps said of its means. A round is a rerun of the point inside the run, and
+// every batch's rounds meet the same machine, so they are pooled. nullopt where no point has two rounds with
+// steps.
+struct RoundNoise {
+  double relative_sd = 0;
+  double df = 0;
+};
+[[nodiscard]] std::optional<RoundNoise> round_noise(std::span<const Point> points);
+[[nodiscard]] std::optional<RoundNoise> round_noise(std::span<const Point* const> points);
+// With `rounds` (the run's round_noise), the larger of the above and the rounds' error: relative_sd over the
+// square root of the point's rounds with steps (one for a point measured once), on the rounds' degrees of
+// freedom, `drift` set.
+[[nodiscard]] std::optional<MeanStepError> mean_step_error(const Point& point,
+                                                           const std::optional<RoundNoise>& rounds = {});
 // The half-width of the 95% confidence interval of a point's throughput, in % of it: Student's t on
 // mean_step_error's degrees of freedom times its standard error (the throughput is the batch over the mean
 // step, so its relative error is the mean step's). nullopt where mean_step_error is, or the point is not ok.
-[[nodiscard]] std::optional<double> throughput_ci95_pct(const Point& point);
+[[nodiscard]] std::optional<double> throughput_ci95_pct(const Point& point,
+                                                        const std::optional<RoundNoise>& rounds = {});
 // Each round's steps, its slice of samples_ms (empty for a failed round); empty where the point has no rounds
 // or their steps do not add up to samples_ms.
 [[nodiscard]] std::vector<std::span<const double>> round_slices(const Point& point);

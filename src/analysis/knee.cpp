@@ -8,6 +8,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
@@ -293,11 +294,19 @@ constexpr double kKneeBandAlpha = 0.01;
 // A mean known to no better than this fraction either way: the band is held there (1 - k * se would reach 0).
 constexpr double kKneeBandMaxFraction = 0.9;
 
-NoiseBand noise_band(const Point& point) {
+// With `rounds` (run --rounds), the rounds' error where it is the larger (mean_step_error): how far a
+// rerun of the point moves its mean.
+NoiseBand noise_band(const Point& point, const std::optional<RoundNoise>& rounds) {
   NoiseBand band;
   double degrees = 0;
-  const std::optional<double> se = drift_standard_error(point.samples_ms, &degrees);
+  std::optional<double> se = drift_standard_error(point.samples_ms, &degrees);
   if (!se || !(degrees > 0)) return band;
+  if (rounds) {
+    if (const std::optional<MeanStepError> e = mean_step_error(point, rounds); e && e->se > *se) {
+      se = e->se;
+      degrees = e->df;
+    }
+  }
   const double half_width = std::min(student_t_critical(kKneeBandAlpha, degrees) * *se, kKneeBandMaxFraction);
   // A mean step time shorter by the half width is a higher rate: rate / (1 - w); longer, rate / (1 + w).
   band.up = -std::log2(1.0 - half_width);
@@ -365,9 +374,12 @@ void add_confidence(KneeResult& knee, const std::vector<CurvePoint>& curve,
   knee.confidence = "stable";
   const std::size_t n = curve.size();
   if (n < kMinKneePoints) return;
+  std::vector<const Point*> points;
+  for (const CurvePoint& c : curve) points.push_back(c.point);
+  const std::optional<RoundNoise> rounds = round_noise(std::span<const Point* const>(points));
   std::vector<NoiseBand> bands;
   bands.reserve(n);
-  for (const CurvePoint& c : curve) bands.push_back(noise_band(*c.point));
+  for (const CurvePoint& c : curve) bands.push_back(noise_band(*c.point, rounds));
 
   std::vector<Weights> patterns = systematic_perturbations(n);
   std::vector<Weights> random = random_perturbations(n);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <numeric>
 #include <span>
+#include <vector>
 
 #include "batchsweep/analysis.hpp"
 #include "batchsweep/stats.hpp"
@@ -25,7 +26,42 @@ std::vector<std::span<const double>> round_slices(const Point& point) {
   return slices;
 }
 
-std::optional<MeanStepError> mean_step_error(const Point& point) {
+namespace {
+
+// The means of a point's rounds that have steps.
+std::vector<double> round_means(const Point& point) {
+  std::vector<double> means;
+  for (const std::span<const double> slice : round_slices(point))
+    if (!slice.empty())
+      means.push_back(std::accumulate(slice.begin(), slice.end(), 0.0) / static_cast<double>(slice.size()));
+  return means;
+}
+
+}  // namespace
+
+std::optional<RoundNoise> round_noise(std::span<const Point* const> points) {
+  double squares = 0, df = 0;
+  for (const Point* p : points) {
+    if (p == nullptr || p->status != PointStatus::ok) continue;
+    const std::vector<double> means = round_means(*p);
+    if (means.size() < 2) continue;
+    const double mean = std::accumulate(means.begin(), means.end(), 0.0) / static_cast<double>(means.size());
+    if (!(mean > 0) || !std::isfinite(mean)) continue;
+    for (const double m : means) squares += (m / mean - 1) * (m / mean - 1);
+    df += static_cast<double>(means.size() - 1);
+  }
+  if (!(df > 0)) return std::nullopt;
+  return RoundNoise{std::sqrt(squares / df), df};
+}
+
+std::optional<RoundNoise> round_noise(std::span<const Point> points) {
+  std::vector<const Point*> pointers;
+  pointers.reserve(points.size());
+  for (const Point& p : points) pointers.push_back(&p);
+  return round_noise(std::span<const Point* const>(pointers));
+}
+
+std::optional<MeanStepError> mean_step_error(const Point& point, const std::optional<RoundNoise>& rounds) {
   const std::vector<double>& samples = point.samples_ms;
   if (samples.size() < 2 ||
       !std::all_of(samples.begin(), samples.end(), [](double v) { return std::isfinite(v); }))
@@ -33,12 +69,17 @@ std::optional<MeanStepError> mean_step_error(const Point& point) {
   double df = 0;
   const std::optional<double> se = drift_standard_error(samples, &df, !stopped_short(point.stop_reason));
   if (!se) return std::nullopt;
-  return MeanStepError{*se, df, df < static_cast<double>(samples.size()) - 1};
+  const MeanStepError steps{*se, df, df < static_cast<double>(samples.size()) - 1};
+  if (!rounds || !(rounds->df > 0)) return steps;
+  const double measured = static_cast<double>(std::max<size_t>(1, round_means(point).size()));
+  const double across_rounds = rounds->relative_sd / std::sqrt(measured);
+  if (!(across_rounds > steps.se)) return steps;
+  return MeanStepError{across_rounds, rounds->df, true};
 }
 
-std::optional<double> throughput_ci95_pct(const Point& point) {
+std::optional<double> throughput_ci95_pct(const Point& point, const std::optional<RoundNoise>& rounds) {
   if (point.status != PointStatus::ok) return std::nullopt;
-  const std::optional<MeanStepError> e = mean_step_error(point);
+  const std::optional<MeanStepError> e = mean_step_error(point, rounds);
   if (!e || !(e->df > 0)) return std::nullopt;
   return student_t_critical(0.05, e->df) * e->se * 100;
 }

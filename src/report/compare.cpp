@@ -212,8 +212,13 @@ void judge_tail(CompareDelta& d, const Point& baseline, const Point& run, double
 // One run against the baseline at a batch. `p_scale` and `tail_scale` are the row's Holm adjustments in its
 // run's families (throughput, tail): every p the verdicts compare with alpha is scaled by them, so a row
 // changes only where its adjusted p does (1: unadjusted, as the first pass computes them).
+// The two runs' round_noise (run --rounds), baseline first: the means' errors hold them.
+struct RunNoises {
+  std::optional<RoundNoise> baseline, run;
+};
+
 CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, const CompareOptions& options,
-                   double p_scale = 1, double tail_scale = 1) {
+                   const RunNoises& noises = {}, double p_scale = 1, double tail_scale = 1) {
   CompareDelta d;
   if (!ran(baseline) || !ran(run)) {
     d.ratio = std::nan("");
@@ -273,7 +278,10 @@ CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, con
     // is the steps' spread, not how well their mean is known). So where either point's steps drift (its
     // standard error from the batch means) or it stopped short, a change must also clear the two means'
     // combined noise at the row's level: its p (drift_p_value) is in the row's p for the batches' adjustment.
-    const MeanStepError run_error = *mean_step_error(run), base_error = *mean_step_error(baseline);
+    // With rounds, the spread between them is in these errors (mean_step_error), and a change must clear it:
+    // a round is a rerun, and two runs differ as their rounds do.
+    const MeanStepError run_error = *mean_step_error(run, noises.run),
+                        base_error = *mean_step_error(baseline, noises.baseline);
     const bool short_point = stopped_short(run.stop_reason) || stopped_short(baseline.stop_reason);
     if (short_point || run_error.drift || base_error.drift) {
       d.drift_p_value = scaled(change_p(std::log(d.ratio), {run_error, base_error}), p_scale);
@@ -345,7 +353,7 @@ std::optional<double> family_p(const CompareDelta& d) {
 // its steps are the baseline's), a comparison of a point with itself that no test should be counted for.
 void adjust_for_batches(std::vector<CompareRow>& rows, const std::vector<std::vector<const Point*>>& points,
                         const std::vector<std::vector<bool>>& self, double tail_pct,
-                        const CompareOptions& options) {
+                        const CompareOptions& options, const std::vector<std::optional<RoundNoise>>& noises) {
   if (rows.empty()) return;
   for (size_t run = 1; run < rows.front().runs.size(); ++run) {
     // Each family's rows and their unadjusted p's (a tail's one-sided p at alpha / 2 is a test at alpha).
@@ -373,7 +381,8 @@ void adjust_for_batches(std::vector<CompareRow>& rows, const std::vector<std::ve
     for (size_t r = 0; r < rows.size(); ++r) {
       CompareDelta& d = rows[r].deltas[run - 1];
       if (scale[r] != 1 || tail_scale[r] != 1)
-        d = delta(*points[r][0], *points[r][run], tail_pct, options, scale[r], tail_scale[r]);
+        d = delta(*points[r][0], *points[r][run], tail_pct, options, {noises[0], noises[run]}, scale[r],
+                  tail_scale[r]);
     }
     for (size_t r : tested) rows[r].deltas[run - 1].p_adjusted_for = tested.size();
     for (size_t r : tail_tested) rows[r].deltas[run - 1].tail_p_adjusted_for = tail_tested.size();
@@ -1067,6 +1076,9 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
   std::vector<std::string> missing;
   std::map<size_t, std::vector<std::string>> unswept;  // run -> compared batches it lacks
   std::vector<std::string> shared;  // batches a run took from the baseline's own measurement (--resume)
+  // Each run's rounds' spread (run --rounds), which its means' errors hold.
+  std::vector<std::optional<RoundNoise>> noises;
+  for (const auto& r : reports) noises.push_back(round_noise(r.points));
   std::vector<std::vector<const Point*>> row_points;  // each row's point in every run (null: not swept)
   std::vector<std::vector<bool>> row_self;            // ... that is the baseline's own measurement
   for (const Key& key : all_keys) {
@@ -1094,14 +1106,15 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
       row.runs.push_back({false, p->status, p->reason, p->samples_per_second, p->samples_ms.size(),
                           std::nullopt, 0, latency_if_ran(*p, 99),
                           latency_if_ran(*p, result.runs.front().latency_percentile), busy_host(*p)});
-      if (const std::optional<MeanStepError> e = mean_step_error(*p)) {
+      if (const std::optional<MeanStepError> e = mean_step_error(*p, noises[i])) {
         row.runs.back().standard_error = e->se;
         row.runs.back().standard_error_df = e->df;
       }
     }
     for (size_t i = 1; i < points.size(); ++i) {
       if (points[i]) {
-        row.deltas.push_back(delta(*points[0], *points[i], result.tail_percentile, options));
+        row.deltas.push_back(
+            delta(*points[0], *points[i], result.tail_percentile, options, {noises[0], noises[i]}));
       } else {
         CompareDelta absent;
         absent.ratio = std::nan("");
@@ -1144,7 +1157,7 @@ CompareResult compare_reports(const std::vector<Report>& reports, const CompareO
     row_points.push_back(std::move(points));
     row_self.push_back(std::move(self));
   }
-  adjust_for_batches(result.rows, row_points, row_self, result.tail_percentile, options);
+  adjust_for_batches(result.rows, row_points, row_self, result.tail_percentile, options, noises);
   result.geomean = geomean_row(result.rows, reports.size(), options);
   result.show_tail = result.runs.front().mode == "infer" || options.tail_gated_in_training;
   result.tail_gated = options.latency_gated && result.show_tail;
@@ -1647,8 +1660,9 @@ static std::string verdict_rule(const CompareResult& result) {
       "(Welch's t), the two tests at alpha {} together, their p's adjusted for the batches compared (Holm); "
       "without raw samples the threshold alone; with too few for the rank test, Student's t on the means "
       "with the runs' spread pooled; also, as for the geometric mean, a change beyond Student's t at that "
-      "level times the means' combined standard error (allowing for drift); after one step, against "
-      "another no change at all, against many only beyond every one of them and their spread (p < {:g}){}",
+      "level times the means' combined standard error (allowing for drift, and for the spread between rounds "
+      "with --rounds); after one step, against another no change at all, against many only beyond every one "
+      "of them and their spread (p < {:g}){}",
       result.min_effect_pct, result.alpha, result.alpha,
       result.show_tail
           ? fmt::format(

@@ -220,9 +220,10 @@ std::string format_csv(const Report& report) {
     out += name;
   }
   out += "\n";
+  const std::optional<RoundNoise> rounds = round_noise(report.points);
   for (const auto& p : report.points) {
     std::vector<std::pair<std::string, ordered>> leaves;
-    flatten(report_json::point_json<ordered>(p), "", leaves);
+    flatten(report_json::point_json<ordered>(p, rounds), "", leaves);
     const std::map<std::string, ordered> by_name(leaves.begin(), leaves.end());
     for (size_t i = 0; i < columns.size(); ++i) {
       if (i) out += ",";

@@ -813,7 +813,8 @@ json to_json(const Report& report) {
   json command = json::array();
   for (const auto& arg : report.command) command.push_back(arg);
   json points = json::array();
-  for (const auto& p : report.points) points.push_back(report_json::point_json<json>(p));
+  const std::optional<RoundNoise> rounds = round_noise(report.points);
+  for (const auto& p : report.points) points.push_back(report_json::point_json<json>(p, rounds));
   // Empty: a report read back that did not say (analyze of a minimal report), so null, not "".
   const auto said = [](const std::string& text) { return text.empty() ? json() : json(text); };
   json doc = {

@@ -100,8 +100,9 @@ Json host_json(const PointHost& h) {
 
 // Every point carries the same core fields; the extras (noise_pct, stop_reason, skipped_steps, loss,
 // telemetry, host, execution) appear only when present.
+// `round_spread`: the report's round_noise, which the point's samples_per_second_ci95_pct holds.
 template <class Json>
-Json point_json(const Point& p) {
+Json point_json(const Point& p, const std::optional<RoundNoise>& round_spread = {}) {
   Json out = Json::object();
   out["batch"] = p.batch;
   out["accumulation"] = p.accumulation;
@@ -125,8 +126,8 @@ Json point_json(const Point& p) {
   if (!p.resumed_from.empty()) out["resumed_from"] = p.resumed_from;
   if (p.noise_pct) out["noise_pct"] = number_or_null<Json>(*p.noise_pct);
   // Derived from samples_ms when written (as rounds' mean_ms): how precisely this run measured the
-  // throughput.
-  if (const std::optional<double> ci = throughput_ci95_pct(p))
+  // throughput, with its rounds' spread where it has rounds.
+  if (const std::optional<double> ci = throughput_ci95_pct(p, round_spread))
     out["samples_per_second_ci95_pct"] = number_or_null<Json>(*ci);
   if (!p.stop_reason.empty()) out["stop_reason"] = p.stop_reason;
   if (p.skipped_steps) out["skipped_steps"] = *p.skipped_steps;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numeric>
 #include <vector>
 
 #include "analysis/curve.hpp"
@@ -53,6 +54,59 @@ TEST(ThroughputInterval, StudentTOnTheMeanStepsError) {
   Point oom = p;
   oom.status = PointStatus::oom;
   EXPECT_FALSE(throughput_ci95_pct(oom).has_value());
+}
+
+// A point of `rounds` rounds of `steps` steps each, round r's steps at means[r] with a +-1% alternation.
+Point rounded_point(int64_t batch, const std::vector<double>& means, int steps = 20) {
+  Point p;
+  p.batch = batch;
+  p.stop_reason = "noise target";
+  for (const double m : means) {
+    for (int i = 0; i < steps; ++i) p.samples_ms.push_back(m * (i % 2 == 0 ? 1.01 : 0.99));
+    p.rounds.push_back({steps, p.rounds.empty() ? "noise target" : "steps of round 1", PointStatus::ok, ""});
+  }
+  p.samples_per_second = static_cast<double>(batch) * 1000.0 /
+                         (std::accumulate(p.samples_ms.begin(), p.samples_ms.end(), 0.0) /
+                          static_cast<double>(p.samples_ms.size()));
+  return p;
+}
+
+// With --rounds, a point's interval holds the spread between rounds, pooled over the run's points: each round
+// a rerun of its point, which the steps within one do not show (12 idle reruns of one CPU sweep differed by
+// 4-6 times their intervals). Worked by hand: rounds 10.5/9.5 (±5%) and 21/19/20 (±5%, 0): squares
+// 2 * 0.0025 + 2 * 0.0025 = 0.01 over 1 + 2 degrees of freedom: a round's mean is known to sqrt(0.01 / 3) =
+// 5.77%.
+TEST(ThroughputInterval, RoundsPoolTheirSpreadOverTheRunsPoints) {
+  const std::vector<Point> points = {rounded_point(8, {10.5, 9.5}), rounded_point(16, {21.0, 19.0, 20.0})};
+  const std::optional<RoundNoise> noise = round_noise(points);
+  ASSERT_TRUE(noise.has_value());
+  EXPECT_NEAR(noise->relative_sd, std::sqrt(0.01 / 3), 1e-12);
+  EXPECT_EQ(noise->df, 3);
+  // Two rounds: the round's error over sqrt(2), on the pooled 3 degrees of freedom (t 3.182446), far above
+  // what the 40 steps alone say (about 1.5%).
+  const std::optional<MeanStepError> e = mean_step_error(points[0], noise);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_NEAR(e->se, std::sqrt(0.01 / 3) / std::sqrt(2.0), 1e-12);
+  EXPECT_EQ(e->df, 3);
+  EXPECT_TRUE(e->drift);
+  EXPECT_NEAR(*throughput_ci95_pct(points[0], noise), 3.182446 * e->se * 100, 1e-4);
+  EXPECT_LT(*throughput_ci95_pct(points[0]), *throughput_ci95_pct(points[0], noise) / 2);
+  // Three rounds: over sqrt(3).
+  EXPECT_NEAR(mean_step_error(points[1], noise)->se, std::sqrt(0.01 / 3) / std::sqrt(3.0), 1e-12);
+  // A point measured once in such a run (its later rounds failed) has one round's error.
+  Point once = rounded_point(32, {40.0});
+  EXPECT_NEAR(mean_step_error(once, noise)->se, std::sqrt(0.01 / 3), 1e-12);
+  // Rounds that agree to far within their steps' noise leave the steps' own error.
+  const std::vector<Point> agreeing = {rounded_point(8, {10.0, 10.0001}, 4)};
+  const std::optional<RoundNoise> small = round_noise(agreeing);
+  ASSERT_TRUE(small.has_value());
+  EXPECT_FALSE(mean_step_error(agreeing[0], small)->drift);
+  EXPECT_EQ(mean_step_error(agreeing[0], small)->se, mean_step_error(agreeing[0])->se);
+  // No rounds, or points that failed: nothing pooled.
+  EXPECT_FALSE(round_noise(std::vector<Point>{once}).has_value());
+  Point failed = points[0];
+  failed.status = PointStatus::oom;
+  EXPECT_FALSE(round_noise(std::vector<Point>{failed}).has_value());
 }
 
 const std::vector<int64_t> kBatches = powers_of_two(1, 4096);

@@ -1099,6 +1099,41 @@ TEST(Compare, PointsWhoseRoundsDisagreedAreNoted) {
     EXPECT_EQ(note.find("rounds"), std::string::npos) << note;
 }
 
+// With --rounds, the spread between a run's rounds is in its means' noise (round_noise): a round is a rerun
+// of its point, and two runs differ as their rounds do. Rounds 8% apart at every batch in both runs: B's 6%
+// is within that, though each round's steps are sure of it; the same steps without rounds are a change.
+TEST(Compare, WithRoundsAChangeMustClearTheRoundsSpread) {
+  Report a = testing::sample_report();
+  const auto two_rounds = [](Report r, double scale) {
+    for (Point& p : r.points) {
+      if (p.status != PointStatus::ok) continue;
+      const double ms = p.step_ms.mean * scale;
+      p.samples_ms.clear();
+      for (int i = 0; i < 40; ++i)
+        p.samples_ms.push_back(ms * (i < 20 ? 0.96 : 1.04) * (i % 2 ? 1.002 : 0.998));
+      p.rounds = {PointRound{20, "noise target", PointStatus::ok, {}},
+                  PointRound{20, "steps of round 1", PointStatus::ok, {}}};
+      p.samples_per_second = static_cast<double>(p.batch) / (ms / 1000);
+    }
+    return r;
+  };
+  a = two_rounds(a, 1.0);
+  const Report b = two_rounds(a, 1.06);
+  const CompareResult result = compare_pair(a, b);
+  for (const CompareRow& row : result.rows) {
+    if (!row.deltas[0].from_samples) continue;
+    EXPECT_EQ(row.deltas[0].verdict, Verdict::same) << row.batch;
+    EXPECT_TRUE(row.deltas[0].within_drift_noise) << row.batch;
+  }
+  EXPECT_EQ(result.geomean.deltas[0].verdict, Verdict::same);
+  EXPECT_TRUE(regressions(result, 5.0).empty()) << ::testing::PrintToString(regressions(result, 5.0));
+  // One run's rounds: the same steps, read as one round each, are a 6% regression.
+  Report a_once = a, b_once = b;
+  for (Report* r : {&a_once, &b_once})
+    for (Point& p : r->points) p.rounds.clear();
+  EXPECT_FALSE(regressions(compare_pair(a_once, b_once), 5.0).empty());
+}
+
 // A gate's slower finding at a point timed on a busy host says so, in its line and in the JSON, so a CI job
 // can rerun before it fails the build; a finding on a quiet host does not.
 TEST(Compare, ASlowerFindingOnABusyHostSaysSo) {
