@@ -1127,6 +1127,15 @@ TEST(Compare, WithRoundsAChangeMustClearTheRoundsSpread) {
   }
   EXPECT_EQ(result.geomean.deltas[0].verdict, Verdict::same);
   EXPECT_TRUE(regressions(result, 5.0).empty()) << ::testing::PrintToString(regressions(result, 5.0));
+  // The geometric mean: round 2 is slower at every batch, so the mean of the batches moves round to round as
+  // much as one batch does, and B's 10% is within that (the rows' errors taken as independent put it beyond).
+  const CompareResult ten = compare_pair(a, two_rounds(a, 1.10));
+  EXPECT_EQ(ten.geomean.deltas[0].verdict, Verdict::same);
+  ASSERT_TRUE(ten.geomean.deltas[0].mean_p_value.has_value());
+  EXPECT_GT(*ten.geomean.deltas[0].mean_p_value, 0.01);
+  EXPECT_TRUE(regressions(ten, 5.0).empty()) << ::testing::PrintToString(regressions(ten, 5.0));
+  // Far beyond the rounds' spread it is a regression.
+  EXPECT_EQ(compare_pair(a, two_rounds(a, 3.0)).geomean.deltas[0].verdict, Verdict::slower);
   // One run's rounds: the same steps, read as one round each, are a 6% regression.
   Report a_once = a, b_once = b;
   for (Report* r : {&a_once, &b_once})
