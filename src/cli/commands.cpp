@@ -2467,6 +2467,31 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
                        .c_str());
     }
     for (const Regression& r : found) std::fprintf(stderr, "batchsweep: regression: %s\n", r.text.c_str());
+    // A slower finding between runs without --rounds rests on each run's own steps, which do not show how far
+    // a rerun moves a mean (README: Rounds): said once, naming those runs, so a CI job knows what to try.
+    std::vector<std::string> unrounded;
+    const auto has_rounds = [](const Report& report) {
+      return std::any_of(report.points.begin(), report.points.end(), [](const Point& p) {
+        const std::vector<std::span<const double>> slices = round_slices(p);
+        return std::count_if(slices.begin(), slices.end(),
+                             [](std::span<const double> v) { return !v.empty(); }) >= 2;
+      });
+    };
+    for (size_t i = 0; i < reports.size(); ++i) {
+      const bool judged = std::any_of(found.begin(), found.end(), [&](const Regression& r) {
+        return (r.kind == "slower" || r.kind == "geomean") && (i == 0 || r.run == i);
+      });
+      if (judged && !has_rounds(reports[i])) unrounded.push_back(run_letter(i));
+    }
+    if (!unrounded.empty())
+      std::fprintf(
+          stderr, "%s",
+          fmt::format("batchsweep: note: {} {} swept without --rounds: a slower verdict rests on each "
+                      "run's own steps, which do not show how far a rerun moves its means (idle reruns "
+                      "of one CPU sweep differed by 4-6 times that); sweep both with --rounds 3, or "
+                      "compare two runs of the baseline to see how far they differ (README: Rounds)\n",
+                      fmt::join(unrounded, " and "), unrounded.size() == 1 ? "was" : "were")
+              .c_str());
   }
   if (refused) {
     // Both said: the export that failed, then why the gate cannot pass, whose exit (2) is the answer.

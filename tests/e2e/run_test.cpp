@@ -1385,6 +1385,24 @@ TEST(Compare, RegressionExitsThreeAndSameRunPasses) {
   EXPECT_NE(slower.err.find("batchsweep: regression: batch 1024: B is "), std::string::npos) << slower.err;
   EXPECT_NE(slower.err.find("batchsweep: gate failed (--fail-on-regression 5; A "), std::string::npos)
       << slower.err;
+  // Neither run had rounds: the gate says what its verdicts cannot see.
+  EXPECT_NE(
+      slower.err.find("batchsweep: note: A and B were swept without --rounds: a slower verdict rests on "
+                      "each run's own steps"),
+      std::string::npos)
+      << slower.err;
+  // With rounds in both, no such note.
+  const std::string ar = (dir / "ar.json").string(), br = (dir / "br.json").string();
+  ASSERT_EQ(
+      run(scripted_run("roofline.json", {"--batch", "64,512,1024", "--rounds", "2", "--json", ar})).exit_code,
+      0);
+  ASSERT_EQ(
+      run(scripted_run("roofline-slower.json", {"--batch", "64,512,1024", "--rounds", "2", "--json", br}))
+          .exit_code,
+      0);
+  const Result rounded = run({"compare", ar, br, "--fail-on-regression", "5"});
+  EXPECT_EQ(rounded.exit_code, 3) << rounded.out << rounded.err;
+  EXPECT_EQ(rounded.err.find("swept without --rounds"), std::string::npos) << rounded.err;
   // An export that cannot be written is exit 1, after the table and the regressions (a CI log still says
   // what regressed), and the other export is written.
   if (std::filesystem::exists("/dev/full")) {
