@@ -22,9 +22,12 @@ namespace bsw {
 void write_file_atomic(const std::string& path, const std::string& content);
 // Called from a stop signal's handler (async-signal-safe: clock_gettime and one lock-free store). From then
 // on a write into a pipe whose reader takes nothing for kFifoWaitS fails instead of waiting for it for ever;
-// the pipes written after the signal share those kFifoWaitS (a write begun once they are spent gets a second
-// for a reader that is reading), so several stalled exports do not each wait their own.
+// the pipes written after the signal share those kFifoWaitS, from the first wait for a reader (a write begun
+// once they are spent gets a second for a reader that is reading), so several stalled exports do not each
+// wait their own.
 void stop_waiting_writers() noexcept;
+// Whether stop_waiting_writers was called.
+[[nodiscard]] bool writers_stopped() noexcept;
 // Writes all of `content` to the open descriptor `fd` (a file, a pipe, a terminal, stdout): false with errno
 // set on failure, ETIMEDOUT where, after stop_waiting_writers, the reader took nothing for kFifoWaitS.
 [[nodiscard]] bool write_fully(int fd, std::string_view content);

@@ -188,11 +188,12 @@ void write_output(std::string_view flag, const std::string& path, const std::str
       throw Error(fmt::format("{} -: cannot write to stdout: {}", flag,
                               errno != 0 ? std::strerror(errno) : "write error"));
     if (!write_fully(STDOUT_FILENO, content))
-      throw Error(errno == ETIMEDOUT
-                      ? fmt::format("{} -: cannot write to stdout: stopped; the reader took nothing for {} s "
-                                    "after the stop signal",
-                                    flag, kFifoWaitS)
-                      : fmt::format("{} -: cannot write to stdout: {}", flag, std::strerror(errno)));
+      throw Error(
+          errno == ETIMEDOUT
+              ? fmt::format("{} -: cannot write to stdout: stopped; the reader took nothing in the {} s "
+                            "a stopped run gives its exports",
+                            flag, kFifoWaitS)
+              : fmt::format("{} -: cannot write to stdout: {}", flag, std::strerror(errno)));
     return;
   }
   try {
@@ -546,7 +547,8 @@ void print_final(const Report& report, const ExportSettings& e) {
     std::fwrite(snippet.data(), 1, snippet.size(), stderr);
   } else {
     // Past stdio, as --json - is: a reader that stopped reading does not hold the run after a stop signal.
-    // A failure is stdout's (main says it, exit 1).
+    // A failure is stdout's: main says it, and makes the exit 1 where the run's own would be 0, 3 or 4 (an
+    // interrupted run's 130 or 143 stands: its report is whole, where --json -'s failure loses it).
     (void)write_stdout(format_console(report, {color_allowed(STDOUT_FILENO)}) + snippet);
   }
   if (export_error) {

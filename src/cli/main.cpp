@@ -116,11 +116,11 @@ int main(int argc, char** argv) {
       return code;
     else if (error != 0) {
       // The cause where a flush saw it; an earlier failed write left only the stream's error flag.
-      if (error == ETIMEDOUT)  // write_stdout after a stop signal
+      if (error == ETIMEDOUT && bsw::writers_stopped())  // write_stdout after a stop signal
         std::fprintf(
             stderr,
-            "batchsweep: error: cannot write to stdout: stopped; the reader took nothing for %d s after "
-            "the stop signal\n",
+            "batchsweep: error: cannot write to stdout: stopped; the reader took nothing in the %d s a "
+            "stopped run gives its exports\n",
             bsw::kFifoWaitS);
       else
         std::fprintf(stderr, "batchsweep: error: cannot write to stdout%s%s\n", error > 0 ? ": " : "",

@@ -68,18 +68,27 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 
 using Clock = std::chrono::steady_clock;
 
-// After a stop signal, every pipe export shares the kFifoWaitS its readers get from the signal: four stalled
-// FIFOs end the run about kFifoWaitS after it, not four times that. A write (or a FIFO's open) that only
-// begins once that time is spent still gets kStopGraceMs for a reader that is there and reading. Without a
-// signal: nullopt (no limit).
+// When a writer first waited for a reader after the stop signal (the monotonic clock in nanoseconds; 0 until
+// then): the start of the kFifoWaitS every pipe export then shares.
+std::atomic<int64_t> g_stop_window_ns = 0;
+
+// After a stop signal, every pipe export shares the kFifoWaitS its readers get from the first wait for one:
+// four stalled FIFOs end the run about kFifoWaitS after it, not four times that. The window opens at that
+// first wait, not at the signal, since the run may finish a long step first. A write (or a FIFO's open) that
+// only begins once the window is spent still gets kStopGraceMs for a reader that is there and reading.
+// Without a signal: nullopt (no limit). Called only where a writer is about to wait.
 constexpr int kStopGraceMs = 1000;
 std::optional<Clock::time_point> stop_deadline(Clock::time_point began) {
-  const int64_t ns = g_stop_signalled_ns.load();
-  if (ns == 0) return std::nullopt;
-  const Clock::time_point signalled{
-      std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns))};
-  return std::max(signalled + std::chrono::seconds(kFifoWaitS),
-                  began + std::chrono::milliseconds(kStopGraceMs));
+  if (g_stop_signalled_ns.load() == 0) return std::nullopt;
+  int64_t window = g_stop_window_ns.load();
+  if (window == 0) {
+    const int64_t now = std::max<int64_t>(
+        1, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+    window = g_stop_window_ns.compare_exchange_strong(window, now) ? now : window;
+  }
+  const Clock::time_point opened{
+      std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(window))};
+  return std::max(opened + std::chrono::seconds(kFifoWaitS), began + std::chrono::milliseconds(kStopGraceMs));
 }
 
 // The host name the temporary names carry: at most 64 characters, "localhost" where there is none.
@@ -151,8 +160,12 @@ void stop_waiting_writers() noexcept {
 // all the room a non-blocking descriptor has, PIPE_BUF bytes on a blocking one (what POLLOUT promises a
 // pipe). A blocked write() that has moved some bytes returns them when a signal comes, and the next one
 // blocks again: that is why the wait is not in write(). Once a stop signal has come (before or during the
-// write), a reader that takes nothing for kFifoWaitS from the later of the signal and its last read ends the
-// write (ETIMEDOUT); a write begun after that time gets kStopGraceMs (stop_deadline).
+// write), a reader that takes nothing for kFifoWaitS from the later of the first wait after the signal and
+// its last read ends the write (ETIMEDOUT); a write begun after that time gets kStopGraceMs (stop_deadline).
+bool writers_stopped() noexcept {
+  return g_stop_signalled_ns.load() != 0;
+}
+
 bool write_fully(int fd, std::string_view content) {
   const Clock::time_point began = Clock::now();
   const char* data = content.data();
@@ -178,7 +191,9 @@ bool write_fully(int fd, std::string_view content) {
     pollfd room{fd, POLLOUT, 0};
     int ready = ::poll(&room, 1, 0);
     if (ready == 0) {
-      int timeout_ms = -1;
+      // Before a stop signal, a second at a time: a signal that comes between this check and the poll
+      // interrupts nothing, and is seen at the next.
+      int timeout_ms = 1000;
       if (const std::optional<Clock::time_point> stop = stop_deadline(began)) {
         const Clock::time_point until =
             last_read ? std::max(*stop, *last_read + std::chrono::seconds(kFifoWaitS)) : *stop;
@@ -260,17 +275,18 @@ void write_file_atomic(const std::string& path, const std::string& content) {
     FileDescriptor fd(opened);
     if (fd.get() < 0) {
       if (errno == ENXIO && fifo)
-        throw InputError(path + ": cannot write: " +
-                         (stop_deadline(began) ? "stopped; no process opened this pipe to read it within " +
-                                                     std::to_string(kFifoWaitS) + " s of the stop signal"
-                                               : "no process opened this pipe to read it within " +
-                                                     std::to_string(kFifoWaitS) + " s"));
+        throw InputError(
+            path + ": cannot write: " +
+            (writers_stopped()
+                 ? "stopped; no process opened this pipe to read it in the " + std::to_string(kFifoWaitS) +
+                       " s a stopped run gives its exports"
+                 : "no process opened this pipe to read it within " + std::to_string(kFifoWaitS) + " s"));
       throw InputError(path + ": cannot write: " + std::strerror(errno));
     }
     if (!write_fully(fd.get(), content) || fd.close() != 0) {
       if (errno == ETIMEDOUT)
-        throw InputError(path + ": cannot write: stopped; the reader took nothing for " +
-                         std::to_string(kFifoWaitS) + " s after the stop signal");
+        throw InputError(path + ": cannot write: stopped; the reader took nothing in the " +
+                         std::to_string(kFifoWaitS) + " s a stopped run gives its exports");
       throw InputError(path + ": cannot write: " + std::strerror(errno));
     }
     return;
