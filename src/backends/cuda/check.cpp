@@ -55,7 +55,7 @@ constexpr const char* kContextUnusable =
 // A library call also fails when a kernel before it broke the context (an illegal address in a GEMM comes
 // back as CUBLAS_STATUS_EXECUTION_FAILED): that is the sticky error's doing, which every later point would
 // hit and blame on its own batch, so it stops the sweep as the sticky error itself does.
-void check_library_failure(const std::string& message) {
+void check_library_failure(const std::string& message, bool allocates) {
   // A fault only the library saw may not be the runtime's last error yet: a synchronisation surfaces it (an
   // error path only; during a capture it is refused, which is not sticky).
   const cudaError_t synced = cudaDeviceSynchronize();
@@ -70,7 +70,7 @@ void check_library_failure(const std::string& message) {
   // A non-sticky error the library left is cleared either way, so the next batch does not meet it.
   static_cast<void>(cudaGetLastError());
   size_t free_bytes = 0, total_bytes = 0;
-  if (synced == cudaSuccess && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess &&
+  if (allocates && synced == cudaSuccess && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess &&
       free_bytes < kLibraryOutOfMemoryBytes)
     throw OutOfMemory(fmt::format("{}, with {} MiB of device memory free: taken as out of memory", message,
                                   free_bytes >> 20));

@@ -17,10 +17,12 @@ namespace bsw::cuda::detail {
 [[noreturn]] void throw_cudnn_error(cudnnStatus_t status, const char* call, const char* file, int line);
 void report_cuda_error(cudaError_t status, const char* call, const char* file, int line) noexcept;
 // For a library failure that came back as a status (cuDNN's frontend, cuBLASLt): throws Error where an
-// earlier kernel left the CUDA context unusable (the failure is not this call's), OutOfMemory where next to
-// no device memory is free; otherwise clears a non-sticky CUDA error the library left and returns, and the
-// failure is the call's own.
-void check_library_failure(const std::string& message);
+// earlier kernel left the CUDA context unusable (the failure is not this call's), OutOfMemory where the call
+// allocates (`allocates`) and next to no device memory is free; otherwise clears a non-sticky CUDA error the
+// library left and returns, and the failure is the call's own. During a stream capture the synchronisation
+// it makes is refused (and ends the capture): the failure is then taken as the call's, and the next plain
+// step meets a broken context again.
+void check_library_failure(const std::string& message, bool allocates = true);
 
 // Text of a cuBLAS status ("CUBLAS_STATUS_ALLOC_FAILED").
 [[nodiscard]] const char* cublas_status_name(cublasStatus_t status) noexcept;

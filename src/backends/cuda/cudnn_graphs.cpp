@@ -11,6 +11,8 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "backends/cuda/check.hpp"
@@ -158,8 +160,10 @@ struct CudnnGraphs::Cache {
         throw OutOfMemory(fmt::format("cuDNN {} ran out of device memory: {}", stage, message));
       e.error = fmt::format("cuDNN {}: {}", stage, message);
       // Remembered as cuDNN rejecting this shape only where the failure is the build's own: not a context an
-      // earlier kernel broke (the sweep stops), nor one with next to no memory free (this batch's oom).
-      detail::check_library_failure(e.error);
+      // earlier kernel broke (the sweep stops), nor, where the stage allocates (building the plans), one with
+      // next to no memory free (this batch's oom). A shape validate or check_support rejects stays rejected
+      // however little memory is free, so that the fallbacks (an fp16 dW, im2col) still run.
+      detail::check_library_failure(e.error, std::string_view(stage) == "build_plans");
       return e;
     };
     if (auto s = g->validate(); s.is_bad()) return fail("validate", s);
