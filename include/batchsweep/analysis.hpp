@@ -195,22 +195,27 @@ struct MeanStepError {
   double df = 0;
   bool drift = false;
 };
-// How far a run's round means (run --rounds) stray from their point's mean, pooled over its ok points: the
-// relative standard deviation of one round's mean (0.01 = 1%) and its degrees of freedom, the sum over the
-// points of their rounds with steps less one. The machine's speed moves over seconds (clocks, heat, where the
-// threads run, other processes), which no one point's steps show: 12 idle reruns of one CPU sweep differed by
-// 4-6 times what each run's steps said of its means. A round is a rerun of the point inside the run, and
-// every batch's rounds meet the same machine, so they are pooled. nullopt where no point has two rounds with
-// steps.
+// How far a run's round means (run --rounds) stray from their point's mean, in relative variance of one
+// round's mean (0.0001 = 1%^2), with degrees of freedom. The machine's speed moves over seconds (clocks,
+// heat, where the threads run, other processes), which no one point's steps show: 12 idle reruns of one CPU
+// sweep differed by 4-6 times what each run's steps said of its means. A round is a rerun of its point inside
+// the run. Two parts:
+// - `common`: the offset a round shares across the run's points (a slow round is slow at every batch): the
+//   variance of the rounds' mean offsets over the points, on the rounds less one degrees of freedom;
+// - `own`: what is left of each point's rounds' spread once that offset is taken out, pooled over the
+//   points, on their rounds less one each, less the common part's.
+// Each part less what the rounds' own steps' noise puts in it (their drift-aware standard errors), floored at
+// 0: a point whose rounds had few, noisy steps does not widen every other point's interval.
+// nullopt where no point has two rounds with steps.
 struct RoundNoise {
-  double relative_sd = 0;
-  double df = 0;
+  double common_var = 0, common_df = 0;
+  double own_var = 0, own_df = 0;
 };
 [[nodiscard]] std::optional<RoundNoise> round_noise(std::span<const Point> points);
 [[nodiscard]] std::optional<RoundNoise> round_noise(std::span<const Point* const> points);
-// With `rounds` (the run's round_noise), the larger of the above and the rounds' error: relative_sd over the
-// square root of the point's rounds with steps (one for a point measured once), on the rounds' degrees of
-// freedom, `drift` set.
+// With `rounds` (the run's round_noise), the larger of the above and the rounds' error: (common_var + own_var
+// + the point's rounds' own variance, their steps' error squared, averaged) over its rounds with steps (one
+// for a point measured once), on Welch-Satterthwaite's degrees of freedom over the three, `drift` set.
 [[nodiscard]] std::optional<MeanStepError> mean_step_error(const Point& point,
                                                            const std::optional<RoundNoise>& rounds = {});
 // The half-width of the 95% confidence interval of a point's throughput, in % of it: Student's t on

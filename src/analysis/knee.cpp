@@ -360,9 +360,10 @@ std::vector<Weights> random_perturbations(std::size_t n) {
 }
 
 // Runs the knee rules on every perturbed curve and fills confidence, range and the reason's note.
+// `rounds`: the run's round_noise, over all its points (as the report's intervals).
 void add_confidence(KneeResult& knee, const std::vector<CurvePoint>& curve,
                     const std::vector<double>& log2_batch, const std::vector<double>& log2_rate,
-                    double sensitivity) {
+                    double sensitivity, const std::optional<RoundNoise>& rounds) {
   // Without raw samples (a minimal report, or one step per point) nothing can move: that is not stability.
   // (Samples that are all equal do have a spread, of zero: that is stable.)
   if (std::all_of(curve.begin(), curve.end(),
@@ -374,9 +375,6 @@ void add_confidence(KneeResult& knee, const std::vector<CurvePoint>& curve,
   knee.confidence = "stable";
   const std::size_t n = curve.size();
   if (n < kMinKneePoints) return;
-  std::vector<const Point*> points;
-  for (const CurvePoint& c : curve) points.push_back(c.point);
-  const std::optional<RoundNoise> rounds = round_noise(std::span<const Point* const>(points));
   std::vector<NoiseBand> bands;
   bands.reserve(n);
   for (const CurvePoint& c : curve) bands.push_back(noise_band(*c.point, rounds));
@@ -502,7 +500,7 @@ KneeDetail find_knee_detail(std::span<const Point> points, double sensitivity, b
         "points)",
         kInterimConfidencePoints);
   } else {
-    add_confidence(detail.result, curve, log2_batch, log2_rate, sensitivity);
+    add_confidence(detail.result, curve, log2_batch, log2_rate, sensitivity, round_noise(points));
   }
   add_busy_host(detail.result, curve);
   return detail;

@@ -248,6 +248,18 @@ CompareDelta delta(const Point& baseline, const Point& run, double tail_pct, con
     d.mean_p_value = scaled(pooled.p_value, p_scale);
     const bool mean_agrees = direction(d.ratio) == Verdict::slower ? pooled.t > 0 : pooled.t < 0;
     d.verdict = effect && mean_agrees && *d.mean_p_value < options.alpha ? direction(d.ratio) : Verdict::same;
+    // With rounds, the change must also clear their spread, as below.
+    if (d.verdict != Verdict::same && (noises.run || noises.baseline)) {
+      const std::optional<MeanStepError> run_error = mean_step_error(run, noises.run),
+                                         base_error = mean_step_error(baseline, noises.baseline);
+      if (run_error && base_error && (run_error->drift || base_error->drift)) {
+        d.drift_p_value = scaled(change_p(std::log(d.ratio), {*run_error, *base_error}), p_scale);
+        if (*d.drift_p_value >= options.alpha) {
+          d.verdict = Verdict::same;
+          d.within_drift_noise = true;
+        }
+      }
+    }
   } else if (samples) {
     // a = the run, b = the baseline: z > 0 when the run's steps tend to take longer.
     const MannWhitneyResult test = mann_whitney_u(run.samples_ms, baseline.samples_ms);
@@ -665,28 +677,46 @@ std::string device_of(const RunSummary& r) {
   return r.device.empty() ? fmt::format("({})", r.backend) : fmt::format("{} ({})", r.device, r.backend);
 }
 
-// A run's speed round by round (run --rounds): for each of the first K rounds, where every one of `points`
-// has K rounds with steps or more, the mean over the points of the log of that round's mean step. What moves
-// every batch of a round together (the machine's speed over a round) is in their spread, which the rows'
-// errors, taken as independent, divide by the batches. Empty where a point has fewer than two such rounds.
+// A run's speed round by round (run --rounds), over `points` (each with two rounds with steps or more): for
+// each round, the mean over the points of their log mean step, where a point's rounds are taken as its mean
+// log plus that round's offset from it, averaged over the points that have the round (a failed round is
+// left out, not shifted onto the next). What moves every batch of a round together (the machine's speed over
+// a round) is in their spread, which the rows' errors, taken as independent, divide by the batches. Empty
+// with fewer than two such rounds.
 std::vector<double> round_log_means(const std::vector<const Point*>& points) {
-  std::vector<std::vector<double>> logs;  // per point, each round's log mean step
-  size_t rounds = std::numeric_limits<size_t>::max();
+  std::vector<double> offset_sum, offset_count;
+  double level = 0;
   for (const Point* p : points) {
-    std::vector<double>& out = logs.emplace_back();
+    std::vector<std::optional<double>> logs;
+    double sum = 0;
+    size_t n = 0;
     for (const std::span<const double> slice : round_slices(*p)) {
-      if (slice.empty()) continue;
-      const double mean =
-          std::accumulate(slice.begin(), slice.end(), 0.0) / static_cast<double>(slice.size());
-      if (!(mean > 0) || !std::isfinite(mean)) return {};
-      out.push_back(std::log(mean));
+      const double mean = slice.empty() ? 0.0
+                                        : std::accumulate(slice.begin(), slice.end(), 0.0) /
+                                              static_cast<double>(slice.size());
+      if (mean > 0 && std::isfinite(mean)) {
+        logs.emplace_back(std::log(mean));
+        sum += *logs.back();
+        ++n;
+      } else {
+        logs.emplace_back();
+      }
     }
-    rounds = std::min(rounds, out.size());
+    if (n < 2) return {};
+    const double point_mean = sum / static_cast<double>(n);
+    level += point_mean / static_cast<double>(points.size());
+    offset_sum.resize(std::max(offset_sum.size(), logs.size()), 0.0);
+    offset_count.resize(offset_sum.size(), 0.0);
+    for (size_t r = 0; r < logs.size(); ++r)
+      if (logs[r]) {
+        offset_sum[r] += *logs[r] - point_mean;
+        offset_count[r] += 1;
+      }
   }
-  if (logs.empty() || rounds < 2) return {};
-  std::vector<double> means(rounds, 0.0);
-  for (const std::vector<double>& point : logs)
-    for (size_t r = 0; r < rounds; ++r) means[r] += point[r] / static_cast<double>(logs.size());
+  std::vector<double> means;
+  for (size_t r = 0; r < offset_sum.size(); ++r)
+    if (offset_count[r] > 0) means.push_back(level + offset_sum[r] / offset_count[r]);
+  if (means.size() < 2) return {};
   return means;
 }
 
@@ -747,8 +777,17 @@ CompareGeomean geomean_row(const std::vector<CompareRow>& rows,
       if (!ran_ok(row.runs[0]) || !ran_ok(row.runs[i]) || row.deltas[i - 1].unjudged() ||
           row.deltas[i - 1].baseline_measurement)
         continue;
-      base_points.push_back(points[r][0]);
-      run_points.push_back(points[r][i]);
+      // The rounds' check is over the rows where both points have two rounds with steps (the same rows a
+      // side, so that the two levels compare).
+      const auto rounded = [](const Point* p) {
+        const std::vector<std::span<const double>> slices = round_slices(*p);
+        return std::count_if(slices.begin(), slices.end(),
+                             [](std::span<const double> v) { return !v.empty(); }) >= 2;
+      };
+      if (rounded(points[r][0]) && rounded(points[r][i])) {
+        base_points.push_back(points[r][0]);
+        run_points.push_back(points[r][i]);
+      }
       busy |= row.runs[0].busy_host || row.runs[i].busy_host;
       base_rates.push_back(row.runs[0].samples_per_second);
       run_rates.push_back(row.runs[i].samples_per_second);

@@ -56,14 +56,15 @@ TEST(ThroughputInterval, StudentTOnTheMeanStepsError) {
   EXPECT_FALSE(throughput_ci95_pct(oom).has_value());
 }
 
-// A point of `rounds` rounds of `steps` steps each, round r's steps at means[r] with a +-1% alternation.
-Point rounded_point(int64_t batch, const std::vector<double>& means, int steps = 20) {
+// A point whose rounds have these steps, one round after another.
+Point rounded_point(int64_t batch, const std::vector<std::vector<double>>& rounds) {
   Point p;
   p.batch = batch;
   p.stop_reason = "noise target";
-  for (const double m : means) {
-    for (int i = 0; i < steps; ++i) p.samples_ms.push_back(m * (i % 2 == 0 ? 1.01 : 0.99));
-    p.rounds.push_back({steps, p.rounds.empty() ? "noise target" : "steps of round 1", PointStatus::ok, ""});
+  for (const std::vector<double>& steps : rounds) {
+    p.samples_ms.insert(p.samples_ms.end(), steps.begin(), steps.end());
+    p.rounds.push_back({static_cast<int64_t>(steps.size()),
+                        p.rounds.empty() ? "noise target" : "steps of round 1", PointStatus::ok, ""});
   }
   p.samples_per_second = static_cast<double>(batch) * 1000.0 /
                          (std::accumulate(p.samples_ms.begin(), p.samples_ms.end(), 0.0) /
@@ -71,42 +72,58 @@ Point rounded_point(int64_t batch, const std::vector<double>& means, int steps =
   return p;
 }
 
-// With --rounds, a point's interval holds the spread between rounds, pooled over the run's points: each round
-// a rerun of its point, which the steps within one do not show (12 idle reruns of one CPU sweep differed by
-// 4-6 times their intervals). Worked by hand: rounds 10.5/9.5 (±5%) and 21/19/20 (±5%, 0): squares
-// 2 * 0.0025 + 2 * 0.0025 = 0.01 over 1 + 2 degrees of freedom: a round's mean is known to sqrt(0.01 / 3) =
-// 5.77%.
-TEST(ThroughputInterval, RoundsPoolTheirSpreadOverTheRunsPoints) {
-  const std::vector<Point> points = {rounded_point(8, {10.5, 9.5}), rounded_point(16, {21.0, 19.0, 20.0})};
-  const std::optional<RoundNoise> noise = round_noise(points);
-  ASSERT_TRUE(noise.has_value());
-  EXPECT_NEAR(noise->relative_sd, std::sqrt(0.01 / 3), 1e-12);
-  EXPECT_EQ(noise->df, 3);
-  // Two rounds: the round's error over sqrt(2), on the pooled 3 degrees of freedom (t 3.182446), far above
-  // what the 40 steps alone say (about 1.5%).
-  const std::optional<MeanStepError> e = mean_step_error(points[0], noise);
+// With --rounds, a point's interval holds the spread between rounds: each round a rerun of its point, which
+// the steps within one do not show (12 idle reruns of one CPU sweep differed by 4-6 times their intervals).
+// Worked by hand, steps without noise inside a round.
+TEST(ThroughputInterval, RoundsSpreadIsInTheInterval) {
+  const double a = 1.0 / 21;  // round means 10 and 11 around 10.5, 20 and 22 around 21
+  // Round 2 slower at both batches: an offset the rounds share, on one degree of freedom (two rounds), not
+  // two: the two batches' rounds are one pass each.
+  const std::vector<Point> shared = {rounded_point(8, {{10, 10, 10, 10}, {11, 11, 11, 11}}),
+                                     rounded_point(16, {{20, 20, 20, 20}, {22, 22, 22, 22}})};
+  const std::optional<RoundNoise> common = round_noise(shared);
+  ASSERT_TRUE(common.has_value());
+  EXPECT_NEAR(common->common_var, 2 * a * a, 1e-12);
+  EXPECT_EQ(common->common_df, 1);
+  EXPECT_NEAR(common->own_var, 0, 1e-15);
+  const std::optional<MeanStepError> e = mean_step_error(shared[0], common);
   ASSERT_TRUE(e.has_value());
-  EXPECT_NEAR(e->se, std::sqrt(0.01 / 3) / std::sqrt(2.0), 1e-12);
-  EXPECT_EQ(e->df, 3);
+  EXPECT_NEAR(e->se, a, 1e-12);  // sqrt(2 a^2 / 2 rounds)
+  EXPECT_NEAR(e->df, 1, 1e-9);
   EXPECT_TRUE(e->drift);
-  EXPECT_NEAR(*throughput_ci95_pct(points[0], noise), 3.182446 * e->se * 100, 1e-4);
-  EXPECT_LT(*throughput_ci95_pct(points[0]), *throughput_ci95_pct(points[0], noise) / 2);
-  // Three rounds: over sqrt(3).
-  EXPECT_NEAR(mean_step_error(points[1], noise)->se, std::sqrt(0.01 / 3) / std::sqrt(3.0), 1e-12);
-  // A point measured once in such a run (its later rounds failed) has one round's error.
-  Point once = rounded_point(32, {40.0});
-  EXPECT_NEAR(mean_step_error(once, noise)->se, std::sqrt(0.01 / 3), 1e-12);
-  // Rounds that agree to far within their steps' noise leave the steps' own error.
-  const std::vector<Point> agreeing = {rounded_point(8, {10.0, 10.0001}, 4)};
-  const std::optional<RoundNoise> small = round_noise(agreeing);
-  ASSERT_TRUE(small.has_value());
-  EXPECT_FALSE(mean_step_error(agreeing[0], small)->drift);
-  EXPECT_EQ(mean_step_error(agreeing[0], small)->se, mean_step_error(agreeing[0])->se);
+  EXPECT_NEAR(*throughput_ci95_pct(shared[0], common), 12.706205 * a * 100, 1e-3);
+  // Each batch's own way (round 2 slower at one, faster at the other): no shared offset, each point's own
+  // spread, on 2 - 1 degrees of freedom.
+  const std::vector<Point> own = {rounded_point(8, {{10, 10, 10, 10}, {11, 11, 11, 11}}),
+                                  rounded_point(16, {{22, 22, 22, 22}, {20, 20, 20, 20}})};
+  const std::optional<RoundNoise> apart = round_noise(own);
+  ASSERT_TRUE(apart.has_value());
+  EXPECT_NEAR(apart->common_var, 0, 1e-15);
+  EXPECT_NEAR(apart->own_var, 4 * a * a, 1e-12);
+  EXPECT_EQ(apart->own_df, 1);
+  EXPECT_NEAR(mean_step_error(own[1], apart)->se, std::sqrt(2.0) * a, 1e-12);
+  // A point measured once in such a run (its later rounds failed, or none) has one round's error.
+  Point once = rounded_point(32, {{40, 40.4, 39.6, 40}});
+  EXPECT_NEAR(mean_step_error(once, common)->se,
+              std::sqrt(2 * a * a + std::pow(mean_step_error(once)->se, 2)), 1e-9);
   // No rounds, or points that failed: nothing pooled.
   EXPECT_FALSE(round_noise(std::vector<Point>{once}).has_value());
-  Point failed = points[0];
+  Point failed = shared[0];
   failed.status = PointStatus::oom;
   EXPECT_FALSE(round_noise(std::vector<Point>{failed}).has_value());
+}
+
+// A batch whose rounds had two noisy steps each moves its round means by its steps' noise alone: that is
+// taken out of the pooled spread, so it does not widen a quiet batch's interval.
+TEST(ThroughputInterval, ANoisyPointsRoundsDoNotWidenAQuietOnesInterval) {
+  const std::vector<Point> points = {rounded_point(8, {{9, 11}, {10, 12}}),
+                                     rounded_point(16, {{5, 5, 5, 5}, {5, 5, 5, 5}})};
+  const std::optional<RoundNoise> noise = round_noise(points);
+  ASSERT_TRUE(noise.has_value());
+  EXPECT_EQ(noise->own_var, 0);
+  EXPECT_EQ(noise->common_var, 0);
+  EXPECT_FALSE(mean_step_error(points[1], noise)->drift);
+  EXPECT_EQ(mean_step_error(points[1], noise)->se, mean_step_error(points[1])->se);
 }
 
 const std::vector<int64_t> kBatches = powers_of_two(1, 4096);
