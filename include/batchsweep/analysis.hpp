@@ -226,6 +226,8 @@ struct RoundNoise {
 // Each round's steps, its slice of samples_ms (empty for a failed round); empty where the point has no rounds
 // or their steps do not add up to samples_ms.
 [[nodiscard]] std::vector<std::span<const double>> round_slices(const Point& point);
+// How many of the point's rounds have steps (round_slices that are not empty).
+[[nodiscard]] size_t rounds_with_steps(const Point& point);
 
 // Serving at options.request_rate (run/analyze --request-rate; the model is in src/analysis/serving.cpp and
 // the README's "Serving"): for each ok batch of one micro-batch a step, as a dynamic batcher's max batch, the

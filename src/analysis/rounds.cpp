@@ -29,6 +29,12 @@ std::vector<std::span<const double>> round_slices(const Point& point) {
   return slices;
 }
 
+size_t rounds_with_steps(const Point& point) {
+  const std::vector<std::span<const double>> slices = round_slices(point);
+  return static_cast<size_t>(
+      std::count_if(slices.begin(), slices.end(), [](std::span<const double> v) { return !v.empty(); }));
+}
+
 namespace {
 
 // A point's rounds in order: each one's mean step, and its mean's relative variance from its own steps (0

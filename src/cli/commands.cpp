@@ -2473,11 +2473,8 @@ int compare_command(const CompareSettings& input, const std::vector<std::string>
     // a rerun moves a mean (README: Rounds): said once, naming those runs, so a CI job knows what to try.
     std::vector<std::string> unrounded;
     const auto has_rounds = [](const Report& report) {
-      return std::any_of(report.points.begin(), report.points.end(), [](const Point& p) {
-        const std::vector<std::span<const double>> slices = round_slices(p);
-        return std::count_if(slices.begin(), slices.end(),
-                             [](std::span<const double> v) { return !v.empty(); }) >= 2;
-      });
+      return std::any_of(report.points.begin(), report.points.end(),
+                         [](const Point& p) { return rounds_with_steps(p) >= 2; });
     };
     for (size_t i = 0; i < reports.size(); ++i) {
       const bool judged = std::any_of(found.begin(), found.end(), [&](const Regression& r) {

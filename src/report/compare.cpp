@@ -779,12 +779,7 @@ CompareGeomean geomean_row(const std::vector<CompareRow>& rows,
         continue;
       // The rounds' check is over the rows where both points have two rounds with steps (the same rows a
       // side, so that the two levels compare).
-      const auto rounded = [](const Point* p) {
-        const std::vector<std::span<const double>> slices = round_slices(*p);
-        return std::count_if(slices.begin(), slices.end(),
-                             [](std::span<const double> v) { return !v.empty(); }) >= 2;
-      };
-      if (rounded(points[r][0]) && rounded(points[r][i])) {
+      if (rounds_with_steps(*points[r][0]) >= 2 && rounds_with_steps(*points[r][i]) >= 2) {
         base_points.push_back(points[r][0]);
         run_points.push_back(points[r][i]);
       }
