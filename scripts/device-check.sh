@@ -14,7 +14,8 @@
 #
 #   scripts/device-check.sh run all     # budget 400 s, in order of what the open issues need most:
 #       quick gpu tests (every op and model against the CPU) -> calibration -> the issue-4 sweeps (telemetry,
-#       issue 7, in each) -> the PyTorch peer, eager (issue 6) -> memcheck -> the preset tests -> torch.compile
+#       issue 7, in each) -> three reruns of one sweep (how far a rerun moves the numbers) -> the PyTorch peer,
+#       eager (issue 6) -> memcheck -> the preset tests -> torch.compile
 #
 # `run core` (tests, calibration, sweeps, memcheck) or `run peers` (the PyTorch peer) reruns one part. Each step
 # is skipped once the budget (DEVICE_CHECK_BUDGET, seconds) no longer leaves it room. The device tool returns at
@@ -230,7 +231,7 @@ run() {
   LD_LIBRARY_PATH=$path ldd "$dc_stage/bin/batchsweep" | awk '/libcudnn/ {print $3}' | xargs -r readlink -f |
     sed 's/^/cuDNN loaded: /' || true
 
-  if [[ $dc_part != peers ]]; then quick_tests; calibrate; sweeps; fi
+  if [[ $dc_part != peers ]]; then quick_tests; calibrate; sweeps; reruns; fi
   if [[ $dc_part != core ]]; then peer_checks eager; fi
   if [[ $dc_part != peers ]]; then memcheck; preset_tests; fi
   if [[ $dc_part != core ]]; then peer_checks compile; fi
@@ -333,6 +334,23 @@ sweeps() {
       --batch "$batches" "${common[@]}" $extra --json "$dc_work/$name.json" || echo "$name: rc $?"
     echo "   ($((SECONDS - started_at)) s)"
   done
+}
+
+# How far a rerun moves the numbers on the card, against the reports' own intervals (bench/ci_calibration.py:
+# on this project's 2-core CPU, runs without rounds differed by 4-6 times them, and `--rounds` holds what the
+# rounds show): three runs of one short sweep in two rounds, one after another.
+reruns() {
+  echo "== reruns: how far a rerun moves the numbers, against the reports' intervals"
+  local spec=(--backend cuda --model mlp-large --mode train --precision bf16 --batch 256,4096,65536 --rounds 2
+    --warmup 3 --min-samples 10 --min-time 0.3 --timeout 20)
+  if [[ -n "${DEVICE_CHECK_REHEARSAL:-}" ]]; then
+    spec=(--backend cuda --model mlp --mode train --precision bf16 --batch 1,16 --rounds 2 --warmup 1
+      --min-samples 3 --min-time 0 --max-noise 100 --timeout 20)
+  fi
+  if spent "$(core_margin 40)"; then echo "skipping the reruns: the budget is spent"; return; fi
+  step "$(step_limit 45)" python3 bench/ci_calibration.py --binary "$bsw" --runs 3 --keep "$dc_work/reruns" \
+    -- "${spec[@]}" >"$dc_work/reruns.txt" || echo "reruns: rc $?"
+  cat "$dc_work/reruns.txt" || true
 }
 
 # `eager`: batchsweep against PyTorch eager on every model (the ratios issue 6 asks for), also timing batchsweep
@@ -443,6 +461,10 @@ for name in ("test_gpu.json", "test_gpu_presets.json"):
         for case in suite.get("testsuite", []):
             if case.get("failures"):
                 print("  FAILED", suite["name"] + "." + case["name"], case["failures"][0]["failure"][:300])
+reruns = out / "reruns.txt"
+if reruns.exists():
+    print("reruns (bench/ci_calibration.py):")
+    print(reruns.read_text().rstrip())
 d = out / "devices.json"
 if d.exists():
     try:
