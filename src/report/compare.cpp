@@ -724,21 +724,7 @@ std::vector<double> round_log_means(const std::vector<const Point*>& points) {
 // their rounds vary. nullopt without two rounds a side.
 std::optional<double> rounds_change_p(const std::vector<double>& base, const std::vector<double>& run) {
   if (base.size() < 2 || run.size() < 2) return std::nullopt;
-  const auto mean_and_error = [](const std::vector<double>& v) {
-    const double n = static_cast<double>(v.size());
-    const double mean = std::accumulate(v.begin(), v.end(), 0.0) / n;
-    double squares = 0;
-    for (const double x : v) squares += (x - mean) * (x - mean);
-    return std::pair{mean, squares / (n - 1) / n};
-  };
-  const auto [base_mean, base_var] = mean_and_error(base);
-  const auto [run_mean, run_var] = mean_and_error(run);
-  const double change = std::fabs(run_mean - base_mean);
-  if (!(base_var + run_var > 0)) return change > 0 ? 0.0 : 1.0;
-  const double df = (base_var + run_var) * (base_var + run_var) /
-                    (base_var * base_var / static_cast<double>(base.size() - 1) +
-                     run_var * run_var / static_cast<double>(run.size() - 1));
-  return student_t_two_sided_p(change / std::sqrt(base_var + run_var), df);
+  return welch_t_test(run, base).p_value;
 }
 
 CompareGeomean geomean_row(const std::vector<CompareRow>& rows,
